@@ -1,0 +1,3 @@
+from sync.cli import main
+
+main()

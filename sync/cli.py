@@ -1,0 +1,246 @@
+"""The `redshift-sync` command line."""
+
+from __future__ import annotations
+
+import functools
+import json
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Annotated, Any, Optional
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from sync.config import ConfigError, Pipeline, load_pipeline
+from sync.warehouse import Warehouse, WarehouseError, connect
+
+app = typer.Typer(
+    add_completion=False,
+    no_args_is_help=True,
+    help="Keep Redshift tables in sync with operational databases (Debezium CDC from MSK).",
+    pretty_exceptions_enable=False,
+)
+# Wide enough for the summary tables when the output is a pipe or a CI log.
+console = Console(width=None if sys.stdout.isatty() else 120)
+err_console = Console(stderr=True, width=None if sys.stderr.isatty() else 120)
+
+ConfigOpt = Annotated[
+    Optional[Path],
+    typer.Option("--config", "-c", help="Pipeline file (default ./pipeline.toml, or $REDSHIFT_SYNC_CONFIG)."),
+]
+DsnOpt = Annotated[
+    Optional[str],
+    typer.Option("--dsn", help="postgresql://... or redshift+redshift_connector://... (default $REDSHIFT_SYNC_DSN, else the embedded PostgreSQL)."),
+]
+
+
+class CliError(Exception):
+    """An error already phrased for the user; exits with `code`."""
+
+    def __init__(self, message: str, code: int = 1):
+        super().__init__(message)
+        self.code = code
+
+
+def handle_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """Turn known failures into one clear message and a non-zero exit, no traceback."""
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return fn(*args, **kwargs)
+        except ConfigError as exc:
+            err_console.print(f"[red]error:[/red] {exc}", highlight=False)
+            raise typer.Exit(2) from None
+        except (WarehouseError, CliError, FileNotFoundError, ValueError) as exc:
+            err_console.print(f"[red]error:[/red] {exc}", highlight=False)
+            raise typer.Exit(getattr(exc, "code", 1)) from None
+
+    return wrapper
+
+
+def open_pipeline(config: Path | None) -> tuple[Pipeline, Path]:
+    return load_pipeline(config)
+
+
+def origin_of(path: Path) -> str:
+    """How generated SQL names its pipeline file: relative to the working directory when
+    possible, so committed output does not depend on where the checkout lives."""
+    try:
+        return str(path.resolve().relative_to(Path.cwd().resolve()))
+    except ValueError:
+        return str(path)
+
+
+def open_warehouse(dsn: str | None) -> Warehouse:
+    return connect(dsn)
+
+
+@app.command()
+@handle_errors
+def generate(
+    config: ConfigOpt = None,
+    dsn: DsnOpt = None,
+    dialect: Annotated[str, typer.Option(help="redshift | postgres")] = "redshift",
+    out: Annotated[Optional[Path], typer.Option(help="Write one file per table into this folder instead of printing.")] = None,
+) -> None:
+    """Print (or write) the SQL of every warehouse object of the pipeline."""
+    from sync.generate import render_files, write_files
+
+    pipeline, path = open_pipeline(config)
+    files = render_files(pipeline, dialect, origin_of(path))
+    if out is None:
+        sys.stdout.write("\n".join(files.values()))
+        return
+    for written in write_files(files, out):
+        console.print(f"wrote {written}")
+
+
+@app.command()
+@handle_errors
+def deploy(config: ConfigOpt = None, dsn: DsnOpt = None) -> None:
+    """Create or upgrade every warehouse object (idempotent)."""
+    from sync.runner import deploy as run_deploy
+
+    pipeline, path = open_pipeline(config)
+    wh = open_warehouse(dsn)
+    try:
+        result = run_deploy(wh, pipeline, origin_of(path))
+    finally:
+        wh.close()
+    console.print(
+        f"deployed {len(pipeline.tables)} table(s) to {wh.dialect}: "
+        f"{len(result.created)} created, {len(result.replaced)} replaced, {len(result.unchanged)} unchanged"
+    )
+    for label in result.created:
+        console.print(f"  + {label}")
+
+
+@app.command()
+@handle_errors
+def ingest(
+    table: Annotated[str, typer.Option("--table", "-t", help="Pipeline table whose stream receives the records.")],
+    file: Annotated[Path, typer.Option("--file", "-f", help="JSON lines: {partition, offset, timestamp, key, value} or kcat -J output.")],
+    config: ConfigOpt = None,
+    dsn: DsnOpt = None,
+) -> None:
+    """Append one refresh of Kafka records to a table's local stream (embedded warehouse)."""
+    from sync.stream import ingest_file
+
+    pipeline, _ = open_pipeline(config)
+    wh = open_warehouse(dsn)
+    try:
+        result = ingest_file(wh, pipeline, table, file)
+    finally:
+        wh.close()
+    parts = ", ".join(f"partition {p}: offsets {a}-{b}" for p, (a, b) in sorted(result.partitions.items()))
+    console.print(f"ingested {result.records} record(s) into {table} ({parts or 'none'})")
+    if result.tombstones:
+        console.print(f"  {result.tombstones} tombstone(s) (null value)")
+    if result.unparseable_values:
+        console.print(f"  [yellow]{result.unparseable_values} value(s) are not JSON: kept raw, sync will quarantine them[/yellow]")
+    if result.malformed_lines:
+        console.print(f"  [yellow]{result.malformed_lines} line(s) were not record objects: ingested whole as values[/yellow]")
+
+
+def print_runs(runs: list[Any]) -> None:
+    grid = Table(title="sync", title_justify="left")
+    for col in ("table", "status", "read", "upserted", "deleted", "quarantined", "stale", "superseded", "watermark", "lag s", "time s"):
+        grid.add_column(col, justify="right" if col not in ("table", "status", "watermark") else "left")
+    for r in runs:
+        grid.add_row(
+            r.table,
+            "[green]ok[/green]" if r.status == "ok" else f"[red]{r.status}[/red]",
+            str(r.events_read), str(r.upserted), str(r.deleted), str(r.quarantined), str(r.stale), str(r.superseded),
+            r.watermark_after or "-",
+            f"{r.lag_seconds:.1f}" if r.lag_seconds is not None else "-",
+            f"{r.duration_seconds:.2f}",
+        )
+    console.print(grid)
+    for r in runs:
+        if r.error:
+            err_console.print(f"[red]{r.table} failed:[/red] {r.error}", highlight=False)
+
+
+@app.command("sync")
+@handle_errors
+def sync_cmd(
+    table: Annotated[Optional[list[str]], typer.Option("--table", "-t", help="Only these tables (repeatable).")] = None,
+    config: ConfigOpt = None,
+    dsn: DsnOpt = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the run summaries as JSON.")] = False,
+) -> None:
+    """CALL incremental_sync_<table>() for every table (or those named) and summarise."""
+    from sync.runner import sync as run_sync
+
+    pipeline, _ = open_pipeline(config)
+    wh = open_warehouse(dsn)
+    try:
+        runs = run_sync(wh, pipeline, table)
+    finally:
+        wh.close()
+    if as_json:
+        sys.stdout.write(json.dumps([r.as_dict() for r in runs], indent=2, default=str) + "\n")
+    else:
+        print_runs(runs)
+    if any(r.status != "ok" for r in runs):
+        raise typer.Exit(1)
+
+
+@app.command()
+@handle_errors
+def status(config: ConfigOpt = None, dsn: DsnOpt = None) -> None:
+    """Watermarks, pending records, last run, lag and quarantine per table."""
+    from sync.runner import status as run_status
+
+    pipeline, _ = open_pipeline(config)
+    wh = open_warehouse(dsn)
+    try:
+        rows = run_status(wh, pipeline)
+    finally:
+        wh.close()
+    print_status(rows)
+
+
+def print_status(rows: list[Any]) -> None:
+    grid = Table(title="status", title_justify="left")
+    for col in ("table", "rows", "pending", "watermarks", "last run", "last read", "lag s", "quarantined"):
+        grid.add_column(col, justify="left" if col in ("table", "watermarks", "last run") else "right")
+    for s in rows:
+        if not s.deployed:
+            grid.add_row(s.table, "-", "-", "[yellow]not deployed[/yellow]", "-", "-", "-", "-")
+            continue
+        wm = ",".join(f"{p}:{o}" for p, o in s.watermarks.items()) or "-"
+        lag = s.last_run.get("lag_seconds") if s.last_run else None
+        grid.add_row(
+            s.table, str(s.target_rows), str(s.pending), wm, (s.last_run_at or "never")[:19],
+            str(s.last_run["events_read"]) if s.last_run else "-",
+            f"{lag:.1f}" if lag is not None else "-", str(s.quarantined),
+        )
+    console.print(grid)
+    for s in rows:
+        for reason, count in s.quarantine_reasons:
+            console.print(f"  {s.table}: {count} quarantined: {reason}", highlight=False)
+
+
+@app.command()
+@handle_errors
+def demo(
+    dsn: DsnOpt = None,
+    config: ConfigOpt = None,
+    skip_spark: Annotated[bool, typer.Option(help="Skip the PySpark backfill and reconcile steps.")] = False,
+) -> None:
+    """End to end on the embedded warehouse: deploy, ingest sample events, sync, backfill, reconcile."""
+    from sync.demo import run_demo
+
+    run_demo(console, dsn=dsn, config=config, skip_spark=skip_spark)
+
+
+def main() -> None:
+    app()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,365 @@
+"""The pipeline file: one TOML document describing the source topics and target tables.
+
+Everything here is validated before any SQL is generated. Names end up in SQL text, so
+they are checked against strict patterns (and are quoted everywhere on top of that):
+configuration is input, and a table or column name must never inject SQL.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import tomllib
+from pathlib import Path
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from sync.sql.types import SqlType, parse_type
+
+DEFAULT_CONFIG_PATH = "pipeline.toml"
+CONFIG_ENV_VAR = "REDSHIFT_SYNC_CONFIG"
+
+# Target-side names: lower-case, so Redshift's case folding can never change them.
+TARGET_NAME = re.compile(r"^[a-z][a-z0-9_]{0,62}$")
+# Source field names as Debezium emits them: letters, digits, _ and $ (MySQL allows $).
+SOURCE_FIELD = re.compile(r"^[A-Za-z_][A-Za-z0-9_$]{0,126}$")
+# Kafka topic names: [a-zA-Z0-9._-], at most 249 characters.
+TOPIC = re.compile(r"^[A-Za-z0-9._-]{1,249}$")
+ARN = re.compile(r"^arn:aws[a-z-]*:[a-z0-9-]+:[a-z0-9-]*:\d{12}:[A-Za-z0-9/_.:+=@-]+$")
+BROKERS = re.compile(r"^[A-Za-z0-9.-]+:\d{1,5}(,[A-Za-z0-9.-]+:\d{1,5})*$")
+
+# Names the generator uses for its own objects; a table may not take them.
+RESERVED_TABLE_NAMES = {"sync_run_log", "sync_quarantine", "sync_schema_drift", "alembic_version"}
+METADATA_PREFIX = "_"
+
+
+class ConfigError(Exception):
+    """The pipeline file is missing, unreadable or invalid; the message names the key."""
+
+
+def _check_target_name(value: str, what: str) -> str:
+    if not TARGET_NAME.match(value):
+        raise ValueError(
+            f"{what} {value!r} is not allowed: use lower-case letters, digits and _, "
+            "starting with a letter, at most 63 characters"
+        )
+    return value
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class PipelineSection(_Model):
+    schema_: Annotated[str, Field(alias="schema")] = "cdc"
+
+    @field_validator("schema_")
+    @classmethod
+    def _schema_name(cls, v: str) -> str:
+        return _check_target_name(v, "schema")
+
+    @property
+    def schema_name(self) -> str:
+        return self.schema_
+
+
+class SourceSection(_Model):
+    kind: Literal["msk", "kafka"] = "msk"
+    external_schema: str = "msk_cdc"
+    cluster_arn: str | None = None
+    uri: str | None = None
+    iam_role: str | None = None
+    authentication: Literal["none", "iam", "mtls"] = "iam"
+    authentication_arn: str | None = None
+    secret_arn: str | None = None
+
+    @field_validator("external_schema")
+    @classmethod
+    def _external_schema(cls, v: str) -> str:
+        return _check_target_name(v, "external schema")
+
+    @field_validator("cluster_arn", "iam_role", "authentication_arn", "secret_arn")
+    @classmethod
+    def _arn(cls, v: str | None) -> str | None:
+        if v is not None and not ARN.match(v):
+            raise ValueError(f"{v!r} is not an AWS ARN")
+        return v
+
+    @field_validator("uri")
+    @classmethod
+    def _uri(cls, v: str | None) -> str | None:
+        if v is not None and not BROKERS.match(v):
+            raise ValueError(f"{v!r} is not a broker list like 'host1:9094,host2:9094'")
+        return v
+
+    @model_validator(mode="after")
+    def _kind_fields(self) -> SourceSection:
+        if self.kind == "msk" and not self.cluster_arn:
+            raise ValueError("kind = 'msk' needs cluster_arn")
+        if self.kind == "kafka" and not self.uri:
+            raise ValueError("kind = 'kafka' needs uri (the broker list)")
+        if self.authentication in ("iam", "mtls") and not self.iam_role:
+            raise ValueError(f"authentication = '{self.authentication}' needs iam_role")
+        if self.kind == "msk" and self.authentication == "mtls":
+            raise ValueError("authentication = 'mtls' needs kind = 'kafka' with uri (FROM KAFKA ... URI)")
+        if self.authentication == "mtls" and not (self.authentication_arn or self.secret_arn):
+            raise ValueError("authentication = 'mtls' needs authentication_arn or secret_arn")
+        return self
+
+
+SEMANTIC_TYPES = (
+    "io.debezium.time.Date",
+    "io.debezium.time.Time",
+    "io.debezium.time.MicroTime",
+    "io.debezium.time.NanoTime",
+    "io.debezium.time.Timestamp",
+    "io.debezium.time.MicroTimestamp",
+    "io.debezium.time.NanoTimestamp",
+    "io.debezium.time.ZonedTimestamp",
+    "io.debezium.time.Year",
+    "org.apache.kafka.connect.data.Decimal",
+    "io.debezium.data.VariableScaleDecimal",
+    "io.debezium.data.Json",
+    "io.debezium.data.Enum",
+    "io.debezium.data.EnumSet",
+    "io.debezium.data.Uuid",
+    "bytes",
+    "boolean-int",
+)
+
+
+class ColumnConfig(_Model):
+    name: str
+    type: str
+    target: str | None = None
+    semantic: str | None = None
+    scale: int | None = None  # Decimal: the scale declared in the Connect schema
+
+    @field_validator("name")
+    @classmethod
+    def _source_name(cls, v: str) -> str:
+        if not SOURCE_FIELD.match(v):
+            raise ValueError(
+                f"field name {v!r} is not allowed: letters, digits, _ and $, starting with a letter or _"
+            )
+        return v
+
+    @field_validator("type")
+    @classmethod
+    def _type(cls, v: str) -> str:
+        parse_type(v)  # raises ValueError naming the type
+        return v
+
+    @field_validator("target")
+    @classmethod
+    def _target(cls, v: str | None) -> str | None:
+        if v is None:
+            return v
+        _check_target_name(v, "target column")
+        if v.startswith(METADATA_PREFIX):
+            raise ValueError(f"target column {v!r} starts with '_', which is reserved for metadata columns")
+        return v
+
+    @field_validator("semantic")
+    @classmethod
+    def _semantic(cls, v: str | None) -> str | None:
+        if v is not None and v not in SEMANTIC_TYPES:
+            raise ValueError(f"unknown semantic type {v!r}; known: {', '.join(SEMANTIC_TYPES)}")
+        return v
+
+    @property
+    def target_name(self) -> str:
+        return self.target or self.name.lower()
+
+    @property
+    def sql_type(self) -> SqlType:
+        return parse_type(self.type)
+
+
+class TableConfig(_Model):
+    name: str
+    topic: str
+    format: Literal["debezium", "debezium-unwrap"] = "debezium"
+    primary_key: list[str]
+    delete_mode: Literal["hard", "soft"] = "hard"
+    order_by: Literal["kafka", "postgres-lsn", "mysql-binlog"] = "kafka"
+    on_truncate: Literal["ignore", "delete"] = "ignore"
+    distkey: str | None = None
+    sortkey: list[str] = []
+    columns: list[ColumnConfig]
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, v: str) -> str:
+        _check_target_name(v, "table name")
+        if "__" in v:
+            raise ValueError(f"table name {v!r} may not contain '__' (used for generated objects)")
+        if v in RESERVED_TABLE_NAMES:
+            raise ValueError(f"table name {v!r} is reserved")
+        if len("incremental_sync_") + len(v) > 63:
+            raise ValueError(f"table name {v!r} is too long for incremental_sync_{v} (63 characters at most)")
+        return v
+
+    @field_validator("topic")
+    @classmethod
+    def _topic(cls, v: str) -> str:
+        if not TOPIC.match(v):
+            raise ValueError(f"topic {v!r} is not a Kafka topic name ([A-Za-z0-9._-], 1-249 characters)")
+        return v
+
+    @model_validator(mode="after")
+    def _cross_fields(self) -> TableConfig:
+        if not self.columns:
+            raise ValueError("columns: at least one column is needed")
+        if not self.primary_key:
+            raise ValueError("primary_key: at least one column is needed")
+        seen_source: set[str] = set()
+        seen_target: set[str] = set()
+        for col in self.columns:
+            if col.name in seen_source:
+                raise ValueError(f"columns: field {col.name!r} is listed twice")
+            if col.target_name in seen_target:
+                raise ValueError(f"columns: target column {col.target_name!r} is used twice")
+            seen_source.add(col.name)
+            seen_target.add(col.target_name)
+            if col.target is None:
+                _check_target_name(col.target_name, f"target column (from field {col.name!r}; set target =)")
+                if col.target_name.startswith(METADATA_PREFIX):
+                    raise ValueError(
+                        f"columns: field {col.name!r} maps to {col.target_name!r}, which starts with '_' "
+                        "(reserved for metadata columns); set target = '...'"
+                    )
+        for key in self.primary_key:
+            if key not in seen_source:
+                raise ValueError(f"primary_key: {key!r} is not one of the columns' field names")
+        if self.distkey is not None:
+            dist = self.column_by_any_name(self.distkey)
+            if dist is None:
+                raise ValueError(f"distkey: {self.distkey!r} is not a column of table {self.name!r}")
+            if dist.name not in self.primary_key:
+                raise ValueError(
+                    f"distkey: {self.distkey!r} is not a primary-key column; the merge joins on the key, "
+                    "so a key column as DISTKEY keeps that join on one slice"
+                )
+        for key in self.sortkey:
+            if self.column_by_any_name(key) is None:
+                raise ValueError(f"sortkey: {key!r} is not a column of table {self.name!r}")
+        return self
+
+    def column_by_any_name(self, name: str) -> ColumnConfig | None:
+        for col in self.columns:
+            if name in (col.name, col.target_name):
+                return col
+        return None
+
+    @property
+    def key_columns(self) -> list[ColumnConfig]:
+        by_name = {c.name: c for c in self.columns}
+        return [by_name[k] for k in self.primary_key]
+
+    @property
+    def value_columns(self) -> list[ColumnConfig]:
+        keys = set(self.primary_key)
+        return [c for c in self.columns if c.name not in keys]
+
+    @property
+    def distkey_column(self) -> ColumnConfig:
+        """The distribution key: as configured, else the first primary-key column."""
+        if self.distkey is not None:
+            col = self.column_by_any_name(self.distkey)
+            assert col is not None
+            return col
+        return self.key_columns[0]
+
+    @property
+    def sortkey_columns(self) -> list[ColumnConfig]:
+        if self.sortkey:
+            return [c for k in self.sortkey if (c := self.column_by_any_name(k)) is not None]
+        return self.key_columns
+
+
+class Pipeline(_Model):
+    pipeline: PipelineSection = PipelineSection()
+    source: SourceSection
+    tables: list[TableConfig]
+
+    @model_validator(mode="after")
+    def _unique_tables(self) -> Pipeline:
+        names = [t.name for t in self.tables]
+        if not names:
+            raise ValueError("tables: at least one [[tables]] entry is needed")
+        dupes = sorted({n for n in names if names.count(n) > 1})
+        if dupes:
+            raise ValueError(f"tables: {', '.join(dupes)} defined more than once")
+        topics = [t.topic for t in self.tables]
+        dupe_topics = sorted({n for n in topics if topics.count(n) > 1})
+        if dupe_topics:
+            raise ValueError(f"tables: topic {', '.join(dupe_topics)} used by more than one table")
+        return self
+
+    @property
+    def schema(self) -> str:
+        return self.pipeline.schema_name
+
+    def table(self, name: str) -> TableConfig:
+        for t in self.tables:
+            if t.name == name:
+                return t
+        known = ", ".join(t.name for t in self.tables)
+        raise ConfigError(f"unknown table {name!r}; the pipeline file defines: {known}")
+
+
+def _format_location(loc: tuple[object, ...], data: object) -> str:
+    """Turn pydantic's location tuple into a TOML-ish key path, with the table name when known."""
+    parts: list[str] = []
+    node = data
+    for item in loc:
+        if isinstance(item, int):
+            label = f"[{item}]"
+            if isinstance(node, list) and item < len(node) and isinstance(node[item], dict):
+                name = node[item].get("name")
+                if isinstance(name, str):
+                    label = f"[{item}] ({name})"
+            parts.append(label)
+            node = node[item] if isinstance(node, list) and item < len(node) else None
+        else:
+            parts.append(("." if parts else "") + str(item))
+            node = node.get(item) if isinstance(node, dict) else None
+    return "".join(parts) or "(top level)"
+
+
+def parse_pipeline(data: dict, origin: str = "<pipeline>") -> Pipeline:
+    try:
+        return Pipeline.model_validate(data)
+    except ValidationError as exc:
+        lines = []
+        for err in exc.errors():
+            where = _format_location(tuple(err["loc"]), data)
+            msg = err["msg"].removeprefix("Value error, ")
+            if err["type"] == "extra_forbidden":
+                msg = "unknown key (check the spelling)"
+            lines.append(f"  {where}: {msg}")
+        raise ConfigError(f"{origin} is invalid:\n" + "\n".join(lines)) from None
+
+
+def resolve_config_path(path: str | os.PathLike[str] | None) -> Path:
+    return Path(path or os.environ.get(CONFIG_ENV_VAR) or DEFAULT_CONFIG_PATH)
+
+
+def load_pipeline(path: str | os.PathLike[str] | None = None) -> tuple[Pipeline, Path]:
+    """Read and validate the pipeline file; returns the model and the path it came from."""
+    resolved = resolve_config_path(path)
+    try:
+        text = resolved.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise ConfigError(
+            f"pipeline file {str(resolved)!r} not found; pass --config PATH or set {CONFIG_ENV_VAR}"
+        ) from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"cannot read pipeline file {str(resolved)!r}: {exc}") from None
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{resolved} is not valid TOML: {exc}") from None
+    return parse_pipeline(data, str(resolved)), resolved

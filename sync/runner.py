@@ -1,0 +1,158 @@
+"""Run the generated objects against a warehouse: deploy, sync, status."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass
+
+from sync.config import Pipeline
+from sync.sql.dialects import quote_ident
+from sync.sql.names import QUARANTINE, RUN_LOG, table_names
+from sync.sql.objects import SqlObject, pipeline_objects
+from sync.warehouse import Warehouse, WarehouseError
+
+
+@dataclass
+class DeployResult:
+    created: list[str]
+    replaced: list[str]
+    unchanged: list[str]
+
+
+def deploy(wh: Warehouse, pipeline: Pipeline, origin: str, on_object: Callable[[SqlObject, str], None] | None = None) -> DeployResult:
+    """Create every object that does not exist and replace the replaceable ones.
+    Idempotent: a second run creates nothing and leaves every table's data alone."""
+    result = DeployResult([], [], [])
+    for obj in pipeline_objects(pipeline, wh.dialect, origin):
+        label = f"{obj.kind} {obj.schema}.{obj.name}" if obj.kind not in ("schema", "setting") else f"{obj.kind} {obj.name}"
+        if obj.kind == "setting":
+            wh.execute(obj.sql)
+            continue
+        existed = obj.kind in ("table", "stream", "index") and wh.relation_exists(obj.schema, obj.name)
+        if obj.check_exists and existed:
+            outcome = "unchanged"
+        else:
+            wh.execute(obj.sql)
+            outcome = "replaced" if obj.replaceable else ("unchanged" if existed else "created")
+        getattr(result, outcome).append(label)
+        if on_object:
+            on_object(obj, outcome)
+    return result
+
+
+@dataclass
+class RunSummary:
+    table: str
+    status: str
+    events_read: int
+    upserted: int
+    deleted: int
+    quarantined: int
+    tombstones: int
+    stale: int
+    superseded: int
+    truncates: int
+    watermark_before: str | None
+    watermark_after: str | None
+    lag_seconds: float | None
+    duration_seconds: float
+    error: str | None = None
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+RUN_LOG_COLUMNS = (
+    "events_read, upserted, deleted, quarantined, tombstones, stale, superseded, truncates, "
+    "watermark_before, watermark_after, lag_seconds, status"
+)
+
+
+def call_procedure(wh: Warehouse, pipeline: Pipeline, table_name: str) -> RunSummary:
+    """CALL incremental_sync_<table>() and read back the run-log row it wrote."""
+    table = pipeline.table(table_name)
+    names = table_names(pipeline, table)
+    started = time.perf_counter()
+    try:
+        wh.execute(f"CALL {quote_ident(names.schema)}.{quote_ident(names.procedure)}()")
+    except WarehouseError as exc:
+        return RunSummary(table.name, "failed", 0, 0, 0, 0, 0, 0, 0, 0, None, None, None,
+                          time.perf_counter() - started, str(exc))
+    duration = time.perf_counter() - started
+    row = wh.query(
+        f"SELECT {RUN_LOG_COLUMNS} FROM {quote_ident(names.schema)}.{quote_ident(RUN_LOG)} "
+        "WHERE table_name = %s AND backend_pid = PG_BACKEND_PID() ORDER BY run_id DESC LIMIT 1",
+        (table.name,),
+    )
+    if not row:
+        return RunSummary(table.name, "failed", 0, 0, 0, 0, 0, 0, 0, 0, None, None, None, duration,
+                          "the procedure finished but wrote no run-log row")
+    r = row[0]
+    return RunSummary(
+        table.name, r[11], int(r[0]), int(r[1]), int(r[2]), int(r[3]), int(r[4]), int(r[5]), int(r[6]), int(r[7]),
+        r[8], r[9], float(r[10]) if r[10] is not None else None, duration,
+    )
+
+
+def sync(wh: Warehouse, pipeline: Pipeline, tables: Sequence[str] | None = None) -> list[RunSummary]:
+    names = list(tables) if tables else [t.name for t in pipeline.tables]
+    for name in names:
+        pipeline.table(name)  # fail fast on an unknown name, before anything runs
+    return [call_procedure(wh, pipeline, name) for name in names]
+
+
+@dataclass
+class TableStatus:
+    table: str
+    deployed: bool
+    watermarks: dict[int, int]
+    pending: int | None
+    target_rows: int | None
+    last_run_at: str | None
+    last_run: dict | None
+    quarantined: int
+    quarantine_reasons: list[tuple[str, int]]
+
+
+def status(wh: Warehouse, pipeline: Pipeline) -> list[TableStatus]:
+    schema = pipeline.schema
+    out: list[TableStatus] = []
+    control_ready = wh.relation_exists(schema, RUN_LOG)
+    for table in pipeline.tables:
+        n = table_names(pipeline, table)
+        qs = quote_ident(schema)
+        if not (control_ready and wh.relation_exists(schema, n.watermark)):
+            out.append(TableStatus(table.name, False, {}, None, None, None, None, 0, []))
+            continue
+        wms = {int(p): int(o) for p, o in wh.query(f"SELECT kafka_partition, last_offset FROM {qs}.{quote_ident(n.watermark)} ORDER BY 1")}
+        pending = wh.scalar(
+            f"SELECT COUNT(*) FROM {qs}.{quote_ident(n.stream)} s LEFT JOIN {qs}.{quote_ident(n.watermark)} w "
+            "ON w.kafka_partition = s.kafka_partition WHERE s.kafka_offset > COALESCE(w.last_offset, -1)"
+        )
+        target_rows = wh.scalar(f"SELECT COUNT(*) FROM {qs}.{quote_ident(n.target)}")
+        last = wh.query(
+            f"SELECT started_at, {RUN_LOG_COLUMNS} FROM {qs}.{quote_ident(RUN_LOG)} "
+            "WHERE table_name = %s ORDER BY run_id DESC LIMIT 1",
+            (table.name,),
+        )
+        last_run = None
+        last_at = None
+        if last:
+            r = last[0]
+            last_at = str(r[0])
+            keys = [c.strip() for c in RUN_LOG_COLUMNS.split(",")]
+            last_run = dict(zip(keys, r[1:]))
+        reasons = wh.query(
+            f"SELECT reason, COUNT(*) FROM {qs}.{quote_ident(QUARANTINE)} WHERE table_name = %s "
+            "GROUP BY reason ORDER BY 2 DESC, 1 LIMIT 10",
+            (table.name,),
+        )
+        quarantined = wh.scalar(f"SELECT COUNT(*) FROM {qs}.{quote_ident(QUARANTINE)} WHERE table_name = %s", (table.name,))
+        out.append(
+            TableStatus(
+                table.name, True, wms, int(pending), int(target_rows), last_at, last_run, int(quarantined),
+                [(str(a), int(b)) for a, b in reasons],
+            )
+        )
+    return out

@@ -1,0 +1,48 @@
+"""Names of the objects the generator creates for a pipeline and its tables."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from sync.config import Pipeline, TableConfig
+
+RUN_LOG = "sync_run_log"
+QUARANTINE = "sync_quarantine"
+SCHEMA_DRIFT = "sync_schema_drift"
+
+
+@dataclass(frozen=True)
+class TableNames:
+    """The per-table objects, all in the pipeline schema."""
+
+    schema: str
+    table: str
+
+    @property
+    def target(self) -> str:
+        return self.table
+
+    @property
+    def stream(self) -> str:
+        """The streaming MV on Redshift; a local table filled by `ingest` on PostgreSQL."""
+        return f"{self.table}__stream"
+
+    @property
+    def stage(self) -> str:
+        return f"{self.table}__stage"
+
+    @property
+    def watermark(self) -> str:
+        return f"{self.table}__watermark"
+
+    @property
+    def deleted_keys(self) -> str:
+        return f"{self.table}__deleted"
+
+    @property
+    def procedure(self) -> str:
+        return f"incremental_sync_{self.table}"
+
+
+def table_names(pipeline: Pipeline, table: TableConfig) -> TableNames:
+    return TableNames(pipeline.schema, table.name)

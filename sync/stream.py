@@ -1,0 +1,184 @@
+"""The local stream: what Redshift streaming ingestion does, for the embedded warehouse.
+
+`ingest` appends one "refresh" of Kafka records to a table's stream relation, in one
+transaction, with one `refresh_time`, exactly the columns the streaming MV has on
+Redshift. Input is JSON lines: our own record shape or `kcat -J` output.
+
+Nothing is dropped: a record whose value is not JSON keeps its raw bytes (and the
+procedure quarantines it); a line that is not a record at all is ingested as a raw value
+too, and counted.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from sync.config import Pipeline
+from sync.sql.dialects import quote_ident
+from sync.sql.names import table_names
+from sync.warehouse import Warehouse, WarehouseError
+
+RECORD_KEYS = {"partition", "offset", "timestamp", "key", "value", "headers", "timestamp_type"}
+KCAT_KEYS = {"topic", "partition", "offset", "tstype", "ts", "broker", "key", "payload", "headers", "key_schema_id", "value_schema_id"}
+
+
+@dataclass
+class KafkaRecord:
+    partition: int
+    offset: int | None
+    timestamp_ms: int | None
+    key: bytes | None
+    value: bytes | None
+    headers: Any = None
+
+
+@dataclass
+class ParsedValue:
+    payload: str | None  # JSON text for the jsonb column, or None
+    raw: bytes | None  # raw bytes when the value is not (storable) JSON
+
+
+@dataclass
+class IngestResult:
+    table: str
+    records: int = 0
+    unparseable_values: int = 0
+    tombstones: int = 0
+    malformed_lines: int = 0
+    partitions: dict[int, tuple[int, int]] = field(default_factory=dict)  # partition -> (first, last offset)
+    refresh_time: datetime | None = None
+
+
+def _to_bytes(value: Any) -> bytes | None:
+    """A record's key or value as the bytes Kafka would hold."""
+    if value is None:
+        return None
+    if isinstance(value, str):
+        return value.encode("utf-8", "surrogatepass")
+    return json.dumps(value, separators=(",", ":"), ensure_ascii=False).encode("utf-8", "surrogatepass")
+
+
+def _int_or_none(obj: dict, name: str, lineno: int) -> int | None:
+    value = obj.get(name)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ValueError(f"line {lineno}: {name!r} must be a non-negative integer, got {value!r}")
+    return value
+
+
+def parse_line(line: bytes, lineno: int) -> tuple[KafkaRecord, bool]:
+    """One input line -> (record, well_formed). A line that is not a record wrapper is
+    taken whole as the record's value (so nothing on it is lost)."""
+    try:
+        obj = json.loads(line.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError, RecursionError):
+        return KafkaRecord(0, None, None, None, line), False
+    if isinstance(obj, dict) and ("value" in obj or "payload" in obj) and (set(obj) <= RECORD_KEYS or set(obj) <= KCAT_KEYS):
+        kcat = "payload" in obj
+        partition = _int_or_none(obj, "partition", lineno) or 0
+        offset = _int_or_none(obj, "offset", lineno)
+        timestamp = obj.get("ts" if kcat else "timestamp")
+        if timestamp is not None and (isinstance(timestamp, bool) or not isinstance(timestamp, int)):
+            raise ValueError(f"line {lineno}: timestamp must be epoch milliseconds, got {timestamp!r}")
+        value = obj.get("payload" if kcat else "value")
+        return KafkaRecord(partition, offset, timestamp, _to_bytes(obj.get("key")), _to_bytes(value), obj.get("headers")), True
+    return KafkaRecord(0, None, None, None, line), isinstance(obj, dict)
+
+
+def parse_value(value: bytes | None) -> ParsedValue:
+    """What the streaming MV stores: parsed JSON, or the raw bytes when it does not parse.
+    PostgreSQL's jsonb cannot hold NUL characters, so such values stay raw as well."""
+    if value is None:
+        return ParsedValue(None, None)
+    try:
+        text = value.decode("utf-8")
+        parsed = json.loads(text)
+        dumped = json.dumps(parsed, ensure_ascii=False)
+        dumped.encode("utf-8")  # lone surrogates from \ud800 escapes cannot be stored
+    except (UnicodeError, ValueError, RecursionError):
+        return ParsedValue(None, value)
+    if "\\u0000" in dumped or "\x00" in dumped:
+        return ParsedValue(None, value)
+    return ParsedValue(dumped, None)
+
+
+def read_records(path: Path) -> Iterator[tuple[KafkaRecord, bool]]:
+    with path.open("rb") as fh:
+        for lineno, line in enumerate(fh, start=1):
+            line = line.rstrip(b"\r\n")
+            if not line.strip():
+                continue
+            yield parse_line(line, lineno)
+
+
+def ingest_records(wh: Warehouse, pipeline: Pipeline, table_name: str, records: Iterable[tuple[KafkaRecord, bool]]) -> IngestResult:
+    if wh.dialect != "postgres":
+        raise WarehouseError(
+            "ingest writes the local stream relation of the embedded warehouse; on Redshift the streaming "
+            "materialized view reads the topic itself (REFRESH MATERIALIZED VIEW, or AUTO REFRESH YES)"
+        )
+    table = pipeline.table(table_name)
+    names = table_names(pipeline, table)
+    stream = f"{quote_ident(names.schema)}.{quote_ident(names.stream)}"
+    result = IngestResult(table.name)
+    with wh.conn.transaction():
+        cur = wh.conn.cursor()
+        try:
+            # Serialises writers so offsets and refresh_time increase with commit order;
+            # readers (the procedure) are not blocked.
+            cur.execute(f"LOCK TABLE {stream} IN SHARE ROW EXCLUSIVE MODE")
+            cur.execute(f"SELECT kafka_partition, MAX(kafka_offset) FROM {stream} GROUP BY kafka_partition")
+            next_offset = {int(p): int(o) + 1 for p, o in cur.fetchall()}
+            cur.execute("SELECT clock_timestamp()::timestamp")
+            refresh_time = cur.fetchone()[0]
+            result.refresh_time = refresh_time
+            with cur.copy(
+                f"COPY {stream} (kafka_partition, kafka_offset, kafka_timestamp_type, kafka_timestamp, kafka_key, "
+                "kafka_headers, refresh_time, payload, raw_value, key_payload) FROM STDIN"
+            ) as copy:
+                for record, well_formed in records:
+                    if not well_formed:
+                        result.malformed_lines += 1
+                    offset = record.offset
+                    if offset is None:
+                        offset = next_offset.get(record.partition, 0)
+                    next_offset[record.partition] = max(next_offset.get(record.partition, 0), offset + 1)
+                    value = parse_value(record.value)
+                    key = parse_value(record.key)
+                    ts = (
+                        datetime.fromtimestamp(record.timestamp_ms / 1000, tz=timezone.utc).replace(tzinfo=None)
+                        if record.timestamp_ms is not None
+                        else refresh_time
+                    )
+                    headers = json.dumps(record.headers) if record.headers is not None else None
+                    copy.write_row(
+                        (record.partition, offset, "C", ts, record.key, headers, refresh_time, value.payload, value.raw, key.payload)
+                    )
+                    result.records += 1
+                    result.unparseable_values += value.raw is not None
+                    result.tombstones += record.value is None
+                    first, _ = result.partitions.get(record.partition, (offset, offset))
+                    result.partitions[record.partition] = (min(first, offset), max(result.partitions.get(record.partition, (offset, offset))[1], offset))
+        except WarehouseError:
+            raise
+        except Exception as exc:
+            if isinstance(exc, ValueError):
+                raise
+            from sync.warehouse import _describe
+
+            raise WarehouseError(_describe(exc)) from exc
+        finally:
+            cur.close()
+    return result
+
+
+def ingest_file(wh: Warehouse, pipeline: Pipeline, table_name: str, path: Path) -> IngestResult:
+    if not path.exists():
+        raise FileNotFoundError(f"events file {str(path)!r} not found")
+    return ingest_records(wh, pipeline, table_name, read_records(path))

@@ -1,0 +1,151 @@
+"""Connections to the warehouse: PostgreSQL (psycopg) or Redshift (redshift_connector).
+
+A DSN picks the engine: `postgresql://...` (unix-socket URLs included) or
+`redshift+redshift_connector://user:password@host:5439/db`. No DSN means the embedded
+PostgreSQL. Both connections run in autocommit, so a CALL is its own transaction.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import unquote, urlsplit
+
+DSN_ENV_VAR = "REDSHIFT_SYNC_DSN"
+
+
+class WarehouseError(RuntimeError):
+    """A statement failed; the message carries the database's own words."""
+
+
+@dataclass
+class Warehouse:
+    dialect: str  # "postgres" | "redshift"
+    dsn: str
+    conn: Any
+
+    def execute(self, sql: str, params: Sequence[Any] | None = None) -> None:
+        with self._cursor() as cur:
+            cur.execute(sql, params) if params is not None else cur.execute(sql)
+
+    def query(self, sql: str, params: Sequence[Any] | None = None) -> list[tuple]:
+        with self._cursor() as cur:
+            cur.execute(sql, params) if params is not None else cur.execute(sql)
+            return list(cur.fetchall())
+
+    def scalar(self, sql: str, params: Sequence[Any] | None = None) -> Any:
+        rows = self.query(sql, params)
+        return rows[0][0] if rows else None
+
+    @contextmanager
+    def _cursor(self) -> Iterator[Any]:
+        cur = self.conn.cursor()
+        try:
+            yield cur
+        except Exception as exc:
+            if isinstance(exc, WarehouseError):
+                raise
+            raise WarehouseError(_describe(exc)) from exc
+        finally:
+            cur.close()
+
+    @contextmanager
+    def transaction(self) -> Iterator[Warehouse]:
+        """An explicit transaction on this connection (psycopg only)."""
+        with self.conn.transaction():
+            yield self
+
+    def relation_exists(self, schema: str, name: str) -> bool:
+        return bool(
+            self.scalar(
+                "SELECT COUNT(*) FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace "
+                "WHERE n.nspname = %s AND c.relname = %s",
+                (schema, name),
+            )
+        )
+
+    def close(self) -> None:
+        try:
+            self.conn.close()
+        except Exception:  # closing a broken connection must not hide the original error
+            pass
+
+
+def _describe(exc: BaseException) -> str:
+    diag = getattr(exc, "diag", None)
+    primary = getattr(diag, "message_primary", None) if diag else None
+    if primary:
+        detail = getattr(diag, "message_detail", None)
+        context = getattr(diag, "context", None)
+        parts = [primary]
+        if detail:
+            parts.append(f"DETAIL: {detail}")
+        if context:
+            parts.append(f"CONTEXT: {context.splitlines()[0]}")
+        return "\n".join(parts)
+    return str(exc).strip() or type(exc).__name__
+
+
+def dialect_of(dsn: str) -> str:
+    scheme = urlsplit(dsn).scheme
+    if scheme.startswith("redshift"):
+        return "redshift"
+    if scheme in ("postgresql", "postgres", "postgresql+psycopg", "postgresql+psycopg2"):
+        return "postgres"
+    raise WarehouseError(
+        f"unsupported DSN scheme {scheme!r}: use postgresql://... or redshift+redshift_connector://..."
+    )
+
+
+def resolve_dsn(dsn: str | None) -> str | None:
+    return dsn or os.environ.get(DSN_ENV_VAR) or None
+
+
+def _connect_postgres(dsn: str) -> Any:
+    import psycopg
+
+    url = dsn.replace("postgresql+psycopg2://", "postgresql://").replace("postgresql+psycopg://", "postgresql://")
+    try:
+        return psycopg.connect(url, autocommit=True)
+    except psycopg.Error as exc:
+        raise WarehouseError(f"cannot connect to PostgreSQL: {_describe(exc)}") from exc
+
+
+def _connect_redshift(dsn: str) -> Any:
+    import redshift_connector
+
+    parts = urlsplit(dsn)
+    try:
+        conn = redshift_connector.connect(
+            host=parts.hostname,
+            port=parts.port or 5439,
+            database=(parts.path or "/dev").lstrip("/") or "dev",
+            user=unquote(parts.username or ""),
+            password=unquote(parts.password or ""),
+        )
+    except Exception as exc:
+        raise WarehouseError(f"cannot connect to Redshift: {exc}") from exc
+    conn.autocommit = True
+    return conn
+
+
+def connect(dsn: str | None = None) -> Warehouse:
+    """Connect to the DSN given, else REDSHIFT_SYNC_DSN, else the embedded PostgreSQL."""
+    resolved = resolve_dsn(dsn)
+    if resolved is None:
+        from sync import embedded
+
+        resolved = embedded.start()
+    dialect = dialect_of(resolved)
+    conn = _connect_redshift(resolved) if dialect == "redshift" else _connect_postgres(resolved)
+    return Warehouse(dialect, resolved, conn)
+
+
+def sqlalchemy_url(dsn: str) -> str:
+    """The same DSN spelled for SQLAlchemy (alembic)."""
+    if dialect_of(dsn) == "postgres":
+        return "postgresql+psycopg://" + dsn.split("://", 1)[1]
+    return dsn

@@ -1,0 +1,102 @@
+"""Shared fixtures: a real PostgreSQL per test session (pgserver, or REDSHIFT_SYNC_TEST_DSN),
+a fresh database per test, and helpers to load pipelines."""
+
+from __future__ import annotations
+
+import itertools
+import os
+import tempfile
+import warnings
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from sync.config import Pipeline, parse_pipeline
+from sync.runner import deploy
+from sync.warehouse import Warehouse, connect
+
+REPO = Path(__file__).resolve().parent.parent
+EXAMPLES = REPO / "examples"
+
+# Hypothesis: CI runs the property tests at their declared example counts, derandomized
+# so a failure reproduces; locally `--hypothesis-profile dev` runs fewer.
+try:
+    from hypothesis import HealthCheck, settings
+
+    settings.register_profile(
+        "ci", derandomize=True, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large]
+    )
+    settings.register_profile("dev", max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+    settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
+except ImportError:  # pragma: no cover
+    pass
+
+
+@pytest.fixture(scope="session")
+def pg_server_dsn() -> Iterator[str]:
+    """One PostgreSQL server for the session (per xdist worker)."""
+    external = os.environ.get("REDSHIFT_SYNC_TEST_DSN")
+    if external:
+        yield external
+        return
+    with tempfile.TemporaryDirectory(prefix="rs-test-pg-") as tmp, warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # platformdirs: XDG_RUNTIME_DIR is not set
+        import pgserver
+
+        server = pgserver.get_server(tmp, cleanup_mode="delete")
+        yield server.get_uri()
+        server.cleanup()
+
+
+_db_counter = itertools.count()
+
+
+def _database_dsn(server_dsn: str, name: str) -> str:
+    prefix, _, query = server_dsn.partition("?")
+    return prefix.rsplit("/", 1)[0] + "/" + name + (("?" + query) if query else "")
+
+
+@pytest.fixture
+def database_dsn(pg_server_dsn: str) -> Iterator[str]:
+    """A fresh, empty database for one test."""
+    name = f"t_{os.getpid()}_{next(_db_counter)}"
+    admin = connect(pg_server_dsn)
+    admin.execute(f'CREATE DATABASE "{name}"')
+    admin.close()
+    yield _database_dsn(pg_server_dsn, name)
+    admin = connect(pg_server_dsn)
+    admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    admin.close()
+
+
+@pytest.fixture
+def wh(database_dsn: str) -> Iterator[Warehouse]:
+    conn = connect(database_dsn)
+    yield conn
+    conn.close()
+
+
+@pytest.fixture
+def example_pipeline() -> Pipeline:
+    import tomllib
+
+    return parse_pipeline(tomllib.loads((EXAMPLES / "salesdb" / "pipeline.toml").read_text()))
+
+
+@pytest.fixture
+def deployed(wh: Warehouse, example_pipeline: Pipeline) -> tuple[Warehouse, Pipeline]:
+    deploy(wh, example_pipeline, "examples/salesdb/pipeline.toml")
+    return wh, example_pipeline
+
+
+def make_pipeline(tables_toml: str, schema: str = "cdc") -> Pipeline:
+    """A pipeline from just its [[tables]] TOML (source section filled in)."""
+    import tomllib
+
+    text = (
+        f'[pipeline]\nschema = "{schema}"\n'
+        '[source]\nkind = "msk"\ncluster_arn = "arn:aws:kafka:us-east-1:123456789012:cluster/t/abc"\n'
+        'iam_role = "arn:aws:iam::123456789012:role/r"\n' + tables_toml
+    )
+    return parse_pipeline(tomllib.loads(text))
