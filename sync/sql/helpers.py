@@ -132,4 +132,17 @@ def helper_functions(schema: str) -> list[tuple[str, str]]:
     ]
     for family in ("date", "timestamp", "timestamptz", "time", "timetz"):
         fns.append((f"sync_to_{family}", _temporal(schema, family)))
+    fns.append(
+        (
+            "sync_parse_json",
+            _fn(
+                schema,
+                "parse_json",
+                "t text",
+                "jsonb",
+                "BEGIN\n  RETURN t::jsonb;\nEXCEPTION WHEN others THEN\n  RETURN NULL;\nEND",
+                language="plpgsql",
+            ),
+        )
+    )
     return fns

@@ -142,6 +142,7 @@ def table_objects(d: PostgresDialect, pipeline: Pipeline, table: TableConfig, or
         "_source_ts timestamp",
         "_source_pos varchar(64)",
         *[f"{q(c.target_name)} {d.type_sql(c.sql_type)}" for c in table.columns],
+        f"_unavailable {d.long_text_type}",
         f"_payload {d.json_type}",
         f"_raw_value {d.bytes_type}",
     ]

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from sync.config import ColumnConfig, Pipeline, TableConfig
 from sync.sql.dialects import PostgresDialect, quote_literal
 from sync.sql.envelope import envelope_sql, unwrap_schema
+from sync.sql.semantic import DecodeSql, check_column, decode_sql
 from sync.sql.names import QUARANTINE, RUN_LOG, table_names
 from sync.sql.types import SqlType
 
@@ -43,6 +44,22 @@ def _key_alias(col: ColumnConfig) -> str:
     return f"jk__{col.target_name}"
 
 
+# The TOAST placeholder in its text, bytea (base64) and text[] forms (reference/debezium.md).
+UNAVAILABLE_FORMS = ("__debezium_unavailable_value", "X19kZWJleml1bV91bmF2YWlsYWJsZV92YWx1ZQ==", '["__debezium_unavailable_value"]')
+TOASTABLE_FAMILIES = ("char", "varchar", "super", "varbyte")
+
+
+def toastable(col: ColumnConfig) -> bool:
+    """Columns PostgreSQL may store out of line (TOAST), so Debezium may send the placeholder."""
+    return col.sql_type.family in TOASTABLE_FAMILIES
+
+
+def unavailable_sql(d: PostgresDialect, raw: str) -> str:
+    """True when the JSON value is the placeholder: keep the stored value of the column."""
+    forms = ", ".join(quote_literal(f) for f in UNAVAILABLE_FORMS)
+    return f"COALESCE({d.json_number_text(raw)} IN ({forms}), false)"
+
+
 def classification_checks(d: PostgresDialect, table: TableConfig) -> list[Check]:
     """Ordered rules over the typed record `t`; the first match decides."""
     q = d.q
@@ -69,16 +86,20 @@ def classification_checks(d: PostgresDialect, table: TableConfig) -> list[Check]
             Check(
                 f"t.{q(col.target_name)} IS NULL",
                 "quarantine",
-                quote_literal(f"primary key field {col.name} is missing or not a {col.sql_type}"),
+                quote_literal(
+                    f"primary key field {col.name} is missing or not a {(col.semantic + ' ') if col.semantic else ''}{col.sql_type}"
+                ),
             )
         )
     for col in table.value_columns:
         raw = f"t.{q(_raw_alias(col))}"
+        keeps_stored = f" AND NOT {unavailable_sql(d, raw)}" if toastable(col) else ""
+        encoding = f"{col.semantic} " if col.semantic else ""
         checks.append(
             Check(
-                f"t.op <> 'd' AND NOT {d.json_is_null(raw)} AND t.{q(col.target_name)} IS NULL",
+                f"t.op <> 'd' AND NOT {d.json_is_null(raw)} AND t.{q(col.target_name)} IS NULL{keeps_stored}",
                 "quarantine",
-                quote_literal(f"field {col.name} does not convert to {col.sql_type}"),
+                quote_literal(f"field {col.name} does not convert from {encoding}to {col.sql_type}"),
             )
         )
     checks.append(Check("t.op = 'd'", "delete", "NULL"))
@@ -106,6 +127,7 @@ def stage_insert_sql(d: PostgresDialect, pipeline: Pipeline, table: TableConfig)
         "_kafka_partition", "_kafka_offset", "_kafka_timestamp", "_refresh_time",
         "_op", "_action", "_reason", "_rn", "_source_ts", "_source_pos",
         *[c.target_name for c in cols],
+        "_unavailable",
         "_payload", "_raw_value",
     ]
 
@@ -132,24 +154,50 @@ def stage_insert_sql(d: PostgresDialect, pipeline: Pipeline, table: TableConfig)
         f"FROM (\n{_indent(level1, 2)}\n) e"
     )
 
-    # Level 3: each field as JSON, then converted to its column type (NULL when it does not
-    # convert; level 4 tells that apart from a real NULL). Keys fall back to the Kafka key.
+    # Level 3: each field as JSON, then decoded/converted to its column type (NULL when it
+    # does not convert; level 4 tells that apart from a real NULL). Keys fall back to the
+    # Kafka key. Semantic types may need intermediate values: levels 2a, 2b, ... below.
+    decoded: list[DecodeSql] = []
+
+    def decode(col: ColumnConfig, raw: str, alias: str) -> str:
+        check_column(col, table.name)
+        result = decode_sql(d, col, raw, alias)
+        decoded.append(result)
+        return result.value
+
     field_lines = []
     for col in table.key_columns:
-        from_image = d.cast_json(d.json_get("f.img", col.name), col.sql_type)
-        from_key = d.cast_json(d.json_get("f.key_env", col.name), col.sql_type)
+        from_image = decode(col, d.json_get("f.img", col.name), f"i_{col.target_name}")
+        from_key = decode(col, d.json_get("f.key_env", col.name), f"k_{col.target_name}")
         field_lines.append(f"COALESCE({from_image},\n         {from_key}) AS {q(col.target_name)}")
+    unavailable = []
     for col in table.value_columns:
         raw = d.json_get("f.img", col.name)
+        value = decode(col, raw, f"v_{col.target_name}")
         field_lines.append(f"{raw} AS {q(_raw_alias(col))}")
-        field_lines.append(f"{d.cast_json(raw, col.sql_type)} AS {q(col.target_name)}")
+        if toastable(col):
+            # 3. (TOAST) the placeholder keeps the stored value: NULL here, filled in later.
+            marked = unavailable_sql(d, raw)
+            value = f"CASE WHEN {marked} THEN NULL ELSE {value} END"
+            unavailable.append(f"CASE WHEN {marked} THEN {quote_literal(col.target_name + '|')} ELSE '' END")
+        field_lines.append(f"{value} AS {q(col.target_name)}")
+    marks = "NULL" if not unavailable else "NULLIF('|' || " + " || ".join(unavailable) + ", '|')"
+    field_lines.append(f"{marks} AS unavailable")
     source_ts = d.epoch_ms_to_timestamp(f"{d.cast_json('f.source_ts_ms', _BIGINT)}")
+    level2_decoded = level2
+    for depth in range(max((len(r.levels) for r in decoded), default=0)):
+        exprs = [f"{expr} AS {q(alias)}" for r in decoded if depth < len(r.levels) for alias, expr in r.levels[depth].items()]
+        level2_decoded = (
+            f"SELECT f.*,\n"
+            + ",\n".join("       " + e for e in exprs)
+            + f"\nFROM (\n{_indent(level2_decoded, 2)}\n) f"
+        )
     level3 = (
         "SELECT f.kafka_partition, f.kafka_offset, f.kafka_timestamp, f.refresh_time,\n"
         "       f.payload, f.raw_value, f.env, f.op, f.source_pos,\n"
         f"       {source_ts} AS source_ts,\n"
         + ",\n".join("       " + line for line in field_lines)
-        + f"\nFROM (\n{_indent(level2, 2)}\n) f"
+        + f"\nFROM (\n{_indent(level2_decoded, 2)}\n) f"
     )
 
     checks = classification_checks(d, table)
@@ -166,6 +214,19 @@ def stage_insert_sql(d: PostgresDialect, pipeline: Pipeline, table: TableConfig)
     order = "c.source_pos DESC NULLS LAST, c.kafka_partition DESC, c.kafka_offset DESC"
     if table.order_by == "kafka":
         order = "c.kafka_partition DESC, c.kafka_offset DESC"
+    else:
+        # An event without a source position (a tombstone; a PostgreSQL incremental-snapshot
+        # read) takes the newest position seen before it for its key in Kafka order, so it
+        # still supersedes what precedes it and loses to what follows.
+        level4 = (
+            "SELECT c.kafka_partition, c.kafka_offset, c.kafka_timestamp, c.refresh_time, c.payload, c.raw_value,\n"
+            "       c.op, c.action, c.reason, c.source_ts, c.unavailable,\n"
+            + "".join(f"       c.{q(col.target_name)},\n" for col in cols)
+            + "       COALESCE(c.source_pos, MAX(CASE WHEN c.action IN ('upsert', 'delete') THEN c.source_pos END) OVER (\n"
+            f"         PARTITION BY {key_list}\n"
+            "         ORDER BY c.kafka_partition, c.kafka_offset ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW)) AS source_pos\n"
+            f"FROM (\n{_indent(level4, 2)}\n) c"
+        )
     select_columns = [
         "c.kafka_partition", "c.kafka_offset", "c.kafka_timestamp", "c.refresh_time",
         "SUBSTRING(c.op, 1, 64)", "c.action", "c.reason",
@@ -174,6 +235,7 @@ def stage_insert_sql(d: PostgresDialect, pipeline: Pipeline, table: TableConfig)
         f"         ORDER BY {order})",
         "c.source_ts", "c.source_pos",
         *[f"c.{q(col.target_name)}" for col in cols],
+        "c.unavailable",
         "CASE WHEN c.action = 'quarantine' AND c.raw_value IS NULL THEN c.payload END",
         "CASE WHEN c.action = 'quarantine' THEN c.raw_value END",
     ]
@@ -186,6 +248,52 @@ def stage_insert_sql(d: PostgresDialect, pipeline: Pipeline, table: TableConfig)
     )
 
 
+
+
+def toast_sql(d: PostgresDialect, pipeline: Pipeline, table: TableConfig, toast_cols: list[str]) -> str:
+    """Winners whose columns carried the TOAST placeholder take the value from the newest
+    earlier event of the batch that had it, else keep the value stored in the target."""
+    n = table_names(pipeline, table)
+    q = d.q
+    stage, target = d.qualified(n.schema, n.stage), d.qualified(n.schema, n.target)
+    keys = [c.target_name for c in table.key_columns]
+    key_cols = ", ".join(q(k) for k in keys)
+
+    def match(a: str, b: str) -> str:
+        return " AND ".join(f"{a}.{q(k)} = {b}.{q(k)}" for k in keys)
+
+    lines = [
+        "-- 3. (TOAST) Unchanged out-of-line values arrive as a placeholder and keep what is known.",
+        f"SELECT COUNT(*) INTO v_rows FROM {stage} WHERE _rn = 1 AND _action = 'upsert' AND _unavailable IS NOT NULL;",
+        "IF v_rows > 0 THEN",
+    ]
+    for col in toast_cols:
+        mark = quote_literal(f"%|{col}|%")
+        lines.append(
+            _indent(
+                f"UPDATE {stage} s SET {q(col)} = p.{q(col)}, _unavailable = REPLACE(s._unavailable, {quote_literal('|' + col + '|')}, '|')\n"
+                f"FROM {stage} p,\n"
+                f"     (SELECT {key_cols}, MIN(_rn) AS rn FROM {stage}\n"
+                f"      WHERE _action = 'upsert' AND _rn > 1 AND COALESCE(_unavailable, '') NOT LIKE {mark}\n"
+                f"      GROUP BY {key_cols}) m\n"
+                f"WHERE s._rn = 1 AND s._action = 'upsert' AND s._unavailable LIKE {mark}\n"
+                f"  AND {match('m', 's')} AND {match('p', 's')} AND p._rn = m.rn AND p._action = 'upsert';",
+                2,
+            )
+        )
+    keep = ",\n       ".join(
+        f"{q(c)} = CASE WHEN s._unavailable LIKE {quote_literal(f'%|{c}|%')} THEN t.{q(c)} ELSE s.{q(c)} END" for c in toast_cols
+    )
+    lines.append(
+        _indent(
+            f"UPDATE {stage} s SET {keep}\n"
+            f"FROM {target} t\n"
+            f"WHERE s._rn = 1 AND s._action = 'upsert' AND s._unavailable IS NOT NULL\n  AND {match('t', 's')};",
+            2,
+        )
+    )
+    lines.append("END IF;")
+    return "\n".join(lines)
 
 
 def procedure_sql(d: PostgresDialect, pipeline: Pipeline, table: TableConfig, origin: str) -> str:
@@ -231,6 +339,9 @@ def procedure_sql(d: PostgresDialect, pipeline: Pipeline, table: TableConfig, or
 
     apply_steps: list[str] = []
     step = apply_steps.append
+    toast_cols = [c.target_name for c in table.value_columns if toastable(c)]
+    if toast_cols:
+        step(toast_sql(d, pipeline, table, toast_cols))
     if source_order:
         stale = (
             "-- 5. Never regress: a winner not newer than what is stored for its key is stale.\n"
@@ -247,6 +358,14 @@ def procedure_sql(d: PostgresDialect, pipeline: Pipeline, table: TableConfig, or
                 f"WHERE {winners}\n  AND {key_match('t', 's')}\n"
                 "  AND s._source_pos IS NOT NULL AND t._source_pos IS NOT NULL AND s._source_pos <= t._source_pos;"
             )
+    if source_order:
+        step(
+            "-- A delete known only by its key (a tombstone) sits right after the row it removes:\n"
+            "-- remember it at that row's position, so a replay of the row stays stale.\n"
+            f"UPDATE {stage} s SET _source_pos = t._source_pos\n"
+            f"FROM {target} t\n"
+            f"WHERE s._rn = 1 AND s._action = 'delete' AND s._source_pos IS NULL\n  AND {key_match('t', 's')};"
+        )
     if table.on_truncate == "delete":
         precedes = (
             "((x._kafka_partition = s._kafka_partition AND x._kafka_offset > s._kafka_offset)\n"
