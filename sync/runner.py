@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 
 from sync.config import Pipeline
 from sync.sql.dialects import quote_ident
-from sync.sql.names import QUARANTINE, RUN_LOG, table_names
+from sync.sql.names import QUARANTINE, RUN_LOG, SCHEMA_DRIFT, table_names
 from sync.sql.objects import SqlObject, pipeline_objects
 from sync.warehouse import Warehouse, WarehouseError
 
@@ -113,6 +113,9 @@ class TableStatus:
     last_run: dict | None
     quarantined: int
     quarantine_reasons: list[tuple[str, int]]
+    # (kind, field, events over all runs): 'unknown' fields the events carry and the
+    # pipeline file does not list; 'missing' configured fields the events lacked.
+    schema_drift: list[tuple[str, str, int]] = field(default_factory=list)
 
 
 def status(wh: Warehouse, pipeline: Pipeline) -> list[TableStatus]:
@@ -149,10 +152,17 @@ def status(wh: Warehouse, pipeline: Pipeline) -> list[TableStatus]:
             (table.name,),
         )
         quarantined = wh.scalar(f"SELECT COUNT(*) FROM {qs}.{quote_ident(QUARANTINE)} WHERE table_name = %s", (table.name,))
+        drift = []
+        if wh.relation_exists(schema, SCHEMA_DRIFT):
+            drift = wh.query(
+                f"SELECT kind, field, SUM(events) FROM {qs}.{quote_ident(SCHEMA_DRIFT)} WHERE table_name = %s "
+                "GROUP BY kind, field ORDER BY kind DESC, field",
+                (table.name,),
+            )
         out.append(
             TableStatus(
                 table.name, True, wms, int(pending), int(target_rows), last_at, last_run, int(quarantined),
-                [(str(a), int(b)) for a, b in reasons],
+                [(str(a), int(b)) for a, b in reasons], [(str(k), str(f), int(e)) for k, f, e in drift],
             )
         )
     return out

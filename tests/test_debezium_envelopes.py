@@ -175,3 +175,24 @@ def test_toast_placeholder_keeps_the_known_value(wh):
     feed(wh, pipeline, "blobs", [bs.update(None, {"id": 1, "data": "X19kZWJleml1bV91bmF2YWlsYWJsZV92YWx1ZQ==", "doc": TOAST, "tags": [TOAST]})])
     data, doc, tags = wh.query('SELECT data, doc, tags FROM cdc."blobs"')[0]
     assert (bytes(data), doc, tags) == (b"\x01\x02\x03", {"k": 1}, ["x"])
+
+
+def test_schema_drift_is_counted_per_run_and_listed_by_status(wh):
+    from sync.runner import status
+
+    pipeline = make_pipeline(table_toml("my") + table_toml("flat", format="debezium-unwrap"))
+    deploy(wh, pipeline, "test")
+    cs = ChangeStream(["id"], MySqlSource(table="t"))
+    feed(wh, pipeline, "my", [
+        cs.insert({"id": 1, "name": "a", "bio": "x", "Added_Col": 1}),
+        cs.insert({"id": 2, "name": "b", "Added_Col": 2, "other": None}),  # no bio field at all
+        cs.update(None, {"id": 2, "name": "b2", "bio": None}),
+        cs.delete({"id": 1}),  # key-only before images are not row images
+    ])
+    assert rows(wh, "my") == [(2, "b2", None)]
+    drift = wh.query("SELECT kind, field, events FROM cdc.sync_schema_drift WHERE table_name = 'my' ORDER BY 1, 2")
+    assert drift == [("missing", "bio", 1), ("unknown", "Added_Col", 2), ("unknown", "other", 1)]
+    feed(wh, pipeline, "my", [cs.insert({"id": 3, "name": "c", "bio": None, "Added_Col": 3})])
+    feed(wh, pipeline, "flat", [unwrap(1, "a", op="c", lsn=1)])  # __ metadata fields are not drift
+    by_table = {s.table: s.schema_drift for s in status(wh, pipeline)}
+    assert by_table == {"my": [("unknown", "Added_Col", 3), ("unknown", "other", 1), ("missing", "bio", 1)], "flat": []}

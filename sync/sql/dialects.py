@@ -148,6 +148,11 @@ class PostgresDialect:
         """JSON text -> JSON value, NULL when the text is not JSON."""
         return f"{self.helper('parse_json')}({text_expr})"
 
+    def object_keys_join(self, object_expr: str, alias: str) -> tuple[str, str]:
+        """A FROM-clause join giving one row per member name of a JSON object, and the
+        expression of that name."""
+        return f"\nCROSS JOIN LATERAL jsonb_object_keys({object_expr}) AS {alias}(field)", f"{alias}.field"
+
     # ---- functions whose spelling differs ----------------------------------------
     def regex_group(self, expr: str, pattern: str) -> str:
         """First capture group of a POSIX regex match, else NULL."""
@@ -267,6 +272,10 @@ class RedshiftDialect(PostgresDialect):
 
     def parse_json_text(self, text_expr: str) -> str:
         return f"CASE WHEN CAN_JSON_PARSE({text_expr}) THEN JSON_PARSE({text_expr}) END"
+
+    def object_keys_join(self, object_expr: str, alias: str) -> tuple[str, str]:
+        # PartiQL object unpivoting: one row per attribute, its name bound by AT.
+        return f", UNPIVOT {object_expr} AS {alias}_value AT {alias}_field", f"{alias}_field"
 
     def regex_group(self, expr: str, pattern: str) -> str:
         return f"REGEXP_SUBSTR({expr}, {quote_literal(pattern)}, 1, 1, 'e')"

@@ -11,7 +11,7 @@ from sync.config import ColumnConfig, Pipeline, TableConfig
 from sync.sql.dialects import PostgresDialect, quote_literal
 from sync.sql.envelope import envelope_sql, unwrap_schema
 from sync.sql.semantic import DecodeSql, check_column, decode_sql
-from sync.sql.names import QUARANTINE, RUN_LOG, table_names
+from sync.sql.names import QUARANTINE, RUN_LOG, SCHEMA_DRIFT, table_names
 from sync.sql.types import SqlType
 
 APPLY_ACTIONS = ("upsert", "delete")
@@ -115,22 +115,11 @@ def _case(checks: list[Check], attr: str, default: str) -> str:
     return "\n".join(lines)
 
 
-def stage_insert_sql(d: PostgresDialect, pipeline: Pipeline, table: TableConfig) -> str:
-    """One INSERT ... SELECT that reads every record past the watermark, classifies it,
-    converts its fields to the column types and ranks it within its key."""
+def batch_sql(d: PostgresDialect, pipeline: Pipeline, table: TableConfig) -> str:
+    """The records of this run (past the watermark) with their operation, row image
+    (`img`), Kafka key (`key_env`), source time and position."""
     n = table_names(pipeline, table)
-    q = d.q
-    cols = table.columns
     env = envelope_sql(d, table, "e.env")
-
-    stage_columns = [
-        "_kafka_partition", "_kafka_offset", "_kafka_timestamp", "_refresh_time",
-        "_op", "_action", "_reason", "_rn", "_source_ts", "_source_pos",
-        *[c.target_name for c in cols],
-        "_unavailable",
-        "_payload", "_raw_value",
-    ]
-
     # Level 1: records past the watermark, with the schemas.enable wrapper removed.
     level1 = (
         "SELECT s.kafka_partition, s.kafka_offset, s.kafka_timestamp, s.refresh_time,\n"
@@ -153,6 +142,25 @@ def stage_insert_sql(d: PostgresDialect, pipeline: Pipeline, table: TableConfig)
         f"       {env.position} AS source_pos\n"
         f"FROM (\n{_indent(level1, 2)}\n) e"
     )
+    return level2
+
+
+def stage_insert_sql(d: PostgresDialect, pipeline: Pipeline, table: TableConfig) -> str:
+    """One INSERT ... SELECT that reads every record past the watermark, classifies it,
+    converts its fields to the column types and ranks it within its key."""
+    n = table_names(pipeline, table)
+    q = d.q
+    cols = table.columns
+
+    stage_columns = [
+        "_kafka_partition", "_kafka_offset", "_kafka_timestamp", "_refresh_time",
+        "_op", "_action", "_reason", "_rn", "_source_ts", "_source_pos",
+        *[c.target_name for c in cols],
+        "_unavailable",
+        "_payload", "_raw_value",
+    ]
+
+    level2 = batch_sql(d, pipeline, table)
 
     # Level 3: each field as JSON, then decoded/converted to its column type (NULL when it
     # does not convert; level 4 tells that apart from a real NULL). Keys fall back to the
@@ -294,6 +302,34 @@ def toast_sql(d: PostgresDialect, pipeline: Pipeline, table: TableConfig, toast_
     )
     lines.append("END IF;")
     return "\n".join(lines)
+
+
+def schema_drift_sql(d: PostgresDialect, pipeline: Pipeline, table: TableConfig) -> str:
+    """6. Schema drift over this run's row images (c/r/u): fields the pipeline file does not
+    list (counted, never dropped without a trace) and configured fields the events lack.
+    One pass over the batch's image keys (jsonb_object_keys / PartiQL UNPIVOT) plus a count."""
+    n = table_names(pipeline, table)
+    images = (
+        f"SELECT b.img FROM (\n{_indent(batch_sql(d, pipeline, table), 2)}\n) b\n"
+        f"WHERE b.op IN ('c', 'r', 'u') AND {d.json_is_object('b.img')}"
+    )
+    keys_join, field = d.object_keys_join("x0.img", "x")
+    configured = "".join(f"\n    UNION ALL SELECT {quote_literal(c.name)}, 1, 0" for c in table.columns)
+    return (
+        "-- 6. Schema drift: unknown fields in the row images, configured fields missing from them.\n"
+        f"SELECT COUNT(*) INTO v_rows FROM (\n{_indent(images, 2)}\n) i;\n"
+        f"INSERT INTO {d.qualified(n.schema, SCHEMA_DRIFT)} (table_name, run_started_at, kind, field, events)\n"
+        f"SELECT {quote_literal(table.name)}, v_started,\n"
+        "       CASE WHEN k.configured = 1 THEN 'missing' ELSE 'unknown' END, k.field,\n"
+        "       CASE WHEN k.configured = 1 THEN v_rows - k.seen ELSE k.seen END\n"
+        "FROM (SELECT u.field, MAX(u.configured) AS configured, SUM(u.seen) AS seen\n"
+        f"      FROM (SELECT SUBSTRING({field}, 1, 256) AS field, 0 AS configured, 1 AS seen\n"
+        f"            FROM (\n{_indent(images, 14)}\n            ) x0{keys_join}"
+        f"{configured}) u\n"
+        "      GROUP BY u.field) k\n"
+        "WHERE (k.configured = 1 AND k.seen < v_rows)\n"
+        "   OR (k.configured = 0 AND SUBSTRING(k.field, 1, 2) <> '__');  -- '__' fields: unwrap metadata"
+    )
 
 
 def procedure_sql(d: PostgresDialect, pipeline: Pipeline, table: TableConfig, origin: str) -> str:
@@ -448,6 +484,7 @@ def procedure_sql(d: PostgresDialect, pipeline: Pipeline, table: TableConfig, or
             f"SELECT {select_vals('true')}\nFROM {stage} s\nWHERE s._rn = 1 AND s._action = 'delete'\n"
             f"  AND NOT EXISTS (SELECT 1 FROM {target} t WHERE {key_match('t', 's')});"
         )
+    step(schema_drift_sql(d, pipeline, table))
     step(
         "-- 3. Records that cannot be applied are kept with the raw value and the reason.\n"
         f"INSERT INTO {qual(QUARANTINE)} (table_name, kafka_partition, kafka_offset, kafka_timestamp, reason, payload, raw_value, run_started_at)\n"
