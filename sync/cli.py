@@ -241,6 +241,20 @@ def demo(
     run_demo(console, dsn=dsn, config=config, skip_spark=skip_spark)
 
 
+@app.command()
+@handle_errors
+def infer(
+    sample: Annotated[Path, typer.Option("--sample", "-s", help="JSON lines of Debezium messages with schemas (schemas.enable=true).")],
+    table: Annotated[str, typer.Option("--table", "-t", help="Name of the target table.")],
+    topic: Annotated[str, typer.Option("--topic", help="The Kafka topic the messages come from.")],
+    primary_key: Annotated[Optional[list[str]], typer.Option("--primary-key", help="Key field(s) when the sample has no key schema (repeatable).")] = None,
+) -> None:
+    """Print a ready [[tables]] block inferred from sample messages' Connect schemas."""
+    from sync.infer import infer_block
+
+    sys.stdout.write(infer_block(sample, table, topic, primary_key))
+
+
 def main() -> None:
     app()
 

@@ -314,7 +314,7 @@ def schema_drift_sql(d: PostgresDialect, pipeline: Pipeline, table: TableConfig)
         f"WHERE b.op IN ('c', 'r', 'u') AND {d.json_is_object('b.img')}"
     )
     keys_join, field = d.object_keys_join("x0.img", "x")
-    configured = "".join(f"\n    UNION ALL SELECT {quote_literal(c.name)}, 1, 0" for c in table.columns)
+    configured = "".join(f"\n            UNION ALL SELECT {quote_literal(c.name)}, 1, 0" for c in table.columns)
     return (
         "-- 6. Schema drift: unknown fields in the row images, configured fields missing from them.\n"
         f"SELECT COUNT(*) INTO v_rows FROM (\n{_indent(images, 2)}\n) i;\n"
