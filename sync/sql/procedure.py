@@ -115,9 +115,9 @@ def _case(checks: list[Check], attr: str, default: str) -> str:
     return "\n".join(lines)
 
 
-def batch_sql(d: PostgresDialect, pipeline: Pipeline, table: TableConfig) -> str:
+def batch_sql(d: PostgresDialect, pipeline: Pipeline, table: TableConfig, positions: bool = True) -> str:
     """The records of this run (past the watermark) with their operation, row image
-    (`img`), Kafka key (`key_env`), source time and position."""
+    (`img`), Kafka key (`key_env`) and, with `positions`, source time and position."""
     n = table_names(pipeline, table)
     env = envelope_sql(d, table, "e.env")
     # Level 1: records past the watermark, with the schemas.enable wrapper removed.
@@ -137,9 +137,9 @@ def batch_sql(d: PostgresDialect, pipeline: Pipeline, table: TableConfig) -> str
         "SELECT e.kafka_partition, e.kafka_offset, e.kafka_timestamp, e.refresh_time,\n"
         "       e.payload, e.raw_value, e.env, e.key_env,\n"
         f"       {env.op} AS op,\n"
-        f"       {env.image} AS img,\n"
-        f"       {env.source_ts_ms} AS source_ts_ms,\n"
-        f"       {env.position} AS source_pos\n"
+        f"       {env.image} AS img"
+        + (f",\n       {env.source_ts_ms} AS source_ts_ms,\n       {env.position} AS source_pos" if positions else "")
+        + "\n"
         f"FROM (\n{_indent(level1, 2)}\n) e"
     )
     return level2
@@ -307,27 +307,29 @@ def toast_sql(d: PostgresDialect, pipeline: Pipeline, table: TableConfig, toast_
 def schema_drift_sql(d: PostgresDialect, pipeline: Pipeline, table: TableConfig) -> str:
     """6. Schema drift over this run's row images (c/r/u): fields the pipeline file does not
     list (counted, never dropped without a trace) and configured fields the events lack.
-    One pass over the batch's image keys (jsonb_object_keys / PartiQL UNPIVOT) plus a count."""
+    One statement, one pass over the batch's image keys (jsonb_object_keys / PartiQL
+    UNPIVOT); the number of images rides along as a window count."""
     n = table_names(pipeline, table)
     images = (
-        f"SELECT b.img FROM (\n{_indent(batch_sql(d, pipeline, table), 2)}\n) b\n"
+        "SELECT b.img, COUNT(*) OVER () AS images\n"
+        f"FROM (\n{_indent(batch_sql(d, pipeline, table, positions=False), 2)}\n) b\n"
         f"WHERE b.op IN ('c', 'r', 'u') AND {d.json_is_object('b.img')}"
     )
     keys_join, field = d.object_keys_join("x0.img", "x")
-    configured = "".join(f"\n            UNION ALL SELECT {quote_literal(c.name)}, 1, 0" for c in table.columns)
+    configured = "".join(f"\n            UNION ALL SELECT {quote_literal(c.name)}, 1, 0, 0" for c in table.columns)
     return (
         "-- 6. Schema drift: unknown fields in the row images, configured fields missing from them.\n"
-        f"SELECT COUNT(*) INTO v_rows FROM (\n{_indent(images, 2)}\n) i;\n"
         f"INSERT INTO {d.qualified(n.schema, SCHEMA_DRIFT)} (table_name, run_started_at, kind, field, events)\n"
         f"SELECT {quote_literal(table.name)}, v_started,\n"
         "       CASE WHEN k.configured = 1 THEN 'missing' ELSE 'unknown' END, k.field,\n"
-        "       CASE WHEN k.configured = 1 THEN v_rows - k.seen ELSE k.seen END\n"
-        "FROM (SELECT u.field, MAX(u.configured) AS configured, SUM(u.seen) AS seen\n"
-        f"      FROM (SELECT SUBSTRING({field}, 1, 256) AS field, 0 AS configured, 1 AS seen\n"
+        "       CASE WHEN k.configured = 1 THEN k.images - k.seen ELSE k.seen END\n"
+        "FROM (SELECT u.field, MAX(u.configured) AS configured, SUM(u.seen) AS seen,\n"
+        "             MAX(MAX(u.images)) OVER () AS images\n"
+        f"      FROM (SELECT SUBSTRING({field}, 1, 256) AS field, 0 AS configured, 1 AS seen, x0.images\n"
         f"            FROM (\n{_indent(images, 14)}\n            ) x0{keys_join}"
         f"{configured}) u\n"
         "      GROUP BY u.field) k\n"
-        "WHERE (k.configured = 1 AND k.seen < v_rows)\n"
+        "WHERE (k.configured = 1 AND k.seen < k.images)\n"
         "   OR (k.configured = 0 AND SUBSTRING(k.field, 1, 2) <> '__');  -- '__' fields: unwrap metadata"
     )
 

@@ -264,41 +264,20 @@ BEGIN
     WHERE s._rn = 1 AND s._action = 'delete'
       AND NOT EXISTS (SELECT 1 FROM "inventory"."stock_moves" t WHERE t."move_id" = s."move_id");
     -- 6. Schema drift: unknown fields in the row images, configured fields missing from them.
-    SELECT COUNT(*) INTO v_rows FROM (
-      SELECT b.img FROM (
-        SELECT e.kafka_partition, e.kafka_offset, e.kafka_timestamp, e.refresh_time,
-               e.payload, e.raw_value, e.env, e.key_env,
-               CASE WHEN CASE WHEN IS_VARCHAR(e.env."__deleted") THEN e.env."__deleted"::varchar(65535) WHEN e.env."__deleted" IS NOT NULL THEN JSON_SERIALIZE(e.env."__deleted") END = 'true' THEN 'd' ELSE COALESCE(CASE WHEN IS_VARCHAR(e.env."__op") THEN e.env."__op"::varchar(65535) WHEN e.env."__op" IS NOT NULL THEN JSON_SERIALIZE(e.env."__op") END, 'u') END AS op,
-               e.env AS img,
-               e.env."__source_ts_ms" AS source_ts_ms,
-               CASE WHEN COALESCE(REGEXP_SUBSTR(CASE WHEN IS_VARCHAR(e.env."__sequence") THEN e.env."__sequence"::varchar(65535) WHEN e.env."__sequence" IS NOT NULL THEN JSON_SERIALIZE(e.env."__sequence") END, '([0-9]+)"?[]]$', 1, 1, 'e'), CASE WHEN IS_VARCHAR(e.env."__lsn") THEN e.env."__lsn"::varchar(65535) WHEN e.env."__lsn" IS NOT NULL THEN JSON_SERIALIZE(e.env."__lsn") END) IS NOT NULL THEN lpad(COALESCE(REGEXP_SUBSTR(CASE WHEN IS_VARCHAR(e.env."__sequence") THEN e.env."__sequence"::varchar(65535) WHEN e.env."__sequence" IS NOT NULL THEN JSON_SERIALIZE(e.env."__sequence") END, '^[[]"?([0-9]*)', 1, 1, 'e'), ''), 20, '0') || '.' || lpad(COALESCE(COALESCE(REGEXP_SUBSTR(CASE WHEN IS_VARCHAR(e.env."__sequence") THEN e.env."__sequence"::varchar(65535) WHEN e.env."__sequence" IS NOT NULL THEN JSON_SERIALIZE(e.env."__sequence") END, '([0-9]+)"?[]]$', 1, 1, 'e'), CASE WHEN IS_VARCHAR(e.env."__lsn") THEN e.env."__lsn"::varchar(65535) WHEN e.env."__lsn" IS NOT NULL THEN JSON_SERIALIZE(e.env."__lsn") END), ''), 20, '0') END AS source_pos
-        FROM (
-          SELECT s.kafka_partition, s.kafka_offset, s.kafka_timestamp, s.refresh_time,
-                 s.payload, s.raw_value,
-                 CASE WHEN IS_OBJECT(s.payload."schema") THEN s.payload."payload" ELSE s.payload END AS env,
-                 CASE WHEN IS_OBJECT(s.key_payload."schema") THEN s.key_payload."payload" ELSE s.key_payload END AS key_env
-          FROM "inventory"."stock_moves__stream" s
-          LEFT JOIN "inventory"."stock_moves__watermark" w ON w.kafka_partition = s.kafka_partition
-          WHERE s.refresh_time > v_since
-            AND s.kafka_offset > COALESCE(w.last_offset, -1)
-        ) e
-      ) b
-      WHERE b.op IN ('c', 'r', 'u') AND IS_OBJECT(b.img)
-    ) i;
     INSERT INTO "inventory"."sync_schema_drift" (table_name, run_started_at, kind, field, events)
     SELECT 'stock_moves', v_started,
            CASE WHEN k.configured = 1 THEN 'missing' ELSE 'unknown' END, k.field,
-           CASE WHEN k.configured = 1 THEN v_rows - k.seen ELSE k.seen END
-    FROM (SELECT u.field, MAX(u.configured) AS configured, SUM(u.seen) AS seen
-          FROM (SELECT SUBSTRING(x_field, 1, 256) AS field, 0 AS configured, 1 AS seen
+           CASE WHEN k.configured = 1 THEN k.images - k.seen ELSE k.seen END
+    FROM (SELECT u.field, MAX(u.configured) AS configured, SUM(u.seen) AS seen,
+                 MAX(MAX(u.images)) OVER () AS images
+          FROM (SELECT SUBSTRING(x_field, 1, 256) AS field, 0 AS configured, 1 AS seen, x0.images
                 FROM (
-                  SELECT b.img FROM (
+                  SELECT b.img, COUNT(*) OVER () AS images
+                  FROM (
                     SELECT e.kafka_partition, e.kafka_offset, e.kafka_timestamp, e.refresh_time,
                            e.payload, e.raw_value, e.env, e.key_env,
                            CASE WHEN CASE WHEN IS_VARCHAR(e.env."__deleted") THEN e.env."__deleted"::varchar(65535) WHEN e.env."__deleted" IS NOT NULL THEN JSON_SERIALIZE(e.env."__deleted") END = 'true' THEN 'd' ELSE COALESCE(CASE WHEN IS_VARCHAR(e.env."__op") THEN e.env."__op"::varchar(65535) WHEN e.env."__op" IS NOT NULL THEN JSON_SERIALIZE(e.env."__op") END, 'u') END AS op,
-                           e.env AS img,
-                           e.env."__source_ts_ms" AS source_ts_ms,
-                           CASE WHEN COALESCE(REGEXP_SUBSTR(CASE WHEN IS_VARCHAR(e.env."__sequence") THEN e.env."__sequence"::varchar(65535) WHEN e.env."__sequence" IS NOT NULL THEN JSON_SERIALIZE(e.env."__sequence") END, '([0-9]+)"?[]]$', 1, 1, 'e'), CASE WHEN IS_VARCHAR(e.env."__lsn") THEN e.env."__lsn"::varchar(65535) WHEN e.env."__lsn" IS NOT NULL THEN JSON_SERIALIZE(e.env."__lsn") END) IS NOT NULL THEN lpad(COALESCE(REGEXP_SUBSTR(CASE WHEN IS_VARCHAR(e.env."__sequence") THEN e.env."__sequence"::varchar(65535) WHEN e.env."__sequence" IS NOT NULL THEN JSON_SERIALIZE(e.env."__sequence") END, '^[[]"?([0-9]*)', 1, 1, 'e'), ''), 20, '0') || '.' || lpad(COALESCE(COALESCE(REGEXP_SUBSTR(CASE WHEN IS_VARCHAR(e.env."__sequence") THEN e.env."__sequence"::varchar(65535) WHEN e.env."__sequence" IS NOT NULL THEN JSON_SERIALIZE(e.env."__sequence") END, '([0-9]+)"?[]]$', 1, 1, 'e'), CASE WHEN IS_VARCHAR(e.env."__lsn") THEN e.env."__lsn"::varchar(65535) WHEN e.env."__lsn" IS NOT NULL THEN JSON_SERIALIZE(e.env."__lsn") END), ''), 20, '0') END AS source_pos
+                           e.env AS img
                     FROM (
                       SELECT s.kafka_partition, s.kafka_offset, s.kafka_timestamp, s.refresh_time,
                              s.payload, s.raw_value,
@@ -312,12 +291,12 @@ BEGIN
                   ) b
                   WHERE b.op IN ('c', 'r', 'u') AND IS_OBJECT(b.img)
                 ) x0, UNPIVOT x0.img AS x_value AT x_field
-                UNION ALL SELECT 'move_id', 1, 0
-                UNION ALL SELECT 'product_id', 1, 0
-                UNION ALL SELECT 'quantity', 1, 0
-                UNION ALL SELECT 'moved_at', 1, 0) u
+                UNION ALL SELECT 'move_id', 1, 0, 0
+                UNION ALL SELECT 'product_id', 1, 0, 0
+                UNION ALL SELECT 'quantity', 1, 0, 0
+                UNION ALL SELECT 'moved_at', 1, 0, 0) u
           GROUP BY u.field) k
-    WHERE (k.configured = 1 AND k.seen < v_rows)
+    WHERE (k.configured = 1 AND k.seen < k.images)
        OR (k.configured = 0 AND SUBSTRING(k.field, 1, 2) <> '__');  -- '__' fields: unwrap metadata
     -- 3. Records that cannot be applied are kept with the raw value and the reason.
     INSERT INTO "inventory"."sync_quarantine" (table_name, kafka_partition, kafka_offset, kafka_timestamp, reason, payload, raw_value, run_started_at)
