@@ -39,6 +39,10 @@ class PostgresDialect:
     stage_table_prefix = "UNLOGGED "
     session_settings: tuple[str, ...] = ()
     has_helper_functions = True
+    # Ends a derived table the planner must not merge into its parent: PostgreSQL would
+    # otherwise substitute each computed column into every reference to it, and the
+    # decoding levels reference their inputs several times each.
+    subquery_fence = "\nOFFSET 0"
 
     # ---- names -----------------------------------------------------------------
     def q(self, name: str) -> str:
@@ -196,6 +200,7 @@ class RedshiftDialect(PostgresDialect):
     # members when this is on. Set by the procedure itself: no parameter group change.
     session_settings = ("SET enable_case_sensitive_identifier TO true;",)
     has_helper_functions = False
+    subquery_fence = ""
 
     def type_sql(self, t: SqlType) -> str:
         if t.family == "varbyte":

@@ -198,14 +198,14 @@ def stage_insert_sql(d: PostgresDialect, pipeline: Pipeline, table: TableConfig)
         level2_decoded = (
             f"SELECT f.*,\n"
             + ",\n".join("       " + e for e in exprs)
-            + f"\nFROM (\n{_indent(level2_decoded, 2)}\n) f"
+            + f"\nFROM (\n{_indent(level2_decoded, 2)}\n) f{d.subquery_fence}"
         )
     level3 = (
         "SELECT f.kafka_partition, f.kafka_offset, f.kafka_timestamp, f.refresh_time,\n"
         "       f.payload, f.raw_value, f.env, f.op, f.source_pos,\n"
         f"       {source_ts} AS source_ts,\n"
         + ",\n".join("       " + line for line in field_lines)
-        + f"\nFROM (\n{_indent(level2_decoded, 2)}\n) f"
+        + f"\nFROM (\n{_indent(level2_decoded, 2)}\n) f{d.subquery_fence}"
     )
 
     checks = classification_checks(d, table)

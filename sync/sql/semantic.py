@@ -122,43 +122,47 @@ def _zoned(d: PostgresDialect, raw: str) -> str:
     )
 
 
-def _decimal_levels(d: PostgresDialect, b64_json: str, alias: str) -> list[dict[str, str]]:
-    """Base64 two's complement -> sign `n__` (0/1) and magnitude digits `m__` (text)."""
+def _decimal_levels(d: PostgresDialect, b64_json: str, alias: str, scale: str) -> list[dict[str, str]]:
+    """Base64 two's complement + scale -> plain decimal text `t__` ('-12345.67'), one small
+    step per level so that no expression is evaluated twice."""
     text = d.json_number_text(b64_json)
-    x, n = f"x__{alias}", f"n__{alias}"
-    a, b, c = f"a__{alias}", f"b__{alias}", f"c__{alias}"
+    x, h, n = f"x__{alias}", f"h__{alias}", f"n__{alias}"
+    a, b, c, low, m, g = (f"{p}__{alias}" for p in "abclmg")
     hex_digits = (
         f"CASE WHEN {d.json_is_string(b64_json)} AND {text} ~ {d.lit(BASE64_PATTERN)}"
         f" AND LENGTH({text}) BETWEEN 4 AND 24 THEN {d.base64_to_hex(text)} END"
     )
-    # Sign-extended to 16 bytes; a negative number is read as its inverted bits + 1.
-    sign = f"(CASE WHEN SUBSTRING(f.{x}, 1, 1) >= '8' THEN 1 ELSE 0 END)"
-    padded = f"LPAD(f.{x}, 32, CASE WHEN SUBSTRING(f.{x}, 1, 1) >= '8' THEN 'f' ELSE '0' END)"
+    # Sign-extended to 16 bytes; a negative number is read as its inverted bits + 1:
+    # |n * max - chunk| is the chunk, or its complement when negative.
+    sign = f"CASE WHEN SUBSTRING(f.{x}, 1, 1) >= '8' THEN 1 ELSE 0 END"
+    padded = (
+        f"CASE WHEN LENGTH(f.{x}) <= 32 THEN "
+        f"LPAD(f.{x}, 32, CASE WHEN SUBSTRING(f.{x}, 1, 1) >= '8' THEN 'f' ELSE '0' END) END"
+    )
 
     def chunk(start: int, length: int, top: int) -> str:
-        part = d.hex_to_bigint(f"SUBSTRING({padded}, {start}, {length})")
-        return f"CASE WHEN LENGTH(f.{x}) <= 32 THEN CASE WHEN {sign} = 1 THEN {top} - {part} ELSE {part} END END"
+        return f"ABS(f.{n} * {top} - {d.hex_to_bigint(f'SUBSTRING(f.{h}, {start}, {length})')})"
 
-    low = f"(CAST(f.{b} AS decimal(38,0)) * {TWO_56} + f.{c} + f.{n})"
     magnitude = (
-        f"CASE WHEN f.{a} < {HI_LIMIT} OR (f.{a} = {HI_LIMIT} AND {low} <= {LOW_LIMIT})"
-        f" THEN CAST(CAST(f.{a} AS decimal(38,0)) * {TWO_112} + {low} AS varchar(40)) END"
+        f"CASE WHEN f.{a} < {HI_LIMIT} OR (f.{a} = {HI_LIMIT} AND f.{low} <= {LOW_LIMIT})"
+        f" THEN CAST(CAST(f.{a} AS decimal(38,0)) * {TWO_112} + f.{low} AS varchar(40)) END"
+    )
+    # At least scale + 1 digits, so the integer part is never empty.
+    digits = f"LPAD(f.{m}, GREATEST(LENGTH(f.{m}), {scale} + 1), '0')"
+    decimal_text = (
+        f"CASE WHEN f.{g} IS NOT NULL AND {scale} BETWEEN 0 AND {MAX_DECIMAL_DIGITS} THEN "
+        f"(CASE WHEN f.{n} = 1 THEN '-' ELSE '' END) || SUBSTRING(f.{g}, 1, LENGTH(f.{g}) - {scale})"
+        f" || (CASE WHEN {scale} > 0 THEN '.' || SUBSTRING(f.{g}, LENGTH(f.{g}) - {scale} + 1) ELSE '' END) END"
     )
     return [
         {x: hex_digits},
-        {n: sign, a: chunk(1, 4, CHUNK_HI_MAX), b: chunk(5, 14, CHUNK_MAX), c: chunk(19, 14, CHUNK_MAX)},
-        {f"m__{alias}": magnitude},
+        {h: padded, n: sign},
+        {a: chunk(1, 4, CHUNK_HI_MAX), b: chunk(5, 14, CHUNK_MAX), c: chunk(19, 14, CHUNK_MAX)},
+        {low: f"CAST(f.{b} AS decimal(38,0)) * {TWO_56} + f.{c} + f.{n}"},
+        {m: magnitude},
+        {g: digits},
+        {f"t__{alias}": decimal_text},
     ]
-
-
-def _decimal_text(alias: str, scale: str) -> str:
-    """Sign, magnitude digits and scale -> plain decimal text ('-12345.67')."""
-    digits = f"LPAD(f.m__{alias}, GREATEST(LENGTH(f.m__{alias}), {scale} + 1), '0')"
-    return (
-        f"CASE WHEN f.m__{alias} IS NOT NULL AND {scale} BETWEEN 0 AND {MAX_DECIMAL_DIGITS} THEN "
-        f"(CASE WHEN f.n__{alias} = 1 THEN '-' ELSE '' END) || SUBSTRING({digits}, 1, LENGTH({digits}) - {scale})"
-        f" || (CASE WHEN {scale} > 0 THEN '.' || SUBSTRING({digits}, LENGTH({digits}) - {scale} + 1) ELSE '' END) END"
-    )
 
 
 def _land(d: PostgresDialect, kind: str, expr: str, t: SqlType) -> str:
@@ -196,9 +200,9 @@ def decode_sql(d: PostgresDialect, col: ColumnConfig, raw: str, alias: str) -> D
             return DecodeSql([], f"CASE WHEN {d.json_is_string(raw)} THEN {d.parse_json_text(text)} END")
         return DecodeSql([], d.cast_json(raw, t))
     if semantic == "org.apache.kafka.connect.data.Decimal":
-        levels = _decimal_levels(d, raw, alias)
-        return DecodeSql(levels, _land(d, kind, _decimal_text(alias, str(col.scale or 0)), t))
+        levels = _decimal_levels(d, raw, alias, str(col.scale or 0))
+        return DecodeSql(levels, _land(d, kind, f"f.t__{alias}", t))
     # VariableScaleDecimal: {"scale": n, "value": base64}; the scale travels with the value.
-    levels = _decimal_levels(d, d.json_get(raw, "value"), alias)
+    levels = _decimal_levels(d, d.json_get(raw, "value"), alias, f"f.k__{alias}")
     levels[0][f"k__{alias}"] = d.cast_json(d.json_get(raw, "scale"), _INTEGER)
-    return DecodeSql(levels, _land(d, kind, _decimal_text(alias, f"f.k__{alias}"), t))
+    return DecodeSql(levels, _land(d, kind, f"f.t__{alias}", t))
