@@ -96,3 +96,21 @@ def test_infer_explains_a_sample_without_schemas(tmp_path):
     result = CliRunner().invoke(app, ["infer", "--sample", str(sample), "--table", "t", "--topic", "t"])
     assert result.exit_code == 1
     assert "schemas.enable=true" in result.output
+
+
+def test_infer_unwrapped_postgres_messages(tmp_path):
+    fields = [
+        _field("id", "int64", optional=False), _field("amount", "struct", "io.debezium.data.VariableScaleDecimal"),
+        _field("__op", "string"), _field("__lsn", "int64"), _field("__deleted", "string"),
+    ]
+    value = {
+        "schema": {"type": "struct", "name": "pg.public.t.Value", "optional": False, "fields": fields},
+        "payload": {"id": 1, "amount": {"scale": 2, "value": "D9I="}, "__op": "c", "__lsn": 5, "__deleted": "false"},
+    }
+    sample = tmp_path / "flat.jsonl"
+    sample.write_text(json.dumps(value) + "\n")  # a bare message: no key, so --primary-key
+    result = CliRunner().invoke(app, ["infer", "-s", str(sample), "-t", "t", "--topic", "pg.public.t", "--primary-key", "id"])
+    assert result.exit_code == 0, result.output
+    assert 'format = "debezium-unwrap"' in result.output and 'order_by = "postgres-lsn"' in result.output
+    assert "# NOTE amount: unconstrained NUMERIC" in result.output and "__lsn" not in result.output.split("columns")[1]
+    make_pipeline(result.output)  # a valid pipeline table

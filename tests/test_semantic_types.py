@@ -167,3 +167,28 @@ def test_semantic_type_must_fit_its_column():
     )
     with pytest.raises(ValueError, match="column d: semantic io.debezium.time.Date decodes to a date"):
         pipeline_objects(pipeline, "postgres", "test")
+
+
+def test_semantic_primary_key_decodes_from_image_and_kafka_key(wh):
+    pipeline = make_pipeline(
+        '[[tables]]\nname = "k"\ntopic = "k"\nprimary_key = ["code"]\n'
+        'columns = [{ name = "code", type = "decimal(20,0)", semantic = "org.apache.kafka.connect.data.Decimal", scale = 0 },'
+        ' { name = "day", type = "date", semantic = "io.debezium.time.Date" }]\n'
+    )
+    deploy(wh, pipeline, "test")
+
+    def record(offset: int, key: str, value: dict | None) -> tuple[KafkaRecord, bool]:
+        return KafkaRecord(0, offset, None, json.dumps({"code": key}).encode(), json.dumps(value).encode() if value else None), True
+
+    ingest_records(wh, pipeline, "k", [
+        record(0, "BVqlTTjlJn7q", {"before": None, "after": {"code": "BVqlTTjlJn7q", "day": 19000}, "op": "c"}),
+        record(1, "/w==", {"before": None, "after": {"code": "/w==", "day": -1}, "op": "c"}),
+    ])
+    sync(wh, pipeline)
+    assert wh.query("SELECT code, day FROM cdc.k ORDER BY code") == [
+        (Decimal(-1), date(1969, 12, 31)), (Decimal(98765432109876543210), date(2022, 1, 8))]
+    # a delete whose before is null: the key is decoded from the Kafka key
+    ingest_records(wh, pipeline, "k", [record(2, "/w==", {"before": None, "after": None, "op": "d"})])
+    (run,) = sync(wh, pipeline)
+    assert run.deleted == 1
+    assert wh.query("SELECT code FROM cdc.k") == [(Decimal(98765432109876543210),)]
