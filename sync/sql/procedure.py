@@ -174,14 +174,15 @@ def stage_insert_sql(d: PostgresDialect, pipeline: Pipeline, table: TableConfig)
         return result.value
 
     field_lines = []
-    for col in table.key_columns:
-        from_image = decode(col, d.json_get("f.img", col.name), f"i_{col.target_name}")
-        from_key = decode(col, d.json_get("f.key_env", col.name), f"k_{col.target_name}")
+    # Intermediate values are named by column position: short, and unique within 63 characters.
+    for i, col in enumerate(table.key_columns):
+        from_image = decode(col, d.json_get("f.img", col.name), f"i{i}")
+        from_key = decode(col, d.json_get("f.key_env", col.name), f"k{i}")
         field_lines.append(f"COALESCE({from_image},\n         {from_key}) AS {q(col.target_name)}")
     unavailable = []
-    for col in table.value_columns:
+    for i, col in enumerate(table.value_columns):
         raw = d.json_get("f.img", col.name)
-        value = decode(col, raw, f"v_{col.target_name}")
+        value = decode(col, raw, f"v{i}")
         field_lines.append(f"{raw} AS {q(_raw_alias(col))}")
         if toastable(col):
             # 3. (TOAST) the placeholder keeps the stored value: NULL here, filled in later.

@@ -10,6 +10,17 @@ magnitude): `decode_sql` returns them as extra projection levels the stage query
 evaluates between the envelope level and the typed level, so no expression is repeated.
 Every expression reads the previous level through the alias `f`. A value that does not
 decode yields NULL, which the procedure turns into a quarantine reason naming the column.
+
+Redshift: the rendering is parsed with sqlglot but not executed by the test suite. What
+rests on documentation rather than on a run: TO_VARBYTE(text, 'base64') and
+FROM_VARBYTE(.., 'hex') for the Decimal bytes; STRTOL(hex, 16) on 14-digit chunks; the
+DECIMAL(38,0) products staying exact (values are range-checked first, so no product
+exceeds 10^38); CAST(varchar AS DECIMAL(p,s)) rounding half away from zero like
+PostgreSQL (a value whose rounding carries into one more integer digit than fits would
+raise there instead of being quarantined); CAST(varchar AS timestamp) on text already
+matched against a strict pattern (a calendar-invalid date such as February 30 would
+raise); and whether the planner evaluates each decoding level once (PostgreSQL needs
+OFFSET 0 fences for that; Redshift has no equivalent that keeps the query parallel).
 """
 
 from __future__ import annotations

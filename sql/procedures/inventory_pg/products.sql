@@ -241,9 +241,9 @@ BEGIN
                f.img."description" AS "j__description",
                CASE WHEN COALESCE(CASE WHEN IS_VARCHAR(f.img."description") THEN f.img."description"::varchar(65535) WHEN f.img."description" IS NOT NULL THEN JSON_SERIALIZE(f.img."description") END IN ('__debezium_unavailable_value', 'X19kZWJleml1bV91bmF2YWlsYWJsZV92YWx1ZQ==', '["__debezium_unavailable_value"]'), false) THEN NULL ELSE CASE WHEN OCTET_LENGTH(CASE WHEN IS_VARCHAR(f.img."description") THEN f.img."description"::varchar(65535) WHEN f.img."description" IS NOT NULL THEN JSON_SERIALIZE(f.img."description") END) <= 65535 THEN (CASE WHEN IS_VARCHAR(f.img."description") THEN f.img."description"::varchar(65535) WHEN f.img."description" IS NOT NULL THEN JSON_SERIALIZE(f.img."description") END)::varchar(65535) END END AS "description",
                f.img."price" AS "j__price",
-               CASE WHEN LENGTH(LTRIM(SPLIT_PART(REPLACE(f.t__v_price, '-', ''), '.', 1), '0')) <= 10 THEN CAST(f.t__v_price AS decimal(12,2)) END AS "price",
+               CASE WHEN LENGTH(LTRIM(SPLIT_PART(REPLACE(f.t__v2, '-', ''), '.', 1), '0')) <= 10 THEN CAST(f.t__v2 AS decimal(12,2)) END AS "price",
                f.img."weight" AS "j__weight",
-               CASE WHEN LENGTH(LTRIM(SPLIT_PART(REPLACE(f.t__v_weight, '-', ''), '.', 1), '0')) <= 14 THEN CAST(f.t__v_weight AS decimal(20,6)) END AS "weight",
+               CASE WHEN LENGTH(LTRIM(SPLIT_PART(REPLACE(f.t__v3, '-', ''), '.', 1), '0')) <= 14 THEN CAST(f.t__v3 AS decimal(20,6)) END AS "weight",
                f.img."released" AS "j__released",
                CASE WHEN CAST(f.img."released" AS bigint) BETWEEN -719162 AND 2932896 THEN CAST(DATEADD(day, CAST(CAST(f.img."released" AS bigint) AS integer), DATE '1970-01-01') AS date) END AS "released",
                f.img."updated_at" AS "j__updated_at",
@@ -257,39 +257,39 @@ BEGIN
                NULLIF('|' || CASE WHEN COALESCE(CASE WHEN IS_VARCHAR(f.img."Sku") THEN f.img."Sku"::varchar(65535) WHEN f.img."Sku" IS NOT NULL THEN JSON_SERIALIZE(f.img."Sku") END IN ('__debezium_unavailable_value', 'X19kZWJleml1bV91bmF2YWlsYWJsZV92YWx1ZQ==', '["__debezium_unavailable_value"]'), false) THEN 'sku|' ELSE '' END || CASE WHEN COALESCE(CASE WHEN IS_VARCHAR(f.img."description") THEN f.img."description"::varchar(65535) WHEN f.img."description" IS NOT NULL THEN JSON_SERIALIZE(f.img."description") END IN ('__debezium_unavailable_value', 'X19kZWJleml1bV91bmF2YWlsYWJsZV92YWx1ZQ==', '["__debezium_unavailable_value"]'), false) THEN 'description|' ELSE '' END || CASE WHEN COALESCE(CASE WHEN IS_VARCHAR(f.img."attributes") THEN f.img."attributes"::varchar(65535) WHEN f.img."attributes" IS NOT NULL THEN JSON_SERIALIZE(f.img."attributes") END IN ('__debezium_unavailable_value', 'X19kZWJleml1bV91bmF2YWlsYWJsZV92YWx1ZQ==', '["__debezium_unavailable_value"]'), false) THEN 'attributes|' ELSE '' END, '|') AS unavailable
         FROM (
           SELECT f.*,
-                 CASE WHEN f.g__v_price IS NOT NULL AND 2 BETWEEN 0 AND 38 THEN (CASE WHEN f.n__v_price = 1 THEN '-' ELSE '' END) || SUBSTRING(f.g__v_price, 1, LENGTH(f.g__v_price) - 2) || (CASE WHEN 2 > 0 THEN '.' || SUBSTRING(f.g__v_price, LENGTH(f.g__v_price) - 2 + 1) ELSE '' END) END AS "t__v_price",
-                 CASE WHEN f.g__v_weight IS NOT NULL AND f.k__v_weight BETWEEN 0 AND 38 THEN (CASE WHEN f.n__v_weight = 1 THEN '-' ELSE '' END) || SUBSTRING(f.g__v_weight, 1, LENGTH(f.g__v_weight) - f.k__v_weight) || (CASE WHEN f.k__v_weight > 0 THEN '.' || SUBSTRING(f.g__v_weight, LENGTH(f.g__v_weight) - f.k__v_weight + 1) ELSE '' END) END AS "t__v_weight"
+                 CASE WHEN f.g__v2 IS NOT NULL AND 2 BETWEEN 0 AND 38 THEN (CASE WHEN f.n__v2 = 1 THEN '-' ELSE '' END) || SUBSTRING(f.g__v2, 1, LENGTH(f.g__v2) - 2) || (CASE WHEN 2 > 0 THEN '.' || SUBSTRING(f.g__v2, LENGTH(f.g__v2) - 2 + 1) ELSE '' END) END AS "t__v2",
+                 CASE WHEN f.g__v3 IS NOT NULL AND f.k__v3 BETWEEN 0 AND 38 THEN (CASE WHEN f.n__v3 = 1 THEN '-' ELSE '' END) || SUBSTRING(f.g__v3, 1, LENGTH(f.g__v3) - f.k__v3) || (CASE WHEN f.k__v3 > 0 THEN '.' || SUBSTRING(f.g__v3, LENGTH(f.g__v3) - f.k__v3 + 1) ELSE '' END) END AS "t__v3"
           FROM (
             SELECT f.*,
-                   LPAD(f.m__v_price, GREATEST(LENGTH(f.m__v_price), 2 + 1), '0') AS "g__v_price",
-                   LPAD(f.m__v_weight, GREATEST(LENGTH(f.m__v_weight), f.k__v_weight + 1), '0') AS "g__v_weight"
+                   LPAD(f.m__v2, GREATEST(LENGTH(f.m__v2), 2 + 1), '0') AS "g__v2",
+                   LPAD(f.m__v3, GREATEST(LENGTH(f.m__v3), f.k__v3 + 1), '0') AS "g__v3"
             FROM (
               SELECT f.*,
-                     CASE WHEN f.a__v_price < 19259 OR (f.a__v_price = 19259 AND f.l__v_price <= 1554801477754702131171195550171135) THEN CAST(CAST(f.a__v_price AS decimal(38,0)) * 5192296858534827628530496329220096 + f.l__v_price AS varchar(40)) END AS "m__v_price",
-                     CASE WHEN f.a__v_weight < 19259 OR (f.a__v_weight = 19259 AND f.l__v_weight <= 1554801477754702131171195550171135) THEN CAST(CAST(f.a__v_weight AS decimal(38,0)) * 5192296858534827628530496329220096 + f.l__v_weight AS varchar(40)) END AS "m__v_weight"
+                     CASE WHEN f.a__v2 < 19259 OR (f.a__v2 = 19259 AND f.l__v2 <= 1554801477754702131171195550171135) THEN CAST(CAST(f.a__v2 AS decimal(38,0)) * 5192296858534827628530496329220096 + f.l__v2 AS varchar(40)) END AS "m__v2",
+                     CASE WHEN f.a__v3 < 19259 OR (f.a__v3 = 19259 AND f.l__v3 <= 1554801477754702131171195550171135) THEN CAST(CAST(f.a__v3 AS decimal(38,0)) * 5192296858534827628530496329220096 + f.l__v3 AS varchar(40)) END AS "m__v3"
               FROM (
                 SELECT f.*,
-                       CAST(f.b__v_price AS decimal(38,0)) * 72057594037927936 + f.c__v_price + f.n__v_price AS "l__v_price",
-                       CAST(f.b__v_weight AS decimal(38,0)) * 72057594037927936 + f.c__v_weight + f.n__v_weight AS "l__v_weight"
+                       CAST(f.b__v2 AS decimal(38,0)) * 72057594037927936 + f.c__v2 + f.n__v2 AS "l__v2",
+                       CAST(f.b__v3 AS decimal(38,0)) * 72057594037927936 + f.c__v3 + f.n__v3 AS "l__v3"
                 FROM (
                   SELECT f.*,
-                         ABS(f.n__v_price * 65535 - STRTOL(SUBSTRING(f.h__v_price, 1, 4), 16)) AS "a__v_price",
-                         ABS(f.n__v_price * 72057594037927935 - STRTOL(SUBSTRING(f.h__v_price, 5, 14), 16)) AS "b__v_price",
-                         ABS(f.n__v_price * 72057594037927935 - STRTOL(SUBSTRING(f.h__v_price, 19, 14), 16)) AS "c__v_price",
-                         ABS(f.n__v_weight * 65535 - STRTOL(SUBSTRING(f.h__v_weight, 1, 4), 16)) AS "a__v_weight",
-                         ABS(f.n__v_weight * 72057594037927935 - STRTOL(SUBSTRING(f.h__v_weight, 5, 14), 16)) AS "b__v_weight",
-                         ABS(f.n__v_weight * 72057594037927935 - STRTOL(SUBSTRING(f.h__v_weight, 19, 14), 16)) AS "c__v_weight"
+                         ABS(f.n__v2 * 65535 - STRTOL(SUBSTRING(f.h__v2, 1, 4), 16)) AS "a__v2",
+                         ABS(f.n__v2 * 72057594037927935 - STRTOL(SUBSTRING(f.h__v2, 5, 14), 16)) AS "b__v2",
+                         ABS(f.n__v2 * 72057594037927935 - STRTOL(SUBSTRING(f.h__v2, 19, 14), 16)) AS "c__v2",
+                         ABS(f.n__v3 * 65535 - STRTOL(SUBSTRING(f.h__v3, 1, 4), 16)) AS "a__v3",
+                         ABS(f.n__v3 * 72057594037927935 - STRTOL(SUBSTRING(f.h__v3, 5, 14), 16)) AS "b__v3",
+                         ABS(f.n__v3 * 72057594037927935 - STRTOL(SUBSTRING(f.h__v3, 19, 14), 16)) AS "c__v3"
                   FROM (
                     SELECT f.*,
-                           CASE WHEN LENGTH(f.x__v_price) <= 32 THEN LPAD(f.x__v_price, 32, CASE WHEN SUBSTRING(f.x__v_price, 1, 1) >= '8' THEN 'f' ELSE '0' END) END AS "h__v_price",
-                           CASE WHEN SUBSTRING(f.x__v_price, 1, 1) >= '8' THEN 1 ELSE 0 END AS "n__v_price",
-                           CASE WHEN LENGTH(f.x__v_weight) <= 32 THEN LPAD(f.x__v_weight, 32, CASE WHEN SUBSTRING(f.x__v_weight, 1, 1) >= '8' THEN 'f' ELSE '0' END) END AS "h__v_weight",
-                           CASE WHEN SUBSTRING(f.x__v_weight, 1, 1) >= '8' THEN 1 ELSE 0 END AS "n__v_weight"
+                           CASE WHEN LENGTH(f.x__v2) <= 32 THEN LPAD(f.x__v2, 32, CASE WHEN SUBSTRING(f.x__v2, 1, 1) >= '8' THEN 'f' ELSE '0' END) END AS "h__v2",
+                           CASE WHEN SUBSTRING(f.x__v2, 1, 1) >= '8' THEN 1 ELSE 0 END AS "n__v2",
+                           CASE WHEN LENGTH(f.x__v3) <= 32 THEN LPAD(f.x__v3, 32, CASE WHEN SUBSTRING(f.x__v3, 1, 1) >= '8' THEN 'f' ELSE '0' END) END AS "h__v3",
+                           CASE WHEN SUBSTRING(f.x__v3, 1, 1) >= '8' THEN 1 ELSE 0 END AS "n__v3"
                     FROM (
                       SELECT f.*,
-                             CASE WHEN IS_VARCHAR(f.img."price") AND CASE WHEN IS_VARCHAR(f.img."price") THEN f.img."price"::varchar(65535) WHEN f.img."price" IS NOT NULL THEN JSON_SERIALIZE(f.img."price") END ~ '^([A-Za-z0-9+/]{4})*([A-Za-z0-9+/]{2}==|[A-Za-z0-9+/]{3}=)?$' AND LENGTH(CASE WHEN IS_VARCHAR(f.img."price") THEN f.img."price"::varchar(65535) WHEN f.img."price" IS NOT NULL THEN JSON_SERIALIZE(f.img."price") END) BETWEEN 4 AND 24 THEN FROM_VARBYTE(TO_VARBYTE(CASE WHEN IS_VARCHAR(f.img."price") THEN f.img."price"::varchar(65535) WHEN f.img."price" IS NOT NULL THEN JSON_SERIALIZE(f.img."price") END, 'base64'), 'hex') END AS "x__v_price",
-                             CASE WHEN IS_VARCHAR(f.img."weight"."value") AND CASE WHEN IS_VARCHAR(f.img."weight"."value") THEN f.img."weight"."value"::varchar(65535) WHEN f.img."weight"."value" IS NOT NULL THEN JSON_SERIALIZE(f.img."weight"."value") END ~ '^([A-Za-z0-9+/]{4})*([A-Za-z0-9+/]{2}==|[A-Za-z0-9+/]{3}=)?$' AND LENGTH(CASE WHEN IS_VARCHAR(f.img."weight"."value") THEN f.img."weight"."value"::varchar(65535) WHEN f.img."weight"."value" IS NOT NULL THEN JSON_SERIALIZE(f.img."weight"."value") END) BETWEEN 4 AND 24 THEN FROM_VARBYTE(TO_VARBYTE(CASE WHEN IS_VARCHAR(f.img."weight"."value") THEN f.img."weight"."value"::varchar(65535) WHEN f.img."weight"."value" IS NOT NULL THEN JSON_SERIALIZE(f.img."weight"."value") END, 'base64'), 'hex') END AS "x__v_weight",
-                             CAST(f.img."weight"."scale" AS integer) AS "k__v_weight"
+                             CASE WHEN IS_VARCHAR(f.img."price") AND CASE WHEN IS_VARCHAR(f.img."price") THEN f.img."price"::varchar(65535) WHEN f.img."price" IS NOT NULL THEN JSON_SERIALIZE(f.img."price") END ~ '^([A-Za-z0-9+/]{4})*([A-Za-z0-9+/]{2}==|[A-Za-z0-9+/]{3}=)?$' AND LENGTH(CASE WHEN IS_VARCHAR(f.img."price") THEN f.img."price"::varchar(65535) WHEN f.img."price" IS NOT NULL THEN JSON_SERIALIZE(f.img."price") END) BETWEEN 4 AND 24 THEN FROM_VARBYTE(TO_VARBYTE(CASE WHEN IS_VARCHAR(f.img."price") THEN f.img."price"::varchar(65535) WHEN f.img."price" IS NOT NULL THEN JSON_SERIALIZE(f.img."price") END, 'base64'), 'hex') END AS "x__v2",
+                             CASE WHEN IS_VARCHAR(f.img."weight"."value") AND CASE WHEN IS_VARCHAR(f.img."weight"."value") THEN f.img."weight"."value"::varchar(65535) WHEN f.img."weight"."value" IS NOT NULL THEN JSON_SERIALIZE(f.img."weight"."value") END ~ '^([A-Za-z0-9+/]{4})*([A-Za-z0-9+/]{2}==|[A-Za-z0-9+/]{3}=)?$' AND LENGTH(CASE WHEN IS_VARCHAR(f.img."weight"."value") THEN f.img."weight"."value"::varchar(65535) WHEN f.img."weight"."value" IS NOT NULL THEN JSON_SERIALIZE(f.img."weight"."value") END) BETWEEN 4 AND 24 THEN FROM_VARBYTE(TO_VARBYTE(CASE WHEN IS_VARCHAR(f.img."weight"."value") THEN f.img."weight"."value"::varchar(65535) WHEN f.img."weight"."value" IS NOT NULL THEN JSON_SERIALIZE(f.img."weight"."value") END, 'base64'), 'hex') END AS "x__v3",
+                             CAST(f.img."weight"."scale" AS integer) AS "k__v3"
                       FROM (
                         SELECT e.kafka_partition, e.kafka_offset, e.kafka_timestamp, e.refresh_time,
                                e.payload, e.raw_value, e.env, e.key_env,
