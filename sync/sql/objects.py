@@ -141,6 +141,7 @@ def table_objects(d: PostgresDialect, pipeline: Pipeline, table: TableConfig, or
         "_rn bigint",
         "_source_ts timestamp",
         "_source_pos varchar(64)",
+        "_rank_pos varchar(64)",  # the position the event ranks by (inherited when it has none)
         *[f"{q(c.target_name)} {d.type_sql(c.sql_type)}" for c in table.columns],
         f"_unavailable {d.long_text_type}",
         f"_payload {d.json_type}",

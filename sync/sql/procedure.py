@@ -154,7 +154,7 @@ def stage_insert_sql(d: PostgresDialect, pipeline: Pipeline, table: TableConfig)
 
     stage_columns = [
         "_kafka_partition", "_kafka_offset", "_kafka_timestamp", "_refresh_time",
-        "_op", "_action", "_reason", "_rn", "_source_ts", "_source_pos",
+        "_op", "_action", "_reason", "_rn", "_source_ts", "_source_pos", "_rank_pos",
         *[c.target_name for c in cols],
         "_unavailable",
         "_payload", "_raw_value",
@@ -220,20 +220,22 @@ def stage_insert_sql(d: PostgresDialect, pipeline: Pipeline, table: TableConfig)
     )
 
     key_list = ", ".join(f"c.{q(k.target_name)}" for k in table.key_columns)
-    order = "c.source_pos DESC NULLS LAST, c.kafka_partition DESC, c.kafka_offset DESC"
+    order = "c.rank_pos DESC NULLS LAST, c.kafka_partition DESC, c.kafka_offset DESC"
+    rank_pos = "c.rank_pos"
     if table.order_by == "kafka":
         order = "c.kafka_partition DESC, c.kafka_offset DESC"
+        rank_pos = "NULL"
     else:
         # An event without a source position (a tombstone; a PostgreSQL incremental-snapshot
         # read) takes the newest position seen before it for its key in Kafka order, so it
         # still supersedes what precedes it and loses to what follows.
         level4 = (
             "SELECT c.kafka_partition, c.kafka_offset, c.kafka_timestamp, c.refresh_time, c.payload, c.raw_value,\n"
-            "       c.op, c.action, c.reason, c.source_ts, c.unavailable,\n"
+            "       c.op, c.action, c.reason, c.source_ts, c.source_pos, c.unavailable,\n"
             + "".join(f"       c.{q(col.target_name)},\n" for col in cols)
             + "       COALESCE(c.source_pos, MAX(CASE WHEN c.action IN ('upsert', 'delete') THEN c.source_pos END) OVER (\n"
             f"         PARTITION BY {key_list}\n"
-            "         ORDER BY c.kafka_partition, c.kafka_offset ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW)) AS source_pos\n"
+            "         ORDER BY c.kafka_partition, c.kafka_offset ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW)) AS rank_pos\n"
             f"FROM (\n{_indent(level4, 2)}\n) c"
         )
     select_columns = [
@@ -242,7 +244,7 @@ def stage_insert_sql(d: PostgresDialect, pipeline: Pipeline, table: TableConfig)
         # 4. Latest event per key wins; ROW_NUMBER, never RANK: a tie must not yield two rows.
         f"ROW_NUMBER() OVER (\n         PARTITION BY CASE WHEN c.action IN ('upsert', 'delete') THEN 1 ELSE 0 END, {key_list}\n"
         f"         ORDER BY {order})",
-        "c.source_ts", "c.source_pos",
+        "c.source_ts", "c.source_pos", rank_pos,
         *[f"c.{q(col.target_name)}" for col in cols],
         "c.unavailable",
         "CASE WHEN c.action = 'quarantine' AND c.raw_value IS NULL THEN c.payload END",
@@ -399,11 +401,15 @@ def procedure_sql(d: PostgresDialect, pipeline: Pipeline, table: TableConfig, or
             )
     if source_order:
         step(
-            "-- A delete known only by its key (a tombstone) sits right after the row it removes:\n"
-            "-- remember it at that row's position, so a replay of the row stays stale.\n"
-            f"UPDATE {stage} s SET _source_pos = t._source_pos\n"
+            "-- A winner without a source position (a tombstone; an incremental-snapshot read) was\n"
+            "-- never stale. It is recorded at the newest position known before it (the stored row\n"
+            "-- it deletes, or the batch's preceding events), so replays of those stay stale.\n"
+            f"UPDATE {stage} s SET _source_pos = CASE WHEN t._source_pos IS NULL OR s._rank_pos > t._source_pos\n"
+            "                                  THEN s._rank_pos ELSE t._source_pos END\n"
             f"FROM {target} t\n"
-            f"WHERE s._rn = 1 AND s._action = 'delete' AND s._source_pos IS NULL\n  AND {key_match('t', 's')};"
+            f"WHERE s._rn = 1 AND s._action = 'delete' AND s._source_pos IS NULL\n  AND {key_match('t', 's')};\n"
+            f"UPDATE {stage} SET _source_pos = _rank_pos\n"
+            "WHERE _rn = 1 AND _action IN ('upsert', 'delete') AND _source_pos IS NULL;"
         )
     if table.on_truncate == "delete":
         precedes = (

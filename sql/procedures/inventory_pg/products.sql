@@ -51,6 +51,7 @@ CREATE TABLE IF NOT EXISTS "inventory"."products__stage" (
   _rn bigint,
   _source_ts timestamp,
   _source_pos varchar(64),
+  _rank_pos varchar(64),
   "id" integer,
   "sku" varchar(32),
   "description" varchar(65535),
@@ -133,6 +134,7 @@ BEGIN
     "_rn",
     "_source_ts",
     "_source_pos",
+    "_rank_pos",
     "id",
     "sku",
     "description",
@@ -156,9 +158,10 @@ BEGIN
          c.reason,
          ROW_NUMBER() OVER (
            PARTITION BY CASE WHEN c.action IN ('upsert', 'delete') THEN 1 ELSE 0 END, c."id"
-           ORDER BY c.source_pos DESC NULLS LAST, c.kafka_partition DESC, c.kafka_offset DESC),
+           ORDER BY c.rank_pos DESC NULLS LAST, c.kafka_partition DESC, c.kafka_offset DESC),
          c.source_ts,
          c.source_pos,
+         c.rank_pos,
          c."id",
          c."sku",
          c."description",
@@ -174,7 +177,7 @@ BEGIN
          CASE WHEN c.action = 'quarantine' THEN c.raw_value END
   FROM (
     SELECT c.kafka_partition, c.kafka_offset, c.kafka_timestamp, c.refresh_time, c.payload, c.raw_value,
-           c.op, c.action, c.reason, c.source_ts, c.unavailable,
+           c.op, c.action, c.reason, c.source_ts, c.source_pos, c.unavailable,
            c."id",
            c."sku",
            c."description",
@@ -187,7 +190,7 @@ BEGIN
            c."in_stock",
            COALESCE(c.source_pos, MAX(CASE WHEN c.action IN ('upsert', 'delete') THEN c.source_pos END) OVER (
              PARTITION BY c."id"
-             ORDER BY c.kafka_partition, c.kafka_offset ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW)) AS source_pos
+             ORDER BY c.kafka_partition, c.kafka_offset ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW)) AS rank_pos
     FROM (
       SELECT t.*,
              CASE
@@ -362,12 +365,16 @@ BEGIN
     WHERE s._rn = 1 AND s._action IN ('upsert', 'delete')
       AND t."id" = s."id"
       AND s._source_pos IS NOT NULL AND t._source_pos IS NOT NULL AND s._source_pos <= t._source_pos;
-    -- A delete known only by its key (a tombstone) sits right after the row it removes:
-    -- remember it at that row's position, so a replay of the row stays stale.
-    UPDATE "inventory"."products__stage" s SET _source_pos = t._source_pos
+    -- A winner without a source position (a tombstone; an incremental-snapshot read) was
+    -- never stale. It is recorded at the newest position known before it (the stored row
+    -- it deletes, or the batch's preceding events), so replays of those stay stale.
+    UPDATE "inventory"."products__stage" s SET _source_pos = CASE WHEN t._source_pos IS NULL OR s._rank_pos > t._source_pos
+                                      THEN s._rank_pos ELSE t._source_pos END
     FROM "inventory"."products" t
     WHERE s._rn = 1 AND s._action = 'delete' AND s._source_pos IS NULL
       AND t."id" = s."id";
+    UPDATE "inventory"."products__stage" SET _source_pos = _rank_pos
+    WHERE _rn = 1 AND _action IN ('upsert', 'delete') AND _source_pos IS NULL;
     -- Truncate events (on_truncate = 'delete'): rows written before the batch all precede
     -- the truncate; events of this batch that precede it are void.
     SELECT COUNT(*) INTO v_rows FROM "inventory"."products__stage" WHERE _action = 'truncate';

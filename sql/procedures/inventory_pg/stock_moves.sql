@@ -46,6 +46,7 @@ CREATE TABLE IF NOT EXISTS "inventory"."stock_moves__stage" (
   _rn bigint,
   _source_ts timestamp,
   _source_pos varchar(64),
+  _rank_pos varchar(64),
   "move_id" bigint,
   "product_id" integer,
   "quantity" integer,
@@ -110,6 +111,7 @@ BEGIN
     "_rn",
     "_source_ts",
     "_source_pos",
+    "_rank_pos",
     "move_id",
     "product_id",
     "quantity",
@@ -127,9 +129,10 @@ BEGIN
          c.reason,
          ROW_NUMBER() OVER (
            PARTITION BY CASE WHEN c.action IN ('upsert', 'delete') THEN 1 ELSE 0 END, c."move_id"
-           ORDER BY c.source_pos DESC NULLS LAST, c.kafka_partition DESC, c.kafka_offset DESC),
+           ORDER BY c.rank_pos DESC NULLS LAST, c.kafka_partition DESC, c.kafka_offset DESC),
          c.source_ts,
          c.source_pos,
+         c.rank_pos,
          c."move_id",
          c."product_id",
          c."quantity",
@@ -139,14 +142,14 @@ BEGIN
          CASE WHEN c.action = 'quarantine' THEN c.raw_value END
   FROM (
     SELECT c.kafka_partition, c.kafka_offset, c.kafka_timestamp, c.refresh_time, c.payload, c.raw_value,
-           c.op, c.action, c.reason, c.source_ts, c.unavailable,
+           c.op, c.action, c.reason, c.source_ts, c.source_pos, c.unavailable,
            c."move_id",
            c."product_id",
            c."quantity",
            c."moved_at",
            COALESCE(c.source_pos, MAX(CASE WHEN c.action IN ('upsert', 'delete') THEN c.source_pos END) OVER (
              PARTITION BY c."move_id"
-             ORDER BY c.kafka_partition, c.kafka_offset ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW)) AS source_pos
+             ORDER BY c.kafka_partition, c.kafka_offset ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW)) AS rank_pos
     FROM (
       SELECT t.*,
              CASE
@@ -221,12 +224,16 @@ BEGIN
     WHERE s._rn = 1 AND s._action IN ('upsert', 'delete')
       AND t."move_id" = s."move_id"
       AND s._source_pos IS NOT NULL AND t._source_pos IS NOT NULL AND s._source_pos <= t._source_pos;
-    -- A delete known only by its key (a tombstone) sits right after the row it removes:
-    -- remember it at that row's position, so a replay of the row stays stale.
-    UPDATE "inventory"."stock_moves__stage" s SET _source_pos = t._source_pos
+    -- A winner without a source position (a tombstone; an incremental-snapshot read) was
+    -- never stale. It is recorded at the newest position known before it (the stored row
+    -- it deletes, or the batch's preceding events), so replays of those stay stale.
+    UPDATE "inventory"."stock_moves__stage" s SET _source_pos = CASE WHEN t._source_pos IS NULL OR s._rank_pos > t._source_pos
+                                      THEN s._rank_pos ELSE t._source_pos END
     FROM "inventory"."stock_moves" t
     WHERE s._rn = 1 AND s._action = 'delete' AND s._source_pos IS NULL
       AND t."move_id" = s."move_id";
+    UPDATE "inventory"."stock_moves__stage" SET _source_pos = _rank_pos
+    WHERE _rn = 1 AND _action IN ('upsert', 'delete') AND _source_pos IS NULL;
     SELECT COUNT(CASE WHEN _rn = 1 AND _action = 'upsert' THEN 1 END),
            COUNT(CASE WHEN _rn = 1 AND _action = 'delete' THEN 1 END),
            COUNT(CASE WHEN _action = 'quarantine' THEN 1 END),
