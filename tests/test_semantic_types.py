@@ -192,3 +192,65 @@ def test_semantic_primary_key_decodes_from_image_and_kafka_key(wh):
     (run,) = sync(wh, pipeline)
     assert run.deleted == 1
     assert wh.query("SELECT code FROM cdc.k") == [(Decimal(98765432109876543210),)]
+
+
+def _base64_decimal(unscaled: int) -> str:
+    import base64
+
+    length = max(1, (unscaled.bit_length() + 8) // 8)  # minimal two's complement, as BigInteger.toByteArray
+    return base64.b64encode(unscaled.to_bytes(length, "big", signed=True)).decode()
+
+
+def test_property_sql_and_reference_decoders_agree(wh):
+    """Random decimals (up to 38 digits, any scale), epoch timestamps and zoned texts:
+    the warehouse's SQL and the Python reference give the same values."""
+    from hypothesis import HealthCheck, given, settings
+    from hypothesis import strategies as st
+
+    pipeline = make_pipeline(
+        '[[tables]]\nname = "p"\ntopic = "p"\nprimary_key = ["id"]\ncolumns = [{ name = "id", type = "integer" },'
+        ' { name = "vsd", type = "decimal(38,6)", semantic = "io.debezium.data.VariableScaleDecimal" },'
+        ' { name = "ts", type = "timestamp", semantic = "io.debezium.time.NanoTimestamp" },'
+        ' { name = "z", type = "timestamp", semantic = "io.debezium.time.ZonedTimestamp" }]\n'
+    )
+    deploy(wh, pipeline, "test")
+    unscaled = st.integers(-(10**38) + 1, 10**38 - 1)
+    zoned = st.builds(
+        lambda dt, digits, off: dt.strftime("%Y-%m-%dT%H:%M:%S") + (f".{digits}" if digits else "")
+        + ("Z" if off == 0 else f"{'+' if off > 0 else '-'}{abs(off) // 60:02d}:{abs(off) % 60:02d}"),
+        st.datetimes(datetime(1900, 1, 1), datetime(2200, 1, 1)),
+        st.one_of(st.just(""), st.from_regex(r"\A[0-9]{1,9}\Z")),
+        st.integers(-14 * 60, 14 * 60),
+    )
+    row = st.tuples(unscaled, st.integers(0, 38), st.integers(-(2**62), 2**62), zoned)
+    offsets = iter(range(10**6))
+
+    @settings(max_examples=8, suppress_health_check=[HealthCheck.function_scoped_fixture])
+    @given(st.lists(row, min_size=20, max_size=20))
+    def check(values):
+        wh.execute("DELETE FROM cdc.p")
+        records = []
+        for i, (u, scale, ns, z) in enumerate(values):
+            after = {"id": i, "vsd": {"scale": scale, "value": _base64_decimal(u)}, "ts": ns, "z": z}
+            records.append(_record(next(offsets), after))
+        ingest_records(wh, pipeline, "p", records)
+        (run,) = sync(wh, pipeline)
+        assert run.status == "ok", run.error
+        stored = {r[0]: r[1:] for r in wh.query("SELECT id, vsd, ts, z FROM cdc.p")}
+        quarantined = run.quarantined
+        expected_quarantine = 0
+        for i, (u, scale, ns, z) in enumerate(values):
+            try:
+                want = (
+                    conform_decimal(decode_value(VSD, None, {"scale": scale, "value": _base64_decimal(u)}), 38, 6),
+                    decode_value("io.debezium.time.NanoTimestamp", None, ns),
+                    decode_value(ZONED, None, z),
+                )
+            except UndecodableValue:
+                expected_quarantine += 1
+                assert i not in stored
+                continue
+            assert stored[i] == want, (u, scale, ns, z)
+        assert quarantined == expected_quarantine
+
+    check()
