@@ -196,3 +196,22 @@ def test_schema_drift_is_counted_per_run_and_listed_by_status(wh):
     feed(wh, pipeline, "flat", [unwrap(1, "a", op="c", lsn=1)])  # __ metadata fields are not drift
     by_table = {s.table: s.schema_drift for s in status(wh, pipeline)}
     assert by_table == {"my": [("unknown", "Added_Col", 3), ("unknown", "other", 1), ("missing", "bio", 1)], "flat": []}
+
+
+def test_status_command_lists_schema_drift(wh, tmp_path):
+    from typer.testing import CliRunner
+
+    from sync.cli import app
+
+    config = tmp_path / "pipeline.toml"
+    config.write_text(
+        '[pipeline]\nschema = "cdc"\n[source]\nkind = "kafka"\nuri = "b:9092"\nauthentication = "none"\n' + table_toml("my")
+    )
+    runner = CliRunner()
+    assert runner.invoke(app, ["deploy", "-c", str(config), "--dsn", wh.dsn]).exit_code == 0
+    pipeline = make_pipeline(table_toml("my"))
+    feed(wh, pipeline, "my", [ChangeStream(["id"], MySqlSource(table="t")).insert({"id": 1, "name": "a", "New_Field": 1})])
+    result = runner.invoke(app, ["status", "-c", str(config), "--dsn", wh.dsn])
+    assert result.exit_code == 0, result.output
+    assert "my: field not in the pipeline file: New_Field (1 event(s))" in result.output
+    assert "my: configured field absent from events: bio (1 event(s))" in result.output
