@@ -139,3 +139,7 @@ def test_tombstone_after_a_replay_still_deletes(wh):
     run = feed(wh, pipeline, "flat", [unwrap(1, "b", lsn=20)])
     assert rows(wh, "flat") == [] and run.stale == 1
     assert wh.scalar('SELECT _source_pos FROM cdc."flat__deleted"').endswith("20")
+    # replays on both sides of a tombstone, all older than the stored row: it still deletes
+    feed(wh, pipeline, "flat", [unwrap(2, "a", op="c", lsn=10), unwrap(2, "b", lsn=30)])
+    run = feed(wh, pipeline, "flat", [unwrap(2, "a", op="c", lsn=10), tombstone(2), unwrap(2, "x", lsn=20)])
+    assert rows(wh, "flat") == [] and run.deleted == 1

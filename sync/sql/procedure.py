@@ -115,6 +115,44 @@ def _case(checks: list[Check], attr: str, default: str) -> str:
     return "\n".join(lines)
 
 
+def rank_order(position: str, partition: str, offset: str) -> str:
+    """4. The order of a key's events, newest first: source position, then Kafka order."""
+    return f"{position} DESC NULLS LAST, {partition} DESC, {offset} DESC"
+
+
+def rerank_sql(d: PostgresDialect, pipeline: Pipeline, table: TableConfig) -> str:
+    """Events without a source position (tombstones, PostgreSQL incremental-snapshot
+    reads) come after the row stored for their key, whatever the batch replays before
+    them: their rank is raised to the stored position and their keys are ranked again."""
+    n = table_names(pipeline, table)
+    q = d.q
+    stage, target = d.qualified(n.schema, n.stage), d.qualified(n.schema, n.target)
+    keys = [c.target_name for c in table.key_columns]
+
+    def match(a: str, b: str) -> str:
+        return " AND ".join(f"{a}.{q(k)} = {b}.{q(k)}" for k in keys)
+
+    positionless = "_source_pos IS NULL AND _action IN ('upsert', 'delete')"
+    order = rank_order("x._rank_pos", "x._kafka_partition", "x._kafka_offset")
+    return (
+        "-- 4. Events without a source position rank after the row stored for their key.\n"
+        f"SELECT COUNT(*) INTO v_rows FROM {stage} WHERE {positionless};\n"
+        "IF v_rows > 0 THEN\n"
+        f"  UPDATE {stage} s SET _rank_pos = t._source_pos\n"
+        f"  FROM {target} t\n"
+        f"  WHERE s.{positionless.replace(' AND _action', ' AND s._action')} AND {match('t', 's')}\n"
+        "    AND t._source_pos IS NOT NULL AND (s._rank_pos IS NULL OR s._rank_pos < t._source_pos);\n"
+        f"  UPDATE {stage} s SET _rn = r.rn\n"
+        f"  FROM (SELECT x._kafka_partition, x._kafka_offset,\n"
+        f"               ROW_NUMBER() OVER (PARTITION BY {', '.join('x.' + q(k) for k in keys)} ORDER BY {order}) AS rn\n"
+        f"        FROM {stage} x\n"
+        "        WHERE x._action IN ('upsert', 'delete')\n"
+        f"          AND EXISTS (SELECT 1 FROM {stage} y WHERE y.{positionless.replace(' AND _action', ' AND y._action')} AND {match('y', 'x')})) r\n"
+        "  WHERE s._kafka_partition = r._kafka_partition AND s._kafka_offset = r._kafka_offset;\n"
+        "END IF;"
+    )
+
+
 def batch_sql(d: PostgresDialect, pipeline: Pipeline, table: TableConfig, positions: bool = True) -> str:
     """The records of this run (past the watermark) with their operation, row image
     (`img`), Kafka key (`key_env`) and, with `positions`, source time and position."""
@@ -220,7 +258,7 @@ def stage_insert_sql(d: PostgresDialect, pipeline: Pipeline, table: TableConfig)
     )
 
     key_list = ", ".join(f"c.{q(k.target_name)}" for k in table.key_columns)
-    order = "c.rank_pos DESC NULLS LAST, c.kafka_partition DESC, c.kafka_offset DESC"
+    order = rank_order("c.rank_pos", "c.kafka_partition", "c.kafka_offset")
     rank_pos = "c.rank_pos"
     if table.order_by == "kafka":
         order = "c.kafka_partition DESC, c.kafka_offset DESC"
@@ -380,6 +418,8 @@ def procedure_sql(d: PostgresDialect, pipeline: Pipeline, table: TableConfig, or
 
     apply_steps: list[str] = []
     step = apply_steps.append
+    if source_order:
+        step(rerank_sql(d, pipeline, table))
     toast_cols = [c.target_name for c in table.value_columns if toastable(c)]
     if toast_cols:
         step(toast_sql(d, pipeline, table, toast_cols))
@@ -401,13 +441,8 @@ def procedure_sql(d: PostgresDialect, pipeline: Pipeline, table: TableConfig, or
             )
     if source_order:
         step(
-            "-- A winner without a source position (a tombstone; an incremental-snapshot read) was\n"
-            "-- never stale. It is recorded at the newest position known before it (the stored row\n"
-            "-- it deletes, or the batch's preceding events), so replays of those stay stale.\n"
-            f"UPDATE {stage} s SET _source_pos = CASE WHEN t._source_pos IS NULL OR s._rank_pos > t._source_pos\n"
-            "                                  THEN s._rank_pos ELSE t._source_pos END\n"
-            f"FROM {target} t\n"
-            f"WHERE s._rn = 1 AND s._action = 'delete' AND s._source_pos IS NULL\n  AND {key_match('t', 's')};\n"
+            "-- A winner without a source position was never stale; it is recorded at the position\n"
+            "-- it ranked by, so replays of what it superseded stay stale.\n"
             f"UPDATE {stage} SET _source_pos = _rank_pos\n"
             "WHERE _rn = 1 AND _action IN ('upsert', 'delete') AND _source_pos IS NULL;"
         )

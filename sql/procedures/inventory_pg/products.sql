@@ -323,6 +323,21 @@ BEGIN
   ) c;
   SELECT COUNT(*) INTO v_read FROM "inventory"."products__stage";
   IF v_read > 0 THEN
+    -- 4. Events without a source position rank after the row stored for their key.
+    SELECT COUNT(*) INTO v_rows FROM "inventory"."products__stage" WHERE _source_pos IS NULL AND _action IN ('upsert', 'delete');
+    IF v_rows > 0 THEN
+      UPDATE "inventory"."products__stage" s SET _rank_pos = t._source_pos
+      FROM "inventory"."products" t
+      WHERE s._source_pos IS NULL AND s._action IN ('upsert', 'delete') AND t."id" = s."id"
+        AND t._source_pos IS NOT NULL AND (s._rank_pos IS NULL OR s._rank_pos < t._source_pos);
+      UPDATE "inventory"."products__stage" s SET _rn = r.rn
+      FROM (SELECT x._kafka_partition, x._kafka_offset,
+                   ROW_NUMBER() OVER (PARTITION BY x."id" ORDER BY x._rank_pos DESC NULLS LAST, x._kafka_partition DESC, x._kafka_offset DESC) AS rn
+            FROM "inventory"."products__stage" x
+            WHERE x._action IN ('upsert', 'delete')
+              AND EXISTS (SELECT 1 FROM "inventory"."products__stage" y WHERE y._source_pos IS NULL AND y._action IN ('upsert', 'delete') AND y."id" = x."id")) r
+      WHERE s._kafka_partition = r._kafka_partition AND s._kafka_offset = r._kafka_offset;
+    END IF;
     -- 3. (TOAST) Unchanged out-of-line values arrive as a placeholder and keep what is known.
     SELECT COUNT(*) INTO v_rows FROM "inventory"."products__stage" WHERE _rn = 1 AND _action = 'upsert' AND _unavailable IS NOT NULL;
     IF v_rows > 0 THEN
@@ -365,14 +380,8 @@ BEGIN
     WHERE s._rn = 1 AND s._action IN ('upsert', 'delete')
       AND t."id" = s."id"
       AND s._source_pos IS NOT NULL AND t._source_pos IS NOT NULL AND s._source_pos <= t._source_pos;
-    -- A winner without a source position (a tombstone; an incremental-snapshot read) was
-    -- never stale. It is recorded at the newest position known before it (the stored row
-    -- it deletes, or the batch's preceding events), so replays of those stay stale.
-    UPDATE "inventory"."products__stage" s SET _source_pos = CASE WHEN t._source_pos IS NULL OR s._rank_pos > t._source_pos
-                                      THEN s._rank_pos ELSE t._source_pos END
-    FROM "inventory"."products" t
-    WHERE s._rn = 1 AND s._action = 'delete' AND s._source_pos IS NULL
-      AND t."id" = s."id";
+    -- A winner without a source position was never stale; it is recorded at the position
+    -- it ranked by, so replays of what it superseded stay stale.
     UPDATE "inventory"."products__stage" SET _source_pos = _rank_pos
     WHERE _rn = 1 AND _action IN ('upsert', 'delete') AND _source_pos IS NULL;
     -- Truncate events (on_truncate = 'delete'): rows written before the batch all precede

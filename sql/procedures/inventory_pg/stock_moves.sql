@@ -218,20 +218,29 @@ BEGIN
   ) c;
   SELECT COUNT(*) INTO v_read FROM "inventory"."stock_moves__stage";
   IF v_read > 0 THEN
+    -- 4. Events without a source position rank after the row stored for their key.
+    SELECT COUNT(*) INTO v_rows FROM "inventory"."stock_moves__stage" WHERE _source_pos IS NULL AND _action IN ('upsert', 'delete');
+    IF v_rows > 0 THEN
+      UPDATE "inventory"."stock_moves__stage" s SET _rank_pos = t._source_pos
+      FROM "inventory"."stock_moves" t
+      WHERE s._source_pos IS NULL AND s._action IN ('upsert', 'delete') AND t."move_id" = s."move_id"
+        AND t._source_pos IS NOT NULL AND (s._rank_pos IS NULL OR s._rank_pos < t._source_pos);
+      UPDATE "inventory"."stock_moves__stage" s SET _rn = r.rn
+      FROM (SELECT x._kafka_partition, x._kafka_offset,
+                   ROW_NUMBER() OVER (PARTITION BY x."move_id" ORDER BY x._rank_pos DESC NULLS LAST, x._kafka_partition DESC, x._kafka_offset DESC) AS rn
+            FROM "inventory"."stock_moves__stage" x
+            WHERE x._action IN ('upsert', 'delete')
+              AND EXISTS (SELECT 1 FROM "inventory"."stock_moves__stage" y WHERE y._source_pos IS NULL AND y._action IN ('upsert', 'delete') AND y."move_id" = x."move_id")) r
+      WHERE s._kafka_partition = r._kafka_partition AND s._kafka_offset = r._kafka_offset;
+    END IF;
     -- 5. Never regress: a winner not newer than what is stored for its key is stale.
     UPDATE "inventory"."stock_moves__stage" s SET _action = 'stale'
     FROM "inventory"."stock_moves" t
     WHERE s._rn = 1 AND s._action IN ('upsert', 'delete')
       AND t."move_id" = s."move_id"
       AND s._source_pos IS NOT NULL AND t._source_pos IS NOT NULL AND s._source_pos <= t._source_pos;
-    -- A winner without a source position (a tombstone; an incremental-snapshot read) was
-    -- never stale. It is recorded at the newest position known before it (the stored row
-    -- it deletes, or the batch's preceding events), so replays of those stay stale.
-    UPDATE "inventory"."stock_moves__stage" s SET _source_pos = CASE WHEN t._source_pos IS NULL OR s._rank_pos > t._source_pos
-                                      THEN s._rank_pos ELSE t._source_pos END
-    FROM "inventory"."stock_moves" t
-    WHERE s._rn = 1 AND s._action = 'delete' AND s._source_pos IS NULL
-      AND t."move_id" = s."move_id";
+    -- A winner without a source position was never stale; it is recorded at the position
+    -- it ranked by, so replays of what it superseded stay stale.
     UPDATE "inventory"."stock_moves__stage" SET _source_pos = _rank_pos
     WHERE _rn = 1 AND _action IN ('upsert', 'delete') AND _source_pos IS NULL;
     SELECT COUNT(CASE WHEN _rn = 1 AND _action = 'upsert' THEN 1 END),
