@@ -43,6 +43,8 @@ class PostgresDialect:
     # otherwise substitute each computed column into every reference to it, and the
     # decoding levels reference their inputs several times each.
     subquery_fence = "\nOFFSET 0"
+    # The stage is refilled every run, faster than autovacuum analyzes it.
+    analyze_stage = True
 
     # ---- names -----------------------------------------------------------------
     def q(self, name: str) -> str:
@@ -201,6 +203,7 @@ class RedshiftDialect(PostgresDialect):
     session_settings = ("SET enable_case_sensitive_identifier TO true;",)
     has_helper_functions = False
     subquery_fence = ""
+    analyze_stage = False  # automatic analyze; ANALYZE inside a procedure is not documented
 
     def type_sql(self, t: SqlType) -> str:
         if t.family == "varbyte":
