@@ -551,13 +551,13 @@ def procedure_sql(d: PostgresDialect, pipeline: Pipeline, table: TableConfig, or
     )
     step(f"-- The stage is empty between runs (DELETE, not TRUNCATE: TRUNCATE would commit).\nDELETE FROM {stage};")
 
+    add(f"SELECT COUNT(*) INTO v_read FROM {stage};")
     if d.analyze_stage:
         add(
-            "-- Fresh statistics for the stage, refilled every run: without them the planner takes\n"
-            "-- it for empty and joins it to itself row by row (20k events: 13 s instead of 0.8 s).\n"
-            f"ANALYZE {stage};"
+            "-- Fresh statistics for a large stage, refilled every run: without them the planner\n"
+            "-- takes it for empty and joins it to itself row by row (20k events: 13 s, not 1 s).\n"
+            f"IF v_read > 1000 THEN\n  ANALYZE {stage};\nEND IF;"
         )
-    add(f"SELECT COUNT(*) INTO v_read FROM {stage};")
     add("IF v_read > 0 THEN\n" + _indent("\n".join(apply_steps), 2) + "\nEND IF;")
     add(f"SELECT {wm_text} INTO v_wm_after FROM {wm};")
     add(
