@@ -4,7 +4,9 @@ The generated SQL (`sync/sql/semantic.py`) decodes the same encodings inside the
 warehouse; this module is the executable specification it is tested against, and what
 the PySpark backfill calls so that a snapshot row and a streamed row decode identically.
 
-`decode_value(semantic, scale, json_value)` returns the natural Python value:
+`decode_value(semantic, scale, json_value)` returns the natural Python value, and
+`decode_for_column(semantic, scale, column_type, json_value)` the value the SQL stores in
+a column of that type (decimals rounded to the column's scale, timestamptz aware in UTC):
 
 | semantic                                   | JSON                          | result                      |
 |--------------------------------------------|-------------------------------|-----------------------------|
@@ -33,7 +35,7 @@ import base64
 import binascii
 import json
 import re
-from datetime import date, datetime, time, timedelta
+from datetime import date, datetime, time, timedelta, timezone
 from decimal import ROUND_HALF_UP, Context, Decimal, InvalidOperation
 from typing import Any
 
@@ -245,3 +247,31 @@ def conform_decimal(value: Decimal, precision: int, scale: int) -> Decimal:
     if rounded.copy_abs() >= Decimal(10 ** (precision - scale)):
         raise UndecodableValue(f"{value} does not fit decimal({precision},{scale})")
     return rounded
+
+
+def decode_for_column(semantic: str | None, scale: int | None, column_type: str, json_value: Any) -> Any:
+    """What the generated SQL stores in a column of `column_type` (a pipeline-file type
+    such as "decimal(12,2)" or "timestamptz") for a field declared with `semantic`:
+    `decode_value`, then landed in the type as the SQL lands it. Fields without a semantic
+    type are returned unchanged."""
+    from sync.sql.types import parse_type
+
+    if semantic is None:
+        return json_value
+    decoded = decode_value(semantic, scale, json_value)
+    if decoded is None:
+        return None
+    t = parse_type(column_type)
+    if isinstance(decoded, Decimal):
+        if t.family == "decimal":
+            return conform_decimal(decoded, t.precision or 18, t.scale or 0)
+        return float(decoded)
+    if isinstance(decoded, datetime):
+        if t.family == "timestamptz":
+            return decoded.replace(tzinfo=timezone.utc)
+        return decoded.date() if t.family == "date" else decoded
+    if isinstance(decoded, date) and t.family == "timestamp":
+        return datetime(decoded.year, decoded.month, decoded.day)
+    if semantic == "io.debezium.data.Json" and t.family != "super":
+        return json_value  # the JSON text itself
+    return decoded

@@ -10,7 +10,7 @@ from decimal import Decimal
 import pytest
 
 from sync.runner import deploy, sync
-from sync.semantic import UndecodableValue, conform_decimal, decode_value
+from sync.semantic import UndecodableValue, conform_decimal, decode_for_column, decode_value
 from sync.stream import KafkaRecord, ingest_records
 from tests.conftest import make_pipeline
 
@@ -115,19 +115,10 @@ def _record(offset: int, row: dict) -> tuple[KafkaRecord, bool]:
 
 
 def _reference(semantic, typ, scale, value):
-    decoded = decode_value(semantic, scale, value)
     if semantic is None:  # decimal.handling.mode = string / double: the plain number
-        decoded = Decimal(str(value))
-    if isinstance(decoded, Decimal) and typ.startswith("decimal"):
         p, s = (int(x) for x in typ[8:-1].split(","))
-        return conform_decimal(decoded, p, s)
-    if typ == "timestamptz":
-        return decoded.replace(tzinfo=timezone.utc)
-    if typ == "timestamp" and isinstance(decoded, date) and not isinstance(decoded, datetime):
-        return datetime(decoded.year, decoded.month, decoded.day)
-    if typ == "varchar(100)" and semantic == "io.debezium.data.Json":
-        return value
-    return decoded
+        return conform_decimal(Decimal(str(value)), p, s)
+    return decode_for_column(semantic, scale, typ, value)
 
 
 def test_semantic_types_decode_exactly_and_like_the_reference(wh):
