@@ -81,7 +81,8 @@ def test_example_pipeline_on_postgres(wh):
 
     moves = [{"move_id": 5, "product_id": 1, "quantity": 3, "moved_at": 0, "__op": "c", "__lsn": 10, "__deleted": "false"},
              {"move_id": 5, "product_id": 1, "quantity": None, "moved_at": None, "__op": "d", "__lsn": 11, "__deleted": "true"}]
-    for m in moves:  # rewrite-mode delete: the before image (key only) plus __deleted "true"
-        feed(wh, pipeline, "stock_moves", [{"partition": 0, "key": {"move_id": 5}, "value": m}])
+    # rewrite-mode delete: the before image (key only) plus __deleted "true", in the same
+    # batch as the insert: the soft-deleted row keeps the inserted values
+    feed(wh, pipeline, "stock_moves", [{"partition": 0, "key": {"move_id": 5}, "value": m} for m in moves])
     assert wh.query("SELECT move_id, quantity, moved_at::text, _deleted FROM inventory.stock_moves") == [(5, 3, "1970-01-01 00:00:00", True)]
     assert wh.scalar("SELECT COUNT(*) FROM inventory.sync_quarantine") == 0

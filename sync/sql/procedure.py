@@ -504,6 +504,19 @@ def procedure_sql(d: PostgresDialect, pipeline: Pipeline, table: TableConfig, or
             f"SELECT {select_vals('false')}\nFROM {stage} s\nWHERE s._rn = 1 AND s._action = 'upsert';"
         )
     else:
+        if value_cols:
+            keys_sql = ", ".join(q(k) for k in keys)
+            fill = ",\n       ".join(f"{q(c)} = COALESCE(s.{q(c)}, p.{q(c)})" for c in value_cols)
+            step(
+                "-- A delete whose before image holds only the key (REPLICA IDENTITY DEFAULT, unwrap\n"
+                "-- rewrite) keeps the values of the newest earlier upsert of the batch.\n"
+                f"UPDATE {stage} s SET {fill}\n"
+                f"FROM {stage} p,\n"
+                f"     (SELECT {keys_sql}, MIN(_rn) AS rn FROM {stage}\n"
+                f"      WHERE _action = 'upsert' AND _rn > 1 GROUP BY {keys_sql}) m\n"
+                "WHERE s._rn = 1 AND s._action = 'delete'\n"
+                f"  AND {key_match('m', 's')} AND {key_match('p', 's')} AND p._rn = m.rn AND p._action = 'upsert';"
+            )
         step(
             "-- 6. Apply (soft deletes): upserts replace the row; deletes only mark it, keeping\n"
             "--    its last values (or record the key when it was never seen).\n"

@@ -253,6 +253,16 @@ BEGIN
            DATEDIFF(microsecond, MAX(_kafka_timestamp), GETDATE()) / 1000000.0
     INTO v_upserted, v_deleted, v_quarantined, v_tombstones, v_stale, v_superseded, v_truncates, v_lag
     FROM "inventory"."stock_moves__stage";
+    -- A delete whose before image holds only the key (REPLICA IDENTITY DEFAULT, unwrap
+    -- rewrite) keeps the values of the newest earlier upsert of the batch.
+    UPDATE "inventory"."stock_moves__stage" s SET "product_id" = COALESCE(s."product_id", p."product_id"),
+           "quantity" = COALESCE(s."quantity", p."quantity"),
+           "moved_at" = COALESCE(s."moved_at", p."moved_at")
+    FROM "inventory"."stock_moves__stage" p,
+         (SELECT "move_id", MIN(_rn) AS rn FROM "inventory"."stock_moves__stage"
+          WHERE _action = 'upsert' AND _rn > 1 GROUP BY "move_id") m
+    WHERE s._rn = 1 AND s._action = 'delete'
+      AND m."move_id" = s."move_id" AND p."move_id" = s."move_id" AND p._rn = m.rn AND p._action = 'upsert';
     -- 6. Apply (soft deletes): upserts replace the row; deletes only mark it, keeping
     --    its last values (or record the key when it was never seen).
     DELETE FROM "inventory"."stock_moves" t
