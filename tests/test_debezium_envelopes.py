@@ -13,7 +13,20 @@ from sync.debezium import ChangeStream, MySqlSource, PostgresSource
 from sync.runner import RunSummary, deploy, sync
 from sync.stream import ingest_records, parse_line
 from sync.warehouse import Warehouse
-from tests.conftest import make_pipeline
+from tests.conftest import EXAMPLES, make_pipeline
+
+SHAPES = EXAMPLES / "debezium_shapes" / "pipeline.toml"
+
+
+def shapes(wh: Warehouse) -> Pipeline:
+    """The example pipeline with one table per message shape, deployed."""
+    import tomllib
+
+    from sync.config import parse_pipeline
+
+    pipeline = parse_pipeline(tomllib.loads(SHAPES.read_text()))
+    deploy(wh, pipeline, "examples/debezium_shapes/pipeline.toml")
+    return pipeline
 
 COLUMNS = 'columns = [{ name = "id", type = "integer" }, { name = "name", type = "varchar(64)" }, { name = "bio", type = "varchar(256)" }]\n'
 
@@ -40,13 +53,7 @@ def row(i: int, name: str, bio: str | None = None) -> dict[str, Any]:
 
 
 def test_full_envelope_mysql_and_postgres_with_and_without_schemas(wh):
-    pipeline = make_pipeline(
-        table_toml("my", order_by="mysql-binlog")
-        + table_toml("my_schema", order_by="mysql-binlog")
-        + table_toml("pg", order_by="postgres-lsn")
-        + table_toml("pg_kafka")
-    )
-    deploy(wh, pipeline, "test")
+    pipeline = shapes(wh)
     streams = {
         "my": ChangeStream(["id"], MySqlSource(table="t")),
         "my_schema": ChangeStream(["id"], MySqlSource(table="t"), with_schema=True),
@@ -91,13 +98,7 @@ def tombstone(i: int) -> dict:
 
 
 def test_unwrap_rewrite_and_tombstone_deletes(wh):
-    pipeline = make_pipeline(
-        table_toml("rw", format="debezium-unwrap", order_by="postgres-lsn")
-        + table_toml("ts", format="debezium-unwrap")
-        + table_toml("ts_lsn", format="debezium-unwrap", order_by="postgres-lsn")
-        + table_toml("soft", format="debezium-unwrap", delete_mode="soft")
-    )
-    deploy(wh, pipeline, "test")
+    pipeline = shapes(wh)
 
     # delete.tombstone.handling.mode=rewrite(-with-tombstone): __deleted "true" carries the delete.
     feed(wh, pipeline, "rw", [unwrap(1, "a", op="r", lsn=10), unwrap(2, "b", op="r", lsn=10), unwrap(3, "c", op="c", lsn=20)])
@@ -134,10 +135,7 @@ def test_unwrap_rewrite_and_tombstone_deletes(wh):
 
 
 def test_truncate_ignore_or_delete_is_logged(wh):
-    pipeline = make_pipeline(
-        table_toml("keep", order_by="mysql-binlog") + table_toml("wipe", order_by="mysql-binlog", on_truncate="delete")
-    )
-    deploy(wh, pipeline, "test")
+    pipeline = shapes(wh)
     for name in ("keep", "wipe"):
         cs = ChangeStream(["id"], MySqlSource(table="t"))
         feed(wh, pipeline, name, [cs.insert(row(1, "a")), cs.insert(row(2, "b"))])
@@ -153,21 +151,16 @@ TOAST = "__debezium_unavailable_value"
 
 
 def test_toast_placeholder_keeps_the_known_value(wh):
-    pipeline = make_pipeline(
-        table_toml("pg", order_by="postgres-lsn")
-        + '[[tables]]\nname = "blobs"\ntopic = "blobs"\nprimary_key = ["id"]\n'
-        'columns = [{ name = "id", type = "integer" }, { name = "data", type = "varbyte(64)" }, { name = "doc", type = "super" }, { name = "tags", type = "super" }]\n'
-    )
-    deploy(wh, pipeline, "test")
+    pipeline = shapes(wh)
     cs = ChangeStream(["id"], PostgresSource(table="t"))
-    feed(wh, pipeline, "pg", [cs.insert(row(1, "a", "long bio 1")), cs.insert(row(2, "b", "long bio 2"))])
-    run = feed(wh, pipeline, "pg", [
+    feed(wh, pipeline, "toast", [cs.insert(row(1, "a", "long bio 1")), cs.insert(row(2, "b", "long bio 2"))])
+    run = feed(wh, pipeline, "toast", [
         cs.update(None, row(1, "a2", TOAST)),  # keeps the stored bio
         cs.insert(row(3, "c", "bio 3")), cs.update(None, row(3, "c2", TOAST)), cs.update(None, row(3, "c3", TOAST)),  # set earlier in the batch
         cs.update(None, row(4, "d", TOAST)),  # never known: NULL, not the placeholder
     ])
     assert run.quarantined == 0
-    assert rows(wh, "pg") == [(1, "a2", "long bio 1"), (2, "b", "long bio 2"), (3, "c3", "bio 3"), (4, "d", None)]
+    assert rows(wh, "toast") == [(1, "a2", "long bio 1"), (2, "b", "long bio 2"), (3, "c3", "bio 3"), (4, "d", None)]
 
     bs = ChangeStream(["id"], PostgresSource(table="b"))
     first = {"id": 1, "data": "AQID", "doc": {"k": 1}, "tags": ["x"]}
@@ -180,8 +173,7 @@ def test_toast_placeholder_keeps_the_known_value(wh):
 def test_schema_drift_is_counted_per_run_and_listed_by_status(wh):
     from sync.runner import status
 
-    pipeline = make_pipeline(table_toml("my") + table_toml("flat", format="debezium-unwrap"))
-    deploy(wh, pipeline, "test")
+    pipeline = shapes(wh)
     cs = ChangeStream(["id"], MySqlSource(table="t"))
     feed(wh, pipeline, "my", [
         cs.insert({"id": 1, "name": "a", "bio": "x", "Added_Col": 1}),
@@ -193,25 +185,23 @@ def test_schema_drift_is_counted_per_run_and_listed_by_status(wh):
     drift = wh.query("SELECT kind, field, events FROM cdc.sync_schema_drift WHERE table_name = 'my' ORDER BY 1, 2")
     assert drift == [("missing", "bio", 1), ("unknown", "Added_Col", 2), ("unknown", "other", 1)]
     feed(wh, pipeline, "my", [cs.insert({"id": 3, "name": "c", "bio": None, "Added_Col": 3})])
-    feed(wh, pipeline, "flat", [unwrap(1, "a", op="c", lsn=1)])  # __ metadata fields are not drift
+    feed(wh, pipeline, "ts", [unwrap(1, "a", op="c", lsn=1)])  # __ metadata fields are not drift
     by_table = {s.table: s.schema_drift for s in status(wh, pipeline)}
-    assert by_table == {"my": [("unknown", "Added_Col", 3), ("unknown", "other", 1), ("missing", "bio", 1)], "flat": []}
+    assert by_table["my"] == [("unknown", "Added_Col", 3), ("unknown", "other", 1), ("missing", "bio", 1)]
+    assert by_table["ts"] == []
 
 
-def test_status_command_lists_schema_drift(wh, tmp_path):
+def test_status_command_lists_schema_drift(wh):
     from typer.testing import CliRunner
 
     from sync.cli import app
 
-    config = tmp_path / "pipeline.toml"
-    config.write_text(
-        '[pipeline]\nschema = "cdc"\n[source]\nkind = "kafka"\nuri = "b:9092"\nauthentication = "none"\n' + table_toml("my")
-    )
+    config = str(SHAPES)
     runner = CliRunner()
-    assert runner.invoke(app, ["deploy", "-c", str(config), "--dsn", wh.dsn]).exit_code == 0
+    assert runner.invoke(app, ["deploy", "-c", config, "--dsn", wh.dsn]).exit_code == 0
     pipeline = make_pipeline(table_toml("my"))
     feed(wh, pipeline, "my", [ChangeStream(["id"], MySqlSource(table="t")).insert({"id": 1, "name": "a", "New_Field": 1})])
-    result = runner.invoke(app, ["status", "-c", str(config), "--dsn", wh.dsn])
+    result = runner.invoke(app, ["status", "-c", config, "--dsn", wh.dsn])
     assert result.exit_code == 0, result.output
     assert "my: field not in the pipeline file: New_Field (1 event(s))" in result.output
     assert "my: configured field absent from events: bio (1 event(s))" in result.output

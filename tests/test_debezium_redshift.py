@@ -26,15 +26,16 @@ def example(name: str):
     return parse_pipeline(tomllib.loads((EXAMPLES / name / "pipeline.toml").read_text()))
 
 
-def test_committed_redshift_sql_is_the_generator_output():
-    files = render_files(example(EXAMPLE), "redshift", f"examples/{EXAMPLE}/pipeline.toml")
-    folder = REPO / "sql" / "procedures" / EXAMPLE
+@pytest.mark.parametrize("name", [EXAMPLE, "debezium_shapes"])
+def test_committed_redshift_sql_is_the_generator_output(name):
+    files = render_files(example(name), "redshift", f"examples/{name}/pipeline.toml")
+    folder = REPO / "sql" / "procedures" / name
     assert sorted(p.name for p in folder.iterdir()) == sorted(files)
-    for name, text in files.items():
-        assert (folder / name).read_text() == text, f"{name}: run `redshift-sync generate --out sql/procedures/{EXAMPLE}`"
+    for file, text in files.items():
+        assert (folder / file).read_text() == text, f"{file}: run `redshift-sync generate --out sql/procedures/{name}`"
 
 
-@pytest.mark.parametrize("name", ["salesdb", EXAMPLE])
+@pytest.mark.parametrize("name", ["salesdb", EXAMPLE, "debezium_shapes"])
 def test_redshift_statements_parse(name):
     pipeline = example(name)
     for obj in pipeline_objects(pipeline, "redshift", "x"):
