@@ -244,3 +244,26 @@ def main() -> None:
 
 if __name__ == "__main__":
     main()
+
+
+@app.command("package-lambda")
+@handle_errors
+def package_lambda(
+    out: Annotated[Path, typer.Option("--out", "-o", help="Where to write the zip.")] = Path("dist/lambda.zip"),
+    config: ConfigOpt = None,
+    python_version: Annotated[str, typer.Option(help="Python of the Lambda runtime (python3.12 -> 3.12).")] = "3.12",
+    arch: Annotated[str, typer.Option(help="Lambda architecture: x86_64 | arm64.")] = "x86_64",
+    with_connector: Annotated[bool, typer.Option(help="Also bundle redshift-connector (for REDSHIFT_SYNC_DSN mode instead of the Data API).")] = False,
+) -> None:
+    """Build the Lambda zip: the sync package, its dependencies for Lambda and the pipeline file (no Spark)."""
+    from sync.packaging import PackagingError, build_lambda_zip
+
+    _, path = open_pipeline(config)
+    try:
+        pkg = build_lambda_zip(out, path, python_version, arch, with_connector, progress=console.print)
+    except PackagingError as exc:
+        raise CliError(str(exc)) from None
+    console.print(
+        f"wrote {pkg.path}: {pkg.size_bytes / 1e6:.2f} MB zipped, {pkg.files} files "
+        f"({', '.join(pkg.requirements)}); Lambda's limit is 50 MB. Handler: sync.lambda_handler.handler"
+    )
