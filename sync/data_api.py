@@ -204,7 +204,7 @@ def run_log_sql(pipeline: Pipeline, finished: Sequence[Call]) -> str:
     return (
         f"SELECT table_name, {RUN_LOG_COLUMNS}\n"
         "FROM (\n"
-        "  SELECT r.*, ROW_NUMBER() OVER (PARTITION BY r.table_name ORDER BY r.run_id DESC) AS rn\n"
+        "  SELECT r.*, ROW_NUMBER() OVER (PARTITION BY r.table_name ORDER BY r.started_at DESC, r.run_id DESC) AS rn\n"
         f"  FROM {quote_ident(pipeline.schema)}.{quote_ident(RUN_LOG)} r\n"
         "  WHERE " + "\n     OR ".join(matches) + "\n"
         ") x\n"

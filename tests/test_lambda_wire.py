@@ -24,7 +24,7 @@ def run_log_sql(matches: str) -> str:
         "SELECT table_name, events_read, upserted, deleted, quarantined, tombstones, stale, superseded, truncates, "
         "watermark_before, watermark_after, lag_seconds, status\n"
         "FROM (\n"
-        "  SELECT r.*, ROW_NUMBER() OVER (PARTITION BY r.table_name ORDER BY r.run_id DESC) AS rn\n"
+        "  SELECT r.*, ROW_NUMBER() OVER (PARTITION BY r.table_name ORDER BY r.started_at DESC, r.run_id DESC) AS rn\n"
         '  FROM "cdc"."sync_run_log" r\n'
         f"  WHERE {matches}\n"
         ") x\n"
@@ -130,3 +130,11 @@ def test_running_out_of_time_cancels_the_statement(client, monkeypatch):
     (run,) = info.value.summary["tables"]
     assert (run["status"], run["statement_id"], run["events_read"]) == ("cancelled", "s-1", 0)
     assert "status ABORTED" in run["error"]
+
+
+def test_the_run_log_query_is_redshift_sql():
+    import sqlglot
+
+    sql = run_log_sql("(r.table_name = 'customer' AND r.backend_pid = 101)\n     OR (r.table_name = 'orders' AND r.backend_pid = 102)")
+    tree = sqlglot.parse_one(sql, read="redshift")
+    assert tree.find(sqlglot.exp.Window) is not None and tree.find(sqlglot.exp.Table).name == "sync_run_log"
