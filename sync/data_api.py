@@ -140,12 +140,21 @@ def run_calls(
         now = clock()
         for call in calls:
             if call.state == "running":
-                _observe(client.describe_statement(Id=call.statement_id), call, policy, now, rng)
+                try:
+                    desc = client.describe_statement(Id=call.statement_id)
+                except Exception as exc:  # the SDK already retried transient errors: this one stays
+                    desc = {"Status": "FAILED", "Error": f"DescribeStatement failed, statement cancelled: {exc}"}
+                    _try_cancel(client, call.statement_id)
+                _observe(desc, call, policy, now, rng)
 
 
 def _submit(client: Any, target: DataApiTarget, pipeline: Pipeline, call: Call, now: float) -> None:
-    response = client.execute_statement(**target.request(call.sql, statement_name(pipeline, call.table)))
     call.attempts += 1
+    try:
+        response = client.execute_statement(**target.request(call.sql, statement_name(pipeline, call.table)))
+    except Exception as exc:  # refused (quota, permissions, validation): this table fails, the others go on
+        call.state, call.error, call.ended = "failed", f"ExecuteStatement refused: {exc}", now
+        return
     call.statement_id = response["Id"]
     call.state = "running"
     if call.first_submitted is None:
@@ -177,11 +186,11 @@ def _cancel_unfinished(client: Any, calls: list[Call], left_ms: int, now: float)
                 f"({call.history[-1] if call.history else 'no error'})"
             )
         elif call.state == "running":
+            _try_cancel(client, call.statement_id)
             try:
-                client.cancel_statement(Id=call.statement_id)
-            except Exception:  # it may have just ended: the describe below tells
-                pass
-            desc = client.describe_statement(Id=call.statement_id)
+                desc = client.describe_statement(Id=call.statement_id)
+            except Exception as exc:
+                desc = {"Status": f"unknown ({exc})"}
             if desc["Status"] == "FINISHED":
                 call.state, call.pid, call.ended = "finished", desc.get("RedshiftPid"), now
                 continue
@@ -191,6 +200,13 @@ def _cancel_unfinished(client: Any, calls: list[Call], left_ms: int, now: float)
                 "were left, under the margin kept to report; the CALL rolls back as a whole and the next run "
                 "picks its records up"
             )
+
+
+def _try_cancel(client: Any, statement_id: str | None) -> None:
+    try:
+        client.cancel_statement(Id=statement_id)
+    except Exception:  # it may have just ended; the caller reports what it knows
+        pass
 
 
 def run_log_sql(pipeline: Pipeline, finished: Sequence[Call]) -> str:

@@ -138,3 +138,24 @@ def test_the_run_log_query_is_redshift_sql():
     sql = run_log_sql("(r.table_name = 'customer' AND r.backend_pid = 101)\n     OR (r.table_name = 'orders' AND r.backend_pid = 102)")
     tree = sqlglot.parse_one(sql, read="redshift")
     assert tree.find(sqlglot.exp.Window) is not None and tree.find(sqlglot.exp.Table).name == "sync_run_log"
+
+
+def test_a_refused_statement_fails_its_table_and_the_others_go_on(client, monkeypatch):
+    _, stub = client
+    monkeypatch.setenv("REDSHIFT_SYNC_CLUSTER", "prod-cluster")
+    monkeypatch.setenv("REDSHIFT_SYNC_SECRET_ARN", SECRET)
+    where = {"ClusterIdentifier": "prod-cluster", "Database": "dev", "SecretArn": SECRET}
+    stub.add_client_error("execute_statement", "ActiveStatementsExceededException", "Active statements exceeded the allowed quota.",
+                          expected_params={**where, "Sql": CALL_CUSTOMER, "StatementName": "redshift-sync.cdc.customer"})
+    stub.add_response("execute_statement", {"Id": "s-2"}, {**where, "Sql": CALL_ORDERS, "StatementName": "redshift-sync.cdc.orders"})
+    stub.add_response("describe_statement", finished("s-2", 9), {"Id": "s-2"})
+    stub.add_response("execute_statement", {"Id": "s-3"}, {
+        **where, "Sql": run_log_sql("(r.table_name = 'orders' AND r.backend_pid = 9)"), "StatementName": "redshift-sync.cdc.run-log"})
+    stub.add_response("describe_statement", finished("s-3", 9, has_result=True), {"Id": "s-3"})
+    stub.add_response("get_statement_result", {"Records": [record("orders", 2, 2, 1.0)]}, {"Id": "s-3"})
+
+    with pytest.raises(lambda_handler.SyncFailed, match="customer failed: ExecuteStatement refused.*ActiveStatementsExceeded") as info:
+        lambda_handler.handler({}, Context(60_000))
+    runs = {t["table"]: t for t in info.value.summary["tables"]}
+    assert (runs["customer"]["status"], runs["customer"]["attempts"]) == ("failed", 1)
+    assert (runs["orders"]["status"], runs["orders"]["events_read"]) == ("ok", 2)
