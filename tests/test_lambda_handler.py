@@ -231,3 +231,35 @@ def test_metric_line_leaves_out_missing_values():
     assert "LagSeconds" not in names and "LagSeconds" not in line
     assert (line["Failed"], line["Attempts"], line["DurationSeconds"], line["error"]) == (1, 2, 1.235, "boom")
     assert line["_aws"]["Timestamp"] == 1700000000000 and line["Table"] == "t"
+
+
+def fail_first_calls(wh, table: str, times: int) -> None:
+    """Wrap a table's procedure so its first `times` calls fail with a real serialization
+    failure (SQLSTATE 40001) raised by PostgreSQL; later calls run the generated procedure."""
+    wh.execute(f"ALTER PROCEDURE cdc.incremental_sync_{table}() RENAME TO incremental_sync_{table}_generated")
+    wh.execute("CREATE SEQUENCE cdc.calls_seen")  # nextval survives the rollback of a failed call
+    wh.execute(
+        f"CREATE PROCEDURE cdc.incremental_sync_{table}() AS $$ BEGIN "
+        f"IF nextval('cdc.calls_seen') <= {times} THEN "
+        "RAISE EXCEPTION 'could not serialize access due to concurrent update' USING ERRCODE = 'serialization_failure'; "
+        f"END IF; CALL cdc.incremental_sync_{table}_generated(); END; $$ LANGUAGE plpgsql"
+    )
+
+
+def test_connector_mode_retries_a_real_serialization_failure(loaded, env, database_dsn):
+    wh, pipeline, ingested = loaded
+    fail_first_calls(wh, "orders", times=2)
+    env.delenv("REDSHIFT_SYNC_WORKGROUP")
+    env.setenv("REDSHIFT_SYNC_DSN", database_dsn)
+    (run,) = lambda_handler.handler({"tables": ["orders"]}, Context())["tables"]
+    assert (run["status"], run["attempts"], run["events_read"]) == ("ok", 3, ingested["orders"])
+    assert pending(wh, pipeline)["orders"] == 0
+
+
+def test_data_api_mode_retries_a_real_serialization_failure(loaded, api):
+    wh, pipeline, ingested = loaded
+    fail_first_calls(wh, "customer", times=1)
+    summary = lambda_handler.handler({"tables": ["customer"]}, Context())
+    (run,) = summary["tables"]
+    assert (run["status"], run["attempts"], run["events_read"]) == ("ok", 2, ingested["customer"])
+    assert "could not serialize access" in calls(api)[0]["Error"]
