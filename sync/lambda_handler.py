@@ -188,6 +188,8 @@ def metric_line(run: dict, namespace: str, timestamp_ms: int) -> dict:
 
 
 def handler(event: Any, context: Any) -> dict:
+    """Sync every table (or the event's "tables"); returns {"ok", "mode", "tables": [...]}
+    and raises SyncFailed, with the same summary attached, when a table did not sync."""
     settings = Settings.from_env(os.environ)
     pipeline, _ = load_pipeline(settings.config_path)
     tables = selected_tables(pipeline, event_tables(event))
