@@ -29,7 +29,10 @@ def deploy(wh: Warehouse, pipeline: Pipeline, origin: str, on_object: Callable[[
         if obj.kind == "setting":
             wh.execute(obj.sql)
             continue
-        existed = obj.kind in ("table", "stream", "index") and wh.relation_exists(obj.schema, obj.name)
+        if obj.kind == "schema":
+            existed = bool(wh.scalar("SELECT COUNT(*) FROM pg_namespace WHERE nspname = %s", (obj.name,)))
+        else:
+            existed = obj.kind in ("table", "stream", "index") and wh.relation_exists(obj.schema, obj.name)
         if obj.check_exists and existed:
             outcome = "unchanged"
         else:
