@@ -80,8 +80,11 @@ def call_procedure(wh: Warehouse, pipeline: Pipeline, table_name: str) -> RunSum
     try:
         wh.execute(f"CALL {quote_ident(names.schema)}.{quote_ident(names.procedure)}()")
     except WarehouseError as exc:
+        message = str(exc)
+        if "does not exist" in message:
+            message += f"\n(has `redshift-sync deploy` run for this pipeline on this database? schema {names.schema!r})"
         return RunSummary(table.name, "failed", 0, 0, 0, 0, 0, 0, 0, 0, None, None, None,
-                          time.perf_counter() - started, str(exc))
+                          time.perf_counter() - started, message)
     duration = time.perf_counter() - started
     row = wh.query(
         f"SELECT {RUN_LOG_COLUMNS} FROM {quote_ident(names.schema)}.{quote_ident(RUN_LOG)} "

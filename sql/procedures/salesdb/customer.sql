@@ -224,15 +224,15 @@ BEGIN
     FROM "cdc"."customer__stage";
     -- 6. Apply: remove the current row of every key with a winning event (the join is
     --    on the key, which is the DISTKEY, so it is collocated), then insert the upserts.
-    DELETE FROM "cdc"."customer" t
+    DELETE FROM "cdc"."customer"
     USING "cdc"."customer__stage" s
     WHERE s._rn = 1 AND s._action IN ('upsert', 'delete')
-      AND t."customer_id" = s."customer_id";
+      AND "cdc"."customer"."customer_id" = s."customer_id";
     -- Deleted keys are remembered, so neither a replay nor a backfill resurrects them.
-    DELETE FROM "cdc"."customer__deleted" t
+    DELETE FROM "cdc"."customer__deleted"
     USING "cdc"."customer__stage" s
     WHERE s._rn = 1 AND s._action IN ('upsert', 'delete')
-      AND t."customer_id" = s."customer_id";
+      AND "cdc"."customer__deleted"."customer_id" = s."customer_id";
     INSERT INTO "cdc"."customer__deleted" ("customer_id", _source_ts, _source_pos, _kafka_partition, _kafka_offset, _deleted_at)
     SELECT s."customer_id", s._source_ts, s._source_pos, s._kafka_partition, s._kafka_offset, GETDATE()
     FROM "cdc"."customer__stage" s

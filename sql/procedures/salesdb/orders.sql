@@ -224,10 +224,10 @@ BEGIN
     FROM "cdc"."orders__stage";
     -- 6. Apply (soft deletes): upserts replace the row; deletes only mark it, keeping
     --    its last values (or record the key when it was never seen).
-    DELETE FROM "cdc"."orders" t
+    DELETE FROM "cdc"."orders"
     USING "cdc"."orders__stage" s
     WHERE s._rn = 1 AND s._action = 'upsert'
-      AND t."order_id" = s."order_id";
+      AND "cdc"."orders"."order_id" = s."order_id";
     INSERT INTO "cdc"."orders" ("order_id", "customer_id", "status", "total", "placed_at", "_source_ts", "_source_pos", "_kafka_partition", "_kafka_offset", "_synced_at", "_deleted")
     SELECT s."order_id", s."customer_id", s."status", s."total", s."placed_at", s._source_ts, s._source_pos, s._kafka_partition, s._kafka_offset, GETDATE(), false
     FROM "cdc"."orders__stage" s
