@@ -52,10 +52,10 @@ def handle_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
         try:
             return fn(*args, **kwargs)
         except ConfigError as exc:
-            err_console.print(f"[red]error:[/red] {exc}", highlight=False)
+            err_console.print(f"[red]error:[/red] {exc}", highlight=False, soft_wrap=True)
             raise typer.Exit(2) from None
         except (WarehouseError, CliError, FileNotFoundError, ValueError) as exc:
-            err_console.print(f"[red]error:[/red] {exc}", highlight=False)
+            err_console.print(f"[red]error:[/red] {exc}", highlight=False, soft_wrap=True)
             raise typer.Exit(getattr(exc, "code", 1)) from None
 
     return wrapper

@@ -29,7 +29,10 @@ def deploy(wh: Warehouse, pipeline: Pipeline, origin: str, on_object: Callable[[
         if obj.kind == "setting":
             wh.execute(obj.sql)
             continue
-        existed = obj.kind in ("table", "stream", "index") and wh.relation_exists(obj.schema, obj.name)
+        if obj.kind == "schema":
+            existed = bool(wh.scalar("SELECT COUNT(*) FROM pg_namespace WHERE nspname = %s", (obj.name,)))
+        else:
+            existed = obj.kind in ("table", "stream", "index") and wh.relation_exists(obj.schema, obj.name)
         if obj.check_exists and existed:
             outcome = "unchanged"
         else:
@@ -96,7 +99,10 @@ def call_procedure(wh: Warehouse, pipeline: Pipeline, table_name: str) -> RunSum
     try:
         wh.execute(call_sql(pipeline, table.name))
     except WarehouseError as exc:
-        return unfinished_summary(table.name, "failed", time.perf_counter() - started, str(exc))
+        message = str(exc)
+        if "does not exist" in message:
+            message += f"\n(has `redshift-sync deploy` run for this pipeline on this database? schema {names.schema!r})"
+        return unfinished_summary(table.name, "failed", time.perf_counter() - started, message)
     duration = time.perf_counter() - started
     row = wh.query(
         f"SELECT {RUN_LOG_COLUMNS} FROM {quote_ident(names.schema)}.{quote_ident(RUN_LOG)} "

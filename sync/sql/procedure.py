@@ -286,14 +286,15 @@ def procedure_sql(d: PostgresDialect, pipeline: Pipeline, table: TableConfig, or
         )
 
     if not soft:
+        # Redshift's DELETE takes no alias for its target: the key match names it in full.
         step(
             "-- 6. Apply: remove the current row of every key with a winning event (the join is\n"
             "--    on the key, which is the DISTKEY, so it is collocated), then insert the upserts.\n"
-            f"DELETE FROM {target} t\nUSING {stage} s\nWHERE {winners}\n  AND {key_match('t', 's')};"
+            f"DELETE FROM {target}\nUSING {stage} s\nWHERE {winners}\n  AND {key_match(target, 's')};"
         )
         step(
             "-- Deleted keys are remembered, so neither a replay nor a backfill resurrects them.\n"
-            f"DELETE FROM {deleted} t\nUSING {stage} s\nWHERE {winners}\n  AND {key_match('t', 's')};"
+            f"DELETE FROM {deleted}\nUSING {stage} s\nWHERE {winners}\n  AND {key_match(deleted, 's')};"
         )
         step(
             f"INSERT INTO {deleted} ({', '.join(q(k) for k in keys)}, _source_ts, _source_pos, _kafka_partition, _kafka_offset, _deleted_at)\n"
@@ -308,7 +309,7 @@ def procedure_sql(d: PostgresDialect, pipeline: Pipeline, table: TableConfig, or
         step(
             "-- 6. Apply (soft deletes): upserts replace the row; deletes only mark it, keeping\n"
             "--    its last values (or record the key when it was never seen).\n"
-            f"DELETE FROM {target} t\nUSING {stage} s\nWHERE s._rn = 1 AND s._action = 'upsert'\n  AND {key_match('t', 's')};"
+            f"DELETE FROM {target}\nUSING {stage} s\nWHERE s._rn = 1 AND s._action = 'upsert'\n  AND {key_match(target, 's')};"
         )
         step(
             f"INSERT INTO {target} ({insert_cols})\n"
