@@ -333,7 +333,9 @@ def write_revision(cfg: Any, pipeline: Pipeline, origin: str, message: str) -> W
     from alembic import util
 
     parent, old = head(cfg)
-    new = state_for(pipeline, origin)
+    # The first revision's origin stays: running `revision` from another folder must not
+    # rewrite every procedure's header comment.
+    new = state_for(pipeline, old["origin"] if old else origin)
     plan = plan_revision(old, new)
     if plan.empty and old is not None and same_model(old, pipeline):
         return None

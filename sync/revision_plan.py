@@ -130,7 +130,7 @@ def _drift_ops(drifts: list[Drift], plan: RevisionPlan) -> tuple[bool, list[str]
     return procedure, streams
 
 
-def _table_ops(old: TableConfig, new: TableConfig, drifts: list[Drift], origin_changed: bool, plan: RevisionPlan) -> None:
+def _table_ops(old: TableConfig, new: TableConfig, drifts: list[Drift], plan: RevisionPlan) -> None:
     t = new.name
     old_cols = {c.target_name: c for c in old.columns}
     new_cols = {c.target_name: c for c in new.columns}
@@ -144,7 +144,7 @@ def _table_ops(old: TableConfig, new: TableConfig, drifts: list[Drift], origin_c
     dist_changed = old.distkey_column.target_name != new.distkey_column.target_name
     procedure_drift, streams = _drift_ops(drifts, plan)
     changed = old.model_dump() != new.model_dump()
-    if not (changed or procedure_drift or streams or origin_changed):
+    if not (changed or procedure_drift or streams):
         return
 
     up, down = plan.upgrade, plan.downgrade
@@ -221,9 +221,8 @@ def plan_revision(old: State | None, new: State) -> RevisionPlan:
         if table.name not in old_tables:
             plan.upgrade.append(_call("create_table", table.name))
             plan.downgrade.insert(0, _call("drop_table", table.name))
-    origin_changed = old["origin"] != new["origin"]
     for table in new_p.tables:
         if table.name in old_tables:
             mine = [d for d in drifts if d.table == table.name]
-            _table_ops(old_tables[table.name], table, mine, origin_changed, plan)
+            _table_ops(old_tables[table.name], table, mine, plan)
     return plan
