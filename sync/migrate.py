@@ -30,7 +30,7 @@ from sync.schema_state import State, drifted_objects, pipeline_of, same_model, s
 from sync.sql.dialects import PostgresDialect, get_dialect
 from sync.sql.names import table_names
 from sync.sql.objects import SqlObject, pipeline_objects
-from sync.warehouse import resolve_dsn, sqlalchemy_url
+from sync.warehouse import WarehouseError, resolve_dsn, sqlalchemy_url
 
 MIGRATIONS_DIR = Path(__file__).resolve().parent.parent / "migrations"
 DEFAULT_VERSIONS = Path("migrations") / "versions"
@@ -366,6 +366,8 @@ def deploy(cfg: Any, pipeline: Pipeline) -> DeployResult:
     """`alembic upgrade head`, after checking that the pipeline file is what the head
     revision records (else the warehouse would silently get an older pipeline)."""
     from alembic import command
+    from alembic.util import CommandError
+    from sqlalchemy.exc import SQLAlchemyError
 
     rev, state = head(cfg)
     if rev is None or state is None:
@@ -386,7 +388,14 @@ def deploy(cfg: Any, pipeline: Pipeline) -> DeployResult:
     ]
     applied: list[str] = []
     cfg.attributes["on_version_apply"] = _collect(applied)
-    command.upgrade(cfg, "head")
+    try:
+        command.upgrade(cfg, "head")
+    except (SQLAlchemyError, CommandError) as exc:
+        cause = getattr(exc, "orig", None) or exc
+        done = f"; applied before it: {', '.join(applied)}" if applied else ""
+        raise WarehouseError(
+            f"upgrade stopped, the failing revision was rolled back{done}: {str(cause).strip().splitlines()[0]}"
+        ) from exc
     return DeployResult(applied, rev, warnings)
 
 

@@ -25,7 +25,7 @@ from sync.revision_plan import RevisionRefused
 from sync.runner import sync
 from sync.sql.objects import pipeline_objects
 from sync.stream import ingest_file
-from sync.warehouse import Warehouse
+from sync.warehouse import Warehouse, WarehouseError
 from tests.conftest import EXAMPLES, REPO
 
 ORIGIN = "examples/salesdb/pipeline.toml"  # what the example revisions record
@@ -287,3 +287,44 @@ def test_alembic_command_line(database_dsn):
     assert "(head)" in alembic("current")
     alembic("downgrade", "base")
     assert "(head)" not in alembic("current")
+
+
+HAND_WRITTEN = '''"""a hand-written data fix"""
+from alembic import op
+
+revision = "0da7afe0f1c5"
+down_revision = "{parent}"
+branch_labels = None
+depends_on = None
+
+
+def upgrade():
+    op.execute('ALTER TABLE "cdc"."customer" ADD COLUMN "half" integer')
+    op.execute("{second}")
+
+
+def downgrade():
+    op.execute('ALTER TABLE "cdc"."customer" DROP COLUMN "half"')
+'''
+
+
+def test_failing_revision_is_rolled_back_and_hand_written_revisions_fit_in(project, database_dsn, wh, example_pipeline):
+    cfg = alembic_config(None, database_dsn)
+    initial = deploy(cfg, example_pipeline).head
+    script = project / "migrations" / "versions" / "0da7afe0f1c5_data_fix.py"
+    script.write_text(HAND_WRITTEN.format(parent=initial, second="SELECT 1 / 0"))
+    with pytest.raises(WarehouseError, match="rolled back.*division by zero"):
+        deploy(cfg, example_pipeline)
+    assert "half" not in columns(wh, "customer")
+    assert wh.scalar("SELECT version_num FROM alembic_version") == initial
+
+    script.write_text(HAND_WRITTEN.format(parent=initial, second="SELECT 1"))
+    # a revision without STATE: the pipeline state is the nearest ancestor's
+    pipeline = edit_pipeline(project, '{ name = "MKTSEGMENT", type = "varchar(64)" }', '{ name = "MKTSEGMENT", type = "varchar(80)" }')
+    written = write_revision(cfg, pipeline, ORIGIN, "wider segment")
+    assert written is not None and 'r.widen_column("customer", "mktsegment")' in written.plan.upgrade
+    assert "down_revision: Union[str, Sequence[str], None] = '0da7afe0f1c5'" in written.path.read_text()
+    assert len(deploy(cfg, pipeline).applied) == 2
+    assert columns(wh, "customer")["half"] is None and columns(wh, "customer")["mktsegment"] == 80
+    command.downgrade(cfg, "base")
+    assert names(catalog(wh)) == {("public", "alembic_version", "r")}
