@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import os
 import pprint
-import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -37,14 +36,6 @@ DEFAULT_VERSIONS = Path("migrations") / "versions"
 SQLALCHEMY_DIALECTS = {"redshift": "redshift", "postgresql": "postgres"}
 # Any URL of the right dialect will do for `--sql` output: nothing connects.
 OFFLINE_POSTGRES_URL = "postgresql+psycopg://localhost/redshift_sync"
-
-# text() reads `:name` as a bind parameter; generated SQL never means one.
-_BIND = re.compile(r"(?<![:\w\\]):(\w+)(?!:)")
-
-
-def escape_binds(sql: str) -> str:
-    return _BIND.sub(r"\\:\1", sql)
-
 
 # ---- operations used by revision files -----------------------------------------------
 
@@ -88,8 +79,15 @@ class Revision:
         return get_dialect(self.dialect, pipeline.schema)
 
     def _run(self, sql: str) -> None:
-        # alembic ends every statement of --sql output with ';' itself
-        self._op.execute(escape_binds(sql.rstrip().removesuffix(";")))
+        """The generator's SQL exactly as rendered. Not through op.execute(): text() would
+        read `:name` as a bind parameter and, for Redshift's format paramstyle, double
+        every '%' (modulo in the procedures) in --sql output and online alike."""
+        ctx = self._op.get_context()
+        statement = sql.strip().removesuffix(";")
+        if ctx.as_sql:
+            ctx.impl.static_output(statement + ctx.impl.command_terminator)
+        else:
+            ctx.connection.exec_driver_sql(statement, execution_options={"no_parameters": True})
 
     def _outside_transaction(self, statements: list[str]) -> None:
         """Redshift refuses ALTER COLUMN TYPE (and key changes) in a transaction block."""

@@ -16,6 +16,7 @@ from alembic import command
 from sqlglot import exp
 
 from sync.migrate import alembic_config
+from sync.sql.objects import pipeline_objects
 from tests.conftest import REPO
 
 GOLDEN = REPO / "tests" / "golden" / "alembic_upgrade_redshift.sql"
@@ -75,6 +76,17 @@ def test_offline_redshift_sql_parses_statement_by_statement():
     assert sum("CREATE OR REPLACE PROCEDURE" in s for s in statements) == 2
     assert sum("CREATE MATERIALIZED VIEW" in s for s in statements) == 2
     assert any(s.startswith("INSERT INTO alembic_version") for s in statements)
+
+
+def test_offline_script_carries_the_generator_sql_unchanged(example_pipeline):
+    """No '%' doubled, no ':name' taken for a bind parameter: every object's statement is
+    exactly what the generator renders for Redshift."""
+    statements = {
+        "\n".join(line for line in s.splitlines() if not line.startswith("-- Running")).strip()
+        for s in split_statements(GOLDEN.read_text())
+    }
+    for obj in pipeline_objects(example_pipeline, "redshift", "examples/salesdb/pipeline.toml"):
+        assert obj.sql.strip().removesuffix(";") in statements, obj.name
 
 
 def test_statement_splitter_respects_quotes_and_bodies():

@@ -216,7 +216,7 @@ BEGIN
     FROM (
       SELECT f.kafka_partition, f.kafka_offset, f.kafka_timestamp, f.refresh_time,
              f.payload, f.raw_value, f.env, f.op, f.source_pos,
-             (TIMESTAMP 'epoch' + (CAST(f.source_ts_ms AS bigint) / 1000) * INTERVAL '1 second' + (CAST(f.source_ts_ms AS bigint) %% 1000) * INTERVAL '1 millisecond') AS source_ts,
+             (TIMESTAMP 'epoch' + (CAST(f.source_ts_ms AS bigint) / 1000) * INTERVAL '1 second' + (CAST(f.source_ts_ms AS bigint) % 1000) * INTERVAL '1 millisecond') AS source_ts,
              COALESCE(CASE WHEN OCTET_LENGTH(CASE WHEN IS_VARCHAR(f.img."CUST_ID") THEN f.img."CUST_ID"::varchar(65535) WHEN f.img."CUST_ID" IS NOT NULL THEN JSON_SERIALIZE(f.img."CUST_ID") END) <= 64 THEN (CASE WHEN IS_VARCHAR(f.img."CUST_ID") THEN f.img."CUST_ID"::varchar(65535) WHEN f.img."CUST_ID" IS NOT NULL THEN JSON_SERIALIZE(f.img."CUST_ID") END)::varchar(64) END,
                CASE WHEN OCTET_LENGTH(CASE WHEN IS_VARCHAR(f.key_env."CUST_ID") THEN f.key_env."CUST_ID"::varchar(65535) WHEN f.key_env."CUST_ID" IS NOT NULL THEN JSON_SERIALIZE(f.key_env."CUST_ID") END) <= 64 THEN (CASE WHEN IS_VARCHAR(f.key_env."CUST_ID") THEN f.key_env."CUST_ID"::varchar(65535) WHEN f.key_env."CUST_ID" IS NOT NULL THEN JSON_SERIALIZE(f.key_env."CUST_ID") END)::varchar(64) END) AS "customer_id",
              f.img."NAME" AS "j__name",
@@ -481,7 +481,7 @@ BEGIN
     FROM (
       SELECT f.kafka_partition, f.kafka_offset, f.kafka_timestamp, f.refresh_time,
              f.payload, f.raw_value, f.env, f.op, f.source_pos,
-             (TIMESTAMP 'epoch' + (CAST(f.source_ts_ms AS bigint) / 1000) * INTERVAL '1 second' + (CAST(f.source_ts_ms AS bigint) %% 1000) * INTERVAL '1 millisecond') AS source_ts,
+             (TIMESTAMP 'epoch' + (CAST(f.source_ts_ms AS bigint) / 1000) * INTERVAL '1 second' + (CAST(f.source_ts_ms AS bigint) % 1000) * INTERVAL '1 millisecond') AS source_ts,
              COALESCE(CAST(f.img."ORDER_ID" AS bigint),
                CAST(f.key_env."ORDER_ID" AS bigint)) AS "order_id",
              f.img."CUST_ID" AS "j__customer_id",
