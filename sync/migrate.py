@@ -269,6 +269,7 @@ def alembic_config(versions: Path | None = None, dsn: str | None = None, config:
         cfg.set_main_option("script_location", str(MIGRATIONS_DIR))
         cfg.set_main_option("path_separator", "os")
         cfg.set_main_option("version_locations", str(DEFAULT_VERSIONS.resolve()))
+        cfg.set_main_option("file_template", "%%(year)d%%(month).2d%%(day).2d_%%(rev)s_%%(slug)s")
     if versions is not None:
         cfg.set_main_option("version_locations", str(Path(versions).resolve()))
     cfg.attributes["dsn"] = dsn

@@ -271,7 +271,7 @@ def test_revision_and_deploy_commands(project, database_dsn):
     assert again.exit_code == 0 and "nothing to do" in again.output, again.output
 
 
-def test_alembic_command_line(database_dsn):
+def test_alembic_command_line(database_dsn, tmp_path):
     """The alembic CLI from the repository root, as a DBA would run it."""
     env = {**os.environ, "PYTHONPATH": str(REPO), "PYTHONDONTWRITEBYTECODE": "1"}
     env.pop("REDSHIFT_SYNC_DSN", None)
@@ -280,10 +280,12 @@ def test_alembic_command_line(database_dsn):
         done = subprocess.run([sys.executable, "-m", "alembic", "-x", f"dsn={database_dsn}", *args],
                               cwd=REPO, env=env, capture_output=True, text=True, check=False)
         assert done.returncode == 0, done.stderr
-        return done.stdout
+        return done.stdout + done.stderr
 
     assert "(head)" in alembic("history")
-    alembic("upgrade", "head")
+    changed = tmp_path / "pipeline.toml"
+    changed.write_text((EXAMPLES / "salesdb" / "pipeline.toml").read_text().replace("varchar(256)", "varchar(300)"))
+    assert "differs from the state of revision" in alembic("-x", f"config={changed}", "upgrade", "head")
     assert "(head)" in alembic("current")
     alembic("downgrade", "base")
     assert "(head)" not in alembic("current")
