@@ -70,6 +70,22 @@ def edit_pipeline(project: Path, old: str, new: str) -> Pipeline:
     return load_pipeline(path)[0]
 
 
+@pytest.fixture
+def upgraded(project: Path, database_dsn: str, example_pipeline: Pipeline):
+    """The alembic configuration of the project, its database upgraded to the example's head."""
+    cfg = alembic_config(None, database_dsn)
+    deploy(cfg, example_pipeline)
+    return cfg
+
+
+def revise(cfg, project: Path, old: str, new: str, message: str):
+    """Edit the pipeline file and write the revision for it."""
+    pipeline = edit_pipeline(project, old, new)
+    written = write_revision(cfg, pipeline, ORIGIN, message)
+    assert written is not None
+    return pipeline, written
+
+
 def procedure_body(wh: Warehouse, name: str) -> str:
     return wh.scalar("SELECT prosrc FROM pg_proc WHERE proname = %s", (name,))
 
@@ -115,18 +131,17 @@ def ingest_rows(wh: Warehouse, pipeline: Pipeline, tmp: Path, rows: list[dict]) 
     assert run.status == "ok", run.error
 
 
-def test_added_column_keeps_rows_and_fills_from_new_events(project, database_dsn, wh, example_pipeline):
-    cfg = alembic_config(None, database_dsn)
-    deploy(cfg, example_pipeline)
+def test_added_column_keeps_rows_and_fills_from_new_events(project, upgraded, wh, example_pipeline):
+    cfg = upgraded
     ingest_file(wh, example_pipeline, "customer", EVENTS / "customer-1.jsonl")
     sync(wh, example_pipeline, ["customer"])
     before = wh.query('SELECT customer_id, name, mktsegment FROM cdc."customer" ORDER BY 1')
     assert len(before) == 5
 
-    pipeline = edit_pipeline(project, '{ name = "MKTSEGMENT", type = "varchar(64)" },',
-                             '{ name = "MKTSEGMENT", type = "varchar(64)" },\n  { name = "EMAIL", type = "varchar(128)" },')
-    written = write_revision(cfg, pipeline, ORIGIN, "customer email")
-    assert written is not None and written.path.parent == project / "migrations" / "versions"
+    pipeline, written = revise(cfg, project, '{ name = "MKTSEGMENT", type = "varchar(64)" },',
+                               '{ name = "MKTSEGMENT", type = "varchar(64)" },\n  { name = "EMAIL", type = "varchar(128)" },',
+                               "customer email")
+    assert written.path.parent == project / "migrations" / "versions"
     assert written.plan.upgrade == ['r.add_column("customer", "email")', 'r.replace_procedure("customer")']
     assert written.plan.downgrade == ['r.drop_column("customer", "email")', 'r.replace_procedure("customer")']
     with pytest.raises(ValueError, match="differs from the last revision"):
@@ -155,12 +170,10 @@ def test_added_column_keeps_rows_and_fills_from_new_events(project, database_dsn
     assert wh.scalar('SELECT name FROM cdc."customer" WHERE customer_id = %s', ("C900",)) == "Wayne"
 
 
-def test_widened_varchar_takes_longer_values(project, database_dsn, wh, example_pipeline):
-    cfg = alembic_config(None, database_dsn)
-    deploy(cfg, example_pipeline)
-    pipeline = edit_pipeline(project, '{ name = "NAME", type = "varchar(256)" }', '{ name = "NAME", type = "varchar(1024)" }')
-    written = write_revision(cfg, pipeline, ORIGIN, "longer customer names")
-    assert written is not None
+def test_widened_varchar_takes_longer_values(project, upgraded, wh):
+    cfg = upgraded
+    pipeline, written = revise(cfg, project, '{ name = "NAME", type = "varchar(256)" }',
+                               '{ name = "NAME", type = "varchar(1024)" }', "longer customer names")
     assert written.plan.upgrade == ['r.widen_column("customer", "name")', 'r.replace_procedure("customer")']
     assert written.plan.downgrade[0].startswith("# customer.name stays varchar(1024)")
 
@@ -216,12 +229,10 @@ def test_changes_redshift_cannot_make_in_place_are_refused(project, old, new, ex
     assert sorted(os.listdir(project / "migrations" / "versions")) == before
 
 
-def test_sort_and_dist_keys_are_altered_on_redshift_only(project, database_dsn, wh, example_pipeline):
-    cfg = alembic_config(None, database_dsn)
-    deploy(cfg, example_pipeline)
-    pipeline = edit_pipeline(project, 'distkey = "order_id"', 'distkey = "order_id"\nsortkey = ["PLACED_AT", "order_id"]')
-    written = write_revision(cfg, pipeline, ORIGIN, "orders sorted by time")
-    assert written is not None
+def test_sort_and_dist_keys_are_altered_on_redshift_only(project, upgraded, wh):
+    cfg = upgraded
+    pipeline, written = revise(cfg, project, 'distkey = "order_id"',
+                               'distkey = "order_id"\nsortkey = ["PLACED_AT", "order_id"]', "orders sorted by time")
     assert written.plan.upgrade == ['r.alter_sortkey("orders")', 'r.replace_procedure("orders")']
     assert written.plan.downgrade == ['r.alter_sortkey("orders")', 'r.replace_procedure("orders")']
 
@@ -231,15 +242,13 @@ def test_sort_and_dist_keys_are_altered_on_redshift_only(project, database_dsn, 
     assert 'COMMIT;\n\nALTER TABLE "cdc"."orders" ALTER SORTKEY ("placed_at", "order_id");\n\nBEGIN;' in out
 
 
-def test_new_table_comes_with_all_its_objects_and_goes_on_downgrade(project, database_dsn, wh, example_pipeline):
-    cfg = alembic_config(None, database_dsn)
-    deploy(cfg, example_pipeline)
-    pipeline = edit_pipeline(project, "[[tables]]\nname = \"orders\"", (
+def test_new_table_comes_with_all_its_objects_and_goes_on_downgrade(project, upgraded, wh):
+    cfg = upgraded
+    pipeline, written = revise(cfg, project, "[[tables]]\nname = \"orders\"", (
         '[[tables]]\nname = "supplier"\ntopic = "salesdb.salesdb.SUPPLIER"\nprimary_key = ["SUPP_ID"]\n'
         'columns = [{ name = "SUPP_ID", type = "integer", target = "supplier_id" }, { name = "NAME", type = "varchar(64)" }]\n\n'
-        '[[tables]]\nname = "orders"'))
-    written = write_revision(cfg, pipeline, ORIGIN, "supplier table")
-    assert written is not None and written.plan.upgrade == ['r.create_table("supplier")']
+        '[[tables]]\nname = "orders"'), "supplier table")
+    assert written.plan.upgrade == ['r.create_table("supplier")']
     deploy(cfg, pipeline)
     made = {n for (_, n, _) in names(catalog(wh))}
     assert {"supplier", "supplier__stream", "supplier__stage", "supplier__watermark", "supplier__deleted",
