@@ -140,6 +140,24 @@ class Revision:
         for obj in self._objects("after", None, ("function",)):
             self._run(obj.sql)
 
+    def recreate_source(self) -> None:
+        """Redshift only: the external schema again, with the streaming MVs of the tables
+        both states have (new and removed tables bring and take their own)."""
+        if self.dialect != "redshift":
+            return
+        assert self.before is not None and self.after is not None
+        common = [t.name for t in self.after.tables if t.name in {b.name for b in self.before.tables}]
+        for table in common:
+            for obj in self._objects("before", table, ("stream",)):
+                self._drop(obj)
+        for obj in self._objects("before", None, ("external_schema",)):
+            self._drop(obj)
+        for obj in self._objects("after", None, ("external_schema",)):
+            self._run(obj.sql)
+        for table in common:
+            for obj in self._objects("after", table, ("stream",)):
+                self._run(obj.sql)
+
     # -- one table's objects
     def create_table(self, table: str) -> None:
         """Stream (MV on Redshift), target, stage, watermark, deleted keys, procedure."""

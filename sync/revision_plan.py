@@ -68,15 +68,24 @@ def _pipeline_problems(old: Pipeline, new: Pipeline) -> list[str]:
             "separate pipeline file with its own versions folder for the new schema, backfill, switch readers, "
             "then downgrade the old one to base."
         )
-    if old.source != new.source:
+    if (old.source.kind, old.source.cluster_arn, old.source.uri) != (new.source.kind, new.source.cluster_arn, new.source.uri):
         problems.append(
-            "source: the external schema's definition changed; Redshift has no ALTER for it and every streaming "
-            "MV depends on it. Safe path, by hand in a maintenance window: DROP the streaming MVs and the "
-            "external schema, CREATE them again (`redshift-sync generate` prints the statements; a re-created "
-            "MV re-reads its topic from offset 0, which the watermark makes harmless), then write an empty "
-            "revision that records the new source."
+            "source: the Kafka cluster changed; the watermarks hold offsets of the old cluster's topics, so "
+            "records of the new one would be skipped. Safe path: a separate pipeline file (own schema and "
+            "versions folder) reading the new cluster, backfill from a snapshot, switch readers, then downgrade "
+            "the old pipeline to base."
         )
     return problems
+
+
+def _source_ops(old: Pipeline, new: Pipeline, plan: RevisionPlan) -> None:
+    """Credentials or the external schema's name: the same cluster, so the same offsets."""
+    if old.source == new.source:
+        return
+    note = ("# the external schema changed: Redshift has no ALTER for it, so it is re-created with the streaming "
+            "MVs, which re-read their topics from offset 0; the watermarks skip what was applied")
+    plan.upgrade += [note, _call("recreate_source")]
+    plan.downgrade += [note, _call("recreate_source")]
 
 
 def _table_problems(old: TableConfig, new: TableConfig) -> list[str]:
@@ -198,6 +207,7 @@ def plan_revision(old: State | None, new: State) -> RevisionPlan:
             + "\n".join(f"  - {p}" for p in problems)
         )
 
+    _source_ops(old_p, new_p, plan)
     drifts = drifted_objects(old)
     shared = [d for d in drifts if d.table is None]
     if any(d.kind == "function" for d in shared):

@@ -339,3 +339,21 @@ def test_failing_revision_is_rolled_back_and_hand_written_revisions_fit_in(proje
     assert columns(wh, "customer")["half"] is None and columns(wh, "customer")["mktsegment"] == 80
     command.downgrade(cfg, "base")
     assert names(catalog(wh)) == {("public", "alembic_version", "r")}
+
+
+def test_rotated_credentials_recreate_the_external_schema_on_redshift(project, upgraded, wh):
+    pipeline, written = revise(upgraded, project, 'role/redshift-streaming"', 'role/redshift-streaming-2"', "new role")
+    before = catalog(wh)
+    deploy(upgraded, pipeline)  # PostgreSQL has no external schema: nothing to do but record it
+    assert catalog(wh) == before
+    out = offline_sql(upgraded, f"{first_revision(upgraded)}:{written.revision}")
+    steps = [
+        'DROP MATERIALIZED VIEW IF EXISTS "cdc"."customer__stream";',
+        'DROP MATERIALIZED VIEW IF EXISTS "cdc"."orders__stream";',
+        'DROP SCHEMA IF EXISTS "msk_cdc";',
+        "IAM_ROLE 'arn:aws:iam::123456789012:role/redshift-streaming-2'",
+        'CREATE MATERIALIZED VIEW "cdc"."customer__stream"',
+        'CREATE MATERIALIZED VIEW "cdc"."orders__stream"',
+    ]
+    positions = [out.index(step) for step in steps]
+    assert positions == sorted(positions)

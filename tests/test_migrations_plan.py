@@ -8,7 +8,7 @@ import copy
 import pytest
 
 from sync.revision_plan import RevisionRefused, plan_revision
-from sync.schema_state import drifted_objects, state_for
+from sync.schema_state import drifted_objects, pipeline_of, state_for
 from tests.conftest import make_pipeline
 
 ORDERS = """
@@ -93,3 +93,16 @@ def test_generator_changes_become_replacements_or_warnings():
     ]
     assert any("re-reads its topic from offset 0" in line for line in plan.upgrade)
     assert len(plan.warnings) == 1 and "table cdc.orders__stage (postgres)" in plan.warnings[0]
+
+
+def test_new_credentials_recreate_the_source_but_a_new_cluster_is_refused():
+    rotated = state_for(make_pipeline(ORDERS), "pipeline.toml")
+    rotated["pipeline"]["source"]["iam_role"] = "arn:aws:iam::123456789012:role/rotated"
+    plan = plan_revision(state(), state_for(pipeline_of(rotated), "pipeline.toml"))
+    assert [line for line in plan.upgrade if not line.startswith("#")] == ['r.recreate_source()']
+    assert [line for line in plan.downgrade if not line.startswith("#")] == ['r.recreate_source()']
+
+    moved = copy.deepcopy(rotated)
+    moved["pipeline"]["source"]["cluster_arn"] = "arn:aws:kafka:us-east-1:123456789012:cluster/other/def"
+    with pytest.raises(RevisionRefused, match="the Kafka cluster changed.*Safe path"):
+        plan_revision(state(), state_for(pipeline_of(moved), "pipeline.toml"))
