@@ -106,7 +106,7 @@ def generate(
 @handle_errors
 def deploy(config: ConfigOpt = None, dsn: DsnOpt = None, versions: VersionsOpt = None) -> None:
     """Upgrade the warehouse to the last revision (`alembic upgrade head`; idempotent)."""
-    from sync.migrate import alembic_config, deploy as run_deploy
+    from sync.revisions import alembic_config, deploy as run_deploy
 
     pipeline, path = open_pipeline(config)
     result = run_deploy(alembic_config(versions, dsn, path), pipeline)
@@ -246,7 +246,7 @@ def revision(
     versions: VersionsOpt = None,
 ) -> None:
     """Write the next schema revision: the pipeline file compared with the last revision's state."""
-    from sync.migrate import alembic_config, write_revision
+    from sync.revisions import alembic_config, write_revision
 
     pipeline, path = open_pipeline(config)
     written = write_revision(alembic_config(versions, None, path), pipeline, origin_of(path), message)

@@ -20,7 +20,7 @@ from typer.testing import CliRunner
 from sync.cli import app
 from sync.config import Pipeline, load_pipeline
 from sync.debezium import ChangeStream, MySqlSource, write_jsonl
-from sync.migrate import alembic_config, deploy, write_revision
+from sync.revisions import alembic_config, deploy, write_revision
 from sync.revision_plan import RevisionRefused
 from sync.runner import sync
 from sync.sql.objects import pipeline_objects
