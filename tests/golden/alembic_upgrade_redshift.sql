@@ -4,7 +4,7 @@ CREATE TABLE alembic_version (
     version_num VARCHAR(32) NOT NULL
 );
 
--- Running upgrade  -> a477741b8e6d
+-- Running upgrade  -> 474a94aea2c7
 
 SET enable_case_sensitive_identifier TO true;
 
@@ -268,15 +268,15 @@ BEGIN
     FROM "cdc"."customer__stage";
     -- 6. Apply: remove the current row of every key with a winning event (the join is
     --    on the key, which is the DISTKEY, so it is collocated), then insert the upserts.
-    DELETE FROM "cdc"."customer" t
+    DELETE FROM "cdc"."customer"
     USING "cdc"."customer__stage" s
     WHERE s._rn = 1 AND s._action IN ('upsert', 'delete')
-      AND t."customer_id" = s."customer_id";
+      AND "cdc"."customer"."customer_id" = s."customer_id";
     -- Deleted keys are remembered, so neither a replay nor a backfill resurrects them.
-    DELETE FROM "cdc"."customer__deleted" t
+    DELETE FROM "cdc"."customer__deleted"
     USING "cdc"."customer__stage" s
     WHERE s._rn = 1 AND s._action IN ('upsert', 'delete')
-      AND t."customer_id" = s."customer_id";
+      AND "cdc"."customer__deleted"."customer_id" = s."customer_id";
     INSERT INTO "cdc"."customer__deleted" ("customer_id", _source_ts, _source_pos, _kafka_partition, _kafka_offset, _deleted_at)
     SELECT s."customer_id", s._source_ts, s._source_pos, s._kafka_partition, s._kafka_offset, GETDATE()
     FROM "cdc"."customer__stage" s
@@ -532,10 +532,10 @@ BEGIN
     FROM "cdc"."orders__stage";
     -- 6. Apply (soft deletes): upserts replace the row; deletes only mark it, keeping
     --    its last values (or record the key when it was never seen).
-    DELETE FROM "cdc"."orders" t
+    DELETE FROM "cdc"."orders"
     USING "cdc"."orders__stage" s
     WHERE s._rn = 1 AND s._action = 'upsert'
-      AND t."order_id" = s."order_id";
+      AND "cdc"."orders"."order_id" = s."order_id";
     INSERT INTO "cdc"."orders" ("order_id", "customer_id", "status", "total", "placed_at", "_source_ts", "_source_pos", "_kafka_partition", "_kafka_offset", "_synced_at", "_deleted")
     SELECT s."order_id", s."customer_id", s."status", s."total", s."placed_at", s._source_ts, s._source_pos, s._kafka_partition, s._kafka_offset, GETDATE(), false
     FROM "cdc"."orders__stage" s
@@ -584,7 +584,7 @@ BEGIN
 END;
 $$ LANGUAGE plpgsql;
 
-INSERT INTO alembic_version (version_num) VALUES ('a477741b8e6d');
+INSERT INTO alembic_version (version_num) VALUES ('474a94aea2c7');
 
 COMMIT;
 

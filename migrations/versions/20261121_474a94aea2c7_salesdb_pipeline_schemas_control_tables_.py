@@ -1,8 +1,8 @@
 """salesdb pipeline: schemas, control tables, customer and orders
 
-Revision ID: a477741b8e6d
+Revision ID: 474a94aea2c7
 Revises: 
-Create Date: 2026-11-21 21:17:48.457297
+Create Date: 2026-11-21 21:24:14.063453
 
 Upgrade:
     r.create_pipeline()
@@ -22,7 +22,7 @@ from typing import Union
 from sync.migrate import Revision
 
 # revision identifiers, used by Alembic.
-revision: str = 'a477741b8e6d'
+revision: str = '474a94aea2c7'
 down_revision: Union[str, Sequence[str], None] = None
 branch_labels: Union[str, Sequence[str], None] = None
 depends_on: Union[str, Sequence[str], None] = None
@@ -122,14 +122,14 @@ STATE = {'origin': 'examples/salesdb/pipeline.toml',
                                'table cdc.customer__stage': '09dd31eca1cda833',
                                'table cdc.customer__watermark': 'e0c738c44e76125e',
                                'table cdc.customer__deleted': 'db8dff0f9deea9cc',
-                               'procedure cdc.incremental_sync_customer': 'e7a1e528acb72260',
+                               'procedure cdc.incremental_sync_customer': '03abde8738d6e945',
                                'stream cdc.orders__stream': '5597b9f3ffb411c8',
                                'index cdc.orders__s_pos': 'e5a408c5189e9a3b',
                                'index cdc.orders__s_rt': '2d247237af65095a',
                                'table cdc.orders': '273fb427f8fde440',
                                'table cdc.orders__stage': '7e7903324d1033b5',
                                'table cdc.orders__watermark': 'c678cec43a299d02',
-                               'procedure cdc.incremental_sync_orders': '6fa59ddb0bfae0ac'},
+                               'procedure cdc.incremental_sync_orders': '64f1a9682050ff03'},
                   'redshift': {'setting cdc.session': 'c5deac044e156a3d',
                                'schema cdc.cdc': '82d7c4039e54b208',
                                'external_schema msk_cdc.msk_cdc': '565a439532bed358',
@@ -140,12 +140,12 @@ STATE = {'origin': 'examples/salesdb/pipeline.toml',
                                'table cdc.customer__stage': 'a0aae4c2e80cae01',
                                'table cdc.customer__watermark': '2403cb64bf3e2d3e',
                                'table cdc.customer__deleted': 'd60a3e2d14a136fd',
-                               'procedure cdc.incremental_sync_customer': 'b97903ad3fe89dfa',
+                               'procedure cdc.incremental_sync_customer': '9df65a47f968e8c8',
                                'stream cdc.orders__stream': '6eeec210462a92b3',
                                'table cdc.orders': '5599f3cc4a001697',
                                'table cdc.orders__stage': 'ce1ee7b499de0e9f',
                                'table cdc.orders__watermark': '601c889fa125a8e9',
-                               'procedure cdc.incremental_sync_orders': 'bba86a9265d241e1'}}}
+                               'procedure cdc.incremental_sync_orders': '6ef36d37de86dec9'}}}
 
 
 def upgrade() -> None:
