@@ -19,7 +19,7 @@ from typer.testing import CliRunner
 
 from sync.cli import app
 from sync.config import Pipeline, load_pipeline
-from sync.debezium import ChangeStream, MySqlSource, write_jsonl
+from sync.debezium import ChangeStream, MySqlSource
 from sync.revisions import alembic_config, deploy, write_revision
 from sync.revision_plan import RevisionRefused
 from sync.runner import sync
@@ -27,6 +27,7 @@ from sync.sql.objects import pipeline_objects
 from sync.stream import ingest_file
 from sync.warehouse import Warehouse, WarehouseError
 from tests.conftest import EXAMPLES, REPO
+from tests.helpers import ingest, sync_one
 
 ORIGIN = "examples/salesdb/pipeline.toml"  # what the example revisions record
 EVENTS = EXAMPLES / "salesdb" / "events"
@@ -121,14 +122,11 @@ def test_upgrade_to_head_twice_then_back_to_base_leaves_nothing(project, databas
     assert wh.scalar("SELECT COUNT(*) FROM alembic_version") == 0
 
 
-def ingest_rows(wh: Warehouse, pipeline: Pipeline, tmp: Path, rows: list[dict]) -> None:
+def ingest_rows(wh: Warehouse, pipeline: Pipeline, rows: list[dict]) -> None:
     # Binlog positions after every example event, so the rows are newer than the target's.
     stream = ChangeStream(["CUST_ID"], MySqlSource(table="CUSTOMER", file_number=9))
-    path = tmp / "new-events.jsonl"
-    write_jsonl([stream.insert(r) for r in rows], path)
-    ingest_file(wh, pipeline, "customer", path)
-    (run,) = sync(wh, pipeline, ["customer"])
-    assert run.status == "ok", run.error
+    ingest(wh, pipeline, "customer", [stream.insert(r) for r in rows])
+    sync_one(wh, pipeline, "customer")
 
 
 def test_added_column_keeps_rows_and_fills_from_new_events(project, upgraded, wh, example_pipeline):
@@ -153,7 +151,7 @@ def test_added_column_keeps_rows_and_fills_from_new_events(project, upgraded, wh
     assert wh.scalar('SELECT COUNT(*) FROM cdc."customer" WHERE email IS NOT NULL') == 0
     assert procedure_body(wh, "incremental_sync_customer") == generated_body(pipeline, "incremental_sync_customer")
 
-    ingest_rows(wh, pipeline, project, [
+    ingest_rows(wh, pipeline, [
         {"CUST_ID": "C001", "NAME": "Acme Corp", "MKTSEGMENT": "BUILDING", "EMAIL": "ops@acme.example"},
         {"CUST_ID": "C900", "NAME": "Wayne", "MKTSEGMENT": "MACHINERY", "EMAIL": "bruce@wayne.example"},
     ])
@@ -165,8 +163,7 @@ def test_added_column_keeps_rows_and_fills_from_new_events(project, upgraded, wh
     command.downgrade(cfg, "-1")
     assert "email" not in columns(wh, "customer") and "email" not in columns(wh, "customer__stage")
     assert procedure_body(wh, "incremental_sync_customer") == generated_body(example_pipeline, "incremental_sync_customer")
-    (run,) = sync(wh, example_pipeline, ["customer"])
-    assert run.status == "ok", run.error
+    sync_one(wh, example_pipeline, "customer")
     assert wh.scalar('SELECT name FROM cdc."customer" WHERE customer_id = %s', ("C900",)) == "Wayne"
 
 
@@ -179,7 +176,7 @@ def test_widened_varchar_takes_longer_values(project, upgraded, wh):
 
     deploy(cfg, pipeline)
     assert columns(wh, "customer")["name"] == 1024 and columns(wh, "customer__stage")["name"] == 1024
-    ingest_rows(wh, pipeline, project, [{"CUST_ID": "C777", "NAME": "x" * 900, "MKTSEGMENT": "BUILDING"}])
+    ingest_rows(wh, pipeline, [{"CUST_ID": "C777", "NAME": "x" * 900, "MKTSEGMENT": "BUILDING"}])
     assert wh.scalar('SELECT LENGTH(name) FROM cdc."customer" WHERE customer_id = %s', ("C777",)) == 900
 
     # On Redshift the ALTER runs outside the revision's transaction block.
