@@ -34,6 +34,10 @@ DsnOpt = Annotated[
     Optional[str],
     typer.Option("--dsn", help="postgresql://... or redshift+redshift_connector://... (default $REDSHIFT_SYNC_DSN, else the embedded PostgreSQL)."),
 ]
+VersionsOpt = Annotated[
+    Optional[Path],
+    typer.Option("--versions", help="Revisions folder (default: version_locations of ./alembic.ini, else ./migrations/versions)."),
+]
 
 
 class CliError(Exception):
@@ -100,22 +104,18 @@ def generate(
 
 @app.command()
 @handle_errors
-def deploy(config: ConfigOpt = None, dsn: DsnOpt = None) -> None:
-    """Create or upgrade every warehouse object (idempotent)."""
-    from sync.runner import deploy as run_deploy
+def deploy(config: ConfigOpt = None, dsn: DsnOpt = None, versions: VersionsOpt = None) -> None:
+    """Upgrade the warehouse to the last revision (`alembic upgrade head`; idempotent)."""
+    from sync.revisions import alembic_config, deploy as run_deploy
 
     pipeline, path = open_pipeline(config)
-    wh = open_warehouse(dsn)
-    try:
-        result = run_deploy(wh, pipeline, origin_of(path))
-    finally:
-        wh.close()
-    console.print(
-        f"deployed {len(pipeline.tables)} table(s) to {wh.dialect}: "
-        f"{len(result.created)} created, {len(result.replaced)} replaced, {len(result.unchanged)} unchanged"
-    )
-    for label in result.created:
-        console.print(f"  + {label}")
+    result = run_deploy(alembic_config(versions, dsn, path), pipeline)
+    for warning in result.warnings:
+        err_console.print(f"[yellow]warning:[/yellow] {warning}", highlight=False)
+    if not result.applied:
+        console.print(f"already at revision {result.head}: nothing to do")
+    for label in result.applied:
+        console.print(f"  applied {label}", highlight=False)
 
 
 @app.command()
@@ -236,6 +236,28 @@ def demo(
     from sync.demo import run_demo
 
     run_demo(console, dsn=dsn, config=config, skip_spark=skip_spark)
+
+
+@app.command()
+@handle_errors
+def revision(
+    message: Annotated[str, typer.Option("--message", "-m", help="What the revision does.")],
+    config: ConfigOpt = None,
+    versions: VersionsOpt = None,
+) -> None:
+    """Write the next schema revision: the pipeline file compared with the last revision's state."""
+    from sync.revisions import alembic_config, write_revision
+
+    pipeline, path = open_pipeline(config)
+    written = write_revision(alembic_config(versions, None, path), pipeline, origin_of(path), message)
+    if written is None:
+        console.print("nothing to do: the pipeline file matches the last revision")
+        return
+    console.print(f"wrote {written.path} (revision {written.revision})", highlight=False)
+    for line in written.plan.upgrade:
+        console.print(f"  {line}", highlight=False)
+    for warning in written.plan.warnings:
+        err_console.print(f"[yellow]warning:[/yellow] {warning}", highlight=False)
 
 
 def main() -> None:

@@ -25,9 +25,9 @@ def test_deploy_ingest_sync_status_flow(database_dsn):
     common = ["--config", str(PIPELINE), "--dsn", database_dsn]
     first = run("deploy", *common)
     assert first.returncode == 0, first.stderr
-    assert "created" in first.stdout
+    assert "applied" in first.stdout
     second = run("deploy", *common)
-    assert second.returncode == 0 and "0 created" in second.stdout
+    assert second.returncode == 0 and "nothing to do" in second.stdout
 
     ing = run("ingest", "--table", "customer", "--file", str(EVENTS / "customer-2.jsonl"), *common)
     assert ing.returncode == 0, ing.stderr
