@@ -31,6 +31,11 @@ def _indent(text: str, spaces: int) -> str:
     return "\n".join(pad + line if line else line for line in text.splitlines())
 
 
+def _fenced(d: PostgresDialect, level: str) -> str:
+    """A nested level evaluated once per record, not re-expanded at each reference above."""
+    return f"{level}\n{d.subquery_fence}" if d.subquery_fence else level
+
+
 def _column_alias(col: ColumnConfig) -> str:
     return col.target_name
 
@@ -129,7 +134,7 @@ def stage_insert_sql(d: PostgresDialect, pipeline: Pipeline, table: TableConfig)
         f"       {env.image} AS img,\n"
         f"       {env.source_ts_ms} AS source_ts_ms,\n"
         f"       {env.position} AS source_pos\n"
-        f"FROM (\n{_indent(level1, 2)}\n) e"
+        f"FROM (\n{_indent(_fenced(d, level1), 2)}\n) e"
     )
 
     # Level 3: each field as JSON, then converted to its column type (NULL when it does not
@@ -149,7 +154,7 @@ def stage_insert_sql(d: PostgresDialect, pipeline: Pipeline, table: TableConfig)
         "       f.payload, f.raw_value, f.env, f.op, f.source_pos,\n"
         f"       {source_ts} AS source_ts,\n"
         + ",\n".join("       " + line for line in field_lines)
-        + f"\nFROM (\n{_indent(level2, 2)}\n) f"
+        + f"\nFROM (\n{_indent(_fenced(d, level2), 2)}\n) f"
     )
 
     checks = classification_checks(d, table)
@@ -159,7 +164,7 @@ def stage_insert_sql(d: PostgresDialect, pipeline: Pipeline, table: TableConfig)
         "SELECT t.*,\n"
         f"{_indent(action, 7)} AS action,\n"
         f"{_indent(reason, 7)} AS reason\n"
-        f"FROM (\n{_indent(level3, 2)}\n) t"
+        f"FROM (\n{_indent(_fenced(d, level3), 2)}\n) t"
     )
 
     key_list = ", ".join(f"c.{q(k.target_name)}" for k in table.key_columns)
