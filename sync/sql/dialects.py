@@ -75,8 +75,10 @@ class PostgresDialect:
         return f"{expr} -> {quote_literal(key)}"
 
     def json_get_text(self, expr: str, key: str) -> str:
-        """One member as text: a JSON string's value, a number's digits, else NULL-safe text."""
-        return f"{self.helper('text')}({self.json_get(expr, key)})"
+        """One member as text: a JSON string's value, a number's digits, JSON text for
+        objects and arrays, NULL for a JSON null or a missing member (`->>` does all of it
+        in one lookup)."""
+        return f"{expr} ->> {quote_literal(key)}"
 
     def json_is_null(self, expr: str) -> str:
         """True when the member is missing or JSON null."""
