@@ -187,7 +187,7 @@ def stage_insert_sql(d: PostgresDialect, pipeline: Pipeline, table: TableConfig)
         + _indent(",\n".join(q(c) for c in stage_columns), 2)
         + "\n)\nSELECT "
         + ",\n       ".join(select_columns)
-        + f"\nFROM (\n{_indent(level4, 2)}\n) c;"
+        + f"\nFROM (\n{_indent(_fenced(d, level4), 2)}\n) c;"
     )
 
 
