@@ -160,10 +160,13 @@ def stage_insert_sql(d: PostgresDialect, pipeline: Pipeline, table: TableConfig)
     checks = classification_checks(d, table)
     action = _case(checks, "action", "'upsert'")
     reason = _case(checks, "reason", "NULL")
+    # The payload kept for quarantined records is picked here, below the ROW_NUMBER sort,
+    # so the sort does not carry every record's payload.
     level4 = (
         "SELECT t.*,\n"
         f"{_indent(action, 7)} AS action,\n"
-        f"{_indent(reason, 7)} AS reason\n"
+        f"{_indent(reason, 7)} AS reason,\n"
+        f"       CASE WHEN t.raw_value IS NULL AND\n{_indent(action, 9)} = 'quarantine' THEN t.payload END AS quarantine_payload\n"
         f"FROM (\n{_indent(_fenced(d, level3), 2)}\n) t"
     )
 
@@ -179,7 +182,7 @@ def stage_insert_sql(d: PostgresDialect, pipeline: Pipeline, table: TableConfig)
         f"         ORDER BY {order})",
         "c.source_ts", "c.source_pos",
         *[f"c.{q(col.target_name)}" for col in cols],
-        "CASE WHEN c.action = 'quarantine' AND c.raw_value IS NULL THEN c.payload END",
+        "c.quarantine_payload",
         "CASE WHEN c.action = 'quarantine' THEN c.raw_value END",
     ]
     return (
