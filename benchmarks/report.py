@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
+from collections.abc import Sequence
 from pathlib import Path
 
 from benchmarks.sizes import Sizes
@@ -41,15 +42,20 @@ TARGETS = (
 )
 
 
-def expected_figures(sizes: Sizes, with_backfill: bool) -> list[str]:
+def expected_figures(sizes: Sizes, phases: Sequence[str], with_backfill: bool) -> list[str]:
+    """Every figure the selected phases produce."""
     names = []
-    for name in INCREMENTAL:
-        names += [f"incremental.{name}.seconds", f"incremental.{name}.events_per_second"]
-    names += [f"incremental.ratio_a_{x}" for x in "bcde"]
-    for m in sizes.scaling_targets:
-        for name in ("generated_procedure", "apply_floor"):
-            names += [f"scaling.target_{m}.{name}.seconds", f"scaling.target_{m}.{name}.events_per_second"]
-    names += ["scaling.ratio_largest_smallest", "scaling.floor_ratio_largest_smallest", "empty_sync.seconds", "empty_sync.max_seconds"]
+    if "incremental" in phases:
+        for name in INCREMENTAL:
+            names += [f"incremental.{name}.seconds", f"incremental.{name}.events_per_second"]
+        names += [f"incremental.ratio_a_{x}" for x in "bcde"]
+    if "scaling" in phases:
+        for m in sizes.scaling_targets:
+            for name in ("generated_procedure", "apply_floor"):
+                names += [f"scaling.target_{m}.{name}.seconds", f"scaling.target_{m}.{name}.events_per_second"]
+        names += ["scaling.ratio_largest_smallest", "scaling.floor_ratio_largest_smallest"]
+    if "empty-sync" in phases:
+        names += ["empty_sync.seconds", "empty_sync.max_seconds"]
     if with_backfill:
         names += [
             "backfill.raw_copy_csv.seconds", "backfill.raw_copy_csv.rows_per_second", "backfill.seconds",
@@ -71,36 +77,52 @@ def _seconds(value: float) -> str:
     return f"{value * 1000:,.1f} ms" if value < 1 else f"{value:,.2f} s"
 
 
-def table(doc: dict) -> str:
-    """The run as readable text."""
-    f = doc["figures"]
-    inputs = doc["inputs"]
-    lines = [f"redshift-sync benchmarks on {doc['engine']} ({doc['machine']['cpu']}, {doc['machine']['logical_cpus']} CPUs)", ""]
-    lines.append(f"1. Incremental sync: {inputs['events']:,} events into {inputs['target_rows']:,} rows (median of {inputs['repeats']})")
+def _incremental_lines(f: dict, inputs: dict) -> list[str]:
+    lines = [f"1. Incremental sync: {inputs['events']:,} events into {inputs['target_rows']:,} rows (median of {inputs['repeats']})"]
     for name in INCREMENTAL:
         lines.append(f"   {LABELS[name]:<62} {_seconds(f[f'incremental.{name}.seconds']):>11} "
                      f"{f[f'incremental.{name}.events_per_second']:>12,.0f} events/s")
     lines.append("   ratios: " + "  ".join(f"a/{x} = {f[f'incremental.ratio_a_{x}']:.2f}" for x in "bcde"))
-    lines.append("")
-    lines.append(f"2. Scaling: {inputs['scaling_events']:,} events against targets of growing size")
+    return lines
+
+
+def _scaling_lines(f: dict, inputs: dict) -> list[str]:
+    lines = [f"2. Scaling: {inputs['scaling_events']:,} events against targets of growing size (median of {inputs['repeats']})"]
     for m in inputs["scaling_targets"]:
         lines.append(f"   target {m:>11,} rows: procedure {_seconds(f[f'scaling.target_{m}.generated_procedure.seconds']):>11}"
                      f"   apply floor {_seconds(f[f'scaling.target_{m}.apply_floor.seconds']):>11}")
     lines.append(f"   largest/smallest: procedure {f['scaling.ratio_largest_smallest']:.2f}, "
                  f"apply floor {f['scaling.floor_ratio_largest_smallest']:.2f}")
-    lines.append(f"   empty sync with {inputs['retained']:,} applied records retained: "
-                 f"{_seconds(f['empty_sync.seconds'])} (max {_seconds(f['empty_sync.max_seconds'])})")
+    return lines
+
+
+def _backfill_lines(f: dict, inputs: dict) -> list[str]:
+    return [
+        f"3. Backfill and reconcile: a {inputs['snapshot_rows']:,}-row Parquet snapshot (one run each)",
+        f"   raw COPY from CSV {_seconds(f['backfill.raw_copy_csv.seconds'])}, backfill {_seconds(f['backfill.seconds'])} "
+        f"(ratio {f['backfill.ratio_backfill_copy']:.2f}), peak driver memory {f['backfill.peak_driver_memory_mb']:,.0f} MB",
+        f"   reconcile: counts {_seconds(f['reconcile.counts.seconds'])} (ratio to backfill "
+        f"{f['reconcile.ratio_counts_backfill']:.2f}), checksum over all columns {_seconds(f['reconcile.checksum.seconds'])}",
+    ]
+
+
+def table(doc: dict) -> str:
+    """The run as readable text."""
+    f, inputs = doc["figures"], doc["inputs"]
+    lines = [f"redshift-sync benchmarks on {doc['engine']} ({doc['machine']['cpu']}, {doc['machine']['logical_cpus']} CPUs)", ""]
+    if "incremental.ratio_a_b" in f:
+        lines += [*_incremental_lines(f, inputs), ""]
+    if "scaling.ratio_largest_smallest" in f:
+        lines += _scaling_lines(f, inputs)
+    if "empty_sync.seconds" in f:
+        lines.append(f"   empty sync with {inputs['retained']:,} applied records retained: "
+                     f"{_seconds(f['empty_sync.seconds'])} (max {_seconds(f['empty_sync.max_seconds'])})")
     lines.append("")
     if "backfill" in doc["skipped"]:
         lines.append(f"3. Backfill and reconcile: {doc['skipped']['backfill']}")
     else:
-        lines.append(f"3. Backfill and reconcile: a {inputs['snapshot_rows']:,}-row Parquet snapshot")
-        lines.append(f"   raw COPY from CSV {_seconds(f['backfill.raw_copy_csv.seconds'])}, backfill {_seconds(f['backfill.seconds'])} "
-                     f"(ratio {f['backfill.ratio_backfill_copy']:.2f}), peak driver memory {f['backfill.peak_driver_memory_mb']:,.0f} MB")
-        lines.append(f"   reconcile: counts {_seconds(f['reconcile.counts.seconds'])} (ratio to backfill "
-                     f"{f['reconcile.ratio_counts_backfill']:.2f}), checksum over all columns {_seconds(f['reconcile.checksum.seconds'])}")
-    lines.append("")
-    lines.append("Targets")
+        lines += _backfill_lines(f, inputs)
+    lines += ["", "Targets"]
     for t in doc["targets"]:
         state = "not measured" if t["met"] is None else ("met" if t["met"] else "MISSED")
         value = "" if t["value"] is None else f"{t['value']:.3f}"
