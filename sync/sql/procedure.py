@@ -351,11 +351,12 @@ def procedure_sql(d: PostgresDialect, pipeline: Pipeline, table: TableConfig, or
         "WHERE w.kafka_partition = b._kafka_partition;"
     )
     step(
+        "-- Partitions seen for the first time (aggregated first: one probe per partition).\n"
         f"INSERT INTO {wm} (kafka_partition, last_offset, last_refresh_time, updated_at)\n"
-        f"SELECT _kafka_partition, MAX(_kafka_offset), MAX(_refresh_time), {now}\n"
-        f"FROM {stage} s\n"
-        f"WHERE NOT EXISTS (SELECT 1 FROM {wm} w WHERE w.kafka_partition = s._kafka_partition)\n"
-        "GROUP BY _kafka_partition;"
+        f"SELECT b._kafka_partition, b.last_offset, b.last_refresh_time, {now}\n"
+        f"FROM (SELECT _kafka_partition, MAX(_kafka_offset) AS last_offset, MAX(_refresh_time) AS last_refresh_time\n"
+        f"      FROM {stage} GROUP BY _kafka_partition) b\n"
+        f"WHERE NOT EXISTS (SELECT 1 FROM {wm} w WHERE w.kafka_partition = b._kafka_partition);"
     )
     step(f"-- The stage is empty between runs (DELETE, not TRUNCATE: TRUNCATE would commit).\nDELETE FROM {stage};")
 
