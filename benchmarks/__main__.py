@@ -19,7 +19,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from benchmarks import phases
-from benchmarks.measure import machine, server_settings, versions
+from benchmarks.measure import Clock, machine, server_settings, versions
 from benchmarks.report import expected_figures, table, target_results, write_json
 from benchmarks.sizes import FULL, QUICK
 from benchmarks.workload import relations
@@ -80,7 +80,7 @@ def run(argv: Sequence[str] | None = None) -> dict:
         try:
             _refuse_existing(wh, (pipeline.schema, "bench"))
             deploy(wh, pipeline, "examples/salesdb/pipeline.toml")
-            bench = phases.Bench(wh, pipeline, relations(pipeline, target), sizes, progress)
+            bench = phases.Bench(wh, pipeline, relations(pipeline, target), sizes, progress, Clock(wh))
             selected = args.phases or PHASES
             for name, phase in (("incremental", phases.incremental), ("scaling", phases.scaling), ("empty-sync", phases.empty_sync)):
                 if name in selected:

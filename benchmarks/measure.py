@@ -23,16 +23,37 @@ SERVER_SETTINGS = ("shared_buffers", "work_mem", "maintenance_work_mem", "max_wa
 
 @dataclass
 class Measurement:
-    """Wall-clock seconds of repeated runs of one thing; the median is the figure."""
+    """Repeated runs of one thing: wall-clock seconds (the figure) and, where the server's
+    process can be read, CPU seconds of the server backend plus this driver process (less
+    sensitive to other load on a shared machine)."""
 
     runs: list[float] = field(default_factory=list)
+    cpu_runs: list[float] = field(default_factory=list)
 
     @property
     def median(self) -> float:
         return statistics.median(self.runs)
 
+    @property
+    def cpu_median(self) -> float | None:
+        return statistics.median(self.cpu_runs) if self.cpu_runs else None
+
+    def add(self, wall: float, cpu: float | None) -> None:
+        self.runs.append(wall)
+        if cpu is not None:
+            self.cpu_runs.append(cpu)
+
     def as_dict(self) -> dict:
-        return {"runs": [round(r, 6) for r in self.runs], "median": round(self.median, 6)}
+        doc: dict = {"runs": [round(r, 6) for r in self.runs], "median": round(self.median, 6)}
+        if self.cpu_runs:
+            doc.update(cpu_runs=[round(r, 3) for r in self.cpu_runs], cpu_median=round(statistics.median(self.cpu_runs), 3))
+        return doc
+
+
+def cpu_figure(figure: str) -> str:
+    """The name of a ratio's CPU counterpart: a.b.ratio_x -> a.b.cpu_ratio_x."""
+    head, _, last = figure.rpartition(".")
+    return f"{head}.cpu_{last}"
 
 
 def timed(fn: Callable[[], object]) -> float:
@@ -41,18 +62,42 @@ def timed(fn: Callable[[], object]) -> float:
     return time.perf_counter() - started
 
 
-def timed_and_rolled_back(wh: Warehouse, fn: Callable[[], object], check: Callable[[], object] | None = None) -> tuple[float, object]:
-    """Time `fn` inside a transaction that is then rolled back, so every repeat starts
-    from the same data; `check` (untimed) reads the result before the rollback. VACUUM
-    ANALYZE afterwards clears what the aborted run left, so repeats are alike."""
-    wh.execute("BEGIN")
-    try:
-        seconds = timed(fn)
-        result = check() if check else None
-    finally:
-        wh.execute("ROLLBACK")
-    wh.execute("VACUUM ANALYZE")
-    return seconds, result
+class Clock:
+    """Times a callable: wall clock, and CPU of the server backend (read from /proc when
+    the server runs on this machine, in clock ticks) plus this process."""
+
+    def __init__(self, wh: Warehouse):
+        stat = Path(f"/proc/{wh.scalar('SELECT pg_backend_pid()')}/stat")
+        self._stat = stat if stat.exists() else None
+        self._tick = os.sysconf("SC_CLK_TCK") if self._stat else 1
+
+    def _cpu(self) -> float | None:
+        if self._stat is None:
+            return None
+        try:
+            fields = self._stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            return None
+        return (int(fields[11]) + int(fields[12])) / self._tick + time.process_time()
+
+    def time(self, fn: Callable[[], object]) -> tuple[float, float | None]:
+        cpu0, wall0 = self._cpu(), time.perf_counter()
+        fn()
+        wall, cpu1 = time.perf_counter() - wall0, self._cpu()
+        return wall, (cpu1 - cpu0 if cpu0 is not None and cpu1 is not None else None)
+
+    def rolled_back(self, wh: Warehouse, fn: Callable[[], object], check: Callable[[], object] | None = None) -> tuple[float, float | None, object]:
+        """Time `fn` inside a transaction that is then rolled back, so every repeat starts
+        from the same data; `check` (untimed) reads the result before the rollback. VACUUM
+        ANALYZE afterwards clears what the aborted run left, so repeats are alike."""
+        wh.execute("BEGIN")
+        try:
+            wall, cpu = self.time(fn)
+            result = check() if check else None
+        finally:
+            wh.execute("ROLLBACK")
+        wh.execute("VACUUM ANALYZE")
+        return wall, cpu, result
 
 
 class PeakMemory:

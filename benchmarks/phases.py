@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from benchmarks import baselines as bl
-from benchmarks.measure import Measurement, PeakMemory, timed, timed_and_rolled_back
+from benchmarks.measure import Clock, Measurement, PeakMemory, cpu_figure, timed
 from benchmarks.sizes import Sizes
 from benchmarks.workload import Relations, batch_events_sql, fill_target_sql, mark_applied_sql, reset
 from sync.config import Pipeline
@@ -29,6 +29,7 @@ class Bench:
     rel: Relations
     sizes: Sizes
     progress: Callable[[str], None]
+    clock: Clock
     figures: dict[str, float] = field(default_factory=dict)
     measurements: dict[str, dict] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
@@ -37,8 +38,18 @@ class Bench:
     def record(self, name: str, m: Measurement, items: int | None = None, unit: str = "events") -> None:
         self.measurements[name] = m.as_dict()
         self.figures[f"{name}.seconds"] = m.median
+        if m.cpu_median is not None:
+            self.figures[f"{name}.cpu_seconds"] = m.cpu_median
         if items:
             self.figures[f"{name}.{unit}_per_second"] = items / m.median
+
+    def ratio(self, figure: str, numerator: str, denominator: str) -> None:
+        """`figure` = numerator/denominator of wall medians, and `cpu_<figure>` of CPU medians."""
+        self.figures[figure] = self.figures[f"{numerator}.seconds"] / self.figures[f"{denominator}.seconds"]
+        if f"{numerator}.cpu_seconds" in self.figures and f"{denominator}.cpu_seconds" in self.figures:
+            self.figures[cpu_figure(figure)] = (
+                self.figures[f"{numerator}.cpu_seconds"] / max(self.figures[f"{denominator}.cpu_seconds"], 0.01)
+            )
 
     def call_procedure(self) -> None:
         self.wh.execute(f"CALL {self.rel.procedure}()")
@@ -80,8 +91,8 @@ def incremental(b: Bench) -> None:
     for rep in range(b.sizes.repeats):
         for name, (fn, check) in approaches.items():
             b.progress(f"incremental: {name}, run {rep + 1} of {b.sizes.repeats}")
-            seconds, result = timed_and_rolled_back(b.wh, fn, check if rep == 0 else None)
-            runs[name].runs.append(seconds)
+            wall, cpu, result = b.clock.rolled_back(b.wh, fn, check if rep == 0 else None)
+            runs[name].add(wall, cpu)
             if rep == 0 and result is not None:
                 results[name] = result
     (read, upserted, deleted), expected = results.pop("generated_procedure")
@@ -95,9 +106,8 @@ def incremental(b: Bench) -> None:
     )
     for name, m_ in runs.items():
         b.record(f"incremental.{name}", m_, n)
-    a = runs["generated_procedure"].median
     for letter, name in (("b", "seed_blog_pattern"), ("c", "per_row_upsert"), ("d", "apply_floor"), ("e", "raw_copy")):
-        b.figures[f"incremental.ratio_a_{letter}"] = a / runs[name].median
+        b.ratio(f"incremental.ratio_a_{letter}", "incremental.generated_procedure", f"incremental.{name}")
 
 
 def scaling(b: Bench) -> None:
@@ -111,15 +121,13 @@ def scaling(b: Bench) -> None:
         proc, floor = Measurement(), Measurement()
         for rep in range(b.sizes.repeats):
             b.progress(f"scaling: target {m:,}, run {rep + 1} of {b.sizes.repeats}")
-            proc.runs.append(timed_and_rolled_back(b.wh, b.call_procedure)[0])
-            floor.runs.append(timed_and_rolled_back(b.wh, lambda: bl.run_floor(b.wh, b.rel))[0])
+            proc.add(*b.clock.rolled_back(b.wh, b.call_procedure)[:2])
+            floor.add(*b.clock.rolled_back(b.wh, lambda: bl.run_floor(b.wh, b.rel))[:2])
         b.record(f"scaling.target_{m}.generated_procedure", proc, n)
         b.record(f"scaling.target_{m}.apply_floor", floor, n)
     small, large = b.sizes.scaling_targets[0], b.sizes.scaling_targets[-1]
     for name, figure in (("generated_procedure", "ratio_largest_smallest"), ("apply_floor", "floor_ratio_largest_smallest")):
-        b.figures[f"scaling.{figure}"] = (
-            b.figures[f"scaling.target_{large}.{name}.seconds"] / b.figures[f"scaling.target_{small}.{name}.seconds"]
-        )
+        b.ratio(f"scaling.{figure}", f"scaling.target_{large}.{name}", f"scaling.target_{small}.{name}")
 
 
 def empty_sync(b: Bench) -> None:
@@ -134,7 +142,7 @@ def empty_sync(b: Bench) -> None:
     b.call_procedure()  # a first call on the connection (plans, caches)
     m = Measurement()
     for _ in range(b.sizes.empty_repeats):
-        m.runs.append(timed(b.call_procedure))
+        m.add(timed(b.call_procedure), None)  # a few ms: below the resolution of CPU ticks
         if b.last_run()[0] != 0:
             raise RuntimeError("the empty sync read records: the watermark was not where the benchmark put it")
     b.record("empty_sync", m)

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from collections.abc import Sequence
 from pathlib import Path
 
+from benchmarks.measure import cpu_figure
 from benchmarks.sizes import Sizes
 
 INCREMENTAL = ("generated_procedure", "seed_blog_pattern", "per_row_upsert", "apply_floor", "raw_copy")
@@ -77,22 +78,35 @@ def _seconds(value: float) -> str:
     return f"{value * 1000:,.1f} ms" if value < 1 else f"{value:,.2f} s"
 
 
+def _cpu(f: dict, name: str) -> str:
+    value = f.get(f"{name}.cpu_seconds")
+    return f"cpu {_seconds(value):>9}" if value is not None else ""
+
+
+def _ratios(f: dict, figures: Sequence[tuple[str, str]]) -> str:
+    wall = "  ".join(f"{label} = {f[name]:.2f}" for label, name in figures)
+    cpu = "  ".join(f"{label} = {f[cpu_figure(name)]:.2f}" for label, name in figures if cpu_figure(name) in f)
+    return f"   wall ratios: {wall}" + (f"\n   cpu ratios:  {cpu}" if cpu else "")
+
+
 def _incremental_lines(f: dict, inputs: dict) -> list[str]:
     lines = [f"1. Incremental sync: {inputs['events']:,} events into {inputs['target_rows']:,} rows (median of {inputs['repeats']})"]
     for name in INCREMENTAL:
-        lines.append(f"   {LABELS[name]:<62} {_seconds(f[f'incremental.{name}.seconds']):>11} "
-                     f"{f[f'incremental.{name}.events_per_second']:>12,.0f} events/s")
-    lines.append("   ratios: " + "  ".join(f"a/{x} = {f[f'incremental.ratio_a_{x}']:.2f}" for x in "bcde"))
+        key = f"incremental.{name}"
+        lines.append(f"   {LABELS[name]:<62} {_seconds(f[f'{key}.seconds']):>11} "
+                     f"{f[f'{key}.events_per_second']:>12,.0f} events/s   {_cpu(f, key)}")
+    lines.append(_ratios(f, [(f"a/{x}", f"incremental.ratio_a_{x}") for x in "bcde"]))
     return lines
 
 
 def _scaling_lines(f: dict, inputs: dict) -> list[str]:
     lines = [f"2. Scaling: {inputs['scaling_events']:,} events against targets of growing size (median of {inputs['repeats']})"]
     for m in inputs["scaling_targets"]:
-        lines.append(f"   target {m:>11,} rows: procedure {_seconds(f[f'scaling.target_{m}.generated_procedure.seconds']):>11}"
-                     f"   apply floor {_seconds(f[f'scaling.target_{m}.apply_floor.seconds']):>11}")
-    lines.append(f"   largest/smallest: procedure {f['scaling.ratio_largest_smallest']:.2f}, "
-                 f"apply floor {f['scaling.floor_ratio_largest_smallest']:.2f}")
+        proc, floor = f"scaling.target_{m}.generated_procedure", f"scaling.target_{m}.apply_floor"
+        lines.append(f"   target {m:>11,} rows: procedure {_seconds(f[f'{proc}.seconds']):>11} {_cpu(f, proc)}"
+                     f"   apply floor {_seconds(f[f'{floor}.seconds']):>11} {_cpu(f, floor)}")
+    lines.append(_ratios(f, [("largest/smallest: procedure", "scaling.ratio_largest_smallest"),
+                             ("apply floor", "scaling.floor_ratio_largest_smallest")]))
     return lines
 
 
