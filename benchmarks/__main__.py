@@ -34,7 +34,7 @@ PHASES = ("incremental", "scaling", "empty-sync", "backfill")
 
 
 @contextlib.contextmanager
-def _server(dsn: str | None) -> Iterator[tuple[str, str]]:
+def embedded_server(dsn: str | None) -> Iterator[tuple[str, str]]:
     """(DSN, engine description): the one given, or a fresh pgserver in a temp folder."""
     if dsn:
         yield dsn, "PostgreSQL (given DSN)"
@@ -75,7 +75,7 @@ def run(argv: Sequence[str] | None = None) -> dict:
     progress = lambda msg: print(f"[{time.perf_counter() - started:7.1f}s] {msg}", file=sys.stderr, flush=True)  # noqa: E731
     pipeline, path = load_pipeline(PIPELINE)
     target = pipeline.table(phases.TABLE)
-    with _server(args.dsn) as (dsn, engine):
+    with embedded_server(args.dsn) as (dsn, engine):
         wh = connect(dsn)
         try:
             _refuse_existing(wh, (pipeline.schema, "bench"))

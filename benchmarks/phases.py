@@ -13,7 +13,7 @@ from pathlib import Path
 from benchmarks import baselines as bl
 from benchmarks.measure import Clock, Measurement, PeakMemory, cpu_figure, timed
 from benchmarks.sizes import Sizes
-from benchmarks.workload import Relations, batch_events_sql, fill_target_sql, mark_applied_sql, reset
+from benchmarks.workload import Relations, batch_events_sql, load, mark_applied_sql, reset
 from sync.config import Pipeline
 from sync.sql.names import RUN_LOG
 from sync.warehouse import Warehouse
@@ -60,19 +60,12 @@ class Bench:
             f'SELECT events_read, upserted, deleted FROM "{schema}"."{RUN_LOG}" ORDER BY run_id DESC LIMIT 1'
         )[0]
 
-    def load(self, target_rows: int, events: int) -> None:
-        """Target of `target_rows` rows and one refresh of `events` events in the stream."""
-        reset(self.wh, self.rel)
-        self.wh.execute(fill_target_sql(self.rel, target_rows))
-        self.wh.execute(batch_events_sql(self.rel, events, target_rows, file_number=3))
-        self.wh.execute("VACUUM ANALYZE")
-
 
 def incremental(b: Bench) -> None:
     """Part 1: one batch of N events against M rows, five ways, side by side."""
     n, m = b.sizes.events, b.sizes.target_rows
     b.progress(f"incremental: building a {m:,}-row target and a {n:,}-event batch")
-    b.load(m, n)
+    load(b.wh, b.rel, m, n)
     bl.prepare_seed(b.wh, b.rel)
     bl.prepare_floor(b.wh, b.rel)
     copy_data = bl.prepare_copy(b.wh, b.rel)
@@ -115,7 +108,7 @@ def scaling(b: Bench) -> None:
     n = b.sizes.scaling_events
     for m in b.sizes.scaling_targets:
         b.progress(f"scaling: building a {m:,}-row target and a {n:,}-event batch")
-        b.load(m, n)
+        load(b.wh, b.rel, m, n)
         bl.prepare_floor(b.wh, b.rel)
         b.wh.execute("VACUUM ANALYZE")
         proc, floor = Measurement(), Measurement()

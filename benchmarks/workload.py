@@ -122,6 +122,15 @@ def mark_applied_sql(rel: Relations) -> str:
     )
 
 
+def load(wh: Warehouse, rel: Relations, target_rows: int, events: int) -> None:
+    """An empty pipeline table filled with a target of `target_rows` rows and one refresh
+    of `events` events in the stream, vacuumed and analyzed."""
+    reset(wh, rel)
+    wh.execute(fill_target_sql(rel, target_rows))
+    wh.execute(batch_events_sql(rel, events, target_rows, file_number=3))
+    wh.execute("VACUUM ANALYZE")
+
+
 def reset(wh: Warehouse, rel: Relations) -> None:
     """Empty every relation of the benchmarked table (between workloads, not between repeats)."""
     wh.execute(f"TRUNCATE {rel.target}, {rel.stream}, {rel.stage}, {rel.watermark}, {rel.deleted}")
