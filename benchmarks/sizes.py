@@ -28,7 +28,7 @@ FULL = Sizes(
     scaling_targets=(100_000, 1_000_000, 5_000_000),
     retained=1_000_000,
     snapshot_rows=2_000_000,
-    repeats=3,
+    repeats=5,
     empty_repeats=9,
 )
 
