@@ -92,7 +92,7 @@ def run(argv: Sequence[str] | None = None) -> dict:
             else:
                 phases.backfill(bench)
             doc = {
-                "command": "python -m benchmarks " + shlex.join(argv if argv is not None else sys.argv[1:]),
+                "command": " ".join(["python -m benchmarks", shlex.join(argv if argv is not None else sys.argv[1:])]).strip(),
                 "started_at": started_at.isoformat(timespec="seconds"),
                 "duration_seconds": round(time.perf_counter() - started, 1),
                 "engine": f"{engine} {wh.scalar('SHOW server_version')}",

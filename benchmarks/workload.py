@@ -5,9 +5,10 @@ The table is the example pipeline's `customer` (MySQL binlog order, hard deletes
 `C` + 9 digits. Target rows carry binlog positions of file 2; batch events use later files,
 so every event of a batch is newer than what the target holds.
 
-A batch of N events: by `j % 20`, 60 % updates of existing keys (a pool of 0.3 N keys, so
-a key is updated twice on average), 25 % inserts of new keys, 15 % deletes of existing
-keys; the existing keys are spread over the whole key range. Events go to
+A batch of N events: by `j % 20`, 60 % updates of existing keys, 25 % inserts of new keys,
+15 % deletes of other existing keys. Updates draw from a pool of 0.3 N slots; with the
+`j % 20` split they land on 0.18 N distinct keys, so an updated key changes about 3.3
+times within the batch. The existing keys are spread over the whole key range. Events go to
 `PARTITIONS` Kafka partitions by key, with increasing offsets per partition.
 """
 
