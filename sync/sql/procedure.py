@@ -148,11 +148,13 @@ def stage_insert_sql(d: PostgresDialect, pipeline: Pipeline, table: TableConfig)
         raw = d.json_get("f.img", col.name)
         field_lines.append(f"{raw} AS {q(_raw_alias(col))}")
         field_lines.append(f"{d.cast_json(raw, col.sql_type)} AS {q(col.target_name)}")
-    source_ts = d.epoch_ms_to_timestamp(f"{d.cast_json('f.source_ts_ms', _BIGINT)}")
+    # source.ts_ms as a number here; it becomes a timestamp in the outer SELECT, which reads
+    # it twice: on PostgreSQL the conversion would otherwise run twice per record.
+    source_ts_ms = d.cast_json("f.source_ts_ms", _BIGINT)
     level3 = (
         "SELECT f.kafka_partition, f.kafka_offset, f.kafka_timestamp, f.refresh_time,\n"
         "       f.payload, f.raw_value, f.env, f.op, f.source_pos,\n"
-        f"       {source_ts} AS source_ts,\n"
+        f"       {source_ts_ms} AS source_ts_ms,\n"
         + ",\n".join("       " + line for line in field_lines)
         + f"\nFROM (\n{_indent(_fenced(d, level2), 2)}\n) f"
     )
@@ -180,7 +182,7 @@ def stage_insert_sql(d: PostgresDialect, pipeline: Pipeline, table: TableConfig)
         # 4. Latest event per key wins; ROW_NUMBER, never RANK: a tie must not yield two rows.
         f"ROW_NUMBER() OVER (\n         PARTITION BY CASE WHEN c.action IN ('upsert', 'delete') THEN 1 ELSE 0 END, {key_list}\n"
         f"         ORDER BY {order})",
-        "c.source_ts", "c.source_pos",
+        d.epoch_ms_to_timestamp("c.source_ts_ms"), "c.source_pos",
         *[f"c.{q(col.target_name)}" for col in cols],
         "c.quarantine_payload",
         "CASE WHEN c.action = 'quarantine' THEN c.raw_value END",
