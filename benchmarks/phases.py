@@ -15,6 +15,7 @@ from benchmarks.measure import Clock, Measurement, PeakMemory, cpu_figure, timed
 from benchmarks.sizes import Sizes
 from benchmarks.workload import Relations, batch_events_sql, load, mark_applied_sql, reset
 from sync.config import Pipeline
+from sync.sql.dialects import quote_ident
 from sync.sql.names import RUN_LOG
 from sync.warehouse import Warehouse
 
@@ -47,6 +48,7 @@ class Bench:
         """`figure` = numerator/denominator of wall medians, and `cpu_<figure>` of CPU medians."""
         self.figures[figure] = self.figures[f"{numerator}.seconds"] / self.figures[f"{denominator}.seconds"]
         if f"{numerator}.cpu_seconds" in self.figures and f"{denominator}.cpu_seconds" in self.figures:
+            # CPU is read in clock ticks (10 ms): a denominator below one tick counts as one.
             self.figures[cpu_figure(figure)] = (
                 self.figures[f"{numerator}.cpu_seconds"] / max(self.figures[f"{denominator}.cpu_seconds"], 0.01)
             )
@@ -55,9 +57,11 @@ class Bench:
         self.wh.execute(f"CALL {self.rel.procedure}()")
 
     def last_run(self) -> tuple[int, int, int]:
-        schema = self.pipeline.schema
+        """(events read, upserted, deleted) of the latest run-log row of the table."""
         return self.wh.query(
-            f'SELECT events_read, upserted, deleted FROM "{schema}"."{RUN_LOG}" ORDER BY run_id DESC LIMIT 1'
+            f"SELECT events_read, upserted, deleted FROM {quote_ident(self.pipeline.schema)}.{quote_ident(RUN_LOG)}\n"
+            "WHERE table_name = %s ORDER BY run_id DESC LIMIT 1",
+            (TABLE,),
         )[0]
 
 
