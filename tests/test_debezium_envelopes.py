@@ -197,9 +197,8 @@ def test_status_command_lists_schema_drift(wh):
     from sync.cli import app
 
     config = str(SHAPES)
+    pipeline = shapes(wh)
     runner = CliRunner()
-    assert runner.invoke(app, ["deploy", "-c", config, "--dsn", wh.dsn]).exit_code == 0
-    pipeline = make_pipeline(table_toml("my"))
     feed(wh, pipeline, "my", [ChangeStream(["id"], MySqlSource(table="t")).insert({"id": 1, "name": "a", "New_Field": 1})])
     result = runner.invoke(app, ["status", "-c", config, "--dsn", wh.dsn])
     assert result.exit_code == 0, result.output

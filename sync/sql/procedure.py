@@ -32,6 +32,11 @@ def _indent(text: str, spaces: int) -> str:
     return "\n".join(pad + line if line else line for line in text.splitlines())
 
 
+def _fenced(d: PostgresDialect, level: str) -> str:
+    """A nested level evaluated once per record, not re-expanded at each reference above."""
+    return f"{level}\n{d.subquery_fence}" if d.subquery_fence else level
+
+
 def _column_alias(col: ColumnConfig) -> str:
     return col.target_name
 
@@ -94,12 +99,12 @@ def classification_checks(d: PostgresDialect, table: TableConfig) -> list[Check]
     for col in table.value_columns:
         raw = f"t.{q(_raw_alias(col))}"
         keeps_stored = f" AND NOT {unavailable_sql(d, raw)}" if toastable(col) else ""
-        encoding = f"{col.semantic} " if col.semantic else ""
+        encoding = f"from {col.semantic} " if col.semantic else ""
         checks.append(
             Check(
                 f"t.op <> 'd' AND NOT {d.json_is_null(raw)} AND t.{q(col.target_name)} IS NULL{keeps_stored}",
                 "quarantine",
-                quote_literal(f"field {col.name} does not convert from {encoding}to {col.sql_type}"),
+                quote_literal(f"field {col.name} does not convert {encoding}to {col.sql_type}"),
             )
         )
     checks.append(Check("t.op = 'd'", "delete", "NULL"))
@@ -178,7 +183,7 @@ def batch_sql(d: PostgresDialect, pipeline: Pipeline, table: TableConfig, positi
         f"       {env.image} AS img"
         + (f",\n       {env.source_ts_ms} AS source_ts_ms,\n       {env.position} AS source_pos" if positions else "")
         + "\n"
-        f"FROM (\n{_indent(level1, 2)}\n) e"
+        f"FROM (\n{_indent(_fenced(d, level1), 2)}\n) e"
     )
     return level2
 
@@ -230,31 +235,36 @@ def stage_insert_sql(d: PostgresDialect, pipeline: Pipeline, table: TableConfig)
         field_lines.append(f"{value} AS {q(col.target_name)}")
     marks = "NULL" if not unavailable else "NULLIF('|' || " + " || ".join(unavailable) + ", '|')"
     field_lines.append(f"{marks} AS unavailable")
-    source_ts = d.epoch_ms_to_timestamp(f"{d.cast_json('f.source_ts_ms', _BIGINT)}")
+    # source.ts_ms as a number here; it becomes a timestamp in the outer SELECT, which reads
+    # it twice: on PostgreSQL the conversion would otherwise run twice per record.
+    source_ts_ms = d.cast_json("f.source_ts_ms", _BIGINT)
     level2_decoded = level2
     for depth in range(max((len(r.levels) for r in decoded), default=0)):
         exprs = [f"{expr} AS {q(alias)}" for r in decoded if depth < len(r.levels) for alias, expr in r.levels[depth].items()]
         level2_decoded = (
             f"SELECT f.*,\n"
             + ",\n".join("       " + e for e in exprs)
-            + f"\nFROM (\n{_indent(level2_decoded, 2)}\n) f{d.subquery_fence}"
+            + f"\nFROM (\n{_indent(_fenced(d, level2_decoded), 2)}\n) f"
         )
     level3 = (
         "SELECT f.kafka_partition, f.kafka_offset, f.kafka_timestamp, f.refresh_time,\n"
         "       f.payload, f.raw_value, f.env, f.op, f.source_pos,\n"
-        f"       {source_ts} AS source_ts,\n"
+        f"       {source_ts_ms} AS source_ts_ms,\n"
         + ",\n".join("       " + line for line in field_lines)
-        + f"\nFROM (\n{_indent(level2_decoded, 2)}\n) f{d.subquery_fence}"
+        + f"\nFROM (\n{_indent(_fenced(d, level2_decoded), 2)}\n) f"
     )
 
     checks = classification_checks(d, table)
     action = _case(checks, "action", "'upsert'")
     reason = _case(checks, "reason", "NULL")
+    # The payload kept for quarantined records is picked here, below the ROW_NUMBER sort,
+    # so the sort does not carry every record's payload.
     level4 = (
         "SELECT t.*,\n"
         f"{_indent(action, 7)} AS action,\n"
-        f"{_indent(reason, 7)} AS reason\n"
-        f"FROM (\n{_indent(level3, 2)}\n) t"
+        f"{_indent(reason, 7)} AS reason,\n"
+        f"       CASE WHEN t.raw_value IS NULL AND\n{_indent(action, 9)} = 'quarantine' THEN t.payload END AS quarantine_payload\n"
+        f"FROM (\n{_indent(_fenced(d, level3), 2)}\n) t"
     )
 
     key_list = ", ".join(f"c.{q(k.target_name)}" for k in table.key_columns)
@@ -269,12 +279,12 @@ def stage_insert_sql(d: PostgresDialect, pipeline: Pipeline, table: TableConfig)
         # still supersedes what precedes it and loses to what follows.
         level4 = (
             "SELECT c.kafka_partition, c.kafka_offset, c.kafka_timestamp, c.refresh_time, c.payload, c.raw_value,\n"
-            "       c.op, c.action, c.reason, c.source_ts, c.source_pos, c.unavailable,\n"
+            "       c.op, c.action, c.reason, c.source_ts_ms, c.source_pos, c.unavailable, c.quarantine_payload,\n"
             + "".join(f"       c.{q(col.target_name)},\n" for col in cols)
             + "       COALESCE(c.source_pos, MAX(CASE WHEN c.action IN ('upsert', 'delete') THEN c.source_pos END) OVER (\n"
             f"         PARTITION BY {key_list}\n"
             "         ORDER BY c.kafka_partition, c.kafka_offset ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW)) AS rank_pos\n"
-            f"FROM (\n{_indent(level4, 2)}\n) c"
+            f"FROM (\n{_indent(_fenced(d, level4), 2)}\n) c"
         )
     select_columns = [
         "c.kafka_partition", "c.kafka_offset", "c.kafka_timestamp", "c.refresh_time",
@@ -282,10 +292,10 @@ def stage_insert_sql(d: PostgresDialect, pipeline: Pipeline, table: TableConfig)
         # 4. Latest event per key wins; ROW_NUMBER, never RANK: a tie must not yield two rows.
         f"ROW_NUMBER() OVER (\n         PARTITION BY CASE WHEN c.action IN ('upsert', 'delete') THEN 1 ELSE 0 END, {key_list}\n"
         f"         ORDER BY {order})",
-        "c.source_ts", "c.source_pos", rank_pos,
+        d.epoch_ms_to_timestamp("c.source_ts_ms"), "c.source_pos", rank_pos,
         *[f"c.{q(col.target_name)}" for col in cols],
         "c.unavailable",
-        "CASE WHEN c.action = 'quarantine' AND c.raw_value IS NULL THEN c.payload END",
+        "c.quarantine_payload",
         "CASE WHEN c.action = 'quarantine' THEN c.raw_value END",
     ]
     return (
@@ -293,7 +303,7 @@ def stage_insert_sql(d: PostgresDialect, pipeline: Pipeline, table: TableConfig)
         + _indent(",\n".join(q(c) for c in stage_columns), 2)
         + "\n)\nSELECT "
         + ",\n       ".join(select_columns)
-        + f"\nFROM (\n{_indent(level4, 2)}\n) c;"
+        + f"\nFROM (\n{_indent(_fenced(d, level4), 2)}\n) c;"
     )
 
 
@@ -485,14 +495,15 @@ def procedure_sql(d: PostgresDialect, pipeline: Pipeline, table: TableConfig, or
         )
 
     if not soft:
+        # Redshift's DELETE takes no alias for its target: the key match names it in full.
         step(
             "-- 6. Apply: remove the current row of every key with a winning event (the join is\n"
             "--    on the key, which is the DISTKEY, so it is collocated), then insert the upserts.\n"
-            f"DELETE FROM {target} t\nUSING {stage} s\nWHERE {winners}\n  AND {key_match('t', 's')};"
+            f"DELETE FROM {target}\nUSING {stage} s\nWHERE {winners}\n  AND {key_match(target, 's')};"
         )
         step(
             "-- Deleted keys are remembered, so neither a replay nor a backfill resurrects them.\n"
-            f"DELETE FROM {deleted} t\nUSING {stage} s\nWHERE {winners}\n  AND {key_match('t', 's')};"
+            f"DELETE FROM {deleted}\nUSING {stage} s\nWHERE {winners}\n  AND {key_match(deleted, 's')};"
         )
         step(
             f"INSERT INTO {deleted} ({', '.join(q(k) for k in keys)}, _source_ts, _source_pos, _kafka_partition, _kafka_offset, _deleted_at)\n"
@@ -520,7 +531,7 @@ def procedure_sql(d: PostgresDialect, pipeline: Pipeline, table: TableConfig, or
         step(
             "-- 6. Apply (soft deletes): upserts replace the row; deletes only mark it, keeping\n"
             "--    its last values (or record the key when it was never seen).\n"
-            f"DELETE FROM {target} t\nUSING {stage} s\nWHERE s._rn = 1 AND s._action = 'upsert'\n  AND {key_match('t', 's')};"
+            f"DELETE FROM {target}\nUSING {stage} s\nWHERE s._rn = 1 AND s._action = 'upsert'\n  AND {key_match(target, 's')};"
         )
         step(
             f"INSERT INTO {target} ({insert_cols})\n"
@@ -556,11 +567,12 @@ def procedure_sql(d: PostgresDialect, pipeline: Pipeline, table: TableConfig, or
         "WHERE w.kafka_partition = b._kafka_partition;"
     )
     step(
+        "-- Partitions seen for the first time (aggregated first: one probe per partition).\n"
         f"INSERT INTO {wm} (kafka_partition, last_offset, last_refresh_time, updated_at)\n"
-        f"SELECT _kafka_partition, MAX(_kafka_offset), MAX(_refresh_time), {now}\n"
-        f"FROM {stage} s\n"
-        f"WHERE NOT EXISTS (SELECT 1 FROM {wm} w WHERE w.kafka_partition = s._kafka_partition)\n"
-        "GROUP BY _kafka_partition;"
+        f"SELECT b._kafka_partition, b.last_offset, b.last_refresh_time, {now}\n"
+        f"FROM (SELECT _kafka_partition, MAX(_kafka_offset) AS last_offset, MAX(_refresh_time) AS last_refresh_time\n"
+        f"      FROM {stage} GROUP BY _kafka_partition) b\n"
+        f"WHERE NOT EXISTS (SELECT 1 FROM {wm} w WHERE w.kafka_partition = b._kafka_partition);"
     )
     step(f"-- The stage is empty between runs (DELETE, not TRUNCATE: TRUNCATE would commit).\nDELETE FROM {stage};")
 

@@ -141,7 +141,7 @@ BEGIN
          ROW_NUMBER() OVER (
            PARTITION BY CASE WHEN c.action IN ('upsert', 'delete') THEN 1 ELSE 0 END, c."id"
            ORDER BY c.kafka_partition DESC, c.kafka_offset DESC),
-         c.source_ts,
+         (TIMESTAMP 'epoch' + (c.source_ts_ms / 1000) * INTERVAL '1 second' + (c.source_ts_ms % 1000) * INTERVAL '1 millisecond'),
          c.source_pos,
          NULL,
          c."id",
@@ -149,7 +149,7 @@ BEGIN
          c."doc",
          c."tags",
          c.unavailable,
-         CASE WHEN c.action = 'quarantine' AND c.raw_value IS NULL THEN c.payload END,
+         c.quarantine_payload,
          CASE WHEN c.action = 'quarantine' THEN c.raw_value END
   FROM (
     SELECT t.*,
@@ -175,16 +175,31 @@ BEGIN
              WHEN t.op = 't' THEN NULL
              WHEN t.op NOT IN ('c', 'r', 'u', 'd') THEN 'unknown op "' || SUBSTRING(t.op, 1, 64) || '"'
              WHEN t."id" IS NULL THEN 'primary key field id is missing or not a integer'
-             WHEN t.op <> 'd' AND NOT (t."j__data" IS NULL) AND t."data" IS NULL AND NOT COALESCE(CASE WHEN IS_VARCHAR(t."j__data") THEN t."j__data"::varchar(65535) WHEN t."j__data" IS NOT NULL THEN JSON_SERIALIZE(t."j__data") END IN ('__debezium_unavailable_value', 'X19kZWJleml1bV91bmF2YWlsYWJsZV92YWx1ZQ==', '["__debezium_unavailable_value"]'), false) THEN 'field data does not convert from to varbyte(64)'
-             WHEN t.op <> 'd' AND NOT (t."j__doc" IS NULL) AND t."doc" IS NULL AND NOT COALESCE(CASE WHEN IS_VARCHAR(t."j__doc") THEN t."j__doc"::varchar(65535) WHEN t."j__doc" IS NOT NULL THEN JSON_SERIALIZE(t."j__doc") END IN ('__debezium_unavailable_value', 'X19kZWJleml1bV91bmF2YWlsYWJsZV92YWx1ZQ==', '["__debezium_unavailable_value"]'), false) THEN 'field doc does not convert from to super'
-             WHEN t.op <> 'd' AND NOT (t."j__tags" IS NULL) AND t."tags" IS NULL AND NOT COALESCE(CASE WHEN IS_VARCHAR(t."j__tags") THEN t."j__tags"::varchar(65535) WHEN t."j__tags" IS NOT NULL THEN JSON_SERIALIZE(t."j__tags") END IN ('__debezium_unavailable_value', 'X19kZWJleml1bV91bmF2YWlsYWJsZV92YWx1ZQ==', '["__debezium_unavailable_value"]'), false) THEN 'field tags does not convert from to super'
+             WHEN t.op <> 'd' AND NOT (t."j__data" IS NULL) AND t."data" IS NULL AND NOT COALESCE(CASE WHEN IS_VARCHAR(t."j__data") THEN t."j__data"::varchar(65535) WHEN t."j__data" IS NOT NULL THEN JSON_SERIALIZE(t."j__data") END IN ('__debezium_unavailable_value', 'X19kZWJleml1bV91bmF2YWlsYWJsZV92YWx1ZQ==', '["__debezium_unavailable_value"]'), false) THEN 'field data does not convert to varbyte(64)'
+             WHEN t.op <> 'd' AND NOT (t."j__doc" IS NULL) AND t."doc" IS NULL AND NOT COALESCE(CASE WHEN IS_VARCHAR(t."j__doc") THEN t."j__doc"::varchar(65535) WHEN t."j__doc" IS NOT NULL THEN JSON_SERIALIZE(t."j__doc") END IN ('__debezium_unavailable_value', 'X19kZWJleml1bV91bmF2YWlsYWJsZV92YWx1ZQ==', '["__debezium_unavailable_value"]'), false) THEN 'field doc does not convert to super'
+             WHEN t.op <> 'd' AND NOT (t."j__tags" IS NULL) AND t."tags" IS NULL AND NOT COALESCE(CASE WHEN IS_VARCHAR(t."j__tags") THEN t."j__tags"::varchar(65535) WHEN t."j__tags" IS NOT NULL THEN JSON_SERIALIZE(t."j__tags") END IN ('__debezium_unavailable_value', 'X19kZWJleml1bV91bmF2YWlsYWJsZV92YWx1ZQ==', '["__debezium_unavailable_value"]'), false) THEN 'field tags does not convert to super'
              WHEN t.op = 'd' THEN NULL
              ELSE NULL
-           END AS reason
+           END AS reason,
+           CASE WHEN t.raw_value IS NULL AND
+             CASE
+               WHEN t.raw_value IS NOT NULL THEN 'quarantine'
+               WHEN (t.env IS NULL) THEN 'tombstone'
+               WHEN NOT IS_OBJECT(t.env) THEN 'quarantine'
+               WHEN t.op IS NULL THEN 'quarantine'
+               WHEN t.op = 't' THEN 'truncate'
+               WHEN t.op NOT IN ('c', 'r', 'u', 'd') THEN 'quarantine'
+               WHEN t."id" IS NULL THEN 'quarantine'
+               WHEN t.op <> 'd' AND NOT (t."j__data" IS NULL) AND t."data" IS NULL AND NOT COALESCE(CASE WHEN IS_VARCHAR(t."j__data") THEN t."j__data"::varchar(65535) WHEN t."j__data" IS NOT NULL THEN JSON_SERIALIZE(t."j__data") END IN ('__debezium_unavailable_value', 'X19kZWJleml1bV91bmF2YWlsYWJsZV92YWx1ZQ==', '["__debezium_unavailable_value"]'), false) THEN 'quarantine'
+               WHEN t.op <> 'd' AND NOT (t."j__doc" IS NULL) AND t."doc" IS NULL AND NOT COALESCE(CASE WHEN IS_VARCHAR(t."j__doc") THEN t."j__doc"::varchar(65535) WHEN t."j__doc" IS NOT NULL THEN JSON_SERIALIZE(t."j__doc") END IN ('__debezium_unavailable_value', 'X19kZWJleml1bV91bmF2YWlsYWJsZV92YWx1ZQ==', '["__debezium_unavailable_value"]'), false) THEN 'quarantine'
+               WHEN t.op <> 'd' AND NOT (t."j__tags" IS NULL) AND t."tags" IS NULL AND NOT COALESCE(CASE WHEN IS_VARCHAR(t."j__tags") THEN t."j__tags"::varchar(65535) WHEN t."j__tags" IS NOT NULL THEN JSON_SERIALIZE(t."j__tags") END IN ('__debezium_unavailable_value', 'X19kZWJleml1bV91bmF2YWlsYWJsZV92YWx1ZQ==', '["__debezium_unavailable_value"]'), false) THEN 'quarantine'
+               WHEN t.op = 'd' THEN 'delete'
+               ELSE 'upsert'
+             END = 'quarantine' THEN t.payload END AS quarantine_payload
     FROM (
       SELECT f.kafka_partition, f.kafka_offset, f.kafka_timestamp, f.refresh_time,
              f.payload, f.raw_value, f.env, f.op, f.source_pos,
-             (TIMESTAMP 'epoch' + (CAST(f.source_ts_ms AS bigint) / 1000) * INTERVAL '1 second' + (CAST(f.source_ts_ms AS bigint) % 1000) * INTERVAL '1 millisecond') AS source_ts,
+             CAST(f.source_ts_ms AS bigint) AS source_ts_ms,
              COALESCE(CAST(f.img."id" AS integer),
                CAST(f.key_env."id" AS integer)) AS "id",
              f.img."data" AS "j__data",
@@ -259,15 +274,15 @@ BEGIN
     FROM "cdc"."blobs__stage";
     -- 6. Apply: remove the current row of every key with a winning event (the join is
     --    on the key, which is the DISTKEY, so it is collocated), then insert the upserts.
-    DELETE FROM "cdc"."blobs" t
+    DELETE FROM "cdc"."blobs"
     USING "cdc"."blobs__stage" s
     WHERE s._rn = 1 AND s._action IN ('upsert', 'delete')
-      AND t."id" = s."id";
+      AND "cdc"."blobs"."id" = s."id";
     -- Deleted keys are remembered, so neither a replay nor a backfill resurrects them.
-    DELETE FROM "cdc"."blobs__deleted" t
+    DELETE FROM "cdc"."blobs__deleted"
     USING "cdc"."blobs__stage" s
     WHERE s._rn = 1 AND s._action IN ('upsert', 'delete')
-      AND t."id" = s."id";
+      AND "cdc"."blobs__deleted"."id" = s."id";
     INSERT INTO "cdc"."blobs__deleted" ("id", _source_ts, _source_pos, _kafka_partition, _kafka_offset, _deleted_at)
     SELECT s."id", s._source_ts, s._source_pos, s._kafka_partition, s._kafka_offset, GETDATE()
     FROM "cdc"."blobs__stage" s
@@ -321,11 +336,12 @@ BEGIN
     FROM (SELECT _kafka_partition, MAX(_kafka_offset) AS last_offset, MAX(_refresh_time) AS last_refresh_time
           FROM "cdc"."blobs__stage" GROUP BY _kafka_partition) b
     WHERE w.kafka_partition = b._kafka_partition;
+    -- Partitions seen for the first time (aggregated first: one probe per partition).
     INSERT INTO "cdc"."blobs__watermark" (kafka_partition, last_offset, last_refresh_time, updated_at)
-    SELECT _kafka_partition, MAX(_kafka_offset), MAX(_refresh_time), GETDATE()
-    FROM "cdc"."blobs__stage" s
-    WHERE NOT EXISTS (SELECT 1 FROM "cdc"."blobs__watermark" w WHERE w.kafka_partition = s._kafka_partition)
-    GROUP BY _kafka_partition;
+    SELECT b._kafka_partition, b.last_offset, b.last_refresh_time, GETDATE()
+    FROM (SELECT _kafka_partition, MAX(_kafka_offset) AS last_offset, MAX(_refresh_time) AS last_refresh_time
+          FROM "cdc"."blobs__stage" GROUP BY _kafka_partition) b
+    WHERE NOT EXISTS (SELECT 1 FROM "cdc"."blobs__watermark" w WHERE w.kafka_partition = b._kafka_partition);
     -- The stage is empty between runs (DELETE, not TRUNCATE: TRUNCATE would commit).
     DELETE FROM "cdc"."blobs__stage";
   END IF;

@@ -138,18 +138,18 @@ BEGIN
          ROW_NUMBER() OVER (
            PARTITION BY CASE WHEN c.action IN ('upsert', 'delete') THEN 1 ELSE 0 END, c."id"
            ORDER BY c.rank_pos DESC NULLS LAST, c.kafka_partition DESC, c.kafka_offset DESC),
-         c.source_ts,
+         (TIMESTAMP 'epoch' + (c.source_ts_ms / 1000) * INTERVAL '1 second' + (c.source_ts_ms % 1000) * INTERVAL '1 millisecond'),
          c.source_pos,
          c.rank_pos,
          c."id",
          c."name",
          c."bio",
          c.unavailable,
-         CASE WHEN c.action = 'quarantine' AND c.raw_value IS NULL THEN c.payload END,
+         c.quarantine_payload,
          CASE WHEN c.action = 'quarantine' THEN c.raw_value END
   FROM (
     SELECT c.kafka_partition, c.kafka_offset, c.kafka_timestamp, c.refresh_time, c.payload, c.raw_value,
-           c.op, c.action, c.reason, c.source_ts, c.source_pos, c.unavailable,
+           c.op, c.action, c.reason, c.source_ts_ms, c.source_pos, c.unavailable, c.quarantine_payload,
            c."id",
            c."name",
            c."bio",
@@ -179,15 +179,29 @@ BEGIN
                WHEN t.op = 't' THEN NULL
                WHEN t.op NOT IN ('c', 'r', 'u', 'd') THEN 'unknown op "' || SUBSTRING(t.op, 1, 64) || '"'
                WHEN t."id" IS NULL THEN 'primary key field id is missing or not a integer'
-               WHEN t.op <> 'd' AND NOT (t."j__name" IS NULL) AND t."name" IS NULL AND NOT COALESCE(CASE WHEN IS_VARCHAR(t."j__name") THEN t."j__name"::varchar(65535) WHEN t."j__name" IS NOT NULL THEN JSON_SERIALIZE(t."j__name") END IN ('__debezium_unavailable_value', 'X19kZWJleml1bV91bmF2YWlsYWJsZV92YWx1ZQ==', '["__debezium_unavailable_value"]'), false) THEN 'field name does not convert from to varchar(64)'
-               WHEN t.op <> 'd' AND NOT (t."j__bio" IS NULL) AND t."bio" IS NULL AND NOT COALESCE(CASE WHEN IS_VARCHAR(t."j__bio") THEN t."j__bio"::varchar(65535) WHEN t."j__bio" IS NOT NULL THEN JSON_SERIALIZE(t."j__bio") END IN ('__debezium_unavailable_value', 'X19kZWJleml1bV91bmF2YWlsYWJsZV92YWx1ZQ==', '["__debezium_unavailable_value"]'), false) THEN 'field bio does not convert from to varchar(256)'
+               WHEN t.op <> 'd' AND NOT (t."j__name" IS NULL) AND t."name" IS NULL AND NOT COALESCE(CASE WHEN IS_VARCHAR(t."j__name") THEN t."j__name"::varchar(65535) WHEN t."j__name" IS NOT NULL THEN JSON_SERIALIZE(t."j__name") END IN ('__debezium_unavailable_value', 'X19kZWJleml1bV91bmF2YWlsYWJsZV92YWx1ZQ==', '["__debezium_unavailable_value"]'), false) THEN 'field name does not convert to varchar(64)'
+               WHEN t.op <> 'd' AND NOT (t."j__bio" IS NULL) AND t."bio" IS NULL AND NOT COALESCE(CASE WHEN IS_VARCHAR(t."j__bio") THEN t."j__bio"::varchar(65535) WHEN t."j__bio" IS NOT NULL THEN JSON_SERIALIZE(t."j__bio") END IN ('__debezium_unavailable_value', 'X19kZWJleml1bV91bmF2YWlsYWJsZV92YWx1ZQ==', '["__debezium_unavailable_value"]'), false) THEN 'field bio does not convert to varchar(256)'
                WHEN t.op = 'd' THEN NULL
                ELSE NULL
-             END AS reason
+             END AS reason,
+             CASE WHEN t.raw_value IS NULL AND
+               CASE
+                 WHEN t.raw_value IS NOT NULL THEN 'quarantine'
+                 WHEN (t.env IS NULL) THEN 'tombstone'
+                 WHEN NOT IS_OBJECT(t.env) THEN 'quarantine'
+                 WHEN t.op IS NULL THEN 'quarantine'
+                 WHEN t.op = 't' THEN 'truncate'
+                 WHEN t.op NOT IN ('c', 'r', 'u', 'd') THEN 'quarantine'
+                 WHEN t."id" IS NULL THEN 'quarantine'
+                 WHEN t.op <> 'd' AND NOT (t."j__name" IS NULL) AND t."name" IS NULL AND NOT COALESCE(CASE WHEN IS_VARCHAR(t."j__name") THEN t."j__name"::varchar(65535) WHEN t."j__name" IS NOT NULL THEN JSON_SERIALIZE(t."j__name") END IN ('__debezium_unavailable_value', 'X19kZWJleml1bV91bmF2YWlsYWJsZV92YWx1ZQ==', '["__debezium_unavailable_value"]'), false) THEN 'quarantine'
+                 WHEN t.op <> 'd' AND NOT (t."j__bio" IS NULL) AND t."bio" IS NULL AND NOT COALESCE(CASE WHEN IS_VARCHAR(t."j__bio") THEN t."j__bio"::varchar(65535) WHEN t."j__bio" IS NOT NULL THEN JSON_SERIALIZE(t."j__bio") END IN ('__debezium_unavailable_value', 'X19kZWJleml1bV91bmF2YWlsYWJsZV92YWx1ZQ==', '["__debezium_unavailable_value"]'), false) THEN 'quarantine'
+                 WHEN t.op = 'd' THEN 'delete'
+                 ELSE 'upsert'
+               END = 'quarantine' THEN t.payload END AS quarantine_payload
       FROM (
         SELECT f.kafka_partition, f.kafka_offset, f.kafka_timestamp, f.refresh_time,
                f.payload, f.raw_value, f.env, f.op, f.source_pos,
-               (TIMESTAMP 'epoch' + (CAST(f.source_ts_ms AS bigint) / 1000) * INTERVAL '1 second' + (CAST(f.source_ts_ms AS bigint) % 1000) * INTERVAL '1 millisecond') AS source_ts,
+               CAST(f.source_ts_ms AS bigint) AS source_ts_ms,
                COALESCE(CAST(f.img."id" AS integer),
                  CAST(f.key_env."id" AS integer)) AS "id",
                f.img."name" AS "j__name",
@@ -283,15 +297,15 @@ BEGIN
     FROM "cdc"."keep__stage";
     -- 6. Apply: remove the current row of every key with a winning event (the join is
     --    on the key, which is the DISTKEY, so it is collocated), then insert the upserts.
-    DELETE FROM "cdc"."keep" t
+    DELETE FROM "cdc"."keep"
     USING "cdc"."keep__stage" s
     WHERE s._rn = 1 AND s._action IN ('upsert', 'delete')
-      AND t."id" = s."id";
+      AND "cdc"."keep"."id" = s."id";
     -- Deleted keys are remembered, so neither a replay nor a backfill resurrects them.
-    DELETE FROM "cdc"."keep__deleted" t
+    DELETE FROM "cdc"."keep__deleted"
     USING "cdc"."keep__stage" s
     WHERE s._rn = 1 AND s._action IN ('upsert', 'delete')
-      AND t."id" = s."id";
+      AND "cdc"."keep__deleted"."id" = s."id";
     INSERT INTO "cdc"."keep__deleted" ("id", _source_ts, _source_pos, _kafka_partition, _kafka_offset, _deleted_at)
     SELECT s."id", s._source_ts, s._source_pos, s._kafka_partition, s._kafka_offset, GETDATE()
     FROM "cdc"."keep__stage" s
@@ -344,11 +358,12 @@ BEGIN
     FROM (SELECT _kafka_partition, MAX(_kafka_offset) AS last_offset, MAX(_refresh_time) AS last_refresh_time
           FROM "cdc"."keep__stage" GROUP BY _kafka_partition) b
     WHERE w.kafka_partition = b._kafka_partition;
+    -- Partitions seen for the first time (aggregated first: one probe per partition).
     INSERT INTO "cdc"."keep__watermark" (kafka_partition, last_offset, last_refresh_time, updated_at)
-    SELECT _kafka_partition, MAX(_kafka_offset), MAX(_refresh_time), GETDATE()
-    FROM "cdc"."keep__stage" s
-    WHERE NOT EXISTS (SELECT 1 FROM "cdc"."keep__watermark" w WHERE w.kafka_partition = s._kafka_partition)
-    GROUP BY _kafka_partition;
+    SELECT b._kafka_partition, b.last_offset, b.last_refresh_time, GETDATE()
+    FROM (SELECT _kafka_partition, MAX(_kafka_offset) AS last_offset, MAX(_refresh_time) AS last_refresh_time
+          FROM "cdc"."keep__stage" GROUP BY _kafka_partition) b
+    WHERE NOT EXISTS (SELECT 1 FROM "cdc"."keep__watermark" w WHERE w.kafka_partition = b._kafka_partition);
     -- The stage is empty between runs (DELETE, not TRUNCATE: TRUNCATE would commit).
     DELETE FROM "cdc"."keep__stage";
   END IF;

@@ -130,7 +130,7 @@ BEGIN
          ROW_NUMBER() OVER (
            PARTITION BY CASE WHEN c.action IN ('upsert', 'delete') THEN 1 ELSE 0 END, c."move_id"
            ORDER BY c.rank_pos DESC NULLS LAST, c.kafka_partition DESC, c.kafka_offset DESC),
-         c.source_ts,
+         (TIMESTAMP 'epoch' + (c.source_ts_ms / 1000) * INTERVAL '1 second' + (c.source_ts_ms % 1000) * INTERVAL '1 millisecond'),
          c.source_pos,
          c.rank_pos,
          c."move_id",
@@ -138,11 +138,11 @@ BEGIN
          c."quantity",
          c."moved_at",
          c.unavailable,
-         CASE WHEN c.action = 'quarantine' AND c.raw_value IS NULL THEN c.payload END,
+         c.quarantine_payload,
          CASE WHEN c.action = 'quarantine' THEN c.raw_value END
   FROM (
     SELECT c.kafka_partition, c.kafka_offset, c.kafka_timestamp, c.refresh_time, c.payload, c.raw_value,
-           c.op, c.action, c.reason, c.source_ts, c.source_pos, c.unavailable,
+           c.op, c.action, c.reason, c.source_ts_ms, c.source_pos, c.unavailable, c.quarantine_payload,
            c."move_id",
            c."product_id",
            c."quantity",
@@ -176,16 +176,32 @@ BEGIN
                WHEN t.op = 't' THEN NULL
                WHEN t.op NOT IN ('c', 'r', 'u', 'd') THEN 'unknown op "' || SUBSTRING(t.op, 1, 64) || '"'
                WHEN t."move_id" IS NULL THEN 'primary key field move_id is missing or not a bigint'
-               WHEN t.op <> 'd' AND NOT (t."j__product_id" IS NULL) AND t."product_id" IS NULL THEN 'field product_id does not convert from to integer'
-               WHEN t.op <> 'd' AND NOT (t."j__quantity" IS NULL) AND t."quantity" IS NULL THEN 'field quantity does not convert from to integer'
+               WHEN t.op <> 'd' AND NOT (t."j__product_id" IS NULL) AND t."product_id" IS NULL THEN 'field product_id does not convert to integer'
+               WHEN t.op <> 'd' AND NOT (t."j__quantity" IS NULL) AND t."quantity" IS NULL THEN 'field quantity does not convert to integer'
                WHEN t.op <> 'd' AND NOT (t."j__moved_at" IS NULL) AND t."moved_at" IS NULL THEN 'field moved_at does not convert from io.debezium.time.MicroTimestamp to timestamp'
                WHEN t.op = 'd' THEN NULL
                ELSE NULL
-             END AS reason
+             END AS reason,
+             CASE WHEN t.raw_value IS NULL AND
+               CASE
+                 WHEN t.raw_value IS NOT NULL THEN 'quarantine'
+                 WHEN (t.env IS NULL) AND t."move_id" IS NOT NULL THEN 'delete'
+                 WHEN (t.env IS NULL) THEN 'tombstone'
+                 WHEN NOT IS_OBJECT(t.env) THEN 'quarantine'
+                 WHEN t.op IS NULL THEN 'quarantine'
+                 WHEN t.op = 't' THEN 'truncate'
+                 WHEN t.op NOT IN ('c', 'r', 'u', 'd') THEN 'quarantine'
+                 WHEN t."move_id" IS NULL THEN 'quarantine'
+                 WHEN t.op <> 'd' AND NOT (t."j__product_id" IS NULL) AND t."product_id" IS NULL THEN 'quarantine'
+                 WHEN t.op <> 'd' AND NOT (t."j__quantity" IS NULL) AND t."quantity" IS NULL THEN 'quarantine'
+                 WHEN t.op <> 'd' AND NOT (t."j__moved_at" IS NULL) AND t."moved_at" IS NULL THEN 'quarantine'
+                 WHEN t.op = 'd' THEN 'delete'
+                 ELSE 'upsert'
+               END = 'quarantine' THEN t.payload END AS quarantine_payload
       FROM (
         SELECT f.kafka_partition, f.kafka_offset, f.kafka_timestamp, f.refresh_time,
                f.payload, f.raw_value, f.env, f.op, f.source_pos,
-               (TIMESTAMP 'epoch' + (CAST(f.source_ts_ms AS bigint) / 1000) * INTERVAL '1 second' + (CAST(f.source_ts_ms AS bigint) % 1000) * INTERVAL '1 millisecond') AS source_ts,
+               CAST(f.source_ts_ms AS bigint) AS source_ts_ms,
                COALESCE(CAST(f.img."move_id" AS bigint),
                  CAST(f.key_env."move_id" AS bigint)) AS "move_id",
                f.img."product_id" AS "j__product_id",
@@ -265,10 +281,10 @@ BEGIN
       AND m."move_id" = s."move_id" AND p."move_id" = s."move_id" AND p._rn = m.rn AND p._action = 'upsert';
     -- 6. Apply (soft deletes): upserts replace the row; deletes only mark it, keeping
     --    its last values (or record the key when it was never seen).
-    DELETE FROM "inventory"."stock_moves" t
+    DELETE FROM "inventory"."stock_moves"
     USING "inventory"."stock_moves__stage" s
     WHERE s._rn = 1 AND s._action = 'upsert'
-      AND t."move_id" = s."move_id";
+      AND "inventory"."stock_moves"."move_id" = s."move_id";
     INSERT INTO "inventory"."stock_moves" ("move_id", "product_id", "quantity", "moved_at", "_source_ts", "_source_pos", "_kafka_partition", "_kafka_offset", "_synced_at", "_deleted")
     SELECT s."move_id", s."product_id", s."quantity", s."moved_at", s._source_ts, s._source_pos, s._kafka_partition, s._kafka_offset, GETDATE(), false
     FROM "inventory"."stock_moves__stage" s
@@ -334,11 +350,12 @@ BEGIN
     FROM (SELECT _kafka_partition, MAX(_kafka_offset) AS last_offset, MAX(_refresh_time) AS last_refresh_time
           FROM "inventory"."stock_moves__stage" GROUP BY _kafka_partition) b
     WHERE w.kafka_partition = b._kafka_partition;
+    -- Partitions seen for the first time (aggregated first: one probe per partition).
     INSERT INTO "inventory"."stock_moves__watermark" (kafka_partition, last_offset, last_refresh_time, updated_at)
-    SELECT _kafka_partition, MAX(_kafka_offset), MAX(_refresh_time), GETDATE()
-    FROM "inventory"."stock_moves__stage" s
-    WHERE NOT EXISTS (SELECT 1 FROM "inventory"."stock_moves__watermark" w WHERE w.kafka_partition = s._kafka_partition)
-    GROUP BY _kafka_partition;
+    SELECT b._kafka_partition, b.last_offset, b.last_refresh_time, GETDATE()
+    FROM (SELECT _kafka_partition, MAX(_kafka_offset) AS last_offset, MAX(_refresh_time) AS last_refresh_time
+          FROM "inventory"."stock_moves__stage" GROUP BY _kafka_partition) b
+    WHERE NOT EXISTS (SELECT 1 FROM "inventory"."stock_moves__watermark" w WHERE w.kafka_partition = b._kafka_partition);
     -- The stage is empty between runs (DELETE, not TRUNCATE: TRUNCATE would commit).
     DELETE FROM "inventory"."stock_moves__stage";
   END IF;
