@@ -178,12 +178,12 @@ BEGIN
          ROW_NUMBER() OVER (
            PARTITION BY CASE WHEN c.action IN ('upsert', 'delete') THEN 1 ELSE 0 END, c."customer_id"
            ORDER BY c.source_pos DESC NULLS LAST, c.kafka_partition DESC, c.kafka_offset DESC),
-         c.source_ts,
+         (TIMESTAMP 'epoch' + (c.source_ts_ms / 1000) * INTERVAL '1 second' + (c.source_ts_ms % 1000) * INTERVAL '1 millisecond'),
          c.source_pos,
          c."customer_id",
          c."name",
          c."mktsegment",
-         CASE WHEN c.action = 'quarantine' AND c.raw_value IS NULL THEN c.payload END,
+         c.quarantine_payload,
          CASE WHEN c.action = 'quarantine' THEN c.raw_value END
   FROM (
     SELECT t.*,
@@ -212,11 +212,25 @@ BEGIN
              WHEN t.op <> 'd' AND NOT (t."j__mktsegment" IS NULL) AND t."mktsegment" IS NULL THEN 'field MKTSEGMENT does not convert to varchar(64)'
              WHEN t.op = 'd' THEN NULL
              ELSE NULL
-           END AS reason
+           END AS reason,
+           CASE WHEN t.raw_value IS NULL AND
+             CASE
+               WHEN t.raw_value IS NOT NULL THEN 'quarantine'
+               WHEN (t.env IS NULL) THEN 'tombstone'
+               WHEN NOT IS_OBJECT(t.env) THEN 'quarantine'
+               WHEN t.op IS NULL THEN 'quarantine'
+               WHEN t.op = 't' THEN 'truncate'
+               WHEN t.op NOT IN ('c', 'r', 'u', 'd') THEN 'quarantine'
+               WHEN t."customer_id" IS NULL THEN 'quarantine'
+               WHEN t.op <> 'd' AND NOT (t."j__name" IS NULL) AND t."name" IS NULL THEN 'quarantine'
+               WHEN t.op <> 'd' AND NOT (t."j__mktsegment" IS NULL) AND t."mktsegment" IS NULL THEN 'quarantine'
+               WHEN t.op = 'd' THEN 'delete'
+               ELSE 'upsert'
+             END = 'quarantine' THEN t.payload END AS quarantine_payload
     FROM (
       SELECT f.kafka_partition, f.kafka_offset, f.kafka_timestamp, f.refresh_time,
              f.payload, f.raw_value, f.env, f.op, f.source_pos,
-             (TIMESTAMP 'epoch' + (CAST(f.source_ts_ms AS bigint) / 1000) * INTERVAL '1 second' + (CAST(f.source_ts_ms AS bigint) % 1000) * INTERVAL '1 millisecond') AS source_ts,
+             CAST(f.source_ts_ms AS bigint) AS source_ts_ms,
              COALESCE(CASE WHEN OCTET_LENGTH(CASE WHEN IS_VARCHAR(f.img."CUST_ID") THEN f.img."CUST_ID"::varchar(65535) WHEN f.img."CUST_ID" IS NOT NULL THEN JSON_SERIALIZE(f.img."CUST_ID") END) <= 64 THEN (CASE WHEN IS_VARCHAR(f.img."CUST_ID") THEN f.img."CUST_ID"::varchar(65535) WHEN f.img."CUST_ID" IS NOT NULL THEN JSON_SERIALIZE(f.img."CUST_ID") END)::varchar(64) END,
                CASE WHEN OCTET_LENGTH(CASE WHEN IS_VARCHAR(f.key_env."CUST_ID") THEN f.key_env."CUST_ID"::varchar(65535) WHEN f.key_env."CUST_ID" IS NOT NULL THEN JSON_SERIALIZE(f.key_env."CUST_ID") END) <= 64 THEN (CASE WHEN IS_VARCHAR(f.key_env."CUST_ID") THEN f.key_env."CUST_ID"::varchar(65535) WHEN f.key_env."CUST_ID" IS NOT NULL THEN JSON_SERIALIZE(f.key_env."CUST_ID") END)::varchar(64) END) AS "customer_id",
              f.img."NAME" AS "j__name",
@@ -295,11 +309,12 @@ BEGIN
     FROM (SELECT _kafka_partition, MAX(_kafka_offset) AS last_offset, MAX(_refresh_time) AS last_refresh_time
           FROM "cdc"."customer__stage" GROUP BY _kafka_partition) b
     WHERE w.kafka_partition = b._kafka_partition;
+    -- Partitions seen for the first time (aggregated first: one probe per partition).
     INSERT INTO "cdc"."customer__watermark" (kafka_partition, last_offset, last_refresh_time, updated_at)
-    SELECT _kafka_partition, MAX(_kafka_offset), MAX(_refresh_time), GETDATE()
-    FROM "cdc"."customer__stage" s
-    WHERE NOT EXISTS (SELECT 1 FROM "cdc"."customer__watermark" w WHERE w.kafka_partition = s._kafka_partition)
-    GROUP BY _kafka_partition;
+    SELECT b._kafka_partition, b.last_offset, b.last_refresh_time, GETDATE()
+    FROM (SELECT _kafka_partition, MAX(_kafka_offset) AS last_offset, MAX(_refresh_time) AS last_refresh_time
+          FROM "cdc"."customer__stage" GROUP BY _kafka_partition) b
+    WHERE NOT EXISTS (SELECT 1 FROM "cdc"."customer__watermark" w WHERE w.kafka_partition = b._kafka_partition);
     -- The stage is empty between runs (DELETE, not TRUNCATE: TRUNCATE would commit).
     DELETE FROM "cdc"."customer__stage";
   END IF;
@@ -437,14 +452,14 @@ BEGIN
          ROW_NUMBER() OVER (
            PARTITION BY CASE WHEN c.action IN ('upsert', 'delete') THEN 1 ELSE 0 END, c."order_id"
            ORDER BY c.source_pos DESC NULLS LAST, c.kafka_partition DESC, c.kafka_offset DESC),
-         c.source_ts,
+         (TIMESTAMP 'epoch' + (c.source_ts_ms / 1000) * INTERVAL '1 second' + (c.source_ts_ms % 1000) * INTERVAL '1 millisecond'),
          c.source_pos,
          c."order_id",
          c."customer_id",
          c."status",
          c."total",
          c."placed_at",
-         CASE WHEN c.action = 'quarantine' AND c.raw_value IS NULL THEN c.payload END,
+         c.quarantine_payload,
          CASE WHEN c.action = 'quarantine' THEN c.raw_value END
   FROM (
     SELECT t.*,
@@ -477,11 +492,27 @@ BEGIN
              WHEN t.op <> 'd' AND NOT (t."j__placed_at" IS NULL) AND t."placed_at" IS NULL THEN 'field PLACED_AT does not convert to timestamp'
              WHEN t.op = 'd' THEN NULL
              ELSE NULL
-           END AS reason
+           END AS reason,
+           CASE WHEN t.raw_value IS NULL AND
+             CASE
+               WHEN t.raw_value IS NOT NULL THEN 'quarantine'
+               WHEN (t.env IS NULL) THEN 'tombstone'
+               WHEN NOT IS_OBJECT(t.env) THEN 'quarantine'
+               WHEN t.op IS NULL THEN 'quarantine'
+               WHEN t.op = 't' THEN 'truncate'
+               WHEN t.op NOT IN ('c', 'r', 'u', 'd') THEN 'quarantine'
+               WHEN t."order_id" IS NULL THEN 'quarantine'
+               WHEN t.op <> 'd' AND NOT (t."j__customer_id" IS NULL) AND t."customer_id" IS NULL THEN 'quarantine'
+               WHEN t.op <> 'd' AND NOT (t."j__status" IS NULL) AND t."status" IS NULL THEN 'quarantine'
+               WHEN t.op <> 'd' AND NOT (t."j__total" IS NULL) AND t."total" IS NULL THEN 'quarantine'
+               WHEN t.op <> 'd' AND NOT (t."j__placed_at" IS NULL) AND t."placed_at" IS NULL THEN 'quarantine'
+               WHEN t.op = 'd' THEN 'delete'
+               ELSE 'upsert'
+             END = 'quarantine' THEN t.payload END AS quarantine_payload
     FROM (
       SELECT f.kafka_partition, f.kafka_offset, f.kafka_timestamp, f.refresh_time,
              f.payload, f.raw_value, f.env, f.op, f.source_pos,
-             (TIMESTAMP 'epoch' + (CAST(f.source_ts_ms AS bigint) / 1000) * INTERVAL '1 second' + (CAST(f.source_ts_ms AS bigint) % 1000) * INTERVAL '1 millisecond') AS source_ts,
+             CAST(f.source_ts_ms AS bigint) AS source_ts_ms,
              COALESCE(CAST(f.img."ORDER_ID" AS bigint),
                CAST(f.key_env."ORDER_ID" AS bigint)) AS "order_id",
              f.img."CUST_ID" AS "j__customer_id",
@@ -567,11 +598,12 @@ BEGIN
     FROM (SELECT _kafka_partition, MAX(_kafka_offset) AS last_offset, MAX(_refresh_time) AS last_refresh_time
           FROM "cdc"."orders__stage" GROUP BY _kafka_partition) b
     WHERE w.kafka_partition = b._kafka_partition;
+    -- Partitions seen for the first time (aggregated first: one probe per partition).
     INSERT INTO "cdc"."orders__watermark" (kafka_partition, last_offset, last_refresh_time, updated_at)
-    SELECT _kafka_partition, MAX(_kafka_offset), MAX(_refresh_time), GETDATE()
-    FROM "cdc"."orders__stage" s
-    WHERE NOT EXISTS (SELECT 1 FROM "cdc"."orders__watermark" w WHERE w.kafka_partition = s._kafka_partition)
-    GROUP BY _kafka_partition;
+    SELECT b._kafka_partition, b.last_offset, b.last_refresh_time, GETDATE()
+    FROM (SELECT _kafka_partition, MAX(_kafka_offset) AS last_offset, MAX(_refresh_time) AS last_refresh_time
+          FROM "cdc"."orders__stage" GROUP BY _kafka_partition) b
+    WHERE NOT EXISTS (SELECT 1 FROM "cdc"."orders__watermark" w WHERE w.kafka_partition = b._kafka_partition);
     -- The stage is empty between runs (DELETE, not TRUNCATE: TRUNCATE would commit).
     DELETE FROM "cdc"."orders__stage";
   END IF;

@@ -134,12 +134,12 @@ BEGIN
          ROW_NUMBER() OVER (
            PARTITION BY CASE WHEN c.action IN ('upsert', 'delete') THEN 1 ELSE 0 END, c."customer_id"
            ORDER BY c.source_pos DESC NULLS LAST, c.kafka_partition DESC, c.kafka_offset DESC),
-         c.source_ts,
+         (TIMESTAMP 'epoch' + (c.source_ts_ms / 1000) * INTERVAL '1 second' + (c.source_ts_ms % 1000) * INTERVAL '1 millisecond'),
          c.source_pos,
          c."customer_id",
          c."name",
          c."mktsegment",
-         CASE WHEN c.action = 'quarantine' AND c.raw_value IS NULL THEN c.payload END,
+         c.quarantine_payload,
          CASE WHEN c.action = 'quarantine' THEN c.raw_value END
   FROM (
     SELECT t.*,
@@ -168,11 +168,25 @@ BEGIN
              WHEN t.op <> 'd' AND NOT (t."j__mktsegment" IS NULL) AND t."mktsegment" IS NULL THEN 'field MKTSEGMENT does not convert to varchar(64)'
              WHEN t.op = 'd' THEN NULL
              ELSE NULL
-           END AS reason
+           END AS reason,
+           CASE WHEN t.raw_value IS NULL AND
+             CASE
+               WHEN t.raw_value IS NOT NULL THEN 'quarantine'
+               WHEN (t.env IS NULL) THEN 'tombstone'
+               WHEN NOT IS_OBJECT(t.env) THEN 'quarantine'
+               WHEN t.op IS NULL THEN 'quarantine'
+               WHEN t.op = 't' THEN 'truncate'
+               WHEN t.op NOT IN ('c', 'r', 'u', 'd') THEN 'quarantine'
+               WHEN t."customer_id" IS NULL THEN 'quarantine'
+               WHEN t.op <> 'd' AND NOT (t."j__name" IS NULL) AND t."name" IS NULL THEN 'quarantine'
+               WHEN t.op <> 'd' AND NOT (t."j__mktsegment" IS NULL) AND t."mktsegment" IS NULL THEN 'quarantine'
+               WHEN t.op = 'd' THEN 'delete'
+               ELSE 'upsert'
+             END = 'quarantine' THEN t.payload END AS quarantine_payload
     FROM (
       SELECT f.kafka_partition, f.kafka_offset, f.kafka_timestamp, f.refresh_time,
              f.payload, f.raw_value, f.env, f.op, f.source_pos,
-             (TIMESTAMP 'epoch' + (CAST(f.source_ts_ms AS bigint) / 1000) * INTERVAL '1 second' + (CAST(f.source_ts_ms AS bigint) % 1000) * INTERVAL '1 millisecond') AS source_ts,
+             CAST(f.source_ts_ms AS bigint) AS source_ts_ms,
              COALESCE(CASE WHEN OCTET_LENGTH(CASE WHEN IS_VARCHAR(f.img."CUST_ID") THEN f.img."CUST_ID"::varchar(65535) WHEN f.img."CUST_ID" IS NOT NULL THEN JSON_SERIALIZE(f.img."CUST_ID") END) <= 64 THEN (CASE WHEN IS_VARCHAR(f.img."CUST_ID") THEN f.img."CUST_ID"::varchar(65535) WHEN f.img."CUST_ID" IS NOT NULL THEN JSON_SERIALIZE(f.img."CUST_ID") END)::varchar(64) END,
                CASE WHEN OCTET_LENGTH(CASE WHEN IS_VARCHAR(f.key_env."CUST_ID") THEN f.key_env."CUST_ID"::varchar(65535) WHEN f.key_env."CUST_ID" IS NOT NULL THEN JSON_SERIALIZE(f.key_env."CUST_ID") END) <= 64 THEN (CASE WHEN IS_VARCHAR(f.key_env."CUST_ID") THEN f.key_env."CUST_ID"::varchar(65535) WHEN f.key_env."CUST_ID" IS NOT NULL THEN JSON_SERIALIZE(f.key_env."CUST_ID") END)::varchar(64) END) AS "customer_id",
              f.img."NAME" AS "j__name",
@@ -251,11 +265,12 @@ BEGIN
     FROM (SELECT _kafka_partition, MAX(_kafka_offset) AS last_offset, MAX(_refresh_time) AS last_refresh_time
           FROM "cdc"."customer__stage" GROUP BY _kafka_partition) b
     WHERE w.kafka_partition = b._kafka_partition;
+    -- Partitions seen for the first time (aggregated first: one probe per partition).
     INSERT INTO "cdc"."customer__watermark" (kafka_partition, last_offset, last_refresh_time, updated_at)
-    SELECT _kafka_partition, MAX(_kafka_offset), MAX(_refresh_time), GETDATE()
-    FROM "cdc"."customer__stage" s
-    WHERE NOT EXISTS (SELECT 1 FROM "cdc"."customer__watermark" w WHERE w.kafka_partition = s._kafka_partition)
-    GROUP BY _kafka_partition;
+    SELECT b._kafka_partition, b.last_offset, b.last_refresh_time, GETDATE()
+    FROM (SELECT _kafka_partition, MAX(_kafka_offset) AS last_offset, MAX(_refresh_time) AS last_refresh_time
+          FROM "cdc"."customer__stage" GROUP BY _kafka_partition) b
+    WHERE NOT EXISTS (SELECT 1 FROM "cdc"."customer__watermark" w WHERE w.kafka_partition = b._kafka_partition);
     -- The stage is empty between runs (DELETE, not TRUNCATE: TRUNCATE would commit).
     DELETE FROM "cdc"."customer__stage";
   END IF;
