@@ -16,11 +16,11 @@ from dataclasses import dataclass
 
 from sync.config import Pipeline
 from sync.sql.objects import pipeline_objects
+from sync.sql.statements import body_sql_statements, procedure_body
 from sync.warehouse import Warehouse
 
 # What the procedure's variables hold on a first run, for statements run outside it.
 FIRST_RUN_VALUES = {"v_since": "TIMESTAMP '1900-01-01 00:00:00'", "v_started": "clock_timestamp()::timestamp"}
-CONTROL = re.compile(r"^(IF |END IF|LOCK |ANALYZE |[a-z_]+ :=)")
 
 
 @dataclass
@@ -38,14 +38,9 @@ def procedure_statements(pipeline: Pipeline, table_name: str) -> list[str]:
     """The data statements of the table's procedure body, in order (control flow, the
     lock, assignments and SELECT ... INTO left out)."""
     (sql,) = [o.sql for o in pipeline_objects(pipeline, "postgres", "profile") if o.kind == "procedure" and o.table == table_name]
-    body = sql.split("\nBEGIN\n", 1)[1].rsplit("\nEND;", 1)[0]
     statements = []
-    for part in body.split(";\n"):
-        lines = [line for line in part.splitlines() if line.strip() and not line.strip().startswith("--")]
-        if lines and lines[0].strip().startswith("IF "):
-            lines = lines[1:]
-        text = "\n".join(lines).strip()
-        if not text or CONTROL.match(text) or re.search(r"\bINTO v_", text) or "sync_run_log" in text:
+    for text in body_sql_statements(procedure_body(sql)):
+        if text.startswith(("LOCK ", "ANALYZE ")) or "sync_run_log" in text:
             continue
         for name, value in FIRST_RUN_VALUES.items():
             text = re.sub(rf"\b{name}\b", value, text)

@@ -54,7 +54,7 @@ def test_profile_runs_every_data_statement_of_the_procedure(database_dsn, capsys
     results = profile_main(["--events", "200", "--target-rows", "1000", "--dsn", database_dsn])
     labels = [r.label for r in results]
     assert labels[0].startswith('INSERT INTO "cdc"."customer__stage"')
-    assert any(label.startswith('DELETE FROM "cdc"."customer" t') for label in labels)
+    assert any(label.startswith('DELETE FROM "cdc"."customer" USING') for label in labels)
     assert any(label.startswith('INSERT INTO "cdc"."customer" (') for label in labels)
     assert all(r.plan and r.seconds >= 0 for r in results)
     assert "statements (EXPLAIN ANALYZE" in capsys.readouterr().out

@@ -4,7 +4,7 @@ CREATE TABLE alembic_version (
     version_num VARCHAR(32) NOT NULL
 );
 
--- Running upgrade  -> 21aa656f0c8a
+-- Running upgrade  -> 474a94aea2c7
 
 SET enable_case_sensitive_identifier TO true;
 
@@ -825,7 +825,7 @@ BEGIN
 END;
 $$ LANGUAGE plpgsql;
 
-INSERT INTO alembic_version (version_num) VALUES ('21aa656f0c8a');
+INSERT INTO alembic_version (version_num) VALUES ('474a94aea2c7');
 
 COMMIT;
 

@@ -1,8 +1,8 @@
 """salesdb pipeline: schemas, control tables, customer and orders
 
-Revision ID: 21aa656f0c8a
+Revision ID: 474a94aea2c7
 Revises: 
-Create Date: 2026-11-21 21:53:15.752759
+Create Date: 2026-11-21 21:24:14.063453
 
 Upgrade:
     r.create_pipeline()
@@ -22,7 +22,7 @@ from typing import Union
 from sync.migrate import Revision
 
 # revision identifiers, used by Alembic.
-revision: str = '21aa656f0c8a'
+revision: str = '474a94aea2c7'
 down_revision: Union[str, Sequence[str], None] = None
 branch_labels: Union[str, Sequence[str], None] = None
 depends_on: Union[str, Sequence[str], None] = None
