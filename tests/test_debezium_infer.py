@@ -9,7 +9,7 @@ from decimal import Decimal
 from typer.testing import CliRunner
 
 from sync.cli import app
-from sync.runner import deploy, sync
+from sync.runner import sync
 from sync.stream import ingest_file
 from tests.conftest import make_pipeline
 
@@ -74,8 +74,15 @@ def test_infer_prints_a_block_that_deploys_and_syncs(wh, tmp_path):
     assert '{ name = "Balance", type = "decimal(10,2)", semantic = "org.apache.kafka.connect.data.Decimal", scale = 2 }' in block
     assert '{ name = "_active", type = "smallint", target = "active" }' in block
 
+    # the block as it would be pasted into a pipeline file, then `revision` and `deploy`
+    config = tmp_path / "pipeline.toml"
+    config.write_text('[pipeline]\nschema = "cdc"\n[source]\nkind = "kafka"\nuri = "b:9092"\nauthentication = "none"\n\n' + block)
+    versions = tmp_path / "versions"
+    made = CliRunner().invoke(app, ["revision", "-m", "customers", "-c", str(config), "--versions", str(versions)])
+    assert made.exit_code == 0, made.output
+    deployed = CliRunner().invoke(app, ["deploy", "-c", str(config), "--dsn", wh.dsn, "--versions", str(versions)])
+    assert deployed.exit_code == 0 and "applied" in deployed.output, deployed.output
     pipeline = make_pipeline(block)
-    deploy(wh, pipeline, "inferred")
     ingest_file(wh, pipeline, "customers", sample)
     (run,) = sync(wh, pipeline)
     assert (run.status, run.upserted, run.quarantined) == ("ok", 1, 0), run.error
