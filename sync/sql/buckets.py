@@ -79,7 +79,7 @@ class ReconcileSql:
         self.soft = table.delete_mode == "soft"
 
     def _live(self, alias: str) -> str:
-        return f"NOT {alias}._deleted" if self.soft else "TRUE"
+        return f"\n      WHERE NOT {alias}._deleted" if self.soft else ""
 
     def bucket_counts(self) -> str:
         """Per bucket: live rows and the checksum sum."""
@@ -88,7 +88,7 @@ class ReconcileSql:
         return (
             f"SELECT b.bucket, COUNT(*) AS rows, SUM(b.checksum) AS checksum\n"
             f"FROM (SELECT {b} AS bucket, {chk} AS checksum\n"
-            f"      FROM {self.target} t\n      WHERE {self._live('t')}) b\n"
+            f"      FROM {self.target} t{self._live('t')}) b\n"
             "GROUP BY b.bucket\nORDER BY b.bucket;"
         )
 
@@ -104,9 +104,8 @@ class ReconcileSql:
             f"FROM {self.target} t\nWHERE {b_t} IN ({ids})"
         )
         if not self.soft:
-            b_d = bucket(self.d, self.table, "t", self.buckets)
             sql += (
                 f"\nUNION ALL\nSELECT {key_text(self.d, self.table, 't')}, NULL, t._source_ts, TRUE\n"
-                f"FROM {self.deleted} t\nWHERE {b_d} IN ({ids})"
+                f"FROM {self.deleted} t\nWHERE {b_t} IN ({ids})"
             )
         return sql + ";"
