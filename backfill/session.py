@@ -15,7 +15,7 @@ def local_session(master: str = "local[*]", shuffle_partitions: int = 4) -> Spar
     os.environ.setdefault("PYSPARK_PYTHON", os.sys.executable)
     from pyspark.sql import SparkSession
 
-    return (
+    session = (
         SparkSession.builder.master(master)
         .appName("redshift-sync-backfill")
         .config("spark.sql.shuffle.partitions", str(shuffle_partitions))
@@ -24,5 +24,8 @@ def local_session(master: str = "local[*]", shuffle_partitions: int = 4) -> Spar
         .config("spark.sql.session.timeZone", "UTC")
         .config("spark.driver.bindAddress", "127.0.0.1")
         .config("spark.sql.ansi.enabled", "true")
+        .config("spark.ui.showConsoleProgress", "false")
         .getOrCreate()
     )
+    session.sparkContext.setLogLevel("ERROR")
+    return session
