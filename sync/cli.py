@@ -295,7 +295,8 @@ def backfill(
         raise typer.Exit(1)
 
 
-def print_reconcile(report: Any) -> None:
+def print_reconcile(report: Any, out: Console | None = None) -> None:
+    out = out or console
     grid = Table(title=f"reconcile {report.table}", title_justify="left")
     for col in ("snapshot rows", "warehouse rows", "buckets", "buckets differing", "unexplained", "explained by stream", "rejected"):
         grid.add_column(col, justify="right")
@@ -303,15 +304,15 @@ def print_reconcile(report: Any) -> None:
         f"{report.snapshot_rows:,}", f"{report.warehouse_rows:,}", str(report.buckets),
         str(len(report.mismatched_buckets)), str(len(report.unexplained)), str(len(report.explained)), str(report.rejected),
     )
-    console.print(grid)
+    out.print(grid)
     if report.differences:
         keys = Table("key", "difference", "explained", "why", "snapshot _source_ts", "warehouse _source_ts")
         for d in report.differences[:50]:
             keys.add_row(d.key, d.kind, "yes" if d.explained else "[red]no[/red]", d.why, d.snapshot_ts or "-", d.warehouse_ts or "-")
-        console.print(keys)
+        out.print(keys)
         if len(report.differences) > 50:
-            console.print(f"  ... {len(report.differences) - 50} more in the JSON report")
-    console.print("[green]clean[/green]" if report.clean else "[red]unexplained differences[/red]")
+            out.print(f"  ... {len(report.differences) - 50} more in the JSON report")
+    out.print("[green]clean[/green]" if report.clean else "[red]unexplained differences[/red]")
 
 
 @app.command()

@@ -50,4 +50,4 @@ def run(console: Console, wh: Warehouse, pipeline: Pipeline, example_dir: Path) 
     console.rule("[bold]6. reconcile the table against the snapshot")
     report = run_reconcile(wh, pipeline, "customer", snapshot, "json", when, buckets=4,
                            checksum=["name", "mktsegment"], spark=spark)
-    print_reconcile(report)
+    print_reconcile(report, console)
