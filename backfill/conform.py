@@ -78,7 +78,7 @@ def _number(raw: Column, dtype: T.DataType, exact: Column | None) -> Column:
     """A numeric value as a wide decimal, NULL when it is not a number (NaN, text, bool)."""
     if isinstance(dtype, T.StringType):
         parsed = F.when(raw.rlike(NUMBER_PATTERN), F.trim(raw).try_cast(WIDE_DECIMAL))
-        return exact if exact is not None else parsed
+        return parsed if exact is None else F.coalesce(exact, parsed)
     if isinstance(dtype, (T.BooleanType,)):
         return F.lit(None).cast(WIDE_DECIMAL)
     if isinstance(dtype, (T.FloatType, T.DoubleType)):
@@ -95,10 +95,10 @@ def plain_value(raw: Column, dtype: T.DataType, sql_type: SqlType, exact: Column
         return F.when((n == F.floor(n)) & n.between(lo, hi), n.cast(spark_type(sql_type)))
     if f == "decimal":
         p, s = sql_type.precision or 18, sql_type.scale or 0
-        if isinstance(dtype, T.StringType) and exact is None:
+        if isinstance(dtype, T.StringType):
+            # From text the digits are exact; JSON numbers come exact through `exact`.
             n = F.when(raw.rlike(NUMBER_PATTERN), F.trim(raw).try_cast(T.DecimalType(38, 38 - (p - s))))
-        elif exact is not None:
-            n = exact
+            n = n if exact is None else F.coalesce(exact, n)
         else:
             n = _number(raw, dtype, None)
         rounded = F.round(n, s)  # HALF_UP: half away from zero, like PostgreSQL round(numeric)
