@@ -31,32 +31,28 @@ Decoder = t.Callable[[Column, ColumnConfig], Column]
 WIDE_DECIMAL = T.DecimalType(38, 18)
 
 
+_SPARK_TYPES: dict[str, T.DataType] = {
+    "smallint": T.ShortType(),
+    "integer": T.IntegerType(),
+    "bigint": T.LongType(),
+    "real": T.FloatType(),
+    "double": T.DoubleType(),
+    "boolean": T.BooleanType(),
+    "date": T.DateType(),
+    "timestamp": T.TimestampNTZType(),
+    "timestamptz": T.TimestampType(),
+    **{family: T.StringType() for family in ("char", "varchar", "super", "time", "timetz")},
+}
+
+
 def spark_type(sql_type: SqlType) -> T.DataType:
     """The Spark type a target column is written as (Parquet maps onto the stage by position)."""
-    f = sql_type.family
-    if f == "smallint":
-        return T.ShortType()
-    if f == "integer":
-        return T.IntegerType()
-    if f == "bigint":
-        return T.LongType()
-    if f == "decimal":
+    if sql_type.family == "decimal":
         return T.DecimalType(sql_type.precision or 18, sql_type.scale or 0)
-    if f == "real":
-        return T.FloatType()
-    if f == "double":
-        return T.DoubleType()
-    if f == "boolean":
-        return T.BooleanType()
-    if f == "date":
-        return T.DateType()
-    if f == "timestamp":
-        return T.TimestampNTZType()
-    if f == "timestamptz":
-        return T.TimestampType()
-    if f in ("char", "varchar", "super", "time", "timetz"):
-        return T.StringType()
-    raise ValueError(f"column type {sql_type} is not supported by the backfill yet")
+    try:
+        return _SPARK_TYPES[sql_type.family]
+    except KeyError:
+        raise ValueError(f"column type {sql_type} is not supported by the backfill yet") from None
 
 
 def exact_parse_type(sql_type: SqlType) -> T.DataType | None:

@@ -15,7 +15,6 @@ of `sync/sql/procedure.py`, so the backfill picks the same winner per key as the
 
 from __future__ import annotations
 
-import typing as t
 
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F

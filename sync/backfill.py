@@ -145,6 +145,25 @@ def localise_snapshot(snapshot: str, work: Path, progress: Progress) -> str:
     return str(dest)
 
 
+@contextmanager
+def prepared_snapshot(
+    table: TableConfig, snapshot: str, fmt: str, snapshot_time: datetime | None, spark: t.Any, progress: Progress
+) -> Iterator[t.Any]:
+    """The snapshot read, normalised, conformed and reduced to the latest row per key
+    (`backfill.transform.Prepared`), with a scratch folder removed afterwards."""
+    from backfill.job import run as prepare_snapshot
+    from backfill.session import local_session
+
+    work = Path(tempfile.mkdtemp(prefix=f"rs-{table.name}-"))
+    try:
+        local = localise_snapshot(snapshot, work, progress)
+        spark = spark or local_session()
+        progress(f"reading {fmt} snapshot {snapshot}")
+        yield prepare_snapshot(spark, table, local, fmt, snapshot_time), work
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
 def run_backfill(
     wh: Warehouse,
     pipeline: Pipeline,
@@ -158,19 +177,12 @@ def run_backfill(
     progress: Progress = lambda _: None,
     rejects_dir: Path | None = None,
 ) -> BackfillResult:
-    from backfill.job import run as prepare_snapshot
-    from backfill.session import local_session
     from backfill.write import write_rejects, write_stage
 
     started = time.perf_counter()
     table = pipeline.table(table_name)
     result = BackfillResult(table.name)
-    work = Path(tempfile.mkdtemp(prefix=f"rs-backfill-{table.name}-"))
-    try:
-        local_snapshot = localise_snapshot(snapshot, work, progress)
-        spark = spark or local_session()
-        progress(f"reading {fmt} snapshot {snapshot}")
-        prepared = prepare_snapshot(spark, table, local_snapshot, fmt, snapshot_time)
+    with prepared_snapshot(table, snapshot, fmt, snapshot_time, spark, progress) as (prepared, work):
         stage_dir = work / "stage"
         write_stage(prepared.rows, str(stage_dir))
         result.rejected = prepared.rejects.count()
@@ -181,8 +193,6 @@ def run_backfill(
             result.rejects_sample = [r.asDict() for r in prepared.rejects.limit(5).collect()]
         progress(f"prepared the latest row per key; {result.rejected} rejected")
         counts = load_and_merge(wh, pipeline, table, stage_dir, progress, staging, iam_role)
-    finally:
-        shutil.rmtree(work, ignore_errors=True)
     result.staged = counts.get("staged", 0)
     result.loaded = counts.get("loaded", 0)
     result.deleted = counts.get("deleted", 0)

@@ -12,7 +12,6 @@ import typing as t
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from datetime import datetime
-from pathlib import Path
 
 from sync.config import ColumnConfig, Pipeline, TableConfig
 from sync.sql.buckets import ReconcileSql
@@ -119,26 +118,16 @@ def run_reconcile(
     spark: t.Any = None,
     progress: Progress = lambda _: None,
 ) -> ReconcileReport:
-    import shutil
-    import tempfile
-
     from pyspark.sql import functions as F
 
-    from backfill.job import run as prepare_snapshot
     from backfill.reconcile import bucket_counts, with_buckets
-    from backfill.session import local_session
-    from sync.backfill import localise_snapshot
+    from sync.backfill import prepared_snapshot
 
     table = pipeline.table(table_name)
     cols = checksum_columns(table, checksum or [])
     sql = ReconcileSql(get_dialect(wh.dialect, pipeline.schema), pipeline, table, buckets, cols)
     report = ReconcileReport(table.name, buckets, [c.target_name for c in cols])
-    work = Path(tempfile.mkdtemp(prefix=f"rs-reconcile-{table.name}-"))
-    try:
-        local = localise_snapshot(snapshot, work, progress)
-        spark = spark or local_session()
-        progress(f"reading {fmt} snapshot {snapshot}")
-        prepared = prepare_snapshot(spark, table, local, fmt, snapshot_time)
+    with prepared_snapshot(table, snapshot, fmt, snapshot_time, spark, progress) as (prepared, _):
         keyed = with_buckets(prepared.rows, table, buckets, cols).cache()
         report.rejected = prepared.rejects.count()
         snap_counts = {int(r["bucket"]): (int(r["rows"]), int(r["checksum"] or 0)) for r in bucket_counts(keyed, bool(cols)).collect()}
@@ -162,6 +151,4 @@ def run_reconcile(
             cutoff = snapshot_time or keyed.agg(F.max("_source_ts")).first()[0]
             report.differences = compare_rows(snap_rows, wh_rows, cutoff, bool(cols))
         keyed.unpersist()
-    finally:
-        shutil.rmtree(work, ignore_errors=True)
     return report
