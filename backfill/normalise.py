@@ -16,7 +16,7 @@ of `sync/sql/procedure.py`, so the backfill picks the same winner per key as the
 from __future__ import annotations
 
 
-from pyspark.sql import Column, DataFrame
+from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
@@ -175,17 +175,25 @@ def _unwrap_schema(json_text: Column) -> Column:
 def event_lines(lines: DataFrame) -> DataFrame:
     """Lines of Kafka records -> value, key, partition, offset. A line is either our record
     wrapper {"partition","offset","key","value"} or the message value itself (the S3 sink
-    writes values only); `line_partition`/`line_offset` (from the file layout) fill in."""
+    writes values only). Without an explicit offset, a record's offset is the file's start
+    offset plus the number of records of its partition before it in the file: exact for
+    the S3 sink layout, and the offsets `ingest` would assign to the same file."""
     rec = F.from_json(F.col("line"), RECORD_SCHEMA)
     is_wrapper = rec["op"].isNull() & rec["payload"].isNull() & rec["__deleted"].isNull() & (
         F.col("line").rlike(r'^\s*\{.*"value"\s*:')
     )
-    return lines.select(
-        F.col("line").alias("_record"),
+    partition = F.coalesce(F.when(is_wrapper, rec["partition"]), F.col("line_partition"), F.lit(0)).cast("long")
+    with_partition = lines.select(
+        "*",
         F.when(is_wrapper, rec["value"]).otherwise(F.col("line")).alias("value"),
         F.when(is_wrapper, rec["key"]).alias("key"),
-        F.coalesce(F.when(is_wrapper, rec["partition"]), F.col("line_partition"), F.lit(0)).cast("long").alias("_kafka_partition"),
-        F.coalesce(F.when(is_wrapper, rec["offset"]), F.col("line_offset")).cast("long").alias("_kafka_offset"),
+        F.when(is_wrapper, rec["offset"]).alias("explicit_offset"),
+        partition.alias("_kafka_partition"),
+    )
+    in_file = Window.partitionBy("file", "_kafka_partition").orderBy("pos")
+    offset = F.coalesce(F.col("explicit_offset"), F.col("start_offset") + F.row_number().over(in_file) - 1)
+    return with_partition.select(
+        F.col("line").alias("_record"), "value", "key", "_kafka_partition", offset.cast("long").alias("_kafka_offset")
     )
 
 

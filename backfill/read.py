@@ -17,19 +17,21 @@ SINK_FILE_OFFSET = r"\+(\d+)\.json(?:\.gz)?$"
 
 
 def _lines(spark: SparkSession, path: str, partitioned: bool) -> DataFrame:
-    """Every line of every file, with its index in the file (exact record positions: one
-    file is read whole, then its lines are numbered)."""
+    """Every line of every file with its file, its index in the file and the file's start
+    offset (exact record positions: one file is read whole, then its lines are numbered)."""
     reader = spark.read.option("basePath", path) if partitioned else spark.read
     raw = reader.text(path, wholetext=True)
     parts = F.posexplode(F.split(F.regexp_replace("value", r"\r?\n$", ""), r"\r?\n")).alias("pos", "line")
     exploded = raw.select(
         (F.col("partition").cast("long") if partitioned else F.lit(None).cast("long")).alias("line_partition"),
+        F.col("_metadata.file_path").alias("file"),
         F.col("_metadata.file_name").alias("file_name"),
         parts,
     )
-    start = F.regexp_extract("file_name", SINK_FILE_OFFSET, 1)
-    offset = (start.cast("long") + F.col("pos")) if partitioned else F.col("pos").cast("long")
-    return exploded.where(F.trim("line") != "").select("line", "line_partition", offset.alias("line_offset"))
+    start = F.regexp_extract("file_name", SINK_FILE_OFFSET, 1) if partitioned else F.lit("0")
+    return exploded.where(F.trim("line") != "").select(
+        "line", "line_partition", "file", "pos", start.cast("long").alias("start_offset")
+    )
 
 
 def sink_topic_dir(path: str, topic: str) -> str:

@@ -21,12 +21,26 @@ EVENTS = EXAMPLES / "salesdb" / "events"
 META = "_source_ts, _source_pos, _kafka_partition, _kafka_offset"
 
 
+def _generated_events() -> str:
+    """Two partitions, the schemas.enable wrapper, updates, a delete and a re-insert."""
+    from sync.debezium import MySqlSource
+
+    cs = ChangeStream(["CUST_ID"], MySqlSource(), partitions=2, with_schema=True)
+    rows = [{"CUST_ID": f"G{i}", "NAME": f"n{i}", "MKTSEGMENT": "S"} for i in range(6)]
+    records = [cs.insert(r) for r in rows]
+    records += [cs.update(None, {**r, "NAME": r["NAME"] + "+"}) for r in rows[::2]]
+    records += [cs.delete(rows[1]), cs.tombstone(rows[1]), cs.delete(rows[2]), cs.insert({**rows[2], "NAME": "back"})]
+    return "".join(json.dumps(r) + "\n" for r in records)
+
+
 @pytest.mark.parametrize(
     ("table", "files", "columns"),
     [
         ("customer", ["customer-1.jsonl", "customer-2.jsonl", "customer-3.jsonl"], "customer_id, name, mktsegment"),
         ("orders", ["orders-1.jsonl"], "order_id, customer_id, status, total, placed_at, _deleted"),
+        ("customer", [], "customer_id, name, mktsegment"),
     ],
+    ids=["customer", "orders", "generated-wrapped-2-partitions"],
 )
 def test_debezium_events_give_the_same_table_as_the_stream(pg_server_dsn, spark, tmp_path, table, files, columns):
     """The same events, once through ingest + incremental_sync and once through the
@@ -35,7 +49,7 @@ def test_debezium_events_give_the_same_table_as_the_stream(pg_server_dsn, spark,
     from sync.warehouse import connect
 
     events = tmp_path / "events.jsonl"
-    events.write_text("".join((EVENTS / f).read_text() for f in files))
+    events.write_text("".join((EVENTS / f).read_text() for f in files) if files else _generated_events())
     results = []
     for label in ("stream", "backfill"):
         name = f"eq_{label}_{table}_{id(tmp_path) % 100000}"
