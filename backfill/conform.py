@@ -55,14 +55,23 @@ def spark_type(sql_type: SqlType) -> T.DataType:
         raise ValueError(f"column type {sql_type} is not supported by the backfill yet") from None
 
 
-def exact_parse_type(sql_type: SqlType) -> T.DataType | None:
-    """For JSON inputs: the type a numeric field is parsed as directly from the JSON token,
-    so long decimals do not pass through a double. None for non-numeric columns."""
+def exact_value(json_text: Column, field: str, sql_type: SqlType) -> Column | None:
+    """For JSON inputs: a field read straight from its JSON token, where the token's kind
+    matters. Numbers: exact decimals (no double in between). Booleans: JSON true/false or
+    the numbers 0/1 only, as the SQL path accepts (the text "true" is not a boolean).
+    None for the other types, which convert from the field's text."""
+
+    def typed(dtype: T.DataType) -> Column:
+        return F.from_json(json_text, T.StructType([T.StructField(field, dtype)]))[field]
+
     if sql_type.is_integer:
-        return WIDE_DECIMAL
+        return typed(WIDE_DECIMAL)
     if sql_type.family == "decimal":
         p, s = sql_type.precision or 18, sql_type.scale or 0
-        return T.DecimalType(38, 38 - (p - s))
+        return typed(T.DecimalType(38, 38 - (p - s)))
+    if sql_type.family == "boolean":
+        number = typed(T.LongType())
+        return F.coalesce(typed(T.BooleanType()), F.when(number == 1, F.lit(True)).when(number == 0, F.lit(False)))
     return None
 
 
@@ -106,6 +115,8 @@ def plain_value(raw: Column, dtype: T.DataType, sql_type: SqlType, exact: Column
     if f == "boolean":
         if isinstance(dtype, T.BooleanType):
             return raw
+        if exact is not None:
+            return exact
         if isinstance(dtype, T.StringType):
             return F.when(raw.isin("true", "1"), F.lit(True)).when(raw.isin("false", "0"), F.lit(False))
         return F.when(raw == 1, F.lit(True)).when(raw == 0, F.lit(False))

@@ -1,7 +1,7 @@
 """Snapshot rows and Debezium events -> one normalised shape, before typing:
 
   f__<column>       the raw field (Spark type of the input; text for JSON inputs)
-  n__<column>       numeric fields of JSON inputs parsed exactly from the JSON token
+  n__<column>       numeric and boolean fields of JSON inputs, read from the JSON token
   _op               'r' for snapshot rows; the event's op ('c','r','u','d') for events
   _source_ts        source commit time (timestamp, UTC), NULL when unknown
   _source_pos       ordering position, the same zero-padded text as the SQL path
@@ -20,7 +20,7 @@ from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-from backfill.conform import exact_name, exact_parse_type, raw_name
+from backfill.conform import exact_name, exact_value, raw_name
 from sync.config import TableConfig
 from sync.sql.envelope import POS_WIDTH
 
@@ -96,19 +96,16 @@ def flat_rows(df: DataFrame, table: TableConfig, snapshot_ts: Column | None) -> 
 
 def json_rows(lines: DataFrame, table: TableConfig, snapshot_ts: Column | None) -> DataFrame:
     """JSON lines, one object per row (column `value`). Fields are read as JSON text, and
-    numeric ones also straight from the JSON token, so long decimals stay exact."""
+    numbers and booleans also straight from the JSON token (see `exact_value`)."""
     line = F.col("value")
     by_source = F.from_json(line, _strings(*[c.name for c in table.columns], "_source_ts", "__source_ts_ms", "_source_pos"))
     by_target = F.from_json(line, _strings(*[c.target_name for c in table.columns]))
     fields = []
     for col in table.columns:
         fields.append(F.coalesce(by_source[col.name], by_target[col.target_name]).alias(raw_name(col)))
-        exact_type = exact_parse_type(col.sql_type)
-        if exact_type is not None:
-            exact = F.coalesce(
-                F.from_json(line, T.StructType([T.StructField(col.name, exact_type)]))[col.name],
-                F.from_json(line, T.StructType([T.StructField(col.target_name, exact_type)]))[col.target_name],
-            )
+        exact = exact_value(line, col.name, col.sql_type)
+        if exact is not None:
+            exact = F.coalesce(exact, exact_value(line, col.target_name, col.sql_type))
             fields.append(exact.alias(exact_name(col)))
     row_ts = F.coalesce(
         F.when(by_source["_source_ts"].rlike(r"^\s*[0-9]"), by_source["_source_ts"].try_cast(T.TimestampNTZType())),
@@ -247,11 +244,10 @@ def debezium_events(records: DataFrame, table: TableConfig) -> DataFrame:
         if col.name in table.primary_key:
             raw = F.coalesce(raw, key_img[col.name])
         fields.append(raw.alias(raw_name(col)))
-        exact_type = exact_parse_type(col.sql_type)
-        if exact_type is not None:
-            exact = F.from_json(image, T.StructType([T.StructField(col.name, exact_type)]))[col.name]
+        exact = exact_value(image, col.name, col.sql_type)
+        if exact is not None:
             if col.name in table.primary_key:
-                exact = F.coalesce(exact, F.from_json(key_env, T.StructType([T.StructField(col.name, exact_type)]))[col.name])
+                exact = F.coalesce(exact, exact_value(key_env, col.name, col.sql_type))
             fields.append(exact.alias(exact_name(col)))
 
     is_object = F.trim(env).startswith("{")

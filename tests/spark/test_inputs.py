@@ -213,6 +213,8 @@ def test_semantic_types_and_rejects(wh, spark, tmp_path):
         {**good, "id": 2, "amount": "1000000.00"},  # 7 integer digits do not fit decimal(8,2)
         {**good, "id": 3, "note": "ééé"},  # 6 bytes: varchar lengths are bytes
         {**good, "id": 4, "flag": 2},
+        {**good, "id": 6, "flag": "true"},  # text is not a boolean, as in the SQL path
+        {**good, "id": 7, "amount": 12.5, "flag": True, "note": None},  # a JSON boolean and a JSON number are fine
         {**good, "id": 5, "d": "soon"},
         {**good, "id": None},
     ]
@@ -221,15 +223,18 @@ def test_semantic_types_and_rejects(wh, spark, tmp_path):
     result = run_backfill(wh, SEMANTIC, "typed", str(path), "json", datetime(2024, 1, 1), spark=spark,
                           rejects_dir=tmp_path / "rejects")
     wh.execute("SET TIME ZONE 'UTC'")
-    assert wh.query('SELECT id, d, ts, ts6, zts::text, amount, flag, note FROM cdc."typed"') == [
-        (1, date(2023, 3, 23), datetime(2023, 3, 23, 14, 30, 5, 123000), datetime(2023, 3, 23, 14, 30, 5, 123456),
-         "2023-03-23 22:00:10.123456+00", Decimal("10.26"), True, "é")
+    times = (date(2023, 3, 23), datetime(2023, 3, 23, 14, 30, 5, 123000), datetime(2023, 3, 23, 14, 30, 5, 123456),
+             "2023-03-23 22:00:10.123456+00")
+    assert wh.query('SELECT id, d, ts, ts6, zts::text, amount, flag, note FROM cdc."typed" ORDER BY 1') == [
+        (1, *times, Decimal("10.26"), True, "é"),
+        (7, *times, Decimal("12.50"), True, None),
     ]
-    assert result.rejected == 5
+    assert result.rejected == 6
     reasons = sorted(json.loads(line)["reason"] for f in (tmp_path / "rejects").glob("*.json") for line in f.read_text().splitlines())
     assert reasons == [
         "field amount does not convert to decimal(8,2)",
         "field d does not convert to date",
+        "field flag does not convert to boolean",
         "field flag does not convert to boolean",
         "field note does not convert to varchar(4)",
         "primary key field id is missing or not a bigint",
