@@ -34,7 +34,8 @@ def latest_per_key(df: DataFrame, table: TableConfig) -> DataFrame:
         F.col("_kafka_partition").desc_nulls_last(),
         F.col("_kafka_offset").desc_nulls_last(),
         F.col("_source_ts").desc_nulls_last(),
-        F.col("_record").desc(),  # deterministic among identical-looking snapshot rows
+        # Deterministic among snapshot rows of one key with no position or offset.
+        F.xxhash64(*[F.col(c.target_name) for c in table.columns]).desc(),
     ]
     w = Window.partitionBy(*keys).orderBy(*order)
     return df.withColumn("_rn", F.row_number().over(w)).where(F.col("_rn") == 1).drop("_rn")

@@ -182,6 +182,13 @@ def run_backfill(
     started = time.perf_counter()
     table = pipeline.table(table_name)
     result = BackfillResult(table.name)
+    report = progress
+
+    def progress(message: str) -> None:
+        report(f"{time.perf_counter() - started:6.1f} s  {message}")
+
+    if staging and wh.dialect != "redshift":
+        progress(f"--staging {staging} is not used: PostgreSQL loads the stage with COPY FROM STDIN")
     with prepared_snapshot(table, snapshot, fmt, snapshot_time, spark, progress) as (prepared, work):
         stage_dir = work / "stage"
         write_stage(prepared.rows, str(stage_dir))
