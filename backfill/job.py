@@ -16,7 +16,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from datetime import datetime
+from datetime import datetime, timezone
 from pathlib import Path
 
 if __package__ in (None, ""):  # run as a script by spark-submit: make the repo importable
@@ -37,8 +37,6 @@ def parse_time(text: str | None) -> datetime | None:
     except ValueError:
         raise ValueError(f"--snapshot-time {text!r} is not an ISO 8601 time like 2024-05-01T00:00:00Z") from None
     if value.tzinfo is not None:
-        from datetime import timezone
-
         value = value.astimezone(timezone.utc).replace(tzinfo=None)
     return value
 

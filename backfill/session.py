@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import sys
 import typing as t
 
 if t.TYPE_CHECKING:
@@ -12,7 +13,7 @@ if t.TYPE_CHECKING:
 def local_session(master: str = "local[*]", shuffle_partitions: int = 4) -> SparkSession:
     """UTC session time zone: target `timestamp` columns hold UTC wall-clock values, and
     Debezium's epoch-based semantic types are decoded in UTC like the SQL path does."""
-    os.environ.setdefault("PYSPARK_PYTHON", os.sys.executable)
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)  # workers use this interpreter
     from pyspark.sql import SparkSession
 
     session = (
