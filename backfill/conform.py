@@ -14,7 +14,10 @@ conversion of their SQL type.
 
 from __future__ import annotations
 
+import base64
+import binascii
 import typing as t
+from decimal import Decimal
 
 from pyspark.sql import Column
 from pyspark.sql import functions as F
@@ -24,7 +27,9 @@ from sync.config import ColumnConfig, TableConfig
 from sync.sql.helpers import NUMBER_PATTERN
 from sync.sql.types import INTEGER_BOUNDS, SqlType
 
-Decoder = t.Callable[[Column, ColumnConfig], Column]
+# A decoder gets the raw field (text) and, for JSON inputs, the token-aware `exact_value`.
+Decoder = t.Callable[[Column, ColumnConfig, "Column | None"], Column]
+CONNECT_DECIMAL = "org.apache.kafka.connect.data.Decimal"
 
 # Numbers are read through a wide decimal first: exact for every bigint and for the
 # integer digits of any decimal(p,s) column, with spare fractional digits for rounding.
@@ -55,20 +60,30 @@ def spark_type(sql_type: SqlType) -> T.DataType:
         raise ValueError(f"column type {sql_type} is not supported by the backfill yet") from None
 
 
-def exact_value(json_text: Column, field: str, sql_type: SqlType) -> Column | None:
+def number_type(sql_type: SqlType) -> T.DecimalType:
+    """The decimal a number is read as before it is checked and rounded: every integer
+    digit the column can hold (20 for integer columns: any bigint), the rest fraction."""
+    if sql_type.family == "decimal":
+        return T.DecimalType(38, 38 - ((sql_type.precision or 18) - (sql_type.scale or 0)))
+    return WIDE_DECIMAL
+
+
+def exact_value(json_text: Column, field: str, col: ColumnConfig) -> Column | None:
     """For JSON inputs: a field read straight from its JSON token, where the token's kind
     matters. Numbers: exact decimals (no double in between). Booleans: JSON true/false or
     the numbers 0/1 only, as the SQL path accepts (the text "true" is not a boolean).
+    Connect Decimals: only JSON numbers (decimal.format=NUMERIC); their strings are base64.
     None for the other types, which convert from the field's text."""
 
     def typed(dtype: T.DataType) -> Column:
         return F.from_json(json_text, T.StructType([T.StructField(field, dtype)]))[field]
 
-    if sql_type.is_integer:
-        return typed(WIDE_DECIMAL)
-    if sql_type.family == "decimal":
-        p, s = sql_type.precision or 18, sql_type.scale or 0
-        return typed(T.DecimalType(38, 38 - (p - s)))
+    sql_type = col.sql_type
+    if col.semantic == CONNECT_DECIMAL:
+        # A DoubleType read succeeds for number tokens only, not for strings.
+        return F.when(typed(T.DoubleType()).isNotNull(), typed(number_type(sql_type)))
+    if sql_type.is_integer or sql_type.family == "decimal":
+        return typed(number_type(sql_type))
     if sql_type.family == "boolean":
         number = typed(T.LongType())
         return F.coalesce(typed(T.BooleanType()), F.when(number == 1, F.lit(True)).when(number == 0, F.lit(False)))
@@ -79,16 +94,17 @@ def _text(raw: Column, dtype: T.DataType) -> Column:
     return raw if isinstance(dtype, T.StringType) else raw.cast("string")
 
 
-def _number(raw: Column, dtype: T.DataType, exact: Column | None) -> Column:
-    """A numeric value as a wide decimal, NULL when it is not a number (NaN, text, bool)."""
+def _number(raw: Column, dtype: T.DataType, exact: Column | None, wide: T.DecimalType) -> Column:
+    """A numeric value as a wide decimal, NULL when it is not a number (NaN, text, bool).
+    From text the digits are exact; JSON numbers come exact through `exact`."""
     if isinstance(dtype, T.StringType):
-        parsed = F.when(raw.rlike(NUMBER_PATTERN), F.trim(raw).try_cast(WIDE_DECIMAL))
+        parsed = F.when(raw.rlike(NUMBER_PATTERN), F.trim(raw).try_cast(wide))
         return parsed if exact is None else F.coalesce(exact, parsed)
-    if isinstance(dtype, (T.BooleanType,)):
-        return F.lit(None).cast(WIDE_DECIMAL)
+    if isinstance(dtype, T.BooleanType):
+        return F.lit(None).cast(wide)
     if isinstance(dtype, (T.FloatType, T.DoubleType)):
-        return F.when(~F.isnan(raw) & (F.abs(raw) != F.lit(float("inf"))), raw.try_cast(WIDE_DECIMAL))
-    return raw.try_cast(WIDE_DECIMAL)
+        return F.when(~F.isnan(raw) & (F.abs(raw) != F.lit(float("inf"))), raw.try_cast(wide))
+    return raw.try_cast(wide)
 
 
 def plain_value(raw: Column, dtype: T.DataType, sql_type: SqlType, exact: Column | None = None) -> Column:
@@ -96,22 +112,16 @@ def plain_value(raw: Column, dtype: T.DataType, sql_type: SqlType, exact: Column
     f = sql_type.family
     if sql_type.is_integer:
         lo, hi = INTEGER_BOUNDS[f]
-        n = _number(raw, dtype, exact)
+        n = _number(raw, dtype, exact, WIDE_DECIMAL)
         return F.when((n == F.floor(n)) & n.between(lo, hi), n.cast(spark_type(sql_type)))
     if f == "decimal":
         p, s = sql_type.precision or 18, sql_type.scale or 0
-        if isinstance(dtype, T.StringType):
-            # From text the digits are exact; JSON numbers come exact through `exact`.
-            n = F.when(raw.rlike(NUMBER_PATTERN), F.trim(raw).try_cast(T.DecimalType(38, 38 - (p - s))))
-            n = n if exact is None else F.coalesce(exact, n)
-        else:
-            n = _number(raw, dtype, None)
-        rounded = F.round(n, s)  # HALF_UP: half away from zero, like PostgreSQL round(numeric)
+        rounded = F.round(_number(raw, dtype, exact, number_type(sql_type)), s)  # HALF_UP, like PostgreSQL round()
         return F.when(F.abs(rounded) < F.lit(10) ** (p - s), rounded.try_cast(T.DecimalType(p, s)))
     if f in ("real", "double"):
         if isinstance(dtype, T.StringType):
             return F.when(raw.rlike(NUMBER_PATTERN), F.trim(raw).try_cast(spark_type(sql_type)))
-        return _number(raw, dtype, None).try_cast(spark_type(sql_type))
+        return raw.try_cast(spark_type(sql_type)) if isinstance(dtype, T.NumericType) else F.lit(None).cast(spark_type(sql_type))
     if f == "boolean":
         if isinstance(dtype, T.BooleanType):
             return raw
@@ -148,7 +158,7 @@ def _whole(raw: Column) -> Column:
     return F.when(raw.rlike(r"^\s*-?[0-9]{1,19}\s*$"), F.trim(raw).try_cast(T.LongType()))
 
 
-def _date_from_days(raw: Column, col: ColumnConfig) -> Column:
+def _date_from_days(raw: Column, col: ColumnConfig, exact: Column | None) -> Column:
     days = _whole(raw)
     return F.when(days.between(-(10**6), 10**6), F.date_add(F.lit("1970-01-01").cast("date"), days.cast("int")))
 
@@ -156,7 +166,7 @@ def _date_from_days(raw: Column, col: ColumnConfig) -> Column:
 def _from_epoch(unit: str) -> Decoder:
     convert = {"ms": F.timestamp_millis, "us": F.timestamp_micros}[unit]
 
-    def decode(raw: Column, col: ColumnConfig) -> Column:
+    def decode(raw: Column, col: ColumnConfig, exact: Column | None) -> Column:
         ts = convert(_whole(raw))
         return _as_target(ts, col)
 
@@ -172,15 +182,51 @@ def _as_target(ts: Column, col: ColumnConfig) -> Column:
     return ts
 
 
-def _zoned(raw: Column, col: ColumnConfig) -> Column:
+def _zoned(raw: Column, col: ColumnConfig, exact: Column | None) -> Column:
     # ISO-8601 with an offset (Debezium normalises it to UTC, "...Z"): an instant.
     ts = F.when(raw.rlike(r"^[0-9]"), raw.try_cast(T.TimestampType()))
     return _as_target(ts, col)
 
 
-def _decimal_text(raw: Column, col: ColumnConfig) -> Column:
-    # decimal.handling.mode=string (plain text) or double: both are plain numbers.
-    return plain_value(raw, T.StringType(), col.sql_type)
+def unscaled_decimal_text(b64: str | None, scale: int) -> str | None:
+    """Kafka Connect Decimal: base64 of the big-endian two's-complement unscaled value.
+    Returns the plain decimal text, or None when the value is not base64."""
+    if b64 is None:
+        return None
+    try:
+        raw = base64.b64decode(b64, validate=True)
+    except (binascii.Error, ValueError):
+        return None
+    if not raw:
+        return None
+    return format(Decimal(int.from_bytes(raw, "big", signed=True)).scaleb(-scale), "f")
+
+
+def _connect_decimal(raw: Column, col: ColumnConfig, exact: Column | None) -> Column:
+    # A JSON string is base64 (precise mode, the default), scaled by the Connect schema's
+    # scale, else the column's; a JSON number (decimal.format=NUMERIC) is the value itself.
+    scale = col.scale if col.scale is not None else (col.sql_type.scale or 0)
+    decode = F.udf(lambda v: unscaled_decimal_text(v, scale), T.StringType(), useArrow=False)
+    decoded = plain_value(decode(raw), T.StringType(), col.sql_type)
+    if exact is None:
+        return decoded
+    return F.when(exact.isNotNull(), plain_value(exact, number_type(col.sql_type), col.sql_type)).otherwise(decoded)
+
+
+def _time_of_day(unit_per_second: int) -> Decoder:
+    def decode(raw: Column, col: ColumnConfig, exact: Column | None) -> Column:
+        n = _whole(raw)
+        seconds = F.floor(n / unit_per_second)
+        fraction = F.lpad((n % unit_per_second).cast("string"), len(str(unit_per_second)) - 1, "0")
+        text = F.concat_ws(
+            ":",
+            F.lpad(F.floor(seconds / 3600).cast("string"), 2, "0"),
+            F.lpad(F.floor(seconds / 60 % 60).cast("string"), 2, "0"),
+            F.lpad((seconds % 60).cast("string"), 2, "0"),
+        )
+        return F.when(n.between(0, 24 * 3600 * unit_per_second - 1), F.concat(text, F.lit("."), fraction))
+
+    return decode
 
 
 SEMANTIC_DECODERS: dict[str, Decoder] = {
@@ -188,6 +234,9 @@ SEMANTIC_DECODERS: dict[str, Decoder] = {
     "io.debezium.time.Timestamp": _from_epoch("ms"),
     "io.debezium.time.MicroTimestamp": _from_epoch("us"),
     "io.debezium.time.ZonedTimestamp": _zoned,
+    "io.debezium.time.Time": _time_of_day(1000),
+    "io.debezium.time.MicroTime": _time_of_day(1_000_000),
+    CONNECT_DECIMAL: _connect_decimal,
 }
 
 
@@ -196,7 +245,7 @@ def column_value(raw: Column, dtype: T.DataType, col: ColumnConfig, exact: Colum
     the raw value is still encoded (text from JSON), else the plain conversion."""
     decoder = SEMANTIC_DECODERS.get(col.semantic or "")
     if decoder is not None and isinstance(dtype, T.StringType):
-        value = decoder(raw, col)
+        value = decoder(raw, col, exact)
     else:
         value = plain_value(raw, dtype, col.sql_type, exact)
     return value.cast(spark_type(col.sql_type))

@@ -103,9 +103,9 @@ def json_rows(lines: DataFrame, table: TableConfig, snapshot_ts: Column | None) 
     fields = []
     for col in table.columns:
         fields.append(F.coalesce(by_source[col.name], by_target[col.target_name]).alias(raw_name(col)))
-        exact = exact_value(line, col.name, col.sql_type)
+        exact = exact_value(line, col.name, col)
         if exact is not None:
-            exact = F.coalesce(exact, exact_value(line, col.target_name, col.sql_type))
+            exact = F.coalesce(exact, exact_value(line, col.target_name, col))
             fields.append(exact.alias(exact_name(col)))
     row_ts = F.coalesce(
         F.when(by_source["_source_ts"].rlike(r"^\s*[0-9]"), by_source["_source_ts"].try_cast(T.TimestampNTZType())),
@@ -244,10 +244,10 @@ def debezium_events(records: DataFrame, table: TableConfig) -> DataFrame:
         if col.name in table.primary_key:
             raw = F.coalesce(raw, key_img[col.name])
         fields.append(raw.alias(raw_name(col)))
-        exact = exact_value(image, col.name, col.sql_type)
+        exact = exact_value(image, col.name, col)
         if exact is not None:
             if col.name in table.primary_key:
-                exact = F.coalesce(exact, exact_value(key_env, col.name, col.sql_type))
+                exact = F.coalesce(exact, exact_value(key_env, col.name, col))
             fields.append(exact.alias(exact_name(col)))
 
     is_object = F.trim(env).startswith("{")

@@ -200,6 +200,8 @@ columns = [
   { name = "amount", type = "decimal(8,2)" },
   { name = "flag", type = "boolean" },
   { name = "note", type = "varchar(4)" },
+  { name = "price", type = "decimal(10,2)", semantic = "org.apache.kafka.connect.data.Decimal", scale = 2 },
+  { name = "at", type = "time", semantic = "io.debezium.time.MicroTime" },
 ]
 """
 )
@@ -208,13 +210,14 @@ columns = [
 def test_semantic_types_and_rejects(wh, spark, tmp_path):
     deploy(wh, SEMANTIC, "test")
     good = {"id": 1, "d": 19439, "ts": 1679581805123, "ts6": 1679581805123456, "zts": "2023-03-23T22:00:10.123456Z",
-            "amount": "10.255", "flag": 1, "note": "é"}
+            "amount": "10.255", "flag": 1, "note": "é", "price": "C+o=", "at": 36803000000}
     bad = [
         {**good, "id": 2, "amount": "1000000.00"},  # 7 integer digits do not fit decimal(8,2)
         {**good, "id": 3, "note": "ééé"},  # 6 bytes: varchar lengths are bytes
         {**good, "id": 4, "flag": 2},
         {**good, "id": 6, "flag": "true"},  # text is not a boolean, as in the SQL path
-        {**good, "id": 7, "amount": 12.5, "flag": True, "note": None},  # a JSON boolean and a JSON number are fine
+        {**good, "id": 7, "amount": 12.5, "flag": True, "note": None, "price": 40.5},  # JSON boolean and numbers
+        {**good, "id": 8, "price": "not base64!"},
         {**good, "id": 5, "d": "soon"},
         {**good, "id": None},
     ]
@@ -225,11 +228,11 @@ def test_semantic_types_and_rejects(wh, spark, tmp_path):
     wh.execute("SET TIME ZONE 'UTC'")
     times = (date(2023, 3, 23), datetime(2023, 3, 23, 14, 30, 5, 123000), datetime(2023, 3, 23, 14, 30, 5, 123456),
              "2023-03-23 22:00:10.123456+00")
-    assert wh.query('SELECT id, d, ts, ts6, zts::text, amount, flag, note FROM cdc."typed" ORDER BY 1') == [
-        (1, *times, Decimal("10.26"), True, "é"),
-        (7, *times, Decimal("12.50"), True, None),
+    assert wh.query('SELECT id, d, ts, ts6, zts::text, amount, flag, note, price, at::text FROM cdc."typed" ORDER BY 1') == [
+        (1, *times, Decimal("10.26"), True, "é", Decimal("30.50"), "10:13:23"),
+        (7, *times, Decimal("12.50"), True, None, Decimal("40.50"), "10:13:23"),
     ]
-    assert result.rejected == 6
+    assert result.rejected == 7
     reasons = sorted(json.loads(line)["reason"] for f in (tmp_path / "rejects").glob("*.json") for line in f.read_text().splitlines())
     assert reasons == [
         "field amount does not convert to decimal(8,2)",
@@ -237,5 +240,17 @@ def test_semantic_types_and_rejects(wh, spark, tmp_path):
         "field flag does not convert to boolean",
         "field flag does not convert to boolean",
         "field note does not convert to varchar(4)",
+        "field price does not convert to decimal(10,2)",
         "primary key field id is missing or not a bigint",
     ]
+
+
+@pytest.mark.parametrize(
+    ("b64", "scale", "text"),
+    [("C+o=", 2, "30.50"), ("D9I=", 2, "40.50"), ("K2c=", 0, "11111"), ("/w==", 3, "-0.001"), ("", 2, None),
+     ("no!", 2, None)],
+)
+def test_connect_decimal_bytes(b64, scale, text):
+    from backfill.conform import unscaled_decimal_text
+
+    assert unscaled_decimal_text(b64, scale) == text
