@@ -88,6 +88,17 @@ def copy_parquet_into(wh: Warehouse, stage_sql_name: str, files: list[Path], pro
     return rows
 
 
+def merge_stage(wh: Warehouse, sql: BackfillSql) -> dict[str, int]:
+    """Run the merge steps on a loaded stage (inside the caller's transaction and locks)."""
+    counts: dict[str, int] = {}
+    for step in sql.merge():
+        if step.count:
+            counts[step.label] = int(wh.scalar(step.sql) or 0)
+        else:
+            wh.execute(step.sql)
+    return counts
+
+
 def load_and_merge(
     wh: Warehouse,
     pipeline: Pipeline,
@@ -109,7 +120,6 @@ def load_and_merge(
 
         client = s3.client()
         staged_s3 = s3.upload_for_copy(client, files, staging, progress)
-    counts: dict[str, int] = {}
     try:
         with transaction(wh):
             wh.execute(sql.lock())
@@ -118,11 +128,7 @@ def load_and_merge(
                 wh.execute(sql.copy_from_s3(staged_s3.manifest_url, iam_role or ""))
             else:
                 copy_parquet_into(wh, sql.stage, files, progress)
-            for step in sql.merge():
-                if step.count:
-                    counts[step.label] = int(wh.scalar(step.sql) or 0)
-                else:
-                    wh.execute(step.sql)
+            counts = merge_stage(wh, sql)
     finally:
         if staged_s3 is not None:
             from sync import s3
