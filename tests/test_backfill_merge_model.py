@@ -17,13 +17,15 @@ from sync.sql.backfill_merge import BackfillSql
 from sync.sql.dialects import get_dialect
 
 T0 = datetime(2024, 1, 1)
-keys = st.sampled_from([f"K{i}" for i in range(6)])
-ts = st.none() | st.integers(0, 4).map(lambda m: T0 + timedelta(minutes=m))
-pos = st.none() | st.integers(0, 4).map(lambda p: f"{p:020d}")
+keys = st.sampled_from(["K0", "K1", "K2"])  # few keys, few times: overlaps and ties are common
+ts = st.none() | st.integers(0, 2).map(lambda m: T0 + timedelta(minutes=m))
+pos = st.none() | st.integers(0, 2).map(lambda p: f"{p:020d}")
 held = st.tuples(ts, pos)
 stream_state = st.dictionaries(keys, st.one_of(st.tuples(st.just("row"), st.text("ab", max_size=3), held),
                                                st.tuples(st.just("deleted"), st.none(), held)))
-stage_rows = st.dictionaries(keys, st.tuples(st.text("xy", max_size=3), ts.filter(lambda v: v is not None), pos, st.booleans()))
+stage_rows = st.dictionaries(
+    keys, st.tuples(st.text("xy", max_size=3), ts.filter(lambda v: v is not None), pos, st.booleans()), min_size=1
+)
 
 
 def newer(held_ts, held_pos, s_ts, s_pos) -> bool:
@@ -49,7 +51,7 @@ def model(state: dict, stage: dict) -> tuple[dict, dict]:
     return target, deleted
 
 
-@settings(max_examples=60, suppress_health_check=[HealthCheck.function_scoped_fixture])  # tables reset per example
+@settings(max_examples=150, suppress_health_check=[HealthCheck.function_scoped_fixture])  # tables reset per example
 @given(stream_state, stage_rows)
 def test_merge_matches_the_model(deployed, state, stage):
     wh, pipeline = deployed
