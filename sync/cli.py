@@ -34,6 +34,10 @@ DsnOpt = Annotated[
     Optional[str],
     typer.Option("--dsn", help="postgresql://... or redshift+redshift_connector://... (default $REDSHIFT_SYNC_DSN, else the embedded PostgreSQL)."),
 ]
+VersionsOpt = Annotated[
+    Optional[Path],
+    typer.Option("--versions", help="Revisions folder (default: version_locations of ./alembic.ini, else ./migrations/versions)."),
+]
 
 
 class CliError(Exception):
@@ -52,10 +56,10 @@ def handle_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
         try:
             return fn(*args, **kwargs)
         except ConfigError as exc:
-            err_console.print(f"[red]error:[/red] {exc}", highlight=False)
+            err_console.print(f"[red]error:[/red] {exc}", highlight=False, soft_wrap=True)
             raise typer.Exit(2) from None
         except (WarehouseError, CliError, FileNotFoundError, ValueError) as exc:
-            err_console.print(f"[red]error:[/red] {exc}", highlight=False)
+            err_console.print(f"[red]error:[/red] {exc}", highlight=False, soft_wrap=True)
             raise typer.Exit(getattr(exc, "code", 1)) from None
 
     return wrapper
@@ -100,22 +104,18 @@ def generate(
 
 @app.command()
 @handle_errors
-def deploy(config: ConfigOpt = None, dsn: DsnOpt = None) -> None:
-    """Create or upgrade every warehouse object (idempotent)."""
-    from sync.runner import deploy as run_deploy
+def deploy(config: ConfigOpt = None, dsn: DsnOpt = None, versions: VersionsOpt = None) -> None:
+    """Upgrade the warehouse to the last revision (`alembic upgrade head`; idempotent)."""
+    from sync.revisions import alembic_config, deploy as run_deploy
 
     pipeline, path = open_pipeline(config)
-    wh = open_warehouse(dsn)
-    try:
-        result = run_deploy(wh, pipeline, origin_of(path))
-    finally:
-        wh.close()
-    console.print(
-        f"deployed {len(pipeline.tables)} table(s) to {wh.dialect}: "
-        f"{len(result.created)} created, {len(result.replaced)} replaced, {len(result.unchanged)} unchanged"
-    )
-    for label in result.created:
-        console.print(f"  + {label}")
+    result = run_deploy(alembic_config(versions, dsn, path), pipeline)
+    for warning in result.warnings:
+        err_console.print(f"[yellow]warning:[/yellow] {warning}", highlight=False)
+    if not result.applied:
+        console.print(f"already at revision {result.head}: nothing to do")
+    for label in result.applied:
+        console.print(f"  applied {label}", highlight=False)
 
 
 @app.command()
@@ -348,9 +348,54 @@ def reconcile(
         raise typer.Exit(1)
 
 
+@app.command()
+@handle_errors
+def revision(
+    message: Annotated[str, typer.Option("--message", "-m", help="What the revision does.")],
+    config: ConfigOpt = None,
+    versions: VersionsOpt = None,
+) -> None:
+    """Write the next schema revision: the pipeline file compared with the last revision's state."""
+    from sync.revisions import alembic_config, write_revision
+
+    pipeline, path = open_pipeline(config)
+    written = write_revision(alembic_config(versions, None, path), pipeline, origin_of(path), message)
+    if written is None:
+        console.print("nothing to do: the pipeline file matches the last revision")
+        return
+    console.print(f"wrote {written.path} (revision {written.revision})", highlight=False)
+    for line in written.plan.upgrade:
+        console.print(f"  {line}", highlight=False)
+    for warning in written.plan.warnings:
+        err_console.print(f"[yellow]warning:[/yellow] {warning}", highlight=False)
+
+
 def main() -> None:
     app()
 
 
 if __name__ == "__main__":
     main()
+
+
+@app.command("package-lambda")
+@handle_errors
+def package_lambda(
+    out: Annotated[Path, typer.Option("--out", "-o", help="Where to write the zip.")] = Path("dist/lambda.zip"),
+    config: ConfigOpt = None,
+    python_version: Annotated[str, typer.Option(help="Python of the Lambda runtime (python3.12 -> 3.12).")] = "3.12",
+    arch: Annotated[str, typer.Option(help="Lambda architecture: x86_64 | arm64.")] = "x86_64",
+    with_connector: Annotated[bool, typer.Option(help="Also bundle redshift-connector (for REDSHIFT_SYNC_DSN mode instead of the Data API).")] = False,
+) -> None:
+    """Build the Lambda zip: the sync package, its dependencies for Lambda and the pipeline file (no Spark)."""
+    from sync.packaging import PackagingError, build_lambda_zip
+
+    _, path = open_pipeline(config)
+    try:
+        pkg = build_lambda_zip(out, path, python_version, arch, with_connector, progress=console.print)
+    except PackagingError as exc:
+        raise CliError(str(exc)) from None
+    console.print(
+        f"wrote {pkg.path}: {pkg.size_bytes / 1e6:.2f} MB zipped, {pkg.files} files "
+        f"({', '.join(pkg.requirements)}); Lambda's limit is 50 MB. Handler: sync.lambda_handler.handler"
+    )

@@ -31,6 +31,11 @@ def _indent(text: str, spaces: int) -> str:
     return "\n".join(pad + line if line else line for line in text.splitlines())
 
 
+def _fenced(d: PostgresDialect, level: str) -> str:
+    """A nested level evaluated once per record, not re-expanded at each reference above."""
+    return f"{level}\n{d.subquery_fence}" if d.subquery_fence else level
+
+
 def _column_alias(col: ColumnConfig) -> str:
     return col.target_name
 
@@ -129,7 +134,7 @@ def stage_insert_sql(d: PostgresDialect, pipeline: Pipeline, table: TableConfig)
         f"       {env.image} AS img,\n"
         f"       {env.source_ts_ms} AS source_ts_ms,\n"
         f"       {env.position} AS source_pos\n"
-        f"FROM (\n{_indent(level1, 2)}\n) e"
+        f"FROM (\n{_indent(_fenced(d, level1), 2)}\n) e"
     )
 
     # Level 3: each field as JSON, then converted to its column type (NULL when it does not
@@ -143,23 +148,28 @@ def stage_insert_sql(d: PostgresDialect, pipeline: Pipeline, table: TableConfig)
         raw = d.json_get("f.img", col.name)
         field_lines.append(f"{raw} AS {q(_raw_alias(col))}")
         field_lines.append(f"{d.cast_json(raw, col.sql_type)} AS {q(col.target_name)}")
-    source_ts = d.epoch_ms_to_timestamp(f"{d.cast_json('f.source_ts_ms', _BIGINT)}")
+    # source.ts_ms as a number here; it becomes a timestamp in the outer SELECT, which reads
+    # it twice: on PostgreSQL the conversion would otherwise run twice per record.
+    source_ts_ms = d.cast_json("f.source_ts_ms", _BIGINT)
     level3 = (
         "SELECT f.kafka_partition, f.kafka_offset, f.kafka_timestamp, f.refresh_time,\n"
         "       f.payload, f.raw_value, f.env, f.op, f.source_pos,\n"
-        f"       {source_ts} AS source_ts,\n"
+        f"       {source_ts_ms} AS source_ts_ms,\n"
         + ",\n".join("       " + line for line in field_lines)
-        + f"\nFROM (\n{_indent(level2, 2)}\n) f"
+        + f"\nFROM (\n{_indent(_fenced(d, level2), 2)}\n) f"
     )
 
     checks = classification_checks(d, table)
     action = _case(checks, "action", "'upsert'")
     reason = _case(checks, "reason", "NULL")
+    # The payload kept for quarantined records is picked here, below the ROW_NUMBER sort,
+    # so the sort does not carry every record's payload.
     level4 = (
         "SELECT t.*,\n"
         f"{_indent(action, 7)} AS action,\n"
-        f"{_indent(reason, 7)} AS reason\n"
-        f"FROM (\n{_indent(level3, 2)}\n) t"
+        f"{_indent(reason, 7)} AS reason,\n"
+        f"       CASE WHEN t.raw_value IS NULL AND\n{_indent(action, 9)} = 'quarantine' THEN t.payload END AS quarantine_payload\n"
+        f"FROM (\n{_indent(_fenced(d, level3), 2)}\n) t"
     )
 
     key_list = ", ".join(f"c.{q(k.target_name)}" for k in table.key_columns)
@@ -172,9 +182,9 @@ def stage_insert_sql(d: PostgresDialect, pipeline: Pipeline, table: TableConfig)
         # 4. Latest event per key wins; ROW_NUMBER, never RANK: a tie must not yield two rows.
         f"ROW_NUMBER() OVER (\n         PARTITION BY CASE WHEN c.action IN ('upsert', 'delete') THEN 1 ELSE 0 END, {key_list}\n"
         f"         ORDER BY {order})",
-        "c.source_ts", "c.source_pos",
+        d.epoch_ms_to_timestamp("c.source_ts_ms"), "c.source_pos",
         *[f"c.{q(col.target_name)}" for col in cols],
-        "CASE WHEN c.action = 'quarantine' AND c.raw_value IS NULL THEN c.payload END",
+        "c.quarantine_payload",
         "CASE WHEN c.action = 'quarantine' THEN c.raw_value END",
     ]
     return (
@@ -182,7 +192,7 @@ def stage_insert_sql(d: PostgresDialect, pipeline: Pipeline, table: TableConfig)
         + _indent(",\n".join(q(c) for c in stage_columns), 2)
         + "\n)\nSELECT "
         + ",\n       ".join(select_columns)
-        + f"\nFROM (\n{_indent(level4, 2)}\n) c;"
+        + f"\nFROM (\n{_indent(_fenced(d, level4), 2)}\n) c;"
     )
 
 
@@ -286,14 +296,15 @@ def procedure_sql(d: PostgresDialect, pipeline: Pipeline, table: TableConfig, or
         )
 
     if not soft:
+        # Redshift's DELETE takes no alias for its target: the key match names it in full.
         step(
             "-- 6. Apply: remove the current row of every key with a winning event (the join is\n"
             "--    on the key, which is the DISTKEY, so it is collocated), then insert the upserts.\n"
-            f"DELETE FROM {target} t\nUSING {stage} s\nWHERE {winners}\n  AND {key_match('t', 's')};"
+            f"DELETE FROM {target}\nUSING {stage} s\nWHERE {winners}\n  AND {key_match(target, 's')};"
         )
         step(
             "-- Deleted keys are remembered, so neither a replay nor a backfill resurrects them.\n"
-            f"DELETE FROM {deleted} t\nUSING {stage} s\nWHERE {winners}\n  AND {key_match('t', 's')};"
+            f"DELETE FROM {deleted}\nUSING {stage} s\nWHERE {winners}\n  AND {key_match(deleted, 's')};"
         )
         step(
             f"INSERT INTO {deleted} ({', '.join(q(k) for k in keys)}, _source_ts, _source_pos, _kafka_partition, _kafka_offset, _deleted_at)\n"
@@ -308,7 +319,7 @@ def procedure_sql(d: PostgresDialect, pipeline: Pipeline, table: TableConfig, or
         step(
             "-- 6. Apply (soft deletes): upserts replace the row; deletes only mark it, keeping\n"
             "--    its last values (or record the key when it was never seen).\n"
-            f"DELETE FROM {target} t\nUSING {stage} s\nWHERE s._rn = 1 AND s._action = 'upsert'\n  AND {key_match('t', 's')};"
+            f"DELETE FROM {target}\nUSING {stage} s\nWHERE s._rn = 1 AND s._action = 'upsert'\n  AND {key_match(target, 's')};"
         )
         step(
             f"INSERT INTO {target} ({insert_cols})\n"
@@ -343,11 +354,12 @@ def procedure_sql(d: PostgresDialect, pipeline: Pipeline, table: TableConfig, or
         "WHERE w.kafka_partition = b._kafka_partition;"
     )
     step(
+        "-- Partitions seen for the first time (aggregated first: one probe per partition).\n"
         f"INSERT INTO {wm} (kafka_partition, last_offset, last_refresh_time, updated_at)\n"
-        f"SELECT _kafka_partition, MAX(_kafka_offset), MAX(_refresh_time), {now}\n"
-        f"FROM {stage} s\n"
-        f"WHERE NOT EXISTS (SELECT 1 FROM {wm} w WHERE w.kafka_partition = s._kafka_partition)\n"
-        "GROUP BY _kafka_partition;"
+        f"SELECT b._kafka_partition, b.last_offset, b.last_refresh_time, {now}\n"
+        f"FROM (SELECT _kafka_partition, MAX(_kafka_offset) AS last_offset, MAX(_refresh_time) AS last_refresh_time\n"
+        f"      FROM {stage} GROUP BY _kafka_partition) b\n"
+        f"WHERE NOT EXISTS (SELECT 1 FROM {wm} w WHERE w.kafka_partition = b._kafka_partition);"
     )
     step(f"-- The stage is empty between runs (DELETE, not TRUNCATE: TRUNCATE would commit).\nDELETE FROM {stage};")
 
