@@ -8,6 +8,7 @@ import importlib.util
 import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
 
 from benchmarks import baselines as bl
@@ -154,6 +155,10 @@ def backfill_available() -> str | None:
     return None
 
 
+# When the benchmark's snapshot was taken (plain snapshots carry no source time per row).
+SNAPSHOT_TIME = datetime(2024, 1, 1)
+
+
 def write_snapshot(directory: Path, rows: int) -> tuple[Path, Path]:
     """The same rows as Parquet and as CSV (with a header)."""
     import pyarrow as pa
@@ -200,14 +205,16 @@ def backfill(b: Bench) -> None:
         b.record("backfill.raw_copy_csv", Measurement([timed(copy_csv)]), rows, "rows")
         b.progress("backfill: run_backfill")
         with PeakMemory() as mem:
-            seconds = timed(lambda: run_backfill(b.wh, b.pipeline, TABLE, str(parquet), fmt="parquet"))
+            seconds = timed(lambda: run_backfill(b.wh, b.pipeline, TABLE, str(parquet), "parquet", SNAPSHOT_TIME))
         b.record("backfill", Measurement([seconds]), rows, "rows")
         b.figures["backfill.peak_driver_memory_mb"] = mem.peak_mb
         b.progress("reconcile: counts only")
-        b.record("reconcile.counts", Measurement([timed(lambda: run_reconcile(b.wh, b.pipeline, TABLE, str(parquet), fmt="parquet"))]))
+        b.record("reconcile.counts", Measurement([timed(
+            lambda: run_reconcile(b.wh, b.pipeline, TABLE, str(parquet), "parquet", SNAPSHOT_TIME)
+        )]))
         b.progress("reconcile: checksum over all columns")
         b.record("reconcile.checksum", Measurement([timed(
-            lambda: run_reconcile(b.wh, b.pipeline, TABLE, str(parquet), fmt="parquet", checksum_columns=columns)
+            lambda: run_reconcile(b.wh, b.pipeline, TABLE, str(parquet), "parquet", SNAPSHOT_TIME, checksum=columns)
         )]))
     b.figures["backfill.ratio_backfill_copy"] = b.figures["backfill.seconds"] / b.figures["backfill.raw_copy_csv.seconds"]
     b.figures["reconcile.ratio_counts_backfill"] = b.figures["reconcile.counts.seconds"] / b.figures["backfill.seconds"]
