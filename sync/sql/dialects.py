@@ -187,10 +187,6 @@ class PostgresDialect:
     def lpad_number(self, expr: str, width: int) -> str:
         return f"lpad({expr}, {width}, '0')"
 
-    def hex_to_bigint(self, expr: str) -> str:
-        """Up to 8 hex digits (text) -> their unsigned value as bigint."""
-        return f"('x' || {expr})::bit(32)::bigint"
-
     # ---- physical attributes ------------------------------------------------------
     def table_attributes(self, distkey: str | None, sortkey: list[str], backup: bool = True) -> str:
         return ""
@@ -300,9 +296,6 @@ class RedshiftDialect(PostgresDialect):
 
     def seconds_between(self, later: str, earlier: str) -> str:
         return f"DATEDIFF(microsecond, {earlier}, {later}) / 1000000.0"
-
-    def hex_to_bigint(self, expr: str) -> str:
-        return f"STRTOL({expr}, 16)"
 
     def now(self) -> str:
         # GETDATE() is the statement start; SYSDATE is the transaction start. Within a

@@ -76,15 +76,15 @@ COMMIT;
 
 -- reconcile
 SELECT b.bucket, COUNT(*) AS rows, SUM(b.checksum) AS checksum
-FROM (SELECT MOD(('x' || SUBSTRING(MD5(CAST(t."customer_id" AS varchar(65535))), 1, 8))::bit(32)::bigint, 64) AS bucket, ('x' || SUBSTRING(MD5(MD5(COALESCE(MD5(CAST(t."customer_id" AS varchar(65535))), 'N') || COALESCE(MD5(CAST(t."name" AS varchar(65535))), 'N') || COALESCE(MD5(CAST(t."mktsegment" AS varchar(65535))), 'N'))), 1, 8))::bit(32)::bigint AS checksum
+FROM (SELECT MOD(('x' || lpad(SUBSTRING(MD5(CAST(t."customer_id" AS varchar(65535))), 1, 8), 16, '0'))::bit(64)::bigint, 64) AS bucket, ('x' || lpad(SUBSTRING(MD5(MD5(COALESCE(MD5(CAST(t."customer_id" AS varchar(65535))), 'N') || COALESCE(MD5(CAST(t."name" AS varchar(65535))), 'N') || COALESCE(MD5(CAST(t."mktsegment" AS varchar(65535))), 'N'))), 1, 8), 16, '0'))::bit(64)::bigint AS checksum
       FROM "cdc"."customer" t) b
 GROUP BY b.bucket
 ORDER BY b.bucket;
 
 SELECT CAST(t."customer_id" AS varchar(65535)) AS key_text, MD5(COALESCE(MD5(CAST(t."customer_id" AS varchar(65535))), 'N') || COALESCE(MD5(CAST(t."name" AS varchar(65535))), 'N') || COALESCE(MD5(CAST(t."mktsegment" AS varchar(65535))), 'N')) AS checksum, t._source_ts, FALSE AS deleted
 FROM "cdc"."customer" t
-WHERE MOD(('x' || SUBSTRING(MD5(CAST(t."customer_id" AS varchar(65535))), 1, 8))::bit(32)::bigint, 64) IN (3, 5)
+WHERE MOD(('x' || lpad(SUBSTRING(MD5(CAST(t."customer_id" AS varchar(65535))), 1, 8), 16, '0'))::bit(64)::bigint, 64) IN (3, 5)
 UNION ALL
 SELECT CAST(t."customer_id" AS varchar(65535)), NULL, t._source_ts, TRUE
 FROM "cdc"."customer__deleted" t
-WHERE MOD(('x' || SUBSTRING(MD5(CAST(t."customer_id" AS varchar(65535))), 1, 8))::bit(32)::bigint, 64) IN (3, 5);
+WHERE MOD(('x' || lpad(SUBSTRING(MD5(CAST(t."customer_id" AS varchar(65535))), 1, 8), 16, '0'))::bit(64)::bigint, 64) IN (3, 5);

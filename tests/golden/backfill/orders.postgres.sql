@@ -74,7 +74,7 @@ COMMIT;
 
 -- reconcile
 SELECT b.bucket, COUNT(*) AS rows, SUM(b.checksum) AS checksum
-FROM (SELECT MOD(('x' || SUBSTRING(MD5(CAST(t."order_id" AS varchar(64))), 1, 8))::bit(32)::bigint, 64) AS bucket, ('x' || SUBSTRING(MD5(MD5(COALESCE(MD5(CAST(t."order_id" AS varchar(64))), 'N') || COALESCE(MD5(CAST(t."customer_id" AS varchar(65535))), 'N') || COALESCE(MD5(CAST(t."status" AS varchar(65535))), 'N') || COALESCE(MD5(CAST(t."total" AS varchar(64))), 'N') || COALESCE(MD5(TO_CHAR(t."placed_at", 'YYYY-MM-DD HH24:MI:SS.US')), 'N'))), 1, 8))::bit(32)::bigint AS checksum
+FROM (SELECT MOD(('x' || lpad(SUBSTRING(MD5(CAST(t."order_id" AS varchar(64))), 1, 8), 16, '0'))::bit(64)::bigint, 64) AS bucket, ('x' || lpad(SUBSTRING(MD5(MD5(COALESCE(MD5(CAST(t."order_id" AS varchar(64))), 'N') || COALESCE(MD5(CAST(t."customer_id" AS varchar(65535))), 'N') || COALESCE(MD5(CAST(t."status" AS varchar(65535))), 'N') || COALESCE(MD5(CAST(t."total" AS varchar(64))), 'N') || COALESCE(MD5(TO_CHAR(t."placed_at", 'YYYY-MM-DD HH24:MI:SS.US')), 'N'))), 1, 8), 16, '0'))::bit(64)::bigint AS checksum
       FROM "cdc"."orders" t
       WHERE NOT t._deleted) b
 GROUP BY b.bucket
@@ -82,4 +82,4 @@ ORDER BY b.bucket;
 
 SELECT CAST(t."order_id" AS varchar(64)) AS key_text, MD5(COALESCE(MD5(CAST(t."order_id" AS varchar(64))), 'N') || COALESCE(MD5(CAST(t."customer_id" AS varchar(65535))), 'N') || COALESCE(MD5(CAST(t."status" AS varchar(65535))), 'N') || COALESCE(MD5(CAST(t."total" AS varchar(64))), 'N') || COALESCE(MD5(TO_CHAR(t."placed_at", 'YYYY-MM-DD HH24:MI:SS.US')), 'N')) AS checksum, t._source_ts, t._deleted AS deleted
 FROM "cdc"."orders" t
-WHERE MOD(('x' || SUBSTRING(MD5(CAST(t."order_id" AS varchar(64))), 1, 8))::bit(32)::bigint, 64) IN (3, 5);
+WHERE MOD(('x' || lpad(SUBSTRING(MD5(CAST(t."order_id" AS varchar(64))), 1, 8), 16, '0'))::bit(64)::bigint, 64) IN (3, 5);
