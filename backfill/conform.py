@@ -2,7 +2,7 @@
 
 Every conversion returns NULL when the value does not convert or fit, like the
 null-on-error casts of the generated SQL (`sync/sql/helpers.py` on PostgreSQL, SUPER casts
-on Redshift); `field_reasons` turns "present but NULL after conversion" into the same
+on Redshift); `conform` turns "present but NULL after conversion" into the same
 reason text the procedure writes to the quarantine, so a bad value is rejected, never
 loaded as a silent NULL.
 
@@ -14,22 +14,32 @@ conversion of their SQL type.
 
 from __future__ import annotations
 
-import base64
-import binascii
+import json
 import typing as t
-from decimal import Decimal
 
 from pyspark.sql import Column
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from sync.config import ColumnConfig, TableConfig
+from sync.semantic import EPOCH_UNITS, TIME_UNITS, UndecodableValue, decode_for_column
 from sync.sql.helpers import NUMBER_PATTERN
+from sync.sql.procedure import field_reason, key_reason
+from sync.sql.semantic import (
+    MAX_EPOCH_DAYS,
+    MAX_EPOCH_SECONDS,
+    MIN_EPOCH_DAYS,
+    MIN_EPOCH_SECONDS,
+    ZONED_PATTERN,
+)
 from sync.sql.types import INTEGER_BOUNDS, SqlType
 
-# A decoder gets the raw field (text) and, for JSON inputs, the token-aware `exact_value`.
-Decoder = t.Callable[[Column, ColumnConfig, "Column | None"], Column]
+# A decoder gets the raw field, its Spark type and, for JSON inputs, the token-aware
+# `exact_value`.
+Decoder = t.Callable[[Column, T.DataType, ColumnConfig, "Column | None"], Column]
 CONNECT_DECIMAL = "org.apache.kafka.connect.data.Decimal"
+VARIABLE_SCALE_DECIMAL = "io.debezium.data.VariableScaleDecimal"
+JSON_SEMANTIC = "io.debezium.data.Json"
 
 # Numbers are read through a wide decimal first: exact for every bigint and for the
 # integer digits of any decimal(p,s) column, with spare fractional digits for rounding.
@@ -72,16 +82,20 @@ def exact_value(json_text: Column, field: str, col: ColumnConfig) -> Column | No
     """For JSON inputs: a field read straight from its JSON token, where the token's kind
     matters. Numbers: exact decimals (no double in between). Booleans: JSON true/false or
     the numbers 0/1 only, as the SQL path accepts (the text "true" is not a boolean).
-    Connect Decimals: only JSON numbers (decimal.format=NUMERIC); their strings are base64.
-    None for the other types, which convert from the field's text."""
+    Integer-encoded semantic types (epoch and day counts): exact numbers. Decimal bytes and
+    Json: the token itself as JSON text (a string keeps its quotes), since the SQL decodes
+    only the token kind Debezium sends. None for the other types, which convert from the
+    field's text."""
 
     def typed(dtype: T.DataType) -> Column:
         return F.from_json(json_text, T.StructType([T.StructField(field, dtype)]))[field]
 
     sql_type = col.sql_type
-    if col.semantic == CONNECT_DECIMAL:
-        # A DoubleType read succeeds for number tokens only, not for strings.
-        return F.when(typed(T.DoubleType()).isNotNull(), typed(number_type(sql_type)))
+    if col.semantic in TOKEN_SEMANTICS:
+        path = "$['" + field + "']"  # field names are letters, digits, _ and $
+        return F.to_json(F.variant_get(F.try_parse_json(json_text), path, "variant"))
+    if col.semantic in INTEGER_SEMANTICS:
+        return typed(WIDE_DECIMAL)
     if sql_type.is_integer or sql_type.family == "decimal":
         return typed(number_type(sql_type))
     if sql_type.family == "boolean":
@@ -150,102 +164,148 @@ def plain_value(raw: Column, dtype: T.DataType, sql_type: SqlType, exact: Column
 
 
 # ---- semantic types ------------------------------------------------------------------
-# Each decoder reads the raw JSON value (text) of a Debezium semantic type and returns the
-# column's value, or NULL when it does not decode (which rejects the row).
+# Each decoder reads the raw value of a Debezium semantic type (text from JSON, or a number
+# from a typed snapshot) and returns the column's value, or NULL when it does not decode
+# (which rejects the row). The rules are those of the SQL (`sync/sql/semantic.py`) and of
+# the reference decoder (`sync/semantic.py`): same range checks, sub-microsecond digits
+# truncated toward zero, decimals rounded half away from zero to the column's scale.
+
+_BIGINT = SqlType("bigint")
+MIN_TIMESTAMP, MAX_TIMESTAMP = "0001-01-01 00:00:00", "9999-12-31 23:59:59.999999"
+INTEGER_SEMANTICS = (*EPOCH_UNITS, *TIME_UNITS, "io.debezium.time.Date")
+# Encodings whose JSON token kind matters (a base64 string, a {scale, value} object, JSON
+# text in a string): the decoder gets the token itself, as JSON text.
+TOKEN_SEMANTICS = (CONNECT_DECIMAL, VARIABLE_SCALE_DECIMAL, JSON_SEMANTIC)
 
 
-def _whole(raw: Column) -> Column:
-    return F.when(raw.rlike(r"^\s*-?[0-9]{1,19}\s*$"), F.trim(raw).try_cast(T.LongType()))
+def _integer(raw: Column, dtype: T.DataType, exact: Column | None) -> Column:
+    """The whole number an integer-encoded semantic type carries, as the SQL's bigint
+    conversion reads it (JSON numbers or numeric text with an integral value)."""
+    return plain_value(raw, dtype, _BIGINT, exact)
 
 
-def _date_from_days(raw: Column, col: ColumnConfig, exact: Column | None) -> Column:
-    days = _whole(raw)
-    return F.when(days.between(-(10**6), 10**6), F.date_add(F.lit("1970-01-01").cast("date"), days.cast("int")))
+def _ntz(text: str) -> Column:
+    return F.lit(text).cast(T.TimestampNTZType())
 
 
-def _from_epoch(unit: str) -> Decoder:
-    convert = {"ms": F.timestamp_millis, "us": F.timestamp_micros}[unit]
+def _micros_since_epoch(n: Column, per_second: int) -> Column:
+    """Epoch units -> whole microseconds, truncated toward zero (like the SQL's integer
+    division and modulo)."""
+    if per_second <= 1_000_000:
+        return F.try_multiply(n, F.lit(1_000_000 // per_second))
+    return (n.cast(T.DecimalType(20, 0)) / (per_second // 1_000_000)).cast(T.LongType())
 
-    def decode(raw: Column, col: ColumnConfig, exact: Column | None) -> Column:
-        ts = convert(_whole(raw))
-        return _as_target(ts, col)
+
+def _epoch(per_second: int) -> Decoder:
+    lo = max(MIN_EPOCH_SECONDS * per_second, -(2**63))
+    hi = min((MAX_EPOCH_SECONDS + 1) * per_second - 1, 2**63 - 1)
+
+    def decode(raw: Column, dtype: T.DataType, col: ColumnConfig, exact: Column | None) -> Column:
+        n = _integer(raw, dtype, exact)
+        ts = F.timestamp_add("MICROSECOND", _micros_since_epoch(n, per_second), _ntz("1970-01-01 00:00:00"))
+        return _as_target(F.when(n.between(lo, hi), ts), col)
 
     return decode
 
 
-def _as_target(ts: Column, col: ColumnConfig) -> Column:
-    family = col.sql_type.family
-    if family == "timestamp":
-        return ts.cast(T.TimestampNTZType())
-    if family == "date":
-        return ts.cast(T.DateType())
-    return ts
-
-
-def _zoned(raw: Column, col: ColumnConfig, exact: Column | None) -> Column:
-    # ISO-8601 with an offset (Debezium normalises it to UTC, "...Z"): an instant.
-    ts = F.when(raw.rlike(r"^[0-9]"), raw.try_cast(T.TimestampType()))
-    return _as_target(ts, col)
-
-
-def unscaled_decimal_text(b64: str | None, scale: int) -> str | None:
-    """Kafka Connect Decimal: base64 of the big-endian two's-complement unscaled value.
-    Returns the plain decimal text, or None when the value is not base64."""
-    if b64 is None:
-        return None
-    try:
-        raw = base64.b64decode(b64, validate=True)
-    except (binascii.Error, ValueError):
-        return None
-    if not raw:
-        return None
-    return format(Decimal(int.from_bytes(raw, "big", signed=True)).scaleb(-scale), "f")
-
-
-def _connect_decimal(raw: Column, col: ColumnConfig, exact: Column | None) -> Column:
-    # A JSON string is base64 (precise mode, the default), scaled by the Connect schema's
-    # scale, else the column's; a JSON number (decimal.format=NUMERIC) is the value itself.
-    scale = col.scale if col.scale is not None else (col.sql_type.scale or 0)
-    decode = F.udf(lambda v: unscaled_decimal_text(v, scale), T.StringType(), useArrow=False)
-    decoded = plain_value(decode(raw), T.StringType(), col.sql_type)
-    if exact is None:
-        return decoded
-    return F.when(exact.isNotNull(), plain_value(exact, number_type(col.sql_type), col.sql_type)).otherwise(decoded)
-
-
-def _time_of_day(unit_per_second: int) -> Decoder:
-    def decode(raw: Column, col: ColumnConfig, exact: Column | None) -> Column:
-        n = _whole(raw)
-        seconds = F.floor(n / unit_per_second)
-        fraction = F.lpad((n % unit_per_second).cast("string"), len(str(unit_per_second)) - 1, "0")
-        text = F.concat_ws(
-            ":",
-            F.lpad(F.floor(seconds / 3600).cast("string"), 2, "0"),
-            F.lpad(F.floor(seconds / 60 % 60).cast("string"), 2, "0"),
-            F.lpad((seconds % 60).cast("string"), 2, "0"),
+def _time_of_day(per_second: int) -> Decoder:
+    def decode(raw: Column, dtype: T.DataType, col: ColumnConfig, exact: Column | None) -> Column:
+        n = _integer(raw, dtype, exact)
+        us = _micros_since_epoch(n, per_second)
+        text = F.format_string(
+            "%02d:%02d:%02d.%06d", (us / 3_600_000_000).cast("long"), (us / 60_000_000 % 60).cast("long"),
+            (us / 1_000_000 % 60).cast("long"), us % 1_000_000,
         )
-        return F.when(n.between(0, 24 * 3600 * unit_per_second - 1), F.concat(text, F.lit("."), fraction))
+        return F.when(n.between(0, 86_400 * per_second - 1), text)
 
     return decode
+
+
+def _date_from_days(raw: Column, dtype: T.DataType, col: ColumnConfig, exact: Column | None) -> Column:
+    days = _integer(raw, dtype, exact)
+    day = F.date_add(F.lit("1970-01-01").cast("date"), days.cast("int"))
+    return _as_target(F.when(days.between(MIN_EPOCH_DAYS, MAX_EPOCH_DAYS), day), col)
+
+
+def _as_target(value: Column, col: ColumnConfig) -> Column:
+    """A decoded date or UTC wall-clock timestamp in the column's type (timestamptz: the
+    instant, read in the session's UTC zone)."""
+    return value.cast(spark_type(col.sql_type))
+
+
+def _zoned(raw: Column, dtype: T.DataType, col: ColumnConfig, exact: Column | None) -> Column:
+    """ISO-8601 text with 0-9 fraction digits and Z or +hh:mm -> UTC: the fraction
+    truncated to microseconds, the offset subtracted."""
+    text = _text(raw, dtype)
+    local = F.regexp_replace(F.substring(text, 1, 19), "T", " ").try_cast(T.TimestampNTZType())
+    fraction = F.regexp_extract(text, r"^.{19}[.]([0-9]{1,9})", 1)
+    micros = F.rpad(F.substring(fraction, 1, 6), 6, "0").try_cast("long")
+    zone = F.substring(text, -6, 6)
+    minutes = F.when(text.endswith("Z"), F.lit(0)).otherwise(
+        F.when(zone.startswith("-"), F.lit(-1)).otherwise(F.lit(1))
+        * (F.substring(zone, 2, 2).try_cast("int") * 60 + F.substring(zone, 5, 2).try_cast("int"))
+    )
+    utc = F.timestamp_add("MICROSECOND", micros - minutes.cast("long") * 60_000_000, local)
+    in_range = utc.between(_ntz(MIN_TIMESTAMP), _ntz(MAX_TIMESTAMP))
+    return _as_target(F.when(text.rlike(ZONED_PATTERN) & in_range, utc), col)
+
+
+def _json(raw: Column, dtype: T.DataType, col: ColumnConfig, exact: Column | None) -> Column:
+    """JSON text in a JSON string -> the text, when it parses (super: jsonb/SUPER on load)."""
+    text = _text(raw, dtype)
+    is_string = exact.startswith('"') if exact is not None else F.lit(True)
+    parses = F.try_parse_json(text).isNotNull() | (F.trim(text) == "null")
+    value = F.when(is_string & parses, text)
+    return value if col.sql_type.family == "super" else plain_value(value, T.StringType(), col.sql_type)
+
+
+def _by_reference(raw: Column, dtype: T.DataType, col: ColumnConfig, exact: Column | None) -> Column:
+    """Decimal bytes (Connect Decimal, VariableScaleDecimal): decoded by the reference
+    decoder itself, so the rounding to the column is the SQL's to the last digit."""
+    semantic, scale, column_type = col.semantic, col.scale, col.type
+    from_token = exact is not None or semantic == VARIABLE_SCALE_DECIMAL
+
+    def decode(value: str | None) -> t.Any:
+        if value is None:
+            return None
+        try:
+            return decode_for_column(semantic, scale, column_type, json.loads(value) if from_token else value)
+        except (UndecodableValue, ValueError):
+            return None
+
+    target = spark_type(col.sql_type)
+    udf = F.udf(decode, target, useArrow=False)
+    return udf(exact if exact is not None else _text(raw, dtype))
 
 
 SEMANTIC_DECODERS: dict[str, Decoder] = {
     "io.debezium.time.Date": _date_from_days,
-    "io.debezium.time.Timestamp": _from_epoch("ms"),
-    "io.debezium.time.MicroTimestamp": _from_epoch("us"),
+    **{semantic: _epoch(per_second) for semantic, per_second in EPOCH_UNITS.items()},
+    **{semantic: _time_of_day(per_second) for semantic, per_second in TIME_UNITS.items()},
     "io.debezium.time.ZonedTimestamp": _zoned,
-    "io.debezium.time.Time": _time_of_day(1000),
-    "io.debezium.time.MicroTime": _time_of_day(1_000_000),
-    CONNECT_DECIMAL: _connect_decimal,
+    CONNECT_DECIMAL: _by_reference,
+    VARIABLE_SCALE_DECIMAL: _by_reference,
+    JSON_SEMANTIC: _json,
 }
+# Year, Enum, EnumSet, Uuid and boolean-int are the plain JSON of their column type: the
+# plain conversion applies, as in the SQL. bytes needs a varbyte column, which the backfill
+# does not load (see `spark_type`).
+
+
+def still_encoded(col: ColumnConfig, dtype: T.DataType) -> bool:
+    """True when a snapshot field holds the semantic type's encoding rather than the
+    decoded value: text (JSON, CSV), or a whole number for the epoch and day counts."""
+    if isinstance(dtype, T.StringType):
+        return True
+    return col.semantic in INTEGER_SEMANTICS and isinstance(dtype, (T.IntegralType, T.DecimalType))
 
 
 def column_value(raw: Column, dtype: T.DataType, col: ColumnConfig, exact: Column | None = None) -> Column:
     """The conformed value of one column: the semantic decoder when the column has one and
-    the raw value is still encoded (text from JSON), else the plain conversion."""
+    the raw value is still encoded, else the plain conversion."""
     decoder = SEMANTIC_DECODERS.get(col.semantic or "")
-    if decoder is not None and isinstance(dtype, T.StringType):
-        value = decoder(raw, col, exact)
+    if decoder is not None and still_encoded(col, dtype):
+        value = decoder(raw, dtype, col, exact)
     else:
         value = plain_value(raw, dtype, col.sql_type, exact)
     return value.cast(spark_type(col.sql_type))
@@ -269,13 +329,12 @@ def conform(df: t.Any, table: TableConfig) -> t.Any:
         exact = F.col(exact_name(col)) if exact_name(col) in fields else None
         values[col.target_name] = column_value(F.col(raw_name(col)), fields[raw_name(col)], col, exact)
     out = df.withColumns(values)
-    reason = F.col("_reason")
+    # One flat COALESCE: nesting one per column makes Spark's common-subexpression search
+    # exponential in the number of columns.
+    reasons = [F.col("_reason")]
     for col in table.key_columns:
-        reason = F.coalesce(
-            reason,
-            F.when(F.col(col.target_name).isNull(), F.lit(f"primary key field {col.name} is missing or not a {col.sql_type}")),
-        )
+        reasons.append(F.when(F.col(col.target_name).isNull(), F.lit(key_reason(col))))
     for col in table.value_columns:
         bad = (F.col("_op") != "d") & F.col(raw_name(col)).isNotNull() & F.col(col.target_name).isNull()
-        reason = F.coalesce(reason, F.when(bad, F.lit(f"field {col.name} does not convert to {col.sql_type}")))
-    return out.withColumn("_reason", reason)
+        reasons.append(F.when(bad, F.lit(field_reason(col))))
+    return out.withColumn("_reason", F.coalesce(*reasons))

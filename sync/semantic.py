@@ -87,18 +87,24 @@ def is_unavailable(json_value: Any) -> bool:
 
 
 def _integer(value: Any) -> int:
-    """A JSON number (or numeric string) with an integral value, as the SQL reads it."""
+    """A JSON number (or numeric string) with an integral value that fits a bigint, as the
+    SQL reads it."""
+    n = None
     if isinstance(value, bool):
         raise UndecodableValue(f"{value!r} is not a number")
     if isinstance(value, int):
-        return value
-    if isinstance(value, float) and value.is_integer():
-        return int(value)
-    if isinstance(value, str) and NUMBER.match(value):
+        n = value
+    elif isinstance(value, float) and value.is_integer():
+        n = int(value)
+    elif isinstance(value, str) and NUMBER.match(value):
         number = Decimal(value.strip())
         if number == number.to_integral_value():
-            return int(number)
-    raise UndecodableValue(f"{value!r} is not an integer")
+            n = int(number)
+    if n is None:
+        raise UndecodableValue(f"{value!r} is not an integer")
+    if not -(2**63) <= n < 2**63:
+        raise UndecodableValue(f"{value!r} does not fit a bigint")
+    return n
 
 
 def _epoch_parts(n: int, per_second: int) -> timedelta:
@@ -139,10 +145,10 @@ def _zoned(value: Any) -> datetime:
     offset = 0
     if zone != "Z":
         offset = (int(zone[1:3]) * 60 + int(zone[4:6])) * (-1 if zone[0] == "-" else 1)
-    result = local + timedelta(microseconds=micros) - timedelta(minutes=offset)
-    if not MIN_DATETIME <= result <= MAX_DATETIME:
-        raise UndecodableValue(f"{value!r} is out of the timestamp range")
-    return result
+    try:
+        return local + timedelta(microseconds=micros) - timedelta(minutes=offset)
+    except OverflowError:
+        raise UndecodableValue(f"{value!r} is out of the timestamp range") from None
 
 
 def unscaled_from_base64(value: Any) -> int:
@@ -273,5 +279,18 @@ def decode_for_column(semantic: str | None, scale: int | None, column_type: str,
     if isinstance(decoded, date) and t.family == "timestamp":
         return datetime(decoded.year, decoded.month, decoded.day)
     if semantic == "io.debezium.data.Json" and t.family != "super":
-        return json_value  # the JSON text itself
-    return decoded
+        decoded = json_value  # the JSON text itself
+    return _fits(decoded, t)
+
+
+def _fits(value: Any, t: Any) -> Any:
+    """Integers and text land in their column only within its range and byte length."""
+    from sync.sql.types import INTEGER_BOUNDS
+
+    if isinstance(value, int) and not isinstance(value, bool) and t.is_integer:
+        lo, hi = INTEGER_BOUNDS[t.family]
+        if not lo <= value <= hi:
+            raise UndecodableValue(f"{value} does not fit {t}")
+    if isinstance(value, str) and t.byte_limit is not None and len(value.encode()) > t.byte_limit:
+        raise UndecodableValue(f"{value!r} is longer than {t}")
+    return value

@@ -65,6 +65,19 @@ def unavailable_sql(d: PostgresDialect, raw: str) -> str:
     return f"COALESCE({d.json_number_text(raw)} IN ({forms}), false)"
 
 
+def key_reason(col: ColumnConfig) -> str:
+    """The quarantine reason of a key field that is missing or does not convert (the
+    backfill rejects with the same words)."""
+    encoding = f"{col.semantic} " if col.semantic else ""
+    return f"primary key field {col.name} is missing or not a {encoding}{col.sql_type}"
+
+
+def field_reason(col: ColumnConfig) -> str:
+    """The quarantine reason of a present value that does not convert to its column."""
+    encoding = f"from {col.semantic} " if col.semantic else ""
+    return f"field {col.name} does not convert {encoding}to {col.sql_type}"
+
+
 def classification_checks(d: PostgresDialect, table: TableConfig) -> list[Check]:
     """Ordered rules over the typed record `t`; the first match decides."""
     q = d.q
@@ -91,20 +104,17 @@ def classification_checks(d: PostgresDialect, table: TableConfig) -> list[Check]
             Check(
                 f"t.{q(col.target_name)} IS NULL",
                 "quarantine",
-                quote_literal(
-                    f"primary key field {col.name} is missing or not a {(col.semantic + ' ') if col.semantic else ''}{col.sql_type}"
-                ),
+                quote_literal(key_reason(col)),
             )
         )
     for col in table.value_columns:
         raw = f"t.{q(_raw_alias(col))}"
         keeps_stored = f" AND NOT {unavailable_sql(d, raw)}" if toastable(col) else ""
-        encoding = f"from {col.semantic} " if col.semantic else ""
         checks.append(
             Check(
                 f"t.op <> 'd' AND NOT {d.json_is_null(raw)} AND t.{q(col.target_name)} IS NULL{keeps_stored}",
                 "quarantine",
-                quote_literal(f"field {col.name} does not convert {encoding}to {col.sql_type}"),
+                quote_literal(field_reason(col)),
             )
         )
     checks.append(Check("t.op = 'd'", "delete", "NULL"))
