@@ -89,6 +89,13 @@ BAD = [
     (ZONED, "timestamptz", None, "2023-03-23 22:00:10"),
     ("io.debezium.time.MicroTime", "time", None, 86400000000),
     (VSD, "decimal(20,4)", None, {"scale": 2}),
+    ("io.debezium.time.NanoTimestamp", "timestamp", None, 2**63),  # not a bigint
+    (ZONED, "timestamptz", None, "2023-03-23T24:00:00Z"),
+    (ZONED, "timestamptz", None, "2016-12-31T23:59:60Z"),
+    ("io.debezium.data.Json", "varchar(100)", None, "{bad"),
+    ("io.debezium.data.Json", "varchar(100)", None, {"a": 1}),
+    ("io.debezium.data.Enum", "varchar(16)", None, "é" * 9),  # 18 bytes
+    ("io.debezium.time.Year", "smallint", None, 40000),
 ]
 
 

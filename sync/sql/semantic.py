@@ -33,8 +33,10 @@ from sync.sql.dialects import PostgresDialect
 from sync.sql.types import SqlType
 
 BASE64_PATTERN = r"^([A-Za-z0-9+/]{4})*([A-Za-z0-9+/]{2}==|[A-Za-z0-9+/]{3}=)?$"
+# Hours 00-23 and seconds 00-59 only: PostgreSQL would read 24:00:00 as the next day and
+# :60 as the next minute, where the reference decoder (and Debezium) have no such times.
 ZONED_PATTERN = (
-    "^[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}([.][0-9]{1,9})?(Z|[+-][0-9]{2}:[0-9]{2})$"
+    "^[0-9]{4}-[0-9]{2}-[0-9]{2}T([01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9]([.][0-9]{1,9})?(Z|[+-][0-9]{2}:[0-9]{2})$"
 )
 _BIGINT = SqlType("bigint")
 _INTEGER = SqlType("integer")
@@ -209,7 +211,10 @@ def decode_sql(d: PostgresDialect, col: ColumnConfig, raw: str, alias: str) -> D
         if t.family == "super":
             text = d.json_number_text(raw)
             return DecodeSql([], f"CASE WHEN {d.json_is_string(raw)} THEN {d.parse_json_text(text)} END")
-        return DecodeSql([], d.cast_json(raw, t))
+        # The JSON text itself, when it is JSON (invalid text is quarantined, as for SUPER).
+        text = d.json_number_text(raw)
+        valid = f"{d.json_is_string(raw)} AND {d.parse_json_text(text)} IS NOT NULL"
+        return DecodeSql([], f"CASE WHEN {valid} THEN {d.cast_json(raw, t)} END")
     if semantic == "org.apache.kafka.connect.data.Decimal":
         levels = _decimal_levels(d, raw, alias, str(col.scale or 0))
         return DecodeSql(levels, _land(d, kind, f"f.t__{alias}", t))
