@@ -93,7 +93,8 @@ def exact_value(json_text: Column, field: str, col: ColumnConfig) -> Column | No
     sql_type = col.sql_type
     if col.semantic in TOKEN_SEMANTICS:
         path = "$['" + field + "']"  # field names are letters, digits, _ and $
-        return F.to_json(F.variant_get(F.try_parse_json(json_text), path, "variant"))
+        token = F.to_json(F.variant_get(F.try_parse_json(json_text), path, "variant"))
+        return F.nullif(token, F.lit("null"))  # JSON null is no token, like a missing field
     if col.semantic in INTEGER_SEMANTICS:
         return typed(WIDE_DECIMAL)
     if sql_type.is_integer or sql_type.family == "decimal":
@@ -327,7 +328,10 @@ def conform(df: t.Any, table: TableConfig) -> t.Any:
     values = {}
     for col in table.columns:
         exact = F.col(exact_name(col)) if exact_name(col) in fields else None
-        values[col.target_name] = column_value(F.col(raw_name(col)), fields[raw_name(col)], col, exact)
+        try:
+            values[col.target_name] = column_value(F.col(raw_name(col)), fields[raw_name(col)], col, exact)
+        except ValueError as exc:
+            raise ValueError(f"table {table.name}, column {col.name}: {exc}") from None
     out = df.withColumns(values)
     # One flat COALESCE: nesting one per column makes Spark's common-subexpression search
     # exponential in the number of columns.

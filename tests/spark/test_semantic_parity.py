@@ -16,8 +16,8 @@ from hypothesis import strategies as st
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-from backfill.conform import conform, spark_type
-from backfill.normalise import flat_rows, json_rows
+from backfill.conform import conform
+from backfill.normalise import debezium_events, flat_rows, json_rows
 from sync.semantic import UndecodableValue, conform_decimal, decode_for_column
 from tests.conftest import make_pipeline
 
@@ -206,10 +206,25 @@ def test_typed_snapshot_columns_still_encoded_are_decoded(spark):
     ]
 
 
-def test_bytes_columns_are_refused_with_a_clear_message():
-    col = _pipeline([("bytes", "varbyte(16)", None)]).columns[1]
-    with pytest.raises(ValueError, match=r"varbyte\(16\) is not supported by the backfill"):
-        spark_type(col.sql_type)
+def test_bytes_columns_are_refused_with_a_clear_message(spark):
+    table = _pipeline([("bytes", "varbyte(16)", None)])
+    lines = spark.createDataFrame([('{"id": 1, "c0": "AQID"}',)], "value string")
+    with pytest.raises(ValueError, match=r"table sem, column c0: .*varbyte\(16\) is not supported by the backfill"):
+        conform(json_rows(lines, table, F.lit(None)), table)
+
+
+def test_decimal_key_of_a_delete_comes_from_the_kafka_key(spark):
+    table = make_pipeline(
+        '[[tables]]\nname = "k"\ntopic = "k"\nprimary_key = ["code"]\ncolumns = [{ name = "code", type = "decimal(20,0)",'
+        ' semantic = "org.apache.kafka.connect.data.Decimal", scale = 0 }, { name = "n", type = "integer" }]\n'
+    ).table("k")
+    records = spark.createDataFrame(
+        [('{"before": {"code": null}, "after": null, "op": "d"}', '{"code": "BVqlTTjlJn7q"}', 0, 1),
+         ('{"before": null, "after": {"code": "/w==", "n": 1}, "op": "c"}', '{"code": "/w=="}', 0, 2)],
+        "value string, key string, _kafka_partition long, _kafka_offset long",
+    ).withColumn("_record", F.col("value"))
+    got = conform(debezium_events(records, table), table).select("code", "_op", "_reason").orderBy("_kafka_offset")
+    assert [tuple(r) for r in got.collect()] == [(Decimal(98765432109876543210), "d", None), (Decimal(-1), "c", None)]
 
 
 def _base64_decimal(unscaled: int) -> str:
