@@ -314,10 +314,12 @@ def procedure_sql(d: PostgresDialect, pipeline: Pipeline, table: TableConfig, or
             f"INSERT INTO {target} ({insert_cols})\n"
             f"SELECT {select_vals('false')}\nFROM {stage} s\nWHERE s._rn = 1 AND s._action = 'upsert';"
         )
-        keep = ",\n       ".join(f"{q(c)} = COALESCE(s.{q(c)}, t.{q(c)})" for c in value_cols)
+        key_only = " AND ".join(f"s.{q(c)} IS NULL" for c in value_cols)
+        keep = ",\n       ".join(f"{q(c)} = CASE WHEN {key_only} THEN t.{q(c)} ELSE s.{q(c)} END" for c in value_cols)
         step(
-            "-- A delete keeps the row's values: from the event's before image where it has them,\n"
-            "-- else the stored ones (a key-only before image, as with REPLICA IDENTITY DEFAULT).\n"
+            "-- A delete keeps the row's values: the event's before image when it is complete (a NULL\n"
+            "-- there is the value the row had), else the stored ones (a key-only before image, as\n"
+            "-- with REPLICA IDENTITY DEFAULT, has every non-key field NULL).\n"
             f"UPDATE {target} t SET _deleted = true,\n"
             + (f"       {keep},\n" if keep else "")
             + "       _source_ts = s._source_ts, _source_pos = s._source_pos,\n"
