@@ -5,6 +5,7 @@ the generated SQL, so tests can compare the real procedure against it:
 
     expected_rows(records, table)       -> {key tuple: {target column: value}}
     expected_quarantine(records, table) -> {(partition, offset): (reason kind, field)}
+    TopicModel(table).add(records).rows() / .quarantine()   (the same, incrementally)
 
 `records` are the Kafka records of one topic, as `ingest` reads them: mappings with
 `partition`, `offset` (both required here), `key` and `value`. A `value` (or `key`) is the
@@ -43,6 +44,7 @@ and varchar; other types (and semantic types) raise `Unmodelled`.
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 import struct
@@ -51,9 +53,11 @@ from decimal import ROUND_HALF_UP, Decimal, InvalidOperation
 from typing import Any
 
 from sync.config import ColumnConfig, TableConfig
-from sync.sql.types import INTEGER_BOUNDS, SqlType
+from sync.sql.types import INTEGER_BOUNDS, SqlType, parse_type
 
-__all__ = ["Unmodelled", "expected_rows", "expected_quarantine", "classify", "NOT_JSON"]
+_parse_type = functools.lru_cache(maxsize=None)(parse_type)
+
+__all__ = ["NOT_JSON", "TopicModel", "Unmodelled", "classify", "expected_quarantine", "expected_rows"]
 
 NUMERIC_TEXT = re.compile(r"^\s*[-+]?([0-9]+(\.[0-9]*)?|\.[0-9]+)([eE][-+]?[0-9]{1,3})?\s*$")
 DOUBLE_MAX = Decimal("1.7976931348623157e308")
@@ -76,13 +80,16 @@ def _reject_constant(name: str) -> Any:
     raise ValueError(f"{name} is not JSON")
 
 
+UNSTORABLE = re.compile("[\x00\ud800-\udfff]")
+
+
 def _storable(obj: Any) -> bool:
     """jsonb holds neither NUL characters nor lone surrogates, in keys or strings."""
     stack = [obj]
     while stack:
         item = stack.pop()
         if isinstance(item, str):
-            if "\x00" in item or any(0xD800 <= ord(ch) <= 0xDFFF for ch in item):
+            if UNSTORABLE.search(item):
                 return False
         elif isinstance(item, dict):
             stack.extend(item.keys())
@@ -185,7 +192,7 @@ def convert(j: Any, t: SqlType) -> Any:
 def _column(j: Any, col: ColumnConfig) -> Any:
     if col.semantic is not None:
         raise Unmodelled(f"semantic type {col.semantic}")
-    return convert(j, col.sql_type)
+    return convert(j, _parse_type(col.type))
 
 
 # ---- positions -----------------------------------------------------------------------------
@@ -196,6 +203,8 @@ def _text(j: Any) -> str | None:
         return None
     if isinstance(j, str):
         return j
+    if isinstance(j, int) and not isinstance(j, bool):
+        return str(j)
     return json.dumps(j, default=str)
 
 
@@ -312,37 +321,58 @@ def _order(record: Mapping[str, Any], pos: tuple | None, table: TableConfig) -> 
     return (pos is not None, pos or (), *kafka)
 
 
+def _first(event: tuple) -> tuple:
+    return event[0]
+
+
+class TopicModel:
+    """The model fed incrementally: `add` records (each is classified once), then read
+    `rows()` / `quarantine()` for everything added so far. `expected_rows` and
+    `expected_quarantine` are the one-shot forms."""
+
+    def __init__(self, table: TableConfig):
+        self.table = table
+        self._events: dict[tuple, list[tuple[tuple, str, dict]]] = {}
+        self._quarantine: dict[tuple[int, int], tuple[str, str | None]] = {}
+
+    def add(self, records: Iterable[Mapping[str, Any]]) -> TopicModel:
+        for record in records:
+            action, detail = classify(record, self.table)
+            if action in ("upsert", "delete"):
+                key, row, pos = detail
+                self._events.setdefault(key, []).append((_order(record, pos, self.table), action, row))
+            elif action == "quarantine":
+                self._quarantine[(int(record["partition"]), int(record["offset"]))] = detail
+        return self
+
+    def rows(self) -> dict[tuple, dict[str, Any]]:
+        table = self.table
+        soft = table.delete_mode == "soft"
+        out: dict[tuple, dict[str, Any]] = {}
+        for key, evs in self._events.items():
+            order, action, row = max(evs, key=_first)
+            if action == "upsert":
+                out[key] = {**row, "_deleted": False} if soft else dict(row)
+            elif soft:
+                kept = dict(row) or {c.target_name: v for c, v in zip(table.key_columns, key)}
+                if all(kept.get(c.target_name) is None for c in table.value_columns):
+                    earlier = [e for e in evs if e[1] == "upsert" and e[0] < order]
+                    last = max(earlier, key=_first)[2] if earlier else {}
+                    kept = {**kept, **{c.target_name: last.get(c.target_name) for c in table.value_columns}}
+                out[key] = {**{c.target_name: None for c in table.columns}, **kept, "_deleted": True}
+        return out
+
+    def quarantine(self) -> dict[tuple[int, int], tuple[str, str | None]]:
+        return dict(self._quarantine)
+
+
 def expected_rows(records: Iterable[Mapping[str, Any]], table: TableConfig) -> dict[tuple, dict[str, Any]]:
     """The target table after every record was synced: {key tuple: {column: value}} with
     the table's data columns by target name (plus `_deleted` in soft mode)."""
-    events: dict[tuple, list[tuple[tuple, str, dict]]] = {}
-    for record in records:
-        action, detail = classify(record, table)
-        if action in ("upsert", "delete"):
-            key, row, pos = detail
-            events.setdefault(key, []).append((_order(record, pos, table), action, row))
-    soft = table.delete_mode == "soft"
-    out: dict[tuple, dict[str, Any]] = {}
-    for key, evs in events.items():
-        evs.sort(key=lambda e: e[0])
-        _, action, row = evs[-1]
-        if action == "upsert":
-            out[key] = {**row, "_deleted": False} if soft else dict(row)
-        elif soft:
-            kept = dict(row) or {c.target_name: v for c, v in zip(table.key_columns, key)}
-            if all(kept.get(c.target_name) is None for c in table.value_columns):
-                last = next((r for _, a, r in reversed(evs[:-1]) if a == "upsert"), {})
-                kept = {**kept, **{c.target_name: last.get(c.target_name) for c in table.value_columns}}
-            out[key] = {**{c.target_name: None for c in table.columns}, **kept, "_deleted": True}
-    return out
+    return TopicModel(table).add(records).rows()
 
 
 def expected_quarantine(records: Iterable[Mapping[str, Any]], table: TableConfig) -> dict[tuple[int, int], tuple[str, str | None]]:
     """{(partition, offset): (kind, field)} of every record the procedure must quarantine;
     kind is one of not-json, not-object, no-op, unknown-op, key, field."""
-    out = {}
-    for record in records:
-        action, detail = classify(record, table)
-        if action == "quarantine":
-            out[(int(record["partition"]), int(record["offset"]))] = detail
-    return out
+    return TopicModel(table).add(records).quarantine()
