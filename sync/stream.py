@@ -12,9 +12,12 @@ too, and counted.
 from __future__ import annotations
 
 import json
+import re
+import uuid
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
+from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
@@ -54,13 +57,36 @@ class IngestResult:
     refresh_time: datetime | None = None
 
 
+def _reject_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not a JSON number")
+
+
+def loads_exact(text: str) -> Any:
+    """Strict JSON (no NaN/Infinity), with numbers kept exact: a float would round
+    12345678901234567890.12 and turn 1e999 into Infinity, which is not JSON."""
+    return json.loads(text, parse_float=Decimal, parse_constant=_reject_constant)
+
+
+def dumps_exact(value: Any, separators: tuple[str, str] | None = None) -> str:
+    """JSON text of a `loads_exact` result: Decimals written as the numbers they are."""
+    marker = uuid.uuid4().hex  # no input can contain it
+
+    def number(o: Any) -> str:
+        if not isinstance(o, Decimal):
+            raise TypeError(f"{type(o).__name__} is not JSON")
+        return f"{marker}{o}"
+
+    text = json.dumps(value, separators=separators, ensure_ascii=False, default=number)
+    return re.sub(f'"{marker}([^"]*)"', r"\1", text)
+
+
 def _to_bytes(value: Any) -> bytes | None:
     """A record's key or value as the bytes Kafka would hold."""
     if value is None:
         return None
     if isinstance(value, str):
         return value.encode("utf-8", "surrogatepass")
-    return json.dumps(value, separators=(",", ":"), ensure_ascii=False).encode("utf-8", "surrogatepass")
+    return dumps_exact(value, separators=(",", ":")).encode("utf-8", "surrogatepass")
 
 
 def _int_or_none(obj: dict, name: str, lineno: int) -> int | None:
@@ -76,7 +102,7 @@ def parse_line(line: bytes, lineno: int) -> tuple[KafkaRecord, bool]:
     """One input line -> (record, well_formed). A line that is not a record wrapper is
     taken whole as the record's value (so nothing on it is lost)."""
     try:
-        obj = json.loads(line.decode("utf-8"))
+        obj = loads_exact(line.decode("utf-8"))
     except (UnicodeDecodeError, ValueError, RecursionError):
         return KafkaRecord(0, None, None, None, line), False
     if isinstance(obj, dict) and ("value" in obj or "payload" in obj) and (set(obj) <= RECORD_KEYS or set(obj) <= KCAT_KEYS):
@@ -98,8 +124,8 @@ def parse_value(value: bytes | None) -> ParsedValue:
         return ParsedValue(None, None)
     try:
         text = value.decode("utf-8")
-        parsed = json.loads(text)
-        dumped = json.dumps(parsed, ensure_ascii=False)
+        parsed = loads_exact(text)
+        dumped = dumps_exact(parsed)
         dumped.encode("utf-8")  # lone surrogates from \ud800 escapes cannot be stored
     except (UnicodeError, ValueError, RecursionError):
         return ParsedValue(None, value)
@@ -156,7 +182,7 @@ def ingest_records(wh: Warehouse, pipeline: Pipeline, table_name: str, records: 
                         if record.timestamp_ms is not None
                         else refresh_time
                     )
-                    headers = json.dumps(record.headers) if record.headers is not None else None
+                    headers = dumps_exact(record.headers) if record.headers is not None else None
                     copy.write_row(
                         (record.partition, offset, "C", ts, record.key, headers, refresh_time, value.payload, value.raw, key.payload)
                     )
