@@ -63,6 +63,12 @@ def classification_checks(d: PostgresDialect, table: TableConfig) -> list[Check]
             "quarantine",
             "'unknown op \"' || SUBSTRING(t.op, 1, 64) || '\"'",
         ),
+        # A c/r/u event without an after image would otherwise become a row of NULLs.
+        Check(
+            f"t.op <> 'd' AND ({d.json_is_null('t.img')} OR NOT {d.json_is_object('t.img')})",
+            "quarantine",
+            "'no row image: after is missing or not an object'",
+        ),
     ]
     for col in table.key_columns:
         checks.append(
@@ -146,7 +152,7 @@ def stage_insert_sql(d: PostgresDialect, pipeline: Pipeline, table: TableConfig)
     source_ts = d.epoch_ms_to_timestamp(f"{d.cast_json('f.source_ts_ms', _BIGINT)}")
     level3 = (
         "SELECT f.kafka_partition, f.kafka_offset, f.kafka_timestamp, f.refresh_time,\n"
-        "       f.payload, f.raw_value, f.env, f.op, f.source_pos,\n"
+        "       f.payload, f.raw_value, f.env, f.img, f.op, f.source_pos,\n"
         f"       {source_ts} AS source_ts,\n"
         + ",\n".join("       " + line for line in field_lines)
         + f"\nFROM (\n{_indent(level2, 2)}\n) f"
