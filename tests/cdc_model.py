@@ -21,7 +21,8 @@ The rules, in order (contract steps 3-5):
 - null value: a tombstone, skipped (format "debezium-unwrap": a delete by the Kafka key);
 - not an object ("not-object"), no `op` ("no-op"), an op other than c/r/u/d/t
   ("unknown-op"): quarantined; `t` (truncate) is skipped (on_truncate = "ignore");
-- the row image is `after` (`before` for `d`); each key field comes from the image, else
+- the row image is `after` (`before` for `d`); a c/r/u event whose `after` is not an
+  object has no row to apply ("no-image"); each key field comes from the image, else
   from the Kafka key; a key field missing or not convertible: ("key", field);
 - a non-key field present and not null that does not convert to its column type:
   ("field", field) (a missing field is NULL; deletes are not checked);
@@ -298,6 +299,8 @@ def classify(record: Mapping[str, Any], table: TableConfig) -> Decision:
         return "skip", "truncate"
     if op not in ("c", "r", "u", "d"):
         return "quarantine", ("unknown-op", None)
+    if op != "d" and not isinstance(image, dict):
+        return "quarantine", ("no-image", None)
     key, missing = key_of(image)
     if missing is not None:
         return "quarantine", ("key", missing)
@@ -374,5 +377,5 @@ def expected_rows(records: Iterable[Mapping[str, Any]], table: TableConfig) -> d
 
 def expected_quarantine(records: Iterable[Mapping[str, Any]], table: TableConfig) -> dict[tuple[int, int], tuple[str, str | None]]:
     """{(partition, offset): (kind, field)} of every record the procedure must quarantine;
-    kind is one of not-json, not-object, no-op, unknown-op, key, field."""
+    kind is one of not-json, not-object, no-op, unknown-op, no-image, key, field."""
     return TopicModel(table).add(records).quarantine()
