@@ -61,8 +61,12 @@ _parse_type = functools.lru_cache(maxsize=None)(parse_type)
 __all__ = ["NOT_JSON", "TopicModel", "Unmodelled", "classify", "expected_quarantine", "expected_rows"]
 
 NUMERIC_TEXT = re.compile(r"^\s*[-+]?([0-9]+(\.[0-9]*)?|\.[0-9]+)([eE][-+]?[0-9]{1,3})?\s*$")
-DOUBLE_MAX = Decimal("1.7976931348623157e308")
-REAL_MAX = Decimal("3.4028234663852886e38")
+# Magnitudes a real/double column holds: largest, and smallest normal (beyond them a
+# value does not convert: it is quarantined, never rounded to infinity or zero).
+FLOAT_RANGE = {
+    "real": (Decimal("3.4028234e38"), Decimal("1.1754944e-38")),
+    "double": (Decimal("1.7976931348623157e308"), Decimal("2.2250738585072014e-308")),
+}
 NOT_JSON = object()  # a value the stream keeps raw
 
 
@@ -165,8 +169,8 @@ def convert(j: Any, t: SqlType) -> Any:
         return rounded
     if t.family in ("real", "double"):
         n = _number(j)
-        limit = REAL_MAX if t.family == "real" else DOUBLE_MAX
-        if abs(n) > limit:
+        largest, smallest = FLOAT_RANGE[t.family]
+        if abs(n) > largest or (n != 0 and abs(n) < smallest):
             raise _NotConvertible
         if t.family == "real":
             return struct.unpack("f", struct.pack("f", float(n)))[0]
