@@ -183,7 +183,7 @@ def assert_consistent(
 COUNTS: Counter[str] = Counter()
 
 
-@pytest.fixture
+@pytest.fixture(scope="session")
 def reliability_counts() -> Counter[str]:
     return COUNTS
 
