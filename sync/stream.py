@@ -26,6 +26,8 @@ from sync.sql.dialects import quote_ident
 from sync.sql.names import table_names
 from sync.warehouse import Warehouse, WarehouseError
 
+BIGINT_MAX = 2**63 - 1  # the stream's partition and offset columns
+TIMESTAMP_MIN_MS, TIMESTAMP_MAX_MS = -62_135_596_800_000, 253_402_300_799_999  # 0001-01-01 .. 9999-12-31
 RECORD_KEYS = {"partition", "offset", "timestamp", "key", "value", "headers", "timestamp_type"}
 KCAT_KEYS = {"topic", "partition", "offset", "tstype", "ts", "broker", "key", "payload", "headers", "key_schema_id", "value_schema_id"}
 
@@ -93,8 +95,8 @@ def _int_or_none(obj: dict, name: str, lineno: int) -> int | None:
     value = obj.get(name)
     if value is None:
         return None
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise ValueError(f"line {lineno}: {name!r} must be a non-negative integer, got {value!r}")
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= BIGINT_MAX:
+        raise ValueError(f"line {lineno}: {name!r} must be an integer from 0 to {BIGINT_MAX}, got {value!r}")
     return value
 
 
@@ -110,8 +112,10 @@ def parse_line(line: bytes, lineno: int) -> tuple[KafkaRecord, bool]:
         partition = _int_or_none(obj, "partition", lineno) or 0
         offset = _int_or_none(obj, "offset", lineno)
         timestamp = obj.get("ts" if kcat else "timestamp")
-        if timestamp is not None and (isinstance(timestamp, bool) or not isinstance(timestamp, int)):
-            raise ValueError(f"line {lineno}: timestamp must be epoch milliseconds, got {timestamp!r}")
+        if timestamp is not None and (
+            isinstance(timestamp, bool) or not isinstance(timestamp, int) or not TIMESTAMP_MIN_MS <= timestamp <= TIMESTAMP_MAX_MS
+        ):
+            raise ValueError(f"line {lineno}: timestamp must be epoch milliseconds (years 1-9999), got {timestamp!r}")
         value = obj.get("payload" if kcat else "value")
         return KafkaRecord(partition, offset, timestamp, _to_bytes(obj.get("key")), _to_bytes(value), obj.get("headers")), True
     return KafkaRecord(0, None, None, None, line), isinstance(obj, dict)
