@@ -155,7 +155,7 @@ def stage_insert_sql(d: PostgresDialect, pipeline: Pipeline, table: TableConfig)
         "       f.payload, f.raw_value, f.env, f.img, f.op, f.source_pos,\n"
         f"       {source_ts} AS source_ts,\n"
         + ",\n".join("       " + line for line in field_lines)
-        + f"\nFROM (\n{_indent(level2, 2)}\n) f"
+        + f"\nFROM (\n{_indent(level2 + d.subquery_fence, 2)}\n) f"
     )
 
     checks = classification_checks(d, table)
@@ -165,7 +165,7 @@ def stage_insert_sql(d: PostgresDialect, pipeline: Pipeline, table: TableConfig)
         "SELECT t.*,\n"
         f"{_indent(action, 7)} AS action,\n"
         f"{_indent(reason, 7)} AS reason\n"
-        f"FROM (\n{_indent(level3, 2)}\n) t"
+        f"FROM (\n{_indent(level3 + d.subquery_fence, 2)}\n) t"
     )
 
     key_list = ", ".join(f"c.{q(k.target_name)}" for k in table.key_columns)
