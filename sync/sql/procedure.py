@@ -321,6 +321,18 @@ def procedure_sql(d: PostgresDialect, pipeline: Pipeline, table: TableConfig, or
             f"SELECT {select_vals('false')}\nFROM {stage} s\nWHERE s._rn = 1 AND s._action = 'upsert';"
         )
         key_only = " AND ".join(f"s.{q(c)} IS NULL" for c in value_cols)
+        if value_cols:
+            key_cols = ", ".join(q(k) for k in keys)
+            step(
+                "-- A key-only delete preceded by an upsert of its key in this batch takes that\n"
+                "-- upsert's values (the newest superseded one: the smallest _rn > 1).\n"
+                f"UPDATE {stage} s SET "
+                + ", ".join(f"{q(c)} = p.{q(c)}" for c in value_cols)
+                + f"\nFROM {stage} p,\n"
+                f"     (SELECT {key_cols}, MIN(_rn) AS _rn FROM {stage} WHERE _action = 'upsert' GROUP BY {key_cols}) m\n"
+                f"WHERE s._rn = 1 AND s._action = 'delete' AND {key_only}\n"
+                f"  AND {key_match('m', 's')} AND {key_match('p', 's')} AND p._rn = m._rn AND p._action = 'upsert';"
+            )
         keep = ",\n       ".join(f"{q(c)} = CASE WHEN {key_only} THEN t.{q(c)} ELSE s.{q(c)} END" for c in value_cols)
         step(
             "-- A delete keeps the row's values: the event's before image when it is complete (a NULL\n"
