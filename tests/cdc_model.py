@@ -38,8 +38,7 @@ Preconditions (outside them the result legitimately depends on batch boundaries)
 `order_by = "kafka"`, a key stays in one partition (Kafka's partitioning guarantees it);
 with a source order, every applicable event carries a well-formed position and two
 different events of one key never share a position (replayed duplicates are the same
-event); a key-only delete does not follow an update of its key within one sync batch
-(the procedure can only fall back to the stored row). Conversions are modelled for the integer types, decimal, real/double, boolean
+event). Conversions are modelled for the integer types, decimal, real/double, boolean
 and varchar; other types (and semantic types) raise `Unmodelled`.
 """
 
