@@ -39,7 +39,7 @@ SOURCE = (
     'iam_role = "arn:aws:iam::123456789012:role/r"\n'
 )
 INJECTIONS = {"client-sigkill": 26, "backend-terminate": 8, "backend-sigkill": 8, "server-restart": 8}
-EVENTS_PER_RUN = 1000  # enough for a run of a few hundred milliseconds
+EVENTS_PER_RUN = 2000  # a run of a few hundred milliseconds
 
 
 @pytest.fixture
@@ -92,6 +92,13 @@ def _running_call(wh: Warehouse, proc: subprocess.Popen) -> int | None:
     return None
 
 
+def _wait_gone(wh: Warehouse, pid: int) -> None:
+    deadline = time.monotonic() + 60
+    while wh.scalar("SELECT COUNT(*) FROM pg_stat_activity WHERE pid = %s", (pid,)):
+        assert time.monotonic() < deadline, f"backend {pid} still running a minute after its client died"
+        time.sleep(0.01)
+
+
 @pytest.mark.slow
 def test_sync_survives_kills_and_restarts_at_random_points(crash_server, tmp_path, reliability_counts):
     admin_dsn = crash_server.get_uri()
@@ -112,6 +119,13 @@ def test_sync_survives_kills_and_restarts_at_random_points(crash_server, tmp_pat
     rng = random.Random(20261121)
     history = History(seed=20261121, keys=400)
     model = TopicModel(table)
+    # How long a run takes here: the kills land at a random moment within that.
+    first = history.events(EVENTS_PER_RUN)
+    ingest_file(wh, pipeline, table.name, write_jsonl(first, tmp_path / "chunk.jsonl"))
+    model.add(first)
+    (calibration,) = sync(wh, pipeline, [table.name])
+    assert calibration.status == "ok", calibration.error
+    run_seconds = calibration.duration_seconds
     kinds = [kind for kind, count in INJECTIONS.items() for _ in range(count)]
     rng.shuffle(kinds)
     outcomes: Counter[str] = Counter()
@@ -131,7 +145,7 @@ def test_sync_survives_kills_and_restarts_at_random_points(crash_server, tmp_pat
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=tmp_path,
         )
         backend = _running_call(wh, proc)
-        time.sleep(rng.uniform(0, 0.25))
+        time.sleep(rng.uniform(0, run_seconds))
         if kind == "client-sigkill":
             proc.send_signal(signal.SIGKILL)
         elif backend is not None and kind == "backend-terminate":
@@ -146,6 +160,8 @@ def test_sync_survives_kills_and_restarts_at_random_points(crash_server, tmp_pat
             assert "Traceback" not in err and proc.returncode in (0, 1), err
         wh.close()
         wh = _reconnect(dsn)
+        if backend is not None:
+            _wait_gone(wh, backend)  # a killed client's backend notices and stops (or commits)
 
         # Either the whole run or nothing of it.
         wm = watermarks(wh, pipeline, table)
@@ -156,6 +172,8 @@ def test_sync_survives_kills_and_restarts_at_random_points(crash_server, tmp_pat
         # The next sync picks up exactly what the killed one did not apply.
         (run,) = sync(wh, pipeline, [table.name])
         assert run.status == "ok", run.error
+        if run.events_read >= EVENTS_PER_RUN:
+            run_seconds = run.duration_seconds  # follows the machine's load
         assert wm_key(watermarks(wh, pipeline, table)) == wm_key(wm_after)
         assert_consistent(wh, pipeline, table, history.records, known)
         reliability_counts["fault injections survived"] += 1
