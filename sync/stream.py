@@ -71,15 +71,18 @@ def loads_exact(text: str) -> Any:
 
 def dumps_exact(value: Any, separators: tuple[str, str] | None = None) -> str:
     """JSON text of a `loads_exact` result: Decimals written as the numbers they are."""
-    marker = uuid.uuid4().hex  # no input can contain it
+    text = json.dumps(value, separators=separators, ensure_ascii=False, default=_marked_number)
+    return _MARKED_NUMBER.sub(r"\1", text) if _NUMBER_MARKER in text else text
 
-    def number(o: Any) -> str:
-        if not isinstance(o, Decimal):
-            raise TypeError(f"{type(o).__name__} is not JSON")
-        return f"{marker}{o}"
 
-    text = json.dumps(value, separators=separators, ensure_ascii=False, default=number)
-    return re.sub(f'"{marker}([^"]*)"', r"\1", text)
+_NUMBER_MARKER = uuid.uuid4().hex  # random per process: no input can carry it
+_MARKED_NUMBER = re.compile(f'"{_NUMBER_MARKER}([^"]*)"')
+
+
+def _marked_number(o: Any) -> str:
+    if not isinstance(o, Decimal):
+        raise TypeError(f"{type(o).__name__} is not JSON")
+    return f"{_NUMBER_MARKER}{o}"
 
 
 def _to_bytes(value: Any) -> bytes | None:

@@ -60,18 +60,12 @@ def test_parse_line_returns_a_record_or_names_the_line(line, reliability_counts)
     reliability_counts["fuzz cases tried"] += 1
 
 
-@pytest.fixture
-def customer_stream(deployed):
-    wh, pipeline = deployed
-    return wh, pipeline
-
-
 def _stream_rows(wh) -> int:
     return int(wh.scalar('SELECT COUNT(*) FROM cdc."customer__stream"'))
 
 
-def test_random_files_ingest_whole_or_not_at_all(customer_stream, tmp_path, reliability_counts):
-    wh, pipeline = customer_stream
+def test_random_files_ingest_whole_or_not_at_all(deployed, tmp_path, reliability_counts):
+    wh, pipeline = deployed
 
     @settings(max_examples=80)
     @given(batch=st.lists(lines, min_size=1, max_size=12))
@@ -103,8 +97,8 @@ def test_random_files_ingest_whole_or_not_at_all(customer_stream, tmp_path, reli
         b'{"ts": 253402300800000, "payload": "x"}',
     ],
 )
-def test_numbers_out_of_range_name_the_line(customer_stream, tmp_path, line):
-    wh, pipeline = customer_stream
+def test_numbers_out_of_range_name_the_line(deployed, tmp_path, line):
+    wh, pipeline = deployed
     path = tmp_path / "events.jsonl"
     path.write_bytes(b'{"value": {}}\n' + line + b"\n")
     with pytest.raises(ValueError, match="^line 2: "):
