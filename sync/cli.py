@@ -34,6 +34,10 @@ DsnOpt = Annotated[
     Optional[str],
     typer.Option("--dsn", help="postgresql://... or redshift+redshift_connector://... (default $REDSHIFT_SYNC_DSN, else the embedded PostgreSQL)."),
 ]
+VersionsOpt = Annotated[
+    Optional[Path],
+    typer.Option("--versions", help="Revisions folder (default: version_locations of ./alembic.ini, else ./migrations/versions)."),
+]
 
 
 class CliError(Exception):
@@ -52,10 +56,10 @@ def handle_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
         try:
             return fn(*args, **kwargs)
         except ConfigError as exc:
-            err_console.print(f"[red]error:[/red] {exc}", highlight=False)
+            err_console.print(f"[red]error:[/red] {exc}", highlight=False, soft_wrap=True)
             raise typer.Exit(2) from None
         except (WarehouseError, CliError, FileNotFoundError, ValueError) as exc:
-            err_console.print(f"[red]error:[/red] {exc}", highlight=False)
+            err_console.print(f"[red]error:[/red] {exc}", highlight=False, soft_wrap=True)
             raise typer.Exit(getattr(exc, "code", 1)) from None
 
     return wrapper
@@ -100,22 +104,18 @@ def generate(
 
 @app.command()
 @handle_errors
-def deploy(config: ConfigOpt = None, dsn: DsnOpt = None) -> None:
-    """Create or upgrade every warehouse object (idempotent)."""
-    from sync.runner import deploy as run_deploy
+def deploy(config: ConfigOpt = None, dsn: DsnOpt = None, versions: VersionsOpt = None) -> None:
+    """Upgrade the warehouse to the last revision (`alembic upgrade head`; idempotent)."""
+    from sync.revisions import alembic_config, deploy as run_deploy
 
     pipeline, path = open_pipeline(config)
-    wh = open_warehouse(dsn)
-    try:
-        result = run_deploy(wh, pipeline, origin_of(path))
-    finally:
-        wh.close()
-    console.print(
-        f"deployed {len(pipeline.tables)} table(s) to {wh.dialect}: "
-        f"{len(result.created)} created, {len(result.replaced)} replaced, {len(result.unchanged)} unchanged"
-    )
-    for label in result.created:
-        console.print(f"  + {label}")
+    result = run_deploy(alembic_config(versions, dsn, path), pipeline)
+    for warning in result.warnings:
+        err_console.print(f"[yellow]warning:[/yellow] {warning}", highlight=False)
+    if not result.applied:
+        console.print(f"already at revision {result.head}: nothing to do")
+    for label in result.applied:
+        console.print(f"  applied {label}", highlight=False)
 
 
 @app.command()
@@ -223,6 +223,9 @@ def print_status(rows: list[Any]) -> None:
     for s in rows:
         for reason, count in s.quarantine_reasons:
             console.print(f"  {s.table}: {count} quarantined: {reason}", highlight=False)
+        for kind, name, count in s.schema_drift:
+            what = "field not in the pipeline file" if kind == "unknown" else "configured field absent from events"
+            console.print(f"  {s.table}: {what}: {name} ({count} event(s))", highlight=False)
 
 
 @app.command()
@@ -238,9 +241,178 @@ def demo(
     run_demo(console, dsn=dsn, config=config, skip_spark=skip_spark)
 
 
+FormatOpt = Annotated[str, typer.Option("--format", help="parquet | json | csv | debezium | s3-sink")]
+SnapshotTimeOpt = Annotated[
+    Optional[str],
+    typer.Option("--snapshot-time", help="When the snapshot was taken (ISO 8601); needed unless rows carry _source_ts."),
+]
+
+
+def _progress(message: str) -> None:
+    err_console.print(f"[dim]{message}[/dim]", highlight=False)
+
+
+@app.command()
+@handle_errors
+def backfill(
+    table: Annotated[str, typer.Option("--table", "-t", help="Pipeline table to backfill.")],
+    snapshot: Annotated[str, typer.Option("--snapshot", help="Snapshot path (local, or s3:// downloaded with boto3).")],
+    fmt: FormatOpt = "parquet",
+    snapshot_time: SnapshotTimeOpt = None,
+    staging: Annotated[Optional[str], typer.Option("--staging", help="s3://bucket/prefix/ for the Parquet COPY (Redshift).")] = None,
+    iam_role: Annotated[Optional[str], typer.Option("--iam-role", help="Role for COPY (default: source.iam_role).")] = None,
+    config: ConfigOpt = None,
+    dsn: DsnOpt = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the result as JSON.")] = False,
+) -> None:
+    """Load a snapshot into a table without overwriting newer stream changes (PySpark)."""
+    from backfill.job import parse_time
+    from sync.backfill import run_backfill
+
+    pipeline, _ = open_pipeline(config)
+    when = parse_time(snapshot_time)
+    wh = open_warehouse(dsn)
+    try:
+        result = run_backfill(
+            wh, pipeline, table, snapshot, fmt, when, staging=staging,
+            iam_role=iam_role or pipeline.source.iam_role, progress=_progress,
+        )
+    finally:
+        wh.close()
+    if as_json:
+        sys.stdout.write(json.dumps(result.as_dict(), indent=2, default=str) + "\n")
+    else:
+        grid = Table(title=f"backfill {table}", title_justify="left")
+        for col in ("staged", "loaded", "deleted", "kept: newer in stream", "kept: deleted by stream", "rejected", "time s"):
+            grid.add_column(col, justify="right")
+        grid.add_row(
+            f"{result.staged:,}", f"{result.loaded:,}", f"{result.deleted:,}", f"{result.kept_newer:,}",
+            f"{result.kept_deleted:,}", f"{result.rejected:,}", f"{result.seconds:.1f}",
+        )
+        console.print(grid)
+        for sample in result.rejects_sample:
+            console.print(f"  [yellow]rejected[/yellow] {sample['reason']}: {str(sample['record'])[:120]}", highlight=False)
+        if result.rejects_path:
+            console.print(f"  all {result.rejected} rejected rows, with their reason: {result.rejects_path}", highlight=False)
+    if result.rejected:
+        raise typer.Exit(1)
+
+
+def print_reconcile(report: Any, out: Console | None = None) -> None:
+    out = out or console
+    grid = Table(title=f"reconcile {report.table}", title_justify="left")
+    for col in ("snapshot rows", "warehouse rows", "buckets", "buckets differing", "unexplained", "explained by stream", "rejected"):
+        grid.add_column(col, justify="right")
+    grid.add_row(
+        f"{report.snapshot_rows:,}", f"{report.warehouse_rows:,}", str(report.buckets),
+        str(len(report.mismatched_buckets)), str(len(report.unexplained)), str(len(report.explained)), str(report.rejected),
+    )
+    out.print(grid)
+    if report.differences:
+        keys = Table("key", "difference", "explained", "why", "snapshot _source_ts", "warehouse _source_ts")
+        for d in report.differences[:50]:
+            keys.add_row(d.key, d.kind, "yes" if d.explained else "[red]no[/red]", d.why, d.snapshot_ts or "-", d.warehouse_ts or "-")
+        out.print(keys)
+        if len(report.differences) > 50:
+            out.print(f"  ... {len(report.differences) - 50} more in the JSON report")
+    out.print("[green]clean[/green]" if report.clean else "[red]unexplained differences[/red]")
+
+
+@app.command()
+@handle_errors
+def reconcile(
+    table: Annotated[str, typer.Option("--table", "-t", help="Pipeline table to compare.")],
+    snapshot: Annotated[str, typer.Option("--snapshot", help="Snapshot path (local, or s3://).")],
+    fmt: FormatOpt = "parquet",
+    snapshot_time: SnapshotTimeOpt = None,
+    buckets: Annotated[int, typer.Option("--buckets", help="Key buckets (hash of the key mod N).")] = 64,
+    checksum: Annotated[Optional[str], typer.Option("--checksum", help="Compare these columns too: col,col,...")] = None,
+    report_path: Annotated[Optional[Path], typer.Option("--report", help="Write the JSON report here.")] = None,
+    config: ConfigOpt = None,
+    dsn: DsnOpt = None,
+) -> None:
+    """Compare a snapshot with the warehouse; exit 1 on any difference the stream does not explain."""
+    from backfill.job import parse_time
+    from sync.reconcile import run_reconcile
+
+    pipeline, _ = open_pipeline(config)
+    when = parse_time(snapshot_time)
+    columns = [c.strip() for c in checksum.split(",") if c.strip()] if checksum else []
+    wh = open_warehouse(dsn)
+    try:
+        report = run_reconcile(wh, pipeline, table, snapshot, fmt, when, buckets, columns, progress=_progress)
+    finally:
+        wh.close()
+    print_reconcile(report)
+    if report_path is not None:
+        report_path.write_text(json.dumps(report.as_dict(), indent=2, default=str) + "\n", encoding="utf-8")
+        console.print(f"report written to {report_path}", highlight=False)
+    if not report.clean:
+        raise typer.Exit(1)
+
+
+@app.command()
+@handle_errors
+def revision(
+    message: Annotated[str, typer.Option("--message", "-m", help="What the revision does.")],
+    config: ConfigOpt = None,
+    versions: VersionsOpt = None,
+) -> None:
+    """Write the next schema revision: the pipeline file compared with the last revision's state."""
+    from sync.revisions import alembic_config, write_revision
+
+    pipeline, path = open_pipeline(config)
+    written = write_revision(alembic_config(versions, None, path), pipeline, origin_of(path), message)
+    if written is None:
+        console.print("nothing to do: the pipeline file matches the last revision")
+        return
+    console.print(f"wrote {written.path} (revision {written.revision})", highlight=False)
+    for line in written.plan.upgrade:
+        console.print(f"  {line}", highlight=False)
+    for warning in written.plan.warnings:
+        err_console.print(f"[yellow]warning:[/yellow] {warning}", highlight=False)
+
+
+@app.command()
+@handle_errors
+def infer(
+    sample: Annotated[Path, typer.Option("--sample", "-s", help="JSON lines of Debezium messages with schemas (schemas.enable=true).")],
+    table: Annotated[str, typer.Option("--table", "-t", help="Name of the target table.")],
+    topic: Annotated[str, typer.Option("--topic", help="The Kafka topic the messages come from.")],
+    primary_key: Annotated[Optional[list[str]], typer.Option("--primary-key", help="Key field(s) when the sample has no key schema (repeatable).")] = None,
+) -> None:
+    """Print a ready [[tables]] block inferred from sample messages' Connect schemas."""
+    from sync.infer import infer_block
+
+    sys.stdout.write(infer_block(sample, table, topic, primary_key))
+
+
 def main() -> None:
     app()
 
 
 if __name__ == "__main__":
     main()
+
+
+@app.command("package-lambda")
+@handle_errors
+def package_lambda(
+    out: Annotated[Path, typer.Option("--out", "-o", help="Where to write the zip.")] = Path("dist/lambda.zip"),
+    config: ConfigOpt = None,
+    python_version: Annotated[str, typer.Option(help="Python of the Lambda runtime (python3.12 -> 3.12).")] = "3.12",
+    arch: Annotated[str, typer.Option(help="Lambda architecture: x86_64 | arm64.")] = "x86_64",
+    with_connector: Annotated[bool, typer.Option(help="Also bundle redshift-connector (for REDSHIFT_SYNC_DSN mode instead of the Data API).")] = False,
+) -> None:
+    """Build the Lambda zip: the sync package, its dependencies for Lambda and the pipeline file (no Spark)."""
+    from sync.packaging import PackagingError, build_lambda_zip
+
+    _, path = open_pipeline(config)
+    try:
+        pkg = build_lambda_zip(out, path, python_version, arch, with_connector, progress=console.print)
+    except PackagingError as exc:
+        raise CliError(str(exc)) from None
+    console.print(
+        f"wrote {pkg.path}: {pkg.size_bytes / 1e6:.2f} MB zipped, {pkg.files} files "
+        f"({', '.join(pkg.requirements)}); Lambda's limit is 50 MB. Handler: sync.lambda_handler.handler"
+    )

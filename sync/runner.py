@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 
 from sync.config import Pipeline
 from sync.sql.dialects import quote_ident
-from sync.sql.names import QUARANTINE, RUN_LOG, table_names
+from sync.sql.names import QUARANTINE, RUN_LOG, SCHEMA_DRIFT, table_names
 from sync.sql.objects import SqlObject, pipeline_objects
 from sync.warehouse import Warehouse, WarehouseError
 
@@ -29,7 +29,10 @@ def deploy(wh: Warehouse, pipeline: Pipeline, origin: str, on_object: Callable[[
         if obj.kind == "setting":
             wh.execute(obj.sql)
             continue
-        existed = obj.kind in ("table", "stream", "index") and wh.relation_exists(obj.schema, obj.name)
+        if obj.kind == "schema":
+            existed = bool(wh.scalar("SELECT COUNT(*) FROM pg_namespace WHERE nspname = %s", (obj.name,)))
+        else:
+            existed = obj.kind in ("table", "stream", "index") and wh.relation_exists(obj.schema, obj.name)
         if obj.check_exists and existed:
             outcome = "unchanged"
         else:
@@ -69,16 +72,37 @@ RUN_LOG_COLUMNS = (
 )
 
 
+def call_sql(pipeline: Pipeline, table_name: str) -> str:
+    """The CALL statement of one table's procedure."""
+    names = table_names(pipeline, pipeline.table(table_name))
+    return f"CALL {quote_ident(names.schema)}.{quote_ident(names.procedure)}()"
+
+
+def summary_from_row(table_name: str, r: Sequence, duration: float) -> RunSummary:
+    """A RunSummary from one run-log row read as RUN_LOG_COLUMNS."""
+    return RunSummary(
+        table_name, r[11], int(r[0]), int(r[1]), int(r[2]), int(r[3]), int(r[4]), int(r[5]), int(r[6]), int(r[7]),
+        r[8], r[9], float(r[10]) if r[10] is not None else None, duration,
+    )
+
+
+def unfinished_summary(table_name: str, status: str, duration: float, error: str) -> RunSummary:
+    """The summary of a call that applied nothing (failed or cancelled): zero counts."""
+    return RunSummary(table_name, status, 0, 0, 0, 0, 0, 0, 0, 0, None, None, None, duration, error)
+
+
 def call_procedure(wh: Warehouse, pipeline: Pipeline, table_name: str) -> RunSummary:
     """CALL incremental_sync_<table>() and read back the run-log row it wrote."""
     table = pipeline.table(table_name)
     names = table_names(pipeline, table)
     started = time.perf_counter()
     try:
-        wh.execute(f"CALL {quote_ident(names.schema)}.{quote_ident(names.procedure)}()")
+        wh.execute(call_sql(pipeline, table.name))
     except WarehouseError as exc:
-        return RunSummary(table.name, "failed", 0, 0, 0, 0, 0, 0, 0, 0, None, None, None,
-                          time.perf_counter() - started, str(exc))
+        message = str(exc)
+        if "does not exist" in message:
+            message += f"\n(has `redshift-sync deploy` run for this pipeline on this database? schema {names.schema!r})"
+        return unfinished_summary(table.name, "failed", time.perf_counter() - started, message)
     duration = time.perf_counter() - started
     row = wh.query(
         f"SELECT {RUN_LOG_COLUMNS} FROM {quote_ident(names.schema)}.{quote_ident(RUN_LOG)} "
@@ -86,20 +110,21 @@ def call_procedure(wh: Warehouse, pipeline: Pipeline, table_name: str) -> RunSum
         (table.name,),
     )
     if not row:
-        return RunSummary(table.name, "failed", 0, 0, 0, 0, 0, 0, 0, 0, None, None, None, duration,
-                          "the procedure finished but wrote no run-log row")
-    r = row[0]
-    return RunSummary(
-        table.name, r[11], int(r[0]), int(r[1]), int(r[2]), int(r[3]), int(r[4]), int(r[5]), int(r[6]), int(r[7]),
-        r[8], r[9], float(r[10]) if r[10] is not None else None, duration,
-    )
+        return unfinished_summary(table.name, "failed", duration, "the procedure finished but wrote no run-log row")
+    return summary_from_row(table.name, row[0], duration)
+
+
+def selected_tables(pipeline: Pipeline, tables: Sequence[str] | None = None) -> list[str]:
+    """The tables named (all when none are), checked before anything runs: an unknown
+    name fails fast with a ConfigError listing the known ones."""
+    names = list(tables) if tables else [t.name for t in pipeline.tables]
+    for name in names:
+        pipeline.table(name)
+    return names
 
 
 def sync(wh: Warehouse, pipeline: Pipeline, tables: Sequence[str] | None = None) -> list[RunSummary]:
-    names = list(tables) if tables else [t.name for t in pipeline.tables]
-    for name in names:
-        pipeline.table(name)  # fail fast on an unknown name, before anything runs
-    return [call_procedure(wh, pipeline, name) for name in names]
+    return [call_procedure(wh, pipeline, name) for name in selected_tables(pipeline, tables)]
 
 
 @dataclass
@@ -113,6 +138,9 @@ class TableStatus:
     last_run: dict | None
     quarantined: int
     quarantine_reasons: list[tuple[str, int]]
+    # (kind, field, events over all runs): 'unknown' fields the events carry and the
+    # pipeline file does not list; 'missing' configured fields the events lacked.
+    schema_drift: list[tuple[str, str, int]] = field(default_factory=list)
 
 
 def status(wh: Warehouse, pipeline: Pipeline) -> list[TableStatus]:
@@ -149,10 +177,17 @@ def status(wh: Warehouse, pipeline: Pipeline) -> list[TableStatus]:
             (table.name,),
         )
         quarantined = wh.scalar(f"SELECT COUNT(*) FROM {qs}.{quote_ident(QUARANTINE)} WHERE table_name = %s", (table.name,))
+        drift = []
+        if wh.relation_exists(schema, SCHEMA_DRIFT):
+            drift = wh.query(
+                f"SELECT kind, field, SUM(events) FROM {qs}.{quote_ident(SCHEMA_DRIFT)} WHERE table_name = %s "
+                "GROUP BY kind, field ORDER BY kind DESC, field",
+                (table.name,),
+            )
         out.append(
             TableStatus(
                 table.name, True, wms, int(pending), int(target_rows), last_at, last_run, int(quarantined),
-                [(str(a), int(b)) for a, b in reasons],
+                [(str(a), int(b)) for a, b in reasons], [(str(k), str(f), int(e)) for k, f, e in drift],
             )
         )
     return out

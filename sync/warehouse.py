@@ -90,7 +90,7 @@ def _describe(exc: BaseException) -> str:
 
 
 def dialect_of(dsn: str) -> str:
-    scheme = urlsplit(dsn).scheme
+    scheme = dsn.split("://", 1)[0] if "://" in dsn else ""
     if scheme.startswith("redshift"):
         return "redshift"
     if scheme in ("postgresql", "postgres", "postgresql+psycopg", "postgresql+psycopg2"):
@@ -117,7 +117,8 @@ def _connect_postgres(dsn: str) -> Any:
 def _connect_redshift(dsn: str) -> Any:
     import redshift_connector
 
-    parts = urlsplit(dsn)
+    # urlsplit() does not take '_' in a scheme (redshift+redshift_connector): split the rest.
+    parts = urlsplit("redshift://" + dsn.split("://", 1)[1])
     try:
         conn = redshift_connector.connect(
             host=parts.hostname,

@@ -121,7 +121,7 @@ def test_cli_ingest_reports_without_traceback(database_dsn, tmp_path, content, c
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     run = lambda *args: subprocess.run(  # noqa: E731
         [sys.executable, "-m", "sync", *args, "--config", str(config), "--dsn", database_dsn],
-        capture_output=True, text=True, env=env, cwd=tmp_path,
+        capture_output=True, text=True, env=env, cwd=REPO,
     )
     assert run("deploy").returncode == 0
     result = run("ingest", "--table", "customer", "--file", str(events))

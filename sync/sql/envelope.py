@@ -43,8 +43,8 @@ def _mysql_position(d: PostgresDialect, file: str, pos: str, row: str) -> str:
 
 def _postgres_position(d: PostgresDialect, sequence: str, lsn: str) -> str:
     # source.sequence is the text '["<last commit lsn>","<lsn>"]' (either may be null).
-    commit_lsn = d.regex_group(sequence, r'^\["?([0-9]*)')
-    change_lsn = d.regex_group(sequence, r'([0-9]+)"?\]$')
+    commit_lsn = d.regex_group(sequence, '^[[]"?([0-9]*)')
+    change_lsn = d.regex_group(sequence, '([0-9]+)"?[]]$')
     return (
         f"CASE WHEN COALESCE({change_lsn}, {lsn}) IS NOT NULL THEN "
         f"{_pad(d, commit_lsn)} || '.' || {_pad(d, f'COALESCE({change_lsn}, {lsn})')} END"

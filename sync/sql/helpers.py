@@ -50,7 +50,9 @@ def helper_functions(schema: str) -> list[tuple[str, str]]:
                 "text",
                 "j jsonb",
                 "text",
-                "SELECT CASE jsonb_typeof(j) WHEN 'string' THEN j #>> '{}' WHEN 'null' THEN NULL ELSE j::text END",
+                # A string's value, a JSON null as NULL, anything else as JSON text; one
+                # reference to j, so inlining never evaluates the argument twice.
+                "SELECT j #>> '{}'",
             ),
         ),
         (
@@ -70,8 +72,9 @@ def helper_functions(schema: str) -> list[tuple[str, str]]:
                 "to_numeric",
                 "j jsonb",
                 "numeric",
-                "SELECT CASE WHEN jsonb_typeof(j) IN ('number', 'string')\n"
-                f"  AND (j #>> '{{}}') ~ '{NUMBER_PATTERN}' THEN (j #>> '{{}}')::numeric END",
+                # JSON numbers convert directly; only strings need the pattern check.
+                "SELECT CASE jsonb_typeof(j) WHEN 'number' THEN j::numeric\n"
+                f"  WHEN 'string' THEN CASE WHEN (j #>> '{{}}') ~ '{NUMBER_PATTERN}' THEN (j #>> '{{}}')::numeric END END",
             ),
         ),
         (
@@ -144,4 +147,17 @@ def helper_functions(schema: str) -> list[tuple[str, str]]:
     ]
     for family in ("date", "timestamp", "timestamptz", "time", "timetz"):
         fns.append((f"sync_to_{family}", _temporal(schema, family)))
+    fns.append(
+        (
+            "sync_parse_json",
+            _fn(
+                schema,
+                "parse_json",
+                "t text",
+                "jsonb",
+                "BEGIN\n  RETURN t::jsonb;\nEXCEPTION WHEN others THEN\n  RETURN NULL;\nEND",
+                language="plpgsql",
+            ),
+        )
+    )
     return fns

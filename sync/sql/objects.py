@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from sync.config import Pipeline, TableConfig
 from sync.sql.dialects import PostgresDialect, RedshiftDialect, get_dialect, quote_literal
 from sync.sql.helpers import helper_functions
-from sync.sql.names import QUARANTINE, RUN_LOG, table_names
+from sync.sql.names import QUARANTINE, RUN_LOG, SCHEMA_DRIFT, table_names
 from sync.sql.procedure import procedure_sql
 
 META_COLUMNS = (
@@ -141,7 +141,9 @@ def table_objects(d: PostgresDialect, pipeline: Pipeline, table: TableConfig, or
         "_rn bigint",
         "_source_ts timestamp",
         "_source_pos varchar(64)",
+        "_rank_pos varchar(64)",  # the position the event ranks by (inherited when it has none)
         *[f"{q(c.target_name)} {d.type_sql(c.sql_type)}" for c in table.columns],
+        f"_unavailable {d.long_text_type}",
         f"_payload {d.json_type}",
         f"_raw_value {d.bytes_type}",
     ]
@@ -241,8 +243,21 @@ def shared_objects(d: PostgresDialect, pipeline: Pipeline) -> list[SqlObject]:
             "run_started_at timestamp",
         ],
     )
+    schema_drift = _create_table(
+        d,
+        schema,
+        SCHEMA_DRIFT,
+        [
+            "table_name varchar(127) NOT NULL",
+            "run_started_at timestamp NOT NULL",
+            "kind varchar(16) NOT NULL",  # unknown: in events, not in the pipeline file; missing: the reverse
+            "field varchar(256) NOT NULL",
+            "events bigint NOT NULL",
+        ],
+    )
     objects.append(SqlObject("table", schema, RUN_LOG, run_log))
     objects.append(SqlObject("table", schema, QUARANTINE, quarantine))
+    objects.append(SqlObject("table", schema, SCHEMA_DRIFT, schema_drift))
     return objects
 
 

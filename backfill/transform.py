@@ -1,0 +1,59 @@
+"""The backfill as one pure pipeline: normalised rows -> typed rows, latest per key, in
+the stage's column order; plus the rows that cannot be loaded, with their reason."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from pyspark.sql import DataFrame, Window
+from pyspark.sql import functions as F
+
+from backfill.conform import conform
+from sync.config import TableConfig
+from sync.sql.backfill_merge import STAGE_META_COLUMNS
+
+SKIPPED_REASONS = ("tombstone",)  # not applied and not an error (the procedure skips them too)
+
+
+@dataclass
+class Prepared:
+    rows: DataFrame  # stage columns, one row per key
+    rejects: DataFrame  # _kafka_partition, _kafka_offset, reason, record
+
+
+def stage_columns(table: TableConfig) -> list[str]:
+    return [c.target_name for c in table.columns] + [name for name, _ in STAGE_META_COLUMNS]
+
+
+def latest_per_key(df: DataFrame, table: TableConfig) -> DataFrame:
+    """One row per key: the latest by source position, then Kafka partition and offset
+    (as the procedure orders), then source time; ROW_NUMBER, so a tie never yields two."""
+    keys = [F.col(c.target_name) for c in table.key_columns]
+    order = [F.col("_source_pos").desc_nulls_last()] if table.order_by != "kafka" else []
+    order += [
+        F.col("_kafka_partition").desc_nulls_last(),
+        F.col("_kafka_offset").desc_nulls_last(),
+        F.col("_source_ts").desc_nulls_last(),
+        # Deterministic among snapshot rows of one key with no position or offset.
+        F.xxhash64(*[F.col(c.target_name) for c in table.columns]).desc(),
+    ]
+    w = Window.partitionBy(*keys).orderBy(*order)
+    return df.withColumn("_rn", F.row_number().over(w)).where(F.col("_rn") == 1).drop("_rn")
+
+
+def prepare(normalised: DataFrame, table: TableConfig) -> Prepared:
+    typed = conform(normalised, table)
+    applicable = typed.where(F.col("_reason").isNull())
+    rejects = typed.where(F.col("_reason").isNotNull() & ~F.col("_reason").isin(*SKIPPED_REASONS)).select(
+        "_kafka_partition", "_kafka_offset", F.col("_reason").alias("reason"), F.col("_record").alias("record")
+    )
+    latest = latest_per_key(applicable, table)
+    rows = latest.select(
+        *[c.target_name for c in table.columns],
+        "_source_ts",
+        "_source_pos",
+        "_kafka_partition",
+        "_kafka_offset",
+        (F.col("_op") == "d").alias("_delete"),
+    )
+    return Prepared(rows, rejects)

@@ -1,0 +1,167 @@
+"""salesdb pipeline: schemas, control tables, customer and orders
+
+Revision ID: 474a94aea2c7
+Revises: 
+Create Date: 2026-11-21 21:24:14.063453
+
+Upgrade:
+    r.create_pipeline()
+    r.create_table("customer")
+    r.create_table("orders")
+Downgrade:
+    r.drop_table("orders")
+    r.drop_table("customer")
+    r.drop_pipeline()
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Union
+
+from sync.migrate import Revision
+
+# revision identifiers, used by Alembic.
+revision: str = '474a94aea2c7'
+down_revision: Union[str, Sequence[str], None] = None
+branch_labels: Union[str, Sequence[str], None] = None
+depends_on: Union[str, Sequence[str], None] = None
+
+# The pipeline this revision brings the warehouse to, with fingerprints of the SQL the
+# generator rendered from it. The generator renders every statement below from this
+# state when the revision runs; `redshift-sync revision` compares the next pipeline file
+# (and the generator installed then) with it.
+STATE = {'origin': 'examples/salesdb/pipeline.toml',
+ 'pipeline': {'pipeline': {'schema': 'cdc'},
+              'source': {'kind': 'msk',
+                         'external_schema': 'msk_cdc',
+                         'cluster_arn': 'arn:aws:kafka:us-east-1:123456789012:cluster/demo/abc-1',
+                         'uri': None,
+                         'iam_role': 'arn:aws:iam::123456789012:role/redshift-streaming',
+                         'authentication': 'iam',
+                         'authentication_arn': None,
+                         'secret_arn': None},
+              'tables': [{'name': 'customer',
+                          'topic': 'salesdb.salesdb.CUSTOMER',
+                          'format': 'debezium',
+                          'primary_key': ['CUST_ID'],
+                          'delete_mode': 'hard',
+                          'order_by': 'mysql-binlog',
+                          'on_truncate': 'ignore',
+                          'distkey': 'customer_id',
+                          'sortkey': ['customer_id'],
+                          'columns': [{'name': 'CUST_ID',
+                                       'type': 'varchar(64)',
+                                       'target': 'customer_id',
+                                       'semantic': None,
+                                       'scale': None},
+                                      {'name': 'NAME',
+                                       'type': 'varchar(256)',
+                                       'target': None,
+                                       'semantic': None,
+                                       'scale': None},
+                                      {'name': 'MKTSEGMENT',
+                                       'type': 'varchar(64)',
+                                       'target': None,
+                                       'semantic': None,
+                                       'scale': None}]},
+                         {'name': 'orders',
+                          'topic': 'salesdb.salesdb.ORDERS',
+                          'format': 'debezium',
+                          'primary_key': ['ORDER_ID'],
+                          'delete_mode': 'soft',
+                          'order_by': 'mysql-binlog',
+                          'on_truncate': 'ignore',
+                          'distkey': 'order_id',
+                          'sortkey': [],
+                          'columns': [{'name': 'ORDER_ID',
+                                       'type': 'bigint',
+                                       'target': 'order_id',
+                                       'semantic': None,
+                                       'scale': None},
+                                      {'name': 'CUST_ID',
+                                       'type': 'varchar(64)',
+                                       'target': 'customer_id',
+                                       'semantic': None,
+                                       'scale': None},
+                                      {'name': 'STATUS',
+                                       'type': 'varchar(16)',
+                                       'target': None,
+                                       'semantic': None,
+                                       'scale': None},
+                                      {'name': 'TOTAL',
+                                       'type': 'decimal(12,2)',
+                                       'target': None,
+                                       'semantic': None,
+                                       'scale': None},
+                                      {'name': 'PLACED_AT',
+                                       'type': 'timestamp',
+                                       'target': None,
+                                       'semantic': None,
+                                       'scale': None}]}]},
+ 'fingerprints': {'postgres': {'schema cdc.cdc': '82d7c4039e54b208',
+                               'function cdc.sync_text': '616ecc5d66e1363a',
+                               'function cdc.sync_to_text': '2573d959bf0af17a',
+                               'function cdc.sync_to_numeric': '1a167022d956e45f',
+                               'function cdc.sync_to_integer': '4a970920a0b933c2',
+                               'function cdc.sync_to_decimal': 'c434f75fa271e8d7',
+                               'function cdc.sync_to_boolean': 'e6c66f33271b9630',
+                               'function cdc.sync_to_json': 'c730a63e24f4e878',
+                               'function cdc.sync_to_bytes': '93a5b94273ae8dfe',
+                               'function cdc.sync_to_date': 'd80b1bdc058b67fa',
+                               'function cdc.sync_to_timestamp': '894799bb73c2436a',
+                               'function cdc.sync_to_timestamptz': 'e52fd434b862fdc1',
+                               'function cdc.sync_to_time': '24398380bfb4e42f',
+                               'function cdc.sync_to_timetz': '8771e2cdbc61c9e4',
+                               'function cdc.sync_parse_json': 'd768c0452e7f1e66',
+                               'table cdc.sync_run_log': '0a269eef36d296e9',
+                               'table cdc.sync_quarantine': '80961181384f3acb',
+                               'table cdc.sync_schema_drift': 'bd84f37af68971f1',
+                               'stream cdc.customer__stream': '573054b10f6f95d0',
+                               'index cdc.customer__s_pos': '5d7b0c34c314c869',
+                               'index cdc.customer__s_rt': 'd2a13e5d32be9391',
+                               'table cdc.customer': 'aac48db1c2fee353',
+                               'table cdc.customer__stage': 'f621746a10c0c1cb',
+                               'table cdc.customer__watermark': 'e0c738c44e76125e',
+                               'table cdc.customer__deleted': 'db8dff0f9deea9cc',
+                               'procedure cdc.incremental_sync_customer': '3498d0bd4c572f82',
+                               'stream cdc.orders__stream': '5597b9f3ffb411c8',
+                               'index cdc.orders__s_pos': 'e5a408c5189e9a3b',
+                               'index cdc.orders__s_rt': '2d247237af65095a',
+                               'table cdc.orders': '273fb427f8fde440',
+                               'table cdc.orders__stage': '6d28a9e5332f9020',
+                               'table cdc.orders__watermark': 'c678cec43a299d02',
+                               'procedure cdc.incremental_sync_orders': '53023dbe1b2c58c8'},
+                  'redshift': {'setting cdc.session': 'c5deac044e156a3d',
+                               'schema cdc.cdc': '82d7c4039e54b208',
+                               'external_schema msk_cdc.msk_cdc': '565a439532bed358',
+                               'table cdc.sync_run_log': '5a6537552f72c0b4',
+                               'table cdc.sync_quarantine': '039f7d10f91cca80',
+                               'table cdc.sync_schema_drift': 'bd84f37af68971f1',
+                               'stream cdc.customer__stream': 'f6b6fe6c2dd18ddc',
+                               'table cdc.customer': '6e87d5d4a5ec2f96',
+                               'table cdc.customer__stage': 'b39677f7432afe98',
+                               'table cdc.customer__watermark': '2403cb64bf3e2d3e',
+                               'table cdc.customer__deleted': 'd60a3e2d14a136fd',
+                               'procedure cdc.incremental_sync_customer': '6c6b72a1b34ca113',
+                               'stream cdc.orders__stream': '6eeec210462a92b3',
+                               'table cdc.orders': '5599f3cc4a001697',
+                               'table cdc.orders__stage': '0b92f0c186ea9c47',
+                               'table cdc.orders__watermark': '601c889fa125a8e9',
+                               'procedure cdc.incremental_sync_orders': '8698ada394abb902'}}}
+
+
+def upgrade() -> None:
+    """Upgrade schema."""
+    r = Revision.up(STATE, down_revision)
+    r.create_pipeline()
+    r.create_table("customer")
+    r.create_table("orders")
+
+
+def downgrade() -> None:
+    """Downgrade schema."""
+    r = Revision.down(STATE, down_revision)
+    r.drop_table("orders")
+    r.drop_table("customer")
+    r.drop_pipeline()

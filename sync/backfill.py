@@ -1,0 +1,219 @@
+"""`redshift-sync backfill`: run the Spark transforms locally, load the stage, merge.
+
+PostgreSQL: the Parquet part files Spark wrote are streamed one record batch at a time
+into `COPY <stage> FROM STDIN` (nothing is collected on the driver). Redshift: the part
+files are uploaded to `--staging` with a manifest, loaded with `COPY ... FORMAT AS
+PARQUET`, and removed afterwards. Either way the load and the merge run in one
+transaction that holds the table's watermark and target locks.
+"""
+
+from __future__ import annotations
+
+import io
+import shutil
+import tempfile
+import time
+import typing as t
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass, field
+from datetime import datetime
+from pathlib import Path
+
+from sync.config import Pipeline, TableConfig
+from sync.sql.backfill_merge import BackfillSql
+from sync.sql.dialects import get_dialect
+from sync.warehouse import Warehouse, WarehouseError
+
+Progress = Callable[[str], None]
+
+
+@dataclass
+class BackfillResult:
+    table: str
+    staged: int = 0  # rows after latest-per-key
+    loaded: int = 0  # rows written to the target
+    deleted: int = 0  # snapshot deletes applied
+    kept_newer: int = 0  # target rows the stream wrote after the snapshot row
+    kept_deleted: int = 0  # keys the stream deleted after the snapshot row
+    rejected: int = 0
+    rejects_path: str | None = None
+    rejects_sample: list[dict] = field(default_factory=list)
+    seconds: float = 0.0
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+@contextmanager
+def transaction(wh: Warehouse) -> Iterator[None]:
+    if wh.dialect == "postgres":
+        with wh.conn.transaction():
+            yield
+        return
+    wh.execute("BEGIN")
+    try:
+        yield
+    except BaseException:
+        wh.execute("ROLLBACK")
+        raise
+    wh.execute("COMMIT")
+
+
+def part_files(directory: Path) -> list[Path]:
+    return sorted(p for p in directory.glob("part-*.parquet") if p.stat().st_size > 0)
+
+
+def copy_parquet_into(wh: Warehouse, stage_sql_name: str, files: list[Path], progress: Progress) -> int:
+    """Stream Parquet files into COPY FROM STDIN (CSV), one record batch at a time."""
+    import pyarrow.csv as pacsv
+    import pyarrow.parquet as pq
+
+    options = pacsv.WriteOptions(include_header=False, quoting_style="all_valid")
+    rows = 0
+    with wh.conn.cursor() as cur:
+        try:
+            with cur.copy(f"COPY {stage_sql_name} FROM STDIN (FORMAT csv)") as copy:
+                for i, path in enumerate(files, start=1):
+                    for batch in pq.ParquetFile(path).iter_batches(batch_size=65_536):
+                        buf = io.BytesIO()
+                        pacsv.write_csv(batch, buf, options)
+                        copy.write(buf.getvalue())
+                        rows += batch.num_rows
+                    progress(f"COPY part {i}/{len(files)}: {rows:,} rows so far")
+        except Exception as exc:
+            from sync.warehouse import _describe
+
+            raise WarehouseError(f"loading the backfill stage failed: {_describe(exc)}") from exc
+    return rows
+
+
+def merge_stage(wh: Warehouse, sql: BackfillSql) -> dict[str, int]:
+    """Run the merge steps on a loaded stage (inside the caller's transaction and locks)."""
+    counts: dict[str, int] = {}
+    for step in sql.merge():
+        if step.count:
+            counts[step.label] = int(wh.scalar(step.sql) or 0)
+        else:
+            wh.execute(step.sql)
+    return counts
+
+
+def load_and_merge(
+    wh: Warehouse,
+    pipeline: Pipeline,
+    table: TableConfig,
+    stage_dir: Path,
+    progress: Progress,
+    staging: str | None = None,
+    iam_role: str | None = None,
+) -> dict[str, int]:
+    """Load the staged Parquet and merge it; returns the merge's counts."""
+    sql = BackfillSql(get_dialect(wh.dialect, pipeline.schema), pipeline, table)
+    files = part_files(stage_dir)
+    wh.execute(sql.stage_table())
+    staged_s3 = None
+    if wh.dialect == "redshift":
+        if not staging or not iam_role:
+            raise ValueError("a Redshift backfill needs --staging s3://... and an IAM role (--iam-role or source.iam_role)")
+        from sync import s3
+
+        client = s3.client()
+        staged_s3 = s3.upload_for_copy(client, files, staging, progress)
+    try:
+        with transaction(wh):
+            wh.execute(sql.lock())
+            wh.execute(sql.clear_stage())
+            if staged_s3 is not None:
+                wh.execute(sql.copy_from_s3(staged_s3.manifest_url, iam_role or ""))
+            else:
+                copy_parquet_into(wh, sql.stage, files, progress)
+            counts = merge_stage(wh, sql)
+    finally:
+        if staged_s3 is not None:
+            from sync import s3
+
+            s3.delete_keys(s3.client(), staged_s3.bucket, staged_s3.keys)
+            progress(f"removed {len(staged_s3.keys)} staging objects")
+    return counts
+
+
+def localise_snapshot(snapshot: str, work: Path, progress: Progress) -> str:
+    """Local Spark has no s3a connector: an s3:// snapshot is downloaded first (boto3)."""
+    if not snapshot.startswith("s3://"):
+        if not Path(snapshot).exists():
+            raise FileNotFoundError(f"snapshot {snapshot!r} not found")
+        return snapshot
+    from sync import s3
+
+    dest = work / "snapshot"
+    s3.download_prefix(s3.client(), snapshot, dest, progress)
+    return str(dest)
+
+
+@contextmanager
+def prepared_snapshot(
+    table: TableConfig, snapshot: str, fmt: str, snapshot_time: datetime | None, spark: t.Any, progress: Progress
+) -> Iterator[t.Any]:
+    """The snapshot read, normalised, conformed and reduced to the latest row per key
+    (`backfill.transform.Prepared`), with a scratch folder removed afterwards."""
+    from backfill.job import run as prepare_snapshot
+    from backfill.session import local_session
+
+    work = Path(tempfile.mkdtemp(prefix=f"rs-{table.name}-"))
+    try:
+        local = localise_snapshot(snapshot, work, progress)
+        spark = spark or local_session()
+        progress(f"reading {fmt} snapshot {snapshot}")
+        yield prepare_snapshot(spark, table, local, fmt, snapshot_time), work
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def run_backfill(
+    wh: Warehouse,
+    pipeline: Pipeline,
+    table_name: str,
+    snapshot: str,
+    fmt: str,
+    snapshot_time: datetime | None = None,
+    staging: str | None = None,
+    iam_role: str | None = None,
+    spark: t.Any = None,
+    progress: Progress = lambda _: None,
+    rejects_dir: Path | None = None,
+) -> BackfillResult:
+    from backfill.write import write_rejects, write_stage
+
+    started = time.perf_counter()
+    table = pipeline.table(table_name)
+    result = BackfillResult(table.name)
+    report = progress
+
+    def progress(message: str) -> None:
+        report(f"{time.perf_counter() - started:6.1f} s  {message}")
+
+    if staging and wh.dialect != "redshift":
+        progress(f"--staging {staging} is not used: PostgreSQL loads the stage with COPY FROM STDIN")
+    with prepared_snapshot(table, snapshot, fmt, snapshot_time, spark, progress) as (prepared, work):
+        stage_dir = work / "stage"
+        write_stage(prepared.rows, str(stage_dir))
+        result.rejected = prepared.rejects.count()
+        if result.rejected:
+            target = rejects_dir or Path.cwd() / f"{table.name}-backfill-rejects"
+            write_rejects(prepared.rejects, str(target))
+            result.rejects_path = str(target)
+            result.rejects_sample = [r.asDict() for r in prepared.rejects.limit(5).collect()]
+        progress(f"prepared the latest row per key; {result.rejected} rejected")
+        counts = load_and_merge(wh, pipeline, table, stage_dir, progress, staging, iam_role)
+    result.staged = counts.get("staged", 0)
+    result.loaded = counts.get("loaded", 0)
+    result.deleted = counts.get("deleted", 0)
+    result.kept_newer = counts.get("kept_newer", 0)
+    result.kept_deleted = counts.get("kept_deleted", 0)
+    result.seconds = time.perf_counter() - started
+    progress(
+        f"merged: {result.staged:,} staged, {result.loaded:,} loaded, {result.deleted:,} deleted, "
+        f"{result.kept_newer:,} kept (newer in the stream), {result.kept_deleted:,} kept deleted"
+    )
+    return result

@@ -1,0 +1,312 @@
+"""A local Redshift Data API: the calls the Lambda handler makes, run on PostgreSQL.
+
+`LocalDataApi(dsn)` answers `execute_statement`, `describe_statement`, `cancel_statement`
+and `get_statement_result` with the request parameters and response shapes of boto3's
+`redshift-data` client. Each statement runs on its own connection in its own thread, so it
+is asynchronous like the service: it goes SUBMITTED -> PICKED -> STARTED -> FINISHED |
+FAILED | ABORTED while the caller polls. Cancelling sends PostgreSQL a real cancel request
+for the running query. `inject_failure` makes chosen statements fail with a given error
+(a Redshift 1023 serialization conflict by default) to test retries.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import decimal
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import psycopg
+
+TERMINAL = ("FINISHED", "FAILED", "ABORTED")
+CONFLICT_ERROR = (
+    "ERROR: 1023 DETAIL: Serializable isolation violation on table - 100167, "
+    "transactions forming the cycle are: 100168, 100169 (pid:1073)"
+)
+EXECUTE_PARAMETERS = {
+    "Sql", "Database", "ClusterIdentifier", "WorkgroupName", "SecretArn", "DbUser", "Parameters",
+    "WithEvent", "StatementName", "ClientToken", "SessionKeepAliveSeconds", "SessionId", "ResultFormat",
+}
+# PostgreSQL type OIDs -> the typeName the Data API reports.
+TYPE_NAMES = {
+    16: "bool", 17: "bytea", 20: "int8", 21: "int2", 23: "int4", 25: "text", 700: "float4", 701: "float8",
+    1043: "varchar", 1082: "date", 1114: "timestamp", 1184: "timestamptz", 1700: "numeric", 3802: "super",
+}
+
+
+class LocalDataApiError(Exception):
+    """Raised the way botocore raises a ClientError: `response["Error"]` has Code and Message."""
+
+    def __init__(self, code: str, message: str, operation: str):
+        super().__init__(f"An error occurred ({code}) when calling the {operation} operation: {message}")
+        self.response = {"Error": {"Code": code, "Message": message}}
+
+
+@dataclass
+class _Statement:
+    id: str
+    params: dict[str, Any]
+    created_at: dt.datetime
+    updated_at: dt.datetime
+    status: str = "SUBMITTED"
+    error: str | None = None
+    pid: int | None = None
+    started: float | None = None
+    duration_ns: int = -1
+    columns: list[dict] | None = None
+    rows: list[tuple] = field(default_factory=list)
+    result_rows: int = -1
+    cancel_requested: bool = False
+    conn: Any = None
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    done: threading.Event = field(default_factory=threading.Event)
+
+    def move(self, status: str, error: str | None = None) -> None:
+        self.status, self.updated_at = status, dt.datetime.now(dt.timezone.utc)
+        if error is not None:
+            self.error = error
+        if status in TERMINAL and self.started is not None:
+            self.duration_ns = int((time.perf_counter() - self.started) * 1e9)
+
+
+@dataclass
+class _Injection:
+    match: str
+    error: str
+    remaining: int
+
+
+def _field(value: Any) -> dict:
+    """A Python value as a Data API field (decimals, dates and text as stringValue)."""
+    if value is None:
+        return {"isNull": True}
+    if isinstance(value, bool):
+        return {"booleanValue": value}
+    if isinstance(value, int):
+        return {"longValue": value}
+    if isinstance(value, float):
+        return {"doubleValue": value}
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        return {"blobValue": bytes(value)}
+    if isinstance(value, (decimal.Decimal, dt.date, dt.datetime, dt.time)):
+        return {"stringValue": str(value)}
+    return {"stringValue": value if isinstance(value, str) else str(value)}
+
+
+def _error_text(exc: psycopg.Error) -> str:
+    diag = exc.diag
+    text = f"ERROR: {diag.message_primary or str(exc).strip()}"
+    return text + (f" DETAIL: {diag.message_detail}" if diag.message_detail else "")
+
+
+class LocalDataApi:
+    """The Data API client calls, run on the PostgreSQL at `dsn`."""
+
+    def __init__(self, dsn: str, page_size: int = 1000, connect: Callable[[str], Any] | None = None):
+        self.dsn = dsn
+        self.page_size = page_size
+        self._connect = connect or (lambda d: psycopg.connect(d, autocommit=True))
+        self._statements: dict[str, _Statement] = {}
+        self._injections: list[_Injection] = []
+        self._lock = threading.Lock()
+
+    # -- test controls -------------------------------------------------------------
+    def inject_failure(self, match: str, error: str = CONFLICT_ERROR, times: int = 1) -> None:
+        """The next `times` statements whose SQL contains `match` fail with `error` instead of running."""
+        with self._lock:
+            self._injections.append(_Injection(match, error, times))
+
+    def wait(self, statement_id: str, timeout: float = 60.0) -> str:
+        """Block until the statement ends (or `timeout` passes); returns its status."""
+        st = self._get(statement_id, "DescribeStatement")
+        st.done.wait(timeout)
+        return st.status
+
+    def statements(self) -> list[dict]:
+        """Every statement submitted so far, oldest first, as DescribeStatement shows it."""
+        with self._lock:
+            ids = list(self._statements)
+        return [self.describe_statement(Id=i) for i in ids]
+
+    def close(self, timeout: float = 30.0) -> None:
+        """Cancel what still runs and wait for every statement thread to end."""
+        with self._lock:
+            pending = [s for s in self._statements.values() if not s.done.is_set()]
+        for st in pending:
+            try:
+                self.cancel_statement(Id=st.id)
+            except LocalDataApiError:
+                pass  # it ended meanwhile
+        for st in pending:
+            st.done.wait(timeout)
+
+    def __enter__(self) -> LocalDataApi:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- the Data API ----------------------------------------------------------------
+    def execute_statement(self, **params: Any) -> dict:
+        op = "ExecuteStatement"
+        unknown = sorted(set(params) - EXECUTE_PARAMETERS)
+        if unknown:
+            raise LocalDataApiError("ValidationException", f"unknown parameter(s) {', '.join(unknown)}", op)
+        if not isinstance(params.get("Sql"), str) or not params["Sql"].strip():
+            raise LocalDataApiError("ValidationException", "Sql is required", op)
+        if "SessionId" not in params:
+            if not params.get("Database"):
+                raise LocalDataApiError("ValidationException", "Database is required", op)
+            if bool(params.get("ClusterIdentifier")) == bool(params.get("WorkgroupName")):
+                raise LocalDataApiError("ValidationException", "Specify exactly one of ClusterIdentifier or WorkgroupName", op)
+        if params.get("Parameters"):
+            raise LocalDataApiError("ValidationException", "the local Data API does not support Parameters", op)
+        now = dt.datetime.now(dt.timezone.utc)
+        st = _Statement(str(uuid.uuid4()), dict(params), now, now)
+        with self._lock:
+            self._statements[st.id] = st
+        threading.Thread(target=self._run, args=(st,), name=f"data-api-{st.id[:8]}", daemon=True).start()
+        response = {"Id": st.id, "CreatedAt": now}
+        for key in ("ClusterIdentifier", "WorkgroupName", "Database", "DbUser", "SecretArn"):
+            if key in params:
+                response[key] = params[key]
+        return response
+
+    def describe_statement(self, *, Id: str) -> dict:
+        st = self._get(Id, "DescribeStatement")
+        with st.lock:
+            out = {
+                "Id": st.id,
+                "Status": st.status,
+                "CreatedAt": st.created_at,
+                "UpdatedAt": st.updated_at,
+                "Duration": st.duration_ns,
+                "HasResultSet": st.columns is not None,
+                "QueryString": st.params["Sql"],
+                "ResultRows": st.result_rows,
+                "ResultSize": sum(len(str(v)) for row in st.rows for v in row) if st.status == "FINISHED" else -1,
+                "RedshiftQueryId": 0,
+            }
+            if st.pid is not None:
+                out["RedshiftPid"] = st.pid
+            if st.error is not None:
+                out["Error"] = st.error
+            for key in ("ClusterIdentifier", "WorkgroupName", "Database", "DbUser", "SecretArn"):
+                if key in st.params:
+                    out[key] = st.params[key]
+        return out
+
+    def cancel_statement(self, *, Id: str) -> dict:
+        st = self._get(Id, "CancelStatement")
+        with st.lock:
+            if st.status in TERMINAL:
+                raise LocalDataApiError(
+                    "ValidationException", f"Could not cancel a query that is already in {st.status} state", "CancelStatement"
+                )
+            st.cancel_requested = True
+        # A cancel request that reaches the server between two statements is a no-op, so keep
+        # asking until the statement's thread has ended.
+        threading.Thread(target=self._keep_cancelling, args=(st,), name=f"cancel-{st.id[:8]}", daemon=True).start()
+        return {"Status": True}
+
+    def get_statement_result(self, *, Id: str, NextToken: str | None = None) -> dict:
+        op = "GetStatementResult"
+        st = self._get(Id, op)
+        with st.lock:
+            if st.status != "FINISHED":
+                raise LocalDataApiError("ValidationException", f"Query is in {st.status} state, not FINISHED", op)
+            if st.columns is None:
+                raise LocalDataApiError("ValidationException", "Query does not have result. Please check query status with DescribeStatement.", op)
+            start = int(NextToken or 0)
+            page = st.rows[start : start + self.page_size]
+            out = {
+                "Records": [[_field(v) for v in row] for row in page],
+                "ColumnMetadata": st.columns,
+                "TotalNumRows": len(st.rows),
+            }
+            if start + self.page_size < len(st.rows):
+                out["NextToken"] = str(start + self.page_size)
+        return out
+
+    # -- execution ---------------------------------------------------------------------
+    def _get(self, statement_id: str, op: str) -> _Statement:
+        with self._lock:
+            st = self._statements.get(statement_id)
+        if st is None:
+            raise LocalDataApiError("ResourceNotFoundException", f"Query does not exist: {statement_id}", op)
+        return st
+
+    def _take_injection(self, sql: str) -> str | None:
+        with self._lock:
+            for inj in self._injections:
+                if inj.remaining > 0 and inj.match in sql:
+                    inj.remaining -= 1
+                    return inj.error
+        return None
+
+    def _run(self, st: _Statement) -> None:
+        try:
+            with st.lock:
+                if st.cancel_requested:
+                    st.move("ABORTED")
+                    return
+                st.move("PICKED")
+            conn = self._connect(self.dsn)
+            try:
+                with st.lock:
+                    if st.cancel_requested:
+                        st.move("ABORTED")
+                        return
+                    st.conn, st.pid, st.started = conn, conn.info.backend_pid, time.perf_counter()
+                    st.move("STARTED")
+                self._execute(st, conn)
+            finally:
+                conn.close()
+        except psycopg.Error as exc:  # the connection itself failed
+            with st.lock:
+                st.move("FAILED", _error_text(exc))
+        finally:
+            st.done.set()
+
+    def _execute(self, st: _Statement, conn: Any) -> None:
+        injected = self._take_injection(st.params["Sql"])
+        if injected is not None:
+            with st.lock:
+                st.move("FAILED", injected)
+            return
+        try:
+            with conn.cursor() as cur:
+                cur.execute(st.params["Sql"])
+                columns = rows = None
+                if cur.description is not None:
+                    rows = cur.fetchall()
+                    columns = [
+                        {"name": c.name, "label": c.name, "typeName": TYPE_NAMES.get(c.type_code, str(c.type_code)),
+                         "nullable": 1, "isSigned": False, "isCaseSensitive": False, "isCurrency": False,
+                         "length": 0, "precision": c.precision or 0, "scale": c.scale or 0}
+                        for c in cur.description
+                    ]
+                count = len(rows) if rows is not None else max(cur.rowcount, 0)
+        except psycopg.Error as exc:
+            with st.lock:
+                cancelled = st.cancel_requested and isinstance(exc, psycopg.errors.QueryCanceled)
+                st.move("ABORTED" if cancelled else "FAILED", _error_text(exc))
+            return
+        with st.lock:
+            st.columns, st.rows, st.result_rows = columns, rows or [], count
+            st.move("FINISHED")
+
+    def _keep_cancelling(self, st: _Statement) -> None:
+        while not st.done.is_set():
+            with st.lock:
+                conn = st.conn if st.status == "STARTED" else None
+            if conn is not None:
+                try:
+                    conn.cancel_safe()
+                except psycopg.Error:
+                    pass  # the connection is closing: the statement is ending anyway
+            st.done.wait(0.05)

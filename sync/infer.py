@@ -1,0 +1,229 @@
+"""`infer`: a ready `[[tables]]` block from sample Debezium messages that carry schemas
+(JsonConverter with schemas.enable=true).
+
+Connect types and semantic names map to column types (precision and scale from the
+schema parameters), the primary key comes from the key schema, source names keep their
+case and get lower-case targets. The block is validated like the pipeline file before it
+is printed, so `deploy` accepts it as is.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from sync.config import TARGET_NAME, ConfigError, parse_pipeline
+from sync.stream import read_records
+
+# Connect schema name -> (column type, semantic) for names whose encoding needs decoding.
+SEMANTIC_NAMES: dict[str, tuple[str, str | None]] = {
+    "io.debezium.time.Date": ("date", "io.debezium.time.Date"),
+    "org.apache.kafka.connect.data.Date": ("date", "io.debezium.time.Date"),
+    "io.debezium.time.Time": ("time", "io.debezium.time.Time"),
+    "org.apache.kafka.connect.data.Time": ("time", "io.debezium.time.Time"),
+    "io.debezium.time.MicroTime": ("time", "io.debezium.time.MicroTime"),
+    "io.debezium.time.NanoTime": ("time", "io.debezium.time.NanoTime"),
+    "io.debezium.time.Timestamp": ("timestamp", "io.debezium.time.Timestamp"),
+    "org.apache.kafka.connect.data.Timestamp": ("timestamp", "io.debezium.time.Timestamp"),
+    "io.debezium.time.MicroTimestamp": ("timestamp", "io.debezium.time.MicroTimestamp"),
+    "io.debezium.time.NanoTimestamp": ("timestamp", "io.debezium.time.NanoTimestamp"),
+    "io.debezium.time.ZonedTimestamp": ("timestamptz", "io.debezium.time.ZonedTimestamp"),
+    "io.debezium.time.Year": ("integer", "io.debezium.time.Year"),
+    "io.debezium.data.VariableScaleDecimal": ("decimal(38,10)", "io.debezium.data.VariableScaleDecimal"),
+    "io.debezium.data.Json": ("super", "io.debezium.data.Json"),
+    "io.debezium.data.Uuid": ("varchar(36)", "io.debezium.data.Uuid"),
+    "io.debezium.data.Xml": ("varchar(65535)", None),
+    "io.debezium.data.Bits": ("varbyte", "bytes"),
+}
+PLAIN_TYPES = {
+    "int8": "smallint",
+    "int16": "smallint",
+    "int32": "integer",
+    "int64": "bigint",
+    "float": "real",
+    "float32": "real",
+    "double": "double precision",
+    "float64": "double precision",
+    "boolean": "boolean",
+    "string": "varchar(65535)",
+    "bytes": "varbyte",
+    "array": "super",
+    "map": "super",
+    "struct": "super",
+}
+DECIMAL = "org.apache.kafka.connect.data.Decimal"
+ENUMS = ("io.debezium.data.Enum", "io.debezium.data.EnumSet")
+MAX_PRECISION = 38
+
+
+@dataclass
+class Column:
+    name: str
+    type: str
+    semantic: str | None = None
+    scale: int | None = None
+    notes: list[str] = field(default_factory=list)
+
+
+def column_for(fld: dict[str, Any]) -> Column:
+    """One Connect schema field -> a column (type, semantic, scale)."""
+    name, connect_type = fld["field"], fld.get("type")
+    semantic_name, params = fld.get("name"), fld.get("parameters") or {}
+    if semantic_name == DECIMAL:
+        scale = int(params.get("scale", 0))
+        precision = int(params.get("connect.decimal.precision", MAX_PRECISION))
+        col = Column(name, "", DECIMAL, scale)
+        if precision > MAX_PRECISION or scale > MAX_PRECISION:
+            col.notes.append(f"{name}: source precision {precision} exceeds DECIMAL(38); values beyond it are quarantined")
+        precision = max(min(precision, MAX_PRECISION), min(scale, MAX_PRECISION), 1)
+        col.type = f"decimal({precision},{min(scale, precision)})"
+        return col
+    if semantic_name in ENUMS:
+        allowed = [v for v in str(params.get("allowed", "")).split(",") if v]
+        longest = len(",".join(allowed)) if semantic_name.endswith("EnumSet") else max((len(v) for v in allowed), default=0)
+        return Column(name, f"varchar({min(max(longest * 4, 16), 65535)})", semantic_name)
+    if semantic_name in SEMANTIC_NAMES:
+        typ, semantic = SEMANTIC_NAMES[semantic_name]
+        col = Column(name, typ, semantic)
+        if semantic_name == "io.debezium.data.VariableScaleDecimal":
+            col.notes.append(f"{name}: unconstrained NUMERIC, stored as decimal(38,10); adjust to the data")
+        return col
+    if connect_type == "bytes":
+        return Column(name, "varbyte", "bytes")
+    if connect_type in PLAIN_TYPES:
+        return Column(name, PLAIN_TYPES[connect_type])
+    raise ValueError(f"field {name!r}: unknown Connect type {connect_type!r}")
+
+
+def target_for(name: str, taken: set[str]) -> str:
+    """A valid lower-case target name for a source field, unique in the table."""
+    base = re.sub(r"[^a-z0-9_]", "_", name.lower()).lstrip("_")
+    if not base or not base[0].isalpha():
+        base = "col_" + base
+    base = base[:60]
+    candidate, n = base, 2
+    while candidate in taken:
+        candidate, n = f"{base}_{n}", n + 1
+    assert TARGET_NAME.match(candidate)
+    return candidate
+
+
+def _struct_fields(schema: dict[str, Any], name: str) -> list[dict[str, Any]] | None:
+    for fld in schema.get("fields") or []:
+        if fld.get("field") == name and fld.get("type") == "struct":
+            return fld.get("fields") or []
+    return None
+
+
+@dataclass
+class Sample:
+    """What the sample messages tell about one table."""
+
+    fields: dict[str, dict[str, Any]] = field(default_factory=dict)  # name -> Connect field, first seen
+    key: list[str] = field(default_factory=list)
+    format: str = "debezium"
+    connector: str | None = None
+    messages: int = 0
+
+    def add(self, key: Any, value: Any) -> None:
+        if isinstance(key, dict) and isinstance(key.get("schema"), dict) and not self.key:
+            self.key = [f["field"] for f in key["schema"].get("fields") or []]
+        if not (isinstance(value, dict) and isinstance(value.get("schema"), dict)):
+            return
+        schema, payload = value["schema"], value.get("payload")
+        row = _struct_fields(schema, "after") or _struct_fields(schema, "before")
+        if row is None and any(f.get("field") == "op" for f in schema.get("fields") or []):
+            return  # a truncate or message event: no row schema
+        if row is None:  # ExtractNewRecordState: the row itself, plus __ metadata fields
+            self.format = "debezium-unwrap"
+            row = [f for f in schema.get("fields") or [] if not f.get("field", "").startswith("__")]
+            names = {f.get("field") for f in schema.get("fields") or []}
+            if "__lsn" in names:
+                self.connector = self.connector or "postgresql"
+            elif {"__file", "__pos"} <= names:
+                self.connector = self.connector or "mysql"
+        elif isinstance(payload, dict) and isinstance(payload.get("source"), dict):
+            self.connector = self.connector or payload["source"].get("connector")
+        for fld in row:
+            self.fields.setdefault(fld["field"], fld)
+        self.messages += 1
+
+
+def read_sample(path: Path) -> Sample:
+    sample = Sample()
+    for record, _ in read_records(path):
+        try:
+            key = json.loads(record.key) if record.key else None
+            value = json.loads(record.value) if record.value else None
+        except ValueError:
+            continue
+        sample.add(key, value)
+    return sample
+
+
+def _toml_string(value: str) -> str:
+    return json.dumps(value)  # a JSON string is a valid TOML basic string
+
+
+def infer_block(path: Path, table: str, topic: str, primary_key: list[str] | None = None) -> str:
+    """The [[tables]] block for the sample file, validated as the pipeline file would be."""
+    if not path.exists():
+        raise FileNotFoundError(f"sample file {str(path)!r} not found")
+    sample = read_sample(path)
+    if not sample.messages:
+        raise ValueError(
+            f"{path}: no message with a schema; capture the topic with the JsonConverter's "
+            "schemas.enable=true (messages shaped {\"schema\": ..., \"payload\": ...})"
+        )
+    keys = primary_key or sample.key
+    if not keys:
+        raise ValueError(f"{path}: no key schema in the sample; pass --primary-key")
+    missing = [k for k in keys if k not in sample.fields]
+    if missing:
+        raise ValueError(f"{path}: key field(s) {', '.join(missing)} are not fields of the row schema")
+    order_by = {"postgresql": "postgres-lsn", "mysql": "mysql-binlog"}.get(sample.connector or "", "kafka")
+
+    columns, notes, taken = [], [], set()
+    for fld in sample.fields.values():
+        col = column_for(fld)
+        target = target_for(col.name, taken)
+        taken.add(target)
+        notes += col.notes
+        parts = [f"name = {_toml_string(col.name)}", f"type = {_toml_string(col.type)}"]
+        if target != col.name.lower():
+            parts.append(f"target = {_toml_string(target)}")
+        if col.semantic:
+            parts.append(f"semantic = {_toml_string(col.semantic)}")
+        if col.scale is not None:
+            parts.append(f"scale = {col.scale}")
+        columns.append("  { " + ", ".join(parts) + " },")
+    lines = [f"# Inferred from {sample.messages} message(s) of {path.name}."]
+    lines += [f"# NOTE {n}" for n in notes]
+    lines += [
+        "[[tables]]",
+        f"name = {_toml_string(table)}",
+        f"topic = {_toml_string(topic)}",
+        f"format = {_toml_string(sample.format)}",
+        f"primary_key = [{', '.join(_toml_string(k) for k in keys)}]",
+        f"order_by = {_toml_string(order_by)}",
+        "columns = [",
+        *columns,
+        "]",
+    ]
+    block = "\n".join(lines) + "\n"
+    _validate(block)
+    return block
+
+
+def _validate(block: str) -> None:
+    import tomllib
+
+    data = tomllib.loads(block)
+    data["source"] = {"kind": "kafka", "uri": "broker:9092", "authentication": "none"}
+    try:
+        parse_pipeline(data, "the inferred block")
+    except ConfigError as exc:
+        raise ValueError(str(exc)) from None

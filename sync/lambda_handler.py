@@ -1,0 +1,221 @@
+"""The scheduled sync as an AWS Lambda: `sync.lambda_handler.handler`.
+
+The event may name tables (`{"tables": ["customer"]}`); any other event (an EventBridge
+schedule's, `{}`) syncs every table of the pipeline file packaged with the function.
+The environment chooses the connection:
+
+- Data API: REDSHIFT_SYNC_WORKGROUP (Serverless; name or ARN) or REDSHIFT_SYNC_CLUSTER,
+  REDSHIFT_SYNC_DATABASE (default dev), and REDSHIFT_SYNC_SECRET_ARN or
+  REDSHIFT_SYNC_DB_USER (cluster) or neither (IAM temporary credentials).
+- redshift_connector: REDSHIFT_SYNC_DSN (redshift+redshift_connector://...), autocommit on.
+
+Returns a JSON summary per table, logs one CloudWatch Embedded Metric Format line per table
+and raises `SyncFailed` when a table did not sync, so the invocation counts as an error.
+Only the standard library, pydantic and this package are imported: no Spark, no CLI stack.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from sync import data_api
+from sync.config import CONFIG_ENV_VAR, ConfigError, Pipeline, load_pipeline
+from sync.retry import RetryPolicy
+from sync.runner import RunSummary, call_procedure, selected_tables, unfinished_summary
+from sync.warehouse import DSN_ENV_VAR, Warehouse, connect
+
+# The pipeline file sits at the root of the zip, next to the package.
+PACKAGED_CONFIG = Path(__file__).resolve().parent.parent / "pipeline.toml"
+NO_CONTEXT_BUDGET_MS = 15 * 60 * 1000  # Lambda's longest timeout, for calls without a context
+
+
+def _boto3_client() -> Any:
+    import boto3  # part of the Lambda Python runtime
+
+    return boto3.client("redshift-data")
+
+
+# Tests and local runs replace this with another implementation of the same four calls.
+client_factory: Callable[[], Any] = _boto3_client
+
+
+class SyncFailed(RuntimeError):
+    """At least one table did not sync; `summary` holds every table's outcome."""
+
+    def __init__(self, summary: dict):
+        bad = [t for t in summary["tables"] if t["status"] != "ok"]
+        detail = "; ".join(f"{t['table']} {t['status']}: {t['error']}" for t in bad)
+        super().__init__(f"{len(bad)} of {len(summary['tables'])} table(s) did not sync: {detail}")
+        self.summary = summary
+
+
+@dataclass(frozen=True)
+class Settings:
+    config_path: Path
+    target: data_api.DataApiTarget | None
+    dsn: str | None
+    policy: RetryPolicy
+    polling: data_api.Polling
+    namespace: str
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str]) -> Settings:
+        def text(name: str) -> str | None:
+            return (env.get(name) or "").strip() or None
+
+        def number(name: str, default: float) -> float:
+            raw = text(name)
+            try:
+                return float(raw) if raw is not None else default
+            except ValueError:
+                raise ConfigError(f"{name}={raw!r} is not a number") from None
+
+        dsn = text(DSN_ENV_VAR)
+        target = None
+        if text("REDSHIFT_SYNC_WORKGROUP") or text("REDSHIFT_SYNC_CLUSTER"):
+            if dsn:
+                raise ConfigError(f"set either REDSHIFT_SYNC_WORKGROUP/REDSHIFT_SYNC_CLUSTER (Data API) or {DSN_ENV_VAR}, not both")
+            try:
+                target = data_api.DataApiTarget(
+                    database=text("REDSHIFT_SYNC_DATABASE") or "dev",
+                    workgroup=text("REDSHIFT_SYNC_WORKGROUP"),
+                    cluster=text("REDSHIFT_SYNC_CLUSTER"),
+                    secret_arn=text("REDSHIFT_SYNC_SECRET_ARN"),
+                    db_user=text("REDSHIFT_SYNC_DB_USER"),
+                )
+            except ValueError as exc:
+                raise ConfigError(f"Data API settings (REDSHIFT_SYNC_*): {exc}") from None
+        elif not dsn:
+            raise ConfigError(
+                "no connection configured: set REDSHIFT_SYNC_WORKGROUP or REDSHIFT_SYNC_CLUSTER (Data API), "
+                f"or {DSN_ENV_VAR} (redshift_connector)"
+            )
+        try:
+            policy = RetryPolicy(
+                max_attempts=int(number("REDSHIFT_SYNC_MAX_ATTEMPTS", 4)),
+                base_seconds=number("REDSHIFT_SYNC_RETRY_BASE_SECONDS", 1.0),
+                cap_seconds=number("REDSHIFT_SYNC_RETRY_CAP_SECONDS", 20.0),
+            )
+        except ValueError as exc:
+            raise ConfigError(f"retry settings: {exc}") from None
+        polling = data_api.Polling(
+            initial_seconds=number("REDSHIFT_SYNC_POLL_SECONDS", 0.5),
+            max_seconds=number("REDSHIFT_SYNC_POLL_MAX_SECONDS", 5.0),
+            margin_ms=int(number("REDSHIFT_SYNC_DEADLINE_MARGIN_SECONDS", 15.0) * 1000),
+        )
+        return cls(
+            config_path=Path(text(CONFIG_ENV_VAR) or PACKAGED_CONFIG),
+            target=target,
+            dsn=dsn,
+            policy=policy,
+            polling=polling,
+            namespace=text("REDSHIFT_SYNC_METRICS_NAMESPACE") or "RedshiftSync",
+        )
+
+
+def event_tables(event: Any) -> list[str] | None:
+    """The tables an event names; None (all tables) for events without a "tables" key."""
+    if not isinstance(event, Mapping) or event.get("tables") is None:
+        return None
+    tables = event["tables"]
+    if not isinstance(tables, list) or not all(isinstance(t, str) for t in tables) or not tables:
+        raise ConfigError(f'event "tables" must be a non-empty list of table names, got {tables!r}')
+    return tables
+
+
+def remaining_time(context: Any) -> Callable[[], int]:
+    if context is not None and hasattr(context, "get_remaining_time_in_millis"):
+        return context.get_remaining_time_in_millis
+    deadline = time.monotonic() + NO_CONTEXT_BUDGET_MS / 1000
+    return lambda: int((deadline - time.monotonic()) * 1000)
+
+
+def sync_with_connector(
+    wh: Warehouse, pipeline: Pipeline, tables: list[str], settings: Settings, remaining_ms: Callable[[], int]
+) -> list[tuple[RunSummary, int]]:
+    """CALL each table in turn on one autocommit connection, retrying serialization conflicts."""
+    out = []
+    for table in tables:
+        attempts = 0
+        while True:
+            if remaining_ms() < settings.polling.margin_ms:
+                run = unfinished_summary(table, "cancelled", 0.0, f"not started: {remaining_ms()} ms of Lambda time left")
+                break
+            attempts += 1
+            run = call_procedure(wh, pipeline, table)
+            if run.status == "ok" or not settings.policy.should_retry(attempts, run.error):
+                break
+            time.sleep(settings.policy.delay(attempts))
+        out.append((run, attempts))
+    return out
+
+
+def metric_line(run: dict, namespace: str, timestamp_ms: int) -> dict:
+    """One table's outcome in CloudWatch Embedded Metric Format (dimension: Table)."""
+    values = {
+        "EventsRead": (run["events_read"], "Count"),
+        "Upserted": (run["upserted"], "Count"),
+        "Deleted": (run["deleted"], "Count"),
+        "Quarantined": (run["quarantined"], "Count"),
+        "Attempts": (run["attempts"], "Count"),
+        "Failed": (0 if run["status"] == "ok" else 1, "Count"),
+        "DurationSeconds": (round(run["duration_seconds"], 3), "Seconds"),
+        "LagSeconds": (run["lag_seconds"], "Seconds"),
+    }
+    present = {name: vu for name, vu in values.items() if vu[0] is not None}
+    line: dict[str, Any] = {
+        "_aws": {
+            "Timestamp": timestamp_ms,
+            "CloudWatchMetrics": [
+                {
+                    "Namespace": namespace,
+                    "Dimensions": [["Table"]],
+                    "Metrics": [{"Name": name, "Unit": unit} for name, (_, unit) in present.items()],
+                }
+            ],
+        },
+        "Table": run["table"],
+    }
+    line.update({name: value for name, (value, _) in present.items()})
+    line.update({k: run[k] for k in ("status", "error", "watermark_after", "statement_id") if run.get(k) is not None})
+    return line
+
+
+def handler(event: Any, context: Any) -> dict:
+    """Sync every table (or the event's "tables"); returns {"ok", "mode", "tables": [...]}
+    and raises SyncFailed, with the same summary attached, when a table did not sync."""
+    settings = Settings.from_env(os.environ)
+    pipeline, _ = load_pipeline(settings.config_path)
+    tables = selected_tables(pipeline, event_tables(event))
+    remaining_ms = remaining_time(context)
+
+    if settings.target is not None:
+        mode = "data-api"
+        client = client_factory()
+        calls = data_api.run_calls(client, settings.target, pipeline, tables, remaining_ms, settings.policy, settings.polling)
+        runs = data_api.summaries(client, settings.target, pipeline, calls, settings.polling)
+        details = [{"attempts": c.attempts, "statement_id": c.statement_id} for c in calls]
+    else:
+        mode = "redshift_connector"
+        wh = connect(settings.dsn)
+        try:
+            results = sync_with_connector(wh, pipeline, tables, settings, remaining_ms)
+        finally:
+            wh.close()
+        runs = [r for r, _ in results]
+        details = [{"attempts": n, "statement_id": None} for _, n in results]
+
+    table_runs = [{**run.as_dict(), **extra} for run, extra in zip(runs, details)]
+    now_ms = int(time.time() * 1000)
+    for run in table_runs:
+        print(json.dumps(metric_line(run, settings.namespace, now_ms), default=str), flush=True)
+    summary = {"ok": all(r["status"] == "ok" for r in table_runs), "mode": mode, "tables": table_runs}
+    if not summary["ok"]:
+        raise SyncFailed(summary)
+    return summary

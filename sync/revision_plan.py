@@ -1,0 +1,238 @@
+"""What a new schema revision does: the difference between the state the last revision
+recorded and the pipeline file now, as the exact operations of its upgrade and downgrade.
+
+Pure: states in, lines of Python for the revision file out (calls on a
+`sync.migrate.Revision`, which renders each operation's SQL from the generator). A change
+Redshift cannot make in place is refused as a whole, with the safe manual path, so no
+revision ever applies half of a pipeline change.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+
+from sync.config import ColumnConfig, Pipeline, TableConfig
+from sync.schema_state import Drift, State, drifted_objects, pipeline_of
+
+
+class RevisionRefused(ValueError):
+    """The pipeline file asks for a change that cannot be made in place."""
+
+
+@dataclass
+class RevisionPlan:
+    upgrade: list[str] = field(default_factory=list)  # statements and comments, in order
+    downgrade: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)  # for the person writing the revision
+
+    @property
+    def empty(self) -> bool:
+        return all(line.startswith("#") for line in self.upgrade)
+
+
+def _call(method: str, *args: str) -> str:
+    return f"r.{method}({', '.join(json.dumps(a) for a in args)})"
+
+
+def _type(col: ColumnConfig) -> str:
+    return str(col.sql_type)
+
+
+def _keys(table: TableConfig) -> str:
+    return ", ".join(f"{c.target_name} {_type(c)}" for c in table.key_columns)
+
+
+def _is_varchar_widening(old: ColumnConfig, new: ColumnConfig) -> bool:
+    a, b = old.sql_type, new.sql_type
+    return a.family == b.family == "varchar" and (b.byte_limit or 0) > (a.byte_limit or 0)
+
+
+NEW_TABLE_PATH = (
+    "Safe path: add a table under a new name with the new definition (one revision), backfill it from "
+    "the old table or a snapshot (`INSERT INTO new SELECT ... FROM old`), switch readers, then remove the "
+    "old table from the pipeline file (a later revision)."
+)
+NEW_COLUMN_PATH = (
+    "Safe path: add a column with a new target name and the new type (one revision), backfill it "
+    "(`UPDATE ... SET new = CAST(old AS ...)`), switch readers, then remove the old column from the "
+    "pipeline file (a later revision)."
+)
+
+
+def _pipeline_problems(old: Pipeline, new: Pipeline) -> list[str]:
+    problems = []
+    if old.schema != new.schema:
+        problems.append(
+            f"pipeline.schema: {old.schema!r} -> {new.schema!r} would move every object. Safe path: a "
+            "separate pipeline file with its own versions folder for the new schema, backfill, switch readers, "
+            "then downgrade the old one to base."
+        )
+    if (old.source.kind, old.source.cluster_arn, old.source.uri) != (new.source.kind, new.source.cluster_arn, new.source.uri):
+        problems.append(
+            "source: the Kafka cluster changed; the watermarks hold offsets of the old cluster's topics, so "
+            "records of the new one would be skipped. Safe path: a separate pipeline file (own schema and "
+            "versions folder) reading the new cluster, backfill from a snapshot, switch readers, then downgrade "
+            "the old pipeline to base."
+        )
+    return problems
+
+
+def _source_ops(old: Pipeline, new: Pipeline, plan: RevisionPlan) -> None:
+    """Credentials or the external schema's name: the same cluster, so the same offsets."""
+    if old.source == new.source:
+        return
+    note = ("# the external schema changed: Redshift has no ALTER for it, so it is re-created with the streaming "
+            "MVs, which re-read their topics from offset 0; the watermarks skip what was applied")
+    plan.upgrade += [note, _call("recreate_source")]
+    plan.downgrade += [note, _call("recreate_source")]
+
+
+def _table_problems(old: TableConfig, new: TableConfig) -> list[str]:
+    t = new.name
+    problems = []
+    if old.topic != new.topic:
+        problems.append(
+            f"table {t}: topic {old.topic!r} -> {new.topic!r}: the watermark holds offsets of the old topic, so "
+            f"records of the new one would be skipped. {NEW_TABLE_PATH}"
+        )
+    if old.delete_mode != new.delete_mode:
+        problems.append(
+            f"table {t}: delete_mode {old.delete_mode} -> {new.delete_mode} changes the target's columns and the "
+            f"deleted-keys table and needs a decision about deleted rows. {NEW_TABLE_PATH}"
+        )
+    if _keys(old) != _keys(new):
+        problems.append(
+            f"table {t}: primary key ({_keys(old)}) -> ({_keys(new)}): Redshift cannot drop, retype or add key "
+            f"columns in place, and the stage, the deleted keys and the merge are keyed on them. {NEW_TABLE_PATH}"
+        )
+    old_cols = {c.target_name: c for c in old.columns}
+    keys = {c.target_name for c in new.key_columns} | {c.target_name for c in old.key_columns}
+    for col in new.columns:
+        before = old_cols.get(col.target_name)
+        if before is None or col.target_name in keys or _type(before) == _type(col):
+            continue
+        if not _is_varchar_widening(before, col):
+            problems.append(
+                f"table {t}, column {col.target_name}: {_type(before)} -> {_type(col)}: Redshift changes a column "
+                f"type in place only to widen a VARCHAR. {NEW_COLUMN_PATH}"
+            )
+    return problems
+
+
+def _drift_ops(drifts: list[Drift], plan: RevisionPlan) -> tuple[bool, list[str]]:
+    """Operations for objects of one table the generator now renders differently.
+    Returns (procedure drifted, dialects whose stream must be re-created)."""
+    procedure = False
+    streams: list[str] = []
+    for d in drifts:
+        if d.kind == "procedure":
+            procedure = True
+        elif d.kind in ("stream", "index") and d.generated:
+            if d.dialect not in streams:
+                streams.append(d.dialect)
+        else:
+            plan.warnings.append(
+                f"the generator now renders {d.label} ({d.dialect}) differently from the last revision; existing "
+                "tables are not altered automatically: add the ALTER statements to this revision by hand"
+            )
+    return procedure, streams
+
+
+def _table_ops(old: TableConfig, new: TableConfig, drifts: list[Drift], plan: RevisionPlan) -> None:
+    t = new.name
+    old_cols = {c.target_name: c for c in old.columns}
+    new_cols = {c.target_name: c for c in new.columns}
+    added = [c.target_name for c in new.columns if c.target_name not in old_cols]
+    removed = [c.target_name for c in old.columns if c.target_name not in new_cols]
+    widened = [
+        name for name, c in new_cols.items()
+        if name in old_cols and _type(old_cols[name]) != _type(c) and _is_varchar_widening(old_cols[name], c)
+    ]
+    sort_changed = [c.target_name for c in old.sortkey_columns] != [c.target_name for c in new.sortkey_columns]
+    dist_changed = old.distkey_column.target_name != new.distkey_column.target_name
+    procedure_drift, streams = _drift_ops(drifts, plan)
+    changed = old.model_dump() != new.model_dump()
+    if not (changed or procedure_drift or streams):
+        return
+
+    up, down = plan.upgrade, plan.downgrade
+    up += [_call("add_column", t, c) for c in added]
+    up += [_call("widen_column", t, c) for c in widened]
+    if sort_changed:
+        up.append(_call("alter_sortkey", t))
+    up += [_call("drop_column", t, c) for c in removed]
+    if dist_changed:
+        up.append(_call("alter_distkey", t))
+    for dialect in streams:
+        up.append(f"# the generator's {dialect} stream definition changed: a re-created streaming MV re-reads "
+                  "its topic from offset 0, which the watermark makes harmless")
+        up.append(_call("recreate_stream", t, dialect))
+    up.append(_call("replace_procedure", t))
+
+    down += [_call("add_column", t, c) for c in removed]
+    if removed:
+        down.append(f"# the values of {', '.join(removed)} dropped by the upgrade are not restored")
+    if sort_changed:
+        down.append(_call("alter_sortkey", t))
+    down += [_call("drop_column", t, c) for c in added]
+    if dist_changed:
+        down.append(_call("alter_distkey", t))
+    for c in widened:
+        down.append(f"# {t}.{c} stays {_type(new_cols[c])}: Redshift cannot narrow a VARCHAR in place")
+    if streams:
+        down.append(f"# {t}'s stream is not re-created: the generator's earlier definition is not kept")
+    down.append(_call("replace_procedure", t))
+
+
+def plan_revision(old: State | None, new: State) -> RevisionPlan:
+    """The operations from `old` (None: an empty warehouse) to `new`."""
+    plan = RevisionPlan()
+    new_p = pipeline_of(new)
+    if old is None:
+        plan.upgrade = [_call("create_pipeline"), *(_call("create_table", t.name) for t in new_p.tables)]
+        plan.downgrade = [*(_call("drop_table", t.name) for t in reversed(new_p.tables)), _call("drop_pipeline")]
+        return plan
+
+    old_p = pipeline_of(old)
+    old_tables = {t.name: t for t in old_p.tables}
+    new_tables = {t.name: t for t in new_p.tables}
+    problems = _pipeline_problems(old_p, new_p)
+    for name, table in new_tables.items():
+        if name in old_tables:
+            problems += _table_problems(old_tables[name], table)
+    if problems:
+        raise RevisionRefused(
+            "no revision written: the pipeline file asks for changes that cannot be made in place:\n"
+            + "\n".join(f"  - {p}" for p in problems)
+        )
+
+    _source_ops(old_p, new_p, plan)
+    drifts = drifted_objects(old)
+    shared = [d for d in drifts if d.table is None]
+    if any(d.kind == "function" for d in shared):
+        plan.upgrade.append("# the generator's helper functions changed")
+        plan.upgrade.append(_call("replace_functions"))
+        plan.downgrade.append(_call("replace_functions"))
+    for d in shared:
+        if d.kind not in ("function", "setting"):
+            plan.warnings.append(
+                f"the generator now renders {d.label} ({d.dialect}) differently from the last revision"
+                f"{'' if d.generated else ' (it is no longer generated)'}; existing objects are not altered "
+                "automatically: add the statements to this revision by hand"
+            )
+
+    for name in old_tables.keys() - new_tables.keys():
+        plan.upgrade.append(_call("drop_table", name))
+        plan.downgrade.append(_call("create_table", name))
+        plan.downgrade.append(f"# {name} is re-created empty: the data the upgrade dropped is not restored")
+        plan.warnings.append(f"table {name} is no longer in the pipeline file: the revision drops it and its data")
+    for table in new_p.tables:
+        if table.name not in old_tables:
+            plan.upgrade.append(_call("create_table", table.name))
+            plan.downgrade.insert(0, _call("drop_table", table.name))
+    for table in new_p.tables:
+        if table.name in old_tables:
+            mine = [d for d in drifts if d.table == table.name]
+            _table_ops(old_tables[table.name], table, mine, plan)
+    return plan

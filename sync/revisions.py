@@ -1,0 +1,207 @@
+"""Schema revisions as tools: the alembic configuration the CLI uses, the settings
+`migrations/env.py` reads, and the commands behind `redshift-sync revision` and `deploy`.
+"""
+
+from __future__ import annotations
+
+import os
+import pprint
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from sync.config import Pipeline
+from sync.migrate import state_at
+from sync.revision_plan import RevisionPlan, plan_revision
+from sync.schema_state import State, drifted_objects, same_model, state_for
+from sync.warehouse import WarehouseError, resolve_dsn, sqlalchemy_url
+
+MIGRATIONS_DIR = Path(__file__).resolve().parent.parent / "migrations"
+DEFAULT_VERSIONS = Path("migrations") / "versions"
+# Any URL of the right dialect will do for `--sql` output: nothing connects.
+OFFLINE_POSTGRES_URL = "postgresql+psycopg://localhost/redshift_sync"
+
+
+# ---- settings for env.py ------------------------------------------------------------
+
+
+def database_url(config: Any, offline: bool) -> str:
+    """-x dsn=... (or the CLI's --dsn), else $REDSHIFT_SYNC_DSN, else sqlalchemy.url of the
+    ini file, else the embedded PostgreSQL (offline: a PostgreSQL URL, nothing connects)."""
+    from alembic import context
+
+    dsn = config.attributes.get("dsn") or context.get_x_argument(as_dictionary=True).get("dsn")
+    dsn = resolve_dsn(dsn) or config.get_main_option("sqlalchemy.url")
+    if dsn:
+        return sqlalchemy_url(dsn)
+    if offline:
+        return OFFLINE_POSTGRES_URL
+    from sync import embedded
+
+    return sqlalchemy_url(embedded.start())
+
+
+def pipeline_file(config: Any) -> Path:
+    """-x config=... (or the CLI's --config), else $REDSHIFT_SYNC_CONFIG, else ./pipeline.toml."""
+    from alembic import context
+
+    from sync.config import resolve_config_path
+
+    given = config.attributes.get("config") or context.get_x_argument(as_dictionary=True).get("config")
+    return resolve_config_path(given)
+
+
+def pipeline_warning(config: Any, head: str | None) -> str | None:
+    """A note when the pipeline file in use differs from the head revision's state."""
+    from sync.config import ConfigError, load_pipeline
+
+    path = pipeline_file(config)
+    if head is None or not path.exists():
+        return None
+    try:
+        pipeline, _ = load_pipeline(path)
+    except ConfigError as exc:
+        return str(exc)
+    state = state_at(_script(config), head)
+    if state is not None and not same_model(state, pipeline):
+        return f"{path} differs from the state of revision {head}: run `redshift-sync revision -m MESSAGE`"
+    return None
+
+
+# ---- commands -----------------------------------------------------------------------
+
+
+def alembic_config(versions: Path | None = None, dsn: str | None = None, config: Path | None = None, **kwargs: Any) -> Any:
+    """The alembic configuration the CLI uses: ./alembic.ini when there is one, else the
+    package's migrations/ folder with ./migrations/versions; `versions` overrides the
+    versions folder either way."""
+    from alembic.config import Config
+
+    ini = Path("alembic.ini")
+    cfg = Config(str(ini) if ini.exists() else None, **kwargs)
+    if not ini.exists():
+        cfg.set_main_option("script_location", str(MIGRATIONS_DIR))
+        cfg.set_main_option("path_separator", "os")
+        cfg.set_main_option("version_locations", str(DEFAULT_VERSIONS.resolve()))
+        cfg.set_main_option("file_template", "%%(year)d%%(month).2d%%(day).2d_%%(rev)s_%%(slug)s")
+    if versions is not None:
+        cfg.set_main_option("version_locations", str(Path(versions).resolve()))
+    cfg.attributes["dsn"] = dsn
+    cfg.attributes["config"] = str(config) if config else None
+    return cfg
+
+
+def versions_dir(cfg: Any) -> Path:
+    locations = cfg.get_main_option("version_locations")
+    if locations:
+        return Path(locations.split(os.pathsep)[0])
+    return Path(cfg.get_main_option("script_location")) / "versions"
+
+
+def _script(cfg: Any) -> Any:
+    from alembic.script import ScriptDirectory
+
+    return ScriptDirectory.from_config(cfg)
+
+
+def head(cfg: Any) -> tuple[str | None, State | None]:
+    """The single head revision of the versions folder and its state (None, None: no revisions)."""
+    script = _script(cfg)
+    heads = script.get_heads()
+    if len(heads) > 1:
+        raise ValueError(f"{versions_dir(cfg)} has several heads ({', '.join(heads)}): merge them with `alembic merge`")
+    rev = heads[0] if heads else None
+    return rev, state_at(script, rev)
+
+
+@dataclass
+class WrittenRevision:
+    path: Path
+    revision: str
+    plan: RevisionPlan
+
+
+def _indent(lines: list[str]) -> str:
+    return "\n    ".join(lines)
+
+
+def write_revision(cfg: Any, pipeline: Pipeline, origin: str, message: str) -> WrittenRevision | None:
+    """Write the revision from the last recorded state to `pipeline`; None when there is
+    nothing to do. Raises RevisionRefused (nothing written) for changes Redshift cannot
+    make in place."""
+    from alembic import util
+
+    parent, old = head(cfg)
+    # The first revision's origin stays: running `revision` from another folder must not
+    # rewrite every procedure's header comment.
+    new = state_for(pipeline, old["origin"] if old else origin)
+    plan = plan_revision(old, new)
+    if plan.empty and old is not None and same_model(old, pipeline):
+        return None
+    versions = versions_dir(cfg)
+    versions.mkdir(parents=True, exist_ok=True)
+    rev_id = util.rev_id()
+    summary = "\n".join(
+        ["Upgrade:", *(f"    {line}" for line in plan.upgrade), "Downgrade:", *(f"    {line}" for line in plan.downgrade)]
+    )
+    script = _script(cfg).generate_revision(
+        rev_id, message, head=parent or "base", version_path=versions,
+        state=pprint.pformat(new, indent=1, width=100, sort_dicts=False),
+        summary=summary,
+        upgrades=_indent(plan.upgrade),
+        downgrades=_indent(plan.downgrade),
+    )
+    return WrittenRevision(Path(script.path), rev_id, plan)
+
+
+@dataclass
+class DeployResult:
+    applied: list[str]
+    head: str
+    warnings: list[str]
+
+
+def deploy(cfg: Any, pipeline: Pipeline) -> DeployResult:
+    """`alembic upgrade head`, after checking that the pipeline file is what the head
+    revision records (else the warehouse would silently get an older pipeline)."""
+    from alembic import command
+    from alembic.util import CommandError
+    from sqlalchemy.exc import SQLAlchemyError
+
+    rev, state = head(cfg)
+    if rev is None or state is None:
+        raise ValueError(
+            f"no revisions in {versions_dir(cfg)}: run `redshift-sync revision -m \"initial\"` "
+            "(with --versions DIR for your own folder) and review the file first"
+        )
+    if not same_model(state, pipeline):
+        raise ValueError(
+            f"the pipeline file differs from the last revision ({rev} in {versions_dir(cfg)}): run "
+            "`redshift-sync revision -m MESSAGE`, review the new file, then deploy"
+        )
+    warnings = [
+        f"the installed generator renders {d.label} ({d.dialect}) differently from revision {rev}: "
+        "run `redshift-sync revision -m 'regenerate'` to apply it"
+        for d in drifted_objects(state)
+        if d.kind != "setting"
+    ]
+    applied: list[str] = []
+    cfg.attributes["on_version_apply"] = _collect(applied)
+    try:
+        command.upgrade(cfg, "head")
+    except (SQLAlchemyError, CommandError) as exc:
+        cause = getattr(exc, "orig", None) or exc
+        done = f"; applied before it: {', '.join(applied)}" if applied else ""
+        raise WarehouseError(
+            f"upgrade stopped, the failing revision was rolled back{done}: {str(cause).strip().splitlines()[0]}"
+        ) from exc
+    return DeployResult(applied, rev, warnings)
+
+
+def _collect(applied: list[str]) -> Callable[..., None]:
+    def on_apply(*, step: Any, **_: Any) -> None:
+        doc = step.up_revision.doc if step.up_revision is not None else ""
+        applied.append(f"{step.up_revision_id} {doc}".strip())
+
+    return on_apply

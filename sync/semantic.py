@@ -1,0 +1,277 @@
+"""Reference decoder of Debezium semantic types, in plain Python.
+
+The generated SQL (`sync/sql/semantic.py`) decodes the same encodings inside the
+warehouse; this module is the executable specification it is tested against, and what
+the PySpark backfill calls so that a snapshot row and a streamed row decode identically.
+
+`decode_value(semantic, scale, json_value)` returns the natural Python value, and
+`decode_for_column(semantic, scale, column_type, json_value)` the value the SQL stores in
+a column of that type (decimals rounded to the column's scale, timestamptz aware in UTC):
+
+| semantic                                   | JSON                          | result                      |
+|--------------------------------------------|-------------------------------|-----------------------------|
+| io.debezium.time.Date                      | days since 1970-01-01         | datetime.date               |
+| io.debezium.time.Time / MicroTime / NanoTime | ms / µs / ns past midnight  | datetime.time               |
+| io.debezium.time.Timestamp / Micro / Nano  | ms / µs / ns since the epoch  | naive datetime (UTC wall)   |
+| io.debezium.time.ZonedTimestamp            | ISO-8601 text, Z or offset    | naive datetime in UTC       |
+| io.debezium.time.Year                      | number                        | int                         |
+| org.apache.kafka.connect.data.Decimal      | base64 two's complement       | decimal.Decimal (scale)     |
+| io.debezium.data.VariableScaleDecimal      | {"scale": n, "value": base64} | decimal.Decimal             |
+| io.debezium.data.Json                      | JSON text                     | the parsed JSON value       |
+| Enum / EnumSet / Uuid                      | text                          | str                         |
+| bytes                                      | base64                        | bytes                       |
+| boolean-int                                | 0 / 1 (or true / false)       | bool                        |
+
+Sub-microsecond digits (NanoTime, NanoTimestamp, ZonedTimestamp with 7-9 fraction
+digits) are truncated toward zero, as the SQL does: both warehouses store microseconds.
+A value that cannot be decoded raises `UndecodableValue` (the procedure quarantines the
+record); JSON null decodes to None. The TOAST placeholder is detected by
+`is_unavailable`, before decoding.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+import re
+from datetime import date, datetime, time, timedelta, timezone
+from decimal import ROUND_HALF_UP, Context, Decimal, InvalidOperation
+from typing import Any
+
+EPOCH = datetime(1970, 1, 1)
+EPOCH_DATE = date(1970, 1, 1)
+MIN_DATETIME = datetime(1, 1, 1)
+MAX_DATETIME = datetime(9999, 12, 31, 23, 59, 59, 999999)
+MAX_DECIMAL_DIGITS = 38
+MAX_DECIMAL_BYTES = 16  # 10**38 - 1 < 2**127: two's complement in 16 bytes
+# Exact arithmetic for 38 digits whatever the caller's decimal context.
+_EXACT = Context(prec=100, rounding=ROUND_HALF_UP)
+
+UNAVAILABLE = "__debezium_unavailable_value"
+# The placeholder as Debezium writes it for text, bytea (base64 of the same bytes) and
+# text[] columns (reference/debezium.md, PostgreSQL TOAST).
+UNAVAILABLE_FORMS = (
+    UNAVAILABLE,
+    base64.b64encode(UNAVAILABLE.encode()).decode(),
+    [UNAVAILABLE],
+)
+
+# Units per second of the epoch-number encodings.
+EPOCH_UNITS = {
+    "io.debezium.time.Timestamp": 1_000,
+    "io.debezium.time.MicroTimestamp": 1_000_000,
+    "io.debezium.time.NanoTimestamp": 1_000_000_000,
+}
+TIME_UNITS = {
+    "io.debezium.time.Time": 1_000,
+    "io.debezium.time.MicroTime": 1_000_000,
+    "io.debezium.time.NanoTime": 1_000_000_000,
+}
+TEXT_SEMANTICS = ("io.debezium.data.Enum", "io.debezium.data.EnumSet", "io.debezium.data.Uuid")
+
+ZONED = re.compile(
+    r"^([0-9]{4}-[0-9]{2}-[0-9]{2})T([0-9]{2}:[0-9]{2}:[0-9]{2})(?:\.([0-9]{1,9}))?(Z|[+-][0-9]{2}:[0-9]{2})$"
+)
+BASE64 = re.compile(r"^([A-Za-z0-9+/]{4})*([A-Za-z0-9+/]{2}==|[A-Za-z0-9+/]{3}=)?$")
+NUMBER = re.compile(r"^\s*[-+]?([0-9]+(\.[0-9]*)?|\.[0-9]+)([eE][-+]?[0-9]{1,3})?\s*$")
+
+
+class UndecodableValue(ValueError):
+    """The JSON value is not a valid encoding of the semantic type."""
+
+
+def is_unavailable(json_value: Any) -> bool:
+    """True for the TOAST placeholder: the column did not change and was not sent."""
+    return any(json_value == form for form in UNAVAILABLE_FORMS)
+
+
+def _integer(value: Any) -> int:
+    """A JSON number (or numeric string) with an integral value, as the SQL reads it."""
+    if isinstance(value, bool):
+        raise UndecodableValue(f"{value!r} is not a number")
+    if isinstance(value, int):
+        return value
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    if isinstance(value, str) and NUMBER.match(value):
+        number = Decimal(value.strip())
+        if number == number.to_integral_value():
+            return int(number)
+    raise UndecodableValue(f"{value!r} is not an integer")
+
+
+def _epoch_parts(n: int, per_second: int) -> timedelta:
+    """Whole seconds plus the remainder in whole microseconds, both truncated toward zero
+    (SQL integer division and modulo)."""
+    seconds = abs(n) // per_second * (1 if n >= 0 else -1)
+    rest = n - seconds * per_second
+    micros = abs(rest) * 1_000_000 // per_second * (1 if rest >= 0 else -1)
+    return timedelta(seconds=seconds, microseconds=micros)
+
+
+def _timestamp(n: int, per_second: int) -> datetime:
+    try:
+        value = EPOCH + _epoch_parts(n, per_second)
+    except OverflowError:
+        raise UndecodableValue(f"{n} is out of the timestamp range") from None
+    if not MIN_DATETIME <= value <= MAX_DATETIME:
+        raise UndecodableValue(f"{n} is out of the timestamp range")
+    return value
+
+
+def _time(n: int, per_second: int) -> time:
+    if not 0 <= n < 86_400 * per_second:
+        raise UndecodableValue(f"{n} is not a time of day")
+    return (EPOCH + _epoch_parts(n, per_second)).time()
+
+
+def _zoned(value: Any) -> datetime:
+    m = ZONED.match(value) if isinstance(value, str) else None
+    if not m:
+        raise UndecodableValue(f"{value!r} is not an ISO-8601 timestamp with Z or an offset")
+    day, clock, fraction, zone = m.groups()
+    try:
+        local = datetime.fromisoformat(f"{day} {clock}")
+    except ValueError:
+        raise UndecodableValue(f"{value!r} is not a valid timestamp") from None
+    micros = int((fraction or "")[:6].ljust(6, "0"))
+    offset = 0
+    if zone != "Z":
+        offset = (int(zone[1:3]) * 60 + int(zone[4:6])) * (-1 if zone[0] == "-" else 1)
+    result = local + timedelta(microseconds=micros) - timedelta(minutes=offset)
+    if not MIN_DATETIME <= result <= MAX_DATETIME:
+        raise UndecodableValue(f"{value!r} is out of the timestamp range")
+    return result
+
+
+def unscaled_from_base64(value: Any) -> int:
+    """Kafka Connect Decimal bytes: big-endian two's complement, base64 in JSON."""
+    if not isinstance(value, str) or not value or not BASE64.match(value):
+        raise UndecodableValue(f"{value!r} is not base64")
+    try:
+        raw = base64.b64decode(value, validate=True)
+    except binascii.Error:
+        raise UndecodableValue(f"{value!r} is not base64") from None
+    if len(raw) > MAX_DECIMAL_BYTES:
+        raise UndecodableValue(f"{value!r} has more than {MAX_DECIMAL_DIGITS} digits")
+    n = int.from_bytes(raw, "big", signed=True)
+    if abs(n) >= 10**MAX_DECIMAL_DIGITS:
+        raise UndecodableValue(f"{value!r} has more than {MAX_DECIMAL_DIGITS} digits")
+    return n
+
+
+def _scaled(unscaled: int, scale: int) -> Decimal:
+    if not 0 <= scale <= MAX_DECIMAL_DIGITS:
+        raise UndecodableValue(f"scale {scale} is outside 0..{MAX_DECIMAL_DIGITS}")
+    return Decimal(unscaled).scaleb(-scale, context=_EXACT)
+
+
+def _variable_scale(value: Any) -> Decimal:
+    if not isinstance(value, dict) or "value" not in value or "scale" not in value:
+        raise UndecodableValue(f"{value!r} is not a {{scale, value}} struct")
+    return _scaled(unscaled_from_base64(value["value"]), _integer(value["scale"]))
+
+
+def _json(value: Any) -> Any:
+    if not isinstance(value, str):
+        raise UndecodableValue(f"{value!r} is not JSON text")
+    try:
+        return json.loads(value)
+    except ValueError:
+        raise UndecodableValue(f"{value!r} is not valid JSON") from None
+
+
+def _bytes(value: Any) -> bytes:
+    if not isinstance(value, str) or not BASE64.match(value):
+        raise UndecodableValue(f"{value!r} is not base64")
+    return base64.b64decode(value)
+
+
+def _boolean(value: Any) -> bool:
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, int) and value in (0, 1):
+        return value == 1
+    raise UndecodableValue(f"{value!r} is not 0, 1, true or false")
+
+
+def _text(value: Any) -> str:
+    if not isinstance(value, str):
+        raise UndecodableValue(f"{value!r} is not text")
+    return value
+
+
+def decode_value(semantic: str | None, scale: int | None, json_value: Any) -> Any:
+    """Decode one field's JSON value; None stays None. Raises UndecodableValue."""
+    if json_value is None:
+        return None
+    if semantic in EPOCH_UNITS:
+        return _timestamp(_integer(json_value), EPOCH_UNITS[semantic])
+    if semantic in TIME_UNITS:
+        return _time(_integer(json_value), TIME_UNITS[semantic])
+    if semantic == "io.debezium.time.Date":
+        days = _integer(json_value)
+        try:
+            return EPOCH_DATE + timedelta(days=days)
+        except OverflowError:
+            raise UndecodableValue(f"{days} days is out of the date range") from None
+    if semantic == "io.debezium.time.ZonedTimestamp":
+        return _zoned(json_value)
+    if semantic == "io.debezium.time.Year":
+        return _integer(json_value)
+    if semantic == "org.apache.kafka.connect.data.Decimal":
+        return _scaled(unscaled_from_base64(json_value), scale or 0)
+    if semantic == "io.debezium.data.VariableScaleDecimal":
+        return _variable_scale(json_value)
+    if semantic == "io.debezium.data.Json":
+        return _json(json_value)
+    if semantic in TEXT_SEMANTICS:
+        return _text(json_value)
+    if semantic == "bytes":
+        return _bytes(json_value)
+    if semantic == "boolean-int":
+        return _boolean(json_value)
+    if semantic is None:
+        return json_value
+    raise ValueError(f"unknown semantic type {semantic!r}")
+
+
+def conform_decimal(value: Decimal, precision: int, scale: int) -> Decimal:
+    """A decoded decimal in a DECIMAL(precision, scale) column: rounded half away from
+    zero to the scale; more integer digits than fit is undecodable (as in the SQL)."""
+    try:
+        rounded = value.quantize(Decimal(1).scaleb(-scale, context=_EXACT), context=_EXACT)
+    except InvalidOperation:
+        raise UndecodableValue(f"{value} does not fit decimal({precision},{scale})") from None
+    if rounded.copy_abs() >= Decimal(10 ** (precision - scale)):
+        raise UndecodableValue(f"{value} does not fit decimal({precision},{scale})")
+    return rounded
+
+
+def decode_for_column(semantic: str | None, scale: int | None, column_type: str, json_value: Any) -> Any:
+    """What the generated SQL stores in a column of `column_type` (a pipeline-file type
+    such as "decimal(12,2)" or "timestamptz") for a field declared with `semantic`:
+    `decode_value`, then landed in the type as the SQL lands it. Fields without a semantic
+    type are returned unchanged."""
+    from sync.sql.types import parse_type
+
+    if semantic is None:
+        return json_value
+    decoded = decode_value(semantic, scale, json_value)
+    if decoded is None:
+        return None
+    t = parse_type(column_type)
+    if isinstance(decoded, Decimal):
+        if t.family == "decimal":
+            return conform_decimal(decoded, t.precision or 18, t.scale or 0)
+        return float(decoded)
+    if isinstance(decoded, datetime):
+        if t.family == "timestamptz":
+            return decoded.replace(tzinfo=timezone.utc)
+        return decoded.date() if t.family == "date" else decoded
+    if isinstance(decoded, date) and t.family == "timestamp":
+        return datetime(decoded.year, decoded.month, decoded.day)
+    if semantic == "io.debezium.data.Json" and t.family != "super":
+        return json_value  # the JSON text itself
+    return decoded

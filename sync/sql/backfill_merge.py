@@ -1,0 +1,192 @@
+"""SQL of the backfill's load and merge: a stage shaped like the Parquet the Spark job
+writes (target columns in order, then source metadata), and the watermark-aware merge.
+
+Merge rule (DESIGN.md, "Backfill"): a snapshot row never overwrites a row the stream wrote
+with a newer source time (or a later source position, when both rows have one), and never
+resurrects a key the stream deleted after it. Rows the stream already supersedes are
+removed from the stage first; the rest replace their key. Running the same backfill again
+finds every row superseded (equal source time), so it changes nothing.
+
+The merge locks the table's watermark, then the target, like `incremental_sync_<t>()`,
+so a backfill and a sync serialise instead of interleaving.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from sync.config import Pipeline, TableConfig
+from sync.sql.dialects import PostgresDialect
+from sync.sql.names import table_names
+
+# Columns after the target's data columns, in Parquet/stage order.
+STAGE_META_COLUMNS = (
+    ("_source_ts", "timestamp"),
+    ("_source_pos", "varchar(64)"),
+    ("_kafka_partition", "bigint"),
+    ("_kafka_offset", "bigint"),
+    ("_delete", "boolean"),
+)
+
+
+@dataclass(frozen=True)
+class Step:
+    """One statement of the merge; `count` steps return a single number named `label`."""
+
+    label: str
+    sql: str
+    count: bool = False
+
+
+def backfill_stage_name(table: TableConfig) -> str:
+    return f"{table.name}__backfill"
+
+
+class BackfillSql:
+    def __init__(self, d: PostgresDialect, pipeline: Pipeline, table: TableConfig):
+        self.d = d
+        self.table = table
+        self.names = table_names(pipeline, table)
+        q = lambda name: d.qualified(self.names.schema, name)  # noqa: E731
+        self.target = q(self.names.target)
+        self.watermark = q(self.names.watermark)
+        self.deleted = q(self.names.deleted_keys)
+        self.stage = q(backfill_stage_name(table))
+        self.soft = table.delete_mode == "soft"
+        self.keys = [c.target_name for c in table.key_columns]
+        self.columns = [c.target_name for c in table.columns]
+
+    def _key_match(self, a: str, b: str) -> str:
+        return " AND ".join(f"{a}.{self.d.q(k)} = {b}.{self.d.q(k)}" for k in self.keys)
+
+    @staticmethod
+    def _newer(held: str, s: str) -> str:
+        """True when the row `held` (target or deleted key) is at least as new as stage row
+        `s`: by source position when both have one, else by source time."""
+        return (
+            f"CASE WHEN {s}._source_pos IS NOT NULL AND {held}._source_pos IS NOT NULL\n"
+            f"       THEN {s}._source_pos <= {held}._source_pos\n"
+            f"       ELSE {held}._source_ts >= {s}._source_ts END"
+        )
+
+    def stage_table(self) -> str:
+        d = self.d
+        lines = [f"{d.q(c.target_name)} {d.type_sql(c.sql_type)}" for c in self.table.columns]
+        lines += [f"{d.q(name)} {typ}" for name, typ in STAGE_META_COLUMNS]
+        body = ",\n".join("  " + line for line in lines)
+        attrs = d.table_attributes(self.table.distkey_column.target_name, self.keys, backup=False)
+        return (
+            "-- Backfill stage: the Parquet columns in order (COPY maps them by position).\n"
+            f"CREATE {d.stage_table_prefix}TABLE IF NOT EXISTS {self.stage} (\n{body}\n){attrs};"
+        )
+
+    def lock(self) -> str:
+        tables = [self.watermark, self.target] + ([] if self.soft else [self.deleted]) + [self.stage]
+        return (
+            "-- Same lock order as incremental_sync: watermark, then target; a sync waits.\n"
+            f"LOCK TABLE {', '.join(tables)}{self.d.lock_mode};"
+        )
+
+    def clear_stage(self) -> str:
+        # DELETE, not TRUNCATE: TRUNCATE commits implicitly on Redshift.
+        return f"DELETE FROM {self.stage};"
+
+    def copy_from_s3(self, manifest_url: str, iam_role: str) -> str:
+        lit = self.d.lit
+        return (
+            f"COPY {self.stage}\nFROM {lit(manifest_url)}\nIAM_ROLE {lit(iam_role)}\nFORMAT AS PARQUET\nMANIFEST;"
+        )
+
+    def merge(self) -> list[Step]:
+        d, q = self.d, self.d.q
+        steps = [
+            Step("staged", f"SELECT COUNT(*) FROM {self.stage};", count=True),
+            Step(
+                "kept_newer",
+                "-- Rows the stream wrote at or after the snapshot row's source time stay.\n"
+                f"SELECT COUNT(*) FROM {self.stage} s JOIN {self.target} t ON {self._key_match('t', 's')}\n"
+                f"WHERE {self._newer('t', 's')};",
+                count=True,
+            ),
+            Step(
+                "drop_newer",
+                f"DELETE FROM {self.stage} s\nUSING {self.target} t\nWHERE {self._key_match('t', 's')}\n"
+                f"  AND {self._newer('t', 's')};",
+            ),
+        ]
+        if not self.soft:
+            steps += [
+                Step(
+                    "kept_deleted",
+                    "-- Keys the stream deleted after the snapshot row stay deleted.\n"
+                    f"SELECT COUNT(*) FROM {self.stage} s JOIN {self.deleted} t ON {self._key_match('t', 's')}\n"
+                    f"WHERE {self._newer('t', 's')};",
+                    count=True,
+                ),
+                Step(
+                    "drop_deleted",
+                    f"DELETE FROM {self.stage} s\nUSING {self.deleted} t\nWHERE {self._key_match('t', 's')}\n"
+                    f"  AND {self._newer('t', 's')};",
+                ),
+            ]
+        steps += [
+            Step("loaded", f"SELECT COUNT(*) FROM {self.stage} WHERE NOT _delete;", count=True),
+            Step("deleted", f"SELECT COUNT(*) FROM {self.stage} WHERE _delete;", count=True),
+        ]
+        now = d.now()
+        data = ", ".join(q(c) for c in self.columns)
+        meta = "_source_ts, _source_pos, _kafka_partition, _kafka_offset, _synced_at"
+        values = ", ".join(f"s.{q(c)}" for c in self.columns) + f", s._source_ts, s._source_pos, s._kafka_partition, s._kafka_offset, {now}"
+        if not self.soft:
+            steps += [
+                Step("apply_remove", f"DELETE FROM {self.target} t\nUSING {self.stage} s\nWHERE {self._key_match('t', 's')};"),
+                Step("apply_forget", f"DELETE FROM {self.deleted} t\nUSING {self.stage} s\nWHERE {self._key_match('t', 's')};"),
+                Step(
+                    "apply_deletes",
+                    "-- Deletes in the snapshot are remembered like the stream's.\n"
+                    f"INSERT INTO {self.deleted} ({', '.join(q(k) for k in self.keys)}, _source_ts, _source_pos, _kafka_partition, _kafka_offset, _deleted_at)\n"
+                    f"SELECT {', '.join('s.' + q(k) for k in self.keys)}, s._source_ts, s._source_pos, s._kafka_partition, s._kafka_offset, {now}\n"
+                    f"FROM {self.stage} s\nWHERE s._delete;",
+                ),
+                Step(
+                    "apply_rows",
+                    f"INSERT INTO {self.target} ({data}, {meta})\nSELECT {values}\nFROM {self.stage} s\nWHERE NOT s._delete;",
+                ),
+            ]
+        else:
+            keep = ",\n       ".join(
+                f"{q(c.target_name)} = COALESCE(s.{q(c.target_name)}, t.{q(c.target_name)})" for c in self.table.value_columns
+            )
+            steps += [
+                Step(
+                    "apply_remove",
+                    f"DELETE FROM {self.target} t\nUSING {self.stage} s\nWHERE NOT s._delete\n  AND {self._key_match('t', 's')};",
+                ),
+                Step(
+                    "apply_rows",
+                    f"INSERT INTO {self.target} ({data}, {meta}, _deleted)\nSELECT {values}, false\nFROM {self.stage} s\nWHERE NOT s._delete;",
+                ),
+                Step(
+                    "apply_marks",
+                    "-- Soft mode: a delete in the snapshot marks the row, keeping its values.\n"
+                    f"UPDATE {self.target} t SET _deleted = true,\n"
+                    + (f"       {keep},\n" if keep else "")
+                    + "       _source_ts = s._source_ts, _source_pos = s._source_pos,\n"
+                    f"       _kafka_partition = s._kafka_partition, _kafka_offset = s._kafka_offset, _synced_at = {now}\n"
+                    f"FROM {self.stage} s\nWHERE s._delete\n  AND {self._key_match('t', 's')};",
+                ),
+                Step(
+                    "apply_marked_rows",
+                    f"INSERT INTO {self.target} ({data}, {meta}, _deleted)\nSELECT {values}, true\nFROM {self.stage} s\n"
+                    f"WHERE s._delete\n  AND NOT EXISTS (SELECT 1 FROM {self.target} t WHERE {self._key_match('t', 's')});",
+                ),
+            ]
+        steps.append(Step("clear_stage", self.clear_stage()))
+        return steps
+
+    def script(self) -> str:
+        """The whole merge as one reviewable script (the load step in a comment)."""
+        parts = [self.stage_table(), "BEGIN;", self.lock(), self.clear_stage(), "-- load the stage here (COPY)"]
+        parts += [s.sql for s in self.merge()]
+        parts.append("COMMIT;")
+        return "\n\n".join(parts) + "\n"

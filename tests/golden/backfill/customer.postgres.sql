@@ -1,0 +1,90 @@
+-- Backfill stage: the Parquet columns in order (COPY maps them by position).
+CREATE UNLOGGED TABLE IF NOT EXISTS "cdc"."customer__backfill" (
+  "customer_id" varchar(64),
+  "name" varchar(256),
+  "mktsegment" varchar(64),
+  "_source_ts" timestamp,
+  "_source_pos" varchar(64),
+  "_kafka_partition" bigint,
+  "_kafka_offset" bigint,
+  "_delete" boolean
+);
+
+BEGIN;
+
+-- Same lock order as incremental_sync: watermark, then target; a sync waits.
+LOCK TABLE "cdc"."customer__watermark", "cdc"."customer", "cdc"."customer__deleted", "cdc"."customer__backfill" IN SHARE ROW EXCLUSIVE MODE;
+
+DELETE FROM "cdc"."customer__backfill";
+
+-- load the stage here (COPY)
+
+SELECT COUNT(*) FROM "cdc"."customer__backfill";
+
+-- Rows the stream wrote at or after the snapshot row's source time stay.
+SELECT COUNT(*) FROM "cdc"."customer__backfill" s JOIN "cdc"."customer" t ON t."customer_id" = s."customer_id"
+WHERE CASE WHEN s._source_pos IS NOT NULL AND t._source_pos IS NOT NULL
+       THEN s._source_pos <= t._source_pos
+       ELSE t._source_ts >= s._source_ts END;
+
+DELETE FROM "cdc"."customer__backfill" s
+USING "cdc"."customer" t
+WHERE t."customer_id" = s."customer_id"
+  AND CASE WHEN s._source_pos IS NOT NULL AND t._source_pos IS NOT NULL
+       THEN s._source_pos <= t._source_pos
+       ELSE t._source_ts >= s._source_ts END;
+
+-- Keys the stream deleted after the snapshot row stay deleted.
+SELECT COUNT(*) FROM "cdc"."customer__backfill" s JOIN "cdc"."customer__deleted" t ON t."customer_id" = s."customer_id"
+WHERE CASE WHEN s._source_pos IS NOT NULL AND t._source_pos IS NOT NULL
+       THEN s._source_pos <= t._source_pos
+       ELSE t._source_ts >= s._source_ts END;
+
+DELETE FROM "cdc"."customer__backfill" s
+USING "cdc"."customer__deleted" t
+WHERE t."customer_id" = s."customer_id"
+  AND CASE WHEN s._source_pos IS NOT NULL AND t._source_pos IS NOT NULL
+       THEN s._source_pos <= t._source_pos
+       ELSE t._source_ts >= s._source_ts END;
+
+SELECT COUNT(*) FROM "cdc"."customer__backfill" WHERE NOT _delete;
+
+SELECT COUNT(*) FROM "cdc"."customer__backfill" WHERE _delete;
+
+DELETE FROM "cdc"."customer" t
+USING "cdc"."customer__backfill" s
+WHERE t."customer_id" = s."customer_id";
+
+DELETE FROM "cdc"."customer__deleted" t
+USING "cdc"."customer__backfill" s
+WHERE t."customer_id" = s."customer_id";
+
+-- Deletes in the snapshot are remembered like the stream's.
+INSERT INTO "cdc"."customer__deleted" ("customer_id", _source_ts, _source_pos, _kafka_partition, _kafka_offset, _deleted_at)
+SELECT s."customer_id", s._source_ts, s._source_pos, s._kafka_partition, s._kafka_offset, clock_timestamp()::timestamp
+FROM "cdc"."customer__backfill" s
+WHERE s._delete;
+
+INSERT INTO "cdc"."customer" ("customer_id", "name", "mktsegment", _source_ts, _source_pos, _kafka_partition, _kafka_offset, _synced_at)
+SELECT s."customer_id", s."name", s."mktsegment", s._source_ts, s._source_pos, s._kafka_partition, s._kafka_offset, clock_timestamp()::timestamp
+FROM "cdc"."customer__backfill" s
+WHERE NOT s._delete;
+
+DELETE FROM "cdc"."customer__backfill";
+
+COMMIT;
+
+-- reconcile
+SELECT b.bucket, COUNT(*) AS rows, SUM(b.checksum) AS checksum
+FROM (SELECT MOD(('x' || lpad(SUBSTRING(MD5(CAST(t."customer_id" AS varchar(65535))), 1, 8), 16, '0'))::bit(64)::bigint, 64) AS bucket, ('x' || lpad(SUBSTRING(MD5(MD5(COALESCE(MD5(CAST(t."customer_id" AS varchar(65535))), 'N') || COALESCE(MD5(CAST(t."name" AS varchar(65535))), 'N') || COALESCE(MD5(CAST(t."mktsegment" AS varchar(65535))), 'N'))), 1, 8), 16, '0'))::bit(64)::bigint AS checksum
+      FROM "cdc"."customer" t) b
+GROUP BY b.bucket
+ORDER BY b.bucket;
+
+SELECT CAST(t."customer_id" AS varchar(65535)) AS key_text, MD5(COALESCE(MD5(CAST(t."customer_id" AS varchar(65535))), 'N') || COALESCE(MD5(CAST(t."name" AS varchar(65535))), 'N') || COALESCE(MD5(CAST(t."mktsegment" AS varchar(65535))), 'N')) AS checksum, t._source_ts, FALSE AS deleted
+FROM "cdc"."customer" t
+WHERE MOD(('x' || lpad(SUBSTRING(MD5(CAST(t."customer_id" AS varchar(65535))), 1, 8), 16, '0'))::bit(64)::bigint, 64) IN (3, 5)
+UNION ALL
+SELECT CAST(t."customer_id" AS varchar(65535)), NULL, t._source_ts, TRUE
+FROM "cdc"."customer__deleted" t
+WHERE MOD(('x' || lpad(SUBSTRING(MD5(CAST(t."customer_id" AS varchar(65535))), 1, 8), 16, '0'))::bit(64)::bigint, 64) IN (3, 5);

@@ -1,0 +1,75 @@
+"""Reconcile through the CLI: clean runs exit 0, each injected difference is named by key."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from typer.testing import CliRunner
+
+from sync.backfill import run_backfill
+from sync.cli import app
+from tests.conftest import EXAMPLES
+from tests.spark.test_backfill_merge import SNAPSHOT, SNAPSHOT_TIME, stream_changes, write_snapshot
+
+pytestmark = pytest.mark.spark
+CONFIG = str(EXAMPLES / "salesdb" / "pipeline.toml")
+
+
+def reconcile(wh, snap, tmp_path, *extra: str) -> tuple[int, dict]:
+    out = tmp_path / "report.json"
+    result = CliRunner().invoke(
+        app,
+        ["reconcile", "--table", "customer", "--snapshot", snap, "--format", "json", "--snapshot-time",
+         SNAPSHOT_TIME.isoformat(), "--buckets", "8", "--report", str(out), "--config", CONFIG, "--dsn", wh.dsn, *extra],
+    )
+    assert result.exception is None or isinstance(result.exception, SystemExit), result.output
+    return result.exit_code, json.loads(out.read_text())
+
+
+@pytest.fixture
+def loaded(deployed, spark, tmp_path):
+    wh, pipeline = deployed
+    snap = write_snapshot(tmp_path / "snap.jsonl", SNAPSHOT)
+    run_backfill(wh, pipeline, "customer", snap, "json", SNAPSHOT_TIME, spark=spark)
+    return wh, pipeline, snap
+
+
+def diffs(report: dict) -> list[tuple]:
+    return [(d["key"], d["kind"], d["explained"]) for d in report["differences"]]
+
+
+def test_clean_reconcile_exits_0(loaded, tmp_path):
+    wh, _, snap = loaded
+    code, report = reconcile(wh, snap, tmp_path, "--checksum", "name,mktsegment")
+    assert code == 0
+    assert (report["snapshot_rows"], report["warehouse_rows"], report["mismatched_buckets"]) == (4, 4, [])
+
+
+def test_missing_extra_and_changed_rows_are_named(loaded, tmp_path):
+    wh, _, snap = loaded
+    wh.execute("DELETE FROM cdc.customer WHERE customer_id = 'B2'")
+    wh.execute(
+        "INSERT INTO cdc.customer (customer_id, name, mktsegment, _source_ts) VALUES ('Z9', 'Zeta', 'X', %s)",
+        (SNAPSHOT_TIME,),
+    )
+    wh.execute("UPDATE cdc.customer SET mktsegment = 'CHANGED' WHERE customer_id = 'C3'")
+    code, report = reconcile(wh, snap, tmp_path, "--checksum", "mktsegment")
+    assert code == 1
+    assert sorted(diffs(report)) == [("B2", "missing", False), ("C3", "changed", False), ("Z9", "extra", False)]
+
+
+def test_changed_value_needs_a_checksum_to_be_seen(loaded, tmp_path):
+    wh, _, snap = loaded
+    wh.execute("UPDATE cdc.customer SET name = 'Renamed' WHERE customer_id = 'D4'")
+    assert reconcile(wh, snap, tmp_path)[0] == 0
+    code, report = reconcile(wh, snap, tmp_path, "--checksum", "NAME")
+    assert code == 1 and diffs(report) == [("D4", "changed", False)]
+
+
+def test_stream_changes_after_the_snapshot_are_explained(loaded, tmp_path):
+    wh, pipeline, snap = loaded
+    stream_changes(wh, pipeline, tmp_path, dict(SNAPSHOT))
+    code, report = reconcile(wh, snap, tmp_path, "--checksum", "name")
+    assert code == 0
+    assert sorted(diffs(report)) == [("A1", "changed", True), ("B2", "missing", True), ("E5", "extra", True)]

@@ -1,0 +1,265 @@
+"""The real Lambda handler against the embedded warehouse, through the local Data API:
+every statement is a real CALL on PostgreSQL, polled, retried or cancelled as on AWS."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+
+import psycopg
+import pytest
+
+from sync import lambda_handler
+from sync.config import ConfigError
+from sync.data_api_local import LocalDataApi
+from sync.runner import RUN_LOG_COLUMNS, status
+from sync.stream import ingest_file
+from tests.conftest import EXAMPLES
+
+EVENTS = EXAMPLES / "salesdb" / "events"
+
+
+class Context:
+    """The part of the Lambda context the handler reads: the time left before the timeout."""
+
+    def __init__(self, seconds: float = 120.0):
+        self.deadline = time.monotonic() + seconds
+
+    def get_remaining_time_in_millis(self) -> int:
+        return int((self.deadline - time.monotonic()) * 1000)
+
+
+@pytest.fixture
+def env(monkeypatch):
+    monkeypatch.setenv("REDSHIFT_SYNC_CONFIG", str(EXAMPLES / "salesdb" / "pipeline.toml"))
+    monkeypatch.setenv("REDSHIFT_SYNC_WORKGROUP", "local")
+    monkeypatch.setenv("REDSHIFT_SYNC_DATABASE", "dev")
+    monkeypatch.delenv("REDSHIFT_SYNC_DSN", raising=False)
+    monkeypatch.delenv("REDSHIFT_SYNC_CLUSTER", raising=False)
+    monkeypatch.setenv("REDSHIFT_SYNC_POLL_SECONDS", "0.05")
+    monkeypatch.setenv("REDSHIFT_SYNC_POLL_MAX_SECONDS", "0.2")
+    monkeypatch.setenv("REDSHIFT_SYNC_RETRY_BASE_SECONDS", "0.05")
+    monkeypatch.setenv("REDSHIFT_SYNC_DEADLINE_MARGIN_SECONDS", "1")
+    return monkeypatch
+
+
+@pytest.fixture
+def loaded(deployed):
+    """The example pipeline deployed, with the first batch of each topic ingested."""
+    wh, pipeline = deployed
+    ingested = {
+        "customer": ingest_file(wh, pipeline, "customer", EVENTS / "customer-1.jsonl").records,
+        "orders": ingest_file(wh, pipeline, "orders", EVENTS / "orders-1.jsonl").records,
+    }
+    return wh, pipeline, ingested
+
+
+@pytest.fixture
+def api(env, database_dsn, monkeypatch):
+    with LocalDataApi(database_dsn) as local:
+        monkeypatch.setattr(lambda_handler, "client_factory", lambda: local)
+        yield local
+
+
+def pending(wh, pipeline) -> dict[str, int]:
+    return {s.table: s.pending for s in status(wh, pipeline)}
+
+
+def latest_run_log(wh, table: str) -> dict:
+    keys = [c.strip() for c in RUN_LOG_COLUMNS.split(",")]
+    row = wh.query(f"SELECT {RUN_LOG_COLUMNS} FROM cdc.sync_run_log WHERE table_name = %s ORDER BY run_id DESC LIMIT 1", (table,))
+    return dict(zip(keys, row[0]))
+
+
+def calls(api: LocalDataApi) -> list[dict]:
+    return [s for s in api.statements() if s["QueryString"].startswith("CALL")]
+
+
+def test_every_table_syncs_and_the_summary_is_the_run_log(loaded, api, capsys):
+    wh, pipeline, ingested = loaded
+    summary = lambda_handler.handler({"version": "0", "detail-type": "Scheduled Event"}, Context())
+
+    assert summary["ok"] and summary["mode"] == "data-api"
+    assert [t["table"] for t in summary["tables"]] == ["customer", "orders"]
+    for run in summary["tables"]:
+        logged = latest_run_log(wh, run["table"])
+        assert run["status"] == "ok" and run["attempts"] == 1
+        assert run["events_read"] == ingested[run["table"]] == logged["events_read"]
+        for key in ("upserted", "deleted", "quarantined", "watermark_after", "lag_seconds"):
+            assert run[key] == logged[key], key
+    assert pending(wh, pipeline) == {"customer": 0, "orders": 0}
+    assert json.loads(json.dumps(summary)) == summary  # the Lambda can return it as is
+
+    lines = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert [line["Table"] for line in lines] == ["customer", "orders"]
+    for line, run in zip(lines, summary["tables"]):
+        (directive,) = line["_aws"]["CloudWatchMetrics"]
+        assert directive["Dimensions"] == [["Table"]] and directive["Namespace"] == "RedshiftSync"
+        assert isinstance(line["_aws"]["Timestamp"], int)
+        for metric in directive["Metrics"]:
+            assert metric["Name"] in line and metric["Unit"] in ("Count", "Seconds")
+        assert (line["EventsRead"], line["Upserted"], line["Failed"]) == (run["events_read"], run["upserted"], 0)
+
+
+def test_event_tables_syncs_only_those(loaded, api):
+    wh, pipeline, ingested = loaded
+    summary = lambda_handler.handler({"tables": ["customer"]}, Context())
+
+    assert [t["table"] for t in summary["tables"]] == ["customer"]
+    assert pending(wh, pipeline) == {"customer": 0, "orders": ingested["orders"]}
+    assert [c["QueryString"] for c in calls(api)] == ['CALL "cdc"."incremental_sync_customer"()']
+
+
+def test_unknown_table_fails_before_anything_runs(loaded, api):
+    with pytest.raises(ConfigError, match="unknown table 'nope'; the pipeline file defines: customer, orders"):
+        lambda_handler.handler({"tables": ["customer", "nope"]}, Context())
+    assert api.statements() == []
+    with pytest.raises(ConfigError, match='event "tables" must be a non-empty list'):
+        lambda_handler.handler({"tables": "customer"}, Context())
+
+
+def test_a_failing_procedure_fails_the_invocation_and_is_not_retried(loaded, api):
+    wh, pipeline, ingested = loaded
+    wh.execute(
+        "CREATE OR REPLACE PROCEDURE cdc.incremental_sync_orders() AS $$ "
+        "BEGIN RAISE EXCEPTION 'orders source is broken'; END; $$ LANGUAGE plpgsql"
+    )
+    with pytest.raises(lambda_handler.SyncFailed, match="1 of 2 table.*orders failed: ERROR: orders source is broken") as info:
+        lambda_handler.handler({}, Context())
+
+    runs = {t["table"]: t for t in info.value.summary["tables"]}
+    assert runs["customer"]["status"] == "ok" and runs["customer"]["events_read"] == ingested["customer"]
+    assert runs["orders"]["status"] == "failed" and runs["orders"]["attempts"] == 1
+    assert "orders source is broken" in runs["orders"]["error"]
+    assert pending(wh, pipeline) == {"customer": 0, "orders": ingested["orders"]}
+
+
+def test_a_call_outliving_the_deadline_is_cancelled_and_reported(loaded, api, database_dsn):
+    wh, pipeline, ingested = loaded
+    with psycopg.connect(database_dsn) as blocker:  # holds the watermark lock the CALL needs
+        blocker.execute("LOCK TABLE cdc.customer__watermark IN ACCESS EXCLUSIVE MODE")
+        with pytest.raises(lambda_handler.SyncFailed, match="customer cancelled") as info:
+            lambda_handler.handler({"tables": ["customer"]}, Context(seconds=2.5))
+        (run,) = info.value.summary["tables"]
+        assert run["status"] == "cancelled" and "ms of Lambda time" in run["error"]
+        # The PostgreSQL statement really was cancelled, while the lock was still held.
+        assert api.wait(run["statement_id"]) == "ABORTED"
+        assert wh.scalar("SELECT COUNT(*) FROM pg_stat_activity WHERE query LIKE 'CALL %' AND state = 'active'") == 0
+        blocker.rollback()
+
+    assert pending(wh, pipeline)["customer"] == ingested["customer"]  # nothing applied
+    again = lambda_handler.handler({"tables": ["customer"]}, Context())
+    assert again["tables"][0]["events_read"] == ingested["customer"]
+
+
+def test_a_serialization_conflict_is_retried(loaded, api):
+    wh, pipeline, ingested = loaded
+    api.inject_failure("incremental_sync_customer")
+    summary = lambda_handler.handler({}, Context())
+
+    runs = {t["table"]: t for t in summary["tables"]}
+    assert runs["customer"]["attempts"] == 2 and runs["orders"]["attempts"] == 1
+    assert runs["customer"]["events_read"] == ingested["customer"]
+    customer_calls = [c for c in calls(api) if "customer" in c["QueryString"]]
+    assert [c["Status"] for c in customer_calls] == ["FAILED", "FINISHED"]
+    assert customer_calls[0]["Error"].startswith("ERROR: 1023")
+
+
+def test_retries_are_bounded(loaded, api, env):
+    env.setenv("REDSHIFT_SYNC_MAX_ATTEMPTS", "3")
+    api.inject_failure("incremental_sync_orders", times=10)
+    with pytest.raises(lambda_handler.SyncFailed, match="orders failed: ERROR: 1023") as info:
+        lambda_handler.handler({"tables": ["orders"]}, Context())
+    assert info.value.summary["tables"][0]["attempts"] == 3
+    assert len(calls(api)) == 3
+
+
+def test_overlapping_invocations_apply_every_event_once(loaded, api):
+    wh, pipeline, ingested = loaded
+    results: list[dict] = []
+
+    def invoke() -> None:
+        results.append(lambda_handler.handler({}, Context()))
+
+    threads = [threading.Thread(target=invoke) for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+
+    assert len(results) == 2 and all(r["ok"] for r in results)
+    for table, n in ingested.items():
+        reads = sorted(run["events_read"] for r in results for run in r["tables"] if run["table"] == table)
+        assert reads == [0, n], table
+    assert wh.scalar("SELECT COUNT(*) FROM cdc.sync_run_log") == 4
+    assert pending(wh, pipeline) == {"customer": 0, "orders": 0}
+
+
+def test_connector_mode_calls_on_one_autocommit_connection(loaded, env, database_dsn):
+    wh, pipeline, ingested = loaded
+    env.delenv("REDSHIFT_SYNC_WORKGROUP")
+    env.setenv("REDSHIFT_SYNC_DSN", database_dsn)
+    summary = lambda_handler.handler({"tables": ["orders"]}, Context())
+    assert summary["mode"] == "redshift_connector"
+    assert summary["tables"][0]["events_read"] == ingested["orders"] == latest_run_log(wh, "orders")["events_read"]
+
+
+@pytest.mark.parametrize(
+    "settings, message",
+    [
+        ({}, "no connection configured"),
+        ({"REDSHIFT_SYNC_WORKGROUP": "wg", "REDSHIFT_SYNC_CLUSTER": "c"}, "exactly one of a workgroup"),
+        ({"REDSHIFT_SYNC_WORKGROUP": "wg", "REDSHIFT_SYNC_DB_USER": "u"}, "provisioned cluster only"),
+        ({"REDSHIFT_SYNC_CLUSTER": "c", "REDSHIFT_SYNC_DB_USER": "u", "REDSHIFT_SYNC_SECRET_ARN": "s"}, "not both"),
+        ({"REDSHIFT_SYNC_CLUSTER": "c", "REDSHIFT_SYNC_DSN": "postgresql://x/y"}, "not both"),
+        ({"REDSHIFT_SYNC_CLUSTER": "c", "REDSHIFT_SYNC_MAX_ATTEMPTS": "0"}, "max_attempts must be at least 1"),
+        ({"REDSHIFT_SYNC_CLUSTER": "c", "REDSHIFT_SYNC_POLL_SECONDS": "soon"}, "REDSHIFT_SYNC_POLL_SECONDS='soon' is not a number"),
+    ],
+)
+def test_bad_settings_name_the_variable(settings, message):
+    with pytest.raises(ConfigError, match=message):
+        lambda_handler.Settings.from_env(settings)
+
+
+def test_metric_line_leaves_out_missing_values():
+    run = {"table": "t", "status": "failed", "events_read": 0, "upserted": 0, "deleted": 0, "quarantined": 0,
+           "attempts": 2, "duration_seconds": 1.23456, "lag_seconds": None, "error": "boom", "statement_id": "id-1",
+           "watermark_after": None}
+    line = lambda_handler.metric_line(run, "NS", 1700000000000)
+    names = [m["Name"] for m in line["_aws"]["CloudWatchMetrics"][0]["Metrics"]]
+    assert "LagSeconds" not in names and "LagSeconds" not in line
+    assert (line["Failed"], line["Attempts"], line["DurationSeconds"], line["error"]) == (1, 2, 1.235, "boom")
+    assert line["_aws"]["Timestamp"] == 1700000000000 and line["Table"] == "t"
+
+
+def fail_first_calls(wh, table: str, times: int) -> None:
+    """Wrap a table's procedure so its first `times` calls fail with a real serialization
+    failure (SQLSTATE 40001) raised by PostgreSQL; later calls run the generated procedure."""
+    wh.execute(f"ALTER PROCEDURE cdc.incremental_sync_{table}() RENAME TO incremental_sync_{table}_generated")
+    wh.execute("CREATE SEQUENCE cdc.calls_seen")  # nextval survives the rollback of a failed call
+    wh.execute(
+        f"CREATE PROCEDURE cdc.incremental_sync_{table}() AS $$ BEGIN "
+        f"IF nextval('cdc.calls_seen') <= {times} THEN "
+        "RAISE EXCEPTION 'could not serialize access due to concurrent update' USING ERRCODE = 'serialization_failure'; "
+        f"END IF; CALL cdc.incremental_sync_{table}_generated(); END; $$ LANGUAGE plpgsql"
+    )
+
+
+def test_connector_mode_retries_a_real_serialization_failure(loaded, env, database_dsn):
+    wh, pipeline, ingested = loaded
+    fail_first_calls(wh, "orders", times=2)
+    env.delenv("REDSHIFT_SYNC_WORKGROUP")
+    env.setenv("REDSHIFT_SYNC_DSN", database_dsn)
+    (run,) = lambda_handler.handler({"tables": ["orders"]}, Context())["tables"]
+    assert (run["status"], run["attempts"], run["events_read"]) == ("ok", 3, ingested["orders"])
+    assert pending(wh, pipeline)["orders"] == 0
+
+
+def test_data_api_mode_retries_a_real_serialization_failure(loaded, api):
+    wh, pipeline, ingested = loaded
+    fail_first_calls(wh, "customer", times=1)
+    summary = lambda_handler.handler({"tables": ["customer"]}, Context())
+    (run,) = summary["tables"]
+    assert (run["status"], run["attempts"], run["events_read"]) == ("ok", 2, ingested["customer"])
+    assert "could not serialize access" in calls(api)[0]["Error"]
