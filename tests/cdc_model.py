@@ -30,9 +30,9 @@ The rules, in order (contract steps 3-5):
   (events without a position rank below those with one), then partition, then offset;
   that also makes replays and older positions no-ops (step 5);
 - hard mode: a winning delete removes the key; soft mode: the row stays with
-  `_deleted = True` and its last values: the delete's before image as it is, or, when
-  that image is key-only (every non-key field null, as PostgreSQL's REPLICA IDENTITY
-  DEFAULT sends it), the values of the latest upsert of the key before the delete.
+  `_deleted = True` and its last values: each field from the delete's before image where
+  it is not null, else from the latest upsert of the key before the delete (a key-only
+  image, as PostgreSQL's REPLICA IDENTITY DEFAULT sends it, keeps the row's values).
 
 Preconditions (outside them the result legitimately depends on batch boundaries): with
 `order_by = "kafka"`, a key stays in one partition (Kafka's partitioning guarantees it);
@@ -361,10 +361,11 @@ class TopicModel:
                 out[key] = {**row, "_deleted": False} if soft else dict(row)
             elif soft:
                 kept = dict(row) or {c.target_name: v for c, v in zip(table.key_columns, key)}
-                if all(kept.get(c.target_name) is None for c in table.value_columns):
-                    earlier = [e for e in evs if e[1] == "upsert" and e[0] < order]
-                    last = max(earlier, key=_first)[2] if earlier else {}
-                    kept = {**kept, **{c.target_name: last.get(c.target_name) for c in table.value_columns}}
+                earlier = [e for e in evs if e[1] == "upsert" and e[0] < order]
+                last = max(earlier, key=_first)[2] if earlier else {}
+                for col in table.value_columns:
+                    if kept.get(col.target_name) is None:
+                        kept[col.target_name] = last.get(col.target_name)
                 out[key] = {**{c.target_name: None for c in table.columns}, **kept, "_deleted": True}
         return out
 

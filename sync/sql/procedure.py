@@ -521,7 +521,6 @@ def procedure_sql(d: PostgresDialect, pipeline: Pipeline, table: TableConfig, or
             f"SELECT {select_vals('false')}\nFROM {stage} s\nWHERE s._rn = 1 AND s._action = 'upsert';"
         )
     else:
-        key_only = " AND ".join(f"s.{q(c)} IS NULL" for c in value_cols)
         if value_cols:
             keys_sql = ", ".join(q(k) for k in keys)
             fill = ",\n       ".join(f"{q(c)} = COALESCE(s.{q(c)}, p.{q(c)})" for c in value_cols)
@@ -532,8 +531,18 @@ def procedure_sql(d: PostgresDialect, pipeline: Pipeline, table: TableConfig, or
                 f"FROM {stage} p,\n"
                 f"     (SELECT {keys_sql}, MIN(_rn) AS rn FROM {stage}\n"
                 f"      WHERE _action = 'upsert' AND _rn > 1 GROUP BY {keys_sql}) m\n"
-                f"WHERE s._rn = 1 AND s._action = 'delete' AND {key_only}\n"
+                "WHERE s._rn = 1 AND s._action = 'delete'\n"
                 f"  AND {key_match('m', 's')} AND {key_match('p', 's')} AND p._rn = m.rn AND p._action = 'upsert';"
+            )
+            stored = ",\n       ".join(f"{q(c)} = COALESCE(s.{q(c)}, t.{q(c)})" for c in value_cols)
+            step(
+                "-- Without such an upsert, the stored row is the newest earlier state: a delete takes\n"
+                "-- its values where the before image has none (never an older value over a newer\n"
+                "-- NULL: the stored row is not consulted when the batch updated the key).\n"
+                f"UPDATE {stage} s SET {stored}\n"
+                f"FROM {target} t\n"
+                f"WHERE s._rn = 1 AND s._action = 'delete' AND {key_match('t', 's')}\n"
+                f"  AND NOT EXISTS (SELECT 1 FROM {stage} x WHERE x._action = 'upsert' AND x._rn > 1 AND {key_match('x', 's')});"
             )
         step(
             "-- 6. Apply (soft deletes): upserts replace the row; deletes only mark it, keeping\n"
@@ -544,11 +553,9 @@ def procedure_sql(d: PostgresDialect, pipeline: Pipeline, table: TableConfig, or
             f"INSERT INTO {target} ({insert_cols})\n"
             f"SELECT {select_vals('false')}\nFROM {stage} s\nWHERE s._rn = 1 AND s._action = 'upsert';"
         )
-        keep = ",\n       ".join(f"{q(c)} = CASE WHEN {key_only} THEN t.{q(c)} ELSE s.{q(c)} END" for c in value_cols)
+        keep = ",\n       ".join(f"{q(c)} = s.{q(c)}" for c in value_cols)
         step(
-            "-- A delete keeps the row's values: the event's before image when it is complete (a NULL\n"
-            "-- there is the value the row had), else the stored ones (a key-only before image, as\n"
-            "-- with REPLICA IDENTITY DEFAULT, has every non-key field NULL).\n"
+            "-- A delete keeps the row's last values, completed above.\n"
             f"UPDATE {target} t SET _deleted = true,\n"
             + (f"       {keep},\n" if keep else "")
             + "       _source_ts = s._source_ts, _source_pos = s._source_pos,\n"

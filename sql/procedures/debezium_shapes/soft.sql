@@ -257,8 +257,16 @@ BEGIN
     FROM "cdc"."soft__stage" p,
          (SELECT "id", MIN(_rn) AS rn FROM "cdc"."soft__stage"
           WHERE _action = 'upsert' AND _rn > 1 GROUP BY "id") m
-    WHERE s._rn = 1 AND s._action = 'delete' AND s."name" IS NULL AND s."bio" IS NULL
+    WHERE s._rn = 1 AND s._action = 'delete'
       AND m."id" = s."id" AND p."id" = s."id" AND p._rn = m.rn AND p._action = 'upsert';
+    -- Without such an upsert, the stored row is the newest earlier state: a delete takes
+    -- its values where the before image has none (never an older value over a newer
+    -- NULL: the stored row is not consulted when the batch updated the key).
+    UPDATE "cdc"."soft__stage" s SET "name" = COALESCE(s."name", t."name"),
+           "bio" = COALESCE(s."bio", t."bio")
+    FROM "cdc"."soft" t
+    WHERE s._rn = 1 AND s._action = 'delete' AND t."id" = s."id"
+      AND NOT EXISTS (SELECT 1 FROM "cdc"."soft__stage" x WHERE x._action = 'upsert' AND x._rn > 1 AND x."id" = s."id");
     -- 6. Apply (soft deletes): upserts replace the row; deletes only mark it, keeping
     --    its last values (or record the key when it was never seen).
     DELETE FROM "cdc"."soft"
@@ -269,12 +277,10 @@ BEGIN
     SELECT s."id", s."name", s."bio", s._source_ts, s._source_pos, s._kafka_partition, s._kafka_offset, GETDATE(), false
     FROM "cdc"."soft__stage" s
     WHERE s._rn = 1 AND s._action = 'upsert';
-    -- A delete keeps the row's values: the event's before image when it is complete (a NULL
-    -- there is the value the row had), else the stored ones (a key-only before image, as
-    -- with REPLICA IDENTITY DEFAULT, has every non-key field NULL).
+    -- A delete keeps the row's last values, completed above.
     UPDATE "cdc"."soft" t SET _deleted = true,
-           "name" = CASE WHEN s."name" IS NULL AND s."bio" IS NULL THEN t."name" ELSE s."name" END,
-           "bio" = CASE WHEN s."name" IS NULL AND s."bio" IS NULL THEN t."bio" ELSE s."bio" END,
+           "name" = s."name",
+           "bio" = s."bio",
            _source_ts = s._source_ts, _source_pos = s._source_pos,
            _kafka_partition = s._kafka_partition, _kafka_offset = s._kafka_offset, _synced_at = GETDATE()
     FROM "cdc"."soft__stage" s

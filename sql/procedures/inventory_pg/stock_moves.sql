@@ -280,8 +280,17 @@ BEGIN
     FROM "inventory"."stock_moves__stage" p,
          (SELECT "move_id", MIN(_rn) AS rn FROM "inventory"."stock_moves__stage"
           WHERE _action = 'upsert' AND _rn > 1 GROUP BY "move_id") m
-    WHERE s._rn = 1 AND s._action = 'delete' AND s."product_id" IS NULL AND s."quantity" IS NULL AND s."moved_at" IS NULL
+    WHERE s._rn = 1 AND s._action = 'delete'
       AND m."move_id" = s."move_id" AND p."move_id" = s."move_id" AND p._rn = m.rn AND p._action = 'upsert';
+    -- Without such an upsert, the stored row is the newest earlier state: a delete takes
+    -- its values where the before image has none (never an older value over a newer
+    -- NULL: the stored row is not consulted when the batch updated the key).
+    UPDATE "inventory"."stock_moves__stage" s SET "product_id" = COALESCE(s."product_id", t."product_id"),
+           "quantity" = COALESCE(s."quantity", t."quantity"),
+           "moved_at" = COALESCE(s."moved_at", t."moved_at")
+    FROM "inventory"."stock_moves" t
+    WHERE s._rn = 1 AND s._action = 'delete' AND t."move_id" = s."move_id"
+      AND NOT EXISTS (SELECT 1 FROM "inventory"."stock_moves__stage" x WHERE x._action = 'upsert' AND x._rn > 1 AND x."move_id" = s."move_id");
     -- 6. Apply (soft deletes): upserts replace the row; deletes only mark it, keeping
     --    its last values (or record the key when it was never seen).
     DELETE FROM "inventory"."stock_moves"
@@ -292,13 +301,11 @@ BEGIN
     SELECT s."move_id", s."product_id", s."quantity", s."moved_at", s._source_ts, s._source_pos, s._kafka_partition, s._kafka_offset, GETDATE(), false
     FROM "inventory"."stock_moves__stage" s
     WHERE s._rn = 1 AND s._action = 'upsert';
-    -- A delete keeps the row's values: the event's before image when it is complete (a NULL
-    -- there is the value the row had), else the stored ones (a key-only before image, as
-    -- with REPLICA IDENTITY DEFAULT, has every non-key field NULL).
+    -- A delete keeps the row's last values, completed above.
     UPDATE "inventory"."stock_moves" t SET _deleted = true,
-           "product_id" = CASE WHEN s."product_id" IS NULL AND s."quantity" IS NULL AND s."moved_at" IS NULL THEN t."product_id" ELSE s."product_id" END,
-           "quantity" = CASE WHEN s."product_id" IS NULL AND s."quantity" IS NULL AND s."moved_at" IS NULL THEN t."quantity" ELSE s."quantity" END,
-           "moved_at" = CASE WHEN s."product_id" IS NULL AND s."quantity" IS NULL AND s."moved_at" IS NULL THEN t."moved_at" ELSE s."moved_at" END,
+           "product_id" = s."product_id",
+           "quantity" = s."quantity",
+           "moved_at" = s."moved_at",
            _source_ts = s._source_ts, _source_pos = s._source_pos,
            _kafka_partition = s._kafka_partition, _kafka_offset = s._kafka_offset, _synced_at = GETDATE()
     FROM "inventory"."stock_moves__stage" s

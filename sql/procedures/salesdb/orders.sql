@@ -311,8 +311,18 @@ BEGIN
     FROM "cdc"."orders__stage" p,
          (SELECT "order_id", MIN(_rn) AS rn FROM "cdc"."orders__stage"
           WHERE _action = 'upsert' AND _rn > 1 GROUP BY "order_id") m
-    WHERE s._rn = 1 AND s._action = 'delete' AND s."customer_id" IS NULL AND s."status" IS NULL AND s."total" IS NULL AND s."placed_at" IS NULL
+    WHERE s._rn = 1 AND s._action = 'delete'
       AND m."order_id" = s."order_id" AND p."order_id" = s."order_id" AND p._rn = m.rn AND p._action = 'upsert';
+    -- Without such an upsert, the stored row is the newest earlier state: a delete takes
+    -- its values where the before image has none (never an older value over a newer
+    -- NULL: the stored row is not consulted when the batch updated the key).
+    UPDATE "cdc"."orders__stage" s SET "customer_id" = COALESCE(s."customer_id", t."customer_id"),
+           "status" = COALESCE(s."status", t."status"),
+           "total" = COALESCE(s."total", t."total"),
+           "placed_at" = COALESCE(s."placed_at", t."placed_at")
+    FROM "cdc"."orders" t
+    WHERE s._rn = 1 AND s._action = 'delete' AND t."order_id" = s."order_id"
+      AND NOT EXISTS (SELECT 1 FROM "cdc"."orders__stage" x WHERE x._action = 'upsert' AND x._rn > 1 AND x."order_id" = s."order_id");
     -- 6. Apply (soft deletes): upserts replace the row; deletes only mark it, keeping
     --    its last values (or record the key when it was never seen).
     DELETE FROM "cdc"."orders"
@@ -323,14 +333,12 @@ BEGIN
     SELECT s."order_id", s."customer_id", s."status", s."total", s."placed_at", s._source_ts, s._source_pos, s._kafka_partition, s._kafka_offset, GETDATE(), false
     FROM "cdc"."orders__stage" s
     WHERE s._rn = 1 AND s._action = 'upsert';
-    -- A delete keeps the row's values: the event's before image when it is complete (a NULL
-    -- there is the value the row had), else the stored ones (a key-only before image, as
-    -- with REPLICA IDENTITY DEFAULT, has every non-key field NULL).
+    -- A delete keeps the row's last values, completed above.
     UPDATE "cdc"."orders" t SET _deleted = true,
-           "customer_id" = CASE WHEN s."customer_id" IS NULL AND s."status" IS NULL AND s."total" IS NULL AND s."placed_at" IS NULL THEN t."customer_id" ELSE s."customer_id" END,
-           "status" = CASE WHEN s."customer_id" IS NULL AND s."status" IS NULL AND s."total" IS NULL AND s."placed_at" IS NULL THEN t."status" ELSE s."status" END,
-           "total" = CASE WHEN s."customer_id" IS NULL AND s."status" IS NULL AND s."total" IS NULL AND s."placed_at" IS NULL THEN t."total" ELSE s."total" END,
-           "placed_at" = CASE WHEN s."customer_id" IS NULL AND s."status" IS NULL AND s."total" IS NULL AND s."placed_at" IS NULL THEN t."placed_at" ELSE s."placed_at" END,
+           "customer_id" = s."customer_id",
+           "status" = s."status",
+           "total" = s."total",
+           "placed_at" = s."placed_at",
            _source_ts = s._source_ts, _source_pos = s._source_pos,
            _kafka_partition = s._kafka_partition, _kafka_offset = s._kafka_offset, _synced_at = GETDATE()
     FROM "cdc"."orders__stage" s
