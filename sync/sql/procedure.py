@@ -265,8 +265,15 @@ def stage_insert_sql(d: PostgresDialect, pipeline: Pipeline, table: TableConfig)
     reason = _case(checks, "reason", "NULL")
     # The payload kept for quarantined records is picked here, below the ROW_NUMBER sort,
     # so the sort does not carry every record's payload.
+    # Only what the stage needs goes on: the JSON values (payload, envelope, image) stay
+    # behind, so the sorts above do not carry them.
+    carried = (
+        "t.kafka_partition, t.kafka_offset, t.kafka_timestamp, t.refresh_time, t.raw_value,\n"
+        "       t.op, t.source_ts_ms, t.source_pos, t.unavailable,\n"
+        + "".join(f"       t.{q(col.target_name)},\n" for col in cols)
+    )
     level4 = (
-        "SELECT t.*,\n"
+        f"SELECT {carried}"
         f"{_indent(action, 7)} AS action,\n"
         f"{_indent(reason, 7)} AS reason,\n"
         f"       CASE WHEN t.raw_value IS NULL AND\n{_indent(action, 9)} = 'quarantine' THEN t.payload END AS quarantine_payload\n"
@@ -284,7 +291,7 @@ def stage_insert_sql(d: PostgresDialect, pipeline: Pipeline, table: TableConfig)
         # read) takes the newest position seen before it for its key in Kafka order, so it
         # still supersedes what precedes it and loses to what follows.
         level4 = (
-            "SELECT c.kafka_partition, c.kafka_offset, c.kafka_timestamp, c.refresh_time, c.payload, c.raw_value,\n"
+            "SELECT c.kafka_partition, c.kafka_offset, c.kafka_timestamp, c.refresh_time, c.raw_value,\n"
             "       c.op, c.action, c.reason, c.source_ts_ms, c.source_pos, c.unavailable, c.quarantine_payload,\n"
             + "".join(f"       c.{q(col.target_name)},\n" for col in cols)
             + "       COALESCE(c.source_pos, MAX(CASE WHEN c.action IN ('upsert', 'delete') THEN c.source_pos END) OVER (\n"

@@ -148,7 +148,7 @@ BEGIN
          c.quarantine_payload,
          CASE WHEN c.action = 'quarantine' THEN c.raw_value END
   FROM (
-    SELECT c.kafka_partition, c.kafka_offset, c.kafka_timestamp, c.refresh_time, c.payload, c.raw_value,
+    SELECT c.kafka_partition, c.kafka_offset, c.kafka_timestamp, c.refresh_time, c.raw_value,
            c.op, c.action, c.reason, c.source_ts_ms, c.source_pos, c.unavailable, c.quarantine_payload,
            c."id",
            c."name",
@@ -157,7 +157,11 @@ BEGIN
              PARTITION BY c."id"
              ORDER BY c.kafka_partition, c.kafka_offset ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW)) AS rank_pos
     FROM (
-      SELECT t.*,
+      SELECT t.kafka_partition, t.kafka_offset, t.kafka_timestamp, t.refresh_time, t.raw_value,
+             t.op, t.source_ts_ms, t.source_pos, t.unavailable,
+             t."id",
+             t."name",
+             t."bio",
              CASE
                WHEN t.raw_value IS NOT NULL THEN 'quarantine'
                WHEN (t.env IS NULL) THEN 'tombstone'

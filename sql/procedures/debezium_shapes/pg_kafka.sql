@@ -148,7 +148,11 @@ BEGIN
          c.quarantine_payload,
          CASE WHEN c.action = 'quarantine' THEN c.raw_value END
   FROM (
-    SELECT t.*,
+    SELECT t.kafka_partition, t.kafka_offset, t.kafka_timestamp, t.refresh_time, t.raw_value,
+           t.op, t.source_ts_ms, t.source_pos, t.unavailable,
+           t."id",
+           t."name",
+           t."bio",
            CASE
              WHEN t.raw_value IS NOT NULL THEN 'quarantine'
              WHEN (t.env IS NULL) THEN 'tombstone'

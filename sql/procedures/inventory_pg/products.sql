@@ -176,7 +176,7 @@ BEGIN
          c.quarantine_payload,
          CASE WHEN c.action = 'quarantine' THEN c.raw_value END
   FROM (
-    SELECT c.kafka_partition, c.kafka_offset, c.kafka_timestamp, c.refresh_time, c.payload, c.raw_value,
+    SELECT c.kafka_partition, c.kafka_offset, c.kafka_timestamp, c.refresh_time, c.raw_value,
            c.op, c.action, c.reason, c.source_ts_ms, c.source_pos, c.unavailable, c.quarantine_payload,
            c."id",
            c."sku",
@@ -192,7 +192,18 @@ BEGIN
              PARTITION BY c."id"
              ORDER BY c.kafka_partition, c.kafka_offset ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW)) AS rank_pos
     FROM (
-      SELECT t.*,
+      SELECT t.kafka_partition, t.kafka_offset, t.kafka_timestamp, t.refresh_time, t.raw_value,
+             t.op, t.source_ts_ms, t.source_pos, t.unavailable,
+             t."id",
+             t."sku",
+             t."description",
+             t."price",
+             t."weight",
+             t."released",
+             t."updated_at",
+             t."published_at",
+             t."attributes",
+             t."in_stock",
              CASE
                WHEN t.raw_value IS NOT NULL THEN 'quarantine'
                WHEN (t.env IS NULL) THEN 'tombstone'
