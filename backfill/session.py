@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import sys
 import typing as t
+from pathlib import Path
 
 if t.TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -14,6 +15,8 @@ def local_session(master: str = "local[*]", shuffle_partitions: int = 4) -> Spar
     """UTC session time zone: target `timestamp` columns hold UTC wall-clock values, and
     Debezium's epoch-based semantic types are decoded in UTC like the SQL path does."""
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)  # workers use this interpreter
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")  # local only: no hostname lookup
+    quiet_logging = Path(__file__).with_name("log4j2.properties")
     from pyspark.sql import SparkSession
 
     session = (
@@ -26,6 +29,7 @@ def local_session(master: str = "local[*]", shuffle_partitions: int = 4) -> Spar
         .config("spark.driver.bindAddress", "127.0.0.1")
         .config("spark.sql.ansi.enabled", "true")
         .config("spark.ui.showConsoleProgress", "false")
+        .config("spark.driver.extraJavaOptions", f"-Dlog4j2.configurationFile={quiet_logging.as_uri()}")
         .getOrCreate()
     )
     session.sparkContext.setLogLevel("ERROR")

@@ -173,12 +173,17 @@ def sync_cmd(
     as_json: Annotated[bool, typer.Option("--json", help="Print the run summaries as JSON.")] = False,
 ) -> None:
     """CALL incremental_sync_<table>() for every table (or those named) and summarise."""
-    from sync.runner import sync as run_sync
+    from sync.runner import call_procedure, selected_tables
 
     pipeline, _ = open_pipeline(config)
+    names = selected_tables(pipeline, table)
     wh = open_warehouse(dsn)
+    runs = []
     try:
-        runs = run_sync(wh, pipeline, table)
+        for i, name in enumerate(names, start=1):
+            # One CALL cannot report as it goes: a spinner (on a terminal) names the table.
+            with err_console.status(f"syncing {name} ({i}/{len(names)})", spinner="dots"):
+                runs.append(call_procedure(wh, pipeline, name))
     finally:
         wh.close()
     if as_json:

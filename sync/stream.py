@@ -12,9 +12,12 @@ too, and counted.
 from __future__ import annotations
 
 import json
+import re
+import uuid
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
+from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +26,8 @@ from sync.sql.dialects import quote_ident
 from sync.sql.names import table_names
 from sync.warehouse import Warehouse, WarehouseError
 
+BIGINT_MAX = 2**63 - 1  # the stream's partition and offset columns
+TIMESTAMP_MIN_MS, TIMESTAMP_MAX_MS = -62_135_596_800_000, 253_402_300_799_999  # 0001-01-01 .. 9999-12-31
 RECORD_KEYS = {"partition", "offset", "timestamp", "key", "value", "headers", "timestamp_type"}
 KCAT_KEYS = {"topic", "partition", "offset", "tstype", "ts", "broker", "key", "payload", "headers", "key_schema_id", "value_schema_id"}
 
@@ -54,21 +59,47 @@ class IngestResult:
     refresh_time: datetime | None = None
 
 
+def _reject_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not a JSON number")
+
+
+def loads_exact(text: str) -> Any:
+    """Strict JSON (no NaN/Infinity), with numbers kept exact: a float would round
+    12345678901234567890.12 and turn 1e999 into Infinity, which is not JSON."""
+    return json.loads(text, parse_float=Decimal, parse_constant=_reject_constant)
+
+
+def dumps_exact(value: Any, separators: tuple[str, str] | None = None) -> str:
+    """JSON text of a `loads_exact` result: Decimals written as the numbers they are."""
+    text = json.dumps(value, separators=separators, ensure_ascii=False, default=_marked_number)
+    return _MARKED_NUMBER.sub(r"\1", text) if _NUMBER_MARKER in text else text
+
+
+_NUMBER_MARKER = uuid.uuid4().hex  # random per process: no input can carry it
+_MARKED_NUMBER = re.compile(f'"{_NUMBER_MARKER}([^"]*)"')
+
+
+def _marked_number(o: Any) -> str:
+    if not isinstance(o, Decimal):
+        raise TypeError(f"{type(o).__name__} is not JSON")
+    return f"{_NUMBER_MARKER}{o}"
+
+
 def _to_bytes(value: Any) -> bytes | None:
     """A record's key or value as the bytes Kafka would hold."""
     if value is None:
         return None
     if isinstance(value, str):
         return value.encode("utf-8", "surrogatepass")
-    return json.dumps(value, separators=(",", ":"), ensure_ascii=False).encode("utf-8", "surrogatepass")
+    return dumps_exact(value, separators=(",", ":")).encode("utf-8", "surrogatepass")
 
 
 def _int_or_none(obj: dict, name: str, lineno: int) -> int | None:
     value = obj.get(name)
     if value is None:
         return None
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise ValueError(f"line {lineno}: {name!r} must be a non-negative integer, got {value!r}")
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= BIGINT_MAX:
+        raise ValueError(f"line {lineno}: {name!r} must be an integer from 0 to {BIGINT_MAX}, got {value!r}")
     return value
 
 
@@ -76,7 +107,7 @@ def parse_line(line: bytes, lineno: int) -> tuple[KafkaRecord, bool]:
     """One input line -> (record, well_formed). A line that is not a record wrapper is
     taken whole as the record's value (so nothing on it is lost)."""
     try:
-        obj = json.loads(line.decode("utf-8"))
+        obj = loads_exact(line.decode("utf-8"))
     except (UnicodeDecodeError, ValueError, RecursionError):
         return KafkaRecord(0, None, None, None, line), False
     if isinstance(obj, dict) and ("value" in obj or "payload" in obj) and (set(obj) <= RECORD_KEYS or set(obj) <= KCAT_KEYS):
@@ -84,8 +115,10 @@ def parse_line(line: bytes, lineno: int) -> tuple[KafkaRecord, bool]:
         partition = _int_or_none(obj, "partition", lineno) or 0
         offset = _int_or_none(obj, "offset", lineno)
         timestamp = obj.get("ts" if kcat else "timestamp")
-        if timestamp is not None and (isinstance(timestamp, bool) or not isinstance(timestamp, int)):
-            raise ValueError(f"line {lineno}: timestamp must be epoch milliseconds, got {timestamp!r}")
+        if timestamp is not None and (
+            isinstance(timestamp, bool) or not isinstance(timestamp, int) or not TIMESTAMP_MIN_MS <= timestamp <= TIMESTAMP_MAX_MS
+        ):
+            raise ValueError(f"line {lineno}: timestamp must be epoch milliseconds (years 1-9999), got {timestamp!r}")
         value = obj.get("payload" if kcat else "value")
         return KafkaRecord(partition, offset, timestamp, _to_bytes(obj.get("key")), _to_bytes(value), obj.get("headers")), True
     return KafkaRecord(0, None, None, None, line), isinstance(obj, dict)
@@ -98,8 +131,8 @@ def parse_value(value: bytes | None) -> ParsedValue:
         return ParsedValue(None, None)
     try:
         text = value.decode("utf-8")
-        parsed = json.loads(text)
-        dumped = json.dumps(parsed, ensure_ascii=False)
+        parsed = loads_exact(text)
+        dumped = dumps_exact(parsed)
         dumped.encode("utf-8")  # lone surrogates from \ud800 escapes cannot be stored
     except (UnicodeError, ValueError, RecursionError):
         return ParsedValue(None, value)
@@ -156,7 +189,7 @@ def ingest_records(wh: Warehouse, pipeline: Pipeline, table_name: str, records: 
                         if record.timestamp_ms is not None
                         else refresh_time
                     )
-                    headers = json.dumps(record.headers) if record.headers is not None else None
+                    headers = dumps_exact(record.headers) if record.headers is not None else None
                     copy.write_row(
                         (record.partition, offset, "C", ts, record.key, headers, refresh_time, value.payload, value.raw, key.payload)
                     )

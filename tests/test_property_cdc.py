@@ -1,10 +1,6 @@
 """Property: for random CDC histories split into random ingest batches, the target after
-every sync equals a plain-Python reference model of the semantics.
-
-The model is deliberately simple: for each key, among all well-formed events seen so far,
-the one with the greatest source position (then partition, offset) decides the row: an
-insert/update/snapshot read gives its after image, a delete removes it. Re-delivered
-events carry their original position, so they can never win over a newer one.
+every sync equals the plain-Python reference model of the semantics (tests/cdc_model.py),
+and exactly the malformed records are quarantined.
 """
 
 from __future__ import annotations
@@ -20,6 +16,7 @@ from hypothesis import strategies as st
 from sync.debezium import ChangeStream, MySqlSource
 from sync.runner import deploy
 from sync.warehouse import connect
+from tests.cdc_model import expected_quarantine, expected_rows
 from tests.conftest import make_pipeline
 from tests.helpers import ingest, sync_one
 
@@ -48,11 +45,8 @@ KEYS = [(i, r) for i in range(4) for r in ("eu", "us")]
 
 @dataclass
 class Event:
-    record: dict[str, Any]
-    key: tuple[int, str] | None  # None: a record the sync must quarantine or skip
-    op: str  # c/u/r/d, 'tombstone', 'bad'
-    row: dict[str, Any] | None
-    pos: int  # generation order = source order
+    record: dict[str, Any]  # the Kafka record, as ingest reads it
+    op: str  # c/u/d, 'tombstone', or 'bad' (malformed: must be quarantined)
 
 
 actions = st.lists(
@@ -77,46 +71,30 @@ def build_history(steps, replay_allowed: bool) -> list[Event]:
         return {"ID": key[0], "REGION": key[1], "NAME": name, "AMOUNT": f"{amount / 100:.2f}"}
 
     for kind, key, other, name, amount in steps:
-        pos = len(events)
         if kind == "write":
             row = row_for(key, name, amount)
             rec = cs.update(current[key], row) if key in current else cs.insert(row)
             current[key] = row
-            events.append(Event(rec, key, "u", row, pos))
+            events.append(Event(rec, "u"))
         elif kind == "delete" and key in current:
-            events.append(Event(cs.delete(current.pop(key)), key, "d", None, pos))
-            events.append(Event(cs.tombstone({"ID": key[0], "REGION": key[1]}), None, "tombstone", None, pos))
+            events.append(Event(cs.delete(current.pop(key)), "d"))
+            events.append(Event(cs.tombstone({"ID": key[0], "REGION": key[1]}), "tombstone"))
         elif kind == "pk_change" and key in current and other not in current:
             old = current.pop(key)
             new = {**old, "ID": other[0], "REGION": other[1]}
-            events.append(Event(cs.delete(old), key, "d", None, pos))
-            events.append(Event(cs.tombstone(old), None, "tombstone", None, pos))
-            events.append(Event(cs.insert(new), other, "c", new, pos + 1))
+            events.append(Event(cs.delete(old), "d"))
+            events.append(Event(cs.tombstone(old), "tombstone"))
+            events.append(Event(cs.insert(new), "c"))
             current[other] = new
         elif kind == "replay" and replay_allowed and events:
             earlier = events[amount % len(events)]
-            events.append(Event(json.loads(json.dumps(earlier.record)), earlier.key, earlier.op, earlier.row, earlier.pos))
+            events.append(Event(json.loads(json.dumps(earlier.record)), earlier.op))
         elif kind == "bad_json":
-            events.append(Event({"partition": 0, "key": None, "value": "{\"op\": \"c\", broken"}, None, "bad", None, pos))
+            events.append(Event({"partition": 0, "key": None, "value": "{\"op\": \"c\", broken"}, "bad"))
         elif kind == "no_key":
             rec = cs.insert({"ID": None, "REGION": None, "NAME": name, "AMOUNT": "1.00"})
-            events.append(Event(rec, None, "bad", None, pos))
+            events.append(Event(rec, "bad"))
     return events
-
-
-def expected_rows(events: list[Event], order: str) -> dict[tuple[int, str], tuple]:
-    latest: dict[tuple[int, str], tuple[tuple, Event]] = {}
-    for offset, ev in enumerate(events):
-        if ev.key is None:
-            continue
-        rank = (ev.pos, offset) if order == "mysql-binlog" else (offset,)
-        if ev.key not in latest or rank > latest[ev.key][0]:
-            latest[ev.key] = (rank, ev)
-    return {
-        key: (ev.row["NAME"], ev.row["AMOUNT"])
-        for key, (_, ev) in latest.items()
-        if ev.op != "d"
-    }
 
 
 @pytest.fixture(scope="module")
@@ -153,22 +131,27 @@ def test_target_matches_reference_model_after_every_sync(warehouses, mode, steps
     table = f"t_{mode}"
     _reset(wh, table)
     events = build_history(steps, replay_allowed=order != "kafka")
+    records = [{**e.record, "offset": offset} for offset, e in enumerate(events)]
+    table_config = pipeline.table(table)
     bounds = sorted({0, len(events), *[c for c in cuts if c < len(events)]})
-    bad = 0
     for lo, hi in zip(bounds, bounds[1:]):
-        batch = events[lo:hi]
-        ingest(wh, pipeline, table, [e.record for e in batch])
+        ingest(wh, pipeline, table, records[lo:hi])
         run = sync_one(wh, pipeline, table)
-        bad += sum(e.op == "bad" for e in batch)
-        assert run.events_read == len(batch)
-        want = expected_rows(events[:hi], order)
+        assert run.events_read == hi - lo
+        want = {
+            key: (row["name"], str(row["amount"]))
+            for key, row in expected_rows(records[:hi], table_config).items()
+            if not row.get("_deleted")
+        }
         where = " WHERE NOT _deleted" if delete_mode == "soft" else ""
         got = {
             (i, r): (n, str(a))
             for i, r, n, a in wh.query(f'SELECT id, region, name, amount FROM cdc."{table}"{where}')
         }
         assert got == want
-        assert wh.scalar("SELECT COUNT(*) FROM cdc.sync_quarantine") == bad
+        quarantined = set(wh.query("SELECT kafka_partition, kafka_offset FROM cdc.sync_quarantine"))
+        assert quarantined == set(expected_quarantine(records[:hi], table_config))
+        assert len(quarantined) == sum(e.op == "bad" for e in events[:hi])
     # Nothing new: nothing changes.
     snapshot = wh.query(f'SELECT * FROM cdc."{table}" ORDER BY 1, 2')
     assert sync_one(wh, pipeline, table).events_read == 0

@@ -28,6 +28,11 @@ def quote_literal(value: str) -> str:
     return "'" + value.replace("'", "''") + "'"
 
 
+# Magnitudes real/double hold (largest, smallest normal): a number outside them converts
+# to NULL (and is quarantined) instead of failing the cast.
+FLOAT_RANGES = {"real": ("3.4028234e38", "1.1754944e-38"), "double": ("1.7976931348623157e308", "2.2250738585072014e-308")}
+
+
 class PostgresDialect:
     name = "postgres"
     json_type = "jsonb"
@@ -110,7 +115,8 @@ class PostgresDialect:
         if t.family == "decimal":
             return f"{h('to_decimal')}({expr}, {t.precision}, {t.scale})::decimal({t.precision},{t.scale})"
         if t.family in ("real", "double"):
-            return f"{h('to_numeric')}({expr})::{self.type_sql(t)}"
+            max_abs, min_abs = FLOAT_RANGES[t.family]
+            return f"{h('to_float')}({expr}, {max_abs}, {min_abs})::{self.type_sql(t)}"
         if t.family == "boolean":
             return f"{h('to_boolean')}({expr})"
         if t.family in ("char", "varchar"):

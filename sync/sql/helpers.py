@@ -89,6 +89,18 @@ def helper_functions(schema: str) -> list[tuple[str, str]]:
             ),
         ),
         (
+            "sync_to_float",
+            _fn(
+                schema,
+                "to_float",
+                "j jsonb, max_abs numeric, min_abs numeric",
+                "numeric",
+                # Outside the type's range the cast to real/double would raise and fail the run.
+                f"SELECT CASE WHEN abs({numeric}(j)) <= max_abs AND ({numeric}(j) = 0 OR abs({numeric}(j)) >= min_abs)\n"
+                f"  THEN {numeric}(j) END",
+            ),
+        ),
+        (
             "sync_to_decimal",
             _fn(
                 schema,

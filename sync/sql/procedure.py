@@ -98,6 +98,12 @@ def classification_checks(d: PostgresDialect, table: TableConfig) -> list[Check]
             "quarantine",
             "'unknown op \"' || SUBSTRING(t.op, 1, 64) || '\"'",
         ),
+        # A c/r/u event without an after image would otherwise become a row of NULLs.
+        Check(
+            f"t.op <> 'd' AND ({d.json_is_null('t.img')} OR NOT {d.json_is_object('t.img')})",
+            "quarantine",
+            "'no row image: after is missing or not an object'",
+        ),
     ]
     for col in table.key_columns:
         checks.append(
@@ -258,7 +264,7 @@ def stage_insert_sql(d: PostgresDialect, pipeline: Pipeline, table: TableConfig)
         )
     level3 = (
         "SELECT f.kafka_partition, f.kafka_offset, f.kafka_timestamp, f.refresh_time,\n"
-        "       f.payload, f.raw_value, f.env, f.op, f.source_pos,\n"
+        "       f.payload, f.raw_value, f.env, f.img, f.op, f.source_pos,\n"
         f"       {source_ts_ms} AS source_ts_ms,\n"
         + ",\n".join("       " + line for line in field_lines)
         + f"\nFROM (\n{_indent(_fenced(d, level2_decoded), 2)}\n) f"
@@ -269,8 +275,15 @@ def stage_insert_sql(d: PostgresDialect, pipeline: Pipeline, table: TableConfig)
     reason = _case(checks, "reason", "NULL")
     # The payload kept for quarantined records is picked here, below the ROW_NUMBER sort,
     # so the sort does not carry every record's payload.
+    # Only what the stage needs goes on: the JSON values (payload, envelope, image) stay
+    # behind, so the sorts above do not carry them.
+    carried = (
+        "t.kafka_partition, t.kafka_offset, t.kafka_timestamp, t.refresh_time, t.raw_value,\n"
+        "       t.op, t.source_ts_ms, t.source_pos, t.unavailable,\n"
+        + "".join(f"       t.{q(col.target_name)},\n" for col in cols)
+    )
     level4 = (
-        "SELECT t.*,\n"
+        f"SELECT {carried}"
         f"{_indent(action, 7)} AS action,\n"
         f"{_indent(reason, 7)} AS reason,\n"
         f"       CASE WHEN t.raw_value IS NULL AND\n{_indent(action, 9)} = 'quarantine' THEN t.payload END AS quarantine_payload\n"
@@ -288,7 +301,7 @@ def stage_insert_sql(d: PostgresDialect, pipeline: Pipeline, table: TableConfig)
         # read) takes the newest position seen before it for its key in Kafka order, so it
         # still supersedes what precedes it and loses to what follows.
         level4 = (
-            "SELECT c.kafka_partition, c.kafka_offset, c.kafka_timestamp, c.refresh_time, c.payload, c.raw_value,\n"
+            "SELECT c.kafka_partition, c.kafka_offset, c.kafka_timestamp, c.refresh_time, c.raw_value,\n"
             "       c.op, c.action, c.reason, c.source_ts_ms, c.source_pos, c.unavailable, c.quarantine_payload,\n"
             + "".join(f"       c.{q(col.target_name)},\n" for col in cols)
             + "       COALESCE(c.source_pos, MAX(CASE WHEN c.action IN ('upsert', 'delete') THEN c.source_pos END) OVER (\n"
@@ -538,6 +551,16 @@ def procedure_sql(d: PostgresDialect, pipeline: Pipeline, table: TableConfig, or
                 "WHERE s._rn = 1 AND s._action = 'delete'\n"
                 f"  AND {key_match('m', 's')} AND {key_match('p', 's')} AND p._rn = m.rn AND p._action = 'upsert';"
             )
+            stored = ",\n       ".join(f"{q(c)} = COALESCE(s.{q(c)}, t.{q(c)})" for c in value_cols)
+            step(
+                "-- Without such an upsert, the stored row is the newest earlier state: a delete takes\n"
+                "-- its values where the before image has none (never an older value over a newer\n"
+                "-- NULL: the stored row is not consulted when the batch updated the key).\n"
+                f"UPDATE {stage} s SET {stored}\n"
+                f"FROM {target} t\n"
+                f"WHERE s._rn = 1 AND s._action = 'delete' AND {key_match('t', 's')}\n"
+                f"  AND NOT EXISTS (SELECT 1 FROM {stage} x WHERE x._action = 'upsert' AND x._rn > 1 AND {key_match('x', 's')});"
+            )
         step(
             "-- 6. Apply (soft deletes): upserts replace the row; deletes only mark it, keeping\n"
             "--    its last values (or record the key when it was never seen).\n"
@@ -547,10 +570,9 @@ def procedure_sql(d: PostgresDialect, pipeline: Pipeline, table: TableConfig, or
             f"INSERT INTO {target} ({insert_cols})\n"
             f"SELECT {select_vals('false')}\nFROM {stage} s\nWHERE s._rn = 1 AND s._action = 'upsert';"
         )
-        keep = ",\n       ".join(f"{q(c)} = COALESCE(s.{q(c)}, t.{q(c)})" for c in value_cols)
+        keep = ",\n       ".join(f"{q(c)} = s.{q(c)}" for c in value_cols)
         step(
-            "-- A delete keeps the row's values: from the event's before image where it has them,\n"
-            "-- else the stored ones (a key-only before image, as with REPLICA IDENTITY DEFAULT).\n"
+            "-- A delete keeps the row's last values, completed above.\n"
             f"UPDATE {target} t SET _deleted = true,\n"
             + (f"       {keep},\n" if keep else "")
             + "       _source_ts = s._source_ts, _source_pos = s._source_pos,\n"

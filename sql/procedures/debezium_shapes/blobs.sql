@@ -152,7 +152,12 @@ BEGIN
          c.quarantine_payload,
          CASE WHEN c.action = 'quarantine' THEN c.raw_value END
   FROM (
-    SELECT t.*,
+    SELECT t.kafka_partition, t.kafka_offset, t.kafka_timestamp, t.refresh_time, t.raw_value,
+           t.op, t.source_ts_ms, t.source_pos, t.unavailable,
+           t."id",
+           t."data",
+           t."doc",
+           t."tags",
            CASE
              WHEN t.raw_value IS NOT NULL THEN 'quarantine'
              WHEN (t.env IS NULL) THEN 'tombstone'
@@ -160,6 +165,7 @@ BEGIN
              WHEN t.op IS NULL THEN 'quarantine'
              WHEN t.op = 't' THEN 'truncate'
              WHEN t.op NOT IN ('c', 'r', 'u', 'd') THEN 'quarantine'
+             WHEN t.op <> 'd' AND ((t.img IS NULL) OR NOT IS_OBJECT(t.img)) THEN 'quarantine'
              WHEN t."id" IS NULL THEN 'quarantine'
              WHEN t.op <> 'd' AND NOT (t."j__data" IS NULL) AND t."data" IS NULL AND NOT COALESCE(CASE WHEN IS_VARCHAR(t."j__data") THEN t."j__data"::varchar(65535) WHEN t."j__data" IS NOT NULL THEN JSON_SERIALIZE(t."j__data") END IN ('__debezium_unavailable_value', 'X19kZWJleml1bV91bmF2YWlsYWJsZV92YWx1ZQ==', '["__debezium_unavailable_value"]'), false) THEN 'quarantine'
              WHEN t.op <> 'd' AND NOT (t."j__doc" IS NULL) AND t."doc" IS NULL AND NOT COALESCE(CASE WHEN IS_VARCHAR(t."j__doc") THEN t."j__doc"::varchar(65535) WHEN t."j__doc" IS NOT NULL THEN JSON_SERIALIZE(t."j__doc") END IN ('__debezium_unavailable_value', 'X19kZWJleml1bV91bmF2YWlsYWJsZV92YWx1ZQ==', '["__debezium_unavailable_value"]'), false) THEN 'quarantine'
@@ -174,6 +180,7 @@ BEGIN
              WHEN t.op IS NULL THEN 'no op field: not a Debezium change event'
              WHEN t.op = 't' THEN NULL
              WHEN t.op NOT IN ('c', 'r', 'u', 'd') THEN 'unknown op "' || SUBSTRING(t.op, 1, 64) || '"'
+             WHEN t.op <> 'd' AND ((t.img IS NULL) OR NOT IS_OBJECT(t.img)) THEN 'no row image: after is missing or not an object'
              WHEN t."id" IS NULL THEN 'primary key field id is missing or not a integer'
              WHEN t.op <> 'd' AND NOT (t."j__data" IS NULL) AND t."data" IS NULL AND NOT COALESCE(CASE WHEN IS_VARCHAR(t."j__data") THEN t."j__data"::varchar(65535) WHEN t."j__data" IS NOT NULL THEN JSON_SERIALIZE(t."j__data") END IN ('__debezium_unavailable_value', 'X19kZWJleml1bV91bmF2YWlsYWJsZV92YWx1ZQ==', '["__debezium_unavailable_value"]'), false) THEN 'field data does not convert to varbyte(64)'
              WHEN t.op <> 'd' AND NOT (t."j__doc" IS NULL) AND t."doc" IS NULL AND NOT COALESCE(CASE WHEN IS_VARCHAR(t."j__doc") THEN t."j__doc"::varchar(65535) WHEN t."j__doc" IS NOT NULL THEN JSON_SERIALIZE(t."j__doc") END IN ('__debezium_unavailable_value', 'X19kZWJleml1bV91bmF2YWlsYWJsZV92YWx1ZQ==', '["__debezium_unavailable_value"]'), false) THEN 'field doc does not convert to super'
@@ -189,6 +196,7 @@ BEGIN
                WHEN t.op IS NULL THEN 'quarantine'
                WHEN t.op = 't' THEN 'truncate'
                WHEN t.op NOT IN ('c', 'r', 'u', 'd') THEN 'quarantine'
+               WHEN t.op <> 'd' AND ((t.img IS NULL) OR NOT IS_OBJECT(t.img)) THEN 'quarantine'
                WHEN t."id" IS NULL THEN 'quarantine'
                WHEN t.op <> 'd' AND NOT (t."j__data" IS NULL) AND t."data" IS NULL AND NOT COALESCE(CASE WHEN IS_VARCHAR(t."j__data") THEN t."j__data"::varchar(65535) WHEN t."j__data" IS NOT NULL THEN JSON_SERIALIZE(t."j__data") END IN ('__debezium_unavailable_value', 'X19kZWJleml1bV91bmF2YWlsYWJsZV92YWx1ZQ==', '["__debezium_unavailable_value"]'), false) THEN 'quarantine'
                WHEN t.op <> 'd' AND NOT (t."j__doc" IS NULL) AND t."doc" IS NULL AND NOT COALESCE(CASE WHEN IS_VARCHAR(t."j__doc") THEN t."j__doc"::varchar(65535) WHEN t."j__doc" IS NOT NULL THEN JSON_SERIALIZE(t."j__doc") END IN ('__debezium_unavailable_value', 'X19kZWJleml1bV91bmF2YWlsYWJsZV92YWx1ZQ==', '["__debezium_unavailable_value"]'), false) THEN 'quarantine'
@@ -198,7 +206,7 @@ BEGIN
              END = 'quarantine' THEN t.payload END AS quarantine_payload
     FROM (
       SELECT f.kafka_partition, f.kafka_offset, f.kafka_timestamp, f.refresh_time,
-             f.payload, f.raw_value, f.env, f.op, f.source_pos,
+             f.payload, f.raw_value, f.env, f.img, f.op, f.source_pos,
              CAST(f.source_ts_ms AS bigint) AS source_ts_ms,
              COALESCE(CAST(f.img."id" AS integer),
                CAST(f.key_env."id" AS integer)) AS "id",

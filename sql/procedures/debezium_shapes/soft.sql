@@ -137,7 +137,11 @@ BEGIN
          c.quarantine_payload,
          CASE WHEN c.action = 'quarantine' THEN c.raw_value END
   FROM (
-    SELECT t.*,
+    SELECT t.kafka_partition, t.kafka_offset, t.kafka_timestamp, t.refresh_time, t.raw_value,
+           t.op, t.source_ts_ms, t.source_pos, t.unavailable,
+           t."id",
+           t."name",
+           t."bio",
            CASE
              WHEN t.raw_value IS NOT NULL THEN 'quarantine'
              WHEN (t.env IS NULL) AND t."id" IS NOT NULL THEN 'delete'
@@ -146,6 +150,7 @@ BEGIN
              WHEN t.op IS NULL THEN 'quarantine'
              WHEN t.op = 't' THEN 'truncate'
              WHEN t.op NOT IN ('c', 'r', 'u', 'd') THEN 'quarantine'
+             WHEN t.op <> 'd' AND ((t.img IS NULL) OR NOT IS_OBJECT(t.img)) THEN 'quarantine'
              WHEN t."id" IS NULL THEN 'quarantine'
              WHEN t.op <> 'd' AND NOT (t."j__name" IS NULL) AND t."name" IS NULL AND NOT COALESCE(CASE WHEN IS_VARCHAR(t."j__name") THEN t."j__name"::varchar(65535) WHEN t."j__name" IS NOT NULL THEN JSON_SERIALIZE(t."j__name") END IN ('__debezium_unavailable_value', 'X19kZWJleml1bV91bmF2YWlsYWJsZV92YWx1ZQ==', '["__debezium_unavailable_value"]'), false) THEN 'quarantine'
              WHEN t.op <> 'd' AND NOT (t."j__bio" IS NULL) AND t."bio" IS NULL AND NOT COALESCE(CASE WHEN IS_VARCHAR(t."j__bio") THEN t."j__bio"::varchar(65535) WHEN t."j__bio" IS NOT NULL THEN JSON_SERIALIZE(t."j__bio") END IN ('__debezium_unavailable_value', 'X19kZWJleml1bV91bmF2YWlsYWJsZV92YWx1ZQ==', '["__debezium_unavailable_value"]'), false) THEN 'quarantine'
@@ -160,6 +165,7 @@ BEGIN
              WHEN t.op IS NULL THEN 'no op field: not a Debezium change event'
              WHEN t.op = 't' THEN NULL
              WHEN t.op NOT IN ('c', 'r', 'u', 'd') THEN 'unknown op "' || SUBSTRING(t.op, 1, 64) || '"'
+             WHEN t.op <> 'd' AND ((t.img IS NULL) OR NOT IS_OBJECT(t.img)) THEN 'no row image: after is missing or not an object'
              WHEN t."id" IS NULL THEN 'primary key field id is missing or not a integer'
              WHEN t.op <> 'd' AND NOT (t."j__name" IS NULL) AND t."name" IS NULL AND NOT COALESCE(CASE WHEN IS_VARCHAR(t."j__name") THEN t."j__name"::varchar(65535) WHEN t."j__name" IS NOT NULL THEN JSON_SERIALIZE(t."j__name") END IN ('__debezium_unavailable_value', 'X19kZWJleml1bV91bmF2YWlsYWJsZV92YWx1ZQ==', '["__debezium_unavailable_value"]'), false) THEN 'field name does not convert to varchar(64)'
              WHEN t.op <> 'd' AND NOT (t."j__bio" IS NULL) AND t."bio" IS NULL AND NOT COALESCE(CASE WHEN IS_VARCHAR(t."j__bio") THEN t."j__bio"::varchar(65535) WHEN t."j__bio" IS NOT NULL THEN JSON_SERIALIZE(t."j__bio") END IN ('__debezium_unavailable_value', 'X19kZWJleml1bV91bmF2YWlsYWJsZV92YWx1ZQ==', '["__debezium_unavailable_value"]'), false) THEN 'field bio does not convert to varchar(256)'
@@ -175,6 +181,7 @@ BEGIN
                WHEN t.op IS NULL THEN 'quarantine'
                WHEN t.op = 't' THEN 'truncate'
                WHEN t.op NOT IN ('c', 'r', 'u', 'd') THEN 'quarantine'
+               WHEN t.op <> 'd' AND ((t.img IS NULL) OR NOT IS_OBJECT(t.img)) THEN 'quarantine'
                WHEN t."id" IS NULL THEN 'quarantine'
                WHEN t.op <> 'd' AND NOT (t."j__name" IS NULL) AND t."name" IS NULL AND NOT COALESCE(CASE WHEN IS_VARCHAR(t."j__name") THEN t."j__name"::varchar(65535) WHEN t."j__name" IS NOT NULL THEN JSON_SERIALIZE(t."j__name") END IN ('__debezium_unavailable_value', 'X19kZWJleml1bV91bmF2YWlsYWJsZV92YWx1ZQ==', '["__debezium_unavailable_value"]'), false) THEN 'quarantine'
                WHEN t.op <> 'd' AND NOT (t."j__bio" IS NULL) AND t."bio" IS NULL AND NOT COALESCE(CASE WHEN IS_VARCHAR(t."j__bio") THEN t."j__bio"::varchar(65535) WHEN t."j__bio" IS NOT NULL THEN JSON_SERIALIZE(t."j__bio") END IN ('__debezium_unavailable_value', 'X19kZWJleml1bV91bmF2YWlsYWJsZV92YWx1ZQ==', '["__debezium_unavailable_value"]'), false) THEN 'quarantine'
@@ -183,7 +190,7 @@ BEGIN
              END = 'quarantine' THEN t.payload END AS quarantine_payload
     FROM (
       SELECT f.kafka_partition, f.kafka_offset, f.kafka_timestamp, f.refresh_time,
-             f.payload, f.raw_value, f.env, f.op, f.source_pos,
+             f.payload, f.raw_value, f.env, f.img, f.op, f.source_pos,
              CAST(f.source_ts_ms AS bigint) AS source_ts_ms,
              COALESCE(CAST(f.img."id" AS integer),
                CAST(f.key_env."id" AS integer)) AS "id",
@@ -256,6 +263,14 @@ BEGIN
           WHERE _action = 'upsert' AND _rn > 1 GROUP BY "id") m
     WHERE s._rn = 1 AND s._action = 'delete'
       AND m."id" = s."id" AND p."id" = s."id" AND p._rn = m.rn AND p._action = 'upsert';
+    -- Without such an upsert, the stored row is the newest earlier state: a delete takes
+    -- its values where the before image has none (never an older value over a newer
+    -- NULL: the stored row is not consulted when the batch updated the key).
+    UPDATE "cdc"."soft__stage" s SET "name" = COALESCE(s."name", t."name"),
+           "bio" = COALESCE(s."bio", t."bio")
+    FROM "cdc"."soft" t
+    WHERE s._rn = 1 AND s._action = 'delete' AND t."id" = s."id"
+      AND NOT EXISTS (SELECT 1 FROM "cdc"."soft__stage" x WHERE x._action = 'upsert' AND x._rn > 1 AND x."id" = s."id");
     -- 6. Apply (soft deletes): upserts replace the row; deletes only mark it, keeping
     --    its last values (or record the key when it was never seen).
     DELETE FROM "cdc"."soft"
@@ -266,11 +281,10 @@ BEGIN
     SELECT s."id", s."name", s."bio", s._source_ts, s._source_pos, s._kafka_partition, s._kafka_offset, GETDATE(), false
     FROM "cdc"."soft__stage" s
     WHERE s._rn = 1 AND s._action = 'upsert';
-    -- A delete keeps the row's values: from the event's before image where it has them,
-    -- else the stored ones (a key-only before image, as with REPLICA IDENTITY DEFAULT).
+    -- A delete keeps the row's last values, completed above.
     UPDATE "cdc"."soft" t SET _deleted = true,
-           "name" = COALESCE(s."name", t."name"),
-           "bio" = COALESCE(s."bio", t."bio"),
+           "name" = s."name",
+           "bio" = s."bio",
            _source_ts = s._source_ts, _source_pos = s._source_pos,
            _kafka_partition = s._kafka_partition, _kafka_offset = s._kafka_offset, _synced_at = GETDATE()
     FROM "cdc"."soft__stage" s

@@ -148,7 +148,7 @@ BEGIN
          c.quarantine_payload,
          CASE WHEN c.action = 'quarantine' THEN c.raw_value END
   FROM (
-    SELECT c.kafka_partition, c.kafka_offset, c.kafka_timestamp, c.refresh_time, c.payload, c.raw_value,
+    SELECT c.kafka_partition, c.kafka_offset, c.kafka_timestamp, c.refresh_time, c.raw_value,
            c.op, c.action, c.reason, c.source_ts_ms, c.source_pos, c.unavailable, c.quarantine_payload,
            c."id",
            c."name",
@@ -157,7 +157,11 @@ BEGIN
              PARTITION BY c."id"
              ORDER BY c.kafka_partition, c.kafka_offset ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW)) AS rank_pos
     FROM (
-      SELECT t.*,
+      SELECT t.kafka_partition, t.kafka_offset, t.kafka_timestamp, t.refresh_time, t.raw_value,
+             t.op, t.source_ts_ms, t.source_pos, t.unavailable,
+             t."id",
+             t."name",
+             t."bio",
              CASE
                WHEN t.raw_value IS NOT NULL THEN 'quarantine'
                WHEN (t.env IS NULL) AND t."id" IS NOT NULL THEN 'delete'
@@ -166,6 +170,7 @@ BEGIN
                WHEN t.op IS NULL THEN 'quarantine'
                WHEN t.op = 't' THEN 'truncate'
                WHEN t.op NOT IN ('c', 'r', 'u', 'd') THEN 'quarantine'
+               WHEN t.op <> 'd' AND ((t.img IS NULL) OR NOT IS_OBJECT(t.img)) THEN 'quarantine'
                WHEN t."id" IS NULL THEN 'quarantine'
                WHEN t.op <> 'd' AND NOT (t."j__name" IS NULL) AND t."name" IS NULL AND NOT COALESCE(CASE WHEN IS_VARCHAR(t."j__name") THEN t."j__name"::varchar(65535) WHEN t."j__name" IS NOT NULL THEN JSON_SERIALIZE(t."j__name") END IN ('__debezium_unavailable_value', 'X19kZWJleml1bV91bmF2YWlsYWJsZV92YWx1ZQ==', '["__debezium_unavailable_value"]'), false) THEN 'quarantine'
                WHEN t.op <> 'd' AND NOT (t."j__bio" IS NULL) AND t."bio" IS NULL AND NOT COALESCE(CASE WHEN IS_VARCHAR(t."j__bio") THEN t."j__bio"::varchar(65535) WHEN t."j__bio" IS NOT NULL THEN JSON_SERIALIZE(t."j__bio") END IN ('__debezium_unavailable_value', 'X19kZWJleml1bV91bmF2YWlsYWJsZV92YWx1ZQ==', '["__debezium_unavailable_value"]'), false) THEN 'quarantine'
@@ -180,6 +185,7 @@ BEGIN
                WHEN t.op IS NULL THEN 'no op field: not a Debezium change event'
                WHEN t.op = 't' THEN NULL
                WHEN t.op NOT IN ('c', 'r', 'u', 'd') THEN 'unknown op "' || SUBSTRING(t.op, 1, 64) || '"'
+               WHEN t.op <> 'd' AND ((t.img IS NULL) OR NOT IS_OBJECT(t.img)) THEN 'no row image: after is missing or not an object'
                WHEN t."id" IS NULL THEN 'primary key field id is missing or not a integer'
                WHEN t.op <> 'd' AND NOT (t."j__name" IS NULL) AND t."name" IS NULL AND NOT COALESCE(CASE WHEN IS_VARCHAR(t."j__name") THEN t."j__name"::varchar(65535) WHEN t."j__name" IS NOT NULL THEN JSON_SERIALIZE(t."j__name") END IN ('__debezium_unavailable_value', 'X19kZWJleml1bV91bmF2YWlsYWJsZV92YWx1ZQ==', '["__debezium_unavailable_value"]'), false) THEN 'field name does not convert to varchar(64)'
                WHEN t.op <> 'd' AND NOT (t."j__bio" IS NULL) AND t."bio" IS NULL AND NOT COALESCE(CASE WHEN IS_VARCHAR(t."j__bio") THEN t."j__bio"::varchar(65535) WHEN t."j__bio" IS NOT NULL THEN JSON_SERIALIZE(t."j__bio") END IN ('__debezium_unavailable_value', 'X19kZWJleml1bV91bmF2YWlsYWJsZV92YWx1ZQ==', '["__debezium_unavailable_value"]'), false) THEN 'field bio does not convert to varchar(256)'
@@ -195,6 +201,7 @@ BEGIN
                  WHEN t.op IS NULL THEN 'quarantine'
                  WHEN t.op = 't' THEN 'truncate'
                  WHEN t.op NOT IN ('c', 'r', 'u', 'd') THEN 'quarantine'
+                 WHEN t.op <> 'd' AND ((t.img IS NULL) OR NOT IS_OBJECT(t.img)) THEN 'quarantine'
                  WHEN t."id" IS NULL THEN 'quarantine'
                  WHEN t.op <> 'd' AND NOT (t."j__name" IS NULL) AND t."name" IS NULL AND NOT COALESCE(CASE WHEN IS_VARCHAR(t."j__name") THEN t."j__name"::varchar(65535) WHEN t."j__name" IS NOT NULL THEN JSON_SERIALIZE(t."j__name") END IN ('__debezium_unavailable_value', 'X19kZWJleml1bV91bmF2YWlsYWJsZV92YWx1ZQ==', '["__debezium_unavailable_value"]'), false) THEN 'quarantine'
                  WHEN t.op <> 'd' AND NOT (t."j__bio" IS NULL) AND t."bio" IS NULL AND NOT COALESCE(CASE WHEN IS_VARCHAR(t."j__bio") THEN t."j__bio"::varchar(65535) WHEN t."j__bio" IS NOT NULL THEN JSON_SERIALIZE(t."j__bio") END IN ('__debezium_unavailable_value', 'X19kZWJleml1bV91bmF2YWlsYWJsZV92YWx1ZQ==', '["__debezium_unavailable_value"]'), false) THEN 'quarantine'
@@ -203,7 +210,7 @@ BEGIN
                END = 'quarantine' THEN t.payload END AS quarantine_payload
       FROM (
         SELECT f.kafka_partition, f.kafka_offset, f.kafka_timestamp, f.refresh_time,
-               f.payload, f.raw_value, f.env, f.op, f.source_pos,
+               f.payload, f.raw_value, f.env, f.img, f.op, f.source_pos,
                CAST(f.source_ts_ms AS bigint) AS source_ts_ms,
                COALESCE(CAST(f.img."id" AS integer),
                  CAST(f.key_env."id" AS integer)) AS "id",

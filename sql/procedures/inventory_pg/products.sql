@@ -176,7 +176,7 @@ BEGIN
          c.quarantine_payload,
          CASE WHEN c.action = 'quarantine' THEN c.raw_value END
   FROM (
-    SELECT c.kafka_partition, c.kafka_offset, c.kafka_timestamp, c.refresh_time, c.payload, c.raw_value,
+    SELECT c.kafka_partition, c.kafka_offset, c.kafka_timestamp, c.refresh_time, c.raw_value,
            c.op, c.action, c.reason, c.source_ts_ms, c.source_pos, c.unavailable, c.quarantine_payload,
            c."id",
            c."sku",
@@ -192,7 +192,18 @@ BEGIN
              PARTITION BY c."id"
              ORDER BY c.kafka_partition, c.kafka_offset ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW)) AS rank_pos
     FROM (
-      SELECT t.*,
+      SELECT t.kafka_partition, t.kafka_offset, t.kafka_timestamp, t.refresh_time, t.raw_value,
+             t.op, t.source_ts_ms, t.source_pos, t.unavailable,
+             t."id",
+             t."sku",
+             t."description",
+             t."price",
+             t."weight",
+             t."released",
+             t."updated_at",
+             t."published_at",
+             t."attributes",
+             t."in_stock",
              CASE
                WHEN t.raw_value IS NOT NULL THEN 'quarantine'
                WHEN (t.env IS NULL) THEN 'tombstone'
@@ -200,6 +211,7 @@ BEGIN
                WHEN t.op IS NULL THEN 'quarantine'
                WHEN t.op = 't' THEN 'truncate'
                WHEN t.op NOT IN ('c', 'r', 'u', 'd') THEN 'quarantine'
+               WHEN t.op <> 'd' AND ((t.img IS NULL) OR NOT IS_OBJECT(t.img)) THEN 'quarantine'
                WHEN t."id" IS NULL THEN 'quarantine'
                WHEN t.op <> 'd' AND NOT (t."j__sku" IS NULL) AND t."sku" IS NULL AND NOT COALESCE(CASE WHEN IS_VARCHAR(t."j__sku") THEN t."j__sku"::varchar(65535) WHEN t."j__sku" IS NOT NULL THEN JSON_SERIALIZE(t."j__sku") END IN ('__debezium_unavailable_value', 'X19kZWJleml1bV91bmF2YWlsYWJsZV92YWx1ZQ==', '["__debezium_unavailable_value"]'), false) THEN 'quarantine'
                WHEN t.op <> 'd' AND NOT (t."j__description" IS NULL) AND t."description" IS NULL AND NOT COALESCE(CASE WHEN IS_VARCHAR(t."j__description") THEN t."j__description"::varchar(65535) WHEN t."j__description" IS NOT NULL THEN JSON_SERIALIZE(t."j__description") END IN ('__debezium_unavailable_value', 'X19kZWJleml1bV91bmF2YWlsYWJsZV92YWx1ZQ==', '["__debezium_unavailable_value"]'), false) THEN 'quarantine'
@@ -220,6 +232,7 @@ BEGIN
                WHEN t.op IS NULL THEN 'no op field: not a Debezium change event'
                WHEN t.op = 't' THEN NULL
                WHEN t.op NOT IN ('c', 'r', 'u', 'd') THEN 'unknown op "' || SUBSTRING(t.op, 1, 64) || '"'
+               WHEN t.op <> 'd' AND ((t.img IS NULL) OR NOT IS_OBJECT(t.img)) THEN 'no row image: after is missing or not an object'
                WHEN t."id" IS NULL THEN 'primary key field id is missing or not a integer'
                WHEN t.op <> 'd' AND NOT (t."j__sku" IS NULL) AND t."sku" IS NULL AND NOT COALESCE(CASE WHEN IS_VARCHAR(t."j__sku") THEN t."j__sku"::varchar(65535) WHEN t."j__sku" IS NOT NULL THEN JSON_SERIALIZE(t."j__sku") END IN ('__debezium_unavailable_value', 'X19kZWJleml1bV91bmF2YWlsYWJsZV92YWx1ZQ==', '["__debezium_unavailable_value"]'), false) THEN 'field Sku does not convert to varchar(32)'
                WHEN t.op <> 'd' AND NOT (t."j__description" IS NULL) AND t."description" IS NULL AND NOT COALESCE(CASE WHEN IS_VARCHAR(t."j__description") THEN t."j__description"::varchar(65535) WHEN t."j__description" IS NOT NULL THEN JSON_SERIALIZE(t."j__description") END IN ('__debezium_unavailable_value', 'X19kZWJleml1bV91bmF2YWlsYWJsZV92YWx1ZQ==', '["__debezium_unavailable_value"]'), false) THEN 'field description does not convert to varchar(65535)'
@@ -241,6 +254,7 @@ BEGIN
                  WHEN t.op IS NULL THEN 'quarantine'
                  WHEN t.op = 't' THEN 'truncate'
                  WHEN t.op NOT IN ('c', 'r', 'u', 'd') THEN 'quarantine'
+                 WHEN t.op <> 'd' AND ((t.img IS NULL) OR NOT IS_OBJECT(t.img)) THEN 'quarantine'
                  WHEN t."id" IS NULL THEN 'quarantine'
                  WHEN t.op <> 'd' AND NOT (t."j__sku" IS NULL) AND t."sku" IS NULL AND NOT COALESCE(CASE WHEN IS_VARCHAR(t."j__sku") THEN t."j__sku"::varchar(65535) WHEN t."j__sku" IS NOT NULL THEN JSON_SERIALIZE(t."j__sku") END IN ('__debezium_unavailable_value', 'X19kZWJleml1bV91bmF2YWlsYWJsZV92YWx1ZQ==', '["__debezium_unavailable_value"]'), false) THEN 'quarantine'
                  WHEN t.op <> 'd' AND NOT (t."j__description" IS NULL) AND t."description" IS NULL AND NOT COALESCE(CASE WHEN IS_VARCHAR(t."j__description") THEN t."j__description"::varchar(65535) WHEN t."j__description" IS NOT NULL THEN JSON_SERIALIZE(t."j__description") END IN ('__debezium_unavailable_value', 'X19kZWJleml1bV91bmF2YWlsYWJsZV92YWx1ZQ==', '["__debezium_unavailable_value"]'), false) THEN 'quarantine'
@@ -256,7 +270,7 @@ BEGIN
                END = 'quarantine' THEN t.payload END AS quarantine_payload
       FROM (
         SELECT f.kafka_partition, f.kafka_offset, f.kafka_timestamp, f.refresh_time,
-               f.payload, f.raw_value, f.env, f.op, f.source_pos,
+               f.payload, f.raw_value, f.env, f.img, f.op, f.source_pos,
                CAST(f.source_ts_ms AS bigint) AS source_ts_ms,
                COALESCE(CAST(f.img."id" AS integer),
                  CAST(f.key_env."id" AS integer)) AS "id",

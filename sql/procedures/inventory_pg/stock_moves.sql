@@ -141,7 +141,7 @@ BEGIN
          c.quarantine_payload,
          CASE WHEN c.action = 'quarantine' THEN c.raw_value END
   FROM (
-    SELECT c.kafka_partition, c.kafka_offset, c.kafka_timestamp, c.refresh_time, c.payload, c.raw_value,
+    SELECT c.kafka_partition, c.kafka_offset, c.kafka_timestamp, c.refresh_time, c.raw_value,
            c.op, c.action, c.reason, c.source_ts_ms, c.source_pos, c.unavailable, c.quarantine_payload,
            c."move_id",
            c."product_id",
@@ -151,7 +151,12 @@ BEGIN
              PARTITION BY c."move_id"
              ORDER BY c.kafka_partition, c.kafka_offset ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW)) AS rank_pos
     FROM (
-      SELECT t.*,
+      SELECT t.kafka_partition, t.kafka_offset, t.kafka_timestamp, t.refresh_time, t.raw_value,
+             t.op, t.source_ts_ms, t.source_pos, t.unavailable,
+             t."move_id",
+             t."product_id",
+             t."quantity",
+             t."moved_at",
              CASE
                WHEN t.raw_value IS NOT NULL THEN 'quarantine'
                WHEN (t.env IS NULL) AND t."move_id" IS NOT NULL THEN 'delete'
@@ -160,6 +165,7 @@ BEGIN
                WHEN t.op IS NULL THEN 'quarantine'
                WHEN t.op = 't' THEN 'truncate'
                WHEN t.op NOT IN ('c', 'r', 'u', 'd') THEN 'quarantine'
+               WHEN t.op <> 'd' AND ((t.img IS NULL) OR NOT IS_OBJECT(t.img)) THEN 'quarantine'
                WHEN t."move_id" IS NULL THEN 'quarantine'
                WHEN t.op <> 'd' AND NOT (t."j__product_id" IS NULL) AND t."product_id" IS NULL THEN 'quarantine'
                WHEN t.op <> 'd' AND NOT (t."j__quantity" IS NULL) AND t."quantity" IS NULL THEN 'quarantine'
@@ -175,6 +181,7 @@ BEGIN
                WHEN t.op IS NULL THEN 'no op field: not a Debezium change event'
                WHEN t.op = 't' THEN NULL
                WHEN t.op NOT IN ('c', 'r', 'u', 'd') THEN 'unknown op "' || SUBSTRING(t.op, 1, 64) || '"'
+               WHEN t.op <> 'd' AND ((t.img IS NULL) OR NOT IS_OBJECT(t.img)) THEN 'no row image: after is missing or not an object'
                WHEN t."move_id" IS NULL THEN 'primary key field move_id is missing or not a bigint'
                WHEN t.op <> 'd' AND NOT (t."j__product_id" IS NULL) AND t."product_id" IS NULL THEN 'field product_id does not convert to integer'
                WHEN t.op <> 'd' AND NOT (t."j__quantity" IS NULL) AND t."quantity" IS NULL THEN 'field quantity does not convert to integer'
@@ -191,6 +198,7 @@ BEGIN
                  WHEN t.op IS NULL THEN 'quarantine'
                  WHEN t.op = 't' THEN 'truncate'
                  WHEN t.op NOT IN ('c', 'r', 'u', 'd') THEN 'quarantine'
+                 WHEN t.op <> 'd' AND ((t.img IS NULL) OR NOT IS_OBJECT(t.img)) THEN 'quarantine'
                  WHEN t."move_id" IS NULL THEN 'quarantine'
                  WHEN t.op <> 'd' AND NOT (t."j__product_id" IS NULL) AND t."product_id" IS NULL THEN 'quarantine'
                  WHEN t.op <> 'd' AND NOT (t."j__quantity" IS NULL) AND t."quantity" IS NULL THEN 'quarantine'
@@ -200,7 +208,7 @@ BEGIN
                END = 'quarantine' THEN t.payload END AS quarantine_payload
       FROM (
         SELECT f.kafka_partition, f.kafka_offset, f.kafka_timestamp, f.refresh_time,
-               f.payload, f.raw_value, f.env, f.op, f.source_pos,
+               f.payload, f.raw_value, f.env, f.img, f.op, f.source_pos,
                CAST(f.source_ts_ms AS bigint) AS source_ts_ms,
                COALESCE(CAST(f.img."move_id" AS bigint),
                  CAST(f.key_env."move_id" AS bigint)) AS "move_id",
@@ -279,6 +287,15 @@ BEGIN
           WHERE _action = 'upsert' AND _rn > 1 GROUP BY "move_id") m
     WHERE s._rn = 1 AND s._action = 'delete'
       AND m."move_id" = s."move_id" AND p."move_id" = s."move_id" AND p._rn = m.rn AND p._action = 'upsert';
+    -- Without such an upsert, the stored row is the newest earlier state: a delete takes
+    -- its values where the before image has none (never an older value over a newer
+    -- NULL: the stored row is not consulted when the batch updated the key).
+    UPDATE "inventory"."stock_moves__stage" s SET "product_id" = COALESCE(s."product_id", t."product_id"),
+           "quantity" = COALESCE(s."quantity", t."quantity"),
+           "moved_at" = COALESCE(s."moved_at", t."moved_at")
+    FROM "inventory"."stock_moves" t
+    WHERE s._rn = 1 AND s._action = 'delete' AND t."move_id" = s."move_id"
+      AND NOT EXISTS (SELECT 1 FROM "inventory"."stock_moves__stage" x WHERE x._action = 'upsert' AND x._rn > 1 AND x."move_id" = s."move_id");
     -- 6. Apply (soft deletes): upserts replace the row; deletes only mark it, keeping
     --    its last values (or record the key when it was never seen).
     DELETE FROM "inventory"."stock_moves"
@@ -289,12 +306,11 @@ BEGIN
     SELECT s."move_id", s."product_id", s."quantity", s."moved_at", s._source_ts, s._source_pos, s._kafka_partition, s._kafka_offset, GETDATE(), false
     FROM "inventory"."stock_moves__stage" s
     WHERE s._rn = 1 AND s._action = 'upsert';
-    -- A delete keeps the row's values: from the event's before image where it has them,
-    -- else the stored ones (a key-only before image, as with REPLICA IDENTITY DEFAULT).
+    -- A delete keeps the row's last values, completed above.
     UPDATE "inventory"."stock_moves" t SET _deleted = true,
-           "product_id" = COALESCE(s."product_id", t."product_id"),
-           "quantity" = COALESCE(s."quantity", t."quantity"),
-           "moved_at" = COALESCE(s."moved_at", t."moved_at"),
+           "product_id" = s."product_id",
+           "quantity" = s."quantity",
+           "moved_at" = s."moved_at",
            _source_ts = s._source_ts, _source_pos = s._source_pos,
            _kafka_partition = s._kafka_partition, _kafka_offset = s._kafka_offset, _synced_at = GETDATE()
     FROM "inventory"."stock_moves__stage" s

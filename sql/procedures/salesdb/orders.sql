@@ -145,7 +145,7 @@ BEGIN
          c.quarantine_payload,
          CASE WHEN c.action = 'quarantine' THEN c.raw_value END
   FROM (
-    SELECT c.kafka_partition, c.kafka_offset, c.kafka_timestamp, c.refresh_time, c.payload, c.raw_value,
+    SELECT c.kafka_partition, c.kafka_offset, c.kafka_timestamp, c.refresh_time, c.raw_value,
            c.op, c.action, c.reason, c.source_ts_ms, c.source_pos, c.unavailable, c.quarantine_payload,
            c."order_id",
            c."customer_id",
@@ -156,7 +156,13 @@ BEGIN
              PARTITION BY c."order_id"
              ORDER BY c.kafka_partition, c.kafka_offset ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW)) AS rank_pos
     FROM (
-      SELECT t.*,
+      SELECT t.kafka_partition, t.kafka_offset, t.kafka_timestamp, t.refresh_time, t.raw_value,
+             t.op, t.source_ts_ms, t.source_pos, t.unavailable,
+             t."order_id",
+             t."customer_id",
+             t."status",
+             t."total",
+             t."placed_at",
              CASE
                WHEN t.raw_value IS NOT NULL THEN 'quarantine'
                WHEN (t.env IS NULL) THEN 'tombstone'
@@ -164,6 +170,7 @@ BEGIN
                WHEN t.op IS NULL THEN 'quarantine'
                WHEN t.op = 't' THEN 'truncate'
                WHEN t.op NOT IN ('c', 'r', 'u', 'd') THEN 'quarantine'
+               WHEN t.op <> 'd' AND ((t.img IS NULL) OR NOT IS_OBJECT(t.img)) THEN 'quarantine'
                WHEN t."order_id" IS NULL THEN 'quarantine'
                WHEN t.op <> 'd' AND NOT (t."j__customer_id" IS NULL) AND t."customer_id" IS NULL AND NOT COALESCE(CASE WHEN IS_VARCHAR(t."j__customer_id") THEN t."j__customer_id"::varchar(65535) WHEN t."j__customer_id" IS NOT NULL THEN JSON_SERIALIZE(t."j__customer_id") END IN ('__debezium_unavailable_value', 'X19kZWJleml1bV91bmF2YWlsYWJsZV92YWx1ZQ==', '["__debezium_unavailable_value"]'), false) THEN 'quarantine'
                WHEN t.op <> 'd' AND NOT (t."j__status" IS NULL) AND t."status" IS NULL AND NOT COALESCE(CASE WHEN IS_VARCHAR(t."j__status") THEN t."j__status"::varchar(65535) WHEN t."j__status" IS NOT NULL THEN JSON_SERIALIZE(t."j__status") END IN ('__debezium_unavailable_value', 'X19kZWJleml1bV91bmF2YWlsYWJsZV92YWx1ZQ==', '["__debezium_unavailable_value"]'), false) THEN 'quarantine'
@@ -179,6 +186,7 @@ BEGIN
                WHEN t.op IS NULL THEN 'no op field: not a Debezium change event'
                WHEN t.op = 't' THEN NULL
                WHEN t.op NOT IN ('c', 'r', 'u', 'd') THEN 'unknown op "' || SUBSTRING(t.op, 1, 64) || '"'
+               WHEN t.op <> 'd' AND ((t.img IS NULL) OR NOT IS_OBJECT(t.img)) THEN 'no row image: after is missing or not an object'
                WHEN t."order_id" IS NULL THEN 'primary key field ORDER_ID is missing or not a bigint'
                WHEN t.op <> 'd' AND NOT (t."j__customer_id" IS NULL) AND t."customer_id" IS NULL AND NOT COALESCE(CASE WHEN IS_VARCHAR(t."j__customer_id") THEN t."j__customer_id"::varchar(65535) WHEN t."j__customer_id" IS NOT NULL THEN JSON_SERIALIZE(t."j__customer_id") END IN ('__debezium_unavailable_value', 'X19kZWJleml1bV91bmF2YWlsYWJsZV92YWx1ZQ==', '["__debezium_unavailable_value"]'), false) THEN 'field CUST_ID does not convert to varchar(64)'
                WHEN t.op <> 'd' AND NOT (t."j__status" IS NULL) AND t."status" IS NULL AND NOT COALESCE(CASE WHEN IS_VARCHAR(t."j__status") THEN t."j__status"::varchar(65535) WHEN t."j__status" IS NOT NULL THEN JSON_SERIALIZE(t."j__status") END IN ('__debezium_unavailable_value', 'X19kZWJleml1bV91bmF2YWlsYWJsZV92YWx1ZQ==', '["__debezium_unavailable_value"]'), false) THEN 'field STATUS does not convert to varchar(16)'
@@ -195,6 +203,7 @@ BEGIN
                  WHEN t.op IS NULL THEN 'quarantine'
                  WHEN t.op = 't' THEN 'truncate'
                  WHEN t.op NOT IN ('c', 'r', 'u', 'd') THEN 'quarantine'
+                 WHEN t.op <> 'd' AND ((t.img IS NULL) OR NOT IS_OBJECT(t.img)) THEN 'quarantine'
                  WHEN t."order_id" IS NULL THEN 'quarantine'
                  WHEN t.op <> 'd' AND NOT (t."j__customer_id" IS NULL) AND t."customer_id" IS NULL AND NOT COALESCE(CASE WHEN IS_VARCHAR(t."j__customer_id") THEN t."j__customer_id"::varchar(65535) WHEN t."j__customer_id" IS NOT NULL THEN JSON_SERIALIZE(t."j__customer_id") END IN ('__debezium_unavailable_value', 'X19kZWJleml1bV91bmF2YWlsYWJsZV92YWx1ZQ==', '["__debezium_unavailable_value"]'), false) THEN 'quarantine'
                  WHEN t.op <> 'd' AND NOT (t."j__status" IS NULL) AND t."status" IS NULL AND NOT COALESCE(CASE WHEN IS_VARCHAR(t."j__status") THEN t."j__status"::varchar(65535) WHEN t."j__status" IS NOT NULL THEN JSON_SERIALIZE(t."j__status") END IN ('__debezium_unavailable_value', 'X19kZWJleml1bV91bmF2YWlsYWJsZV92YWx1ZQ==', '["__debezium_unavailable_value"]'), false) THEN 'quarantine'
@@ -205,7 +214,7 @@ BEGIN
                END = 'quarantine' THEN t.payload END AS quarantine_payload
       FROM (
         SELECT f.kafka_partition, f.kafka_offset, f.kafka_timestamp, f.refresh_time,
-               f.payload, f.raw_value, f.env, f.op, f.source_pos,
+               f.payload, f.raw_value, f.env, f.img, f.op, f.source_pos,
                CAST(f.source_ts_ms AS bigint) AS source_ts_ms,
                COALESCE(CAST(f.img."ORDER_ID" AS bigint),
                  CAST(f.key_env."ORDER_ID" AS bigint)) AS "order_id",
@@ -310,6 +319,16 @@ BEGIN
           WHERE _action = 'upsert' AND _rn > 1 GROUP BY "order_id") m
     WHERE s._rn = 1 AND s._action = 'delete'
       AND m."order_id" = s."order_id" AND p."order_id" = s."order_id" AND p._rn = m.rn AND p._action = 'upsert';
+    -- Without such an upsert, the stored row is the newest earlier state: a delete takes
+    -- its values where the before image has none (never an older value over a newer
+    -- NULL: the stored row is not consulted when the batch updated the key).
+    UPDATE "cdc"."orders__stage" s SET "customer_id" = COALESCE(s."customer_id", t."customer_id"),
+           "status" = COALESCE(s."status", t."status"),
+           "total" = COALESCE(s."total", t."total"),
+           "placed_at" = COALESCE(s."placed_at", t."placed_at")
+    FROM "cdc"."orders" t
+    WHERE s._rn = 1 AND s._action = 'delete' AND t."order_id" = s."order_id"
+      AND NOT EXISTS (SELECT 1 FROM "cdc"."orders__stage" x WHERE x._action = 'upsert' AND x._rn > 1 AND x."order_id" = s."order_id");
     -- 6. Apply (soft deletes): upserts replace the row; deletes only mark it, keeping
     --    its last values (or record the key when it was never seen).
     DELETE FROM "cdc"."orders"
@@ -320,13 +339,12 @@ BEGIN
     SELECT s."order_id", s."customer_id", s."status", s."total", s."placed_at", s._source_ts, s._source_pos, s._kafka_partition, s._kafka_offset, GETDATE(), false
     FROM "cdc"."orders__stage" s
     WHERE s._rn = 1 AND s._action = 'upsert';
-    -- A delete keeps the row's values: from the event's before image where it has them,
-    -- else the stored ones (a key-only before image, as with REPLICA IDENTITY DEFAULT).
+    -- A delete keeps the row's last values, completed above.
     UPDATE "cdc"."orders" t SET _deleted = true,
-           "customer_id" = COALESCE(s."customer_id", t."customer_id"),
-           "status" = COALESCE(s."status", t."status"),
-           "total" = COALESCE(s."total", t."total"),
-           "placed_at" = COALESCE(s."placed_at", t."placed_at"),
+           "customer_id" = s."customer_id",
+           "status" = s."status",
+           "total" = s."total",
+           "placed_at" = s."placed_at",
            _source_ts = s._source_ts, _source_pos = s._source_pos,
            _kafka_partition = s._kafka_partition, _kafka_offset = s._kafka_offset, _synced_at = GETDATE()
     FROM "cdc"."orders__stage" s

@@ -1,0 +1,105 @@
+"""Four sync callers and an ingest writer at once, for a bounded number of refreshes:
+every record is read by exactly one run, watermarks only move forward, nobody
+deadlocks, and a caller that will not wait for the lock gets a clear failed status."""
+
+from __future__ import annotations
+
+import random
+import threading
+import time
+
+import pytest
+
+from sync.runner import RunSummary, deploy, sync
+from sync.stream import ingest_file
+from sync.warehouse import connect
+from tests.conftest import make_pipeline
+from tests.reliability_support import (  # noqa: F401 (reliability_counts is a fixture)
+    History, account_table, assert_consistent, reliability_counts, write_jsonl,
+)
+from sync.sql.names import RUN_LOG
+
+CALLERS = 4
+REFRESHES = 30
+TIME_LIMIT_S = 180  # a generous bound: a deadlock shows as threads that never finish
+
+
+def _offsets(text: str | None) -> dict[int, int]:
+    if not text:
+        return {}
+    return {int(p): int(o) for p, o in (part.split(":") for part in text.split(","))}
+
+
+@pytest.mark.slow
+def test_concurrent_callers_and_writer_apply_every_record_once(database_dsn, tmp_path, reliability_counts):
+    pipeline = make_pipeline(account_table())
+    table = pipeline.tables[0]
+    setup = connect(database_dsn)
+    deploy(setup, pipeline, "test")
+    history = History(seed=4, keys=300)
+    writer_done = threading.Event()
+    runs: list[tuple[int, RunSummary]] = []
+    errors: list[BaseException] = []
+    lock = threading.Lock()
+
+    def writer() -> None:
+        wh = connect(database_dsn)
+        rng = random.Random(1)
+        try:
+            for i in range(REFRESHES):
+                chunk = history.events(rng.randint(50, 300))
+                ingest_file(wh, pipeline, table.name, write_jsonl(chunk, tmp_path / f"refresh-{i}.jsonl"))
+                time.sleep(rng.uniform(0, 0.05))
+        except BaseException as exc:  # reported by the main thread
+            errors.append(exc)
+        finally:
+            writer_done.set()
+            wh.close()
+
+    def caller(n: int) -> None:
+        wh = connect(database_dsn)
+        if n == 0:
+            # This caller does not wait long for the lock: it must fail cleanly, not block.
+            wh.execute("SET lock_timeout = '20ms'")
+        try:
+            while True:
+                finished = writer_done.is_set()
+                (run,) = sync(wh, pipeline, [table.name])
+                with lock:
+                    runs.append((n, run))
+                if finished:
+                    return
+        except BaseException as exc:
+            errors.append(exc)
+        finally:
+            wh.close()
+
+    threads = [threading.Thread(target=writer)] + [threading.Thread(target=caller, args=(n,)) for n in range(CALLERS)]
+    for t in threads:
+        t.start()
+    deadline = time.monotonic() + TIME_LIMIT_S
+    for t in threads:
+        t.join(max(0.0, deadline - time.monotonic()))
+    assert not any(t.is_alive() for t in threads), "callers still running: a deadlock or a lost wake-up"
+    assert not errors, errors
+
+    failed = [(n, r) for n, r in runs if r.status != "ok"]
+    for n, r in failed:
+        assert n == 0 and "lock timeout" in (r.error or ""), f"caller {n}: {r.error}"
+    ok = [r for _, r in runs if r.status == "ok"]
+    assert sum(r.events_read for r in ok) == len(history.records)
+
+    # The run log is one chain in commit order: no run started from a stale watermark,
+    # and every partition's offset only grows.
+    wh = connect(database_dsn)
+    chain = wh.query(f'SELECT watermark_before, watermark_after FROM cdc."{RUN_LOG}" ORDER BY run_id')
+    assert len(chain) == len(ok)
+    for before, after in chain:
+        b, a = _offsets(before), _offsets(after)
+        assert all(a.get(p, -1) >= o for p, o in b.items()), (before, after)
+    assert assert_consistent(wh, pipeline, table, history.records) == len(history.records)
+    wh.close()
+    setup.close()
+    reliability_counts["histories checked"] += 1
+    reliability_counts["concurrent sync calls"] += len(runs)
+    reliability_counts["lock waits that returned a clear failure"] += len(failed)
