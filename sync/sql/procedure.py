@@ -273,21 +273,27 @@ def stage_insert_sql(d: PostgresDialect, pipeline: Pipeline, table: TableConfig)
     checks = classification_checks(d, table)
     action = _case(checks, "action", "'upsert'")
     reason = _case(checks, "reason", "NULL")
-    # The payload kept for quarantined records is picked here, below the ROW_NUMBER sort,
-    # so the sort does not carry every record's payload.
-    # Only what the stage needs goes on: the JSON values (payload, envelope, image) stay
-    # behind, so the sorts above do not carry them.
-    carried = (
-        "t.kafka_partition, t.kafka_offset, t.kafka_timestamp, t.refresh_time, t.raw_value,\n"
-        "       t.op, t.source_ts_ms, t.source_pos, t.unavailable,\n"
-        + "".join(f"       t.{q(col.target_name)},\n" for col in cols)
+    # Only what the stage needs goes on: the JSON values (envelope, image) stay behind, and
+    # the payload is kept for quarantined records only, so the sorts above do not carry it.
+    carried = ",\n".join(
+        "       t." + name
+        for name in [
+            "kafka_partition", "kafka_offset", "kafka_timestamp", "refresh_time", "raw_value",
+            "op", "source_ts_ms", "source_pos", "unavailable", *[q(col.target_name) for col in cols],
+        ]
+    )
+    classified = (
+        f"SELECT\n{carried},\n"
+        "       t.payload,\n"
+        f"{_indent(action, 7)} AS action,\n"
+        f"{_indent(reason, 7)} AS reason\n"
+        f"FROM (\n{_indent(_fenced(d, level3), 2)}\n) t"
     )
     level4 = (
-        f"SELECT {carried}"
-        f"{_indent(action, 7)} AS action,\n"
-        f"{_indent(reason, 7)} AS reason,\n"
-        f"       CASE WHEN t.raw_value IS NULL AND\n{_indent(action, 9)} = 'quarantine' THEN t.payload END AS quarantine_payload\n"
-        f"FROM (\n{_indent(_fenced(d, level3), 2)}\n) t"
+        f"SELECT\n{carried},\n"
+        "       t.action, t.reason,\n"
+        "       CASE WHEN t.action = 'quarantine' THEN t.payload END AS quarantine_payload\n"
+        f"FROM (\n{_indent(_fenced(d, classified), 2)}\n) t"
     )
 
     key_list = ", ".join(f"c.{q(k.target_name)}" for k in table.key_columns)

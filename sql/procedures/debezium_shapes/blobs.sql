@@ -152,43 +152,38 @@ BEGIN
          c.quarantine_payload,
          CASE WHEN c.action = 'quarantine' THEN c.raw_value END
   FROM (
-    SELECT t.kafka_partition, t.kafka_offset, t.kafka_timestamp, t.refresh_time, t.raw_value,
-           t.op, t.source_ts_ms, t.source_pos, t.unavailable,
+    SELECT
+           t.kafka_partition,
+           t.kafka_offset,
+           t.kafka_timestamp,
+           t.refresh_time,
+           t.raw_value,
+           t.op,
+           t.source_ts_ms,
+           t.source_pos,
+           t.unavailable,
            t."id",
            t."data",
            t."doc",
            t."tags",
-           CASE
-             WHEN t.raw_value IS NOT NULL THEN 'quarantine'
-             WHEN (t.env IS NULL) THEN 'tombstone'
-             WHEN NOT IS_OBJECT(t.env) THEN 'quarantine'
-             WHEN t.op IS NULL THEN 'quarantine'
-             WHEN t.op = 't' THEN 'truncate'
-             WHEN t.op NOT IN ('c', 'r', 'u', 'd') THEN 'quarantine'
-             WHEN t.op <> 'd' AND ((t.img IS NULL) OR NOT IS_OBJECT(t.img)) THEN 'quarantine'
-             WHEN t."id" IS NULL THEN 'quarantine'
-             WHEN t.op <> 'd' AND NOT (t."j__data" IS NULL) AND t."data" IS NULL AND NOT COALESCE(CASE WHEN IS_VARCHAR(t."j__data") THEN t."j__data"::varchar(65535) WHEN t."j__data" IS NOT NULL THEN JSON_SERIALIZE(t."j__data") END IN ('__debezium_unavailable_value', 'X19kZWJleml1bV91bmF2YWlsYWJsZV92YWx1ZQ==', '["__debezium_unavailable_value"]'), false) THEN 'quarantine'
-             WHEN t.op <> 'd' AND NOT (t."j__doc" IS NULL) AND t."doc" IS NULL AND NOT COALESCE(CASE WHEN IS_VARCHAR(t."j__doc") THEN t."j__doc"::varchar(65535) WHEN t."j__doc" IS NOT NULL THEN JSON_SERIALIZE(t."j__doc") END IN ('__debezium_unavailable_value', 'X19kZWJleml1bV91bmF2YWlsYWJsZV92YWx1ZQ==', '["__debezium_unavailable_value"]'), false) THEN 'quarantine'
-             WHEN t.op <> 'd' AND NOT (t."j__tags" IS NULL) AND t."tags" IS NULL AND NOT COALESCE(CASE WHEN IS_VARCHAR(t."j__tags") THEN t."j__tags"::varchar(65535) WHEN t."j__tags" IS NOT NULL THEN JSON_SERIALIZE(t."j__tags") END IN ('__debezium_unavailable_value', 'X19kZWJleml1bV91bmF2YWlsYWJsZV92YWx1ZQ==', '["__debezium_unavailable_value"]'), false) THEN 'quarantine'
-             WHEN t.op = 'd' THEN 'delete'
-             ELSE 'upsert'
-           END AS action,
-           CASE
-             WHEN t.raw_value IS NOT NULL THEN 'value is not valid JSON'
-             WHEN (t.env IS NULL) THEN NULL
-             WHEN NOT IS_OBJECT(t.env) THEN 'value is not a JSON object'
-             WHEN t.op IS NULL THEN 'no op field: not a Debezium change event'
-             WHEN t.op = 't' THEN NULL
-             WHEN t.op NOT IN ('c', 'r', 'u', 'd') THEN 'unknown op "' || SUBSTRING(t.op, 1, 64) || '"'
-             WHEN t.op <> 'd' AND ((t.img IS NULL) OR NOT IS_OBJECT(t.img)) THEN 'no row image: after is missing or not an object'
-             WHEN t."id" IS NULL THEN 'primary key field id is missing or not a integer'
-             WHEN t.op <> 'd' AND NOT (t."j__data" IS NULL) AND t."data" IS NULL AND NOT COALESCE(CASE WHEN IS_VARCHAR(t."j__data") THEN t."j__data"::varchar(65535) WHEN t."j__data" IS NOT NULL THEN JSON_SERIALIZE(t."j__data") END IN ('__debezium_unavailable_value', 'X19kZWJleml1bV91bmF2YWlsYWJsZV92YWx1ZQ==', '["__debezium_unavailable_value"]'), false) THEN 'field data does not convert to varbyte(64)'
-             WHEN t.op <> 'd' AND NOT (t."j__doc" IS NULL) AND t."doc" IS NULL AND NOT COALESCE(CASE WHEN IS_VARCHAR(t."j__doc") THEN t."j__doc"::varchar(65535) WHEN t."j__doc" IS NOT NULL THEN JSON_SERIALIZE(t."j__doc") END IN ('__debezium_unavailable_value', 'X19kZWJleml1bV91bmF2YWlsYWJsZV92YWx1ZQ==', '["__debezium_unavailable_value"]'), false) THEN 'field doc does not convert to super'
-             WHEN t.op <> 'd' AND NOT (t."j__tags" IS NULL) AND t."tags" IS NULL AND NOT COALESCE(CASE WHEN IS_VARCHAR(t."j__tags") THEN t."j__tags"::varchar(65535) WHEN t."j__tags" IS NOT NULL THEN JSON_SERIALIZE(t."j__tags") END IN ('__debezium_unavailable_value', 'X19kZWJleml1bV91bmF2YWlsYWJsZV92YWx1ZQ==', '["__debezium_unavailable_value"]'), false) THEN 'field tags does not convert to super'
-             WHEN t.op = 'd' THEN NULL
-             ELSE NULL
-           END AS reason,
-           CASE WHEN t.raw_value IS NULL AND
+           t.action, t.reason,
+           CASE WHEN t.action = 'quarantine' THEN t.payload END AS quarantine_payload
+    FROM (
+      SELECT
+             t.kafka_partition,
+             t.kafka_offset,
+             t.kafka_timestamp,
+             t.refresh_time,
+             t.raw_value,
+             t.op,
+             t.source_ts_ms,
+             t.source_pos,
+             t.unavailable,
+             t."id",
+             t."data",
+             t."doc",
+             t."tags",
+             t.payload,
              CASE
                WHEN t.raw_value IS NOT NULL THEN 'quarantine'
                WHEN (t.env IS NULL) THEN 'tombstone'
@@ -203,38 +198,54 @@ BEGIN
                WHEN t.op <> 'd' AND NOT (t."j__tags" IS NULL) AND t."tags" IS NULL AND NOT COALESCE(CASE WHEN IS_VARCHAR(t."j__tags") THEN t."j__tags"::varchar(65535) WHEN t."j__tags" IS NOT NULL THEN JSON_SERIALIZE(t."j__tags") END IN ('__debezium_unavailable_value', 'X19kZWJleml1bV91bmF2YWlsYWJsZV92YWx1ZQ==', '["__debezium_unavailable_value"]'), false) THEN 'quarantine'
                WHEN t.op = 'd' THEN 'delete'
                ELSE 'upsert'
-             END = 'quarantine' THEN t.payload END AS quarantine_payload
-    FROM (
-      SELECT f.kafka_partition, f.kafka_offset, f.kafka_timestamp, f.refresh_time,
-             f.payload, f.raw_value, f.env, f.img, f.op, f.source_pos,
-             CAST(f.source_ts_ms AS bigint) AS source_ts_ms,
-             COALESCE(CAST(f.img."id" AS integer),
-               CAST(f.key_env."id" AS integer)) AS "id",
-             f.img."data" AS "j__data",
-             CASE WHEN COALESCE(CASE WHEN IS_VARCHAR(f.img."data") THEN f.img."data"::varchar(65535) WHEN f.img."data" IS NOT NULL THEN JSON_SERIALIZE(f.img."data") END IN ('__debezium_unavailable_value', 'X19kZWJleml1bV91bmF2YWlsYWJsZV92YWx1ZQ==', '["__debezium_unavailable_value"]'), false) THEN NULL ELSE CASE WHEN IS_VARCHAR(f.img."data") THEN TO_VARBYTE(f.img."data"::varchar(65535), 'base64')::varbyte(64) END END AS "data",
-             f.img."doc" AS "j__doc",
-             CASE WHEN COALESCE(CASE WHEN IS_VARCHAR(f.img."doc") THEN f.img."doc"::varchar(65535) WHEN f.img."doc" IS NOT NULL THEN JSON_SERIALIZE(f.img."doc") END IN ('__debezium_unavailable_value', 'X19kZWJleml1bV91bmF2YWlsYWJsZV92YWx1ZQ==', '["__debezium_unavailable_value"]'), false) THEN NULL ELSE f.img."doc" END AS "doc",
-             f.img."tags" AS "j__tags",
-             CASE WHEN COALESCE(CASE WHEN IS_VARCHAR(f.img."tags") THEN f.img."tags"::varchar(65535) WHEN f.img."tags" IS NOT NULL THEN JSON_SERIALIZE(f.img."tags") END IN ('__debezium_unavailable_value', 'X19kZWJleml1bV91bmF2YWlsYWJsZV92YWx1ZQ==', '["__debezium_unavailable_value"]'), false) THEN NULL ELSE f.img."tags" END AS "tags",
-             NULLIF('|' || CASE WHEN COALESCE(CASE WHEN IS_VARCHAR(f.img."data") THEN f.img."data"::varchar(65535) WHEN f.img."data" IS NOT NULL THEN JSON_SERIALIZE(f.img."data") END IN ('__debezium_unavailable_value', 'X19kZWJleml1bV91bmF2YWlsYWJsZV92YWx1ZQ==', '["__debezium_unavailable_value"]'), false) THEN 'data|' ELSE '' END || CASE WHEN COALESCE(CASE WHEN IS_VARCHAR(f.img."doc") THEN f.img."doc"::varchar(65535) WHEN f.img."doc" IS NOT NULL THEN JSON_SERIALIZE(f.img."doc") END IN ('__debezium_unavailable_value', 'X19kZWJleml1bV91bmF2YWlsYWJsZV92YWx1ZQ==', '["__debezium_unavailable_value"]'), false) THEN 'doc|' ELSE '' END || CASE WHEN COALESCE(CASE WHEN IS_VARCHAR(f.img."tags") THEN f.img."tags"::varchar(65535) WHEN f.img."tags" IS NOT NULL THEN JSON_SERIALIZE(f.img."tags") END IN ('__debezium_unavailable_value', 'X19kZWJleml1bV91bmF2YWlsYWJsZV92YWx1ZQ==', '["__debezium_unavailable_value"]'), false) THEN 'tags|' ELSE '' END, '|') AS unavailable
+             END AS action,
+             CASE
+               WHEN t.raw_value IS NOT NULL THEN 'value is not valid JSON'
+               WHEN (t.env IS NULL) THEN NULL
+               WHEN NOT IS_OBJECT(t.env) THEN 'value is not a JSON object'
+               WHEN t.op IS NULL THEN 'no op field: not a Debezium change event'
+               WHEN t.op = 't' THEN NULL
+               WHEN t.op NOT IN ('c', 'r', 'u', 'd') THEN 'unknown op "' || SUBSTRING(t.op, 1, 64) || '"'
+               WHEN t.op <> 'd' AND ((t.img IS NULL) OR NOT IS_OBJECT(t.img)) THEN 'no row image: after is missing or not an object'
+               WHEN t."id" IS NULL THEN 'primary key field id is missing or not a integer'
+               WHEN t.op <> 'd' AND NOT (t."j__data" IS NULL) AND t."data" IS NULL AND NOT COALESCE(CASE WHEN IS_VARCHAR(t."j__data") THEN t."j__data"::varchar(65535) WHEN t."j__data" IS NOT NULL THEN JSON_SERIALIZE(t."j__data") END IN ('__debezium_unavailable_value', 'X19kZWJleml1bV91bmF2YWlsYWJsZV92YWx1ZQ==', '["__debezium_unavailable_value"]'), false) THEN 'field data does not convert to varbyte(64)'
+               WHEN t.op <> 'd' AND NOT (t."j__doc" IS NULL) AND t."doc" IS NULL AND NOT COALESCE(CASE WHEN IS_VARCHAR(t."j__doc") THEN t."j__doc"::varchar(65535) WHEN t."j__doc" IS NOT NULL THEN JSON_SERIALIZE(t."j__doc") END IN ('__debezium_unavailable_value', 'X19kZWJleml1bV91bmF2YWlsYWJsZV92YWx1ZQ==', '["__debezium_unavailable_value"]'), false) THEN 'field doc does not convert to super'
+               WHEN t.op <> 'd' AND NOT (t."j__tags" IS NULL) AND t."tags" IS NULL AND NOT COALESCE(CASE WHEN IS_VARCHAR(t."j__tags") THEN t."j__tags"::varchar(65535) WHEN t."j__tags" IS NOT NULL THEN JSON_SERIALIZE(t."j__tags") END IN ('__debezium_unavailable_value', 'X19kZWJleml1bV91bmF2YWlsYWJsZV92YWx1ZQ==', '["__debezium_unavailable_value"]'), false) THEN 'field tags does not convert to super'
+               WHEN t.op = 'd' THEN NULL
+               ELSE NULL
+             END AS reason
       FROM (
-        SELECT e.kafka_partition, e.kafka_offset, e.kafka_timestamp, e.refresh_time,
-               e.payload, e.raw_value, e.env, e.key_env,
-               CASE WHEN IS_VARCHAR(e.env."op") THEN e.env."op"::varchar(65535) WHEN e.env."op" IS NOT NULL THEN JSON_SERIALIZE(e.env."op") END AS op,
-               CASE WHEN CASE WHEN IS_VARCHAR(e.env."op") THEN e.env."op"::varchar(65535) WHEN e.env."op" IS NOT NULL THEN JSON_SERIALIZE(e.env."op") END = 'd' THEN e.env."before" ELSE e.env."after" END AS img,
-               e.env."source"."ts_ms" AS source_ts_ms,
-               NULL AS source_pos
+        SELECT f.kafka_partition, f.kafka_offset, f.kafka_timestamp, f.refresh_time,
+               f.payload, f.raw_value, f.env, f.img, f.op, f.source_pos,
+               CAST(f.source_ts_ms AS bigint) AS source_ts_ms,
+               COALESCE(CAST(f.img."id" AS integer),
+                 CAST(f.key_env."id" AS integer)) AS "id",
+               f.img."data" AS "j__data",
+               CASE WHEN COALESCE(CASE WHEN IS_VARCHAR(f.img."data") THEN f.img."data"::varchar(65535) WHEN f.img."data" IS NOT NULL THEN JSON_SERIALIZE(f.img."data") END IN ('__debezium_unavailable_value', 'X19kZWJleml1bV91bmF2YWlsYWJsZV92YWx1ZQ==', '["__debezium_unavailable_value"]'), false) THEN NULL ELSE CASE WHEN IS_VARCHAR(f.img."data") THEN TO_VARBYTE(f.img."data"::varchar(65535), 'base64')::varbyte(64) END END AS "data",
+               f.img."doc" AS "j__doc",
+               CASE WHEN COALESCE(CASE WHEN IS_VARCHAR(f.img."doc") THEN f.img."doc"::varchar(65535) WHEN f.img."doc" IS NOT NULL THEN JSON_SERIALIZE(f.img."doc") END IN ('__debezium_unavailable_value', 'X19kZWJleml1bV91bmF2YWlsYWJsZV92YWx1ZQ==', '["__debezium_unavailable_value"]'), false) THEN NULL ELSE f.img."doc" END AS "doc",
+               f.img."tags" AS "j__tags",
+               CASE WHEN COALESCE(CASE WHEN IS_VARCHAR(f.img."tags") THEN f.img."tags"::varchar(65535) WHEN f.img."tags" IS NOT NULL THEN JSON_SERIALIZE(f.img."tags") END IN ('__debezium_unavailable_value', 'X19kZWJleml1bV91bmF2YWlsYWJsZV92YWx1ZQ==', '["__debezium_unavailable_value"]'), false) THEN NULL ELSE f.img."tags" END AS "tags",
+               NULLIF('|' || CASE WHEN COALESCE(CASE WHEN IS_VARCHAR(f.img."data") THEN f.img."data"::varchar(65535) WHEN f.img."data" IS NOT NULL THEN JSON_SERIALIZE(f.img."data") END IN ('__debezium_unavailable_value', 'X19kZWJleml1bV91bmF2YWlsYWJsZV92YWx1ZQ==', '["__debezium_unavailable_value"]'), false) THEN 'data|' ELSE '' END || CASE WHEN COALESCE(CASE WHEN IS_VARCHAR(f.img."doc") THEN f.img."doc"::varchar(65535) WHEN f.img."doc" IS NOT NULL THEN JSON_SERIALIZE(f.img."doc") END IN ('__debezium_unavailable_value', 'X19kZWJleml1bV91bmF2YWlsYWJsZV92YWx1ZQ==', '["__debezium_unavailable_value"]'), false) THEN 'doc|' ELSE '' END || CASE WHEN COALESCE(CASE WHEN IS_VARCHAR(f.img."tags") THEN f.img."tags"::varchar(65535) WHEN f.img."tags" IS NOT NULL THEN JSON_SERIALIZE(f.img."tags") END IN ('__debezium_unavailable_value', 'X19kZWJleml1bV91bmF2YWlsYWJsZV92YWx1ZQ==', '["__debezium_unavailable_value"]'), false) THEN 'tags|' ELSE '' END, '|') AS unavailable
         FROM (
-          SELECT s.kafka_partition, s.kafka_offset, s.kafka_timestamp, s.refresh_time,
-                 s.payload, s.raw_value,
-                 CASE WHEN IS_OBJECT(s.payload."schema") THEN s.payload."payload" ELSE s.payload END AS env,
-                 CASE WHEN IS_OBJECT(s.key_payload."schema") THEN s.key_payload."payload" ELSE s.key_payload END AS key_env
-          FROM "cdc"."blobs__stream" s
-          LEFT JOIN "cdc"."blobs__watermark" w ON w.kafka_partition = s.kafka_partition
-          WHERE s.refresh_time > v_since
-            AND s.kafka_offset > COALESCE(w.last_offset, -1)
-        ) e
-      ) f
+          SELECT e.kafka_partition, e.kafka_offset, e.kafka_timestamp, e.refresh_time,
+                 e.payload, e.raw_value, e.env, e.key_env,
+                 CASE WHEN IS_VARCHAR(e.env."op") THEN e.env."op"::varchar(65535) WHEN e.env."op" IS NOT NULL THEN JSON_SERIALIZE(e.env."op") END AS op,
+                 CASE WHEN CASE WHEN IS_VARCHAR(e.env."op") THEN e.env."op"::varchar(65535) WHEN e.env."op" IS NOT NULL THEN JSON_SERIALIZE(e.env."op") END = 'd' THEN e.env."before" ELSE e.env."after" END AS img,
+                 e.env."source"."ts_ms" AS source_ts_ms,
+                 NULL AS source_pos
+          FROM (
+            SELECT s.kafka_partition, s.kafka_offset, s.kafka_timestamp, s.refresh_time,
+                   s.payload, s.raw_value,
+                   CASE WHEN IS_OBJECT(s.payload."schema") THEN s.payload."payload" ELSE s.payload END AS env,
+                   CASE WHEN IS_OBJECT(s.key_payload."schema") THEN s.key_payload."payload" ELSE s.key_payload END AS key_env
+            FROM "cdc"."blobs__stream" s
+            LEFT JOIN "cdc"."blobs__watermark" w ON w.kafka_partition = s.kafka_partition
+            WHERE s.refresh_time > v_since
+              AND s.kafka_offset > COALESCE(w.last_offset, -1)
+          ) e
+        ) f
+      ) t
     ) t
   ) c;
   SELECT COUNT(*) INTO v_read FROM "cdc"."blobs__stage";

@@ -157,42 +157,36 @@ BEGIN
              PARTITION BY c."id"
              ORDER BY c.kafka_partition, c.kafka_offset ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW)) AS rank_pos
     FROM (
-      SELECT t.kafka_partition, t.kafka_offset, t.kafka_timestamp, t.refresh_time, t.raw_value,
-             t.op, t.source_ts_ms, t.source_pos, t.unavailable,
+      SELECT
+             t.kafka_partition,
+             t.kafka_offset,
+             t.kafka_timestamp,
+             t.refresh_time,
+             t.raw_value,
+             t.op,
+             t.source_ts_ms,
+             t.source_pos,
+             t.unavailable,
              t."id",
              t."name",
              t."bio",
-             CASE
-               WHEN t.raw_value IS NOT NULL THEN 'quarantine'
-               WHEN (t.env IS NULL) AND t."id" IS NOT NULL THEN 'delete'
-               WHEN (t.env IS NULL) THEN 'tombstone'
-               WHEN NOT IS_OBJECT(t.env) THEN 'quarantine'
-               WHEN t.op IS NULL THEN 'quarantine'
-               WHEN t.op = 't' THEN 'truncate'
-               WHEN t.op NOT IN ('c', 'r', 'u', 'd') THEN 'quarantine'
-               WHEN t.op <> 'd' AND ((t.img IS NULL) OR NOT IS_OBJECT(t.img)) THEN 'quarantine'
-               WHEN t."id" IS NULL THEN 'quarantine'
-               WHEN t.op <> 'd' AND NOT (t."j__name" IS NULL) AND t."name" IS NULL AND NOT COALESCE(CASE WHEN IS_VARCHAR(t."j__name") THEN t."j__name"::varchar(65535) WHEN t."j__name" IS NOT NULL THEN JSON_SERIALIZE(t."j__name") END IN ('__debezium_unavailable_value', 'X19kZWJleml1bV91bmF2YWlsYWJsZV92YWx1ZQ==', '["__debezium_unavailable_value"]'), false) THEN 'quarantine'
-               WHEN t.op <> 'd' AND NOT (t."j__bio" IS NULL) AND t."bio" IS NULL AND NOT COALESCE(CASE WHEN IS_VARCHAR(t."j__bio") THEN t."j__bio"::varchar(65535) WHEN t."j__bio" IS NOT NULL THEN JSON_SERIALIZE(t."j__bio") END IN ('__debezium_unavailable_value', 'X19kZWJleml1bV91bmF2YWlsYWJsZV92YWx1ZQ==', '["__debezium_unavailable_value"]'), false) THEN 'quarantine'
-               WHEN t.op = 'd' THEN 'delete'
-               ELSE 'upsert'
-             END AS action,
-             CASE
-               WHEN t.raw_value IS NOT NULL THEN 'value is not valid JSON'
-               WHEN (t.env IS NULL) AND t."id" IS NOT NULL THEN NULL
-               WHEN (t.env IS NULL) THEN NULL
-               WHEN NOT IS_OBJECT(t.env) THEN 'value is not a JSON object'
-               WHEN t.op IS NULL THEN 'no op field: not a Debezium change event'
-               WHEN t.op = 't' THEN NULL
-               WHEN t.op NOT IN ('c', 'r', 'u', 'd') THEN 'unknown op "' || SUBSTRING(t.op, 1, 64) || '"'
-               WHEN t.op <> 'd' AND ((t.img IS NULL) OR NOT IS_OBJECT(t.img)) THEN 'no row image: after is missing or not an object'
-               WHEN t."id" IS NULL THEN 'primary key field id is missing or not a integer'
-               WHEN t.op <> 'd' AND NOT (t."j__name" IS NULL) AND t."name" IS NULL AND NOT COALESCE(CASE WHEN IS_VARCHAR(t."j__name") THEN t."j__name"::varchar(65535) WHEN t."j__name" IS NOT NULL THEN JSON_SERIALIZE(t."j__name") END IN ('__debezium_unavailable_value', 'X19kZWJleml1bV91bmF2YWlsYWJsZV92YWx1ZQ==', '["__debezium_unavailable_value"]'), false) THEN 'field name does not convert to varchar(64)'
-               WHEN t.op <> 'd' AND NOT (t."j__bio" IS NULL) AND t."bio" IS NULL AND NOT COALESCE(CASE WHEN IS_VARCHAR(t."j__bio") THEN t."j__bio"::varchar(65535) WHEN t."j__bio" IS NOT NULL THEN JSON_SERIALIZE(t."j__bio") END IN ('__debezium_unavailable_value', 'X19kZWJleml1bV91bmF2YWlsYWJsZV92YWx1ZQ==', '["__debezium_unavailable_value"]'), false) THEN 'field bio does not convert to varchar(256)'
-               WHEN t.op = 'd' THEN NULL
-               ELSE NULL
-             END AS reason,
-             CASE WHEN t.raw_value IS NULL AND
+             t.action, t.reason,
+             CASE WHEN t.action = 'quarantine' THEN t.payload END AS quarantine_payload
+      FROM (
+        SELECT
+               t.kafka_partition,
+               t.kafka_offset,
+               t.kafka_timestamp,
+               t.refresh_time,
+               t.raw_value,
+               t.op,
+               t.source_ts_ms,
+               t.source_pos,
+               t.unavailable,
+               t."id",
+               t."name",
+               t."bio",
+               t.payload,
                CASE
                  WHEN t.raw_value IS NOT NULL THEN 'quarantine'
                  WHEN (t.env IS NULL) AND t."id" IS NOT NULL THEN 'delete'
@@ -207,36 +201,52 @@ BEGIN
                  WHEN t.op <> 'd' AND NOT (t."j__bio" IS NULL) AND t."bio" IS NULL AND NOT COALESCE(CASE WHEN IS_VARCHAR(t."j__bio") THEN t."j__bio"::varchar(65535) WHEN t."j__bio" IS NOT NULL THEN JSON_SERIALIZE(t."j__bio") END IN ('__debezium_unavailable_value', 'X19kZWJleml1bV91bmF2YWlsYWJsZV92YWx1ZQ==', '["__debezium_unavailable_value"]'), false) THEN 'quarantine'
                  WHEN t.op = 'd' THEN 'delete'
                  ELSE 'upsert'
-               END = 'quarantine' THEN t.payload END AS quarantine_payload
-      FROM (
-        SELECT f.kafka_partition, f.kafka_offset, f.kafka_timestamp, f.refresh_time,
-               f.payload, f.raw_value, f.env, f.img, f.op, f.source_pos,
-               CAST(f.source_ts_ms AS bigint) AS source_ts_ms,
-               COALESCE(CAST(f.img."id" AS integer),
-                 CAST(f.key_env."id" AS integer)) AS "id",
-               f.img."name" AS "j__name",
-               CASE WHEN COALESCE(CASE WHEN IS_VARCHAR(f.img."name") THEN f.img."name"::varchar(65535) WHEN f.img."name" IS NOT NULL THEN JSON_SERIALIZE(f.img."name") END IN ('__debezium_unavailable_value', 'X19kZWJleml1bV91bmF2YWlsYWJsZV92YWx1ZQ==', '["__debezium_unavailable_value"]'), false) THEN NULL ELSE CASE WHEN OCTET_LENGTH(CASE WHEN IS_VARCHAR(f.img."name") THEN f.img."name"::varchar(65535) WHEN f.img."name" IS NOT NULL THEN JSON_SERIALIZE(f.img."name") END) <= 64 THEN (CASE WHEN IS_VARCHAR(f.img."name") THEN f.img."name"::varchar(65535) WHEN f.img."name" IS NOT NULL THEN JSON_SERIALIZE(f.img."name") END)::varchar(64) END END AS "name",
-               f.img."bio" AS "j__bio",
-               CASE WHEN COALESCE(CASE WHEN IS_VARCHAR(f.img."bio") THEN f.img."bio"::varchar(65535) WHEN f.img."bio" IS NOT NULL THEN JSON_SERIALIZE(f.img."bio") END IN ('__debezium_unavailable_value', 'X19kZWJleml1bV91bmF2YWlsYWJsZV92YWx1ZQ==', '["__debezium_unavailable_value"]'), false) THEN NULL ELSE CASE WHEN OCTET_LENGTH(CASE WHEN IS_VARCHAR(f.img."bio") THEN f.img."bio"::varchar(65535) WHEN f.img."bio" IS NOT NULL THEN JSON_SERIALIZE(f.img."bio") END) <= 256 THEN (CASE WHEN IS_VARCHAR(f.img."bio") THEN f.img."bio"::varchar(65535) WHEN f.img."bio" IS NOT NULL THEN JSON_SERIALIZE(f.img."bio") END)::varchar(256) END END AS "bio",
-               NULLIF('|' || CASE WHEN COALESCE(CASE WHEN IS_VARCHAR(f.img."name") THEN f.img."name"::varchar(65535) WHEN f.img."name" IS NOT NULL THEN JSON_SERIALIZE(f.img."name") END IN ('__debezium_unavailable_value', 'X19kZWJleml1bV91bmF2YWlsYWJsZV92YWx1ZQ==', '["__debezium_unavailable_value"]'), false) THEN 'name|' ELSE '' END || CASE WHEN COALESCE(CASE WHEN IS_VARCHAR(f.img."bio") THEN f.img."bio"::varchar(65535) WHEN f.img."bio" IS NOT NULL THEN JSON_SERIALIZE(f.img."bio") END IN ('__debezium_unavailable_value', 'X19kZWJleml1bV91bmF2YWlsYWJsZV92YWx1ZQ==', '["__debezium_unavailable_value"]'), false) THEN 'bio|' ELSE '' END, '|') AS unavailable
+               END AS action,
+               CASE
+                 WHEN t.raw_value IS NOT NULL THEN 'value is not valid JSON'
+                 WHEN (t.env IS NULL) AND t."id" IS NOT NULL THEN NULL
+                 WHEN (t.env IS NULL) THEN NULL
+                 WHEN NOT IS_OBJECT(t.env) THEN 'value is not a JSON object'
+                 WHEN t.op IS NULL THEN 'no op field: not a Debezium change event'
+                 WHEN t.op = 't' THEN NULL
+                 WHEN t.op NOT IN ('c', 'r', 'u', 'd') THEN 'unknown op "' || SUBSTRING(t.op, 1, 64) || '"'
+                 WHEN t.op <> 'd' AND ((t.img IS NULL) OR NOT IS_OBJECT(t.img)) THEN 'no row image: after is missing or not an object'
+                 WHEN t."id" IS NULL THEN 'primary key field id is missing or not a integer'
+                 WHEN t.op <> 'd' AND NOT (t."j__name" IS NULL) AND t."name" IS NULL AND NOT COALESCE(CASE WHEN IS_VARCHAR(t."j__name") THEN t."j__name"::varchar(65535) WHEN t."j__name" IS NOT NULL THEN JSON_SERIALIZE(t."j__name") END IN ('__debezium_unavailable_value', 'X19kZWJleml1bV91bmF2YWlsYWJsZV92YWx1ZQ==', '["__debezium_unavailable_value"]'), false) THEN 'field name does not convert to varchar(64)'
+                 WHEN t.op <> 'd' AND NOT (t."j__bio" IS NULL) AND t."bio" IS NULL AND NOT COALESCE(CASE WHEN IS_VARCHAR(t."j__bio") THEN t."j__bio"::varchar(65535) WHEN t."j__bio" IS NOT NULL THEN JSON_SERIALIZE(t."j__bio") END IN ('__debezium_unavailable_value', 'X19kZWJleml1bV91bmF2YWlsYWJsZV92YWx1ZQ==', '["__debezium_unavailable_value"]'), false) THEN 'field bio does not convert to varchar(256)'
+                 WHEN t.op = 'd' THEN NULL
+                 ELSE NULL
+               END AS reason
         FROM (
-          SELECT e.kafka_partition, e.kafka_offset, e.kafka_timestamp, e.refresh_time,
-                 e.payload, e.raw_value, e.env, e.key_env,
-                 CASE WHEN CASE WHEN IS_VARCHAR(e.env."__deleted") THEN e.env."__deleted"::varchar(65535) WHEN e.env."__deleted" IS NOT NULL THEN JSON_SERIALIZE(e.env."__deleted") END = 'true' THEN 'd' ELSE COALESCE(CASE WHEN IS_VARCHAR(e.env."__op") THEN e.env."__op"::varchar(65535) WHEN e.env."__op" IS NOT NULL THEN JSON_SERIALIZE(e.env."__op") END, 'u') END AS op,
-                 e.env AS img,
-                 e.env."__source_ts_ms" AS source_ts_ms,
-                 CASE WHEN COALESCE(REGEXP_SUBSTR(CASE WHEN IS_VARCHAR(e.env."__sequence") THEN e.env."__sequence"::varchar(65535) WHEN e.env."__sequence" IS NOT NULL THEN JSON_SERIALIZE(e.env."__sequence") END, '([0-9]+)"?[]]$', 1, 1, 'e'), CASE WHEN IS_VARCHAR(e.env."__lsn") THEN e.env."__lsn"::varchar(65535) WHEN e.env."__lsn" IS NOT NULL THEN JSON_SERIALIZE(e.env."__lsn") END) IS NOT NULL THEN lpad(COALESCE(REGEXP_SUBSTR(CASE WHEN IS_VARCHAR(e.env."__sequence") THEN e.env."__sequence"::varchar(65535) WHEN e.env."__sequence" IS NOT NULL THEN JSON_SERIALIZE(e.env."__sequence") END, '^[[]"?([0-9]*)', 1, 1, 'e'), ''), 20, '0') || '.' || lpad(COALESCE(COALESCE(REGEXP_SUBSTR(CASE WHEN IS_VARCHAR(e.env."__sequence") THEN e.env."__sequence"::varchar(65535) WHEN e.env."__sequence" IS NOT NULL THEN JSON_SERIALIZE(e.env."__sequence") END, '([0-9]+)"?[]]$', 1, 1, 'e'), CASE WHEN IS_VARCHAR(e.env."__lsn") THEN e.env."__lsn"::varchar(65535) WHEN e.env."__lsn" IS NOT NULL THEN JSON_SERIALIZE(e.env."__lsn") END), ''), 20, '0') END AS source_pos
+          SELECT f.kafka_partition, f.kafka_offset, f.kafka_timestamp, f.refresh_time,
+                 f.payload, f.raw_value, f.env, f.img, f.op, f.source_pos,
+                 CAST(f.source_ts_ms AS bigint) AS source_ts_ms,
+                 COALESCE(CAST(f.img."id" AS integer),
+                   CAST(f.key_env."id" AS integer)) AS "id",
+                 f.img."name" AS "j__name",
+                 CASE WHEN COALESCE(CASE WHEN IS_VARCHAR(f.img."name") THEN f.img."name"::varchar(65535) WHEN f.img."name" IS NOT NULL THEN JSON_SERIALIZE(f.img."name") END IN ('__debezium_unavailable_value', 'X19kZWJleml1bV91bmF2YWlsYWJsZV92YWx1ZQ==', '["__debezium_unavailable_value"]'), false) THEN NULL ELSE CASE WHEN OCTET_LENGTH(CASE WHEN IS_VARCHAR(f.img."name") THEN f.img."name"::varchar(65535) WHEN f.img."name" IS NOT NULL THEN JSON_SERIALIZE(f.img."name") END) <= 64 THEN (CASE WHEN IS_VARCHAR(f.img."name") THEN f.img."name"::varchar(65535) WHEN f.img."name" IS NOT NULL THEN JSON_SERIALIZE(f.img."name") END)::varchar(64) END END AS "name",
+                 f.img."bio" AS "j__bio",
+                 CASE WHEN COALESCE(CASE WHEN IS_VARCHAR(f.img."bio") THEN f.img."bio"::varchar(65535) WHEN f.img."bio" IS NOT NULL THEN JSON_SERIALIZE(f.img."bio") END IN ('__debezium_unavailable_value', 'X19kZWJleml1bV91bmF2YWlsYWJsZV92YWx1ZQ==', '["__debezium_unavailable_value"]'), false) THEN NULL ELSE CASE WHEN OCTET_LENGTH(CASE WHEN IS_VARCHAR(f.img."bio") THEN f.img."bio"::varchar(65535) WHEN f.img."bio" IS NOT NULL THEN JSON_SERIALIZE(f.img."bio") END) <= 256 THEN (CASE WHEN IS_VARCHAR(f.img."bio") THEN f.img."bio"::varchar(65535) WHEN f.img."bio" IS NOT NULL THEN JSON_SERIALIZE(f.img."bio") END)::varchar(256) END END AS "bio",
+                 NULLIF('|' || CASE WHEN COALESCE(CASE WHEN IS_VARCHAR(f.img."name") THEN f.img."name"::varchar(65535) WHEN f.img."name" IS NOT NULL THEN JSON_SERIALIZE(f.img."name") END IN ('__debezium_unavailable_value', 'X19kZWJleml1bV91bmF2YWlsYWJsZV92YWx1ZQ==', '["__debezium_unavailable_value"]'), false) THEN 'name|' ELSE '' END || CASE WHEN COALESCE(CASE WHEN IS_VARCHAR(f.img."bio") THEN f.img."bio"::varchar(65535) WHEN f.img."bio" IS NOT NULL THEN JSON_SERIALIZE(f.img."bio") END IN ('__debezium_unavailable_value', 'X19kZWJleml1bV91bmF2YWlsYWJsZV92YWx1ZQ==', '["__debezium_unavailable_value"]'), false) THEN 'bio|' ELSE '' END, '|') AS unavailable
           FROM (
-            SELECT s.kafka_partition, s.kafka_offset, s.kafka_timestamp, s.refresh_time,
-                   s.payload, s.raw_value,
-                   CASE WHEN IS_OBJECT(s.payload."schema") THEN s.payload."payload" ELSE s.payload END AS env,
-                   CASE WHEN IS_OBJECT(s.key_payload."schema") THEN s.key_payload."payload" ELSE s.key_payload END AS key_env
-            FROM "cdc"."rw__stream" s
-            LEFT JOIN "cdc"."rw__watermark" w ON w.kafka_partition = s.kafka_partition
-            WHERE s.refresh_time > v_since
-              AND s.kafka_offset > COALESCE(w.last_offset, -1)
-          ) e
-        ) f
+            SELECT e.kafka_partition, e.kafka_offset, e.kafka_timestamp, e.refresh_time,
+                   e.payload, e.raw_value, e.env, e.key_env,
+                   CASE WHEN CASE WHEN IS_VARCHAR(e.env."__deleted") THEN e.env."__deleted"::varchar(65535) WHEN e.env."__deleted" IS NOT NULL THEN JSON_SERIALIZE(e.env."__deleted") END = 'true' THEN 'd' ELSE COALESCE(CASE WHEN IS_VARCHAR(e.env."__op") THEN e.env."__op"::varchar(65535) WHEN e.env."__op" IS NOT NULL THEN JSON_SERIALIZE(e.env."__op") END, 'u') END AS op,
+                   e.env AS img,
+                   e.env."__source_ts_ms" AS source_ts_ms,
+                   CASE WHEN COALESCE(REGEXP_SUBSTR(CASE WHEN IS_VARCHAR(e.env."__sequence") THEN e.env."__sequence"::varchar(65535) WHEN e.env."__sequence" IS NOT NULL THEN JSON_SERIALIZE(e.env."__sequence") END, '([0-9]+)"?[]]$', 1, 1, 'e'), CASE WHEN IS_VARCHAR(e.env."__lsn") THEN e.env."__lsn"::varchar(65535) WHEN e.env."__lsn" IS NOT NULL THEN JSON_SERIALIZE(e.env."__lsn") END) IS NOT NULL THEN lpad(COALESCE(REGEXP_SUBSTR(CASE WHEN IS_VARCHAR(e.env."__sequence") THEN e.env."__sequence"::varchar(65535) WHEN e.env."__sequence" IS NOT NULL THEN JSON_SERIALIZE(e.env."__sequence") END, '^[[]"?([0-9]*)', 1, 1, 'e'), ''), 20, '0') || '.' || lpad(COALESCE(COALESCE(REGEXP_SUBSTR(CASE WHEN IS_VARCHAR(e.env."__sequence") THEN e.env."__sequence"::varchar(65535) WHEN e.env."__sequence" IS NOT NULL THEN JSON_SERIALIZE(e.env."__sequence") END, '([0-9]+)"?[]]$', 1, 1, 'e'), CASE WHEN IS_VARCHAR(e.env."__lsn") THEN e.env."__lsn"::varchar(65535) WHEN e.env."__lsn" IS NOT NULL THEN JSON_SERIALIZE(e.env."__lsn") END), ''), 20, '0') END AS source_pos
+            FROM (
+              SELECT s.kafka_partition, s.kafka_offset, s.kafka_timestamp, s.refresh_time,
+                     s.payload, s.raw_value,
+                     CASE WHEN IS_OBJECT(s.payload."schema") THEN s.payload."payload" ELSE s.payload END AS env,
+                     CASE WHEN IS_OBJECT(s.key_payload."schema") THEN s.key_payload."payload" ELSE s.key_payload END AS key_env
+              FROM "cdc"."rw__stream" s
+              LEFT JOIN "cdc"."rw__watermark" w ON w.kafka_partition = s.kafka_partition
+              WHERE s.refresh_time > v_since
+                AND s.kafka_offset > COALESCE(w.last_offset, -1)
+            ) e
+          ) f
+        ) t
       ) t
     ) c
   ) c;

@@ -151,45 +151,38 @@ BEGIN
              PARTITION BY c."move_id"
              ORDER BY c.kafka_partition, c.kafka_offset ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW)) AS rank_pos
     FROM (
-      SELECT t.kafka_partition, t.kafka_offset, t.kafka_timestamp, t.refresh_time, t.raw_value,
-             t.op, t.source_ts_ms, t.source_pos, t.unavailable,
+      SELECT
+             t.kafka_partition,
+             t.kafka_offset,
+             t.kafka_timestamp,
+             t.refresh_time,
+             t.raw_value,
+             t.op,
+             t.source_ts_ms,
+             t.source_pos,
+             t.unavailable,
              t."move_id",
              t."product_id",
              t."quantity",
              t."moved_at",
-             CASE
-               WHEN t.raw_value IS NOT NULL THEN 'quarantine'
-               WHEN (t.env IS NULL) AND t."move_id" IS NOT NULL THEN 'delete'
-               WHEN (t.env IS NULL) THEN 'tombstone'
-               WHEN NOT IS_OBJECT(t.env) THEN 'quarantine'
-               WHEN t.op IS NULL THEN 'quarantine'
-               WHEN t.op = 't' THEN 'truncate'
-               WHEN t.op NOT IN ('c', 'r', 'u', 'd') THEN 'quarantine'
-               WHEN t.op <> 'd' AND ((t.img IS NULL) OR NOT IS_OBJECT(t.img)) THEN 'quarantine'
-               WHEN t."move_id" IS NULL THEN 'quarantine'
-               WHEN t.op <> 'd' AND NOT (t."j__product_id" IS NULL) AND t."product_id" IS NULL THEN 'quarantine'
-               WHEN t.op <> 'd' AND NOT (t."j__quantity" IS NULL) AND t."quantity" IS NULL THEN 'quarantine'
-               WHEN t.op <> 'd' AND NOT (t."j__moved_at" IS NULL) AND t."moved_at" IS NULL THEN 'quarantine'
-               WHEN t.op = 'd' THEN 'delete'
-               ELSE 'upsert'
-             END AS action,
-             CASE
-               WHEN t.raw_value IS NOT NULL THEN 'value is not valid JSON'
-               WHEN (t.env IS NULL) AND t."move_id" IS NOT NULL THEN NULL
-               WHEN (t.env IS NULL) THEN NULL
-               WHEN NOT IS_OBJECT(t.env) THEN 'value is not a JSON object'
-               WHEN t.op IS NULL THEN 'no op field: not a Debezium change event'
-               WHEN t.op = 't' THEN NULL
-               WHEN t.op NOT IN ('c', 'r', 'u', 'd') THEN 'unknown op "' || SUBSTRING(t.op, 1, 64) || '"'
-               WHEN t.op <> 'd' AND ((t.img IS NULL) OR NOT IS_OBJECT(t.img)) THEN 'no row image: after is missing or not an object'
-               WHEN t."move_id" IS NULL THEN 'primary key field move_id is missing or not a bigint'
-               WHEN t.op <> 'd' AND NOT (t."j__product_id" IS NULL) AND t."product_id" IS NULL THEN 'field product_id does not convert to integer'
-               WHEN t.op <> 'd' AND NOT (t."j__quantity" IS NULL) AND t."quantity" IS NULL THEN 'field quantity does not convert to integer'
-               WHEN t.op <> 'd' AND NOT (t."j__moved_at" IS NULL) AND t."moved_at" IS NULL THEN 'field moved_at does not convert from io.debezium.time.MicroTimestamp to timestamp'
-               WHEN t.op = 'd' THEN NULL
-               ELSE NULL
-             END AS reason,
-             CASE WHEN t.raw_value IS NULL AND
+             t.action, t.reason,
+             CASE WHEN t.action = 'quarantine' THEN t.payload END AS quarantine_payload
+      FROM (
+        SELECT
+               t.kafka_partition,
+               t.kafka_offset,
+               t.kafka_timestamp,
+               t.refresh_time,
+               t.raw_value,
+               t.op,
+               t.source_ts_ms,
+               t.source_pos,
+               t.unavailable,
+               t."move_id",
+               t."product_id",
+               t."quantity",
+               t."moved_at",
+               t.payload,
                CASE
                  WHEN t.raw_value IS NOT NULL THEN 'quarantine'
                  WHEN (t.env IS NULL) AND t."move_id" IS NOT NULL THEN 'delete'
@@ -205,38 +198,55 @@ BEGIN
                  WHEN t.op <> 'd' AND NOT (t."j__moved_at" IS NULL) AND t."moved_at" IS NULL THEN 'quarantine'
                  WHEN t.op = 'd' THEN 'delete'
                  ELSE 'upsert'
-               END = 'quarantine' THEN t.payload END AS quarantine_payload
-      FROM (
-        SELECT f.kafka_partition, f.kafka_offset, f.kafka_timestamp, f.refresh_time,
-               f.payload, f.raw_value, f.env, f.img, f.op, f.source_pos,
-               CAST(f.source_ts_ms AS bigint) AS source_ts_ms,
-               COALESCE(CAST(f.img."move_id" AS bigint),
-                 CAST(f.key_env."move_id" AS bigint)) AS "move_id",
-               f.img."product_id" AS "j__product_id",
-               CAST(f.img."product_id" AS integer) AS "product_id",
-               f.img."quantity" AS "j__quantity",
-               CAST(f.img."quantity" AS integer) AS "quantity",
-               f.img."moved_at" AS "j__moved_at",
-               CASE WHEN CAST(f.img."moved_at" AS bigint) BETWEEN -62135596800000000 AND 253402300799999999 THEN TIMESTAMP '1970-01-01 00:00:00' + (CAST(f.img."moved_at" AS bigint) / 1000000) * INTERVAL '1 second' + (CAST(f.img."moved_at" AS bigint) % 1000000) * 1 * INTERVAL '1 microsecond' END AS "moved_at",
-               NULL AS unavailable
+               END AS action,
+               CASE
+                 WHEN t.raw_value IS NOT NULL THEN 'value is not valid JSON'
+                 WHEN (t.env IS NULL) AND t."move_id" IS NOT NULL THEN NULL
+                 WHEN (t.env IS NULL) THEN NULL
+                 WHEN NOT IS_OBJECT(t.env) THEN 'value is not a JSON object'
+                 WHEN t.op IS NULL THEN 'no op field: not a Debezium change event'
+                 WHEN t.op = 't' THEN NULL
+                 WHEN t.op NOT IN ('c', 'r', 'u', 'd') THEN 'unknown op "' || SUBSTRING(t.op, 1, 64) || '"'
+                 WHEN t.op <> 'd' AND ((t.img IS NULL) OR NOT IS_OBJECT(t.img)) THEN 'no row image: after is missing or not an object'
+                 WHEN t."move_id" IS NULL THEN 'primary key field move_id is missing or not a bigint'
+                 WHEN t.op <> 'd' AND NOT (t."j__product_id" IS NULL) AND t."product_id" IS NULL THEN 'field product_id does not convert to integer'
+                 WHEN t.op <> 'd' AND NOT (t."j__quantity" IS NULL) AND t."quantity" IS NULL THEN 'field quantity does not convert to integer'
+                 WHEN t.op <> 'd' AND NOT (t."j__moved_at" IS NULL) AND t."moved_at" IS NULL THEN 'field moved_at does not convert from io.debezium.time.MicroTimestamp to timestamp'
+                 WHEN t.op = 'd' THEN NULL
+                 ELSE NULL
+               END AS reason
         FROM (
-          SELECT e.kafka_partition, e.kafka_offset, e.kafka_timestamp, e.refresh_time,
-                 e.payload, e.raw_value, e.env, e.key_env,
-                 CASE WHEN CASE WHEN IS_VARCHAR(e.env."__deleted") THEN e.env."__deleted"::varchar(65535) WHEN e.env."__deleted" IS NOT NULL THEN JSON_SERIALIZE(e.env."__deleted") END = 'true' THEN 'd' ELSE COALESCE(CASE WHEN IS_VARCHAR(e.env."__op") THEN e.env."__op"::varchar(65535) WHEN e.env."__op" IS NOT NULL THEN JSON_SERIALIZE(e.env."__op") END, 'u') END AS op,
-                 e.env AS img,
-                 e.env."__source_ts_ms" AS source_ts_ms,
-                 CASE WHEN COALESCE(REGEXP_SUBSTR(CASE WHEN IS_VARCHAR(e.env."__sequence") THEN e.env."__sequence"::varchar(65535) WHEN e.env."__sequence" IS NOT NULL THEN JSON_SERIALIZE(e.env."__sequence") END, '([0-9]+)"?[]]$', 1, 1, 'e'), CASE WHEN IS_VARCHAR(e.env."__lsn") THEN e.env."__lsn"::varchar(65535) WHEN e.env."__lsn" IS NOT NULL THEN JSON_SERIALIZE(e.env."__lsn") END) IS NOT NULL THEN lpad(COALESCE(REGEXP_SUBSTR(CASE WHEN IS_VARCHAR(e.env."__sequence") THEN e.env."__sequence"::varchar(65535) WHEN e.env."__sequence" IS NOT NULL THEN JSON_SERIALIZE(e.env."__sequence") END, '^[[]"?([0-9]*)', 1, 1, 'e'), ''), 20, '0') || '.' || lpad(COALESCE(COALESCE(REGEXP_SUBSTR(CASE WHEN IS_VARCHAR(e.env."__sequence") THEN e.env."__sequence"::varchar(65535) WHEN e.env."__sequence" IS NOT NULL THEN JSON_SERIALIZE(e.env."__sequence") END, '([0-9]+)"?[]]$', 1, 1, 'e'), CASE WHEN IS_VARCHAR(e.env."__lsn") THEN e.env."__lsn"::varchar(65535) WHEN e.env."__lsn" IS NOT NULL THEN JSON_SERIALIZE(e.env."__lsn") END), ''), 20, '0') END AS source_pos
+          SELECT f.kafka_partition, f.kafka_offset, f.kafka_timestamp, f.refresh_time,
+                 f.payload, f.raw_value, f.env, f.img, f.op, f.source_pos,
+                 CAST(f.source_ts_ms AS bigint) AS source_ts_ms,
+                 COALESCE(CAST(f.img."move_id" AS bigint),
+                   CAST(f.key_env."move_id" AS bigint)) AS "move_id",
+                 f.img."product_id" AS "j__product_id",
+                 CAST(f.img."product_id" AS integer) AS "product_id",
+                 f.img."quantity" AS "j__quantity",
+                 CAST(f.img."quantity" AS integer) AS "quantity",
+                 f.img."moved_at" AS "j__moved_at",
+                 CASE WHEN CAST(f.img."moved_at" AS bigint) BETWEEN -62135596800000000 AND 253402300799999999 THEN TIMESTAMP '1970-01-01 00:00:00' + (CAST(f.img."moved_at" AS bigint) / 1000000) * INTERVAL '1 second' + (CAST(f.img."moved_at" AS bigint) % 1000000) * 1 * INTERVAL '1 microsecond' END AS "moved_at",
+                 NULL AS unavailable
           FROM (
-            SELECT s.kafka_partition, s.kafka_offset, s.kafka_timestamp, s.refresh_time,
-                   s.payload, s.raw_value,
-                   CASE WHEN IS_OBJECT(s.payload."schema") THEN s.payload."payload" ELSE s.payload END AS env,
-                   CASE WHEN IS_OBJECT(s.key_payload."schema") THEN s.key_payload."payload" ELSE s.key_payload END AS key_env
-            FROM "inventory"."stock_moves__stream" s
-            LEFT JOIN "inventory"."stock_moves__watermark" w ON w.kafka_partition = s.kafka_partition
-            WHERE s.refresh_time > v_since
-              AND s.kafka_offset > COALESCE(w.last_offset, -1)
-          ) e
-        ) f
+            SELECT e.kafka_partition, e.kafka_offset, e.kafka_timestamp, e.refresh_time,
+                   e.payload, e.raw_value, e.env, e.key_env,
+                   CASE WHEN CASE WHEN IS_VARCHAR(e.env."__deleted") THEN e.env."__deleted"::varchar(65535) WHEN e.env."__deleted" IS NOT NULL THEN JSON_SERIALIZE(e.env."__deleted") END = 'true' THEN 'd' ELSE COALESCE(CASE WHEN IS_VARCHAR(e.env."__op") THEN e.env."__op"::varchar(65535) WHEN e.env."__op" IS NOT NULL THEN JSON_SERIALIZE(e.env."__op") END, 'u') END AS op,
+                   e.env AS img,
+                   e.env."__source_ts_ms" AS source_ts_ms,
+                   CASE WHEN COALESCE(REGEXP_SUBSTR(CASE WHEN IS_VARCHAR(e.env."__sequence") THEN e.env."__sequence"::varchar(65535) WHEN e.env."__sequence" IS NOT NULL THEN JSON_SERIALIZE(e.env."__sequence") END, '([0-9]+)"?[]]$', 1, 1, 'e'), CASE WHEN IS_VARCHAR(e.env."__lsn") THEN e.env."__lsn"::varchar(65535) WHEN e.env."__lsn" IS NOT NULL THEN JSON_SERIALIZE(e.env."__lsn") END) IS NOT NULL THEN lpad(COALESCE(REGEXP_SUBSTR(CASE WHEN IS_VARCHAR(e.env."__sequence") THEN e.env."__sequence"::varchar(65535) WHEN e.env."__sequence" IS NOT NULL THEN JSON_SERIALIZE(e.env."__sequence") END, '^[[]"?([0-9]*)', 1, 1, 'e'), ''), 20, '0') || '.' || lpad(COALESCE(COALESCE(REGEXP_SUBSTR(CASE WHEN IS_VARCHAR(e.env."__sequence") THEN e.env."__sequence"::varchar(65535) WHEN e.env."__sequence" IS NOT NULL THEN JSON_SERIALIZE(e.env."__sequence") END, '([0-9]+)"?[]]$', 1, 1, 'e'), CASE WHEN IS_VARCHAR(e.env."__lsn") THEN e.env."__lsn"::varchar(65535) WHEN e.env."__lsn" IS NOT NULL THEN JSON_SERIALIZE(e.env."__lsn") END), ''), 20, '0') END AS source_pos
+            FROM (
+              SELECT s.kafka_partition, s.kafka_offset, s.kafka_timestamp, s.refresh_time,
+                     s.payload, s.raw_value,
+                     CASE WHEN IS_OBJECT(s.payload."schema") THEN s.payload."payload" ELSE s.payload END AS env,
+                     CASE WHEN IS_OBJECT(s.key_payload."schema") THEN s.key_payload."payload" ELSE s.key_payload END AS key_env
+              FROM "inventory"."stock_moves__stream" s
+              LEFT JOIN "inventory"."stock_moves__watermark" w ON w.kafka_partition = s.kafka_partition
+              WHERE s.refresh_time > v_since
+                AND s.kafka_offset > COALESCE(w.last_offset, -1)
+            ) e
+          ) f
+        ) t
       ) t
     ) c
   ) c;

@@ -156,46 +156,40 @@ BEGIN
              PARTITION BY c."order_id"
              ORDER BY c.kafka_partition, c.kafka_offset ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW)) AS rank_pos
     FROM (
-      SELECT t.kafka_partition, t.kafka_offset, t.kafka_timestamp, t.refresh_time, t.raw_value,
-             t.op, t.source_ts_ms, t.source_pos, t.unavailable,
+      SELECT
+             t.kafka_partition,
+             t.kafka_offset,
+             t.kafka_timestamp,
+             t.refresh_time,
+             t.raw_value,
+             t.op,
+             t.source_ts_ms,
+             t.source_pos,
+             t.unavailable,
              t."order_id",
              t."customer_id",
              t."status",
              t."total",
              t."placed_at",
-             CASE
-               WHEN t.raw_value IS NOT NULL THEN 'quarantine'
-               WHEN (t.env IS NULL) THEN 'tombstone'
-               WHEN NOT IS_OBJECT(t.env) THEN 'quarantine'
-               WHEN t.op IS NULL THEN 'quarantine'
-               WHEN t.op = 't' THEN 'truncate'
-               WHEN t.op NOT IN ('c', 'r', 'u', 'd') THEN 'quarantine'
-               WHEN t.op <> 'd' AND ((t.img IS NULL) OR NOT IS_OBJECT(t.img)) THEN 'quarantine'
-               WHEN t."order_id" IS NULL THEN 'quarantine'
-               WHEN t.op <> 'd' AND NOT (t."j__customer_id" IS NULL) AND t."customer_id" IS NULL AND NOT COALESCE(CASE WHEN IS_VARCHAR(t."j__customer_id") THEN t."j__customer_id"::varchar(65535) WHEN t."j__customer_id" IS NOT NULL THEN JSON_SERIALIZE(t."j__customer_id") END IN ('__debezium_unavailable_value', 'X19kZWJleml1bV91bmF2YWlsYWJsZV92YWx1ZQ==', '["__debezium_unavailable_value"]'), false) THEN 'quarantine'
-               WHEN t.op <> 'd' AND NOT (t."j__status" IS NULL) AND t."status" IS NULL AND NOT COALESCE(CASE WHEN IS_VARCHAR(t."j__status") THEN t."j__status"::varchar(65535) WHEN t."j__status" IS NOT NULL THEN JSON_SERIALIZE(t."j__status") END IN ('__debezium_unavailable_value', 'X19kZWJleml1bV91bmF2YWlsYWJsZV92YWx1ZQ==', '["__debezium_unavailable_value"]'), false) THEN 'quarantine'
-               WHEN t.op <> 'd' AND NOT (t."j__total" IS NULL) AND t."total" IS NULL THEN 'quarantine'
-               WHEN t.op <> 'd' AND NOT (t."j__placed_at" IS NULL) AND t."placed_at" IS NULL THEN 'quarantine'
-               WHEN t.op = 'd' THEN 'delete'
-               ELSE 'upsert'
-             END AS action,
-             CASE
-               WHEN t.raw_value IS NOT NULL THEN 'value is not valid JSON'
-               WHEN (t.env IS NULL) THEN NULL
-               WHEN NOT IS_OBJECT(t.env) THEN 'value is not a JSON object'
-               WHEN t.op IS NULL THEN 'no op field: not a Debezium change event'
-               WHEN t.op = 't' THEN NULL
-               WHEN t.op NOT IN ('c', 'r', 'u', 'd') THEN 'unknown op "' || SUBSTRING(t.op, 1, 64) || '"'
-               WHEN t.op <> 'd' AND ((t.img IS NULL) OR NOT IS_OBJECT(t.img)) THEN 'no row image: after is missing or not an object'
-               WHEN t."order_id" IS NULL THEN 'primary key field ORDER_ID is missing or not a bigint'
-               WHEN t.op <> 'd' AND NOT (t."j__customer_id" IS NULL) AND t."customer_id" IS NULL AND NOT COALESCE(CASE WHEN IS_VARCHAR(t."j__customer_id") THEN t."j__customer_id"::varchar(65535) WHEN t."j__customer_id" IS NOT NULL THEN JSON_SERIALIZE(t."j__customer_id") END IN ('__debezium_unavailable_value', 'X19kZWJleml1bV91bmF2YWlsYWJsZV92YWx1ZQ==', '["__debezium_unavailable_value"]'), false) THEN 'field CUST_ID does not convert to varchar(64)'
-               WHEN t.op <> 'd' AND NOT (t."j__status" IS NULL) AND t."status" IS NULL AND NOT COALESCE(CASE WHEN IS_VARCHAR(t."j__status") THEN t."j__status"::varchar(65535) WHEN t."j__status" IS NOT NULL THEN JSON_SERIALIZE(t."j__status") END IN ('__debezium_unavailable_value', 'X19kZWJleml1bV91bmF2YWlsYWJsZV92YWx1ZQ==', '["__debezium_unavailable_value"]'), false) THEN 'field STATUS does not convert to varchar(16)'
-               WHEN t.op <> 'd' AND NOT (t."j__total" IS NULL) AND t."total" IS NULL THEN 'field TOTAL does not convert to decimal(12,2)'
-               WHEN t.op <> 'd' AND NOT (t."j__placed_at" IS NULL) AND t."placed_at" IS NULL THEN 'field PLACED_AT does not convert to timestamp'
-               WHEN t.op = 'd' THEN NULL
-               ELSE NULL
-             END AS reason,
-             CASE WHEN t.raw_value IS NULL AND
+             t.action, t.reason,
+             CASE WHEN t.action = 'quarantine' THEN t.payload END AS quarantine_payload
+      FROM (
+        SELECT
+               t.kafka_partition,
+               t.kafka_offset,
+               t.kafka_timestamp,
+               t.refresh_time,
+               t.raw_value,
+               t.op,
+               t.source_ts_ms,
+               t.source_pos,
+               t.unavailable,
+               t."order_id",
+               t."customer_id",
+               t."status",
+               t."total",
+               t."placed_at",
+               t.payload,
                CASE
                  WHEN t.raw_value IS NOT NULL THEN 'quarantine'
                  WHEN (t.env IS NULL) THEN 'tombstone'
@@ -211,40 +205,57 @@ BEGIN
                  WHEN t.op <> 'd' AND NOT (t."j__placed_at" IS NULL) AND t."placed_at" IS NULL THEN 'quarantine'
                  WHEN t.op = 'd' THEN 'delete'
                  ELSE 'upsert'
-               END = 'quarantine' THEN t.payload END AS quarantine_payload
-      FROM (
-        SELECT f.kafka_partition, f.kafka_offset, f.kafka_timestamp, f.refresh_time,
-               f.payload, f.raw_value, f.env, f.img, f.op, f.source_pos,
-               CAST(f.source_ts_ms AS bigint) AS source_ts_ms,
-               COALESCE(CAST(f.img."ORDER_ID" AS bigint),
-                 CAST(f.key_env."ORDER_ID" AS bigint)) AS "order_id",
-               f.img."CUST_ID" AS "j__customer_id",
-               CASE WHEN COALESCE(CASE WHEN IS_VARCHAR(f.img."CUST_ID") THEN f.img."CUST_ID"::varchar(65535) WHEN f.img."CUST_ID" IS NOT NULL THEN JSON_SERIALIZE(f.img."CUST_ID") END IN ('__debezium_unavailable_value', 'X19kZWJleml1bV91bmF2YWlsYWJsZV92YWx1ZQ==', '["__debezium_unavailable_value"]'), false) THEN NULL ELSE CASE WHEN OCTET_LENGTH(CASE WHEN IS_VARCHAR(f.img."CUST_ID") THEN f.img."CUST_ID"::varchar(65535) WHEN f.img."CUST_ID" IS NOT NULL THEN JSON_SERIALIZE(f.img."CUST_ID") END) <= 64 THEN (CASE WHEN IS_VARCHAR(f.img."CUST_ID") THEN f.img."CUST_ID"::varchar(65535) WHEN f.img."CUST_ID" IS NOT NULL THEN JSON_SERIALIZE(f.img."CUST_ID") END)::varchar(64) END END AS "customer_id",
-               f.img."STATUS" AS "j__status",
-               CASE WHEN COALESCE(CASE WHEN IS_VARCHAR(f.img."STATUS") THEN f.img."STATUS"::varchar(65535) WHEN f.img."STATUS" IS NOT NULL THEN JSON_SERIALIZE(f.img."STATUS") END IN ('__debezium_unavailable_value', 'X19kZWJleml1bV91bmF2YWlsYWJsZV92YWx1ZQ==', '["__debezium_unavailable_value"]'), false) THEN NULL ELSE CASE WHEN OCTET_LENGTH(CASE WHEN IS_VARCHAR(f.img."STATUS") THEN f.img."STATUS"::varchar(65535) WHEN f.img."STATUS" IS NOT NULL THEN JSON_SERIALIZE(f.img."STATUS") END) <= 16 THEN (CASE WHEN IS_VARCHAR(f.img."STATUS") THEN f.img."STATUS"::varchar(65535) WHEN f.img."STATUS" IS NOT NULL THEN JSON_SERIALIZE(f.img."STATUS") END)::varchar(16) END END AS "status",
-               f.img."TOTAL" AS "j__total",
-               CAST(f.img."TOTAL" AS decimal(12,2)) AS "total",
-               f.img."PLACED_AT" AS "j__placed_at",
-               CAST(f.img."PLACED_AT" AS timestamp) AS "placed_at",
-               NULLIF('|' || CASE WHEN COALESCE(CASE WHEN IS_VARCHAR(f.img."CUST_ID") THEN f.img."CUST_ID"::varchar(65535) WHEN f.img."CUST_ID" IS NOT NULL THEN JSON_SERIALIZE(f.img."CUST_ID") END IN ('__debezium_unavailable_value', 'X19kZWJleml1bV91bmF2YWlsYWJsZV92YWx1ZQ==', '["__debezium_unavailable_value"]'), false) THEN 'customer_id|' ELSE '' END || CASE WHEN COALESCE(CASE WHEN IS_VARCHAR(f.img."STATUS") THEN f.img."STATUS"::varchar(65535) WHEN f.img."STATUS" IS NOT NULL THEN JSON_SERIALIZE(f.img."STATUS") END IN ('__debezium_unavailable_value', 'X19kZWJleml1bV91bmF2YWlsYWJsZV92YWx1ZQ==', '["__debezium_unavailable_value"]'), false) THEN 'status|' ELSE '' END, '|') AS unavailable
+               END AS action,
+               CASE
+                 WHEN t.raw_value IS NOT NULL THEN 'value is not valid JSON'
+                 WHEN (t.env IS NULL) THEN NULL
+                 WHEN NOT IS_OBJECT(t.env) THEN 'value is not a JSON object'
+                 WHEN t.op IS NULL THEN 'no op field: not a Debezium change event'
+                 WHEN t.op = 't' THEN NULL
+                 WHEN t.op NOT IN ('c', 'r', 'u', 'd') THEN 'unknown op "' || SUBSTRING(t.op, 1, 64) || '"'
+                 WHEN t.op <> 'd' AND ((t.img IS NULL) OR NOT IS_OBJECT(t.img)) THEN 'no row image: after is missing or not an object'
+                 WHEN t."order_id" IS NULL THEN 'primary key field ORDER_ID is missing or not a bigint'
+                 WHEN t.op <> 'd' AND NOT (t."j__customer_id" IS NULL) AND t."customer_id" IS NULL AND NOT COALESCE(CASE WHEN IS_VARCHAR(t."j__customer_id") THEN t."j__customer_id"::varchar(65535) WHEN t."j__customer_id" IS NOT NULL THEN JSON_SERIALIZE(t."j__customer_id") END IN ('__debezium_unavailable_value', 'X19kZWJleml1bV91bmF2YWlsYWJsZV92YWx1ZQ==', '["__debezium_unavailable_value"]'), false) THEN 'field CUST_ID does not convert to varchar(64)'
+                 WHEN t.op <> 'd' AND NOT (t."j__status" IS NULL) AND t."status" IS NULL AND NOT COALESCE(CASE WHEN IS_VARCHAR(t."j__status") THEN t."j__status"::varchar(65535) WHEN t."j__status" IS NOT NULL THEN JSON_SERIALIZE(t."j__status") END IN ('__debezium_unavailable_value', 'X19kZWJleml1bV91bmF2YWlsYWJsZV92YWx1ZQ==', '["__debezium_unavailable_value"]'), false) THEN 'field STATUS does not convert to varchar(16)'
+                 WHEN t.op <> 'd' AND NOT (t."j__total" IS NULL) AND t."total" IS NULL THEN 'field TOTAL does not convert to decimal(12,2)'
+                 WHEN t.op <> 'd' AND NOT (t."j__placed_at" IS NULL) AND t."placed_at" IS NULL THEN 'field PLACED_AT does not convert to timestamp'
+                 WHEN t.op = 'd' THEN NULL
+                 ELSE NULL
+               END AS reason
         FROM (
-          SELECT e.kafka_partition, e.kafka_offset, e.kafka_timestamp, e.refresh_time,
-                 e.payload, e.raw_value, e.env, e.key_env,
-                 CASE WHEN IS_VARCHAR(e.env."op") THEN e.env."op"::varchar(65535) WHEN e.env."op" IS NOT NULL THEN JSON_SERIALIZE(e.env."op") END AS op,
-                 CASE WHEN CASE WHEN IS_VARCHAR(e.env."op") THEN e.env."op"::varchar(65535) WHEN e.env."op" IS NOT NULL THEN JSON_SERIALIZE(e.env."op") END = 'd' THEN e.env."before" ELSE e.env."after" END AS img,
-                 e.env."source"."ts_ms" AS source_ts_ms,
-                 CASE WHEN CASE WHEN IS_VARCHAR(e.env."source"."file") THEN e.env."source"."file"::varchar(65535) WHEN e.env."source"."file" IS NOT NULL THEN JSON_SERIALIZE(e.env."source"."file") END IS NOT NULL AND CASE WHEN IS_VARCHAR(e.env."source"."pos") THEN e.env."source"."pos"::varchar(65535) WHEN e.env."source"."pos" IS NOT NULL THEN JSON_SERIALIZE(e.env."source"."pos") END IS NOT NULL THEN lpad(COALESCE(REGEXP_SUBSTR(CASE WHEN IS_VARCHAR(e.env."source"."file") THEN e.env."source"."file"::varchar(65535) WHEN e.env."source"."file" IS NOT NULL THEN JSON_SERIALIZE(e.env."source"."file") END, '([0-9]+)$', 1, 1, 'e'), ''), 20, '0') || '.' || lpad(COALESCE(CASE WHEN IS_VARCHAR(e.env."source"."pos") THEN e.env."source"."pos"::varchar(65535) WHEN e.env."source"."pos" IS NOT NULL THEN JSON_SERIALIZE(e.env."source"."pos") END, ''), 20, '0') || '.' || lpad(COALESCE(CASE WHEN IS_VARCHAR(e.env."source"."row") THEN e.env."source"."row"::varchar(65535) WHEN e.env."source"."row" IS NOT NULL THEN JSON_SERIALIZE(e.env."source"."row") END, ''), 20, '0') END AS source_pos
+          SELECT f.kafka_partition, f.kafka_offset, f.kafka_timestamp, f.refresh_time,
+                 f.payload, f.raw_value, f.env, f.img, f.op, f.source_pos,
+                 CAST(f.source_ts_ms AS bigint) AS source_ts_ms,
+                 COALESCE(CAST(f.img."ORDER_ID" AS bigint),
+                   CAST(f.key_env."ORDER_ID" AS bigint)) AS "order_id",
+                 f.img."CUST_ID" AS "j__customer_id",
+                 CASE WHEN COALESCE(CASE WHEN IS_VARCHAR(f.img."CUST_ID") THEN f.img."CUST_ID"::varchar(65535) WHEN f.img."CUST_ID" IS NOT NULL THEN JSON_SERIALIZE(f.img."CUST_ID") END IN ('__debezium_unavailable_value', 'X19kZWJleml1bV91bmF2YWlsYWJsZV92YWx1ZQ==', '["__debezium_unavailable_value"]'), false) THEN NULL ELSE CASE WHEN OCTET_LENGTH(CASE WHEN IS_VARCHAR(f.img."CUST_ID") THEN f.img."CUST_ID"::varchar(65535) WHEN f.img."CUST_ID" IS NOT NULL THEN JSON_SERIALIZE(f.img."CUST_ID") END) <= 64 THEN (CASE WHEN IS_VARCHAR(f.img."CUST_ID") THEN f.img."CUST_ID"::varchar(65535) WHEN f.img."CUST_ID" IS NOT NULL THEN JSON_SERIALIZE(f.img."CUST_ID") END)::varchar(64) END END AS "customer_id",
+                 f.img."STATUS" AS "j__status",
+                 CASE WHEN COALESCE(CASE WHEN IS_VARCHAR(f.img."STATUS") THEN f.img."STATUS"::varchar(65535) WHEN f.img."STATUS" IS NOT NULL THEN JSON_SERIALIZE(f.img."STATUS") END IN ('__debezium_unavailable_value', 'X19kZWJleml1bV91bmF2YWlsYWJsZV92YWx1ZQ==', '["__debezium_unavailable_value"]'), false) THEN NULL ELSE CASE WHEN OCTET_LENGTH(CASE WHEN IS_VARCHAR(f.img."STATUS") THEN f.img."STATUS"::varchar(65535) WHEN f.img."STATUS" IS NOT NULL THEN JSON_SERIALIZE(f.img."STATUS") END) <= 16 THEN (CASE WHEN IS_VARCHAR(f.img."STATUS") THEN f.img."STATUS"::varchar(65535) WHEN f.img."STATUS" IS NOT NULL THEN JSON_SERIALIZE(f.img."STATUS") END)::varchar(16) END END AS "status",
+                 f.img."TOTAL" AS "j__total",
+                 CAST(f.img."TOTAL" AS decimal(12,2)) AS "total",
+                 f.img."PLACED_AT" AS "j__placed_at",
+                 CAST(f.img."PLACED_AT" AS timestamp) AS "placed_at",
+                 NULLIF('|' || CASE WHEN COALESCE(CASE WHEN IS_VARCHAR(f.img."CUST_ID") THEN f.img."CUST_ID"::varchar(65535) WHEN f.img."CUST_ID" IS NOT NULL THEN JSON_SERIALIZE(f.img."CUST_ID") END IN ('__debezium_unavailable_value', 'X19kZWJleml1bV91bmF2YWlsYWJsZV92YWx1ZQ==', '["__debezium_unavailable_value"]'), false) THEN 'customer_id|' ELSE '' END || CASE WHEN COALESCE(CASE WHEN IS_VARCHAR(f.img."STATUS") THEN f.img."STATUS"::varchar(65535) WHEN f.img."STATUS" IS NOT NULL THEN JSON_SERIALIZE(f.img."STATUS") END IN ('__debezium_unavailable_value', 'X19kZWJleml1bV91bmF2YWlsYWJsZV92YWx1ZQ==', '["__debezium_unavailable_value"]'), false) THEN 'status|' ELSE '' END, '|') AS unavailable
           FROM (
-            SELECT s.kafka_partition, s.kafka_offset, s.kafka_timestamp, s.refresh_time,
-                   s.payload, s.raw_value,
-                   CASE WHEN IS_OBJECT(s.payload."schema") THEN s.payload."payload" ELSE s.payload END AS env,
-                   CASE WHEN IS_OBJECT(s.key_payload."schema") THEN s.key_payload."payload" ELSE s.key_payload END AS key_env
-            FROM "cdc"."orders__stream" s
-            LEFT JOIN "cdc"."orders__watermark" w ON w.kafka_partition = s.kafka_partition
-            WHERE s.refresh_time > v_since
-              AND s.kafka_offset > COALESCE(w.last_offset, -1)
-          ) e
-        ) f
+            SELECT e.kafka_partition, e.kafka_offset, e.kafka_timestamp, e.refresh_time,
+                   e.payload, e.raw_value, e.env, e.key_env,
+                   CASE WHEN IS_VARCHAR(e.env."op") THEN e.env."op"::varchar(65535) WHEN e.env."op" IS NOT NULL THEN JSON_SERIALIZE(e.env."op") END AS op,
+                   CASE WHEN CASE WHEN IS_VARCHAR(e.env."op") THEN e.env."op"::varchar(65535) WHEN e.env."op" IS NOT NULL THEN JSON_SERIALIZE(e.env."op") END = 'd' THEN e.env."before" ELSE e.env."after" END AS img,
+                   e.env."source"."ts_ms" AS source_ts_ms,
+                   CASE WHEN CASE WHEN IS_VARCHAR(e.env."source"."file") THEN e.env."source"."file"::varchar(65535) WHEN e.env."source"."file" IS NOT NULL THEN JSON_SERIALIZE(e.env."source"."file") END IS NOT NULL AND CASE WHEN IS_VARCHAR(e.env."source"."pos") THEN e.env."source"."pos"::varchar(65535) WHEN e.env."source"."pos" IS NOT NULL THEN JSON_SERIALIZE(e.env."source"."pos") END IS NOT NULL THEN lpad(COALESCE(REGEXP_SUBSTR(CASE WHEN IS_VARCHAR(e.env."source"."file") THEN e.env."source"."file"::varchar(65535) WHEN e.env."source"."file" IS NOT NULL THEN JSON_SERIALIZE(e.env."source"."file") END, '([0-9]+)$', 1, 1, 'e'), ''), 20, '0') || '.' || lpad(COALESCE(CASE WHEN IS_VARCHAR(e.env."source"."pos") THEN e.env."source"."pos"::varchar(65535) WHEN e.env."source"."pos" IS NOT NULL THEN JSON_SERIALIZE(e.env."source"."pos") END, ''), 20, '0') || '.' || lpad(COALESCE(CASE WHEN IS_VARCHAR(e.env."source"."row") THEN e.env."source"."row"::varchar(65535) WHEN e.env."source"."row" IS NOT NULL THEN JSON_SERIALIZE(e.env."source"."row") END, ''), 20, '0') END AS source_pos
+            FROM (
+              SELECT s.kafka_partition, s.kafka_offset, s.kafka_timestamp, s.refresh_time,
+                     s.payload, s.raw_value,
+                     CASE WHEN IS_OBJECT(s.payload."schema") THEN s.payload."payload" ELSE s.payload END AS env,
+                     CASE WHEN IS_OBJECT(s.key_payload."schema") THEN s.key_payload."payload" ELSE s.key_payload END AS key_env
+              FROM "cdc"."orders__stream" s
+              LEFT JOIN "cdc"."orders__watermark" w ON w.kafka_partition = s.kafka_partition
+              WHERE s.refresh_time > v_since
+                AND s.kafka_offset > COALESCE(w.last_offset, -1)
+            ) e
+          ) f
+        ) t
       ) t
     ) c
   ) c;
