@@ -168,9 +168,19 @@ class PostgresDialect:
         expression of that name."""
         return f"\nCROSS JOIN LATERAL jsonb_object_keys({object_expr}) AS {alias}(field)", f"{alias}.field"
 
+    def object_has_only_keys(self, object_expr: str, names: list[str]) -> str:
+        """True when the JSON object has no member besides `names`, given that each of them
+        is present (the caller checks that): a cheap per-record test for schema drift."""
+        listed = ", ".join(quote_literal(n) for n in names)
+        return f"(({object_expr}) - ARRAY[{listed}]::text[]) = '{{}}'::jsonb"
+
     # ---- functions whose spelling differs ----------------------------------------
     def regex_group(self, expr: str, pattern: str) -> str:
         """First capture group of a POSIX regex match, else NULL."""
+        return f"substring({expr} from {quote_literal(pattern)})"
+
+    def regex_match(self, expr: str, pattern: str) -> str:
+        """The text a POSIX regex (without groups) matches, else NULL: cheaper than a group."""
         return f"substring({expr} from {quote_literal(pattern)})"
 
     def string_agg(self, expr: str, separator: str, order_by: str) -> str:
@@ -294,8 +304,14 @@ class RedshiftDialect(PostgresDialect):
         # PartiQL object unpivoting: one row per attribute, its name bound by AT.
         return f", UNPIVOT {object_expr} AS {alias}_value AT {alias}_field", f"{alias}_field"
 
+    def object_has_only_keys(self, object_expr: str, names: list[str]) -> str:
+        return f"GET_NUMBER_ATTRIBUTES({object_expr}) = {len(set(names))}"
+
     def regex_group(self, expr: str, pattern: str) -> str:
         return f"REGEXP_SUBSTR({expr}, {quote_literal(pattern)}, 1, 1, 'e')"
+
+    def regex_match(self, expr: str, pattern: str) -> str:
+        return f"REGEXP_SUBSTR({expr}, {quote_literal(pattern)})"
 
     def string_agg(self, expr: str, separator: str, order_by: str) -> str:
         return f"LISTAGG({expr}, {quote_literal(separator)}) WITHIN GROUP (ORDER BY {order_by})"

@@ -20,7 +20,12 @@ POS_WIDTH = 20
 class EnvelopeSql:
     op: str  # 'c' | 'r' | 'u' | 'd' | 't' | other text | NULL
     image: str  # JSON row image the columns are read from
-    source_ts_ms: str  # JSON number (ms since epoch) or NULL
+    source: str  # JSON object holding the source metadata (read once, then `source_sql`)
+
+
+@dataclass(frozen=True)
+class SourceSql:
+    ts_ms: str  # JSON number (ms since epoch) or NULL
     position: str  # text ordering key or NULL
 
 
@@ -34,10 +39,12 @@ def _pad(d: PostgresDialect, text_expr: str) -> str:
 
 
 def _mysql_position(d: PostgresDialect, file: str, pos: str, row: str) -> str:
-    file_number = d.regex_group(file, "([0-9]+)$")
+    """file.pos.row, NULL without a file or a pos. `[0-9]*$` matches the file's trailing
+    digits, or nothing ('') when it has none; on a NULL file it is NULL, and so is the
+    whole concatenation, as it is for a NULL pos: no CASE, each field read once."""
+    file_number = d.regex_match(file, "[0-9]*$")
     return (
-        f"CASE WHEN {file} IS NOT NULL AND {pos} IS NOT NULL THEN "
-        f"{_pad(d, file_number)} || '.' || {_pad(d, pos)} || '.' || {_pad(d, row)} END"
+        f"{d.lpad_number(file_number, POS_WIDTH)} || '.' || {d.lpad_number(pos, POS_WIDTH)} || '.' || {_pad(d, row)}"
     )
 
 
@@ -52,30 +59,30 @@ def _postgres_position(d: PostgresDialect, sequence: str, lsn: str) -> str:
 
 
 def envelope_sql(d: PostgresDialect, table: TableConfig, env: str) -> EnvelopeSql:
-    text = d.json_get_text
+    """Operation, row image and source block of the unwrapped message `env`."""
     if table.format == "debezium":
-        op = text(env, "op")
-        source = d.json_get(env, "source")
-        image = (
-            f"CASE WHEN {op} = 'd' THEN {d.json_get(env, 'before')} ELSE {d.json_get(env, 'after')} END"
-        )
-        source_ts = d.json_get(source, "ts_ms")
-        if table.order_by == "mysql-binlog":
-            position = _mysql_position(d, text(source, "file"), text(source, "pos"), text(source, "row"))
-        elif table.order_by == "postgres-lsn":
-            position = _postgres_position(d, text(source, "sequence"), text(source, "lsn"))
-        else:
-            position = "NULL"
-        return EnvelopeSql(op, image, source_ts, position)
-
+        op = d.json_get_text(env, "op")
+        image = f"CASE WHEN {op} = 'd' THEN {d.json_get(env, 'before')} ELSE {d.json_get(env, 'after')} END"
+        return EnvelopeSql(op, image, d.json_get(env, "source"))
     # debezium-unwrap (ExtractNewRecordState): the row itself, plus __deleted/__op/...
-    deleted = text(env, "__deleted")
-    op = f"CASE WHEN {deleted} = 'true' THEN 'd' ELSE COALESCE({text(env, '__op')}, 'u') END"
-    source_ts = d.json_get(env, "__source_ts_ms")
+    deleted = d.json_get_text(env, "__deleted")
+    op = f"CASE WHEN {deleted} = 'true' THEN 'd' ELSE COALESCE({d.json_get_text(env, '__op')}, 'u') END"
+    return EnvelopeSql(op, env, env)
+
+
+def source_sql(d: PostgresDialect, table: TableConfig, source: str) -> SourceSql:
+    """Source time and ordering position, read from the `source` object of `envelope_sql`
+    (the `source` block; the row itself for unwrapped messages, whose fields carry `__`)."""
+    prefix = "" if table.format == "debezium" else "__"
+
+    def text(name: str) -> str:
+        return d.json_get_text(source, prefix + name)
+
     if table.order_by == "mysql-binlog":
-        position = _mysql_position(d, text(env, "__file"), text(env, "__pos"), text(env, "__row"))
+        position = _mysql_position(d, text("file"), text("pos"), text("row"))
     elif table.order_by == "postgres-lsn":
-        position = _postgres_position(d, text(env, "__sequence"), text(env, "__lsn"))
+        position = _postgres_position(d, text("sequence"), text("lsn"))
     else:
         position = "NULL"
-    return EnvelopeSql(op, env, source_ts, position)
+    ts_ms = "ts_ms" if table.format == "debezium" else "__source_ts_ms"
+    return SourceSql(d.json_get(source, ts_ms), position)

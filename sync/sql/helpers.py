@@ -84,8 +84,11 @@ def helper_functions(schema: str) -> list[tuple[str, str]]:
                 "to_integer",
                 "j jsonb, lo numeric, hi numeric",
                 "numeric",
-                f"SELECT CASE WHEN {numeric}(j) = trunc({numeric}(j)) AND {numeric}(j) BETWEEN lo AND hi\n"
-                f"  THEN {numeric}(j) END",
+                # A JSON number (the usual case) converts directly; a string goes the long way.
+                "SELECT CASE jsonb_typeof(j)\n"
+                "  WHEN 'number' THEN CASE WHEN j::numeric BETWEEN lo AND hi AND j::numeric = trunc(j::numeric) THEN j::numeric END\n"
+                f"  WHEN 'string' THEN CASE WHEN {numeric}(j) = trunc({numeric}(j)) AND {numeric}(j) BETWEEN lo AND hi\n"
+                f"    THEN {numeric}(j) END END",
             ),
         ),
         (

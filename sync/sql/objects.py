@@ -146,6 +146,7 @@ def table_objects(d: PostgresDialect, pipeline: Pipeline, table: TableConfig, or
         f"_unavailable {d.long_text_type}",
         f"_payload {d.json_type}",
         f"_raw_value {d.bytes_type}",
+        f"_drift_img {d.json_type}",  # the row image, when its fields differ from the configured ones
     ]
     stage = _create_table(
         d, n.schema, n.stage, stage_lines, d.table_attributes(dist, keys, backup=False), prefix=d.stage_table_prefix

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 from sync.config import ColumnConfig, Pipeline, TableConfig
 from sync.sql.dialects import PostgresDialect, quote_literal
-from sync.sql.envelope import envelope_sql, unwrap_schema
+from sync.sql.envelope import envelope_sql, source_sql, unwrap_schema
 from sync.sql.semantic import DecodeSql, check_column, decode_sql
 from sync.sql.names import QUARANTINE, RUN_LOG, SCHEMA_DRIFT, table_names
 from sync.sql.types import SqlType
@@ -45,8 +45,32 @@ def _raw_alias(col: ColumnConfig) -> str:
     return f"j__{col.target_name}"
 
 
+def _image_alias(col: ColumnConfig) -> str:
+    return f"ji__{col.target_name}"
+
+
 def _key_alias(col: ColumnConfig) -> str:
     return f"jk__{col.target_name}"
+
+
+def _mark_alias(col: ColumnConfig) -> str:
+    return f"u__{col.target_name}"
+
+
+def _merged_levels(decoded: list[DecodeSql]) -> list[dict[str, str]]:
+    """The intermediate values of all decoded columns, merged depth by depth."""
+    depth = max((len(r.levels) for r in decoded), default=0)
+    return [{alias: expr for r in decoded if i < len(r.levels) for alias, expr in r.levels[i].items()} for i in range(depth)]
+
+
+def drift_image_sql(d: PostgresDialect, table: TableConfig) -> str:
+    """6. The row image of a c/r/u event whose fields differ from the configured ones, else
+    NULL: the schema-drift statement reads only these. An image with every configured
+    field (non-null) and nothing else has no drift; anything else is checked in full."""
+    present = [f"f.{d.q(_image_alias(c))} IS NOT NULL" for c in table.key_columns]
+    present += [f"f.{d.q(_raw_alias(c))} IS NOT NULL" for c in table.value_columns]
+    exact = " AND ".join([*present, d.object_has_only_keys("f.img", [c.name for c in table.columns])])
+    return f"CASE WHEN f.op IN ('c', 'r', 'u') AND {d.json_is_object('f.img')} AND NOT ({exact}) THEN f.img END"
 
 
 # The TOAST placeholder in its text, bytea (base64) and text[] forms (reference/debezium.md).
@@ -115,7 +139,7 @@ def classification_checks(d: PostgresDialect, table: TableConfig) -> list[Check]
         )
     for col in table.value_columns:
         raw = f"t.{q(_raw_alias(col))}"
-        keeps_stored = f" AND NOT {unavailable_sql(d, raw)}" if toastable(col) else ""
+        keeps_stored = f" AND NOT t.{q(_mark_alias(col))}" if toastable(col) else ""
         checks.append(
             Check(
                 f"t.op <> 'd' AND NOT {d.json_is_null(raw)} AND t.{q(col.target_name)} IS NULL{keeps_stored}",
@@ -127,12 +151,19 @@ def classification_checks(d: PostgresDialect, table: TableConfig) -> list[Check]
     return checks
 
 
-def _case(checks: list[Check], attr: str, default: str) -> str:
+def _first_match(checks: list[Check]) -> str:
+    """The number (1, 2, ...) of the first check that matches, 0 when none does: the
+    checks run once per record, and action and reason are looked up from the number."""
     lines = ["CASE"]
-    for chk in checks:
-        lines.append(f"  WHEN {chk.condition} THEN {getattr(chk, attr) if attr == 'reason' else quote_literal(chk.action)}")
-    lines.append(f"  ELSE {default}")
-    lines.append("END")
+    lines += [f"  WHEN {chk.condition} THEN {i}" for i, chk in enumerate(checks, start=1)]
+    lines += ["  ELSE 0", "END"]
+    return "\n".join(lines)
+
+
+def _lookup(checks: list[Check], number: str, attr: str, default: str) -> str:
+    """The action (or reason) of the check numbered `number`."""
+    values = [quote_literal(chk.action) if attr == "action" else chk.reason for chk in checks]
+    lines = [f"CASE {number}", *[f"  WHEN {i} THEN {v}" for i, v in enumerate(values, start=1)], f"  ELSE {default}", "END"]
     return "\n".join(lines)
 
 
@@ -155,10 +186,25 @@ def rerank_sql(d: PostgresDialect, pipeline: Pipeline, table: TableConfig) -> st
 
     positionless = "_source_pos IS NULL AND _action IN ('upsert', 'delete')"
     order = rank_order("x._rank_pos", "x._kafka_partition", "x._kafka_offset")
+    key_list = ", ".join("x." + q(k) for k in keys)
+    same_key_positionless = (
+        f"EXISTS (SELECT 1 FROM {stage} y WHERE y.{positionless.replace(' AND _action', ' AND y._action')} AND {match('y', 'x')})"
+    )
     return (
-        "-- 4. Events without a source position rank after the row stored for their key.\n"
+        "-- 4. Events without a source position: each takes the newest position seen before it\n"
+        "--    for its key in Kafka order (so it supersedes what precedes it and loses to what\n"
+        "--    follows), and ranks after the row stored for its key.\n"
         f"SELECT COUNT(*) INTO v_rows FROM {stage} WHERE {positionless};\n"
         "IF v_rows > 0 THEN\n"
+        f"  UPDATE {stage} s SET _rank_pos = r.rank_pos\n"
+        f"  FROM (SELECT x._kafka_partition, x._kafka_offset,\n"
+        f"               MAX(x._source_pos) OVER (PARTITION BY {key_list}\n"
+        "                 ORDER BY x._kafka_partition, x._kafka_offset ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW) AS rank_pos\n"
+        f"        FROM {stage} x\n"
+        "        WHERE x._action IN ('upsert', 'delete')\n"
+        f"          AND {same_key_positionless}) r\n"
+        f"  WHERE s.{positionless.replace(' AND _action', ' AND s._action')}\n"
+        "    AND s._kafka_partition = r._kafka_partition AND s._kafka_offset = r._kafka_offset;\n"
         f"  UPDATE {stage} s SET _rank_pos = t._source_pos\n"
         f"  FROM {target} t\n"
         f"  WHERE s.{positionless.replace(' AND _action', ' AND s._action')} AND {match('t', 's')}\n"
@@ -168,15 +214,15 @@ def rerank_sql(d: PostgresDialect, pipeline: Pipeline, table: TableConfig) -> st
         f"               ROW_NUMBER() OVER (PARTITION BY {', '.join('x.' + q(k) for k in keys)} ORDER BY {order}) AS rn\n"
         f"        FROM {stage} x\n"
         "        WHERE x._action IN ('upsert', 'delete')\n"
-        f"          AND EXISTS (SELECT 1 FROM {stage} y WHERE y.{positionless.replace(' AND _action', ' AND y._action')} AND {match('y', 'x')})) r\n"
+        f"          AND {same_key_positionless}) r\n"
         "  WHERE s._kafka_partition = r._kafka_partition AND s._kafka_offset = r._kafka_offset;\n"
         "END IF;"
     )
 
 
-def batch_sql(d: PostgresDialect, pipeline: Pipeline, table: TableConfig, positions: bool = True) -> str:
+def batch_sql(d: PostgresDialect, pipeline: Pipeline, table: TableConfig) -> str:
     """The records of this run (past the watermark) with their operation, row image
-    (`img`), Kafka key (`key_env`) and, with `positions`, source time and position."""
+    (`img`), Kafka key (`key_env`) and source block (`src`)."""
     n = table_names(pipeline, table)
     env = envelope_sql(d, table, "e.env")
     # Level 1: records past the watermark, with the schemas.enable wrapper removed.
@@ -190,18 +236,19 @@ def batch_sql(d: PostgresDialect, pipeline: Pipeline, table: TableConfig, positi
         "WHERE s.refresh_time > v_since\n"
         "  AND s.kafka_offset > COALESCE(w.last_offset, -1)"
     )
-
-    # Level 2: operation, row image, source time and position.
-    level2 = (
+    # Level 2: operation, row image and source block, each read once.
+    return (
         "SELECT e.kafka_partition, e.kafka_offset, e.kafka_timestamp, e.refresh_time,\n"
         "       e.payload, e.raw_value, e.env, e.key_env,\n"
         f"       {env.op} AS op,\n"
-        f"       {env.image} AS img"
-        + (f",\n       {env.source_ts_ms} AS source_ts_ms,\n       {env.position} AS source_pos" if positions else "")
-        + "\n"
+        f"       {env.image} AS img,\n"
+        f"       {env.source} AS src\n"
         f"FROM (\n{_indent(_fenced(d, level1), 2)}\n) e"
     )
-    return level2
+
+
+def _record_columns(*extra: str) -> str:
+    return ", ".join(["f.kafka_partition", "f.kafka_offset", "f.kafka_timestamp", "f.refresh_time", *extra])
 
 
 def stage_insert_sql(d: PostgresDialect, pipeline: Pipeline, table: TableConfig) -> str:
@@ -216,14 +263,28 @@ def stage_insert_sql(d: PostgresDialect, pipeline: Pipeline, table: TableConfig)
         "_op", "_action", "_reason", "_rn", "_source_ts", "_source_pos", "_rank_pos",
         *[c.target_name for c in cols],
         "_unavailable",
-        "_payload", "_raw_value",
+        "_payload", "_raw_value", "_drift_img",
     ]
 
-    level2 = batch_sql(d, pipeline, table)
+    # Level 3: source time and position, and every field as JSON, each navigated once;
+    # everything above reads these columns.
+    source = source_sql(d, table, "f.src")
+    raw_lines = [f"{source.ts_ms} AS source_ts_ms", f"{source.position} AS source_pos"]
+    for col in table.key_columns:
+        raw_lines.append(f"{d.json_get('f.img', col.name)} AS {q(_image_alias(col))}")
+        raw_lines.append(f"{d.json_get('f.key_env', col.name)} AS {q(_key_alias(col))}")
+    for col in table.value_columns:
+        raw_lines.append(f"{d.json_get('f.img', col.name)} AS {q(_raw_alias(col))}")
+    level_fields = (
+        f"SELECT {_record_columns('f.payload', 'f.raw_value', 'f.env', 'f.img', 'f.op')},\n"
+        + ",\n".join("       " + line for line in raw_lines)
+        + f"\nFROM (\n{_indent(_fenced(d, batch_sql(d, pipeline, table)), 2)}\n) f"
+    )
 
-    # Level 3: each field as JSON, then decoded/converted to its column type (NULL when it
-    # does not convert; level 4 tells that apart from a real NULL). Keys fall back to the
-    # Kafka key. Semantic types may need intermediate values: levels 2a, 2b, ... below.
+    # Level 4: each field decoded/converted to its column type (NULL when it does not
+    # convert; the classification tells that apart from a real NULL). Keys fall back to the
+    # Kafka key. Semantic types may need intermediate values, and TOAST placeholders are
+    # marked once per field: levels 3a, 3b, ... below.
     decoded: list[DecodeSql] = []
 
     def decode(col: ColumnConfig, raw: str, alias: str) -> str:
@@ -235,86 +296,79 @@ def stage_insert_sql(d: PostgresDialect, pipeline: Pipeline, table: TableConfig)
     field_lines = []
     # Intermediate values are named by column position: short, and unique within 63 characters.
     for i, col in enumerate(table.key_columns):
-        from_image = decode(col, d.json_get("f.img", col.name), f"i{i}")
-        from_key = decode(col, d.json_get("f.key_env", col.name), f"k{i}")
+        from_image = decode(col, f"f.{q(_image_alias(col))}", f"i{i}")
+        from_key = decode(col, f"f.{q(_key_alias(col))}", f"k{i}")
         field_lines.append(f"COALESCE({from_image},\n         {from_key}) AS {q(col.target_name)}")
+    marks: dict[str, str] = {}  # alias -> SQL: the field holds the TOAST placeholder
     unavailable = []
     for i, col in enumerate(table.value_columns):
-        raw = d.json_get("f.img", col.name)
+        raw = f"f.{q(_raw_alias(col))}"
         value = decode(col, raw, f"v{i}")
         field_lines.append(f"{raw} AS {q(_raw_alias(col))}")
         if toastable(col):
             # 3. (TOAST) the placeholder keeps the stored value: NULL here, filled in later.
-            marked = unavailable_sql(d, raw)
-            value = f"CASE WHEN {marked} THEN NULL ELSE {value} END"
-            unavailable.append(f"CASE WHEN {marked} THEN {quote_literal(col.target_name + '|')} ELSE '' END")
+            mark = f"f.{q(_mark_alias(col))}"
+            marks[_mark_alias(col)] = unavailable_sql(d, raw)
+            value = f"CASE WHEN {mark} THEN NULL ELSE {value} END"
+            unavailable.append(f"CASE WHEN {mark} THEN {quote_literal(col.target_name + '|')} ELSE '' END")
+            field_lines.append(f"{mark} AS {q(_mark_alias(col))}")
         field_lines.append(f"{value} AS {q(col.target_name)}")
-    marks = "NULL" if not unavailable else "NULLIF('|' || " + " || ".join(unavailable) + ", '|')"
-    field_lines.append(f"{marks} AS unavailable")
+    unavailable_list = "NULLIF('|' || " + " || ".join(unavailable) + ", '|')" if unavailable else "NULL"
+    field_lines.append(f"{unavailable_list} AS unavailable")
+    field_lines.append(f"{drift_image_sql(d, table)} AS drift_img")
     # source.ts_ms as a number here; it becomes a timestamp in the outer SELECT, which reads
     # it twice: on PostgreSQL the conversion would otherwise run twice per record.
     source_ts_ms = d.cast_json("f.source_ts_ms", _BIGINT)
-    level2_decoded = level2
-    for depth in range(max((len(r.levels) for r in decoded), default=0)):
-        exprs = [f"{expr} AS {q(alias)}" for r in decoded if depth < len(r.levels) for alias, expr in r.levels[depth].items()]
-        level2_decoded = (
+    intermediate = [dict(level) for level in _merged_levels(decoded)]
+    if marks:
+        intermediate = intermediate or [{}]
+        intermediate[0] = {**marks, **intermediate[0]}
+    level_decoded = level_fields
+    for level in intermediate:
+        level_decoded = (
             f"SELECT f.*,\n"
-            + ",\n".join("       " + e for e in exprs)
-            + f"\nFROM (\n{_indent(_fenced(d, level2_decoded), 2)}\n) f"
+            + ",\n".join(f"       {expr} AS {q(alias)}" for alias, expr in level.items())
+            + f"\nFROM (\n{_indent(_fenced(d, level_decoded), 2)}\n) f"
         )
-    level3 = (
-        "SELECT f.kafka_partition, f.kafka_offset, f.kafka_timestamp, f.refresh_time,\n"
-        "       f.payload, f.raw_value, f.env, f.img, f.op, f.source_pos,\n"
+    level_typed = (
+        f"SELECT {_record_columns('f.payload', 'f.raw_value', 'f.env', 'f.img', 'f.op', 'f.source_pos')},\n"
         f"       {source_ts_ms} AS source_ts_ms,\n"
         + ",\n".join("       " + line for line in field_lines)
-        + f"\nFROM (\n{_indent(_fenced(d, level2_decoded), 2)}\n) f"
+        + f"\nFROM (\n{_indent(_fenced(d, level_decoded), 2)}\n) f"
     )
 
     checks = classification_checks(d, table)
-    action = _case(checks, "action", "'upsert'")
-    reason = _case(checks, "reason", "NULL")
     # Only what the stage needs goes on: the JSON values (envelope, image) stay behind, and
-    # the payload is kept for quarantined records only, so the sorts above do not carry it.
+    # the payload is kept for quarantined records only, so the sort above does not carry it.
     carried = ",\n".join(
         "       t." + name
         for name in [
             "kafka_partition", "kafka_offset", "kafka_timestamp", "refresh_time", "raw_value",
-            "op", "source_ts_ms", "source_pos", "unavailable", *[q(col.target_name) for col in cols],
+            "op", "source_ts_ms", "source_pos", "unavailable", "drift_img", *[q(col.target_name) for col in cols],
         ]
     )
     classified = (
         f"SELECT\n{carried},\n"
         "       t.payload,\n"
-        f"{_indent(action, 7)} AS action,\n"
-        f"{_indent(reason, 7)} AS reason\n"
-        f"FROM (\n{_indent(_fenced(d, level3), 2)}\n) t"
+        f"{_indent(_first_match(checks), 7)} AS check_no\n"
+        f"FROM (\n{_indent(_fenced(d, level_typed), 2)}\n) t"
     )
-    level4 = (
+    quarantined = ", ".join(str(i) for i, chk in enumerate(checks, start=1) if chk.action == "quarantine")
+    level_classified = (
         f"SELECT\n{carried},\n"
-        "       t.action, t.reason,\n"
-        "       CASE WHEN t.action = 'quarantine' THEN t.payload END AS quarantine_payload\n"
+        f"{_indent(_lookup(checks, 't.check_no', 'action', quote_literal('upsert')), 7)} AS action,\n"
+        f"{_indent(_lookup(checks, 't.check_no', 'reason', 'NULL'), 7)} AS reason,\n"
+        f"       CASE WHEN t.check_no IN ({quarantined}) THEN t.payload END AS quarantine_payload\n"
         f"FROM (\n{_indent(_fenced(d, classified), 2)}\n) t"
     )
 
     key_list = ", ".join(f"c.{q(k.target_name)}" for k in table.key_columns)
-    order = rank_order("c.rank_pos", "c.kafka_partition", "c.kafka_offset")
-    rank_pos = "c.rank_pos"
     if table.order_by == "kafka":
-        order = "c.kafka_partition DESC, c.kafka_offset DESC"
-        rank_pos = "NULL"
+        order, rank_pos = "c.kafka_partition DESC, c.kafka_offset DESC", "NULL"
     else:
-        # An event without a source position (a tombstone; a PostgreSQL incremental-snapshot
-        # read) takes the newest position seen before it for its key in Kafka order, so it
-        # still supersedes what precedes it and loses to what follows.
-        level4 = (
-            "SELECT c.kafka_partition, c.kafka_offset, c.kafka_timestamp, c.refresh_time, c.raw_value,\n"
-            "       c.op, c.action, c.reason, c.source_ts_ms, c.source_pos, c.unavailable, c.quarantine_payload,\n"
-            + "".join(f"       c.{q(col.target_name)},\n" for col in cols)
-            + "       COALESCE(c.source_pos, MAX(CASE WHEN c.action IN ('upsert', 'delete') THEN c.source_pos END) OVER (\n"
-            f"         PARTITION BY {key_list}\n"
-            "         ORDER BY c.kafka_partition, c.kafka_offset ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW)) AS rank_pos\n"
-            f"FROM (\n{_indent(_fenced(d, level4), 2)}\n) c"
-        )
+        # Events without a source position rank last here; the rare batches that hold
+        # them are ranked again after the stage is written (`rerank_sql`).
+        order, rank_pos = rank_order("c.source_pos", "c.kafka_partition", "c.kafka_offset"), "c.source_pos"
     select_columns = [
         "c.kafka_partition", "c.kafka_offset", "c.kafka_timestamp", "c.refresh_time",
         "SUBSTRING(c.op, 1, 64)", "c.action", "c.reason",
@@ -326,16 +380,15 @@ def stage_insert_sql(d: PostgresDialect, pipeline: Pipeline, table: TableConfig)
         "c.unavailable",
         "c.quarantine_payload",
         "CASE WHEN c.action = 'quarantine' THEN c.raw_value END",
+        "c.drift_img",
     ]
     return (
         f"INSERT INTO {d.qualified(n.schema, n.stage)} (\n"
         + _indent(",\n".join(q(c) for c in stage_columns), 2)
         + "\n)\nSELECT "
         + ",\n       ".join(select_columns)
-        + f"\nFROM (\n{_indent(_fenced(d, level4), 2)}\n) c;"
+        + f"\nFROM (\n{_indent(_fenced(d, level_classified), 2)}\n) c;"
     )
-
-
 
 
 def toast_sql(d: PostgresDialect, pipeline: Pipeline, table: TableConfig, toast_cols: list[str]) -> str:
@@ -387,13 +440,15 @@ def toast_sql(d: PostgresDialect, pipeline: Pipeline, table: TableConfig, toast_
 def schema_drift_sql(d: PostgresDialect, pipeline: Pipeline, table: TableConfig) -> str:
     """6. Schema drift over this run's row images (c/r/u): fields the pipeline file does not
     list (counted, never dropped without a trace) and configured fields the events lack.
-    One statement, one pass over the batch's image keys (jsonb_object_keys / PartiQL
-    UNPIVOT); the number of images rides along as a window count."""
+    Reads the images the stage query set aside (`drift_image_sql`): the others have exactly
+    the configured fields, so counts over these alone are the counts over the batch. One
+    pass over their member names (jsonb_object_keys / PartiQL UNPIVOT); the number of
+    images rides along as a window count."""
     n = table_names(pipeline, table)
     images = (
-        "SELECT b.img, COUNT(*) OVER () AS images\n"
-        f"FROM (\n{_indent(batch_sql(d, pipeline, table, positions=False), 2)}\n) b\n"
-        f"WHERE b.op IN ('c', 'r', 'u') AND {d.json_is_object('b.img')}"
+        "SELECT s._drift_img AS img, COUNT(*) OVER () AS images\n"
+        f"FROM {d.qualified(n.schema, n.stage)} s\n"
+        "WHERE s._drift_img IS NOT NULL"
     )
     keys_join, field = d.object_keys_join("x0.img", "x")
     configured = "".join(f"\n            UNION ALL SELECT {quote_literal(c.name)}, 1, 0, 0" for c in table.columns)

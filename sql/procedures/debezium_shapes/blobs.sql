@@ -52,7 +52,8 @@ CREATE TABLE IF NOT EXISTS "cdc"."blobs__stage" (
   "tags" super,
   _unavailable varchar(65535),
   _payload super,
-  _raw_value varbyte(16777216)
+  _raw_value varbyte(16777216),
+  _drift_img super
 )
 BACKUP NO
 DISTSTYLE KEY DISTKEY ("id")
@@ -129,7 +130,8 @@ BEGIN
     "tags",
     "_unavailable",
     "_payload",
-    "_raw_value"
+    "_raw_value",
+    "_drift_img"
   )
   SELECT c.kafka_partition,
          c.kafka_offset,
@@ -150,7 +152,8 @@ BEGIN
          c."tags",
          c.unavailable,
          c.quarantine_payload,
-         CASE WHEN c.action = 'quarantine' THEN c.raw_value END
+         CASE WHEN c.action = 'quarantine' THEN c.raw_value END,
+         c.drift_img
   FROM (
     SELECT
            t.kafka_partition,
@@ -162,12 +165,42 @@ BEGIN
            t.source_ts_ms,
            t.source_pos,
            t.unavailable,
+           t.drift_img,
            t."id",
            t."data",
            t."doc",
            t."tags",
-           t.action, t.reason,
-           CASE WHEN t.action = 'quarantine' THEN t.payload END AS quarantine_payload
+           CASE t.check_no
+             WHEN 1 THEN 'quarantine'
+             WHEN 2 THEN 'tombstone'
+             WHEN 3 THEN 'quarantine'
+             WHEN 4 THEN 'quarantine'
+             WHEN 5 THEN 'truncate'
+             WHEN 6 THEN 'quarantine'
+             WHEN 7 THEN 'quarantine'
+             WHEN 8 THEN 'quarantine'
+             WHEN 9 THEN 'quarantine'
+             WHEN 10 THEN 'quarantine'
+             WHEN 11 THEN 'quarantine'
+             WHEN 12 THEN 'delete'
+             ELSE 'upsert'
+           END AS action,
+           CASE t.check_no
+             WHEN 1 THEN 'value is not valid JSON'
+             WHEN 2 THEN NULL
+             WHEN 3 THEN 'value is not a JSON object'
+             WHEN 4 THEN 'no op field: not a Debezium change event'
+             WHEN 5 THEN NULL
+             WHEN 6 THEN 'unknown op "' || SUBSTRING(t.op, 1, 64) || '"'
+             WHEN 7 THEN 'no row image: after is missing or not an object'
+             WHEN 8 THEN 'primary key field id is missing or not a integer'
+             WHEN 9 THEN 'field data does not convert to varbyte(64)'
+             WHEN 10 THEN 'field doc does not convert to super'
+             WHEN 11 THEN 'field tags does not convert to super'
+             WHEN 12 THEN NULL
+             ELSE NULL
+           END AS reason,
+           CASE WHEN t.check_no IN (1, 3, 4, 6, 7, 8, 9, 10, 11) THEN t.payload END AS quarantine_payload
     FROM (
       SELECT
              t.kafka_partition,
@@ -179,71 +212,75 @@ BEGIN
              t.source_ts_ms,
              t.source_pos,
              t.unavailable,
+             t.drift_img,
              t."id",
              t."data",
              t."doc",
              t."tags",
              t.payload,
              CASE
-               WHEN t.raw_value IS NOT NULL THEN 'quarantine'
-               WHEN (t.env IS NULL) THEN 'tombstone'
-               WHEN NOT IS_OBJECT(t.env) THEN 'quarantine'
-               WHEN t.op IS NULL THEN 'quarantine'
-               WHEN t.op = 't' THEN 'truncate'
-               WHEN t.op NOT IN ('c', 'r', 'u', 'd') THEN 'quarantine'
-               WHEN t.op <> 'd' AND ((t.img IS NULL) OR NOT IS_OBJECT(t.img)) THEN 'quarantine'
-               WHEN t."id" IS NULL THEN 'quarantine'
-               WHEN t.op <> 'd' AND NOT (t."j__data" IS NULL) AND t."data" IS NULL AND NOT COALESCE(CASE WHEN IS_VARCHAR(t."j__data") THEN t."j__data"::varchar(65535) WHEN t."j__data" IS NOT NULL THEN JSON_SERIALIZE(t."j__data") END IN ('__debezium_unavailable_value', 'X19kZWJleml1bV91bmF2YWlsYWJsZV92YWx1ZQ==', '["__debezium_unavailable_value"]'), false) THEN 'quarantine'
-               WHEN t.op <> 'd' AND NOT (t."j__doc" IS NULL) AND t."doc" IS NULL AND NOT COALESCE(CASE WHEN IS_VARCHAR(t."j__doc") THEN t."j__doc"::varchar(65535) WHEN t."j__doc" IS NOT NULL THEN JSON_SERIALIZE(t."j__doc") END IN ('__debezium_unavailable_value', 'X19kZWJleml1bV91bmF2YWlsYWJsZV92YWx1ZQ==', '["__debezium_unavailable_value"]'), false) THEN 'quarantine'
-               WHEN t.op <> 'd' AND NOT (t."j__tags" IS NULL) AND t."tags" IS NULL AND NOT COALESCE(CASE WHEN IS_VARCHAR(t."j__tags") THEN t."j__tags"::varchar(65535) WHEN t."j__tags" IS NOT NULL THEN JSON_SERIALIZE(t."j__tags") END IN ('__debezium_unavailable_value', 'X19kZWJleml1bV91bmF2YWlsYWJsZV92YWx1ZQ==', '["__debezium_unavailable_value"]'), false) THEN 'quarantine'
-               WHEN t.op = 'd' THEN 'delete'
-               ELSE 'upsert'
-             END AS action,
-             CASE
-               WHEN t.raw_value IS NOT NULL THEN 'value is not valid JSON'
-               WHEN (t.env IS NULL) THEN NULL
-               WHEN NOT IS_OBJECT(t.env) THEN 'value is not a JSON object'
-               WHEN t.op IS NULL THEN 'no op field: not a Debezium change event'
-               WHEN t.op = 't' THEN NULL
-               WHEN t.op NOT IN ('c', 'r', 'u', 'd') THEN 'unknown op "' || SUBSTRING(t.op, 1, 64) || '"'
-               WHEN t.op <> 'd' AND ((t.img IS NULL) OR NOT IS_OBJECT(t.img)) THEN 'no row image: after is missing or not an object'
-               WHEN t."id" IS NULL THEN 'primary key field id is missing or not a integer'
-               WHEN t.op <> 'd' AND NOT (t."j__data" IS NULL) AND t."data" IS NULL AND NOT COALESCE(CASE WHEN IS_VARCHAR(t."j__data") THEN t."j__data"::varchar(65535) WHEN t."j__data" IS NOT NULL THEN JSON_SERIALIZE(t."j__data") END IN ('__debezium_unavailable_value', 'X19kZWJleml1bV91bmF2YWlsYWJsZV92YWx1ZQ==', '["__debezium_unavailable_value"]'), false) THEN 'field data does not convert to varbyte(64)'
-               WHEN t.op <> 'd' AND NOT (t."j__doc" IS NULL) AND t."doc" IS NULL AND NOT COALESCE(CASE WHEN IS_VARCHAR(t."j__doc") THEN t."j__doc"::varchar(65535) WHEN t."j__doc" IS NOT NULL THEN JSON_SERIALIZE(t."j__doc") END IN ('__debezium_unavailable_value', 'X19kZWJleml1bV91bmF2YWlsYWJsZV92YWx1ZQ==', '["__debezium_unavailable_value"]'), false) THEN 'field doc does not convert to super'
-               WHEN t.op <> 'd' AND NOT (t."j__tags" IS NULL) AND t."tags" IS NULL AND NOT COALESCE(CASE WHEN IS_VARCHAR(t."j__tags") THEN t."j__tags"::varchar(65535) WHEN t."j__tags" IS NOT NULL THEN JSON_SERIALIZE(t."j__tags") END IN ('__debezium_unavailable_value', 'X19kZWJleml1bV91bmF2YWlsYWJsZV92YWx1ZQ==', '["__debezium_unavailable_value"]'), false) THEN 'field tags does not convert to super'
-               WHEN t.op = 'd' THEN NULL
-               ELSE NULL
-             END AS reason
+               WHEN t.raw_value IS NOT NULL THEN 1
+               WHEN (t.env IS NULL) THEN 2
+               WHEN NOT IS_OBJECT(t.env) THEN 3
+               WHEN t.op IS NULL THEN 4
+               WHEN t.op = 't' THEN 5
+               WHEN t.op NOT IN ('c', 'r', 'u', 'd') THEN 6
+               WHEN t.op <> 'd' AND ((t.img IS NULL) OR NOT IS_OBJECT(t.img)) THEN 7
+               WHEN t."id" IS NULL THEN 8
+               WHEN t.op <> 'd' AND NOT (t."j__data" IS NULL) AND t."data" IS NULL AND NOT t."u__data" THEN 9
+               WHEN t.op <> 'd' AND NOT (t."j__doc" IS NULL) AND t."doc" IS NULL AND NOT t."u__doc" THEN 10
+               WHEN t.op <> 'd' AND NOT (t."j__tags" IS NULL) AND t."tags" IS NULL AND NOT t."u__tags" THEN 11
+               WHEN t.op = 'd' THEN 12
+               ELSE 0
+             END AS check_no
       FROM (
-        SELECT f.kafka_partition, f.kafka_offset, f.kafka_timestamp, f.refresh_time,
-               f.payload, f.raw_value, f.env, f.img, f.op, f.source_pos,
+        SELECT f.kafka_partition, f.kafka_offset, f.kafka_timestamp, f.refresh_time, f.payload, f.raw_value, f.env, f.img, f.op, f.source_pos,
                CAST(f.source_ts_ms AS bigint) AS source_ts_ms,
-               COALESCE(CAST(f.img."id" AS integer),
-                 CAST(f.key_env."id" AS integer)) AS "id",
-               f.img."data" AS "j__data",
-               CASE WHEN COALESCE(CASE WHEN IS_VARCHAR(f.img."data") THEN f.img."data"::varchar(65535) WHEN f.img."data" IS NOT NULL THEN JSON_SERIALIZE(f.img."data") END IN ('__debezium_unavailable_value', 'X19kZWJleml1bV91bmF2YWlsYWJsZV92YWx1ZQ==', '["__debezium_unavailable_value"]'), false) THEN NULL ELSE CASE WHEN IS_VARCHAR(f.img."data") THEN TO_VARBYTE(f.img."data"::varchar(65535), 'base64')::varbyte(64) END END AS "data",
-               f.img."doc" AS "j__doc",
-               CASE WHEN COALESCE(CASE WHEN IS_VARCHAR(f.img."doc") THEN f.img."doc"::varchar(65535) WHEN f.img."doc" IS NOT NULL THEN JSON_SERIALIZE(f.img."doc") END IN ('__debezium_unavailable_value', 'X19kZWJleml1bV91bmF2YWlsYWJsZV92YWx1ZQ==', '["__debezium_unavailable_value"]'), false) THEN NULL ELSE f.img."doc" END AS "doc",
-               f.img."tags" AS "j__tags",
-               CASE WHEN COALESCE(CASE WHEN IS_VARCHAR(f.img."tags") THEN f.img."tags"::varchar(65535) WHEN f.img."tags" IS NOT NULL THEN JSON_SERIALIZE(f.img."tags") END IN ('__debezium_unavailable_value', 'X19kZWJleml1bV91bmF2YWlsYWJsZV92YWx1ZQ==', '["__debezium_unavailable_value"]'), false) THEN NULL ELSE f.img."tags" END AS "tags",
-               NULLIF('|' || CASE WHEN COALESCE(CASE WHEN IS_VARCHAR(f.img."data") THEN f.img."data"::varchar(65535) WHEN f.img."data" IS NOT NULL THEN JSON_SERIALIZE(f.img."data") END IN ('__debezium_unavailable_value', 'X19kZWJleml1bV91bmF2YWlsYWJsZV92YWx1ZQ==', '["__debezium_unavailable_value"]'), false) THEN 'data|' ELSE '' END || CASE WHEN COALESCE(CASE WHEN IS_VARCHAR(f.img."doc") THEN f.img."doc"::varchar(65535) WHEN f.img."doc" IS NOT NULL THEN JSON_SERIALIZE(f.img."doc") END IN ('__debezium_unavailable_value', 'X19kZWJleml1bV91bmF2YWlsYWJsZV92YWx1ZQ==', '["__debezium_unavailable_value"]'), false) THEN 'doc|' ELSE '' END || CASE WHEN COALESCE(CASE WHEN IS_VARCHAR(f.img."tags") THEN f.img."tags"::varchar(65535) WHEN f.img."tags" IS NOT NULL THEN JSON_SERIALIZE(f.img."tags") END IN ('__debezium_unavailable_value', 'X19kZWJleml1bV91bmF2YWlsYWJsZV92YWx1ZQ==', '["__debezium_unavailable_value"]'), false) THEN 'tags|' ELSE '' END, '|') AS unavailable
+               COALESCE(CAST(f."ji__id" AS integer),
+                 CAST(f."jk__id" AS integer)) AS "id",
+               f."j__data" AS "j__data",
+               f."u__data" AS "u__data",
+               CASE WHEN f."u__data" THEN NULL ELSE CASE WHEN IS_VARCHAR(f."j__data") THEN TO_VARBYTE(f."j__data"::varchar(65535), 'base64')::varbyte(64) END END AS "data",
+               f."j__doc" AS "j__doc",
+               f."u__doc" AS "u__doc",
+               CASE WHEN f."u__doc" THEN NULL ELSE f."j__doc" END AS "doc",
+               f."j__tags" AS "j__tags",
+               f."u__tags" AS "u__tags",
+               CASE WHEN f."u__tags" THEN NULL ELSE f."j__tags" END AS "tags",
+               NULLIF('|' || CASE WHEN f."u__data" THEN 'data|' ELSE '' END || CASE WHEN f."u__doc" THEN 'doc|' ELSE '' END || CASE WHEN f."u__tags" THEN 'tags|' ELSE '' END, '|') AS unavailable,
+               CASE WHEN f.op IN ('c', 'r', 'u') AND IS_OBJECT(f.img) AND NOT (f."ji__id" IS NOT NULL AND f."j__data" IS NOT NULL AND f."j__doc" IS NOT NULL AND f."j__tags" IS NOT NULL AND GET_NUMBER_ATTRIBUTES(f.img) = 4) THEN f.img END AS drift_img
         FROM (
-          SELECT e.kafka_partition, e.kafka_offset, e.kafka_timestamp, e.refresh_time,
-                 e.payload, e.raw_value, e.env, e.key_env,
-                 CASE WHEN IS_VARCHAR(e.env."op") THEN e.env."op"::varchar(65535) WHEN e.env."op" IS NOT NULL THEN JSON_SERIALIZE(e.env."op") END AS op,
-                 CASE WHEN CASE WHEN IS_VARCHAR(e.env."op") THEN e.env."op"::varchar(65535) WHEN e.env."op" IS NOT NULL THEN JSON_SERIALIZE(e.env."op") END = 'd' THEN e.env."before" ELSE e.env."after" END AS img,
-                 e.env."source"."ts_ms" AS source_ts_ms,
-                 NULL AS source_pos
+          SELECT f.*,
+                 COALESCE(CASE WHEN IS_VARCHAR(f."j__data") THEN f."j__data"::varchar(65535) WHEN f."j__data" IS NOT NULL THEN JSON_SERIALIZE(f."j__data") END IN ('__debezium_unavailable_value', 'X19kZWJleml1bV91bmF2YWlsYWJsZV92YWx1ZQ==', '["__debezium_unavailable_value"]'), false) AS "u__data",
+                 COALESCE(CASE WHEN IS_VARCHAR(f."j__doc") THEN f."j__doc"::varchar(65535) WHEN f."j__doc" IS NOT NULL THEN JSON_SERIALIZE(f."j__doc") END IN ('__debezium_unavailable_value', 'X19kZWJleml1bV91bmF2YWlsYWJsZV92YWx1ZQ==', '["__debezium_unavailable_value"]'), false) AS "u__doc",
+                 COALESCE(CASE WHEN IS_VARCHAR(f."j__tags") THEN f."j__tags"::varchar(65535) WHEN f."j__tags" IS NOT NULL THEN JSON_SERIALIZE(f."j__tags") END IN ('__debezium_unavailable_value', 'X19kZWJleml1bV91bmF2YWlsYWJsZV92YWx1ZQ==', '["__debezium_unavailable_value"]'), false) AS "u__tags"
           FROM (
-            SELECT s.kafka_partition, s.kafka_offset, s.kafka_timestamp, s.refresh_time,
-                   s.payload, s.raw_value,
-                   CASE WHEN IS_OBJECT(s.payload."schema") THEN s.payload."payload" ELSE s.payload END AS env,
-                   CASE WHEN IS_OBJECT(s.key_payload."schema") THEN s.key_payload."payload" ELSE s.key_payload END AS key_env
-            FROM "cdc"."blobs__stream" s
-            LEFT JOIN "cdc"."blobs__watermark" w ON w.kafka_partition = s.kafka_partition
-            WHERE s.refresh_time > v_since
-              AND s.kafka_offset > COALESCE(w.last_offset, -1)
-          ) e
+            SELECT f.kafka_partition, f.kafka_offset, f.kafka_timestamp, f.refresh_time, f.payload, f.raw_value, f.env, f.img, f.op,
+                   f.src."ts_ms" AS source_ts_ms,
+                   NULL AS source_pos,
+                   f.img."id" AS "ji__id",
+                   f.key_env."id" AS "jk__id",
+                   f.img."data" AS "j__data",
+                   f.img."doc" AS "j__doc",
+                   f.img."tags" AS "j__tags"
+            FROM (
+              SELECT e.kafka_partition, e.kafka_offset, e.kafka_timestamp, e.refresh_time,
+                     e.payload, e.raw_value, e.env, e.key_env,
+                     CASE WHEN IS_VARCHAR(e.env."op") THEN e.env."op"::varchar(65535) WHEN e.env."op" IS NOT NULL THEN JSON_SERIALIZE(e.env."op") END AS op,
+                     CASE WHEN CASE WHEN IS_VARCHAR(e.env."op") THEN e.env."op"::varchar(65535) WHEN e.env."op" IS NOT NULL THEN JSON_SERIALIZE(e.env."op") END = 'd' THEN e.env."before" ELSE e.env."after" END AS img,
+                     e.env."source" AS src
+              FROM (
+                SELECT s.kafka_partition, s.kafka_offset, s.kafka_timestamp, s.refresh_time,
+                       s.payload, s.raw_value,
+                       CASE WHEN IS_OBJECT(s.payload."schema") THEN s.payload."payload" ELSE s.payload END AS env,
+                       CASE WHEN IS_OBJECT(s.key_payload."schema") THEN s.key_payload."payload" ELSE s.key_payload END AS key_env
+                FROM "cdc"."blobs__stream" s
+                LEFT JOIN "cdc"."blobs__watermark" w ON w.kafka_partition = s.kafka_partition
+                WHERE s.refresh_time > v_since
+                  AND s.kafka_offset > COALESCE(w.last_offset, -1)
+              ) e
+            ) f
+          ) f
         ) f
       ) t
     ) t
@@ -319,24 +356,9 @@ BEGIN
                  MAX(MAX(u.images)) OVER () AS images
           FROM (SELECT SUBSTRING(x_field, 1, 256) AS field, 0 AS configured, 1 AS seen, x0.images
                 FROM (
-                  SELECT b.img, COUNT(*) OVER () AS images
-                  FROM (
-                    SELECT e.kafka_partition, e.kafka_offset, e.kafka_timestamp, e.refresh_time,
-                           e.payload, e.raw_value, e.env, e.key_env,
-                           CASE WHEN IS_VARCHAR(e.env."op") THEN e.env."op"::varchar(65535) WHEN e.env."op" IS NOT NULL THEN JSON_SERIALIZE(e.env."op") END AS op,
-                           CASE WHEN CASE WHEN IS_VARCHAR(e.env."op") THEN e.env."op"::varchar(65535) WHEN e.env."op" IS NOT NULL THEN JSON_SERIALIZE(e.env."op") END = 'd' THEN e.env."before" ELSE e.env."after" END AS img
-                    FROM (
-                      SELECT s.kafka_partition, s.kafka_offset, s.kafka_timestamp, s.refresh_time,
-                             s.payload, s.raw_value,
-                             CASE WHEN IS_OBJECT(s.payload."schema") THEN s.payload."payload" ELSE s.payload END AS env,
-                             CASE WHEN IS_OBJECT(s.key_payload."schema") THEN s.key_payload."payload" ELSE s.key_payload END AS key_env
-                      FROM "cdc"."blobs__stream" s
-                      LEFT JOIN "cdc"."blobs__watermark" w ON w.kafka_partition = s.kafka_partition
-                      WHERE s.refresh_time > v_since
-                        AND s.kafka_offset > COALESCE(w.last_offset, -1)
-                    ) e
-                  ) b
-                  WHERE b.op IN ('c', 'r', 'u') AND IS_OBJECT(b.img)
+                  SELECT s._drift_img AS img, COUNT(*) OVER () AS images
+                  FROM "cdc"."blobs__stage" s
+                  WHERE s._drift_img IS NOT NULL
                 ) x0, UNPIVOT x0.img AS x_value AT x_field
                 UNION ALL SELECT 'id', 1, 0, 0
                 UNION ALL SELECT 'data', 1, 0, 0

@@ -50,7 +50,8 @@ CREATE TABLE IF NOT EXISTS "cdc"."keep__stage" (
   "bio" varchar(256),
   _unavailable varchar(65535),
   _payload super,
-  _raw_value varbyte(16777216)
+  _raw_value varbyte(16777216),
+  _drift_img super
 )
 BACKUP NO
 DISTSTYLE KEY DISTKEY ("id")
@@ -126,7 +127,8 @@ BEGIN
     "bio",
     "_unavailable",
     "_payload",
-    "_raw_value"
+    "_raw_value",
+    "_drift_img"
   )
   SELECT c.kafka_partition,
          c.kafka_offset,
@@ -137,25 +139,61 @@ BEGIN
          c.reason,
          ROW_NUMBER() OVER (
            PARTITION BY CASE WHEN c.action IN ('upsert', 'delete') THEN 1 ELSE 0 END, c."id"
-           ORDER BY c.rank_pos DESC NULLS LAST, c.kafka_partition DESC, c.kafka_offset DESC),
+           ORDER BY c.source_pos DESC NULLS LAST, c.kafka_partition DESC, c.kafka_offset DESC),
          (TIMESTAMP 'epoch' + (c.source_ts_ms / 1000) * INTERVAL '1 second' + (c.source_ts_ms % 1000) * INTERVAL '1 millisecond'),
          c.source_pos,
-         c.rank_pos,
+         c.source_pos,
          c."id",
          c."name",
          c."bio",
          c.unavailable,
          c.quarantine_payload,
-         CASE WHEN c.action = 'quarantine' THEN c.raw_value END
+         CASE WHEN c.action = 'quarantine' THEN c.raw_value END,
+         c.drift_img
   FROM (
-    SELECT c.kafka_partition, c.kafka_offset, c.kafka_timestamp, c.refresh_time, c.raw_value,
-           c.op, c.action, c.reason, c.source_ts_ms, c.source_pos, c.unavailable, c.quarantine_payload,
-           c."id",
-           c."name",
-           c."bio",
-           COALESCE(c.source_pos, MAX(CASE WHEN c.action IN ('upsert', 'delete') THEN c.source_pos END) OVER (
-             PARTITION BY c."id"
-             ORDER BY c.kafka_partition, c.kafka_offset ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW)) AS rank_pos
+    SELECT
+           t.kafka_partition,
+           t.kafka_offset,
+           t.kafka_timestamp,
+           t.refresh_time,
+           t.raw_value,
+           t.op,
+           t.source_ts_ms,
+           t.source_pos,
+           t.unavailable,
+           t.drift_img,
+           t."id",
+           t."name",
+           t."bio",
+           CASE t.check_no
+             WHEN 1 THEN 'quarantine'
+             WHEN 2 THEN 'tombstone'
+             WHEN 3 THEN 'quarantine'
+             WHEN 4 THEN 'quarantine'
+             WHEN 5 THEN 'truncate'
+             WHEN 6 THEN 'quarantine'
+             WHEN 7 THEN 'quarantine'
+             WHEN 8 THEN 'quarantine'
+             WHEN 9 THEN 'quarantine'
+             WHEN 10 THEN 'quarantine'
+             WHEN 11 THEN 'delete'
+             ELSE 'upsert'
+           END AS action,
+           CASE t.check_no
+             WHEN 1 THEN 'value is not valid JSON'
+             WHEN 2 THEN NULL
+             WHEN 3 THEN 'value is not a JSON object'
+             WHEN 4 THEN 'no op field: not a Debezium change event'
+             WHEN 5 THEN NULL
+             WHEN 6 THEN 'unknown op "' || SUBSTRING(t.op, 1, 64) || '"'
+             WHEN 7 THEN 'no row image: after is missing or not an object'
+             WHEN 8 THEN 'primary key field id is missing or not a integer'
+             WHEN 9 THEN 'field name does not convert to varchar(64)'
+             WHEN 10 THEN 'field bio does not convert to varchar(256)'
+             WHEN 11 THEN NULL
+             ELSE NULL
+           END AS reason,
+           CASE WHEN t.check_no IN (1, 3, 4, 6, 7, 8, 9, 10) THEN t.payload END AS quarantine_payload
     FROM (
       SELECT
              t.kafka_partition,
@@ -167,92 +205,88 @@ BEGIN
              t.source_ts_ms,
              t.source_pos,
              t.unavailable,
+             t.drift_img,
              t."id",
              t."name",
              t."bio",
-             t.action, t.reason,
-             CASE WHEN t.action = 'quarantine' THEN t.payload END AS quarantine_payload
+             t.payload,
+             CASE
+               WHEN t.raw_value IS NOT NULL THEN 1
+               WHEN (t.env IS NULL) THEN 2
+               WHEN NOT IS_OBJECT(t.env) THEN 3
+               WHEN t.op IS NULL THEN 4
+               WHEN t.op = 't' THEN 5
+               WHEN t.op NOT IN ('c', 'r', 'u', 'd') THEN 6
+               WHEN t.op <> 'd' AND ((t.img IS NULL) OR NOT IS_OBJECT(t.img)) THEN 7
+               WHEN t."id" IS NULL THEN 8
+               WHEN t.op <> 'd' AND NOT (t."j__name" IS NULL) AND t."name" IS NULL AND NOT t."u__name" THEN 9
+               WHEN t.op <> 'd' AND NOT (t."j__bio" IS NULL) AND t."bio" IS NULL AND NOT t."u__bio" THEN 10
+               WHEN t.op = 'd' THEN 11
+               ELSE 0
+             END AS check_no
       FROM (
-        SELECT
-               t.kafka_partition,
-               t.kafka_offset,
-               t.kafka_timestamp,
-               t.refresh_time,
-               t.raw_value,
-               t.op,
-               t.source_ts_ms,
-               t.source_pos,
-               t.unavailable,
-               t."id",
-               t."name",
-               t."bio",
-               t.payload,
-               CASE
-                 WHEN t.raw_value IS NOT NULL THEN 'quarantine'
-                 WHEN (t.env IS NULL) THEN 'tombstone'
-                 WHEN NOT IS_OBJECT(t.env) THEN 'quarantine'
-                 WHEN t.op IS NULL THEN 'quarantine'
-                 WHEN t.op = 't' THEN 'truncate'
-                 WHEN t.op NOT IN ('c', 'r', 'u', 'd') THEN 'quarantine'
-                 WHEN t.op <> 'd' AND ((t.img IS NULL) OR NOT IS_OBJECT(t.img)) THEN 'quarantine'
-                 WHEN t."id" IS NULL THEN 'quarantine'
-                 WHEN t.op <> 'd' AND NOT (t."j__name" IS NULL) AND t."name" IS NULL AND NOT COALESCE(CASE WHEN IS_VARCHAR(t."j__name") THEN t."j__name"::varchar(65535) WHEN t."j__name" IS NOT NULL THEN JSON_SERIALIZE(t."j__name") END IN ('__debezium_unavailable_value', 'X19kZWJleml1bV91bmF2YWlsYWJsZV92YWx1ZQ==', '["__debezium_unavailable_value"]'), false) THEN 'quarantine'
-                 WHEN t.op <> 'd' AND NOT (t."j__bio" IS NULL) AND t."bio" IS NULL AND NOT COALESCE(CASE WHEN IS_VARCHAR(t."j__bio") THEN t."j__bio"::varchar(65535) WHEN t."j__bio" IS NOT NULL THEN JSON_SERIALIZE(t."j__bio") END IN ('__debezium_unavailable_value', 'X19kZWJleml1bV91bmF2YWlsYWJsZV92YWx1ZQ==', '["__debezium_unavailable_value"]'), false) THEN 'quarantine'
-                 WHEN t.op = 'd' THEN 'delete'
-                 ELSE 'upsert'
-               END AS action,
-               CASE
-                 WHEN t.raw_value IS NOT NULL THEN 'value is not valid JSON'
-                 WHEN (t.env IS NULL) THEN NULL
-                 WHEN NOT IS_OBJECT(t.env) THEN 'value is not a JSON object'
-                 WHEN t.op IS NULL THEN 'no op field: not a Debezium change event'
-                 WHEN t.op = 't' THEN NULL
-                 WHEN t.op NOT IN ('c', 'r', 'u', 'd') THEN 'unknown op "' || SUBSTRING(t.op, 1, 64) || '"'
-                 WHEN t.op <> 'd' AND ((t.img IS NULL) OR NOT IS_OBJECT(t.img)) THEN 'no row image: after is missing or not an object'
-                 WHEN t."id" IS NULL THEN 'primary key field id is missing or not a integer'
-                 WHEN t.op <> 'd' AND NOT (t."j__name" IS NULL) AND t."name" IS NULL AND NOT COALESCE(CASE WHEN IS_VARCHAR(t."j__name") THEN t."j__name"::varchar(65535) WHEN t."j__name" IS NOT NULL THEN JSON_SERIALIZE(t."j__name") END IN ('__debezium_unavailable_value', 'X19kZWJleml1bV91bmF2YWlsYWJsZV92YWx1ZQ==', '["__debezium_unavailable_value"]'), false) THEN 'field name does not convert to varchar(64)'
-                 WHEN t.op <> 'd' AND NOT (t."j__bio" IS NULL) AND t."bio" IS NULL AND NOT COALESCE(CASE WHEN IS_VARCHAR(t."j__bio") THEN t."j__bio"::varchar(65535) WHEN t."j__bio" IS NOT NULL THEN JSON_SERIALIZE(t."j__bio") END IN ('__debezium_unavailable_value', 'X19kZWJleml1bV91bmF2YWlsYWJsZV92YWx1ZQ==', '["__debezium_unavailable_value"]'), false) THEN 'field bio does not convert to varchar(256)'
-                 WHEN t.op = 'd' THEN NULL
-                 ELSE NULL
-               END AS reason
+        SELECT f.kafka_partition, f.kafka_offset, f.kafka_timestamp, f.refresh_time, f.payload, f.raw_value, f.env, f.img, f.op, f.source_pos,
+               CAST(f.source_ts_ms AS bigint) AS source_ts_ms,
+               COALESCE(CAST(f."ji__id" AS integer),
+                 CAST(f."jk__id" AS integer)) AS "id",
+               f."j__name" AS "j__name",
+               f."u__name" AS "u__name",
+               CASE WHEN f."u__name" THEN NULL ELSE CASE WHEN OCTET_LENGTH(CASE WHEN IS_VARCHAR(f."j__name") THEN f."j__name"::varchar(65535) WHEN f."j__name" IS NOT NULL THEN JSON_SERIALIZE(f."j__name") END) <= 64 THEN (CASE WHEN IS_VARCHAR(f."j__name") THEN f."j__name"::varchar(65535) WHEN f."j__name" IS NOT NULL THEN JSON_SERIALIZE(f."j__name") END)::varchar(64) END END AS "name",
+               f."j__bio" AS "j__bio",
+               f."u__bio" AS "u__bio",
+               CASE WHEN f."u__bio" THEN NULL ELSE CASE WHEN OCTET_LENGTH(CASE WHEN IS_VARCHAR(f."j__bio") THEN f."j__bio"::varchar(65535) WHEN f."j__bio" IS NOT NULL THEN JSON_SERIALIZE(f."j__bio") END) <= 256 THEN (CASE WHEN IS_VARCHAR(f."j__bio") THEN f."j__bio"::varchar(65535) WHEN f."j__bio" IS NOT NULL THEN JSON_SERIALIZE(f."j__bio") END)::varchar(256) END END AS "bio",
+               NULLIF('|' || CASE WHEN f."u__name" THEN 'name|' ELSE '' END || CASE WHEN f."u__bio" THEN 'bio|' ELSE '' END, '|') AS unavailable,
+               CASE WHEN f.op IN ('c', 'r', 'u') AND IS_OBJECT(f.img) AND NOT (f."ji__id" IS NOT NULL AND f."j__name" IS NOT NULL AND f."j__bio" IS NOT NULL AND GET_NUMBER_ATTRIBUTES(f.img) = 3) THEN f.img END AS drift_img
         FROM (
-          SELECT f.kafka_partition, f.kafka_offset, f.kafka_timestamp, f.refresh_time,
-                 f.payload, f.raw_value, f.env, f.img, f.op, f.source_pos,
-                 CAST(f.source_ts_ms AS bigint) AS source_ts_ms,
-                 COALESCE(CAST(f.img."id" AS integer),
-                   CAST(f.key_env."id" AS integer)) AS "id",
-                 f.img."name" AS "j__name",
-                 CASE WHEN COALESCE(CASE WHEN IS_VARCHAR(f.img."name") THEN f.img."name"::varchar(65535) WHEN f.img."name" IS NOT NULL THEN JSON_SERIALIZE(f.img."name") END IN ('__debezium_unavailable_value', 'X19kZWJleml1bV91bmF2YWlsYWJsZV92YWx1ZQ==', '["__debezium_unavailable_value"]'), false) THEN NULL ELSE CASE WHEN OCTET_LENGTH(CASE WHEN IS_VARCHAR(f.img."name") THEN f.img."name"::varchar(65535) WHEN f.img."name" IS NOT NULL THEN JSON_SERIALIZE(f.img."name") END) <= 64 THEN (CASE WHEN IS_VARCHAR(f.img."name") THEN f.img."name"::varchar(65535) WHEN f.img."name" IS NOT NULL THEN JSON_SERIALIZE(f.img."name") END)::varchar(64) END END AS "name",
-                 f.img."bio" AS "j__bio",
-                 CASE WHEN COALESCE(CASE WHEN IS_VARCHAR(f.img."bio") THEN f.img."bio"::varchar(65535) WHEN f.img."bio" IS NOT NULL THEN JSON_SERIALIZE(f.img."bio") END IN ('__debezium_unavailable_value', 'X19kZWJleml1bV91bmF2YWlsYWJsZV92YWx1ZQ==', '["__debezium_unavailable_value"]'), false) THEN NULL ELSE CASE WHEN OCTET_LENGTH(CASE WHEN IS_VARCHAR(f.img."bio") THEN f.img."bio"::varchar(65535) WHEN f.img."bio" IS NOT NULL THEN JSON_SERIALIZE(f.img."bio") END) <= 256 THEN (CASE WHEN IS_VARCHAR(f.img."bio") THEN f.img."bio"::varchar(65535) WHEN f.img."bio" IS NOT NULL THEN JSON_SERIALIZE(f.img."bio") END)::varchar(256) END END AS "bio",
-                 NULLIF('|' || CASE WHEN COALESCE(CASE WHEN IS_VARCHAR(f.img."name") THEN f.img."name"::varchar(65535) WHEN f.img."name" IS NOT NULL THEN JSON_SERIALIZE(f.img."name") END IN ('__debezium_unavailable_value', 'X19kZWJleml1bV91bmF2YWlsYWJsZV92YWx1ZQ==', '["__debezium_unavailable_value"]'), false) THEN 'name|' ELSE '' END || CASE WHEN COALESCE(CASE WHEN IS_VARCHAR(f.img."bio") THEN f.img."bio"::varchar(65535) WHEN f.img."bio" IS NOT NULL THEN JSON_SERIALIZE(f.img."bio") END IN ('__debezium_unavailable_value', 'X19kZWJleml1bV91bmF2YWlsYWJsZV92YWx1ZQ==', '["__debezium_unavailable_value"]'), false) THEN 'bio|' ELSE '' END, '|') AS unavailable
+          SELECT f.*,
+                 COALESCE(CASE WHEN IS_VARCHAR(f."j__name") THEN f."j__name"::varchar(65535) WHEN f."j__name" IS NOT NULL THEN JSON_SERIALIZE(f."j__name") END IN ('__debezium_unavailable_value', 'X19kZWJleml1bV91bmF2YWlsYWJsZV92YWx1ZQ==', '["__debezium_unavailable_value"]'), false) AS "u__name",
+                 COALESCE(CASE WHEN IS_VARCHAR(f."j__bio") THEN f."j__bio"::varchar(65535) WHEN f."j__bio" IS NOT NULL THEN JSON_SERIALIZE(f."j__bio") END IN ('__debezium_unavailable_value', 'X19kZWJleml1bV91bmF2YWlsYWJsZV92YWx1ZQ==', '["__debezium_unavailable_value"]'), false) AS "u__bio"
           FROM (
-            SELECT e.kafka_partition, e.kafka_offset, e.kafka_timestamp, e.refresh_time,
-                   e.payload, e.raw_value, e.env, e.key_env,
-                   CASE WHEN IS_VARCHAR(e.env."op") THEN e.env."op"::varchar(65535) WHEN e.env."op" IS NOT NULL THEN JSON_SERIALIZE(e.env."op") END AS op,
-                   CASE WHEN CASE WHEN IS_VARCHAR(e.env."op") THEN e.env."op"::varchar(65535) WHEN e.env."op" IS NOT NULL THEN JSON_SERIALIZE(e.env."op") END = 'd' THEN e.env."before" ELSE e.env."after" END AS img,
-                   e.env."source"."ts_ms" AS source_ts_ms,
-                   CASE WHEN CASE WHEN IS_VARCHAR(e.env."source"."file") THEN e.env."source"."file"::varchar(65535) WHEN e.env."source"."file" IS NOT NULL THEN JSON_SERIALIZE(e.env."source"."file") END IS NOT NULL AND CASE WHEN IS_VARCHAR(e.env."source"."pos") THEN e.env."source"."pos"::varchar(65535) WHEN e.env."source"."pos" IS NOT NULL THEN JSON_SERIALIZE(e.env."source"."pos") END IS NOT NULL THEN lpad(COALESCE(REGEXP_SUBSTR(CASE WHEN IS_VARCHAR(e.env."source"."file") THEN e.env."source"."file"::varchar(65535) WHEN e.env."source"."file" IS NOT NULL THEN JSON_SERIALIZE(e.env."source"."file") END, '([0-9]+)$', 1, 1, 'e'), ''), 20, '0') || '.' || lpad(COALESCE(CASE WHEN IS_VARCHAR(e.env."source"."pos") THEN e.env."source"."pos"::varchar(65535) WHEN e.env."source"."pos" IS NOT NULL THEN JSON_SERIALIZE(e.env."source"."pos") END, ''), 20, '0') || '.' || lpad(COALESCE(CASE WHEN IS_VARCHAR(e.env."source"."row") THEN e.env."source"."row"::varchar(65535) WHEN e.env."source"."row" IS NOT NULL THEN JSON_SERIALIZE(e.env."source"."row") END, ''), 20, '0') END AS source_pos
+            SELECT f.kafka_partition, f.kafka_offset, f.kafka_timestamp, f.refresh_time, f.payload, f.raw_value, f.env, f.img, f.op,
+                   f.src."ts_ms" AS source_ts_ms,
+                   lpad(REGEXP_SUBSTR(CASE WHEN IS_VARCHAR(f.src."file") THEN f.src."file"::varchar(65535) WHEN f.src."file" IS NOT NULL THEN JSON_SERIALIZE(f.src."file") END, '[0-9]*$'), 20, '0') || '.' || lpad(CASE WHEN IS_VARCHAR(f.src."pos") THEN f.src."pos"::varchar(65535) WHEN f.src."pos" IS NOT NULL THEN JSON_SERIALIZE(f.src."pos") END, 20, '0') || '.' || lpad(COALESCE(CASE WHEN IS_VARCHAR(f.src."row") THEN f.src."row"::varchar(65535) WHEN f.src."row" IS NOT NULL THEN JSON_SERIALIZE(f.src."row") END, ''), 20, '0') AS source_pos,
+                   f.img."id" AS "ji__id",
+                   f.key_env."id" AS "jk__id",
+                   f.img."name" AS "j__name",
+                   f.img."bio" AS "j__bio"
             FROM (
-              SELECT s.kafka_partition, s.kafka_offset, s.kafka_timestamp, s.refresh_time,
-                     s.payload, s.raw_value,
-                     CASE WHEN IS_OBJECT(s.payload."schema") THEN s.payload."payload" ELSE s.payload END AS env,
-                     CASE WHEN IS_OBJECT(s.key_payload."schema") THEN s.key_payload."payload" ELSE s.key_payload END AS key_env
-              FROM "cdc"."keep__stream" s
-              LEFT JOIN "cdc"."keep__watermark" w ON w.kafka_partition = s.kafka_partition
-              WHERE s.refresh_time > v_since
-                AND s.kafka_offset > COALESCE(w.last_offset, -1)
-            ) e
+              SELECT e.kafka_partition, e.kafka_offset, e.kafka_timestamp, e.refresh_time,
+                     e.payload, e.raw_value, e.env, e.key_env,
+                     CASE WHEN IS_VARCHAR(e.env."op") THEN e.env."op"::varchar(65535) WHEN e.env."op" IS NOT NULL THEN JSON_SERIALIZE(e.env."op") END AS op,
+                     CASE WHEN CASE WHEN IS_VARCHAR(e.env."op") THEN e.env."op"::varchar(65535) WHEN e.env."op" IS NOT NULL THEN JSON_SERIALIZE(e.env."op") END = 'd' THEN e.env."before" ELSE e.env."after" END AS img,
+                     e.env."source" AS src
+              FROM (
+                SELECT s.kafka_partition, s.kafka_offset, s.kafka_timestamp, s.refresh_time,
+                       s.payload, s.raw_value,
+                       CASE WHEN IS_OBJECT(s.payload."schema") THEN s.payload."payload" ELSE s.payload END AS env,
+                       CASE WHEN IS_OBJECT(s.key_payload."schema") THEN s.key_payload."payload" ELSE s.key_payload END AS key_env
+                FROM "cdc"."keep__stream" s
+                LEFT JOIN "cdc"."keep__watermark" w ON w.kafka_partition = s.kafka_partition
+                WHERE s.refresh_time > v_since
+                  AND s.kafka_offset > COALESCE(w.last_offset, -1)
+              ) e
+            ) f
           ) f
-        ) t
+        ) f
       ) t
-    ) c
+    ) t
   ) c;
   SELECT COUNT(*) INTO v_read FROM "cdc"."keep__stage";
   IF v_read > 0 THEN
-    -- 4. Events without a source position rank after the row stored for their key.
+    -- 4. Events without a source position: each takes the newest position seen before it
+    --    for its key in Kafka order (so it supersedes what precedes it and loses to what
+    --    follows), and ranks after the row stored for its key.
     SELECT COUNT(*) INTO v_rows FROM "cdc"."keep__stage" WHERE _source_pos IS NULL AND _action IN ('upsert', 'delete');
     IF v_rows > 0 THEN
+      UPDATE "cdc"."keep__stage" s SET _rank_pos = r.rank_pos
+      FROM (SELECT x._kafka_partition, x._kafka_offset,
+                   MAX(x._source_pos) OVER (PARTITION BY x."id"
+                     ORDER BY x._kafka_partition, x._kafka_offset ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW) AS rank_pos
+            FROM "cdc"."keep__stage" x
+            WHERE x._action IN ('upsert', 'delete')
+              AND EXISTS (SELECT 1 FROM "cdc"."keep__stage" y WHERE y._source_pos IS NULL AND y._action IN ('upsert', 'delete') AND y."id" = x."id")) r
+      WHERE s._source_pos IS NULL AND s._action IN ('upsert', 'delete')
+        AND s._kafka_partition = r._kafka_partition AND s._kafka_offset = r._kafka_offset;
       UPDATE "cdc"."keep__stage" s SET _rank_pos = t._source_pos
       FROM "cdc"."keep" t
       WHERE s._source_pos IS NULL AND s._action IN ('upsert', 'delete') AND t."id" = s."id"
@@ -341,24 +375,9 @@ BEGIN
                  MAX(MAX(u.images)) OVER () AS images
           FROM (SELECT SUBSTRING(x_field, 1, 256) AS field, 0 AS configured, 1 AS seen, x0.images
                 FROM (
-                  SELECT b.img, COUNT(*) OVER () AS images
-                  FROM (
-                    SELECT e.kafka_partition, e.kafka_offset, e.kafka_timestamp, e.refresh_time,
-                           e.payload, e.raw_value, e.env, e.key_env,
-                           CASE WHEN IS_VARCHAR(e.env."op") THEN e.env."op"::varchar(65535) WHEN e.env."op" IS NOT NULL THEN JSON_SERIALIZE(e.env."op") END AS op,
-                           CASE WHEN CASE WHEN IS_VARCHAR(e.env."op") THEN e.env."op"::varchar(65535) WHEN e.env."op" IS NOT NULL THEN JSON_SERIALIZE(e.env."op") END = 'd' THEN e.env."before" ELSE e.env."after" END AS img
-                    FROM (
-                      SELECT s.kafka_partition, s.kafka_offset, s.kafka_timestamp, s.refresh_time,
-                             s.payload, s.raw_value,
-                             CASE WHEN IS_OBJECT(s.payload."schema") THEN s.payload."payload" ELSE s.payload END AS env,
-                             CASE WHEN IS_OBJECT(s.key_payload."schema") THEN s.key_payload."payload" ELSE s.key_payload END AS key_env
-                      FROM "cdc"."keep__stream" s
-                      LEFT JOIN "cdc"."keep__watermark" w ON w.kafka_partition = s.kafka_partition
-                      WHERE s.refresh_time > v_since
-                        AND s.kafka_offset > COALESCE(w.last_offset, -1)
-                    ) e
-                  ) b
-                  WHERE b.op IN ('c', 'r', 'u') AND IS_OBJECT(b.img)
+                  SELECT s._drift_img AS img, COUNT(*) OVER () AS images
+                  FROM "cdc"."keep__stage" s
+                  WHERE s._drift_img IS NOT NULL
                 ) x0, UNPIVOT x0.img AS x_value AT x_field
                 UNION ALL SELECT 'id', 1, 0, 0
                 UNION ALL SELECT 'name', 1, 0, 0

@@ -64,7 +64,8 @@ CREATE TABLE IF NOT EXISTS "inventory"."products__stage" (
   "in_stock" boolean,
   _unavailable varchar(65535),
   _payload super,
-  _raw_value varbyte(16777216)
+  _raw_value varbyte(16777216),
+  _drift_img super
 )
 BACKUP NO
 DISTSTYLE KEY DISTKEY ("id")
@@ -147,7 +148,8 @@ BEGIN
     "in_stock",
     "_unavailable",
     "_payload",
-    "_raw_value"
+    "_raw_value",
+    "_drift_img"
   )
   SELECT c.kafka_partition,
          c.kafka_offset,
@@ -158,10 +160,10 @@ BEGIN
          c.reason,
          ROW_NUMBER() OVER (
            PARTITION BY CASE WHEN c.action IN ('upsert', 'delete') THEN 1 ELSE 0 END, c."id"
-           ORDER BY c.rank_pos DESC NULLS LAST, c.kafka_partition DESC, c.kafka_offset DESC),
+           ORDER BY c.source_pos DESC NULLS LAST, c.kafka_partition DESC, c.kafka_offset DESC),
          (TIMESTAMP 'epoch' + (c.source_ts_ms / 1000) * INTERVAL '1 second' + (c.source_ts_ms % 1000) * INTERVAL '1 millisecond'),
          c.source_pos,
-         c.rank_pos,
+         c.source_pos,
          c."id",
          c."sku",
          c."description",
@@ -174,23 +176,73 @@ BEGIN
          c."in_stock",
          c.unavailable,
          c.quarantine_payload,
-         CASE WHEN c.action = 'quarantine' THEN c.raw_value END
+         CASE WHEN c.action = 'quarantine' THEN c.raw_value END,
+         c.drift_img
   FROM (
-    SELECT c.kafka_partition, c.kafka_offset, c.kafka_timestamp, c.refresh_time, c.raw_value,
-           c.op, c.action, c.reason, c.source_ts_ms, c.source_pos, c.unavailable, c.quarantine_payload,
-           c."id",
-           c."sku",
-           c."description",
-           c."price",
-           c."weight",
-           c."released",
-           c."updated_at",
-           c."published_at",
-           c."attributes",
-           c."in_stock",
-           COALESCE(c.source_pos, MAX(CASE WHEN c.action IN ('upsert', 'delete') THEN c.source_pos END) OVER (
-             PARTITION BY c."id"
-             ORDER BY c.kafka_partition, c.kafka_offset ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW)) AS rank_pos
+    SELECT
+           t.kafka_partition,
+           t.kafka_offset,
+           t.kafka_timestamp,
+           t.refresh_time,
+           t.raw_value,
+           t.op,
+           t.source_ts_ms,
+           t.source_pos,
+           t.unavailable,
+           t.drift_img,
+           t."id",
+           t."sku",
+           t."description",
+           t."price",
+           t."weight",
+           t."released",
+           t."updated_at",
+           t."published_at",
+           t."attributes",
+           t."in_stock",
+           CASE t.check_no
+             WHEN 1 THEN 'quarantine'
+             WHEN 2 THEN 'tombstone'
+             WHEN 3 THEN 'quarantine'
+             WHEN 4 THEN 'quarantine'
+             WHEN 5 THEN 'truncate'
+             WHEN 6 THEN 'quarantine'
+             WHEN 7 THEN 'quarantine'
+             WHEN 8 THEN 'quarantine'
+             WHEN 9 THEN 'quarantine'
+             WHEN 10 THEN 'quarantine'
+             WHEN 11 THEN 'quarantine'
+             WHEN 12 THEN 'quarantine'
+             WHEN 13 THEN 'quarantine'
+             WHEN 14 THEN 'quarantine'
+             WHEN 15 THEN 'quarantine'
+             WHEN 16 THEN 'quarantine'
+             WHEN 17 THEN 'quarantine'
+             WHEN 18 THEN 'delete'
+             ELSE 'upsert'
+           END AS action,
+           CASE t.check_no
+             WHEN 1 THEN 'value is not valid JSON'
+             WHEN 2 THEN NULL
+             WHEN 3 THEN 'value is not a JSON object'
+             WHEN 4 THEN 'no op field: not a Debezium change event'
+             WHEN 5 THEN NULL
+             WHEN 6 THEN 'unknown op "' || SUBSTRING(t.op, 1, 64) || '"'
+             WHEN 7 THEN 'no row image: after is missing or not an object'
+             WHEN 8 THEN 'primary key field id is missing or not a integer'
+             WHEN 9 THEN 'field Sku does not convert to varchar(32)'
+             WHEN 10 THEN 'field description does not convert to varchar(65535)'
+             WHEN 11 THEN 'field price does not convert from org.apache.kafka.connect.data.Decimal to decimal(12,2)'
+             WHEN 12 THEN 'field weight does not convert from io.debezium.data.VariableScaleDecimal to decimal(20,6)'
+             WHEN 13 THEN 'field released does not convert from io.debezium.time.Date to date'
+             WHEN 14 THEN 'field updated_at does not convert from io.debezium.time.MicroTimestamp to timestamp'
+             WHEN 15 THEN 'field published_at does not convert from io.debezium.time.ZonedTimestamp to timestamptz'
+             WHEN 16 THEN 'field attributes does not convert from io.debezium.data.Json to super'
+             WHEN 17 THEN 'field in_stock does not convert to boolean'
+             WHEN 18 THEN NULL
+             ELSE NULL
+           END AS reason,
+           CASE WHEN t.check_no IN (1, 3, 4, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17) THEN t.payload END AS quarantine_payload
     FROM (
       SELECT
              t.kafka_partition,
@@ -202,6 +254,7 @@ BEGIN
              t.source_ts_ms,
              t.source_pos,
              t.unavailable,
+             t.drift_img,
              t."id",
              t."sku",
              t."description",
@@ -212,139 +265,115 @@ BEGIN
              t."published_at",
              t."attributes",
              t."in_stock",
-             t.action, t.reason,
-             CASE WHEN t.action = 'quarantine' THEN t.payload END AS quarantine_payload
+             t.payload,
+             CASE
+               WHEN t.raw_value IS NOT NULL THEN 1
+               WHEN (t.env IS NULL) THEN 2
+               WHEN NOT IS_OBJECT(t.env) THEN 3
+               WHEN t.op IS NULL THEN 4
+               WHEN t.op = 't' THEN 5
+               WHEN t.op NOT IN ('c', 'r', 'u', 'd') THEN 6
+               WHEN t.op <> 'd' AND ((t.img IS NULL) OR NOT IS_OBJECT(t.img)) THEN 7
+               WHEN t."id" IS NULL THEN 8
+               WHEN t.op <> 'd' AND NOT (t."j__sku" IS NULL) AND t."sku" IS NULL AND NOT t."u__sku" THEN 9
+               WHEN t.op <> 'd' AND NOT (t."j__description" IS NULL) AND t."description" IS NULL AND NOT t."u__description" THEN 10
+               WHEN t.op <> 'd' AND NOT (t."j__price" IS NULL) AND t."price" IS NULL THEN 11
+               WHEN t.op <> 'd' AND NOT (t."j__weight" IS NULL) AND t."weight" IS NULL THEN 12
+               WHEN t.op <> 'd' AND NOT (t."j__released" IS NULL) AND t."released" IS NULL THEN 13
+               WHEN t.op <> 'd' AND NOT (t."j__updated_at" IS NULL) AND t."updated_at" IS NULL THEN 14
+               WHEN t.op <> 'd' AND NOT (t."j__published_at" IS NULL) AND t."published_at" IS NULL THEN 15
+               WHEN t.op <> 'd' AND NOT (t."j__attributes" IS NULL) AND t."attributes" IS NULL AND NOT t."u__attributes" THEN 16
+               WHEN t.op <> 'd' AND NOT (t."j__in_stock" IS NULL) AND t."in_stock" IS NULL THEN 17
+               WHEN t.op = 'd' THEN 18
+               ELSE 0
+             END AS check_no
       FROM (
-        SELECT
-               t.kafka_partition,
-               t.kafka_offset,
-               t.kafka_timestamp,
-               t.refresh_time,
-               t.raw_value,
-               t.op,
-               t.source_ts_ms,
-               t.source_pos,
-               t.unavailable,
-               t."id",
-               t."sku",
-               t."description",
-               t."price",
-               t."weight",
-               t."released",
-               t."updated_at",
-               t."published_at",
-               t."attributes",
-               t."in_stock",
-               t.payload,
-               CASE
-                 WHEN t.raw_value IS NOT NULL THEN 'quarantine'
-                 WHEN (t.env IS NULL) THEN 'tombstone'
-                 WHEN NOT IS_OBJECT(t.env) THEN 'quarantine'
-                 WHEN t.op IS NULL THEN 'quarantine'
-                 WHEN t.op = 't' THEN 'truncate'
-                 WHEN t.op NOT IN ('c', 'r', 'u', 'd') THEN 'quarantine'
-                 WHEN t.op <> 'd' AND ((t.img IS NULL) OR NOT IS_OBJECT(t.img)) THEN 'quarantine'
-                 WHEN t."id" IS NULL THEN 'quarantine'
-                 WHEN t.op <> 'd' AND NOT (t."j__sku" IS NULL) AND t."sku" IS NULL AND NOT COALESCE(CASE WHEN IS_VARCHAR(t."j__sku") THEN t."j__sku"::varchar(65535) WHEN t."j__sku" IS NOT NULL THEN JSON_SERIALIZE(t."j__sku") END IN ('__debezium_unavailable_value', 'X19kZWJleml1bV91bmF2YWlsYWJsZV92YWx1ZQ==', '["__debezium_unavailable_value"]'), false) THEN 'quarantine'
-                 WHEN t.op <> 'd' AND NOT (t."j__description" IS NULL) AND t."description" IS NULL AND NOT COALESCE(CASE WHEN IS_VARCHAR(t."j__description") THEN t."j__description"::varchar(65535) WHEN t."j__description" IS NOT NULL THEN JSON_SERIALIZE(t."j__description") END IN ('__debezium_unavailable_value', 'X19kZWJleml1bV91bmF2YWlsYWJsZV92YWx1ZQ==', '["__debezium_unavailable_value"]'), false) THEN 'quarantine'
-                 WHEN t.op <> 'd' AND NOT (t."j__price" IS NULL) AND t."price" IS NULL THEN 'quarantine'
-                 WHEN t.op <> 'd' AND NOT (t."j__weight" IS NULL) AND t."weight" IS NULL THEN 'quarantine'
-                 WHEN t.op <> 'd' AND NOT (t."j__released" IS NULL) AND t."released" IS NULL THEN 'quarantine'
-                 WHEN t.op <> 'd' AND NOT (t."j__updated_at" IS NULL) AND t."updated_at" IS NULL THEN 'quarantine'
-                 WHEN t.op <> 'd' AND NOT (t."j__published_at" IS NULL) AND t."published_at" IS NULL THEN 'quarantine'
-                 WHEN t.op <> 'd' AND NOT (t."j__attributes" IS NULL) AND t."attributes" IS NULL AND NOT COALESCE(CASE WHEN IS_VARCHAR(t."j__attributes") THEN t."j__attributes"::varchar(65535) WHEN t."j__attributes" IS NOT NULL THEN JSON_SERIALIZE(t."j__attributes") END IN ('__debezium_unavailable_value', 'X19kZWJleml1bV91bmF2YWlsYWJsZV92YWx1ZQ==', '["__debezium_unavailable_value"]'), false) THEN 'quarantine'
-                 WHEN t.op <> 'd' AND NOT (t."j__in_stock" IS NULL) AND t."in_stock" IS NULL THEN 'quarantine'
-                 WHEN t.op = 'd' THEN 'delete'
-                 ELSE 'upsert'
-               END AS action,
-               CASE
-                 WHEN t.raw_value IS NOT NULL THEN 'value is not valid JSON'
-                 WHEN (t.env IS NULL) THEN NULL
-                 WHEN NOT IS_OBJECT(t.env) THEN 'value is not a JSON object'
-                 WHEN t.op IS NULL THEN 'no op field: not a Debezium change event'
-                 WHEN t.op = 't' THEN NULL
-                 WHEN t.op NOT IN ('c', 'r', 'u', 'd') THEN 'unknown op "' || SUBSTRING(t.op, 1, 64) || '"'
-                 WHEN t.op <> 'd' AND ((t.img IS NULL) OR NOT IS_OBJECT(t.img)) THEN 'no row image: after is missing or not an object'
-                 WHEN t."id" IS NULL THEN 'primary key field id is missing or not a integer'
-                 WHEN t.op <> 'd' AND NOT (t."j__sku" IS NULL) AND t."sku" IS NULL AND NOT COALESCE(CASE WHEN IS_VARCHAR(t."j__sku") THEN t."j__sku"::varchar(65535) WHEN t."j__sku" IS NOT NULL THEN JSON_SERIALIZE(t."j__sku") END IN ('__debezium_unavailable_value', 'X19kZWJleml1bV91bmF2YWlsYWJsZV92YWx1ZQ==', '["__debezium_unavailable_value"]'), false) THEN 'field Sku does not convert to varchar(32)'
-                 WHEN t.op <> 'd' AND NOT (t."j__description" IS NULL) AND t."description" IS NULL AND NOT COALESCE(CASE WHEN IS_VARCHAR(t."j__description") THEN t."j__description"::varchar(65535) WHEN t."j__description" IS NOT NULL THEN JSON_SERIALIZE(t."j__description") END IN ('__debezium_unavailable_value', 'X19kZWJleml1bV91bmF2YWlsYWJsZV92YWx1ZQ==', '["__debezium_unavailable_value"]'), false) THEN 'field description does not convert to varchar(65535)'
-                 WHEN t.op <> 'd' AND NOT (t."j__price" IS NULL) AND t."price" IS NULL THEN 'field price does not convert from org.apache.kafka.connect.data.Decimal to decimal(12,2)'
-                 WHEN t.op <> 'd' AND NOT (t."j__weight" IS NULL) AND t."weight" IS NULL THEN 'field weight does not convert from io.debezium.data.VariableScaleDecimal to decimal(20,6)'
-                 WHEN t.op <> 'd' AND NOT (t."j__released" IS NULL) AND t."released" IS NULL THEN 'field released does not convert from io.debezium.time.Date to date'
-                 WHEN t.op <> 'd' AND NOT (t."j__updated_at" IS NULL) AND t."updated_at" IS NULL THEN 'field updated_at does not convert from io.debezium.time.MicroTimestamp to timestamp'
-                 WHEN t.op <> 'd' AND NOT (t."j__published_at" IS NULL) AND t."published_at" IS NULL THEN 'field published_at does not convert from io.debezium.time.ZonedTimestamp to timestamptz'
-                 WHEN t.op <> 'd' AND NOT (t."j__attributes" IS NULL) AND t."attributes" IS NULL AND NOT COALESCE(CASE WHEN IS_VARCHAR(t."j__attributes") THEN t."j__attributes"::varchar(65535) WHEN t."j__attributes" IS NOT NULL THEN JSON_SERIALIZE(t."j__attributes") END IN ('__debezium_unavailable_value', 'X19kZWJleml1bV91bmF2YWlsYWJsZV92YWx1ZQ==', '["__debezium_unavailable_value"]'), false) THEN 'field attributes does not convert from io.debezium.data.Json to super'
-                 WHEN t.op <> 'd' AND NOT (t."j__in_stock" IS NULL) AND t."in_stock" IS NULL THEN 'field in_stock does not convert to boolean'
-                 WHEN t.op = 'd' THEN NULL
-                 ELSE NULL
-               END AS reason
+        SELECT f.kafka_partition, f.kafka_offset, f.kafka_timestamp, f.refresh_time, f.payload, f.raw_value, f.env, f.img, f.op, f.source_pos,
+               CAST(f.source_ts_ms AS bigint) AS source_ts_ms,
+               COALESCE(CAST(f."ji__id" AS integer),
+                 CAST(f."jk__id" AS integer)) AS "id",
+               f."j__sku" AS "j__sku",
+               f."u__sku" AS "u__sku",
+               CASE WHEN f."u__sku" THEN NULL ELSE CASE WHEN OCTET_LENGTH(CASE WHEN IS_VARCHAR(f."j__sku") THEN f."j__sku"::varchar(65535) WHEN f."j__sku" IS NOT NULL THEN JSON_SERIALIZE(f."j__sku") END) <= 32 THEN (CASE WHEN IS_VARCHAR(f."j__sku") THEN f."j__sku"::varchar(65535) WHEN f."j__sku" IS NOT NULL THEN JSON_SERIALIZE(f."j__sku") END)::varchar(32) END END AS "sku",
+               f."j__description" AS "j__description",
+               f."u__description" AS "u__description",
+               CASE WHEN f."u__description" THEN NULL ELSE CASE WHEN OCTET_LENGTH(CASE WHEN IS_VARCHAR(f."j__description") THEN f."j__description"::varchar(65535) WHEN f."j__description" IS NOT NULL THEN JSON_SERIALIZE(f."j__description") END) <= 65535 THEN (CASE WHEN IS_VARCHAR(f."j__description") THEN f."j__description"::varchar(65535) WHEN f."j__description" IS NOT NULL THEN JSON_SERIALIZE(f."j__description") END)::varchar(65535) END END AS "description",
+               f."j__price" AS "j__price",
+               CASE WHEN LENGTH(LTRIM(SPLIT_PART(REPLACE(f.t__v2, '-', ''), '.', 1), '0')) <= 10 THEN CAST(f.t__v2 AS decimal(12,2)) END AS "price",
+               f."j__weight" AS "j__weight",
+               CASE WHEN LENGTH(LTRIM(SPLIT_PART(REPLACE(f.t__v3, '-', ''), '.', 1), '0')) <= 14 THEN CAST(f.t__v3 AS decimal(20,6)) END AS "weight",
+               f."j__released" AS "j__released",
+               CASE WHEN CAST(f."j__released" AS bigint) BETWEEN -719162 AND 2932896 THEN CAST(DATEADD(day, CAST(CAST(f."j__released" AS bigint) AS integer), DATE '1970-01-01') AS date) END AS "released",
+               f."j__updated_at" AS "j__updated_at",
+               CASE WHEN CAST(f."j__updated_at" AS bigint) BETWEEN -62135596800000000 AND 253402300799999999 THEN TIMESTAMP '1970-01-01 00:00:00' + (CAST(f."j__updated_at" AS bigint) / 1000000) * INTERVAL '1 second' + (CAST(f."j__updated_at" AS bigint) % 1000000) * 1 * INTERVAL '1 microsecond' END AS "updated_at",
+               f."j__published_at" AS "j__published_at",
+               ((CASE WHEN IS_VARCHAR(f."j__published_at") AND CASE WHEN IS_VARCHAR(f."j__published_at") THEN f."j__published_at"::varchar(65535) WHEN f."j__published_at" IS NOT NULL THEN JSON_SERIALIZE(f."j__published_at") END ~ '^[0-9]{4}-[0-9]{2}-[0-9]{2}T([01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9]([.][0-9]{1,9})?(Z|[+-][0-9]{2}:[0-9]{2})$' THEN CAST(REPLACE(SUBSTRING(CASE WHEN IS_VARCHAR(f."j__published_at") THEN f."j__published_at"::varchar(65535) WHEN f."j__published_at" IS NOT NULL THEN JSON_SERIALIZE(f."j__published_at") END, 1, 19), 'T', ' ') AS timestamp) + CAST(RPAD(SUBSTRING(COALESCE(REGEXP_SUBSTR(CASE WHEN IS_VARCHAR(f."j__published_at") THEN f."j__published_at"::varchar(65535) WHEN f."j__published_at" IS NOT NULL THEN JSON_SERIALIZE(f."j__published_at") END, '^.{19}[.]([0-9]{1,9})', 1, 1, 'e'), ''), 1, 6), 6, '0') AS integer) * INTERVAL '1 microsecond' - CASE WHEN CASE WHEN IS_VARCHAR(f."j__published_at") THEN f."j__published_at"::varchar(65535) WHEN f."j__published_at" IS NOT NULL THEN JSON_SERIALIZE(f."j__published_at") END LIKE '%Z' THEN 0 ELSE (CASE WHEN SUBSTRING(SUBSTRING(CASE WHEN IS_VARCHAR(f."j__published_at") THEN f."j__published_at"::varchar(65535) WHEN f."j__published_at" IS NOT NULL THEN JSON_SERIALIZE(f."j__published_at") END, LENGTH(CASE WHEN IS_VARCHAR(f."j__published_at") THEN f."j__published_at"::varchar(65535) WHEN f."j__published_at" IS NOT NULL THEN JSON_SERIALIZE(f."j__published_at") END) - 5, 6), 1, 1) = '-' THEN -1 ELSE 1 END) * (CAST(SUBSTRING(SUBSTRING(CASE WHEN IS_VARCHAR(f."j__published_at") THEN f."j__published_at"::varchar(65535) WHEN f."j__published_at" IS NOT NULL THEN JSON_SERIALIZE(f."j__published_at") END, LENGTH(CASE WHEN IS_VARCHAR(f."j__published_at") THEN f."j__published_at"::varchar(65535) WHEN f."j__published_at" IS NOT NULL THEN JSON_SERIALIZE(f."j__published_at") END) - 5, 6), 2, 2) AS integer) * 60 + CAST(SUBSTRING(SUBSTRING(CASE WHEN IS_VARCHAR(f."j__published_at") THEN f."j__published_at"::varchar(65535) WHEN f."j__published_at" IS NOT NULL THEN JSON_SERIALIZE(f."j__published_at") END, LENGTH(CASE WHEN IS_VARCHAR(f."j__published_at") THEN f."j__published_at"::varchar(65535) WHEN f."j__published_at" IS NOT NULL THEN JSON_SERIALIZE(f."j__published_at") END) - 5, 6), 5, 2) AS integer)) END * INTERVAL '1 minute' END) AT TIME ZONE 'UTC') AS "published_at",
+               f."j__attributes" AS "j__attributes",
+               f."u__attributes" AS "u__attributes",
+               CASE WHEN f."u__attributes" THEN NULL ELSE CASE WHEN IS_VARCHAR(f."j__attributes") THEN CASE WHEN CAN_JSON_PARSE(CASE WHEN IS_VARCHAR(f."j__attributes") THEN f."j__attributes"::varchar(65535) WHEN f."j__attributes" IS NOT NULL THEN JSON_SERIALIZE(f."j__attributes") END) THEN JSON_PARSE(CASE WHEN IS_VARCHAR(f."j__attributes") THEN f."j__attributes"::varchar(65535) WHEN f."j__attributes" IS NOT NULL THEN JSON_SERIALIZE(f."j__attributes") END) END END END AS "attributes",
+               f."j__in_stock" AS "j__in_stock",
+               CASE WHEN IS_BOOLEAN(f."j__in_stock") THEN f."j__in_stock"::boolean WHEN IS_INTEGER(f."j__in_stock") AND f."j__in_stock"::int IN (0, 1) THEN f."j__in_stock"::int = 1 END AS "in_stock",
+               NULLIF('|' || CASE WHEN f."u__sku" THEN 'sku|' ELSE '' END || CASE WHEN f."u__description" THEN 'description|' ELSE '' END || CASE WHEN f."u__attributes" THEN 'attributes|' ELSE '' END, '|') AS unavailable,
+               CASE WHEN f.op IN ('c', 'r', 'u') AND IS_OBJECT(f.img) AND NOT (f."ji__id" IS NOT NULL AND f."j__sku" IS NOT NULL AND f."j__description" IS NOT NULL AND f."j__price" IS NOT NULL AND f."j__weight" IS NOT NULL AND f."j__released" IS NOT NULL AND f."j__updated_at" IS NOT NULL AND f."j__published_at" IS NOT NULL AND f."j__attributes" IS NOT NULL AND f."j__in_stock" IS NOT NULL AND GET_NUMBER_ATTRIBUTES(f.img) = 10) THEN f.img END AS drift_img
         FROM (
-          SELECT f.kafka_partition, f.kafka_offset, f.kafka_timestamp, f.refresh_time,
-                 f.payload, f.raw_value, f.env, f.img, f.op, f.source_pos,
-                 CAST(f.source_ts_ms AS bigint) AS source_ts_ms,
-                 COALESCE(CAST(f.img."id" AS integer),
-                   CAST(f.key_env."id" AS integer)) AS "id",
-                 f.img."Sku" AS "j__sku",
-                 CASE WHEN COALESCE(CASE WHEN IS_VARCHAR(f.img."Sku") THEN f.img."Sku"::varchar(65535) WHEN f.img."Sku" IS NOT NULL THEN JSON_SERIALIZE(f.img."Sku") END IN ('__debezium_unavailable_value', 'X19kZWJleml1bV91bmF2YWlsYWJsZV92YWx1ZQ==', '["__debezium_unavailable_value"]'), false) THEN NULL ELSE CASE WHEN OCTET_LENGTH(CASE WHEN IS_VARCHAR(f.img."Sku") THEN f.img."Sku"::varchar(65535) WHEN f.img."Sku" IS NOT NULL THEN JSON_SERIALIZE(f.img."Sku") END) <= 32 THEN (CASE WHEN IS_VARCHAR(f.img."Sku") THEN f.img."Sku"::varchar(65535) WHEN f.img."Sku" IS NOT NULL THEN JSON_SERIALIZE(f.img."Sku") END)::varchar(32) END END AS "sku",
-                 f.img."description" AS "j__description",
-                 CASE WHEN COALESCE(CASE WHEN IS_VARCHAR(f.img."description") THEN f.img."description"::varchar(65535) WHEN f.img."description" IS NOT NULL THEN JSON_SERIALIZE(f.img."description") END IN ('__debezium_unavailable_value', 'X19kZWJleml1bV91bmF2YWlsYWJsZV92YWx1ZQ==', '["__debezium_unavailable_value"]'), false) THEN NULL ELSE CASE WHEN OCTET_LENGTH(CASE WHEN IS_VARCHAR(f.img."description") THEN f.img."description"::varchar(65535) WHEN f.img."description" IS NOT NULL THEN JSON_SERIALIZE(f.img."description") END) <= 65535 THEN (CASE WHEN IS_VARCHAR(f.img."description") THEN f.img."description"::varchar(65535) WHEN f.img."description" IS NOT NULL THEN JSON_SERIALIZE(f.img."description") END)::varchar(65535) END END AS "description",
-                 f.img."price" AS "j__price",
-                 CASE WHEN LENGTH(LTRIM(SPLIT_PART(REPLACE(f.t__v2, '-', ''), '.', 1), '0')) <= 10 THEN CAST(f.t__v2 AS decimal(12,2)) END AS "price",
-                 f.img."weight" AS "j__weight",
-                 CASE WHEN LENGTH(LTRIM(SPLIT_PART(REPLACE(f.t__v3, '-', ''), '.', 1), '0')) <= 14 THEN CAST(f.t__v3 AS decimal(20,6)) END AS "weight",
-                 f.img."released" AS "j__released",
-                 CASE WHEN CAST(f.img."released" AS bigint) BETWEEN -719162 AND 2932896 THEN CAST(DATEADD(day, CAST(CAST(f.img."released" AS bigint) AS integer), DATE '1970-01-01') AS date) END AS "released",
-                 f.img."updated_at" AS "j__updated_at",
-                 CASE WHEN CAST(f.img."updated_at" AS bigint) BETWEEN -62135596800000000 AND 253402300799999999 THEN TIMESTAMP '1970-01-01 00:00:00' + (CAST(f.img."updated_at" AS bigint) / 1000000) * INTERVAL '1 second' + (CAST(f.img."updated_at" AS bigint) % 1000000) * 1 * INTERVAL '1 microsecond' END AS "updated_at",
-                 f.img."published_at" AS "j__published_at",
-                 ((CASE WHEN IS_VARCHAR(f.img."published_at") AND CASE WHEN IS_VARCHAR(f.img."published_at") THEN f.img."published_at"::varchar(65535) WHEN f.img."published_at" IS NOT NULL THEN JSON_SERIALIZE(f.img."published_at") END ~ '^[0-9]{4}-[0-9]{2}-[0-9]{2}T([01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9]([.][0-9]{1,9})?(Z|[+-][0-9]{2}:[0-9]{2})$' THEN CAST(REPLACE(SUBSTRING(CASE WHEN IS_VARCHAR(f.img."published_at") THEN f.img."published_at"::varchar(65535) WHEN f.img."published_at" IS NOT NULL THEN JSON_SERIALIZE(f.img."published_at") END, 1, 19), 'T', ' ') AS timestamp) + CAST(RPAD(SUBSTRING(COALESCE(REGEXP_SUBSTR(CASE WHEN IS_VARCHAR(f.img."published_at") THEN f.img."published_at"::varchar(65535) WHEN f.img."published_at" IS NOT NULL THEN JSON_SERIALIZE(f.img."published_at") END, '^.{19}[.]([0-9]{1,9})', 1, 1, 'e'), ''), 1, 6), 6, '0') AS integer) * INTERVAL '1 microsecond' - CASE WHEN CASE WHEN IS_VARCHAR(f.img."published_at") THEN f.img."published_at"::varchar(65535) WHEN f.img."published_at" IS NOT NULL THEN JSON_SERIALIZE(f.img."published_at") END LIKE '%Z' THEN 0 ELSE (CASE WHEN SUBSTRING(SUBSTRING(CASE WHEN IS_VARCHAR(f.img."published_at") THEN f.img."published_at"::varchar(65535) WHEN f.img."published_at" IS NOT NULL THEN JSON_SERIALIZE(f.img."published_at") END, LENGTH(CASE WHEN IS_VARCHAR(f.img."published_at") THEN f.img."published_at"::varchar(65535) WHEN f.img."published_at" IS NOT NULL THEN JSON_SERIALIZE(f.img."published_at") END) - 5, 6), 1, 1) = '-' THEN -1 ELSE 1 END) * (CAST(SUBSTRING(SUBSTRING(CASE WHEN IS_VARCHAR(f.img."published_at") THEN f.img."published_at"::varchar(65535) WHEN f.img."published_at" IS NOT NULL THEN JSON_SERIALIZE(f.img."published_at") END, LENGTH(CASE WHEN IS_VARCHAR(f.img."published_at") THEN f.img."published_at"::varchar(65535) WHEN f.img."published_at" IS NOT NULL THEN JSON_SERIALIZE(f.img."published_at") END) - 5, 6), 2, 2) AS integer) * 60 + CAST(SUBSTRING(SUBSTRING(CASE WHEN IS_VARCHAR(f.img."published_at") THEN f.img."published_at"::varchar(65535) WHEN f.img."published_at" IS NOT NULL THEN JSON_SERIALIZE(f.img."published_at") END, LENGTH(CASE WHEN IS_VARCHAR(f.img."published_at") THEN f.img."published_at"::varchar(65535) WHEN f.img."published_at" IS NOT NULL THEN JSON_SERIALIZE(f.img."published_at") END) - 5, 6), 5, 2) AS integer)) END * INTERVAL '1 minute' END) AT TIME ZONE 'UTC') AS "published_at",
-                 f.img."attributes" AS "j__attributes",
-                 CASE WHEN COALESCE(CASE WHEN IS_VARCHAR(f.img."attributes") THEN f.img."attributes"::varchar(65535) WHEN f.img."attributes" IS NOT NULL THEN JSON_SERIALIZE(f.img."attributes") END IN ('__debezium_unavailable_value', 'X19kZWJleml1bV91bmF2YWlsYWJsZV92YWx1ZQ==', '["__debezium_unavailable_value"]'), false) THEN NULL ELSE CASE WHEN IS_VARCHAR(f.img."attributes") THEN CASE WHEN CAN_JSON_PARSE(CASE WHEN IS_VARCHAR(f.img."attributes") THEN f.img."attributes"::varchar(65535) WHEN f.img."attributes" IS NOT NULL THEN JSON_SERIALIZE(f.img."attributes") END) THEN JSON_PARSE(CASE WHEN IS_VARCHAR(f.img."attributes") THEN f.img."attributes"::varchar(65535) WHEN f.img."attributes" IS NOT NULL THEN JSON_SERIALIZE(f.img."attributes") END) END END END AS "attributes",
-                 f.img."in_stock" AS "j__in_stock",
-                 CASE WHEN IS_BOOLEAN(f.img."in_stock") THEN f.img."in_stock"::boolean WHEN IS_INTEGER(f.img."in_stock") AND f.img."in_stock"::int IN (0, 1) THEN f.img."in_stock"::int = 1 END AS "in_stock",
-                 NULLIF('|' || CASE WHEN COALESCE(CASE WHEN IS_VARCHAR(f.img."Sku") THEN f.img."Sku"::varchar(65535) WHEN f.img."Sku" IS NOT NULL THEN JSON_SERIALIZE(f.img."Sku") END IN ('__debezium_unavailable_value', 'X19kZWJleml1bV91bmF2YWlsYWJsZV92YWx1ZQ==', '["__debezium_unavailable_value"]'), false) THEN 'sku|' ELSE '' END || CASE WHEN COALESCE(CASE WHEN IS_VARCHAR(f.img."description") THEN f.img."description"::varchar(65535) WHEN f.img."description" IS NOT NULL THEN JSON_SERIALIZE(f.img."description") END IN ('__debezium_unavailable_value', 'X19kZWJleml1bV91bmF2YWlsYWJsZV92YWx1ZQ==', '["__debezium_unavailable_value"]'), false) THEN 'description|' ELSE '' END || CASE WHEN COALESCE(CASE WHEN IS_VARCHAR(f.img."attributes") THEN f.img."attributes"::varchar(65535) WHEN f.img."attributes" IS NOT NULL THEN JSON_SERIALIZE(f.img."attributes") END IN ('__debezium_unavailable_value', 'X19kZWJleml1bV91bmF2YWlsYWJsZV92YWx1ZQ==', '["__debezium_unavailable_value"]'), false) THEN 'attributes|' ELSE '' END, '|') AS unavailable
+          SELECT f.*,
+                 CASE WHEN f.g__v2 IS NOT NULL AND 2 BETWEEN 0 AND 38 THEN (CASE WHEN f.n__v2 = 1 THEN '-' ELSE '' END) || SUBSTRING(f.g__v2, 1, LENGTH(f.g__v2) - 2) || (CASE WHEN 2 > 0 THEN '.' || SUBSTRING(f.g__v2, LENGTH(f.g__v2) - 2 + 1) ELSE '' END) END AS "t__v2",
+                 CASE WHEN f.g__v3 IS NOT NULL AND f.k__v3 BETWEEN 0 AND 38 THEN (CASE WHEN f.n__v3 = 1 THEN '-' ELSE '' END) || SUBSTRING(f.g__v3, 1, LENGTH(f.g__v3) - f.k__v3) || (CASE WHEN f.k__v3 > 0 THEN '.' || SUBSTRING(f.g__v3, LENGTH(f.g__v3) - f.k__v3 + 1) ELSE '' END) END AS "t__v3"
           FROM (
             SELECT f.*,
-                   CASE WHEN f.g__v2 IS NOT NULL AND 2 BETWEEN 0 AND 38 THEN (CASE WHEN f.n__v2 = 1 THEN '-' ELSE '' END) || SUBSTRING(f.g__v2, 1, LENGTH(f.g__v2) - 2) || (CASE WHEN 2 > 0 THEN '.' || SUBSTRING(f.g__v2, LENGTH(f.g__v2) - 2 + 1) ELSE '' END) END AS "t__v2",
-                   CASE WHEN f.g__v3 IS NOT NULL AND f.k__v3 BETWEEN 0 AND 38 THEN (CASE WHEN f.n__v3 = 1 THEN '-' ELSE '' END) || SUBSTRING(f.g__v3, 1, LENGTH(f.g__v3) - f.k__v3) || (CASE WHEN f.k__v3 > 0 THEN '.' || SUBSTRING(f.g__v3, LENGTH(f.g__v3) - f.k__v3 + 1) ELSE '' END) END AS "t__v3"
+                   LPAD(f.m__v2, GREATEST(LENGTH(f.m__v2), 2 + 1), '0') AS "g__v2",
+                   LPAD(f.m__v3, GREATEST(LENGTH(f.m__v3), f.k__v3 + 1), '0') AS "g__v3"
             FROM (
               SELECT f.*,
-                     LPAD(f.m__v2, GREATEST(LENGTH(f.m__v2), 2 + 1), '0') AS "g__v2",
-                     LPAD(f.m__v3, GREATEST(LENGTH(f.m__v3), f.k__v3 + 1), '0') AS "g__v3"
+                     CASE WHEN f.a__v2 < 19259 OR (f.a__v2 = 19259 AND f.l__v2 <= 1554801477754702131171195550171135) THEN CAST(CAST(f.a__v2 AS decimal(38,0)) * 5192296858534827628530496329220096 + f.l__v2 AS varchar(40)) END AS "m__v2",
+                     CASE WHEN f.a__v3 < 19259 OR (f.a__v3 = 19259 AND f.l__v3 <= 1554801477754702131171195550171135) THEN CAST(CAST(f.a__v3 AS decimal(38,0)) * 5192296858534827628530496329220096 + f.l__v3 AS varchar(40)) END AS "m__v3"
               FROM (
                 SELECT f.*,
-                       CASE WHEN f.a__v2 < 19259 OR (f.a__v2 = 19259 AND f.l__v2 <= 1554801477754702131171195550171135) THEN CAST(CAST(f.a__v2 AS decimal(38,0)) * 5192296858534827628530496329220096 + f.l__v2 AS varchar(40)) END AS "m__v2",
-                       CASE WHEN f.a__v3 < 19259 OR (f.a__v3 = 19259 AND f.l__v3 <= 1554801477754702131171195550171135) THEN CAST(CAST(f.a__v3 AS decimal(38,0)) * 5192296858534827628530496329220096 + f.l__v3 AS varchar(40)) END AS "m__v3"
+                       CAST(f.b__v2 AS decimal(38,0)) * 72057594037927936 + f.c__v2 + f.n__v2 AS "l__v2",
+                       CAST(f.b__v3 AS decimal(38,0)) * 72057594037927936 + f.c__v3 + f.n__v3 AS "l__v3"
                 FROM (
                   SELECT f.*,
-                         CAST(f.b__v2 AS decimal(38,0)) * 72057594037927936 + f.c__v2 + f.n__v2 AS "l__v2",
-                         CAST(f.b__v3 AS decimal(38,0)) * 72057594037927936 + f.c__v3 + f.n__v3 AS "l__v3"
+                         ABS(f.n__v2 * 65535 - STRTOL(SUBSTRING(f.h__v2, 1, 4), 16)) AS "a__v2",
+                         ABS(f.n__v2 * 72057594037927935 - STRTOL(SUBSTRING(f.h__v2, 5, 14), 16)) AS "b__v2",
+                         ABS(f.n__v2 * 72057594037927935 - STRTOL(SUBSTRING(f.h__v2, 19, 14), 16)) AS "c__v2",
+                         ABS(f.n__v3 * 65535 - STRTOL(SUBSTRING(f.h__v3, 1, 4), 16)) AS "a__v3",
+                         ABS(f.n__v3 * 72057594037927935 - STRTOL(SUBSTRING(f.h__v3, 5, 14), 16)) AS "b__v3",
+                         ABS(f.n__v3 * 72057594037927935 - STRTOL(SUBSTRING(f.h__v3, 19, 14), 16)) AS "c__v3"
                   FROM (
                     SELECT f.*,
-                           ABS(f.n__v2 * 65535 - STRTOL(SUBSTRING(f.h__v2, 1, 4), 16)) AS "a__v2",
-                           ABS(f.n__v2 * 72057594037927935 - STRTOL(SUBSTRING(f.h__v2, 5, 14), 16)) AS "b__v2",
-                           ABS(f.n__v2 * 72057594037927935 - STRTOL(SUBSTRING(f.h__v2, 19, 14), 16)) AS "c__v2",
-                           ABS(f.n__v3 * 65535 - STRTOL(SUBSTRING(f.h__v3, 1, 4), 16)) AS "a__v3",
-                           ABS(f.n__v3 * 72057594037927935 - STRTOL(SUBSTRING(f.h__v3, 5, 14), 16)) AS "b__v3",
-                           ABS(f.n__v3 * 72057594037927935 - STRTOL(SUBSTRING(f.h__v3, 19, 14), 16)) AS "c__v3"
+                           CASE WHEN LENGTH(f.x__v2) <= 32 THEN LPAD(f.x__v2, 32, CASE WHEN SUBSTRING(f.x__v2, 1, 1) >= '8' THEN 'f' ELSE '0' END) END AS "h__v2",
+                           CASE WHEN SUBSTRING(f.x__v2, 1, 1) >= '8' THEN 1 ELSE 0 END AS "n__v2",
+                           CASE WHEN LENGTH(f.x__v3) <= 32 THEN LPAD(f.x__v3, 32, CASE WHEN SUBSTRING(f.x__v3, 1, 1) >= '8' THEN 'f' ELSE '0' END) END AS "h__v3",
+                           CASE WHEN SUBSTRING(f.x__v3, 1, 1) >= '8' THEN 1 ELSE 0 END AS "n__v3"
                     FROM (
                       SELECT f.*,
-                             CASE WHEN LENGTH(f.x__v2) <= 32 THEN LPAD(f.x__v2, 32, CASE WHEN SUBSTRING(f.x__v2, 1, 1) >= '8' THEN 'f' ELSE '0' END) END AS "h__v2",
-                             CASE WHEN SUBSTRING(f.x__v2, 1, 1) >= '8' THEN 1 ELSE 0 END AS "n__v2",
-                             CASE WHEN LENGTH(f.x__v3) <= 32 THEN LPAD(f.x__v3, 32, CASE WHEN SUBSTRING(f.x__v3, 1, 1) >= '8' THEN 'f' ELSE '0' END) END AS "h__v3",
-                             CASE WHEN SUBSTRING(f.x__v3, 1, 1) >= '8' THEN 1 ELSE 0 END AS "n__v3"
+                             COALESCE(CASE WHEN IS_VARCHAR(f."j__sku") THEN f."j__sku"::varchar(65535) WHEN f."j__sku" IS NOT NULL THEN JSON_SERIALIZE(f."j__sku") END IN ('__debezium_unavailable_value', 'X19kZWJleml1bV91bmF2YWlsYWJsZV92YWx1ZQ==', '["__debezium_unavailable_value"]'), false) AS "u__sku",
+                             COALESCE(CASE WHEN IS_VARCHAR(f."j__description") THEN f."j__description"::varchar(65535) WHEN f."j__description" IS NOT NULL THEN JSON_SERIALIZE(f."j__description") END IN ('__debezium_unavailable_value', 'X19kZWJleml1bV91bmF2YWlsYWJsZV92YWx1ZQ==', '["__debezium_unavailable_value"]'), false) AS "u__description",
+                             COALESCE(CASE WHEN IS_VARCHAR(f."j__attributes") THEN f."j__attributes"::varchar(65535) WHEN f."j__attributes" IS NOT NULL THEN JSON_SERIALIZE(f."j__attributes") END IN ('__debezium_unavailable_value', 'X19kZWJleml1bV91bmF2YWlsYWJsZV92YWx1ZQ==', '["__debezium_unavailable_value"]'), false) AS "u__attributes",
+                             CASE WHEN IS_VARCHAR(f."j__price") AND CASE WHEN IS_VARCHAR(f."j__price") THEN f."j__price"::varchar(65535) WHEN f."j__price" IS NOT NULL THEN JSON_SERIALIZE(f."j__price") END ~ '^([A-Za-z0-9+/]{4})*([A-Za-z0-9+/]{2}==|[A-Za-z0-9+/]{3}=)?$' AND LENGTH(CASE WHEN IS_VARCHAR(f."j__price") THEN f."j__price"::varchar(65535) WHEN f."j__price" IS NOT NULL THEN JSON_SERIALIZE(f."j__price") END) BETWEEN 4 AND 24 THEN FROM_VARBYTE(TO_VARBYTE(CASE WHEN IS_VARCHAR(f."j__price") THEN f."j__price"::varchar(65535) WHEN f."j__price" IS NOT NULL THEN JSON_SERIALIZE(f."j__price") END, 'base64'), 'hex') END AS "x__v2",
+                             CASE WHEN IS_VARCHAR(f."j__weight"."value") AND CASE WHEN IS_VARCHAR(f."j__weight"."value") THEN f."j__weight"."value"::varchar(65535) WHEN f."j__weight"."value" IS NOT NULL THEN JSON_SERIALIZE(f."j__weight"."value") END ~ '^([A-Za-z0-9+/]{4})*([A-Za-z0-9+/]{2}==|[A-Za-z0-9+/]{3}=)?$' AND LENGTH(CASE WHEN IS_VARCHAR(f."j__weight"."value") THEN f."j__weight"."value"::varchar(65535) WHEN f."j__weight"."value" IS NOT NULL THEN JSON_SERIALIZE(f."j__weight"."value") END) BETWEEN 4 AND 24 THEN FROM_VARBYTE(TO_VARBYTE(CASE WHEN IS_VARCHAR(f."j__weight"."value") THEN f."j__weight"."value"::varchar(65535) WHEN f."j__weight"."value" IS NOT NULL THEN JSON_SERIALIZE(f."j__weight"."value") END, 'base64'), 'hex') END AS "x__v3",
+                             CAST(f."j__weight"."scale" AS integer) AS "k__v3"
                       FROM (
-                        SELECT f.*,
-                               CASE WHEN IS_VARCHAR(f.img."price") AND CASE WHEN IS_VARCHAR(f.img."price") THEN f.img."price"::varchar(65535) WHEN f.img."price" IS NOT NULL THEN JSON_SERIALIZE(f.img."price") END ~ '^([A-Za-z0-9+/]{4})*([A-Za-z0-9+/]{2}==|[A-Za-z0-9+/]{3}=)?$' AND LENGTH(CASE WHEN IS_VARCHAR(f.img."price") THEN f.img."price"::varchar(65535) WHEN f.img."price" IS NOT NULL THEN JSON_SERIALIZE(f.img."price") END) BETWEEN 4 AND 24 THEN FROM_VARBYTE(TO_VARBYTE(CASE WHEN IS_VARCHAR(f.img."price") THEN f.img."price"::varchar(65535) WHEN f.img."price" IS NOT NULL THEN JSON_SERIALIZE(f.img."price") END, 'base64'), 'hex') END AS "x__v2",
-                               CASE WHEN IS_VARCHAR(f.img."weight"."value") AND CASE WHEN IS_VARCHAR(f.img."weight"."value") THEN f.img."weight"."value"::varchar(65535) WHEN f.img."weight"."value" IS NOT NULL THEN JSON_SERIALIZE(f.img."weight"."value") END ~ '^([A-Za-z0-9+/]{4})*([A-Za-z0-9+/]{2}==|[A-Za-z0-9+/]{3}=)?$' AND LENGTH(CASE WHEN IS_VARCHAR(f.img."weight"."value") THEN f.img."weight"."value"::varchar(65535) WHEN f.img."weight"."value" IS NOT NULL THEN JSON_SERIALIZE(f.img."weight"."value") END) BETWEEN 4 AND 24 THEN FROM_VARBYTE(TO_VARBYTE(CASE WHEN IS_VARCHAR(f.img."weight"."value") THEN f.img."weight"."value"::varchar(65535) WHEN f.img."weight"."value" IS NOT NULL THEN JSON_SERIALIZE(f.img."weight"."value") END, 'base64'), 'hex') END AS "x__v3",
-                               CAST(f.img."weight"."scale" AS integer) AS "k__v3"
+                        SELECT f.kafka_partition, f.kafka_offset, f.kafka_timestamp, f.refresh_time, f.payload, f.raw_value, f.env, f.img, f.op,
+                               f.src."ts_ms" AS source_ts_ms,
+                               CASE WHEN COALESCE(REGEXP_SUBSTR(CASE WHEN IS_VARCHAR(f.src."sequence") THEN f.src."sequence"::varchar(65535) WHEN f.src."sequence" IS NOT NULL THEN JSON_SERIALIZE(f.src."sequence") END, '([0-9]+)"?[]]$', 1, 1, 'e'), CASE WHEN IS_VARCHAR(f.src."lsn") THEN f.src."lsn"::varchar(65535) WHEN f.src."lsn" IS NOT NULL THEN JSON_SERIALIZE(f.src."lsn") END) IS NOT NULL THEN lpad(COALESCE(REGEXP_SUBSTR(CASE WHEN IS_VARCHAR(f.src."sequence") THEN f.src."sequence"::varchar(65535) WHEN f.src."sequence" IS NOT NULL THEN JSON_SERIALIZE(f.src."sequence") END, '^[[]"?([0-9]*)', 1, 1, 'e'), ''), 20, '0') || '.' || lpad(COALESCE(COALESCE(REGEXP_SUBSTR(CASE WHEN IS_VARCHAR(f.src."sequence") THEN f.src."sequence"::varchar(65535) WHEN f.src."sequence" IS NOT NULL THEN JSON_SERIALIZE(f.src."sequence") END, '([0-9]+)"?[]]$', 1, 1, 'e'), CASE WHEN IS_VARCHAR(f.src."lsn") THEN f.src."lsn"::varchar(65535) WHEN f.src."lsn" IS NOT NULL THEN JSON_SERIALIZE(f.src."lsn") END), ''), 20, '0') END AS source_pos,
+                               f.img."id" AS "ji__id",
+                               f.key_env."id" AS "jk__id",
+                               f.img."Sku" AS "j__sku",
+                               f.img."description" AS "j__description",
+                               f.img."price" AS "j__price",
+                               f.img."weight" AS "j__weight",
+                               f.img."released" AS "j__released",
+                               f.img."updated_at" AS "j__updated_at",
+                               f.img."published_at" AS "j__published_at",
+                               f.img."attributes" AS "j__attributes",
+                               f.img."in_stock" AS "j__in_stock"
                         FROM (
                           SELECT e.kafka_partition, e.kafka_offset, e.kafka_timestamp, e.refresh_time,
                                  e.payload, e.raw_value, e.env, e.key_env,
                                  CASE WHEN IS_VARCHAR(e.env."op") THEN e.env."op"::varchar(65535) WHEN e.env."op" IS NOT NULL THEN JSON_SERIALIZE(e.env."op") END AS op,
                                  CASE WHEN CASE WHEN IS_VARCHAR(e.env."op") THEN e.env."op"::varchar(65535) WHEN e.env."op" IS NOT NULL THEN JSON_SERIALIZE(e.env."op") END = 'd' THEN e.env."before" ELSE e.env."after" END AS img,
-                                 e.env."source"."ts_ms" AS source_ts_ms,
-                                 CASE WHEN COALESCE(REGEXP_SUBSTR(CASE WHEN IS_VARCHAR(e.env."source"."sequence") THEN e.env."source"."sequence"::varchar(65535) WHEN e.env."source"."sequence" IS NOT NULL THEN JSON_SERIALIZE(e.env."source"."sequence") END, '([0-9]+)"?[]]$', 1, 1, 'e'), CASE WHEN IS_VARCHAR(e.env."source"."lsn") THEN e.env."source"."lsn"::varchar(65535) WHEN e.env."source"."lsn" IS NOT NULL THEN JSON_SERIALIZE(e.env."source"."lsn") END) IS NOT NULL THEN lpad(COALESCE(REGEXP_SUBSTR(CASE WHEN IS_VARCHAR(e.env."source"."sequence") THEN e.env."source"."sequence"::varchar(65535) WHEN e.env."source"."sequence" IS NOT NULL THEN JSON_SERIALIZE(e.env."source"."sequence") END, '^[[]"?([0-9]*)', 1, 1, 'e'), ''), 20, '0') || '.' || lpad(COALESCE(COALESCE(REGEXP_SUBSTR(CASE WHEN IS_VARCHAR(e.env."source"."sequence") THEN e.env."source"."sequence"::varchar(65535) WHEN e.env."source"."sequence" IS NOT NULL THEN JSON_SERIALIZE(e.env."source"."sequence") END, '([0-9]+)"?[]]$', 1, 1, 'e'), CASE WHEN IS_VARCHAR(e.env."source"."lsn") THEN e.env."source"."lsn"::varchar(65535) WHEN e.env."source"."lsn" IS NOT NULL THEN JSON_SERIALIZE(e.env."source"."lsn") END), ''), 20, '0') END AS source_pos
+                                 e.env."source" AS src
                           FROM (
                             SELECT s.kafka_partition, s.kafka_offset, s.kafka_timestamp, s.refresh_time,
                                    s.payload, s.raw_value,
@@ -363,15 +392,26 @@ BEGIN
               ) f
             ) f
           ) f
-        ) t
+        ) f
       ) t
-    ) c
+    ) t
   ) c;
   SELECT COUNT(*) INTO v_read FROM "inventory"."products__stage";
   IF v_read > 0 THEN
-    -- 4. Events without a source position rank after the row stored for their key.
+    -- 4. Events without a source position: each takes the newest position seen before it
+    --    for its key in Kafka order (so it supersedes what precedes it and loses to what
+    --    follows), and ranks after the row stored for its key.
     SELECT COUNT(*) INTO v_rows FROM "inventory"."products__stage" WHERE _source_pos IS NULL AND _action IN ('upsert', 'delete');
     IF v_rows > 0 THEN
+      UPDATE "inventory"."products__stage" s SET _rank_pos = r.rank_pos
+      FROM (SELECT x._kafka_partition, x._kafka_offset,
+                   MAX(x._source_pos) OVER (PARTITION BY x."id"
+                     ORDER BY x._kafka_partition, x._kafka_offset ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW) AS rank_pos
+            FROM "inventory"."products__stage" x
+            WHERE x._action IN ('upsert', 'delete')
+              AND EXISTS (SELECT 1 FROM "inventory"."products__stage" y WHERE y._source_pos IS NULL AND y._action IN ('upsert', 'delete') AND y."id" = x."id")) r
+      WHERE s._source_pos IS NULL AND s._action IN ('upsert', 'delete')
+        AND s._kafka_partition = r._kafka_partition AND s._kafka_offset = r._kafka_offset;
       UPDATE "inventory"."products__stage" s SET _rank_pos = t._source_pos
       FROM "inventory"."products" t
       WHERE s._source_pos IS NULL AND s._action IN ('upsert', 'delete') AND t."id" = s."id"
@@ -479,24 +519,9 @@ BEGIN
                  MAX(MAX(u.images)) OVER () AS images
           FROM (SELECT SUBSTRING(x_field, 1, 256) AS field, 0 AS configured, 1 AS seen, x0.images
                 FROM (
-                  SELECT b.img, COUNT(*) OVER () AS images
-                  FROM (
-                    SELECT e.kafka_partition, e.kafka_offset, e.kafka_timestamp, e.refresh_time,
-                           e.payload, e.raw_value, e.env, e.key_env,
-                           CASE WHEN IS_VARCHAR(e.env."op") THEN e.env."op"::varchar(65535) WHEN e.env."op" IS NOT NULL THEN JSON_SERIALIZE(e.env."op") END AS op,
-                           CASE WHEN CASE WHEN IS_VARCHAR(e.env."op") THEN e.env."op"::varchar(65535) WHEN e.env."op" IS NOT NULL THEN JSON_SERIALIZE(e.env."op") END = 'd' THEN e.env."before" ELSE e.env."after" END AS img
-                    FROM (
-                      SELECT s.kafka_partition, s.kafka_offset, s.kafka_timestamp, s.refresh_time,
-                             s.payload, s.raw_value,
-                             CASE WHEN IS_OBJECT(s.payload."schema") THEN s.payload."payload" ELSE s.payload END AS env,
-                             CASE WHEN IS_OBJECT(s.key_payload."schema") THEN s.key_payload."payload" ELSE s.key_payload END AS key_env
-                      FROM "inventory"."products__stream" s
-                      LEFT JOIN "inventory"."products__watermark" w ON w.kafka_partition = s.kafka_partition
-                      WHERE s.refresh_time > v_since
-                        AND s.kafka_offset > COALESCE(w.last_offset, -1)
-                    ) e
-                  ) b
-                  WHERE b.op IN ('c', 'r', 'u') AND IS_OBJECT(b.img)
+                  SELECT s._drift_img AS img, COUNT(*) OVER () AS images
+                  FROM "inventory"."products__stage" s
+                  WHERE s._drift_img IS NOT NULL
                 ) x0, UNPIVOT x0.img AS x_value AT x_field
                 UNION ALL SELECT 'id', 1, 0, 0
                 UNION ALL SELECT 'Sku', 1, 0, 0
