@@ -98,6 +98,8 @@ DECLARE
   v_superseded bigint := 0;
   v_truncates bigint := 0;
   v_rows bigint := 0;
+  v_positionless bigint := 0;
+  v_unavailable bigint := 0;
   v_lag double precision;
 BEGIN
   -- 10. Session settings this procedure needs (no cluster parameter change).
@@ -285,11 +287,13 @@ BEGIN
       ) t
     ) t
   ) c;
-  SELECT COUNT(*) INTO v_read FROM "cdc"."blobs__stage";
+  SELECT COUNT(*),
+         COUNT(CASE WHEN _unavailable IS NOT NULL THEN 1 END)
+  INTO v_read, v_unavailable
+  FROM "cdc"."blobs__stage";
   IF v_read > 0 THEN
     -- 3. (TOAST) Unchanged out-of-line values arrive as a placeholder and keep what is known.
-    SELECT COUNT(*) INTO v_rows FROM "cdc"."blobs__stage" WHERE _rn = 1 AND _action = 'upsert' AND _unavailable IS NOT NULL;
-    IF v_rows > 0 THEN
+    IF v_unavailable > 0 THEN
       UPDATE "cdc"."blobs__stage" s SET "data" = p."data", _unavailable = REPLACE(s._unavailable, '|data|', '|')
       FROM "cdc"."blobs__stage" p,
            (SELECT "id", MIN(_rn) AS rn FROM "cdc"."blobs__stage"

@@ -96,6 +96,8 @@ DECLARE
   v_superseded bigint := 0;
   v_truncates bigint := 0;
   v_rows bigint := 0;
+  v_positionless bigint := 0;
+  v_unavailable bigint := 0;
   v_lag double precision;
 BEGIN
   -- 10. Session settings this procedure needs (no cluster parameter change).
@@ -274,11 +276,13 @@ BEGIN
       ) t
     ) t
   ) c;
-  SELECT COUNT(*) INTO v_read FROM "cdc"."ts__stage";
+  SELECT COUNT(*),
+         COUNT(CASE WHEN _unavailable IS NOT NULL THEN 1 END)
+  INTO v_read, v_unavailable
+  FROM "cdc"."ts__stage";
   IF v_read > 0 THEN
     -- 3. (TOAST) Unchanged out-of-line values arrive as a placeholder and keep what is known.
-    SELECT COUNT(*) INTO v_rows FROM "cdc"."ts__stage" WHERE _rn = 1 AND _action = 'upsert' AND _unavailable IS NOT NULL;
-    IF v_rows > 0 THEN
+    IF v_unavailable > 0 THEN
       UPDATE "cdc"."ts__stage" s SET "name" = p."name", _unavailable = REPLACE(s._unavailable, '|name|', '|')
       FROM "cdc"."ts__stage" p,
            (SELECT "id", MIN(_rn) AS rn FROM "cdc"."ts__stage"

@@ -110,6 +110,8 @@ DECLARE
   v_superseded bigint := 0;
   v_truncates bigint := 0;
   v_rows bigint := 0;
+  v_positionless bigint := 0;
+  v_unavailable bigint := 0;
   v_lag double precision;
 BEGIN
   -- 10. Session settings this procedure needs (no cluster parameter change).
@@ -396,13 +398,16 @@ BEGIN
       ) t
     ) t
   ) c;
-  SELECT COUNT(*) INTO v_read FROM "inventory"."products__stage";
+  SELECT COUNT(*),
+         COUNT(CASE WHEN _source_pos IS NULL AND _action IN ('upsert', 'delete') THEN 1 END),
+         COUNT(CASE WHEN _unavailable IS NOT NULL THEN 1 END)
+  INTO v_read, v_positionless, v_unavailable
+  FROM "inventory"."products__stage";
   IF v_read > 0 THEN
     -- 4. Events without a source position: each takes the newest position seen before it
     --    for its key in Kafka order (so it supersedes what precedes it and loses to what
     --    follows), and ranks after the row stored for its key.
-    SELECT COUNT(*) INTO v_rows FROM "inventory"."products__stage" WHERE _source_pos IS NULL AND _action IN ('upsert', 'delete');
-    IF v_rows > 0 THEN
+    IF v_positionless > 0 THEN
       UPDATE "inventory"."products__stage" s SET _rank_pos = r.rank_pos
       FROM (SELECT x._kafka_partition, x._kafka_offset,
                    MAX(x._source_pos) OVER (PARTITION BY x."id"
@@ -425,8 +430,7 @@ BEGIN
       WHERE s._kafka_partition = r._kafka_partition AND s._kafka_offset = r._kafka_offset;
     END IF;
     -- 3. (TOAST) Unchanged out-of-line values arrive as a placeholder and keep what is known.
-    SELECT COUNT(*) INTO v_rows FROM "inventory"."products__stage" WHERE _rn = 1 AND _action = 'upsert' AND _unavailable IS NOT NULL;
-    IF v_rows > 0 THEN
+    IF v_unavailable > 0 THEN
       UPDATE "inventory"."products__stage" s SET "sku" = p."sku", _unavailable = REPLACE(s._unavailable, '|sku|', '|')
       FROM "inventory"."products__stage" p,
            (SELECT "id", MIN(_rn) AS rn FROM "inventory"."products__stage"
@@ -468,8 +472,10 @@ BEGIN
       AND s._source_pos IS NOT NULL AND t._source_pos IS NOT NULL AND s._source_pos <= t._source_pos;
     -- A winner without a source position was never stale; it is recorded at the position
     -- it ranked by, so replays of what it superseded stay stale.
-    UPDATE "inventory"."products__stage" SET _source_pos = _rank_pos
-    WHERE _rn = 1 AND _action IN ('upsert', 'delete') AND _source_pos IS NULL;
+    IF v_positionless > 0 THEN
+      UPDATE "inventory"."products__stage" SET _source_pos = _rank_pos
+      WHERE _rn = 1 AND _action IN ('upsert', 'delete') AND _source_pos IS NULL;
+    END IF;
     -- Truncate events (on_truncate = 'delete'): rows written before the batch all precede
     -- the truncate; events of this batch that precede it are void.
     SELECT COUNT(*) INTO v_rows FROM "inventory"."products__stage" WHERE _action = 'truncate';

@@ -96,6 +96,8 @@ DECLARE
   v_superseded bigint := 0;
   v_truncates bigint := 0;
   v_rows bigint := 0;
+  v_positionless bigint := 0;
+  v_unavailable bigint := 0;
   v_lag double precision;
 BEGIN
   -- 10. Session settings this procedure needs (no cluster parameter change).
@@ -271,13 +273,16 @@ BEGIN
       ) t
     ) t
   ) c;
-  SELECT COUNT(*) INTO v_read FROM "cdc"."customer__stage";
+  SELECT COUNT(*),
+         COUNT(CASE WHEN _source_pos IS NULL AND _action IN ('upsert', 'delete') THEN 1 END),
+         COUNT(CASE WHEN _unavailable IS NOT NULL THEN 1 END)
+  INTO v_read, v_positionless, v_unavailable
+  FROM "cdc"."customer__stage";
   IF v_read > 0 THEN
     -- 4. Events without a source position: each takes the newest position seen before it
     --    for its key in Kafka order (so it supersedes what precedes it and loses to what
     --    follows), and ranks after the row stored for its key.
-    SELECT COUNT(*) INTO v_rows FROM "cdc"."customer__stage" WHERE _source_pos IS NULL AND _action IN ('upsert', 'delete');
-    IF v_rows > 0 THEN
+    IF v_positionless > 0 THEN
       UPDATE "cdc"."customer__stage" s SET _rank_pos = r.rank_pos
       FROM (SELECT x._kafka_partition, x._kafka_offset,
                    MAX(x._source_pos) OVER (PARTITION BY x."customer_id"
@@ -300,8 +305,7 @@ BEGIN
       WHERE s._kafka_partition = r._kafka_partition AND s._kafka_offset = r._kafka_offset;
     END IF;
     -- 3. (TOAST) Unchanged out-of-line values arrive as a placeholder and keep what is known.
-    SELECT COUNT(*) INTO v_rows FROM "cdc"."customer__stage" WHERE _rn = 1 AND _action = 'upsert' AND _unavailable IS NOT NULL;
-    IF v_rows > 0 THEN
+    IF v_unavailable > 0 THEN
       UPDATE "cdc"."customer__stage" s SET "name" = p."name", _unavailable = REPLACE(s._unavailable, '|name|', '|')
       FROM "cdc"."customer__stage" p,
            (SELECT "customer_id", MIN(_rn) AS rn FROM "cdc"."customer__stage"
@@ -335,8 +339,10 @@ BEGIN
       AND s._source_pos IS NOT NULL AND t._source_pos IS NOT NULL AND s._source_pos <= t._source_pos;
     -- A winner without a source position was never stale; it is recorded at the position
     -- it ranked by, so replays of what it superseded stay stale.
-    UPDATE "cdc"."customer__stage" SET _source_pos = _rank_pos
-    WHERE _rn = 1 AND _action IN ('upsert', 'delete') AND _source_pos IS NULL;
+    IF v_positionless > 0 THEN
+      UPDATE "cdc"."customer__stage" SET _source_pos = _rank_pos
+      WHERE _rn = 1 AND _action IN ('upsert', 'delete') AND _source_pos IS NULL;
+    END IF;
     SELECT COUNT(CASE WHEN _rn = 1 AND _action = 'upsert' THEN 1 END),
            COUNT(CASE WHEN _rn = 1 AND _action = 'delete' THEN 1 END),
            COUNT(CASE WHEN _action = 'quarantine' THEN 1 END),
