@@ -121,4 +121,4 @@ def test_mixed_case_fields_are_quoted_in_generated_sql():
     sql = "\n".join(o.sql for o in pipeline_objects(p, "redshift", "pipeline.toml"))
     assert '."CUST_ID"' in sql and '"customer_id"' in sql
     pg = "\n".join(o.sql for o in pipeline_objects(p, "postgres", "pipeline.toml"))
-    assert "-> 'CUST_ID'" in pg
+    assert "->> 'CUST_ID'" in pg

@@ -51,6 +51,9 @@ class PostgresDialect:
     has_helper_functions = True
     # The stage is refilled every run, faster than autovacuum analyzes it.
     analyze_stage = True
+    # Text columns (char/varchar without a semantic type) are read as text in one step
+    # (`->>`), not as JSON converted to text at each use: a tenth of the per-field cost.
+    text_fields = True
 
     # ---- names -----------------------------------------------------------------
     def q(self, name: str) -> str:
@@ -131,6 +134,11 @@ class PostgresDialect:
 
     def json_number_text(self, expr: str) -> str:
         return f"{self.helper('text')}({expr})"
+
+    def text_to_char(self, text_expr: str, t: SqlType) -> str:
+        """A member read as text (`text_fields`) in a char/varchar column, NULL when it does
+        not fit (the same rule as `cast_json`)."""
+        return f"CASE WHEN octet_length({text_expr}) <= {t.byte_limit} THEN CAST({text_expr} AS {self.type_sql(t)}) END"
 
     # ---- primitives of semantic-type decoding (sync/sql/semantic.py) --------------
     def json_is_string(self, expr: str) -> str:
@@ -223,6 +231,7 @@ class RedshiftDialect(PostgresDialect):
     session_settings = ("SET enable_case_sensitive_identifier TO true;",)
     has_helper_functions = False
     analyze_stage = False  # automatic analyze; ANALYZE inside a procedure is not documented
+    text_fields = False  # SUPER navigation and casts are one step already
 
     def type_sql(self, t: SqlType) -> str:
         if t.family == "varbyte":

@@ -83,10 +83,26 @@ def toastable(col: ColumnConfig) -> bool:
     return col.sql_type.family in TOASTABLE_FAMILIES
 
 
-def unavailable_sql(d: PostgresDialect, raw: str) -> str:
-    """True when the JSON value is the placeholder: keep the stored value of the column."""
+def read_as_text(d: PostgresDialect, col: ColumnConfig) -> bool:
+    """Whether the column's field is read as text (`->>`) rather than as JSON."""
+    return d.text_fields and col.semantic is None and col.sql_type.family in ("char", "varchar")
+
+
+def raw_field_sql(d: PostgresDialect, obj: str, col: ColumnConfig) -> str:
+    """The column's field of a JSON object, read once: as text or as JSON."""
+    return d.json_get_text(obj, col.name) if read_as_text(d, col) else d.json_get(obj, col.name)
+
+
+def raw_is_null(d: PostgresDialect, raw: str, col: ColumnConfig) -> str:
+    """The field is missing or JSON null (read as text, both are NULL)."""
+    return f"{raw} IS NULL" if read_as_text(d, col) else d.json_is_null(raw)
+
+
+def unavailable_sql(d: PostgresDialect, raw: str, col: ColumnConfig) -> str:
+    """True when the field is the placeholder: keep the stored value of the column."""
     forms = ", ".join(quote_literal(f) for f in UNAVAILABLE_FORMS)
-    return f"COALESCE({d.json_number_text(raw)} IN ({forms}), false)"
+    text = raw if read_as_text(d, col) else d.json_number_text(raw)
+    return f"COALESCE({text} IN ({forms}), false)"
 
 
 def key_reason(col: ColumnConfig) -> str:
@@ -142,7 +158,7 @@ def classification_checks(d: PostgresDialect, table: TableConfig) -> list[Check]
         keeps_stored = f" AND NOT t.{q(_mark_alias(col))}" if toastable(col) else ""
         checks.append(
             Check(
-                f"t.op <> 'd' AND NOT {d.json_is_null(raw)} AND t.{q(col.target_name)} IS NULL{keeps_stored}",
+                f"t.op <> 'd' AND NOT {raw_is_null(d, raw, col)} AND t.{q(col.target_name)} IS NULL{keeps_stored}",
                 "quarantine",
                 quote_literal(field_reason(col)),
             )
@@ -270,10 +286,10 @@ def stage_insert_sql(d: PostgresDialect, pipeline: Pipeline, table: TableConfig)
     source = source_sql(d, table, "f.src")
     raw_lines = [f"{source.ts_ms} AS source_ts_ms", f"{source.position} AS source_pos"]
     for col in table.key_columns:
-        raw_lines.append(f"{d.json_get('f.img', col.name)} AS {q(_image_alias(col))}")
-        raw_lines.append(f"{d.json_get('f.key_env', col.name)} AS {q(_key_alias(col))}")
+        raw_lines.append(f"{raw_field_sql(d, 'f.img', col)} AS {q(_image_alias(col))}")
+        raw_lines.append(f"{raw_field_sql(d, 'f.key_env', col)} AS {q(_key_alias(col))}")
     for col in table.value_columns:
-        raw_lines.append(f"{d.json_get('f.img', col.name)} AS {q(_raw_alias(col))}")
+        raw_lines.append(f"{raw_field_sql(d, 'f.img', col)} AS {q(_raw_alias(col))}")
     level_fields = (
         f"SELECT {_record_columns('f.payload', 'f.raw_value', 'f.env', 'f.img', 'f.op')},\n"
         + ",\n".join("       " + line for line in raw_lines)
@@ -288,6 +304,8 @@ def stage_insert_sql(d: PostgresDialect, pipeline: Pipeline, table: TableConfig)
 
     def decode(col: ColumnConfig, raw: str, alias: str) -> str:
         check_column(col, table.name)
+        if read_as_text(d, col):
+            return d.text_to_char(raw, col.sql_type)
         result = decode_sql(d, col, raw, alias)
         decoded.append(result)
         return result.value
@@ -307,7 +325,7 @@ def stage_insert_sql(d: PostgresDialect, pipeline: Pipeline, table: TableConfig)
         if toastable(col):
             # 3. (TOAST) the placeholder keeps the stored value: NULL here, filled in later.
             mark = f"f.{q(_mark_alias(col))}"
-            marks[_mark_alias(col)] = unavailable_sql(d, raw)
+            marks[_mark_alias(col)] = unavailable_sql(d, raw, col)
             value = f"CASE WHEN {mark} THEN NULL ELSE {value} END"
             unavailable.append(f"CASE WHEN {mark} THEN {quote_literal(col.target_name + '|')} ELSE '' END")
             field_lines.append(f"{mark} AS {q(_mark_alias(col))}")
