@@ -1,10 +1,13 @@
 """Where the generated procedure spends its time: `python -m benchmarks.profile
-[--events N] [--target-rows M] [--plans]`.
+[--events N] [--target-rows M] [--explain] [--plans]`.
 
-pgserver ships no auto_explain, so the statements of `incremental_sync_customer()` are
-run by hand, in order, with EXPLAIN ANALYZE inside one transaction that is rolled back
-(the procedure's variables replaced by what they hold on a first run). Prints each
-statement's time, and with --plans its plan.
+By default a copy of `incremental_sync_customer()` is called once, with a timestamp
+(RAISE NOTICE clock_timestamp()) after each statement of its body, inside a transaction
+that is rolled back: the time of each statement as the procedure runs it (its plans,
+after its ANALYZE of the stage, its IF guards). pgserver ships no auto_explain, so with
+--explain the data statements are instead run by hand, in order, with EXPLAIN ANALYZE
+(the procedure's variables replaced by what they hold on a first run, every guarded
+statement run); --plans also prints each plan.
 """
 
 from __future__ import annotations
@@ -12,7 +15,8 @@ from __future__ import annotations
 import argparse
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from datetime import datetime
 
 from sync.config import Pipeline
 from sync.sql.objects import pipeline_objects
@@ -21,25 +25,32 @@ from sync.warehouse import Warehouse
 
 # What the procedure's variables hold on a first run, for statements run outside it.
 FIRST_RUN_VALUES = {"v_since": "TIMESTAMP '1900-01-01 00:00:00'", "v_started": "clock_timestamp()::timestamp"}
+PROFILED_NAME = "profile_sync"  # the instrumented copy of the procedure
+MARK = "redshift-sync-profile"
+_CONTROL = re.compile(r"^\s*(IF\b.*\bTHEN|ELSIF\b.*\bTHEN|ELSE|END IF;|END LOOP;)\s*$", re.I)
 
 
 @dataclass
 class StatementTime:
     sql: str
     seconds: float
-    plan: list[str]
+    plan: list[str] = field(default_factory=list)
 
     @property
     def label(self) -> str:
         return " ".join(self.sql.split())[:90]
 
 
+def procedure_sql(pipeline: Pipeline, table_name: str) -> str:
+    (sql,) = [o.sql for o in pipeline_objects(pipeline, "postgres", "profile") if o.kind == "procedure" and o.table == table_name]
+    return sql
+
+
 def procedure_statements(pipeline: Pipeline, table_name: str) -> list[str]:
     """The data statements of the table's procedure body, in order (control flow, the
     lock, assignments and SELECT ... INTO left out)."""
-    (sql,) = [o.sql for o in pipeline_objects(pipeline, "postgres", "profile") if o.kind == "procedure" and o.table == table_name]
     statements = []
-    for text in body_sql_statements(procedure_body(sql)):
+    for text in body_sql_statements(procedure_body(procedure_sql(pipeline, table_name))):
         if text.startswith(("LOCK ", "ANALYZE ")) or "sync_run_log" in text:
             continue
         for name, value in FIRST_RUN_VALUES.items():
@@ -48,7 +59,56 @@ def procedure_statements(pipeline: Pipeline, table_name: str) -> list[str]:
     return statements
 
 
-def profile(wh: Warehouse, pipeline: Pipeline, table_name: str, timing: bool = False) -> list[StatementTime]:
+def instrumented(create_procedure: str, schema: str) -> tuple[str, list[str]]:
+    """A copy of the procedure (named PROFILED_NAME) that raises a notice `MARK <n> <time>`
+    after each statement of its body, and the text of statement n (0 = the start)."""
+    body = procedure_body(create_procedure)
+    lines, out, texts, current = body.splitlines(), [], ["(start)"], []
+    in_body = False
+    for line in lines:
+        code = line.split("--")[0].rstrip()
+        out.append(line)
+        if not in_body:
+            if code.strip() == "BEGIN":
+                in_body = True
+                out.append(f"RAISE NOTICE '{MARK} 0 %', clock_timestamp();")
+            continue
+        if not code.strip() or _CONTROL.match(code) or code.strip() == "END;":
+            continue
+        current.append(code.strip())
+        if code.endswith(";"):
+            texts.append(" ".join(current))
+            current = []
+            out.append(f"RAISE NOTICE '{MARK} {len(texts) - 1} %', clock_timestamp();")
+    header, _, _ = create_procedure.partition("AS $$")
+    name = re.search(r"PROCEDURE\s+(\S+)\(\)", header).group(1)
+    copy = header.replace(name, f'"{schema}"."{PROFILED_NAME}"') + "AS $$\n" + "\n".join(out) + "\n$$ LANGUAGE plpgsql;"
+    return copy, texts
+
+
+def profile_call(wh: Warehouse, pipeline: Pipeline, table_name: str) -> list[StatementTime]:
+    """Each statement's time in one real call of the instrumented copy (rolled back)."""
+    copy, texts = instrumented(procedure_sql(pipeline, table_name), pipeline.schema)
+    stamps: dict[int, datetime] = {}
+
+    def on_notice(diag) -> None:  # psycopg Diagnostic
+        parts = (diag.message_primary or "").split(" ", 2)
+        if parts[0] == MARK:
+            stamps[int(parts[1])] = datetime.fromisoformat(parts[2])
+
+    wh.conn.add_notice_handler(on_notice)
+    wh.execute("BEGIN")
+    try:
+        wh.execute(copy)
+        wh.execute(f'CALL "{pipeline.schema}"."{PROFILED_NAME}"()')
+    finally:
+        wh.execute("ROLLBACK")
+        wh.conn.remove_notice_handler(on_notice)
+    ran = sorted(stamps)
+    return [StatementTime(texts[n], (stamps[n] - stamps[prev]).total_seconds()) for prev, n in zip(ran, ran[1:])]
+
+
+def profile_explain(wh: Warehouse, pipeline: Pipeline, table_name: str, timing: bool = False) -> list[StatementTime]:
     """Per-node timing (for plans worth reading) inflates row-heavy statements; without it
     only the statement totals are measured."""
     results = []
@@ -74,20 +134,26 @@ def main(argv: Sequence[str] | None = None) -> list[StatementTime]:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.profile", description=__doc__.split("\n\n")[1])
     parser.add_argument("--events", type=int, default=100_000)
     parser.add_argument("--target-rows", type=int, default=1_000_000)
-    parser.add_argument("--plans", action="store_true", help="print each statement's plan")
+    parser.add_argument("--explain", action="store_true", help="run the statements by hand with EXPLAIN ANALYZE")
+    parser.add_argument("--plans", action="store_true", help="with --explain: print each statement's plan")
     parser.add_argument("--dsn", help="a scratch PostgreSQL database instead of a fresh embedded server")
     args = parser.parse_args(argv)
+    explain = args.explain or args.plans
     pipeline, _ = load_pipeline(PIPELINE)
     with embedded_server(args.dsn) as (dsn, _engine):
         wh = connect(dsn)
         try:
             deploy(wh, pipeline, "examples/salesdb/pipeline.toml")
             load(wh, relations(pipeline, pipeline.table(TABLE)), args.target_rows, args.events)
-            results = profile(wh, pipeline, TABLE, timing=args.plans)
+            if explain:
+                results = profile_explain(wh, pipeline, TABLE, timing=args.plans)
+            else:
+                results = profile_call(wh, pipeline, TABLE)
         finally:
             wh.close()
     total = sum(r.seconds for r in results)
-    print(f"{args.events:,} events into {args.target_rows:,} rows: {total:.3f} s in {len(results)} statements (EXPLAIN ANALYZE, run by hand)")
+    how = "EXPLAIN ANALYZE, run by hand" if explain else "one call, timestamped after each statement"
+    print(f"{args.events:,} events into {args.target_rows:,} rows: {total:.3f} s in {len(results)} statements ({how})")
     for r in results:
         print(f"{r.seconds:8.3f} s {100 * r.seconds / total:5.1f} %  {r.label}")
         if args.plans:

@@ -48,10 +48,22 @@ def test_refuses_a_database_that_is_not_scratch(wh, database_dsn):
         run(["--quick", "--dsn", database_dsn])
 
 
-def test_profile_runs_every_data_statement_of_the_procedure(database_dsn, capsys):
+def test_profile_times_every_statement_of_one_real_call(database_dsn, capsys):
     from benchmarks.profile import main as profile_main
 
     results = profile_main(["--events", "200", "--target-rows", "1000", "--dsn", database_dsn])
+    labels = [r.label for r in results]
+    assert any(label.startswith('INSERT INTO "cdc"."customer__stage"') for label in labels)
+    assert any(label.startswith('DELETE FROM "cdc"."customer" USING') for label in labels)
+    assert any(label.startswith('INSERT INTO "cdc"."sync_run_log"') for label in labels)
+    assert all(r.seconds >= 0 for r in results)
+    assert "one call, timestamped after each statement" in capsys.readouterr().out
+
+
+def test_profile_explains_every_data_statement_of_the_procedure(database_dsn, capsys):
+    from benchmarks.profile import main as profile_main
+
+    results = profile_main(["--events", "200", "--target-rows", "1000", "--dsn", database_dsn, "--explain"])
     labels = [r.label for r in results]
     assert labels[0].startswith('INSERT INTO "cdc"."customer__stage"')
     assert any(label.startswith('DELETE FROM "cdc"."customer" USING') for label in labels)
