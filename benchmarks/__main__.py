@@ -106,6 +106,7 @@ def run(argv: Sequence[str] | None = None) -> dict:
                 "figures": {k: round(v, 6) for k, v in bench.figures.items()},
                 "measurements": bench.measurements,
                 "targets": target_results(bench.figures),
+                "breakdown": bench.breakdown,
                 "notes": bench.notes,
                 "skipped": bench.skipped,
                 "phases": list(selected),

@@ -13,6 +13,7 @@ from pathlib import Path
 
 from benchmarks import baselines as bl
 from benchmarks.measure import Clock, Measurement, PeakMemory, cpu_figure, timed
+from benchmarks.profile import profile_call
 from benchmarks.sizes import Sizes
 from benchmarks.workload import Relations, batch_events_sql, load, mark_applied_sql, reset
 from sync.config import Pipeline
@@ -36,6 +37,7 @@ class Bench:
     measurements: dict[str, dict] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
     skipped: dict[str, str] = field(default_factory=dict)
+    breakdown: list[dict] = field(default_factory=list)  # the procedure's statements, slowest first
 
     def record(self, name: str, m: Measurement, items: int | None = None, unit: str = "events") -> None:
         self.measurements[name] = m.as_dict()
@@ -106,6 +108,13 @@ def incremental(b: Bench) -> None:
         b.record(f"incremental.{name}", m_, n)
     for letter, name in (("b", "seed_blog_pattern"), ("c", "per_row_upsert"), ("d", "apply_floor"), ("e", "raw_copy")):
         b.ratio(f"incremental.ratio_a_{letter}", "incremental.generated_procedure", f"incremental.{name}")
+    b.progress("incremental: one timestamped call for the breakdown of the procedure's time")
+    statements = profile_call(b.wh, b.pipeline, TABLE)
+    total = sum(st.seconds for st in statements)
+    b.breakdown = [
+        {"statement": st.label, "seconds": round(st.seconds, 6), "share": round(st.seconds / total, 4)}
+        for st in sorted(statements, key=lambda st: -st.seconds) if st.seconds > 0
+    ]
 
 
 def scaling(b: Bench) -> None:

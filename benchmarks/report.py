@@ -99,6 +99,13 @@ def _incremental_lines(f: dict, inputs: dict) -> list[str]:
     return lines
 
 
+def _breakdown_lines(breakdown: list[dict], shown: int = 6) -> list[str]:
+    lines = ["   where (a) spends its time (one timestamped call; `python -m benchmarks.profile` for all statements):"]
+    for row in breakdown[:shown]:
+        lines.append(f"   {_seconds(row['seconds']):>11} {100 * row['share']:5.1f} %  {row['statement'][:72]}")
+    return lines
+
+
 def _scaling_lines(f: dict, inputs: dict) -> list[str]:
     lines = [f"2. Scaling: {inputs['scaling_events']:,} events against targets of growing size (median of {inputs['repeats']})"]
     for m in inputs["scaling_targets"]:
@@ -125,7 +132,7 @@ def table(doc: dict) -> str:
     f, inputs = doc["figures"], doc["inputs"]
     lines = [f"redshift-sync benchmarks on {doc['engine']} ({doc['machine']['cpu']}, {doc['machine']['logical_cpus']} CPUs)", ""]
     if "incremental.ratio_a_b" in f:
-        lines += [*_incremental_lines(f, inputs), ""]
+        lines += [*_incremental_lines(f, inputs), *_breakdown_lines(doc.get("breakdown", [])), ""]
     if "scaling.ratio_largest_smallest" in f:
         lines += _scaling_lines(f, inputs)
     if "empty_sync.seconds" in f:
