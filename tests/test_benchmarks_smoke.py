@@ -35,6 +35,11 @@ def test_quick_run_writes_every_figure(database_dsn, tmp_path, capsys):
     assert doc["inputs"]["events"] == QUICK.events and doc["inputs"]["quick"] is True
     assert doc["machine"]["logical_cpus"] and doc["versions"]["postgresql"]
     assert all(len(m["runs"]) >= 1 for m in doc["measurements"].values())
+    # Where the procedure's time goes: its statements, slowest first, shares adding up.
+    breakdown = doc["breakdown"]
+    assert any(row["statement"].startswith('INSERT INTO "cdc"."customer__stage"') for row in breakdown)
+    assert [row["seconds"] for row in breakdown] == sorted((row["seconds"] for row in breakdown), reverse=True)
+    assert math.isclose(sum(row["share"] for row in breakdown), 1.0, abs_tol=0.01)
     # The baselines did the same work as the procedure: same rows afterwards.
     assert any("left the same rows" in note for note in doc["notes"]), doc["notes"]
 
