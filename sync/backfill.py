@@ -198,7 +198,7 @@ def run_backfill(
     with prepared_snapshot(table, snapshot, fmt, snapshot_time, spark, progress) as (prepared, work):
         stage_dir = work / "stage"
         write_stage(prepared.rows, str(stage_dir))
-        result.rejected = prepared.rejects.count()
+        result.rejected = prepared.rejected()
         if result.rejected:
             target = rejects_dir or Path.cwd() / f"{table.name}-backfill-rejects"
             write_rejects(prepared.rejects, str(target))

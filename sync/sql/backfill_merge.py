@@ -88,8 +88,7 @@ class BackfillSql:
         )
 
     def clear_stage(self) -> str:
-        # DELETE, not TRUNCATE: TRUNCATE commits implicitly on Redshift.
-        return f"DELETE FROM {self.stage};"
+        return f"{self.d.empty_table} {self.stage};"
 
     def copy_from_s3(self, manifest_url: str, iam_role: str) -> str:
         lit = self.d.lit

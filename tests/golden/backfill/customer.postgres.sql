@@ -15,7 +15,7 @@ BEGIN;
 -- Same lock order as incremental_sync: watermark, then target; a sync waits.
 LOCK TABLE "cdc"."customer__watermark", "cdc"."customer", "cdc"."customer__deleted", "cdc"."customer__backfill" IN SHARE ROW EXCLUSIVE MODE;
 
-DELETE FROM "cdc"."customer__backfill";
+TRUNCATE "cdc"."customer__backfill";
 
 -- load the stage here (COPY)
 
@@ -70,7 +70,7 @@ SELECT s."customer_id", s."name", s."mktsegment", s._source_ts, s._source_pos, s
 FROM "cdc"."customer__backfill" s
 WHERE NOT s._delete;
 
-DELETE FROM "cdc"."customer__backfill";
+TRUNCATE "cdc"."customer__backfill";
 
 COMMIT;
 

@@ -17,7 +17,7 @@ BEGIN;
 -- Same lock order as incremental_sync: watermark, then target; a sync waits.
 LOCK TABLE "cdc"."orders__watermark", "cdc"."orders", "cdc"."orders__backfill" IN SHARE ROW EXCLUSIVE MODE;
 
-DELETE FROM "cdc"."orders__backfill";
+TRUNCATE "cdc"."orders__backfill";
 
 -- load the stage here (COPY)
 
@@ -68,7 +68,7 @@ FROM "cdc"."orders__backfill" s
 WHERE s._delete
   AND NOT EXISTS (SELECT 1 FROM "cdc"."orders" t WHERE t."order_id" = s."order_id");
 
-DELETE FROM "cdc"."orders__backfill";
+TRUNCATE "cdc"."orders__backfill";
 
 COMMIT;
 
