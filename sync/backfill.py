@@ -103,10 +103,9 @@ def merge_stage(wh: Warehouse, sql: BackfillSql) -> dict[str, int]:
     """Run the merge steps on a loaded stage (inside the caller's transaction and locks)."""
     counts: dict[str, int] = {}
     for step in sql.merge():
+        n = int(wh.scalar(step.sql) or 0) if step.query else wh.execute(step.sql)
         if step.count:
-            counts[step.label] = int(wh.scalar(step.sql) or 0)
-        else:
-            wh.execute(step.sql)
+            counts[step.count] = counts.get(step.count, 0) + n
     return counts
 
 
