@@ -64,9 +64,9 @@ def main(argv: list[str] | None = None) -> int:
     spark.conf.set("spark.sql.session.timeZone", "UTC")
     prepared = run(spark, table, args.snapshot, args.format, parse_time(args.snapshot_time))
     write_stage(prepared.rows, args.output)
+    rejected = prepared.rejected()
     write_rejects(prepared.rejects, args.rejects)
     staged = spark.read.parquet(args.output).count()
-    rejected = prepared.rejects.count()
     print(json.dumps({"table": table.name, "staged": staged, "rejected": rejected, "output": args.output}))
     return 0
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from pyspark.sql import DataFrame, Window
+from pyspark.sql import DataFrame, Observation, Window
 from pyspark.sql import functions as F
 
 from backfill.conform import conform
@@ -19,6 +19,12 @@ SKIPPED_REASONS = ("tombstone",)  # not applied and not an error (the procedure 
 class Prepared:
     rows: DataFrame  # stage columns, one row per key
     rejects: DataFrame  # _kafka_partition, _kafka_offset, reason, record
+    counted: Observation  # counts the rejects while `rows` is first evaluated
+
+    def rejected(self) -> int:
+        """The number of rejects, counted in the same pass as the first action on `rows`
+        (no second evaluation of the snapshot). Waits for that action: call it after."""
+        return int(self.counted.get["rejected"])
 
 
 def stage_columns(table: TableConfig) -> list[str]:
@@ -43,8 +49,10 @@ def latest_per_key(df: DataFrame, table: TableConfig) -> DataFrame:
 
 def prepare(normalised: DataFrame, table: TableConfig) -> Prepared:
     typed = conform(normalised, table)
-    applicable = typed.where(F.col("_reason").isNull())
-    rejects = typed.where(F.col("_reason").isNotNull() & ~F.col("_reason").isin(*SKIPPED_REASONS)).select(
+    is_reject = F.col("_reason").isNotNull() & ~F.col("_reason").isin(*SKIPPED_REASONS)
+    counted = Observation()
+    applicable = typed.observe(counted, F.count(F.when(is_reject, 1)).alias("rejected")).where(F.col("_reason").isNull())
+    rejects = typed.where(is_reject).select(
         "_kafka_partition", "_kafka_offset", F.col("_reason").alias("reason"), F.col("_record").alias("record")
     )
     latest = latest_per_key(applicable, table)
@@ -56,4 +64,4 @@ def prepare(normalised: DataFrame, table: TableConfig) -> Prepared:
         "_kafka_offset",
         (F.col("_op") == "d").alias("_delete"),
     )
-    return Prepared(rows, rejects)
+    return Prepared(rows, rejects, counted)

@@ -10,6 +10,8 @@ transaction that holds the table's watermark and target locks.
 from __future__ import annotations
 
 import io
+import itertools
+import json
 import shutil
 import tempfile
 import time
@@ -88,14 +90,22 @@ def copy_parquet_into(wh: Warehouse, stage_sql_name: str, files: list[Path], pro
     return rows
 
 
+def first_json_lines(directory: Path, limit: int) -> list[dict]:
+    """The first `limit` records of the JSON-lines part files in `directory`."""
+    records: list[dict] = []
+    for path in sorted(directory.glob("part-*.json")):
+        with path.open(encoding="utf-8") as lines:
+            records += [json.loads(line) for line in itertools.islice(lines, limit - len(records))]
+    return records
+
+
 def merge_stage(wh: Warehouse, sql: BackfillSql) -> dict[str, int]:
     """Run the merge steps on a loaded stage (inside the caller's transaction and locks)."""
     counts: dict[str, int] = {}
     for step in sql.merge():
+        n = int(wh.scalar(step.sql) or 0) if step.query else wh.execute(step.sql)
         if step.count:
-            counts[step.label] = int(wh.scalar(step.sql) or 0)
-        else:
-            wh.execute(step.sql)
+            counts[step.count] = counts.get(step.count, 0) + n
     return counts
 
 
@@ -198,12 +208,15 @@ def run_backfill(
     with prepared_snapshot(table, snapshot, fmt, snapshot_time, spark, progress) as (prepared, work):
         stage_dir = work / "stage"
         write_stage(prepared.rows, str(stage_dir))
-        result.rejected = prepared.rejects.count()
+        result.rejected = prepared.rejected()
         if result.rejected:
             target = rejects_dir or Path.cwd() / f"{table.name}-backfill-rejects"
             write_rejects(prepared.rejects, str(target))
             result.rejects_path = str(target)
-            result.rejects_sample = [r.asDict() for r in prepared.rejects.limit(5).collect()]
+            # Read back from the written file: no further evaluation of the snapshot. Spark
+            # leaves null fields out of the JSON; they come back as None.
+            empty = dict.fromkeys(prepared.rejects.columns)
+            result.rejects_sample = [{**empty, **r} for r in first_json_lines(target, 5)]
         progress(f"prepared the latest row per key; {result.rejected} rejected")
         counts = load_and_merge(wh, pipeline, table, stage_dir, progress, staging, iam_role)
     result.staged = counts.get("staged", 0)

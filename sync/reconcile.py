@@ -129,8 +129,8 @@ def run_reconcile(
     report = ReconcileReport(table.name, buckets, [c.target_name for c in cols])
     with prepared_snapshot(table, snapshot, fmt, snapshot_time, spark, progress) as (prepared, _):
         keyed = with_buckets(prepared.rows, table, buckets, cols).cache()
-        report.rejected = prepared.rejects.count()
         snap_counts = {int(r["bucket"]): (int(r["rows"]), int(r["checksum"] or 0)) for r in bucket_counts(keyed, bool(cols)).collect()}
+        report.rejected = prepared.rejected()
         report.snapshot_rows = sum(c for c, _ in snap_counts.values())
         progress(f"snapshot: {report.snapshot_rows:,} rows in {len(snap_counts)} buckets")
         wh_counts = {int(b): (int(c), int(s or 0)) for b, c, s in wh.query(sql.bucket_counts())}

@@ -27,9 +27,11 @@ class Warehouse:
     dsn: str
     conn: Any
 
-    def execute(self, sql: str, params: Sequence[Any] | None = None) -> None:
+    def execute(self, sql: str, params: Sequence[Any] | None = None) -> int:
+        """Runs one statement; returns the rows it changed (INSERT/UPDATE/DELETE), else -1."""
         with self._cursor() as cur:
             cur.execute(sql, params) if params is not None else cur.execute(sql)
+            return cur.rowcount
 
     def query(self, sql: str, params: Sequence[Any] | None = None) -> list[tuple]:
         with self._cursor() as cur:

@@ -34,21 +34,27 @@ def newer(held_ts, held_pos, s_ts, s_pos) -> bool:
     return held_ts is not None and held_ts >= s_ts
 
 
-def model(state: dict, stage: dict) -> tuple[dict, dict]:
+def model(state: dict, stage: dict) -> tuple[dict, dict, dict]:
+    """-> target, remembered deletes, and the merge's counts."""
     target = {k: (v[1], *v[2]) for k, v in state.items() if v[0] == "row"}
     deleted = {k: v[2] for k, v in state.items() if v[0] == "deleted"}
+    counts = dict.fromkeys(("kept_newer", "kept_deleted", "loaded", "deleted"), 0) | {"staged": len(stage)}
     for k, (name, s_ts, s_pos, is_delete) in stage.items():
         if k in target and newer(target[k][1], target[k][2], s_ts, s_pos):
+            counts["kept_newer"] += 1
             continue
         if k in deleted and newer(*deleted[k], s_ts, s_pos):
+            counts["kept_deleted"] += 1
             continue
         target.pop(k, None)
         deleted.pop(k, None)
         if is_delete:
             deleted[k] = (s_ts, s_pos)
+            counts["deleted"] += 1
         else:
             target[k] = (name, s_ts, s_pos)
-    return target, deleted
+            counts["loaded"] += 1
+    return target, deleted, counts
 
 
 @settings(max_examples=150, suppress_health_check=[HealthCheck.function_scoped_fixture])  # tables reset per example
@@ -68,7 +74,7 @@ def test_merge_matches_the_model(deployed, state, stage):
             wh.execute("INSERT INTO cdc.customer__deleted (customer_id, _source_ts, _source_pos) VALUES (%s, %s, %s)",
                        (k, h_ts, h_pos))
 
-    def run_merge() -> None:
+    def run_merge() -> dict[str, int]:
         with transaction(wh):
             wh.execute(sql.lock())
             for k, (name, s_ts, s_pos, is_delete) in stage.items():
@@ -76,14 +82,16 @@ def test_merge_matches_the_model(deployed, state, stage):
                     "INSERT INTO cdc.customer__backfill (customer_id, name, _source_ts, _source_pos, _delete) "
                     "VALUES (%s, %s, %s, %s, %s)", (k, name, s_ts, s_pos, is_delete),
                 )
-            merge_stage(wh, sql)
+            return merge_stage(wh, sql)
 
-    run_merge()
-    expected_target, expected_deleted = model(state, stage)
+    counts = run_merge()
+    expected_target, expected_deleted, expected_counts = model(state, stage)
+    assert counts == expected_counts
     got_target = {k: (n, t, p) for k, n, t, p in wh.query("SELECT customer_id, name, _source_ts, _source_pos FROM cdc.customer")}
     got_deleted = {k: (t, p) for k, t, p in wh.query("SELECT customer_id, _source_ts, _source_pos FROM cdc.customer__deleted")}
     assert (got_target, got_deleted) == (expected_target, expected_deleted)
     before = wh.query("SELECT * FROM cdc.customer ORDER BY 1"), wh.query("SELECT * FROM cdc.customer__deleted ORDER BY 1")
-    run_merge()
+    again = run_merge()  # idempotent: every row is now held at least as new
+    assert again["kept_newer"] + again["kept_deleted"] == len(stage) and again["loaded"] == again["deleted"] == 0
     assert (wh.query("SELECT * FROM cdc.customer ORDER BY 1"), wh.query("SELECT * FROM cdc.customer__deleted ORDER BY 1")) == before
     assert wh.scalar("SELECT COUNT(*) FROM cdc.customer__backfill") == 0

@@ -31,11 +31,13 @@ STAGE_META_COLUMNS = (
 
 @dataclass(frozen=True)
 class Step:
-    """One statement of the merge; `count` steps return a single number named `label`."""
+    """One statement of the merge. A step with a `count` yields that number: the value a
+    `query` step returns, or the rows a DELETE/INSERT/UPDATE changed (added up when
+    several steps yield the same count)."""
 
-    label: str
     sql: str
-    count: bool = False
+    count: str | None = None
+    query: bool = False
 
 
 def backfill_stage_name(table: TableConfig) -> str:
@@ -88,8 +90,7 @@ class BackfillSql:
         )
 
     def clear_stage(self) -> str:
-        # DELETE, not TRUNCATE: TRUNCATE commits implicitly on Redshift.
-        return f"DELETE FROM {self.stage};"
+        return f"{self.d.empty_table} {self.stage};"
 
     def copy_from_s3(self, manifest_url: str, iam_role: str) -> str:
         lit = self.d.lit
@@ -100,57 +101,41 @@ class BackfillSql:
     def merge(self) -> list[Step]:
         d, q = self.d, self.d.q
         steps = [
-            Step("staged", f"SELECT COUNT(*) FROM {self.stage};", count=True),
+            Step(f"SELECT COUNT(*) FROM {self.stage};", count="staged", query=True),
             Step(
-                "kept_newer",
                 "-- Rows the stream wrote at or after the snapshot row's source time stay.\n"
-                f"SELECT COUNT(*) FROM {self.stage} s JOIN {self.target} t ON {self._key_match('t', 's')}\n"
-                f"WHERE {self._newer('t', 's')};",
-                count=True,
-            ),
-            Step(
-                "drop_newer",
                 f"DELETE FROM {self.stage} s\nUSING {self.target} t\nWHERE {self._key_match('t', 's')}\n"
                 f"  AND {self._newer('t', 's')};",
+                count="kept_newer",
             ),
         ]
         if not self.soft:
             steps += [
                 Step(
-                    "kept_deleted",
                     "-- Keys the stream deleted after the snapshot row stay deleted.\n"
-                    f"SELECT COUNT(*) FROM {self.stage} s JOIN {self.deleted} t ON {self._key_match('t', 's')}\n"
-                    f"WHERE {self._newer('t', 's')};",
-                    count=True,
-                ),
-                Step(
-                    "drop_deleted",
                     f"DELETE FROM {self.stage} s\nUSING {self.deleted} t\nWHERE {self._key_match('t', 's')}\n"
                     f"  AND {self._newer('t', 's')};",
+                    count="kept_deleted",
                 ),
             ]
-        steps += [
-            Step("loaded", f"SELECT COUNT(*) FROM {self.stage} WHERE NOT _delete;", count=True),
-            Step("deleted", f"SELECT COUNT(*) FROM {self.stage} WHERE _delete;", count=True),
-        ]
         now = d.now()
         data = ", ".join(q(c) for c in self.columns)
         meta = "_source_ts, _source_pos, _kafka_partition, _kafka_offset, _synced_at"
         values = ", ".join(f"s.{q(c)}" for c in self.columns) + f", s._source_ts, s._source_pos, s._kafka_partition, s._kafka_offset, {now}"
         if not self.soft:
             steps += [
-                Step("apply_remove", f"DELETE FROM {self.target} t\nUSING {self.stage} s\nWHERE {self._key_match('t', 's')};"),
-                Step("apply_forget", f"DELETE FROM {self.deleted} t\nUSING {self.stage} s\nWHERE {self._key_match('t', 's')};"),
+                Step(f"DELETE FROM {self.target} t\nUSING {self.stage} s\nWHERE {self._key_match('t', 's')};"),
+                Step(f"DELETE FROM {self.deleted} t\nUSING {self.stage} s\nWHERE {self._key_match('t', 's')};"),
                 Step(
-                    "apply_deletes",
                     "-- Deletes in the snapshot are remembered like the stream's.\n"
                     f"INSERT INTO {self.deleted} ({', '.join(q(k) for k in self.keys)}, _source_ts, _source_pos, _kafka_partition, _kafka_offset, _deleted_at)\n"
                     f"SELECT {', '.join('s.' + q(k) for k in self.keys)}, s._source_ts, s._source_pos, s._kafka_partition, s._kafka_offset, {now}\n"
                     f"FROM {self.stage} s\nWHERE s._delete;",
+                    count="deleted",
                 ),
                 Step(
-                    "apply_rows",
                     f"INSERT INTO {self.target} ({data}, {meta})\nSELECT {values}\nFROM {self.stage} s\nWHERE NOT s._delete;",
+                    count="loaded",
                 ),
             ]
         else:
@@ -159,29 +144,28 @@ class BackfillSql:
             )
             steps += [
                 Step(
-                    "apply_remove",
                     f"DELETE FROM {self.target} t\nUSING {self.stage} s\nWHERE NOT s._delete\n  AND {self._key_match('t', 's')};",
                 ),
                 Step(
-                    "apply_rows",
                     f"INSERT INTO {self.target} ({data}, {meta}, _deleted)\nSELECT {values}, false\nFROM {self.stage} s\nWHERE NOT s._delete;",
+                    count="loaded",
                 ),
                 Step(
-                    "apply_marks",
                     "-- Soft mode: a delete in the snapshot marks the row, keeping its values.\n"
                     f"UPDATE {self.target} t SET _deleted = true,\n"
                     + (f"       {keep},\n" if keep else "")
                     + "       _source_ts = s._source_ts, _source_pos = s._source_pos,\n"
                     f"       _kafka_partition = s._kafka_partition, _kafka_offset = s._kafka_offset, _synced_at = {now}\n"
                     f"FROM {self.stage} s\nWHERE s._delete\n  AND {self._key_match('t', 's')};",
+                    count="deleted",
                 ),
                 Step(
-                    "apply_marked_rows",
                     f"INSERT INTO {self.target} ({data}, {meta}, _deleted)\nSELECT {values}, true\nFROM {self.stage} s\n"
                     f"WHERE s._delete\n  AND NOT EXISTS (SELECT 1 FROM {self.target} t WHERE {self._key_match('t', 's')});",
+                    count="deleted",
                 ),
             ]
-        steps.append(Step("clear_stage", self.clear_stage()))
+        steps.append(Step(self.clear_stage()))
         return steps
 
     def script(self) -> str:

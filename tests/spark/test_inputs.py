@@ -245,3 +245,9 @@ def test_semantic_types_and_rejects(wh, spark, tmp_path):
         "field price does not convert from org.apache.kafka.connect.data.Decimal to decimal(10,2)",
         "primary key field id is missing or not a bigint",
     ]
+    # The sample shown by the CLI: five of the written rejects, every field present (a flat
+    # snapshot has no Kafka position, so those are None).
+    assert len(result.rejects_sample) == 5
+    for sample in result.rejects_sample:
+        assert (sample["_kafka_partition"], sample["_kafka_offset"]) == (None, None)
+        assert sample["reason"] in reasons and json.loads(sample["record"]) in [good, good_too, *bad]

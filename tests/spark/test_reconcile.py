@@ -73,3 +73,15 @@ def test_stream_changes_after_the_snapshot_are_explained(loaded, tmp_path):
     code, report = reconcile(wh, snap, tmp_path, "--checksum", "name")
     assert code == 0
     assert sorted(diffs(report)) == [("A1", "changed", True), ("B2", "missing", True), ("E5", "extra", True)]
+
+
+def test_snapshot_rows_that_cannot_load_are_counted_as_rejected(loaded, tmp_path):
+    wh, _, _ = loaded
+    snap = tmp_path / "with-bad-rows.jsonl"
+    write_snapshot(snap, SNAPSHOT)
+    with snap.open("a") as f:  # no key; a name longer than varchar(256)
+        f.write(json.dumps({"NAME": "no key", "MKTSEGMENT": "X"}) + "\n")
+        f.write(json.dumps({"CUST_ID": "F6", "NAME": "x" * 300, "MKTSEGMENT": "X"}) + "\n")
+    code, report = reconcile(wh, str(snap), tmp_path)
+    assert code == 1
+    assert (report["snapshot_rows"], report["warehouse_rows"], report["rejected"]) == (4, 4, 2)

@@ -15,18 +15,13 @@ BEGIN;
 -- Same lock order as incremental_sync: watermark, then target; a sync waits.
 LOCK TABLE "cdc"."customer__watermark", "cdc"."customer", "cdc"."customer__deleted", "cdc"."customer__backfill" IN SHARE ROW EXCLUSIVE MODE;
 
-DELETE FROM "cdc"."customer__backfill";
+TRUNCATE "cdc"."customer__backfill";
 
 -- load the stage here (COPY)
 
 SELECT COUNT(*) FROM "cdc"."customer__backfill";
 
 -- Rows the stream wrote at or after the snapshot row's source time stay.
-SELECT COUNT(*) FROM "cdc"."customer__backfill" s JOIN "cdc"."customer" t ON t."customer_id" = s."customer_id"
-WHERE CASE WHEN s._source_pos IS NOT NULL AND t._source_pos IS NOT NULL
-       THEN s._source_pos <= t._source_pos
-       ELSE t._source_ts >= s._source_ts END;
-
 DELETE FROM "cdc"."customer__backfill" s
 USING "cdc"."customer" t
 WHERE t."customer_id" = s."customer_id"
@@ -35,21 +30,12 @@ WHERE t."customer_id" = s."customer_id"
        ELSE t._source_ts >= s._source_ts END;
 
 -- Keys the stream deleted after the snapshot row stay deleted.
-SELECT COUNT(*) FROM "cdc"."customer__backfill" s JOIN "cdc"."customer__deleted" t ON t."customer_id" = s."customer_id"
-WHERE CASE WHEN s._source_pos IS NOT NULL AND t._source_pos IS NOT NULL
-       THEN s._source_pos <= t._source_pos
-       ELSE t._source_ts >= s._source_ts END;
-
 DELETE FROM "cdc"."customer__backfill" s
 USING "cdc"."customer__deleted" t
 WHERE t."customer_id" = s."customer_id"
   AND CASE WHEN s._source_pos IS NOT NULL AND t._source_pos IS NOT NULL
        THEN s._source_pos <= t._source_pos
        ELSE t._source_ts >= s._source_ts END;
-
-SELECT COUNT(*) FROM "cdc"."customer__backfill" WHERE NOT _delete;
-
-SELECT COUNT(*) FROM "cdc"."customer__backfill" WHERE _delete;
 
 DELETE FROM "cdc"."customer" t
 USING "cdc"."customer__backfill" s
@@ -70,7 +56,7 @@ SELECT s."customer_id", s."name", s."mktsegment", s._source_ts, s._source_pos, s
 FROM "cdc"."customer__backfill" s
 WHERE NOT s._delete;
 
-DELETE FROM "cdc"."customer__backfill";
+TRUNCATE "cdc"."customer__backfill";
 
 COMMIT;
 

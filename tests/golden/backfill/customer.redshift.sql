@@ -25,11 +25,6 @@ DELETE FROM "cdc"."customer__backfill";
 SELECT COUNT(*) FROM "cdc"."customer__backfill";
 
 -- Rows the stream wrote at or after the snapshot row's source time stay.
-SELECT COUNT(*) FROM "cdc"."customer__backfill" s JOIN "cdc"."customer" t ON t."customer_id" = s."customer_id"
-WHERE CASE WHEN s._source_pos IS NOT NULL AND t._source_pos IS NOT NULL
-       THEN s._source_pos <= t._source_pos
-       ELSE t._source_ts >= s._source_ts END;
-
 DELETE FROM "cdc"."customer__backfill" s
 USING "cdc"."customer" t
 WHERE t."customer_id" = s."customer_id"
@@ -38,21 +33,12 @@ WHERE t."customer_id" = s."customer_id"
        ELSE t._source_ts >= s._source_ts END;
 
 -- Keys the stream deleted after the snapshot row stay deleted.
-SELECT COUNT(*) FROM "cdc"."customer__backfill" s JOIN "cdc"."customer__deleted" t ON t."customer_id" = s."customer_id"
-WHERE CASE WHEN s._source_pos IS NOT NULL AND t._source_pos IS NOT NULL
-       THEN s._source_pos <= t._source_pos
-       ELSE t._source_ts >= s._source_ts END;
-
 DELETE FROM "cdc"."customer__backfill" s
 USING "cdc"."customer__deleted" t
 WHERE t."customer_id" = s."customer_id"
   AND CASE WHEN s._source_pos IS NOT NULL AND t._source_pos IS NOT NULL
        THEN s._source_pos <= t._source_pos
        ELSE t._source_ts >= s._source_ts END;
-
-SELECT COUNT(*) FROM "cdc"."customer__backfill" WHERE NOT _delete;
-
-SELECT COUNT(*) FROM "cdc"."customer__backfill" WHERE _delete;
 
 DELETE FROM "cdc"."customer" t
 USING "cdc"."customer__backfill" s

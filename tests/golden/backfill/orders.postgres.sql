@@ -17,28 +17,19 @@ BEGIN;
 -- Same lock order as incremental_sync: watermark, then target; a sync waits.
 LOCK TABLE "cdc"."orders__watermark", "cdc"."orders", "cdc"."orders__backfill" IN SHARE ROW EXCLUSIVE MODE;
 
-DELETE FROM "cdc"."orders__backfill";
+TRUNCATE "cdc"."orders__backfill";
 
 -- load the stage here (COPY)
 
 SELECT COUNT(*) FROM "cdc"."orders__backfill";
 
 -- Rows the stream wrote at or after the snapshot row's source time stay.
-SELECT COUNT(*) FROM "cdc"."orders__backfill" s JOIN "cdc"."orders" t ON t."order_id" = s."order_id"
-WHERE CASE WHEN s._source_pos IS NOT NULL AND t._source_pos IS NOT NULL
-       THEN s._source_pos <= t._source_pos
-       ELSE t._source_ts >= s._source_ts END;
-
 DELETE FROM "cdc"."orders__backfill" s
 USING "cdc"."orders" t
 WHERE t."order_id" = s."order_id"
   AND CASE WHEN s._source_pos IS NOT NULL AND t._source_pos IS NOT NULL
        THEN s._source_pos <= t._source_pos
        ELSE t._source_ts >= s._source_ts END;
-
-SELECT COUNT(*) FROM "cdc"."orders__backfill" WHERE NOT _delete;
-
-SELECT COUNT(*) FROM "cdc"."orders__backfill" WHERE _delete;
 
 DELETE FROM "cdc"."orders" t
 USING "cdc"."orders__backfill" s
@@ -68,7 +59,7 @@ FROM "cdc"."orders__backfill" s
 WHERE s._delete
   AND NOT EXISTS (SELECT 1 FROM "cdc"."orders" t WHERE t."order_id" = s."order_id");
 
-DELETE FROM "cdc"."orders__backfill";
+TRUNCATE "cdc"."orders__backfill";
 
 COMMIT;
 

@@ -27,21 +27,12 @@ DELETE FROM "cdc"."orders__backfill";
 SELECT COUNT(*) FROM "cdc"."orders__backfill";
 
 -- Rows the stream wrote at or after the snapshot row's source time stay.
-SELECT COUNT(*) FROM "cdc"."orders__backfill" s JOIN "cdc"."orders" t ON t."order_id" = s."order_id"
-WHERE CASE WHEN s._source_pos IS NOT NULL AND t._source_pos IS NOT NULL
-       THEN s._source_pos <= t._source_pos
-       ELSE t._source_ts >= s._source_ts END;
-
 DELETE FROM "cdc"."orders__backfill" s
 USING "cdc"."orders" t
 WHERE t."order_id" = s."order_id"
   AND CASE WHEN s._source_pos IS NOT NULL AND t._source_pos IS NOT NULL
        THEN s._source_pos <= t._source_pos
        ELSE t._source_ts >= s._source_ts END;
-
-SELECT COUNT(*) FROM "cdc"."orders__backfill" WHERE NOT _delete;
-
-SELECT COUNT(*) FROM "cdc"."orders__backfill" WHERE _delete;
 
 DELETE FROM "cdc"."orders" t
 USING "cdc"."orders__backfill" s
