@@ -146,7 +146,7 @@ def table(doc: dict) -> str:
     lines += ["", "Targets"]
     for t in doc["targets"]:
         state = "not measured" if t["met"] is None else ("met" if t["met"] else "MISSED")
-        value = "" if t["value"] is None else f"{t['value']:.3f}"
+        value = "" if t["value"] is None else (_seconds(t["value"]) if t["figure"].endswith(".seconds") else f"{t['value']:.3f}")
         lines.append(f"   {t['target']:<52} {value:>9}  {state}")
     if doc["notes"]:
         lines.append("")

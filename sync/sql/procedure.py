@@ -534,21 +534,18 @@ def procedure_sql(d: PostgresDialect, pipeline: Pipeline, table: TableConfig, or
     if toast_cols:
         step(toast_sql(d, pipeline, table, toast_cols))
     if source_order:
-        stale = (
-            "-- 5. Never regress: a winner not newer than what is stored for its key is stale.\n"
-            f"UPDATE {stage} s SET _action = 'stale'\n"
-            f"FROM {target} t\n"
-            f"WHERE {winners}\n  AND {key_match('t', 's')}\n"
-            "  AND s._source_pos IS NOT NULL AND t._source_pos IS NOT NULL AND s._source_pos <= t._source_pos;"
-        )
-        step(stale)
-        if not soft:
-            step(
+        def stale(held: str) -> str:
+            # A lookup of the stored position per winning key (a correlated MAX: at most one
+            # row, NULL when there is none), so the cost follows the batch, not the table.
+            return (
                 f"UPDATE {stage} s SET _action = 'stale'\n"
-                f"FROM {deleted} t\n"
-                f"WHERE {winners}\n  AND {key_match('t', 's')}\n"
-                "  AND s._source_pos IS NOT NULL AND t._source_pos IS NOT NULL AND s._source_pos <= t._source_pos;"
+                f"WHERE {winners} AND s._source_pos IS NOT NULL\n"
+                f"  AND s._source_pos <= (SELECT MAX(t._source_pos) FROM {held} t WHERE {key_match('t', 's')});"
             )
+
+        step("-- 5. Never regress: a winner not newer than what is stored for its key is stale.\n" + stale(target))
+        if not soft:
+            step(stale(deleted))
     if source_order:
         step(
             "-- A winner without a source position was never stale; it is recorded at the position\n"

@@ -328,15 +328,11 @@ BEGIN
     END IF;
     -- 5. Never regress: a winner not newer than what is stored for its key is stale.
     UPDATE "cdc"."customer__stage" s SET _action = 'stale'
-    FROM "cdc"."customer" t
-    WHERE s._rn = 1 AND s._action IN ('upsert', 'delete')
-      AND t."customer_id" = s."customer_id"
-      AND s._source_pos IS NOT NULL AND t._source_pos IS NOT NULL AND s._source_pos <= t._source_pos;
+    WHERE s._rn = 1 AND s._action IN ('upsert', 'delete') AND s._source_pos IS NOT NULL
+      AND s._source_pos <= (SELECT MAX(t._source_pos) FROM "cdc"."customer" t WHERE t."customer_id" = s."customer_id");
     UPDATE "cdc"."customer__stage" s SET _action = 'stale'
-    FROM "cdc"."customer__deleted" t
-    WHERE s._rn = 1 AND s._action IN ('upsert', 'delete')
-      AND t."customer_id" = s."customer_id"
-      AND s._source_pos IS NOT NULL AND t._source_pos IS NOT NULL AND s._source_pos <= t._source_pos;
+    WHERE s._rn = 1 AND s._action IN ('upsert', 'delete') AND s._source_pos IS NOT NULL
+      AND s._source_pos <= (SELECT MAX(t._source_pos) FROM "cdc"."customer__deleted" t WHERE t."customer_id" = s."customer_id");
     -- A winner without a source position was never stale; it is recorded at the position
     -- it ranked by, so replays of what it superseded stay stale.
     IF v_positionless > 0 THEN
