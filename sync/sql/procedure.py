@@ -469,7 +469,6 @@ def schema_drift_sql(d: PostgresDialect, pipeline: Pipeline, table: TableConfig)
     keys_join, field = d.object_keys_join("x0.img", "x")
     configured = "".join(f"\n            UNION ALL SELECT {quote_literal(c.name)}, 1, 0, 0" for c in table.columns)
     return (
-        "-- 6. Schema drift: unknown fields in the row images, configured fields missing from them.\n"
         f"INSERT INTO {d.qualified(n.schema, SCHEMA_DRIFT)} (table_name, run_started_at, kind, field, events)\n"
         f"SELECT {quote_literal(table.name)}, v_started,\n"
         "       CASE WHEN k.configured = 1 THEN 'missing' ELSE 'unknown' END, k.field,\n"
@@ -660,12 +659,18 @@ def procedure_sql(d: PostgresDialect, pipeline: Pipeline, table: TableConfig, or
             f"SELECT {select_vals('true')}\nFROM {stage} s\nWHERE s._rn = 1 AND s._action = 'delete'\n"
             f"  AND NOT EXISTS (SELECT 1 FROM {target} t WHERE {key_match('t', 's')});"
         )
-    step(schema_drift_sql(d, pipeline, table))
+    step(
+        "-- 6. Schema drift: unknown fields in the row images, configured fields missing from them\n"
+        "--    (only images set aside by the stage query can have either).\n"
+        "IF v_drift > 0 THEN\n" + _indent(schema_drift_sql(d, pipeline, table), 2) + "\nEND IF;"
+    )
     step(
         "-- 3. Records that cannot be applied are kept with the raw value and the reason.\n"
-        f"INSERT INTO {qual(QUARANTINE)} (table_name, kafka_partition, kafka_offset, kafka_timestamp, reason, payload, raw_value, run_started_at)\n"
-        f"SELECT {quote_literal(table.name)}, _kafka_partition, _kafka_offset, _kafka_timestamp, _reason, _payload, _raw_value, v_started\n"
-        f"FROM {stage}\nWHERE _action = 'quarantine';"
+        "IF v_quarantined > 0 THEN\n"
+        f"  INSERT INTO {qual(QUARANTINE)} (table_name, kafka_partition, kafka_offset, kafka_timestamp, reason, payload, raw_value, run_started_at)\n"
+        f"  SELECT {quote_literal(table.name)}, _kafka_partition, _kafka_offset, _kafka_timestamp, _reason, _payload, _raw_value, v_started\n"
+        f"  FROM {stage}\n  WHERE _action = 'quarantine';\n"
+        "END IF;"
     )
     step(
         "-- 7. Advance the per-partition watermark in the same transaction.\n"
@@ -685,7 +690,7 @@ def procedure_sql(d: PostgresDialect, pipeline: Pipeline, table: TableConfig, or
     step(f"-- The stage is empty between runs (DELETE, not TRUNCATE: TRUNCATE would commit).\nDELETE FROM {stage};")
 
     # One pass counts the batch and tells which of the rarely needed steps it needs.
-    counted = {"v_read": "COUNT(*)"}
+    counted = {"v_read": "COUNT(*)", "v_drift": "COUNT(_drift_img)"}
     if source_order:
         counted["v_positionless"] = "COUNT(CASE WHEN _source_pos IS NULL AND _action IN ('upsert', 'delete') THEN 1 END)"
     if toast_cols:
@@ -727,6 +732,7 @@ def procedure_sql(d: PostgresDialect, pipeline: Pipeline, table: TableConfig, or
         "v_rows bigint := 0;",
         "v_positionless bigint := 0;",
         "v_unavailable bigint := 0;",
+        "v_drift bigint := 0;",
         "v_lag double precision;",
     ]
     return (

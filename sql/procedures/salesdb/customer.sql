@@ -98,6 +98,7 @@ DECLARE
   v_rows bigint := 0;
   v_positionless bigint := 0;
   v_unavailable bigint := 0;
+  v_drift bigint := 0;
   v_lag double precision;
 BEGIN
   -- 10. Session settings this procedure needs (no cluster parameter change).
@@ -274,9 +275,10 @@ BEGIN
     ) t
   ) c;
   SELECT COUNT(*),
+         COUNT(_drift_img),
          COUNT(CASE WHEN _source_pos IS NULL AND _action IN ('upsert', 'delete') THEN 1 END),
          COUNT(CASE WHEN _unavailable IS NOT NULL THEN 1 END)
-  INTO v_read, v_positionless, v_unavailable
+  INTO v_read, v_drift, v_positionless, v_unavailable
   FROM "cdc"."customer__stage";
   IF v_read > 0 THEN
     -- 4. Events without a source position: each takes the newest position seen before it
@@ -368,30 +370,35 @@ BEGIN
     SELECT s."customer_id", s."name", s."mktsegment", s._source_ts, s._source_pos, s._kafka_partition, s._kafka_offset, GETDATE()
     FROM "cdc"."customer__stage" s
     WHERE s._rn = 1 AND s._action = 'upsert';
-    -- 6. Schema drift: unknown fields in the row images, configured fields missing from them.
-    INSERT INTO "cdc"."sync_schema_drift" (table_name, run_started_at, kind, field, events)
-    SELECT 'customer', v_started,
-           CASE WHEN k.configured = 1 THEN 'missing' ELSE 'unknown' END, k.field,
-           CASE WHEN k.configured = 1 THEN k.images - k.seen ELSE k.seen END
-    FROM (SELECT u.field, MAX(u.configured) AS configured, SUM(u.seen) AS seen,
-                 MAX(MAX(u.images)) OVER () AS images
-          FROM (SELECT SUBSTRING(x_field, 1, 256) AS field, 0 AS configured, 1 AS seen, x0.images
-                FROM (
-                  SELECT s._drift_img AS img, COUNT(*) OVER () AS images
-                  FROM "cdc"."customer__stage" s
-                  WHERE s._drift_img IS NOT NULL
-                ) x0, UNPIVOT x0.img AS x_value AT x_field
-                UNION ALL SELECT 'CUST_ID', 1, 0, 0
-                UNION ALL SELECT 'NAME', 1, 0, 0
-                UNION ALL SELECT 'MKTSEGMENT', 1, 0, 0) u
-          GROUP BY u.field) k
-    WHERE (k.configured = 1 AND k.seen < k.images)
-       OR (k.configured = 0 AND SUBSTRING(k.field, 1, 2) <> '__');  -- '__' fields: unwrap metadata
+    -- 6. Schema drift: unknown fields in the row images, configured fields missing from them
+    --    (only images set aside by the stage query can have either).
+    IF v_drift > 0 THEN
+      INSERT INTO "cdc"."sync_schema_drift" (table_name, run_started_at, kind, field, events)
+      SELECT 'customer', v_started,
+             CASE WHEN k.configured = 1 THEN 'missing' ELSE 'unknown' END, k.field,
+             CASE WHEN k.configured = 1 THEN k.images - k.seen ELSE k.seen END
+      FROM (SELECT u.field, MAX(u.configured) AS configured, SUM(u.seen) AS seen,
+                   MAX(MAX(u.images)) OVER () AS images
+            FROM (SELECT SUBSTRING(x_field, 1, 256) AS field, 0 AS configured, 1 AS seen, x0.images
+                  FROM (
+                    SELECT s._drift_img AS img, COUNT(*) OVER () AS images
+                    FROM "cdc"."customer__stage" s
+                    WHERE s._drift_img IS NOT NULL
+                  ) x0, UNPIVOT x0.img AS x_value AT x_field
+                  UNION ALL SELECT 'CUST_ID', 1, 0, 0
+                  UNION ALL SELECT 'NAME', 1, 0, 0
+                  UNION ALL SELECT 'MKTSEGMENT', 1, 0, 0) u
+            GROUP BY u.field) k
+      WHERE (k.configured = 1 AND k.seen < k.images)
+         OR (k.configured = 0 AND SUBSTRING(k.field, 1, 2) <> '__');  -- '__' fields: unwrap metadata
+    END IF;
     -- 3. Records that cannot be applied are kept with the raw value and the reason.
-    INSERT INTO "cdc"."sync_quarantine" (table_name, kafka_partition, kafka_offset, kafka_timestamp, reason, payload, raw_value, run_started_at)
-    SELECT 'customer', _kafka_partition, _kafka_offset, _kafka_timestamp, _reason, _payload, _raw_value, v_started
-    FROM "cdc"."customer__stage"
-    WHERE _action = 'quarantine';
+    IF v_quarantined > 0 THEN
+      INSERT INTO "cdc"."sync_quarantine" (table_name, kafka_partition, kafka_offset, kafka_timestamp, reason, payload, raw_value, run_started_at)
+      SELECT 'customer', _kafka_partition, _kafka_offset, _kafka_timestamp, _reason, _payload, _raw_value, v_started
+      FROM "cdc"."customer__stage"
+      WHERE _action = 'quarantine';
+    END IF;
     -- 7. Advance the per-partition watermark in the same transaction.
     UPDATE "cdc"."customer__watermark" w SET last_offset = b.last_offset, last_refresh_time = b.last_refresh_time, updated_at = GETDATE()
     FROM (SELECT _kafka_partition, MAX(_kafka_offset) AS last_offset, MAX(_refresh_time) AS last_refresh_time
