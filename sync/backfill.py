@@ -109,6 +109,14 @@ def merge_stage(wh: Warehouse, sql: BackfillSql) -> dict[str, int]:
     return counts
 
 
+def empty_target_primary_key(wh: Warehouse, sql: BackfillSql) -> str | None:
+    """The name of the target's primary key when the target is empty and the engine keeps
+    an index for it (PostgreSQL), else None. Called under the merge's locks."""
+    if not sql.d.indexed_primary_key or not wh.scalar(sql.target_is_empty()):
+        return None
+    return wh.scalar(sql.primary_key_name())
+
+
 def load_and_merge(
     wh: Warehouse,
     pipeline: Pipeline,
@@ -138,7 +146,14 @@ def load_and_merge(
                 wh.execute(sql.copy_from_s3(staged_s3.manifest_url, iam_role or ""))
             else:
                 copy_parquet_into(wh, sql.stage, files, progress)
+            primary_key = empty_target_primary_key(wh, sql)
+            if primary_key:
+                progress("the target is empty: loading it without its primary-key index")
+                wh.execute(sql.drop_primary_key(primary_key))
             counts = merge_stage(wh, sql)
+            if primary_key:
+                wh.execute(sql.add_primary_key(primary_key))
+                progress(f"rebuilt the primary key {primary_key}")
     finally:
         if staged_s3 is not None:
             from sync import s3

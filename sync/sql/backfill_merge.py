@@ -92,6 +92,27 @@ class BackfillSql:
     def clear_stage(self) -> str:
         return f"{self.d.empty_table} {self.stage};"
 
+    # ---- an empty target loads without its primary-key index (PostgreSQL) --------------
+    def target_is_empty(self) -> str:
+        return f"SELECT NOT EXISTS (SELECT 1 FROM {self.target});"
+
+    def primary_key_name(self) -> str:
+        return (
+            "SELECT conname FROM pg_constraint\n"
+            f"WHERE conrelid = {self.d.lit(self.target)}::regclass AND contype = 'p';"
+        )
+
+    def drop_primary_key(self, name: str) -> str:
+        return (
+            "-- The target is empty: its primary key is built once after the load instead of\n"
+            "-- being maintained row by row (the snapshot holds one row per key).\n"
+            f"ALTER TABLE {self.target} DROP CONSTRAINT {self.d.q(name)};"
+        )
+
+    def add_primary_key(self, name: str) -> str:
+        keys = ", ".join(self.d.q(k) for k in self.keys)
+        return f"ALTER TABLE {self.target} ADD CONSTRAINT {self.d.q(name)} PRIMARY KEY ({keys});"
+
     def copy_from_s3(self, manifest_url: str, iam_role: str) -> str:
         lit = self.d.lit
         return (

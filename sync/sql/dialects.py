@@ -54,6 +54,9 @@ class PostgresDialect:
     has_helper_functions = True
     # The stage is refilled every run, faster than autovacuum analyzes it.
     analyze_stage = True
+    # A primary key is a unique index, maintained row by row: a bulk load into an empty
+    # table is faster without it, built once afterwards.
+    indexed_primary_key = True
     # Text columns (char/varchar without a semantic type) are read as text in one step
     # (`->>`), not as JSON converted to text at each use: a tenth of the per-field cost.
     text_fields = True
@@ -236,6 +239,7 @@ class RedshiftDialect(PostgresDialect):
     has_helper_functions = False
     analyze_stage = False  # automatic analyze; ANALYZE inside a procedure is not documented
     text_fields = False  # SUPER navigation and casts are one step already
+    indexed_primary_key = False  # informational only: no index to maintain
 
     def type_sql(self, t: SqlType) -> str:
         if t.family == "varbyte":
