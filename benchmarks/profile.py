@@ -27,7 +27,7 @@ from sync.warehouse import Warehouse
 FIRST_RUN_VALUES = {"v_since": "TIMESTAMP '1900-01-01 00:00:00'", "v_started": "clock_timestamp()::timestamp"}
 PROFILED_NAME = "profile_sync"  # the instrumented copy of the procedure
 MARK = "redshift-sync-profile"
-_CONTROL = re.compile(r"^\s*(IF\b.*\bTHEN|ELSIF\b.*\bTHEN|ELSE|END IF;|END LOOP;)\s*$", re.I)
+_CONTROL = re.compile(r"^\s*(IF\b.*\bTHEN|ELSIF\b.*\bTHEN|ELSE|END IF;)\s*$", re.I)
 
 
 @dataclass

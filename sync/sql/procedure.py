@@ -14,7 +14,6 @@ from sync.sql.semantic import DecodeSql, check_column, decode_sql
 from sync.sql.names import QUARANTINE, RUN_LOG, SCHEMA_DRIFT, table_names
 from sync.sql.types import SqlType
 
-APPLY_ACTIONS = ("upsert", "delete")
 _BIGINT = SqlType("bigint")  # source.ts_ms: milliseconds since the epoch
 
 
@@ -35,10 +34,6 @@ def _indent(text: str, spaces: int) -> str:
 def _fenced(d: PostgresDialect, level: str) -> str:
     """A nested level evaluated once per record, not re-expanded at each reference above."""
     return f"{level}\n{d.subquery_fence}" if d.subquery_fence else level
-
-
-def _column_alias(col: ColumnConfig) -> str:
-    return col.target_name
 
 
 def _raw_alias(col: ColumnConfig) -> str:
@@ -176,9 +171,8 @@ def _first_match(checks: list[Check]) -> str:
     return "\n".join(lines)
 
 
-def _lookup(checks: list[Check], number: str, attr: str, default: str) -> str:
-    """The action (or reason) of the check numbered `number`."""
-    values = [quote_literal(chk.action) if attr == "action" else chk.reason for chk in checks]
+def _lookup(number: str, values: list[str], default: str) -> str:
+    """values[n - 1] for the check numbered n (see `_first_match`), else `default`."""
     lines = [f"CASE {number}", *[f"  WHEN {i} THEN {v}" for i, v in enumerate(values, start=1)], f"  ELSE {default}", "END"]
     return "\n".join(lines)
 
@@ -186,6 +180,11 @@ def _lookup(checks: list[Check], number: str, attr: str, default: str) -> str:
 def rank_order(position: str, partition: str, offset: str) -> str:
     """4. The order of a key's events, newest first: source position, then Kafka order."""
     return f"{position} DESC NULLS LAST, {partition} DESC, {offset} DESC"
+
+
+def positionless(prefix: str = "") -> str:
+    """An upsert or delete without a source position (columns of the stage row `prefix`)."""
+    return f"{prefix}_source_pos IS NULL AND {prefix}_action IN ('upsert', 'delete')"
 
 
 def rerank_sql(d: PostgresDialect, pipeline: Pipeline, table: TableConfig) -> str:
@@ -200,12 +199,9 @@ def rerank_sql(d: PostgresDialect, pipeline: Pipeline, table: TableConfig) -> st
     def match(a: str, b: str) -> str:
         return " AND ".join(f"{a}.{q(k)} = {b}.{q(k)}" for k in keys)
 
-    positionless = "_source_pos IS NULL AND _action IN ('upsert', 'delete')"
     order = rank_order("x._rank_pos", "x._kafka_partition", "x._kafka_offset")
     key_list = ", ".join("x." + q(k) for k in keys)
-    same_key_positionless = (
-        f"EXISTS (SELECT 1 FROM {stage} y WHERE y.{positionless.replace(' AND _action', ' AND y._action')} AND {match('y', 'x')})"
-    )
+    same_key_positionless = f"EXISTS (SELECT 1 FROM {stage} y WHERE {positionless('y.')} AND {match('y', 'x')})"
     return (
         "-- 4. Events without a source position: each takes the newest position seen before it\n"
         "--    for its key in Kafka order (so it supersedes what precedes it and loses to what\n"
@@ -218,11 +214,11 @@ def rerank_sql(d: PostgresDialect, pipeline: Pipeline, table: TableConfig) -> st
         f"        FROM {stage} x\n"
         "        WHERE x._action IN ('upsert', 'delete')\n"
         f"          AND {same_key_positionless}) r\n"
-        f"  WHERE s.{positionless.replace(' AND _action', ' AND s._action')}\n"
+        f"  WHERE {positionless('s.')}\n"
         "    AND s._kafka_partition = r._kafka_partition AND s._kafka_offset = r._kafka_offset;\n"
         f"  UPDATE {stage} s SET _rank_pos = t._source_pos\n"
         f"  FROM {target} t\n"
-        f"  WHERE s.{positionless.replace(' AND _action', ' AND s._action')} AND {match('t', 's')}\n"
+        f"  WHERE {positionless('s.')} AND {match('t', 's')}\n"
         "    AND t._source_pos IS NOT NULL AND (s._rank_pos IS NULL OR s._rank_pos < t._source_pos);\n"
         f"  UPDATE {stage} s SET _rn = r.rn\n"
         f"  FROM (SELECT x._kafka_partition, x._kafka_offset,\n"
@@ -299,7 +295,7 @@ def stage_insert_sql(d: PostgresDialect, pipeline: Pipeline, table: TableConfig)
     # Level 4: each field decoded/converted to its column type (NULL when it does not
     # convert; the classification tells that apart from a real NULL). Keys fall back to the
     # Kafka key. Semantic types may need intermediate values, and TOAST placeholders are
-    # marked once per field: levels 3a, 3b, ... below.
+    # marked once per field: levels between 3 and 4, built below.
     decoded: list[DecodeSql] = []
 
     def decode(col: ColumnConfig, raw: str, alias: str) -> str:
@@ -336,7 +332,7 @@ def stage_insert_sql(d: PostgresDialect, pipeline: Pipeline, table: TableConfig)
     # source.ts_ms as a number here; it becomes a timestamp in the outer SELECT, which reads
     # it twice: on PostgreSQL the conversion would otherwise run twice per record.
     source_ts_ms = d.cast_json("f.source_ts_ms", _BIGINT)
-    intermediate = [dict(level) for level in _merged_levels(decoded)]
+    intermediate = _merged_levels(decoded)
     if marks:
         intermediate = intermediate or [{}]
         intermediate[0] = {**marks, **intermediate[0]}
@@ -373,8 +369,8 @@ def stage_insert_sql(d: PostgresDialect, pipeline: Pipeline, table: TableConfig)
     quarantined = ", ".join(str(i) for i, chk in enumerate(checks, start=1) if chk.action == "quarantine")
     level_classified = (
         f"SELECT\n{carried},\n"
-        f"{_indent(_lookup(checks, 't.check_no', 'action', quote_literal('upsert')), 7)} AS action,\n"
-        f"{_indent(_lookup(checks, 't.check_no', 'reason', 'NULL'), 7)} AS reason,\n"
+        f"{_indent(_lookup('t.check_no', [quote_literal(chk.action) for chk in checks], quote_literal('upsert')), 7)} AS action,\n"
+        f"{_indent(_lookup('t.check_no', [chk.reason for chk in checks], 'NULL'), 7)} AS reason,\n"
         f"       CASE WHEN t.check_no IN ({quarantined}) THEN t.payload END AS quarantine_payload\n"
         f"FROM (\n{_indent(_fenced(d, classified), 2)}\n) t"
     )
@@ -692,7 +688,7 @@ def procedure_sql(d: PostgresDialect, pipeline: Pipeline, table: TableConfig, or
     # One pass counts the batch and tells which of the rarely needed steps it needs.
     counted = {"v_read": "COUNT(*)", "v_drift": "COUNT(_drift_img)"}
     if source_order:
-        counted["v_positionless"] = "COUNT(CASE WHEN _source_pos IS NULL AND _action IN ('upsert', 'delete') THEN 1 END)"
+        counted["v_positionless"] = f"COUNT(CASE WHEN {positionless()} THEN 1 END)"
     if toast_cols:
         counted["v_unavailable"] = "COUNT(CASE WHEN _unavailable IS NOT NULL THEN 1 END)"
     add(
