@@ -137,7 +137,9 @@ def write_revision(cfg: Any, pipeline: Pipeline, origin: str, message: str) -> W
     # rewrite every procedure's header comment.
     new = state_for(pipeline, old["origin"] if old else origin)
     plan = plan_revision(old, new)
-    if plan.empty and old is not None and same_model(old, pipeline):
+    # A plan with only warnings (the generator renders a table differently) is still
+    # written: it records the new renderings, and the warnings say what to add by hand.
+    if plan.empty and not plan.warnings and old is not None and same_model(old, pipeline):
         return None
     versions = versions_dir(cfg)
     versions.mkdir(parents=True, exist_ok=True)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -354,3 +355,21 @@ def test_rotated_credentials_recreate_the_external_schema_on_redshift(project, u
     ]
     positions = [out.index(step) for step in steps]
     assert positions == sorted(positions)
+
+
+def test_a_table_the_generator_renders_differently_gets_a_revision_that_records_it(project, database_dsn):
+    """Deploy warns about the drift; `revision` must then write a revision (with the
+    warning) that records the new rendering, or the warning could never go away."""
+    (head,) = (project / "migrations" / "versions").glob("*.py")
+    text = head.read_text()
+    recorded = re.search(r"'table cdc\.customer__stage': '([0-9a-f]{16})'", text).group(1)
+    head.write_text(text.replace(recorded, "0" * 16))
+    pipeline = load_pipeline(project / "pipeline.toml")[0]
+    cfg = alembic_config(None, database_dsn)
+    assert any("customer__stage" in w for w in deploy(cfg, pipeline).warnings)
+
+    written = write_revision(cfg, pipeline, ORIGIN, "regenerate")
+    assert written is not None
+    assert any("table cdc.customer__stage" in w for w in written.plan.warnings)
+    assert deploy(cfg, pipeline).warnings == []
+    assert write_revision(cfg, pipeline, ORIGIN, "nothing") is None
