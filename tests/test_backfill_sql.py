@@ -49,6 +49,9 @@ def test_redshift_statements_parse(example_pipeline, table):
         assert not isinstance(parsed, exp.Command), sql
     # LOCK has no sqlglot grammar (it parses as an opaque command), like CALL.
     assert b.lock().splitlines()[-1].startswith("LOCK TABLE ")
+    # sqlglot accepts an alias on DELETE's own table; Redshift does not.
+    deletes = [sqlglot.parse_one(sql, read="redshift") for sql in statements if "DELETE FROM" in sql]
+    assert deletes and all(stmt.this.alias == "" for stmt in deletes), [stmt.sql("redshift") for stmt in deletes]
 
 
 def test_merge_locks_the_watermark_before_the_target(example_pipeline):

@@ -120,13 +120,14 @@ class BackfillSql:
         )
 
     def merge(self) -> list[Step]:
+        # Redshift's DELETE takes no alias for its table: the conditions name it in full.
         d, q = self.d, self.d.q
         steps = [
             Step(f"SELECT COUNT(*) FROM {self.stage};", count="staged", query=True),
             Step(
                 "-- Rows the stream wrote at or after the snapshot row's source time stay.\n"
-                f"DELETE FROM {self.stage} s\nUSING {self.target} t\nWHERE {self._key_match('t', 's')}\n"
-                f"  AND {self._newer('t', 's')};",
+                f"DELETE FROM {self.stage}\nUSING {self.target} t\nWHERE {self._key_match('t', self.stage)}\n"
+                f"  AND {self._newer('t', self.stage)};",
                 count="kept_newer",
             ),
         ]
@@ -134,8 +135,8 @@ class BackfillSql:
             steps += [
                 Step(
                     "-- Keys the stream deleted after the snapshot row stay deleted.\n"
-                    f"DELETE FROM {self.stage} s\nUSING {self.deleted} t\nWHERE {self._key_match('t', 's')}\n"
-                    f"  AND {self._newer('t', 's')};",
+                    f"DELETE FROM {self.stage}\nUSING {self.deleted} t\nWHERE {self._key_match('t', self.stage)}\n"
+                    f"  AND {self._newer('t', self.stage)};",
                     count="kept_deleted",
                 ),
             ]
@@ -145,8 +146,8 @@ class BackfillSql:
         values = ", ".join(f"s.{q(c)}" for c in self.columns) + f", s._source_ts, s._source_pos, s._kafka_partition, s._kafka_offset, {now}"
         if not self.soft:
             steps += [
-                Step(f"DELETE FROM {self.target} t\nUSING {self.stage} s\nWHERE {self._key_match('t', 's')};"),
-                Step(f"DELETE FROM {self.deleted} t\nUSING {self.stage} s\nWHERE {self._key_match('t', 's')};"),
+                Step(f"DELETE FROM {self.target}\nUSING {self.stage} s\nWHERE {self._key_match(self.target, 's')};"),
+                Step(f"DELETE FROM {self.deleted}\nUSING {self.stage} s\nWHERE {self._key_match(self.deleted, 's')};"),
                 Step(
                     "-- Deletes in the snapshot are remembered like the stream's.\n"
                     f"INSERT INTO {self.deleted} ({', '.join(q(k) for k in self.keys)}, _source_ts, _source_pos, _kafka_partition, _kafka_offset, _deleted_at)\n"
@@ -165,7 +166,7 @@ class BackfillSql:
             )
             steps += [
                 Step(
-                    f"DELETE FROM {self.target} t\nUSING {self.stage} s\nWHERE NOT s._delete\n  AND {self._key_match('t', 's')};",
+                    f"DELETE FROM {self.target}\nUSING {self.stage} s\nWHERE NOT s._delete\n  AND {self._key_match(self.target, 's')};",
                 ),
                 Step(
                     f"INSERT INTO {self.target} ({data}, {meta}, _deleted)\nSELECT {values}, false\nFROM {self.stage} s\nWHERE NOT s._delete;",

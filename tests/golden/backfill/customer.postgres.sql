@@ -22,28 +22,28 @@ TRUNCATE "cdc"."customer__backfill";
 SELECT COUNT(*) FROM "cdc"."customer__backfill";
 
 -- Rows the stream wrote at or after the snapshot row's source time stay.
-DELETE FROM "cdc"."customer__backfill" s
+DELETE FROM "cdc"."customer__backfill"
 USING "cdc"."customer" t
-WHERE t."customer_id" = s."customer_id"
-  AND CASE WHEN s._source_pos IS NOT NULL AND t._source_pos IS NOT NULL
-       THEN s._source_pos <= t._source_pos
-       ELSE t._source_ts >= s._source_ts END;
+WHERE t."customer_id" = "cdc"."customer__backfill"."customer_id"
+  AND CASE WHEN "cdc"."customer__backfill"._source_pos IS NOT NULL AND t._source_pos IS NOT NULL
+       THEN "cdc"."customer__backfill"._source_pos <= t._source_pos
+       ELSE t._source_ts >= "cdc"."customer__backfill"._source_ts END;
 
 -- Keys the stream deleted after the snapshot row stay deleted.
-DELETE FROM "cdc"."customer__backfill" s
+DELETE FROM "cdc"."customer__backfill"
 USING "cdc"."customer__deleted" t
-WHERE t."customer_id" = s."customer_id"
-  AND CASE WHEN s._source_pos IS NOT NULL AND t._source_pos IS NOT NULL
-       THEN s._source_pos <= t._source_pos
-       ELSE t._source_ts >= s._source_ts END;
+WHERE t."customer_id" = "cdc"."customer__backfill"."customer_id"
+  AND CASE WHEN "cdc"."customer__backfill"._source_pos IS NOT NULL AND t._source_pos IS NOT NULL
+       THEN "cdc"."customer__backfill"._source_pos <= t._source_pos
+       ELSE t._source_ts >= "cdc"."customer__backfill"._source_ts END;
 
-DELETE FROM "cdc"."customer" t
+DELETE FROM "cdc"."customer"
 USING "cdc"."customer__backfill" s
-WHERE t."customer_id" = s."customer_id";
+WHERE "cdc"."customer"."customer_id" = s."customer_id";
 
-DELETE FROM "cdc"."customer__deleted" t
+DELETE FROM "cdc"."customer__deleted"
 USING "cdc"."customer__backfill" s
-WHERE t."customer_id" = s."customer_id";
+WHERE "cdc"."customer__deleted"."customer_id" = s."customer_id";
 
 -- Deletes in the snapshot are remembered like the stream's.
 INSERT INTO "cdc"."customer__deleted" ("customer_id", _source_ts, _source_pos, _kafka_partition, _kafka_offset, _deleted_at)

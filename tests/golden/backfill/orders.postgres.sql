@@ -24,17 +24,17 @@ TRUNCATE "cdc"."orders__backfill";
 SELECT COUNT(*) FROM "cdc"."orders__backfill";
 
 -- Rows the stream wrote at or after the snapshot row's source time stay.
-DELETE FROM "cdc"."orders__backfill" s
+DELETE FROM "cdc"."orders__backfill"
 USING "cdc"."orders" t
-WHERE t."order_id" = s."order_id"
-  AND CASE WHEN s._source_pos IS NOT NULL AND t._source_pos IS NOT NULL
-       THEN s._source_pos <= t._source_pos
-       ELSE t._source_ts >= s._source_ts END;
+WHERE t."order_id" = "cdc"."orders__backfill"."order_id"
+  AND CASE WHEN "cdc"."orders__backfill"._source_pos IS NOT NULL AND t._source_pos IS NOT NULL
+       THEN "cdc"."orders__backfill"._source_pos <= t._source_pos
+       ELSE t._source_ts >= "cdc"."orders__backfill"._source_ts END;
 
-DELETE FROM "cdc"."orders" t
+DELETE FROM "cdc"."orders"
 USING "cdc"."orders__backfill" s
 WHERE NOT s._delete
-  AND t."order_id" = s."order_id";
+  AND "cdc"."orders"."order_id" = s."order_id";
 
 INSERT INTO "cdc"."orders" ("order_id", "customer_id", "status", "total", "placed_at", _source_ts, _source_pos, _kafka_partition, _kafka_offset, _synced_at, _deleted)
 SELECT s."order_id", s."customer_id", s."status", s."total", s."placed_at", s._source_ts, s._source_pos, s._kafka_partition, s._kafka_offset, clock_timestamp()::timestamp, false
