@@ -65,7 +65,8 @@ def main(argv: list[str] | None = None) -> int:
     prepared = run(spark, table, args.snapshot, args.format, parse_time(args.snapshot_time))
     write_stage(prepared.rows, args.output)
     rejected = prepared.rejected()
-    write_rejects(prepared.rejects, args.rejects)
+    if rejected:  # writing them evaluates the snapshot again
+        write_rejects(prepared.rejects, args.rejects)
     staged = spark.read.parquet(args.output).count()
     print(json.dumps({"table": table.name, "staged": staged, "rejected": rejected, "output": args.output}))
     return 0

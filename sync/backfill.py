@@ -16,6 +16,7 @@ import shutil
 import tempfile
 import time
 import typing as t
+import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
@@ -129,6 +130,7 @@ def load_and_merge(
     """Load the staged Parquet and merge it; returns the merge's counts."""
     sql = BackfillSql(get_dialect(wh.dialect, pipeline.schema), pipeline, table)
     files = part_files(stage_dir)
+    wh.execute(sql.drop_stage_table())
     wh.execute(sql.stage_table())
     staged_s3 = None
     if wh.dialect == "redshift":
@@ -137,7 +139,9 @@ def load_and_merge(
         from sync import s3
 
         client = s3.client()
-        staged_s3 = s3.upload_for_copy(client, files, staging, progress)
+        # A folder of its own per run: backfills of other tables may share --staging.
+        run_folder = f"{staging.rstrip('/')}/{table.name}-{uuid.uuid4().hex[:12]}/"
+        staged_s3 = s3.upload_for_copy(client, files, run_folder, progress)
     try:
         with transaction(wh):
             wh.execute(sql.lock())
@@ -156,9 +160,7 @@ def load_and_merge(
                 progress(f"rebuilt the primary key {primary_key}")
     finally:
         if staged_s3 is not None:
-            from sync import s3
-
-            s3.delete_keys(s3.client(), staged_s3.bucket, staged_s3.keys)
+            s3.delete_keys(client, staged_s3.bucket, staged_s3.keys)
             progress(f"removed {len(staged_s3.keys)} staging objects")
     return counts
 

@@ -97,3 +97,13 @@ def test_a_stage_that_breaks_the_primary_key_rolls_the_whole_load_back(deployed,
         load_and_merge(wh, pipeline, pipeline.table("customer"), tmp_path, lambda _: None)
     assert wh.scalar("SELECT COUNT(*) FROM cdc.customer") == 0
     assert primary_key(wh) == [("customer_pkey", "PRIMARY KEY (customer_id)")]
+
+
+def test_a_stage_left_with_an_older_shape_is_made_anew(deployed, tmp_path):
+    from sync.backfill import load_and_merge
+
+    wh, pipeline = deployed
+    wh.execute("CREATE TABLE cdc.customer__backfill (customer_id varchar(8))")  # e.g. before a revision
+    snapshot_parts(tmp_path, ["C1"])
+    assert load_and_merge(wh, pipeline, pipeline.table("customer"), tmp_path, lambda _: None)["loaded"] == 1
+    assert wh.query("SELECT customer_id, name FROM cdc.customer") == [("C1", "name C1")]

@@ -79,8 +79,13 @@ class BackfillSql:
         attrs = d.table_attributes(self.table.distkey_column.target_name, self.keys, backup=False)
         return (
             "-- Backfill stage: the Parquet columns in order (COPY maps them by position).\n"
-            f"CREATE {d.stage_table_prefix}TABLE IF NOT EXISTS {self.stage} (\n{body}\n){attrs};"
+            f"CREATE {d.stage_table_prefix}TABLE {self.stage} (\n{body}\n){attrs};"
         )
+
+    def drop_stage_table(self) -> str:
+        """The stage is made anew for every backfill, so it always has the columns of the
+        pipeline as it is now (revisions alter the target, not this scratch table)."""
+        return f"DROP TABLE IF EXISTS {self.stage};"
 
     def lock(self) -> str:
         tables = [self.watermark, self.target] + ([] if self.soft else [self.deleted]) + [self.stage]
@@ -192,7 +197,7 @@ class BackfillSql:
 
     def script(self) -> str:
         """The whole merge as one reviewable script (the load step in a comment)."""
-        parts = [self.stage_table(), "BEGIN;", self.lock(), self.clear_stage(), "-- load the stage here (COPY)"]
+        parts = [self.drop_stage_table(), self.stage_table(), "BEGIN;", self.lock(), self.clear_stage(), "-- load the stage here (COPY)"]
         parts += [s.sql for s in self.merge()]
         parts.append("COMMIT;")
         return "\n\n".join(parts) + "\n"

@@ -1,5 +1,7 @@
+DROP TABLE IF EXISTS "cdc"."customer__backfill";
+
 -- Backfill stage: the Parquet columns in order (COPY maps them by position).
-CREATE UNLOGGED TABLE IF NOT EXISTS "cdc"."customer__backfill" (
+CREATE UNLOGGED TABLE "cdc"."customer__backfill" (
   "customer_id" varchar(64),
   "name" varchar(256),
   "mktsegment" varchar(64),

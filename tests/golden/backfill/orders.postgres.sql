@@ -1,5 +1,7 @@
+DROP TABLE IF EXISTS "cdc"."orders__backfill";
+
 -- Backfill stage: the Parquet columns in order (COPY maps them by position).
-CREATE UNLOGGED TABLE IF NOT EXISTS "cdc"."orders__backfill" (
+CREATE UNLOGGED TABLE "cdc"."orders__backfill" (
   "order_id" bigint,
   "customer_id" varchar(64),
   "status" varchar(16),
