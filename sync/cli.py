@@ -396,9 +396,6 @@ def main() -> None:
     app()
 
 
-if __name__ == "__main__":
-    main()
-
 
 @app.command("package-lambda")
 @handle_errors
@@ -421,3 +418,7 @@ def package_lambda(
         f"wrote {pkg.path}: {pkg.size_bytes / 1e6:.2f} MB zipped, {pkg.files} files "
         f"({', '.join(pkg.requirements)}); Lambda's limit is 50 MB. Handler: sync.lambda_handler.handler"
     )
+
+
+if __name__ == "__main__":
+    main()

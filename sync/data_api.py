@@ -195,10 +195,16 @@ def _cancel_unfinished(client: Any, calls: list[Call], left_ms: int, now: float)
                 call.state, call.pid, call.ended = "finished", desc.get("RedshiftPid"), now
                 continue
             call.state, call.ended = "cancelled", now
+            # CancelStatement is asynchronous: only ABORTED says the CALL rolled back.
+            outcome = (
+                "the CALL rolled back as a whole and the next run picks its records up"
+                if desc["Status"] == "ABORTED"
+                else "cancel requested, outcome unknown until the run log shows it; a CALL is all or nothing and "
+                "the watermark keeps a committed one from being applied twice"
+            )
             call.error = (
                 f"cancelled (statement {call.statement_id}, status {desc['Status']}): {left_ms} ms of Lambda time "
-                "were left, under the margin kept to report; the CALL rolls back as a whole and the next run "
-                "picks its records up"
+                f"were left, under the margin kept to report; {outcome}"
             )
 
 

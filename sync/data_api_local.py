@@ -22,7 +22,7 @@ from typing import Any
 
 import psycopg
 
-TERMINAL = ("FINISHED", "FAILED", "ABORTED")
+from sync.data_api import TERMINAL
 CONFLICT_ERROR = (
     "ERROR: 1023 DETAIL: Serializable isolation violation on table - 100167, "
     "transactions forming the cycle are: 100168, 100169 (pid:1073)"

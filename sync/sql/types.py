@@ -5,6 +5,7 @@ A type string is never pasted into SQL: it is parsed here and rendered by a dial
 
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import dataclass
 
@@ -97,6 +98,7 @@ class SqlType:
         return self.family
 
 
+@functools.lru_cache(maxsize=None)  # called per value by the backfill's Spark UDFs
 def parse_type(text: str) -> SqlType:
     m = _TYPE.match(text.lower())
     if not m:
