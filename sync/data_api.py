@@ -31,6 +31,7 @@ from sync.sql.dialects import quote_ident, quote_literal
 from sync.sql.names import RUN_LOG
 
 TERMINAL = ("FINISHED", "FAILED", "ABORTED")
+REPORT_MS = 1_000  # Lambda time kept, at the least, to print the summary and metrics
 
 
 class DataApiError(RuntimeError):
@@ -251,11 +252,17 @@ def query(
     name: str,
     polling: Polling = Polling(),
     sleep: Callable[[float], None] = time.sleep,
+    remaining_ms: Callable[[], int] | None = None,
 ) -> list[tuple]:
-    """Run one SELECT to the end and return its rows (all pages)."""
+    """Run one SELECT to the end and return its rows (all pages). When `remaining_ms`
+    falls under REPORT_MS (the time kept to print the summary), the statement is
+    cancelled and DataApiError raised."""
     statement_id = client.execute_statement(**target.request(sql, name))["Id"]
     interval = polling.initial_seconds / 2
     while (desc := client.describe_statement(Id=statement_id))["Status"] not in TERMINAL:
+        if remaining_ms is not None and remaining_ms() < REPORT_MS:
+            _try_cancel(client, statement_id)
+            raise DataApiError(f"{name} was still {desc['Status'].lower()} with {remaining_ms()} ms of Lambda time left and was cancelled")
         sleep(interval)
         interval = min(interval * 1.5, polling.max_seconds)
     if desc["Status"] != "FINISHED":
@@ -278,18 +285,28 @@ def summaries(
     polling: Polling = Polling(),
     sleep: Callable[[float], None] = time.sleep,
     clock: Callable[[], float] = time.monotonic,
+    remaining_ms: Callable[[], int] | None = None,
 ) -> list[RunSummary]:
-    """One RunSummary per call, in order: counts from the run log for the finished ones."""
+    """One RunSummary per call, in order: counts from the run log for the finished ones.
+    When the run log cannot be read (in time), the finished calls say so: every call
+    still gets its summary."""
     finished = [c for c in calls if c.state == "finished"]
     rows: dict[str, tuple] = {}
+    unread: str | None = None
     if finished:
         name = f"redshift-sync.{pipeline.schema}.run-log"
-        rows = {r[0]: r[1:] for r in query(client, target, run_log_sql(pipeline, finished), name, polling, sleep)}
+        try:
+            found = query(client, target, run_log_sql(pipeline, finished), name, polling, sleep, remaining_ms)
+            rows = {r[0]: r[1:] for r in found}
+        except Exception as exc:  # DataApiError, botocore errors: report, do not lose the other tables
+            unread = f"the procedure finished, but its run-log row could not be read: {exc}"
     now = clock()
     out = []
     for call in calls:
         if call.state == "finished" and call.table in rows:
             out.append(summary_from_row(call.table, rows[call.table], call.duration(now)))
+        elif call.state == "finished" and unread:
+            out.append(unfinished_summary(call.table, "unknown", call.duration(now), unread))
         elif call.state == "finished":
             out.append(unfinished_summary(call.table, "failed", call.duration(now), "the procedure finished but wrote no run-log row"))
         else:

@@ -199,7 +199,7 @@ def handler(event: Any, context: Any) -> dict:
         mode = "data-api"
         client = client_factory()
         calls = data_api.run_calls(client, settings.target, pipeline, tables, remaining_ms, settings.policy, settings.polling)
-        runs = data_api.summaries(client, settings.target, pipeline, calls, settings.polling)
+        runs = data_api.summaries(client, settings.target, pipeline, calls, settings.polling, remaining_ms=remaining_ms)
         details = [{"attempts": c.attempts, "statement_id": c.statement_id} for c in calls]
     else:
         mode = "redshift_connector"

@@ -87,7 +87,8 @@ def summary_from_row(table_name: str, r: Sequence, duration: float) -> RunSummar
 
 
 def unfinished_summary(table_name: str, status: str, duration: float, error: str) -> RunSummary:
-    """The summary of a call that applied nothing (failed or cancelled): zero counts."""
+    """A summary with zero counts: a call that applied nothing (failed, cancelled), or one
+    that finished but whose run-log row could not be read (unknown)."""
     return RunSummary(table_name, status, 0, 0, 0, 0, 0, 0, 0, 0, None, None, None, duration, error)
 
 

@@ -159,3 +159,26 @@ def test_a_refused_statement_fails_its_table_and_the_others_go_on(client, monkey
     runs = {t["table"]: t for t in info.value.summary["tables"]}
     assert (runs["customer"]["status"], runs["customer"]["attempts"]) == ("failed", 1)
     assert (runs["orders"]["status"], runs["orders"]["events_read"]) == ("ok", 2)
+
+
+def test_a_run_log_read_past_the_deadline_is_cancelled_and_every_table_still_reported(client):
+    from sync import data_api
+    from sync.config import load_pipeline
+
+    real, stub = client
+    pipeline, _ = load_pipeline(EXAMPLES / "salesdb" / "pipeline.toml")
+    where = {"ClusterIdentifier": "prod-cluster", "Database": "dev", "SecretArn": SECRET}
+    target = data_api.DataApiTarget(database="dev", cluster="prod-cluster", secret_arn=SECRET)
+    calls = [
+        data_api.Call("customer", CALL_CUSTOMER, state="finished", statement_id="s-1", pid=101, first_submitted=0.0),
+        data_api.Call("orders", CALL_ORDERS, state="failed", error="ERROR: boom", first_submitted=0.0),
+    ]
+    stub.add_response("execute_statement", {"Id": "s-3"}, {
+        **where, "Sql": run_log_sql("(r.table_name = 'customer' AND r.backend_pid = 101)"), "StatementName": "redshift-sync.cdc.run-log"})
+    stub.add_response("describe_statement", {"Id": "s-3", "Status": "SUBMITTED"}, {"Id": "s-3"})
+    stub.add_response("cancel_statement", {"Status": True}, {"Id": "s-3"})
+
+    runs = data_api.summaries(real, target, pipeline, calls, sleep=lambda _: None, remaining_ms=lambda: 400)
+    assert [(r.table, r.status) for r in runs] == [("customer", "unknown"), ("orders", "failed")]
+    assert "run-log row could not be read" in runs[0].error and "cancelled" in runs[0].error
+    assert runs[1].error == "ERROR: boom"
