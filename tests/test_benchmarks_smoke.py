@@ -9,9 +9,12 @@ import math
 
 import pytest
 
-from benchmarks.__main__ import run
+from benchmarks.__main__ import PIPELINE, run
+from benchmarks.phases import TABLE
+from benchmarks.profile import instrumented, procedure_sql, procedure_statements
 from benchmarks.report import TARGETS
 from benchmarks.sizes import QUICK
+from sync.config import load_pipeline
 
 
 @pytest.mark.slow
@@ -32,6 +35,16 @@ def test_quick_run_writes_every_figure(database_dsn, tmp_path, capsys):
     assert ("backfill.seconds" in figures) != ("backfill" in doc["skipped"])
 
     assert [t["figure"] for t in doc["targets"]] == [t.figure for t in TARGETS]
+    for reported, target in zip(doc["targets"], TARGETS):
+        value = figures.get(target.figure)
+        assert reported["value"] == pytest.approx(value, abs=1e-6)  # the JSON keeps 6 decimals
+        assert reported["met"] == (None if value is None else target.met(value))
+    printed_targets = printed_table = capsys.readouterr().out
+    assert printed_targets.count(" met\n") + printed_targets.count(" MISSED\n") + printed_targets.count(
+        " not measured\n") == len(TARGETS)
+    for approach in ("generated_procedure", "seed_blog_pattern", "per_row_upsert", "apply_floor", "raw_copy"):
+        assert {f"incremental.{approach}.seconds", f"incremental.{approach}.events_per_second"} <= set(figures)
+    assert {"empty_sync.max_seconds", "scaling.floor_ratio_largest_smallest"} <= set(figures)
     assert doc["inputs"]["events"] == QUICK.events and doc["inputs"]["quick"] is True
     assert doc["machine"]["logical_cpus"] and doc["versions"]["postgresql"]
     assert all(len(m["runs"]) >= 1 for m in doc["measurements"].values())
@@ -43,8 +56,19 @@ def test_quick_run_writes_every_figure(database_dsn, tmp_path, capsys):
     # The baselines did the same work as the procedure: same rows afterwards.
     assert any("left the same rows" in note for note in doc["notes"]), doc["notes"]
 
-    printed = capsys.readouterr().out
-    assert "(a) incremental_sync_customer()" in printed and "a/c =" in printed
+    assert "(a) incremental_sync_customer()" in printed_table and "a/c =" in printed_table
+
+
+@pytest.mark.parametrize("value, met", [(0.049, True), (0.050, False), (0.051, False)])
+def test_the_empty_sync_target_is_strictly_under_50_ms(value, met):
+    (target,) = [t for t in TARGETS if t.figure == "empty_sync.seconds"]
+    assert target.met(value) is met
+
+
+@pytest.mark.parametrize("value, met", [(0.32, True), (0.33, True), (0.34, False)])
+def test_ratio_targets_are_at_most_their_limit(value, met):
+    (target,) = [t for t in TARGETS if t.figure == "incremental.ratio_a_c"]
+    assert target.met(value) is met
 
 
 def test_refuses_a_database_that_is_not_scratch(wh, database_dsn):
@@ -57,11 +81,17 @@ def test_profile_times_every_statement_of_one_real_call(database_dsn, capsys):
     from benchmarks.profile import main as profile_main
 
     results = profile_main(["--events", "200", "--target-rows", "1000", "--dsn", database_dsn])
-    labels = [r.label for r in results]
-    assert any(label.startswith('INSERT INTO "cdc"."customer__stage"') for label in labels)
-    assert any(label.startswith('DELETE FROM "cdc"."customer" USING') for label in labels)
-    assert any(label.startswith('INSERT INTO "cdc"."sync_run_log"') for label in labels)
-    assert all(r.seconds >= 0 for r in results)
+    # Every statement of the body, in order, except those behind an IF this batch skips
+    # (ANALYZE of a small stage, positionless ranking, TOAST fill, drift and quarantine).
+    _, texts = instrumented(procedure_sql(load_pipeline(PIPELINE)[0], TABLE), "cdc")
+    stage = 'UPDATE "cdc"."customer__stage"'
+    guarded = ("ANALYZE", f"{stage} s SET _rank_pos", f"{stage} s SET _rn", f"{stage} SET _source_pos",
+               f'{stage} s SET "name"', f'{stage} s SET "mktsegment"',
+               'INSERT INTO "cdc"."sync_schema_drift"', 'INSERT INTO "cdc"."sync_quarantine"')
+    expected = [" ".join(t.split())[:90] for t in texts[1:] if not t.startswith(guarded)]
+    assert [r.label for r in results] == expected
+    assert expected[0].startswith("LOCK TABLE") and expected[-1].startswith('INSERT INTO "cdc"."sync_run_log"')
+    assert all(r.seconds >= 0 for r in results) and sum(r.seconds for r in results) > 0
     assert "one call, timestamped after each statement" in capsys.readouterr().out
 
 
@@ -69,9 +99,9 @@ def test_profile_explains_every_data_statement_of_the_procedure(database_dsn, ca
     from benchmarks.profile import main as profile_main
 
     results = profile_main(["--events", "200", "--target-rows", "1000", "--dsn", database_dsn, "--explain"])
-    labels = [r.label for r in results]
-    assert labels[0].startswith('INSERT INTO "cdc"."customer__stage"')
-    assert any(label.startswith('DELETE FROM "cdc"."customer" USING') for label in labels)
-    assert any(label.startswith('INSERT INTO "cdc"."customer" (') for label in labels)
+    data = [" ".join(t.split())[:90] for t in procedure_statements(load_pipeline(PIPELINE)[0], TABLE)]
+    assert [r.label for r in results] == data
+    assert data[0].startswith('INSERT INTO "cdc"."customer__stage"')
+    assert any(label.startswith('DELETE FROM "cdc"."customer" USING') for label in data)
     assert all(r.plan and r.seconds >= 0 for r in results)
     assert "statements (EXPLAIN ANALYZE" in capsys.readouterr().out
