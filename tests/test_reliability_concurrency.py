@@ -103,3 +103,23 @@ def test_concurrent_callers_and_writer_apply_every_record_once(database_dsn, tmp
     reliability_counts["histories checked"] += 1
     reliability_counts["concurrent sync calls"] += len(runs)
     reliability_counts["lock waits that returned a clear failure"] += len(failed)
+
+
+def test_a_caller_that_will_not_wait_for_the_lock_fails_cleanly_and_changes_nothing(database_dsn, tmp_path):
+    pipeline = make_pipeline(account_table())
+    table = pipeline.tables[0]
+    holder, caller = connect(database_dsn), connect(database_dsn)
+    deploy(holder, pipeline, "test")
+    history = History(seed=7, keys=20)
+    ingest_file(holder, pipeline, table.name, write_jsonl(history.events(40), tmp_path / "refresh.jsonl"))
+    caller.execute("SET lock_timeout = '20ms'")
+    with holder.conn.transaction():  # another sync holds the table's lock
+        holder.execute(f'LOCK TABLE cdc."{table.name}__watermark" IN SHARE ROW EXCLUSIVE MODE')
+        (run,) = sync(caller, pipeline, [table.name])
+    assert run.status == "failed" and "lock timeout" in (run.error or ""), run
+    assert holder.scalar(f'SELECT COUNT(*) FROM cdc."{table.name}__watermark"') == 0
+    assert holder.scalar(f'SELECT COUNT(*) FROM cdc."{RUN_LOG}"') == 0
+    (run,) = sync(caller, pipeline, [table.name])  # the lock is free again
+    assert run.status == "ok" and run.events_read == len(history.records)
+    holder.close()
+    caller.close()
