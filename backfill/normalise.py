@@ -39,7 +39,6 @@ def _find_column(df: DataFrame, *names: str) -> str | None:
 
 def _snapshot_rows(
     df: DataFrame,
-    table: TableConfig,
     fields: list[Column],
     row_ts: Column | None,
     position: Column | None,
@@ -91,7 +90,7 @@ def flat_rows(df: DataFrame, table: TableConfig, snapshot_ts: Column | None) -> 
     pos_col = _find_column(df, "_source_pos")
     position = F.col(f"`{pos_col}`") if pos_col else None
     record = F.to_json(F.struct(*[F.col(f"`{c}`") for c in df.columns]))
-    return _snapshot_rows(df, table, fields, row_ts, position, record, snapshot_ts)
+    return _snapshot_rows(df, fields, row_ts, position, record, snapshot_ts)
 
 
 def json_rows(lines: DataFrame, table: TableConfig, snapshot_ts: Column | None) -> DataFrame:
@@ -112,7 +111,7 @@ def json_rows(lines: DataFrame, table: TableConfig, snapshot_ts: Column | None) 
         epoch_ms(by_source["__source_ts_ms"]),
     )
     return _snapshot_rows(
-        lines.where(F.trim(line) != ""), table, fields, row_ts, by_source["_source_pos"], line, snapshot_ts
+        lines.where(F.trim(line) != ""), fields, row_ts, by_source["_source_pos"], line, snapshot_ts
     )
 
 

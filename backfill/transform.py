@@ -10,7 +10,6 @@ from pyspark.sql import functions as F
 
 from backfill.conform import conform
 from sync.config import TableConfig
-from sync.sql.backfill_merge import STAGE_META_COLUMNS
 
 SKIPPED_REASONS = ("tombstone",)  # not applied and not an error (the procedure skips them too)
 
@@ -25,10 +24,6 @@ class Prepared:
         """The number of rejects, counted in the same pass as the first action on `rows`
         (no second evaluation of the snapshot). Waits for that action: call it after."""
         return int(self.counted.get["rejected"])
-
-
-def stage_columns(table: TableConfig) -> list[str]:
-    return [c.target_name for c in table.columns] + [name for name, _ in STAGE_META_COLUMNS]
 
 
 def latest_per_key(df: DataFrame, table: TableConfig) -> DataFrame:
