@@ -48,21 +48,6 @@ class BackfillResult:
         return asdict(self)
 
 
-@contextmanager
-def transaction(wh: Warehouse) -> Iterator[None]:
-    if wh.dialect == "postgres":
-        with wh.conn.transaction():
-            yield
-        return
-    wh.execute("BEGIN")
-    try:
-        yield
-    except BaseException:
-        wh.execute("ROLLBACK")
-        raise
-    wh.execute("COMMIT")
-
-
 def part_files(directory: Path) -> list[Path]:
     return sorted(p for p in directory.glob("part-*.parquet") if p.stat().st_size > 0)
 
@@ -143,7 +128,7 @@ def load_and_merge(
         run_folder = f"{staging.rstrip('/')}/{table.name}-{uuid.uuid4().hex[:12]}/"
         staged_s3 = s3.upload_for_copy(client, files, run_folder, progress)
     try:
-        with transaction(wh):
+        with wh.transaction():
             wh.execute(sql.lock())
             wh.execute(sql.clear_stage())
             if staged_s3 is not None:

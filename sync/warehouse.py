@@ -56,9 +56,22 @@ class Warehouse:
 
     @contextmanager
     def transaction(self) -> Iterator[Warehouse]:
-        """An explicit transaction on this connection (psycopg only)."""
-        with self.conn.transaction():
+        """An explicit transaction on this connection: committed when the block ends,
+        rolled back when it raises (the block's error is the one that propagates)."""
+        if self.dialect == "postgres":
+            with self.conn.transaction():
+                yield self
+            return
+        self.execute("BEGIN")
+        try:
             yield self
+        except BaseException:
+            try:
+                self.execute("ROLLBACK")
+            except Exception:  # a broken connection: the original error says more
+                pass
+            raise
+        self.execute("COMMIT")
 
     def relation_exists(self, schema: str, name: str) -> bool:
         return bool(

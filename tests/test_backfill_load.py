@@ -6,7 +6,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from sync.backfill import copy_parquet_into, transaction
+from sync.backfill import copy_parquet_into
 from sync.warehouse import WarehouseError
 
 
@@ -27,7 +27,7 @@ def test_every_row_of_every_part_is_copied_with_nulls_and_quotes(wh, tmp_path):
         pa.table({"k": ["d", "e"], "note": ["x,y", "line\nbreak"], "n": [4, 5]}),
     )
     messages: list[str] = []
-    with transaction(wh):
+    with wh.transaction():
         assert copy_parquet_into(wh, "load_target", files, messages.append) == 5
     assert wh.query("SELECT k, note, n FROM load_target ORDER BY k") == [
         ("a", 'say "hi"', 1), ("b", "", None), ("c", None, 3), ("d", "x,y", 4), ("e", "line\nbreak", 5),
@@ -39,7 +39,7 @@ def test_a_row_the_stage_refuses_fails_the_load_and_names_it(wh, tmp_path):
     wh.execute("CREATE TABLE load_target (k varchar(8), n bigint)")
     files = parts(tmp_path, pa.table({"k": ["a", "b"], "n": ["1", "not a number"]}))
     with pytest.raises(WarehouseError, match="loading the backfill stage failed.*not a number"):
-        with transaction(wh):
+        with wh.transaction():
             copy_parquet_into(wh, "load_target", files, lambda _: None)
     assert wh.scalar("SELECT COUNT(*) FROM load_target") == 0
 

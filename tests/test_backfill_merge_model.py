@@ -11,7 +11,7 @@ from datetime import datetime, timedelta
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from sync.backfill import merge_stage, transaction
+from sync.backfill import merge_stage
 from sync.runner import deploy
 from sync.sql.backfill_merge import BackfillSql
 from sync.sql.dialects import get_dialect
@@ -76,7 +76,7 @@ def test_merge_matches_the_model(deployed, state, stage):
                        (k, h_ts, h_pos))
 
     def run_merge() -> dict[str, int]:
-        with transaction(wh):
+        with wh.transaction():
             wh.execute(sql.lock())
             for k, (name, s_ts, s_pos, is_delete) in stage.items():
                 wh.execute(
