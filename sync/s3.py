@@ -41,13 +41,15 @@ def download_prefix(s3: t.Any, url: str, dest: Path, progress: Progress = lambda
     """Copy every object under `url` into `dest`, keeping the relative layout (so the S3
     sink's partition=<n> folders survive). Returns the number of files."""
     bucket, prefix = parse_s3_url(url)
-    objects = [(k, size) for k, size in list_objects(s3, url) if not k.endswith("/")]
+    listed = [(k, size) for k, size in list_objects(s3, url) if not k.endswith("/")]
+    if any(k == prefix for k, _ in listed):  # the URL names one object
+        base = prefix.rsplit("/", 1)[0] + "/" if "/" in prefix else ""
+        objects = [(k, size) for k, size in listed if k == prefix]
+    else:  # a folder: s3://b/snap is snap/..., never snap-old/...
+        base = prefix.rstrip("/") + "/" if prefix else ""
+        objects = [(k, size) for k, size in listed if k.startswith(base)]
     if not objects:
         raise FileNotFoundError(f"no objects under {url}")
-    if any(k == prefix for k, _ in objects):  # the URL names one object
-        base = prefix.rsplit("/", 1)[0] + "/" if "/" in prefix else ""
-    else:
-        base = prefix.rstrip("/") + "/" if prefix else ""
     total = 0
     for i, (key, size) in enumerate(objects, start=1):
         target = dest / key[len(base):]

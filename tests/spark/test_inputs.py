@@ -166,6 +166,20 @@ def test_s3_sink_layout_recovers_every_offset(deployed, spark, s3_server):
     assert result.loaded == 10
 
 
+def test_download_takes_the_folder_or_the_object_the_url_names(s3_server, tmp_path):
+    from sync import s3
+
+    for key in ("snap/part-0.parquet", "snap/p=1/part-1.parquet", "snap-old/part-9.parquet", "one.json"):
+        s3_server.put_object(Bucket="lake", Key=key, Body=key.encode())
+    assert s3.download_prefix(s3.client(), "s3://lake/snap", tmp_path / "a") == 2
+    assert sorted(str(p.relative_to(tmp_path / "a")) for p in (tmp_path / "a").rglob("*.parquet")) == [
+        "p=1/part-1.parquet", "part-0.parquet"]
+    assert s3.download_prefix(s3.client(), "s3://lake/one.json", tmp_path / "b") == 1
+    assert (tmp_path / "b" / "one.json").read_bytes() == b"one.json"
+    with pytest.raises(FileNotFoundError, match="no objects under s3://lake/sna"):
+        s3.download_prefix(s3.client(), "s3://lake/sna", tmp_path / "c")
+
+
 def test_staging_upload_manifest_and_cleanup(s3_server, tmp_path):
     from sync import s3
 
