@@ -24,7 +24,13 @@ from sync.sql.statements import body_sql_statements, procedure_body
 from sync.warehouse import Warehouse
 
 # What the procedure's variables hold on a first run, for statements run outside it.
-FIRST_RUN_VALUES = {"v_since": "TIMESTAMP '1900-01-01 00:00:00'", "v_started": "clock_timestamp()::timestamp"}
+FIRST_RUN_VALUES = {
+    "v_since": "TIMESTAMP '1900-01-01 00:00:00'",
+    "v_started": "clock_timestamp()::timestamp",
+    "v_until_time": "TIMESTAMP '9999-12-31 00:00:00'",
+    "v_until_partition": "NULL::bigint",
+    "v_until_offset": "NULL::bigint",
+}
 PROFILED_NAME = "profile_sync"  # the instrumented copy of the procedure
 MARK = "redshift-sync-profile"
 _CONTROL = re.compile(r"^\s*(IF\b.*\bTHEN|ELSIF\b.*\bTHEN|ELSE|END IF;)\s*$", re.I)
@@ -42,7 +48,7 @@ class StatementTime:
 
 
 def procedure_sql(pipeline: Pipeline, table_name: str) -> str:
-    (sql,) = [o.sql for o in pipeline_objects(pipeline, "postgres", "profile") if o.kind == "procedure" and o.table == table_name]
+    (sql,) = [o.sql for o in pipeline_objects(pipeline, "postgres", "profile") if o.kind == "procedure" and o.table == table_name and o.arguments == "bigint"]
     return sql
 
 
@@ -81,7 +87,7 @@ def instrumented(create_procedure: str, schema: str) -> tuple[str, list[str]]:
             current = []
             out.append(f"RAISE NOTICE '{MARK} {len(texts) - 1} %', clock_timestamp();")
     header, _, _ = create_procedure.partition("AS $$")
-    name = re.search(r"PROCEDURE\s+(\S+)\(\)", header).group(1)
+    name = re.search(r"PROCEDURE\s+(\S+)\(p_max_records bigint\)", header).group(1)
     copy = header.replace(name, f'"{schema}"."{PROFILED_NAME}"') + "AS $$\n" + "\n".join(out) + "\n$$ LANGUAGE plpgsql;"
     return copy, texts
 
@@ -100,7 +106,7 @@ def profile_call(wh: Warehouse, pipeline: Pipeline, table_name: str) -> list[Sta
     wh.execute("BEGIN")
     try:
         wh.execute(copy)
-        wh.execute(f'CALL "{pipeline.schema}"."{PROFILED_NAME}"()')
+        wh.execute(f'CALL "{pipeline.schema}"."{PROFILED_NAME}"(NULL)')
     finally:
         wh.execute("ROLLBACK")
         wh.conn.remove_notice_handler(on_notice)

@@ -27,7 +27,7 @@ DIALECTS = ("postgres", "redshift")
 
 
 def object_label(obj: SqlObject) -> str:
-    return f"{obj.kind} {obj.schema}.{obj.name}"
+    return f"{obj.kind} {obj.schema}.{obj.name}" + (f"({obj.arguments})" if obj.arguments else "")
 
 
 def _digest(sql: str) -> str:

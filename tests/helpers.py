@@ -25,3 +25,9 @@ def sync_one(wh: Warehouse, pipeline: Pipeline, table: str) -> RunSummary:
 
 def rows(wh: Warehouse, sql: str) -> list[tuple]:
     return wh.query(sql)
+
+
+def feed(wh: Warehouse, pipeline: Pipeline, table: str, records: list[dict[str, Any]]) -> RunSummary:
+    """Ingest the records as one refresh of the stream, then sync the table once."""
+    ingest(wh, pipeline, table, records)
+    return sync_one(wh, pipeline, table)

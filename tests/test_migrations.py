@@ -89,11 +89,11 @@ def revise(cfg, project: Path, old: str, new: str, message: str):
 
 
 def procedure_body(wh: Warehouse, name: str) -> str:
-    return wh.scalar("SELECT prosrc FROM pg_proc WHERE proname = %s", (name,))
+    return wh.scalar("SELECT prosrc FROM pg_proc WHERE proname = %s AND pronargs = 1", (name,))
 
 
 def generated_body(pipeline: Pipeline, name: str) -> str:
-    (obj,) = [o for o in pipeline_objects(pipeline, "postgres", ORIGIN) if o.name == name]
+    (obj,) = [o for o in pipeline_objects(pipeline, "postgres", ORIGIN) if o.name == name and o.arguments == "bigint"]
     return obj.sql.split("AS $$", 1)[1].rsplit("$$ LANGUAGE", 1)[0]
 
 

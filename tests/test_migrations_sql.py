@@ -73,7 +73,8 @@ def test_offline_redshift_sql_parses_statement_by_statement():
         kinds.append(type(tree).__name__)
     # the whole upgrade is one transaction per revision, alembic's bookkeeping included
     assert kinds[0] == "Transaction" and kinds[-1] == "Commit"
-    assert sum("CREATE OR REPLACE PROCEDURE" in s for s in statements) == 2
+    # per table: the sync (bounded), its scheduled call, and record isolation
+    assert sum("CREATE OR REPLACE PROCEDURE" in s for s in statements) == 6
     assert sum("CREATE MATERIALIZED VIEW" in s for s in statements) == 2
     assert any(s.startswith("INSERT INTO alembic_version") for s in statements)
 

@@ -49,12 +49,19 @@ def _mysql_position(d: PostgresDialect, file: str, pos: str, row: str) -> str:
 
 
 def _postgres_position(d: PostgresDialect, sequence: str, lsn: str) -> str:
-    # source.sequence is the text '["<last commit lsn>","<lsn>"]' (either may be null).
-    commit_lsn = d.regex_group(sequence, '^[[]"?([0-9]*)')
-    change_lsn = d.regex_group(sequence, '([0-9]+)"?[]]$')
+    """commit.lsn from source.sequence, the text '["<last commit lsn>","<lsn>"]' where
+    "either value may be null" (Debezium PostgreSQL connector, `sequence`). A null last
+    commit LSN is what a connector that starts without an offset sends (a re-created
+    connector's snapshot, then its first transaction): that event comes after everything
+    streamed before the restart, so its own LSN stands in for the commit part, never 0.
+    An empty match (no digits) is no value on either engine (NULLIF)."""
+    first = d.regex_group(sequence, '^[[]"?([0-9]*)')
+    second = d.regex_group(sequence, '([0-9]+)"?[]]$')
+    commit_lsn = f"NULLIF({first}, '')"
+    change_lsn = f"COALESCE(NULLIF({second}, ''), {lsn})"
     return (
-        f"CASE WHEN COALESCE({change_lsn}, {lsn}) IS NOT NULL THEN "
-        f"{_pad(d, commit_lsn)} || '.' || {_pad(d, f'COALESCE({change_lsn}, {lsn})')} END"
+        f"CASE WHEN {change_lsn} IS NOT NULL THEN "
+        f"{d.lpad_number(f'COALESCE({commit_lsn}, {change_lsn})', POS_WIDTH)} || '.' || {d.lpad_number(change_lsn, POS_WIDTH)} END"
     )
 
 
@@ -65,8 +72,12 @@ def envelope_sql(d: PostgresDialect, table: TableConfig, env: str) -> EnvelopeSq
         image = f"CASE WHEN {op} = 'd' THEN {d.json_get(env, 'before')} ELSE {d.json_get(env, 'after')} END"
         return EnvelopeSql(op, image, d.json_get(env, "source"))
     # debezium-unwrap (ExtractNewRecordState): the row itself, plus __deleted/__op/...
+    # A tombstone (no value, or JSON null in the SMT's `tombstone` mode) has no op.
     deleted = d.json_get_text(env, "__deleted")
-    op = f"CASE WHEN {deleted} = 'true' THEN 'd' ELSE COALESCE({d.json_get_text(env, '__op')}, 'u') END"
+    op = (
+        f"CASE WHEN {d.json_is_object(env)} THEN\n"
+        f"  CASE WHEN {deleted} = 'true' THEN 'd' ELSE COALESCE({d.json_get_text(env, '__op')}, 'u') END\nEND"
+    )
     return EnvelopeSql(op, env, env)
 
 

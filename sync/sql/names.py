@@ -43,6 +43,10 @@ class TableNames:
     def procedure(self) -> str:
         return f"incremental_sync_{self.table}"
 
+    @property
+    def isolate_procedure(self) -> str:
+        return f"isolate_record_{self.table}"
+
 
 def table_names(pipeline: Pipeline, table: TableConfig) -> TableNames:
     return TableNames(pipeline.schema, table.name)

@@ -12,7 +12,7 @@ from sync.config import Pipeline, TableConfig
 from sync.sql.dialects import PostgresDialect, RedshiftDialect, get_dialect, quote_literal
 from sync.sql.helpers import helper_functions
 from sync.sql.names import QUARANTINE, RUN_LOG, SCHEMA_DRIFT, table_names
-from sync.sql.procedure import procedure_sql
+from sync.sql.procedure import isolate_record_sql, procedure_sql, scheduled_procedure_sql
 
 META_COLUMNS = (
     ("_source_ts", "timestamp"),
@@ -34,6 +34,8 @@ class SqlObject:
     # are created once (CREATE ... IF NOT EXISTS, or after a catalog check).
     replaceable: bool = False
     check_exists: bool = False
+    # Procedures: the argument types, as DROP PROCEDURE names them ("" for none).
+    arguments: str = ""
 
 
 def _columns_block(lines: list[str]) -> str:
@@ -185,9 +187,17 @@ def table_objects(d: PostgresDialect, pipeline: Pipeline, table: TableConfig, or
                 table.name,
             )
         )
-    objects.append(
-        SqlObject("procedure", n.schema, n.procedure, procedure_sql(d, pipeline, table, origin), table.name, replaceable=True)
-    )
+    objects += [
+        SqlObject(
+            "procedure", n.schema, n.procedure, procedure_sql(d, pipeline, table, origin), table.name,
+            replaceable=True, arguments="bigint",
+        ),
+        SqlObject("procedure", n.schema, n.procedure, scheduled_procedure_sql(d, pipeline, table, origin), table.name, replaceable=True),
+        SqlObject(
+            "procedure", n.schema, n.isolate_procedure, isolate_record_sql(d, pipeline, table, origin), table.name,
+            replaceable=True, arguments=d.long_text_argument,
+        ),
+    ]
     return objects
 
 

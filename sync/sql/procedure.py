@@ -15,6 +15,15 @@ from sync.sql.names import QUARANTINE, RUN_LOG, SCHEMA_DRIFT, table_names
 from sync.sql.types import SqlType
 
 _BIGINT = SqlType("bigint")  # source.ts_ms: milliseconds since the epoch
+# source.ts_ms values that are a time (1970-01-01 to 9999-12-31 23:59:59.999): outside
+# them (a nanosecond clock, garbage) the conversion would raise, so the record is
+# quarantined and its conversion reads NULL.
+SOURCE_TS_MS_RANGE = (0, 253402300799999)
+# Read order of the stream for bounded runs and record isolation: a prefix of it is a
+# prefix of every partition (a refresh reads each partition's offsets in order).
+READ_ORDER = "s.refresh_time, s.kafka_partition, s.kafka_offset"
+# A run that is not bounded reads up to this refresh time.
+UNBOUNDED = "TIMESTAMP '9999-12-31 00:00:00'"
 
 
 @dataclass(frozen=True)
@@ -88,6 +97,17 @@ def raw_field_sql(d: PostgresDialect, obj: str, col: ColumnConfig) -> str:
     return d.json_get_text(obj, col.name) if read_as_text(d, col) else d.json_get(obj, col.name)
 
 
+def kafka_key_field_sql(d: PostgresDialect, table: TableConfig, col: ColumnConfig) -> str:
+    """A key field from the Kafka key: a member of the key object, or, for a one-column
+    key, the key itself when it is a bare value (ExtractField$Key, or a producer keying
+    by the id)."""
+    member = raw_field_sql(d, "f.key_env", col)
+    if len(table.key_columns) > 1:
+        return member
+    bare = d.json_scalar_text("f.key_env") if read_as_text(d, col) else "f.key_env"
+    return f"CASE WHEN {d.json_is_object('f.key_env')} THEN {member} ELSE {bare} END"
+
+
 def raw_is_null(d: PostgresDialect, raw: str, col: ColumnConfig) -> str:
     """The field is missing or JSON null (read as text, both are NULL)."""
     return f"{raw} IS NULL" if read_as_text(d, col) else d.json_is_null(raw)
@@ -148,6 +168,27 @@ def classification_checks(d: PostgresDialect, table: TableConfig) -> list[Check]
                 quote_literal(key_reason(col)),
             )
         )
+    if d.key_byte_limit is not None:
+        # An index entry of the primary key has a size limit (PostgreSQL's btree: about
+        # 2.7 kB); a longer key would fail the whole CALL on every run.
+        widths = [f"OCTET_LENGTH(t.{q(c.target_name)})" for c in table.key_columns if c.sql_type.family in ("char", "varchar")]
+        fixed = 16 * (len(table.key_columns) - len(widths))
+        if widths and sum(c.sql_type.byte_limit for c in table.key_columns if c.sql_type.family in ("char", "varchar")) + fixed > d.key_byte_limit:
+            checks.append(
+                Check(
+                    f"{' + '.join(widths)} > {d.key_byte_limit - fixed}",
+                    "quarantine",
+                    quote_literal(f"primary key is longer than the {d.key_byte_limit} bytes a warehouse index entry holds"),
+                )
+            )
+    lo, hi = SOURCE_TS_MS_RANGE
+    checks.append(
+        Check(
+            f"t.has_source_ts AND (t.source_ts_ms IS NULL OR t.source_ts_ms NOT BETWEEN {lo} AND {hi})",
+            "quarantine",
+            "'source time (ts_ms) is not milliseconds since the epoch between 1970 and 9999'",
+        )
+    )
     for col in table.value_columns:
         raw = f"t.{q(_raw_alias(col))}"
         keeps_stored = f" AND NOT t.{q(_mark_alias(col))}" if toastable(col) else ""
@@ -193,19 +234,28 @@ def rerank_sql(d: PostgresDialect, pipeline: Pipeline, table: TableConfig) -> st
     them: their rank is raised to the stored position and their keys are ranked again."""
     n = table_names(pipeline, table)
     q = d.q
-    stage, target = d.qualified(n.schema, n.stage), d.qualified(n.schema, n.target)
+    stage = d.qualified(n.schema, n.stage)
     keys = [c.target_name for c in table.key_columns]
+    # What is stored for a key: its row, or (hard mode) its deleted-key record.
+    held = [d.qualified(n.schema, n.target)] + ([d.qualified(n.schema, n.deleted_keys)] if table.delete_mode == "hard" else [])
 
     def match(a: str, b: str) -> str:
         return " AND ".join(f"{a}.{q(k)} = {b}.{q(k)}" for k in keys)
 
+    raise_to_stored = "".join(
+        f"  UPDATE {stage} s SET _rank_pos = t._source_pos\n"
+        f"  FROM {relation} t\n"
+        f"  WHERE {positionless('s.')} AND {match('t', 's')}\n"
+        "    AND t._source_pos IS NOT NULL AND (s._rank_pos IS NULL OR s._rank_pos < t._source_pos);\n"
+        for relation in held
+    )
     order = rank_order("x._rank_pos", "x._kafka_partition", "x._kafka_offset")
     key_list = ", ".join("x." + q(k) for k in keys)
     same_key_positionless = f"EXISTS (SELECT 1 FROM {stage} y WHERE {positionless('y.')} AND {match('y', 'x')})"
     return (
         "-- 4. Events without a source position: each takes the newest position seen before it\n"
         "--    for its key in Kafka order (so it supersedes what precedes it and loses to what\n"
-        "--    follows), and ranks after the row stored for its key.\n"
+        "--    follows), and ranks after what is stored for its key (row or deleted key).\n"
         "IF v_positionless > 0 THEN\n"
         f"  UPDATE {stage} s SET _rank_pos = r.rank_pos\n"
         f"  FROM (SELECT x._kafka_partition, x._kafka_offset,\n"
@@ -216,11 +266,8 @@ def rerank_sql(d: PostgresDialect, pipeline: Pipeline, table: TableConfig) -> st
         f"          AND {same_key_positionless}) r\n"
         f"  WHERE {positionless('s.')}\n"
         "    AND s._kafka_partition = r._kafka_partition AND s._kafka_offset = r._kafka_offset;\n"
-        f"  UPDATE {stage} s SET _rank_pos = t._source_pos\n"
-        f"  FROM {target} t\n"
-        f"  WHERE {positionless('s.')} AND {match('t', 's')}\n"
-        "    AND t._source_pos IS NOT NULL AND (s._rank_pos IS NULL OR s._rank_pos < t._source_pos);\n"
-        f"  UPDATE {stage} s SET _rn = r.rn\n"
+        + raise_to_stored
+        + f"  UPDATE {stage} s SET _rn = r.rn\n"
         f"  FROM (SELECT x._kafka_partition, x._kafka_offset,\n"
         f"               ROW_NUMBER() OVER (PARTITION BY {', '.join('x.' + q(k) for k in keys)} ORDER BY {order}) AS rn\n"
         f"        FROM {stage} x\n"
@@ -228,6 +275,72 @@ def rerank_sql(d: PostgresDialect, pipeline: Pipeline, table: TableConfig) -> st
         f"          AND {same_key_positionless}) r\n"
         "  WHERE s._kafka_partition = r._kafka_partition AND s._kafka_offset = r._kafka_offset;\n"
         "END IF;"
+    )
+
+
+def redundant_tombstones_sql(d: PostgresDialect, pipeline: Pipeline, table: TableConfig) -> str:
+    """Unwrapped topics: a tombstone right after a delete event of its key (the SMT's
+    `rewrite-with-tombstone` mode; a connector restart re-sends both) adds nothing: the
+    delete event carries the position, and is stale when it is a replay. Only a tombstone
+    without such a delete before it is a delete (the `tombstone` and
+    `delete-to-tombstone` modes). The record before a tombstone is in the batch, or, for
+    the first record of a partition in the batch, the record at the partition's watermark
+    (the last one read), looked up in the stream by offset and refresh time."""
+    n = table_names(pipeline, table)
+    q = d.q
+    stage = d.qualified(n.schema, n.stage)
+    stream = d.qualified(n.schema, n.stream)
+    keys = [c.target_name for c in table.key_columns]
+    previous = ",\n".join(
+        f"               LAG({q(k)}) OVER (PARTITION BY _kafka_partition ORDER BY _kafka_offset) AS {q('prev_' + k)}" for k in keys
+    )
+    same_key = " AND ".join(f"s.{q(k)} = p.{q('prev_' + k)}" for k in keys)
+    tombstone = "s._action = 'delete' AND s._op IS NULL"
+    delete_event = f"{d.json_get_text(unwrap_schema(d, 'b.payload'), '__deleted')} = 'true'"
+    return (
+        "-- 3. A tombstone right after a delete event of its key adds nothing (the delete event\n"
+        "--    carries the position; Debezium's rewrite-with-tombstone mode, and its replays).\n"
+        "IF v_positionless > 0 THEN\n"
+        f"  UPDATE {stage} s SET _action = 'tombstone'\n"
+        "  FROM (SELECT _kafka_partition, _kafka_offset,\n"
+        "               LAG(_op) OVER (PARTITION BY _kafka_partition ORDER BY _kafka_offset) AS prev_op,\n"
+        f"{previous}\n"
+        f"        FROM {stage}) p\n"
+        f"  WHERE {tombstone}\n"
+        "    AND s._kafka_partition = p._kafka_partition AND s._kafka_offset = p._kafka_offset\n"
+        f"    AND p.prev_op = 'd' AND {same_key};\n"
+        "  -- The first record of its partition in this batch: the record before it was read last run.\n"
+        f"  UPDATE {stage} s SET _action = 'tombstone'\n"
+        f"  FROM {d.qualified(n.schema, n.watermark)} w, {stream} a, {stream} b\n"
+        f"  WHERE {tombstone}\n"
+        "    AND w.kafka_partition = s._kafka_partition\n"
+        "    AND a.kafka_partition = s._kafka_partition AND a.kafka_offset = s._kafka_offset AND a.refresh_time = s._refresh_time\n"
+        "    AND b.kafka_partition = w.kafka_partition AND b.kafka_offset = w.last_offset AND b.refresh_time = w.last_refresh_time\n"
+        f"    AND s._kafka_offset = (SELECT MIN(x._kafka_offset) FROM {stage} x WHERE x._kafka_partition = s._kafka_partition)\n"
+        f"    AND b.kafka_key = a.kafka_key AND {delete_event};\n"
+        "END IF;"
+    )
+
+
+def pending_condition() -> str:
+    """Records of the stream `s` past the watermark `w` (LEFT JOINed on the partition).
+    `refresh_time` only prunes: at or after the newest refresh read so far (a bounded run
+    may stop inside a refresh), so the offsets decide."""
+    return "s.refresh_time >= v_since\n  AND s.kafka_offset > COALESCE(w.last_offset, -1)"
+
+
+def pending_in_order_sql(d: PostgresDialect, pipeline: Pipeline, table: TableConfig, columns: str, into: str, rank: str) -> str:
+    """SELECT `columns` of the `rank`-th pending record in READ_ORDER INTO `into` (no row,
+    so NULLs, when there are fewer)."""
+    n = table_names(pipeline, table)
+    return (
+        f"SELECT {columns}\n"
+        f"INTO {into}\n"
+        f"FROM (SELECT s.*, ROW_NUMBER() OVER (ORDER BY {READ_ORDER}) AS read_no\n"
+        f"      FROM {d.qualified(n.schema, n.stream)} s\n"
+        f"      LEFT JOIN {d.qualified(n.schema, n.watermark)} w ON w.kafka_partition = s.kafka_partition\n"
+        f"      WHERE {_indent(pending_condition(), 6).lstrip()}) x\n"
+        f"WHERE x.read_no = {rank}"
     )
 
 
@@ -244,8 +357,11 @@ def batch_sql(d: PostgresDialect, pipeline: Pipeline, table: TableConfig) -> str
         f"       {unwrap_schema(d, 's.key_payload')} AS key_env\n"
         f"FROM {d.qualified(n.schema, n.stream)} s\n"
         f"LEFT JOIN {d.qualified(n.schema, n.watermark)} w ON w.kafka_partition = s.kafka_partition\n"
-        "WHERE s.refresh_time > v_since\n"
-        "  AND s.kafka_offset > COALESCE(w.last_offset, -1)"
+        f"WHERE {pending_condition()}\n"
+        "  AND (s.refresh_time < v_until_time\n"
+        "       OR (s.refresh_time = v_until_time\n"
+        "           AND (s.kafka_partition < v_until_partition\n"
+        "                OR (s.kafka_partition = v_until_partition AND s.kafka_offset <= v_until_offset))))"
     )
     # Level 2: operation, row image and source block, each read once.
     return (
@@ -283,7 +399,7 @@ def stage_insert_sql(d: PostgresDialect, pipeline: Pipeline, table: TableConfig)
     raw_lines = [f"{source.ts_ms} AS source_ts_ms", f"{source.position} AS source_pos"]
     for col in table.key_columns:
         raw_lines.append(f"{raw_field_sql(d, 'f.img', col)} AS {q(_image_alias(col))}")
-        raw_lines.append(f"{raw_field_sql(d, 'f.key_env', col)} AS {q(_key_alias(col))}")
+        raw_lines.append(f"{kafka_key_field_sql(d, table, col)} AS {q(_key_alias(col))}")
     for col in table.value_columns:
         raw_lines.append(f"{raw_field_sql(d, 'f.img', col)} AS {q(_raw_alias(col))}")
     level_fields = (
@@ -346,6 +462,7 @@ def stage_insert_sql(d: PostgresDialect, pipeline: Pipeline, table: TableConfig)
     level_typed = (
         f"SELECT {_record_columns('f.payload', 'f.raw_value', 'f.env', 'f.img', 'f.op', 'f.source_pos')},\n"
         f"       {source_ts_ms} AS source_ts_ms,\n"
+        f"       NOT {d.json_is_null('f.source_ts_ms')} AS has_source_ts,\n"
         + ",\n".join("       " + line for line in field_lines)
         + f"\nFROM (\n{_indent(_fenced(d, level_decoded), 2)}\n) f"
     )
@@ -363,15 +480,22 @@ def stage_insert_sql(d: PostgresDialect, pipeline: Pipeline, table: TableConfig)
     classified = (
         f"SELECT\n{carried},\n"
         "       t.payload,\n"
+        "       t.has_source_ts,\n"
         f"{_indent(_first_match(checks), 7)} AS check_no\n"
         f"FROM (\n{_indent(_fenced(d, level_typed), 2)}\n) t"
     )
     quarantined = ", ".join(str(i) for i, chk in enumerate(checks, start=1) if chk.action == "quarantine")
+    # The payload is kept for quarantined records, and for records with a TOAST
+    # placeholder (quarantined later when no earlier value is known).
+    keeps_payload = f"t.check_no IN ({quarantined})" + (" OR t.unavailable IS NOT NULL" if any(toastable(c) for c in table.value_columns) else "")
+    lo, hi = SOURCE_TS_MS_RANGE
+    # The source time only where it is one (the conversion above would raise otherwise).
+    bounded_ts = f"       CASE WHEN t.source_ts_ms BETWEEN {lo} AND {hi} THEN t.source_ts_ms END AS source_ts_ms"
     level_classified = (
-        f"SELECT\n{carried},\n"
+        f"SELECT\n{carried.replace('       t.source_ts_ms', bounded_ts)},\n"
         f"{_indent(_lookup('t.check_no', [quote_literal(chk.action) for chk in checks], quote_literal('upsert')), 7)} AS action,\n"
         f"{_indent(_lookup('t.check_no', [chk.reason for chk in checks], 'NULL'), 7)} AS reason,\n"
-        f"       CASE WHEN t.check_no IN ({quarantined}) THEN t.payload END AS quarantine_payload\n"
+        f"       CASE WHEN {keeps_payload} THEN t.payload END AS quarantine_payload\n"
         f"FROM (\n{_indent(_fenced(d, classified), 2)}\n) t"
     )
 
@@ -480,6 +604,150 @@ def schema_drift_sql(d: PostgresDialect, pipeline: Pipeline, table: TableConfig)
     )
 
 
+def truncate_sql(d: PostgresDialect, pipeline: Pipeline, table: TableConfig) -> str:
+    """Truncate events (on_truncate = 'delete'). A truncate has no key, so it may land on
+    any partition: only the source position orders it against row events (Debezium:
+    "ordering is guaranteed only for topics that use a single partition"). With a source
+    order, the newest truncate's position T decides: stored rows older than T are removed
+    (hard mode: remembered as deleted keys at T; soft mode: marked at T), events of the
+    batch older than T are void, and everything newer stays. Without positions (order_by
+    = 'kafka'), Kafka order decides: offsets within the truncate's partition, timestamps
+    across partitions, and every stored row precedes it."""
+    n = table_names(pipeline, table)
+    q = d.q
+    stage, target, deleted = (d.qualified(n.schema, x) for x in (n.stage, n.target, n.deleted_keys))
+    now = d.now()
+    keys = [q(c.target_name) for c in table.key_columns]
+    winners = "s._rn = 1 AND s._action IN ('upsert', 'delete')"
+    older = "(_source_pos IS NULL OR _source_pos < v_truncate_pos)"
+    if table.delete_mode == "soft":
+        clear_older = (
+            f"UPDATE {target} SET _deleted = true, _source_ts = v_truncate_ts, _source_pos = v_truncate_pos,\n"
+            f"       _kafka_partition = NULL, _kafka_offset = NULL, _synced_at = {now}\n"
+            f"WHERE {older};"
+        )
+        clear_all = f"UPDATE {target} SET _deleted = true, _synced_at = {now};"
+    else:
+        key_match = " AND ".join(f"k.{k} = t.{k}" for k in keys)
+        clear_older = (
+            f"INSERT INTO {deleted} ({', '.join(keys)}, _source_ts, _source_pos, _kafka_partition, _kafka_offset, _deleted_at)\n"
+            f"SELECT {', '.join('t.' + k for k in keys)}, v_truncate_ts, v_truncate_pos, NULL, NULL, {now}\n"
+            f"FROM {target} t\n"
+            f"WHERE (t._source_pos IS NULL OR t._source_pos < v_truncate_pos)\n"
+            f"  AND NOT EXISTS (SELECT 1 FROM {deleted} k WHERE {key_match});\n"
+            f"DELETE FROM {target}\nWHERE {older};"
+        )
+        clear_all = f"DELETE FROM {target};"
+    unseen = (
+        f"NOT EXISTS (SELECT 1 FROM {target} t WHERE {' AND '.join(f't.{k} = s.{k}' for k in keys)})"
+    )
+    if table.delete_mode == "soft":
+        data = [q(c.target_name) for c in table.columns]
+        record_voided = (
+            f"INSERT INTO {target} ({', '.join(data)}, _source_ts, _source_pos, _kafka_partition, _kafka_offset, _synced_at, _deleted)\n"
+            f"SELECT {', '.join('s.' + c for c in data)}, v_truncate_ts, v_truncate_pos, NULL, NULL, {now}, true\n"
+            f"FROM {stage} s\n"
+            f"WHERE s._rn = 1 AND s._action = 'truncated' AND {unseen};"
+        )
+    else:
+        record_voided = (
+            f"INSERT INTO {deleted} ({', '.join(keys)}, _source_ts, _source_pos, _kafka_partition, _kafka_offset, _deleted_at)\n"
+            f"SELECT {', '.join('s.' + k for k in keys)}, v_truncate_ts, v_truncate_pos, NULL, NULL, {now}\n"
+            f"FROM {stage} s\n"
+            f"WHERE s._rn = 1 AND s._action = 'truncated' AND {unseen}\n"
+            f"  AND NOT EXISTS (SELECT 1 FROM {deleted} k WHERE {' AND '.join(f'k.{k} = s.{k}' for k in keys)});"
+        )
+    precedes = (
+        "((x._kafka_partition = s._kafka_partition AND x._kafka_offset > s._kafka_offset)\n"
+        "        OR (x._kafka_partition <> s._kafka_partition AND x._kafka_timestamp > s._kafka_timestamp))"
+    )
+    by_kafka_order = (
+        f"{clear_all}\n"
+        f"UPDATE {stage} s SET _action = 'truncated'\n"
+        f"WHERE {winners}\n"
+        f"  AND EXISTS (SELECT 1 FROM {stage} x WHERE x._action = 'truncate'\n"
+        f"    AND {precedes});"
+    )
+    lines = [
+        "-- Truncate events (on_truncate = 'delete'): the newest truncate's source position",
+        "-- decides what precedes it; without one, Kafka order does.",
+        f"SELECT COUNT(*), MAX(_source_pos), MAX(_source_ts) INTO v_rows, v_truncate_pos, v_truncate_ts\nFROM {stage}\nWHERE _action = 'truncate';",
+    ]
+    if table.order_by == "kafka":
+        lines += ["IF v_rows > 0 THEN", _indent(by_kafka_order, 2), "END IF;"]
+    else:
+        lines += [
+            "IF v_rows > 0 AND v_truncate_pos IS NOT NULL THEN",
+            _indent(clear_older, 2),
+            _indent(
+                f"UPDATE {stage} SET _action = 'truncated'\n"
+                "WHERE _rn = 1 AND _action IN ('upsert', 'delete') AND (_rank_pos IS NULL OR _rank_pos < v_truncate_pos);\n"
+                "-- Keys whose only events this batch precede the truncate were deleted by it too: remembered,\n"
+                "-- so a replay of those events stays stale.\n"
+                + record_voided,
+                2,
+            ),
+            "ELSIF v_rows > 0 THEN",
+            _indent(by_kafka_order, 2),
+            "END IF;",
+        ]
+    return "\n".join(lines)
+
+
+def unknown_toast_sql(d: PostgresDialect, pipeline: Pipeline, table: TableConfig) -> str:
+    """3. (TOAST) A winner whose placeholder found no earlier value (none in the batch, no
+    stored row) cannot be applied faithfully: quarantined with its payload, never a silent
+    NULL. A backfill, then a quarantine replay, brings it in."""
+    n = table_names(pipeline, table)
+    q = d.q
+    target = d.qualified(n.schema, n.target)
+    key_match = " AND ".join(f"t.{q(c.target_name)} = s.{q(c.target_name)}" for c in table.key_columns)
+    return (
+        "IF v_unavailable > 0 THEN\n"
+        f"  UPDATE {d.qualified(n.schema, n.stage)} s SET _action = 'quarantine',\n"
+        "         _reason = SUBSTRING('no earlier value is known for the TOAST placeholder (__debezium_unavailable_value) in '\n"
+        "                             || BTRIM(s._unavailable, '|'), 1, 1000)\n"
+        "  WHERE s._rn = 1 AND s._action = 'upsert' AND s._unavailable <> '|'\n"
+        f"    AND NOT EXISTS (SELECT 1 FROM {target} t WHERE {key_match});\n"
+        "END IF;"
+    )
+
+
+def replayed_copy_sql(d: PostgresDialect, pipeline: Pipeline, table: TableConfig) -> str:
+    """5. A winner at exactly the stored position that changes nothing (the same values,
+    or a delete of a key already deleted there) is a re-sent copy of the stored event: a
+    connector restart re-sends from its last committed offset. Counted as stale, nothing
+    written. (A tied winner with other values is another change of the same transaction,
+    and applies.)"""
+    n = table_names(pipeline, table)
+    q = d.q
+    stage, target, deleted = (d.qualified(n.schema, x) for x in (n.stage, n.target, n.deleted_keys))
+    key_match = " AND ".join(f"t.{q(c.target_name)} = s.{q(c.target_name)}" for c in table.key_columns)
+    same_values = "".join(f"\n    AND {d.same_value(f't.{q(c.target_name)}', f's.{q(c.target_name)}', c.sql_type)}" for c in table.value_columns)
+    tied = "t._source_pos = s._source_pos"
+    if table.delete_mode == "soft":
+        upsert_copy = f"{key_match} AND {tied} AND NOT t._deleted{same_values}"
+        delete_copy = f"{key_match} AND {tied} AND t._deleted"
+        delete_held = target
+    else:
+        upsert_copy = f"{key_match} AND {tied}{same_values}"
+        delete_copy = f"{key_match} AND {tied}"
+        delete_held = deleted
+    return (
+        "-- 5. A winner at the stored position that changes nothing is a re-sent copy of the stored\n"
+        "--    event (a connector restart): stale. Another change at a tied position applies.\n"
+        "--    (Two statements: Redshift takes no correlated subquery under an OR.)\n"
+        f"UPDATE {stage} s SET _action = 'stale'\n"
+        "WHERE s._rn = 1 AND s._action = 'upsert' AND s._source_pos IS NOT NULL\n"
+        f"  AND EXISTS (SELECT 1 FROM {target} t\n"
+        f"    WHERE {upsert_copy});\n"
+        f"UPDATE {stage} s SET _action = 'stale'\n"
+        "WHERE s._rn = 1 AND s._action = 'delete' AND s._source_pos IS NOT NULL\n"
+        f"  AND EXISTS (SELECT 1 FROM {delete_held} t\n"
+        f"    WHERE {delete_copy});"
+    )
+
+
 def procedure_sql(d: PostgresDialect, pipeline: Pipeline, table: TableConfig, origin: str) -> str:
     n = table_names(pipeline, table)
     q = d.q
@@ -516,6 +784,22 @@ def procedure_sql(d: PostgresDialect, pipeline: Pipeline, table: TableConfig, or
     )
     add("v_since := COALESCE(v_since, TIMESTAMP '1900-01-01 00:00:00');")
     add(
+        "-- A bounded run (record isolation by the caller) reads the first p_max_records pending\n"
+        "-- records in (refresh_time, partition, offset) order: a prefix of every partition.\n"
+        f"v_until_time := {UNBOUNDED};\n"
+        "IF p_max_records IS NOT NULL THEN\n"
+        + _indent(
+            pending_in_order_sql(
+                d, pipeline, table, "x.refresh_time, x.kafka_partition, x.kafka_offset",
+                "v_until_time, v_until_partition, v_until_offset", "p_max_records",
+            )
+            + ";\n"
+            + f"v_until_time := COALESCE(v_until_time, {UNBOUNDED});",
+            2,
+        )
+        + "\nEND IF;"
+    )
+    add(
         "-- 2./3. Records past the watermark (refresh_time only prunes), classified, typed\n"
         "--       and ranked per key, into the stage. Everything below reads the stage only."
     )
@@ -523,11 +807,14 @@ def procedure_sql(d: PostgresDialect, pipeline: Pipeline, table: TableConfig, or
 
     apply_steps: list[str] = []
     step = apply_steps.append
+    if source_order and table.format == "debezium-unwrap":
+        step(redundant_tombstones_sql(d, pipeline, table))
     if source_order:
         step(rerank_sql(d, pipeline, table))
     toast_cols = [c.target_name for c in table.value_columns if toastable(c)]
     if toast_cols:
         step(toast_sql(d, pipeline, table, toast_cols))
+        step(unknown_toast_sql(d, pipeline, table))
     if source_order:
         def stale(held: str) -> str:
             # A lookup of the stored position per winning key (a correlated MAX: at most one
@@ -535,12 +822,19 @@ def procedure_sql(d: PostgresDialect, pipeline: Pipeline, table: TableConfig, or
             return (
                 f"UPDATE {stage} s SET _action = 'stale'\n"
                 f"WHERE {winners} AND s._source_pos IS NOT NULL\n"
-                f"  AND s._source_pos <= (SELECT MAX(t._source_pos) FROM {held} t WHERE {key_match('t', 's')});"
+                f"  AND s._source_pos < (SELECT MAX(t._source_pos) FROM {held} t WHERE {key_match('t', 's')});"
             )
 
-        step("-- 5. Never regress: a winner not newer than what is stored for its key is stale.\n" + stale(target))
+        step(
+            "-- 5. Never regress: a winner older than what is stored for its key is stale. An equal\n"
+            "--    position is not: the changes of one MySQL transaction written with binlog\n"
+            "--    compression share file/pos/row, and Kafka order orders them (a re-sent copy of\n"
+            "--    the stored event applies the same row again).\n"
+            + stale(target)
+        )
         if not soft:
             step(stale(deleted))
+        step(replayed_copy_sql(d, pipeline, table))
     if source_order:
         step(
             "-- A winner without a source position was never stale; it is recorded at the position\n"
@@ -551,23 +845,7 @@ def procedure_sql(d: PostgresDialect, pipeline: Pipeline, table: TableConfig, or
             "END IF;"
         )
     if table.on_truncate == "delete":
-        precedes = (
-            "((x._kafka_partition = s._kafka_partition AND x._kafka_offset > s._kafka_offset)\n"
-            "          OR (x._kafka_partition <> s._kafka_partition AND x._kafka_timestamp > s._kafka_timestamp))"
-        )
-        clear = f"UPDATE {target} SET _deleted = true, _synced_at = {now};" if soft else f"DELETE FROM {target};"
-        step(
-            "-- Truncate events (on_truncate = 'delete'): rows written before the batch all precede\n"
-            "-- the truncate; events of this batch that precede it are void.\n"
-            f"SELECT COUNT(*) INTO v_rows FROM {stage} WHERE _action = 'truncate';\n"
-            "IF v_rows > 0 THEN\n"
-            f"  {clear}\n"
-            f"  UPDATE {stage} s SET _action = 'truncated'\n"
-            f"  WHERE {winners}\n"
-            f"    AND EXISTS (SELECT 1 FROM {stage} x WHERE x._action = 'truncate'\n"
-            f"      AND {precedes});\n"
-            "END IF;"
-        )
+        step(truncate_sql(d, pipeline, table))
     step(
         "SELECT COUNT(CASE WHEN _rn = 1 AND _action = 'upsert' THEN 1 END),\n"
         "       COUNT(CASE WHEN _rn = 1 AND _action = 'delete' THEN 1 END),\n"
@@ -589,11 +867,13 @@ def procedure_sql(d: PostgresDialect, pipeline: Pipeline, table: TableConfig, or
         )
 
     if not soft:
-        # Redshift's DELETE takes no alias for its target: the key match names it in full.
+        # Redshift's DELETE takes no alias for its target: the key match names it in full,
+        # and the stage's alias starts with '_', which no table name can (a table named "s"
+        # would otherwise clash with an alias s).
         step(
             "-- 6. Apply: remove the current row of every key with a winning event (the join is\n"
             "--    on the key, which is the DISTKEY, so it is collocated), then insert the upserts.\n"
-            f"DELETE FROM {target}\nUSING {stage} s\nWHERE {winners}\n  AND {key_match(target, 's')};"
+            f"DELETE FROM {target}\nUSING {stage} _s\nWHERE _s._rn = 1 AND _s._action IN ('upsert', 'delete')\n  AND {key_match(target, '_s')};"
         )
         step(
             "-- Deleted keys are remembered, so neither a replay nor a backfill resurrects them.\n"
@@ -635,7 +915,7 @@ def procedure_sql(d: PostgresDialect, pipeline: Pipeline, table: TableConfig, or
         step(
             "-- 6. Apply (soft deletes): upserts replace the row; deletes only mark it, keeping\n"
             "--    its last values (or record the key when it was never seen).\n"
-            f"DELETE FROM {target}\nUSING {stage} s\nWHERE s._rn = 1 AND s._action = 'upsert'\n  AND {key_match(target, 's')};"
+            f"DELETE FROM {target}\nUSING {stage} _s\nWHERE _s._rn = 1 AND _s._action = 'upsert'\n  AND {key_match(target, '_s')};"
         )
         step(
             f"INSERT INTO {target} ({insert_cols})\n"
@@ -730,15 +1010,94 @@ def procedure_sql(d: PostgresDialect, pipeline: Pipeline, table: TableConfig, or
         "v_unavailable bigint := 0;",
         "v_drift bigint := 0;",
         "v_lag double precision;",
+        "v_until_time timestamp;",
+        "v_until_partition bigint;",
+        "v_until_offset bigint;",
+        "v_truncate_pos varchar(64);",
+        "v_truncate_ts timestamp;",
     ]
+    return _plpgsql_procedure(
+        f"{qual(n.procedure)}(p_max_records bigint)",
+        f"Generated by redshift-sync from {origin} (table {table.name}, topic {table.topic}).\n"
+        "Merges new records of the topic into the target (p_max_records NULL: all of them);\n"
+        "see the README, 'How a sync works: the procedure contract'.",
+        declare,
+        body,
+    )
+
+
+def _plpgsql_procedure(signature: str, comment: str, declare: list[str], body: list[str]) -> str:
+    """CREATE OR REPLACE PROCEDURE with its header comment, declarations and body."""
     return (
-        f"CREATE OR REPLACE PROCEDURE {qual(n.procedure)}()\n"
+        f"CREATE OR REPLACE PROCEDURE {signature}\n"
         "AS $$\n"
-        f"-- Generated by redshift-sync from {origin} (table {table.name}, topic {table.topic}).\n"
-        "-- Merges new records of the topic into the target; see DESIGN.md, 'the procedure contract'.\n"
-        "DECLARE\n"
-        + _indent("\n".join(declare), 2)
-        + "\nBEGIN\n"
+        + "".join(f"-- {line}\n" for line in comment.splitlines())
+        + ("DECLARE\n" + _indent("\n".join(declare), 2) + "\n" if declare else "")
+        + "BEGIN\n"
         + _indent("\n".join(body), 2)
         + "\nEND;\n$$ LANGUAGE plpgsql;"
+    )
+
+
+def scheduled_procedure_sql(d: PostgresDialect, pipeline: Pipeline, table: TableConfig, origin: str) -> str:
+    """`incremental_sync_<table>()`, the call the schedule makes: every pending record."""
+    n = table_names(pipeline, table)
+    qual = d.qualified(n.schema, n.procedure)
+    return _plpgsql_procedure(
+        f"{qual}()",
+        f"Generated by redshift-sync from {origin} (table {table.name}, topic {table.topic}).\n"
+        f"The scheduled sync: every pending record (see {n.procedure}(bigint)).",
+        [],
+        [f"CALL {qual}(CAST(NULL AS bigint));"],
+    )
+
+
+def isolate_record_sql(d: PostgresDialect, pipeline: Pipeline, table: TableConfig, origin: str) -> str:
+    """`isolate_record_<table>(reason)`: the caller found that the first pending record (in
+    the bounded read order) makes the engine raise; it goes to the quarantine with the
+    engine's words and the watermark moves past it, so the rest of the topic flows. Under
+    the same lock as the sync, so it cannot race one."""
+    n = table_names(pipeline, table)
+    qual = lambda name: d.qualified(n.schema, name)  # noqa: E731
+    now = d.now()
+    stream, wm = qual(n.stream), qual(n.watermark)
+    first = pending_in_order_sql(
+        d, pipeline, table, "x.kafka_partition, x.kafka_offset, x.refresh_time", "v_partition, v_offset, v_refresh_time", "1"
+    )
+    reason = "SUBSTRING('the warehouse could not apply this record: ' || COALESCE(p_reason, 'no error text'), 1, 1000)"
+    body = [
+        "-- 1. Single flight, as in the sync itself.",
+        f"LOCK TABLE {wm}{d.lock_mode};",
+        f"v_started := {now};",
+        f"SELECT MAX(last_refresh_time) INTO v_since FROM {wm};",
+        "v_since := COALESCE(v_since, TIMESTAMP '1900-01-01 00:00:00');",
+        first + ";",
+        "IF v_partition IS NOT NULL THEN",
+        _indent(
+            f"INSERT INTO {qual(QUARANTINE)} (table_name, kafka_partition, kafka_offset, kafka_timestamp, reason, payload, raw_value, run_started_at)\n"
+            f"SELECT {quote_literal(table.name)}, s.kafka_partition, s.kafka_offset, s.kafka_timestamp, {reason}, s.payload, s.raw_value, v_started\n"
+            f"FROM {stream} s\n"
+            "WHERE s.kafka_partition = v_partition AND s.kafka_offset = v_offset AND s.refresh_time = v_refresh_time;\n"
+            f"UPDATE {wm} SET last_offset = v_offset, last_refresh_time = v_refresh_time, updated_at = {now}\n"
+            "WHERE kafka_partition = v_partition;\n"
+            f"INSERT INTO {wm} (kafka_partition, last_offset, last_refresh_time, updated_at)\n"
+            f"SELECT v_partition, v_offset, v_refresh_time, {now}\n"
+            f"WHERE NOT EXISTS (SELECT 1 FROM {wm} WHERE kafka_partition = v_partition);\n"
+            f"INSERT INTO {qual(RUN_LOG)} (table_name, backend_pid, started_at, finished_at, events_read, upserted, deleted,\n"
+            "  quarantined, tombstones, stale, superseded, truncates, watermark_before, watermark_after, lag_seconds, status)\n"
+            f"VALUES ({quote_literal(table.name)}, PG_BACKEND_PID(), v_started, {now}, 1, 0, 0,\n"
+            "  1, 0, 0, 0, 0, CAST(v_partition AS varchar(20)) || ':' || CAST(v_offset - 1 AS varchar(20)),\n"
+            "  CAST(v_partition AS varchar(20)) || ':' || CAST(v_offset AS varchar(20)), NULL, 'isolated');",
+            2,
+        ),
+        "END IF;",
+    ]
+    declare = ["v_started timestamp;", "v_since timestamp;", "v_partition bigint;", "v_offset bigint;", "v_refresh_time timestamp;"]
+    return _plpgsql_procedure(
+        f"{qual(n.isolate_procedure)}(p_reason {d.long_text_type})",
+        f"Generated by redshift-sync from {origin} (table {table.name}, topic {table.topic}).\n"
+        "Quarantines the first pending record, which the caller found to make the engine\n"
+        "raise, with the engine's error text, and moves the watermark past it.",
+        declare,
+        body,
     )
