@@ -160,6 +160,12 @@ def print_runs(runs: list[Any]) -> None:
         )
     console.print(grid)
     for r in runs:
+        for error in r.isolated:
+            first_line = error.splitlines()[0] if error else ""
+            err_console.print(
+                f"[yellow]{r.table}: one record isolated[/yellow] (quarantined; the warehouse could not apply it): {first_line}",
+                highlight=False,
+            )
         if r.error:
             err_console.print(f"[red]{r.table} failed:[/red] {r.error}", highlight=False)
 
@@ -173,7 +179,7 @@ def sync_cmd(
     as_json: Annotated[bool, typer.Option("--json", help="Print the run summaries as JSON.")] = False,
 ) -> None:
     """CALL incremental_sync_<table>() for every table (or those named) and summarise."""
-    from sync.runner import call_procedure, selected_tables
+    from sync.runner import selected_tables, sync_table
 
     pipeline, _ = open_pipeline(config)
     names = selected_tables(pipeline, table)
@@ -183,7 +189,7 @@ def sync_cmd(
         for i, name in enumerate(names, start=1):
             # One CALL cannot report as it goes: a spinner (on a terminal) names the table.
             with err_console.status(f"syncing {name} ({i}/{len(names)})", spinner="dots"):
-                runs.append(call_procedure(wh, pipeline, name))
+                runs.append(sync_table(wh, pipeline, name))
     finally:
         wh.close()
     if as_json:

@@ -10,6 +10,7 @@ from sync.config import Pipeline
 from sync.sql.dialects import quote_ident
 from sync.sql.names import QUARANTINE, RUN_LOG, SCHEMA_DRIFT, table_names
 from sync.sql.objects import SqlObject, pipeline_objects
+from sync.isolation import CallFailed, Isolation, is_data_error, isolate
 from sync.warehouse import Warehouse, WarehouseError
 
 
@@ -61,6 +62,10 @@ class RunSummary:
     lag_seconds: float | None
     duration_seconds: float
     error: str | None = None
+    # Records the engine could not apply, isolated and quarantined by this run (their errors).
+    isolated: list[str] = field(default_factory=list)
+    # A failed call failed on a record's data (record isolation may follow).
+    data_error: bool = False
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -72,10 +77,28 @@ RUN_LOG_COLUMNS = (
 )
 
 
-def call_sql(pipeline: Pipeline, table_name: str) -> str:
-    """The CALL statement of one table's procedure."""
+def call_sql(pipeline: Pipeline, table_name: str, max_records: int | None = None) -> str:
+    """The CALL statement of one table's procedure: every pending record, or (record
+    isolation) the first `max_records` of them."""
     names = table_names(pipeline, pipeline.table(table_name))
-    return f"CALL {quote_ident(names.schema)}.{quote_ident(names.procedure)}()"
+    bound = "" if max_records is None else str(int(max_records))
+    return f"CALL {quote_ident(names.schema)}.{quote_ident(names.procedure)}({bound})"
+
+
+def isolate_sql(pipeline: Pipeline, table_name: str) -> str:
+    """The CALL that quarantines the first pending record; one parameter: the reason."""
+    names = table_names(pipeline, pipeline.table(table_name))
+    return f"CALL {quote_ident(names.schema)}.{quote_ident(names.isolate_procedure)}(%s)"
+
+
+def pending_sql(pipeline: Pipeline, table_name: str) -> str:
+    """How many records of the stream are past the table's watermark."""
+    n = table_names(pipeline, pipeline.table(table_name))
+    qs = quote_ident(n.schema)
+    return (
+        f"SELECT COUNT(*) FROM {qs}.{quote_ident(n.stream)} s LEFT JOIN {qs}.{quote_ident(n.watermark)} w "
+        "ON w.kafka_partition = s.kafka_partition WHERE s.kafka_offset > COALESCE(w.last_offset, -1)"
+    )
 
 
 def summary_from_row(table_name: str, r: Sequence, duration: float) -> RunSummary:
@@ -92,18 +115,20 @@ def unfinished_summary(table_name: str, status: str, duration: float, error: str
     return RunSummary(table_name, status, 0, 0, 0, 0, 0, 0, 0, 0, None, None, None, duration, error)
 
 
-def call_procedure(wh: Warehouse, pipeline: Pipeline, table_name: str) -> RunSummary:
+def call_procedure(wh: Warehouse, pipeline: Pipeline, table_name: str, max_records: int | None = None) -> RunSummary:
     """CALL incremental_sync_<table>() and read back the run-log row it wrote."""
     table = pipeline.table(table_name)
     names = table_names(pipeline, table)
     started = time.perf_counter()
     try:
-        wh.execute(call_sql(pipeline, table.name))
+        wh.execute(call_sql(pipeline, table.name, max_records))
     except WarehouseError as exc:
         message = str(exc)
         if "does not exist" in message:
             message += f"\n(has `redshift-sync deploy` run for this pipeline on this database? schema {names.schema!r})"
-        return unfinished_summary(table.name, "failed", time.perf_counter() - started, message)
+        summary = unfinished_summary(table.name, "failed", time.perf_counter() - started, message)
+        summary.data_error = is_data_error(str(exc), exc.sqlstate)
+        return summary
     duration = time.perf_counter() - started
     row = wh.query(
         f"SELECT {RUN_LOG_COLUMNS} FROM {quote_ident(names.schema)}.{quote_ident(RUN_LOG)} "
@@ -125,7 +150,54 @@ def selected_tables(pipeline: Pipeline, tables: Sequence[str] | None = None) -> 
 
 
 def sync(wh: Warehouse, pipeline: Pipeline, tables: Sequence[str] | None = None) -> list[RunSummary]:
-    return [call_procedure(wh, pipeline, name) for name in selected_tables(pipeline, tables)]
+    return [sync_table(wh, pipeline, name) for name in selected_tables(pipeline, tables)]
+
+
+def sync_table(wh: Warehouse, pipeline: Pipeline, table_name: str) -> RunSummary:
+    """One table's sync. A CALL that fails on a record's data is followed by record
+    isolation (sync/isolation.py): the failing records are quarantined with the engine's
+    error and everything else is applied in this run; the summary adds up every call."""
+    first = call_procedure(wh, pipeline, table_name)
+    if first.status != "failed" or not first.data_error:
+        return first
+    applied: list[RunSummary] = []
+
+    def call(limit: int) -> None:
+        run = call_procedure(wh, pipeline, table_name, limit)
+        if run.status == "failed":
+            if run.data_error:
+                raise CallFailed(run.error or "")
+            raise WarehouseError(run.error or "the call failed")
+        applied.append(run)
+
+    started = time.perf_counter()
+    try:
+        result = isolate(
+            call,
+            lambda: int(wh.scalar(pending_sql(pipeline, table_name))),
+            lambda error: wh.execute(isolate_sql(pipeline, table_name), (error,)),
+        )
+    except WarehouseError as exc:
+        return unfinished_summary(table_name, "failed", first.duration_seconds + time.perf_counter() - started, str(exc))
+    return combined_summary(table_name, first, applied, result)
+
+
+def combined_summary(table_name: str, first: RunSummary, applied: list[RunSummary], result: Isolation) -> RunSummary:
+    """The summary of a run that isolated records: the counts of every call that applied
+    a prefix, the isolated records counted as quarantined."""
+    total = unfinished_summary(table_name, "failed" if result.gave_up else "ok", first.duration_seconds, result.gave_up or "")
+    total.error = result.gave_up
+    for run in applied:
+        for name in ("events_read", "upserted", "deleted", "quarantined", "tombstones", "stale", "superseded", "truncates"):
+            setattr(total, name, getattr(total, name) + getattr(run, name))
+        total.duration_seconds += run.duration_seconds
+        total.watermark_before = total.watermark_before or run.watermark_before
+        total.watermark_after = run.watermark_after or total.watermark_after
+        total.lag_seconds = run.lag_seconds if run.lag_seconds is not None else total.lag_seconds
+    total.events_read += len(result.isolated)
+    total.quarantined += len(result.isolated)
+    total.isolated = list(result.isolated)
+    return total
 
 
 @dataclass
@@ -155,10 +227,7 @@ def status(wh: Warehouse, pipeline: Pipeline) -> list[TableStatus]:
             out.append(TableStatus(table.name, False, {}, None, None, None, None, 0, []))
             continue
         wms = {int(p): int(o) for p, o in wh.query(f"SELECT kafka_partition, last_offset FROM {qs}.{quote_ident(n.watermark)} ORDER BY 1")}
-        pending = wh.scalar(
-            f"SELECT COUNT(*) FROM {qs}.{quote_ident(n.stream)} s LEFT JOIN {qs}.{quote_ident(n.watermark)} w "
-            "ON w.kafka_partition = s.kafka_partition WHERE s.kafka_offset > COALESCE(w.last_offset, -1)"
-        )
+        pending = wh.scalar(pending_sql(pipeline, table.name))
         target_rows = wh.scalar(f"SELECT COUNT(*) FROM {qs}.{quote_ident(n.target)}")
         last = wh.query(
             f"SELECT started_at, {RUN_LOG_COLUMNS} FROM {qs}.{quote_ident(RUN_LOG)} "

@@ -18,7 +18,12 @@ DSN_ENV_VAR = "REDSHIFT_SYNC_DSN"
 
 
 class WarehouseError(RuntimeError):
-    """A statement failed; the message carries the database's own words."""
+    """A statement failed; the message carries the database's own words, `sqlstate` its
+    SQLSTATE code when the driver gives one."""
+
+    def __init__(self, message: str, sqlstate: str | None = None):
+        super().__init__(message)
+        self.sqlstate = sqlstate
 
 
 @dataclass
@@ -50,7 +55,7 @@ class Warehouse:
         except Exception as exc:
             if isinstance(exc, WarehouseError):
                 raise
-            raise WarehouseError(_describe(exc)) from exc
+            raise WarehouseError(_describe(exc), _sqlstate(exc)) from exc
         finally:
             cur.close()
 
@@ -87,6 +92,15 @@ class Warehouse:
             self.conn.close()
         except Exception:  # closing a broken connection must not hide the original error
             pass
+
+
+def _sqlstate(exc: BaseException) -> str | None:
+    """psycopg's `sqlstate`; redshift_connector puts the server's fields in args[0] ('C')."""
+    code = getattr(exc, "sqlstate", None)
+    if code:
+        return str(code)
+    fields = exc.args[0] if exc.args and isinstance(exc.args[0], dict) else {}
+    return fields.get("C")
 
 
 def _describe(exc: BaseException) -> str:
