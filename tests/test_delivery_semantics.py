@@ -277,3 +277,17 @@ def test_primitive_kafka_key_tombstone_deletes(wh):
     feed(wh, p, "acc", [{**unwrap_row(1, 10, 100, op="c"), "key": 1}, {**unwrap_row(2, 20, 110, op="c"), "key": 2}])
     run = feed(wh, p, "acc", [tombstone(1) | {"key": 1}])
     assert run.deleted == 1 and rows(wh, "acc") == [(2, 20)]
+
+
+# ---- 10. zoned text in a plain timestamp column ---------------------------------------------
+
+
+def test_zoned_text_in_a_timestamp_column_is_taken_at_utc(wh):
+    """Debezium's ZonedTimestamp is ISO 8601 text with Z or an offset; declared as a plain
+    `timestamp` without `semantic`, the offset must not be dropped."""
+    columns = '{ name = "id", type = "integer" }, { name = "at", type = "timestamp" }'
+    p = setup(wh, table_toml("ev", columns=columns, order_by="mysql-binlog"))
+    values = ["2023-03-23T22:00:10.123456Z", "2023-03-23T22:00:10+02:00", "2023-03-23 22:00:10", "2023-03-23"]
+    feed(wh, p, "ev", [envelope("c", i, {"id": i, "at": v}, None, mysql_source(100 + i)) for i, v in enumerate(values)])
+    got = [str(r[1]) for r in rows(wh, "ev", "id, at")]
+    assert got == ["2023-03-23 22:00:10.123456", "2023-03-23 20:00:10", "2023-03-23 22:00:10", "2023-03-23 00:00:00"]

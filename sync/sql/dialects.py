@@ -11,6 +11,10 @@ from __future__ import annotations
 
 from sync.sql.types import INTEGER_BOUNDS, SqlType
 
+# Text that ends in a zone designator after a time of day ("...T22:00:10Z", "+02:00"):
+# ISO 8601 as Debezium's ZonedTimestamp writes it.
+ZONED_TEXT = "[T ][0-9]{2}:[0-9]{2}.*(Z|[+-][0-9]{2}(:?[0-9]{2})?)$"
+
 
 def quote_ident(name: str) -> str:
     """Double-quote an identifier. Names are validated before they get here; quoting is
@@ -303,6 +307,13 @@ class RedshiftDialect(PostgresDialect):
             return (
                 f"CASE WHEN IS_BOOLEAN({expr}) THEN {expr}::boolean"
                 f" WHEN IS_INTEGER({expr}) AND {expr}::int IN (0, 1) THEN {expr}::int = 1 END"
+            )
+        if t.family == "timestamp":
+            # Zoned text (ISO 8601 with Z or an offset) at UTC: a TIMESTAMP cast drops the
+            # offset ("Examples with datetime types"). SUPER casts return NULL on error.
+            return (
+                f"CASE WHEN {self._super_text(expr)} ~ {quote_literal(ZONED_TEXT)}"
+                f" THEN CAST({expr} AS timestamptz) AT TIME ZONE 'UTC' ELSE CAST({expr} AS timestamp) END"
             )
         return f"CAST({expr} AS {self.type_sql(t)})"
 

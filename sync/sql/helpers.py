@@ -9,7 +9,7 @@ for columns of those types.
 
 from __future__ import annotations
 
-from sync.sql.dialects import quote_ident
+from sync.sql.dialects import ZONED_TEXT, quote_ident
 
 NUMBER_PATTERN = r"^\s*[-+]?([0-9]+(\.[0-9]*)?|\.[0-9]+)([eE][-+]?[0-9]{1,3})?\s*$"
 BASE64_PATTERN = r"^([A-Za-z0-9+/]{4})*([A-Za-z0-9+/]{2}==|[A-Za-z0-9+/]{3}=)?$"
@@ -24,12 +24,20 @@ def _fn(schema: str, name: str, args: str, returns: str, body: str, language: st
 
 
 def _temporal(schema: str, family: str) -> str:
+    # A `timestamp` column takes zoned text at UTC: a plain cast would drop the offset.
+    zoned = (
+        f"  IF (j #>> '{{}}') ~ '{ZONED_TEXT}' THEN\n"
+        "    RETURN ((j #>> '{}')::timestamptz AT TIME ZONE 'UTC');\n"
+        "  END IF;\n"
+        if family == "timestamp" else ""
+    )
     body = (
         "BEGIN\n"
         "  IF jsonb_typeof(j) IS DISTINCT FROM 'string' OR (j #>> '{}') !~ '^\\s*[0-9]' THEN\n"
         "    RETURN NULL;\n"
         "  END IF;\n"
-        f"  RETURN (j #>> '{{}}')::{family};\n"
+        + zoned
+        + f"  RETURN (j #>> '{{}}')::{family};\n"
         "EXCEPTION WHEN others THEN\n"
         "  RETURN NULL;\n"
         "END"

@@ -852,7 +852,7 @@ BEGIN
                f."j__total" AS "j__total",
                CAST(f."j__total" AS decimal(12,2)) AS "total",
                f."j__placed_at" AS "j__placed_at",
-               CAST(f."j__placed_at" AS timestamp) AS "placed_at",
+               CASE WHEN CASE WHEN IS_VARCHAR(f."j__placed_at") THEN f."j__placed_at"::varchar(65535) WHEN f."j__placed_at" IS NOT NULL THEN JSON_SERIALIZE(f."j__placed_at") END ~ '[T ][0-9]{2}:[0-9]{2}.*(Z|[+-][0-9]{2}(:?[0-9]{2})?)$' THEN CAST(f."j__placed_at" AS timestamptz) AT TIME ZONE 'UTC' ELSE CAST(f."j__placed_at" AS timestamp) END AS "placed_at",
                NULLIF('|' || CASE WHEN f."u__customer_id" THEN 'customer_id|' ELSE '' END || CASE WHEN f."u__status" THEN 'status|' ELSE '' END, '|') AS unavailable,
                CASE WHEN f.op IN ('c', 'r', 'u') AND IS_OBJECT(f.img) AND NOT (f."ji__order_id" IS NOT NULL AND f."j__customer_id" IS NOT NULL AND f."j__status" IS NOT NULL AND f."j__total" IS NOT NULL AND f."j__placed_at" IS NOT NULL AND GET_NUMBER_ATTRIBUTES(f.img) = 5) THEN f.img END AS drift_img
         FROM (
