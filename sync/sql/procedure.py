@@ -1,6 +1,6 @@
 """`incremental_sync_<table>()`: the procedure that merges a topic's new records into its
 target table. One text for both dialects; the dialect supplies JSON access, casts and a
-handful of spellings. The numbered comments follow the procedure contract in DESIGN.md.
+handful of spellings. The numbered comments follow the procedure contract (README, "How a sync works").
 """
 
 from __future__ import annotations
@@ -77,7 +77,7 @@ def drift_image_sql(d: PostgresDialect, table: TableConfig) -> str:
     return f"CASE WHEN f.op IN ('c', 'r', 'u') AND {d.json_is_object('f.img')} AND NOT ({exact}) THEN f.img END"
 
 
-# The TOAST placeholder in its text, bytea (base64) and text[] forms (reference/debezium.md).
+# The TOAST placeholder in its text, bytea (base64) and text[] forms (docs/debezium.md, "TOAST placeholders").
 UNAVAILABLE_FORMS = ("__debezium_unavailable_value", "X19kZWJleml1bV91bmF2YWlsYWJsZV92YWx1ZQ==", '["__debezium_unavailable_value"]')
 TOASTABLE_FAMILIES = ("char", "varchar", "super", "varbyte")
 
