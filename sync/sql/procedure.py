@@ -296,7 +296,10 @@ def redundant_tombstones_sql(d: PostgresDialect, pipeline: Pipeline, table: Tabl
     )
     same_key = " AND ".join(f"s.{q(k)} = p.{q('prev_' + k)}" for k in keys)
     tombstone = "s._action = 'delete' AND s._op IS NULL"
-    delete_event = f"{d.json_get_text(unwrap_schema(d, 'b.payload'), '__deleted')} = 'true'"
+    # b is a delete event: `__deleted` is "true", in the record or in its schemas.enable wrapper.
+    delete_event = "(" + "\n         OR ".join(
+        f"{d.json_get_text(obj, '__deleted')} = 'true'" for obj in ("b.payload", d.json_get("b.payload", "payload"))
+    ) + ")"
     return (
         "-- 3. A tombstone right after a delete event of its key adds nothing (the delete event\n"
         "--    carries the position; Debezium's rewrite-with-tombstone mode, and its replays).\n"
@@ -317,7 +320,8 @@ def redundant_tombstones_sql(d: PostgresDialect, pipeline: Pipeline, table: Tabl
         "    AND a.kafka_partition = s._kafka_partition AND a.kafka_offset = s._kafka_offset AND a.refresh_time = s._refresh_time\n"
         "    AND b.kafka_partition = w.kafka_partition AND b.kafka_offset = w.last_offset AND b.refresh_time = w.last_refresh_time\n"
         f"    AND s._kafka_offset = (SELECT MIN(x._kafka_offset) FROM {stage} x WHERE x._kafka_partition = s._kafka_partition)\n"
-        f"    AND b.kafka_key = a.kafka_key AND {delete_event};\n"
+        "    AND b.kafka_key = a.kafka_key\n"
+        f"    AND {delete_event};\n"
         "END IF;"
     )
 

@@ -334,7 +334,9 @@ BEGIN
         AND a.kafka_partition = s._kafka_partition AND a.kafka_offset = s._kafka_offset AND a.refresh_time = s._refresh_time
         AND b.kafka_partition = w.kafka_partition AND b.kafka_offset = w.last_offset AND b.refresh_time = w.last_refresh_time
         AND s._kafka_offset = (SELECT MIN(x._kafka_offset) FROM "cdc"."rw__stage" x WHERE x._kafka_partition = s._kafka_partition)
-        AND b.kafka_key = a.kafka_key AND CASE WHEN IS_VARCHAR(CASE WHEN IS_OBJECT(b.payload."schema") THEN b.payload."payload" ELSE b.payload END."__deleted") THEN CASE WHEN IS_OBJECT(b.payload."schema") THEN b.payload."payload" ELSE b.payload END."__deleted"::varchar(65535) WHEN CASE WHEN IS_OBJECT(b.payload."schema") THEN b.payload."payload" ELSE b.payload END."__deleted" IS NOT NULL THEN JSON_SERIALIZE(CASE WHEN IS_OBJECT(b.payload."schema") THEN b.payload."payload" ELSE b.payload END."__deleted") END = 'true';
+        AND b.kafka_key = a.kafka_key
+        AND (CASE WHEN IS_VARCHAR(b.payload."__deleted") THEN b.payload."__deleted"::varchar(65535) WHEN b.payload."__deleted" IS NOT NULL THEN JSON_SERIALIZE(b.payload."__deleted") END = 'true'
+             OR CASE WHEN IS_VARCHAR(b.payload."payload"."__deleted") THEN b.payload."payload"."__deleted"::varchar(65535) WHEN b.payload."payload"."__deleted" IS NOT NULL THEN JSON_SERIALIZE(b.payload."payload"."__deleted") END = 'true');
     END IF;
     -- 4. Events without a source position: each takes the newest position seen before it
     --    for its key in Kafka order (so it supersedes what precedes it and loses to what
