@@ -428,7 +428,11 @@ def print_regression_warnings(wh: Warehouse, pipeline: Pipeline, tables: list[st
     """Records no sync will read (a re-created topic): one warning per partition, on stderr."""
     from sync.recovery import regression_warnings
 
-    for line in regression_warnings(wh, pipeline, tables):
+    try:
+        lines = regression_warnings(wh, pipeline, tables)
+    except WarehouseError as exc:  # the check must not keep the sync from running
+        lines = [f"could not check for records below the watermark: {exc}"]
+    for line in lines:
         err_console.print(f"[yellow]warning:[/yellow] {line}", highlight=False, soft_wrap=True)
 
 
@@ -464,8 +468,8 @@ def reset_positions(
         console.print(f"cleared the stored source positions of {what}; logged as reset-positions", highlight=False)
         return
     raise CliError(
-        f"reset-positions clears the stored source positions of {what}, so that events with binlog positions "
-        "that restarted lower (MySQL failover, RESET MASTER) are no longer stale.\n"
+        f"reset-positions clears the stored source positions of {what}, so that events whose positions "
+        "restarted lower (a MySQL failover, RESET MASTER) are no longer stale.\n"
         "Risk: until a key stores a new position, a replay of an older event of it (a restarted connector "
         "re-sending what it sent before) overwrites its newer row.\n"
         "Nothing was changed: run it again with --yes."

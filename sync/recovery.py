@@ -89,7 +89,7 @@ class OffsetRegression:
 def offset_regressions(wh: Warehouse, pipeline: Pipeline, table_name: str) -> list[OffsetRegression]:
     table = pipeline.table(table_name)
     names = table_names(pipeline, table)
-    if not (wh.relation_exists(names.schema, names.watermark) and wh.relation_exists(names.schema, names.stream)):
+    if not wh.relation_exists(names.schema, names.watermark):
         return []
     d = get_dialect(wh.dialect, pipeline.schema)
     return [OffsetRegression(int(p), int(n)) for p, n in wh.query(sql.offset_regressions_sql(d, pipeline, table))]

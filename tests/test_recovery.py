@@ -179,7 +179,8 @@ def test_rebase_offsets_after_the_topic_is_re_created(cli, wh):
 
 def test_rebase_offsets_takes_care_of_partitions_without_new_records(cli, wh):
     """Partition 1 had records before the topic was re-created and none since: its first
-    record after the rebase is at offset 0, and must be read."""
+    record after the rebase is at offset 0, and must be read. Partition 2 is new (the
+    re-created topic has more partitions): its records are read from the first."""
     source = ChangeStream(["CUST_ID"], MySqlSource())
     cli.ingest(
         [{**source.insert(_row(i)), "partition": 0} for i in range(6)]
@@ -187,16 +188,22 @@ def test_rebase_offsets_takes_care_of_partitions_without_new_records(cli, wh):
     )
     assert cli.sync()["watermark_after"] == "0:5,1:2"
 
-    cli.ingest([{**source.insert(_row(100 + i)), "partition": 0, "offset": i} for i in range(2)])
+    cli.ingest(
+        [{**source.insert(_row(100 + i)), "partition": 0, "offset": i} for i in range(2)]
+        + [{**source.insert(_row(150)), "partition": 2, "offset": 0}]
+    )
     done = cli("rebase-offsets", "--table", "customer", "--yes")
     assert done.returncode == 0, done.stderr
+    assert "partition 0: last offset 5 -> -1 (2 record(s) refreshed after the watermark)" in done.stdout
     assert "partition 1: last offset 2 -> -1 (0 record(s) refreshed after the watermark)" in done.stdout
-    assert cli.sync()["events_read"] == 2
+    assert "partition 2: last offset - -> -1 (1 record(s) refreshed after the watermark)" in done.stdout
+    assert wh.query('SELECT kafka_partition, last_offset FROM cdc."customer__watermark" ORDER BY 1') == [(0, -1), (1, -1), (2, -1)]
+    assert cli.sync()["events_read"] == 3
 
     cli.ingest([{**source.insert(_row(200)), "partition": 1, "offset": 0}])
     late = cli.sync()
-    assert (late["events_read"], late["upserted"], late["watermark_after"]) == (1, 1, "0:1,1:0")
-    assert wh.scalar('SELECT COUNT(*) FROM cdc."customer"') == 12
+    assert (late["events_read"], late["upserted"], late["watermark_after"]) == (1, 1, "0:1,1:0,2:0")
+    assert wh.scalar('SELECT COUNT(*) FROM cdc."customer"') == 13
 
 
 def test_rebase_offsets_refuses_when_nothing_is_new(cli):
