@@ -59,9 +59,10 @@ def test_reset_positions_after_a_mysql_failover(cli, wh):
     """MySQL binlog positions belong to one server: "Binary log file names and byte offsets
     are meaningful only on the single server that produced them"
     (https://docs.snowflake.com/en/user-guide/data-integration/openflow/connectors/mysql/gtid),
-    and after a failover Debezium "begins reading the new server's binlog" from the last
-    transaction's location there (Debezium MySQL connector, "MySQL becomes unavailable",
-    https://access.redhat.com/documentation/en-us/red_hat_integration/2020-q2/html/debezium_user_guide/).
+    and after a failover the Debezium MySQL connector finds the binlog location of the last
+    transaction on another server of the cluster and reads that server's binlog from there
+    (Debezium user guide, "MySQL is unavailable", "Using GTIDs",
+    https://access.redhat.com/documentation/ja-jp/red_hat_integration/2020-q2/html/debezium_user_guide/mysql-is-unavailable_debezium).
     `RESET MASTER` "creates a new binary log file starting at 1"
     (https://dev.mysql.com/doc/refman/8.0/en/reset-master.html)."""
     old_server = ChangeStream(["CUST_ID"], MySqlSource(file_number=42, pos=9_000_000))
@@ -134,7 +135,7 @@ def test_rebase_offsets_after_the_topic_is_re_created(cli, wh):
     they pass the old highwater offset"
     (https://github.com/confluentinc/confluent-kafka-python/issues/455). Redshift's
     streaming views carry `refresh_time`, "the time the refresh started", per record
-    (https://docs.aws.amazon.com/redshift/latest/dg/materialized-view-streaming-ingestion.html)."""
+    (https://docs.aws.amazon.com/redshift/latest/dg/materialized-view-streaming-ingestion-getting-started-MSK.html)."""
     source = ChangeStream(["CUST_ID"], MySqlSource())
     cli.ingest([source.insert(_row(i)) for i in range(10)])
     first = cli.sync()
