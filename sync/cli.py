@@ -186,6 +186,7 @@ def sync_cmd(
     wh = open_warehouse(dsn)
     runs = []
     try:
+        print_regression_warnings(wh, pipeline, names)
         for i, name in enumerate(names, start=1):
             # One CALL cannot report as it goes: a spinner (on a terminal) names the table.
             with err_console.status(f"syncing {name} ({i}/{len(names)})", spinner="dots"):
@@ -204,15 +205,18 @@ def sync_cmd(
 @handle_errors
 def status(config: ConfigOpt = None, dsn: DsnOpt = None) -> None:
     """Watermarks, pending records, last run, lag and quarantine per table."""
+    from sync.recovery import regression_warnings
     from sync.runner import status as run_status
 
     pipeline, _ = open_pipeline(config)
     wh = open_warehouse(dsn)
     try:
         rows = run_status(wh, pipeline)
+        print_status(rows)
+        for line in regression_warnings(wh, pipeline, [s.table for s in rows if s.deployed]):
+            console.print(f"  [yellow]{line}[/yellow]", highlight=False, soft_wrap=True)
     finally:
         wh.close()
-    print_status(rows)
 
 
 def print_status(rows: list[Any]) -> None:
@@ -423,6 +427,89 @@ def package_lambda(
     console.print(
         f"wrote {pkg.path}: {pkg.size_bytes / 1e6:.2f} MB zipped, {pkg.files} files "
         f"({', '.join(pkg.requirements)}); Lambda's limit is 50 MB. Handler: sync.lambda_handler.handler"
+    )
+
+
+def print_regression_warnings(wh: Warehouse, pipeline: Pipeline, tables: list[str]) -> None:
+    """Records no sync will read (a re-created topic): one warning per partition, on stderr."""
+    from sync.recovery import regression_warnings
+
+    try:
+        lines = regression_warnings(wh, pipeline, tables)
+    except WarehouseError as exc:  # the check must not keep the sync from running
+        lines = [f"could not check for records below the watermark: {exc}"]
+    for line in lines:
+        err_console.print(f"[yellow]warning:[/yellow] {line}", highlight=False, soft_wrap=True)
+
+
+YesOpt = Annotated[bool, typer.Option("--yes", help="Do it (without --yes: say what it would change, and change nothing).")]
+
+
+def run_recovery(command: Callable[..., Any], table: str, yes: bool, config: Path | None, dsn: str | None) -> Any:
+    """One recovery command of sync/recovery.py on one table (applied only with --yes)."""
+    pipeline, _ = open_pipeline(config)
+    wh = open_warehouse(dsn)
+    try:
+        return command(wh, pipeline, table, apply=yes)
+    finally:
+        wh.close()
+
+
+@app.command("reset-positions")
+@handle_errors
+def reset_positions(
+    table: Annotated[str, typer.Option("--table", "-t", help="Pipeline table whose stored source positions are cleared.")],
+    yes: YesOpt = False,
+    config: ConfigOpt = None,
+    dsn: DsnOpt = None,
+) -> None:
+    """After a MySQL failover or RESET MASTER: clear the stored source positions so that new events apply."""
+    from sync.recovery import reset_positions as run_reset
+
+    result = run_recovery(run_reset, table, yes, config, dsn)
+    what = f"{result.target_rows} row(s) of {table}" + (
+        f" and {result.deleted_keys} deleted key(s)" if result.deleted_keys is not None else ""
+    )
+    if result.applied:
+        console.print(f"cleared the stored source positions of {what}; logged as reset-positions", highlight=False)
+        return
+    raise CliError(
+        f"reset-positions clears the stored source positions of {what}, so that events whose positions "
+        "restarted lower (a MySQL failover, RESET MASTER) are no longer stale.\n"
+        "Risk: until a key stores a new position, a replay of an older event of it (a restarted connector "
+        "re-sending what it sent before) overwrites its newer row.\n"
+        "Nothing was changed: run it again with --yes."
+    )
+
+
+@app.command("rebase-offsets")
+@handle_errors
+def rebase_offsets(
+    table: Annotated[str, typer.Option("--table", "-t", help="Pipeline table whose watermark is re-based.")],
+    yes: YesOpt = False,
+    config: ConfigOpt = None,
+    dsn: DsnOpt = None,
+) -> None:
+    """After a topic is re-created: move the watermark so that the records refreshed after it are read next."""
+    from sync.recovery import rebase_offsets as run_rebase
+
+    result = run_recovery(run_rebase, table, yes, config, dsn)
+    out = console if result.applied else err_console
+    out.print(f"{'re-based' if result.applied else 'would re-base'} the watermark of {table}: "
+              f"refresh time {result.since_before} -> {result.since_after}", highlight=False)
+    for p in result.partitions:
+        before = "-" if p.last_offset_before is None else p.last_offset_before
+        out.print(f"  partition {p.partition}: last offset {before} -> {p.last_offset_after} "
+                  f"({p.new_records} record(s) refreshed after the watermark)", highlight=False)
+    if result.applied:
+        console.print("logged as rebase-offsets; the next sync reads exactly those records")
+        return
+    raise CliError(
+        "rebase-offsets moves the watermark so that the next sync reads the records refreshed after it, which a "
+        "re-created topic wrote at offsets at or below it, and never again the older ones.\n"
+        "Risk: if the topic was not re-created but its streaming materialized view was (it re-reads the topic at "
+        "the same offsets, and sync needs no help), records already applied are read again.\n"
+        "Nothing was changed: run it again with --yes."
     )
 
 

@@ -1,0 +1,150 @@
+"""Recovery commands for source events that break ordering (SQL in sync/sql/recovery.py).
+
+- `reset_positions`: after a MySQL failover or `RESET MASTER`, clear the stored source
+  positions so that events with the restarted (lower) binlog positions apply.
+- `offset_regressions`: records a re-created topic wrote at offsets at or below the
+  watermark, which no sync will ever read; `rebase_offsets` moves the watermark so that
+  exactly those records are read next.
+
+Each takes `apply`: False only measures what it would change (nothing is written).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import datetime
+
+from sync.config import ConfigError, Pipeline, TableConfig
+from sync.sql import recovery as sql
+from sync.sql.dialects import PostgresDialect, get_dialect
+from sync.sql.names import RUN_LOG, table_names
+from sync.warehouse import Warehouse, WarehouseError
+
+
+def _require_deployed(wh: Warehouse, pipeline: Pipeline, table_name: str) -> None:
+    names = table_names(pipeline, pipeline.table(table_name))
+    if not (wh.relation_exists(names.schema, RUN_LOG) and wh.relation_exists(names.schema, names.watermark)):
+        raise WarehouseError(
+            f"table {table_name!r} is not deployed in schema {names.schema!r} (run `redshift-sync deploy` first)"
+        )
+
+
+@contextmanager
+def _recovery(
+    wh: Warehouse, pipeline: Pipeline, table_name: str, apply: bool
+) -> Iterator[tuple[TableConfig, PostgresDialect, datetime]]:
+    """One transaction, under the procedure's lock when it changes anything; yields the
+    table, the dialect and the start time."""
+    table = pipeline.table(table_name)
+    _require_deployed(wh, pipeline, table.name)
+    d = get_dialect(wh.dialect, pipeline.schema)
+    with wh.transaction():
+        if apply:
+            wh.execute(sql.lock_sql(d, pipeline, table))
+        yield table, d, wh.scalar(f"SELECT {d.now()}")
+
+
+@dataclass
+class PositionReset:
+    table: str
+    target_rows: int  # rows whose stored position was (or would be) cleared
+    deleted_keys: int | None  # the same in the deleted-keys table (None: soft deletes)
+    applied: bool
+
+
+def reset_positions(wh: Warehouse, pipeline: Pipeline, table_name: str, apply: bool) -> PositionReset:
+    """Clear the source positions stored in the target and the deleted-keys table, in one
+    transaction under the procedure's lock, and log it."""
+    if pipeline.table(table_name).order_by == "kafka":
+        raise ConfigError(f'table {table_name!r} has order_by = "kafka": it stores no source positions to reset')
+    with _recovery(wh, pipeline, table_name, apply) as (table, d, started):
+        if apply:
+            counts = [wh.execute(stmt) for stmt in sql.reset_positions_sql(d, pipeline, table)]
+            watermark = wh.scalar(sql.watermark_text_sql(d, pipeline, table))
+            wh.execute(
+                sql.run_log_sql(
+                    d, pipeline, table, sql.RESET_POSITIONS, started, watermark, watermark,
+                    upserted=counts[0], deleted=sum(counts[1:]),
+                )
+            )
+        else:
+            counts = [int(wh.scalar(stmt)) for stmt in sql.positioned_rows_sql(d, pipeline, table)]
+    return PositionReset(table.name, counts[0], counts[1] if len(counts) > 1 else None, apply)
+
+
+@dataclass
+class OffsetRegression:
+    partition: int
+    records: int  # refreshed after the partition's watermark, at an offset at or below it
+
+    def message(self, table: str) -> str:
+        return (
+            f"partition {self.partition}: {self.records} records refreshed after the watermark have offsets at or "
+            f"below it (topic re-created?): run `redshift-sync rebase-offsets --table {table} --yes`"
+        )
+
+
+def offset_regressions(wh: Warehouse, pipeline: Pipeline, table_name: str) -> list[OffsetRegression]:
+    table = pipeline.table(table_name)
+    names = table_names(pipeline, table)
+    if not wh.relation_exists(names.schema, names.watermark):
+        return []
+    d = get_dialect(wh.dialect, pipeline.schema)
+    return [OffsetRegression(int(p), int(n)) for p, n in wh.query(sql.offset_regressions_sql(d, pipeline, table))]
+
+
+def regression_warnings(wh: Warehouse, pipeline: Pipeline, tables: Sequence[str]) -> list[str]:
+    """One line per table and partition with records no sync will read: `<table>: partition ...`."""
+    return [f"{t}: {r.message(t)}" for t in tables for r in offset_regressions(wh, pipeline, t)]
+
+
+@dataclass
+class PartitionRebase:
+    partition: int
+    last_offset_before: int | None  # None: the partition had no watermark row
+    last_offset_after: int
+    new_records: int
+
+
+@dataclass
+class OffsetRebase:
+    table: str
+    since_before: datetime | None
+    since_after: datetime
+    partitions: list[PartitionRebase]
+    applied: bool
+
+
+def rebase_offsets(wh: Warehouse, pipeline: Pipeline, table_name: str, apply: bool) -> OffsetRebase:
+    """Move the watermark so that the next sync reads exactly the records refreshed after
+    it (and never again the older ones): every partition from the first such refresh,
+    from just before its first new offset (offset 0 for a partition with none yet)."""
+    with _recovery(wh, pipeline, table_name, apply) as (table, d, started):
+        before = {int(p): (int(o), t) for p, o, t in wh.query(sql.watermark_rows_sql(d, pipeline, table))}
+        if not before:
+            raise WarehouseError(f"table {table.name!r} has no watermark yet: nothing to rebase (sync reads every record)")
+        new = {int(p): (int(first), at, int(count)) for p, first, at, count in wh.query(sql.new_records_sql(d, pipeline, table))}
+        if not new:
+            raise WarehouseError(
+                f"table {table.name!r}: no record was refreshed after the watermark: nothing to rebase "
+                "(after a topic is re-created, run this once its first records have been refreshed)"
+            )
+        since = sql.rebased_since(min(at for _, at, _ in new.values()))
+        first_offsets = {p: first for p, (first, _, _) in new.items()}
+        plan = [
+            PartitionRebase(
+                p, before[p][0] if p in before else None,
+                first_offsets[p] - 1 if p in first_offsets else -1, new[p][2] if p in new else 0,
+            )
+            for p in sorted(set(before) | set(new))
+        ]
+        since_before = max((t for _, t in before.values() if t is not None), default=None)
+        if apply:
+            watermark_before = wh.scalar(sql.watermark_text_sql(d, pipeline, table))
+            for stmt in sql.rebase_offsets_sql(d, pipeline, table, since, first_offsets, set(before)):
+                wh.execute(stmt)
+            watermark_after = wh.scalar(sql.watermark_text_sql(d, pipeline, table))
+            wh.execute(sql.run_log_sql(d, pipeline, table, sql.REBASE_OFFSETS, started, watermark_before, watermark_after))
+    return OffsetRebase(table.name, since_before, since, plan, apply)

@@ -1,0 +1,175 @@
+"""SQL of the recovery commands for source events that break ordering.
+
+`reset-positions`: after a MySQL failover or `RESET MASTER` binlog file numbers restart
+lower, so every new event looks older than the position stored for its key (stale).
+Clearing the stored positions (a NULL position never makes an event stale) lets them
+apply again.
+
+`rebase-offsets`: a re-created topic restarts Kafka offsets below the watermark, so its
+new records are never past it. The watermark is moved to the first refresh holding new
+records, each partition to just before its first new offset.
+
+Both run under the procedure's own lock (a running sync finishes first, the next one
+waits), in one transaction, and write a run-log row with a status of their own.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+
+from sync.config import Pipeline, TableConfig
+from sync.sql.dialects import PostgresDialect
+from sync.sql.names import RUN_LOG, table_names
+
+RESET_POSITIONS = "reset-positions"
+REBASE_OFFSETS = "rebase-offsets"
+RUN_LOG_INSERT_COLUMNS = (
+    "table_name", "backend_pid", "started_at", "finished_at", "events_read", "upserted", "deleted", "quarantined",
+    "tombstones", "stale", "superseded", "truncates", "watermark_before", "watermark_after", "lag_seconds", "status",
+)
+
+
+def timestamp_literal(value: datetime) -> str:
+    return f"TIMESTAMP '{value.isoformat(sep=' ', timespec='microseconds')}'"
+
+
+def lock_sql(d: PostgresDialect, pipeline: Pipeline, table: TableConfig) -> str:
+    """The lock the procedure takes first (its watermark, then its target): a running sync
+    finishes before this, and the next one waits for it."""
+    n = table_names(pipeline, table)
+    return f"LOCK TABLE {d.qualified(n.schema, n.watermark)}, {d.qualified(n.schema, n.target)}{d.lock_mode};"
+
+
+def watermark_text_sql(d: PostgresDialect, pipeline: Pipeline, table: TableConfig) -> str:
+    """The watermark as the run log writes it: `partition:last_offset,...`."""
+    n = table_names(pipeline, table)
+    q = d.q
+    listed = d.string_agg(
+        f"CAST({q('kafka_partition')} AS varchar(20)) || ':' || CAST({q('last_offset')} AS varchar(20))",
+        ",", q("kafka_partition"),
+    )
+    return f"SELECT {listed}\nFROM {d.qualified(n.schema, n.watermark)};"
+
+
+def watermark_rows_sql(d: PostgresDialect, pipeline: Pipeline, table: TableConfig) -> str:
+    n = table_names(pipeline, table)
+    q = d.q
+    return (
+        f"SELECT {q('kafka_partition')}, {q('last_offset')}, {q('last_refresh_time')}\n"
+        f"FROM {d.qualified(n.schema, n.watermark)}\nORDER BY {q('kafka_partition')};"
+    )
+
+
+def _positioned_relations(pipeline: Pipeline, table: TableConfig) -> list[str]:
+    """Where positions are stored: the target and, with hard deletes, the deleted keys."""
+    n = table_names(pipeline, table)
+    return [n.target] + ([n.deleted_keys] if table.delete_mode == "hard" else [])
+
+
+def positioned_rows_sql(d: PostgresDialect, pipeline: Pipeline, table: TableConfig) -> list[str]:
+    """How many rows hold a source position, per relation of `_positioned_relations`."""
+    return [
+        f"SELECT COUNT(*)\nFROM {d.qualified(pipeline.schema, r)}\nWHERE {d.q('_source_pos')} IS NOT NULL;"
+        for r in _positioned_relations(pipeline, table)
+    ]
+
+
+def reset_positions_sql(d: PostgresDialect, pipeline: Pipeline, table: TableConfig) -> list[str]:
+    """Clear the stored positions, per relation of `_positioned_relations`."""
+    pos = d.q("_source_pos")
+    return [
+        "-- Stored positions no longer make newer events stale (a NULL position never does).\n"
+        f"UPDATE {d.qualified(pipeline.schema, r)}\nSET {pos} = NULL\nWHERE {pos} IS NOT NULL;"
+        for r in _positioned_relations(pipeline, table)
+    ]
+
+
+def offset_regressions_sql(d: PostgresDialect, pipeline: Pipeline, table: TableConfig) -> str:
+    """Per partition, the records refreshed after its watermark whose offsets are at or
+    below it: the procedure never reads them (a re-created topic restarts its offsets)."""
+    n = table_names(pipeline, table)
+    q = d.q
+    return (
+        f"SELECT s.{q('kafka_partition')}, COUNT(*) AS {q('records')}\n"
+        f"FROM {d.qualified(n.schema, n.stream)} s\n"
+        f"JOIN {d.qualified(n.schema, n.watermark)} w ON w.{q('kafka_partition')} = s.{q('kafka_partition')}\n"
+        f"WHERE s.{q('refresh_time')} > w.{q('last_refresh_time')}\n"
+        f"  AND s.{q('kafka_offset')} <= w.{q('last_offset')}\n"
+        f"GROUP BY s.{q('kafka_partition')}\n"
+        f"ORDER BY s.{q('kafka_partition')};"
+    )
+
+
+def new_records_sql(d: PostgresDialect, pipeline: Pipeline, table: TableConfig) -> str:
+    """Per partition, the records refreshed after the watermark (after the partition's own
+    last refresh; for a partition without a watermark row, after the table's newest): the
+    first offset, the first refresh time and how many."""
+    n = table_names(pipeline, table)
+    q = d.q
+    wm = d.qualified(n.schema, n.watermark)
+    return (
+        f"SELECT s.{q('kafka_partition')}, MIN(s.{q('kafka_offset')}) AS {q('first_offset')},\n"
+        f"       MIN(s.{q('refresh_time')}) AS {q('first_refresh')}, COUNT(*) AS {q('records')}\n"
+        f"FROM {d.qualified(n.schema, n.stream)} s\n"
+        f"LEFT JOIN {wm} w ON w.{q('kafka_partition')} = s.{q('kafka_partition')}\n"
+        f"WHERE s.{q('refresh_time')} > COALESCE(w.{q('last_refresh_time')}, (SELECT MAX({q('last_refresh_time')}) FROM {wm}))\n"
+        f"GROUP BY s.{q('kafka_partition')}\n"
+        f"ORDER BY s.{q('kafka_partition')};"
+    )
+
+
+def rebased_since(first_refresh: datetime) -> datetime:
+    """The refresh time every watermark row gets: one microsecond (the resolution of a
+    timestamp) before the first refresh holding new records. The procedure reads
+    `refresh_time >= MAX(last_refresh_time)` (or `>`, in procedures generated before that
+    change): either way the first new refresh is read, and no older one, as refreshes are
+    never a microsecond apart."""
+    return first_refresh - timedelta(microseconds=1)
+
+
+def rebase_offsets_sql(
+    d: PostgresDialect, pipeline: Pipeline, table: TableConfig, since: datetime, first_offsets: dict[int, int],
+    existing: set[int],
+) -> list[str]:
+    """Every watermark row reads from `since` on and from offset 0 (a partition with no new
+    record yet takes its first one when it comes), then each partition with new records
+    from just before its first new offset (a row is added for a partition that had none)."""
+    n = table_names(pipeline, table)
+    q = d.q
+    wm = d.qualified(n.schema, n.watermark)
+    statements = [
+        "-- Every partition reads from the first refresh after the old watermark, from offset 0.\n"
+        f"UPDATE {wm}\nSET {q('last_offset')} = -1, {q('last_refresh_time')} = {timestamp_literal(since)}, "
+        f"{q('updated_at')} = {d.now()};"
+    ]
+    for partition, offset in sorted(first_offsets.items()):
+        if partition in existing:
+            statements.append(
+                f"UPDATE {wm}\nSET {q('last_offset')} = {int(offset) - 1}\nWHERE {q('kafka_partition')} = {int(partition)};"
+            )
+        else:
+            columns = ", ".join(q(c) for c in ("kafka_partition", "last_offset", "last_refresh_time", "updated_at"))
+            statements.append(
+                f"INSERT INTO {wm} ({columns})\n"
+                f"VALUES ({int(partition)}, {int(offset) - 1}, {timestamp_literal(since)}, {d.now()});"
+            )
+    return statements
+
+
+def run_log_sql(
+    d: PostgresDialect, pipeline: Pipeline, table: TableConfig, status: str, started: datetime,
+    watermark_before: str | None, watermark_after: str | None, upserted: int = 0, deleted: int = 0,
+) -> str:
+    """The run-log row of a recovery command: nothing read, a status of its own; a
+    position reset counts the target rows (`upserted`) and deleted keys (`deleted`) whose
+    position it cleared."""
+    text = lambda v: d.lit(v) if v is not None else "NULL"  # noqa: E731
+    values = [
+        d.lit(table.name), "PG_BACKEND_PID()", timestamp_literal(started), d.now(), "0", str(int(upserted)),
+        str(int(deleted)), "0", "0", "0", "0", "0", text(watermark_before), text(watermark_after), "NULL", d.lit(status),
+    ]
+    return (
+        f"INSERT INTO {d.qualified(pipeline.schema, RUN_LOG)}\n"
+        f"  ({', '.join(d.q(c) for c in RUN_LOG_INSERT_COLUMNS)})\n"
+        f"VALUES ({', '.join(values)});"
+    )
