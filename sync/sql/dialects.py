@@ -111,9 +111,9 @@ class PostgresDialect:
     def json_is_object(self, expr: str) -> str:
         return f"(jsonb_typeof({expr}) = 'object')"
 
-    def same_value(self, a: str, b: str, t: SqlType) -> str:
-        """Two values of a column are the same, NULLs included."""
-        return f"{a} IS NOT DISTINCT FROM {b}"
+    def differs(self, a: str, b: str, t: SqlType) -> str:
+        """Two values of a column differ, NULLs included."""
+        return f"{a} IS DISTINCT FROM {b}"
 
     def json_scalar_text(self, expr: str) -> str:
         """A bare JSON value (not a member) as text, like `json_get_text` gives a member."""
@@ -284,11 +284,11 @@ class RedshiftDialect(PostgresDialect):
     def json_is_object(self, expr: str) -> str:
         return f"IS_OBJECT({expr})"
 
-    def same_value(self, a: str, b: str, t: SqlType) -> str:
-        # No IS NOT DISTINCT FROM; SUPER values compare as their serialized text.
+    def differs(self, a: str, b: str, t: SqlType) -> str:
+        # No IS DISTINCT FROM; SUPER values compare as their serialized text.
         if t.family == "super":
             a, b = f"JSON_SERIALIZE({a})", f"JSON_SERIALIZE({b})"
-        return f"({a} = {b} OR ({a} IS NULL AND {b} IS NULL))"
+        return f"({a} <> {b} OR ({a} IS NULL) <> ({b} IS NULL))"
 
     def cast_json(self, expr: str, t: SqlType) -> str:
         # SUPER casts return NULL on error (cast_super_null_on_error = ON), which the

@@ -717,38 +717,45 @@ def unknown_toast_sql(d: PostgresDialect, pipeline: Pipeline, table: TableConfig
     )
 
 
-def replayed_copy_sql(d: PostgresDialect, pipeline: Pipeline, table: TableConfig) -> str:
-    """5. A winner at exactly the stored position that changes nothing (the same values,
-    or a delete of a key already deleted there) is a re-sent copy of the stored event: a
-    connector restart re-sends from its last committed offset. Counted as stale, nothing
-    written. (A tied winner with other values is another change of the same transaction,
-    and applies.)"""
+def tied_changes_sql(d: PostgresDialect, pipeline: Pipeline, table: TableConfig) -> str:
+    """5. Winners at exactly the stored position were set stale with the older ones (one
+    lookup per winner); those that change something apply after all: another change of
+    the same transaction (a compressed MySQL transaction shares one position), in Kafka
+    order. What stays stale at a tie is a re-sent copy of the stored event (the same
+    values, or a delete of a key deleted there). Stale winners are rare (replays), so
+    this runs only when there are some; `_reason` holds the action they had."""
     n = table_names(pipeline, table)
     q = d.q
     stage, target, deleted = (d.qualified(n.schema, x) for x in (n.stage, n.target, n.deleted_keys))
     key_match = " AND ".join(f"t.{q(c.target_name)} = s.{q(c.target_name)}" for c in table.key_columns)
-    same_values = "".join(f"\n    AND {d.same_value(f't.{q(c.target_name)}', f's.{q(c.target_name)}', c.sql_type)}" for c in table.value_columns)
-    tied = "t._source_pos = s._source_pos"
+    differs = " OR ".join(d.differs(f"t.{q(c.target_name)}", f"s.{q(c.target_name)}", c.sql_type) for c in table.value_columns)
+    tied = f"{key_match} AND t._source_pos = s._source_pos"
+    # (action it had, relation, what at the same position makes it a change)
     if table.delete_mode == "soft":
-        upsert_copy = f"{key_match} AND {tied} AND NOT t._deleted{same_values}"
-        delete_copy = f"{key_match} AND {tied} AND t._deleted"
-        delete_held = target
+        cases = [
+            ("upsert", target, f"(t._deleted{' OR ' + differs if differs else ''})"),
+            ("delete", target, "NOT t._deleted"),
+        ]
     else:
-        upsert_copy = f"{key_match} AND {tied}{same_values}"
-        delete_copy = f"{key_match} AND {tied}"
-        delete_held = deleted
+        cases = [("upsert", deleted, ""), ("delete", target, "")]
+        if differs:
+            cases.insert(0, ("upsert", target, f"({differs})"))
+    updates = "\n".join(
+        f"  UPDATE {stage} s SET _action = s._reason, _reason = NULL\n"
+        f"  WHERE s._rn = 1 AND s._action = 'stale' AND s._reason = '{action}'\n"
+        f"    AND EXISTS (SELECT 1 FROM {relation} t WHERE {tied}"
+        + (f"\n      AND {changes});" if changes else ");")
+        for action, relation, changes in cases
+    )
     return (
-        "-- 5. A winner at the stored position that changes nothing is a re-sent copy of the stored\n"
-        "--    event (a connector restart): stale. Another change at a tied position applies.\n"
-        "--    (Two statements: Redshift takes no correlated subquery under an OR.)\n"
-        f"UPDATE {stage} s SET _action = 'stale'\n"
-        "WHERE s._rn = 1 AND s._action = 'upsert' AND s._source_pos IS NOT NULL\n"
-        f"  AND EXISTS (SELECT 1 FROM {target} t\n"
-        f"    WHERE {upsert_copy});\n"
-        f"UPDATE {stage} s SET _action = 'stale'\n"
-        "WHERE s._rn = 1 AND s._action = 'delete' AND s._source_pos IS NOT NULL\n"
-        f"  AND EXISTS (SELECT 1 FROM {delete_held} t\n"
-        f"    WHERE {delete_copy});"
+        "-- 5. A stale winner at exactly the stored position that changes something is another\n"
+        "--    change of the same transaction (compressed MySQL binlog): it applies, in Kafka\n"
+        "--    order. A re-sent copy of the stored event stays stale. (One statement per case:\n"
+        "--    Redshift takes no correlated subquery under an OR.)\n"
+        f"SELECT COUNT(*) INTO v_rows FROM {stage} WHERE _action = 'stale';\n"
+        "IF v_rows > 0 THEN\n"
+        f"{updates}\n"
+        "END IF;"
     )
 
 
@@ -824,21 +831,15 @@ def procedure_sql(d: PostgresDialect, pipeline: Pipeline, table: TableConfig, or
             # A lookup of the stored position per winning key (a correlated MAX: at most one
             # row, NULL when there is none), so the cost follows the batch, not the table.
             return (
-                f"UPDATE {stage} s SET _action = 'stale'\n"
+                f"UPDATE {stage} s SET _action = 'stale', _reason = s._action\n"
                 f"WHERE {winners} AND s._source_pos IS NOT NULL\n"
-                f"  AND s._source_pos < (SELECT MAX(t._source_pos) FROM {held} t WHERE {key_match('t', 's')});"
+                f"  AND s._source_pos <= (SELECT MAX(t._source_pos) FROM {held} t WHERE {key_match('t', 's')});"
             )
 
-        step(
-            "-- 5. Never regress: a winner older than what is stored for its key is stale. An equal\n"
-            "--    position is not: the changes of one MySQL transaction written with binlog\n"
-            "--    compression share file/pos/row, and Kafka order orders them (a re-sent copy of\n"
-            "--    the stored event applies the same row again).\n"
-            + stale(target)
-        )
+        step("-- 5. Never regress: a winner not newer than what is stored for its key is stale.\n" + stale(target))
         if not soft:
             step(stale(deleted))
-        step(replayed_copy_sql(d, pipeline, table))
+        step(tied_changes_sql(d, pipeline, table))
     if source_order:
         step(
             "-- A winner without a source position was never stale; it is recorded at the position\n"

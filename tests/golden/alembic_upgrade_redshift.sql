@@ -420,29 +420,30 @@ BEGIN
       WHERE s._rn = 1 AND s._action = 'upsert' AND s._unavailable <> '|'
         AND NOT EXISTS (SELECT 1 FROM "cdc"."customer" t WHERE t."customer_id" = s."customer_id");
     END IF;
-    -- 5. Never regress: a winner older than what is stored for its key is stale. An equal
-    --    position is not: the changes of one MySQL transaction written with binlog
-    --    compression share file/pos/row, and Kafka order orders them (a re-sent copy of
-    --    the stored event applies the same row again).
-    UPDATE "cdc"."customer__stage" s SET _action = 'stale'
+    -- 5. Never regress: a winner not newer than what is stored for its key is stale.
+    UPDATE "cdc"."customer__stage" s SET _action = 'stale', _reason = s._action
     WHERE s._rn = 1 AND s._action IN ('upsert', 'delete') AND s._source_pos IS NOT NULL
-      AND s._source_pos < (SELECT MAX(t._source_pos) FROM "cdc"."customer" t WHERE t."customer_id" = s."customer_id");
-    UPDATE "cdc"."customer__stage" s SET _action = 'stale'
+      AND s._source_pos <= (SELECT MAX(t._source_pos) FROM "cdc"."customer" t WHERE t."customer_id" = s."customer_id");
+    UPDATE "cdc"."customer__stage" s SET _action = 'stale', _reason = s._action
     WHERE s._rn = 1 AND s._action IN ('upsert', 'delete') AND s._source_pos IS NOT NULL
-      AND s._source_pos < (SELECT MAX(t._source_pos) FROM "cdc"."customer__deleted" t WHERE t."customer_id" = s."customer_id");
-    -- 5. A winner at the stored position that changes nothing is a re-sent copy of the stored
-    --    event (a connector restart): stale. Another change at a tied position applies.
-    --    (Two statements: Redshift takes no correlated subquery under an OR.)
-    UPDATE "cdc"."customer__stage" s SET _action = 'stale'
-    WHERE s._rn = 1 AND s._action = 'upsert' AND s._source_pos IS NOT NULL
-      AND EXISTS (SELECT 1 FROM "cdc"."customer" t
-        WHERE t."customer_id" = s."customer_id" AND t._source_pos = s._source_pos
-        AND (t."name" = s."name" OR (t."name" IS NULL AND s."name" IS NULL))
-        AND (t."mktsegment" = s."mktsegment" OR (t."mktsegment" IS NULL AND s."mktsegment" IS NULL)));
-    UPDATE "cdc"."customer__stage" s SET _action = 'stale'
-    WHERE s._rn = 1 AND s._action = 'delete' AND s._source_pos IS NOT NULL
-      AND EXISTS (SELECT 1 FROM "cdc"."customer__deleted" t
-        WHERE t."customer_id" = s."customer_id" AND t._source_pos = s._source_pos);
+      AND s._source_pos <= (SELECT MAX(t._source_pos) FROM "cdc"."customer__deleted" t WHERE t."customer_id" = s."customer_id");
+    -- 5. A stale winner at exactly the stored position that changes something is another
+    --    change of the same transaction (compressed MySQL binlog): it applies, in Kafka
+    --    order. A re-sent copy of the stored event stays stale. (One statement per case:
+    --    Redshift takes no correlated subquery under an OR.)
+    SELECT COUNT(*) INTO v_rows FROM "cdc"."customer__stage" WHERE _action = 'stale';
+    IF v_rows > 0 THEN
+      UPDATE "cdc"."customer__stage" s SET _action = s._reason, _reason = NULL
+      WHERE s._rn = 1 AND s._action = 'stale' AND s._reason = 'upsert'
+        AND EXISTS (SELECT 1 FROM "cdc"."customer" t WHERE t."customer_id" = s."customer_id" AND t._source_pos = s._source_pos
+          AND ((t."name" <> s."name" OR (t."name" IS NULL) <> (s."name" IS NULL)) OR (t."mktsegment" <> s."mktsegment" OR (t."mktsegment" IS NULL) <> (s."mktsegment" IS NULL))));
+      UPDATE "cdc"."customer__stage" s SET _action = s._reason, _reason = NULL
+      WHERE s._rn = 1 AND s._action = 'stale' AND s._reason = 'upsert'
+        AND EXISTS (SELECT 1 FROM "cdc"."customer__deleted" t WHERE t."customer_id" = s."customer_id" AND t._source_pos = s._source_pos);
+      UPDATE "cdc"."customer__stage" s SET _action = s._reason, _reason = NULL
+      WHERE s._rn = 1 AND s._action = 'stale' AND s._reason = 'delete'
+        AND EXISTS (SELECT 1 FROM "cdc"."customer" t WHERE t."customer_id" = s."customer_id" AND t._source_pos = s._source_pos);
+    END IF;
     -- A winner without a source position was never stale; it is recorded at the position
     -- it ranked by, so replays of what it superseded stay stale.
     IF v_positionless > 0 THEN
@@ -956,28 +957,25 @@ BEGIN
       WHERE s._rn = 1 AND s._action = 'upsert' AND s._unavailable <> '|'
         AND NOT EXISTS (SELECT 1 FROM "cdc"."orders" t WHERE t."order_id" = s."order_id");
     END IF;
-    -- 5. Never regress: a winner older than what is stored for its key is stale. An equal
-    --    position is not: the changes of one MySQL transaction written with binlog
-    --    compression share file/pos/row, and Kafka order orders them (a re-sent copy of
-    --    the stored event applies the same row again).
-    UPDATE "cdc"."orders__stage" s SET _action = 'stale'
+    -- 5. Never regress: a winner not newer than what is stored for its key is stale.
+    UPDATE "cdc"."orders__stage" s SET _action = 'stale', _reason = s._action
     WHERE s._rn = 1 AND s._action IN ('upsert', 'delete') AND s._source_pos IS NOT NULL
-      AND s._source_pos < (SELECT MAX(t._source_pos) FROM "cdc"."orders" t WHERE t."order_id" = s."order_id");
-    -- 5. A winner at the stored position that changes nothing is a re-sent copy of the stored
-    --    event (a connector restart): stale. Another change at a tied position applies.
-    --    (Two statements: Redshift takes no correlated subquery under an OR.)
-    UPDATE "cdc"."orders__stage" s SET _action = 'stale'
-    WHERE s._rn = 1 AND s._action = 'upsert' AND s._source_pos IS NOT NULL
-      AND EXISTS (SELECT 1 FROM "cdc"."orders" t
-        WHERE t."order_id" = s."order_id" AND t._source_pos = s._source_pos AND NOT t._deleted
-        AND (t."customer_id" = s."customer_id" OR (t."customer_id" IS NULL AND s."customer_id" IS NULL))
-        AND (t."status" = s."status" OR (t."status" IS NULL AND s."status" IS NULL))
-        AND (t."total" = s."total" OR (t."total" IS NULL AND s."total" IS NULL))
-        AND (t."placed_at" = s."placed_at" OR (t."placed_at" IS NULL AND s."placed_at" IS NULL)));
-    UPDATE "cdc"."orders__stage" s SET _action = 'stale'
-    WHERE s._rn = 1 AND s._action = 'delete' AND s._source_pos IS NOT NULL
-      AND EXISTS (SELECT 1 FROM "cdc"."orders" t
-        WHERE t."order_id" = s."order_id" AND t._source_pos = s._source_pos AND t._deleted);
+      AND s._source_pos <= (SELECT MAX(t._source_pos) FROM "cdc"."orders" t WHERE t."order_id" = s."order_id");
+    -- 5. A stale winner at exactly the stored position that changes something is another
+    --    change of the same transaction (compressed MySQL binlog): it applies, in Kafka
+    --    order. A re-sent copy of the stored event stays stale. (One statement per case:
+    --    Redshift takes no correlated subquery under an OR.)
+    SELECT COUNT(*) INTO v_rows FROM "cdc"."orders__stage" WHERE _action = 'stale';
+    IF v_rows > 0 THEN
+      UPDATE "cdc"."orders__stage" s SET _action = s._reason, _reason = NULL
+      WHERE s._rn = 1 AND s._action = 'stale' AND s._reason = 'upsert'
+        AND EXISTS (SELECT 1 FROM "cdc"."orders" t WHERE t."order_id" = s."order_id" AND t._source_pos = s._source_pos
+          AND (t._deleted OR (t."customer_id" <> s."customer_id" OR (t."customer_id" IS NULL) <> (s."customer_id" IS NULL)) OR (t."status" <> s."status" OR (t."status" IS NULL) <> (s."status" IS NULL)) OR (t."total" <> s."total" OR (t."total" IS NULL) <> (s."total" IS NULL)) OR (t."placed_at" <> s."placed_at" OR (t."placed_at" IS NULL) <> (s."placed_at" IS NULL))));
+      UPDATE "cdc"."orders__stage" s SET _action = s._reason, _reason = NULL
+      WHERE s._rn = 1 AND s._action = 'stale' AND s._reason = 'delete'
+        AND EXISTS (SELECT 1 FROM "cdc"."orders" t WHERE t."order_id" = s."order_id" AND t._source_pos = s._source_pos
+          AND NOT t._deleted);
+    END IF;
     -- A winner without a source position was never stale; it is recorded at the position
     -- it ranked by, so replays of what it superseded stay stale.
     IF v_positionless > 0 THEN

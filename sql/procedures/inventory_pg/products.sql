@@ -501,36 +501,30 @@ BEGIN
       WHERE s._rn = 1 AND s._action = 'upsert' AND s._unavailable <> '|'
         AND NOT EXISTS (SELECT 1 FROM "inventory"."products" t WHERE t."id" = s."id");
     END IF;
-    -- 5. Never regress: a winner older than what is stored for its key is stale. An equal
-    --    position is not: the changes of one MySQL transaction written with binlog
-    --    compression share file/pos/row, and Kafka order orders them (a re-sent copy of
-    --    the stored event applies the same row again).
-    UPDATE "inventory"."products__stage" s SET _action = 'stale'
+    -- 5. Never regress: a winner not newer than what is stored for its key is stale.
+    UPDATE "inventory"."products__stage" s SET _action = 'stale', _reason = s._action
     WHERE s._rn = 1 AND s._action IN ('upsert', 'delete') AND s._source_pos IS NOT NULL
-      AND s._source_pos < (SELECT MAX(t._source_pos) FROM "inventory"."products" t WHERE t."id" = s."id");
-    UPDATE "inventory"."products__stage" s SET _action = 'stale'
+      AND s._source_pos <= (SELECT MAX(t._source_pos) FROM "inventory"."products" t WHERE t."id" = s."id");
+    UPDATE "inventory"."products__stage" s SET _action = 'stale', _reason = s._action
     WHERE s._rn = 1 AND s._action IN ('upsert', 'delete') AND s._source_pos IS NOT NULL
-      AND s._source_pos < (SELECT MAX(t._source_pos) FROM "inventory"."products__deleted" t WHERE t."id" = s."id");
-    -- 5. A winner at the stored position that changes nothing is a re-sent copy of the stored
-    --    event (a connector restart): stale. Another change at a tied position applies.
-    --    (Two statements: Redshift takes no correlated subquery under an OR.)
-    UPDATE "inventory"."products__stage" s SET _action = 'stale'
-    WHERE s._rn = 1 AND s._action = 'upsert' AND s._source_pos IS NOT NULL
-      AND EXISTS (SELECT 1 FROM "inventory"."products" t
-        WHERE t."id" = s."id" AND t._source_pos = s._source_pos
-        AND (t."sku" = s."sku" OR (t."sku" IS NULL AND s."sku" IS NULL))
-        AND (t."description" = s."description" OR (t."description" IS NULL AND s."description" IS NULL))
-        AND (t."price" = s."price" OR (t."price" IS NULL AND s."price" IS NULL))
-        AND (t."weight" = s."weight" OR (t."weight" IS NULL AND s."weight" IS NULL))
-        AND (t."released" = s."released" OR (t."released" IS NULL AND s."released" IS NULL))
-        AND (t."updated_at" = s."updated_at" OR (t."updated_at" IS NULL AND s."updated_at" IS NULL))
-        AND (t."published_at" = s."published_at" OR (t."published_at" IS NULL AND s."published_at" IS NULL))
-        AND (JSON_SERIALIZE(t."attributes") = JSON_SERIALIZE(s."attributes") OR (JSON_SERIALIZE(t."attributes") IS NULL AND JSON_SERIALIZE(s."attributes") IS NULL))
-        AND (t."in_stock" = s."in_stock" OR (t."in_stock" IS NULL AND s."in_stock" IS NULL)));
-    UPDATE "inventory"."products__stage" s SET _action = 'stale'
-    WHERE s._rn = 1 AND s._action = 'delete' AND s._source_pos IS NOT NULL
-      AND EXISTS (SELECT 1 FROM "inventory"."products__deleted" t
-        WHERE t."id" = s."id" AND t._source_pos = s._source_pos);
+      AND s._source_pos <= (SELECT MAX(t._source_pos) FROM "inventory"."products__deleted" t WHERE t."id" = s."id");
+    -- 5. A stale winner at exactly the stored position that changes something is another
+    --    change of the same transaction (compressed MySQL binlog): it applies, in Kafka
+    --    order. A re-sent copy of the stored event stays stale. (One statement per case:
+    --    Redshift takes no correlated subquery under an OR.)
+    SELECT COUNT(*) INTO v_rows FROM "inventory"."products__stage" WHERE _action = 'stale';
+    IF v_rows > 0 THEN
+      UPDATE "inventory"."products__stage" s SET _action = s._reason, _reason = NULL
+      WHERE s._rn = 1 AND s._action = 'stale' AND s._reason = 'upsert'
+        AND EXISTS (SELECT 1 FROM "inventory"."products" t WHERE t."id" = s."id" AND t._source_pos = s._source_pos
+          AND ((t."sku" <> s."sku" OR (t."sku" IS NULL) <> (s."sku" IS NULL)) OR (t."description" <> s."description" OR (t."description" IS NULL) <> (s."description" IS NULL)) OR (t."price" <> s."price" OR (t."price" IS NULL) <> (s."price" IS NULL)) OR (t."weight" <> s."weight" OR (t."weight" IS NULL) <> (s."weight" IS NULL)) OR (t."released" <> s."released" OR (t."released" IS NULL) <> (s."released" IS NULL)) OR (t."updated_at" <> s."updated_at" OR (t."updated_at" IS NULL) <> (s."updated_at" IS NULL)) OR (t."published_at" <> s."published_at" OR (t."published_at" IS NULL) <> (s."published_at" IS NULL)) OR (JSON_SERIALIZE(t."attributes") <> JSON_SERIALIZE(s."attributes") OR (JSON_SERIALIZE(t."attributes") IS NULL) <> (JSON_SERIALIZE(s."attributes") IS NULL)) OR (t."in_stock" <> s."in_stock" OR (t."in_stock" IS NULL) <> (s."in_stock" IS NULL))));
+      UPDATE "inventory"."products__stage" s SET _action = s._reason, _reason = NULL
+      WHERE s._rn = 1 AND s._action = 'stale' AND s._reason = 'upsert'
+        AND EXISTS (SELECT 1 FROM "inventory"."products__deleted" t WHERE t."id" = s."id" AND t._source_pos = s._source_pos);
+      UPDATE "inventory"."products__stage" s SET _action = s._reason, _reason = NULL
+      WHERE s._rn = 1 AND s._action = 'stale' AND s._reason = 'delete'
+        AND EXISTS (SELECT 1 FROM "inventory"."products" t WHERE t."id" = s."id" AND t._source_pos = s._source_pos);
+    END IF;
     -- A winner without a source position was never stale; it is recorded at the position
     -- it ranked by, so replays of what it superseded stay stale.
     IF v_positionless > 0 THEN

@@ -356,27 +356,25 @@ BEGIN
               AND EXISTS (SELECT 1 FROM "inventory"."stock_moves__stage" y WHERE y._source_pos IS NULL AND y._action IN ('upsert', 'delete') AND y."move_id" = x."move_id")) r
       WHERE s._kafka_partition = r._kafka_partition AND s._kafka_offset = r._kafka_offset;
     END IF;
-    -- 5. Never regress: a winner older than what is stored for its key is stale. An equal
-    --    position is not: the changes of one MySQL transaction written with binlog
-    --    compression share file/pos/row, and Kafka order orders them (a re-sent copy of
-    --    the stored event applies the same row again).
-    UPDATE "inventory"."stock_moves__stage" s SET _action = 'stale'
+    -- 5. Never regress: a winner not newer than what is stored for its key is stale.
+    UPDATE "inventory"."stock_moves__stage" s SET _action = 'stale', _reason = s._action
     WHERE s._rn = 1 AND s._action IN ('upsert', 'delete') AND s._source_pos IS NOT NULL
-      AND s._source_pos < (SELECT MAX(t._source_pos) FROM "inventory"."stock_moves" t WHERE t."move_id" = s."move_id");
-    -- 5. A winner at the stored position that changes nothing is a re-sent copy of the stored
-    --    event (a connector restart): stale. Another change at a tied position applies.
-    --    (Two statements: Redshift takes no correlated subquery under an OR.)
-    UPDATE "inventory"."stock_moves__stage" s SET _action = 'stale'
-    WHERE s._rn = 1 AND s._action = 'upsert' AND s._source_pos IS NOT NULL
-      AND EXISTS (SELECT 1 FROM "inventory"."stock_moves" t
-        WHERE t."move_id" = s."move_id" AND t._source_pos = s._source_pos AND NOT t._deleted
-        AND (t."product_id" = s."product_id" OR (t."product_id" IS NULL AND s."product_id" IS NULL))
-        AND (t."quantity" = s."quantity" OR (t."quantity" IS NULL AND s."quantity" IS NULL))
-        AND (t."moved_at" = s."moved_at" OR (t."moved_at" IS NULL AND s."moved_at" IS NULL)));
-    UPDATE "inventory"."stock_moves__stage" s SET _action = 'stale'
-    WHERE s._rn = 1 AND s._action = 'delete' AND s._source_pos IS NOT NULL
-      AND EXISTS (SELECT 1 FROM "inventory"."stock_moves" t
-        WHERE t."move_id" = s."move_id" AND t._source_pos = s._source_pos AND t._deleted);
+      AND s._source_pos <= (SELECT MAX(t._source_pos) FROM "inventory"."stock_moves" t WHERE t."move_id" = s."move_id");
+    -- 5. A stale winner at exactly the stored position that changes something is another
+    --    change of the same transaction (compressed MySQL binlog): it applies, in Kafka
+    --    order. A re-sent copy of the stored event stays stale. (One statement per case:
+    --    Redshift takes no correlated subquery under an OR.)
+    SELECT COUNT(*) INTO v_rows FROM "inventory"."stock_moves__stage" WHERE _action = 'stale';
+    IF v_rows > 0 THEN
+      UPDATE "inventory"."stock_moves__stage" s SET _action = s._reason, _reason = NULL
+      WHERE s._rn = 1 AND s._action = 'stale' AND s._reason = 'upsert'
+        AND EXISTS (SELECT 1 FROM "inventory"."stock_moves" t WHERE t."move_id" = s."move_id" AND t._source_pos = s._source_pos
+          AND (t._deleted OR (t."product_id" <> s."product_id" OR (t."product_id" IS NULL) <> (s."product_id" IS NULL)) OR (t."quantity" <> s."quantity" OR (t."quantity" IS NULL) <> (s."quantity" IS NULL)) OR (t."moved_at" <> s."moved_at" OR (t."moved_at" IS NULL) <> (s."moved_at" IS NULL))));
+      UPDATE "inventory"."stock_moves__stage" s SET _action = s._reason, _reason = NULL
+      WHERE s._rn = 1 AND s._action = 'stale' AND s._reason = 'delete'
+        AND EXISTS (SELECT 1 FROM "inventory"."stock_moves" t WHERE t."move_id" = s."move_id" AND t._source_pos = s._source_pos
+          AND NOT t._deleted);
+    END IF;
     -- A winner without a source position was never stale; it is recorded at the position
     -- it ranked by, so replays of what it superseded stay stale.
     IF v_positionless > 0 THEN

@@ -368,29 +368,30 @@ BEGIN
       WHERE s._rn = 1 AND s._action = 'upsert' AND s._unavailable <> '|'
         AND NOT EXISTS (SELECT 1 FROM "cdc"."customer" t WHERE t."customer_id" = s."customer_id");
     END IF;
-    -- 5. Never regress: a winner older than what is stored for its key is stale. An equal
-    --    position is not: the changes of one MySQL transaction written with binlog
-    --    compression share file/pos/row, and Kafka order orders them (a re-sent copy of
-    --    the stored event applies the same row again).
-    UPDATE "cdc"."customer__stage" s SET _action = 'stale'
+    -- 5. Never regress: a winner not newer than what is stored for its key is stale.
+    UPDATE "cdc"."customer__stage" s SET _action = 'stale', _reason = s._action
     WHERE s._rn = 1 AND s._action IN ('upsert', 'delete') AND s._source_pos IS NOT NULL
-      AND s._source_pos < (SELECT MAX(t._source_pos) FROM "cdc"."customer" t WHERE t."customer_id" = s."customer_id");
-    UPDATE "cdc"."customer__stage" s SET _action = 'stale'
+      AND s._source_pos <= (SELECT MAX(t._source_pos) FROM "cdc"."customer" t WHERE t."customer_id" = s."customer_id");
+    UPDATE "cdc"."customer__stage" s SET _action = 'stale', _reason = s._action
     WHERE s._rn = 1 AND s._action IN ('upsert', 'delete') AND s._source_pos IS NOT NULL
-      AND s._source_pos < (SELECT MAX(t._source_pos) FROM "cdc"."customer__deleted" t WHERE t."customer_id" = s."customer_id");
-    -- 5. A winner at the stored position that changes nothing is a re-sent copy of the stored
-    --    event (a connector restart): stale. Another change at a tied position applies.
-    --    (Two statements: Redshift takes no correlated subquery under an OR.)
-    UPDATE "cdc"."customer__stage" s SET _action = 'stale'
-    WHERE s._rn = 1 AND s._action = 'upsert' AND s._source_pos IS NOT NULL
-      AND EXISTS (SELECT 1 FROM "cdc"."customer" t
-        WHERE t."customer_id" = s."customer_id" AND t._source_pos = s._source_pos
-        AND (t."name" = s."name" OR (t."name" IS NULL AND s."name" IS NULL))
-        AND (t."mktsegment" = s."mktsegment" OR (t."mktsegment" IS NULL AND s."mktsegment" IS NULL)));
-    UPDATE "cdc"."customer__stage" s SET _action = 'stale'
-    WHERE s._rn = 1 AND s._action = 'delete' AND s._source_pos IS NOT NULL
-      AND EXISTS (SELECT 1 FROM "cdc"."customer__deleted" t
-        WHERE t."customer_id" = s."customer_id" AND t._source_pos = s._source_pos);
+      AND s._source_pos <= (SELECT MAX(t._source_pos) FROM "cdc"."customer__deleted" t WHERE t."customer_id" = s."customer_id");
+    -- 5. A stale winner at exactly the stored position that changes something is another
+    --    change of the same transaction (compressed MySQL binlog): it applies, in Kafka
+    --    order. A re-sent copy of the stored event stays stale. (One statement per case:
+    --    Redshift takes no correlated subquery under an OR.)
+    SELECT COUNT(*) INTO v_rows FROM "cdc"."customer__stage" WHERE _action = 'stale';
+    IF v_rows > 0 THEN
+      UPDATE "cdc"."customer__stage" s SET _action = s._reason, _reason = NULL
+      WHERE s._rn = 1 AND s._action = 'stale' AND s._reason = 'upsert'
+        AND EXISTS (SELECT 1 FROM "cdc"."customer" t WHERE t."customer_id" = s."customer_id" AND t._source_pos = s._source_pos
+          AND ((t."name" <> s."name" OR (t."name" IS NULL) <> (s."name" IS NULL)) OR (t."mktsegment" <> s."mktsegment" OR (t."mktsegment" IS NULL) <> (s."mktsegment" IS NULL))));
+      UPDATE "cdc"."customer__stage" s SET _action = s._reason, _reason = NULL
+      WHERE s._rn = 1 AND s._action = 'stale' AND s._reason = 'upsert'
+        AND EXISTS (SELECT 1 FROM "cdc"."customer__deleted" t WHERE t."customer_id" = s."customer_id" AND t._source_pos = s._source_pos);
+      UPDATE "cdc"."customer__stage" s SET _action = s._reason, _reason = NULL
+      WHERE s._rn = 1 AND s._action = 'stale' AND s._reason = 'delete'
+        AND EXISTS (SELECT 1 FROM "cdc"."customer" t WHERE t."customer_id" = s."customer_id" AND t._source_pos = s._source_pos);
+    END IF;
     -- A winner without a source position was never stale; it is recorded at the position
     -- it ranked by, so replays of what it superseded stay stale.
     IF v_positionless > 0 THEN
