@@ -40,7 +40,12 @@ def env(monkeypatch):
     monkeypatch.setenv("REDSHIFT_SYNC_POLL_SECONDS", "0.05")
     monkeypatch.setenv("REDSHIFT_SYNC_POLL_MAX_SECONDS", "0.2")
     monkeypatch.setenv("REDSHIFT_SYNC_RETRY_BASE_SECONDS", "0.05")
-    monkeypatch.setenv("REDSHIFT_SYNC_DEADLINE_MARGIN_SECONDS", "1")
+    monkeypatch.setenv("REDSHIFT_SYNC_DEADLINE_MARGIN_SECONDS", "2")
+    monkeypatch.setenv("REDSHIFT_SYNC_CONNECT_TIMEOUT_SECONDS", "0.2")
+    monkeypatch.setenv("REDSHIFT_SYNC_READ_TIMEOUT_SECONDS", "0.5")
+    monkeypatch.setenv("REDSHIFT_SYNC_SDK_ATTEMPTS", "1")
+    monkeypatch.setenv("REDSHIFT_SYNC_MIN_CALL_SECONDS", "0")
+    monkeypatch.setenv("REDSHIFT_SYNC_API_BACKOFF_SECONDS", "0.02")
     return monkeypatch
 
 
@@ -58,7 +63,7 @@ def loaded(deployed):
 @pytest.fixture
 def api(env, database_dsn, monkeypatch):
     with LocalDataApi(database_dsn) as local:
-        monkeypatch.setattr(lambda_handler, "client_factory", lambda: local)
+        monkeypatch.setattr(lambda_handler, "client_factory", lambda timeouts: local)
         yield local
 
 
@@ -95,7 +100,8 @@ def test_every_table_syncs_and_the_summary_is_the_run_log(loaded, api, capsys):
     assert [line["Table"] for line in lines] == ["customer", "orders"]
     for line, run in zip(lines, summary["tables"]):
         (directive,) = line["_aws"]["CloudWatchMetrics"]
-        assert directive["Dimensions"] == [["Table"]] and directive["Namespace"] == "RedshiftSync"
+        # Per table, and over all tables (an empty dimension set) for the alarms of deploy/lambda.yaml.
+        assert directive["Dimensions"] == [["Table"], []] and directive["Namespace"] == "RedshiftSync"
         assert isinstance(line["_aws"]["Timestamp"], int)
         for metric in directive["Metrics"]:
             assert metric["Name"] in line and metric["Unit"] in ("Count", "Seconds")
@@ -140,7 +146,7 @@ def test_a_call_outliving_the_deadline_is_cancelled_and_reported(loaded, api, da
     with psycopg.connect(database_dsn) as blocker:  # holds the watermark lock the CALL needs
         blocker.execute("LOCK TABLE cdc.customer__watermark IN ACCESS EXCLUSIVE MODE")
         with pytest.raises(lambda_handler.SyncFailed, match="customer cancelled") as info:
-            lambda_handler.handler({"tables": ["customer"]}, Context(seconds=2.5))
+            lambda_handler.handler({"tables": ["customer"]}, Context(seconds=3.5))
         (run,) = info.value.summary["tables"]
         assert run["status"] == "cancelled" and "ms of Lambda time" in run["error"]
         # The PostgreSQL statement really was cancelled, while the lock was still held.
