@@ -56,9 +56,15 @@ def event(i: int, key: int, ts: int) -> tuple[KafkaRecord, bool]:
 
 
 @pytest.fixture
-def fleet(wh, tmp_path: Path, monkeypatch):
+def make_fleet(wh, tmp_path: Path, monkeypatch):
+    """A deployed pipeline of `n` small tables, each with 1-3 pending events, and the handler's
+    environment for it."""
+    return lambda n: _fleet(wh, tmp_path, monkeypatch, n)
+
+
+def _fleet(wh, tmp_path: Path, monkeypatch, n: int):
     path = tmp_path / "pipeline.toml"
-    path.write_text(fleet_toml(TABLES))
+    path.write_text(fleet_toml(n))
     pipeline, _ = load_pipeline(path)
     deploy(wh, pipeline, str(path))
     batches = {}
@@ -99,8 +105,8 @@ def applied(wh) -> dict[str, int]:
     return dict(wh.query("SELECT table_name, events_read FROM fleet.sync_run_log"))
 
 
-def test_200_tables_under_throttling_end_ok_or_not_started_and_nothing_is_lost(fleet, database_dsn, monkeypatch):
-    wh, pipeline, batches = fleet
+def test_200_tables_under_throttling_end_ok_or_not_started_and_nothing_is_lost(make_fleet, database_dsn, monkeypatch):
+    wh, pipeline, batches = make_fleet(TABLES)
     api = use(LocalDataApi(database_dsn, max_active_statements=12, seed=16), monkeypatch)
     with api:
         api.throttle("ExecuteStatement", 0.25)
@@ -134,14 +140,14 @@ def test_200_tables_under_throttling_end_ok_or_not_started_and_nothing_is_lost(f
     assert summary["not_started"] == [t for t, r in runs.items() if r["status"] == "not started"]
 
 
-def test_tables_not_started_in_time_go_first_next_time(fleet, database_dsn, monkeypatch):
-    wh, pipeline, batches = fleet
-    monkeypatch.setenv("REDSHIFT_SYNC_EXECUTE_PER_SECOND", "40")  # 200 tables take 5 s to submit
+def test_tables_not_started_in_time_go_first_next_time(make_fleet, database_dsn, monkeypatch):
+    wh, pipeline, batches = make_fleet(60)
+    monkeypatch.setenv("REDSHIFT_SYNC_EXECUTE_PER_SECOND", "12")  # 60 tables take 5 s to submit
     api = use(LocalDataApi(database_dsn), monkeypatch)
     with api:
         first = lambda_handler.handler({}, Context(seconds=4.5))  # not started: no failure, no exception
         skipped = first["not_started"]
-        assert skipped and len(skipped) < TABLES and not first["ok"]
+        assert skipped and len(skipped) < len(batches) and not first["ok"]
         for t in first["tables"]:
             assert t["status"] in ("ok", "not started") and (t["status"] == "ok") == (t["table"] not in skipped)
         before = len(api.statements())
@@ -151,3 +157,20 @@ def test_tables_not_started_in_time_go_first_next_time(fleet, database_dsn, monk
     took_first = {sql.split('"incremental_sync_')[1].rstrip('"()') for sql in order[: len(skipped)]}
     assert took_first == set(skipped)
     assert applied(wh).keys() == batches.keys()
+
+
+def test_calls_are_capped_by_the_concurrency_setting(make_fleet, database_dsn, monkeypatch):
+    wh, pipeline, batches = make_fleet(30)
+    monkeypatch.setenv("REDSHIFT_SYNC_MAX_CONCURRENT_CALLS", "3")
+    api = use(LocalDataApi(database_dsn), monkeypatch)
+    with api:
+        summary = lambda_handler.handler({}, Context(seconds=60))
+        spans = [s for spans in call_intervals(api).values() for s in spans]
+
+    assert summary["ok"] and len(spans) == 30
+    edges = sorted([(created, 1) for created, _, _ in spans] + [(ended, -1) for _, ended, _ in spans])
+    active, most = 0, 0
+    for _, step in edges:  # an end and a start at the same instant: the end counts first
+        active += step
+        most = max(most, active)
+    assert 1 < most <= 3
