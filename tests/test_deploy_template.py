@@ -242,10 +242,12 @@ def test_the_defaults_pass_the_rules_and_run_one_at_a_time():
     assert stack.properties("AsyncConfig")["MaximumRetryAttempts"] == 0
 
 
-@pytest.mark.parametrize("namespace, ok", [("RedshiftSync", True), ("Acme/Redshift-Sync", True), ("AWS/Lambda", False),
-                                           ("AWS/RedshiftSync", False), ("", False), ("bad space", False)])
+@pytest.mark.parametrize("namespace, ok", [("RedshiftSync", True), ("Acme/Redshift Sync:prod", True), ("AWS/Lambda", False),
+                                           ("AWS/RedshiftSync", False), ("", False), (":x", False), ("Syncé", False),
+                                           ("x" * 255, True), ("x" * 256, False)])
 def test_the_metrics_namespace_cannot_be_an_aws_one(namespace, ok):
-    """PutMetricData: "You cannot specify a namespace that begins with 'AWS/'" (CloudWatch API Reference)."""
+    """PutMetricData's Namespace (CloudWatch API Reference): ASCII without control characters,
+    1-255 long, pattern [^:].*, and "you should not specify a namespace that begins with AWS/"."""
     assert Stack(DEPLOY / "lambda.yaml").allowed("MetricsNamespace", namespace) == ok
 
 

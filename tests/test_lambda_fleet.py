@@ -87,7 +87,7 @@ def _fleet(wh, tmp_path: Path, monkeypatch, n: int):
 
 
 def use(api: LocalDataApi, monkeypatch) -> LocalDataApi:
-    monkeypatch.setattr(lambda_handler, "client_factory", lambda timeouts: api)
+    monkeypatch.setattr(lambda_handler, "client_factory", lambda *_: api)
     return api
 
 

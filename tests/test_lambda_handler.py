@@ -63,7 +63,7 @@ def loaded(deployed):
 @pytest.fixture
 def api(env, database_dsn, monkeypatch):
     with LocalDataApi(database_dsn) as local:
-        monkeypatch.setattr(lambda_handler, "client_factory", lambda timeouts: local)
+        monkeypatch.setattr(lambda_handler, "client_factory", lambda *_: local)
         yield local
 
 
@@ -304,7 +304,7 @@ def test_a_redshift_pid_of_0_is_unknown_and_the_run_log_row_is_still_found(loade
     wh, pipeline, ingested = loaded
     lambda_handler.handler({}, Context())  # an earlier run: its rows must not be taken for the next one's
     second = ingest_file(wh, pipeline, "customer", EVENTS / "customer-2.jsonl").records
-    monkeypatch.setattr(lambda_handler, "client_factory", lambda timeouts: PidZero(api))
+    monkeypatch.setattr(lambda_handler, "client_factory", lambda *_: PidZero(api))
     summary = lambda_handler.handler({}, Context())
 
     runs = {t["table"]: t for t in summary["tables"]}

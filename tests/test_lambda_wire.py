@@ -68,7 +68,7 @@ def client(monkeypatch):
     for name in ("REDSHIFT_SYNC_DSN", "REDSHIFT_SYNC_WORKGROUP", "REDSHIFT_SYNC_CLUSTER", "REDSHIFT_SYNC_SECRET_ARN", "REDSHIFT_SYNC_DB_USER"):
         monkeypatch.delenv(name, raising=False)
     real = boto3.client("redshift-data", region_name="us-east-1", aws_access_key_id="AKIDEXAMPLE", aws_secret_access_key="secret")
-    monkeypatch.setattr(lambda_handler, "client_factory", lambda timeouts: real)
+    monkeypatch.setattr(lambda_handler, "client_factory", lambda *_: real)
     with Stubber(real) as stub:
         yield real, stub
         stub.assert_no_pending_responses()
