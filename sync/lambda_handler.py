@@ -226,6 +226,15 @@ def metric_line(run: dict, namespace: str, timestamp_ms: int) -> dict:
     return line
 
 
+def run_line(table_runs: list[dict], remaining_ms: int) -> dict:
+    """The invocation in one log line: tables per status, Data API requests retried, time left."""
+    statuses: dict[str, int] = {}
+    for run in table_runs:
+        statuses[run["status"]] = statuses.get(run["status"], 0) + 1
+    return {"tables": len(table_runs), **statuses, "api_retries": sum(r["api_retries"] for r in table_runs),
+            "remaining_ms": remaining_ms}
+
+
 def handler(event: Any, context: Any) -> dict:
     """Sync every table (or the event's "tables"); returns {"ok", "mode", "tables": [...]}
     and raises SyncFailed, with the same summary attached, when a table did not sync."""
@@ -262,6 +271,7 @@ def handler(event: Any, context: Any) -> dict:
     now_ms = int(time.time() * 1000)
     for run in table_runs:
         print(json.dumps(metric_line(run, settings.namespace, now_ms), default=str), flush=True)
+    print(json.dumps({"run": run_line(table_runs, remaining_ms())}), flush=True)
     summary = {
         "ok": all(r["status"] == "ok" for r in table_runs),
         "mode": mode,

@@ -96,7 +96,8 @@ def test_every_table_syncs_and_the_summary_is_the_run_log(loaded, api, capsys):
     assert pending(wh, pipeline) == {"customer": 0, "orders": 0}
     assert json.loads(json.dumps(summary)) == summary  # the Lambda can return it as is
 
-    lines = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    *lines, run_line = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert run_line["run"]["tables"] == run_line["run"]["ok"] == 2 and run_line["run"]["remaining_ms"] > 0
     assert [line["Table"] for line in lines] == ["customer", "orders"]
     for line, run in zip(lines, summary["tables"]):
         (directive,) = line["_aws"]["CloudWatchMetrics"]
