@@ -197,6 +197,21 @@ class RateLimit:
         self.paused_until = max(self.paused_until, until)
 
 
+@dataclass(frozen=True)
+class Session:
+    """What every Data API exchange of one invocation shares: the client, where statements
+    run, the deadline, and how hard to drive the API."""
+
+    client: Any
+    target: DataApiTarget
+    deadline: Deadline
+    polling: Polling = Polling()
+    pacing: Pacing = Pacing()
+    sleep: Callable[[float], None] = time.sleep
+    clock: Callable[[], float] = time.monotonic
+    rng: random.Random | None = None
+
+
 @dataclass
 class Call:
     """One table's CALL across its attempts."""
@@ -251,21 +266,10 @@ def settle(call: Call, desc: dict, policy: RetryPolicy, now: float, rng: random.
         call.error = "the statement was cancelled outside redshift-sync (Data API status ABORTED)"
 
 
-def run_calls(
-    client: Any,
-    target: DataApiTarget,
-    pipeline: Pipeline,
-    tables: Sequence[str],
-    deadline: Deadline,
-    policy: RetryPolicy = RetryPolicy(),
-    polling: Polling = Polling(),
-    pacing: Pacing = Pacing(),
-    sleep: Callable[[float], None] = time.sleep,
-    clock: Callable[[], float] = time.monotonic,
-    rng: random.Random | None = None,
-) -> list[Call]:
+def run_calls(session: Session, pipeline: Pipeline, tables: Sequence[str], policy: RetryPolicy = RetryPolicy()) -> list[Call]:
     """Run every table's CALL, in the order given, paced and capped; poll them to the end,
     retry conflicts, and at the deadline margin cancel what runs and report what never started."""
+    deadline, polling, pacing, clock = session.deadline, session.polling, session.pacing, session.clock
     calls = [Call(t, call_sql(pipeline, t)) for t in tables]
     start = clock()
     execute, describe = RateLimit(pacing.execute_per_second, start), RateLimit(pacing.describe_per_second, start)
@@ -273,7 +277,7 @@ def run_calls(
         now = clock()
         left_ms = deadline.remaining_ms() - polling.margin_ms
         if left_ms <= 0:
-            _at_deadline(client, calls, deadline, clock())
+            _at_deadline(session, calls, clock())
             return calls
         may_start = left_ms > pacing.min_call_seconds * 1000
         running = [c for c in calls if c.state == "running"]
@@ -284,13 +288,13 @@ def run_calls(
                 continue
             if not execute.take(now):
                 break
-            _submit(client, target, pipeline, call, now, polling, pacing, execute, rng)
+            _submit(session, pipeline, call, now, execute)
             if call.state == "running":
                 running.append(call)
         for call in sorted(running, key=lambda c: c.poll_at):
             if call.poll_at > now or not describe.take(now):
                 break
-            _poll(client, call, policy, polling, pacing, now, describe, rng)
+            _poll(session, call, policy, now, describe)
         waiting = [c for c in calls if c.state == "waiting"]
         running = [c for c in calls if c.state == "running"]
         if not running and not any(may_start or c.maybe_submitted for c in waiting):
@@ -303,17 +307,16 @@ def run_calls(
                 wake.append(max(min(startable), execute.ready_at(now)))
         if running:
             wake.append(max(min(c.poll_at for c in running), describe.ready_at(now)))
-        sleep(max(0.001, min(wake) - clock()))
+        session.sleep(max(0.001, min(wake) - clock()))
 
 
-def _submit(
-    client: Any, target: DataApiTarget, pipeline: Pipeline, call: Call, now: float,
-    polling: Polling, pacing: Pacing, execute: RateLimit, rng: random.Random | None,
-) -> None:
+def _submit(session: Session, pipeline: Pipeline, call: Call, now: float, execute: RateLimit) -> None:
     if call.client_token is None:  # a new statement; a refused one is sent again with its token
         call.client_token, call.attempts = str(uuid.uuid4()), call.attempts + 1
     try:
-        response = client.execute_statement(**target.request(call.sql, statement_name(pipeline, call.table), call.client_token))
+        response = session.client.execute_statement(
+            **session.target.request(call.sql, statement_name(pipeline, call.table), call.client_token)
+        )
     except Exception as exc:
         if not is_transient(exc):  # permissions, validation: this table fails, the others go on
             call.state, call.error, call.ended = "failed", f"ExecuteStatement refused: {exc}", now
@@ -321,25 +324,22 @@ def _submit(
             return
         call.refused, call.api_retries = call.refused + 1, call.api_retries + 1
         call.maybe_submitted = call.maybe_submitted or not is_throttled(exc)
-        call.submit_at = now + pacing.backoff(call.refused, rng)
+        call.submit_at = now + session.pacing.backoff(call.refused, session.rng)
         call.error = f"ExecuteStatement not accepted yet: {exc}"
         if is_throttled(exc):
             execute.pause(call.submit_at)
         return
     call.client_token, call.maybe_submitted, call.refused, call.error = None, False, 0, None
     call.statement_id, call.state, call.last_status = response["Id"], "running", "SUBMITTED"
-    call.poll_interval = polling.initial_seconds
+    call.poll_interval = session.polling.initial_seconds
     call.poll_at = now + call.poll_interval
     if call.first_submitted is None:
         call.first_submitted = now
 
 
-def _poll(
-    client: Any, call: Call, policy: RetryPolicy, polling: Polling, pacing: Pacing, now: float,
-    describe: RateLimit, rng: random.Random | None,
-) -> None:
+def _poll(session: Session, call: Call, policy: RetryPolicy, now: float, describe: RateLimit) -> None:
     try:
-        desc = client.describe_statement(Id=call.statement_id)
+        desc = session.client.describe_statement(Id=call.statement_id)
     except Exception as exc:
         call.api_retries += 1
         if not is_transient(exc):  # not answerable (permissions, an unknown id): the run log settles it
@@ -347,16 +347,16 @@ def _poll(
             call.error = f"DescribeStatement failed, the CALL was left to run and the run log tells its outcome: {exc}"
             return
         call.refused += 1
-        call.poll_at = now + pacing.backoff(call.refused, rng)
+        call.poll_at = now + session.pacing.backoff(call.refused, session.rng)
         if is_throttled(exc):
             describe.pause(call.poll_at)
         return
     call.refused = 0
     if desc["Status"] in TERMINAL:
-        settle(call, desc, policy, now, rng)
+        settle(call, desc, policy, now, session.rng)
         return
     call.last_status = desc["Status"]
-    call.poll_interval = min(call.poll_interval * 1.5, polling.max_seconds)
+    call.poll_interval = min(call.poll_interval * 1.5, session.polling.max_seconds)
     call.poll_at = now + call.poll_interval
 
 
@@ -371,7 +371,8 @@ def _not_started(waiting: Sequence[Call], left_ms: int, now: float) -> None:
         )
 
 
-def _at_deadline(client: Any, calls: list[Call], deadline: Deadline, now: float) -> None:
+def _at_deadline(session: Session, calls: list[Call], now: float) -> None:
+    client, deadline = session.client, session.deadline
     left_ms = deadline.remaining_ms()
     unanswered = [c for c in calls if c.state == "waiting" and c.maybe_submitted]
     _not_started([c for c in calls if c.state == "waiting" and not c.maybe_submitted], left_ms, now)
@@ -429,12 +430,10 @@ def decode_field(value: dict) -> Any:
     raise DataApiError(f"unsupported Data API field {value!r}")
 
 
-def _request(
-    send: Callable[[], Any], what: str, deadline: Deadline, pacing: Pacing,
-    sleep: Callable[[float], None], rng: random.Random | None,
-) -> Any:
+def _request(session: Session, send: Callable[[], Any], what: str) -> Any:
     """One request of a query, sent again (the same request, so the same ClientToken) while
     the service refuses it for load and time allows."""
+    deadline = session.deadline
     failures = 0
     while True:
         if not deadline.allows_request():
@@ -445,35 +444,26 @@ def _request(
             if not is_transient(exc):
                 raise
             failures += 1
-            wait = pacing.backoff(failures, rng)
+            wait = session.pacing.backoff(failures, session.rng)
             if deadline.remaining_ms() - wait * 1000 < deadline.request_ms + REPORT_MS:
                 raise DataApiError(f"{what} refused ({exc}) and no time is left to try again") from exc
-            sleep(wait)
+            session.sleep(wait)
 
 
-def query(
-    client: Any,
-    target: DataApiTarget,
-    sql: str,
-    name: str,
-    deadline: Deadline,
-    polling: Polling = Polling(),
-    pacing: Pacing = Pacing(),
-    sleep: Callable[[float], None] = time.sleep,
-    rng: random.Random | None = None,
-) -> list[tuple]:
+def query(session: Session, sql: str, name: str) -> list[tuple]:
     """Run one SELECT to the end and return its rows (all pages). When no request can finish
     in time any more, the statement is cancelled (if it was started) and DataApiError raised."""
-    params = target.request(sql, name, str(uuid.uuid4()))
-    statement_id = _request(lambda: client.execute_statement(**params)["Id"], f"{name} ExecuteStatement", deadline, pacing, sleep, rng)
-    interval = polling.initial_seconds / 2
+    client, deadline = session.client, session.deadline
+    params = session.target.request(sql, name, str(uuid.uuid4()))
+    statement_id = _request(session, lambda: client.execute_statement(**params)["Id"], f"{name} ExecuteStatement")
+    interval = session.polling.initial_seconds / 2
     try:
         while True:
-            desc = _request(lambda: client.describe_statement(Id=statement_id), f"{name} DescribeStatement", deadline, pacing, sleep, rng)
+            desc = _request(session, lambda: client.describe_statement(Id=statement_id), f"{name} DescribeStatement")
             if desc["Status"] in TERMINAL:
                 break
-            sleep(interval)
-            interval = min(interval * 1.5, polling.max_seconds)
+            session.sleep(interval)
+            interval = min(interval * 1.5, session.polling.max_seconds)
     except DataApiError:
         if deadline.remaining_ms() >= REPORT_MS:
             _try_cancel(client, statement_id)
@@ -484,8 +474,9 @@ def query(
     token: str | None = None
     while True:
         page = _request(
+            session,
             lambda: client.get_statement_result(Id=statement_id, **({"NextToken": token} if token else {})),
-            f"{name} GetStatementResult", deadline, pacing, sleep, rng,
+            f"{name} GetStatementResult",
         )
         rows.extend(tuple(decode_field(f) for f in record) for record in page["Records"])
         token = page.get("NextToken")
@@ -504,22 +495,12 @@ def last_runs_sql(pipeline: Pipeline, tables: Sequence[str]) -> str:
     )
 
 
-def last_runs(
-    client: Any,
-    target: DataApiTarget,
-    pipeline: Pipeline,
-    tables: Sequence[str],
-    deadline: Deadline,
-    polling: Polling = Polling(),
-    pacing: Pacing = Pacing(),
-    sleep: Callable[[float], None] = time.sleep,
-) -> tuple[list[str], dict[str, str | None] | None, str | None]:
+def last_runs(session: Session, pipeline: Pipeline, tables: Sequence[str]) -> tuple[list[str], dict[str, str | None] | None, str | None]:
     """The tables in the order to run them, oldest last run first (never run first; ties keep
     the given order), and each table's last run, the baseline that tells this invocation's
     run-log rows apart. When the run log cannot be read: the given order, no baseline, and why."""
     try:
-        rows = query(client, target, last_runs_sql(pipeline, tables), f"redshift-sync.{pipeline.schema}.last-runs",
-                     deadline, polling, pacing, sleep)
+        rows = query(session, last_runs_sql(pipeline, tables), f"redshift-sync.{pipeline.schema}.last-runs")
     except Exception as exc:  # DataApiError, botocore errors: run in the given order
         return list(tables), None, f"the last runs could not be read, tables run in the pipeline file's order: {exc}"
     last: dict[str, str | None] = {t: None for t in tables}
@@ -559,18 +540,7 @@ def _may_have_committed(call: Call, baseline: dict[str, str | None] | None) -> b
     return call.state in ("cancelled", "unknown") and call.last_status != "ABORTED" and baseline is not None
 
 
-def summaries(
-    client: Any,
-    target: DataApiTarget,
-    pipeline: Pipeline,
-    calls: Sequence[Call],
-    baseline: dict[str, str | None] | None,
-    deadline: Deadline,
-    polling: Polling = Polling(),
-    pacing: Pacing = Pacing(),
-    sleep: Callable[[float], None] = time.sleep,
-    clock: Callable[[], float] = time.monotonic,
-) -> list[RunSummary]:
+def summaries(session: Session, pipeline: Pipeline, calls: Sequence[Call], baseline: dict[str, str | None] | None) -> list[RunSummary]:
     """One RunSummary per call, in order: counts from the run log for every call that may
     have committed (finished, or cancelled or unknown when describes did not tell). When the
     run log cannot be read (in time), the finished calls say so: every call gets its summary."""
@@ -580,11 +550,11 @@ def summaries(
     if asked:
         name = f"redshift-sync.{pipeline.schema}.run-log"
         try:
-            found = query(client, target, run_log_sql(pipeline, asked, baseline), name, deadline, polling, pacing, sleep)
+            found = query(session, run_log_sql(pipeline, asked, baseline), name)
             rows = {r[0]: r[1:] for r in found}
         except Exception as exc:  # DataApiError, botocore errors: report, do not lose the other tables
             unread = f"the run-log row could not be read: {exc}"
-    now = clock()
+    now = session.clock()
     out = []
     for call in calls:
         if call in asked and call.table in rows:

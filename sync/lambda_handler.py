@@ -245,14 +245,15 @@ def handler(event: Any, context: Any) -> dict:
 
     if settings.target is not None:
         mode = "data-api"
-        client = client_factory(settings.timeouts)
-        deadline = data_api.Deadline(remaining_ms, settings.timeouts.worst_case_ms())
-        api = dict(polling=settings.polling, pacing=settings.pacing)
-        order, baseline, unordered = data_api.last_runs(client, settings.target, pipeline, tables, deadline, **api)
+        session = data_api.Session(
+            client_factory(settings.timeouts), settings.target, data_api.Deadline(remaining_ms, settings.timeouts.worst_case_ms()),
+            settings.polling, settings.pacing,
+        )
+        order, baseline, unordered = data_api.last_runs(session, pipeline, tables)
         if unordered:
             print(json.dumps({"warning": unordered}), flush=True)
-        calls = data_api.run_calls(client, settings.target, pipeline, order, deadline, settings.policy, **api)
-        by_table = dict(zip(order, data_api.summaries(client, settings.target, pipeline, calls, baseline, deadline, **api)))
+        calls = data_api.run_calls(session, pipeline, order, settings.policy)
+        by_table = dict(zip(order, data_api.summaries(session, pipeline, calls, baseline)))
         calls_by_table = {c.table: c for c in calls}
         runs = [by_table[t] for t in tables]
         details = [{"attempts": calls_by_table[t].attempts, "api_retries": calls_by_table[t].api_retries,

@@ -245,7 +245,7 @@ def test_a_run_log_read_past_the_deadline_is_cancelled_and_every_table_still_rep
 
     left = iter([20_000, 20_000])  # ExecuteStatement and one DescribeStatement, then no request fits any more
     deadline = data_api.Deadline(lambda: next(left, 1_500), request_ms=15_000)
-    runs = data_api.summaries(real, target, pipeline, calls, {}, deadline, sleep=lambda _: None)
+    runs = data_api.summaries(data_api.Session(real, target, deadline, sleep=lambda _: None), pipeline, calls, {})
     assert [(r.table, r.status) for r in runs] == [("customer", "unknown"), ("orders", "failed")]
     assert "run-log row could not be read" in runs[0].error and "cancelled" in runs[0].error
     assert runs[1].error == "ERROR: boom"
