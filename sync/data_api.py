@@ -277,7 +277,7 @@ def run_calls(session: Session, pipeline: Pipeline, tables: Sequence[str], polic
         now = clock()
         left_ms = deadline.remaining_ms() - polling.margin_ms
         if left_ms <= 0:
-            _at_deadline(session, calls, clock())
+            _at_deadline(session, calls, policy, clock())
             return calls
         may_start = left_ms > pacing.min_call_seconds * 1000
         running = [c for c in calls if c.state == "running"]
@@ -371,7 +371,7 @@ def _not_started(waiting: Sequence[Call], left_ms: int, now: float) -> None:
         )
 
 
-def _at_deadline(session: Session, calls: list[Call], now: float) -> None:
+def _at_deadline(session: Session, calls: list[Call], policy: RetryPolicy, now: float) -> None:
     client, deadline = session.client, session.deadline
     left_ms = deadline.remaining_ms()
     unanswered = [c for c in calls if c.state == "waiting" and c.maybe_submitted]
@@ -395,10 +395,12 @@ def _at_deadline(session: Session, calls: list[Call], now: float) -> None:
                 status = desc["Status"]
             except Exception as exc:
                 status = f"unknown ({exc})"
-        call.last_status = status
-        if status == "FINISHED":
-            call.state, call.pid, call.ended = "finished", desc.get("RedshiftPid") or None, now
+        if status in ("FINISHED", "FAILED"):  # it ended before the cancel reached it
+            settle(call, desc, policy, now, session.rng)
+            if call.state == "waiting":  # a conflict: its next attempt waits for the next run
+                _not_started([call], left_ms, now)
             continue
+        call.last_status = status
         call.state, call.ended = "cancelled", now
         # CancelStatement is asynchronous: only ABORTED says the CALL rolled back.
         outcome = (

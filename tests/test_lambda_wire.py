@@ -249,3 +249,25 @@ def test_a_run_log_read_past_the_deadline_is_cancelled_and_every_table_still_rep
     assert [(r.table, r.status) for r in runs] == [("customer", "unknown"), ("orders", "failed")]
     assert "run-log row could not be read" in runs[0].error and "cancelled" in runs[0].error
     assert runs[1].error == "ERROR: boom"
+
+
+def test_a_conflict_seen_at_the_deadline_leaves_the_table_for_the_next_run(client, monkeypatch):
+    real, stub = client
+    monkeypatch.setenv("REDSHIFT_SYNC_CLUSTER", "prod-cluster")
+    monkeypatch.setenv("REDSHIFT_SYNC_SECRET_ARN", SECRET)
+    where = {"ClusterIdentifier": "prod-cluster", "Database": "dev", "SecretArn": SECRET}
+    expect_last_runs(stub, where, "'customer'")
+    expect_call(stub, where, CALL_CUSTOMER, "customer", "s-1")
+    stub.add_response("describe_statement", {"Id": "s-1", "Status": "STARTED"}, {"Id": "s-1"})
+    stub.add_client_error("cancel_statement", "ValidationException", "Could not cancel a query that is already in FAILED state",
+                          expected_params={"Id": "s-1"})
+    stub.add_response("describe_statement", {"Id": "s-1", "Status": "FAILED", "Error": (
+        "ERROR: 1023 DETAIL: Serializable isolation violation on table - 100167, transactions forming the cycle are: 1, 2")}, {"Id": "s-1"})
+
+    context = Context(60_000)
+    real.meta.events.register("after-call.redshift-data.DescribeStatement",
+                              lambda parsed, **_: context.values.__setitem__(0, 19_000) if parsed.get("Status") == "STARTED" else None)
+    summary = lambda_handler.handler({"tables": ["customer"]}, context)  # not started: the invocation does not fail
+    (run,) = summary["tables"]
+    assert (run["status"], run["attempts"]) == ("not started", 1) and summary["not_started"] == ["customer"]
+    assert "after a serialization conflict (ERROR: 1023" in run["error"]
