@@ -144,7 +144,9 @@ def test_cluster_with_a_database_user_retries_a_conflict(client, monkeypatch):
     assert (run["status"], run["attempts"], run["statement_id"], run["events_read"]) == ("ok", 2, "s-2", 3)
 
 
-def test_running_out_of_time_cancels_the_statement(client, monkeypatch):
+def customer_started_then_deadline(client, monkeypatch) -> tuple[Stubber, Context]:
+    """customer's CALL is submitted and described STARTED with 60 s left; after that 19 s are
+    left, under the 20 s margin."""
     real, stub = client
     monkeypatch.setenv("REDSHIFT_SYNC_CLUSTER", "prod-cluster")
     monkeypatch.setenv("REDSHIFT_SYNC_SECRET_ARN", SECRET)
@@ -152,13 +154,17 @@ def test_running_out_of_time_cancels_the_statement(client, monkeypatch):
     expect_last_runs(stub, where, "'customer'")
     expect_call(stub, where, CALL_CUSTOMER, "customer", "s-1")
     stub.add_response("describe_statement", {"Id": "s-1", "Status": "STARTED"}, {"Id": "s-1"})
-    stub.add_response("cancel_statement", {"Status": True}, {"Id": "s-1"})
-    stub.add_response("describe_statement", {"Id": "s-1", "Status": "ABORTED"}, {"Id": "s-1"})
-
-    # 60 s left until the CALL has been described as STARTED, then 19 s: under the 20 s margin.
     context = Context(60_000)
     real.meta.events.register("after-call.redshift-data.DescribeStatement",
                               lambda parsed, **_: context.values.__setitem__(0, 19_000) if parsed.get("Status") == "STARTED" else None)
+    return stub, context
+
+
+def test_running_out_of_time_cancels_the_statement(client, monkeypatch):
+    stub, context = customer_started_then_deadline(client, monkeypatch)
+    stub.add_response("cancel_statement", {"Status": True}, {"Id": "s-1"})
+    stub.add_response("describe_statement", {"Id": "s-1", "Status": "ABORTED"}, {"Id": "s-1"})
+
     with pytest.raises(lambda_handler.SyncFailed, match="customer cancelled") as info:
         lambda_handler.handler({"tables": ["customer"]}, context)
     (run,) = info.value.summary["tables"]
@@ -252,21 +258,12 @@ def test_a_run_log_read_past_the_deadline_is_cancelled_and_every_table_still_rep
 
 
 def test_a_conflict_seen_at_the_deadline_leaves_the_table_for_the_next_run(client, monkeypatch):
-    real, stub = client
-    monkeypatch.setenv("REDSHIFT_SYNC_CLUSTER", "prod-cluster")
-    monkeypatch.setenv("REDSHIFT_SYNC_SECRET_ARN", SECRET)
-    where = {"ClusterIdentifier": "prod-cluster", "Database": "dev", "SecretArn": SECRET}
-    expect_last_runs(stub, where, "'customer'")
-    expect_call(stub, where, CALL_CUSTOMER, "customer", "s-1")
-    stub.add_response("describe_statement", {"Id": "s-1", "Status": "STARTED"}, {"Id": "s-1"})
+    stub, context = customer_started_then_deadline(client, monkeypatch)
     stub.add_client_error("cancel_statement", "ValidationException", "Could not cancel a query that is already in FAILED state",
                           expected_params={"Id": "s-1"})
     stub.add_response("describe_statement", {"Id": "s-1", "Status": "FAILED", "Error": (
         "ERROR: 1023 DETAIL: Serializable isolation violation on table - 100167, transactions forming the cycle are: 1, 2")}, {"Id": "s-1"})
 
-    context = Context(60_000)
-    real.meta.events.register("after-call.redshift-data.DescribeStatement",
-                              lambda parsed, **_: context.values.__setitem__(0, 19_000) if parsed.get("Status") == "STARTED" else None)
     summary = lambda_handler.handler({"tables": ["customer"]}, context)  # not started: the invocation does not fail
     (run,) = summary["tables"]
     assert (run["status"], run["attempts"]) == ("not started", 1) and summary["not_started"] == ["customer"]

@@ -1,8 +1,8 @@
 """`package-lambda` builds a zip that runs on its own: unpacked, it imports with nothing but
 the standard library and the Lambda runtime's botocore on the path (no venv, no pyspark) and
-its handler syncs the embedded
-warehouse through the local Data API. Builds for this interpreter's Python so the bundled
-pydantic-core loads here; needs PyPI (pip downloads the Lambda-platform wheels)."""
+its handler syncs the embedded warehouse through the local Data API. Builds for this
+interpreter's Python so the bundled pydantic-core loads here; needs PyPI (pip downloads the
+Lambda-platform wheels)."""
 
 from __future__ import annotations
 
