@@ -75,7 +75,8 @@ class Stack:
 
     def failed_rules(self) -> list[str]:
         """The AssertDescription of every rule assertion these parameters break (CloudFormation
-        refuses the stack with them; rules: "Template Rules syntax", AWS CloudFormation User Guide)."""
+        refuses the stack with them; "AWS rule functions", CloudFormation User Guide,
+        https://docs.aws.amazon.com/AWSCloudFormation/latest/UserGuide/intrinsic-function-reference-rules.html)."""
         out = []
         for rule in self.template.get("Rules", {}).values():
             if "RuleCondition" in rule and not self.resolve(rule["RuleCondition"]):
