@@ -32,6 +32,9 @@ class Stack:
         declared = self.template["Parameters"]
         self.params = {k: str(v.get("Default", "")) for k, v in declared.items()} | params
         assert set(params) <= set(declared), set(params) - set(declared)
+        for name, spec in declared.items():  # CloudFormation splits these on commas
+            if spec["Type"] == "CommaDelimitedList":
+                self.params[name] = self.params[name].split(",")
         self.conditions: dict[str, bool] = {}
         for name, expr in self.template.get("Conditions", {}).items():
             self.conditions[name] = self.resolve(expr)
@@ -64,6 +67,8 @@ class Stack:
                 return value in values
             if key == "Fn::GetAtt":
                 return f"<{arg[0]}.{arg[1]}>"
+            if key == "Fn::Join":
+                return arg[0].join(self.resolve(arg[1]))
             if key == "Fn::Split":
                 return self.resolve(arg[1]).split(arg[0])
             if key == "Fn::Select":
@@ -173,6 +178,7 @@ def test_schedule_alarm_and_no_lambda_retries():
                   AlarmTopicArn="arn:aws:sns:us-east-1:123456789012:oncall")
     assert stack.properties("Schedule")["ScheduleExpression"] == "rate(10 minutes)"
     assert stack.properties("Schedule")["Targets"][0]["Arn"] == "<Function.Arn>"
+    assert "Input" not in stack.properties("Schedule")["Targets"][0]  # every table of the packaged pipeline file
     assert stack.properties("SchedulePermission")["Principal"] == "events.amazonaws.com"
     alarm = stack.properties("FailedInvocationsAlarm")
     assert (alarm["Namespace"], alarm["MetricName"], alarm["AlarmActions"]) == (
@@ -293,3 +299,9 @@ def test_parliament_finds_nothing_in_the_resolved_policies():
         assert findings == [], (name, findings)
     old = {"Version": "2012-10-17", "Statement": [{"Effect": "Allow", "Action": "kafka:GetBootstrapBrokers", "Resource": MSK}]}
     assert [f.issue for f in analyze_policy_string(json.dumps(old)).findings] == ["RESOURCE_MISMATCH"]
+
+
+def test_schedule_tables_become_the_event_the_handler_reads():
+    stack = Stack(DEPLOY / "lambda.yaml", **LAMBDA_VALUES, ScheduleTables="customer,orders")
+    (target,) = stack.properties("Schedule")["Targets"]
+    assert lambda_handler.event_tables(json.loads(target["Input"])) == ["customer", "orders"]
