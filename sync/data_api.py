@@ -467,9 +467,11 @@ def query(session: Session, sql: str, name: str) -> list[tuple]:
             session.sleep(interval)
             interval = min(interval * 1.5, session.polling.max_seconds)
     except DataApiError:
-        if deadline.remaining_ms() >= REPORT_MS:
-            _try_cancel(client, statement_id)
-        raise DataApiError(f"{name} was not finished with {deadline.remaining_ms()} ms of Lambda time left and was cancelled") from None
+        left_ms = deadline.remaining_ms()
+        if not deadline.allows_request():  # a SELECT left to finish on its own harms nothing
+            raise DataApiError(f"{name} was not finished with {left_ms} ms of Lambda time left") from None
+        _try_cancel(client, statement_id)
+        raise DataApiError(f"{name} was not finished with {left_ms} ms of Lambda time left and was cancelled") from None
     if desc["Status"] != "FINISHED":
         raise DataApiError(f"{name} {desc['Status'].lower()}: {desc.get('Error') or 'no error message'}")
     rows: list[tuple] = []

@@ -249,8 +249,10 @@ def test_a_run_log_read_past_the_deadline_is_cancelled_and_every_table_still_rep
     stub.add_response("describe_statement", {"Id": "s-3", "Status": "SUBMITTED"}, {"Id": "s-3"})
     stub.add_response("cancel_statement", {"Status": True}, {"Id": "s-3"})
 
-    left = iter([20_000, 20_000])  # ExecuteStatement and one DescribeStatement, then no request fits any more
-    deadline = data_api.Deadline(lambda: next(left, 1_500), request_ms=15_000)
+    # ExecuteStatement and one DescribeStatement fit, the next DescribeStatement does not (1.4 s
+    # left, a request takes up to 0.5 s, 1 s is kept to report), then a cancel still fits.
+    left = iter([20_000, 20_000, 1_400])
+    deadline = data_api.Deadline(lambda: next(left, 1_500), request_ms=500)
     runs = data_api.summaries(data_api.Session(real, target, deadline, sleep=lambda _: None), pipeline, calls, {})
     assert [(r.table, r.status) for r in runs] == [("customer", "unknown"), ("orders", "failed")]
     assert "run-log row could not be read" in runs[0].error and "cancelled" in runs[0].error
