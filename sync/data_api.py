@@ -1,37 +1,58 @@
-"""Call the procedures through the Redshift Data API (boto3 `redshift-data`).
+"""Call the procedures through the Redshift Data API (boto3 `redshift-data`), for a fleet.
 
 One `ExecuteStatement` per `CALL` (never a batch: a batch is one transaction, and a
-procedure called inside a transaction block may not COMMIT or TRUNCATE). Every table is
-submitted at once, then polled with `DescribeStatement`, waiting longer between rounds.
-A statement that fails with a serialization conflict is submitted again after a jittered
-backoff; any other failure is final. When the time left drops under a margin, every
-statement still running is cancelled (`CancelStatement`) and reported, so nothing keeps
-running after the invocation has given up on it.
+procedure called inside a transaction block may not COMMIT or TRUNCATE). The Data API has
+per-operation request-rate quotas and a limit on active statements ("Quotas for Amazon
+Redshift Data API", https://docs.aws.amazon.com/redshift/latest/mgmt/amazon-redshift-limits.html),
+so the handler never submits the fleet in one burst:
 
-The counts come from the run log the procedure writes: one SELECT for all finished
-tables, matched on the session (`backend_pid` = `RedshiftPid` of the CALL).
+- at most `Pacing.max_concurrent_calls` CALLs run at once, and ExecuteStatement and
+  DescribeStatement requests each go through a token bucket (`*_per_second`);
+- a request the service refuses for load (`ThrottlingException`,
+  `ActiveStatementsExceededException`) or does not answer is sent again after a jittered
+  backoff, and the whole operation pauses for that time. ExecuteStatement is re-sent with
+  the same `ClientToken` (botocore's service model marks it `idempotencyToken`: "to ensure
+  the idempotency of the request"), so a request that did reach the service returns the
+  statement it already started instead of starting a second CALL of the table;
+- a DescribeStatement that fails never cancels anything: the CALL is asked about again
+  later, and a CALL whose state stays unknown is settled by the run log;
+- a new CALL of a table starts only after its previous one ended (a serialization conflict,
+  error 1023, is retried with a new statement; nothing else is).
 
-The client is any object with the four methods boto3's client has (`execute_statement`,
-`describe_statement`, `cancel_statement`, `get_statement_result`) and the same request
-and response shapes: `sync.data_api_local.LocalDataApi` runs them on PostgreSQL.
+Deadlines: `Deadline.request_ms` is the longest one Data API request can take (connect and
+read timeouts times the SDK's attempts, plus its backoff). No request starts unless that,
+plus the time to report, is left. The loop stops submitting `Pacing.min_call_seconds`
+before the deadline margin; tables not started by then are reported `not started`, and
+`last_runs` orders the next invocation oldest-run first, so they go first.
+
+The counts come from the run log the procedure writes: one SELECT for all tables that may
+have committed, matched on the session (`backend_pid` = `RedshiftPid` of the CALL) when the
+Data API reports one, and always on rows newer than the table's last run before this
+invocation. `RedshiftPid` can be 0 (awslabs/amazon-redshift-utils#515): 0 means unknown.
+
+The client is any object with boto3's four methods (`execute_statement`,
+`describe_statement`, `cancel_statement`, `get_statement_result`) and the same request and
+response shapes: `sync.data_api_local.LocalDataApi` runs them on PostgreSQL.
 """
 
 from __future__ import annotations
 
 import random
 import time
+import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from sync.config import Pipeline
-from sync.retry import RetryPolicy
+from sync.retry import RetryPolicy, is_throttled, is_transient, jittered_delay
 from sync.runner import RUN_LOG_COLUMNS, RunSummary, call_sql, summary_from_row, unfinished_summary
 from sync.sql.dialects import quote_ident, quote_literal
 from sync.sql.names import RUN_LOG
 
 TERMINAL = ("FINISHED", "FAILED", "ABORTED")
 REPORT_MS = 1_000  # Lambda time kept, at the least, to print the summary and metrics
+NOT_STARTED = "not started"
 
 
 class DataApiError(RuntimeError):
@@ -60,7 +81,7 @@ class DataApiTarget:
         if not self.database:
             raise ValueError("the database name is empty")
 
-    def request(self, sql: str, statement_name: str) -> dict[str, str]:
+    def request(self, sql: str, statement_name: str, client_token: str | None = None) -> dict[str, str]:
         params = {"Database": self.database, "Sql": sql, "StatementName": statement_name}
         if self.workgroup:
             params["WorkgroupName"] = self.workgroup
@@ -70,16 +91,125 @@ class DataApiTarget:
             params["SecretArn"] = self.secret_arn
         if self.db_user:
             params["DbUser"] = self.db_user
+        if client_token:
+            params["ClientToken"] = client_token
         return params
 
 
 @dataclass(frozen=True)
 class Polling:
-    """How often to poll, and how much time to keep for cancelling and reading the run log."""
+    """How often to poll one statement, and how much time to keep for cancelling and
+    reading the run log."""
 
     initial_seconds: float = 0.5
     max_seconds: float = 5.0
-    margin_ms: int = 15_000
+    margin_ms: int = 30_000
+
+
+@dataclass(frozen=True)
+class Pacing:
+    """How hard the handler drives the Data API."""
+
+    max_concurrent_calls: int = 10
+    execute_per_second: float = 5.0
+    describe_per_second: float = 10.0
+    min_call_seconds: float = 10.0  # no CALL starts with less than margin + this left
+    backoff_base_seconds: float = 0.5  # after a refused request: jittered, doubling
+    backoff_cap_seconds: float = 8.0
+
+    def __post_init__(self) -> None:
+        if self.max_concurrent_calls < 1:
+            raise ValueError(f"max_concurrent_calls must be at least 1, got {self.max_concurrent_calls}")
+        if self.execute_per_second <= 0 or self.describe_per_second <= 0:
+            raise ValueError("request rates must be positive")
+        if self.min_call_seconds < 0 or self.backoff_base_seconds < 0 or self.backoff_cap_seconds < 0:
+            raise ValueError("times must not be negative")
+
+    def backoff(self, failures: int, rng: random.Random | None) -> float:
+        return jittered_delay(failures, self.backoff_base_seconds, self.backoff_cap_seconds, rng)
+
+
+@dataclass(frozen=True)
+class ApiTimeouts:
+    """The SDK's timeouts and retries (botocore `Config`): short, so that one request that
+    hangs cannot outlast the deadline margin."""
+
+    connect_seconds: float = 2.0
+    read_seconds: float = 5.0
+    attempts: int = 2  # total attempts in botocore's standard retry mode
+
+    def __post_init__(self) -> None:
+        if self.connect_seconds <= 0 or self.read_seconds <= 0:
+            raise ValueError("timeouts must be positive")
+        if self.attempts < 1:
+            raise ValueError(f"attempts must be at least 1, got {self.attempts}")
+
+    def worst_case_ms(self) -> int:
+        """The longest one request can take: every attempt times out on connect and read, with
+        the standard mode's backoff between attempts (random * 2**(n-1), at most 20 s)."""
+        backoff = sum(min(20.0, 2.0**i) for i in range(self.attempts - 1))
+        return int((self.attempts * (self.connect_seconds + self.read_seconds) + backoff) * 1000)
+
+    def config(self) -> Any:
+        from botocore.config import Config
+
+        return Config(
+            connect_timeout=self.connect_seconds,
+            read_timeout=self.read_seconds,
+            retries={"mode": "standard", "total_max_attempts": self.attempts},
+        )
+
+
+@dataclass(frozen=True)
+class Deadline:
+    """The time left, and the rule that no request starts unless it can finish in time."""
+
+    remaining_ms: Callable[[], int]
+    request_ms: int  # ApiTimeouts.worst_case_ms()
+
+    def allows_request(self) -> bool:
+        return self.remaining_ms() >= self.request_ms + REPORT_MS
+
+
+class RateLimit:
+    """A token bucket: `per_second` requests a second on average, bursts of up to one
+    second's worth; `pause` stops it until a time (after the service refused a request)."""
+
+    def __init__(self, per_second: float, now: float):
+        self.rate, self.capacity = per_second, max(1.0, per_second)
+        self.tokens, self.at, self.paused_until = self.capacity, now, now
+
+    def _refill(self, now: float) -> None:
+        self.tokens = min(self.capacity, self.tokens + (now - self.at) * self.rate)
+        self.at = now
+
+    def ready_at(self, now: float) -> float:
+        self._refill(now)
+        return max(self.paused_until, now + max(0.0, 1.0 - self.tokens) / self.rate)
+
+    def take(self, now: float) -> bool:
+        if self.ready_at(now) > now:
+            return False
+        self.tokens -= 1.0
+        return True
+
+    def pause(self, until: float) -> None:
+        self.paused_until = max(self.paused_until, until)
+
+
+@dataclass(frozen=True)
+class Session:
+    """What every Data API exchange of one invocation shares: the client, where statements
+    run, the deadline, and how hard to drive the API."""
+
+    client: Any
+    target: DataApiTarget
+    deadline: Deadline
+    polling: Polling = Polling()
+    pacing: Pacing = Pacing()
+    sleep: Callable[[float], None] = time.sleep
+    clock: Callable[[], float] = time.monotonic
+    rng: random.Random | None = None
 
 
 @dataclass
@@ -88,12 +218,20 @@ class Call:
 
     table: str
     sql: str
-    attempts: int = 0
-    state: str = "waiting"  # waiting (to be submitted) | running | finished | failed | cancelled
+    attempts: int = 0  # statements submitted (each conflict retry is a new statement)
+    # waiting (to be submitted) | running | finished | failed | cancelled | not started | unknown
+    state: str = "waiting"
     statement_id: str | None = None
     pid: int | None = None
     error: str | None = None
+    client_token: str | None = None  # of the submission the service has not answered yet
+    maybe_submitted: bool = False  # a request with that token may have reached the service
     submit_at: float = 0.0
+    poll_at: float = 0.0
+    poll_interval: float = 0.0
+    refused: int = 0  # Data API requests of this call refused or unanswered, in a row
+    api_retries: int = 0  # all of them, for the summary
+    last_status: str | None = None
     first_submitted: float | None = None
     ended: float | None = None
     history: list[str] = field(default_factory=list)  # the errors of earlier attempts
@@ -108,64 +246,14 @@ def statement_name(pipeline: Pipeline, table: str) -> str:
     return f"redshift-sync.{pipeline.schema}.{table}"
 
 
-def run_calls(
-    client: Any,
-    target: DataApiTarget,
-    pipeline: Pipeline,
-    tables: Sequence[str],
-    remaining_ms: Callable[[], int],
-    policy: RetryPolicy = RetryPolicy(),
-    polling: Polling = Polling(),
-    sleep: Callable[[float], None] = time.sleep,
-    clock: Callable[[], float] = time.monotonic,
-    rng: random.Random | None = None,
-) -> list[Call]:
-    """Submit every table's CALL, poll them to the end, retry conflicts, cancel at the deadline."""
-    calls = [Call(t, call_sql(pipeline, t)) for t in tables]
-    interval = polling.initial_seconds
-    while True:
-        now = clock()
-        for call in calls:
-            if call.state == "waiting" and call.submit_at <= now:
-                _submit(client, target, pipeline, call, now)
-        if all(c.state not in ("waiting", "running") for c in calls):
-            return calls
-        left_ms = remaining_ms() - polling.margin_ms
-        if left_ms <= 0:
-            _cancel_unfinished(client, calls, remaining_ms(), clock())
-            return calls
-        waits = [interval, left_ms / 1000]
-        waits += [c.submit_at - now for c in calls if c.state == "waiting"]
-        sleep(max(0.0, min(waits)))
-        interval = min(interval * 1.5, polling.max_seconds)
-        now = clock()
-        for call in calls:
-            if call.state == "running":
-                try:
-                    desc = client.describe_statement(Id=call.statement_id)
-                except Exception as exc:  # the SDK already retried transient errors: this one stays
-                    desc = {"Status": "FAILED", "Error": f"DescribeStatement failed, statement cancelled: {exc}"}
-                    _try_cancel(client, call.statement_id)
-                _observe(desc, call, policy, now, rng)
-
-
-def _submit(client: Any, target: DataApiTarget, pipeline: Pipeline, call: Call, now: float) -> None:
-    call.attempts += 1
-    try:
-        response = client.execute_statement(**target.request(call.sql, statement_name(pipeline, call.table)))
-    except Exception as exc:  # refused (quota, permissions, validation): this table fails, the others go on
-        call.state, call.error, call.ended = "failed", f"ExecuteStatement refused: {exc}", now
-        return
-    call.statement_id = response["Id"]
-    call.state = "running"
-    if call.first_submitted is None:
-        call.first_submitted = now
-
-
-def _observe(desc: dict, call: Call, policy: RetryPolicy, now: float, rng: random.Random | None) -> None:
+def settle(call: Call, desc: dict, policy: RetryPolicy, now: float, rng: random.Random | None) -> None:
+    """A table's next step once its CALL's statement has ended (`desc` is its
+    DescribeStatement): finished, another attempt, or failed. Every per-table retry rule
+    belongs here."""
     status = desc["Status"]
+    call.last_status = status
     if status == "FINISHED":
-        call.state, call.pid, call.ended = "finished", desc.get("RedshiftPid"), now
+        call.state, call.pid, call.ended = "finished", desc.get("RedshiftPid") or None, now
     elif status == "FAILED":
         error = desc.get("Error") or "the statement failed without an error message"
         if policy.should_retry(call.attempts, error):
@@ -178,35 +266,153 @@ def _observe(desc: dict, call: Call, policy: RetryPolicy, now: float, rng: rando
         call.error = "the statement was cancelled outside redshift-sync (Data API status ABORTED)"
 
 
-def _cancel_unfinished(client: Any, calls: list[Call], left_ms: int, now: float) -> None:
-    for call in calls:
-        if call.state == "waiting":
-            call.state, call.ended = "cancelled", now
+def run_calls(session: Session, pipeline: Pipeline, tables: Sequence[str], policy: RetryPolicy = RetryPolicy()) -> list[Call]:
+    """Run every table's CALL, in the order given, paced and capped; poll them to the end,
+    retry conflicts, and at the deadline margin cancel what runs and report what never started."""
+    deadline, polling, pacing, clock = session.deadline, session.polling, session.pacing, session.clock
+    calls = [Call(t, call_sql(pipeline, t)) for t in tables]
+    start = clock()
+    execute, describe = RateLimit(pacing.execute_per_second, start), RateLimit(pacing.describe_per_second, start)
+    while True:
+        now = clock()
+        left_ms = deadline.remaining_ms() - polling.margin_ms
+        if left_ms <= 0:
+            _at_deadline(session, calls, policy, clock())
+            return calls
+        may_start = left_ms > pacing.min_call_seconds * 1000
+        running = [c for c in calls if c.state == "running"]
+        for call in calls:
+            if len(running) >= pacing.max_concurrent_calls:
+                break
+            if call.state != "waiting" or call.submit_at > now or not (may_start or call.maybe_submitted):
+                continue
+            if not execute.take(now):
+                break
+            _submit(session, pipeline, call, now, execute)
+            if call.state == "running":
+                running.append(call)
+        for call in sorted(running, key=lambda c: c.poll_at):
+            if call.poll_at > now or not describe.take(now):
+                break
+            _poll(session, call, policy, now, describe)
+        waiting = [c for c in calls if c.state == "waiting"]
+        running = [c for c in calls if c.state == "running"]
+        if not running and not any(may_start or c.maybe_submitted for c in waiting):
+            _not_started(waiting, deadline.remaining_ms(), clock())
+            return calls
+        wake = [now + left_ms / 1000]
+        if len(running) < pacing.max_concurrent_calls:
+            startable = [c.submit_at for c in waiting if may_start or c.maybe_submitted]
+            if startable:
+                wake.append(max(min(startable), execute.ready_at(now)))
+        if running:
+            wake.append(max(min(c.poll_at for c in running), describe.ready_at(now)))
+        session.sleep(max(0.001, min(wake) - clock()))
+
+
+def _submit(session: Session, pipeline: Pipeline, call: Call, now: float, execute: RateLimit) -> None:
+    if call.client_token is None:  # a new statement; a refused one is sent again with its token
+        call.client_token, call.attempts = str(uuid.uuid4()), call.attempts + 1
+    try:
+        response = session.client.execute_statement(
+            **session.target.request(call.sql, statement_name(pipeline, call.table), call.client_token)
+        )
+    except Exception as exc:
+        if not is_transient(exc):  # permissions, validation: this table fails, the others go on
+            call.state, call.error, call.ended = "failed", f"ExecuteStatement refused: {exc}", now
+            call.client_token = None
+            return
+        call.refused, call.api_retries = call.refused + 1, call.api_retries + 1
+        call.maybe_submitted = call.maybe_submitted or not is_throttled(exc)
+        call.submit_at = now + session.pacing.backoff(call.refused, session.rng)
+        call.error = f"ExecuteStatement not accepted yet: {exc}"
+        if is_throttled(exc):
+            execute.pause(call.submit_at)
+        return
+    call.client_token, call.maybe_submitted, call.refused, call.error = None, False, 0, None
+    call.statement_id, call.state, call.last_status = response["Id"], "running", "SUBMITTED"
+    call.poll_interval = session.polling.initial_seconds
+    call.poll_at = now + call.poll_interval
+    if call.first_submitted is None:
+        call.first_submitted = now
+
+
+def _poll(session: Session, call: Call, policy: RetryPolicy, now: float, describe: RateLimit) -> None:
+    try:
+        desc = session.client.describe_statement(Id=call.statement_id)
+    except Exception as exc:
+        call.api_retries += 1
+        if not is_transient(exc):  # not answerable (permissions, an unknown id): the run log settles it
+            call.state, call.ended = "unknown", now
+            call.error = f"DescribeStatement failed, the CALL was left to run and the run log tells its outcome: {exc}"
+            return
+        call.refused += 1
+        call.poll_at = now + session.pacing.backoff(call.refused, session.rng)
+        if is_throttled(exc):
+            describe.pause(call.poll_at)
+        return
+    call.refused = 0
+    if desc["Status"] in TERMINAL:
+        settle(call, desc, policy, now, session.rng)
+        return
+    call.last_status = desc["Status"]
+    call.poll_interval = min(call.poll_interval * 1.5, session.polling.max_seconds)
+    call.poll_at = now + call.poll_interval
+
+
+def _not_started(waiting: Sequence[Call], left_ms: int, now: float) -> None:
+    for call in waiting:
+        call.state, call.ended = NOT_STARTED, now
+        after = f" after a serialization conflict ({call.history[-1]})" if call.history else ""
+        refused = f"; {call.error}" if call.error else ""
+        call.error = (
+            f"not started{after}: {left_ms} ms of Lambda time left, under the deadline margin and the time a CALL "
+            f"needs{refused}; the next run takes the tables with the oldest last run first"
+        )
+
+
+def _at_deadline(session: Session, calls: list[Call], policy: RetryPolicy, now: float) -> None:
+    client, deadline = session.client, session.deadline
+    left_ms = deadline.remaining_ms()
+    unanswered = [c for c in calls if c.state == "waiting" and c.maybe_submitted]
+    _not_started([c for c in calls if c.state == "waiting" and not c.maybe_submitted], left_ms, now)
+    for call in unanswered:  # the service may have started it: only the run log can tell
+        call.state, call.ended = "unknown", now
+        call.error = f"ExecuteStatement was not answered before the deadline ({call.error}); the run log tells whether it ran"
+    for call in (c for c in calls if c.state == "running"):
+        if not deadline.allows_request():
+            call.state, call.ended = "unknown", now
             call.error = (
-                f"not resubmitted: {left_ms} ms of Lambda time left after a serialization conflict "
-                f"({call.history[-1] if call.history else 'no error'})"
+                f"still {(call.last_status or 'running').lower()} (statement {call.statement_id}) with {deadline.remaining_ms()} ms "
+                "of Lambda time left, too little to cancel it safely; the run log tells whether it committed"
             )
-        elif call.state == "running":
-            _try_cancel(client, call.statement_id)
+            continue
+        _try_cancel(client, call.statement_id)
+        status = "unknown"
+        if deadline.allows_request():
             try:
                 desc = client.describe_statement(Id=call.statement_id)
+                status = desc["Status"]
             except Exception as exc:
-                desc = {"Status": f"unknown ({exc})"}
-            if desc["Status"] == "FINISHED":
-                call.state, call.pid, call.ended = "finished", desc.get("RedshiftPid"), now
-                continue
-            call.state, call.ended = "cancelled", now
-            # CancelStatement is asynchronous: only ABORTED says the CALL rolled back.
-            outcome = (
-                "the CALL rolled back as a whole and the next run picks its records up"
-                if desc["Status"] == "ABORTED"
-                else "cancel requested, outcome unknown until the run log shows it; a CALL is all or nothing and "
-                "the watermark keeps a committed one from being applied twice"
-            )
-            call.error = (
-                f"cancelled (statement {call.statement_id}, status {desc['Status']}): {left_ms} ms of Lambda time "
-                f"were left, under the margin kept to report; {outcome}"
-            )
+                status = f"unknown ({exc})"
+        if status in ("FINISHED", "FAILED"):  # it ended before the cancel reached it
+            settle(call, desc, policy, now, session.rng)
+            if call.state == "waiting":  # a conflict: its next attempt waits for the next run
+                _not_started([call], left_ms, now)
+            continue
+        call.last_status = status
+        call.state, call.ended = "cancelled", now
+        # CancelStatement is asynchronous: only ABORTED says the CALL rolled back.
+        outcome = (
+            "the CALL rolled back as a whole and the next run picks its records up"
+            if status == "ABORTED"
+            else "cancel requested, outcome unknown until the run log shows it; a CALL is all or nothing and "
+            "the watermark keeps a committed one from being applied twice"
+        )
+        call.error = (
+            f"cancelled (statement {call.statement_id}, status {status}): {left_ms} ms of Lambda time "
+            f"were left, under the deadline margin; {outcome}"
+        )
 
 
 def _try_cancel(client: Any, statement_id: str | None) -> None:
@@ -214,25 +420,6 @@ def _try_cancel(client: Any, statement_id: str | None) -> None:
         client.cancel_statement(Id=statement_id)
     except Exception:  # it may have just ended; the caller reports what it knows
         pass
-
-
-def run_log_sql(pipeline: Pipeline, finished: Sequence[Call]) -> str:
-    """The newest run-log row of each finished table, written by the session of its CALL."""
-    matches = []
-    for call in finished:
-        cond = f"r.table_name = {quote_literal(call.table)}"
-        if call.pid is not None:
-            cond += f" AND r.backend_pid = {int(call.pid)}"
-        matches.append(f"({cond})")
-    return (
-        f"SELECT table_name, {RUN_LOG_COLUMNS}\n"
-        "FROM (\n"
-        "  SELECT r.*, ROW_NUMBER() OVER (PARTITION BY r.table_name ORDER BY r.started_at DESC, r.run_id DESC) AS rn\n"
-        f"  FROM {quote_ident(pipeline.schema)}.{quote_ident(RUN_LOG)} r\n"
-        "  WHERE " + "\n     OR ".join(matches) + "\n"
-        ") x\n"
-        "WHERE rn = 1"
-    )
 
 
 def decode_field(value: dict) -> Any:
@@ -245,68 +432,142 @@ def decode_field(value: dict) -> Any:
     raise DataApiError(f"unsupported Data API field {value!r}")
 
 
-def query(
-    client: Any,
-    target: DataApiTarget,
-    sql: str,
-    name: str,
-    polling: Polling = Polling(),
-    sleep: Callable[[float], None] = time.sleep,
-    remaining_ms: Callable[[], int] | None = None,
-) -> list[tuple]:
-    """Run one SELECT to the end and return its rows (all pages). When `remaining_ms`
-    falls under REPORT_MS (the time kept to print the summary), the statement is
-    cancelled and DataApiError raised."""
-    statement_id = client.execute_statement(**target.request(sql, name))["Id"]
-    interval = polling.initial_seconds / 2
-    while (desc := client.describe_statement(Id=statement_id))["Status"] not in TERMINAL:
-        if remaining_ms is not None and remaining_ms() < REPORT_MS:
-            _try_cancel(client, statement_id)
-            raise DataApiError(f"{name} was still {desc['Status'].lower()} with {remaining_ms()} ms of Lambda time left and was cancelled")
-        sleep(interval)
-        interval = min(interval * 1.5, polling.max_seconds)
+def _request(session: Session, send: Callable[[], Any], what: str) -> Any:
+    """One request of a query, sent again (the same request, so the same ClientToken) while
+    the service refuses it for load and time allows."""
+    deadline = session.deadline
+    failures = 0
+    while True:
+        if not deadline.allows_request():
+            raise DataApiError(f"{what} not sent: {deadline.remaining_ms()} ms of Lambda time left")
+        try:
+            return send()
+        except Exception as exc:
+            if not is_transient(exc):
+                raise
+            failures += 1
+            wait = session.pacing.backoff(failures, session.rng)
+            if deadline.remaining_ms() - wait * 1000 < deadline.request_ms + REPORT_MS:
+                raise DataApiError(f"{what} refused ({exc}) and no time is left to try again") from exc
+            session.sleep(wait)
+
+
+def query(session: Session, sql: str, name: str) -> list[tuple]:
+    """Run one SELECT to the end and return its rows (all pages). When no request can finish
+    in time any more, the statement is cancelled (if it was started) and DataApiError raised."""
+    client, deadline = session.client, session.deadline
+    params = session.target.request(sql, name, str(uuid.uuid4()))
+    statement_id = _request(session, lambda: client.execute_statement(**params)["Id"], f"{name} ExecuteStatement")
+    interval = session.polling.initial_seconds / 2
+    try:
+        while True:
+            desc = _request(session, lambda: client.describe_statement(Id=statement_id), f"{name} DescribeStatement")
+            if desc["Status"] in TERMINAL:
+                break
+            session.sleep(interval)
+            interval = min(interval * 1.5, session.polling.max_seconds)
+    except DataApiError:
+        left_ms = deadline.remaining_ms()
+        if not deadline.allows_request():  # a SELECT left to finish on its own harms nothing
+            raise DataApiError(f"{name} was not finished with {left_ms} ms of Lambda time left") from None
+        _try_cancel(client, statement_id)
+        raise DataApiError(f"{name} was not finished with {left_ms} ms of Lambda time left and was cancelled") from None
     if desc["Status"] != "FINISHED":
         raise DataApiError(f"{name} {desc['Status'].lower()}: {desc.get('Error') or 'no error message'}")
     rows: list[tuple] = []
     token: str | None = None
     while True:
-        page = client.get_statement_result(Id=statement_id, **({"NextToken": token} if token else {}))
+        page = _request(
+            session,
+            lambda: client.get_statement_result(Id=statement_id, **({"NextToken": token} if token else {})),
+            f"{name} GetStatementResult",
+        )
         rows.extend(tuple(decode_field(f) for f in record) for record in page["Records"])
         token = page.get("NextToken")
         if not token:
             return rows
 
 
-def summaries(
-    client: Any,
-    target: DataApiTarget,
-    pipeline: Pipeline,
-    calls: Sequence[Call],
-    polling: Polling = Polling(),
-    sleep: Callable[[float], None] = time.sleep,
-    clock: Callable[[], float] = time.monotonic,
-    remaining_ms: Callable[[], int] | None = None,
-) -> list[RunSummary]:
-    """One RunSummary per call, in order: counts from the run log for the finished ones.
-    When the run log cannot be read (in time), the finished calls say so: every call
-    still gets its summary."""
-    finished = [c for c in calls if c.state == "finished"]
+def last_runs_sql(pipeline: Pipeline, tables: Sequence[str]) -> str:
+    """The start of each table's newest run-log row."""
+    names = ", ".join(quote_literal(t) for t in tables)
+    return (
+        "SELECT table_name, MAX(started_at) AS last_started_at\n"
+        f"FROM {quote_ident(pipeline.schema)}.{quote_ident(RUN_LOG)}\n"
+        f"WHERE table_name IN ({names})\n"
+        "GROUP BY table_name"
+    )
+
+
+def last_runs(session: Session, pipeline: Pipeline, tables: Sequence[str]) -> tuple[list[str], dict[str, str | None] | None, str | None]:
+    """The tables in the order to run them, oldest last run first (never run first; ties keep
+    the given order), and each table's last run, the baseline that tells this invocation's
+    run-log rows apart. When the run log cannot be read: the given order, no baseline, and why."""
+    try:
+        rows = query(session, last_runs_sql(pipeline, tables), f"redshift-sync.{pipeline.schema}.last-runs")
+    except Exception as exc:  # DataApiError, botocore errors: run in the given order
+        return list(tables), None, f"the last runs could not be read, tables run in the pipeline file's order: {exc}"
+    last: dict[str, str | None] = {t: None for t in tables}
+    last.update({r[0]: None if r[1] is None else str(r[1]) for r in rows})
+    order = sorted(tables, key=lambda t: (last[t] is not None, last[t] or ""))
+    return order, last, None
+
+
+def run_log_sql(pipeline: Pipeline, calls: Sequence[Call], baseline: dict[str, str | None] | None) -> str:
+    """The newest run-log row of each table written by its CALL: by the CALL's session when
+    the Data API reported one, and newer than the table's last run before this invocation."""
+    matches = []
+    for call in calls:
+        cond = f"r.table_name = {quote_literal(call.table)}"
+        if call.pid is not None:
+            cond += f" AND r.backend_pid = {int(call.pid)}"
+        if baseline is not None and baseline.get(call.table) is not None:
+            cond += f" AND r.started_at > CAST({quote_literal(baseline[call.table])} AS timestamp)"
+        matches.append(f"({cond})")
+    return (
+        f"SELECT table_name, {RUN_LOG_COLUMNS}\n"
+        "FROM (\n"
+        "  SELECT r.*, ROW_NUMBER() OVER (PARTITION BY r.table_name ORDER BY r.started_at DESC, r.run_id DESC) AS rn\n"
+        f"  FROM {quote_ident(pipeline.schema)}.{quote_ident(RUN_LOG)} r\n"
+        "  WHERE " + "\n     OR ".join(matches) + "\n"
+        ") x\n"
+        "WHERE rn = 1"
+    )
+
+
+def _may_have_committed(call: Call, baseline: dict[str, str | None] | None) -> bool:
+    """Whether to look for this call's run-log row: it finished, or its outcome is unknown
+    (cancelled without ABORTED, never answered), and its row can be told apart from older
+    ones (by its session, or by the table's last run before this invocation)."""
+    if call.state == "finished":
+        return call.pid is not None or baseline is not None
+    return call.state in ("cancelled", "unknown") and call.last_status != "ABORTED" and baseline is not None
+
+
+def summaries(session: Session, pipeline: Pipeline, calls: Sequence[Call], baseline: dict[str, str | None] | None) -> list[RunSummary]:
+    """One RunSummary per call, in order: counts from the run log for every call that may
+    have committed (finished, or cancelled or unknown when describes did not tell). When the
+    run log cannot be read (in time), the finished calls say so: every call gets its summary."""
+    asked = [c for c in calls if _may_have_committed(c, baseline)]
     rows: dict[str, tuple] = {}
     unread: str | None = None
-    if finished:
+    if asked:
         name = f"redshift-sync.{pipeline.schema}.run-log"
         try:
-            found = query(client, target, run_log_sql(pipeline, finished), name, polling, sleep, remaining_ms)
+            found = query(session, run_log_sql(pipeline, asked, baseline), name)
             rows = {r[0]: r[1:] for r in found}
         except Exception as exc:  # DataApiError, botocore errors: report, do not lose the other tables
-            unread = f"the procedure finished, but its run-log row could not be read: {exc}"
-    now = clock()
+            unread = f"the run-log row could not be read: {exc}"
+    now = session.clock()
     out = []
     for call in calls:
-        if call.state == "finished" and call.table in rows:
+        if call in asked and call.table in rows:
             out.append(summary_from_row(call.table, rows[call.table], call.duration(now)))
         elif call.state == "finished" and unread:
-            out.append(unfinished_summary(call.table, "unknown", call.duration(now), unread))
+            out.append(unfinished_summary(call.table, "unknown", call.duration(now), f"the procedure finished, but {unread}"))
+        elif call.state == "finished" and call.pid is None and baseline is None:
+            out.append(unfinished_summary(call.table, "unknown", call.duration(now),
+                                          "the procedure finished; with no session id and no last run its run-log row cannot be told apart"))
         elif call.state == "finished":
             out.append(unfinished_summary(call.table, "failed", call.duration(now), "the procedure finished but wrote no run-log row"))
         else:

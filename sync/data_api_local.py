@@ -5,14 +5,21 @@ and `get_statement_result` with the request parameters and response shapes of bo
 `redshift-data` client. Each statement runs on its own connection in its own thread, so it
 is asynchronous like the service: it goes SUBMITTED -> PICKED -> STARTED -> FINISHED |
 FAILED | ABORTED while the caller polls. Cancelling sends PostgreSQL a real cancel request
-for the running query. `inject_failure` makes chosen statements fail with a given error
-(a Redshift 1023 serialization conflict by default) to test retries.
+for the running query. Errors are botocore `ClientError`s with the service's codes.
+
+Like the service, it honours `ClientToken` (the same token returns the statement it already
+started) and can limit active statements (`max_active_statements`: more are refused with
+`ActiveStatementsExceededException`). Test controls: `inject_failure` makes chosen
+statements fail with a given error (a Redshift 1023 serialization conflict by default),
+`inject_delay` makes them slow, and `throttle` makes a share of an operation's requests
+fail with a given error code, as the service does under load.
 """
 
 from __future__ import annotations
 
 import datetime as dt
 import decimal
+import random
 import threading
 import time
 import uuid
@@ -21,8 +28,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import psycopg
+from botocore.exceptions import ClientError
 
 from sync.data_api import TERMINAL
+
 CONFLICT_ERROR = (
     "ERROR: 1023 DETAIL: Serializable isolation violation on table - 100167, "
     "transactions forming the cycle are: 100168, 100169 (pid:1073)"
@@ -38,12 +47,11 @@ TYPE_NAMES = {
 }
 
 
-class LocalDataApiError(Exception):
-    """Raised the way botocore raises a ClientError: `response["Error"]` has Code and Message."""
+class LocalDataApiError(ClientError):
+    """A botocore ClientError, as boto3's client raises it: `response["Error"]` has Code and Message."""
 
     def __init__(self, code: str, message: str, operation: str):
-        super().__init__(f"An error occurred ({code}) when calling the {operation} operation: {message}")
-        self.response = {"Error": {"Code": code, "Message": message}}
+        super().__init__({"Error": {"Code": code, "Message": message}}, operation)
 
 
 @dataclass
@@ -76,8 +84,16 @@ class _Statement:
 @dataclass
 class _Injection:
     match: str
-    error: str
+    error: str | None  # None: only slow
     remaining: int
+    delay: float = 0.0
+
+
+@dataclass
+class _Throttle:
+    code: str
+    message: str
+    share: float
 
 
 def _field(value: Any) -> dict:
@@ -106,19 +122,50 @@ def _error_text(exc: psycopg.Error) -> str:
 class LocalDataApi:
     """The Data API client calls, run on the PostgreSQL at `dsn`."""
 
-    def __init__(self, dsn: str, page_size: int = 1000, connect: Callable[[str], Any] | None = None):
+    def __init__(
+        self, dsn: str, page_size: int = 1000, connect: Callable[[str], Any] | None = None,
+        max_active_statements: int | None = None, seed: int = 0,
+    ):
         self.dsn = dsn
         self.page_size = page_size
+        self.max_active_statements = max_active_statements
         self._connect = connect or (lambda d: psycopg.connect(d, autocommit=True))
         self._statements: dict[str, _Statement] = {}
+        self._tokens: dict[str, str] = {}
         self._injections: list[_Injection] = []
+        self._throttles: dict[str, _Throttle] = {}
+        self._rng = random.Random(seed)
         self._lock = threading.Lock()
+        self.refused: dict[str, int] = {}  # "Operation:ErrorCode" -> requests refused (`throttle`, the active-statement limit)
 
     # -- test controls -------------------------------------------------------------
     def inject_failure(self, match: str, error: str = CONFLICT_ERROR, times: int = 1) -> None:
         """The next `times` statements whose SQL contains `match` fail with `error` instead of running."""
         with self._lock:
             self._injections.append(_Injection(match, error, times))
+
+    def inject_delay(self, match: str, seconds: float, times: int = 1) -> None:
+        """The next `times` statements whose SQL contains `match` first sleep `seconds` on
+        the server (pg_sleep, cancellable), then run."""
+        with self._lock:
+            self._injections.append(_Injection(match, None, times, seconds))
+
+    def throttle(self, operation: str, share: float, code: str = "ThrottlingException",
+                 message: str = "Rate exceeded") -> None:
+        """A `share` (0-1) of the requests of `operation` (e.g. "DescribeStatement") fail
+        with a ClientError `code` before doing anything, as the service refuses requests
+        over its rate quota."""
+        with self._lock:
+            self._throttles[operation] = _Throttle(code, message, share)
+
+    def _refuse(self, operation: str) -> None:
+        with self._lock:
+            throttle = self._throttles.get(operation)
+            if throttle is None or self._rng.random() >= throttle.share:
+                return
+            key = f"{operation}:{throttle.code}"
+            self.refused[key] = self.refused.get(key, 0) + 1
+        raise LocalDataApiError(throttle.code, throttle.message, operation)
 
     def wait(self, statement_id: str, timeout: float = 60.0) -> str:
         """Block until the statement ends (or `timeout` passes); returns its status."""
@@ -130,7 +177,7 @@ class LocalDataApi:
         """Every statement submitted so far, oldest first, as DescribeStatement shows it."""
         with self._lock:
             ids = list(self._statements)
-        return [self.describe_statement(Id=i) for i in ids]
+        return [self._describe(i) for i in ids]
 
     def close(self, timeout: float = 30.0) -> None:
         """Cancel what still runs and wait for every statement thread to end."""
@@ -165,18 +212,44 @@ class LocalDataApi:
                 raise LocalDataApiError("ValidationException", "Specify exactly one of ClusterIdentifier or WorkgroupName", op)
         if params.get("Parameters"):
             raise LocalDataApiError("ValidationException", "the local Data API does not support Parameters", op)
+        self._refuse(op)
         now = dt.datetime.now(dt.timezone.utc)
         st = _Statement(str(uuid.uuid4()), dict(params), now, now)
+        token = params.get("ClientToken")
         with self._lock:
+            if token in self._tokens:  # the request was already accepted: the same statement
+                known = self._statements[self._tokens[token]]
+                if known.params != params:
+                    raise LocalDataApiError("ValidationException", "ClientToken reused with different parameters", op)
+                return self._accepted(known)
+            if self.max_active_statements is not None:
+                active = sum(1 for s in self._statements.values() if s.status not in TERMINAL)
+                if active >= self.max_active_statements:
+                    key = f"{op}:ActiveStatementsExceededException"
+                    self.refused[key] = self.refused.get(key, 0) + 1
+                    raise LocalDataApiError(
+                        "ActiveStatementsExceededException",
+                        f"Active statements exceeded the allowed quota ({self.max_active_statements}).", op,
+                    )
             self._statements[st.id] = st
+            if token:
+                self._tokens[token] = st.id
         threading.Thread(target=self._run, args=(st,), name=f"data-api-{st.id[:8]}", daemon=True).start()
-        response = {"Id": st.id, "CreatedAt": now}
+        return self._accepted(st)
+
+    @staticmethod
+    def _accepted(st: _Statement) -> dict:
+        response = {"Id": st.id, "CreatedAt": st.created_at}
         for key in ("ClusterIdentifier", "WorkgroupName", "Database", "DbUser", "SecretArn"):
-            if key in params:
-                response[key] = params[key]
+            if key in st.params:
+                response[key] = st.params[key]
         return response
 
     def describe_statement(self, *, Id: str) -> dict:
+        self._refuse("DescribeStatement")
+        return self._describe(Id)
+
+    def _describe(self, Id: str) -> dict:
         st = self._get(Id, "DescribeStatement")
         with st.lock:
             out = {
@@ -201,6 +274,7 @@ class LocalDataApi:
         return out
 
     def cancel_statement(self, *, Id: str) -> dict:
+        self._refuse("CancelStatement")
         st = self._get(Id, "CancelStatement")
         with st.lock:
             if st.status in TERMINAL:
@@ -215,6 +289,7 @@ class LocalDataApi:
 
     def get_statement_result(self, *, Id: str, NextToken: str | None = None) -> dict:
         op = "GetStatementResult"
+        self._refuse(op)
         st = self._get(Id, op)
         with st.lock:
             if st.status != "FINISHED":
@@ -240,12 +315,12 @@ class LocalDataApi:
             raise LocalDataApiError("ResourceNotFoundException", f"Query does not exist: {statement_id}", op)
         return st
 
-    def _take_injection(self, sql: str) -> str | None:
+    def _take_injection(self, sql: str) -> _Injection | None:
         with self._lock:
             for inj in self._injections:
                 if inj.remaining > 0 and inj.match in sql:
                     inj.remaining -= 1
-                    return inj.error
+                    return inj
         return None
 
     def _run(self, st: _Statement) -> None:
@@ -274,12 +349,14 @@ class LocalDataApi:
 
     def _execute(self, st: _Statement, conn: Any) -> None:
         injected = self._take_injection(st.params["Sql"])
-        if injected is not None:
+        if injected is not None and injected.error is not None:
             with st.lock:
-                st.move("FAILED", injected)
+                st.move("FAILED", injected.error)
             return
         try:
             with conn.cursor() as cur:
+                if injected is not None:
+                    cur.execute("SELECT pg_sleep(%s)", (injected.delay,))
                 cur.execute(st.params["Sql"])
                 columns = rows = None
                 if cur.description is not None:

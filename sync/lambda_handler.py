@@ -9,9 +9,16 @@ The environment chooses the connection:
   REDSHIFT_SYNC_DB_USER (cluster) or neither (IAM temporary credentials).
 - redshift_connector: REDSHIFT_SYNC_DSN (redshift+redshift_connector://...), autocommit on.
 
+The boto3 client has short connect and read timeouts and botocore's standard retry mode
+(`REDSHIFT_SYNC_CONNECT_TIMEOUT_SECONDS`, `..._READ_TIMEOUT_SECONDS`, `..._SDK_ATTEMPTS`),
+and the deadline margin must cover the longest request they allow (checked at start), so
+one hung request cannot make the invocation time out without its summary.
+
 Returns a JSON summary per table, logs one CloudWatch Embedded Metric Format line per table
-and raises `SyncFailed` when a table did not sync, so the invocation counts as an error.
-Only the standard library, pydantic and this package are imported: no Spark, no CLI stack.
+and raises `SyncFailed` when a table failed, was cancelled or ended unknown, so the
+invocation counts as an error. Tables `not started` for lack of time do not fail the
+invocation (the next one takes them first); they show in the `NotStarted` metric.
+Only the standard library, boto3, pydantic and this package are imported: no Spark, no CLI stack.
 """
 
 from __future__ import annotations
@@ -35,21 +42,22 @@ PACKAGED_CONFIG = Path(__file__).resolve().parent.parent / "pipeline.toml"
 NO_CONTEXT_BUDGET_MS = 15 * 60 * 1000  # Lambda's longest timeout, for calls without a context
 
 
-def _boto3_client() -> Any:
+def _boto3_client(timeouts: data_api.ApiTimeouts) -> Any:
     import boto3  # part of the Lambda Python runtime
 
-    return boto3.client("redshift-data")
+    return boto3.client("redshift-data", config=timeouts.config())
 
 
 # Tests and local runs replace this with another implementation of the same four calls.
-client_factory: Callable[[], Any] = _boto3_client
+client_factory: Callable[[data_api.ApiTimeouts], Any] = _boto3_client
+FAILING = ("failed", "cancelled", "unknown")
 
 
 class SyncFailed(RuntimeError):
     """At least one table did not sync; `summary` holds every table's outcome."""
 
     def __init__(self, summary: dict):
-        bad = [t for t in summary["tables"] if t["status"] != "ok"]
+        bad = [t for t in summary["tables"] if t["status"] in FAILING]
         detail = "; ".join(f"{t['table']} {t['status']}: {t['error']}" for t in bad)
         super().__init__(f"{len(bad)} of {len(summary['tables'])} table(s) did not sync: {detail}")
         self.summary = summary
@@ -62,6 +70,8 @@ class Settings:
     dsn: str | None
     policy: RetryPolicy
     polling: data_api.Polling
+    pacing: data_api.Pacing
+    timeouts: data_api.ApiTimeouts
     namespace: str
 
     @classmethod
@@ -107,14 +117,40 @@ class Settings:
         polling = data_api.Polling(
             initial_seconds=number("REDSHIFT_SYNC_POLL_SECONDS", 0.5),
             max_seconds=number("REDSHIFT_SYNC_POLL_MAX_SECONDS", 5.0),
-            margin_ms=int(number("REDSHIFT_SYNC_DEADLINE_MARGIN_SECONDS", 15.0) * 1000),
+            margin_ms=int(number("REDSHIFT_SYNC_DEADLINE_MARGIN_SECONDS", 30.0) * 1000),
         )
+        try:
+            pacing = data_api.Pacing(
+                max_concurrent_calls=int(number("REDSHIFT_SYNC_MAX_CONCURRENT_CALLS", 10)),
+                execute_per_second=number("REDSHIFT_SYNC_EXECUTE_PER_SECOND", 5.0),
+                describe_per_second=number("REDSHIFT_SYNC_DESCRIBE_PER_SECOND", 10.0),
+                min_call_seconds=number("REDSHIFT_SYNC_MIN_CALL_SECONDS", 10.0),
+                backoff_base_seconds=number("REDSHIFT_SYNC_API_BACKOFF_SECONDS", 0.5),
+                backoff_cap_seconds=number("REDSHIFT_SYNC_API_BACKOFF_CAP_SECONDS", 8.0),
+            )
+            timeouts = data_api.ApiTimeouts(
+                connect_seconds=number("REDSHIFT_SYNC_CONNECT_TIMEOUT_SECONDS", 2.0),
+                read_seconds=number("REDSHIFT_SYNC_READ_TIMEOUT_SECONDS", 5.0),
+                attempts=int(number("REDSHIFT_SYNC_SDK_ATTEMPTS", 2)),
+            )
+        except ValueError as exc:
+            raise ConfigError(f"Data API pacing and timeouts (REDSHIFT_SYNC_*): {exc}") from None
+        needed_ms = timeouts.worst_case_ms() + data_api.REPORT_MS
+        if target is not None and polling.margin_ms < needed_ms:
+            raise ConfigError(
+                f"REDSHIFT_SYNC_DEADLINE_MARGIN_SECONDS={polling.margin_ms / 1000:g} does not cover one Data API request at "
+                f"its slowest ({timeouts.worst_case_ms() / 1000:g} s: {timeouts.attempts} attempt(s) of "
+                f"{timeouts.connect_seconds:g} s connect + {timeouts.read_seconds:g} s read, with backoff) plus "
+                f"{data_api.REPORT_MS / 1000:g} s to report: raise it to at least {needed_ms / 1000:g}, or shorten the timeouts"
+            )
         return cls(
             config_path=Path(text(CONFIG_ENV_VAR) or PACKAGED_CONFIG),
             target=target,
             dsn=dsn,
             policy=policy,
             polling=polling,
+            pacing=pacing,
+            timeouts=timeouts,
             namespace=text("REDSHIFT_SYNC_METRICS_NAMESPACE") or "RedshiftSync",
         )
 
@@ -145,7 +181,7 @@ def sync_with_connector(
         attempts = 0
         while True:
             if remaining_ms() < settings.polling.margin_ms:
-                run = unfinished_summary(table, "cancelled", 0.0, f"not started: {remaining_ms()} ms of Lambda time left")
+                run = unfinished_summary(table, data_api.NOT_STARTED, 0.0, f"not started: {remaining_ms()} ms of Lambda time left")
                 break
             attempts += 1
             run = call_procedure(wh, pipeline, table)
@@ -164,7 +200,9 @@ def metric_line(run: dict, namespace: str, timestamp_ms: int) -> dict:
         "Deleted": (run["deleted"], "Count"),
         "Quarantined": (run["quarantined"], "Count"),
         "Attempts": (run["attempts"], "Count"),
-        "Failed": (0 if run["status"] == "ok" else 1, "Count"),
+        "Failed": (1 if run["status"] in FAILING else 0, "Count"),
+        "NotStarted": (1 if run["status"] == data_api.NOT_STARTED else 0, "Count"),
+        "ApiRetries": (run.get("api_retries"), "Count"),
         "DurationSeconds": (round(run["duration_seconds"], 3), "Seconds"),
         "LagSeconds": (run["lag_seconds"], "Seconds"),
     }
@@ -175,7 +213,8 @@ def metric_line(run: dict, namespace: str, timestamp_ms: int) -> dict:
             "CloudWatchMetrics": [
                 {
                     "Namespace": namespace,
-                    "Dimensions": [["Table"]],
+                    # Per table, and (the empty dimension set) over all tables, for alarms.
+                    "Dimensions": [["Table"], []],
                     "Metrics": [{"Name": name, "Unit": unit} for name, (_, unit) in present.items()],
                 }
             ],
@@ -185,6 +224,15 @@ def metric_line(run: dict, namespace: str, timestamp_ms: int) -> dict:
     line.update({name: value for name, (value, _) in present.items()})
     line.update({k: run[k] for k in ("status", "error", "watermark_after", "statement_id") if run.get(k) is not None})
     return line
+
+
+def run_line(table_runs: list[dict], remaining_ms: int) -> dict:
+    """The invocation in one log line: tables per status, Data API requests retried, time left."""
+    statuses: dict[str, int] = {}
+    for run in table_runs:
+        statuses[run["status"]] = statuses.get(run["status"], 0) + 1
+    return {"tables": len(table_runs), **statuses, "api_retries": sum(r["api_retries"] for r in table_runs),
+            "remaining_ms": remaining_ms}
 
 
 def handler(event: Any, context: Any) -> dict:
@@ -197,10 +245,19 @@ def handler(event: Any, context: Any) -> dict:
 
     if settings.target is not None:
         mode = "data-api"
-        client = client_factory()
-        calls = data_api.run_calls(client, settings.target, pipeline, tables, remaining_ms, settings.policy, settings.polling)
-        runs = data_api.summaries(client, settings.target, pipeline, calls, settings.polling, remaining_ms=remaining_ms)
-        details = [{"attempts": c.attempts, "statement_id": c.statement_id} for c in calls]
+        session = data_api.Session(
+            client_factory(settings.timeouts), settings.target, data_api.Deadline(remaining_ms, settings.timeouts.worst_case_ms()),
+            settings.polling, settings.pacing,
+        )
+        order, baseline, unordered = data_api.last_runs(session, pipeline, tables)
+        if unordered:
+            print(json.dumps({"warning": unordered}), flush=True)
+        calls = data_api.run_calls(session, pipeline, order, settings.policy)
+        by_table = dict(zip(order, data_api.summaries(session, pipeline, calls, baseline)))
+        calls_by_table = {c.table: c for c in calls}
+        runs = [by_table[t] for t in tables]
+        details = [{"attempts": calls_by_table[t].attempts, "api_retries": calls_by_table[t].api_retries,
+                    "statement_id": calls_by_table[t].statement_id} for t in tables]
     else:
         mode = "redshift_connector"
         wh = connect(settings.dsn)
@@ -209,13 +266,19 @@ def handler(event: Any, context: Any) -> dict:
         finally:
             wh.close()
         runs = [r for r, _ in results]
-        details = [{"attempts": n, "statement_id": None} for _, n in results]
+        details = [{"attempts": n, "api_retries": 0, "statement_id": None} for _, n in results]
 
     table_runs = [{**run.as_dict(), **extra} for run, extra in zip(runs, details)]
     now_ms = int(time.time() * 1000)
     for run in table_runs:
         print(json.dumps(metric_line(run, settings.namespace, now_ms), default=str), flush=True)
-    summary = {"ok": all(r["status"] == "ok" for r in table_runs), "mode": mode, "tables": table_runs}
-    if not summary["ok"]:
+    print(json.dumps({"run": run_line(table_runs, remaining_ms())}), flush=True)
+    summary = {
+        "ok": all(r["status"] == "ok" for r in table_runs),
+        "mode": mode,
+        "not_started": [r["table"] for r in table_runs if r["status"] == data_api.NOT_STARTED],
+        "tables": table_runs,
+    }
+    if any(r["status"] in FAILING for r in table_runs):
         raise SyncFailed(summary)
     return summary

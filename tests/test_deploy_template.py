@@ -1,9 +1,10 @@
-"""The CloudFormation templates under deploy/: cfn-lint clean, and what they grant and
-configure once resolved for each way of authenticating (a small evaluator of the intrinsic
-functions they use stands in for CloudFormation)."""
+"""The CloudFormation templates under deploy/: cfn-lint clean, parliament clean, and what
+they grant, configure and refuse once resolved for each way of authenticating (a small
+evaluator of the intrinsic and rule functions they use stands in for CloudFormation)."""
 
 from __future__ import annotations
 
+import json
 import re
 import subprocess
 import sys
@@ -31,6 +32,9 @@ class Stack:
         declared = self.template["Parameters"]
         self.params = {k: str(v.get("Default", "")) for k, v in declared.items()} | params
         assert set(params) <= set(declared), set(params) - set(declared)
+        for name, spec in declared.items():  # CloudFormation splits these on commas
+            if spec["Type"] == "CommaDelimitedList":
+                self.params[name] = self.params[name].split(",")
         self.conditions: dict[str, bool] = {}
         for name, expr in self.template.get("Conditions", {}).items():
             self.conditions[name] = self.resolve(expr)
@@ -58,8 +62,13 @@ class Stack:
                 return all(self.resolve(x) for x in arg)
             if key == "Fn::Or":
                 return any(self.resolve(x) for x in arg)
+            if key == "Fn::Contains":  # a rule function: the string is one of the list's
+                values, value = self.resolve(arg[0]), self.resolve(arg[1])
+                return value in values
             if key == "Fn::GetAtt":
                 return f"<{arg[0]}.{arg[1]}>"
+            if key == "Fn::Join":
+                return arg[0].join(self.resolve(arg[1]))
             if key == "Fn::Split":
                 return self.resolve(arg[1]).split(arg[0])
             if key == "Fn::Select":
@@ -68,6 +77,24 @@ class Stack:
                 text, extra = (arg, {}) if isinstance(arg, str) else (arg[0], self.resolve(arg[1]))
                 return re.sub(r"\$\{([^}]+)\}", lambda m: str(extra.get(m[1]) or self.resolve({"Ref": m[1]})), text)
         return {k: v for k, v in ((k, self.resolve(v)) for k, v in node.items()) if v is not NO_VALUE}
+
+    def failed_rules(self) -> list[str]:
+        """The AssertDescription of every rule assertion these parameters break (CloudFormation
+        refuses the stack with them; "AWS rule functions", CloudFormation User Guide,
+        https://docs.aws.amazon.com/AWSCloudFormation/latest/UserGuide/intrinsic-function-reference-rules.html)."""
+        out = []
+        for rule in self.template.get("Rules", {}).values():
+            if "RuleCondition" in rule and not self.resolve(rule["RuleCondition"]):
+                continue
+            out += [a["AssertDescription"] for a in rule["Assertions"] if not self.resolve(a["Assert"])]
+        return out
+
+    def allowed(self, name: str, value: str) -> bool:
+        """Whether CloudFormation accepts `value` for parameter `name` (AllowedValues, AllowedPattern)."""
+        declared = self.template["Parameters"][name]
+        if "AllowedValues" in declared and value not in [str(v) for v in declared["AllowedValues"]]:
+            return False
+        return "AllowedPattern" not in declared or re.fullmatch(declared["AllowedPattern"], value) is not None
 
     def properties(self, resource: str) -> dict:
         return self.resolve(self.template["Resources"][resource]["Properties"])
@@ -139,14 +166,19 @@ def test_the_function_environment_configures_the_handler(params, expected):
     request = settings.target.request("CALL x()", "n")
     assert {k: v for k, v in request.items() if k not in ("Sql", "StatementName")} == expected
     assert settings.policy.max_attempts == 4 and settings.polling.margin_ms == 30_000
+    assert (settings.pacing.max_concurrent_calls, settings.pacing.execute_per_second, settings.pacing.describe_per_second) == (10, 5, 10)
     assert settings.config_path == lambda_handler.PACKAGED_CONFIG
+    # The template's smallest margin still covers one Data API request at its slowest.
+    smallest = min(Stack(DEPLOY / "lambda.yaml").template["Parameters"]["DeadlineMarginSeconds"]["AllowedValues"])
+    assert smallest * 1000 >= settings.timeouts.worst_case_ms() + 1000
 
 
 def test_schedule_alarm_and_no_lambda_retries():
-    stack = Stack(DEPLOY / "lambda.yaml", CodeS3Bucket="b", ClusterIdentifier="prod", ScheduleExpression="rate(10 minutes)",
+    stack = Stack(DEPLOY / "lambda.yaml", CodeS3Bucket="b", ClusterIdentifier="prod", ScheduleMinutes="10",
                   AlarmTopicArn="arn:aws:sns:us-east-1:123456789012:oncall")
     assert stack.properties("Schedule")["ScheduleExpression"] == "rate(10 minutes)"
     assert stack.properties("Schedule")["Targets"][0]["Arn"] == "<Function.Arn>"
+    assert "Input" not in stack.properties("Schedule")["Targets"][0]  # every table of the packaged pipeline file
     assert stack.properties("SchedulePermission")["Principal"] == "events.amazonaws.com"
     alarm = stack.properties("FailedInvocationsAlarm")
     assert (alarm["Namespace"], alarm["MetricName"], alarm["AlarmActions"]) == (
@@ -164,6 +196,112 @@ def test_the_streaming_role_reads_only_the_one_cluster():
         assert grants.pop(action) == topics
     for action in ("kafka-cluster:AlterGroup", "kafka-cluster:DescribeGroup"):
         assert grants.pop(action) == ["arn:aws:kafka:us-east-1:123456789012:group/demo/abc-1/*"]
-    assert grants == {"kafka:GetBootstrapBrokers": [MSK]}
+    # The Service Authorization Reference lists no resource type for kafka:GetBootstrapBrokers
+    # (https://docs.aws.amazon.com/service-authorization/latest/reference/list_amazonmanagedstreamingforapachekafka.html):
+    # only "*" matches it.
+    assert grants == {"kafka:GetBootstrapBrokers": ["*"]}
     trust = stack.properties("StreamingRole")["AssumeRolePolicyDocument"]["Statement"][0]
     assert "redshift.amazonaws.com" in trust["Principal"]["Service"]
+
+
+LAMBDA_VALUES = {"WorkgroupArn": WORKGROUP, "CodeS3Bucket": "b"}
+
+
+@pytest.mark.parametrize(
+    "timeout, margin, broken",
+    [("60", "45", False), ("60", "60", True), ("60", "90", True), ("240", "30", False), ("240", "240", True),
+     ("900", "300", False), ("120", "120", True)],
+)
+def test_a_margin_at_or_over_the_timeout_is_refused(timeout, margin, broken):
+    """A margin at or over the timeout would cancel every CALL the moment it starts."""
+    stack = Stack(DEPLOY / "lambda.yaml", **LAMBDA_VALUES, TimeoutSeconds=timeout, DeadlineMarginSeconds=margin, ScheduleMinutes="30")
+    failed = stack.failed_rules()
+    assert bool(failed) == broken, failed
+    if broken:
+        assert failed == [next(d for d in failed if "DeadlineMarginSeconds must be below" in d)]
+
+
+def test_every_timeout_and_margin_pair_is_checked():
+    template = Stack(DEPLOY / "lambda.yaml").template
+    timeouts = template["Parameters"]["TimeoutSeconds"]["AllowedValues"]
+    margins = template["Parameters"]["DeadlineMarginSeconds"]["AllowedValues"]
+    for t in timeouts:
+        for m in margins:
+            stack = Stack(DEPLOY / "lambda.yaml", **LAMBDA_VALUES, TimeoutSeconds=str(t), DeadlineMarginSeconds=str(m), ScheduleMinutes="60")
+            assert bool(stack.failed_rules()) == (m >= t), (t, m)
+
+
+@pytest.mark.parametrize("minutes, timeout, broken", [("5", "240", False), ("5", "300", True), ("2", "120", True), ("15", "840", False),
+                                                      ("15", "900", True), ("60", "900", False)])
+def test_a_timeout_at_or_over_the_schedule_interval_is_refused(minutes, timeout, broken):
+    stack = Stack(DEPLOY / "lambda.yaml", **LAMBDA_VALUES, ScheduleMinutes=minutes, TimeoutSeconds=timeout, DeadlineMarginSeconds="20")
+    failed = stack.failed_rules()
+    assert bool(failed) == broken, failed
+    assert stack.properties("Schedule")["ScheduleExpression"] == f"rate({minutes} minutes)"
+
+
+def test_the_defaults_pass_the_rules_and_run_one_at_a_time():
+    stack = Stack(DEPLOY / "lambda.yaml", **LAMBDA_VALUES)
+    assert stack.failed_rules() == []
+    fn = stack.properties("Function")
+    assert fn["ReservedConcurrentExecutions"] == 1  # a second scheduled start is throttled, never run beside the first
+    assert int(fn["Timeout"]) < int(stack.params["ScheduleMinutes"]) * 60
+    assert stack.properties("AsyncConfig")["MaximumRetryAttempts"] == 0
+
+
+@pytest.mark.parametrize("namespace, ok", [("RedshiftSync", True), ("Acme/Redshift Sync:prod", True), ("AWS/Lambda", False),
+                                           ("AWS/RedshiftSync", False), ("", False), (":x", False), ("Syncé", False),
+                                           ("x" * 255, True), ("x" * 256, False)])
+def test_the_metrics_namespace_cannot_be_an_aws_one(namespace, ok):
+    """PutMetricData's Namespace (CloudWatch API Reference): ASCII without control characters,
+    1-255 long, pattern [^:].*, and "you should not specify a namespace that begins with AWS/"."""
+    assert Stack(DEPLOY / "lambda.yaml").allowed("MetricsNamespace", namespace) == ok
+
+
+def test_dashboard_and_alarms_watch_the_handlers_metrics():
+    stack = Stack(DEPLOY / "lambda.yaml", **LAMBDA_VALUES, MetricsNamespace="Acme/Sync", LagAlarmSeconds="600")
+    body = json.loads(stack.properties("Dashboard")["DashboardBody"])
+    expressions = " ".join(m[0]["expression"] for w in body["widgets"] for m in w["properties"]["metrics"])
+    line = lambda_handler.metric_line(
+        {"table": "t", "status": "ok", "events_read": 1, "upserted": 1, "deleted": 0, "quarantined": 0, "attempts": 1,
+         "api_retries": 0, "duration_seconds": 0.1, "lag_seconds": 1.0}, "Acme/Sync", 0)
+    emitted = {m["Name"] for m in line["_aws"]["CloudWatchMetrics"][0]["Metrics"]}
+    for metric in ("Upserted", "Deleted", "LagSeconds", "Quarantined", "Failed", "NotStarted", "ApiRetries"):
+        assert metric in emitted and f'{{Acme/Sync,Table}} MetricName="{metric}"' in expressions, metric
+    assert [] in line["_aws"]["CloudWatchMetrics"][0]["Dimensions"]  # the alarms watch the metrics without a dimension
+    for alarm, metric in (("LagAlarm", "LagSeconds"), ("QuarantineAlarm", "Quarantined"), ("NotStartedAlarm", "NotStarted")):
+        props = stack.properties(alarm)
+        assert (props["Namespace"], props["MetricName"]) == ("Acme/Sync", metric) and "Dimensions" not in props
+        assert metric in emitted
+    assert stack.properties("LagAlarm")["Threshold"] == "600"
+
+
+def resolved_policies() -> list[tuple[str, dict]]:
+    out = []
+    for params in ({"WorkgroupArn": WORKGROUP}, {"WorkgroupArn": WORKGROUP, "SecretArn": SECRET},
+                   {"ClusterIdentifier": "prod", "DbUser": "sync_user"}, {"ClusterIdentifier": "prod"}):
+        stack = Stack(DEPLOY / "lambda.yaml", CodeS3Bucket="b", **params)
+        out += [(f"lambda {params}", p["PolicyDocument"]) for p in stack.properties("ExecutionRole")["Policies"]]
+    stack = Stack(DEPLOY / "redshift-streaming-role.yaml", MskClusterArn=MSK, TopicPattern="salesdb.*")
+    out += [("streaming role", p["PolicyDocument"]) for p in stack.properties("StreamingRole")["Policies"]]
+    return out
+
+
+def test_parliament_finds_nothing_in_the_resolved_policies():
+    """parliament checks actions against the IAM definitions of the Service Authorization
+    Reference: unknown actions, resources an action cannot take (RESOURCE_MISMATCH, which the
+    old GetBootstrapBrokers-on-a-cluster-ARN grant raised), malformed ARNs."""
+    from parliament import analyze_policy_string
+
+    for name, document in resolved_policies():
+        document = json.loads(json.dumps(document).replace("<LogGroup.Arn>", "arn:aws:logs:us-east-1:123456789012:log-group:/aws/lambda/redshift-sync:*"))
+        findings = [(f.issue, f.detail) for f in analyze_policy_string(json.dumps(document)).findings]
+        assert findings == [], (name, findings)
+    old = {"Version": "2012-10-17", "Statement": [{"Effect": "Allow", "Action": "kafka:GetBootstrapBrokers", "Resource": MSK}]}
+    assert [f.issue for f in analyze_policy_string(json.dumps(old)).findings] == ["RESOURCE_MISMATCH"]
+
+
+def test_schedule_tables_become_the_event_the_handler_reads():
+    stack = Stack(DEPLOY / "lambda.yaml", **LAMBDA_VALUES, ScheduleTables="customer,orders")
+    (target,) = stack.properties("Schedule")["Targets"]
+    assert lambda_handler.event_tables(json.loads(target["Input"])) == ["customer", "orders"]

@@ -40,7 +40,12 @@ def env(monkeypatch):
     monkeypatch.setenv("REDSHIFT_SYNC_POLL_SECONDS", "0.05")
     monkeypatch.setenv("REDSHIFT_SYNC_POLL_MAX_SECONDS", "0.2")
     monkeypatch.setenv("REDSHIFT_SYNC_RETRY_BASE_SECONDS", "0.05")
-    monkeypatch.setenv("REDSHIFT_SYNC_DEADLINE_MARGIN_SECONDS", "1")
+    monkeypatch.setenv("REDSHIFT_SYNC_DEADLINE_MARGIN_SECONDS", "2")
+    monkeypatch.setenv("REDSHIFT_SYNC_CONNECT_TIMEOUT_SECONDS", "0.2")
+    monkeypatch.setenv("REDSHIFT_SYNC_READ_TIMEOUT_SECONDS", "0.5")
+    monkeypatch.setenv("REDSHIFT_SYNC_SDK_ATTEMPTS", "1")
+    monkeypatch.setenv("REDSHIFT_SYNC_MIN_CALL_SECONDS", "0")
+    monkeypatch.setenv("REDSHIFT_SYNC_API_BACKOFF_SECONDS", "0.02")
     return monkeypatch
 
 
@@ -58,7 +63,7 @@ def loaded(deployed):
 @pytest.fixture
 def api(env, database_dsn, monkeypatch):
     with LocalDataApi(database_dsn) as local:
-        monkeypatch.setattr(lambda_handler, "client_factory", lambda: local)
+        monkeypatch.setattr(lambda_handler, "client_factory", lambda *_: local)
         yield local
 
 
@@ -91,11 +96,13 @@ def test_every_table_syncs_and_the_summary_is_the_run_log(loaded, api, capsys):
     assert pending(wh, pipeline) == {"customer": 0, "orders": 0}
     assert json.loads(json.dumps(summary)) == summary  # the Lambda can return it as is
 
-    lines = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    *lines, run_line = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert run_line["run"]["tables"] == run_line["run"]["ok"] == 2 and run_line["run"]["remaining_ms"] > 0
     assert [line["Table"] for line in lines] == ["customer", "orders"]
     for line, run in zip(lines, summary["tables"]):
         (directive,) = line["_aws"]["CloudWatchMetrics"]
-        assert directive["Dimensions"] == [["Table"]] and directive["Namespace"] == "RedshiftSync"
+        # Per table, and over all tables (an empty dimension set) for the alarms of deploy/lambda.yaml.
+        assert directive["Dimensions"] == [["Table"], []] and directive["Namespace"] == "RedshiftSync"
         assert isinstance(line["_aws"]["Timestamp"], int)
         for metric in directive["Metrics"]:
             assert metric["Name"] in line and metric["Unit"] in ("Count", "Seconds")
@@ -140,7 +147,7 @@ def test_a_call_outliving_the_deadline_is_cancelled_and_reported(loaded, api, da
     with psycopg.connect(database_dsn) as blocker:  # holds the watermark lock the CALL needs
         blocker.execute("LOCK TABLE cdc.customer__watermark IN ACCESS EXCLUSIVE MODE")
         with pytest.raises(lambda_handler.SyncFailed, match="customer cancelled") as info:
-            lambda_handler.handler({"tables": ["customer"]}, Context(seconds=2.5))
+            lambda_handler.handler({"tables": ["customer"]}, Context(seconds=3.5))
         (run,) = info.value.summary["tables"]
         assert run["status"] == "cancelled" and "ms of Lambda time" in run["error"]
         # The PostgreSQL statement really was cancelled, while the lock was still held.
@@ -263,3 +270,66 @@ def test_data_api_mode_retries_a_real_serialization_failure(loaded, api):
     (run,) = summary["tables"]
     assert (run["status"], run["attempts"], run["events_read"]) == ("ok", 2, ingested["customer"])
     assert "could not serialize access" in calls(api)[0]["Error"]
+
+
+def test_a_throttled_describe_never_cancels_a_running_call(loaded, api):
+    """DescribeStatement refused for load (ThrottlingException, past the SDK's own retries)
+    says nothing about the CALL: it is asked again later, never cancelled."""
+    wh, pipeline, ingested = loaded
+    api.throttle("DescribeStatement", 0.7)
+    api.inject_delay("incremental_sync_customer", 0.5)
+    summary = lambda_handler.handler({}, Context())
+
+    assert [(t["table"], t["status"]) for t in summary["tables"]] == [("customer", "ok"), ("orders", "ok")]
+    assert api.refused["DescribeStatement:ThrottlingException"] > 0
+    assert [c["Status"] for c in calls(api)] == ["FINISHED", "FINISHED"]
+    assert pending(wh, pipeline) == {"customer": 0, "orders": 0}
+
+
+class PidZero:
+    """The local Data API, reporting RedshiftPid 0 as the service has been seen to
+    (awslabs/amazon-redshift-utils#515)."""
+
+    def __init__(self, api: LocalDataApi):
+        self.api = api
+
+    def __getattr__(self, name):
+        return getattr(self.api, name)
+
+    def describe_statement(self, **kwargs):
+        desc = self.api.describe_statement(**kwargs)
+        return {**desc, "RedshiftPid": 0} if "RedshiftPid" in desc else desc
+
+
+def test_a_redshift_pid_of_0_is_unknown_and_the_run_log_row_is_still_found(loaded, api, monkeypatch):
+    wh, pipeline, ingested = loaded
+    lambda_handler.handler({}, Context())  # an earlier run: its rows must not be taken for the next one's
+    second = ingest_file(wh, pipeline, "customer", EVENTS / "customer-2.jsonl").records
+    monkeypatch.setattr(lambda_handler, "client_factory", lambda *_: PidZero(api))
+    summary = lambda_handler.handler({}, Context())
+
+    runs = {t["table"]: t for t in summary["tables"]}
+    assert (runs["customer"]["status"], runs["customer"]["events_read"]) == ("ok", second)
+    assert (runs["orders"]["status"], runs["orders"]["events_read"]) == ("ok", 0)
+    assert runs["customer"]["watermark_after"] == latest_run_log(wh, "customer")["watermark_after"]
+
+
+def test_the_boto3_client_has_short_timeouts_and_standard_retries(monkeypatch):
+    """botocore's defaults are 60 s connect and read timeouts; the handler's client uses the
+    settings', in the standard retry mode."""
+    monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
+    settings = lambda_handler.Settings.from_env({"REDSHIFT_SYNC_CLUSTER": "c"})
+    client = lambda_handler._boto3_client(settings.timeouts)
+    config = client.meta.config
+    assert (config.connect_timeout, config.read_timeout) == (2.0, 5.0)
+    assert config.retries == {"mode": "standard", "total_max_attempts": 2}
+    # 2 attempts of 2 + 5 s, 1 s of backoff between them: 15 s, inside the default 30 s margin.
+    assert settings.timeouts.worst_case_ms() == 15_000 <= settings.polling.margin_ms - 1_000
+
+
+def test_a_margin_that_does_not_cover_a_request_is_refused():
+    with pytest.raises(ConfigError, match=r"DEADLINE_MARGIN_SECONDS=10 does not cover .* raise it to at least 16"):
+        lambda_handler.Settings.from_env({"REDSHIFT_SYNC_CLUSTER": "c", "REDSHIFT_SYNC_DEADLINE_MARGIN_SECONDS": "10"})
+    settings = lambda_handler.Settings.from_env({
+        "REDSHIFT_SYNC_CLUSTER": "c", "REDSHIFT_SYNC_DEADLINE_MARGIN_SECONDS": "10", "REDSHIFT_SYNC_READ_TIMEOUT_SECONDS": "2"})
+    assert settings.timeouts.worst_case_ms() == 9_000

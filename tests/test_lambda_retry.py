@@ -8,7 +8,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from sync.retry import RetryPolicy, is_serialization_conflict
+from sync.data_api import RateLimit
+from sync.retry import RetryPolicy, is_serialization_conflict, is_throttled, is_transient
 
 CONFLICTS = [
     "ERROR: 1023 DETAIL: Serializable isolation violation on table - 100167, transactions forming the cycle are: 1, 2",
@@ -65,3 +66,43 @@ def test_delays_spread_rather_than_repeat():
 def test_a_policy_that_cannot_work_is_refused(kwargs):
     with pytest.raises(ValueError):
         RetryPolicy(**kwargs)
+
+
+# Error codes: botocore's redshift-data service model lists ActiveStatementsExceededException and
+# ActiveSessionsExceededException for ExecuteStatement; ThrottlingException is the request-rate
+# error of every AWS API; ValidationException and ResourceNotFoundException are final.
+@pytest.mark.parametrize(
+    "code, throttled, transient",
+    [("ThrottlingException", True, True), ("ActiveStatementsExceededException", True, True),
+     ("ActiveSessionsExceededException", True, True), ("InternalServerException", False, True),
+     ("ValidationException", False, False), ("ResourceNotFoundException", False, False),
+     ("AccessDeniedException", False, False), ("ExecuteStatementException", False, False)],
+)
+def test_data_api_errors_are_sorted_by_code(code, throttled, transient):
+    from botocore.exceptions import ClientError
+
+    exc = ClientError({"Error": {"Code": code, "Message": "m"}}, "ExecuteStatement")
+    assert (is_throttled(exc), is_transient(exc)) == (throttled, transient)
+
+
+def test_no_answer_is_transient_but_not_throttled():
+    from botocore.exceptions import ConnectTimeoutError, EndpointConnectionError, ReadTimeoutError
+
+    for exc in (ReadTimeoutError(endpoint_url="https://redshift-data"), ConnectTimeoutError(endpoint_url="https://x"),
+                EndpointConnectionError(endpoint_url="https://x")):
+        assert is_transient(exc) and not is_throttled(exc)
+    assert not is_transient(RuntimeError("boom"))
+
+
+@given(rate=st.floats(0.5, 50), gaps=st.lists(st.floats(0, 0.5), min_size=1, max_size=200))
+def test_the_rate_limit_never_lets_more_through_than_its_rate(rate, gaps):
+    """Token bucket: in any window of w seconds at most rate * w + max(1, rate) requests pass."""
+    limit, now, taken = RateLimit(rate, 0.0), 0.0, []
+    for gap in gaps:
+        now += gap
+        if limit.take(now):
+            taken.append(now)
+        assert limit.ready_at(now) >= now
+    for i, start in enumerate(taken):
+        within = [t for t in taken[i:] if t - start <= 1.0]
+        assert len(within) <= rate * 1.0 + max(1.0, rate) + 1e-9

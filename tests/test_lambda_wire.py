@@ -8,7 +8,7 @@ import datetime as dt
 
 import boto3
 import pytest
-from botocore.stub import Stubber
+from botocore.stub import ANY, Stubber
 
 from sync import lambda_handler
 from tests.conftest import EXAMPLES
@@ -29,6 +29,15 @@ def run_log_sql(matches: str) -> str:
         f"  WHERE {matches}\n"
         ") x\n"
         "WHERE rn = 1"
+    )
+
+
+def last_runs_sql(tables: str) -> str:
+    return (
+        "SELECT table_name, MAX(started_at) AS last_started_at\n"
+        'FROM "cdc"."sync_run_log"\n'
+        f"WHERE table_name IN ({tables})\n"
+        "GROUP BY table_name"
     )
 
 
@@ -53,11 +62,13 @@ def client(monkeypatch):
     monkeypatch.setenv("REDSHIFT_SYNC_CONFIG", str(EXAMPLES / "salesdb" / "pipeline.toml"))
     monkeypatch.setenv("REDSHIFT_SYNC_POLL_SECONDS", "0.01")
     monkeypatch.setenv("REDSHIFT_SYNC_RETRY_BASE_SECONDS", "0.01")
-    monkeypatch.setenv("REDSHIFT_SYNC_DEADLINE_MARGIN_SECONDS", "5")
+    monkeypatch.setenv("REDSHIFT_SYNC_API_BACKOFF_SECONDS", "0.01")
+    monkeypatch.setenv("REDSHIFT_SYNC_MIN_CALL_SECONDS", "0")
+    monkeypatch.setenv("REDSHIFT_SYNC_DEADLINE_MARGIN_SECONDS", "20")
     for name in ("REDSHIFT_SYNC_DSN", "REDSHIFT_SYNC_WORKGROUP", "REDSHIFT_SYNC_CLUSTER", "REDSHIFT_SYNC_SECRET_ARN", "REDSHIFT_SYNC_DB_USER"):
         monkeypatch.delenv(name, raising=False)
     real = boto3.client("redshift-data", region_name="us-east-1", aws_access_key_id="AKIDEXAMPLE", aws_secret_access_key="secret")
-    monkeypatch.setattr(lambda_handler, "client_factory", lambda: real)
+    monkeypatch.setattr(lambda_handler, "client_factory", lambda *_: real)
     with Stubber(real) as stub:
         yield real, stub
         stub.assert_no_pending_responses()
@@ -68,27 +79,47 @@ def finished(statement_id: str, pid: int, has_result: bool = False) -> dict:
             "CreatedAt": NOW, "UpdatedAt": NOW, "Duration": 1_000_000, "ResultRows": 1 if has_result else 0}
 
 
+def expect_query(stub, where: dict, sql: str, name: str, sid: str, *pages: list) -> None:
+    """A SELECT of the handler: submitted (with a ClientToken), described once, read page by page."""
+    stub.add_response("execute_statement", {"Id": sid}, {**where, "Sql": sql, "StatementName": name, "ClientToken": ANY})
+    stub.add_response("describe_statement", finished(sid, 900, has_result=True), {"Id": sid})
+    for n, records in enumerate(pages):
+        page = {"Records": records, **({"NextToken": f"p{n + 2}"} if n + 1 < len(pages) else {})}
+        stub.add_response("get_statement_result", page, {"Id": sid, **({"NextToken": f"p{n + 1}"} if n else {})})
+
+
+def expect_last_runs(stub, where: dict, tables: str, *rows: list) -> None:
+    expect_query(stub, where, last_runs_sql(tables), "redshift-sync.cdc.last-runs", "s-0", list(rows))
+
+
+def expect_call(stub, where: dict, sql: str, table: str, sid: str) -> None:
+    stub.add_response("execute_statement", {"Id": sid, "CreatedAt": NOW},
+                      {**where, "Sql": sql, "StatementName": f"redshift-sync.cdc.{table}", "ClientToken": ANY})
+
+
 def test_serverless_with_a_secret(client, monkeypatch):
     _, stub = client
     monkeypatch.setenv("REDSHIFT_SYNC_WORKGROUP", "analytics")
     monkeypatch.setenv("REDSHIFT_SYNC_DATABASE", "warehouse")
     monkeypatch.setenv("REDSHIFT_SYNC_SECRET_ARN", SECRET)
     where = {"WorkgroupName": "analytics", "Database": "warehouse", "SecretArn": SECRET}
-    for sql, table, sid in ((CALL_CUSTOMER, "customer", "s-1"), (CALL_ORDERS, "orders", "s-2")):
-        stub.add_response("execute_statement", {"Id": sid, "CreatedAt": NOW, **where},
-                          {**where, "Sql": sql, "StatementName": f"redshift-sync.cdc.{table}"})
-    stub.add_response("describe_statement", finished("s-1", 101), {"Id": "s-1"})
+    # orders ran last at 10:00, customer at 11:00: orders goes first.
+    expect_last_runs(stub, where, "'customer', 'orders'",
+                     [{"stringValue": "customer"}, {"stringValue": "2026-01-01 11:00:00"}],
+                     [{"stringValue": "orders"}, {"stringValue": "2026-01-01 10:00:00"}])
+    expect_call(stub, where, CALL_ORDERS, "orders", "s-2")
+    expect_call(stub, where, CALL_CUSTOMER, "customer", "s-1")
     stub.add_response("describe_statement", finished("s-2", 102), {"Id": "s-2"})
-    matches = "(r.table_name = 'customer' AND r.backend_pid = 101)\n     OR (r.table_name = 'orders' AND r.backend_pid = 102)"
-    stub.add_response("execute_statement", {"Id": "s-3"},
-                      {**where, "Sql": run_log_sql(matches), "StatementName": "redshift-sync.cdc.run-log"})
-    stub.add_response("describe_statement", finished("s-3", 103, has_result=True), {"Id": "s-3"})
-    stub.add_response("get_statement_result", {"Records": [record("customer", 5, 4, 2.5)], "TotalNumRows": 2, "NextToken": "p2"}, {"Id": "s-3"})
-    stub.add_response("get_statement_result", {"Records": [record("orders", 11, 7, None)], "TotalNumRows": 2}, {"Id": "s-3", "NextToken": "p2"})
+    stub.add_response("describe_statement", finished("s-1", 101), {"Id": "s-1"})
+    matches = ("(r.table_name = 'orders' AND r.backend_pid = 102 AND r.started_at > CAST('2026-01-01 10:00:00' AS timestamp))\n"
+               "     OR (r.table_name = 'customer' AND r.backend_pid = 101 AND r.started_at > CAST('2026-01-01 11:00:00' AS timestamp))")
+    expect_query(stub, where, run_log_sql(matches), "redshift-sync.cdc.run-log", "s-3",
+                 [record("customer", 5, 4, 2.5)], [record("orders", 11, 7, None)])
 
     summary = lambda_handler.handler({}, Context(60_000))
 
     runs = {t["table"]: t for t in summary["tables"]}
+    assert [t["table"] for t in summary["tables"]] == ["customer", "orders"]  # reported in the pipeline file's order
     assert (runs["customer"]["events_read"], runs["customer"]["upserted"], runs["customer"]["lag_seconds"]) == (5, 4, 2.5)
     assert (runs["orders"]["events_read"], runs["orders"]["lag_seconds"], runs["orders"]["watermark_after"]) == (11, None, "0:10")
     assert [runs[t]["statement_id"] for t in ("customer", "orders")] == ["s-1", "s-2"]
@@ -99,34 +130,43 @@ def test_cluster_with_a_database_user_retries_a_conflict(client, monkeypatch):
     monkeypatch.setenv("REDSHIFT_SYNC_CLUSTER", "prod-cluster")
     monkeypatch.setenv("REDSHIFT_SYNC_DB_USER", "sync_user")
     where = {"ClusterIdentifier": "prod-cluster", "Database": "dev", "DbUser": "sync_user"}
-    call = {**where, "Sql": CALL_ORDERS, "StatementName": "redshift-sync.cdc.orders"}
-    stub.add_response("execute_statement", {"Id": "s-1"}, call)
+    expect_last_runs(stub, where, "'orders'")
+    expect_call(stub, where, CALL_ORDERS, "orders", "s-1")
     stub.add_response("describe_statement", {"Id": "s-1", "Status": "FAILED", "Error": (
         "ERROR: 1023 DETAIL: Serializable isolation violation on table - 100167, transactions forming the cycle are: 1, 2")}, {"Id": "s-1"})
-    stub.add_response("execute_statement", {"Id": "s-2"}, call)
+    expect_call(stub, where, CALL_ORDERS, "orders", "s-2")
     stub.add_response("describe_statement", {"Id": "s-2", "Status": "STARTED", "RedshiftPid": 7}, {"Id": "s-2"})
     stub.add_response("describe_statement", finished("s-2", 7), {"Id": "s-2"})
-    stub.add_response("execute_statement", {"Id": "s-3"}, {
-        **where, "Sql": run_log_sql("(r.table_name = 'orders' AND r.backend_pid = 7)"), "StatementName": "redshift-sync.cdc.run-log"})
-    stub.add_response("describe_statement", finished("s-3", 7, has_result=True), {"Id": "s-3"})
-    stub.add_response("get_statement_result", {"Records": [record("orders", 3, 3, 0.5)]}, {"Id": "s-3"})
+    expect_query(stub, where, run_log_sql("(r.table_name = 'orders' AND r.backend_pid = 7)"), "redshift-sync.cdc.run-log", "s-3",
+                 [record("orders", 3, 3, 0.5)])
 
     (run,) = lambda_handler.handler({"tables": ["orders"]}, Context(60_000))["tables"]
     assert (run["status"], run["attempts"], run["statement_id"], run["events_read"]) == ("ok", 2, "s-2", 3)
 
 
-def test_running_out_of_time_cancels_the_statement(client, monkeypatch):
-    _, stub = client
+def customer_started_then_deadline(client, monkeypatch) -> tuple[Stubber, Context]:
+    """customer's CALL is submitted and described STARTED with 60 s left; after that 19 s are
+    left, under the 20 s margin."""
+    real, stub = client
     monkeypatch.setenv("REDSHIFT_SYNC_CLUSTER", "prod-cluster")
     monkeypatch.setenv("REDSHIFT_SYNC_SECRET_ARN", SECRET)
     where = {"ClusterIdentifier": "prod-cluster", "Database": "dev", "SecretArn": SECRET}
-    stub.add_response("execute_statement", {"Id": "s-1"}, {**where, "Sql": CALL_CUSTOMER, "StatementName": "redshift-sync.cdc.customer"})
+    expect_last_runs(stub, where, "'customer'")
+    expect_call(stub, where, CALL_CUSTOMER, "customer", "s-1")
     stub.add_response("describe_statement", {"Id": "s-1", "Status": "STARTED"}, {"Id": "s-1"})
+    context = Context(60_000)
+    real.meta.events.register("after-call.redshift-data.DescribeStatement",
+                              lambda parsed, **_: context.values.__setitem__(0, 19_000) if parsed.get("Status") == "STARTED" else None)
+    return stub, context
+
+
+def test_running_out_of_time_cancels_the_statement(client, monkeypatch):
+    stub, context = customer_started_then_deadline(client, monkeypatch)
     stub.add_response("cancel_statement", {"Status": True}, {"Id": "s-1"})
     stub.add_response("describe_statement", {"Id": "s-1", "Status": "ABORTED"}, {"Id": "s-1"})
 
     with pytest.raises(lambda_handler.SyncFailed, match="customer cancelled") as info:
-        lambda_handler.handler({"tables": ["customer"]}, Context(60_000, 4_000))
+        lambda_handler.handler({"tables": ["customer"]}, context)
     (run,) = info.value.summary["tables"]
     assert (run["status"], run["statement_id"], run["events_read"]) == ("cancelled", "s-1", 0)
     assert "status ABORTED" in run["error"]
@@ -135,9 +175,12 @@ def test_running_out_of_time_cancels_the_statement(client, monkeypatch):
 def test_the_run_log_query_is_redshift_sql():
     import sqlglot
 
-    sql = run_log_sql("(r.table_name = 'customer' AND r.backend_pid = 101)\n     OR (r.table_name = 'orders' AND r.backend_pid = 102)")
+    sql = run_log_sql("(r.table_name = 'customer' AND r.backend_pid = 101)\n"
+                      "     OR (r.table_name = 'orders' AND r.started_at > CAST('2026-01-01 10:00:00.5' AS timestamp))")
     tree = sqlglot.parse_one(sql, read="redshift")
     assert tree.find(sqlglot.exp.Window) is not None and tree.find(sqlglot.exp.Table).name == "sync_run_log"
+    tree = sqlglot.parse_one(last_runs_sql("'customer', 'orders'"), read="redshift")
+    assert tree.find(sqlglot.exp.Max) is not None
 
 
 def test_a_refused_statement_fails_its_table_and_the_others_go_on(client, monkeypatch):
@@ -145,20 +188,47 @@ def test_a_refused_statement_fails_its_table_and_the_others_go_on(client, monkey
     monkeypatch.setenv("REDSHIFT_SYNC_CLUSTER", "prod-cluster")
     monkeypatch.setenv("REDSHIFT_SYNC_SECRET_ARN", SECRET)
     where = {"ClusterIdentifier": "prod-cluster", "Database": "dev", "SecretArn": SECRET}
-    stub.add_client_error("execute_statement", "ActiveStatementsExceededException", "Active statements exceeded the allowed quota.",
-                          expected_params={**where, "Sql": CALL_CUSTOMER, "StatementName": "redshift-sync.cdc.customer"})
-    stub.add_response("execute_statement", {"Id": "s-2"}, {**where, "Sql": CALL_ORDERS, "StatementName": "redshift-sync.cdc.orders"})
+    expect_last_runs(stub, where, "'customer', 'orders'")
+    stub.add_client_error("execute_statement", "ValidationException", "Database dev does not exist.",
+                          expected_params={**where, "Sql": CALL_CUSTOMER, "StatementName": "redshift-sync.cdc.customer", "ClientToken": ANY})
+    expect_call(stub, where, CALL_ORDERS, "orders", "s-2")
     stub.add_response("describe_statement", finished("s-2", 9), {"Id": "s-2"})
-    stub.add_response("execute_statement", {"Id": "s-3"}, {
-        **where, "Sql": run_log_sql("(r.table_name = 'orders' AND r.backend_pid = 9)"), "StatementName": "redshift-sync.cdc.run-log"})
-    stub.add_response("describe_statement", finished("s-3", 9, has_result=True), {"Id": "s-3"})
-    stub.add_response("get_statement_result", {"Records": [record("orders", 2, 2, 1.0)]}, {"Id": "s-3"})
+    expect_query(stub, where, run_log_sql("(r.table_name = 'orders' AND r.backend_pid = 9)"), "redshift-sync.cdc.run-log", "s-3",
+                 [record("orders", 2, 2, 1.0)])
 
-    with pytest.raises(lambda_handler.SyncFailed, match="customer failed: ExecuteStatement refused.*ActiveStatementsExceeded") as info:
+    with pytest.raises(lambda_handler.SyncFailed, match="customer failed: ExecuteStatement refused.*ValidationException") as info:
         lambda_handler.handler({}, Context(60_000))
     runs = {t["table"]: t for t in info.value.summary["tables"]}
     assert (runs["customer"]["status"], runs["customer"]["attempts"]) == ("failed", 1)
     assert (runs["orders"]["status"], runs["orders"]["events_read"]) == ("ok", 2)
+
+
+def test_a_throttled_execute_is_sent_again_with_the_same_client_token(client, monkeypatch):
+    """ExecuteStatement's ClientToken is an idempotency token in botocore's service model
+    ("A unique, case-sensitive identifier that you provide to ensure the idempotency of the
+    request"): a request re-sent after ThrottlingException or ActiveStatementsExceededException
+    carries the token of the first, so it can never start a second CALL of the table."""
+    real, stub = client
+    monkeypatch.setenv("REDSHIFT_SYNC_CLUSTER", "prod-cluster")
+    monkeypatch.setenv("REDSHIFT_SYNC_SECRET_ARN", SECRET)
+    where = {"ClusterIdentifier": "prod-cluster", "Database": "dev", "SecretArn": SECRET}
+    tokens: list[str] = []
+    real.meta.events.register("before-parameter-build.redshift-data.ExecuteStatement",
+                              lambda params, **_: tokens.append(params.get("ClientToken")) if "CALL" in params["Sql"] else None)
+    expect_last_runs(stub, where, "'orders'")
+    call = {**where, "Sql": CALL_ORDERS, "StatementName": "redshift-sync.cdc.orders", "ClientToken": ANY}
+    stub.add_client_error("execute_statement", "ThrottlingException", "Rate exceeded", expected_params=call)
+    stub.add_client_error("execute_statement", "ActiveStatementsExceededException", "Active statements exceeded the allowed quota.",
+                          expected_params=call)
+    expect_call(stub, where, CALL_ORDERS, "orders", "s-1")
+    stub.add_client_error("describe_statement", "ThrottlingException", "Rate exceeded", expected_params={"Id": "s-1"})
+    stub.add_response("describe_statement", finished("s-1", 0), {"Id": "s-1"})  # RedshiftPid 0: unknown
+    expect_query(stub, where, run_log_sql("(r.table_name = 'orders')"), "redshift-sync.cdc.run-log", "s-3",
+                 [record("orders", 2, 2, 1.0)])
+
+    (run,) = lambda_handler.handler({"tables": ["orders"]}, Context(60_000))["tables"]
+    assert (run["status"], run["attempts"], run["api_retries"], run["events_read"]) == ("ok", 1, 3, 2)
+    assert len(tokens) == 3 and len(set(tokens)) == 1 and tokens[0]
 
 
 def test_a_run_log_read_past_the_deadline_is_cancelled_and_every_table_still_reported(client):
@@ -174,11 +244,29 @@ def test_a_run_log_read_past_the_deadline_is_cancelled_and_every_table_still_rep
         data_api.Call("orders", CALL_ORDERS, state="failed", error="ERROR: boom", first_submitted=0.0),
     ]
     stub.add_response("execute_statement", {"Id": "s-3"}, {
-        **where, "Sql": run_log_sql("(r.table_name = 'customer' AND r.backend_pid = 101)"), "StatementName": "redshift-sync.cdc.run-log"})
+        **where, "Sql": run_log_sql("(r.table_name = 'customer' AND r.backend_pid = 101)"), "StatementName": "redshift-sync.cdc.run-log",
+        "ClientToken": ANY})
     stub.add_response("describe_statement", {"Id": "s-3", "Status": "SUBMITTED"}, {"Id": "s-3"})
     stub.add_response("cancel_statement", {"Status": True}, {"Id": "s-3"})
 
-    runs = data_api.summaries(real, target, pipeline, calls, sleep=lambda _: None, remaining_ms=lambda: 400)
+    # ExecuteStatement and one DescribeStatement fit, the next DescribeStatement does not (1.4 s
+    # left, a request takes up to 0.5 s, 1 s is kept to report), then a cancel still fits.
+    left = iter([20_000, 20_000, 1_400])
+    deadline = data_api.Deadline(lambda: next(left, 1_500), request_ms=500)
+    runs = data_api.summaries(data_api.Session(real, target, deadline, sleep=lambda _: None), pipeline, calls, {})
     assert [(r.table, r.status) for r in runs] == [("customer", "unknown"), ("orders", "failed")]
     assert "run-log row could not be read" in runs[0].error and "cancelled" in runs[0].error
     assert runs[1].error == "ERROR: boom"
+
+
+def test_a_conflict_seen_at_the_deadline_leaves_the_table_for_the_next_run(client, monkeypatch):
+    stub, context = customer_started_then_deadline(client, monkeypatch)
+    stub.add_client_error("cancel_statement", "ValidationException", "Could not cancel a query that is already in FAILED state",
+                          expected_params={"Id": "s-1"})
+    stub.add_response("describe_statement", {"Id": "s-1", "Status": "FAILED", "Error": (
+        "ERROR: 1023 DETAIL: Serializable isolation violation on table - 100167, transactions forming the cycle are: 1, 2")}, {"Id": "s-1"})
+
+    summary = lambda_handler.handler({"tables": ["customer"]}, context)  # not started: the invocation does not fail
+    (run,) = summary["tables"]
+    assert (run["status"], run["attempts"]) == ("not started", 1) and summary["not_started"] == ["customer"]
+    assert "after a serialization conflict (ERROR: 1023" in run["error"]

@@ -1,7 +1,8 @@
 """`package-lambda` builds a zip that runs on its own: unpacked, it imports with nothing but
-the standard library on the path (no venv, no pyspark) and its handler syncs the embedded
-warehouse through the local Data API. Builds for this interpreter's Python so the bundled
-pydantic-core loads here; needs PyPI (pip downloads the Lambda-platform wheels)."""
+the standard library and the Lambda runtime's botocore on the path (no venv, no pyspark) and
+its handler syncs the embedded warehouse through the local Data API. Builds for this
+interpreter's Python so the bundled pydantic-core loads here; needs PyPI (pip downloads the
+Lambda-platform wheels)."""
 
 from __future__ import annotations
 
@@ -23,8 +24,8 @@ from tests.conftest import EXAMPLES
 PIPELINE = EXAMPLES / "salesdb" / "pipeline.toml"
 HERE_PYTHON = f"{sys.version_info.major}.{sys.version_info.minor}"
 
-# Runs inside the unpacked zip with `python -S`: only the zip and the database driver of the
-# local Data API are importable.
+# Runs inside the unpacked zip with `python -S`: only the zip, botocore (which the Lambda
+# Python runtime provides with boto3) and the database driver of the local Data API are importable.
 SCRIPT = """
 import importlib.util, json, os, sys
 assert importlib.util.find_spec("pyspark") is None, "pyspark is importable"
@@ -35,17 +36,18 @@ import pydantic
 assert pydantic.__file__.startswith(os.environ["TASK_ROOT"]), pydantic.__file__
 from sync.data_api_local import LocalDataApi
 with LocalDataApi(os.environ["TEST_DSN"]) as api:
-    h.client_factory = lambda: api
+    h.client_factory = lambda timeouts: api
     print(json.dumps(h.handler({}, None)))
 """
 
 
 def driver_path(tmp: Path) -> Path:
-    """A folder holding only psycopg (the local Data API's driver), linked from this venv."""
+    """A folder holding only psycopg (the local Data API's driver) and botocore with its
+    dependencies (part of the Lambda Python runtime, like boto3), linked from this venv."""
     out = tmp / "driver"
     out.mkdir()
     site = Path(importlib.util.find_spec("psycopg").origin).parent.parent
-    for name in ("psycopg", "psycopg_binary", "psycopg_binary.libs"):
+    for name in ("psycopg", "psycopg_binary", "psycopg_binary.libs", "botocore", "jmespath", "dateutil", "urllib3", "six.py"):
         if (site / name).exists():
             (out / name).symlink_to(site / name)
     return out
