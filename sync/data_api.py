@@ -45,8 +45,19 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from sync.config import Pipeline
+from sync.isolation import CallFailed, is_data_error, isolate
 from sync.retry import RetryPolicy, is_throttled, is_transient, jittered_delay
-from sync.runner import RUN_LOG_COLUMNS, RunSummary, call_sql, summary_from_row, unfinished_summary
+from sync.runner import (
+    RUN_LOG_COLUMNS,
+    RunSummary,
+    applied_runs_sql,
+    call_sql,
+    combined_summary,
+    isolate_sql,
+    pending_sql,
+    summary_from_row,
+    unfinished_summary,
+)
 from sync.sql.dialects import quote_ident, quote_literal
 from sync.sql.names import RUN_LOG
 
@@ -452,9 +463,32 @@ def _request(session: Session, send: Callable[[], Any], what: str) -> Any:
             session.sleep(wait)
 
 
+class StatementFailed(DataApiError):
+    """The statement ran and failed; the message is the engine's error."""
+
+
 def query(session: Session, sql: str, name: str) -> list[tuple]:
     """Run one SELECT to the end and return its rows (all pages). When no request can finish
     in time any more, the statement is cancelled (if it was started) and DataApiError raised."""
+    client = session.client
+    statement_id = run_to_end(session, sql, name)
+    rows: list[tuple] = []
+    token: str | None = None
+    while True:
+        page = _request(
+            session,
+            lambda: client.get_statement_result(Id=statement_id, **({"NextToken": token} if token else {})),
+            f"{name} GetStatementResult",
+        )
+        rows.extend(tuple(decode_field(f) for f in record) for record in page["Records"])
+        token = page.get("NextToken")
+        if not token:
+            return rows
+
+
+def run_to_end(session: Session, sql: str, name: str) -> str:
+    """Run one statement to the end; its id. StatementFailed when it failed (the engine's
+    error), DataApiError when it could not finish in time (then it is cancelled)."""
     client, deadline = session.client, session.deadline
     params = session.target.request(sql, name, str(uuid.uuid4()))
     statement_id = _request(session, lambda: client.execute_statement(**params)["Id"], f"{name} ExecuteStatement")
@@ -472,20 +506,49 @@ def query(session: Session, sql: str, name: str) -> list[tuple]:
             raise DataApiError(f"{name} was not finished with {left_ms} ms of Lambda time left") from None
         _try_cancel(client, statement_id)
         raise DataApiError(f"{name} was not finished with {left_ms} ms of Lambda time left and was cancelled") from None
+    if desc["Status"] == "FAILED":
+        raise StatementFailed(desc.get("Error") or "no error message")
     if desc["Status"] != "FINISHED":
         raise DataApiError(f"{name} {desc['Status'].lower()}: {desc.get('Error') or 'no error message'}")
-    rows: list[tuple] = []
-    token: str | None = None
-    while True:
-        page = _request(
-            session,
-            lambda: client.get_statement_result(Id=statement_id, **({"NextToken": token} if token else {})),
-            f"{name} GetStatementResult",
-        )
-        rows.extend(tuple(decode_field(f) for f in record) for record in page["Records"])
-        token = page.get("NextToken")
-        if not token:
-            return rows
+    return statement_id
+
+
+def isolate_table(session: Session, pipeline: Pipeline, table: str, failed: RunSummary, baseline: dict[str, str | None] | None) -> RunSummary:
+    """Record isolation (sync/isolation.py) for a table whose CALL failed on a record's
+    data: bounded CALLs, one at a time, within the deadline; the failing records are
+    quarantined with the engine's error and the rest applied. The summary adds up the
+    run-log rows this invocation wrote for the table."""
+    name = f"{statement_name(pipeline, table)}.isolate"
+
+    def call(limit: int) -> None:
+        try:
+            run_to_end(session, call_sql(pipeline, table, limit), name)
+        except StatementFailed as exc:
+            if is_data_error(str(exc)):
+                raise CallFailed(str(exc)) from None
+            raise
+
+    def pending() -> int:
+        return int(query(session, pending_sql(pipeline, table), f"{name}.pending")[0][0])
+
+    def quarantine_first(error: str) -> None:
+        # The Data API's parameters are not used (the local one has none): a literal, with
+        # the reason cut to what the quarantine keeps and backslashes left out.
+        reason = quote_literal(error.replace("\\", "/")[:1000])
+        run_to_end(session, isolate_sql(pipeline, table).replace("%s", reason), f"{name}.quarantine")
+
+    started = session.clock()
+    try:
+        result = isolate(call, pending, quarantine_first)
+        since = baseline.get(table) if baseline else None
+        rows = query(session, applied_runs_sql(pipeline, table, since), f"{name}.run-log")
+    except DataApiError as exc:
+        failed.error = f"{failed.error}\nrecord isolation stopped: {exc}"
+        return failed
+    applied = [summary_from_row(table, r, 0.0) for r in rows]
+    summary = combined_summary(table, failed, applied, result)
+    summary.duration_seconds += session.clock() - started
+    return summary
 
 
 def last_runs_sql(pipeline: Pipeline, tables: Sequence[str]) -> str:

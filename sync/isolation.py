@@ -94,10 +94,18 @@ def isolate(
     """After a full call failed with a data error: find and quarantine the failing records
     one by one, and apply everything else.
 
-    `call(n)` runs the procedure on the first n pending records and raises CallFailed on
-    a data error (other errors propagate: the table fails as usual); `pending()` counts
-    the pending records; `quarantine_first(error)` quarantines the first pending one."""
+    `call(n)` runs the procedure on the first n pending records (0: none) and raises
+    CallFailed on a data error (other errors propagate: the table fails as usual);
+    `pending()` counts the pending records; `quarantine_first(error)` quarantines the
+    first pending one."""
     result = Isolation()
+    # A call that reads no record and still fails: the procedure fails, not a record.
+    result.calls += 1
+    try:
+        call(0)
+    except CallFailed as exc:
+        result.gave_up = f"the procedure fails with no record read, so not because of a record ({exc})"
+        return result
     same_in_a_row = 0
     while (limit := pending()) > 0:
         if result.calls >= max_calls:

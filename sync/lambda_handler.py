@@ -33,8 +33,9 @@ from typing import Any
 
 from sync import data_api
 from sync.config import CONFIG_ENV_VAR, ConfigError, Pipeline, load_pipeline
+from sync.isolation import is_data_error
 from sync.retry import RetryPolicy
-from sync.runner import RunSummary, call_procedure, selected_tables, unfinished_summary
+from sync.runner import RunSummary, selected_tables, sync_table, unfinished_summary
 from sync.warehouse import DSN_ENV_VAR, Warehouse, connect
 
 # The pipeline file sits at the root of the zip, next to the package.
@@ -184,7 +185,7 @@ def sync_with_connector(
                 run = unfinished_summary(table, data_api.NOT_STARTED, 0.0, f"not started: {remaining_ms()} ms of Lambda time left")
                 break
             attempts += 1
-            run = call_procedure(wh, pipeline, table)
+            run = sync_table(wh, pipeline, table)  # with record isolation on a data error
             if run.status == "ok" or not settings.policy.should_retry(attempts, run.error):
                 break
             time.sleep(settings.policy.delay(attempts))
@@ -255,6 +256,10 @@ def handler(event: Any, context: Any) -> dict:
         calls = data_api.run_calls(session, pipeline, order, settings.policy)
         by_table = dict(zip(order, data_api.summaries(session, pipeline, calls, baseline)))
         calls_by_table = {c.table: c for c in calls}
+        for table, run in by_table.items():
+            # A CALL that ran and failed on a record's data: isolate the record, apply the rest.
+            if run.status == "failed" and calls_by_table[table].last_status == "FAILED" and is_data_error(run.error or ""):
+                by_table[table] = data_api.isolate_table(session, pipeline, table, run, baseline)
         runs = [by_table[t] for t in tables]
         details = [{"attempts": calls_by_table[t].attempts, "api_retries": calls_by_table[t].api_retries,
                     "statement_id": calls_by_table[t].statement_id} for t in tables]

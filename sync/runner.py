@@ -7,10 +7,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 
 from sync.config import Pipeline
-from sync.sql.dialects import quote_ident
+from sync.isolation import CallFailed, Isolation, is_data_error, isolate
+from sync.sql.dialects import quote_ident, quote_literal
 from sync.sql.names import QUARANTINE, RUN_LOG, SCHEMA_DRIFT, table_names
 from sync.sql.objects import SqlObject, pipeline_objects
-from sync.isolation import CallFailed, Isolation, is_data_error, isolate
 from sync.warehouse import Warehouse, WarehouseError
 
 
@@ -89,6 +89,15 @@ def isolate_sql(pipeline: Pipeline, table_name: str) -> str:
     """The CALL that quarantines the first pending record; one parameter: the reason."""
     names = table_names(pipeline, pipeline.table(table_name))
     return f"CALL {quote_ident(names.schema)}.{quote_ident(names.isolate_procedure)}(%s)"
+
+
+def applied_runs_sql(pipeline: Pipeline, table_name: str, since: str | None) -> str:
+    """The run-log rows of calls of the table that applied, started after `since`."""
+    after = f" AND started_at > CAST({quote_literal(since)} AS timestamp)" if since else ""
+    return (
+        f"SELECT {RUN_LOG_COLUMNS} FROM {quote_ident(pipeline.schema)}.{quote_ident(RUN_LOG)} "
+        f"WHERE table_name = {quote_literal(table_name)} AND status = 'ok'{after} ORDER BY run_id"
+    )
 
 
 def pending_sql(pipeline: Pipeline, table_name: str) -> str:
@@ -185,8 +194,8 @@ def sync_table(wh: Warehouse, pipeline: Pipeline, table_name: str) -> RunSummary
 def combined_summary(table_name: str, first: RunSummary, applied: list[RunSummary], result: Isolation) -> RunSummary:
     """The summary of a run that isolated records: the counts of every call that applied
     a prefix, the isolated records counted as quarantined."""
-    total = unfinished_summary(table_name, "failed" if result.gave_up else "ok", first.duration_seconds, result.gave_up or "")
-    total.error = result.gave_up
+    total = unfinished_summary(table_name, "failed" if result.gave_up else "ok", first.duration_seconds, "")
+    total.error = f"{first.error}\nrecord isolation stopped: {result.gave_up}" if result.gave_up else None
     for run in applied:
         for name in ("events_read", "upserted", "deleted", "quarantined", "tombstones", "stale", "superseded", "truncates"):
             setattr(total, name, getattr(total, name) + getattr(run, name))

@@ -90,7 +90,7 @@ def test_profile_times_every_statement_of_one_real_call(database_dsn, capsys):
                f'{stage} s SET "name"', f'{stage} s SET "mktsegment"',
                'INSERT INTO "cdc"."sync_schema_drift"', 'INSERT INTO "cdc"."sync_quarantine"',
                "SELECT x.refresh_time, x.kafka_partition", "v_until_time := COALESCE", f"{stage} s SET _action = 'quarantine'",
-               f"{stage} s SET _action = s._reason")
+               f"{stage} s SET _action = s._reason", "v_until_time := TIMESTAMP '1900-01-01")
     expected = [" ".join(t.split())[:90] for t in texts[1:] if not t.startswith(guarded)]
     assert [r.label for r in results] == expected
     assert expected[0].startswith("LOCK TABLE") and expected[-1].startswith('INSERT INTO "cdc"."sync_run_log"')

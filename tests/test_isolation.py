@@ -42,9 +42,12 @@ class Topic:
         self.applied: list[int] = []
         self.quarantined: list[int] = []
         self.calls = 0
+        self.broken = False  # the procedure itself fails, whatever it reads
 
     def call(self, n: int) -> None:
         self.calls += 1
+        if self.broken:
+            raise CallFailed("division by zero")
         prefix = self.pending[:n]
         bad = [r for r in prefix if r in self.failing]
         if bad:
@@ -71,7 +74,7 @@ def test_bisection_quarantines_exactly_the_failing_records_and_applies_the_rest(
     assert topic.applied == [r for r in range(size) if r not in failing]
     assert topic.pending == []
     # logarithmic: about two calls per halving, per failing record
-    assert result.calls <= len(failing) * (2 * size.bit_length() + 3)
+    assert result.calls <= 1 + len(failing) * (2 * size.bit_length() + 3)
 
 
 class _nothing:
@@ -80,6 +83,14 @@ class _nothing:
 
     def __exit__(self, *exc):
         return False
+
+
+def test_a_procedure_that_fails_whatever_it_reads_isolates_nothing():
+    topic = Topic(50, set())
+    topic.broken = True
+    result = isolate(topic.call, lambda: len(topic.pending), topic.quarantine_first)
+    assert result.gave_up and "no record read, so not because of a record" in result.gave_up
+    assert topic.quarantined == [] and topic.calls == 1
 
 
 def test_an_error_every_record_has_is_not_isolated_record_by_record():

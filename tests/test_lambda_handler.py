@@ -129,7 +129,7 @@ def test_unknown_table_fails_before_anything_runs(loaded, api):
 def test_a_failing_procedure_fails_the_invocation_and_is_not_retried(loaded, api):
     wh, pipeline, ingested = loaded
     wh.execute(
-        "CREATE OR REPLACE PROCEDURE cdc.incremental_sync_orders() AS $$ "
+        "CREATE OR REPLACE PROCEDURE cdc.incremental_sync_orders(p_max_records bigint) AS $$ "
         "BEGIN RAISE EXCEPTION 'orders source is broken'; END; $$ LANGUAGE plpgsql"
     )
     with pytest.raises(lambda_handler.SyncFailed, match="1 of 2 table.*orders failed: ERROR: orders source is broken") as info:
@@ -333,3 +333,24 @@ def test_a_margin_that_does_not_cover_a_request_is_refused():
     settings = lambda_handler.Settings.from_env({
         "REDSHIFT_SYNC_CLUSTER": "c", "REDSHIFT_SYNC_DEADLINE_MARGIN_SECONDS": "10", "REDSHIFT_SYNC_READ_TIMEOUT_SECONDS": "2"})
     assert settings.timeouts.worst_case_ms() == 9_000
+
+
+def test_a_poisoned_record_is_isolated_and_the_rest_syncs_through_the_data_api(loaded, api):
+    """The engine refuses one record (a CHECK the pipeline file knows nothing about): the
+    handler bisects with bounded CALLs through the Data API, quarantines that record with
+    the engine's error and applies the rest in the same invocation."""
+    wh, pipeline, ingested = loaded
+    wh.execute('ALTER TABLE cdc."customer" ADD CONSTRAINT no_globex CHECK ("name" <> \'Globex\')')
+    summary = lambda_handler.handler({"tables": ["customer"]}, Context())
+    (run,) = summary["tables"]
+    assert run["status"] == "ok" and len(run["isolated"]) == 1 and "no_globex" in run["isolated"][0]
+    assert run["events_read"] == ingested["customer"] and run["quarantined"] == 1
+    assert wh.scalar('SELECT COUNT(*) FROM cdc."customer" WHERE customer_id = \'C002\'') == 0
+    assert wh.scalar('SELECT COUNT(*) FROM cdc."customer"') == ingested["customer"] - 1
+    reason = wh.scalar("SELECT reason FROM cdc.sync_quarantine WHERE kafka_offset = 1")
+    assert "could not apply this record" in reason and "no_globex" in reason
+    assert pending(wh, pipeline)["customer"] == 0
+    # every bounded CALL went through the Data API, one at a time
+    sqls = [c["QueryString"] for c in calls(api)]
+    assert any('"incremental_sync_customer"(0)' in s for s in sqls)
+    assert any('"isolate_record_customer"(' in s for s in sqls)

@@ -796,9 +796,12 @@ def procedure_sql(d: PostgresDialect, pipeline: Pipeline, table: TableConfig, or
     add("v_since := COALESCE(v_since, TIMESTAMP '1900-01-01 00:00:00');")
     add(
         "-- A bounded run (record isolation by the caller) reads the first p_max_records pending\n"
-        "-- records in (refresh_time, partition, offset) order: a prefix of every partition.\n"
+        "-- records in (refresh_time, partition, offset) order: a prefix of every partition\n"
+        "-- (0: none, which tells a failure of the procedure itself from one of a record).\n"
         f"v_until_time := {UNBOUNDED};\n"
-        "IF p_max_records IS NOT NULL THEN\n"
+        "IF p_max_records < 1 THEN\n"
+        "  v_until_time := TIMESTAMP '1900-01-01 00:00:00';\n"
+        "ELSIF p_max_records IS NOT NULL THEN\n"
         + _indent(
             pending_in_order_sql(
                 d, pipeline, table, "x.refresh_time, x.kafka_partition, x.kafka_offset",

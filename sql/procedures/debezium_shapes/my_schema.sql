@@ -118,9 +118,12 @@ BEGIN
   FROM "cdc"."my_schema__watermark";
   v_since := COALESCE(v_since, TIMESTAMP '1900-01-01 00:00:00');
   -- A bounded run (record isolation by the caller) reads the first p_max_records pending
-  -- records in (refresh_time, partition, offset) order: a prefix of every partition.
+  -- records in (refresh_time, partition, offset) order: a prefix of every partition
+  -- (0: none, which tells a failure of the procedure itself from one of a record).
   v_until_time := TIMESTAMP '9999-12-31 00:00:00';
-  IF p_max_records IS NOT NULL THEN
+  IF p_max_records < 1 THEN
+    v_until_time := TIMESTAMP '1900-01-01 00:00:00';
+  ELSIF p_max_records IS NOT NULL THEN
     SELECT x.refresh_time, x.kafka_partition, x.kafka_offset
     INTO v_until_time, v_until_partition, v_until_offset
     FROM (SELECT s.*, ROW_NUMBER() OVER (ORDER BY s.refresh_time, s.kafka_partition, s.kafka_offset) AS read_no
