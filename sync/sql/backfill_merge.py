@@ -88,9 +88,11 @@ class BackfillSql:
         return f"DROP TABLE IF EXISTS {self.stage};"
 
     def lock(self) -> str:
-        tables = [self.watermark, self.target] + ([] if self.soft else [self.deleted]) + [self.stage]
+        tables = [self.watermark] + ([] if self.soft else [self.deleted]) + [self.stage]
         return (
-            "-- Same lock order as incremental_sync: watermark, then target; a sync waits.\n"
+            "-- Same lock as incremental_sync takes first, the watermark: a sync waits. The\n"
+            "-- target is not locked (on Redshift every LOCK is exclusive: readers would wait\n"
+            "-- for the whole load); only the backfill and the procedure write it.\n"
             f"LOCK TABLE {', '.join(tables)}{self.d.lock_mode};"
         )
 

@@ -131,7 +131,7 @@ def classification_checks(d: PostgresDialect, table: TableConfig) -> list[Check]
         Check(
             "t.op NOT IN ('c', 'r', 'u', 'd')",
             "quarantine",
-            "'unknown op \"' || SUBSTRING(t.op, 1, 64) || '\"'",
+            f"'unknown op \"' || {d.prefix_bytes('t.op', 64)} || '\"'",
         ),
         # A c/r/u event without an after image would otherwise become a row of NULLs.
         Check(
@@ -384,7 +384,7 @@ def stage_insert_sql(d: PostgresDialect, pipeline: Pipeline, table: TableConfig)
         order, rank_pos = rank_order("c.source_pos", "c.kafka_partition", "c.kafka_offset"), "c.source_pos"
     select_columns = [
         "c.kafka_partition", "c.kafka_offset", "c.kafka_timestamp", "c.refresh_time",
-        "SUBSTRING(c.op, 1, 64)", "c.action", "c.reason",
+        d.prefix_bytes("c.op", 64), "c.action", "c.reason",
         # 4. Latest event per key wins; ROW_NUMBER, never RANK: a tie must not yield two rows.
         f"ROW_NUMBER() OVER (\n         PARTITION BY CASE WHEN c.action IN ('upsert', 'delete') THEN 1 ELSE 0 END, {key_list}\n"
         f"         ORDER BY {order})",
@@ -471,7 +471,7 @@ def schema_drift_sql(d: PostgresDialect, pipeline: Pipeline, table: TableConfig)
         "       CASE WHEN k.configured = 1 THEN k.images - k.seen ELSE k.seen END\n"
         "FROM (SELECT u.field, MAX(u.configured) AS configured, SUM(u.seen) AS seen,\n"
         "             MAX(MAX(u.images)) OVER () AS images\n"
-        f"      FROM (SELECT SUBSTRING({field}, 1, 256) AS field, 0 AS configured, 1 AS seen, x0.images\n"
+        f"      FROM (SELECT {d.prefix_bytes(field, 256)} AS field, 0 AS configured, 1 AS seen, x0.images\n"
         f"            FROM (\n{_indent(images, 14)}\n            ) x0{keys_join}"
         f"{configured}) u\n"
         "      GROUP BY u.field) k\n"
@@ -494,25 +494,25 @@ def procedure_sql(d: PostgresDialect, pipeline: Pipeline, table: TableConfig, or
     cols = [c.target_name for c in table.columns]
     value_cols = [c.target_name for c in table.value_columns]
     meta_cols = ["_source_ts", "_source_pos", "_kafka_partition", "_kafka_offset", "_synced_at"]
-    wm_text = d.string_agg(
-        "CAST(kafka_partition AS varchar(20)) || ':' || CAST(last_offset AS varchar(20))", ",", "kafka_partition"
-    )
+    wm_item = "CAST(r.kafka_partition AS varchar(20)) || ':' || CAST(r.last_offset AS varchar(20))"
 
     body: list[str] = []
     add = body.append
 
-    for setting in d.session_settings:
-        add("-- 10. Session settings this procedure needs (no cluster parameter change).")
-        add(setting)
+    if d.session_settings:
+        add("-- 10. Session settings this procedure needs.")
+    body.extend(d.session_settings)
     add(
-        "-- 1. Single flight: a second call waits here until the first commits, then sees its\n"
-        "--    watermark, so no record is applied twice.\n"
-        f"LOCK TABLE {wm}, {target}{d.lock_mode};"
+        "-- 1. Single flight: a second call (or a backfill) waits here until the first commits,\n"
+        "--    then sees its watermark, so no record is applied twice. Only the control table\n"
+        "--    is locked: on Redshift every LOCK is exclusive, and the target stays readable.\n"
+        f"LOCK TABLE {wm}{d.lock_mode};"
     )
     add(f"v_started := {now};")
     add(
-        f"SELECT MAX(last_refresh_time), {wm_text}\n"
-        f"INTO v_since, v_wm_before\nFROM {wm};"
+        "-- The watermark summary lists as many partitions as fit the run log's text column.\n"
+        + d.bounded_list(wm_item, ",", "r.kafka_partition", wm, extra="MAX(r.last_refresh_time)").replace("\nFROM ", "\nINTO v_since, v_wm_before\nFROM ", 1)
+        + ";"
     )
     add("v_since := COALESCE(v_since, TIMESTAMP '1900-01-01 00:00:00');")
     add(
@@ -703,7 +703,7 @@ def procedure_sql(d: PostgresDialect, pipeline: Pipeline, table: TableConfig, or
             f"IF v_read > 1000 THEN\n  ANALYZE {stage} (_action, _rn, {', '.join(q(k) for k in keys)});\nEND IF;"
         )
     add("IF v_read > 0 THEN\n" + _indent("\n".join(apply_steps), 2) + "\nEND IF;")
-    add(f"SELECT {wm_text} INTO v_wm_after FROM {wm};")
+    add(d.bounded_list(wm_item, ",", "r.kafka_partition", wm).replace("\nFROM ", "\nINTO v_wm_after\nFROM ", 1) + ";")
     add(
         "-- 8. One run-log row per call, also when nothing was new (9.).\n"
         f"INSERT INTO {qual(RUN_LOG)} (table_name, backend_pid, started_at, finished_at, events_read, upserted, deleted,\n"
