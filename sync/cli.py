@@ -92,9 +92,13 @@ def generate(
 ) -> None:
     """Print (or write) the SQL of every warehouse object of the pipeline."""
     from sync.generate import render_files, write_files
+    from sync.sql.objects import auto_refresh_requirements
 
     pipeline, path = open_pipeline(config)
     files = render_files(pipeline, dialect, origin_of(path))
+    if dialect == "redshift":
+        for warning in auto_refresh_requirements(pipeline):
+            err_console.print(f"[yellow]warning:[/yellow] {warning}", highlight=False)
     if out is None:
         sys.stdout.write("\n".join(files.values()))
         return

@@ -15,6 +15,7 @@ from sync.config import Pipeline
 from sync.migrate import state_at
 from sync.revision_plan import RevisionPlan, plan_revision
 from sync.schema_state import State, drifted_objects, same_model, state_for
+from sync.sql.objects import auto_refresh_requirements
 from sync.warehouse import WarehouseError, resolve_dsn, sqlalchemy_url
 
 MIGRATIONS_DIR = Path(__file__).resolve().parent.parent / "migrations"
@@ -188,6 +189,8 @@ def deploy(cfg: Any, pipeline: Pipeline) -> DeployResult:
         for d in drifted_objects(state)
         if d.kind != "setting"
     ]
+    if (resolve_dsn(cfg.attributes.get("dsn")) or "").startswith("redshift"):
+        warnings += auto_refresh_requirements(pipeline)
     applied: list[str] = []
     cfg.attributes["on_version_apply"] = _collect(applied)
     try:

@@ -58,6 +58,8 @@ CREATE TABLE IF NOT EXISTS "cdc"."sync_schema_drift" (
   events bigint NOT NULL
 );
 
+-- The topic name has upper-case letters: AUTO REFRESH needs
+-- enable_case_sensitive_identifier = true in the parameter group (docs/redshift.md).
 CREATE MATERIALIZED VIEW "cdc"."customer__stream"
 AUTO REFRESH YES
 AS
@@ -68,9 +70,9 @@ SELECT kafka_partition,
        kafka_key,
        kafka_headers,
        refresh_time,
-       CASE WHEN CAN_JSON_PARSE(kafka_value) THEN JSON_PARSE(kafka_value) END AS payload,
+       JSON_PARSE(CASE WHEN CAN_JSON_PARSE(kafka_value) THEN kafka_value END) AS payload,
        CASE WHEN kafka_value IS NOT NULL AND NOT CAN_JSON_PARSE(kafka_value) THEN kafka_value END AS raw_value,
-       CASE WHEN CAN_JSON_PARSE(kafka_key) THEN JSON_PARSE(kafka_key) END AS key_payload
+       JSON_PARSE(CASE WHEN CAN_JSON_PARSE(kafka_key) THEN kafka_key END) AS key_payload
 FROM "msk_cdc"."salesdb.salesdb.CUSTOMER";
 
 CREATE TABLE IF NOT EXISTS "cdc"."customer" (
@@ -493,6 +495,8 @@ BEGIN
 END;
 $$ LANGUAGE plpgsql;
 
+-- The topic name has upper-case letters: AUTO REFRESH needs
+-- enable_case_sensitive_identifier = true in the parameter group (docs/redshift.md).
 CREATE MATERIALIZED VIEW "cdc"."orders__stream"
 AUTO REFRESH YES
 AS
@@ -503,9 +507,9 @@ SELECT kafka_partition,
        kafka_key,
        kafka_headers,
        refresh_time,
-       CASE WHEN CAN_JSON_PARSE(kafka_value) THEN JSON_PARSE(kafka_value) END AS payload,
+       JSON_PARSE(CASE WHEN CAN_JSON_PARSE(kafka_value) THEN kafka_value END) AS payload,
        CASE WHEN kafka_value IS NOT NULL AND NOT CAN_JSON_PARSE(kafka_value) THEN kafka_value END AS raw_value,
-       CASE WHEN CAN_JSON_PARSE(kafka_key) THEN JSON_PARSE(kafka_key) END AS key_payload
+       JSON_PARSE(CASE WHEN CAN_JSON_PARSE(kafka_key) THEN kafka_key END) AS key_payload
 FROM "msk_cdc"."salesdb.salesdb.ORDERS";
 
 CREATE TABLE IF NOT EXISTS "cdc"."orders" (

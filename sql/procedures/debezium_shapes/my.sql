@@ -16,9 +16,9 @@ SELECT kafka_partition,
        kafka_key,
        kafka_headers,
        refresh_time,
-       CASE WHEN CAN_JSON_PARSE(kafka_value) THEN JSON_PARSE(kafka_value) END AS payload,
+       JSON_PARSE(CASE WHEN CAN_JSON_PARSE(kafka_value) THEN kafka_value END) AS payload,
        CASE WHEN kafka_value IS NOT NULL AND NOT CAN_JSON_PARSE(kafka_value) THEN kafka_value END AS raw_value,
-       CASE WHEN CAN_JSON_PARSE(kafka_key) THEN JSON_PARSE(kafka_key) END AS key_payload
+       JSON_PARSE(CASE WHEN CAN_JSON_PARSE(kafka_key) THEN kafka_key END) AS key_payload
 FROM "kafka_shapes"."shapes.my";
 
 CREATE TABLE IF NOT EXISTS "cdc"."my" (
