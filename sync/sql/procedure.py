@@ -404,6 +404,20 @@ def stage_insert_sql(d: PostgresDialect, pipeline: Pipeline, table: TableConfig)
     )
 
 
+def stored_rows(d: PostgresDialect, target: str, keys: list[str], wanted: str) -> str:
+    """One stored row per key of the target rows matching `wanted` (a condition on the
+    stage row `x` and the target row `t`), the newest when the key is stored more than once:
+    a primary key is not enforced on Redshift, and an UPDATE ... FROM that matches a row
+    twice must not depend on which match wins."""
+    key_list = ", ".join(f"t.{d.q(k)}" for k in keys)
+    return (
+        f"(SELECT * FROM (SELECT t.*, ROW_NUMBER() OVER (PARTITION BY {key_list}\n"
+        f"          ORDER BY {rank_order('t._source_pos', 't._kafka_partition', 't._kafka_offset')}) AS stored_rn__\n"
+        f"        FROM {target} t WHERE {wanted}) o\n"
+        "      WHERE o.stored_rn__ = 1)"
+    )
+
+
 def toast_sql(d: PostgresDialect, pipeline: Pipeline, table: TableConfig, toast_cols: list[str]) -> str:
     """Winners whose columns carried the TOAST placeholder take the value from the newest
     earlier event of the batch that had it, else keep the value stored in the target."""
@@ -437,10 +451,11 @@ def toast_sql(d: PostgresDialect, pipeline: Pipeline, table: TableConfig, toast_
     keep = ",\n       ".join(
         f"{q(c)} = CASE WHEN s._unavailable LIKE {quote_literal(f'%|{c}|%')} THEN t.{q(c)} ELSE s.{q(c)} END" for c in toast_cols
     )
+    placeholders = f"EXISTS (SELECT 1 FROM {stage} x WHERE x._rn = 1 AND x._action = 'upsert' AND x._unavailable IS NOT NULL AND {match('x', 't')})"
     lines.append(
         _indent(
             f"UPDATE {stage} s SET {keep}\n"
-            f"FROM {target} t\n"
+            f"FROM {stored_rows(d, target, keys, placeholders)} t\n"
             f"WHERE s._rn = 1 AND s._action = 'upsert' AND s._unavailable IS NOT NULL\n  AND {match('t', 's')};",
             2,
         )
@@ -623,12 +638,13 @@ def procedure_sql(d: PostgresDialect, pipeline: Pipeline, table: TableConfig, or
                 f"  AND {key_match('m', 's')} AND {key_match('p', 's')} AND p._rn = m.rn AND p._action = 'upsert';"
             )
             stored = ",\n       ".join(f"{q(c)} = COALESCE(s.{q(c)}, t.{q(c)})" for c in value_cols)
+            deleting = f"EXISTS (SELECT 1 FROM {stage} x WHERE x._rn = 1 AND x._action = 'delete' AND {key_match('x', 't')})"
             step(
                 "-- Without such an upsert, the stored row is the newest earlier state: a delete takes\n"
                 "-- its values where the before image has none (never an older value over a newer\n"
                 "-- NULL: the stored row is not consulted when the batch updated the key).\n"
                 f"UPDATE {stage} s SET {stored}\n"
-                f"FROM {target} t\n"
+                f"FROM {stored_rows(d, target, keys, deleting)} t\n"
                 f"WHERE s._rn = 1 AND s._action = 'delete' AND {key_match('t', 's')}\n"
                 f"  AND NOT EXISTS (SELECT 1 FROM {stage} x WHERE x._action = 'upsert' AND x._rn > 1 AND {key_match('x', 's')});"
             )

@@ -334,7 +334,10 @@ BEGIN
       UPDATE "cdc"."blobs__stage" s SET "data" = CASE WHEN s._unavailable LIKE '%|data|%' THEN t."data" ELSE s."data" END,
              "doc" = CASE WHEN s._unavailable LIKE '%|doc|%' THEN t."doc" ELSE s."doc" END,
              "tags" = CASE WHEN s._unavailable LIKE '%|tags|%' THEN t."tags" ELSE s."tags" END
-      FROM "cdc"."blobs" t
+      FROM (SELECT * FROM (SELECT t.*, ROW_NUMBER() OVER (PARTITION BY t."id"
+                ORDER BY t._source_pos DESC NULLS LAST, t._kafka_partition DESC, t._kafka_offset DESC) AS stored_rn__
+              FROM "cdc"."blobs" t WHERE EXISTS (SELECT 1 FROM "cdc"."blobs__stage" x WHERE x._rn = 1 AND x._action = 'upsert' AND x._unavailable IS NOT NULL AND x."id" = t."id")) o
+            WHERE o.stored_rn__ = 1) t
       WHERE s._rn = 1 AND s._action = 'upsert' AND s._unavailable IS NOT NULL
         AND t."id" = s."id";
     END IF;

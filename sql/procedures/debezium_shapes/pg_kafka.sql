@@ -312,7 +312,10 @@ BEGIN
         AND m."id" = s."id" AND p."id" = s."id" AND p._rn = m.rn AND p._action = 'upsert';
       UPDATE "cdc"."pg_kafka__stage" s SET "name" = CASE WHEN s._unavailable LIKE '%|name|%' THEN t."name" ELSE s."name" END,
              "bio" = CASE WHEN s._unavailable LIKE '%|bio|%' THEN t."bio" ELSE s."bio" END
-      FROM "cdc"."pg_kafka" t
+      FROM (SELECT * FROM (SELECT t.*, ROW_NUMBER() OVER (PARTITION BY t."id"
+                ORDER BY t._source_pos DESC NULLS LAST, t._kafka_partition DESC, t._kafka_offset DESC) AS stored_rn__
+              FROM "cdc"."pg_kafka" t WHERE EXISTS (SELECT 1 FROM "cdc"."pg_kafka__stage" x WHERE x._rn = 1 AND x._action = 'upsert' AND x._unavailable IS NOT NULL AND x."id" = t."id")) o
+            WHERE o.stored_rn__ = 1) t
       WHERE s._rn = 1 AND s._action = 'upsert' AND s._unavailable IS NOT NULL
         AND t."id" = s."id";
     END IF;

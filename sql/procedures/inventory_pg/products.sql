@@ -479,7 +479,10 @@ BEGIN
       UPDATE "inventory"."products__stage" s SET "sku" = CASE WHEN s._unavailable LIKE '%|sku|%' THEN t."sku" ELSE s."sku" END,
              "description" = CASE WHEN s._unavailable LIKE '%|description|%' THEN t."description" ELSE s."description" END,
              "attributes" = CASE WHEN s._unavailable LIKE '%|attributes|%' THEN t."attributes" ELSE s."attributes" END
-      FROM "inventory"."products" t
+      FROM (SELECT * FROM (SELECT t.*, ROW_NUMBER() OVER (PARTITION BY t."id"
+                ORDER BY t._source_pos DESC NULLS LAST, t._kafka_partition DESC, t._kafka_offset DESC) AS stored_rn__
+              FROM "inventory"."products" t WHERE EXISTS (SELECT 1 FROM "inventory"."products__stage" x WHERE x._rn = 1 AND x._action = 'upsert' AND x._unavailable IS NOT NULL AND x."id" = t."id")) o
+            WHERE o.stored_rn__ = 1) t
       WHERE s._rn = 1 AND s._action = 'upsert' AND s._unavailable IS NOT NULL
         AND t."id" = s."id";
     END IF;

@@ -356,7 +356,10 @@ BEGIN
     UPDATE "inventory"."stock_moves__stage" s SET "product_id" = COALESCE(s."product_id", t."product_id"),
            "quantity" = COALESCE(s."quantity", t."quantity"),
            "moved_at" = COALESCE(s."moved_at", t."moved_at")
-    FROM "inventory"."stock_moves" t
+    FROM (SELECT * FROM (SELECT t.*, ROW_NUMBER() OVER (PARTITION BY t."move_id"
+              ORDER BY t._source_pos DESC NULLS LAST, t._kafka_partition DESC, t._kafka_offset DESC) AS stored_rn__
+            FROM "inventory"."stock_moves" t WHERE EXISTS (SELECT 1 FROM "inventory"."stock_moves__stage" x WHERE x._rn = 1 AND x._action = 'delete' AND x."move_id" = t."move_id")) o
+          WHERE o.stored_rn__ = 1) t
     WHERE s._rn = 1 AND s._action = 'delete' AND t."move_id" = s."move_id"
       AND NOT EXISTS (SELECT 1 FROM "inventory"."stock_moves__stage" x WHERE x._action = 'upsert' AND x._rn > 1 AND x."move_id" = s."move_id");
     -- 6. Apply (soft deletes): upserts replace the row; deletes only mark it, keeping

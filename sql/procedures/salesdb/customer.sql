@@ -340,7 +340,10 @@ BEGIN
         AND m."customer_id" = s."customer_id" AND p."customer_id" = s."customer_id" AND p._rn = m.rn AND p._action = 'upsert';
       UPDATE "cdc"."customer__stage" s SET "name" = CASE WHEN s._unavailable LIKE '%|name|%' THEN t."name" ELSE s."name" END,
              "mktsegment" = CASE WHEN s._unavailable LIKE '%|mktsegment|%' THEN t."mktsegment" ELSE s."mktsegment" END
-      FROM "cdc"."customer" t
+      FROM (SELECT * FROM (SELECT t.*, ROW_NUMBER() OVER (PARTITION BY t."customer_id"
+                ORDER BY t._source_pos DESC NULLS LAST, t._kafka_partition DESC, t._kafka_offset DESC) AS stored_rn__
+              FROM "cdc"."customer" t WHERE EXISTS (SELECT 1 FROM "cdc"."customer__stage" x WHERE x._rn = 1 AND x._action = 'upsert' AND x._unavailable IS NOT NULL AND x."customer_id" = t."customer_id")) o
+            WHERE o.stored_rn__ = 1) t
       WHERE s._rn = 1 AND s._action = 'upsert' AND s._unavailable IS NOT NULL
         AND t."customer_id" = s."customer_id";
     END IF;

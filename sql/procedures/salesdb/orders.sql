@@ -353,7 +353,10 @@ BEGIN
         AND m."order_id" = s."order_id" AND p."order_id" = s."order_id" AND p._rn = m.rn AND p._action = 'upsert';
       UPDATE "cdc"."orders__stage" s SET "customer_id" = CASE WHEN s._unavailable LIKE '%|customer_id|%' THEN t."customer_id" ELSE s."customer_id" END,
              "status" = CASE WHEN s._unavailable LIKE '%|status|%' THEN t."status" ELSE s."status" END
-      FROM "cdc"."orders" t
+      FROM (SELECT * FROM (SELECT t.*, ROW_NUMBER() OVER (PARTITION BY t."order_id"
+                ORDER BY t._source_pos DESC NULLS LAST, t._kafka_partition DESC, t._kafka_offset DESC) AS stored_rn__
+              FROM "cdc"."orders" t WHERE EXISTS (SELECT 1 FROM "cdc"."orders__stage" x WHERE x._rn = 1 AND x._action = 'upsert' AND x._unavailable IS NOT NULL AND x."order_id" = t."order_id")) o
+            WHERE o.stored_rn__ = 1) t
       WHERE s._rn = 1 AND s._action = 'upsert' AND s._unavailable IS NOT NULL
         AND t."order_id" = s."order_id";
     END IF;
@@ -395,7 +398,10 @@ BEGIN
            "status" = COALESCE(s."status", t."status"),
            "total" = COALESCE(s."total", t."total"),
            "placed_at" = COALESCE(s."placed_at", t."placed_at")
-    FROM "cdc"."orders" t
+    FROM (SELECT * FROM (SELECT t.*, ROW_NUMBER() OVER (PARTITION BY t."order_id"
+              ORDER BY t._source_pos DESC NULLS LAST, t._kafka_partition DESC, t._kafka_offset DESC) AS stored_rn__
+            FROM "cdc"."orders" t WHERE EXISTS (SELECT 1 FROM "cdc"."orders__stage" x WHERE x._rn = 1 AND x._action = 'delete' AND x."order_id" = t."order_id")) o
+          WHERE o.stored_rn__ = 1) t
     WHERE s._rn = 1 AND s._action = 'delete' AND t."order_id" = s."order_id"
       AND NOT EXISTS (SELECT 1 FROM "cdc"."orders__stage" x WHERE x._action = 'upsert' AND x._rn > 1 AND x."order_id" = s."order_id");
     -- 6. Apply (soft deletes): upserts replace the row; deletes only mark it, keeping
