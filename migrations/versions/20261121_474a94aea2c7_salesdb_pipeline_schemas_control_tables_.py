@@ -139,17 +139,17 @@ STATE = {'origin': 'examples/salesdb/pipeline.toml',
                                'table cdc.sync_run_log': '5a6537552f72c0b4',
                                'table cdc.sync_quarantine': '039f7d10f91cca80',
                                'table cdc.sync_schema_drift': 'bd84f37af68971f1',
-                               'stream cdc.customer__stream': '2ccdd997099e5ae8',
+                               'stream cdc.customer__stream': '7f3e39a8457097a0',
                                'table cdc.customer': '6e87d5d4a5ec2f96',
                                'table cdc.customer__stage': 'aa332d397bc59ddb',
                                'table cdc.customer__watermark': '2403cb64bf3e2d3e',
                                'table cdc.customer__deleted': 'd60a3e2d14a136fd',
-                               'procedure cdc.incremental_sync_customer': '9a1b7c1810b8c758',
-                               'stream cdc.orders__stream': '94b79deaa56de37b',
+                               'procedure cdc.incremental_sync_customer': '3fc94f5f13590fcb',
+                               'stream cdc.orders__stream': 'cf4ba8bb80858d1a',
                                'table cdc.orders': '5599f3cc4a001697',
                                'table cdc.orders__stage': 'd8a561a3868c167f',
                                'table cdc.orders__watermark': '601c889fa125a8e9',
-                               'procedure cdc.incremental_sync_orders': 'f66afd3b0b77e7c2'}}}
+                               'procedure cdc.incremental_sync_orders': '46b4b73e955a3e69'}}}
 
 
 def upgrade() -> None:

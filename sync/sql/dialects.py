@@ -383,8 +383,10 @@ class RedshiftDialect(PostgresDialect):
         return f"JSON_PARSE(CASE WHEN CAN_JSON_PARSE({text_expr}) THEN {text_expr} END)"
 
     def object_keys_join(self, object_expr: str, alias: str) -> tuple[str, str]:
-        # PartiQL object unpivoting: one row per attribute, its name bound by AT.
-        return f", UNPIVOT {object_expr} AS {alias}_value AT {alias}_field", f"{alias}_field"
+        # PartiQL object unpivoting: one row per attribute, its name bound by AT. The type of
+        # the AT variable is not documented (query-super): the cast makes it text either way
+        # (a no-op on VARCHAR; a SUPER string's value otherwise).
+        return f", UNPIVOT {object_expr} AS {alias}_value AT {alias}_field", f"CAST({alias}_field AS varchar({VARCHAR_MAX}))"
 
     def object_has_only_keys(self, object_expr: str, names: list[str]) -> str:
         return f"GET_NUMBER_ATTRIBUTES({object_expr}) = {len(set(names))}"

@@ -97,8 +97,8 @@ def _stream_objects(d: PostgresDialect, pipeline: Pipeline, table: TableConfig) 
             if table.topic != table.topic.lower() else ""
         )
         sql = (
-            f"{needs}CREATE MATERIALIZED VIEW {d.qualified(n.schema, n.stream)}\n"
-            "AUTO REFRESH YES\n"
+            f"CREATE MATERIALIZED VIEW {d.qualified(n.schema, n.stream)}\n"
+            f"{needs}AUTO REFRESH YES\n"
             "AS\n"
             "SELECT kafka_partition,\n"
             "       kafka_offset,\n"

@@ -58,9 +58,9 @@ CREATE TABLE IF NOT EXISTS "cdc"."sync_schema_drift" (
   events bigint NOT NULL
 );
 
+CREATE MATERIALIZED VIEW "cdc"."customer__stream"
 -- The topic name has upper-case letters: AUTO REFRESH needs
 -- enable_case_sensitive_identifier = true in the parameter group (docs/redshift.md).
-CREATE MATERIALIZED VIEW "cdc"."customer__stream"
 AUTO REFRESH YES
 AS
 SELECT kafka_partition,
@@ -450,7 +450,7 @@ BEGIN
              CASE WHEN k.configured = 1 THEN k.images - k.seen ELSE k.seen END
       FROM (SELECT u.field, MAX(u.configured) AS configured, SUM(u.seen) AS seen,
                    MAX(MAX(u.images)) OVER () AS images
-            FROM (SELECT CASE WHEN OCTET_LENGTH(x_field) <= 256 THEN x_field ELSE SUBSTRING(x_field, 1, 64) END AS field, 0 AS configured, 1 AS seen, x0.images
+            FROM (SELECT CASE WHEN OCTET_LENGTH(CAST(x_field AS varchar(65535))) <= 256 THEN CAST(x_field AS varchar(65535)) ELSE SUBSTRING(CAST(x_field AS varchar(65535)), 1, 64) END AS field, 0 AS configured, 1 AS seen, x0.images
                   FROM (
                     SELECT s._drift_img AS img, COUNT(*) OVER () AS images
                     FROM "cdc"."customer__stage" s
@@ -498,9 +498,9 @@ BEGIN
 END;
 $$ LANGUAGE plpgsql;
 
+CREATE MATERIALIZED VIEW "cdc"."orders__stream"
 -- The topic name has upper-case letters: AUTO REFRESH needs
 -- enable_case_sensitive_identifier = true in the parameter group (docs/redshift.md).
-CREATE MATERIALIZED VIEW "cdc"."orders__stream"
 AUTO REFRESH YES
 AS
 SELECT kafka_partition,
@@ -931,7 +931,7 @@ BEGIN
              CASE WHEN k.configured = 1 THEN k.images - k.seen ELSE k.seen END
       FROM (SELECT u.field, MAX(u.configured) AS configured, SUM(u.seen) AS seen,
                    MAX(MAX(u.images)) OVER () AS images
-            FROM (SELECT CASE WHEN OCTET_LENGTH(x_field) <= 256 THEN x_field ELSE SUBSTRING(x_field, 1, 64) END AS field, 0 AS configured, 1 AS seen, x0.images
+            FROM (SELECT CASE WHEN OCTET_LENGTH(CAST(x_field AS varchar(65535))) <= 256 THEN CAST(x_field AS varchar(65535)) ELSE SUBSTRING(CAST(x_field AS varchar(65535)), 1, 64) END AS field, 0 AS configured, 1 AS seen, x0.images
                   FROM (
                     SELECT s._drift_img AS img, COUNT(*) OVER () AS images
                     FROM "cdc"."orders__stage" s
