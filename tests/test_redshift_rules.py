@@ -136,8 +136,9 @@ def test_regexp_substr_no_match_is_null_before_any_null_test(path: Path):
 def test_every_json_serialize_is_bounded_by_json_size(path: Path):
     # JSON_SERIALIZE: "the JSON_SERIALIZE function returns an error when the JSON format
     # exceeds the VARCHAR limit of the system. To check the size of a SUPER expression, see
-    # the JSON_SIZE function." Its argument is NULL past 65,535 bytes; JSON_SERIALIZE(NULL)
-    # "returns the JSON string 'null'", hence NULLIF(.., 'null').
+    # the JSON_SIZE function." Its argument is NULL past 65,535 bytes, and so is that of the
+    # VARCHAR cast of a string (r_enable_large_strings_opt_in: SUPER strings up to
+    # 16,000,000 bytes when opted in).
     seen = 0
     for st, node in anonymous(path, "JSON_SERIALIZE"):
         seen += 1
@@ -149,9 +150,16 @@ def test_every_json_serialize_is_bounded_by_json_size(path: Path):
         size = cond.this
         assert isinstance(size, exp.Anonymous) and size.name.upper() == "JSON_SIZE", where(st, node)
         assert size.expressions[0] == value, where(st, node)
-        parent = node.parent
-        assert isinstance(parent, exp.Nullif) and parent.expression.this == "null", where(st, node)
     assert seen
+    # The string branch beside it: CASE WHEN IS_VARCHAR(x) THEN x::varchar(65535), x bounded too.
+    strings = 0
+    for st, cast in nodes(path, exp.Cast):
+        branch = cast.parent
+        if isinstance(branch, exp.If) and "IS_VARCHAR" in branch.this.sql("redshift").upper() and branch.args.get("true") is cast:
+            strings += 1
+            arg = unparen(cast.this)
+            assert isinstance(arg, exp.Case) and "JSON_SIZE" in arg.args["ifs"][0].this.sql("redshift"), where(st, cast)
+    assert strings
 
 
 def _text_valued(node: exp.Expression) -> bool:

@@ -144,12 +144,12 @@ STATE = {'origin': 'examples/salesdb/pipeline.toml',
                                'table cdc.customer__stage': 'aa332d397bc59ddb',
                                'table cdc.customer__watermark': '2403cb64bf3e2d3e',
                                'table cdc.customer__deleted': 'd60a3e2d14a136fd',
-                               'procedure cdc.incremental_sync_customer': '3fc94f5f13590fcb',
+                               'procedure cdc.incremental_sync_customer': 'd61dc6db39b3e1e3',
                                'stream cdc.orders__stream': 'cf4ba8bb80858d1a',
                                'table cdc.orders': '5599f3cc4a001697',
                                'table cdc.orders__stage': 'd8a561a3868c167f',
                                'table cdc.orders__watermark': '601c889fa125a8e9',
-                               'procedure cdc.incremental_sync_orders': '46b4b73e955a3e69'}}}
+                               'procedure cdc.incremental_sync_orders': '34339464565ad2a3'}}}
 
 
 def upgrade() -> None:

@@ -307,16 +307,21 @@ class RedshiftDialect(PostgresDialect):
         return self._super_text(self.json_get(expr, key))
 
     def _super_text(self, expr: str) -> str:
-        """A string's value, anything else as JSON text; NULL for a JSON null and for JSON
-        text over VARCHAR's 65,535 bytes: JSON_SERIALIZE raises past that limit
-        (JSON_SERIALIZE), so its argument is bounded with JSON_SIZE first (NULL over the
-        limit; JSON_SERIALIZE(NULL) is the text 'null', hence the NULLIF). The record is then
-        quarantined as not converting, instead of failing the CALL."""
-        bounded = f"CASE WHEN JSON_SIZE({expr}) <= {VARCHAR_MAX} THEN {expr} END"
+        """A string's value, anything else as JSON text; NULL for a JSON null and for a value
+        whose JSON text is over VARCHAR's 65,535 bytes. JSON_SERIALIZE raises past that limit
+        (JSON_SERIALIZE), and with enable_large_strings_opt_in a SUPER string can hold up to
+        16,000,000 bytes (r_enable_large_strings_opt_in), more than the VARCHAR cast takes:
+        the value is bounded with JSON_SIZE first, inside both conversions' argument. Such a
+        record is quarantined as not converting instead of failing the CALL."""
+        bounded = self._bounded(expr)
         return (
-            f"CASE WHEN IS_VARCHAR({expr}) THEN {expr}::varchar({VARCHAR_MAX})"
-            f" WHEN {expr} IS NOT NULL THEN NULLIF(JSON_SERIALIZE({bounded}), 'null') END"
+            f"CASE WHEN IS_VARCHAR({bounded}) THEN {bounded}::varchar({VARCHAR_MAX})"
+            f" WHEN {bounded} IS NOT NULL THEN JSON_SERIALIZE({bounded}) END"
         )
+
+    def _bounded(self, expr: str) -> str:
+        """The SUPER value when its JSON text fits a VARCHAR, else NULL."""
+        return f"(CASE WHEN JSON_SIZE({expr}) <= {VARCHAR_MAX} THEN {expr} END)"
 
     def json_is_null(self, expr: str) -> str:
         return f"({expr} IS NULL)"
@@ -335,7 +340,7 @@ class RedshiftDialect(PostgresDialect):
         if t.family == "varbyte":
             # TO_VARBYTE raises on text that is not base64: only validated text reaches it,
             # no longer than the column holds (4 base64 characters per 3 bytes).
-            text = f"{expr}::varchar({VARCHAR_MAX})"
+            text = f"{self._bounded(expr)}::varchar({VARCHAR_MAX})"
             max_chars = 4 * -(-(t.byte_limit or VARBYTE_DEFAULT) // 3)
             valid = f"IS_VARCHAR({expr}) AND {text} ~ {quote_literal(BASE64_PATTERN)} AND LENGTH({text}) <= {max_chars}"
             return f"TO_VARBYTE(CASE WHEN {valid} THEN {text} END, 'base64')"

@@ -251,7 +251,7 @@ BEGIN
                  CAST(f."jk__id" AS integer)) AS "id",
                f."j__data" AS "j__data",
                f."u__data" AS "u__data",
-               CASE WHEN f."u__data" THEN NULL ELSE TO_VARBYTE(CASE WHEN IS_VARCHAR(f."j__data") AND f."j__data"::varchar(65535) ~ '^([A-Za-z0-9+/]{4})*([A-Za-z0-9+/]{2}==|[A-Za-z0-9+/]{3}=)?$' AND LENGTH(f."j__data"::varchar(65535)) <= 88 THEN f."j__data"::varchar(65535) END, 'base64') END AS "data",
+               CASE WHEN f."u__data" THEN NULL ELSE TO_VARBYTE(CASE WHEN IS_VARCHAR(f."j__data") AND (CASE WHEN JSON_SIZE(f."j__data") <= 65535 THEN f."j__data" END)::varchar(65535) ~ '^([A-Za-z0-9+/]{4})*([A-Za-z0-9+/]{2}==|[A-Za-z0-9+/]{3}=)?$' AND LENGTH((CASE WHEN JSON_SIZE(f."j__data") <= 65535 THEN f."j__data" END)::varchar(65535)) <= 88 THEN (CASE WHEN JSON_SIZE(f."j__data") <= 65535 THEN f."j__data" END)::varchar(65535) END, 'base64') END AS "data",
                f."j__doc" AS "j__doc",
                f."u__doc" AS "u__doc",
                CASE WHEN f."u__doc" THEN NULL ELSE f."j__doc" END AS "doc",
@@ -262,9 +262,9 @@ BEGIN
                CASE WHEN f.op IN ('c', 'r', 'u') AND IS_OBJECT(f.img) AND NOT (f."ji__id" IS NOT NULL AND f."j__data" IS NOT NULL AND f."j__doc" IS NOT NULL AND f."j__tags" IS NOT NULL AND GET_NUMBER_ATTRIBUTES(f.img) = 4) THEN f.img END AS drift_img
         FROM (
           SELECT f.*,
-                 COALESCE(CASE WHEN IS_VARCHAR(f."j__data") THEN f."j__data"::varchar(65535) WHEN f."j__data" IS NOT NULL THEN NULLIF(JSON_SERIALIZE(CASE WHEN JSON_SIZE(f."j__data") <= 65535 THEN f."j__data" END), 'null') END IN ('__debezium_unavailable_value', 'X19kZWJleml1bV91bmF2YWlsYWJsZV92YWx1ZQ==', '["__debezium_unavailable_value"]'), false) AS "u__data",
-                 COALESCE(CASE WHEN IS_VARCHAR(f."j__doc") THEN f."j__doc"::varchar(65535) WHEN f."j__doc" IS NOT NULL THEN NULLIF(JSON_SERIALIZE(CASE WHEN JSON_SIZE(f."j__doc") <= 65535 THEN f."j__doc" END), 'null') END IN ('__debezium_unavailable_value', 'X19kZWJleml1bV91bmF2YWlsYWJsZV92YWx1ZQ==', '["__debezium_unavailable_value"]'), false) AS "u__doc",
-                 COALESCE(CASE WHEN IS_VARCHAR(f."j__tags") THEN f."j__tags"::varchar(65535) WHEN f."j__tags" IS NOT NULL THEN NULLIF(JSON_SERIALIZE(CASE WHEN JSON_SIZE(f."j__tags") <= 65535 THEN f."j__tags" END), 'null') END IN ('__debezium_unavailable_value', 'X19kZWJleml1bV91bmF2YWlsYWJsZV92YWx1ZQ==', '["__debezium_unavailable_value"]'), false) AS "u__tags"
+                 COALESCE(CASE WHEN IS_VARCHAR((CASE WHEN JSON_SIZE(f."j__data") <= 65535 THEN f."j__data" END)) THEN (CASE WHEN JSON_SIZE(f."j__data") <= 65535 THEN f."j__data" END)::varchar(65535) WHEN (CASE WHEN JSON_SIZE(f."j__data") <= 65535 THEN f."j__data" END) IS NOT NULL THEN JSON_SERIALIZE((CASE WHEN JSON_SIZE(f."j__data") <= 65535 THEN f."j__data" END)) END IN ('__debezium_unavailable_value', 'X19kZWJleml1bV91bmF2YWlsYWJsZV92YWx1ZQ==', '["__debezium_unavailable_value"]'), false) AS "u__data",
+                 COALESCE(CASE WHEN IS_VARCHAR((CASE WHEN JSON_SIZE(f."j__doc") <= 65535 THEN f."j__doc" END)) THEN (CASE WHEN JSON_SIZE(f."j__doc") <= 65535 THEN f."j__doc" END)::varchar(65535) WHEN (CASE WHEN JSON_SIZE(f."j__doc") <= 65535 THEN f."j__doc" END) IS NOT NULL THEN JSON_SERIALIZE((CASE WHEN JSON_SIZE(f."j__doc") <= 65535 THEN f."j__doc" END)) END IN ('__debezium_unavailable_value', 'X19kZWJleml1bV91bmF2YWlsYWJsZV92YWx1ZQ==', '["__debezium_unavailable_value"]'), false) AS "u__doc",
+                 COALESCE(CASE WHEN IS_VARCHAR((CASE WHEN JSON_SIZE(f."j__tags") <= 65535 THEN f."j__tags" END)) THEN (CASE WHEN JSON_SIZE(f."j__tags") <= 65535 THEN f."j__tags" END)::varchar(65535) WHEN (CASE WHEN JSON_SIZE(f."j__tags") <= 65535 THEN f."j__tags" END) IS NOT NULL THEN JSON_SERIALIZE((CASE WHEN JSON_SIZE(f."j__tags") <= 65535 THEN f."j__tags" END)) END IN ('__debezium_unavailable_value', 'X19kZWJleml1bV91bmF2YWlsYWJsZV92YWx1ZQ==', '["__debezium_unavailable_value"]'), false) AS "u__tags"
           FROM (
             SELECT f.kafka_partition, f.kafka_offset, f.kafka_timestamp, f.refresh_time, f.payload, f.raw_value, f.env, f.img, f.op,
                    f.src."ts_ms" AS source_ts_ms,
@@ -277,8 +277,8 @@ BEGIN
             FROM (
               SELECT e.kafka_partition, e.kafka_offset, e.kafka_timestamp, e.refresh_time,
                      e.payload, e.raw_value, e.env, e.key_env,
-                     CASE WHEN IS_VARCHAR(e.env."op") THEN e.env."op"::varchar(65535) WHEN e.env."op" IS NOT NULL THEN NULLIF(JSON_SERIALIZE(CASE WHEN JSON_SIZE(e.env."op") <= 65535 THEN e.env."op" END), 'null') END AS op,
-                     CASE WHEN CASE WHEN IS_VARCHAR(e.env."op") THEN e.env."op"::varchar(65535) WHEN e.env."op" IS NOT NULL THEN NULLIF(JSON_SERIALIZE(CASE WHEN JSON_SIZE(e.env."op") <= 65535 THEN e.env."op" END), 'null') END = 'd' THEN e.env."before" ELSE e.env."after" END AS img,
+                     CASE WHEN IS_VARCHAR((CASE WHEN JSON_SIZE(e.env."op") <= 65535 THEN e.env."op" END)) THEN (CASE WHEN JSON_SIZE(e.env."op") <= 65535 THEN e.env."op" END)::varchar(65535) WHEN (CASE WHEN JSON_SIZE(e.env."op") <= 65535 THEN e.env."op" END) IS NOT NULL THEN JSON_SERIALIZE((CASE WHEN JSON_SIZE(e.env."op") <= 65535 THEN e.env."op" END)) END AS op,
+                     CASE WHEN CASE WHEN IS_VARCHAR((CASE WHEN JSON_SIZE(e.env."op") <= 65535 THEN e.env."op" END)) THEN (CASE WHEN JSON_SIZE(e.env."op") <= 65535 THEN e.env."op" END)::varchar(65535) WHEN (CASE WHEN JSON_SIZE(e.env."op") <= 65535 THEN e.env."op" END) IS NOT NULL THEN JSON_SERIALIZE((CASE WHEN JSON_SIZE(e.env."op") <= 65535 THEN e.env."op" END)) END = 'd' THEN e.env."before" ELSE e.env."after" END AS img,
                      e.env."source" AS src
               FROM (
                 SELECT s.kafka_partition, s.kafka_offset, s.kafka_timestamp, s.refresh_time,
