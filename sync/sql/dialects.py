@@ -259,6 +259,15 @@ class PostgresDialect:
     def drop_procedure(self, qualified_name: str) -> str:
         return f"DROP PROCEDURE IF EXISTS {qualified_name}();"
 
+    # ---- the backfill's stage, loaded from the Parquet the Spark job writes ------------
+    def parquet_stage_type(self, t: SqlType) -> str:
+        """The stage column a Parquet column of type `t` loads into (JSON travels as text)."""
+        return self.type_sql(t)
+
+    def from_parquet_stage(self, expr: str, t: SqlType) -> str:
+        """A stage value as the target column's value."""
+        return expr
+
     def lpad_number(self, expr: str, width: int) -> str:
         return f"lpad({expr}, {width}, '0')"
 
@@ -417,6 +426,14 @@ class RedshiftDialect(PostgresDialect):
         # ('Thu Sep 19 22:53:50.333525 2013 UTC', r_TIMEOFDAY_function), read back with
         # TO_TIMESTAMP in the session time zone, as GETDATE() is.
         return "CAST(TO_TIMESTAMP(TIMEOFDAY(), 'Dy Mon DD HH24:MI:SS.US YYYY') AS timestamp)"
+
+    def parquet_stage_type(self, t: SqlType) -> str:
+        # COPY from Parquet loads a string column into a SUPER column as a SUPER string, not
+        # as the JSON it holds (ingest-super): JSON text is staged as text and parsed here.
+        return f"varchar({VARCHAR_MAX})" if t.family == "super" else self.type_sql(t)
+
+    def from_parquet_stage(self, expr: str, t: SqlType) -> str:
+        return self.parse_json_text(expr) if t.family == "super" else expr
 
     def drop_procedure(self, qualified_name: str) -> str:
         # No IF EXISTS in Redshift's DROP PROCEDURE syntax (r_DROP_PROCEDURE): the object is
