@@ -232,6 +232,8 @@ def print_status(rows: list[Any]) -> None:
     for s in rows:
         for reason, count in s.quarantine_reasons:
             console.print(f"  {s.table}: {count} quarantined: {reason}", highlight=False)
+        for reason, count in s.stream_errors:
+            console.print(f"  {s.table}: {count} record(s) skipped by streaming ingestion: {reason}", highlight=False)
         for kind, name, count in s.schema_drift:
             what = "field not in the pipeline file" if kind == "unknown" else "configured field absent from events"
             console.print(f"  {s.table}: {what}: {name} ({count} event(s))", highlight=False)

@@ -238,3 +238,23 @@ def test_unknown_field_is_counted_as_drift(rs):
     cs = ChangeStream(["CUST_ID"], MySqlSource())
     feed(wh, pipeline, "customer", [cs.insert({"CUST_ID": "A", "NAME": "a", "Extra": 1})])
     assert wh.query(f'SELECT kind, field, events FROM "{schema}"."{SCHEMA_DRIFT}"') == [("unknown", "Extra", 1)]
+
+
+def test_status_reads_the_records_the_stream_skipped(rs):
+    # r_SYS_STREAM_SCAN_ERRORS: readable by the user that owns the MV; none for a fresh table.
+    from sync.runner import status
+
+    wh, schema = rs
+    pipeline = deploy(wh, CUSTOMER, schema)
+    (row,) = status(wh, pipeline)
+    assert row.deployed and row.stream_errors == []
+
+
+def test_json_parse_rejects_only_what_can_json_parse_rejects(rs):
+    # CAN_JSON_PARSE guards JSON_PARSE in the streaming MV, where an error blocks ingestion:
+    # whatever CAN_JSON_PARSE accepts must parse (super-configurations: duplicate attribute
+    # names raise in JSON_PARSE unless json_parse_dedup_attributes is on).
+    wh, _ = rs
+    for text in ['{"a": 1, "a": 2}', '{"a": 1}', "[1, 2", '"x"']:
+        if wh.scalar("SELECT CAN_JSON_PARSE(%s)", (text,)):
+            wh.scalar("SELECT JSON_SERIALIZE(JSON_PARSE(%s))", (text,))

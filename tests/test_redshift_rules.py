@@ -371,3 +371,19 @@ def test_backfill_parses_the_json_it_stages_from_parquet(path: Path):
                 parsed = [p for p in insert.find_all(exp.ParseJSON) if col.target_name in p.sql()]
                 assert parsed and all(isinstance(unparen(p.this), exp.Case) for p in parsed), insert.sql("redshift")
     assert checked or path.parent.name != "inventory_pg"
+
+
+def test_records_the_stream_skipped_are_listed_by_status(capsys):
+    # r_SYS_STREAM_SCAN_ERRORS: records streaming ingestion could not ingest are logged
+    # there (error_reason per mv_name), and nothing else tells the caller.
+    from sync.cli import print_status
+    from sync.runner import TableStatus
+
+    d = get_dialect("redshift", "cdc")
+    tree = sqlglot.parse_one(d.stream_errors_sql("cdc", "customer__stream"), read="redshift")
+    assert tree.find(exp.Table).name.upper() == "SYS_STREAM_SCAN_ERRORS"
+    assert {"'customer__stream'", "'cdc.customer__stream'"} <= {lit.sql() for lit in tree.find_all(exp.Literal)}
+    assert get_dialect("postgres", "cdc").stream_errors_sql("cdc", "customer__stream") is None
+    row = TableStatus("customer", True, {0: 5}, 0, 3, None, None, 0, [], [], [("Record size exceeds limit", 2)])
+    print_status([row])
+    assert "customer: 2 record(s) skipped by streaming ingestion: Record size exceeds limit" in capsys.readouterr().out

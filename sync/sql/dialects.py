@@ -259,6 +259,11 @@ class PostgresDialect:
     def drop_procedure(self, qualified_name: str) -> str:
         return f"DROP PROCEDURE IF EXISTS {qualified_name}();"
 
+    def stream_errors_sql(self, schema: str, stream: str) -> str | None:
+        """(reason, records) of the records the streaming relation skipped, or None where
+        nothing is skipped (locally, `ingest` keeps every record)."""
+        return None
+
     # ---- the backfill's stage, loaded from the Parquet the Spark job writes ------------
     def parquet_stage_type(self, t: SqlType) -> str:
         """The stage column a Parquet column of type `t` loads into (JSON travels as text)."""
@@ -426,6 +431,16 @@ class RedshiftDialect(PostgresDialect):
         # ('Thu Sep 19 22:53:50.333525 2013 UTC', r_TIMEOFDAY_function), read back with
         # TO_TIMESTAMP in the session time zone, as GETDATE() is.
         return "CAST(TO_TIMESTAMP(TIMEOFDAY(), 'Dy Mon DD HH24:MI:SS.US YYYY') AS timestamp)"
+
+    def stream_errors_sql(self, schema: str, stream: str) -> str | None:
+        # A record a refresh cannot ingest (too large, say) is skipped and logged here, with
+        # no error to anyone (r_SYS_STREAM_SCAN_ERRORS); mv_name is matched with and
+        # without its schema.
+        names = f"{quote_literal(stream)}, {quote_literal(schema + '.' + stream)}"
+        return (
+            "SELECT TRIM(error_reason), COUNT(*) FROM SYS_STREAM_SCAN_ERRORS\n"
+            f"WHERE TRIM(mv_name) IN ({names})\nGROUP BY TRIM(error_reason) ORDER BY 2 DESC, 1 LIMIT 10"
+        )
 
     def parquet_stage_type(self, t: SqlType) -> str:
         # COPY from Parquet loads a string column into a SUPER column as a SUPER string, not
