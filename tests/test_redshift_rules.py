@@ -214,8 +214,14 @@ def test_raising_conversions_get_only_checked_arguments(path: Path):
     # TO_VARBYTE(text, 'base64') raises on text that is not base64 (r_TO_VARBYTE), JSON_PARSE
     # on text that is not JSON (JSON_PARSE; CAN_JSON_PARSE tells it): their argument is a
     # CASE that checks it, never a CASE around them.
+    # A column from a level of the stage query counts when that level's definition is such
+    # a CASE.
     for st, node in [*anonymous(path, "TO_VARBYTE"), *nodes(path, exp.ParseJSON)]:
         arg = unparen(node.this if isinstance(node, exp.ParseJSON) else node.expressions[0])
+        if isinstance(arg, exp.Column):
+            defined = [a.this for a in st.tree.find_all(exp.Alias) if a.alias == arg.name]
+            assert len(defined) == 1, where(st, node)
+            arg = unparen(defined[0])
         assert isinstance(arg, exp.Case) and arg.args.get("default") is None, where(st, node)
         if isinstance(node, exp.ParseJSON):
             cond = arg.args["ifs"][0].this

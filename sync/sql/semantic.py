@@ -149,13 +149,13 @@ def _decimal_levels(d: PostgresDialect, b64_json: str, alias: str, scale: str) -
     """Base64 two's complement + scale -> plain decimal text `t__` ('-12345.67'), one small
     step per level so that no expression is evaluated twice."""
     text = d.json_number_text(b64_json)
-    x, h, n = f"x__{alias}", f"h__{alias}", f"n__{alias}"
+    s, x, h, n = f"s__{alias}", f"x__{alias}", f"h__{alias}", f"n__{alias}"
     a, b, c, low, m, g = (f"{p}__{alias}" for p in "abclmg")
+    # The base64 text when it is base64 of 1 to 16 bytes, else NULL: all TO_VARBYTE sees.
     valid_b64 = (
         f"CASE WHEN {d.json_is_string(b64_json)} AND {text} ~ {d.lit(BASE64_PATTERN)}"
         f" AND LENGTH({text}) BETWEEN 4 AND 24 THEN {text} END"
     )
-    hex_digits = d.base64_to_hex(valid_b64)
     # Sign-extended to 16 bytes; a negative number is read as its inverted bits + 1:
     # |n * max - chunk| is the chunk, or its complement when negative.
     sign = f"CASE WHEN SUBSTRING(f.{x}, 1, 1) >= '8' THEN 1 ELSE 0 END"
@@ -179,7 +179,8 @@ def _decimal_levels(d: PostgresDialect, b64_json: str, alias: str, scale: str) -
         f" || (CASE WHEN {scale} > 0 THEN '.' || SUBSTRING(f.{g}, LENGTH(f.{g}) - {scale} + 1) ELSE '' END) END"
     )
     return [
-        {x: hex_digits},
+        {s: valid_b64},
+        {x: d.base64_to_hex(f"f.{s}")},
         {h: padded, n: sign},
         {a: chunk(1, 4, CHUNK_HI_MAX), b: chunk(5, 14, CHUNK_MAX), c: chunk(19, 14, CHUNK_MAX)},
         {low: f"CAST(f.{b} AS decimal(38,0)) * {TWO_56} + f.{c} + f.{n}"},
