@@ -429,7 +429,8 @@ class RedshiftDialect(PostgresDialect):
         # microseconds but is the transaction start (r_SYSDATE), the same for the whole
         # CALL. TIMEOFDAY() is the statement start with microseconds, as text
         # ('Thu Sep 19 22:53:50.333525 2013 UTC', r_TIMEOFDAY_function), read back with
-        # TO_TIMESTAMP in the session time zone, as GETDATE() is.
+        # TO_TIMESTAMP: in a UTC session (the default) the clock GETDATE() reads, with
+        # microseconds (the live suite compares the two).
         return "CAST(TO_TIMESTAMP(TIMEOFDAY(), 'Dy Mon DD HH24:MI:SS.US YYYY') AS timestamp)"
 
     def stream_errors_sql(self, schema: str, stream: str) -> str | None:
