@@ -393,3 +393,21 @@ def test_records_the_stream_skipped_are_listed_by_status(capsys):
     row = TableStatus("customer", True, {0: 5}, 0, 3, None, None, 0, [], [], [("Record size exceeds limit", 2)])
     print_status([row])
     assert "customer: 2 record(s) skipped by streaming ingestion: Record size exceeds limit" in capsys.readouterr().out
+
+
+@examples
+def test_updates_read_one_stored_row_per_key(path: Path):
+    # r_CREATE_TABLE_NEW: primary keys are informational, so a key can be stored twice; an
+    # UPDATE ... FROM the target would then match a stage row twice. Every UPDATE that reads
+    # the target reads it through a subquery with one row per key.
+    pipeline = _example(path)
+    targets = {table_names(pipeline, t).target for t in pipeline.tables}
+    updates = 0
+    for st, update in nodes(path, exp.Update):
+        source = update.args.get("from_") or update.args.get("from")
+        if source is None:
+            continue
+        updates += 1
+        direct = [t for t in source.find_all(exp.Table) if t.name in targets and not t.find_ancestor(exp.Subquery)]
+        assert not direct, where(st, update)
+    assert updates

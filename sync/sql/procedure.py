@@ -202,6 +202,7 @@ def rerank_sql(d: PostgresDialect, pipeline: Pipeline, table: TableConfig) -> st
     order = rank_order("x._rank_pos", "x._kafka_partition", "x._kafka_offset")
     key_list = ", ".join("x." + q(k) for k in keys)
     same_key_positionless = f"EXISTS (SELECT 1 FROM {stage} y WHERE {positionless('y.')} AND {match('y', 'x')})"
+    stored_wanted = f"EXISTS (SELECT 1 FROM {stage} y WHERE {positionless('y.')} AND {match('y', 't')})"
     return (
         "-- 4. Events without a source position: each takes the newest position seen before it\n"
         "--    for its key in Kafka order (so it supersedes what precedes it and loses to what\n"
@@ -217,7 +218,7 @@ def rerank_sql(d: PostgresDialect, pipeline: Pipeline, table: TableConfig) -> st
         f"  WHERE {positionless('s.')}\n"
         "    AND s._kafka_partition = r._kafka_partition AND s._kafka_offset = r._kafka_offset;\n"
         f"  UPDATE {stage} s SET _rank_pos = t._source_pos\n"
-        f"  FROM {target} t\n"
+        f"  FROM {stored_rows(d, target, keys, stored_wanted)} t\n"
         f"  WHERE {positionless('s.')} AND {match('t', 's')}\n"
         "    AND t._source_pos IS NOT NULL AND (s._rank_pos IS NULL OR s._rank_pos < t._source_pos);\n"
         f"  UPDATE {stage} s SET _rn = r.rn\n"

@@ -363,7 +363,10 @@ BEGIN
       WHERE s._source_pos IS NULL AND s._action IN ('upsert', 'delete')
         AND s._kafka_partition = r._kafka_partition AND s._kafka_offset = r._kafka_offset;
       UPDATE "cdc"."customer__stage" s SET _rank_pos = t._source_pos
-      FROM "cdc"."customer" t
+      FROM (SELECT * FROM (SELECT t.*, ROW_NUMBER() OVER (PARTITION BY t."customer_id"
+              ORDER BY t._source_pos DESC NULLS LAST, t._kafka_partition DESC, t._kafka_offset DESC) AS stored_rn__
+            FROM "cdc"."customer" t WHERE EXISTS (SELECT 1 FROM "cdc"."customer__stage" y WHERE y._source_pos IS NULL AND y._action IN ('upsert', 'delete') AND y."customer_id" = t."customer_id")) o
+          WHERE o.stored_rn__ = 1) t
       WHERE s._source_pos IS NULL AND s._action IN ('upsert', 'delete') AND t."customer_id" = s."customer_id"
         AND t._source_pos IS NOT NULL AND (s._rank_pos IS NULL OR s._rank_pos < t._source_pos);
       UPDATE "cdc"."customer__stage" s SET _rn = r.rn
@@ -816,7 +819,10 @@ BEGIN
       WHERE s._source_pos IS NULL AND s._action IN ('upsert', 'delete')
         AND s._kafka_partition = r._kafka_partition AND s._kafka_offset = r._kafka_offset;
       UPDATE "cdc"."orders__stage" s SET _rank_pos = t._source_pos
-      FROM "cdc"."orders" t
+      FROM (SELECT * FROM (SELECT t.*, ROW_NUMBER() OVER (PARTITION BY t."order_id"
+              ORDER BY t._source_pos DESC NULLS LAST, t._kafka_partition DESC, t._kafka_offset DESC) AS stored_rn__
+            FROM "cdc"."orders" t WHERE EXISTS (SELECT 1 FROM "cdc"."orders__stage" y WHERE y._source_pos IS NULL AND y._action IN ('upsert', 'delete') AND y."order_id" = t."order_id")) o
+          WHERE o.stored_rn__ = 1) t
       WHERE s._source_pos IS NULL AND s._action IN ('upsert', 'delete') AND t."order_id" = s."order_id"
         AND t._source_pos IS NOT NULL AND (s._rank_pos IS NULL OR s._rank_pos < t._source_pos);
       UPDATE "cdc"."orders__stage" s SET _rn = r.rn

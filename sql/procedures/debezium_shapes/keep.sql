@@ -309,7 +309,10 @@ BEGIN
       WHERE s._source_pos IS NULL AND s._action IN ('upsert', 'delete')
         AND s._kafka_partition = r._kafka_partition AND s._kafka_offset = r._kafka_offset;
       UPDATE "cdc"."keep__stage" s SET _rank_pos = t._source_pos
-      FROM "cdc"."keep" t
+      FROM (SELECT * FROM (SELECT t.*, ROW_NUMBER() OVER (PARTITION BY t."id"
+              ORDER BY t._source_pos DESC NULLS LAST, t._kafka_partition DESC, t._kafka_offset DESC) AS stored_rn__
+            FROM "cdc"."keep" t WHERE EXISTS (SELECT 1 FROM "cdc"."keep__stage" y WHERE y._source_pos IS NULL AND y._action IN ('upsert', 'delete') AND y."id" = t."id")) o
+          WHERE o.stored_rn__ = 1) t
       WHERE s._source_pos IS NULL AND s._action IN ('upsert', 'delete') AND t."id" = s."id"
         AND t._source_pos IS NOT NULL AND (s._rank_pos IS NULL OR s._rank_pos < t._source_pos);
       UPDATE "cdc"."keep__stage" s SET _rn = r.rn
