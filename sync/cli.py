@@ -92,9 +92,13 @@ def generate(
 ) -> None:
     """Print (or write) the SQL of every warehouse object of the pipeline."""
     from sync.generate import render_files, write_files
+    from sync.sql.objects import auto_refresh_requirements
 
     pipeline, path = open_pipeline(config)
     files = render_files(pipeline, dialect, origin_of(path))
+    if dialect == "redshift":
+        for warning in auto_refresh_requirements(pipeline):
+            err_console.print(f"[yellow]warning:[/yellow] {warning}", highlight=False)
     if out is None:
         sys.stdout.write("\n".join(files.values()))
         return
@@ -238,6 +242,8 @@ def print_status(rows: list[Any]) -> None:
     for s in rows:
         for reason, count in s.quarantine_reasons:
             console.print(f"  {s.table}: {count} quarantined: {reason}", highlight=False)
+        for reason, count in s.stream_errors:
+            console.print(f"  {s.table}: {count} record(s) skipped by streaming ingestion: {reason}", highlight=False)
         for kind, name, count in s.schema_drift:
             what = "field not in the pipeline file" if kind == "unknown" else "configured field absent from events"
             console.print(f"  {s.table}: {what}: {name} ({count} event(s))", highlight=False)

@@ -111,7 +111,7 @@ class Revision:
         statement = {
             "table": f"DROP TABLE IF EXISTS {name};",
             "stream": f"DROP {'MATERIALIZED VIEW' if self.dialect == 'redshift' else 'TABLE'} IF EXISTS {name};",
-            "procedure": f"DROP PROCEDURE IF EXISTS {name}({obj.arguments});",
+            "procedure": d.drop_procedure(name, obj.arguments),
             "function": f"DROP FUNCTION IF EXISTS {name};",
             "external_schema": f"DROP SCHEMA IF EXISTS {d.q(obj.name)};",
             "schema": f"DROP SCHEMA IF EXISTS {d.q(obj.name)};",

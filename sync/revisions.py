@@ -15,7 +15,8 @@ from sync.config import Pipeline
 from sync.migrate import state_at
 from sync.revision_plan import RevisionPlan, plan_revision
 from sync.schema_state import State, drifted_objects, same_model, state_for
-from sync.warehouse import WarehouseError, resolve_dsn, sqlalchemy_url
+from sync.sql.objects import auto_refresh_requirements
+from sync.warehouse import WarehouseError, dialect_of, resolve_dsn, sqlalchemy_url
 
 MIGRATIONS_DIR = Path(__file__).resolve().parent.parent / "migrations"
 DEFAULT_VERSIONS = Path("migrations") / "versions"
@@ -188,6 +189,9 @@ def deploy(cfg: Any, pipeline: Pipeline) -> DeployResult:
         for d in drifted_objects(state)
         if d.kind != "setting"
     ]
+    dsn = resolve_dsn(cfg.attributes.get("dsn"))
+    if dsn and dialect_of(dsn) == "redshift":
+        warnings += auto_refresh_requirements(pipeline)
     applied: list[str] = []
     cfg.attributes["on_version_apply"] = _collect(applied)
     try:

@@ -8,7 +8,7 @@ from dataclasses import asdict, dataclass, field
 
 from sync.config import Pipeline
 from sync.isolation import CallFailed, Isolation, is_data_error, isolate
-from sync.sql.dialects import quote_ident, quote_literal
+from sync.sql.dialects import get_dialect, quote_ident, quote_literal
 from sync.sql.names import QUARANTINE, RUN_LOG, SCHEMA_DRIFT, table_names
 from sync.sql.objects import SqlObject, pipeline_objects
 from sync.warehouse import Warehouse, WarehouseError
@@ -223,6 +223,8 @@ class TableStatus:
     # (kind, field, events over all runs): 'unknown' fields the events carry and the
     # pipeline file does not list; 'missing' configured fields the events lacked.
     schema_drift: list[tuple[str, str, int]] = field(default_factory=list)
+    # (reason, records) the streaming ingestion skipped without an error (Redshift).
+    stream_errors: list[tuple[str, int]] = field(default_factory=list)
 
 
 def status(wh: Warehouse, pipeline: Pipeline) -> list[TableStatus]:
@@ -263,10 +265,13 @@ def status(wh: Warehouse, pipeline: Pipeline) -> list[TableStatus]:
                 "GROUP BY kind, field ORDER BY kind DESC, field",
                 (table.name,),
             )
+        skipped_sql = get_dialect(wh.dialect, schema).stream_errors_sql(schema, n.stream)
+        skipped = wh.query(skipped_sql) if skipped_sql else []
         out.append(
             TableStatus(
                 table.name, True, wms, int(pending), int(target_rows), last_at, last_run, int(quarantined),
                 [(str(a), int(b)) for a, b in reasons], [(str(k), str(f), int(e)) for k, f, e in drift],
+                [(str(r), int(c)) for r, c in skipped],
             )
         )
     return out

@@ -140,7 +140,9 @@ def test_every_operation_renders_redshift_sql_that_parses(tmp_path, monkeypatch)
         'ALTER TABLE "cdc"."lines" ALTER COLUMN "sku" TYPE varchar(40);',
         'ALTER TABLE "cdc"."lines" ALTER SORTKEY ("sku");',
         'ALTER TABLE "cdc"."lines__deleted" ALTER DISTKEY "line_no";',
-        'DROP PROCEDURE IF EXISTS "cdc"."incremental_sync_items"();',
+        # r_DROP_PROCEDURE: `DROP PROCEDURE sp_name ( [ [ argname ] [ argmode ] argtype [, ...] ] )`,
+        # no IF EXISTS.
+        'DROP PROCEDURE "cdc"."incremental_sync_items"();',
         'DROP MATERIALIZED VIEW IF EXISTS "cdc"."items__stream";',
         'DROP SCHEMA IF EXISTS "cdc";',
     ):

@@ -1,25 +1,33 @@
-"""Opt-in: the generated Redshift SQL on a real Redshift. Set REDSHIFT_SYNC_TEST_REDSHIFT_DSN
-(redshift+redshift_connector://user:password@host:5439/dev) to run it; it works in a
-scratch schema and drops it afterwards. The streaming materialized view is replaced by a
-plain table with the same columns, filled with JSON_PARSE, so no MSK cluster is needed."""
+"""Opt-in: the generated Redshift SQL on a real Redshift, one test per row of
+docs/redshift.md. Set REDSHIFT_SYNC_TEST_REDSHIFT_DSN
+(redshift+redshift_connector://user:password@host:5439/dev, a provisioned cluster or a
+Serverless workgroup) to run it. Each test works in a scratch schema it drops afterwards;
+the streaming materialized view is replaced by a plain table with the same columns, filled
+with JSON_PARSE, so no MSK cluster is needed. Cost and set-up: docs/redshift.md."""
 
 from __future__ import annotations
 
 import json
 import os
 import uuid
+from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
-from sync.debezium import ChangeStream, MySqlSource
-from sync.runner import sync
+from sync.config import Pipeline
+from sync.debezium import ChangeStream, MySqlSource, PostgresSource
+from sync.runner import RunSummary, sync
+from sync.sql.dialects import RedshiftDialect, get_dialect
+from sync.sql.names import SCHEMA_DRIFT, table_names
 from sync.sql.objects import pipeline_objects
 from tests.conftest import make_pipeline
+from tests.test_redshift_total_casts import TYPED, typed_records
 
 DSN = os.environ.get("REDSHIFT_SYNC_TEST_REDSHIFT_DSN")
 pytestmark = [pytest.mark.redshift, pytest.mark.skipif(not DSN, reason="REDSHIFT_SYNC_TEST_REDSHIFT_DSN is not set")]
 
-TABLE = '''
+CUSTOMER = '''
 [[tables]]
 name = "customer"
 topic = "salesdb.salesdb.CUSTOMER"
@@ -32,36 +40,221 @@ columns = [
 ]
 '''
 
+TOAST = '''
+[[tables]]
+name = "toast"
+topic = "pg.public.toast"
+primary_key = ["id"]
+order_by = "postgres-lsn"
+columns = [
+  { name = "id", type = "integer" },
+  { name = "name", type = "varchar(64)" },
+  { name = "bio", type = "varchar(256)" },
+]
+'''
 
-def test_procedure_on_real_redshift():
+
+@pytest.fixture
+def rs() -> Iterator[tuple[Any, str]]:
     from sync.warehouse import connect
 
     schema = "rs_test_" + uuid.uuid4().hex[:8]
-    pipeline = make_pipeline(TABLE, schema=schema)
     wh = connect(DSN)
     try:
-        for obj in pipeline_objects(pipeline, "redshift", "test"):
-            if obj.kind == "external_schema":
-                continue
-            if obj.kind == "stream":
-                wh.execute(
-                    f'CREATE TABLE "{schema}"."customer__stream" (kafka_partition bigint, kafka_offset bigint, '
-                    "kafka_timestamp_type char(1), kafka_timestamp timestamp, kafka_key varbyte(1024), kafka_headers super, "
-                    "refresh_time timestamp, payload super, raw_value varbyte(65535), key_payload super)"
-                )
-                continue
-            wh.execute(obj.sql)
-        cs = ChangeStream(["CUST_ID"], MySqlSource())
-        records = [cs.insert({"CUST_ID": "A", "NAME": "a"}), cs.update({"CUST_ID": "A", "NAME": "a"}, {"CUST_ID": "A", "NAME": "b"}),
-                   cs.insert({"CUST_ID": "B", "NAME": "x"}), cs.delete({"CUST_ID": "B", "NAME": "x"})]
-        for offset, rec in enumerate(records):
-            wh.execute(
-                f'INSERT INTO "{schema}"."customer__stream" VALUES (0, %s, \'C\', GETDATE(), NULL, NULL, GETDATE(), JSON_PARSE(%s), NULL, JSON_PARSE(%s))',
-                (offset, json.dumps(rec["value"]), json.dumps(rec["key"])),
-            )
-        (run,) = sync(wh, pipeline, ["customer"])
-        assert run.status == "ok", run.error
-        assert wh.query(f'SELECT customer_id, name FROM "{schema}"."customer"') == [("A", "b")]
+        yield wh, schema
     finally:
         wh.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
         wh.close()
+
+
+def deploy(wh: Any, tables_toml: str, schema: str) -> Pipeline:
+    """Every object of the pipeline, the streaming MV replaced by a table of its columns."""
+    pipeline = make_pipeline(tables_toml, schema=schema)
+    for obj in pipeline_objects(pipeline, "redshift", "test"):
+        if obj.kind == "external_schema":
+            continue
+        if obj.kind == "stream":
+            wh.execute(
+                f'CREATE TABLE "{schema}"."{obj.name}" (kafka_partition bigint, kafka_offset bigint, '
+                "kafka_timestamp_type char(1), kafka_timestamp timestamp, kafka_key varbyte(1024), kafka_headers super, "
+                "refresh_time timestamp, payload super, raw_value varbyte(65535), key_payload super)"
+            )
+            continue
+        wh.execute(obj.sql)
+    return pipeline
+
+
+_refreshes = iter(range(1, 10**6))
+
+
+def feed(wh: Any, pipeline: Pipeline, table: str, records: list[dict[str, Any]], partition: int = 0) -> RunSummary:
+    """The records as one refresh (its own refresh_time), then one CALL of the procedure."""
+    n = table_names(pipeline, pipeline.table(table))
+    refresh = next(_refreshes)
+    start = wh.scalar(f'SELECT COALESCE(MAX(kafka_offset), -1) + 1 FROM "{n.schema}"."{n.stream}" WHERE kafka_partition = %s', (partition,))
+    for i, rec in enumerate(records):
+        wh.execute(
+            f'INSERT INTO "{n.schema}"."{n.stream}" VALUES (%s, %s, \'C\', GETDATE(), NULL, NULL, '
+            f"TIMESTAMP '2026-01-01 00:00:00' + %s * INTERVAL '1 second', JSON_PARSE(%s), NULL, JSON_PARSE(%s))",
+            (partition, start + i, refresh, json.dumps(rec["value"]), json.dumps(rec["key"])),
+        )
+    (run,) = sync(wh, pipeline, [table])
+    assert run.status == "ok", run.error
+    return run
+
+
+def test_procedure_on_real_redshift(rs):
+    wh, schema = rs
+    pipeline = deploy(wh, CUSTOMER, schema)
+    cs = ChangeStream(["CUST_ID"], MySqlSource())
+    feed(wh, pipeline, "customer", [
+        cs.insert({"CUST_ID": "A", "NAME": "a"}), cs.update({"CUST_ID": "A", "NAME": "a"}, {"CUST_ID": "A", "NAME": "b"}),
+        cs.insert({"CUST_ID": "B", "NAME": "x"}), cs.delete({"CUST_ID": "B", "NAME": "x"}),
+    ])
+    assert wh.query(f'SELECT customer_id, name FROM "{schema}"."customer"') == [("A", "b")]
+
+
+def test_functions_the_procedures_use_exist(rs):
+    # Open point: recently added functions on older patch tracks (r_TO_VARBYTE,
+    # r_get_number_attributes, r_json_size).
+    wh, _ = rs
+    got = wh.query(
+        "SELECT FROM_VARBYTE(TO_VARBYTE('AQID', 'base64'), 'hex'), GET_NUMBER_ATTRIBUTES(JSON_PARSE('{\"a\": 1}')), "
+        "JSON_SIZE(JSON_PARSE('[1]')), CAN_JSON_PARSE('{')"
+    )
+    assert got == [("010203", 1, 3, False)]
+
+
+def test_regexp_substr_without_a_match(rs):
+    # Row 1, REGEXP_SUBSTR: "it returns an empty string".
+    wh, _ = rs
+    d = RedshiftDialect()
+    assert wh.scalar("SELECT REGEXP_SUBSTR('[null,\"12\"]', '^[[]\"?([0-9]+)', 1, 1, 'e')") == ""
+    assert wh.scalar(f"SELECT {d.regex_group(chr(39) + '[null,1]' + chr(39), '^[[]([0-9]+)')}") is None
+
+
+def test_json_text_over_varchar_is_null_not_an_error(rs):
+    # Row 2, JSON_SERIALIZE: "returns an error when the JSON format exceeds the VARCHAR limit".
+    wh, _ = rs
+    half = json.dumps(list(range(10_000, 17_000)))  # ~42 KB each, two make ~84 KB of JSON
+    big = "ARRAY_CONCAT(JSON_PARSE(%s), JSON_PARSE(%s))"
+    with pytest.raises(Exception):
+        wh.scalar(f"SELECT JSON_SERIALIZE({big})", (half, half))
+    text = RedshiftDialect().json_get_text("t.x", "k").replace('t.x."k"', "t.v")
+    assert wh.scalar(f"SELECT {text} FROM (SELECT {big} AS v) t", (half, half)) is None
+
+
+def test_values_that_do_not_convert_are_quarantined_not_fatal(rs):
+    # Row 3: no cast of event data may fail the CALL, whatever order Redshift evaluates in.
+    wh, schema = rs
+    pipeline = deploy(wh, TYPED, schema)
+    records = typed_records()
+    run = feed(wh, pipeline, "typed", records)
+    assert (run.upserted, run.quarantined) == (1, len(records) - 1)
+    assert wh.scalar(f'SELECT CAST(price AS varchar(10)) FROM "{schema}"."typed"') == "0.48"
+
+
+def test_multi_byte_op_fits_its_column(rs):
+    # Row 4, r_Character_types: VARCHAR(64) holds 64 bytes, not 64 characters.
+    wh, schema = rs
+    pipeline = deploy(wh, CUSTOMER, schema)
+    cs = ChangeStream(["CUST_ID"], MySqlSource())
+    rec = cs.insert({"CUST_ID": "A", "NAME": "a"})
+    run = feed(wh, pipeline, "customer", [{**rec, "value": {**rec["value"], "op": "é" * 100}}])
+    assert run.quarantined == 1
+
+
+def test_lock_leaves_the_target_readable(rs):
+    # Row 5, r_LOCK: a locked table makes readers wait; the procedure locks its watermark only.
+    from sync.warehouse import connect
+
+    wh, schema = rs
+    deploy(wh, CUSTOMER, schema)
+    reader = connect(DSN)
+    try:
+        with wh.transaction():
+            wh.execute(f'LOCK TABLE "{schema}"."customer__watermark"')
+            reader.execute("SET statement_timeout TO 20000")
+            assert reader.scalar(f'SELECT COUNT(*) FROM "{schema}"."customer"') == 0
+    finally:
+        reader.close()
+
+
+def test_clock_has_microseconds(rs):
+    # Row 6, r_GETDATE (whole seconds) vs r_TIMEOFDAY_function (microseconds).
+    wh, _ = rs
+    now = RedshiftDialect().now()
+    samples = [wh.query(f"SELECT {now}, GETDATE()")[0] for _ in range(5)]
+    assert any(clock.microsecond for clock, _ in samples)
+    assert all(abs((clock - getdate).total_seconds()) < 2 for clock, getdate in samples)
+
+
+def test_watermark_summary_of_many_partitions(rs):
+    # Row 7, r_LISTAGG: a result over 65,535 bytes fails.
+    wh, schema = rs
+    pipeline = deploy(wh, CUSTOMER, schema)
+    rows = ", ".join(f"({p}, 1000000000000, TIMESTAMP '2025-01-01 00:00:00', NULL)" for p in range(3000))
+    wh.execute(f'INSERT INTO "{schema}"."customer__watermark" VALUES {rows}')
+    (run,) = sync(wh, pipeline, ["customer"])
+    assert run.status == "ok", run.error
+    assert run.watermark_after.endswith(" more)") and len(run.watermark_after.encode()) <= 65535
+
+
+def test_drop_procedure_without_if_exists(rs):
+    # Row 9, r_DROP_PROCEDURE.
+    wh, schema = rs
+    deploy(wh, CUSTOMER, schema)
+    d = get_dialect("redshift", schema)
+    wh.execute(d.drop_procedure(d.qualified(schema, "incremental_sync_customer")))
+    assert wh.scalar("SELECT COUNT(*) FROM pg_proc_info WHERE proname = 'incremental_sync_customer' "
+                     f"AND pronamespace = (SELECT oid FROM pg_namespace WHERE nspname = '{schema}')") == 0
+
+
+def test_analyze_runs_inside_the_procedure(rs):
+    # Row 10, stored-procedure-constraints: ANALYZE is allowed; the stage is analyzed past 1,000 records.
+    wh, schema = rs
+    pipeline = deploy(wh, CUSTOMER, schema)
+    cs = ChangeStream(["CUST_ID"], MySqlSource())
+    run = feed(wh, pipeline, "customer", [cs.insert({"CUST_ID": f"K{i}", "NAME": "n"}) for i in range(1001)])
+    assert run.upserted == 1001
+
+
+def test_key_stored_twice(rs):
+    # Row 11, r_CREATE_TABLE_NEW: primary keys are not enforced.
+    wh, schema = rs
+    pipeline = deploy(wh, TOAST, schema)
+    cs = ChangeStream(["id"], PostgresSource(table="toast"))
+    feed(wh, pipeline, "toast", [cs.insert({"id": 1, "name": "a", "bio": "old bio"})])
+    wh.execute(f'INSERT INTO "{schema}"."toast" SELECT * FROM "{schema}"."toast"')
+    run = feed(wh, pipeline, "toast", [cs.update(None, {"id": 1, "name": "a2", "bio": "__debezium_unavailable_value"})])
+    assert run.upserted == 1
+    assert wh.query(f'SELECT id, name, bio FROM "{schema}"."toast"') == [(1, "a2", "old bio")]
+
+
+def test_unknown_field_is_counted_as_drift(rs):
+    # Row 12, query-super: UNPIVOT ... AT binds each attribute name.
+    wh, schema = rs
+    pipeline = deploy(wh, CUSTOMER, schema)
+    cs = ChangeStream(["CUST_ID"], MySqlSource())
+    feed(wh, pipeline, "customer", [cs.insert({"CUST_ID": "A", "NAME": "a", "Extra": 1})])
+    assert wh.query(f'SELECT kind, field, events FROM "{schema}"."{SCHEMA_DRIFT}"') == [("unknown", "Extra", 1)]
+
+
+def test_status_reads_the_records_the_stream_skipped(rs):
+    # r_SYS_STREAM_SCAN_ERRORS: readable by the user that owns the MV; none for a fresh table.
+    from sync.runner import status
+
+    wh, schema = rs
+    pipeline = deploy(wh, CUSTOMER, schema)
+    (row,) = status(wh, pipeline)
+    assert row.deployed and row.stream_errors == []
+
+
+def test_json_parse_rejects_only_what_can_json_parse_rejects(rs):
+    # CAN_JSON_PARSE guards JSON_PARSE in the streaming MV, where an error blocks ingestion:
+    # whatever CAN_JSON_PARSE accepts must parse (super-configurations: duplicate attribute
+    # names raise in JSON_PARSE unless json_parse_dedup_attributes is on).
+    wh, _ = rs
+    for text in ['{"a": 1, "a": 2}', '{"a": 1}', "[1, 2", '"x"']:
+        if wh.scalar("SELECT CAN_JSON_PARSE(%s)", (text,)):
+            wh.scalar("SELECT JSON_SERIALIZE(JSON_PARSE(%s))", (text,))

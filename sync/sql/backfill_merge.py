@@ -7,8 +7,9 @@ resurrects a key the stream deleted after it. Rows the stream already supersedes
 removed from the stage first; the rest replace their key. Running the same backfill again
 finds every row superseded (equal source time), so it changes nothing.
 
-The merge locks the table's watermark, then the target, like `incremental_sync_<t>()`,
-so a backfill and a sync serialise instead of interleaving.
+The merge locks the table's watermark first, like `incremental_sync_<t>()`, so a backfill
+and a sync serialise instead of interleaving; the target itself is never locked (on
+Redshift every LOCK is exclusive, and readers would wait for the whole load).
 """
 
 from __future__ import annotations
@@ -73,7 +74,7 @@ class BackfillSql:
 
     def stage_table(self) -> str:
         d = self.d
-        lines = [f"{d.q(c.target_name)} {d.type_sql(c.sql_type)}" for c in self.table.columns]
+        lines = [f"{d.q(c.target_name)} {d.parquet_stage_type(c.sql_type)}" for c in self.table.columns]
         lines += [f"{d.q(name)} {typ}" for name, typ in STAGE_META_COLUMNS]
         body = ",\n".join("  " + line for line in lines)
         attrs = d.table_attributes(self.table.distkey_column.target_name, self.keys, backup=False)
@@ -88,9 +89,11 @@ class BackfillSql:
         return f"DROP TABLE IF EXISTS {self.stage};"
 
     def lock(self) -> str:
-        tables = [self.watermark, self.target] + ([] if self.soft else [self.deleted]) + [self.stage]
+        tables = [self.watermark] + ([] if self.soft else [self.deleted]) + [self.stage]
         return (
-            "-- Same lock order as incremental_sync: watermark, then target; a sync waits.\n"
+            "-- Same lock as incremental_sync takes first, the watermark: a sync waits. The\n"
+            "-- target is not locked (on Redshift every LOCK is exclusive: readers would wait\n"
+            "-- for the whole load); only the backfill and the procedure write it.\n"
             f"LOCK TABLE {', '.join(tables)}{self.d.lock_mode};"
         )
 
@@ -148,7 +151,8 @@ class BackfillSql:
         now = d.now()
         data = ", ".join(q(c) for c in self.columns)
         meta = "_source_ts, _source_pos, _kafka_partition, _kafka_offset, _synced_at"
-        values = ", ".join(f"s.{q(c)}" for c in self.columns) + f", s._source_ts, s._source_pos, s._kafka_partition, s._kafka_offset, {now}"
+        staged = {c.target_name: d.from_parquet_stage(f"s.{q(c.target_name)}", c.sql_type) for c in self.table.columns}
+        values = ", ".join(staged[c] for c in self.columns) + f", s._source_ts, s._source_pos, s._kafka_partition, s._kafka_offset, {now}"
         if not self.soft:
             steps += [
                 Step(f"DELETE FROM {self.target}\nUSING {self.stage} s\nWHERE {self._key_match(self.target, 's')};"),
@@ -167,7 +171,7 @@ class BackfillSql:
             ]
         else:
             keep = ",\n       ".join(
-                f"{q(c.target_name)} = COALESCE(s.{q(c.target_name)}, t.{q(c.target_name)})" for c in self.table.value_columns
+                f"{q(c.target_name)} = COALESCE({staged[c.target_name]}, t.{q(c.target_name)})" for c in self.table.value_columns
             )
             steps += [
                 Step(

@@ -9,7 +9,10 @@ Everything else the generator emits is one text for both.
 
 from __future__ import annotations
 
-from sync.sql.types import INTEGER_BOUNDS, SqlType
+from sync.sql.types import INTEGER_BOUNDS, VARBYTE_DEFAULT, VARCHAR_MAX, SqlType
+
+# Text that is base64 (with padding): TO_VARBYTE(.., 'base64') raises on anything else.
+BASE64_PATTERN = r"^([A-Za-z0-9+/]{4})*([A-Za-z0-9+/]{2}==|[A-Za-z0-9+/]{3}=)?$"
 
 # Text that ends in a zone designator after a time of day ("...T22:00:10Z", "+02:00"):
 # ISO 8601 as Debezium's ZonedTimestamp writes it.
@@ -159,8 +162,26 @@ class PostgresDialect:
 
     def text_to_char(self, text_expr: str, t: SqlType) -> str:
         """A member read as text (`text_fields`) in a char/varchar column, NULL when it does
-        not fit (the same rule as `cast_json`)."""
-        return f"CASE WHEN octet_length({text_expr}) <= {t.byte_limit} THEN CAST({text_expr} AS {self.type_sql(t)}) END"
+        not fit (the same rule as `cast_json`). The length test is inside the cast's
+        argument: the cast never sees a value that does not fit (`total_cast`)."""
+        return self.total_cast(f"octet_length({text_expr}) <= {t.byte_limit}", text_expr, self.type_sql(t))
+
+    # ---- total forms: what the generator wraps around anything that could raise ---------
+    def total_cast(self, valid: str, value: str, type_sql: str) -> str:
+        """CAST(value AS type) for the rows where `valid` holds, NULL elsewhere, with the test
+        inside the cast's argument: Redshift may evaluate a CASE branch for rows the CASE
+        does not select, so `CASE WHEN valid THEN CAST(value ...) END` is not safe there;
+        this form hands the cast NULL instead of an invalid value, whatever the order."""
+        return f"CAST(CASE WHEN {valid} THEN {value} END AS {type_sql})"
+
+    def prefix_bytes(self, text_expr: str, max_bytes: int) -> str:
+        """The text when it fits `max_bytes` bytes, else its first max_bytes / 4 characters
+        (a UTF-8 character takes at most 4 bytes): VARCHAR(n) counts bytes while SUBSTRING
+        counts characters, so SUBSTRING(x, 1, n) of multi-byte text does not fit VARCHAR(n)."""
+        return (
+            f"CASE WHEN OCTET_LENGTH({text_expr}) <= {max_bytes} THEN {text_expr}"
+            f" ELSE SUBSTRING({text_expr}, 1, {max_bytes // 4}) END"
+        )
 
     # ---- primitives of semantic-type decoding (sync/sql/semantic.py) --------------
     def json_is_string(self, expr: str) -> str:
@@ -206,15 +227,35 @@ class PostgresDialect:
 
     # ---- functions whose spelling differs ----------------------------------------
     def regex_group(self, expr: str, pattern: str) -> str:
-        """First capture group of a POSIX regex match, else NULL."""
+        """First capture group of a POSIX regex match, else NULL (an empty group may be ''
+        or NULL, depending on the engine: callers treat both alike)."""
         return f"substring({expr} from {quote_literal(pattern)})"
 
     def regex_match(self, expr: str, pattern: str) -> str:
-        """The text a POSIX regex (without groups) matches, else NULL: cheaper than a group."""
+        """The text a POSIX regex (without groups) matches: cheaper than a group. Only for
+        patterns that match every string (possibly with ''), where both engines agree."""
         return f"substring({expr} from {quote_literal(pattern)})"
 
     def string_agg(self, expr: str, separator: str, order_by: str) -> str:
         return f"string_agg({expr}, {quote_literal(separator)} ORDER BY {order_by})"
+
+    # The longest text a string aggregate may return (LISTAGG fails past VARCHAR's limit).
+    string_agg_max_bytes = 65535
+
+    def bounded_list(self, item: str, separator: str, order_by: str, relation: str, extra: str = "") -> str:
+        """SELECT [extra,] the items of `relation` joined in order, as many as fit
+        `string_agg_max_bytes` bytes, followed by ' (+N more)' when some do not. `item`,
+        `order_by` and `extra` are expressions over the relation's columns (alias r)."""
+        limit = self.string_agg_max_bytes - 32  # room for the ' (+N more)' suffix
+        listed = self.string_agg(f"CASE WHEN r.pos__ <= {limit} THEN r.item__ END", separator, "r.order__")
+        more = f"COUNT(CASE WHEN r.pos__ > {limit} THEN 1 END)"
+        return (
+            f"SELECT {extra + ', ' if extra else ''}{listed}\n"
+            f"       || CASE WHEN {more} > 0 THEN ' (+' || CAST({more} AS varchar(20)) || ' more)' ELSE '' END\n"
+            f"FROM (SELECT r.*, {item} AS item__, {order_by} AS order__,\n"
+            f"             SUM(OCTET_LENGTH({item}) + {len(separator.encode())}) OVER (ORDER BY {order_by} ROWS UNBOUNDED PRECEDING) AS pos__\n"
+            f"      FROM {relation} r) r"
+        )
 
     def epoch_ms_to_timestamp(self, expr: str) -> str:
         """Exact for the whole bigint range: whole seconds and the millisecond remainder
@@ -228,7 +269,25 @@ class PostgresDialect:
         return f"EXTRACT(EPOCH FROM ({later} - {earlier}))"
 
     def now(self) -> str:
+        """The current time, to the microsecond (run-log times, lag, durations)."""
         return "clock_timestamp()::timestamp"
+
+    def drop_procedure(self, qualified_name: str, arguments: str = "") -> str:
+        return f"DROP PROCEDURE IF EXISTS {qualified_name}({arguments});"
+
+    def stream_errors_sql(self, schema: str, stream: str) -> str | None:
+        """(reason, records) of the records the streaming relation skipped, or None where
+        nothing is skipped (locally, `ingest` keeps every record)."""
+        return None
+
+    # ---- the backfill's stage, loaded from the Parquet the Spark job writes ------------
+    def parquet_stage_type(self, t: SqlType) -> str:
+        """The stage column a Parquet column of type `t` loads into (JSON travels as text)."""
+        return self.type_sql(t)
+
+    def from_parquet_stage(self, expr: str, t: SqlType) -> str:
+        """A stage value as the target column's value."""
+        return expr
 
     def lpad_number(self, expr: str, width: int) -> str:
         return f"lpad({expr}, {width}, '0')"
@@ -251,10 +310,17 @@ class RedshiftDialect(PostgresDialect):
     empty_table = "DELETE FROM"  # TRUNCATE commits the transaction on Redshift
     subquery_fence = ""
     # Debezium field names keep the source's case; PartiQL navigation only sees upper-case
-    # members when this is on. Set by the procedure itself: no parameter group change.
-    session_settings = ("SET enable_case_sensitive_identifier TO true;",)
+    # members when this is on (r_enable_case_sensitive_identifier). SUPER casts return NULL
+    # instead of failing when this is on, its documented default (r_cast_super_null_on_error):
+    # set here so that a parameter group that turned it off cannot fail a CALL.
+    session_settings = (
+        "SET enable_case_sensitive_identifier TO true;",
+        "SET cast_super_null_on_error TO on;",
+    )
     has_helper_functions = False
-    analyze_stage = False  # automatic analyze; ANALYZE inside a procedure is not documented
+    # ANALYZE is allowed in a procedure (stored-procedure-constraints); without statistics
+    # the planner misjudges the stage it refills every run.
+    analyze_stage = True
     text_fields = False  # SUPER navigation and casts are one step already
     indexed_primary_key = False  # informational only: no index to maintain
     key_byte_limit = None  # no index entry to fit
@@ -273,10 +339,21 @@ class RedshiftDialect(PostgresDialect):
         return self._super_text(self.json_get(expr, key))
 
     def _super_text(self, expr: str) -> str:
+        """A string's value, anything else as JSON text; NULL for a JSON null and for a value
+        whose JSON text is over VARCHAR's 65,535 bytes. JSON_SERIALIZE raises past that limit
+        (JSON_SERIALIZE), and with enable_large_strings_opt_in a SUPER string can hold up to
+        16,000,000 bytes (r_enable_large_strings_opt_in), more than the VARCHAR cast takes:
+        the value is bounded with JSON_SIZE first, inside both conversions' argument. Such a
+        record is quarantined as not converting instead of failing the CALL."""
+        bounded = self._bounded(expr)
         return (
-            f"CASE WHEN IS_VARCHAR({expr}) THEN {expr}::varchar(65535)"
-            f" WHEN {expr} IS NOT NULL THEN JSON_SERIALIZE({expr}) END"
+            f"CASE WHEN IS_VARCHAR({bounded}) THEN {bounded}::varchar({VARCHAR_MAX})"
+            f" WHEN {bounded} IS NOT NULL THEN JSON_SERIALIZE({bounded}) END"
         )
+
+    def _bounded(self, expr: str) -> str:
+        """The SUPER value when its JSON text fits a VARCHAR, else NULL."""
+        return f"(CASE WHEN JSON_SIZE({expr}) <= {VARCHAR_MAX} THEN {expr} END)"
 
     def json_is_null(self, expr: str) -> str:
         return f"({expr} IS NULL)"
@@ -285,9 +362,14 @@ class RedshiftDialect(PostgresDialect):
         return f"IS_OBJECT({expr})"
 
     def differs(self, a: str, b: str, t: SqlType) -> str:
-        # No IS DISTINCT FROM; SUPER values compare as their serialized text.
+        # No IS DISTINCT FROM; SUPER values compare as their serialized text, which only
+        # values up to VARCHAR's limit have (a larger one is taken to differ).
         if t.family == "super":
-            a, b = f"JSON_SERIALIZE({a})", f"JSON_SERIALIZE({b})"
+            limit = 65535
+            too_large = f"JSON_SIZE({a}) > {limit} OR JSON_SIZE({b}) > {limit}"
+            a = f"JSON_SERIALIZE(CASE WHEN JSON_SIZE({a}) <= {limit} THEN {a} END)"
+            b = f"JSON_SERIALIZE(CASE WHEN JSON_SIZE({b}) <= {limit} THEN {b} END)"
+            return f"({too_large} OR {a} <> {b} OR ({a} IS NULL) <> ({b} IS NULL))"
         return f"({a} <> {b} OR ({a} IS NULL) <> ({b} IS NULL))"
 
     def cast_json(self, expr: str, t: SqlType) -> str:
@@ -295,14 +377,16 @@ class RedshiftDialect(PostgresDialect):
         # generator turns into a quarantine reason instead of a silent NULL.
         if t.family in ("char", "varchar"):
             text = self._super_text(expr)
-            return f"CASE WHEN OCTET_LENGTH({text}) <= {t.byte_limit} THEN ({text})::{self.type_sql(t)} END"
+            return self.total_cast(f"OCTET_LENGTH({text}) <= {t.byte_limit}", text, self.type_sql(t))
         if t.family == "super":
             return expr
         if t.family == "varbyte":
-            return (
-                f"CASE WHEN IS_VARCHAR({expr}) THEN "
-                f"TO_VARBYTE({expr}::varchar(65535), 'base64')::{self.type_sql(t)} END"
-            )
+            # TO_VARBYTE raises on text that is not base64: only validated text reaches it,
+            # no longer than the column holds (4 base64 characters per 3 bytes).
+            text = f"{self._bounded(expr)}::varchar({VARCHAR_MAX})"
+            max_chars = 4 * -(-(t.byte_limit or VARBYTE_DEFAULT) // 3)
+            valid = f"IS_VARCHAR({expr}) AND {text} ~ {quote_literal(BASE64_PATTERN)} AND LENGTH({text}) <= {max_chars}"
+            return f"TO_VARBYTE(CASE WHEN {valid} THEN {text} END, 'base64')"
         if t.family == "boolean":
             return (
                 f"CASE WHEN IS_BOOLEAN({expr}) THEN {expr}::boolean"
@@ -330,33 +414,42 @@ class RedshiftDialect(PostgresDialect):
         return f"STRTOL({hex_expr}, 16)"
 
     def epoch_days_to_date(self, int_expr: str) -> str:
+        # The caller range-checks the days inside the argument (no bigint reaches the
+        # integer cast that does not fit it).
         return f"CAST(DATEADD(day, CAST({int_expr} AS integer), DATE '1970-01-01') AS date)"
 
     def text_to_timestamp(self, text_expr: str) -> str:
-        # Callers pass text already matched against a strict pattern; a calendar-invalid
-        # value (February 30) would still raise here, Redshift having no null-on-error
-        # cast from varchar. Debezium only emits real timestamps.
+        # Redshift has no null-on-error cast from varchar: callers pass text that is NULL
+        # or a valid 'YYYY-MM-DD HH:MI:SS' (pattern and calendar checked, see semantic.py).
         return f"CAST({text_expr} AS timestamp)"
 
     def text_to_decimal(self, text_expr: str, precision: int, scale: int) -> str:
+        # Callers pass plain decimal text ('-123.456', at most 38 digits) or NULL. Both casts
+        # get only values that fit: first DECIMAL(38,s) for text with at most p-s integer
+        # digits (its rounding to s digits cannot overflow 38), then DECIMAL(p,s) for a
+        # rounded value within its largest, so a rounding carry is NULL, not an error.
         integer_digits = f"LENGTH(LTRIM(SPLIT_PART(REPLACE({text_expr}, '-', ''), '.', 1), '0'))"
-        return (
-            f"CASE WHEN {integer_digits} <= {precision - scale} "
-            f"THEN CAST({text_expr} AS decimal({precision},{scale})) END"
-        )
+        wide = self.total_cast(f"{integer_digits} <= {precision - scale}", text_expr, f"decimal(38,{scale})")
+        largest = ("9" * (precision - scale) or "0") + ("." + "9" * scale if scale else "")
+        return self.total_cast(f"ABS({wide}) <= {largest}", wide, f"decimal({precision},{scale})")
 
     def parse_json_text(self, text_expr: str) -> str:
-        return f"CASE WHEN CAN_JSON_PARSE({text_expr}) THEN JSON_PARSE({text_expr}) END"
+        # JSON_PARSE raises on text CAN_JSON_PARSE rejects: the test is inside its argument.
+        return f"JSON_PARSE(CASE WHEN CAN_JSON_PARSE({text_expr}) THEN {text_expr} END)"
 
     def object_keys_join(self, object_expr: str, alias: str) -> tuple[str, str]:
-        # PartiQL object unpivoting: one row per attribute, its name bound by AT.
-        return f", UNPIVOT {object_expr} AS {alias}_value AT {alias}_field", f"{alias}_field"
+        # PartiQL object unpivoting: one row per attribute, its name bound by AT. The type of
+        # the AT variable is not documented (query-super): the cast makes it text either way
+        # (a no-op on VARCHAR; a SUPER string's value otherwise).
+        return f", UNPIVOT {object_expr} AS {alias}_value AT {alias}_field", f"CAST({alias}_field AS varchar({VARCHAR_MAX}))"
 
     def object_has_only_keys(self, object_expr: str, names: list[str]) -> str:
         return f"GET_NUMBER_ATTRIBUTES({object_expr}) = {len(set(names))}"
 
     def regex_group(self, expr: str, pattern: str) -> str:
-        return f"REGEXP_SUBSTR({expr}, {quote_literal(pattern)}, 1, 1, 'e')"
+        # REGEXP_SUBSTR returns '' (not NULL) when nothing matches (REGEXP_SUBSTR): NULLIF
+        # restores PostgreSQL's NULL, so COALESCE(group, fallback) falls back on Redshift too.
+        return f"NULLIF(REGEXP_SUBSTR({expr}, {quote_literal(pattern)}, 1, 1, 'e'), '')"
 
     def regex_match(self, expr: str, pattern: str) -> str:
         return f"REGEXP_SUBSTR({expr}, {quote_literal(pattern)})"
@@ -368,9 +461,36 @@ class RedshiftDialect(PostgresDialect):
         return f"DATEDIFF(microsecond, {earlier}, {later}) / 1000000.0"
 
     def now(self) -> str:
-        # GETDATE() is the statement start; SYSDATE is the transaction start. Within a
-        # procedure call the timestamps of one run are meant to differ, so use the clock.
-        return "GETDATE()"
+        # GETDATE() is the statement start in whole seconds (r_GETDATE); SYSDATE has
+        # microseconds but is the transaction start (r_SYSDATE), the same for the whole
+        # CALL. TIMEOFDAY() is the statement start with microseconds, as text
+        # ('Thu Sep 19 22:53:50.333525 2013 UTC', r_TIMEOFDAY_function), read back with
+        # TO_TIMESTAMP: in a UTC session (the default) the clock GETDATE() reads, with
+        # microseconds (the live suite compares the two).
+        return "CAST(TO_TIMESTAMP(TIMEOFDAY(), 'Dy Mon DD HH24:MI:SS.US YYYY') AS timestamp)"
+
+    def stream_errors_sql(self, schema: str, stream: str) -> str | None:
+        # A record a refresh cannot ingest (too large, say) is skipped and logged here, with
+        # no error to anyone (r_SYS_STREAM_SCAN_ERRORS); mv_name is matched with and
+        # without its schema.
+        names = f"{quote_literal(stream)}, {quote_literal(schema + '.' + stream)}"
+        return (
+            "SELECT TRIM(error_reason), COUNT(*) FROM SYS_STREAM_SCAN_ERRORS\n"
+            f"WHERE TRIM(mv_name) IN ({names})\nGROUP BY TRIM(error_reason) ORDER BY 2 DESC, 1 LIMIT 10"
+        )
+
+    def parquet_stage_type(self, t: SqlType) -> str:
+        # COPY from Parquet loads a string column into a SUPER column as a SUPER string, not
+        # as the JSON it holds (ingest-super): JSON text is staged as text and parsed here.
+        return f"varchar({VARCHAR_MAX})" if t.family == "super" else self.type_sql(t)
+
+    def from_parquet_stage(self, expr: str, t: SqlType) -> str:
+        return self.parse_json_text(expr) if t.family == "super" else expr
+
+    def drop_procedure(self, qualified_name: str, arguments: str = "") -> str:
+        # No IF EXISTS in Redshift's DROP PROCEDURE syntax (r_DROP_PROCEDURE): the object is
+        # dropped by the revision that created it, so it exists.
+        return f"DROP PROCEDURE {qualified_name}({arguments});"
 
     def table_attributes(self, distkey: str | None, sortkey: list[str], backup: bool = True) -> str:
         parts = []

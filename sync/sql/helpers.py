@@ -9,10 +9,9 @@ for columns of those types.
 
 from __future__ import annotations
 
-from sync.sql.dialects import ZONED_TEXT, quote_ident
+from sync.sql.dialects import BASE64_PATTERN, ZONED_TEXT, quote_ident
 
 NUMBER_PATTERN = r"^\s*[-+]?([0-9]+(\.[0-9]*)?|\.[0-9]+)([eE][-+]?[0-9]{1,3})?\s*$"
-BASE64_PATTERN = r"^([A-Za-z0-9+/]{4})*([A-Za-z0-9+/]{2}==|[A-Za-z0-9+/]{3}=)?$"
 
 
 def _fn(schema: str, name: str, args: str, returns: str, body: str, language: str = "sql") -> str:

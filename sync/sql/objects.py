@@ -23,6 +23,28 @@ META_COLUMNS = (
 )
 
 
+# A quoted identifier keeps its case only when this is true (r_enable_case_sensitive_identifier).
+CASE_SETTING = "enable_case_sensitive_identifier"
+
+
+def auto_refresh_requirements(pipeline: Pipeline) -> list[str]:
+    """What the cluster or workgroup must be set up with before the Redshift objects work.
+    The procedures set what they need for their own session; a materialized view's AUTO
+    REFRESH runs in no session of ours, and AWS recommends the parameter group for it."""
+    topics = [t.topic for t in pipeline.tables if t.topic != t.topic.lower()]
+    if not topics:
+        return []
+    return [
+        f"topic(s) {', '.join(topics)} have upper-case letters; a streaming materialized view names its "
+        f"topic as a quoted identifier, which Redshift folds to lower case unless {CASE_SETTING} is true when "
+        "the view refreshes, and AUTO REFRESH does not run in a session that set it. Set it in the parameter "
+        f"group first (r_enable_case_sensitive_identifier): provisioned: aws redshift modify-cluster-parameter-group "
+        f"--parameter-group-name NAME --parameters ParameterName={CASE_SETTING},ParameterValue=true; "
+        "Serverless: aws redshift-serverless update-workgroup --workgroup-name NAME "
+        f"--config-parameters parameterKey={CASE_SETTING},parameterValue=true"
+    ]
+
+
 @dataclass(frozen=True)
 class SqlObject:
     kind: str  # setting | schema | external_schema | function | table | index | stream | procedure
@@ -68,10 +90,17 @@ def _stream_objects(d: PostgresDialect, pipeline: Pipeline, table: TableConfig) 
     n = table_names(pipeline, table)
     if isinstance(d, RedshiftDialect):
         # Kept trivial: errors in a streaming MV block ingestion, and a re-created MV
-        # re-reads the topic from offset 0. Records that do not parse keep their raw value.
+        # re-reads the topic from offset 0. Records that do not parse keep their raw value;
+        # JSON_PARSE only ever gets a value CAN_JSON_PARSE accepts (its argument is guarded:
+        # a CASE around it may still evaluate it for every record).
+        needs = (
+            "-- The topic name has upper-case letters: AUTO REFRESH needs\n"
+            f"-- {CASE_SETTING} = true in the parameter group (docs/redshift.md).\n"
+            if table.topic != table.topic.lower() else ""
+        )
         sql = (
             f"CREATE MATERIALIZED VIEW {d.qualified(n.schema, n.stream)}\n"
-            "AUTO REFRESH YES\n"
+            f"{needs}AUTO REFRESH YES\n"
             "AS\n"
             "SELECT kafka_partition,\n"
             "       kafka_offset,\n"
@@ -80,9 +109,9 @@ def _stream_objects(d: PostgresDialect, pipeline: Pipeline, table: TableConfig) 
             "       kafka_key,\n"
             "       kafka_headers,\n"
             "       refresh_time,\n"
-            "       CASE WHEN CAN_JSON_PARSE(kafka_value) THEN JSON_PARSE(kafka_value) END AS payload,\n"
+            "       JSON_PARSE(CASE WHEN CAN_JSON_PARSE(kafka_value) THEN kafka_value END) AS payload,\n"
             "       CASE WHEN kafka_value IS NOT NULL AND NOT CAN_JSON_PARSE(kafka_value) THEN kafka_value END AS raw_value,\n"
-            "       CASE WHEN CAN_JSON_PARSE(kafka_key) THEN JSON_PARSE(kafka_key) END AS key_payload\n"
+            "       JSON_PARSE(CASE WHEN CAN_JSON_PARSE(kafka_key) THEN kafka_key END) AS key_payload\n"
             f"FROM {d.qualified(pipeline.source.external_schema, table.topic)};"
         )
         return [SqlObject("stream", n.schema, n.stream, sql, table.name, check_exists=True)]

@@ -10,8 +10,8 @@ from dataclasses import dataclass
 from sync.config import ColumnConfig, Pipeline, TableConfig
 from sync.sql.dialects import PostgresDialect, quote_literal
 from sync.sql.envelope import envelope_sql, source_sql, unwrap_schema
-from sync.sql.semantic import DecodeSql, check_column, decode_sql
 from sync.sql.names import QUARANTINE, RUN_LOG, SCHEMA_DRIFT, table_names
+from sync.sql.semantic import DecodeSql, check_column, decode_sql
 from sync.sql.types import SqlType
 
 _BIGINT = SqlType("bigint")  # source.ts_ms: milliseconds since the epoch
@@ -22,6 +22,8 @@ SOURCE_TS_MS_RANGE = (0, 253402300799999)
 # Read order of the stream for bounded runs and record isolation: a prefix of it is a
 # prefix of every partition (a refresh reads each partition's offsets in order).
 READ_ORDER = "s.refresh_time, s.kafka_partition, s.kafka_offset"
+# One partition's watermark as the run log writes it ("partition:offset"), over rows `r`.
+WATERMARK_ITEM = "CAST(r.kafka_partition AS varchar(20)) || ':' || CAST(r.last_offset AS varchar(20))"
 # A run that is not bounded reads up to this refresh time.
 UNBOUNDED = "TIMESTAMP '9999-12-31 00:00:00'"
 
@@ -151,7 +153,7 @@ def classification_checks(d: PostgresDialect, table: TableConfig) -> list[Check]
         Check(
             "t.op NOT IN ('c', 'r', 'u', 'd')",
             "quarantine",
-            "'unknown op \"' || SUBSTRING(t.op, 1, 64) || '\"'",
+            f"'unknown op \"' || {d.prefix_bytes('t.op', 64)} || '\"'",
         ),
         # A c/r/u event without an after image would otherwise become a row of NULLs.
         Check(
@@ -242,9 +244,10 @@ def rerank_sql(d: PostgresDialect, pipeline: Pipeline, table: TableConfig) -> st
     def match(a: str, b: str) -> str:
         return " AND ".join(f"{a}.{q(k)} = {b}.{q(k)}" for k in keys)
 
+    stored_wanted = f"EXISTS (SELECT 1 FROM {stage} y WHERE {positionless('y.')} AND {match('y', 't')})"
     raise_to_stored = "".join(
         f"  UPDATE {stage} s SET _rank_pos = t._source_pos\n"
-        f"  FROM {relation} t\n"
+        f"  FROM {stored_rows(d, relation, keys, stored_wanted)} t\n"
         f"  WHERE {positionless('s.')} AND {match('t', 's')}\n"
         "    AND t._source_pos IS NOT NULL AND (s._rank_pos IS NULL OR s._rank_pos < t._source_pos);\n"
         for relation in held
@@ -459,7 +462,7 @@ def stage_insert_sql(d: PostgresDialect, pipeline: Pipeline, table: TableConfig)
     level_decoded = level_fields
     for level in intermediate:
         level_decoded = (
-            f"SELECT f.*,\n"
+            "SELECT f.*,\n"
             + ",\n".join(f"       {expr} AS {q(alias)}" for alias, expr in level.items())
             + f"\nFROM (\n{_indent(_fenced(d, level_decoded), 2)}\n) f"
         )
@@ -512,7 +515,7 @@ def stage_insert_sql(d: PostgresDialect, pipeline: Pipeline, table: TableConfig)
         order, rank_pos = rank_order("c.source_pos", "c.kafka_partition", "c.kafka_offset"), "c.source_pos"
     select_columns = [
         "c.kafka_partition", "c.kafka_offset", "c.kafka_timestamp", "c.refresh_time",
-        "SUBSTRING(c.op, 1, 64)", "c.action", "c.reason",
+        d.prefix_bytes("c.op", 64), "c.action", "c.reason",
         # 4. Latest event per key wins; ROW_NUMBER, never RANK: a tie must not yield two rows.
         f"ROW_NUMBER() OVER (\n         PARTITION BY CASE WHEN c.action IN ('upsert', 'delete') THEN 1 ELSE 0 END, {key_list}\n"
         f"         ORDER BY {order})",
@@ -529,6 +532,20 @@ def stage_insert_sql(d: PostgresDialect, pipeline: Pipeline, table: TableConfig)
         + "\n)\nSELECT "
         + ",\n       ".join(select_columns)
         + f"\nFROM (\n{_indent(_fenced(d, level_classified), 2)}\n) c;"
+    )
+
+
+def stored_rows(d: PostgresDialect, target: str, keys: list[str], wanted: str) -> str:
+    """One stored row per key of the target rows matching `wanted` (a condition on the
+    stage row `x` and the target row `t`), the newest when the key is stored more than once:
+    a primary key is not enforced on Redshift, and an UPDATE ... FROM that matches a row
+    twice must not depend on which match wins."""
+    key_list = ", ".join(f"t.{d.q(k)}" for k in keys)
+    return (
+        f"(SELECT * FROM (SELECT t.*, ROW_NUMBER() OVER (PARTITION BY {key_list}\n"
+        f"          ORDER BY {rank_order('t._source_pos', 't._kafka_partition', 't._kafka_offset')}) AS stored_rn__\n"
+        f"        FROM {target} t WHERE {wanted}) o\n"
+        "      WHERE o.stored_rn__ = 1)"
     )
 
 
@@ -565,10 +582,11 @@ def toast_sql(d: PostgresDialect, pipeline: Pipeline, table: TableConfig, toast_
     keep = ",\n       ".join(
         f"{q(c)} = CASE WHEN s._unavailable LIKE {quote_literal(f'%|{c}|%')} THEN t.{q(c)} ELSE s.{q(c)} END" for c in toast_cols
     )
+    placeholders = f"EXISTS (SELECT 1 FROM {stage} x WHERE x._rn = 1 AND x._action = 'upsert' AND x._unavailable IS NOT NULL AND {match('x', 't')})"
     lines.append(
         _indent(
             f"UPDATE {stage} s SET {keep}\n"
-            f"FROM {target} t\n"
+            f"FROM {stored_rows(d, target, keys, placeholders)} t\n"
             f"WHERE s._rn = 1 AND s._action = 'upsert' AND s._unavailable IS NOT NULL\n  AND {match('t', 's')};",
             2,
         )
@@ -599,7 +617,7 @@ def schema_drift_sql(d: PostgresDialect, pipeline: Pipeline, table: TableConfig)
         "       CASE WHEN k.configured = 1 THEN k.images - k.seen ELSE k.seen END\n"
         "FROM (SELECT u.field, MAX(u.configured) AS configured, SUM(u.seen) AS seen,\n"
         "             MAX(MAX(u.images)) OVER () AS images\n"
-        f"      FROM (SELECT SUBSTRING({field}, 1, 256) AS field, 0 AS configured, 1 AS seen, x0.images\n"
+        f"      FROM (SELECT {d.prefix_bytes(field, 256)} AS field, 0 AS configured, 1 AS seen, x0.images\n"
         f"            FROM (\n{_indent(images, 14)}\n            ) x0{keys_join}"
         f"{configured}) u\n"
         "      GROUP BY u.field) k\n"
@@ -773,25 +791,25 @@ def procedure_sql(d: PostgresDialect, pipeline: Pipeline, table: TableConfig, or
     cols = [c.target_name for c in table.columns]
     value_cols = [c.target_name for c in table.value_columns]
     meta_cols = ["_source_ts", "_source_pos", "_kafka_partition", "_kafka_offset", "_synced_at"]
-    wm_text = d.string_agg(
-        "CAST(kafka_partition AS varchar(20)) || ':' || CAST(last_offset AS varchar(20))", ",", "kafka_partition"
-    )
+    wm_item = WATERMARK_ITEM
 
     body: list[str] = []
     add = body.append
 
-    for setting in d.session_settings:
-        add("-- 10. Session settings this procedure needs (no cluster parameter change).")
-        add(setting)
+    if d.session_settings:
+        add("-- 10. Session settings this procedure needs.")
+    body.extend(d.session_settings)
     add(
-        "-- 1. Single flight: a second call waits here until the first commits, then sees its\n"
-        "--    watermark, so no record is applied twice.\n"
-        f"LOCK TABLE {wm}, {target}{d.lock_mode};"
+        "-- 1. Single flight: a second call (or a backfill) waits here until the first commits,\n"
+        "--    then sees its watermark, so no record is applied twice. Only the control table\n"
+        "--    is locked: on Redshift every LOCK is exclusive, and the target stays readable.\n"
+        f"LOCK TABLE {wm}{d.lock_mode};"
     )
     add(f"v_started := {now};")
     add(
-        f"SELECT MAX(last_refresh_time), {wm_text}\n"
-        f"INTO v_since, v_wm_before\nFROM {wm};"
+        "-- The watermark summary lists as many partitions as fit the run log's text column.\n"
+        + d.bounded_list(wm_item, ",", "r.kafka_partition", wm, extra="MAX(r.last_refresh_time)").replace("\nFROM ", "\nINTO v_since, v_wm_before\nFROM ", 1)
+        + ";"
     )
     add("v_since := COALESCE(v_since, TIMESTAMP '1900-01-01 00:00:00');")
     add(
@@ -911,12 +929,13 @@ def procedure_sql(d: PostgresDialect, pipeline: Pipeline, table: TableConfig, or
                 f"  AND {key_match('m', 's')} AND {key_match('p', 's')} AND p._rn = m.rn AND p._action = 'upsert';"
             )
             stored = ",\n       ".join(f"{q(c)} = COALESCE(s.{q(c)}, t.{q(c)})" for c in value_cols)
+            deleting = f"EXISTS (SELECT 1 FROM {stage} x WHERE x._rn = 1 AND x._action = 'delete' AND {key_match('x', 't')})"
             step(
                 "-- Without such an upsert, the stored row is the newest earlier state: a delete takes\n"
                 "-- its values where the before image has none (never an older value over a newer\n"
                 "-- NULL: the stored row is not consulted when the batch updated the key).\n"
                 f"UPDATE {stage} s SET {stored}\n"
-                f"FROM {target} t\n"
+                f"FROM {stored_rows(d, target, keys, deleting)} t\n"
                 f"WHERE s._rn = 1 AND s._action = 'delete' AND {key_match('t', 's')}\n"
                 f"  AND NOT EXISTS (SELECT 1 FROM {stage} x WHERE x._action = 'upsert' AND x._rn > 1 AND {key_match('x', 's')});"
             )
@@ -991,7 +1010,7 @@ def procedure_sql(d: PostgresDialect, pipeline: Pipeline, table: TableConfig, or
             f"IF v_read > 1000 THEN\n  ANALYZE {stage} (_action, _rn, {', '.join(q(k) for k in keys)});\nEND IF;"
         )
     add("IF v_read > 0 THEN\n" + _indent("\n".join(apply_steps), 2) + "\nEND IF;")
-    add(f"SELECT {wm_text} INTO v_wm_after FROM {wm};")
+    add(d.bounded_list(wm_item, ",", "r.kafka_partition", wm).replace("\nFROM ", "\nINTO v_wm_after\nFROM ", 1) + ";")
     add(
         "-- 8. One run-log row per call, also when nothing was new (9.).\n"
         f"INSERT INTO {qual(RUN_LOG)} (table_name, backend_pid, started_at, finished_at, events_read, upserted, deleted,\n"
@@ -1072,7 +1091,7 @@ def isolate_record_sql(d: PostgresDialect, pipeline: Pipeline, table: TableConfi
     first = pending_in_order_sql(
         d, pipeline, table, "x.kafka_partition, x.kafka_offset, x.refresh_time", "v_partition, v_offset, v_refresh_time", "1"
     )
-    reason = "SUBSTRING('the warehouse could not apply this record: ' || COALESCE(p_reason, 'no error text'), 1, 1000)"
+    reason = d.prefix_bytes("'the warehouse could not apply this record: ' || COALESCE(p_reason, 'no error text')", 1000)
     body = [
         "-- 1. Single flight, as in the sync itself.",
         f"LOCK TABLE {wm}{d.lock_mode};",

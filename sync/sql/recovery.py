@@ -20,6 +20,7 @@ from datetime import datetime, timedelta
 from sync.config import Pipeline, TableConfig
 from sync.sql.dialects import PostgresDialect
 from sync.sql.names import RUN_LOG, table_names
+from sync.sql.procedure import WATERMARK_ITEM
 
 RESET_POSITIONS = "reset-positions"
 REBASE_OFFSETS = "rebase-offsets"
@@ -34,21 +35,18 @@ def timestamp_literal(value: datetime) -> str:
 
 
 def lock_sql(d: PostgresDialect, pipeline: Pipeline, table: TableConfig) -> str:
-    """The lock the procedure takes first (its watermark, then its target): a running sync
-    finishes before this, and the next one waits for it."""
+    """The lock the procedure takes first (its watermark, a control table: on Redshift every
+    LOCK is exclusive, so never the target dashboards read): a running sync finishes
+    before this, and the next one waits for it."""
     n = table_names(pipeline, table)
-    return f"LOCK TABLE {d.qualified(n.schema, n.watermark)}, {d.qualified(n.schema, n.target)}{d.lock_mode};"
+    return f"LOCK TABLE {d.qualified(n.schema, n.watermark)}{d.lock_mode};"
 
 
 def watermark_text_sql(d: PostgresDialect, pipeline: Pipeline, table: TableConfig) -> str:
     """The watermark as the run log writes it: `partition:last_offset,...`."""
     n = table_names(pipeline, table)
     q = d.q
-    listed = d.string_agg(
-        f"CAST({q('kafka_partition')} AS varchar(20)) || ':' || CAST({q('last_offset')} AS varchar(20))",
-        ",", q("kafka_partition"),
-    )
-    return f"SELECT {listed}\nFROM {d.qualified(n.schema, n.watermark)};"
+    return d.bounded_list(WATERMARK_ITEM, ",", "r.kafka_partition", d.qualified(n.schema, n.watermark)) + ";"
 
 
 def watermark_rows_sql(d: PostgresDialect, pipeline: Pipeline, table: TableConfig) -> str:

@@ -11,16 +11,11 @@ evaluates between the envelope level and the typed level, so no expression is re
 Every expression reads the previous level through the alias `f`. A value that does not
 decode yields NULL, which the procedure turns into a quarantine reason naming the column.
 
-Redshift: the rendering is parsed with sqlglot but not executed by the test suite. What
-rests on documentation rather than on a run: TO_VARBYTE(text, 'base64') and
-FROM_VARBYTE(.., 'hex') for the Decimal bytes; STRTOL(hex, 16) on 14-digit chunks; the
-DECIMAL(38,0) products staying exact (values are range-checked first, so no product
-exceeds 10^38); CAST(varchar AS DECIMAL(p,s)) rounding half away from zero like
-PostgreSQL (a value whose rounding carries into one more integer digit than fits would
-raise there instead of being quarantined); CAST(varchar AS timestamp) on text already
-matched against a strict pattern (a calendar-invalid date such as February 30 would
-raise); and whether the planner evaluates each decoding level once (PostgreSQL needs
-OFFSET 0 fences for that; Redshift has no equivalent that keeps the query parallel).
+Every intermediate value that a cast or a raising function reads is made valid first,
+inside that function's argument (or at a previous level): Redshift may evaluate a CASE
+branch for rows the CASE does not select, so a cast guarded only by an enclosing CASE
+can still fail a CALL (docs/redshift.md). A level's value is NULL or valid; what reads it
+needs no guard of its own.
 """
 
 from __future__ import annotations
@@ -29,10 +24,9 @@ from dataclasses import dataclass, field
 
 from sync.config import ColumnConfig
 from sync.semantic import EPOCH_UNITS, MAX_DECIMAL_DIGITS, TIME_UNITS
-from sync.sql.dialects import PostgresDialect
+from sync.sql.dialects import BASE64_PATTERN, PostgresDialect
 from sync.sql.types import SqlType
 
-BASE64_PATTERN = r"^([A-Za-z0-9+/]{4})*([A-Za-z0-9+/]{2}==|[A-Za-z0-9+/]{3}=)?$"
 # Hours 00-23 and seconds 00-59 only: PostgreSQL would read 24:00:00 as the next day and
 # :60 as the next minute, where the reference decoder (and Debezium) have no such times.
 ZONED_PATTERN = (
@@ -97,53 +91,70 @@ def check_column(col: ColumnConfig, table: str) -> None:
 
 
 def _epoch_to_timestamp(int_expr: str, per_second: int) -> str:
-    """Epoch units -> timestamp, exact: whole seconds plus the remainder in microseconds
-    (integer division and modulo truncate toward zero in both engines)."""
+    """Epoch units (an integer already in the timestamp range, or NULL) -> timestamp,
+    exact: whole seconds plus the remainder in microseconds (integer division and modulo
+    truncate toward zero in both engines)."""
     remainder = f"({int_expr} % {per_second})"
     micros = f"{remainder} * {1_000_000 // per_second}" if per_second <= 1_000_000 else f"{remainder} / {per_second // 1_000_000}"
+    return (
+        f"TIMESTAMP '1970-01-01 00:00:00'"
+        f" + ({int_expr} / {per_second}) * INTERVAL '1 second' + {micros} * INTERVAL '1 microsecond'"
+    )
+
+
+def _in_range(int_expr: str, lo: int, hi: int) -> str:
+    """The integer when lo <= it <= hi, else NULL: a level value later arithmetic reads."""
+    return f"CASE WHEN {int_expr} BETWEEN {lo} AND {hi} THEN {int_expr} END"
+
+
+def _epoch_range(per_second: int) -> tuple[int, int]:
     lo = max(MIN_EPOCH_SECONDS * per_second, -(2**63))
     hi = min((MAX_EPOCH_SECONDS + 1) * per_second - 1, 2**63 - 1)
-    return (
-        f"CASE WHEN {int_expr} BETWEEN {lo} AND {hi} THEN TIMESTAMP '1970-01-01 00:00:00'"
-        f" + ({int_expr} / {per_second}) * INTERVAL '1 second' + {micros} * INTERVAL '1 microsecond' END"
-    )
+    return lo, hi
 
 
-def _time_of_day(int_expr: str, per_second: int) -> str:
-    return (
-        f"CASE WHEN {int_expr} >= 0 AND {int_expr} < {86_400 * per_second} THEN "
-        f"CAST({_epoch_to_timestamp(int_expr, per_second)} AS time) END"
-    )
-
-
-def _zoned(d: PostgresDialect, raw: str) -> str:
+def _zoned_levels(d: PostgresDialect, raw: str, alias: str) -> tuple[list[dict[str, str]], str]:
     """ISO-8601 text with 0-9 fraction digits and Z or +hh:mm -> UTC timestamp. The
-    fraction is truncated to microseconds; the offset is subtracted."""
+    fraction is truncated to microseconds; the offset is subtracted. Level 1 keeps the
+    text only when it matches the pattern; level 2 reads its numbers (digits there, by the
+    pattern) and checks the calendar date, so the timestamp cast only sees real dates."""
     text = d.json_number_text(raw)
-    local = d.text_to_timestamp(f"REPLACE(SUBSTRING({text}, 1, 19), 'T', ' ')")
-    fraction = d.regex_group(text, "^.{19}[.]([0-9]{1,9})")
-    micros = f"CAST(RPAD(SUBSTRING(COALESCE({fraction}, ''), 1, 6), 6, '0') AS integer)"
-    zone = f"SUBSTRING({text}, LENGTH({text}) - 5, 6)"
-    offset = (
-        f"CASE WHEN {text} LIKE '%Z' THEN 0 ELSE "
-        f"(CASE WHEN SUBSTRING({zone}, 1, 1) = '-' THEN -1 ELSE 1 END) * "
-        f"(CAST(SUBSTRING({zone}, 2, 2) AS integer) * 60 + CAST(SUBSTRING({zone}, 5, 2) AS integer)) END"
-    )
-    return (
-        f"CASE WHEN {d.json_is_string(raw)} AND {text} ~ {d.lit(ZONED_PATTERN)} THEN "
-        f"{local} + {micros} * INTERVAL '1 microsecond' - {offset} * INTERVAL '1 minute' END"
-    )
+    z, y, mo, dd = (f"{p}__{alias}" for p in ("z", "y", "mo", "dd"))
+    valid = f"f.{z} IS NOT NULL"
+
+    def number(start: str, length: int) -> str:
+        return d.total_cast(valid, f"SUBSTRING(f.{z}, {start}, {length})", "integer")
+
+    zulu = f"f.{z} LIKE '%Z'"
+    hours = d.total_cast(f"NOT {zulu}", f"SUBSTRING(f.{z}, LENGTH(f.{z}) - 4, 2)", "integer")
+    minutes = d.total_cast(f"NOT {zulu}", f"SUBSTRING(f.{z}, LENGTH(f.{z}) - 1, 2)", "integer")
+    sign = f"CASE WHEN SUBSTRING(f.{z}, LENGTH(f.{z}) - 5, 1) = '-' THEN -1 ELSE 1 END"
+    fraction = d.regex_group(f"f.{z}", "^.{19}[.]([0-9]{1,9})")
+    micros = d.total_cast(valid, f"RPAD(SUBSTRING(COALESCE({fraction}, ''), 1, 6), 6, '0')", "integer")
+    level2 = {
+        y: number("1", 4), mo: number("6", 2), dd: number("9", 2),
+        f"us__{alias}": micros,
+        f"off__{alias}": f"CASE WHEN {zulu} THEN 0 ELSE {sign} * ({hours} * 60 + {minutes}) END",
+    }
+    leap = f"(f.{y} % 4 = 0 AND (f.{y} % 100 <> 0 OR f.{y} % 400 = 0))"
+    month_days = f"CASE WHEN f.{mo} IN (4, 6, 9, 11) THEN 30 WHEN f.{mo} = 2 THEN CASE WHEN {leap} THEN 29 ELSE 28 END ELSE 31 END"
+    real_date = f"f.{y} >= 1 AND f.{mo} BETWEEN 1 AND 12 AND f.{dd} BETWEEN 1 AND {month_days}"
+    local = d.text_to_timestamp(f"CASE WHEN {real_date} THEN REPLACE(SUBSTRING(f.{z}, 1, 19), 'T', ' ') END")
+    value = f"{local} + f.us__{alias} * INTERVAL '1 microsecond' - f.off__{alias} * INTERVAL '1 minute'"
+    level1 = {z: f"CASE WHEN {d.json_is_string(raw)} AND {text} ~ {d.lit(ZONED_PATTERN)} THEN {text} END"}
+    return [level1, level2], value
 
 
 def _decimal_levels(d: PostgresDialect, b64_json: str, alias: str, scale: str) -> list[dict[str, str]]:
     """Base64 two's complement + scale -> plain decimal text `t__` ('-12345.67'), one small
     step per level so that no expression is evaluated twice."""
     text = d.json_number_text(b64_json)
-    x, h, n = f"x__{alias}", f"h__{alias}", f"n__{alias}"
+    s, x, h, n = f"s__{alias}", f"x__{alias}", f"h__{alias}", f"n__{alias}"
     a, b, c, low, m, g = (f"{p}__{alias}" for p in "abclmg")
-    hex_digits = (
+    # The base64 text when it is base64 of 1 to 16 bytes, else NULL: all TO_VARBYTE sees.
+    valid_b64 = (
         f"CASE WHEN {d.json_is_string(b64_json)} AND {text} ~ {d.lit(BASE64_PATTERN)}"
-        f" AND LENGTH({text}) BETWEEN 4 AND 24 THEN {d.base64_to_hex(text)} END"
+        f" AND LENGTH({text}) BETWEEN 4 AND 24 THEN {text} END"
     )
     # Sign-extended to 16 bytes; a negative number is read as its inverted bits + 1:
     # |n * max - chunk| is the chunk, or its complement when negative.
@@ -156,19 +167,20 @@ def _decimal_levels(d: PostgresDialect, b64_json: str, alias: str, scale: str) -
     def chunk(start: int, length: int, top: int) -> str:
         return f"ABS(f.{n} * {top} - {d.hex_to_bigint(f'SUBSTRING(f.{h}, {start}, {length})')})"
 
-    magnitude = (
-        f"CASE WHEN f.{a} < {HI_LIMIT} OR (f.{a} = {HI_LIMIT} AND f.{low} <= {LOW_LIMIT})"
-        f" THEN CAST(CAST(f.{a} AS decimal(38,0)) * {TWO_112} + f.{low} AS varchar(40)) END"
-    )
-    # At least scale + 1 digits, so the integer part is never empty.
-    digits = f"LPAD(f.{m}, GREATEST(LENGTH(f.{m}), {scale} + 1), '0')"
+    # The product only for values below 10^38: above, it would overflow DECIMAL(38,0).
+    fits = f"f.{a} < {HI_LIMIT} OR (f.{a} = {HI_LIMIT} AND f.{low} <= {LOW_LIMIT})"
+    magnitude = f"CAST(CAST(CASE WHEN {fits} THEN f.{a} END AS decimal(38,0)) * {TWO_112} + f.{low} AS varchar(40))"
+    # At least scale + 1 digits, so the integer part is never empty (a scale past 38 is
+    # refused below; LEAST keeps the padding bounded meanwhile).
+    digits = f"LPAD(f.{m}, GREATEST(LENGTH(f.{m}), LEAST({scale}, {MAX_DECIMAL_DIGITS}) + 1), '0')"
     decimal_text = (
         f"CASE WHEN f.{g} IS NOT NULL AND {scale} BETWEEN 0 AND {MAX_DECIMAL_DIGITS} THEN "
         f"(CASE WHEN f.{n} = 1 THEN '-' ELSE '' END) || SUBSTRING(f.{g}, 1, LENGTH(f.{g}) - {scale})"
         f" || (CASE WHEN {scale} > 0 THEN '.' || SUBSTRING(f.{g}, LENGTH(f.{g}) - {scale} + 1) ELSE '' END) END"
     )
     return [
-        {x: hex_digits},
+        {s: valid_b64},
+        {x: d.base64_to_hex(f"f.{s}")},
         {h: padded, n: sign},
         {a: chunk(1, 4, CHUNK_HI_MAX), b: chunk(5, 14, CHUNK_MAX), c: chunk(19, 14, CHUNK_MAX)},
         {low: f"CAST(f.{b} AS decimal(38,0)) * {TWO_56} + f.{c} + f.{n}"},
@@ -198,15 +210,22 @@ def decode_sql(d: PostgresDialect, col: ColumnConfig, raw: str, alias: str) -> D
     if kind is None:
         return DecodeSql([], d.cast_json(raw, t))
     integer = d.cast_json(raw, _BIGINT)
+    # The integer in its range, or NULL: what the arithmetic below reads (level 1).
+    e = f"e__{alias}"
     if semantic in EPOCH_UNITS:
-        return DecodeSql([], _land(d, kind, _epoch_to_timestamp(integer, EPOCH_UNITS[semantic]), t))
+        per_second = EPOCH_UNITS[semantic]
+        levels = [{e: _in_range(integer, *_epoch_range(per_second))}]
+        return DecodeSql(levels, _land(d, kind, _epoch_to_timestamp(f"f.{e}", per_second), t))
     if semantic in TIME_UNITS:
-        return DecodeSql([], _time_of_day(integer, TIME_UNITS[semantic]))
+        per_second = TIME_UNITS[semantic]
+        levels = [{e: _in_range(integer, 0, 86_400 * per_second - 1)}]
+        return DecodeSql(levels, f"CAST({_epoch_to_timestamp(f'f.{e}', per_second)} AS time)")
     if semantic == "io.debezium.time.Date":
-        days = f"CASE WHEN {integer} BETWEEN {MIN_EPOCH_DAYS} AND {MAX_EPOCH_DAYS} THEN {d.epoch_days_to_date(integer)} END"
-        return DecodeSql([], _land(d, kind, days, t))
+        levels = [{e: _in_range(integer, MIN_EPOCH_DAYS, MAX_EPOCH_DAYS)}]
+        return DecodeSql(levels, _land(d, kind, d.epoch_days_to_date(f"f.{e}"), t))
     if semantic == "io.debezium.time.ZonedTimestamp":
-        return DecodeSql([], _land(d, kind, _zoned(d, raw), t))
+        levels, value = _zoned_levels(d, raw, alias)
+        return DecodeSql(levels, _land(d, kind, value, t))
     if semantic == "io.debezium.data.Json":
         if t.family == "super":
             text = d.json_number_text(raw)

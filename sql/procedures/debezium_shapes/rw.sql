@@ -4,6 +4,8 @@
 
 SET enable_case_sensitive_identifier TO true;
 
+SET cast_super_null_on_error TO on;
+
 CREATE MATERIALIZED VIEW "cdc"."rw__stream"
 AUTO REFRESH YES
 AS
@@ -14,9 +16,9 @@ SELECT kafka_partition,
        kafka_key,
        kafka_headers,
        refresh_time,
-       CASE WHEN CAN_JSON_PARSE(kafka_value) THEN JSON_PARSE(kafka_value) END AS payload,
+       JSON_PARSE(CASE WHEN CAN_JSON_PARSE(kafka_value) THEN kafka_value END) AS payload,
        CASE WHEN kafka_value IS NOT NULL AND NOT CAN_JSON_PARSE(kafka_value) THEN kafka_value END AS raw_value,
-       CASE WHEN CAN_JSON_PARSE(kafka_key) THEN JSON_PARSE(kafka_key) END AS key_payload
+       JSON_PARSE(CASE WHEN CAN_JSON_PARSE(kafka_key) THEN kafka_key END) AS key_payload
 FROM "kafka_shapes"."shapes.rw";
 
 CREATE TABLE IF NOT EXISTS "cdc"."rw" (
@@ -107,15 +109,21 @@ DECLARE
   v_truncate_pos varchar(64);
   v_truncate_ts timestamp;
 BEGIN
-  -- 10. Session settings this procedure needs (no cluster parameter change).
+  -- 10. Session settings this procedure needs.
   SET enable_case_sensitive_identifier TO true;
-  -- 1. Single flight: a second call waits here until the first commits, then sees its
-  --    watermark, so no record is applied twice.
-  LOCK TABLE "cdc"."rw__watermark", "cdc"."rw";
-  v_started := GETDATE();
-  SELECT MAX(last_refresh_time), LISTAGG(CAST(kafka_partition AS varchar(20)) || ':' || CAST(last_offset AS varchar(20)), ',') WITHIN GROUP (ORDER BY kafka_partition)
+  SET cast_super_null_on_error TO on;
+  -- 1. Single flight: a second call (or a backfill) waits here until the first commits,
+  --    then sees its watermark, so no record is applied twice. Only the control table
+  --    is locked: on Redshift every LOCK is exclusive, and the target stays readable.
+  LOCK TABLE "cdc"."rw__watermark";
+  v_started := CAST(TO_TIMESTAMP(TIMEOFDAY(), 'Dy Mon DD HH24:MI:SS.US YYYY') AS timestamp);
+  -- The watermark summary lists as many partitions as fit the run log's text column.
+  SELECT MAX(r.last_refresh_time), LISTAGG(CASE WHEN r.pos__ <= 65503 THEN r.item__ END, ',') WITHIN GROUP (ORDER BY r.order__)
+         || CASE WHEN COUNT(CASE WHEN r.pos__ > 65503 THEN 1 END) > 0 THEN ' (+' || CAST(COUNT(CASE WHEN r.pos__ > 65503 THEN 1 END) AS varchar(20)) || ' more)' ELSE '' END
   INTO v_since, v_wm_before
-  FROM "cdc"."rw__watermark";
+  FROM (SELECT r.*, CAST(r.kafka_partition AS varchar(20)) || ':' || CAST(r.last_offset AS varchar(20)) AS item__, r.kafka_partition AS order__,
+               SUM(OCTET_LENGTH(CAST(r.kafka_partition AS varchar(20)) || ':' || CAST(r.last_offset AS varchar(20))) + 1) OVER (ORDER BY r.kafka_partition ROWS UNBOUNDED PRECEDING) AS pos__
+        FROM "cdc"."rw__watermark" r) r;
   v_since := COALESCE(v_since, TIMESTAMP '1900-01-01 00:00:00');
   -- A bounded run (record isolation by the caller) reads the first p_max_records pending
   -- records in (refresh_time, partition, offset) order: a prefix of every partition
@@ -160,7 +168,7 @@ BEGIN
          c.kafka_offset,
          c.kafka_timestamp,
          c.refresh_time,
-         SUBSTRING(c.op, 1, 64),
+         CASE WHEN OCTET_LENGTH(c.op) <= 64 THEN c.op ELSE SUBSTRING(c.op, 1, 16) END,
          c.action,
          c.reason,
          ROW_NUMBER() OVER (
@@ -214,7 +222,7 @@ BEGIN
              WHEN 4 THEN 'value is not a JSON object'
              WHEN 5 THEN 'no op field: not a Debezium change event'
              WHEN 6 THEN NULL
-             WHEN 7 THEN 'unknown op "' || SUBSTRING(t.op, 1, 64) || '"'
+             WHEN 7 THEN 'unknown op "' || CASE WHEN OCTET_LENGTH(t.op) <= 64 THEN t.op ELSE SUBSTRING(t.op, 1, 16) END || '"'
              WHEN 8 THEN 'no row image: after is missing or not an object'
              WHEN 9 THEN 'primary key field id is missing or not a integer'
              WHEN 10 THEN 'source time (ts_ms) is not milliseconds since the epoch between 1970 and 9999'
@@ -265,20 +273,20 @@ BEGIN
                  CAST(f."jk__id" AS integer)) AS "id",
                f."j__name" AS "j__name",
                f."u__name" AS "u__name",
-               CASE WHEN f."u__name" THEN NULL ELSE CASE WHEN OCTET_LENGTH(CASE WHEN IS_VARCHAR(f."j__name") THEN f."j__name"::varchar(65535) WHEN f."j__name" IS NOT NULL THEN JSON_SERIALIZE(f."j__name") END) <= 64 THEN (CASE WHEN IS_VARCHAR(f."j__name") THEN f."j__name"::varchar(65535) WHEN f."j__name" IS NOT NULL THEN JSON_SERIALIZE(f."j__name") END)::varchar(64) END END AS "name",
+               CASE WHEN f."u__name" THEN NULL ELSE CAST(CASE WHEN OCTET_LENGTH(CASE WHEN IS_VARCHAR((CASE WHEN JSON_SIZE(f."j__name") <= 65535 THEN f."j__name" END)) THEN (CASE WHEN JSON_SIZE(f."j__name") <= 65535 THEN f."j__name" END)::varchar(65535) WHEN (CASE WHEN JSON_SIZE(f."j__name") <= 65535 THEN f."j__name" END) IS NOT NULL THEN JSON_SERIALIZE((CASE WHEN JSON_SIZE(f."j__name") <= 65535 THEN f."j__name" END)) END) <= 64 THEN CASE WHEN IS_VARCHAR((CASE WHEN JSON_SIZE(f."j__name") <= 65535 THEN f."j__name" END)) THEN (CASE WHEN JSON_SIZE(f."j__name") <= 65535 THEN f."j__name" END)::varchar(65535) WHEN (CASE WHEN JSON_SIZE(f."j__name") <= 65535 THEN f."j__name" END) IS NOT NULL THEN JSON_SERIALIZE((CASE WHEN JSON_SIZE(f."j__name") <= 65535 THEN f."j__name" END)) END END AS varchar(64)) END AS "name",
                f."j__bio" AS "j__bio",
                f."u__bio" AS "u__bio",
-               CASE WHEN f."u__bio" THEN NULL ELSE CASE WHEN OCTET_LENGTH(CASE WHEN IS_VARCHAR(f."j__bio") THEN f."j__bio"::varchar(65535) WHEN f."j__bio" IS NOT NULL THEN JSON_SERIALIZE(f."j__bio") END) <= 256 THEN (CASE WHEN IS_VARCHAR(f."j__bio") THEN f."j__bio"::varchar(65535) WHEN f."j__bio" IS NOT NULL THEN JSON_SERIALIZE(f."j__bio") END)::varchar(256) END END AS "bio",
+               CASE WHEN f."u__bio" THEN NULL ELSE CAST(CASE WHEN OCTET_LENGTH(CASE WHEN IS_VARCHAR((CASE WHEN JSON_SIZE(f."j__bio") <= 65535 THEN f."j__bio" END)) THEN (CASE WHEN JSON_SIZE(f."j__bio") <= 65535 THEN f."j__bio" END)::varchar(65535) WHEN (CASE WHEN JSON_SIZE(f."j__bio") <= 65535 THEN f."j__bio" END) IS NOT NULL THEN JSON_SERIALIZE((CASE WHEN JSON_SIZE(f."j__bio") <= 65535 THEN f."j__bio" END)) END) <= 256 THEN CASE WHEN IS_VARCHAR((CASE WHEN JSON_SIZE(f."j__bio") <= 65535 THEN f."j__bio" END)) THEN (CASE WHEN JSON_SIZE(f."j__bio") <= 65535 THEN f."j__bio" END)::varchar(65535) WHEN (CASE WHEN JSON_SIZE(f."j__bio") <= 65535 THEN f."j__bio" END) IS NOT NULL THEN JSON_SERIALIZE((CASE WHEN JSON_SIZE(f."j__bio") <= 65535 THEN f."j__bio" END)) END END AS varchar(256)) END AS "bio",
                NULLIF('|' || CASE WHEN f."u__name" THEN 'name|' ELSE '' END || CASE WHEN f."u__bio" THEN 'bio|' ELSE '' END, '|') AS unavailable,
                CASE WHEN f.op IN ('c', 'r', 'u') AND IS_OBJECT(f.img) AND NOT (f."ji__id" IS NOT NULL AND f."j__name" IS NOT NULL AND f."j__bio" IS NOT NULL AND GET_NUMBER_ATTRIBUTES(f.img) = 3) THEN f.img END AS drift_img
         FROM (
           SELECT f.*,
-                 COALESCE(CASE WHEN IS_VARCHAR(f."j__name") THEN f."j__name"::varchar(65535) WHEN f."j__name" IS NOT NULL THEN JSON_SERIALIZE(f."j__name") END IN ('__debezium_unavailable_value', 'X19kZWJleml1bV91bmF2YWlsYWJsZV92YWx1ZQ==', '["__debezium_unavailable_value"]'), false) AS "u__name",
-                 COALESCE(CASE WHEN IS_VARCHAR(f."j__bio") THEN f."j__bio"::varchar(65535) WHEN f."j__bio" IS NOT NULL THEN JSON_SERIALIZE(f."j__bio") END IN ('__debezium_unavailable_value', 'X19kZWJleml1bV91bmF2YWlsYWJsZV92YWx1ZQ==', '["__debezium_unavailable_value"]'), false) AS "u__bio"
+                 COALESCE(CASE WHEN IS_VARCHAR((CASE WHEN JSON_SIZE(f."j__name") <= 65535 THEN f."j__name" END)) THEN (CASE WHEN JSON_SIZE(f."j__name") <= 65535 THEN f."j__name" END)::varchar(65535) WHEN (CASE WHEN JSON_SIZE(f."j__name") <= 65535 THEN f."j__name" END) IS NOT NULL THEN JSON_SERIALIZE((CASE WHEN JSON_SIZE(f."j__name") <= 65535 THEN f."j__name" END)) END IN ('__debezium_unavailable_value', 'X19kZWJleml1bV91bmF2YWlsYWJsZV92YWx1ZQ==', '["__debezium_unavailable_value"]'), false) AS "u__name",
+                 COALESCE(CASE WHEN IS_VARCHAR((CASE WHEN JSON_SIZE(f."j__bio") <= 65535 THEN f."j__bio" END)) THEN (CASE WHEN JSON_SIZE(f."j__bio") <= 65535 THEN f."j__bio" END)::varchar(65535) WHEN (CASE WHEN JSON_SIZE(f."j__bio") <= 65535 THEN f."j__bio" END) IS NOT NULL THEN JSON_SERIALIZE((CASE WHEN JSON_SIZE(f."j__bio") <= 65535 THEN f."j__bio" END)) END IN ('__debezium_unavailable_value', 'X19kZWJleml1bV91bmF2YWlsYWJsZV92YWx1ZQ==', '["__debezium_unavailable_value"]'), false) AS "u__bio"
           FROM (
             SELECT f.kafka_partition, f.kafka_offset, f.kafka_timestamp, f.refresh_time, f.payload, f.raw_value, f.env, f.img, f.op,
                    f.src."__source_ts_ms" AS source_ts_ms,
-                   CASE WHEN COALESCE(NULLIF(REGEXP_SUBSTR(CASE WHEN IS_VARCHAR(f.src."__sequence") THEN f.src."__sequence"::varchar(65535) WHEN f.src."__sequence" IS NOT NULL THEN JSON_SERIALIZE(f.src."__sequence") END, '([0-9]+)"?[]]$', 1, 1, 'e'), ''), CASE WHEN IS_VARCHAR(f.src."__lsn") THEN f.src."__lsn"::varchar(65535) WHEN f.src."__lsn" IS NOT NULL THEN JSON_SERIALIZE(f.src."__lsn") END) IS NOT NULL THEN lpad(COALESCE(NULLIF(REGEXP_SUBSTR(CASE WHEN IS_VARCHAR(f.src."__sequence") THEN f.src."__sequence"::varchar(65535) WHEN f.src."__sequence" IS NOT NULL THEN JSON_SERIALIZE(f.src."__sequence") END, '^[[]"?([0-9]*)', 1, 1, 'e'), ''), COALESCE(NULLIF(REGEXP_SUBSTR(CASE WHEN IS_VARCHAR(f.src."__sequence") THEN f.src."__sequence"::varchar(65535) WHEN f.src."__sequence" IS NOT NULL THEN JSON_SERIALIZE(f.src."__sequence") END, '([0-9]+)"?[]]$', 1, 1, 'e'), ''), CASE WHEN IS_VARCHAR(f.src."__lsn") THEN f.src."__lsn"::varchar(65535) WHEN f.src."__lsn" IS NOT NULL THEN JSON_SERIALIZE(f.src."__lsn") END)), 20, '0') || '.' || lpad(COALESCE(NULLIF(REGEXP_SUBSTR(CASE WHEN IS_VARCHAR(f.src."__sequence") THEN f.src."__sequence"::varchar(65535) WHEN f.src."__sequence" IS NOT NULL THEN JSON_SERIALIZE(f.src."__sequence") END, '([0-9]+)"?[]]$', 1, 1, 'e'), ''), CASE WHEN IS_VARCHAR(f.src."__lsn") THEN f.src."__lsn"::varchar(65535) WHEN f.src."__lsn" IS NOT NULL THEN JSON_SERIALIZE(f.src."__lsn") END), 20, '0') END AS source_pos,
+                   CASE WHEN COALESCE(NULLIF(NULLIF(REGEXP_SUBSTR(CASE WHEN IS_VARCHAR((CASE WHEN JSON_SIZE(f.src."__sequence") <= 65535 THEN f.src."__sequence" END)) THEN (CASE WHEN JSON_SIZE(f.src."__sequence") <= 65535 THEN f.src."__sequence" END)::varchar(65535) WHEN (CASE WHEN JSON_SIZE(f.src."__sequence") <= 65535 THEN f.src."__sequence" END) IS NOT NULL THEN JSON_SERIALIZE((CASE WHEN JSON_SIZE(f.src."__sequence") <= 65535 THEN f.src."__sequence" END)) END, '([0-9]+)"?[]]$', 1, 1, 'e'), ''), ''), CASE WHEN IS_VARCHAR((CASE WHEN JSON_SIZE(f.src."__lsn") <= 65535 THEN f.src."__lsn" END)) THEN (CASE WHEN JSON_SIZE(f.src."__lsn") <= 65535 THEN f.src."__lsn" END)::varchar(65535) WHEN (CASE WHEN JSON_SIZE(f.src."__lsn") <= 65535 THEN f.src."__lsn" END) IS NOT NULL THEN JSON_SERIALIZE((CASE WHEN JSON_SIZE(f.src."__lsn") <= 65535 THEN f.src."__lsn" END)) END) IS NOT NULL THEN lpad(COALESCE(NULLIF(NULLIF(REGEXP_SUBSTR(CASE WHEN IS_VARCHAR((CASE WHEN JSON_SIZE(f.src."__sequence") <= 65535 THEN f.src."__sequence" END)) THEN (CASE WHEN JSON_SIZE(f.src."__sequence") <= 65535 THEN f.src."__sequence" END)::varchar(65535) WHEN (CASE WHEN JSON_SIZE(f.src."__sequence") <= 65535 THEN f.src."__sequence" END) IS NOT NULL THEN JSON_SERIALIZE((CASE WHEN JSON_SIZE(f.src."__sequence") <= 65535 THEN f.src."__sequence" END)) END, '^[[]"?([0-9]*)', 1, 1, 'e'), ''), ''), COALESCE(NULLIF(NULLIF(REGEXP_SUBSTR(CASE WHEN IS_VARCHAR((CASE WHEN JSON_SIZE(f.src."__sequence") <= 65535 THEN f.src."__sequence" END)) THEN (CASE WHEN JSON_SIZE(f.src."__sequence") <= 65535 THEN f.src."__sequence" END)::varchar(65535) WHEN (CASE WHEN JSON_SIZE(f.src."__sequence") <= 65535 THEN f.src."__sequence" END) IS NOT NULL THEN JSON_SERIALIZE((CASE WHEN JSON_SIZE(f.src."__sequence") <= 65535 THEN f.src."__sequence" END)) END, '([0-9]+)"?[]]$', 1, 1, 'e'), ''), ''), CASE WHEN IS_VARCHAR((CASE WHEN JSON_SIZE(f.src."__lsn") <= 65535 THEN f.src."__lsn" END)) THEN (CASE WHEN JSON_SIZE(f.src."__lsn") <= 65535 THEN f.src."__lsn" END)::varchar(65535) WHEN (CASE WHEN JSON_SIZE(f.src."__lsn") <= 65535 THEN f.src."__lsn" END) IS NOT NULL THEN JSON_SERIALIZE((CASE WHEN JSON_SIZE(f.src."__lsn") <= 65535 THEN f.src."__lsn" END)) END)), 20, '0') || '.' || lpad(COALESCE(NULLIF(NULLIF(REGEXP_SUBSTR(CASE WHEN IS_VARCHAR((CASE WHEN JSON_SIZE(f.src."__sequence") <= 65535 THEN f.src."__sequence" END)) THEN (CASE WHEN JSON_SIZE(f.src."__sequence") <= 65535 THEN f.src."__sequence" END)::varchar(65535) WHEN (CASE WHEN JSON_SIZE(f.src."__sequence") <= 65535 THEN f.src."__sequence" END) IS NOT NULL THEN JSON_SERIALIZE((CASE WHEN JSON_SIZE(f.src."__sequence") <= 65535 THEN f.src."__sequence" END)) END, '([0-9]+)"?[]]$', 1, 1, 'e'), ''), ''), CASE WHEN IS_VARCHAR((CASE WHEN JSON_SIZE(f.src."__lsn") <= 65535 THEN f.src."__lsn" END)) THEN (CASE WHEN JSON_SIZE(f.src."__lsn") <= 65535 THEN f.src."__lsn" END)::varchar(65535) WHEN (CASE WHEN JSON_SIZE(f.src."__lsn") <= 65535 THEN f.src."__lsn" END) IS NOT NULL THEN JSON_SERIALIZE((CASE WHEN JSON_SIZE(f.src."__lsn") <= 65535 THEN f.src."__lsn" END)) END), 20, '0') END AS source_pos,
                    f.img."id" AS "ji__id",
                    CASE WHEN IS_OBJECT(f.key_env) THEN f.key_env."id" ELSE f.key_env END AS "jk__id",
                    f.img."name" AS "j__name",
@@ -287,7 +295,7 @@ BEGIN
               SELECT e.kafka_partition, e.kafka_offset, e.kafka_timestamp, e.refresh_time,
                      e.payload, e.raw_value, e.env, e.key_env,
                      CASE WHEN IS_OBJECT(e.env) THEN
-                CASE WHEN CASE WHEN IS_VARCHAR(e.env."__deleted") THEN e.env."__deleted"::varchar(65535) WHEN e.env."__deleted" IS NOT NULL THEN JSON_SERIALIZE(e.env."__deleted") END = 'true' THEN 'd' ELSE COALESCE(CASE WHEN IS_VARCHAR(e.env."__op") THEN e.env."__op"::varchar(65535) WHEN e.env."__op" IS NOT NULL THEN JSON_SERIALIZE(e.env."__op") END, 'u') END
+                CASE WHEN CASE WHEN IS_VARCHAR((CASE WHEN JSON_SIZE(e.env."__deleted") <= 65535 THEN e.env."__deleted" END)) THEN (CASE WHEN JSON_SIZE(e.env."__deleted") <= 65535 THEN e.env."__deleted" END)::varchar(65535) WHEN (CASE WHEN JSON_SIZE(e.env."__deleted") <= 65535 THEN e.env."__deleted" END) IS NOT NULL THEN JSON_SERIALIZE((CASE WHEN JSON_SIZE(e.env."__deleted") <= 65535 THEN e.env."__deleted" END)) END = 'true' THEN 'd' ELSE COALESCE(CASE WHEN IS_VARCHAR((CASE WHEN JSON_SIZE(e.env."__op") <= 65535 THEN e.env."__op" END)) THEN (CASE WHEN JSON_SIZE(e.env."__op") <= 65535 THEN e.env."__op" END)::varchar(65535) WHEN (CASE WHEN JSON_SIZE(e.env."__op") <= 65535 THEN e.env."__op" END) IS NOT NULL THEN JSON_SERIALIZE((CASE WHEN JSON_SIZE(e.env."__op") <= 65535 THEN e.env."__op" END)) END, 'u') END
               END AS op,
                      e.env AS img,
                      e.env AS src
@@ -317,6 +325,12 @@ BEGIN
          COUNT(CASE WHEN _unavailable IS NOT NULL THEN 1 END)
   INTO v_read, v_drift, v_positionless, v_unavailable
   FROM "cdc"."rw__stage";
+  -- Fresh statistics for a large stage, refilled every run: without them the planner
+  -- takes it for empty and joins it to itself row by row (20k events: 13 s, not 1 s).
+  -- The columns the joins and filters use are enough (a quarter of the full cost).
+  IF v_read > 1000 THEN
+    ANALYZE "cdc"."rw__stage" (_action, _rn, "id");
+  END IF;
   IF v_read > 0 THEN
     -- 3. A tombstone right after a delete event of its key adds nothing (the delete event
     --    carries the position; Debezium's rewrite-with-tombstone mode, and its replays).
@@ -338,8 +352,8 @@ BEGIN
         AND b.kafka_partition = w.kafka_partition AND b.kafka_offset = w.last_offset AND b.refresh_time = w.last_refresh_time
         AND s._kafka_offset = (SELECT MIN(x._kafka_offset) FROM "cdc"."rw__stage" x WHERE x._kafka_partition = s._kafka_partition)
         AND b.kafka_key = a.kafka_key
-        AND (CASE WHEN IS_VARCHAR(b.payload."__deleted") THEN b.payload."__deleted"::varchar(65535) WHEN b.payload."__deleted" IS NOT NULL THEN JSON_SERIALIZE(b.payload."__deleted") END = 'true'
-             OR CASE WHEN IS_VARCHAR(b.payload."payload"."__deleted") THEN b.payload."payload"."__deleted"::varchar(65535) WHEN b.payload."payload"."__deleted" IS NOT NULL THEN JSON_SERIALIZE(b.payload."payload"."__deleted") END = 'true');
+        AND (CASE WHEN IS_VARCHAR((CASE WHEN JSON_SIZE(b.payload."__deleted") <= 65535 THEN b.payload."__deleted" END)) THEN (CASE WHEN JSON_SIZE(b.payload."__deleted") <= 65535 THEN b.payload."__deleted" END)::varchar(65535) WHEN (CASE WHEN JSON_SIZE(b.payload."__deleted") <= 65535 THEN b.payload."__deleted" END) IS NOT NULL THEN JSON_SERIALIZE((CASE WHEN JSON_SIZE(b.payload."__deleted") <= 65535 THEN b.payload."__deleted" END)) END = 'true'
+             OR CASE WHEN IS_VARCHAR((CASE WHEN JSON_SIZE(b.payload."payload"."__deleted") <= 65535 THEN b.payload."payload"."__deleted" END)) THEN (CASE WHEN JSON_SIZE(b.payload."payload"."__deleted") <= 65535 THEN b.payload."payload"."__deleted" END)::varchar(65535) WHEN (CASE WHEN JSON_SIZE(b.payload."payload"."__deleted") <= 65535 THEN b.payload."payload"."__deleted" END) IS NOT NULL THEN JSON_SERIALIZE((CASE WHEN JSON_SIZE(b.payload."payload"."__deleted") <= 65535 THEN b.payload."payload"."__deleted" END)) END = 'true');
     END IF;
     -- 4. Events without a source position: each takes the newest position seen before it
     --    for its key in Kafka order (so it supersedes what precedes it and loses to what
@@ -355,11 +369,17 @@ BEGIN
       WHERE s._source_pos IS NULL AND s._action IN ('upsert', 'delete')
         AND s._kafka_partition = r._kafka_partition AND s._kafka_offset = r._kafka_offset;
       UPDATE "cdc"."rw__stage" s SET _rank_pos = t._source_pos
-      FROM "cdc"."rw" t
+      FROM (SELECT * FROM (SELECT t.*, ROW_NUMBER() OVER (PARTITION BY t."id"
+              ORDER BY t._source_pos DESC NULLS LAST, t._kafka_partition DESC, t._kafka_offset DESC) AS stored_rn__
+            FROM "cdc"."rw" t WHERE EXISTS (SELECT 1 FROM "cdc"."rw__stage" y WHERE y._source_pos IS NULL AND y._action IN ('upsert', 'delete') AND y."id" = t."id")) o
+          WHERE o.stored_rn__ = 1) t
       WHERE s._source_pos IS NULL AND s._action IN ('upsert', 'delete') AND t."id" = s."id"
         AND t._source_pos IS NOT NULL AND (s._rank_pos IS NULL OR s._rank_pos < t._source_pos);
       UPDATE "cdc"."rw__stage" s SET _rank_pos = t._source_pos
-      FROM "cdc"."rw__deleted" t
+      FROM (SELECT * FROM (SELECT t.*, ROW_NUMBER() OVER (PARTITION BY t."id"
+              ORDER BY t._source_pos DESC NULLS LAST, t._kafka_partition DESC, t._kafka_offset DESC) AS stored_rn__
+            FROM "cdc"."rw__deleted" t WHERE EXISTS (SELECT 1 FROM "cdc"."rw__stage" y WHERE y._source_pos IS NULL AND y._action IN ('upsert', 'delete') AND y."id" = t."id")) o
+          WHERE o.stored_rn__ = 1) t
       WHERE s._source_pos IS NULL AND s._action IN ('upsert', 'delete') AND t."id" = s."id"
         AND t._source_pos IS NOT NULL AND (s._rank_pos IS NULL OR s._rank_pos < t._source_pos);
       UPDATE "cdc"."rw__stage" s SET _rn = r.rn
@@ -388,7 +408,10 @@ BEGIN
         AND m."id" = s."id" AND p."id" = s."id" AND p._rn = m.rn AND p._action = 'upsert';
       UPDATE "cdc"."rw__stage" s SET "name" = CASE WHEN s._unavailable LIKE '%|name|%' THEN t."name" ELSE s."name" END,
              "bio" = CASE WHEN s._unavailable LIKE '%|bio|%' THEN t."bio" ELSE s."bio" END
-      FROM "cdc"."rw" t
+      FROM (SELECT * FROM (SELECT t.*, ROW_NUMBER() OVER (PARTITION BY t."id"
+                ORDER BY t._source_pos DESC NULLS LAST, t._kafka_partition DESC, t._kafka_offset DESC) AS stored_rn__
+              FROM "cdc"."rw" t WHERE EXISTS (SELECT 1 FROM "cdc"."rw__stage" x WHERE x._rn = 1 AND x._action = 'upsert' AND x._unavailable IS NOT NULL AND x."id" = t."id")) o
+            WHERE o.stored_rn__ = 1) t
       WHERE s._rn = 1 AND s._action = 'upsert' AND s._unavailable IS NOT NULL
         AND t."id" = s."id";
     END IF;
@@ -436,7 +459,7 @@ BEGIN
            COUNT(CASE WHEN _action IN ('stale', 'truncated') THEN 1 END),
            COUNT(CASE WHEN _rn > 1 AND _action IN ('upsert', 'delete') THEN 1 END),
            COUNT(CASE WHEN _action = 'truncate' THEN 1 END),
-           DATEDIFF(microsecond, MAX(_kafka_timestamp), GETDATE()) / 1000000.0
+           DATEDIFF(microsecond, MAX(_kafka_timestamp), CAST(TO_TIMESTAMP(TIMEOFDAY(), 'Dy Mon DD HH24:MI:SS.US YYYY') AS timestamp)) / 1000000.0
     INTO v_upserted, v_deleted, v_quarantined, v_tombstones, v_stale, v_superseded, v_truncates, v_lag
     FROM "cdc"."rw__stage";
     -- 6. Apply: remove the current row of every key with a winning event (the join is
@@ -451,11 +474,11 @@ BEGIN
     WHERE s._rn = 1 AND s._action IN ('upsert', 'delete')
       AND "cdc"."rw__deleted"."id" = s."id";
     INSERT INTO "cdc"."rw__deleted" ("id", _source_ts, _source_pos, _kafka_partition, _kafka_offset, _deleted_at)
-    SELECT s."id", s._source_ts, s._source_pos, s._kafka_partition, s._kafka_offset, GETDATE()
+    SELECT s."id", s._source_ts, s._source_pos, s._kafka_partition, s._kafka_offset, CAST(TO_TIMESTAMP(TIMEOFDAY(), 'Dy Mon DD HH24:MI:SS.US YYYY') AS timestamp)
     FROM "cdc"."rw__stage" s
     WHERE s._rn = 1 AND s._action = 'delete';
     INSERT INTO "cdc"."rw" ("id", "name", "bio", "_source_ts", "_source_pos", "_kafka_partition", "_kafka_offset", "_synced_at")
-    SELECT s."id", s."name", s."bio", s._source_ts, s._source_pos, s._kafka_partition, s._kafka_offset, GETDATE()
+    SELECT s."id", s."name", s."bio", s._source_ts, s._source_pos, s._kafka_partition, s._kafka_offset, CAST(TO_TIMESTAMP(TIMEOFDAY(), 'Dy Mon DD HH24:MI:SS.US YYYY') AS timestamp)
     FROM "cdc"."rw__stage" s
     WHERE s._rn = 1 AND s._action = 'upsert';
     -- 6. Schema drift: unknown fields in the row images, configured fields missing from them
@@ -467,7 +490,7 @@ BEGIN
              CASE WHEN k.configured = 1 THEN k.images - k.seen ELSE k.seen END
       FROM (SELECT u.field, MAX(u.configured) AS configured, SUM(u.seen) AS seen,
                    MAX(MAX(u.images)) OVER () AS images
-            FROM (SELECT SUBSTRING(x_field, 1, 256) AS field, 0 AS configured, 1 AS seen, x0.images
+            FROM (SELECT CASE WHEN OCTET_LENGTH(CAST(x_field AS varchar(65535))) <= 256 THEN CAST(x_field AS varchar(65535)) ELSE SUBSTRING(CAST(x_field AS varchar(65535)), 1, 64) END AS field, 0 AS configured, 1 AS seen, x0.images
                   FROM (
                     SELECT s._drift_img AS img, COUNT(*) OVER () AS images
                     FROM "cdc"."rw__stage" s
@@ -488,24 +511,29 @@ BEGIN
       WHERE _action = 'quarantine';
     END IF;
     -- 7. Advance the per-partition watermark in the same transaction.
-    UPDATE "cdc"."rw__watermark" w SET last_offset = b.last_offset, last_refresh_time = b.last_refresh_time, updated_at = GETDATE()
+    UPDATE "cdc"."rw__watermark" w SET last_offset = b.last_offset, last_refresh_time = b.last_refresh_time, updated_at = CAST(TO_TIMESTAMP(TIMEOFDAY(), 'Dy Mon DD HH24:MI:SS.US YYYY') AS timestamp)
     FROM (SELECT _kafka_partition, MAX(_kafka_offset) AS last_offset, MAX(_refresh_time) AS last_refresh_time
           FROM "cdc"."rw__stage" GROUP BY _kafka_partition) b
     WHERE w.kafka_partition = b._kafka_partition;
     -- Partitions seen for the first time (aggregated first: one probe per partition).
     INSERT INTO "cdc"."rw__watermark" (kafka_partition, last_offset, last_refresh_time, updated_at)
-    SELECT b._kafka_partition, b.last_offset, b.last_refresh_time, GETDATE()
+    SELECT b._kafka_partition, b.last_offset, b.last_refresh_time, CAST(TO_TIMESTAMP(TIMEOFDAY(), 'Dy Mon DD HH24:MI:SS.US YYYY') AS timestamp)
     FROM (SELECT _kafka_partition, MAX(_kafka_offset) AS last_offset, MAX(_refresh_time) AS last_refresh_time
           FROM "cdc"."rw__stage" GROUP BY _kafka_partition) b
     WHERE NOT EXISTS (SELECT 1 FROM "cdc"."rw__watermark" w WHERE w.kafka_partition = b._kafka_partition);
     -- The stage is empty between runs (DELETE, not TRUNCATE: TRUNCATE would commit).
     DELETE FROM "cdc"."rw__stage";
   END IF;
-  SELECT LISTAGG(CAST(kafka_partition AS varchar(20)) || ':' || CAST(last_offset AS varchar(20)), ',') WITHIN GROUP (ORDER BY kafka_partition) INTO v_wm_after FROM "cdc"."rw__watermark";
+  SELECT LISTAGG(CASE WHEN r.pos__ <= 65503 THEN r.item__ END, ',') WITHIN GROUP (ORDER BY r.order__)
+         || CASE WHEN COUNT(CASE WHEN r.pos__ > 65503 THEN 1 END) > 0 THEN ' (+' || CAST(COUNT(CASE WHEN r.pos__ > 65503 THEN 1 END) AS varchar(20)) || ' more)' ELSE '' END
+  INTO v_wm_after
+  FROM (SELECT r.*, CAST(r.kafka_partition AS varchar(20)) || ':' || CAST(r.last_offset AS varchar(20)) AS item__, r.kafka_partition AS order__,
+               SUM(OCTET_LENGTH(CAST(r.kafka_partition AS varchar(20)) || ':' || CAST(r.last_offset AS varchar(20))) + 1) OVER (ORDER BY r.kafka_partition ROWS UNBOUNDED PRECEDING) AS pos__
+        FROM "cdc"."rw__watermark" r) r;
   -- 8. One run-log row per call, also when nothing was new (9.).
   INSERT INTO "cdc"."sync_run_log" (table_name, backend_pid, started_at, finished_at, events_read, upserted, deleted,
     quarantined, tombstones, stale, superseded, truncates, watermark_before, watermark_after, lag_seconds, status)
-  VALUES ('rw', PG_BACKEND_PID(), v_started, GETDATE(), v_read, v_upserted, v_deleted,
+  VALUES ('rw', PG_BACKEND_PID(), v_started, CAST(TO_TIMESTAMP(TIMEOFDAY(), 'Dy Mon DD HH24:MI:SS.US YYYY') AS timestamp), v_read, v_upserted, v_deleted,
     v_quarantined, v_tombstones, v_stale, v_superseded, v_truncates, v_wm_before, v_wm_after, v_lag, 'ok');
 END;
 $$ LANGUAGE plpgsql;
@@ -533,7 +561,7 @@ DECLARE
 BEGIN
   -- 1. Single flight, as in the sync itself.
   LOCK TABLE "cdc"."rw__watermark";
-  v_started := GETDATE();
+  v_started := CAST(TO_TIMESTAMP(TIMEOFDAY(), 'Dy Mon DD HH24:MI:SS.US YYYY') AS timestamp);
   SELECT MAX(last_refresh_time) INTO v_since FROM "cdc"."rw__watermark";
   v_since := COALESCE(v_since, TIMESTAMP '1900-01-01 00:00:00');
   SELECT x.kafka_partition, x.kafka_offset, x.refresh_time
@@ -546,17 +574,17 @@ BEGIN
   WHERE x.read_no = 1;
   IF v_partition IS NOT NULL THEN
     INSERT INTO "cdc"."sync_quarantine" (table_name, kafka_partition, kafka_offset, kafka_timestamp, reason, payload, raw_value, run_started_at)
-    SELECT 'rw', s.kafka_partition, s.kafka_offset, s.kafka_timestamp, SUBSTRING('the warehouse could not apply this record: ' || COALESCE(p_reason, 'no error text'), 1, 1000), s.payload, s.raw_value, v_started
+    SELECT 'rw', s.kafka_partition, s.kafka_offset, s.kafka_timestamp, CASE WHEN OCTET_LENGTH('the warehouse could not apply this record: ' || COALESCE(p_reason, 'no error text')) <= 1000 THEN 'the warehouse could not apply this record: ' || COALESCE(p_reason, 'no error text') ELSE SUBSTRING('the warehouse could not apply this record: ' || COALESCE(p_reason, 'no error text'), 1, 250) END, s.payload, s.raw_value, v_started
     FROM "cdc"."rw__stream" s
     WHERE s.kafka_partition = v_partition AND s.kafka_offset = v_offset AND s.refresh_time = v_refresh_time;
-    UPDATE "cdc"."rw__watermark" SET last_offset = v_offset, last_refresh_time = v_refresh_time, updated_at = GETDATE()
+    UPDATE "cdc"."rw__watermark" SET last_offset = v_offset, last_refresh_time = v_refresh_time, updated_at = CAST(TO_TIMESTAMP(TIMEOFDAY(), 'Dy Mon DD HH24:MI:SS.US YYYY') AS timestamp)
     WHERE kafka_partition = v_partition;
     INSERT INTO "cdc"."rw__watermark" (kafka_partition, last_offset, last_refresh_time, updated_at)
-    SELECT v_partition, v_offset, v_refresh_time, GETDATE()
+    SELECT v_partition, v_offset, v_refresh_time, CAST(TO_TIMESTAMP(TIMEOFDAY(), 'Dy Mon DD HH24:MI:SS.US YYYY') AS timestamp)
     WHERE NOT EXISTS (SELECT 1 FROM "cdc"."rw__watermark" WHERE kafka_partition = v_partition);
     INSERT INTO "cdc"."sync_run_log" (table_name, backend_pid, started_at, finished_at, events_read, upserted, deleted,
       quarantined, tombstones, stale, superseded, truncates, watermark_before, watermark_after, lag_seconds, status)
-    VALUES ('rw', PG_BACKEND_PID(), v_started, GETDATE(), 1, 0, 0,
+    VALUES ('rw', PG_BACKEND_PID(), v_started, CAST(TO_TIMESTAMP(TIMEOFDAY(), 'Dy Mon DD HH24:MI:SS.US YYYY') AS timestamp), 1, 0, 0,
       1, 0, 0, 0, 0, CAST(v_partition AS varchar(20)) || ':' || CAST(v_offset - 1 AS varchar(20)),
       CAST(v_partition AS varchar(20)) || ':' || CAST(v_offset AS varchar(20)), NULL, 'isolated');
   END IF;

@@ -4,6 +4,8 @@
 
 SET enable_case_sensitive_identifier TO true;
 
+SET cast_super_null_on_error TO on;
+
 CREATE SCHEMA IF NOT EXISTS "cdc";
 
 CREATE EXTERNAL SCHEMA IF NOT EXISTS "msk_cdc"

@@ -14,8 +14,10 @@ CREATE UNLOGGED TABLE "cdc"."customer__backfill" (
 
 BEGIN;
 
--- Same lock order as incremental_sync: watermark, then target; a sync waits.
-LOCK TABLE "cdc"."customer__watermark", "cdc"."customer", "cdc"."customer__deleted", "cdc"."customer__backfill" IN SHARE ROW EXCLUSIVE MODE;
+-- Same lock as incremental_sync takes first, the watermark: a sync waits. The
+-- target is not locked (on Redshift every LOCK is exclusive: readers would wait
+-- for the whole load); only the backfill and the procedure write it.
+LOCK TABLE "cdc"."customer__watermark", "cdc"."customer__deleted", "cdc"."customer__backfill" IN SHARE ROW EXCLUSIVE MODE;
 
 TRUNCATE "cdc"."customer__backfill";
 

@@ -17,8 +17,10 @@ COMPOUND SORTKEY ("customer_id");
 
 BEGIN;
 
--- Same lock order as incremental_sync: watermark, then target; a sync waits.
-LOCK TABLE "cdc"."customer__watermark", "cdc"."customer", "cdc"."customer__deleted", "cdc"."customer__backfill";
+-- Same lock as incremental_sync takes first, the watermark: a sync waits. The
+-- target is not locked (on Redshift every LOCK is exclusive: readers would wait
+-- for the whole load); only the backfill and the procedure write it.
+LOCK TABLE "cdc"."customer__watermark", "cdc"."customer__deleted", "cdc"."customer__backfill";
 
 DELETE FROM "cdc"."customer__backfill";
 
@@ -52,12 +54,12 @@ WHERE "cdc"."customer__deleted"."customer_id" = s."customer_id";
 
 -- Deletes in the snapshot are remembered like the stream's.
 INSERT INTO "cdc"."customer__deleted" ("customer_id", _source_ts, _source_pos, _kafka_partition, _kafka_offset, _deleted_at)
-SELECT s."customer_id", s._source_ts, s._source_pos, s._kafka_partition, s._kafka_offset, GETDATE()
+SELECT s."customer_id", s._source_ts, s._source_pos, s._kafka_partition, s._kafka_offset, CAST(TO_TIMESTAMP(TIMEOFDAY(), 'Dy Mon DD HH24:MI:SS.US YYYY') AS timestamp)
 FROM "cdc"."customer__backfill" s
 WHERE s._delete;
 
 INSERT INTO "cdc"."customer" ("customer_id", "name", "mktsegment", _source_ts, _source_pos, _kafka_partition, _kafka_offset, _synced_at)
-SELECT s."customer_id", s."name", s."mktsegment", s._source_ts, s._source_pos, s._kafka_partition, s._kafka_offset, GETDATE()
+SELECT s."customer_id", s."name", s."mktsegment", s._source_ts, s._source_pos, s._kafka_partition, s._kafka_offset, CAST(TO_TIMESTAMP(TIMEOFDAY(), 'Dy Mon DD HH24:MI:SS.US YYYY') AS timestamp)
 FROM "cdc"."customer__backfill" s
 WHERE NOT s._delete;
 

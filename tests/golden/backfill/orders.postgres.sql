@@ -16,8 +16,10 @@ CREATE UNLOGGED TABLE "cdc"."orders__backfill" (
 
 BEGIN;
 
--- Same lock order as incremental_sync: watermark, then target; a sync waits.
-LOCK TABLE "cdc"."orders__watermark", "cdc"."orders", "cdc"."orders__backfill" IN SHARE ROW EXCLUSIVE MODE;
+-- Same lock as incremental_sync takes first, the watermark: a sync waits. The
+-- target is not locked (on Redshift every LOCK is exclusive: readers would wait
+-- for the whole load); only the backfill and the procedure write it.
+LOCK TABLE "cdc"."orders__watermark", "cdc"."orders__backfill" IN SHARE ROW EXCLUSIVE MODE;
 
 TRUNCATE "cdc"."orders__backfill";
 

@@ -19,8 +19,10 @@ COMPOUND SORTKEY ("order_id");
 
 BEGIN;
 
--- Same lock order as incremental_sync: watermark, then target; a sync waits.
-LOCK TABLE "cdc"."orders__watermark", "cdc"."orders", "cdc"."orders__backfill";
+-- Same lock as incremental_sync takes first, the watermark: a sync waits. The
+-- target is not locked (on Redshift every LOCK is exclusive: readers would wait
+-- for the whole load); only the backfill and the procedure write it.
+LOCK TABLE "cdc"."orders__watermark", "cdc"."orders__backfill";
 
 DELETE FROM "cdc"."orders__backfill";
 
@@ -42,7 +44,7 @@ WHERE NOT s._delete
   AND "cdc"."orders"."order_id" = s."order_id";
 
 INSERT INTO "cdc"."orders" ("order_id", "customer_id", "status", "total", "placed_at", _source_ts, _source_pos, _kafka_partition, _kafka_offset, _synced_at, _deleted)
-SELECT s."order_id", s."customer_id", s."status", s."total", s."placed_at", s._source_ts, s._source_pos, s._kafka_partition, s._kafka_offset, GETDATE(), false
+SELECT s."order_id", s."customer_id", s."status", s."total", s."placed_at", s._source_ts, s._source_pos, s._kafka_partition, s._kafka_offset, CAST(TO_TIMESTAMP(TIMEOFDAY(), 'Dy Mon DD HH24:MI:SS.US YYYY') AS timestamp), false
 FROM "cdc"."orders__backfill" s
 WHERE NOT s._delete;
 
@@ -53,13 +55,13 @@ UPDATE "cdc"."orders" t SET _deleted = true,
        "total" = COALESCE(s."total", t."total"),
        "placed_at" = COALESCE(s."placed_at", t."placed_at"),
        _source_ts = s._source_ts, _source_pos = s._source_pos,
-       _kafka_partition = s._kafka_partition, _kafka_offset = s._kafka_offset, _synced_at = GETDATE()
+       _kafka_partition = s._kafka_partition, _kafka_offset = s._kafka_offset, _synced_at = CAST(TO_TIMESTAMP(TIMEOFDAY(), 'Dy Mon DD HH24:MI:SS.US YYYY') AS timestamp)
 FROM "cdc"."orders__backfill" s
 WHERE s._delete
   AND t."order_id" = s."order_id";
 
 INSERT INTO "cdc"."orders" ("order_id", "customer_id", "status", "total", "placed_at", _source_ts, _source_pos, _kafka_partition, _kafka_offset, _synced_at, _deleted)
-SELECT s."order_id", s."customer_id", s."status", s."total", s."placed_at", s._source_ts, s._source_pos, s._kafka_partition, s._kafka_offset, GETDATE(), true
+SELECT s."order_id", s."customer_id", s."status", s."total", s."placed_at", s._source_ts, s._source_pos, s._kafka_partition, s._kafka_offset, CAST(TO_TIMESTAMP(TIMEOFDAY(), 'Dy Mon DD HH24:MI:SS.US YYYY') AS timestamp), true
 FROM "cdc"."orders__backfill" s
 WHERE s._delete
   AND NOT EXISTS (SELECT 1 FROM "cdc"."orders" t WHERE t."order_id" = s."order_id");
