@@ -9,12 +9,13 @@ from rich.console import Console
 from rich.table import Table
 
 from sync.config import load_pipeline
+from sync.resources import bundled
 from sync.runner import deploy, status, sync
 from sync.sql.dialects import quote_ident
 from sync.stream import ingest_file
 from sync.warehouse import Warehouse, connect
 
-EXAMPLE_DIR = Path(__file__).resolve().parent.parent / "examples" / "salesdb"
+EXAMPLE_DIR = bundled("examples") / "salesdb"
 DEMO_DATABASE = "redshift_sync_demo"
 
 BATCHES = [

@@ -13,11 +13,11 @@ from typing import Any
 
 from sync.config import Pipeline
 from sync.migrate import state_at
+from sync.resources import bundled
 from sync.revision_plan import RevisionPlan, plan_revision
 from sync.schema_state import State, drifted_objects, same_model, state_for
 from sync.warehouse import WarehouseError, resolve_dsn, sqlalchemy_url
 
-MIGRATIONS_DIR = Path(__file__).resolve().parent.parent / "migrations"
 DEFAULT_VERSIONS = Path("migrations") / "versions"
 # Any URL of the right dialect will do for `--sql` output: nothing connects.
 OFFLINE_POSTGRES_URL = "postgresql+psycopg://localhost/redshift_sync"
@@ -81,7 +81,7 @@ def alembic_config(versions: Path | None = None, dsn: str | None = None, config:
     ini = Path("alembic.ini")
     cfg = Config(str(ini) if ini.exists() else None, **kwargs)
     if not ini.exists():
-        cfg.set_main_option("script_location", str(MIGRATIONS_DIR))
+        cfg.set_main_option("script_location", str(bundled("migrations")))
         cfg.set_main_option("path_separator", "os")
         cfg.set_main_option("version_locations", str(DEFAULT_VERSIONS.resolve()))
         cfg.set_main_option("file_template", "%%(year)d%%(month).2d%%(day).2d_%%(rev)s_%%(slug)s")
