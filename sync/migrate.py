@@ -20,8 +20,8 @@ from typing import Any
 
 from sync.config import Pipeline
 from sync.schema_state import State, pipeline_of
-from sync.sql.dialects import PostgresDialect, get_dialect
-from sync.sql.names import table_names
+from sync.sql.dialects import PostgresDialect, get_dialect, quote_literal
+from sync.sql.names import SCHEMA_DRIFT, table_names
 from sync.sql.objects import SqlObject, pipeline_objects
 
 SQLALCHEMY_DIALECTS = {"redshift": "redshift", "postgresql": "postgres"}
@@ -170,8 +170,13 @@ class Revision:
             self._drop(obj)
 
     def replace_procedure(self, table: str) -> None:
+        """The procedure from this state; the table's schema-drift history goes with the old
+        one (it described the previous pipeline file), so `status` shows only current drift."""
         for obj in self._objects("after", table, ("procedure",)):
             self._run(obj.sql)
+        d = self._dialect(self.after)
+        assert self.after is not None
+        self._run(f"DELETE FROM {d.qualified(self.after.schema, SCHEMA_DRIFT)} WHERE table_name = {quote_literal(table)};")
 
     def recreate_stream(self, table: str, dialect: str) -> None:
         """Only on `dialect`. A re-created streaming MV re-reads its topic from offset 0;

@@ -43,7 +43,7 @@ class Selection:
 
     table: str
     reason: str | None = None  # a part of the reason
-    before: datetime | None = None  # quarantined before this time
+    before: datetime | None = None  # quarantined before this time (naive UTC, as the tables hold it)
 
     def where(self, waiting_only: bool = True) -> tuple[str, list]:
         clauses, params = ["table_name = %s"], [self.table]
@@ -54,7 +54,7 @@ class Selection:
             params.append(self.reason)
         if self.before is not None:
             clauses.append("run_started_at < %s")
-            params.append(self.before.replace(tzinfo=None))
+            params.append(self.before)
         return " AND ".join(clauses), params
 
 
