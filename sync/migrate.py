@@ -20,6 +20,7 @@ from typing import Any
 
 from sync.config import Pipeline
 from sync.schema_state import State, pipeline_of
+from sync.sql.column_fill import column_fill_sql
 from sync.sql.dialects import PostgresDialect, get_dialect, quote_literal
 from sync.sql.names import SCHEMA_DRIFT, table_names
 from sync.sql.objects import SqlObject, pipeline_objects
@@ -189,13 +190,17 @@ class Revision:
             self._run(obj.sql)
 
     def add_column(self, table: str, column: str) -> None:
-        """ADD COLUMN on the target and the stage, one statement each (Redshift's rule)."""
+        """ADD COLUMN on the target and the stage, one statement each (Redshift's rule),
+        then the column filled for the stored rows from the records that wrote them, which
+        the stream still holds (`sync.sql.column_fill`), in the same transaction."""
         assert self.after is not None
-        col = self.after.table(table).column_by_any_name(column)
+        config = self.after.table(table)
+        col = config.column_by_any_name(column)
         assert col is not None, f"{table}.{column} is not in this revision's state"
         d = self._dialect(self.after)
         for sql in self._alter(self.after, table, ("target", "stage"), f"ADD COLUMN {d.q(column)} {d.type_sql(col.sql_type)}"):
             self._run(sql)
+        self._run(column_fill_sql(d, self.after, config, col))
 
     def drop_column(self, table: str, column: str) -> None:
         d = self._dialect(self.before)
