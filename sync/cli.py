@@ -477,13 +477,14 @@ def prune_cmd(
     config: ConfigOpt = None,
     dsn: DsnOpt = None,
     days: Annotated[Optional[int], typer.Option("--days", min=1, help="Keep this many days (default: [operations] retention_days, 30).")] = None,
+    stream: Annotated[bool, typer.Option("--stream", help="Also delete stream records already read that wrote no stored row (the streaming MV on Redshift).")] = False,
 ) -> None:
     """Delete run-log, schema-drift and handled quarantine rows past the retention (`sync` does it too)."""
     from sync.runner import prune
 
     pipeline, _, wh = open_checked(config, dsn)
     try:
-        pruned = prune(wh, pipeline, days)
+        pruned = prune(wh, pipeline, days, stream)
     finally:
         wh.close()
     console.print(
@@ -491,6 +492,8 @@ def prune_cmd(
         f"schema drift {pruned.schema_drift}, quarantine (replayed or discarded) {pruned.quarantine}",
         highlight=False,
     )
+    for table, count in pruned.stream.items():
+        console.print(f"  stream of {table}: {count} record(s) already read and superseded", highlight=False)
 
 
 quarantine_app = typer.Typer(

@@ -7,7 +7,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 
 from sync.config import Pipeline, TableConfig
-from sync.sql.dialects import quote_ident
+from sync.sql.dialects import get_dialect, quote_ident
 from sync.sql.names import QUARANTINE, RUN_LOG, SCHEMA_DRIFT, table_names
 from sync.sql.objects import SqlObject, pipeline_objects
 from sync.warehouse import Warehouse, WarehouseError
@@ -217,17 +217,36 @@ class PruneResult:
     run_log: int
     schema_drift: int
     quarantine: int
+    stream: dict[str, int] = field(default_factory=dict)  # table -> stream records deleted (prune --stream)
 
     def as_dict(self) -> dict:
         return asdict(self)
 
 
-def prune(wh: Warehouse, pipeline: Pipeline, days: int | None = None) -> PruneResult:
+def stream_prune_sql(pipeline: Pipeline, table: TableConfig, dialect: str, cutoff: str) -> str:
+    """Records of a table's stream relation that nothing needs any more: at or below the
+    watermark of their partition (applied, or quarantined with their value kept), refreshed
+    before the cutoff, and not the record that wrote a stored row (which a revision adding
+    a column reads again). Redshift's DELETE takes a streaming materialized view; the
+    watermark, not the relation, says what was read, so a later refresh is not affected."""
+    d = get_dialect(dialect, pipeline.schema)
+    n = table_names(pipeline, table)
+    stream, wm, target = (d.qualified(n.schema, x) for x in (n.stream, n.watermark, n.target))
+    # Redshift's DELETE takes no alias: the stream is named in full in the conditions.
+    return (
+        f"DELETE FROM {stream}\n"
+        f"WHERE {stream}.refresh_time < {cutoff}\n"
+        f"  AND {stream}.kafka_offset <= (SELECT MAX(w.last_offset) FROM {wm} w WHERE w.kafka_partition = {stream}.kafka_partition)\n"
+        f"  AND NOT EXISTS (SELECT 1 FROM {target} t\n"
+        f"                  WHERE t._kafka_partition = {stream}.kafka_partition AND t._kafka_offset = {stream}.kafka_offset)"
+    )
+
+
+def prune(wh: Warehouse, pipeline: Pipeline, days: int | None = None, stream: bool = False) -> PruneResult:
     """Delete control-table rows older than the retention (`[operations] retention_days`):
     run-log rows (each table keeps its newest, which `status` shows), schema-drift rows,
-    and quarantined records already replayed or discarded. Waiting records are never pruned."""
-    from sync.sql.dialects import get_dialect
-
+    and quarantined records already replayed or discarded. Waiting records are never pruned.
+    With `stream`, also the stream records nothing needs any more (`stream_prune_sql`)."""
     days = days if days is not None else pipeline.operations.retention_days
     d = get_dialect(wh.dialect, pipeline.schema)
     cutoff = f"{d.now()} - INTERVAL '{int(days)} days'"
@@ -241,4 +260,7 @@ def prune(wh: Warehouse, pipeline: Pipeline, days: int | None = None) -> PruneRe
         quarantine = wh.execute(
             f"DELETE FROM {qual(QUARANTINE)} WHERE handled IN ('replayed', 'discarded') AND handled_at < {cutoff}"
         )
-    return PruneResult(days, max(run_log, 0), max(drift, 0), max(quarantine, 0))
+        streams = {
+            t.name: max(wh.execute(stream_prune_sql(pipeline, t, wh.dialect, cutoff)), 0) for t in pipeline.tables
+        } if stream else {}
+    return PruneResult(days, max(run_log, 0), max(drift, 0), max(quarantine, 0), streams)

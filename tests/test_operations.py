@@ -190,3 +190,39 @@ def test_quarantine_commands(deployed, tmp_path, database_dsn):
     assert wh.query("SELECT handled, COUNT(*) FROM cdc.sync_quarantine GROUP BY 1 ORDER BY 1") == [("discarded", 2), ("replayed", 1)]
     bad = cli("quarantine", "list", *common, "--before", "yesterday", cwd=tmp_path, dsn=database_dsn)
     assert bad.returncode == 1 and "--before 'yesterday' is not an ISO 8601 time" in bad.stderr
+
+
+def test_prune_stream_keeps_unread_records_and_those_that_wrote_stored_rows(deployed):
+    """The stream relation only grows (the streaming MV on Redshift): `prune --stream` deletes
+    what nothing needs: read records that wrote no stored row."""
+    from sync.stream import ingest_file
+
+    wh, pipeline = deployed
+    ingest_file(wh, pipeline, "customer", EVENTS / "customer-1.jsonl")
+    ingest_file(wh, pipeline, "customer", EVENTS / "customer-2.jsonl")
+    sync_one(wh, pipeline, "customer")
+    ingest_file(wh, pipeline, "customer", EVENTS / "customer-3.jsonl")  # not read yet
+    wh.execute("UPDATE cdc.customer__stream SET refresh_time = refresh_time - INTERVAL '40 days'")
+    writers = set(wh.query("SELECT _kafka_partition, _kafka_offset FROM cdc.customer"))
+    pending = wh.scalar("SELECT COUNT(*) FROM cdc.customer__stream WHERE kafka_offset > 15")
+    total = wh.scalar("SELECT COUNT(*) FROM cdc.customer__stream")
+
+    result = prune(wh, pipeline, stream=True)
+    assert result.stream == {"customer": total - pending - len(writers), "orders": 0}
+    kept = set(wh.query("SELECT kafka_partition, kafka_offset FROM cdc.customer__stream WHERE kafka_offset <= 15"))
+    assert kept == writers
+    assert wh.scalar("SELECT COUNT(*) FROM cdc.customer__stream WHERE kafka_offset > 15") == pending
+    wh.execute("UPDATE cdc.customer__stream SET refresh_time = LOCALTIMESTAMP WHERE kafka_offset > 15")  # as refreshed
+    assert sync_one(wh, pipeline, "customer").events_read == pending
+
+
+def test_prune_stream_sql_for_redshift_parses():
+    import sqlglot
+
+    from sync.runner import stream_prune_sql
+    from tests.conftest import make_pipeline
+
+    pipeline = make_pipeline('[[tables]]\nname = "item"\ntopic = "t"\nprimary_key = ["id"]\ncolumns = [{ name = "id", type = "integer" }]\n')
+    sql = stream_prune_sql(pipeline, pipeline.tables[0], "redshift", "GETDATE() - INTERVAL '30 days'")
+    statement = sqlglot.parse_one(sql, read="redshift")
+    assert statement.key == "delete" and '"cdc"."item__stream".kafka_offset <=' in sql
