@@ -465,7 +465,7 @@ def infer(
 def print_pruned(pruned: Any) -> None:
     if pruned.run_log or pruned.schema_drift or pruned.quarantine:
         err_console.print(
-            f"[dim]pruned past {pruned.retention_days} days: {pruned.run_log} run-log, {pruned.schema_drift} "
+            f"[dim]pruned past {pruned.retention_days} day(s): {pruned.run_log} run-log, {pruned.schema_drift} "
             f"schema-drift and {pruned.quarantine} handled quarantine row(s)[/dim]",
             highlight=False,
         )
@@ -488,7 +488,7 @@ def prune_cmd(
     finally:
         wh.close()
     console.print(
-        f"pruned rows older than {pruned.retention_days} days: run log {pruned.run_log}, "
+        f"pruned rows older than {pruned.retention_days} day(s): run log {pruned.run_log}, "
         f"schema drift {pruned.schema_drift}, quarantine (replayed or discarded) {pruned.quarantine}",
         highlight=False,
     )
