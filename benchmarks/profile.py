@@ -24,7 +24,11 @@ from sync.sql.statements import body_sql_statements, procedure_body
 from sync.warehouse import Warehouse
 
 # What the procedure's variables hold on a first run, for statements run outside it.
-FIRST_RUN_VALUES = {"v_since": "TIMESTAMP '1900-01-01 00:00:00'", "v_started": "clock_timestamp()::timestamp"}
+FIRST_RUN_VALUES = {
+    "v_since": "TIMESTAMP '1900-01-01 00:00:00'",
+    "v_started": "clock_timestamp()::timestamp",
+    "v_replayed": "0",  # no quarantine replay in the profiled call
+}
 PROFILED_NAME = "profile_sync"  # the instrumented copy of the procedure
 MARK = "redshift-sync-profile"
 _CONTROL = re.compile(r"^\s*(IF\b.*\bTHEN|ELSIF\b.*\bTHEN|ELSE|END IF;)\s*$", re.I)

@@ -248,14 +248,21 @@ def sync_cmd(
             # One CALL cannot report as it goes: a spinner (on a terminal) names the table.
             with err_console.status(f"syncing {name} ({i}/{len(names)})", spinner="dots"):
                 runs.append(call_procedure(wh, pipeline, name))
-        pruned = prune(wh, pipeline)
+        # Retention after a clean run only: a failed call may have left the connection broken.
+        pruned = None
+        if all(r.status == "ok" for r in runs):
+            try:
+                pruned = prune(wh, pipeline)
+            except Exception as exc:  # the sync itself is done: its summary still prints
+                err_console.print(f"[yellow]warning:[/yellow] pruning the control tables failed: {exc}", highlight=False)
     finally:
         wh.close()
     if as_json:
         print_json([r.as_dict() for r in runs])
     else:
         print_runs(runs)
-    print_pruned(pruned)
+    if pruned is not None:
+        print_pruned(pruned)
     if any(r.status != "ok" for r in runs):
         raise typer.Exit(1)
 
