@@ -30,6 +30,7 @@ FIRST_RUN_VALUES = {
     "v_until_time": "TIMESTAMP '9999-12-31 00:00:00'",
     "v_until_partition": "NULL::bigint",
     "v_until_offset": "NULL::bigint",
+    "v_replayed": "0",  # no quarantine replay in the profiled call
 }
 PROFILED_NAME = "profile_sync"  # the instrumented copy of the procedure
 MARK = "redshift-sync-profile"

@@ -28,7 +28,7 @@ from sync.config import parse_pipeline  # noqa: E402
 from sync.generate import render_files, write_files  # noqa: E402
 from sync.schema_state import state_for  # noqa: E402
 
-GOLDEN_TESTS = ["tests/test_migrations_sql.py", "tests/test_backfill_sql.py"]
+GOLDEN_TESTS = ["tests/test_migrations_sql.py", "tests/test_backfill_sql.py", "tests/test_column_fill.py"]
 
 
 def refresh_procedures() -> None:

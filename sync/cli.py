@@ -82,6 +82,54 @@ def open_warehouse(dsn: str | None) -> Warehouse:
     return connect(dsn)
 
 
+def revisions_config(versions: Path | None, dsn: str | None, pipeline: Pipeline, path: Path, **kwargs: Any) -> Any:
+    """The alembic configuration, with the revisions folder given once (see `versions_setting`)."""
+    from sync.revisions import alembic_config, versions_setting
+
+    return alembic_config(versions_setting(versions, pipeline, path), dsn, path, **kwargs)
+
+
+def open_checked(config: Path | None, dsn: str | None) -> tuple[Pipeline, Path, Warehouse]:
+    """The pipeline file and a connection to a database deployed at the revision that
+    records that file; otherwise stop before doing anything, saying what to run."""
+    pipeline, path = open_pipeline(config)
+    return pipeline, path, connect_checked(pipeline, path, dsn)
+
+
+def connect_checked(pipeline: Pipeline, path: Path, dsn: str | None) -> Warehouse:
+    """A connection to a database deployed at the revision that records the pipeline file
+    (see `open_checked`)."""
+    from sync.revisions import deployment_problem
+
+    wh = open_warehouse(dsn)
+    try:
+        problem = deployment_problem(wh, revisions_config(None, dsn, pipeline, path), pipeline)
+    except BaseException:
+        wh.close()
+        raise
+    if problem:
+        wh.close()
+        raise CliError(problem)
+    return wh
+
+
+def readable_seconds(seconds: float | None) -> str:
+    """A duration as a person reads it: 0.42 s, 12.5 s, 7 min 3 s, 5 h 12 min, 729 d 16 h."""
+    if seconds is None:
+        return "-"
+    if seconds < 60:
+        return f"{seconds:.2f} s" if seconds < 10 else f"{seconds:.1f} s"
+    whole = int(seconds)
+    for unit, size, sub, sub_size in (("d", 86400, "h", 3600), ("h", 3600, "min", 60), ("min", 60, "s", 1)):
+        if whole >= size:
+            return f"{whole // size} {unit} {(whole % size) // sub_size} {sub}"
+    raise AssertionError("unreachable: 60 s or more is at least one minute")
+
+
+def print_json(value: Any) -> None:
+    sys.stdout.write(json.dumps(value, indent=2, default=str) + "\n")
+
+
 @app.command()
 @handle_errors
 def generate(
@@ -108,12 +156,24 @@ def generate(
 
 @app.command()
 @handle_errors
-def deploy(config: ConfigOpt = None, dsn: DsnOpt = None, versions: VersionsOpt = None) -> None:
+def deploy(
+    config: ConfigOpt = None,
+    dsn: DsnOpt = None,
+    versions: VersionsOpt = None,
+    sql: Annotated[bool, typer.Option("--sql", help="Print the upgrade script for review instead of running it (nothing connects).")] = False,
+    dialect: Annotated[str, typer.Option(help="With --sql: redshift | postgres.")] = "redshift",
+    since: Annotated[Optional[str], typer.Option("--from", help="With --sql: the revision the database is at (default: an empty database).")] = None,
+) -> None:
     """Upgrade the warehouse to the last revision (`alembic upgrade head`; idempotent)."""
-    from sync.revisions import alembic_config, deploy as run_deploy
+    from sync.revisions import deploy as run_deploy, offline_sql
 
     pipeline, path = open_pipeline(config)
-    result = run_deploy(alembic_config(versions, dsn, path), pipeline)
+    if sql:
+        if dialect not in ("redshift", "postgres"):
+            raise CliError(f"--dialect {dialect!r}: use redshift or postgres")
+        offline_sql(revisions_config(versions, None, pipeline, path, output_buffer=sys.stdout), pipeline, dialect, since)
+        return
+    result = run_deploy(revisions_config(versions, dsn, pipeline, path), pipeline)
     for warning in result.warnings:
         err_console.print(f"[yellow]warning:[/yellow] {warning}", highlight=False)
     if not result.applied:
@@ -133,8 +193,7 @@ def ingest(
     """Append one refresh of Kafka records to a table's local stream (embedded warehouse)."""
     from sync.stream import ingest_file
 
-    pipeline, _ = open_pipeline(config)
-    wh = open_warehouse(dsn)
+    pipeline, _, wh = open_checked(config, dsn)
     try:
         result = ingest_file(wh, pipeline, table, file)
     finally:
@@ -146,12 +205,17 @@ def ingest(
     if result.unparseable_values:
         console.print(f"  [yellow]{result.unparseable_values} value(s) are not JSON: kept raw, sync will quarantine them[/yellow]")
     if result.malformed_lines:
-        console.print(f"  [yellow]{result.malformed_lines} line(s) were not record objects: ingested whole as values[/yellow]")
+        lines = ", ".join(str(n) for n in result.malformed_lines[:20]) + (", ..." if len(result.malformed_lines) > 20 else "")
+        console.print(
+            f"  [yellow]{len(result.malformed_lines)} line(s) were not record objects (line {lines}): "
+            "ingested whole as values, sync will quarantine them[/yellow]",
+            highlight=False,
+        )
 
 
 def print_runs(runs: list[Any]) -> None:
     grid = Table(title="sync", title_justify="left")
-    for col in ("table", "status", "read", "upserted", "deleted", "quarantined", "stale", "superseded", "watermark", "lag s", "time s"):
+    for col in ("table", "status", "read", "upserted", "deleted", "quarantined", "stale", "superseded", "watermark", "lag", "time"):
         grid.add_column(col, justify="right" if col not in ("table", "status", "watermark") else "left")
     for r in runs:
         grid.add_row(
@@ -159,8 +223,8 @@ def print_runs(runs: list[Any]) -> None:
             "[green]ok[/green]" if r.status == "ok" else f"[red]{r.status}[/red]",
             str(r.events_read), str(r.upserted), str(r.deleted), str(r.quarantined), str(r.stale), str(r.superseded),
             r.watermark_after or "-",
-            f"{r.lag_seconds:.1f}" if r.lag_seconds is not None else "-",
-            f"{r.duration_seconds:.2f}",
+            readable_seconds(r.lag_seconds),
+            readable_seconds(r.duration_seconds),
         )
     console.print(grid)
     for r in runs:
@@ -183,11 +247,11 @@ def sync_cmd(
     as_json: Annotated[bool, typer.Option("--json", help="Print the run summaries as JSON.")] = False,
 ) -> None:
     """CALL incremental_sync_<table>() for every table (or those named) and summarise."""
-    from sync.runner import selected_tables, sync_table
+    from sync.runner import prune, selected_tables, sync_table
 
-    pipeline, _ = open_pipeline(config)
+    pipeline, path = open_pipeline(config)
     names = selected_tables(pipeline, table)
-    wh = open_warehouse(dsn)
+    wh = connect_checked(pipeline, path, dsn)
     runs = []
     try:
         print_regression_warnings(wh, pipeline, names)
@@ -195,37 +259,53 @@ def sync_cmd(
             # One CALL cannot report as it goes: a spinner (on a terminal) names the table.
             with err_console.status(f"syncing {name} ({i}/{len(names)})", spinner="dots"):
                 runs.append(sync_table(wh, pipeline, name))
+        # Retention after a clean run only: a failed call may have left the connection broken.
+        pruned = None
+        if all(r.status == "ok" for r in runs):
+            try:
+                pruned = prune(wh, pipeline)
+            except Exception as exc:  # the sync itself is done: its summary still prints
+                err_console.print(f"[yellow]warning:[/yellow] pruning the control tables failed: {exc}", highlight=False)
     finally:
         wh.close()
     if as_json:
-        sys.stdout.write(json.dumps([r.as_dict() for r in runs], indent=2, default=str) + "\n")
+        print_json([r.as_dict() for r in runs])
     else:
         print_runs(runs)
+    if pruned is not None:
+        print_pruned(pruned)
     if any(r.status != "ok" for r in runs):
         raise typer.Exit(1)
 
 
 @app.command()
 @handle_errors
-def status(config: ConfigOpt = None, dsn: DsnOpt = None) -> None:
-    """Watermarks, pending records, last run, lag and quarantine per table."""
+def status(
+    config: ConfigOpt = None,
+    dsn: DsnOpt = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the status as JSON.")] = False,
+) -> None:
+    """Watermarks, pending records, last run, lag, waiting quarantine and current schema drift per table."""
     from sync.recovery import regression_warnings
     from sync.runner import status as run_status
 
-    pipeline, _ = open_pipeline(config)
-    wh = open_warehouse(dsn)
+    pipeline, _, wh = open_checked(config, dsn)
     try:
         rows = run_status(wh, pipeline)
-        print_status(rows)
-        for line in regression_warnings(wh, pipeline, [s.table for s in rows if s.deployed]):
-            console.print(f"  [yellow]{line}[/yellow]", highlight=False, soft_wrap=True)
+        warnings = list(regression_warnings(wh, pipeline, [s.table for s in rows if s.deployed]))
     finally:
         wh.close()
+    if as_json:
+        print_json([{**r.as_dict(), "warnings": [w for w in warnings if w.startswith(f"{r.table}:")]} for r in rows])
+        return
+    print_status(rows)
+    for line in warnings:
+        console.print(f"  [yellow]{line}[/yellow]", highlight=False, soft_wrap=True)
 
 
 def print_status(rows: list[Any]) -> None:
     grid = Table(title="status", title_justify="left")
-    for col in ("table", "rows", "pending", "watermarks", "last run", "last read", "lag s", "quarantined"):
+    for col in ("table", "rows", "pending", "watermarks", "last run", "last read", "lag", "quarantined"):
         grid.add_column(col, justify="left" if col in ("table", "watermarks", "last run") else "right")
     for s in rows:
         if not s.deployed:
@@ -236,7 +316,7 @@ def print_status(rows: list[Any]) -> None:
         grid.add_row(
             s.table, str(s.target_rows), str(s.pending), wm, (s.last_run_at or "never")[:19],
             str(s.last_run["events_read"]) if s.last_run else "-",
-            f"{lag:.1f}" if lag is not None else "-", str(s.quarantined),
+            readable_seconds(lag), str(s.quarantined),
         )
     console.print(grid)
     for s in rows:
@@ -290,9 +370,8 @@ def backfill(
     from backfill.job import parse_time
     from sync.backfill import run_backfill
 
-    pipeline, _ = open_pipeline(config)
     when = parse_time(snapshot_time)
-    wh = open_warehouse(dsn)
+    pipeline, _, wh = open_checked(config, dsn)
     try:
         result = run_backfill(
             wh, pipeline, table, snapshot, fmt, when, staging=staging,
@@ -356,10 +435,9 @@ def reconcile(
     from backfill.job import parse_time
     from sync.reconcile import run_reconcile
 
-    pipeline, _ = open_pipeline(config)
     when = parse_time(snapshot_time)
     columns = [c.strip() for c in checksum.split(",") if c.strip()] if checksum else []
-    wh = open_warehouse(dsn)
+    pipeline, _, wh = open_checked(config, dsn)
     try:
         report = run_reconcile(wh, pipeline, table, snapshot, fmt, when, buckets, columns, progress=_progress)
     finally:
@@ -380,10 +458,10 @@ def revision(
     versions: VersionsOpt = None,
 ) -> None:
     """Write the next schema revision: the pipeline file compared with the last revision's state."""
-    from sync.revisions import alembic_config, write_revision
+    from sync.revisions import write_revision
 
     pipeline, path = open_pipeline(config)
-    written = write_revision(alembic_config(versions, None, path), pipeline, origin_of(path), message)
+    written = write_revision(revisions_config(versions, None, pipeline, path), pipeline, origin_of(path), message)
     if written is None:
         console.print("nothing to do: the pipeline file matches the last revision")
         return
@@ -406,6 +484,183 @@ def infer(
     from sync.infer import infer_block
 
     sys.stdout.write(infer_block(sample, table, topic, primary_key))
+
+
+def print_pruned(pruned: Any) -> None:
+    if pruned.run_log or pruned.schema_drift or pruned.quarantine:
+        err_console.print(
+            f"[dim]pruned past {pruned.retention_days} day(s): {pruned.run_log} run-log, {pruned.schema_drift} "
+            f"schema-drift and {pruned.quarantine} handled quarantine row(s)[/dim]",
+            highlight=False,
+        )
+
+
+@app.command("prune")
+@handle_errors
+def prune_cmd(
+    config: ConfigOpt = None,
+    dsn: DsnOpt = None,
+    days: Annotated[Optional[int], typer.Option("--days", min=1, help="Keep this many days (default: [operations] retention_days, 30).")] = None,
+    stream: Annotated[bool, typer.Option("--stream", help="Also delete stream records already read that wrote no stored row (the streaming MV on Redshift).")] = False,
+) -> None:
+    """Delete run-log, schema-drift and handled quarantine rows past the retention (`sync` does it too)."""
+    from sync.runner import prune
+
+    pipeline, _, wh = open_checked(config, dsn)
+    try:
+        pruned = prune(wh, pipeline, days, stream)
+    finally:
+        wh.close()
+    console.print(
+        f"pruned rows older than {pruned.retention_days} day(s): run log {pruned.run_log}, "
+        f"schema drift {pruned.schema_drift}, quarantine (replayed or discarded) {pruned.quarantine}",
+        highlight=False,
+    )
+    for table, count in pruned.stream.items():
+        console.print(f"  stream of {table}: {count} record(s) already read and superseded", highlight=False)
+
+
+quarantine_app = typer.Typer(
+    no_args_is_help=True,
+    help="Records that could not be applied: list them, replay them once the cause is fixed, or discard them.",
+)
+app.add_typer(quarantine_app, name="quarantine")
+
+QTableOpt = Annotated[str, typer.Option("--table", "-t", help="Pipeline table.")]
+ReasonOpt = Annotated[Optional[str], typer.Option("--reason", help="Only records whose reason contains this text.")]
+BeforeOpt = Annotated[Optional[str], typer.Option("--before", help="Only records quarantined before this time (ISO 8601, UTC).")]
+
+
+def _selection(table: str, reason: str | None, before: str | None) -> Any:
+    from datetime import datetime, timezone
+
+    from sync.quarantine import Selection
+
+    when = None
+    if before:
+        try:
+            when = datetime.fromisoformat(before.replace("Z", "+00:00"))
+        except ValueError:
+            raise CliError(f"--before {before!r} is not an ISO 8601 time like 2026-11-24T08:00:00Z") from None
+        if when.tzinfo is not None:
+            when = when.astimezone(timezone.utc).replace(tzinfo=None)
+    return Selection(table, reason, when)
+
+
+@quarantine_app.command("list")
+@handle_errors
+def quarantine_list(
+    table: QTableOpt,
+    reason: ReasonOpt = None,
+    before: BeforeOpt = None,
+    include_handled: Annotated[bool, typer.Option("--all", help="Also records already replayed or discarded.")] = False,
+    limit: Annotated[int, typer.Option("--limit", min=1, help="At most this many records.")] = 50,
+    config: ConfigOpt = None,
+    dsn: DsnOpt = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the records as JSON.")] = False,
+) -> None:
+    """The quarantined records of a table, oldest first, with their reason and value."""
+    from sync.quarantine import list_records
+
+    sel = _selection(table, reason, before)
+    pipeline, _, wh = open_checked(config, dsn)
+    try:
+        total, records = list_records(wh, pipeline, sel, include_handled, limit)
+    finally:
+        wh.close()
+    if as_json:
+        print_json({"table": table, "matching": total, "records": [r.as_dict() for r in records]})
+        return
+    grid = Table(title=f"quarantine {table}: {total} record(s)" + ("" if include_handled else " waiting"), title_justify="left")
+    for col in ("partition:offset", "quarantined at", "reason", "status", "value"):
+        grid.add_column(col, overflow="fold")
+    for r in records:
+        status = r.handled or "waiting"
+        if r.handled_at:
+            status += f" {r.handled_at[:19]}"
+        value = r.value if r.value is None or len(r.value) <= 80 else r.value[:77] + "..."
+        grid.add_row(f"{r.kafka_partition}:{r.kafka_offset}", (r.quarantined_at or "-")[:19], r.reason, status, value or "-")
+    console.print(grid)
+    if total > len(records):
+        console.print(f"  ... {total - len(records)} more (--limit, --reason, --before, --json)")
+
+
+@quarantine_app.command("replay")
+@handle_errors
+def quarantine_replay(
+    table: QTableOpt,
+    reason: ReasonOpt = None,
+    before: BeforeOpt = None,
+    config: ConfigOpt = None,
+    dsn: DsnOpt = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the result as JSON.")] = False,
+) -> None:
+    """Run waiting records through the table's procedure again (after the cause is fixed)."""
+    from sync.quarantine import replay
+
+    sel = _selection(table, reason, before)
+    pipeline, _, wh = open_checked(config, dsn)
+    try:
+        result = replay(wh, pipeline, sel)
+    finally:
+        wh.close()
+    if as_json:
+        print_json(result.as_dict())
+        return
+    run = result.run
+    console.print(
+        f"replayed {result.replayed} record(s) of {table} in one sync run: read {run.events_read}, upserted {run.upserted}, "
+        f"deleted {run.deleted}, stale {run.stale}, superseded {run.superseded}, quarantined {run.quarantined}",
+        highlight=False,
+    )
+    for why, count in result.quarantined_again:
+        console.print(f"  [yellow]{count} failed again[/yellow]: {why}", highlight=False)
+
+
+@quarantine_app.command("discard")
+@handle_errors
+def quarantine_discard(
+    table: QTableOpt,
+    reason: ReasonOpt = None,
+    before: BeforeOpt = None,
+    config: ConfigOpt = None,
+    dsn: DsnOpt = None,
+) -> None:
+    """Mark waiting records discarded: they are kept, as handled, until retention prunes them."""
+    from sync.quarantine import discard
+
+    sel = _selection(table, reason, before)
+    pipeline, _, wh = open_checked(config, dsn)
+    try:
+        count = discard(wh, pipeline, sel)
+    finally:
+        wh.close()
+    console.print(f"discarded {count} record(s) of {table}", highlight=False)
+
+
+@app.command()
+@handle_errors
+def query(
+    sql: Annotated[str, typer.Argument(help="One SQL statement.")],
+    dsn: DsnOpt = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the rows as JSON objects.")] = False,
+) -> None:
+    """Run one SQL statement on the warehouse (the embedded one by default) and print the result."""
+    wh = open_warehouse(dsn)
+    try:
+        columns, rows, count = wh.run(sql)
+    finally:
+        wh.close()
+    if columns is None:
+        console.print(f"ok, {count} row(s) affected" if count >= 0 else "ok", highlight=False)
+    elif as_json:
+        print_json([dict(zip(columns, r)) for r in rows])
+    else:
+        grid = Table(*columns)
+        for r in rows:
+            grid.add_row(*("NULL" if v is None else str(v) for v in r))
+        console.print(grid)
+        console.print(f"({len(rows)} row(s))", highlight=False)
 
 
 def main() -> None:

@@ -279,8 +279,23 @@ class TableConfig(_Model):
         return self.key_columns
 
 
+class OperationsSection(_Model):
+    """How the tool runs, not what it deploys: no revision records these settings."""
+
+    # The revisions folder of this pipeline, relative to the pipeline file (instead of
+    # --versions DIR on every command; $REDSHIFT_SYNC_VERSIONS overrides it).
+    versions: str | None = None
+    # Run-log, schema-drift and handled quarantine rows older than this are pruned.
+    retention_days: Annotated[int, Field(ge=1, le=36500)] = 30
+
+
+# Sections outside the warehouse model (see schema_state: revisions do not record them).
+OPERATIONAL_SECTIONS = frozenset({"operations"})
+
+
 class Pipeline(_Model):
     pipeline: PipelineSection = PipelineSection()
+    operations: OperationsSection = OperationsSection()
     source: SourceSection
     tables: list[TableConfig]
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import time
 from pathlib import Path
 
@@ -9,12 +10,13 @@ from rich.console import Console
 from rich.table import Table
 
 from sync.config import load_pipeline
+from sync.resources import bundled
 from sync.runner import deploy, status, sync
 from sync.sql.dialects import quote_ident
 from sync.stream import ingest_file
 from sync.warehouse import Warehouse, connect
 
-EXAMPLE_DIR = Path(__file__).resolve().parent.parent / "examples" / "salesdb"
+EXAMPLE_DIR = bundled("examples") / "salesdb"
 DEMO_DATABASE = "redshift_sync_demo"
 
 BATCHES = [
@@ -100,9 +102,12 @@ def run_demo(console: Console, dsn: str | None = None, config: Path | None = Non
 
 
 def _backfill_and_reconcile(console: Console, wh: Warehouse, pipeline) -> None:
-    try:
-        from sync.demo_backfill import run as run_backfill_demo
-    except ImportError:
-        console.print("[yellow]backfill and reconcile: not available in this build[/yellow]")
+    if importlib.util.find_spec("pyspark") is None:
+        console.print(
+            "[yellow]backfill and reconcile skipped: PySpark is not installed "
+            "(pip install 'redshift-sync[spark]', and a Java 17+ runtime)[/yellow]"
+        )
         return
+    from sync.demo_backfill import run as run_backfill_demo
+
     run_backfill_demo(console, wh, pipeline, EXAMPLE_DIR)

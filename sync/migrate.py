@@ -20,8 +20,9 @@ from typing import Any
 
 from sync.config import Pipeline
 from sync.schema_state import State, pipeline_of
-from sync.sql.dialects import PostgresDialect, get_dialect
-from sync.sql.names import table_names
+from sync.sql.column_fill import column_fill_sql
+from sync.sql.dialects import PostgresDialect, get_dialect, quote_literal
+from sync.sql.names import SCHEMA_DRIFT, table_names
 from sync.sql.objects import SqlObject, pipeline_objects
 
 SQLALCHEMY_DIALECTS = {"redshift": "redshift", "postgresql": "postgres"}
@@ -170,8 +171,13 @@ class Revision:
             self._drop(obj)
 
     def replace_procedure(self, table: str) -> None:
+        """The procedure from this state; the table's schema-drift history goes with the old
+        one (it described the previous pipeline file), so `status` shows only current drift."""
         for obj in self._objects("after", table, ("procedure",)):
             self._run(obj.sql)
+        d = self._dialect(self.after)
+        assert self.after is not None
+        self._run(f"DELETE FROM {d.qualified(self.after.schema, SCHEMA_DRIFT)} WHERE table_name = {quote_literal(table)};")
 
     def recreate_stream(self, table: str, dialect: str) -> None:
         """Only on `dialect`. A re-created streaming MV re-reads its topic from offset 0;
@@ -184,13 +190,17 @@ class Revision:
             self._run(obj.sql)
 
     def add_column(self, table: str, column: str) -> None:
-        """ADD COLUMN on the target and the stage, one statement each (Redshift's rule)."""
+        """ADD COLUMN on the target and the stage, one statement each (Redshift's rule),
+        then the column filled for the stored rows from the records that wrote them, which
+        the stream still holds (`sync.sql.column_fill`), in the same transaction."""
         assert self.after is not None
-        col = self.after.table(table).column_by_any_name(column)
+        config = self.after.table(table)
+        col = config.column_by_any_name(column)
         assert col is not None, f"{table}.{column} is not in this revision's state"
         d = self._dialect(self.after)
         for sql in self._alter(self.after, table, ("target", "stage"), f"ADD COLUMN {d.q(column)} {d.type_sql(col.sql_type)}"):
             self._run(sql)
+        self._run(column_fill_sql(d, self.after, config, col))
 
     def drop_column(self, table: str, column: str) -> None:
         d = self._dialect(self.before)

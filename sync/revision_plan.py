@@ -172,7 +172,7 @@ def _table_ops(old: TableConfig, new: TableConfig, drifts: list[Drift], plan: Re
 
     down += [_call("add_column", t, c) for c in removed]
     if removed:
-        down.append(f"# the values of {', '.join(removed)} dropped by the upgrade are not restored")
+        down.append(f"# the values of {', '.join(removed)} dropped by the upgrade come back only for rows whose record the stream still holds")
     if sort_changed:
         down.append(_call("alter_sortkey", t))
     down += [_call("drop_column", t, c) for c in added]

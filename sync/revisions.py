@@ -13,15 +13,20 @@ from typing import Any
 
 from sync.config import Pipeline
 from sync.migrate import state_at
+from sync.resources import bundled
 from sync.revision_plan import RevisionPlan, plan_revision
 from sync.schema_state import State, drifted_objects, same_model, state_for
 from sync.sql.objects import auto_refresh_requirements
 from sync.warehouse import WarehouseError, dialect_of, resolve_dsn, sqlalchemy_url
 
-MIGRATIONS_DIR = Path(__file__).resolve().parent.parent / "migrations"
 DEFAULT_VERSIONS = Path("migrations") / "versions"
+VERSIONS_ENV_VAR = "REDSHIFT_SYNC_VERSIONS"
 # Any URL of the right dialect will do for `--sql` output: nothing connects.
 OFFLINE_POSTGRES_URL = "postgresql+psycopg://localhost/redshift_sync"
+OFFLINE_URLS = {
+    "postgres": OFFLINE_POSTGRES_URL,
+    "redshift": "redshift+redshift_connector://reviewer@redshift.invalid:5439/dev",
+}
 
 
 # ---- settings for env.py ------------------------------------------------------------
@@ -82,7 +87,7 @@ def alembic_config(versions: Path | None = None, dsn: str | None = None, config:
     ini = Path("alembic.ini")
     cfg = Config(str(ini) if ini.exists() else None, **kwargs)
     if not ini.exists():
-        cfg.set_main_option("script_location", str(MIGRATIONS_DIR))
+        cfg.set_main_option("script_location", str(bundled("migrations")))
         cfg.set_main_option("path_separator", "os")
         cfg.set_main_option("version_locations", str(DEFAULT_VERSIONS.resolve()))
         cfg.set_main_option("file_template", "%%(year)d%%(month).2d%%(day).2d_%%(rev)s_%%(slug)s")
@@ -91,6 +96,19 @@ def alembic_config(versions: Path | None = None, dsn: str | None = None, config:
     cfg.attributes["dsn"] = dsn
     cfg.attributes["config"] = str(config) if config else None
     return cfg
+
+
+def versions_setting(versions: Path | None, pipeline: Pipeline | None, path: Path | None) -> Path | None:
+    """The revisions folder given once: --versions, else $REDSHIFT_SYNC_VERSIONS, else
+    `[operations] versions` of the pipeline file (relative to that file); None leaves it
+    to ./alembic.ini or ./migrations/versions."""
+    if versions is not None:
+        return versions
+    if os.environ.get(VERSIONS_ENV_VAR):
+        return Path(os.environ[VERSIONS_ENV_VAR])
+    if pipeline is not None and pipeline.operations.versions and path is not None:
+        return path.parent / pipeline.operations.versions
+    return None
 
 
 def versions_dir(cfg: Any) -> Path:
@@ -211,3 +229,64 @@ def _collect(applied: list[str]) -> Callable[..., None]:
         applied.append(f"{step.up_revision_id} {doc}".strip())
 
     return on_apply
+
+
+def offline_sql(cfg: Any, pipeline: Pipeline, dialect: str, since: str | None) -> None:
+    """`alembic upgrade [since:]head --sql` for `dialect`, written to the configuration's
+    output buffer: the script a DBA reviews and runs by hand."""
+    from alembic import command
+
+    rev, state = head(cfg)
+    if rev is None or state is None:
+        raise ValueError(f"no revisions in {versions_dir(cfg)}: run `redshift-sync revision -m \"initial\"` first")
+    if not same_model(state, pipeline):
+        raise ValueError(f"the pipeline file differs from the last revision ({rev}): run `redshift-sync revision -m MESSAGE` first")
+    cfg.attributes["dsn"] = OFFLINE_URLS[dialect]
+    command.upgrade(cfg, f"{since}:head" if since else "head", sql=True)
+
+
+# ---- the deployed revision ---------------------------------------------------------
+
+
+def deployed_revision(wh: Any) -> str | None:
+    """The revision alembic recorded in this database (None: none recorded)."""
+    if not wh.relation_exists("public", "alembic_version"):
+        return None
+    return wh.scalar("SELECT version_num FROM alembic_version")
+
+
+def deployment_problem(wh: Any, cfg: Any, pipeline: Pipeline) -> str | None:
+    """What stands between the pipeline file and this database, phrased with the command
+    to run; None when the database is at the revision that records the file. A database
+    deployed without revisions (`generate` run by hand, the demo) is only checked for the
+    pipeline's tables."""
+    from alembic.util import CommandError
+
+    from sync.sql.names import RUN_LOG, table_names
+
+    rev = deployed_revision(wh)
+    if rev is None:
+        missing = [
+            t.name for t in pipeline.tables
+            if not wh.relation_exists(pipeline.schema, table_names(pipeline, t).watermark)
+        ]
+        if not wh.relation_exists(pipeline.schema, RUN_LOG) or missing:
+            what = f"tables {', '.join(missing)} are" if missing and len(missing) < len(pipeline.tables) else "the pipeline is"
+            return f"{what} not deployed in this database (schema {pipeline.schema!r} does not exist or lacks them): run `redshift-sync deploy` first"
+        return None
+    try:
+        state = state_at(_script(cfg), rev)
+    except CommandError:
+        return (
+            f"this database is at revision {rev}, which {versions_dir(cfg)} does not hold: point the tool at the "
+            f"pipeline's revisions folder ([operations] versions in the pipeline file, ${VERSIONS_ENV_VAR} or --versions)"
+        )
+    if state is None or same_model(state, pipeline):
+        return None
+    head_rev, head_state = head(cfg)
+    if head_state is not None and same_model(head_state, pipeline):
+        return f"this database is at revision {rev}; the pipeline file is revision {head_rev}: run `redshift-sync deploy` first"
+    return (
+        f"the pipeline file differs from revision {rev}, which this database is at: run `redshift-sync revision -m MESSAGE`, "
+        "review the file it writes, then `redshift-sync deploy` (or restore the pipeline file)"
+    )

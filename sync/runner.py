@@ -6,7 +6,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 
-from sync.config import Pipeline
+from sync.config import Pipeline, TableConfig
 from sync.isolation import CallFailed, Isolation, is_data_error, isolate
 from sync.sql.dialects import get_dialect, quote_ident, quote_literal
 from sync.sql.names import QUARANTINE, RUN_LOG, SCHEMA_DRIFT, table_names
@@ -220,11 +220,25 @@ class TableStatus:
     last_run: dict | None
     quarantined: int
     quarantine_reasons: list[tuple[str, int]]
-    # (kind, field, events over all runs): 'unknown' fields the events carry and the
-    # pipeline file does not list; 'missing' configured fields the events lacked.
+    # (kind, field, events): 'unknown' fields the events carry and the pipeline file does
+    # not list; 'missing' configured fields the events lacked. Only what is current: since
+    # the table's last revision (which clears its drift), and not what the file now handles.
     schema_drift: list[tuple[str, str, int]] = field(default_factory=list)
     # (reason, records) the streaming ingestion skipped without an error (Redshift).
     stream_errors: list[tuple[str, int]] = field(default_factory=list)
+
+    def as_dict(self) -> dict:
+        out = asdict(self)
+        out["quarantine_reasons"] = [{"reason": r, "records": n} for r, n in self.quarantine_reasons]
+        out["schema_drift"] = [{"kind": k, "field": f, "events": n} for k, f, n in self.schema_drift]
+        return out
+
+
+def current_drift(table: TableConfig, rows: Sequence[tuple[str, str, int]]) -> list[tuple[str, str, int]]:
+    """Drift the pipeline file has not handled yet: an unknown field it now lists, or a
+    missing field it no longer lists, is history."""
+    fields = {c.name for c in table.columns}
+    return [(k, f, n) for k, f, n in rows if (f in fields) == (k == "missing")]
 
 
 def status(wh: Warehouse, pipeline: Pipeline) -> list[TableStatus]:
@@ -253,11 +267,13 @@ def status(wh: Warehouse, pipeline: Pipeline) -> list[TableStatus]:
             keys = [c.strip() for c in RUN_LOG_COLUMNS.split(",")]
             last_run = dict(zip(keys, r[1:]))
         reasons = wh.query(
-            f"SELECT reason, COUNT(*) FROM {qs}.{quote_ident(QUARANTINE)} WHERE table_name = %s "
+            f"SELECT reason, COUNT(*) FROM {qs}.{quote_ident(QUARANTINE)} WHERE table_name = %s AND handled IS NULL "
             "GROUP BY reason ORDER BY 2 DESC, 1 LIMIT 10",
             (table.name,),
         )
-        quarantined = wh.scalar(f"SELECT COUNT(*) FROM {qs}.{quote_ident(QUARANTINE)} WHERE table_name = %s", (table.name,))
+        quarantined = wh.scalar(
+            f"SELECT COUNT(*) FROM {qs}.{quote_ident(QUARANTINE)} WHERE table_name = %s AND handled IS NULL", (table.name,)
+        )
         drift = []
         if wh.relation_exists(schema, SCHEMA_DRIFT):
             drift = wh.query(
@@ -267,11 +283,67 @@ def status(wh: Warehouse, pipeline: Pipeline) -> list[TableStatus]:
             )
         skipped_sql = get_dialect(wh.dialect, schema).stream_errors_sql(schema, n.stream)
         skipped = wh.query(skipped_sql) if skipped_sql else []
+        drift = current_drift(table, [(str(k), str(f), int(e)) for k, f, e in drift])
         out.append(
             TableStatus(
                 table.name, True, wms, int(pending), int(target_rows), last_at, last_run, int(quarantined),
-                [(str(a), int(b)) for a, b in reasons], [(str(k), str(f), int(e)) for k, f, e in drift],
+                [(str(a), int(b)) for a, b in reasons], drift,
                 [(str(r), int(c)) for r, c in skipped],
             )
         )
     return out
+
+
+@dataclass
+class PruneResult:
+    retention_days: int
+    run_log: int
+    schema_drift: int
+    quarantine: int
+    stream: dict[str, int] = field(default_factory=dict)  # table -> stream records deleted (prune --stream)
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+def stream_prune_sql(pipeline: Pipeline, table: TableConfig, dialect: str, cutoff: str) -> str:
+    """Records of a table's stream relation that nothing needs any more: at or below the
+    watermark of their partition (applied, or quarantined with their value kept), refreshed
+    before the cutoff, and not the record that wrote a stored row (which a revision adding
+    a column reads again). Redshift's DELETE takes a streaming materialized view; the
+    watermark, not the relation, says what was read, so a later refresh is not affected."""
+    d = get_dialect(dialect, pipeline.schema)
+    n = table_names(pipeline, table)
+    stream, wm, target = (d.qualified(n.schema, x) for x in (n.stream, n.watermark, n.target))
+    # Redshift's DELETE takes no alias: the stream is named in full in the conditions.
+    return (
+        f"DELETE FROM {stream}\n"
+        f"WHERE {stream}.refresh_time < {cutoff}\n"
+        f"  AND {stream}.kafka_offset <= (SELECT MAX(w.last_offset) FROM {wm} w WHERE w.kafka_partition = {stream}.kafka_partition)\n"
+        f"  AND NOT EXISTS (SELECT 1 FROM {target} t\n"
+        f"                  WHERE t._kafka_partition = {stream}.kafka_partition AND t._kafka_offset = {stream}.kafka_offset)"
+    )
+
+
+def prune(wh: Warehouse, pipeline: Pipeline, days: int | None = None, stream: bool = False) -> PruneResult:
+    """Delete control-table rows older than the retention (`[operations] retention_days`):
+    run-log rows (each table keeps its newest, which `status` shows), schema-drift rows,
+    and quarantined records already replayed or discarded. Waiting records are never pruned.
+    With `stream`, also the stream records nothing needs any more (`stream_prune_sql`)."""
+    days = days if days is not None else pipeline.operations.retention_days
+    d = get_dialect(wh.dialect, pipeline.schema)
+    cutoff = f"{d.now()} - INTERVAL '{int(days)} days'"
+    qual = lambda name: d.qualified(pipeline.schema, name)  # noqa: E731
+    with wh.transaction():
+        run_log = wh.execute(
+            f"DELETE FROM {qual(RUN_LOG)} WHERE started_at < {cutoff}\n"
+            f"  AND run_id NOT IN (SELECT MAX(run_id) FROM {qual(RUN_LOG)} GROUP BY table_name)"
+        )
+        drift = wh.execute(f"DELETE FROM {qual(SCHEMA_DRIFT)} WHERE run_started_at < {cutoff}")
+        quarantine = wh.execute(
+            f"DELETE FROM {qual(QUARANTINE)} WHERE handled IN ('replayed', 'discarded') AND handled_at < {cutoff}"
+        )
+        streams = {
+            t.name: max(wh.execute(stream_prune_sql(pipeline, t, wh.dialect, cutoff)), 0) for t in pipeline.tables
+        } if stream else {}
+    return PruneResult(days, max(run_log, 0), max(drift, 0), max(quarantine, 0), streams)

@@ -19,7 +19,7 @@ import hashlib
 from dataclasses import dataclass
 from typing import Any
 
-from sync.config import Pipeline, parse_pipeline
+from sync.config import OPERATIONAL_SECTIONS, Pipeline, parse_pipeline
 from sync.sql.objects import SqlObject, pipeline_objects
 
 State = dict[str, Any]
@@ -42,10 +42,16 @@ def fingerprints(pipeline: Pipeline, origin: str) -> dict[str, dict[str, str]]:
     }
 
 
+def warehouse_model(pipeline: Pipeline) -> dict[str, Any]:
+    """The pipeline as revisions record it: everything but the operational settings
+    (revisions folder, retention), which change how the tool runs, not the warehouse."""
+    return pipeline.model_dump(mode="json", by_alias=True, exclude=set(OPERATIONAL_SECTIONS))
+
+
 def state_for(pipeline: Pipeline, origin: str) -> State:
     return {
         "origin": origin,
-        "pipeline": pipeline.model_dump(mode="json", by_alias=True),
+        "pipeline": warehouse_model(pipeline),
         "fingerprints": fingerprints(pipeline, origin),
     }
 
@@ -56,7 +62,7 @@ def pipeline_of(state: State) -> Pipeline:
 
 def same_model(state: State, pipeline: Pipeline) -> bool:
     """True when the pipeline file describes exactly the recorded model."""
-    return state["pipeline"] == pipeline.model_dump(mode="json", by_alias=True)
+    return state["pipeline"] == warehouse_model(pipeline)
 
 
 @dataclass(frozen=True)

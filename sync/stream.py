@@ -40,6 +40,7 @@ class KafkaRecord:
     key: bytes | None
     value: bytes | None
     headers: Any = None
+    lineno: int | None = None  # the input line it came from
 
 
 @dataclass
@@ -54,7 +55,7 @@ class IngestResult:
     records: int = 0
     unparseable_values: int = 0
     tombstones: int = 0
-    malformed_lines: int = 0
+    malformed_lines: list[int | None] = field(default_factory=list)  # numbers of the lines that were not records
     partitions: dict[int, tuple[int, int]] = field(default_factory=dict)  # partition -> (first, last offset)
     refresh_time: datetime | None = None
 
@@ -109,7 +110,7 @@ def parse_line(line: bytes, lineno: int) -> tuple[KafkaRecord, bool]:
     try:
         obj = loads_exact(line.decode("utf-8"))
     except (UnicodeDecodeError, ValueError, RecursionError):
-        return KafkaRecord(0, None, None, None, line), False
+        return KafkaRecord(0, None, None, None, line, lineno=lineno), False
     if isinstance(obj, dict) and ("value" in obj or "payload" in obj) and (set(obj) <= RECORD_KEYS or set(obj) <= KCAT_KEYS):
         kcat = "payload" in obj
         partition = _int_or_none(obj, "partition", lineno) or 0
@@ -120,8 +121,8 @@ def parse_line(line: bytes, lineno: int) -> tuple[KafkaRecord, bool]:
         ):
             raise ValueError(f"line {lineno}: timestamp must be epoch milliseconds (years 1-9999), got {timestamp!r}")
         value = obj.get("payload" if kcat else "value")
-        return KafkaRecord(partition, offset, timestamp, _to_bytes(obj.get("key")), _to_bytes(value), obj.get("headers")), True
-    return KafkaRecord(0, None, None, None, line), isinstance(obj, dict)
+        return KafkaRecord(partition, offset, timestamp, _to_bytes(obj.get("key")), _to_bytes(value), obj.get("headers"), lineno), True
+    return KafkaRecord(0, None, None, None, line, lineno=lineno), isinstance(obj, dict)
 
 
 def parse_value(value: bytes | None) -> ParsedValue:
@@ -158,6 +159,11 @@ def ingest_records(wh: Warehouse, pipeline: Pipeline, table_name: str, records: 
         )
     table = pipeline.table(table_name)
     names = table_names(pipeline, table)
+    if not wh.relation_exists(names.schema, names.stream):
+        raise WarehouseError(
+            f"{names.schema}.{names.stream}, the stream of table {table.name}, does not exist in this database: "
+            "run `redshift-sync deploy` first"
+        )
     stream = f"{quote_ident(names.schema)}.{quote_ident(names.stream)}"
     result = IngestResult(table.name)
     with wh.conn.transaction():
@@ -177,7 +183,7 @@ def ingest_records(wh: Warehouse, pipeline: Pipeline, table_name: str, records: 
             ) as copy:
                 for record, well_formed in records:
                     if not well_formed:
-                        result.malformed_lines += 1
+                        result.malformed_lines.append(record.lineno)
                     offset = record.offset
                     if offset is None:
                         offset = next_offset.get(record.partition, 0)

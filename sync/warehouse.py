@@ -43,6 +43,15 @@ class Warehouse:
             cur.execute(sql, params) if params is not None else cur.execute(sql)
             return list(cur.fetchall())
 
+    def run(self, sql: str) -> tuple[list[str] | None, list[tuple], int]:
+        """Any one statement: (column names, rows) when it returns rows, (None, [], rows
+        changed) when it does not."""
+        with self._cursor() as cur:
+            cur.execute(sql)
+            if cur.description is None:
+                return None, [], cur.rowcount
+            return [c[0] for c in cur.description], list(cur.fetchall()), cur.rowcount
+
     def scalar(self, sql: str, params: Sequence[Any] | None = None) -> Any:
         rows = self.query(sql, params)
         return rows[0][0] if rows else None

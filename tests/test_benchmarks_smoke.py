@@ -83,14 +83,15 @@ def test_profile_times_every_statement_of_one_real_call(database_dsn, capsys):
     results = profile_main(["--events", "200", "--target-rows", "1000", "--dsn", database_dsn])
     # Every statement of the body, in order, except those behind an IF this batch skips
     # (ANALYZE of a small stage, the bound of a bounded run, positionless ranking, TOAST fill
-    # and its quarantine, drift and quarantine).
+    # and its quarantine, drift, quarantine and replay).
     _, texts = instrumented(procedure_sql(load_pipeline(PIPELINE)[0], TABLE), "cdc")
     stage = 'UPDATE "cdc"."customer__stage"'
     guarded = ("ANALYZE", f"{stage} s SET _rank_pos", f"{stage} s SET _rn", f"{stage} SET _source_pos",
                f'{stage} s SET "name"', f'{stage} s SET "mktsegment"',
                'INSERT INTO "cdc"."sync_schema_drift"', 'INSERT INTO "cdc"."sync_quarantine"',
                "SELECT x.refresh_time, x.kafka_partition", "v_until_time := COALESCE", f"{stage} s SET _action = 'quarantine'",
-               f"{stage} s SET _action = s._reason", "v_until_time := TIMESTAMP '1900-01-01")
+               f"{stage} s SET _action = s._reason", "v_until_time := TIMESTAMP '1900-01-01",
+               'UPDATE "cdc"."sync_quarantine"')
     expected = [" ".join(t.split())[:90] for t in texts[1:] if not t.startswith(guarded)]
     assert [r.label for r in results] == expected
     assert expected[0].startswith("LOCK TABLE") and expected[-1].startswith('INSERT INTO "cdc"."sync_run_log"')

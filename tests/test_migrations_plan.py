@@ -51,7 +51,7 @@ def test_columns_added_dropped_and_keys_moved_in_a_safe_order():
         'r.replace_procedure("orders")',
     ]
     assert plan.downgrade == [
-        'r.add_column("orders", "note")', "# the values of note dropped by the upgrade are not restored",
+        'r.add_column("orders", "note")', "# the values of note dropped by the upgrade come back only for rows whose record the stream still holds",
         'r.alter_sortkey("orders")', 'r.drop_column("orders", "channel")', 'r.replace_procedure("orders")',
     ]
 

@@ -281,6 +281,8 @@ def shared_objects(d: PostgresDialect, pipeline: Pipeline) -> list[SqlObject]:
             f"payload {d.json_type}",
             f"raw_value {d.bytes_type}",
             "run_started_at timestamp",
+            "handled varchar(16)",  # NULL: waiting; replaying (inside a replay), replayed, discarded
+            "handled_at timestamp",
         ],
     )
     schema_drift = _create_table(

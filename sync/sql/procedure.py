@@ -368,7 +368,8 @@ def batch_sql(d: PostgresDialect, pipeline: Pipeline, table: TableConfig) -> str
         "  AND (s.refresh_time < v_until_time\n"
         "       OR (s.refresh_time = v_until_time\n"
         "           AND (s.kafka_partition < v_until_partition\n"
-        "                OR (s.kafka_partition = v_until_partition AND s.kafka_offset <= v_until_offset))))"
+        "                OR (s.kafka_partition = v_until_partition AND s.kafka_offset <= v_until_offset))))\n"
+        + replay_sql(d, pipeline, table)
     )
     # Level 2: operation, row image and source block, each read once.
     return (
@@ -378,6 +379,49 @@ def batch_sql(d: PostgresDialect, pipeline: Pipeline, table: TableConfig) -> str
         f"       {env.image} AS img,\n"
         f"       {env.source} AS src\n"
         f"FROM (\n{_indent(_fenced(d, level1), 2)}\n) e"
+    )
+
+
+def replay_sql(d: PostgresDialect, pipeline: Pipeline, table: TableConfig) -> str:
+    """Quarantined records that `redshift-sync quarantine replay` marked for this run: read
+    with the stream's records, so the same classification and merge rules apply to them.
+    The quarantine keeps the value, not the Kafka key: a replayed key comes from the value."""
+    n = table_names(pipeline, table)
+    return (
+        "UNION ALL\n"
+        "-- Quarantined records being replayed (at or below the watermark: already read once).\n"
+        "SELECT r.kafka_partition, r.kafka_offset, r.kafka_timestamp, r.run_started_at,\n"
+        "       r.payload, r.raw_value,\n"
+        f"       {unwrap_schema(d, 'r.payload')} AS env,\n"
+        f"       CAST(NULL AS {d.json_type}) AS key_env\n"
+        f"FROM {d.qualified(n.schema, QUARANTINE)} r\n"
+        f"WHERE v_replayed > 0 AND r.table_name = {quote_literal(table.name)} AND r.handled = 'replaying'"
+    )
+
+
+def replay_stale_sql(d: PostgresDialect, pipeline: Pipeline, table: TableConfig, winners: str) -> str:
+    """Kafka order (no source position): a replayed winner older in Kafka order than the
+    row stored, or the delete remembered, for its key is stale. A replayed record is one
+    at or below its partition's watermark (records of the stream are above it)."""
+    n = table_names(pipeline, table)
+    q = d.q
+    stage, wm = d.qualified(n.schema, n.stage), d.qualified(n.schema, n.watermark)
+    held = [n.target] + ([n.deleted_keys] if table.delete_mode == "hard" else [])
+    match = " AND ".join(f"t.{q(c.target_name)} = s.{q(c.target_name)}" for c in table.key_columns)
+    newer = " OR ".join(
+        f"EXISTS (SELECT 1 FROM {d.qualified(n.schema, h)} t WHERE {match}\n"
+        "            AND (t._kafka_partition > s._kafka_partition\n"
+        "                 OR (t._kafka_partition = s._kafka_partition AND t._kafka_offset > s._kafka_offset)))"
+        for h in held
+    )
+    return (
+        "-- 5. (replay) Never regress: a replayed record older than what is stored for its key is stale.\n"
+        "IF v_replayed > 0 THEN\n"
+        f"  UPDATE {stage} s SET _action = 'stale'\n"
+        f"  WHERE {winners}\n"
+        f"    AND EXISTS (SELECT 1 FROM {wm} w WHERE w.kafka_partition = s._kafka_partition AND s._kafka_offset <= w.last_offset)\n"
+        f"    AND ({newer});\n"
+        "END IF;"
     )
 
 
@@ -832,6 +876,11 @@ def procedure_sql(d: PostgresDialect, pipeline: Pipeline, table: TableConfig, or
         + "\nEND IF;"
     )
     add(
+        "-- Quarantined records marked for replay in this transaction (`quarantine replay`).\n"
+        f"SELECT COUNT(*) INTO v_replayed FROM {qual(QUARANTINE)}\n"
+        f"WHERE table_name = {quote_literal(table.name)} AND handled = 'replaying';"
+    )
+    add(
         "-- 2./3. Records past the watermark (refresh_time only prunes), classified, typed\n"
         "--       and ranked per key, into the stage. Everything below reads the stage only."
     )
@@ -870,6 +919,8 @@ def procedure_sql(d: PostgresDialect, pipeline: Pipeline, table: TableConfig, or
             "  WHERE _rn = 1 AND _action IN ('upsert', 'delete') AND _source_pos IS NULL;\n"
             "END IF;"
         )
+    if not source_order:
+        step(replay_stale_sql(d, pipeline, table, winners))
     if table.on_truncate == "delete":
         step(truncate_sql(d, pipeline, table))
     step(
@@ -976,11 +1027,19 @@ def procedure_sql(d: PostgresDialect, pipeline: Pipeline, table: TableConfig, or
         "END IF;"
     )
     step(
-        "-- 7. Advance the per-partition watermark in the same transaction.\n"
+        "-- Replayed records are recorded as such; one that failed again was quarantined anew above.\n"
+        "IF v_replayed > 0 THEN\n"
+        f"  UPDATE {qual(QUARANTINE)} SET handled = 'replayed', handled_at = {now}\n"
+        f"  WHERE table_name = {quote_literal(table.name)} AND handled = 'replaying';\n"
+        "END IF;"
+    )
+    step(
+        "-- 7. Advance the per-partition watermark in the same transaction (never back: replayed\n"
+        "--    records lie below it).\n"
         f"UPDATE {wm} w SET last_offset = b.last_offset, last_refresh_time = b.last_refresh_time, updated_at = {now}\n"
         f"FROM (SELECT _kafka_partition, MAX(_kafka_offset) AS last_offset, MAX(_refresh_time) AS last_refresh_time\n"
         f"      FROM {stage} GROUP BY _kafka_partition) b\n"
-        "WHERE w.kafka_partition = b._kafka_partition;"
+        "WHERE w.kafka_partition = b._kafka_partition AND b.last_offset > w.last_offset;"
     )
     step(
         "-- Partitions seen for the first time (aggregated first: one probe per partition).\n"
@@ -1036,6 +1095,7 @@ def procedure_sql(d: PostgresDialect, pipeline: Pipeline, table: TableConfig, or
         "v_positionless bigint := 0;",
         "v_unavailable bigint := 0;",
         "v_drift bigint := 0;",
+        "v_replayed bigint := 0;",
         "v_lag double precision;",
         "v_until_time timestamp;",
         "v_until_partition bigint;",

@@ -47,7 +47,9 @@ CREATE TABLE IF NOT EXISTS "cdc"."sync_quarantine" (
   reason varchar(1024) NOT NULL,
   payload super,
   raw_value varbyte(16777216),
-  run_started_at timestamp
+  run_started_at timestamp,
+  handled varchar(16),
+  handled_at timestamp
 );
 
 CREATE TABLE IF NOT EXISTS "cdc"."sync_schema_drift" (
@@ -156,6 +158,7 @@ DECLARE
   v_positionless bigint := 0;
   v_unavailable bigint := 0;
   v_drift bigint := 0;
+  v_replayed bigint := 0;
   v_lag double precision;
   v_until_time timestamp;
   v_until_partition bigint;
@@ -196,6 +199,9 @@ BEGIN
     WHERE x.read_no = p_max_records;
     v_until_time := COALESCE(v_until_time, TIMESTAMP '9999-12-31 00:00:00');
   END IF;
+  -- Quarantined records marked for replay in this transaction (`quarantine replay`).
+  SELECT COUNT(*) INTO v_replayed FROM "cdc"."sync_quarantine"
+  WHERE table_name = 'customer' AND handled = 'replaying';
   -- 2./3. Records past the watermark (refresh_time only prunes), classified, typed
   --       and ranked per key, into the stage. Everything below reads the stage only.
   INSERT INTO "cdc"."customer__stage" (
@@ -361,6 +367,14 @@ BEGIN
                        OR (s.refresh_time = v_until_time
                            AND (s.kafka_partition < v_until_partition
                                 OR (s.kafka_partition = v_until_partition AND s.kafka_offset <= v_until_offset))))
+                UNION ALL
+                -- Quarantined records being replayed (at or below the watermark: already read once).
+                SELECT r.kafka_partition, r.kafka_offset, r.kafka_timestamp, r.run_started_at,
+                       r.payload, r.raw_value,
+                       CASE WHEN IS_OBJECT(r.payload."schema") THEN r.payload."payload" ELSE r.payload END AS env,
+                       CAST(NULL AS super) AS key_env
+                FROM "cdc"."sync_quarantine" r
+                WHERE v_replayed > 0 AND r.table_name = 'customer' AND r.handled = 'replaying'
               ) e
             ) f
           ) f
@@ -536,11 +550,17 @@ BEGIN
       FROM "cdc"."customer__stage"
       WHERE _action = 'quarantine';
     END IF;
-    -- 7. Advance the per-partition watermark in the same transaction.
+    -- Replayed records are recorded as such; one that failed again was quarantined anew above.
+    IF v_replayed > 0 THEN
+      UPDATE "cdc"."sync_quarantine" SET handled = 'replayed', handled_at = CAST(TO_TIMESTAMP(TIMEOFDAY(), 'Dy Mon DD HH24:MI:SS.US YYYY') AS timestamp)
+      WHERE table_name = 'customer' AND handled = 'replaying';
+    END IF;
+    -- 7. Advance the per-partition watermark in the same transaction (never back: replayed
+    --    records lie below it).
     UPDATE "cdc"."customer__watermark" w SET last_offset = b.last_offset, last_refresh_time = b.last_refresh_time, updated_at = CAST(TO_TIMESTAMP(TIMEOFDAY(), 'Dy Mon DD HH24:MI:SS.US YYYY') AS timestamp)
     FROM (SELECT _kafka_partition, MAX(_kafka_offset) AS last_offset, MAX(_refresh_time) AS last_refresh_time
           FROM "cdc"."customer__stage" GROUP BY _kafka_partition) b
-    WHERE w.kafka_partition = b._kafka_partition;
+    WHERE w.kafka_partition = b._kafka_partition AND b.last_offset > w.last_offset;
     -- Partitions seen for the first time (aggregated first: one probe per partition).
     INSERT INTO "cdc"."customer__watermark" (kafka_partition, last_offset, last_refresh_time, updated_at)
     SELECT b._kafka_partition, b.last_offset, b.last_refresh_time, CAST(TO_TIMESTAMP(TIMEOFDAY(), 'Dy Mon DD HH24:MI:SS.US YYYY') AS timestamp)
@@ -708,6 +728,7 @@ DECLARE
   v_positionless bigint := 0;
   v_unavailable bigint := 0;
   v_drift bigint := 0;
+  v_replayed bigint := 0;
   v_lag double precision;
   v_until_time timestamp;
   v_until_partition bigint;
@@ -748,6 +769,9 @@ BEGIN
     WHERE x.read_no = p_max_records;
     v_until_time := COALESCE(v_until_time, TIMESTAMP '9999-12-31 00:00:00');
   END IF;
+  -- Quarantined records marked for replay in this transaction (`quarantine replay`).
+  SELECT COUNT(*) INTO v_replayed FROM "cdc"."sync_quarantine"
+  WHERE table_name = 'orders' AND handled = 'replaying';
   -- 2./3. Records past the watermark (refresh_time only prunes), classified, typed
   --       and ranked per key, into the stage. Everything below reads the stage only.
   INSERT INTO "cdc"."orders__stage" (
@@ -933,6 +957,14 @@ BEGIN
                        OR (s.refresh_time = v_until_time
                            AND (s.kafka_partition < v_until_partition
                                 OR (s.kafka_partition = v_until_partition AND s.kafka_offset <= v_until_offset))))
+                UNION ALL
+                -- Quarantined records being replayed (at or below the watermark: already read once).
+                SELECT r.kafka_partition, r.kafka_offset, r.kafka_timestamp, r.run_started_at,
+                       r.payload, r.raw_value,
+                       CASE WHEN IS_OBJECT(r.payload."schema") THEN r.payload."payload" ELSE r.payload END AS env,
+                       CAST(NULL AS super) AS key_env
+                FROM "cdc"."sync_quarantine" r
+                WHERE v_replayed > 0 AND r.table_name = 'orders' AND r.handled = 'replaying'
               ) e
             ) f
           ) f
@@ -1129,11 +1161,17 @@ BEGIN
       FROM "cdc"."orders__stage"
       WHERE _action = 'quarantine';
     END IF;
-    -- 7. Advance the per-partition watermark in the same transaction.
+    -- Replayed records are recorded as such; one that failed again was quarantined anew above.
+    IF v_replayed > 0 THEN
+      UPDATE "cdc"."sync_quarantine" SET handled = 'replayed', handled_at = CAST(TO_TIMESTAMP(TIMEOFDAY(), 'Dy Mon DD HH24:MI:SS.US YYYY') AS timestamp)
+      WHERE table_name = 'orders' AND handled = 'replaying';
+    END IF;
+    -- 7. Advance the per-partition watermark in the same transaction (never back: replayed
+    --    records lie below it).
     UPDATE "cdc"."orders__watermark" w SET last_offset = b.last_offset, last_refresh_time = b.last_refresh_time, updated_at = CAST(TO_TIMESTAMP(TIMEOFDAY(), 'Dy Mon DD HH24:MI:SS.US YYYY') AS timestamp)
     FROM (SELECT _kafka_partition, MAX(_kafka_offset) AS last_offset, MAX(_refresh_time) AS last_refresh_time
           FROM "cdc"."orders__stage" GROUP BY _kafka_partition) b
-    WHERE w.kafka_partition = b._kafka_partition;
+    WHERE w.kafka_partition = b._kafka_partition AND b.last_offset > w.last_offset;
     -- Partitions seen for the first time (aggregated first: one probe per partition).
     INSERT INTO "cdc"."orders__watermark" (kafka_partition, last_offset, last_refresh_time, updated_at)
     SELECT b._kafka_partition, b.last_offset, b.last_refresh_time, CAST(TO_TIMESTAMP(TIMEOFDAY(), 'Dy Mon DD HH24:MI:SS.US YYYY') AS timestamp)

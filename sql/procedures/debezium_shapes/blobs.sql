@@ -104,6 +104,7 @@ DECLARE
   v_positionless bigint := 0;
   v_unavailable bigint := 0;
   v_drift bigint := 0;
+  v_replayed bigint := 0;
   v_lag double precision;
   v_until_time timestamp;
   v_until_partition bigint;
@@ -144,6 +145,9 @@ BEGIN
     WHERE x.read_no = p_max_records;
     v_until_time := COALESCE(v_until_time, TIMESTAMP '9999-12-31 00:00:00');
   END IF;
+  -- Quarantined records marked for replay in this transaction (`quarantine replay`).
+  SELECT COUNT(*) INTO v_replayed FROM "cdc"."sync_quarantine"
+  WHERE table_name = 'blobs' AND handled = 'replaying';
   -- 2./3. Records past the watermark (refresh_time only prunes), classified, typed
   --       and ranked per key, into the stage. Everything below reads the stage only.
   INSERT INTO "cdc"."blobs__stage" (
@@ -321,6 +325,14 @@ BEGIN
                        OR (s.refresh_time = v_until_time
                            AND (s.kafka_partition < v_until_partition
                                 OR (s.kafka_partition = v_until_partition AND s.kafka_offset <= v_until_offset))))
+                UNION ALL
+                -- Quarantined records being replayed (at or below the watermark: already read once).
+                SELECT r.kafka_partition, r.kafka_offset, r.kafka_timestamp, r.run_started_at,
+                       r.payload, r.raw_value,
+                       CASE WHEN IS_OBJECT(r.payload."schema") THEN r.payload."payload" ELSE r.payload END AS env,
+                       CAST(NULL AS super) AS key_env
+                FROM "cdc"."sync_quarantine" r
+                WHERE v_replayed > 0 AND r.table_name = 'blobs' AND r.handled = 'replaying'
               ) e
             ) f
           ) f
@@ -379,6 +391,17 @@ BEGIN
                                  || BTRIM(s._unavailable, '|'), 1, 1000)
       WHERE s._rn = 1 AND s._action = 'upsert' AND s._unavailable <> '|'
         AND NOT EXISTS (SELECT 1 FROM "cdc"."blobs" t WHERE t."id" = s."id");
+    END IF;
+    -- 5. (replay) Never regress: a replayed record older than what is stored for its key is stale.
+    IF v_replayed > 0 THEN
+      UPDATE "cdc"."blobs__stage" s SET _action = 'stale'
+      WHERE s._rn = 1 AND s._action IN ('upsert', 'delete')
+        AND EXISTS (SELECT 1 FROM "cdc"."blobs__watermark" w WHERE w.kafka_partition = s._kafka_partition AND s._kafka_offset <= w.last_offset)
+        AND (EXISTS (SELECT 1 FROM "cdc"."blobs" t WHERE t."id" = s."id"
+                AND (t._kafka_partition > s._kafka_partition
+                     OR (t._kafka_partition = s._kafka_partition AND t._kafka_offset > s._kafka_offset))) OR EXISTS (SELECT 1 FROM "cdc"."blobs__deleted" t WHERE t."id" = s."id"
+                AND (t._kafka_partition > s._kafka_partition
+                     OR (t._kafka_partition = s._kafka_partition AND t._kafka_offset > s._kafka_offset))));
     END IF;
     SELECT COUNT(CASE WHEN _rn = 1 AND _action = 'upsert' THEN 1 END),
            COUNT(CASE WHEN _rn = 1 AND _action = 'delete' THEN 1 END),
@@ -439,11 +462,17 @@ BEGIN
       FROM "cdc"."blobs__stage"
       WHERE _action = 'quarantine';
     END IF;
-    -- 7. Advance the per-partition watermark in the same transaction.
+    -- Replayed records are recorded as such; one that failed again was quarantined anew above.
+    IF v_replayed > 0 THEN
+      UPDATE "cdc"."sync_quarantine" SET handled = 'replayed', handled_at = CAST(TO_TIMESTAMP(TIMEOFDAY(), 'Dy Mon DD HH24:MI:SS.US YYYY') AS timestamp)
+      WHERE table_name = 'blobs' AND handled = 'replaying';
+    END IF;
+    -- 7. Advance the per-partition watermark in the same transaction (never back: replayed
+    --    records lie below it).
     UPDATE "cdc"."blobs__watermark" w SET last_offset = b.last_offset, last_refresh_time = b.last_refresh_time, updated_at = CAST(TO_TIMESTAMP(TIMEOFDAY(), 'Dy Mon DD HH24:MI:SS.US YYYY') AS timestamp)
     FROM (SELECT _kafka_partition, MAX(_kafka_offset) AS last_offset, MAX(_refresh_time) AS last_refresh_time
           FROM "cdc"."blobs__stage" GROUP BY _kafka_partition) b
-    WHERE w.kafka_partition = b._kafka_partition;
+    WHERE w.kafka_partition = b._kafka_partition AND b.last_offset > w.last_offset;
     -- Partitions seen for the first time (aggregated first: one probe per partition).
     INSERT INTO "cdc"."blobs__watermark" (kafka_partition, last_offset, last_refresh_time, updated_at)
     SELECT b._kafka_partition, b.last_offset, b.last_refresh_time, CAST(TO_TIMESTAMP(TIMEOFDAY(), 'Dy Mon DD HH24:MI:SS.US YYYY') AS timestamp)

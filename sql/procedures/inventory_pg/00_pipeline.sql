@@ -44,7 +44,9 @@ CREATE TABLE IF NOT EXISTS "inventory"."sync_quarantine" (
   reason varchar(1024) NOT NULL,
   payload super,
   raw_value varbyte(16777216),
-  run_started_at timestamp
+  run_started_at timestamp,
+  handled varchar(16),
+  handled_at timestamp
 );
 
 CREATE TABLE IF NOT EXISTS "inventory"."sync_schema_drift" (

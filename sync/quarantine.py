@@ -1,0 +1,141 @@
+"""The quarantine as a queue: list what waits, replay it once the cause is fixed, or
+discard it, and keep a record of either.
+
+A replay marks the chosen records `replaying` and calls the table's procedure in the same
+transaction; the procedure reads them with the stream's new records (see
+`sync.sql.procedure.replay_sql`), so they go through the same classification, ordering and
+staleness rules as any record: one older than the row stored for its key is stale, one
+that still fails is quarantined again with its new reason. The records replayed are
+marked `replayed`, discarded ones `discarded`, each with the time (`handled_at`).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass
+from datetime import datetime
+
+from sync.config import Pipeline
+from sync.runner import RunSummary, call_procedure
+from sync.sql.dialects import get_dialect, quote_ident
+from sync.sql.names import QUARANTINE, RUN_LOG, table_names
+from sync.warehouse import Warehouse, WarehouseError
+
+
+@dataclass
+class QuarantinedRecord:
+    kafka_partition: int
+    kafka_offset: int
+    kafka_timestamp: str | None
+    quarantined_at: str | None
+    reason: str
+    handled: str | None
+    handled_at: str | None
+    value: str | None  # the payload as JSON text, or the raw value as text
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class Selection:
+    """Which waiting records of a table a command acts on."""
+
+    table: str
+    reason: str | None = None  # a part of the reason
+    before: datetime | None = None  # quarantined before this time (naive UTC, as the tables hold it)
+
+    def where(self, waiting_only: bool = True) -> tuple[str, list]:
+        clauses, params = ["table_name = %s"], [self.table]
+        if waiting_only:
+            clauses.append("handled IS NULL")
+        if self.reason:
+            clauses.append("POSITION(%s IN reason) > 0")
+            params.append(self.reason)
+        if self.before is not None:
+            clauses.append("run_started_at < %s")
+            params.append(self.before)
+        return " AND ".join(clauses), params
+
+
+def _quarantine(pipeline: Pipeline) -> str:
+    return f"{quote_ident(pipeline.schema)}.{quote_ident(QUARANTINE)}"
+
+
+def _value_text(payload: object, raw: object) -> str | None:
+    if payload is not None:
+        return payload if isinstance(payload, str) else json.dumps(payload)
+    if raw is not None:
+        return bytes(raw).decode("utf-8", "replace")
+    return None
+
+
+def list_records(wh: Warehouse, pipeline: Pipeline, sel: Selection, include_handled: bool = False, limit: int = 100) -> tuple[int, list[QuarantinedRecord]]:
+    """(how many match, the first `limit` of them in Kafka order)."""
+    pipeline.table(sel.table)
+    where, params = sel.where(waiting_only=not include_handled)
+    total = wh.scalar(f"SELECT COUNT(*) FROM {_quarantine(pipeline)} WHERE {where}", params)
+    rows = wh.query(
+        "SELECT kafka_partition, kafka_offset, kafka_timestamp, run_started_at, reason, handled, handled_at, payload, raw_value "
+        f"FROM {_quarantine(pipeline)} WHERE {where} ORDER BY run_started_at, kafka_partition, kafka_offset LIMIT {int(limit)}",
+        params,
+    )
+    records = [
+        QuarantinedRecord(
+            int(p), int(o), str(ts) if ts is not None else None, str(at) if at is not None else None, reason,
+            handled, str(hat) if hat is not None else None, _value_text(payload, raw),
+        )
+        for p, o, ts, at, reason, handled, hat, payload, raw in rows
+    ]
+    return int(total), records
+
+
+@dataclass
+class ReplayResult:
+    table: str
+    replayed: int
+    run: RunSummary  # the procedure call that applied them (new stream records included)
+    quarantined_again: list[tuple[str, int]]  # (new reason, records)
+
+    def as_dict(self) -> dict:
+        return {
+            "table": self.table, "replayed": self.replayed, "run": self.run.as_dict(),
+            "quarantined_again": [{"reason": r, "records": n} for r, n in self.quarantined_again],
+        }
+
+
+def replay(wh: Warehouse, pipeline: Pipeline, sel: Selection) -> ReplayResult:
+    """Mark the selected waiting records and run the table's procedure, in one transaction:
+    either they are all replayed (applied, stale, superseded or quarantined again) or,
+    when the call fails, nothing changes."""
+    table = pipeline.table(sel.table)
+    names = table_names(pipeline, table)
+    d = get_dialect(wh.dialect, pipeline.schema)
+    quarantine = _quarantine(pipeline)
+    where, params = sel.where()
+    with wh.transaction():
+        # The procedure's own lock first: no sync runs between the marking and the call.
+        wh.execute(f"LOCK TABLE {d.qualified(names.schema, names.watermark)}{d.lock_mode}")
+        marked = wh.execute(f"UPDATE {quarantine} SET handled = 'replaying' WHERE {where}", params)
+        run = call_procedure(wh, pipeline, table.name)
+        if run.status != "ok":
+            raise WarehouseError(f"replay of {table.name} rolled back, nothing changed: {run.error}")
+        # Replayed records that failed again: quarantined anew by this very run.
+        again = wh.query(
+            f"SELECT q.reason, COUNT(*) FROM {quarantine} q WHERE q.table_name = %s AND q.handled IS NULL\n"
+            f"  AND q.run_started_at = (SELECT MAX(started_at) FROM {d.qualified(names.schema, RUN_LOG)}\n"
+            "                          WHERE table_name = %s AND backend_pid = PG_BACKEND_PID())\n"
+            f"  AND EXISTS (SELECT 1 FROM {quarantine} o WHERE o.table_name = q.table_name AND o.handled = 'replayed'\n"
+            "              AND o.kafka_partition = q.kafka_partition AND o.kafka_offset = q.kafka_offset)\n"
+            "GROUP BY q.reason ORDER BY 2 DESC, 1",
+            (table.name, table.name),
+        )
+    return ReplayResult(table.name, max(marked, 0), run, [(str(r), int(n)) for r, n in again])
+
+
+def discard(wh: Warehouse, pipeline: Pipeline, sel: Selection) -> int:
+    """Mark the selected waiting records discarded (kept until retention prunes them)."""
+    pipeline.table(sel.table)
+    where, params = sel.where()
+    now = get_dialect(wh.dialect, pipeline.schema).now()
+    return max(wh.execute(f"UPDATE {_quarantine(pipeline)} SET handled = 'discarded', handled_at = {now} WHERE {where}", params), 0)
