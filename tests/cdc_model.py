@@ -57,7 +57,7 @@ from sync.sql.types import INTEGER_BOUNDS, SqlType, parse_type
 
 _parse_type = functools.lru_cache(maxsize=None)(parse_type)
 
-__all__ = ["NOT_JSON", "TopicModel", "Unmodelled", "classify", "expected_quarantine", "expected_rows"]
+__all__ = ["NOT_JSON", "TopicModel", "Unmodelled", "classify", "decode", "expected_quarantine", "expected_rows", "unwrap_schema"]
 
 NUMERIC_TEXT = re.compile(r"^\s*[-+]?([0-9]+(\.[0-9]*)?|\.[0-9]+)([eE][-+]?[0-9]{1,3})?\s*$")
 # Magnitudes a real/double column holds: largest, and smallest normal (beyond them a
@@ -126,7 +126,8 @@ def _parse_int(text: str) -> int:
     return int(text)
 
 
-def _unwrap(obj: Any) -> Any:
+def unwrap_schema(obj: Any) -> Any:
+    """The payload of the `{"schema", "payload"}` wrapper (schemas.enable=true), else `obj`."""
     if isinstance(obj, dict) and isinstance(obj.get("schema"), dict):
         return obj.get("payload")
     return obj
@@ -258,8 +259,8 @@ def classify(record: Mapping[str, Any], table: TableConfig) -> Decision:
     value = decode(record.get("value"))
     if value is NOT_JSON:
         return "quarantine", ("not-json", None)
-    env = _unwrap(value)
-    key_env = _unwrap(decode(record.get("key")))
+    env = unwrap_schema(value)
+    key_env = unwrap_schema(decode(record.get("key")))
     key_env = key_env if isinstance(key_env, dict) else {}
     unwrap = table.format == "debezium-unwrap"
 
