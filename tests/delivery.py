@@ -141,7 +141,8 @@ class Connector:
     replica_identity: Literal["default", "full"] = "full"  # PostgreSQL only
     compressed: bool = False  # MySQL binlog_transaction_compression=ON
     rotate: frozenset[int] = frozenset()  # MySQL: transaction indexes that start a new binlog file
-    # PostgreSQL: the connector is re-created (slot lost) before transaction `resnapshot_at`;
+    # PostgreSQL: the connector is re-created (slot lost) before transaction `resnapshot_at`
+    # (= the number of transactions: after the last);
     # the `lost` transactions before it are never streamed (their effect is in the snapshot).
     resnapshot_at: int | None = None
     lost: int = 0
@@ -256,6 +257,8 @@ def emit(history: History, connector: Connector) -> list[Event]:
         at.last_commit = None  # the first transaction streamed by a new connector
     for txn, tx in enumerate(history.transactions):
         unseen = c.resnapshot_at is not None and c.resnapshot_at - c.lost <= txn < c.resnapshot_at
+        # A snapshot reads rows: deletes made while no slot existed reach no consumer.
+        assert not unseen or all(ch.kind == "write" for ch in tx), "lost transactions with deletes"
         if txn == c.resnapshot_at:
             snapshot(txn)
         at.begin(txn)
@@ -266,6 +269,8 @@ def emit(history: History, connector: Connector) -> list[Event]:
                 events.extend(_change_events(change, before, at, txn, commit, identity))
             apply_change(state, change)
         at.commit()
+    if c.resnapshot_at == len(history.transactions):
+        snapshot(c.resnapshot_at)
     return events
 
 
