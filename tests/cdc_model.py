@@ -57,7 +57,7 @@ from sync.sql.types import INTEGER_BOUNDS, SqlType, parse_type
 
 _parse_type = functools.lru_cache(maxsize=None)(parse_type)
 
-__all__ = ["NOT_JSON", "TopicModel", "Unmodelled", "classify", "decode", "expected_quarantine", "expected_rows", "unwrap_schema"]
+__all__ = ["NOT_JSON", "TopicModel", "Unmodelled", "classify", "decode", "expected_quarantine", "expected_rows", "position", "source_block", "unwrap_schema"]
 
 NUMERIC_TEXT = re.compile(r"^\s*[-+]?([0-9]+(\.[0-9]*)?|\.[0-9]+)([eE][-+]?[0-9]{1,3})?\s*$")
 # Magnitudes a real/double column holds: largest, and smallest normal (beyond them a
@@ -221,13 +221,20 @@ def _digits(text: str | None) -> int:
     return int(text)
 
 
-def position(env: dict, table: TableConfig) -> tuple[int, ...] | None:
-    """The source position of an event (None: none), per `order_by` and `format`."""
+def source_block(env: dict, table: TableConfig) -> tuple[dict, str] | None:
+    """Where an event's source fields are, and their name prefix: the `source` block, or
+    the row itself with `__` names (format "debezium-unwrap"); None when there is none."""
     unwrap = table.format == "debezium-unwrap"
     src = env if unwrap else env.get("source")
-    if not isinstance(src, dict):
+    return (src, "__" if unwrap else "") if isinstance(src, dict) else None
+
+
+def position(env: dict, table: TableConfig) -> tuple[int, ...] | None:
+    """The source position of an event (None: none), per `order_by` and `format`."""
+    block = source_block(env, table)
+    if block is None:
         return None
-    prefix = "__" if unwrap else ""
+    src, prefix = block
     if table.order_by == "mysql-binlog":
         file, pos = _text(src.get(prefix + "file")), _text(src.get(prefix + "pos"))
         if file is None or pos is None:

@@ -56,56 +56,44 @@ incremental-snapshot reads), semantic types (`classify` raises `Unmodelled`).
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Iterable, Mapping
 from typing import Any
 
 from sync.config import TableConfig
-from tests.cdc_model import NOT_JSON, Unmodelled, classify, decode, unwrap_schema
+from tests.cdc_model import NOT_JSON, Unmodelled, classify, decode, source_block, unwrap_schema
+from tests.cdc_model import position as source_position
 
 Position = tuple[int, ...]
 
 
-def _text(value: Any) -> str | None:
-    if value is None or isinstance(value, str):
-        return value
-    if isinstance(value, int) and not isinstance(value, bool):
-        return str(value)
-    raise Unmodelled(f"position part {value!r}")
-
-
-def _number(text: str | None) -> int | None:
-    if text is None:
+def _number(value: Any) -> int | None:
+    if value is None:
         return None
-    if not text.isdigit():
-        raise Unmodelled(f"position part {text!r}")
+    text = str(value) if isinstance(value, int) and not isinstance(value, bool) else value
+    if not (isinstance(text, str) and text.isdigit()):
+        raise Unmodelled(f"position part {value!r}")
     return int(text)
 
 
-def position(env: Mapping[str, Any], table: TableConfig) -> Position | None:
-    """The source position of a decoded event (None: it has none), per `order_by`."""
-    if table.order_by == "kafka":
+def position(env: dict, table: TableConfig) -> Position | None:
+    """The source position of a decoded event (None: it has none), per `order_by`:
+    MySQL's as tests/cdc_model.py reads it; PostgreSQL's with a null commit part
+    counted as the event's own lsn."""
+    if table.order_by != "postgres-lsn":
+        return source_position(env, table) if table.order_by == "mysql-binlog" else None
+    block = source_block(env, table)
+    if block is None:
         return None
-    unwrap = table.format == "debezium-unwrap"
-    src = env if unwrap else env.get("source")
-    if not isinstance(src, dict):
-        return None
-    prefix = "__" if unwrap else ""
-    if table.order_by == "mysql-binlog":
-        file, pos = _text(src.get(prefix + "file")), _number(_text(src.get(prefix + "pos")))
-        if file is None or pos is None:
-            return None
-        digits = re.search(r"[0-9]*$", file)
-        return (int(digits.group(0) or 0), pos, _number(_text(src.get(prefix + "row"))) or 0)
+    src, prefix = block
     commit = change = None
-    seq = _text(src.get(prefix + "sequence"))
+    seq = src.get(prefix + "sequence")
     if seq is not None:
         parts = json.loads(seq)
         if not (isinstance(parts, list) and len(parts) == 2):
             raise Unmodelled(f"sequence {seq!r}")
-        commit, change = _number(_text(parts[0])), _number(_text(parts[1]))
+        commit, change = _number(parts[0]), _number(parts[1])
     if change is None:
-        change = _number(_text(src.get(prefix + "lsn")))
+        change = _number(src.get(prefix + "lsn"))
     if change is None:
         return None
     return (change if commit is None else commit, change)
