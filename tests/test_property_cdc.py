@@ -305,6 +305,7 @@ def check_delivery(wh, pipeline, table: str, mode: Mode, history: History, conne
     assert wh.query(f'SELECT * FROM cdc."{table}" ORDER BY 1, 2') == before
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("mode_name", list(MODES))
 @settings(max_examples=25)
 @given(
