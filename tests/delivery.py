@@ -159,7 +159,7 @@ class Event:
     before: Row | None
     after: Row | None
     source: dict[str, Any]
-    txn: int  # index of the source transaction (-1: the initial snapshot; snapshot reads: the next one)
+    txn: int  # index of the source transaction (snapshot reads: of the transaction they precede)
     commit: int | None = None  # PostgreSQL: last commit LSN (None: null in `sequence`)
 
 

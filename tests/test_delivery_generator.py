@@ -142,8 +142,9 @@ def test_unwrap_modes_shape_deletes():
         values = [encode(e, c)[1] for e in events]
         got = [None if v is None else v.get("__deleted", v.get("op")) for v in values]
         assert got == shapes, fmt
-    rewrite = encode(emit(HISTORY, Connector(source="postgres", format="unwrap-rewrite"))[2], Connector(format="unwrap-rewrite"))[1]
-    assert rewrite["__lsn"] and json.loads(rewrite["__sequence"])[1] == str(rewrite["__lsn"])
+    c = Connector(source="postgres", format="unwrap-rewrite")
+    rewrite = encode(emit(HISTORY, c)[2], c)[1]
+    assert rewrite["__deleted"] == "true" and json.loads(rewrite["__sequence"])[1] == str(rewrite["__lsn"])
 
 
 def test_replica_identity_default_before_images():

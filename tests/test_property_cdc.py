@@ -262,7 +262,8 @@ def _position(value) -> str:
 
 def describe(history, connector, restarts, delivery, cuts) -> str:
     """A failing example in words: the history, the connector, and each delivered record."""
-    lines = [f"connector: {connector}", f"restarts: {restarts}, batches: {batches(delivery.records, cuts)}"]
+    lines = [f"connector: {connector}", f"restarts: {restarts}", f"runs (emitted first, end): {delivery.runs}",
+             f"batches (delivered lo, hi): {batches(delivery.records, cuts)}"]
     lines += [f"initial rows: {list(history.initial)}"] if history.initial else []
     for n, tx in enumerate(history.transactions):
         lines.append(f"txn {n}: " + "; ".join(f"{c.kind} {c.key}" + (f" -> {key_of(c.row)} {c.row['NAME']!r} {c.row['AMOUNT']}" if c.row else "") for c in tx))
