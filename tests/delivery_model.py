@@ -47,7 +47,8 @@ end; after that the state equals the source's final state (tests/test_property_c
 checks it against the history). One exception is known and not generated: with
 `restart_null_commit` (a restart that forgets the last commit LSN), a second restart
 that interrupts the first one's re-sent transaction can leave a change of it stored at
-(X, X), above its own later re-delivery at (commit, X'): the older value stays.
+(X, X), above its own later re-delivery at (commit, X'): the older value stays (the
+property test draws at most one restart with that knob).
 
 Not modelled: truncates (`on_truncate = "delete"`), positionless upserts (PostgreSQL
 incremental-snapshot reads), semantic types (`classify` raises `Unmodelled`).
