@@ -37,7 +37,8 @@ State per key: (stored position or None, row | soft-deleted row | absent). Per r
   value (a key-only image, as REPLICA IDENTITY DEFAULT and tombstones give, keeps them).
 
 Exactness. Outside the transient states below, the model's state is the source's state
-at the delivered point. Transient (the per-sync check follows the rule above anyway): a
+after the furthest event delivered so far. Transient (the per-sync check follows the rule
+above anyway): with `order_by = "kafka"`, any replay re-applies older values; a
 replay of tied positions (a compressed MySQL transaction) re-applies the older change of
 the tie until the newer one is re-delivered; a replayed tombstone-only delete deletes a
 row that a later, already delivered event re-created, until that event is re-delivered;
