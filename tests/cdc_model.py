@@ -57,7 +57,7 @@ from sync.sql.types import INTEGER_BOUNDS, SqlType, parse_type
 
 _parse_type = functools.lru_cache(maxsize=None)(parse_type)
 
-__all__ = ["NOT_JSON", "TopicModel", "Unmodelled", "classify", "expected_quarantine", "expected_rows"]
+__all__ = ["NOT_JSON", "TopicModel", "Unmodelled", "classify", "decode", "expected_quarantine", "expected_rows", "position", "source_block", "unwrap_schema"]
 
 NUMERIC_TEXT = re.compile(r"^\s*[-+]?([0-9]+(\.[0-9]*)?|\.[0-9]+)([eE][-+]?[0-9]{1,3})?\s*$")
 # Magnitudes a real/double column holds: largest, and smallest normal (beyond them a
@@ -126,7 +126,8 @@ def _parse_int(text: str) -> int:
     return int(text)
 
 
-def _unwrap(obj: Any) -> Any:
+def unwrap_schema(obj: Any) -> Any:
+    """The payload of the `{"schema", "payload"}` wrapper (schemas.enable=true), else `obj`."""
     if isinstance(obj, dict) and isinstance(obj.get("schema"), dict):
         return obj.get("payload")
     return obj
@@ -220,13 +221,20 @@ def _digits(text: str | None) -> int:
     return int(text)
 
 
-def position(env: dict, table: TableConfig) -> tuple[int, ...] | None:
-    """The source position of an event (None: none), per `order_by` and `format`."""
+def source_block(env: dict, table: TableConfig) -> tuple[dict, str] | None:
+    """Where an event's source fields are, and their name prefix: the `source` block, or
+    the row itself with `__` names (format "debezium-unwrap"); None when there is none."""
     unwrap = table.format == "debezium-unwrap"
     src = env if unwrap else env.get("source")
-    if not isinstance(src, dict):
+    return (src, "__" if unwrap else "") if isinstance(src, dict) else None
+
+
+def position(env: dict, table: TableConfig) -> tuple[int, ...] | None:
+    """The source position of an event (None: none), per `order_by` and `format`."""
+    block = source_block(env, table)
+    if block is None:
         return None
-    prefix = "__" if unwrap else ""
+    src, prefix = block
     if table.order_by == "mysql-binlog":
         file, pos = _text(src.get(prefix + "file")), _text(src.get(prefix + "pos"))
         if file is None or pos is None:
@@ -258,8 +266,8 @@ def classify(record: Mapping[str, Any], table: TableConfig) -> Decision:
     value = decode(record.get("value"))
     if value is NOT_JSON:
         return "quarantine", ("not-json", None)
-    env = _unwrap(value)
-    key_env = _unwrap(decode(record.get("key")))
+    env = unwrap_schema(value)
+    key_env = unwrap_schema(decode(record.get("key")))
     key_env = key_env if isinstance(key_env, dict) else {}
     unwrap = table.format == "debezium-unwrap"
 

@@ -1,0 +1,389 @@
+"""A generator of what a Debezium connector really delivers for a source table's history.
+
+Three layers, each a pure function, each with its knobs in plain sight:
+
+    History            transactions of source changes; `final_state()` is the source's
+                       TRUE final state, computed from the history alone
+    emit(history, c)   the change events the connector emits, in order (`Connector` knobs:
+                       source, format, partitions, compression, snapshots, ...)
+    deliver(events, c, restarts)
+                       at-least-once delivery: the Kafka records, with restarts that
+                       re-send a suffix at new offsets
+
+Debezium's contract, as the generator follows it (DOC-PG = debezium/debezium
+documentation/modules/ROOT/pages/connectors/postgresql.adoc, DOC-MY = .../partials/modules/
+all-connectors/shared-mariadb-mysql.adoc, DOC-SMT = .../pages/transformations/
+event-flattening.adoc; facts and line numbers in /work/shared/reference/debezium.md):
+
+- PostgreSQL `source.sequence`: "a JSON array of two strings ... The first value is always
+  the last committed LSN, the second value is always the current LSN. Either value may be
+  null" (DOC-PG "sequence"). `lastCommitLsn` is updated at each COMMIT, so a change of
+  transaction T carries the commit LSN of the transaction streamed before T. A connector
+  with no offsets (first start, or re-created after its replication slot was lost) has no
+  last commit: its snapshot reads carry `[null, "<snapshot lsn>"]` and so does the first
+  transaction it streams. On a plain restart the offset loader restores `lsn_commit`
+  (`PostgresOffsetContext.Loader.load`, LAST_COMMIT_LSN_KEY); older versions did not pass
+  it on to the source info, so the first transaction after a restart had a null first
+  element: knob `restart_null_commit`.
+- MySQL positions: `file`, `pos` (the position of the binlog event), `row` (the row within
+  it) (DOC-MY "source" fields). Snapshot reads all carry the snapshot's file/pos with
+  row 0 (DOC-MY snapshot steps). With `binlog_transaction_compression=ON` the rows of a
+  transaction arrive inside one TRANSACTION_PAYLOAD event: every change of the transaction
+  carries the same file/pos and row 0 [reported in reference/debezium.md, "Tied
+  positions"]; knob `compressed`. Knob `rotate`: binlog file rotations (pos restarts low).
+- "After a key changes, Debezium generates ... A DELETE event. A tombstone event that
+  specifies the old key for the row. A CREATE event that provides the new primary key"
+  (DOC-MY L1529-1557; DOC-PG L1121-1143). After every delete the connector emits a
+  tombstone with the same key (`tombstones.on.delete`, default true; DOC-PG L1235-1239).
+- REPLICA IDENTITY DEFAULT (DOC-PG L738-757): an update's `before` is null, a delete's
+  `before` holds the key columns only; knob `replica_identity` ("default" | "full").
+  MySQL needs `binlog_row_image=FULL`: full before images.
+- ExtractNewRecordState (DOC-SMT): the value is the row itself plus the `add.fields`
+  (`__op`, `__source_ts_ms`, and the position: `__lsn`, `__sequence` or `__file`,
+  `__pos`, `__row`) and `__deleted`. `delete.tombstone.handling.mode`:
+  `rewrite-with-tombstone`: a delete becomes the before image with `"__deleted": "true"`,
+  and the tombstone follows; `tombstone` (the default since 2.5): the delete IS the
+  tombstone (null value: no position, no source time) and the connector's own tombstone
+  is dropped ("convert delete event to tombstone record and skip the following
+  tombstone", ExtractNewRecordStateTest).
+- Kafka: the key is the JSON object of the key columns (`schemas.enable=false`); a key
+  always hashes to the same partition, so a partition holds a key's events in order.
+- At-least-once: "if the connector stops unexpectedly ... the connector restarts from the
+  last recorded offset" and re-sends what follows (DOC-PG/DOC-MY "when things go wrong"):
+  a restart re-sends the emitted events from any earlier event, mid-transaction included
+  (MySQL offsets count the events and rows to skip), in order, at new Kafka offsets.
+
+Not generated: truncates (skipped by default, `skipped.operations=t`), incremental
+snapshots, several connectors on one topic, partition-count changes, MySQL failovers.
+"""
+
+from __future__ import annotations
+
+import json
+import zlib
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any, Literal
+
+KEY_FIELDS = ("ID", "REGION")
+Key = tuple[int, str]
+Row = dict[str, Any]
+
+# ---- the source history ------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Change:
+    """One row change in a source transaction. `kind`:
+    - "write": insert `row` (its key absent) or update to `row` (its key present);
+    - "delete": delete the row of `key`;
+    - "move": a primary-key change: the row of `key` takes the key (and values) of `row`."""
+
+    kind: Literal["write", "delete", "move"]
+    key: Key
+    row: Row | None = None
+
+
+@dataclass(frozen=True)
+class History:
+    """Rows present before capture starts (`initial`: read by the initial snapshot, if
+    any), then committed transactions, in commit order."""
+
+    transactions: tuple[tuple[Change, ...], ...]
+    initial: tuple[Row, ...] = ()
+
+
+def key_of(row: Mapping[str, Any]) -> Key:
+    return (row["ID"], row["REGION"])
+
+
+def apply_change(state: dict[Key, Row], change: Change) -> None:
+    """`change` applied to `state` (key -> row); a change that does not apply raises."""
+    if change.kind == "write":
+        assert change.row is not None and key_of(change.row) == change.key
+        state[change.key] = dict(change.row)
+    elif change.kind == "delete":
+        del state[change.key]
+    else:
+        assert change.row is not None and key_of(change.row) not in state
+        del state[change.key]
+        state[key_of(change.row)] = dict(change.row)
+
+
+def state_after(history: History, transactions: int | None = None) -> dict[Key, Row]:
+    """The source table after the first `transactions` transactions (all: the TRUE final
+    state), from the history directly."""
+    state = {key_of(r): dict(r) for r in history.initial}
+    for tx in history.transactions[:transactions]:
+        for change in tx:
+            apply_change(state, change)
+    return state
+
+
+def final_state(history: History) -> dict[Key, Row]:
+    return state_after(history)
+
+
+# ---- the connector: emission -------------------------------------------------------------
+
+Source = Literal["postgres", "mysql"]
+Format = Literal["debezium", "unwrap-rewrite", "unwrap-tombstone"]
+
+
+@dataclass(frozen=True)
+class Connector:
+    """How the connector and its converter chain shape the events (the generator's knobs)."""
+
+    source: Source = "mysql"
+    format: Format = "debezium"
+    partitions: int = 1
+    initial_snapshot: bool = False  # `initial` rows are read as op "r" before streaming
+    replica_identity: Literal["default", "full"] = "full"  # PostgreSQL only
+    compressed: bool = False  # MySQL binlog_transaction_compression=ON
+    rotate: frozenset[int] = frozenset()  # MySQL: transaction indexes that start a new binlog file
+    # PostgreSQL: the connector is re-created (slot lost) before transaction `resnapshot_at`
+    # (= the number of transactions: after the last);
+    # the `lost` transactions before it are never streamed (their effect is in the snapshot).
+    resnapshot_at: int | None = None
+    lost: int = 0
+    restart_null_commit: bool = False  # PostgreSQL: a restart forgets the last commit LSN
+
+
+@dataclass(frozen=True)
+class Event:
+    """One emitted change event, before encoding. `source` is the position block (the
+    PostgreSQL `sequence` is rendered at encoding: `commit` is its first element)."""
+
+    op: Literal["c", "u", "d", "r", "tombstone"]
+    key: Key
+    before: Row | None
+    after: Row | None
+    source: dict[str, Any]
+    txn: int  # index of the source transaction (snapshot reads: of the transaction they precede)
+    commit: int | None = None  # PostgreSQL: last commit LSN (None: null in `sequence`)
+
+
+@dataclass
+class _Positions:
+    """The connector's running position in the source log."""
+
+    connector: Connector
+    lsn: int = 34_000_000
+    last_commit: int | None = None
+    file: int = 3
+    pos: int = 154
+    ts_ms: int = 1_700_000_000_000
+    tx_id: int = 600
+
+    def snapshot(self) -> dict[str, Any]:
+        """The position every read of one snapshot carries: where the snapshot started."""
+        self.ts_ms += 1000
+        if self.connector.source == "postgres":
+            self.lsn += 64
+            self.last_commit = None  # a connector with no offsets has no last commit
+            return {"connector": "postgresql", "snapshot": "true", "ts_ms": self.ts_ms, "txId": self.tx_id, "lsn": self.lsn}
+        return {"connector": "mysql", "snapshot": "true", "ts_ms": self.ts_ms, "file": self._file(), "pos": self.pos, "row": 0}
+
+    def begin(self, txn: int) -> None:
+        self.ts_ms += 1000
+        self.tx_id += 1
+        c = self.connector
+        if c.source == "mysql":
+            if txn in c.rotate:
+                self.file += 1
+                self.pos = 4
+            self.pos += 70  # GTID/BEGIN events
+            if c.compressed:
+                self.pos += 30  # the TRANSACTION_PAYLOAD event, which holds every row
+
+    def change(self) -> dict[str, Any]:
+        if self.connector.source == "postgres":
+            self.lsn += 56
+            return {"connector": "postgresql", "snapshot": "false", "ts_ms": self.ts_ms, "txId": self.tx_id, "lsn": self.lsn}
+        if not self.connector.compressed:
+            self.pos += 90  # one rows event per change
+        return {"connector": "mysql", "snapshot": "false", "ts_ms": self.ts_ms, "file": self._file(), "pos": self.pos, "row": 0}
+
+    def commit(self) -> None:
+        if self.connector.source == "postgres":
+            self.lsn += 24
+            self.last_commit = self.lsn
+        else:
+            self.pos += 31  # XID event
+
+    def _file(self) -> str:
+        return f"mysql-bin.{self.file:06d}"
+
+
+def _change_events(change: Change, before: Row | None, at: _Positions, txn: int, commit: int | None, identity: str) -> list[Event]:
+    def event(op: str, key: Key, b: Row | None, a: Row | None) -> Event:
+        return Event(op, key, b, a, at.change(), txn, commit)  # type: ignore[arg-type]
+
+    def delete_image(row: Row) -> Row:
+        return row if identity == "full" else {f: (v if f in KEY_FIELDS else None) for f, v in row.items()}
+
+    if change.kind == "write":
+        assert change.row is not None
+        if before is None:
+            return [event("c", change.key, None, change.row)]
+        return [event("u", change.key, before if identity == "full" else None, change.row)]
+    assert before is not None
+    out = [event("d", change.key, delete_image(before), None)]
+    out.append(Event("tombstone", change.key, None, None, {}, txn, commit))
+    if change.kind == "move":
+        assert change.row is not None
+        out.append(event("c", key_of(change.row), None, change.row))
+    return out
+
+
+def emit(history: History, connector: Connector) -> list[Event]:
+    """Every event the connector emits for `history`, in emission order (one connector,
+    no restarts: `deliver` adds those)."""
+    c = connector
+    assert c.initial_snapshot or not history.initial, "rows present before capture need the initial snapshot"
+    identity = c.replica_identity if c.source == "postgres" else "full"
+    at = _Positions(c)
+    events: list[Event] = []
+    state = {key_of(r): dict(r) for r in history.initial}
+
+    def snapshot(txn: int) -> None:
+        source = at.snapshot()
+        for row in sorted(state.values(), key=key_of):
+            events.append(Event("r", key_of(row), None, dict(row), dict(source), txn, None))
+
+    if c.initial_snapshot:
+        snapshot(0)
+    elif c.source == "postgres":
+        at.last_commit = None  # the first transaction streamed by a new connector
+    for txn, tx in enumerate(history.transactions):
+        unseen = c.resnapshot_at is not None and c.resnapshot_at - c.lost <= txn < c.resnapshot_at
+        # A snapshot reads rows: deletes made while no slot existed reach no consumer.
+        assert not unseen or all(ch.kind == "write" for ch in tx), "lost transactions with deletes"
+        if txn == c.resnapshot_at:
+            snapshot(txn)
+        at.begin(txn)
+        commit = at.last_commit
+        for change in tx:
+            before = state.get(change.key)
+            if not unseen:
+                events.extend(_change_events(change, before, at, txn, commit, identity))
+            apply_change(state, change)
+        at.commit()
+    if c.resnapshot_at == len(history.transactions):
+        snapshot(c.resnapshot_at)
+    return events
+
+
+# ---- encoding: the Kafka record of an event ----------------------------------------------
+
+
+def partition_of(key: Key, partitions: int) -> int:
+    text = json.dumps(dict(zip(KEY_FIELDS, key)), sort_keys=True)
+    return zlib.crc32(text.encode()) % partitions
+
+
+def sequence(event: Event) -> str:
+    """PostgreSQL `source.sequence`: JSON text of [last commit LSN, LSN] as strings."""
+    return json.dumps([None if event.commit is None else str(event.commit), str(event.source["lsn"])], separators=(",", ":"))
+
+
+def _position_fields(event: Event) -> dict[str, Any]:
+    s = event.source
+    if s["connector"] == "postgresql":
+        return {"lsn": s["lsn"], "sequence": sequence(event)}
+    return {"file": s["file"], "pos": s["pos"], "row": s["row"]}
+
+
+def encode(event: Event, connector: Connector) -> tuple[dict[str, Any], dict[str, Any] | None]:
+    """The Kafka (key, value) of an event: value None is a tombstone."""
+    key = dict(zip(KEY_FIELDS, event.key))
+    if event.op == "tombstone":
+        return key, None
+    if connector.format == "debezium":
+        source = {"version": "2.7.0.Final", "name": "dbserver1", "db": "inventory", "table": "t", **event.source}
+        source.update(_position_fields(event))
+        if connector.source == "mysql":
+            source["sequence"] = None
+        value = {"before": event.before, "after": event.after, "source": source, "op": event.op,
+                 "ts_ms": event.source["ts_ms"] + 250, "transaction": None}
+        return key, value
+    if event.op == "d" and connector.format == "unwrap-tombstone":
+        return key, None  # the delete is converted to the tombstone (and the connector's is dropped)
+    image = event.before if event.op == "d" else event.after
+    assert image is not None
+    meta = {"__" + name: v for name, v in _position_fields(event).items()}
+    value = {**image, "__op": event.op, "__source_ts_ms": event.source["ts_ms"], **meta,
+             "__deleted": "true" if event.op == "d" else "false"}
+    return key, value
+
+
+def emitted_records(events: Sequence[Event], connector: Connector) -> list[Event]:
+    """The events that become Kafka records: in unwrap `tombstone` mode the connector's
+    own tombstone after a delete is dropped (the delete itself became the tombstone)."""
+    if connector.format != "unwrap-tombstone":
+        return list(events)
+    return [e for e in events if e.op != "tombstone"]
+
+
+# ---- delivery: at-least-once, with restarts ---------------------------------------------
+
+
+@dataclass(frozen=True)
+class Restart:
+    """The connector stops after sending emitted record `stop - 1` (of the emission list)
+    and resumes from emitted record `resume` (<= stop): everything from there is sent
+    again, at new offsets."""
+
+    stop: int
+    resume: int
+
+
+@dataclass
+class Delivery:
+    records: list[dict[str, Any]]  # Kafka records in delivery order: partition, offset, key, value
+    sent: list[int] = field(default_factory=list)  # for each record, its index in the emission list
+    runs: list[tuple[int, int]] = field(default_factory=list)  # (first, end) emission index of each run
+
+
+def restarts_valid(restarts: Sequence[Restart], emitted: int) -> bool:
+    """Each run starts where the previous restart resumes and stops no earlier."""
+    start = 0
+    for r in restarts:
+        if not start <= r.resume <= r.stop <= emitted:
+            return False
+        start = r.resume
+    return True
+
+
+def deliver(events: Sequence[Event], connector: Connector, restarts: Sequence[Restart] = ()) -> Delivery:
+    """The Kafka records of at-least-once delivery of `events` (as emitted) with `restarts`;
+    the last run goes to the end. Offsets count per partition, in delivery order."""
+    events = emitted_records(events, connector)
+    assert restarts_valid(restarts, len(events)), restarts
+    runs: list[tuple[int, int]] = []
+    start = 0
+    for r in restarts:
+        runs.append((start, r.stop))
+        start = r.resume
+    runs.append((start, len(events)))
+    offsets = [0] * connector.partitions
+    out = Delivery([], [], runs)
+    for n, (first, end) in enumerate(runs):
+        forgets = n > 0 and connector.restart_null_commit and connector.source == "postgres"
+        fresh_txn = events[first].txn if forgets and first < end else None
+        for i in range(first, end):
+            event = events[i]
+            if fresh_txn is not None and event.txn == fresh_txn and event.op != "r":
+                event = replace(event, commit=None)
+            key, value = encode(event, connector)
+            p = partition_of(event.key, connector.partitions)
+            out.records.append({"partition": p, "offset": offsets[p], "key": key, "value": value})
+            out.sent.append(i)
+            offsets[p] += 1
+    return out
+
+
+def batches(records: Sequence[Any], cuts: Iterable[int]) -> list[tuple[int, int]]:
+    """(lo, hi) bounds of the batches `records` is cut into at `cuts` (any positions)."""
+    bounds = sorted({0, len(records), *(c for c in cuts if 0 < c < len(records))})
+    return list(zip(bounds, bounds[1:]))

@@ -1,0 +1,167 @@
+"""The reference model of the rule the sync follows over Debezium's at-least-once delivery.
+
+    DeliveryModel(table).add(records).rows() / .quarantine()
+
+`records` are Kafka records (`partition`, `offset`, `key`, `value`) in DELIVERY order (any
+interleaving of partitions; Kafka order within each). The model is online, one record at
+a time, so its result does not depend on how the records are cut into sync batches. Each
+record is classified as in tests/cdc_model.py (`classify`: what is an upsert, a delete, a
+tombstone, a quarantine, and the converted row); what this model adds is the ORDER rule,
+written from Debezium's delivery contract (tests/delivery.py cites it), with none of the
+old model's preconditions: positions may tie, may be partly null, may be absent, and
+events may be delivered again after newer ones.
+
+State per key: (stored position or None, row | soft-deleted row | absent). Per record:
+
+- quarantined records change nothing (and are reported by `quarantine()`);
+- a full-envelope tombstone changes nothing: every one follows a delete event of its key
+  that carries the position (DOC-PG L1235-1239, DOC-MY L1660-1665);
+- ExtractNewRecordState ("debezium-unwrap"): a tombstone whose previous record IN ITS
+  PARTITION is a delete event (`__deleted = "true"`) of the same key is the
+  `rewrite-with-tombstone` companion of that delete: it changes nothing. Any other
+  tombstone is a delete without a position (`tombstone` mode: the delete itself);
+- an event with position p, when the key's stored position s exists and p < s
+  (STRICTLY older), is stale: it changes nothing. Otherwise (p >= s: ties apply, in
+  Kafka order) it applies and the stored position becomes p;
+- an event without a position (a tombstone-only delete) applies; the stored position
+  stays (the newest seen for the key, or None);
+- positions: PostgreSQL (`order_by = "postgres-lsn"`) compares (commit, lsn) of
+  `sequence` = ["<last commit lsn>", "<lsn>"] numerically; a null commit part (a
+  connector with no offsets: its snapshot and its first transaction) counts as the
+  event's own lsn: [null, X] = (X, X), which puts a re-snapshot after everything streamed
+  before it; `lsn` stands in for a missing second part. MySQL (`"mysql-binlog"`): (number
+  of the binlog file, pos, row). `"kafka"`: no positions: the last record of the key in
+  Kafka order wins;
+- hard mode: a delete removes the row; soft mode: the row stays with `_deleted = True`,
+  each value from the delete's before image where it is not null, else the row's last
+  value (a key-only image, as REPLICA IDENTITY DEFAULT and tombstones give, keeps them).
+
+Exactness. Outside the transient states below, the model's state is the source's state
+after the furthest event delivered so far. Transient (the per-sync check follows the rule
+above anyway): with `order_by = "kafka"`, any replay re-applies older values; a
+replay of tied positions (a compressed MySQL transaction) re-applies the older change of
+the tie until the newer one is re-delivered; a replayed tombstone-only delete deletes a
+row that a later, already delivered event re-created, until that event is re-delivered;
+a replay that starts between a rewrite delete and its tombstone makes the tombstone a
+(redundant) positionless delete. Each ends when the re-sent suffix is delivered to its
+end; after that the state equals the source's final state (tests/test_property_cdc.py
+checks it against the history). One exception is known and not generated: with
+`restart_null_commit` (a restart that forgets the last commit LSN), a second restart
+that interrupts the first one's re-sent transaction can leave a change of it stored at
+(X, X), above its own later re-delivery at (commit, X'): the older value stays (the
+property test draws at most one restart with that knob).
+
+Not modelled: truncates (`on_truncate = "delete"`), positionless upserts (PostgreSQL
+incremental-snapshot reads), semantic types (`classify` raises `Unmodelled`).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from sync.config import TableConfig
+from tests.cdc_model import NOT_JSON, Unmodelled, classify, decode, source_block, unwrap_schema
+from tests.cdc_model import position as source_position
+
+Position = tuple[int, ...]
+
+
+def _number(value: Any) -> int | None:
+    if value is None:
+        return None
+    text = str(value) if isinstance(value, int) and not isinstance(value, bool) else value
+    if not (isinstance(text, str) and text.isdigit()):
+        raise Unmodelled(f"position part {value!r}")
+    return int(text)
+
+
+def position(env: dict, table: TableConfig) -> Position | None:
+    """The source position of a decoded event (None: it has none), per `order_by`:
+    MySQL's as tests/cdc_model.py reads it; PostgreSQL's with a null commit part
+    counted as the event's own lsn."""
+    if table.order_by != "postgres-lsn":
+        return source_position(env, table) if table.order_by == "mysql-binlog" else None
+    block = source_block(env, table)
+    if block is None:
+        return None
+    src, prefix = block
+    commit = change = None
+    seq = src.get(prefix + "sequence")
+    if seq is not None:
+        parts = json.loads(seq)
+        if not (isinstance(parts, list) and len(parts) == 2):
+            raise Unmodelled(f"sequence {seq!r}")
+        commit, change = _number(parts[0]), _number(parts[1])
+    if change is None:
+        change = _number(src.get(prefix + "lsn"))
+    if change is None:
+        return None
+    return (change if commit is None else commit, change)
+
+
+class DeliveryModel:
+    """The target table the rule yields for the records added so far (see the module)."""
+
+    def __init__(self, table: TableConfig):
+        self.table = table
+        self._stored: dict[tuple, Position] = {}
+        self._rows: dict[tuple, dict[str, Any]] = {}
+        self._previous: dict[int, tuple[str, Any]] = {}  # partition -> (kind, key) of its last record
+        self._quarantine: dict[tuple[int, int], tuple[str, str | None]] = {}
+
+    def add(self, records: Iterable[Mapping[str, Any]]) -> DeliveryModel:
+        for record in records:
+            self._add(record)
+        return self
+
+    def _add(self, record: Mapping[str, Any]) -> None:
+        partition = int(record["partition"])
+        action, detail = classify(record, self.table)
+        previous = self._previous.get(partition)
+        if action == "quarantine":
+            self._quarantine[(partition, int(record["offset"]))] = detail
+            self._previous[partition] = ("other", None)
+            return
+        if action == "skip":  # a full-envelope tombstone (or a truncate)
+            self._previous[partition] = ("other", None)
+            return
+        key, row, _ = detail
+        tombstone = record.get("value") is None
+        self._previous[partition] = ("tombstone" if tombstone else action, key)
+        if tombstone:
+            if previous == ("delete", key):
+                return  # the companion of the delete event just before it
+            self._apply(key, "delete", row)
+            return
+        env = unwrap_schema(decode(record.get("value")))
+        assert env is not NOT_JSON and isinstance(env, dict)
+        pos = position(env, self.table)
+        stored = self._stored.get(key)
+        if pos is not None and stored is not None and pos < stored:
+            return  # stale: strictly older than what is stored
+        if pos is not None:
+            self._stored[key] = pos
+        self._apply(key, action, row)
+
+    def _apply(self, key: tuple, action: str, row: dict[str, Any]) -> None:
+        soft = self.table.delete_mode == "soft"
+        if action == "upsert":
+            self._rows[key] = {**row, "_deleted": False} if soft else dict(row)
+        elif not soft:
+            self._rows.pop(key, None)
+        else:
+            last = self._rows.get(key, {})
+            kept = {c.target_name: v for c, v in zip(self.table.key_columns, key)}
+            for col in self.table.value_columns:
+                value = row.get(col.target_name)
+                kept[col.target_name] = last.get(col.target_name) if value is None else value
+            self._rows[key] = {**kept, "_deleted": True}
+
+    def rows(self) -> dict[tuple, dict[str, Any]]:
+        """{key tuple: {target column: value}} (plus `_deleted` in soft mode)."""
+        return {k: dict(v) for k, v in self._rows.items()}
+
+    def quarantine(self) -> dict[tuple[int, int], tuple[str, str | None]]:
+        return dict(self._quarantine)
