@@ -1,7 +1,7 @@
 """The approaches the generated procedure is measured against. Benchmark baselines, not
 product code: each is written from its description, on the same table and workload.
 
-(b) the seed-blog pattern (DESIGN.md, "Known flaws"): rank by Debezium `ts_ms` over the
+(b) the seed-blog pattern (README, "the usual procedure"): rank by Debezium `ts_ms` over the
     stream, watermark = the target's max(refresh_time), TRUNCATE + DELETE + INSERT;
 (c) a JDBC-sink-style per-row apply: INSERT ... ON CONFLICT DO UPDATE / DELETE per event,
     sent from Python in batches of 500 (psycopg executemany, pipelined);

@@ -50,7 +50,7 @@ _EXACT = Context(prec=100, rounding=ROUND_HALF_UP)
 
 UNAVAILABLE = "__debezium_unavailable_value"
 # The placeholder as Debezium writes it for text, bytea (base64 of the same bytes) and
-# text[] columns (reference/debezium.md, PostgreSQL TOAST).
+# text[] columns (docs/debezium.md, "TOAST placeholders").
 UNAVAILABLE_FORMS = (
     UNAVAILABLE,
     base64.b64encode(UNAVAILABLE.encode()).decode(),

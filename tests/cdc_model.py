@@ -1,7 +1,8 @@
 """A plain-Python reference model of what a topic's records must make of a target table.
 
-Derived from DESIGN.md ("the streaming relation" and "the procedure contract"), not from
-the generated SQL, so tests can compare the real procedure against it:
+Derived from the procedure contract (README, "How a sync works") and the streaming
+relation's columns, not from the generated SQL, so tests can compare the real procedure
+against it:
 
     expected_rows(records, table)       -> {key tuple: {target column: value}}
     expected_quarantine(records, table) -> {(partition, offset): (reason kind, field)}

@@ -13,7 +13,7 @@ Three layers, each a pure function, each with its knobs in plain sight:
 Debezium's contract, as the generator follows it (DOC-PG = debezium/debezium
 documentation/modules/ROOT/pages/connectors/postgresql.adoc, DOC-MY = .../partials/modules/
 all-connectors/shared-mariadb-mysql.adoc, DOC-SMT = .../pages/transformations/
-event-flattening.adoc; facts and line numbers in /work/shared/reference/debezium.md):
+event-flattening.adoc, all in the debezium/debezium repository):
 
 - PostgreSQL `source.sequence`: "a JSON array of two strings ... The first value is always
   the last committed LSN, the second value is always the current LSN. Either value may be
@@ -29,8 +29,8 @@ event-flattening.adoc; facts and line numbers in /work/shared/reference/debezium
   it) (DOC-MY "source" fields). Snapshot reads all carry the snapshot's file/pos with
   row 0 (DOC-MY snapshot steps). With `binlog_transaction_compression=ON` the rows of a
   transaction arrive inside one TRANSACTION_PAYLOAD event: every change of the transaction
-  carries the same file/pos and row 0 [reported in reference/debezium.md, "Tied
-  positions"]; knob `compressed`. Knob `rotate`: binlog file rotations (pos restarts low).
+  carries the same file/pos and row 0 [reported by users of the MySQL connector; see
+  docs/correctness.md, "Delivery semantics"]; knob `compressed`. Knob `rotate`: binlog file rotations (pos restarts low).
 - "After a key changes, Debezium generates ... A DELETE event. A tombstone event that
   specifies the old key for the row. A CREATE event that provides the new primary key"
   (DOC-MY L1529-1557; DOC-PG L1121-1143). After every delete the connector emits a

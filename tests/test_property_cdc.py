@@ -3,8 +3,9 @@ suffix, tied positions, partly null positions, re-snapshots, tombstone-only dele
 into any sync batches, the target after every sync equals the delivery model
 (tests/delivery_model.py) over the records delivered so far, and at the end it equals the
 SOURCE's true final state, computed from the history alone (the outside contract:
-"delivery is at-least-once ... deduplicate on the source position",
-reference/debezium.md §0.9 and "Delivery behaviours a sync must survive").
+"exactly-once delivery normally, at-least-once during recovery", Debezium's PostgreSQL
+and MySQL connector documentation; the behaviours are listed in docs/correctness.md,
+"Delivery semantics").
 
 Histories are small (<= 25 changes on 6 keys of a composite key) and drawn with their
 connector (tests/delivery.py). One test per MODE; run one with `-k`, e.g.
