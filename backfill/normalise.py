@@ -20,6 +20,7 @@ from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
+from backfill.compat import try_cast
 from backfill.conform import exact_name, exact_value, raw_name
 from sync.config import TableConfig
 from sync.sql.envelope import POS_WIDTH
@@ -84,7 +85,7 @@ def flat_rows(df: DataFrame, table: TableConfig, snapshot_ts: Column | None) -> 
     ms_col = _find_column(df, "__source_ts_ms")
     row_ts: Column | None = None
     if ts_col is not None:
-        row_ts = F.col(f"`{ts_col}`").try_cast(T.TimestampNTZType())
+        row_ts = try_cast(F.col(f"`{ts_col}`"), T.TimestampNTZType())
     elif ms_col is not None:
         row_ts = epoch_ms(F.col(f"`{ms_col}`").cast("string"))
     pos_col = _find_column(df, "_source_pos")
@@ -107,7 +108,7 @@ def json_rows(lines: DataFrame, table: TableConfig, snapshot_ts: Column | None) 
             exact = F.coalesce(exact, exact_value(line, col.target_name, col))
             fields.append(exact.alias(exact_name(col)))
     row_ts = F.coalesce(
-        F.when(by_source["_source_ts"].rlike(r"^\s*[0-9]"), by_source["_source_ts"].try_cast(T.TimestampNTZType())),
+        F.when(by_source["_source_ts"].rlike(r"^\s*[0-9]"), try_cast(by_source["_source_ts"], T.TimestampNTZType())),
         epoch_ms(by_source["__source_ts_ms"]),
     )
     return _snapshot_rows(
@@ -117,7 +118,7 @@ def json_rows(lines: DataFrame, table: TableConfig, snapshot_ts: Column | None) 
 
 def epoch_ms(text: Column) -> Column:
     """Epoch milliseconds (JSON number text) -> UTC timestamp without zone, NULL otherwise."""
-    ms = F.when(text.rlike(r"^\s*-?[0-9]{1,18}\s*$"), F.trim(text).try_cast(T.LongType()))
+    ms = F.when(text.rlike(r"^\s*-?[0-9]{1,18}\s*$"), try_cast(F.trim(text), T.LongType()))
     return F.timestamp_millis(ms).cast(T.TimestampNTZType())
 
 
