@@ -42,7 +42,8 @@ def parse_time(text: str | None) -> datetime | None:
 
 
 def run(spark, table: TableConfig, snapshot: str, fmt: str, snapshot_time: datetime | None) -> Prepared:
-    return prepare(read_snapshot(spark, table, snapshot, fmt, snapshot_time), table)
+    snap = read_snapshot(spark, table, snapshot, fmt, snapshot_time)
+    return prepare(snap.rows, table, snap.notes)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -42,6 +42,7 @@ class BackfillResult:
     rejected: int = 0
     rejects_path: str | None = None
     rejects_sample: list[dict] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)  # e.g. a column the snapshot lacks, loaded as NULL
     seconds: float = 0.0
 
     def as_dict(self) -> dict:
@@ -211,6 +212,9 @@ def run_backfill(
         stage_dir = work / "stage"
         write_stage(prepared.rows, str(stage_dir))
         result.rejected = prepared.rejected()
+        result.notes = prepared.notes
+        for note in result.notes:
+            progress(f"note: {note}")
         if result.rejected:
             target = rejects_dir or Path.cwd() / f"{table.name}-backfill-rejects"
             write_rejects(prepared.rejects, str(target))

@@ -295,6 +295,8 @@ def backfill(
             f"{result.kept_deleted:,}", f"{result.rejected:,}", f"{result.seconds:.1f}",
         )
         console.print(grid)
+        for note in result.notes:
+            console.print(f"  [cyan]note[/cyan] {note}", highlight=False)
         for sample in result.rejects_sample:
             console.print(f"  [yellow]rejected[/yellow] {sample['reason']}: {str(sample['record'])[:120]}", highlight=False)
         if result.rejects_path:
