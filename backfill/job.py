@@ -41,7 +41,27 @@ def parse_time(text: str | None) -> datetime | None:
     return value
 
 
-def run(spark, table: TableConfig, snapshot: str, fmt: str, snapshot_time: datetime | None) -> Prepared:
+VALUES = ("debezium", "decoded")
+
+
+def decoded_table(table: TableConfig) -> TableConfig:
+    """The table read as a plain export holds it (`--values decoded`: `row_to_json`, a
+    `COPY ... TO` JSON or CSV, a Parquet export): every value is taken as decoded, in its
+    column's plain form, whatever Debezium encoding the column has on the wire."""
+    return table.model_copy(update={"columns": [c.model_copy(update={"semantic": None, "scale": None}) for c in table.columns]})
+
+
+def run(
+    spark, table: TableConfig, snapshot: str, fmt: str, snapshot_time: datetime | None, values: str = "debezium"
+) -> Prepared:
+    """`values`: "debezium" when the snapshot's values are in Debezium's wire encoding
+    (base64 decimals, epoch days...), "decoded" for a plain export."""
+    if values not in VALUES:
+        raise ValueError(f"--values {values!r}: choose debezium (Debezium's wire encoding) or decoded (a plain export)")
+    if values == "decoded":
+        if fmt in ("debezium", "s3-sink"):
+            raise ValueError(f"--values decoded does not apply to {fmt} snapshots: change events are always wire-encoded")
+        table = decoded_table(table)
     snap = read_snapshot(spark, table, snapshot, fmt, snapshot_time)
     return prepare(snap.rows, table, snap.notes)
 

@@ -164,9 +164,27 @@ def localise_snapshot(snapshot: str, work: Path, progress: Progress) -> str:
     return str(dest)
 
 
+def decoded_hint(table: TableConfig, fmt: str, values: str, rejected: int) -> list[str]:
+    """A note for rejects that a plain export would explain: its values are decoded, while
+    columns with a Debezium encoding expect the wire form by default."""
+    encoded = [c.name for c in table.columns if c.semantic]
+    if not rejected or values != "debezium" or fmt in ("debezium", "s3-sink") or not encoded:
+        return []
+    return [
+        f"{', '.join(encoded)} are read in Debezium's wire encoding (base64 decimals, epoch days ...); "
+        "if the snapshot is a plain export, pass --values decoded"
+    ]
+
+
 @contextmanager
 def prepared_snapshot(
-    table: TableConfig, snapshot: str, fmt: str, snapshot_time: datetime | None, spark: t.Any, progress: Progress
+    table: TableConfig,
+    snapshot: str,
+    fmt: str,
+    snapshot_time: datetime | None,
+    spark: t.Any,
+    progress: Progress,
+    values: str = "debezium",
 ) -> Iterator[t.Any]:
     """The snapshot read, normalised, conformed and reduced to the latest row per key
     (`backfill.transform.Prepared`), with a scratch folder removed afterwards."""
@@ -178,7 +196,7 @@ def prepared_snapshot(
         local = localise_snapshot(snapshot, work, progress)
         spark = spark or local_session()
         progress(f"reading {fmt} snapshot {snapshot}")
-        yield prepare_snapshot(spark, table, local, fmt, snapshot_time), work
+        yield prepare_snapshot(spark, table, local, fmt, snapshot_time, values), work
     finally:
         shutil.rmtree(work, ignore_errors=True)
 
@@ -195,6 +213,7 @@ def run_backfill(
     spark: t.Any = None,
     progress: Progress = lambda _: None,
     rejects_dir: Path | None = None,
+    values: str = "debezium",
 ) -> BackfillResult:
     from backfill.write import write_rejects, write_stage
 
@@ -208,11 +227,11 @@ def run_backfill(
 
     if staging and wh.dialect != "redshift":
         progress(f"--staging {staging} is not used: PostgreSQL loads the stage with COPY FROM STDIN")
-    with prepared_snapshot(table, snapshot, fmt, snapshot_time, spark, progress) as (prepared, work):
+    with prepared_snapshot(table, snapshot, fmt, snapshot_time, spark, progress, values) as (prepared, work):
         stage_dir = work / "stage"
         write_stage(prepared.rows, str(stage_dir))
         result.rejected = prepared.rejected()
-        result.notes = prepared.notes
+        result.notes = prepared.notes + decoded_hint(table, fmt, values, result.rejected)
         for note in result.notes:
             progress(f"note: {note}")
         if result.rejected:

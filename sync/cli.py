@@ -269,6 +269,7 @@ def backfill(
     config: ConfigOpt = None,
     dsn: DsnOpt = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the result as JSON.")] = False,
+    values: Annotated[str, typer.Option("--values", help="debezium (wire encoding: base64 decimals, epoch days) | decoded (a plain export).")] = "debezium",
 ) -> None:
     """Load a snapshot into a table without overwriting newer stream changes (PySpark)."""
     from backfill.job import parse_time
@@ -280,7 +281,7 @@ def backfill(
     try:
         result = run_backfill(
             wh, pipeline, table, snapshot, fmt, when, staging=staging,
-            iam_role=iam_role or pipeline.source.iam_role, progress=_progress,
+            iam_role=iam_role or pipeline.source.iam_role, progress=_progress, values=values,
         )
     finally:
         wh.close()

@@ -65,3 +65,57 @@ def test_snapshot_without_the_key_column_is_refused(deployed, spark, tmp_path):
     assert message.startswith("snapshot has no column 'CUST_ID' (target 'customer_id'), a primary-key column of customer")
     assert "it has: NAME, MKTSEGMENT" in message
     assert wh.scalar('SELECT COUNT(*) FROM cdc."customer"') == 0
+
+
+PLAIN_EXPORT = (  # what row_to_json() of the PostgreSQL row writes: decoded values
+    '{"id": 1, "Sku": "S-1", "description": "bolt", "price": 12.34, "weight": 0.125, "released": "2024-05-01", '
+    '"updated_at": "2024-05-01T10:00:00.123456", "published_at": "2024-05-01T12:00:00+02:00", '
+    '"attributes": {"colour": "red"}, "in_stock": true}\n'
+)
+
+
+@pytest.fixture
+def inventory(wh):
+    import tomllib
+
+    from sync.config import parse_pipeline
+    from sync.runner import deploy
+
+    pipeline = parse_pipeline(tomllib.loads((EXAMPLES / "inventory_pg" / "pipeline.toml").read_text()))
+    deploy(wh, pipeline, "examples/inventory_pg/pipeline.toml")
+    return wh, pipeline
+
+
+def test_plain_json_export_is_rejected_as_wire_encoding_with_a_hint(inventory, spark, tmp_path):
+    """By default values are Debezium's wire encoding (a Connect Decimal is base64 bytes,
+    a Date the days since the epoch: Debezium PostgreSQL connector, "Data type mappings")."""
+    wh, pipeline = inventory
+    snap = tmp_path / "export.jsonl"
+    snap.write_text(PLAIN_EXPORT)
+    result = run_backfill(wh, pipeline, "products", str(snap), "json", SNAPSHOT_TIME, spark=spark,
+                          rejects_dir=tmp_path / "rejects")
+    assert (result.rejected, result.loaded) == (1, 0)
+    assert result.rejects_sample[0]["reason"].startswith("field price does not convert from org.apache.kafka.connect.data.Decimal")
+    assert any("pass --values decoded" in note for note in result.notes)
+
+
+def test_plain_json_export_loads_with_values_decoded(inventory, spark, tmp_path):
+    wh, pipeline = inventory
+    snap = tmp_path / "export.jsonl"
+    snap.write_text(PLAIN_EXPORT)
+    result = run_backfill(wh, pipeline, "products", str(snap), "json", SNAPSHOT_TIME, spark=spark, values="decoded")
+    assert (result.rejected, result.loaded) == (0, 1)
+    row = wh.query(
+        "SELECT id, sku, price::text, weight::text, released::text, updated_at::text, "
+        "(published_at AT TIME ZONE 'UTC')::text, attributes->>'colour', in_stock FROM inventory.products"
+    )
+    assert row == [(1, "S-1", "12.34", "0.125000", "2024-05-01", "2024-05-01 10:00:00.123456", "2024-05-01 10:00:00",
+                    "red", True)]
+
+
+def test_values_decoded_is_refused_for_change_events(inventory, spark, tmp_path):
+    wh, pipeline = inventory
+    snap = tmp_path / "events.jsonl"
+    snap.write_text("{}\n")
+    with pytest.raises(ValueError, match="change events are always wire-encoded"):
+        run_backfill(wh, pipeline, "products", str(snap), "debezium", SNAPSHOT_TIME, spark=spark, values="decoded")
