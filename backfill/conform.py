@@ -16,12 +16,12 @@ from __future__ import annotations
 
 import json
 import typing as t
-from decimal import Decimal
 
 from pyspark.sql import Column
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
+from backfill import json_tokens
 from backfill.compat import try_cast
 from sync.config import ColumnConfig, TableConfig
 from sync.semantic import EPOCH_UNITS, TIME_UNITS, UndecodableValue, decode_for_column
@@ -105,46 +105,9 @@ def exact_value(json_text: Column, field: str, col: ColumnConfig) -> Column | No
     return None
 
 
-def _strict_json(text: str) -> t.Any:
-    """JSON as PostgreSQL's jsonb and Redshift's JSON_PARSE read it: no NaN or Infinity."""
-
-    def refuse(constant: str) -> t.NoReturn:
-        raise ValueError(f"{constant} is not JSON")
-
-    return json.loads(text, parse_float=Decimal, parse_constant=refuse)
-
-
-def _number_as_float(value: t.Any) -> float:
-    if isinstance(value, Decimal):
-        return float(value)
-    raise TypeError(f"{type(value).__name__} is not JSON")
-
-
-def _token_text(json_text: str | None, field: str) -> str | None:
-    """The token of `field` in a JSON object, as JSON text (a string keeps its quotes);
-    NULL when the text is no object, the field is missing or JSON null."""
-    try:
-        record = _strict_json(json_text) if json_text is not None else None
-    except ValueError:
-        return None
-    if not isinstance(record, dict) or record.get(field) is None:
-        return None
-    return json.dumps(record[field], default=_number_as_float)
-
-
-def _parses(text: str | None) -> bool | None:
-    if text is None:
-        return None
-    try:
-        _strict_json(text)
-    except ValueError:
-        return False
-    return True
-
-
 # Python UDFs (no Arrow: the executors need nothing but pyspark).
-_json_token = F.udf(_token_text, T.StringType(), useArrow=False)
-_parses_as_json = F.udf(_parses, T.BooleanType(), useArrow=False)
+_json_token = F.udf(json_tokens.token_text, T.StringType(), useArrow=False)
+_parses_as_json = F.udf(json_tokens.parses, T.BooleanType(), useArrow=False)
 
 
 def _text(raw: Column, dtype: T.DataType) -> Column:
