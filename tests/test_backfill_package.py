@@ -111,3 +111,40 @@ def test_stage_of_another_table_is_refused(staged_run, wh):
     pipeline = parse_pipeline(tomllib.loads(PIPELINE.read_text()))
     with pytest.raises(StageMismatch, match="holds a backfill of table 'products', not 'stock_moves'"):
         run_staged(wh, pipeline, str(staged_run["run"]), "stock_moves")
+
+
+def test_staged_run_in_s3_loads_without_spark(staged_run, wh, s3_server):
+    """The run folder as the job leaves it in S3 (moto): `backfill --staged s3://...`."""
+    run = staged_run["run"]
+    for path in sorted(p for p in run.rglob("*") if p.is_file()):
+        s3_server.upload_file(str(path), "lake", f"backfill/products/run-1/{path.relative_to(run).as_posix()}")
+    pipeline = parse_pipeline(tomllib.loads(PIPELINE.read_text()))
+    deploy(wh, pipeline, str(PIPELINE))
+    result = run_staged(wh, pipeline, "s3://lake/backfill/products/run-1/", "products")
+    assert (result.staged, result.loaded) == (1, 1)
+    assert wh.query("SELECT id, sku FROM inventory.products") == [(1, "S-1")]
+
+
+def test_missing_stage_names_the_summary(wh, s3_server):
+    pipeline = parse_pipeline(tomllib.loads(PIPELINE.read_text()))
+    with pytest.raises(FileNotFoundError, match="s3://lake/nothing/summary.json cannot be read"):
+        run_staged(wh, pipeline, "s3://lake/nothing/", "products")
+
+
+def test_cli_backfill_staged(staged_run, wh, tmp_path):
+    from typer.testing import CliRunner
+
+    from sync.cli import app
+
+    pipeline = parse_pipeline(tomllib.loads(PIPELINE.read_text()))
+    deploy(wh, pipeline, str(PIPELINE))
+    args = ["backfill", "--table", "products", "--staged", str(staged_run["run"]), "--dsn", wh.dsn]
+    out = CliRunner().invoke(app, [*args, "--config", str(PIPELINE)])
+    assert out.exit_code == 0, out.output
+    assert wh.scalar("SELECT COUNT(*) FROM inventory.products") == 1
+    other = tmp_path / "other.toml"
+    other.write_text(PIPELINE.read_text().replace('{ name = "in_stock", type = "boolean" },',
+                                                  '{ name = "in_stock", type = "boolean" },\n  { name = "colour", type = "varchar(16)" },'))
+    refused = CliRunner().invoke(app, [*args, "--config", str(other)])
+    assert refused.exit_code != 0
+    assert "was written for another version of table 'products'" in " ".join(refused.output.split())
