@@ -15,11 +15,14 @@ if t.TYPE_CHECKING:
 # columns hold UTC wall-clock values, Debezium's epoch types decode in UTC), ANSI
 # arithmetic (an overflow fails instead of wrapping; conversions use try_cast), and
 # latest-per-key without Spark's early per-partition sort (a second full sort that only
-# pays off with many rows per key on a network shuffle).
+# pays off with many rows per key on a network shuffle), and the rejects' observation kept
+# when every row is rejected (adaptive execution replaces a plan whose result is empty, and
+# drops the observation with it: Spark 4 then fails to read it, Spark 3.5 waits forever).
 JOB_SQL_CONF = {
     "spark.sql.session.timeZone": "UTC",
     "spark.sql.ansi.enabled": "true",
     "spark.sql.optimizer.windowGroupLimitThreshold": "-1",
+    "spark.sql.adaptive.optimizer.excludedRules": "org.apache.spark.sql.execution.adaptive.AQEPropagateEmptyRelation",
 }
 
 

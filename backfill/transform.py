@@ -24,16 +24,9 @@ class Prepared:
     def rejected(self) -> int:
         """The number of rejects, counted in the same pass as the first action on `rows`
         (no second evaluation of the snapshot). Waits for that action: call it after.
-
-        When no row is left to stage, adaptive execution prunes the plan below the empty
-        result and the observation never reports (Spark fails to read it with a bare
-        AssertionError): the rejects are then counted by reading the snapshot again."""
-        from py4j.protocol import Py4JJavaError
-
-        try:
-            return int(self.counted.get["rejected"])
-        except Py4JJavaError:
-            return self.rejects.count()
+        (When no row is left to stage, adaptive execution would prune the observation
+        with the empty plan: `backfill.session.JOB_SQL_CONF` keeps it.)"""
+        return int(self.counted.get["rejected"])
 
 
 def latest_per_key(df: DataFrame, table: TableConfig) -> DataFrame:

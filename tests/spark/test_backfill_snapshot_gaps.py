@@ -25,7 +25,7 @@ def cli_backfill(wh, *args: str):
 
 def test_every_row_rejected_reports_the_reasons(deployed, spark, tmp_path, monkeypatch):
     """Before: Spark's observation of the rejects was pruned with the empty result and the
-    command died with a py4j AssertionError."""
+    command died with a py4j AssertionError (Spark 4) or waited forever (Spark 3.5)."""
     wh, _ = deployed
     snap = tmp_path / "snap.jsonl"
     snap.write_text('{"CUST_ID": null, "NAME": "x"}\n{"NAME": "y", "MKTSEGMENT": "z"}\n')
