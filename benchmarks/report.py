@@ -63,7 +63,7 @@ def expected_figures(sizes: Sizes, phases: Sequence[str], with_backfill: bool) -
             "backfill.raw_copy_csv.seconds", "backfill.raw_copy_csv.rows_per_second", "backfill.seconds",
             "backfill.rows_per_second", "backfill.peak_driver_memory_mb", "backfill.ratio_backfill_copy",
             "reconcile.counts.seconds", "reconcile.checksum.seconds", "reconcile.ratio_counts_backfill",
-            "backfill.large.raw_copy_csv.seconds", "backfill.large.raw_copy_csv.rows_per_second", "backfill.large.seconds",
+            "backfill.warm.seconds", "backfill.warm.rows_per_second", "backfill.large.raw_copy_csv.seconds", "backfill.large.raw_copy_csv.rows_per_second", "backfill.large.seconds",
             "backfill.large.rows_per_second", "backfill.raw_copy_csv.us_per_row_beyond_start",
             "backfill.us_per_row_beyond_start", "backfill.ratio_per_row_copy",
         ]

@@ -41,7 +41,7 @@ QUICK = Sizes(
     scaling_targets=(2_000, 20_000),
     retained=20_000,
     snapshot_rows=10_000,
-    snapshot_rows_large=30_000,
+    snapshot_rows_large=100_000,
     repeats=2,
     empty_repeats=3,
 )
