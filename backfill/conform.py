@@ -21,6 +21,8 @@ from pyspark.sql import Column
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
+from backfill import json_tokens
+from backfill.compat import try_cast
 from sync.config import ColumnConfig, TableConfig
 from sync.semantic import EPOCH_UNITS, TIME_UNITS, UndecodableValue, decode_for_column
 from sync.sql.helpers import NUMBER_PATTERN
@@ -92,9 +94,7 @@ def exact_value(json_text: Column, field: str, col: ColumnConfig) -> Column | No
 
     sql_type = col.sql_type
     if col.semantic in TOKEN_SEMANTICS:
-        path = "$['" + field + "']"  # field names are letters, digits, _ and $
-        token = F.to_json(F.variant_get(F.try_parse_json(json_text), path, "variant"))
-        return F.nullif(token, F.lit("null"))  # JSON null is no token, like a missing field
+        return _json_token(json_text, F.lit(field))
     if col.semantic in INTEGER_SEMANTICS:
         return typed(WIDE_DECIMAL)
     if sql_type.is_integer or sql_type.family == "decimal":
@@ -105,6 +105,11 @@ def exact_value(json_text: Column, field: str, col: ColumnConfig) -> Column | No
     return None
 
 
+# Python UDFs (no Arrow: the executors need nothing but pyspark).
+_json_token = F.udf(json_tokens.token_text, T.StringType(), useArrow=False)
+_parses_as_json = F.udf(json_tokens.parses, T.BooleanType(), useArrow=False)
+
+
 def _text(raw: Column, dtype: T.DataType) -> Column:
     return raw if isinstance(dtype, T.StringType) else raw.cast("string")
 
@@ -113,13 +118,13 @@ def _number(raw: Column, dtype: T.DataType, exact: Column | None, wide: T.Decima
     """A numeric value as a wide decimal, NULL when it is not a number (NaN, text, bool).
     From text the digits are exact; JSON numbers come exact through `exact`."""
     if isinstance(dtype, T.StringType):
-        parsed = F.when(raw.rlike(NUMBER_PATTERN), F.trim(raw).try_cast(wide))
+        parsed = F.when(raw.rlike(NUMBER_PATTERN), try_cast(F.trim(raw), wide))
         return parsed if exact is None else F.coalesce(exact, parsed)
     if isinstance(dtype, T.BooleanType):
         return F.lit(None).cast(wide)
     if isinstance(dtype, (T.FloatType, T.DoubleType)):
-        return F.when(~F.isnan(raw) & (F.abs(raw) != F.lit(float("inf"))), raw.try_cast(wide))
-    return raw.try_cast(wide)
+        return F.when(~F.isnan(raw) & (F.abs(raw) != F.lit(float("inf"))), try_cast(raw, wide))
+    return try_cast(raw, wide)
 
 
 def plain_value(raw: Column, dtype: T.DataType, sql_type: SqlType, exact: Column | None = None) -> Column:
@@ -132,11 +137,11 @@ def plain_value(raw: Column, dtype: T.DataType, sql_type: SqlType, exact: Column
     if f == "decimal":
         p, s = sql_type.precision or 18, sql_type.scale or 0
         rounded = F.round(_number(raw, dtype, exact, number_type(sql_type)), s)  # HALF_UP, like PostgreSQL round()
-        return F.when(F.abs(rounded) < F.lit(10) ** (p - s), rounded.try_cast(T.DecimalType(p, s)))
+        return F.when(F.abs(rounded) < F.lit(10) ** (p - s), try_cast(rounded, T.DecimalType(p, s)))
     if f in ("real", "double"):
         if isinstance(dtype, T.StringType):
-            return F.when(raw.rlike(NUMBER_PATTERN), F.trim(raw).try_cast(spark_type(sql_type)))
-        return raw.try_cast(spark_type(sql_type)) if isinstance(dtype, T.NumericType) else F.lit(None).cast(spark_type(sql_type))
+            return F.when(raw.rlike(NUMBER_PATTERN), try_cast(F.trim(raw), spark_type(sql_type)))
+        return try_cast(raw, spark_type(sql_type)) if isinstance(dtype, T.NumericType) else F.lit(None).cast(spark_type(sql_type))
     if f == "boolean":
         if isinstance(dtype, T.BooleanType):
             return raw
@@ -152,9 +157,9 @@ def plain_value(raw: Column, dtype: T.DataType, sql_type: SqlType, exact: Column
         target = spark_type(sql_type)
         if isinstance(dtype, T.StringType):
             # Like the SQL helpers: only text that starts with a digit is parsed as a date/time.
-            return F.when(raw.rlike(r"^\s*[0-9]"), F.trim(raw).try_cast(target))
+            return F.when(raw.rlike(r"^\s*[0-9]"), try_cast(F.trim(raw), target))
         if isinstance(dtype, (T.DateType, T.TimestampType, T.TimestampNTZType)):
-            return raw.try_cast(target)
+            return try_cast(raw, target)
         return F.lit(None).cast(target)
     if f in ("time", "timetz"):
         text = _text(raw, dtype)
@@ -203,7 +208,7 @@ def _epoch(per_second: int) -> Decoder:
 
     def decode(raw: Column, dtype: T.DataType, col: ColumnConfig, exact: Column | None) -> Column:
         n = _integer(raw, dtype, exact)
-        ts = F.timestamp_add("MICROSECOND", _micros_since_epoch(n, per_second), _ntz("1970-01-01 00:00:00"))
+        ts = _plus_micros(_ntz("1970-01-01 00:00:00"), _micros_since_epoch(n, per_second))
         return _as_target(F.when(n.between(lo, hi), ts), col)
 
     return decode
@@ -228,6 +233,11 @@ def _date_from_days(raw: Column, dtype: T.DataType, col: ColumnConfig, exact: Co
     return _as_target(F.when(days.between(MIN_EPOCH_DAYS, MAX_EPOCH_DAYS), day), col)
 
 
+def _plus_micros(timestamp_ntz: Column, micros: Column) -> Column:
+    """A UTC wall-clock time plus a number of microseconds (the session time zone is UTC)."""
+    return F.timestamp_micros(F.unix_micros(timestamp_ntz.cast(T.TimestampType())) + micros).cast(T.TimestampNTZType())
+
+
 def _as_target(value: Column, col: ColumnConfig) -> Column:
     """A decoded date or UTC wall-clock timestamp in the column's type (timestamptz: the
     instant, read in the session's UTC zone)."""
@@ -238,15 +248,15 @@ def _zoned(raw: Column, dtype: T.DataType, col: ColumnConfig, exact: Column | No
     """ISO-8601 text with 0-9 fraction digits and Z or +hh:mm -> UTC: the fraction
     truncated to microseconds, the offset subtracted."""
     text = _text(raw, dtype)
-    local = F.regexp_replace(F.substring(text, 1, 19), "T", " ").try_cast(T.TimestampNTZType())
+    local = try_cast(F.regexp_replace(F.substring(text, 1, 19), "T", " "), T.TimestampNTZType())
     fraction = F.regexp_extract(text, r"^.{19}[.]([0-9]{1,9})", 1)
-    micros = F.rpad(F.substring(fraction, 1, 6), 6, "0").try_cast("long")
+    micros = try_cast(F.rpad(F.substring(fraction, 1, 6), 6, "0"), "long")
     zone = F.substring(text, -6, 6)
     minutes = F.when(text.endswith("Z"), F.lit(0)).otherwise(
         F.when(zone.startswith("-"), F.lit(-1)).otherwise(F.lit(1))
-        * (F.substring(zone, 2, 2).try_cast("int") * 60 + F.substring(zone, 5, 2).try_cast("int"))
+        * (try_cast(F.substring(zone, 2, 2), "int") * 60 + try_cast(F.substring(zone, 5, 2), "int"))
     )
-    utc = F.timestamp_add("MICROSECOND", micros - minutes.cast("long") * 60_000_000, local)
+    utc = _plus_micros(local, micros - minutes.cast("long") * 60_000_000)
     in_range = utc.between(_ntz(MIN_TIMESTAMP), _ntz(MAX_TIMESTAMP))
     return _as_target(F.when(text.rlike(ZONED_PATTERN) & in_range, utc), col)
 
@@ -255,7 +265,7 @@ def _json(raw: Column, dtype: T.DataType, col: ColumnConfig, exact: Column | Non
     """JSON text in a JSON string -> the text, when it parses (super: jsonb/SUPER on load)."""
     text = _text(raw, dtype)
     is_string = exact.startswith('"') if exact is not None else F.lit(True)
-    parses = F.try_parse_json(text).isNotNull() | (F.trim(text) == "null")
+    parses = _parses_as_json(text)
     value = F.when(is_string & parses, text)
     return value if col.sql_type.family == "super" else plain_value(value, T.StringType(), col.sql_type)
 

@@ -1,14 +1,16 @@
-"""spark-submit entry point: prepare a snapshot for loading.
+"""spark-submit / Glue entry point: prepare a snapshot for loading, where the data is.
 
-    spark-submit --py-files redshift_sync.zip backfill/job.py \\
-        --config pipeline.toml --table customer --snapshot s3://bucket/snap/ --format parquet \\
-        --snapshot-time 2024-05-01T00:00:00Z --output s3://bucket/staging/customer/ \\
-        --rejects s3://bucket/staging/customer-rejects/
+    spark-submit --py-files redshift_sync.zip job.py --config pipeline.toml --table customer \\
+        --snapshot s3://bucket/snapshots/customer/ --format parquet \\
+        --snapshot-time 2024-05-01T00:00:00Z --output s3://bucket/backfill/customer/run-1/
 
-Writes the latest row per key, conformed to the target, as Parquet in stage column order
-(ready for `COPY ... FORMAT AS PARQUET`), and the rows that cannot be loaded, with their
-reason, as JSON lines. Prints one JSON line of counts. `redshift-sync backfill` runs the
-same transforms locally and then loads and merges.
+Writes the run folder `backfill/stage.py` describes: the latest row per key, conformed to
+the target, as Parquet in stage column order (ready for `COPY ... FORMAT AS PARQUET`), the
+rejects with their reason, a COPY manifest and a summary; prints the summary as one JSON
+line. `redshift-sync backfill --staged <run folder>` loads it and merges. `--config` may be
+a local file (shipped with `--files` / Glue's `--extra-files`) or an s3:// URL. Arguments
+it does not know (Glue adds --JOB_NAME and others) are ignored. Executors import only
+PySpark and the project's own pure-Python code (`redshift-sync package-backfill`).
 """
 
 from __future__ import annotations
@@ -23,9 +25,11 @@ if __package__ in (None, ""):  # run as a script by spark-submit: make the repo 
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from backfill.read import FORMATS, read_snapshot  # noqa: E402
+from backfill.session import configure  # noqa: E402
+from backfill.stage import DATA, MANIFEST, REJECTS, STAGE_VERSION, SUMMARY, HadoopFolder, join, manifest, table_fingerprint  # noqa: E402
 from backfill.transform import Prepared, prepare  # noqa: E402
 from backfill.write import write_rejects, write_stage  # noqa: E402
-from sync.config import TableConfig, load_pipeline  # noqa: E402
+from sync.config import Pipeline, TableConfig, load_pipeline, parse_pipeline  # noqa: E402
 
 
 def parse_time(text: str | None) -> datetime | None:
@@ -41,8 +45,79 @@ def parse_time(text: str | None) -> datetime | None:
     return value
 
 
-def run(spark, table: TableConfig, snapshot: str, fmt: str, snapshot_time: datetime | None) -> Prepared:
-    return prepare(read_snapshot(spark, table, snapshot, fmt, snapshot_time), table)
+VALUES = ("debezium", "decoded")
+
+
+def decoded_table(table: TableConfig) -> TableConfig:
+    """The table read as a plain export holds it (`--values decoded`: `row_to_json`, a
+    `COPY ... TO` JSON or CSV, a Parquet export): every value is taken as decoded, in its
+    column's plain form, whatever Debezium encoding the column has on the wire."""
+    return table.model_copy(update={"columns": [c.model_copy(update={"semantic": None, "scale": None}) for c in table.columns]})
+
+
+def run(
+    spark, table: TableConfig, snapshot: str, fmt: str, snapshot_time: datetime | None, values: str = "debezium"
+) -> Prepared:
+    """`values`: "debezium" when the snapshot's values are in Debezium's wire encoding
+    (base64 decimals, epoch days...), "decoded" for a plain export."""
+    if values not in VALUES:
+        raise ValueError(f"--values {values!r}: choose debezium (Debezium's wire encoding) or decoded (a plain export)")
+    if values == "decoded":
+        if fmt in ("debezium", "s3-sink"):
+            raise ValueError(f"--values decoded does not apply to {fmt} snapshots: change events are always wire-encoded")
+        table = decoded_table(table)
+    snap = read_snapshot(spark, table, snapshot, fmt, snapshot_time)
+    return prepare(snap.rows, table, snap.notes)
+
+
+def load_config(spark, url: str) -> Pipeline:
+    """The pipeline file from a local path, or through Hadoop's FileSystem (s3://)."""
+    if "://" not in url:
+        return load_pipeline(url)[0]
+    import tomllib
+
+    jvm = spark.sparkContext._jvm
+    path = jvm.org.apache.hadoop.fs.Path(url)
+    stream = path.getFileSystem(spark.sparkContext._jsc.hadoopConfiguration()).open(path)
+    try:
+        text = jvm.org.apache.commons.io.IOUtils.toString(stream, "UTF-8")
+    finally:
+        stream.close()
+    return parse_pipeline(tomllib.loads(text), url)
+
+
+def stage_snapshot(
+    spark, pipeline: Pipeline, table: TableConfig, snapshot: str, fmt: str, snapshot_time: datetime | None,
+    values: str, output: str,
+) -> dict:
+    """Prepare the snapshot and write the run folder; returns the summary."""
+    prepared = run(spark, table, snapshot, fmt, snapshot_time, values)
+    write_stage(prepared.rows, join(output, DATA))
+    rejected = prepared.rejected()
+    if rejected:  # writing them evaluates the snapshot again
+        write_rejects(prepared.rejects, join(output, REJECTS))
+    folder = HadoopFolder(spark, output)
+    parts = folder.parts(DATA)
+    folder.write_json(MANIFEST, manifest(parts))
+    summary = {
+        "stage_version": STAGE_VERSION,
+        "table": table.name,
+        "schema": pipeline.schema,
+        "fingerprint": table_fingerprint(pipeline, table),
+        "columns": prepared.rows.columns,
+        "staged": spark.read.parquet(join(output, DATA)).count(),
+        "rejected": rejected,
+        "notes": prepared.notes,
+        "snapshot": snapshot,
+        "format": fmt,
+        "values": values,
+        "snapshot_time": snapshot_time.isoformat() if snapshot_time else None,
+        "data_files": len(parts),
+        "spark_version": spark.version,
+        "written_at": datetime.now(timezone.utc).replace(tzinfo=None).isoformat(timespec="seconds"),
+    }
+    folder.write_json(SUMMARY, summary)  # last: a folder with a summary is complete
+    return summary
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -52,23 +127,19 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--snapshot", required=True)
     ap.add_argument("--format", default="parquet", choices=FORMATS)
     ap.add_argument("--snapshot-time")
-    ap.add_argument("--output", required=True)
-    ap.add_argument("--rejects", required=True)
-    args = ap.parse_args(argv)
+    ap.add_argument("--values", default="debezium", choices=VALUES)
+    ap.add_argument("--output", required=True, help="the run folder (s3://bucket/prefix/run/ or a local folder)")
+    args, _glue_arguments = ap.parse_known_args(argv)
 
     from pyspark.sql import SparkSession
 
-    pipeline, _ = load_pipeline(args.config)
+    spark = configure(SparkSession.builder.appName(f"redshift-sync-backfill-{args.table}").getOrCreate())
+    pipeline = load_config(spark, args.config)
     table = pipeline.table(args.table)
-    spark = SparkSession.builder.appName(f"redshift-sync-backfill-{table.name}").getOrCreate()
-    spark.conf.set("spark.sql.session.timeZone", "UTC")
-    prepared = run(spark, table, args.snapshot, args.format, parse_time(args.snapshot_time))
-    write_stage(prepared.rows, args.output)
-    rejected = prepared.rejected()
-    if rejected:  # writing them evaluates the snapshot again
-        write_rejects(prepared.rejects, args.rejects)
-    staged = spark.read.parquet(args.output).count()
-    print(json.dumps({"table": table.name, "staged": staged, "rejected": rejected, "output": args.output}))
+    summary = stage_snapshot(
+        spark, pipeline, table, args.snapshot, args.format, parse_time(args.snapshot_time), args.values, args.output
+    )
+    print(json.dumps(summary, default=str))
     return 0
 
 

@@ -20,8 +20,9 @@ from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
+from backfill.compat import try_cast
 from backfill.conform import exact_name, exact_value, raw_name
-from sync.config import TableConfig
+from sync.config import ColumnConfig, TableConfig
 from sync.sql.envelope import POS_WIDTH
 
 SOURCE_TS_COLUMNS = ("_source_ts", "__source_ts_ms")
@@ -67,30 +68,46 @@ def _snapshot_rows(
     )
 
 
-def flat_rows(df: DataFrame, table: TableConfig, snapshot_ts: Column | None) -> DataFrame:
-    """A table-shaped snapshot (Parquet, CSV). Columns are found by field name, then by
-    target name (case-insensitive). A `_source_ts` (timestamp or text) or `__source_ts_ms`
-    (epoch ms) column gives each row its own source time; otherwise the snapshot time
-    applies to every row."""
+def column_names(col: ColumnConfig) -> str:
+    """A column as the user knows it: its field name, and its target name when that is
+    not just the field name in lower case."""
+    if col.target_name == col.name.lower():
+        return repr(col.name)
+    return f"{col.name!r} (target {col.target_name!r})"
+
+
+def flat_rows(df: DataFrame, table: TableConfig, snapshot_ts: Column | None) -> tuple[DataFrame, list[str]]:
+    """A table-shaped snapshot (Parquet, CSV) and notes on what it lacks. Columns are found
+    by field name, then by target name (case-insensitive). A `_source_ts` (timestamp or
+    text) or `__source_ts_ms` (epoch ms) column gives each row its own source time;
+    otherwise the snapshot time applies to every row. A value column the snapshot does not
+    have (added to the table after the snapshot was taken) loads as NULL, with a note; a
+    missing key column is refused."""
     fields = []
+    notes = []
     for col in table.columns:
         found = _find_column(df, col.name, col.target_name)
-        if found is None:
+        if found is None and col.name in table.primary_key:
             raise ValueError(
-                f"snapshot has no column {col.name!r} (or {col.target_name!r}); it has: {', '.join(df.columns)}"
+                f"snapshot has no column {column_names(col)}, a primary-key column of {table.name}; "
+                f"it has: {', '.join(df.columns)}"
             )
+        if found is None:
+            notes.append(f"snapshot has no column {column_names(col)}: loaded as NULL (a column added after the snapshot)")
+            fields.append(F.lit(None).cast("string").alias(raw_name(col)))
+            continue
         fields.append(F.col(f"`{found}`").alias(raw_name(col)))
     ts_col = _find_column(df, "_source_ts")
     ms_col = _find_column(df, "__source_ts_ms")
     row_ts: Column | None = None
     if ts_col is not None:
-        row_ts = F.col(f"`{ts_col}`").try_cast(T.TimestampNTZType())
+        row_ts = try_cast(F.col(f"`{ts_col}`"), T.TimestampNTZType())
     elif ms_col is not None:
         row_ts = epoch_ms(F.col(f"`{ms_col}`").cast("string"))
     pos_col = _find_column(df, "_source_pos")
     position = F.col(f"`{pos_col}`") if pos_col else None
     record = F.to_json(F.struct(*[F.col(f"`{c}`") for c in df.columns]))
-    return _snapshot_rows(df, fields, row_ts, position, record, snapshot_ts)
+    return _snapshot_rows(df, fields, row_ts, position, record, snapshot_ts), notes
 
 
 def json_rows(lines: DataFrame, table: TableConfig, snapshot_ts: Column | None) -> DataFrame:
@@ -107,7 +124,7 @@ def json_rows(lines: DataFrame, table: TableConfig, snapshot_ts: Column | None) 
             exact = F.coalesce(exact, exact_value(line, col.target_name, col))
             fields.append(exact.alias(exact_name(col)))
     row_ts = F.coalesce(
-        F.when(by_source["_source_ts"].rlike(r"^\s*[0-9]"), by_source["_source_ts"].try_cast(T.TimestampNTZType())),
+        F.when(by_source["_source_ts"].rlike(r"^\s*[0-9]"), try_cast(by_source["_source_ts"], T.TimestampNTZType())),
         epoch_ms(by_source["__source_ts_ms"]),
     )
     return _snapshot_rows(
@@ -117,7 +134,7 @@ def json_rows(lines: DataFrame, table: TableConfig, snapshot_ts: Column | None) 
 
 def epoch_ms(text: Column) -> Column:
     """Epoch milliseconds (JSON number text) -> UTC timestamp without zone, NULL otherwise."""
-    ms = F.when(text.rlike(r"^\s*-?[0-9]{1,18}\s*$"), F.trim(text).try_cast(T.LongType()))
+    ms = F.when(text.rlike(r"^\s*-?[0-9]{1,18}\s*$"), try_cast(F.trim(text), T.LongType()))
     return F.timestamp_millis(ms).cast(T.TimestampNTZType())
 
 

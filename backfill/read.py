@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass, field
 from datetime import datetime
 
 from pyspark.sql import Column, DataFrame, SparkSession
@@ -46,21 +47,27 @@ def snapshot_timestamp(value: datetime | None) -> Column | None:
     return F.lit(value.replace(tzinfo=None)).cast("timestamp_ntz") if value is not None else None
 
 
+@dataclass
+class Snapshot:
+    rows: DataFrame  # the normalised shape (`backfill.normalise`)
+    notes: list[str] = field(default_factory=list)  # what the snapshot lacks, loaded as NULL
+
+
 def read_snapshot(
     spark: SparkSession, table: TableConfig, path: str, fmt: str, snapshot_time: datetime | None
-) -> DataFrame:
+) -> Snapshot:
     ts = snapshot_timestamp(snapshot_time)
     if fmt == "parquet":
-        return flat_rows(spark.read.parquet(path), table, ts)
+        return Snapshot(*flat_rows(spark.read.parquet(path), table, ts))
     if fmt == "csv":
-        return flat_rows(spark.read.option("header", "true").option("inferSchema", "false").csv(path), table, ts)
+        return Snapshot(*flat_rows(spark.read.option("header", "true").option("inferSchema", "false").csv(path), table, ts))
     if fmt == "json":
-        return json_rows(spark.read.text(path), table, ts)
+        return Snapshot(json_rows(spark.read.text(path), table, ts))
     if fmt in ("debezium", "s3-sink"):
         partitioned = fmt == "s3-sink"
         base = sink_topic_dir(path, table.topic) if partitioned else path
         events = debezium_events(event_lines(_lines(spark, base, partitioned)), table)
         if ts is not None:
             events = events.withColumn("_source_ts", F.coalesce("_source_ts", ts))
-        return events
+        return Snapshot(events)
     raise ValueError(f"unknown snapshot format {fmt!r}; choose one of: {', '.join(FORMATS)}")

@@ -19,10 +19,13 @@ class Prepared:
     rows: DataFrame  # stage columns, one row per key
     rejects: DataFrame  # _kafka_partition, _kafka_offset, reason, record
     counted: Observation  # counts the rejects while `rows` is first evaluated
+    notes: list[str]  # what the snapshot lacks (columns loaded as NULL)
 
     def rejected(self) -> int:
         """The number of rejects, counted in the same pass as the first action on `rows`
-        (no second evaluation of the snapshot). Waits for that action: call it after."""
+        (no second evaluation of the snapshot). Waits for that action: call it after.
+        (When no row is left to stage, adaptive execution would prune the observation
+        with the empty plan: `backfill.session.JOB_SQL_CONF` keeps it.)"""
         return int(self.counted.get["rejected"])
 
 
@@ -42,7 +45,7 @@ def latest_per_key(df: DataFrame, table: TableConfig) -> DataFrame:
     return df.withColumn("_rn", F.row_number().over(w)).where(F.col("_rn") == 1).drop("_rn")
 
 
-def prepare(normalised: DataFrame, table: TableConfig) -> Prepared:
+def prepare(normalised: DataFrame, table: TableConfig, notes: list[str] | None = None) -> Prepared:
     typed = conform(normalised, table)
     is_reject = F.col("_reason").isNotNull() & ~F.col("_reason").isin(*SKIPPED_REASONS)
     counted = Observation()
@@ -59,4 +62,4 @@ def prepare(normalised: DataFrame, table: TableConfig) -> Prepared:
         "_kafka_offset",
         (F.col("_op") == "d").alias("_delete"),
     )
-    return Prepared(rows, rejects, counted)
+    return Prepared(rows, rejects, counted, list(notes or []))

@@ -187,36 +187,47 @@ def write_snapshot(directory: Path, rows: int) -> tuple[Path, Path]:
     return parquet, csv
 
 
+def _backfill_and_copy(b: Bench, label: str, rows: int, directory: Path) -> Path:
+    """A snapshot of `rows` rows: a raw COPY of its CSV into an empty unlogged table, then
+    the backfill of its Parquet into the emptied target. Returns the Parquet path."""
+    from sync.backfill import run_backfill  # type: ignore[import-not-found]
+
+    b.progress(f"{label}: writing a {rows:,}-row snapshot (Parquet and CSV)")
+    parquet, csv = write_snapshot(directory, rows)
+    reset(b.wh, b.rel)
+    b.wh.execute("VACUUM ANALYZE")
+    sink = f"{bl.SCHEMA}.copy_snapshot"
+    b.wh.execute(f"CREATE SCHEMA IF NOT EXISTS {bl.SCHEMA}")
+    b.wh.execute(f"DROP TABLE IF EXISTS {sink}")
+    b.wh.execute(f"CREATE UNLOGGED TABLE {sink} (customer_id varchar(64), name varchar(256), mktsegment varchar(64))")
+
+    def copy_csv() -> None:
+        with b.wh.conn.cursor() as cur, cur.copy(f"COPY {sink} FROM STDIN (FORMAT csv, HEADER true)") as copy, csv.open("rb") as fh:
+            while chunk := fh.read(1 << 20):
+                copy.write(chunk)
+
+    b.progress(f"{label}: raw COPY of the CSV")
+    b.record(f"{label}.raw_copy_csv", Measurement([timed(copy_csv)]), rows, "rows")
+    b.wh.execute(f"DROP TABLE {sink}")
+    b.progress(f"{label}: run_backfill")
+    with PeakMemory() as mem:
+        seconds = timed(lambda: run_backfill(b.wh, b.pipeline, TABLE, str(parquet), "parquet", SNAPSHOT_TIME))
+    b.record(label, Measurement([seconds]), rows, "rows")
+    b.figures[f"{label}.peak_driver_memory_mb"] = mem.peak_mb
+    return parquet
+
+
 def backfill(b: Bench) -> None:
     """Part 3: backfill from a Parquet snapshot vs a raw COPY of the same rows from CSV;
-    reconcile with counts only and with a checksum over all columns."""
-    from sync.backfill import run_backfill  # type: ignore[import-not-found]
+    reconcile with counts only and with a checksum over all columns. Then both at a larger
+    size: the cost per row beyond start-up is the difference of the two sizes' times over
+    the difference of their rows."""
     from sync.reconcile import run_reconcile  # type: ignore[import-not-found]
 
-    rows = b.sizes.snapshot_rows
+    rows, large = b.sizes.snapshot_rows, b.sizes.snapshot_rows_large
     columns = [c.target_name for c in b.pipeline.table(TABLE).columns]
     with tempfile.TemporaryDirectory(prefix="rs-bench-snapshot-") as tmp:
-        b.progress(f"backfill: writing a {rows:,}-row snapshot (Parquet and CSV)")
-        parquet, csv = write_snapshot(Path(tmp), rows)
-        reset(b.wh, b.rel)
-        b.wh.execute("VACUUM ANALYZE")
-        sink = f"{bl.SCHEMA}.copy_snapshot"
-        b.wh.execute(f"CREATE SCHEMA IF NOT EXISTS {bl.SCHEMA}")
-        b.wh.execute(f"DROP TABLE IF EXISTS {sink}")
-        b.wh.execute(f"CREATE UNLOGGED TABLE {sink} (customer_id varchar(64), name varchar(256), mktsegment varchar(64))")
-
-        def copy_csv() -> None:
-            with b.wh.conn.cursor() as cur, cur.copy(f"COPY {sink} FROM STDIN (FORMAT csv, HEADER true)") as copy, csv.open("rb") as fh:
-                while chunk := fh.read(1 << 20):
-                    copy.write(chunk)
-
-        b.progress("backfill: raw COPY of the CSV")
-        b.record("backfill.raw_copy_csv", Measurement([timed(copy_csv)]), rows, "rows")
-        b.progress("backfill: run_backfill")
-        with PeakMemory() as mem:
-            seconds = timed(lambda: run_backfill(b.wh, b.pipeline, TABLE, str(parquet), "parquet", SNAPSHOT_TIME))
-        b.record("backfill", Measurement([seconds]), rows, "rows")
-        b.figures["backfill.peak_driver_memory_mb"] = mem.peak_mb
+        parquet = _backfill_and_copy(b, "backfill", rows, Path(tmp))
         b.progress("reconcile: counts only")
         b.record("reconcile.counts", Measurement([timed(
             lambda: run_reconcile(b.wh, b.pipeline, TABLE, str(parquet), "parquet", SNAPSHOT_TIME)
@@ -225,6 +236,22 @@ def backfill(b: Bench) -> None:
         b.record("reconcile.checksum", Measurement([timed(
             lambda: run_reconcile(b.wh, b.pipeline, TABLE, str(parquet), "parquet", SNAPSHOT_TIME, checksum=columns)
         )]))
+        # The first backfill started Spark: the small size again, warm, for the per-row cost.
+        from sync.backfill import run_backfill  # type: ignore[import-not-found]
+
+        reset(b.wh, b.rel)
+        b.progress("backfill: run_backfill again, Spark started")
+        b.record("backfill.warm", Measurement([timed(
+            lambda: run_backfill(b.wh, b.pipeline, TABLE, str(parquet), "parquet", SNAPSHOT_TIME)
+        )]), rows, "rows")
+    with tempfile.TemporaryDirectory(prefix="rs-bench-snapshot-") as tmp:
+        _backfill_and_copy(b, "backfill.large", large, Path(tmp))
+    b.figures.pop("backfill.large.peak_driver_memory_mb")
+    f = b.figures
+    for name, small in (("backfill", "backfill.warm"), ("backfill.raw_copy_csv", "backfill.raw_copy_csv")):
+        large_name = name.replace("backfill", "backfill.large", 1)
+        f[f"{name}.us_per_row_beyond_start"] = (f[f"{large_name}.seconds"] - f[f"{small}.seconds"]) / (large - rows) * 1e6
+    f["backfill.ratio_per_row_copy"] = f["backfill.us_per_row_beyond_start"] / f["backfill.raw_copy_csv.us_per_row_beyond_start"]
     b.figures["backfill.ratio_backfill_copy"] = b.figures["backfill.seconds"] / b.figures["backfill.raw_copy_csv.seconds"]
     b.figures["reconcile.ratio_counts_backfill"] = b.figures["reconcile.counts.seconds"] / b.figures["backfill.seconds"]
     b.notes.append("backfill/reconcile: one run each (a Spark job per run); peak memory is the driver process and its children")

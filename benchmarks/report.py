@@ -39,6 +39,7 @@ TARGETS = (
     Target("scaling.ratio_largest_smallest", 1.5, "largest/smallest target <= 1.5"),
     Target("empty_sync.seconds", 0.050, "empty sync < 50 ms with the retained records", strict=True),
     Target("backfill.ratio_backfill_copy", 2.5, "backfill <= 2.5x the raw COPY"),
+    Target("backfill.ratio_per_row_copy", 4.0, "backfill cost per row beyond start-up <= 4x the raw COPY's"),
     Target("reconcile.ratio_counts_backfill", 1.0, "reconcile (counts) <= 1x the backfill"),
 )
 
@@ -62,6 +63,9 @@ def expected_figures(sizes: Sizes, phases: Sequence[str], with_backfill: bool) -
             "backfill.raw_copy_csv.seconds", "backfill.raw_copy_csv.rows_per_second", "backfill.seconds",
             "backfill.rows_per_second", "backfill.peak_driver_memory_mb", "backfill.ratio_backfill_copy",
             "reconcile.counts.seconds", "reconcile.checksum.seconds", "reconcile.ratio_counts_backfill",
+            "backfill.warm.seconds", "backfill.warm.rows_per_second", "backfill.large.raw_copy_csv.seconds", "backfill.large.raw_copy_csv.rows_per_second", "backfill.large.seconds",
+            "backfill.large.rows_per_second", "backfill.raw_copy_csv.us_per_row_beyond_start",
+            "backfill.us_per_row_beyond_start", "backfill.ratio_per_row_copy",
         ]
     return names
 

@@ -13,6 +13,7 @@ class Sizes:
     scaling_targets: tuple[int, ...]  # target sizes of the scaling series, smallest first
     retained: int  # already-applied records kept in the stream for the empty sync
     snapshot_rows: int  # rows of the backfill snapshot
+    snapshot_rows_large: int  # rows of the second snapshot: the cost per row beyond start-up
     repeats: int  # runs of each measurement (the median is reported)
     empty_repeats: int  # runs of the (fast) empty sync
     upsert_batch: int = 500  # statements per batch of the per-row upsert baseline
@@ -28,6 +29,7 @@ FULL = Sizes(
     scaling_targets=(100_000, 1_000_000, 5_000_000),
     retained=1_000_000,
     snapshot_rows=2_000_000,
+    snapshot_rows_large=10_000_000,
     repeats=5,
     empty_repeats=9,
 )
@@ -39,6 +41,7 @@ QUICK = Sizes(
     scaling_targets=(2_000, 20_000),
     retained=20_000,
     snapshot_rows=10_000,
+    snapshot_rows_large=100_000,
     repeats=2,
     empty_repeats=3,
 )

@@ -42,6 +42,7 @@ class BackfillResult:
     rejected: int = 0
     rejects_path: str | None = None
     rejects_sample: list[dict] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)  # e.g. a column the snapshot lacks, loaded as NULL
     seconds: float = 0.0
 
     def as_dict(self) -> dict:
@@ -107,32 +108,42 @@ def load_and_merge(
     wh: Warehouse,
     pipeline: Pipeline,
     table: TableConfig,
-    stage_dir: Path,
+    stage_dir: Path | None,
     progress: Progress,
     staging: str | None = None,
     iam_role: str | None = None,
+    manifest_url: str | None = None,
 ) -> dict[str, int]:
-    """Load the staged Parquet and merge it; returns the merge's counts."""
+    """Load the staged Parquet and merge it; returns the merge's counts. PostgreSQL reads
+    the part files of `stage_dir`; Redshift COPYs `manifest_url` (a stage a cluster wrote)
+    or uploads the part files to `staging` first and removes them afterwards."""
     sql = BackfillSql(get_dialect(wh.dialect, pipeline.schema), pipeline, table)
-    files = part_files(stage_dir)
-    wh.execute(sql.drop_stage_table())
-    wh.execute(sql.stage_table())
+    files = part_files(stage_dir) if stage_dir is not None else []
     staged_s3 = None
     if wh.dialect == "redshift":
-        if not staging or not iam_role:
-            raise ValueError("a Redshift backfill needs --staging s3://... and an IAM role (--iam-role or source.iam_role)")
-        from sync import s3
+        if not iam_role or not (staging or manifest_url):
+            raise ValueError(
+                "a Redshift backfill needs a COPY role ([backfill] iam_role in the pipeline file, or --iam-role) "
+                "that may read the staged objects (s3:GetObject, s3:ListBucket on the prefix; a Parquet COPY also "
+                "needs the bucket in the cluster's region), and --staging s3://bucket/prefix/ unless the stage is "
+                "already in S3 (--staged)"
+            )
+        if manifest_url is None:
+            from sync import s3
 
-        client = s3.client()
-        # A folder of its own per run: backfills of other tables may share --staging.
-        run_folder = f"{staging.rstrip('/')}/{table.name}-{uuid.uuid4().hex[:12]}/"
-        staged_s3 = s3.upload_for_copy(client, files, run_folder, progress)
+            client = s3.client()
+            # A folder of its own per run: backfills of other tables may share --staging.
+            run_folder = f"{(staging or '').rstrip('/')}/{table.name}-{uuid.uuid4().hex[:12]}/"
+            staged_s3 = s3.upload_for_copy(client, files, run_folder, progress)
+            manifest_url = staged_s3.manifest_url
+    wh.execute(sql.drop_stage_table())
+    wh.execute(sql.stage_table())
     try:
         with wh.transaction():
             wh.execute(sql.lock())
             wh.execute(sql.clear_stage())
-            if staged_s3 is not None:
-                wh.execute(sql.copy_from_s3(staged_s3.manifest_url, iam_role or ""))
+            if manifest_url is not None:
+                wh.execute(sql.copy_from_s3(manifest_url, iam_role or ""))
             else:
                 copy_parquet_into(wh, sql.stage, files, progress)
             primary_key = empty_target_primary_key(wh, sql)
@@ -163,9 +174,27 @@ def localise_snapshot(snapshot: str, work: Path, progress: Progress) -> str:
     return str(dest)
 
 
+def decoded_hint(table: TableConfig, fmt: str, values: str, rejected: int) -> list[str]:
+    """A note for rejects that a plain export would explain: its values are decoded, while
+    columns with a Debezium encoding expect the wire form by default."""
+    encoded = [c.name for c in table.columns if c.semantic]
+    if not rejected or values != "debezium" or fmt in ("debezium", "s3-sink") or not encoded:
+        return []
+    return [
+        f"{', '.join(encoded)} are read in Debezium's wire encoding (base64 decimals, epoch days ...); "
+        "if the snapshot is a plain export, pass --values decoded"
+    ]
+
+
 @contextmanager
 def prepared_snapshot(
-    table: TableConfig, snapshot: str, fmt: str, snapshot_time: datetime | None, spark: t.Any, progress: Progress
+    table: TableConfig,
+    snapshot: str,
+    fmt: str,
+    snapshot_time: datetime | None,
+    spark: t.Any,
+    progress: Progress,
+    values: str = "debezium",
 ) -> Iterator[t.Any]:
     """The snapshot read, normalised, conformed and reduced to the latest row per key
     (`backfill.transform.Prepared`), with a scratch folder removed afterwards."""
@@ -177,7 +206,7 @@ def prepared_snapshot(
         local = localise_snapshot(snapshot, work, progress)
         spark = spark or local_session()
         progress(f"reading {fmt} snapshot {snapshot}")
-        yield prepare_snapshot(spark, table, local, fmt, snapshot_time), work
+        yield prepare_snapshot(spark, table, local, fmt, snapshot_time, values), work
     finally:
         shutil.rmtree(work, ignore_errors=True)
 
@@ -194,6 +223,7 @@ def run_backfill(
     spark: t.Any = None,
     progress: Progress = lambda _: None,
     rejects_dir: Path | None = None,
+    values: str = "debezium",
 ) -> BackfillResult:
     from backfill.write import write_rejects, write_stage
 
@@ -207,10 +237,13 @@ def run_backfill(
 
     if staging and wh.dialect != "redshift":
         progress(f"--staging {staging} is not used: PostgreSQL loads the stage with COPY FROM STDIN")
-    with prepared_snapshot(table, snapshot, fmt, snapshot_time, spark, progress) as (prepared, work):
+    with prepared_snapshot(table, snapshot, fmt, snapshot_time, spark, progress, values) as (prepared, work):
         stage_dir = work / "stage"
         write_stage(prepared.rows, str(stage_dir))
         result.rejected = prepared.rejected()
+        result.notes = prepared.notes + decoded_hint(table, fmt, values, result.rejected)
+        for note in result.notes:
+            progress(f"note: {note}")
         if result.rejected:
             target = rejects_dir or Path.cwd() / f"{table.name}-backfill-rejects"
             write_rejects(prepared.rejects, str(target))
@@ -221,6 +254,10 @@ def run_backfill(
             result.rejects_sample = [{**empty, **r} for r in first_json_lines(target, 5)]
         progress(f"prepared the latest row per key; {result.rejected} rejected")
         counts = load_and_merge(wh, pipeline, table, stage_dir, progress, staging, iam_role)
+    return merged(result, counts, started, progress)
+
+
+def merged(result: BackfillResult, counts: dict[str, int], started: float, progress: Progress) -> BackfillResult:
     result.staged = counts.get("staged", 0)
     result.loaded = counts.get("loaded", 0)
     result.deleted = counts.get("deleted", 0)
@@ -232,3 +269,91 @@ def run_backfill(
         f"{result.kept_newer:,} kept (newer in the stream), {result.kept_deleted:,} kept deleted"
     )
     return result
+
+
+# ---- a stage a cluster wrote (backfill/stage.py) -------------------------------------
+
+
+class StageMismatch(ValueError):
+    """The run folder was written for another table or another version of the pipeline."""
+
+
+def read_summary(staged: str) -> dict:
+    from backfill.stage import SUMMARY, join
+
+    url = join(staged, SUMMARY)
+    try:
+        if staged.startswith("s3://"):
+            from sync import s3
+
+            bucket, key = s3.parse_s3_url(url)
+            text = s3.client().get_object(Bucket=bucket, Key=key)["Body"].read().decode()
+        else:
+            text = Path(url).read_text(encoding="utf-8")
+    except Exception as exc:  # a missing object or file, named with the URL
+        raise FileNotFoundError(
+            f"{url} cannot be read ({type(exc).__name__}): is {staged} the --output folder of a finished backfill job?"
+        ) from exc
+    return json.loads(text)
+
+
+def check_stage(summary: dict, pipeline: Pipeline, table_name: str | None, staged: str) -> TableConfig:
+    """The table the stage is for, once it is sure the stage fits this pipeline file."""
+    from backfill.stage import STAGE_VERSION, table_fingerprint
+
+    name = summary.get("table")
+    if table_name is not None and name != table_name:
+        raise StageMismatch(f"{staged} holds a backfill of table {name!r}, not {table_name!r}")
+    if summary.get("stage_version") != STAGE_VERSION:
+        raise StageMismatch(f"{staged} is a stage of version {summary.get('stage_version')!r}; this tool reads {STAGE_VERSION}")
+    table = pipeline.table(name)
+    expected = table_fingerprint(pipeline, table)
+    if summary.get("schema") != pipeline.schema or summary.get("fingerprint") != expected:
+        raise StageMismatch(
+            f"{staged} was written for another version of table {name!r} (schema {summary.get('schema')!r}, "
+            f"fingerprint {summary.get('fingerprint')}); this pipeline file's is schema {pipeline.schema!r}, "
+            f"fingerprint {expected}: run the backfill job again with this pipeline file"
+        )
+    return table
+
+
+def run_staged(
+    wh: Warehouse,
+    pipeline: Pipeline,
+    staged: str,
+    table_name: str | None = None,
+    iam_role: str | None = None,
+    progress: Progress = lambda _: None,
+) -> BackfillResult:
+    """Load and merge a run folder a backfill job wrote on a cluster (no Spark here).
+    Redshift COPYs its manifest; PostgreSQL reads its Parquet (downloaded from S3 first)."""
+    from backfill.stage import DATA, MANIFEST, REJECTS, join
+
+    started = time.perf_counter()
+    summary = read_summary(staged)
+    table = check_stage(summary, pipeline, table_name, staged)
+    result = BackfillResult(table.name, rejected=int(summary.get("rejected") or 0), notes=list(summary.get("notes") or []))
+    if result.rejected:
+        result.rejects_path = join(staged, REJECTS)
+    progress(f"stage of {table.name}: {summary.get('staged', 0):,} rows, {result.rejected:,} rejected, "
+             f"snapshot {summary.get('snapshot')} at {summary.get('snapshot_time') or 'its rows’ own source times'}")
+    if wh.dialect == "redshift":
+        if not staged.startswith("s3://"):
+            raise ValueError(f"Redshift's COPY reads from S3: {staged} is not an s3:// URL")
+        counts = load_and_merge(wh, pipeline, table, None, progress, iam_role=iam_role, manifest_url=join(staged, MANIFEST))
+        return merged(result, counts, started, progress)
+    work = Path(tempfile.mkdtemp(prefix=f"rs-staged-{table.name}-"))
+    try:
+        if staged.startswith("s3://"):
+            from sync import s3
+
+            s3.download_prefix(s3.client(), join(staged, DATA), work, progress)
+            data = work
+        else:
+            data = Path(staged) / DATA
+            if result.rejected:
+                result.rejects_sample = first_json_lines(Path(staged) / REJECTS, 5)
+        counts = load_and_merge(wh, pipeline, table, data, progress)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    return merged(result, counts, started, progress)

@@ -357,26 +357,33 @@ def _progress(message: str) -> None:
 @handle_errors
 def backfill(
     table: Annotated[str, typer.Option("--table", "-t", help="Pipeline table to backfill.")],
-    snapshot: Annotated[str, typer.Option("--snapshot", help="Snapshot path (local, or s3:// downloaded with boto3).")],
+    snapshot: Annotated[Optional[str], typer.Option("--snapshot", help="Snapshot path (local, or s3:// downloaded with boto3).")] = None,
+    staged: Annotated[Optional[str], typer.Option("--staged", help="Load the run folder a cluster's backfill job wrote (s3:// or local), no Spark here.")] = None,
     fmt: FormatOpt = "parquet",
     snapshot_time: SnapshotTimeOpt = None,
     staging: Annotated[Optional[str], typer.Option("--staging", help="s3://bucket/prefix/ for the Parquet COPY (Redshift).")] = None,
-    iam_role: Annotated[Optional[str], typer.Option("--iam-role", help="Role for COPY (default: source.iam_role).")] = None,
+    iam_role: Annotated[Optional[str], typer.Option("--iam-role", help="Role for COPY (default: [backfill] iam_role).")] = None,
     config: ConfigOpt = None,
     dsn: DsnOpt = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the result as JSON.")] = False,
+    values: Annotated[str, typer.Option("--values", help="debezium (wire encoding: base64 decimals, epoch days) | decoded (a plain export).")] = "debezium",
 ) -> None:
     """Load a snapshot into a table without overwriting newer stream changes (PySpark)."""
     from backfill.job import parse_time
-    from sync.backfill import run_backfill
+    from sync.backfill import run_backfill, run_staged
 
+    if (snapshot is None) == (staged is None):
+        raise ValueError("give either --snapshot (run Spark here) or --staged (load what a cluster's job wrote)")
     when = parse_time(snapshot_time)
     pipeline, _, wh = open_checked(config, dsn)
+    role = iam_role or pipeline.backfill.iam_role
     try:
-        result = run_backfill(
-            wh, pipeline, table, snapshot, fmt, when, staging=staging,
-            iam_role=iam_role or pipeline.source.iam_role, progress=_progress,
-        )
+        if staged is not None:
+            result = run_staged(wh, pipeline, staged, table, iam_role=role, progress=_progress)
+        else:
+            result = run_backfill(
+                wh, pipeline, table, snapshot, fmt, when, staging=staging, iam_role=role, progress=_progress, values=values,
+            )
     finally:
         wh.close()
     if as_json:
@@ -390,6 +397,8 @@ def backfill(
             f"{result.kept_deleted:,}", f"{result.rejected:,}", f"{result.seconds:.1f}",
         )
         console.print(grid)
+        for note in result.notes:
+            console.print(f"  [cyan]note[/cyan] {note}", highlight=False)
         for sample in result.rejects_sample:
             console.print(f"  [yellow]rejected[/yellow] {sample['reason']}: {str(sample['record'])[:120]}", highlight=False)
         if result.rejects_path:
@@ -772,6 +781,20 @@ def rebase_offsets(
         "the same offsets, and sync needs no help), records already applied are read again.\n"
         "Nothing was changed: run it again with --yes."
     )
+
+
+@app.command("package-backfill")
+@handle_errors
+def package_backfill(
+    out: Annotated[Path, typer.Option("--out", "-o", help="Folder to write the cluster artifact into.")] = Path("dist/backfill"),
+    config: ConfigOpt = None,
+) -> None:
+    """Build what a Spark cluster (EMR, EMR Serverless, Glue) needs to run the backfill job."""
+    from sync.packaging import build_backfill_bundle
+
+    _, path = open_pipeline(config)
+    bundle = build_backfill_bundle(out, path, progress=console.print)
+    console.print(f"upload {out}/ and run {bundle.files[1]} with --py-files {bundle.files[0]}: docs/backfill-on-aws.md")
 
 
 if __name__ == "__main__":

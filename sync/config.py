@@ -293,10 +293,26 @@ class OperationsSection(_Model):
 OPERATIONAL_SECTIONS = frozenset({"operations"})
 
 
+class BackfillSection(_Model):
+    """`[backfill]`: the role Redshift's COPY assumes to read the staged Parquet (S3 read
+    on the staging prefix). The streaming role of `[source]` reads MSK, not S3."""
+
+    iam_role: str | None = None
+
+    @field_validator("iam_role")
+    @classmethod
+    def _arn(cls, v: str | None) -> str | None:
+        if v is not None and not ARN.match(v):
+            raise ValueError(f"{v!r} is not an AWS ARN")
+        return v
+
+
 class Pipeline(_Model):
     pipeline: PipelineSection = PipelineSection()
     operations: OperationsSection = OperationsSection()
     source: SourceSection
+    # Not part of the warehouse model (recorded revision states leave it out).
+    backfill: Annotated[BackfillSection, Field(exclude=True)] = BackfillSection()
     tables: list[TableConfig]
 
     @model_validator(mode="after")

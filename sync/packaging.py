@@ -9,6 +9,7 @@ left out. The zip is reproducible: sorted entries, fixed timestamps.
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 import tempfile
@@ -112,3 +113,62 @@ def build_lambda_zip(
         raise PackagingError(f"{out} is {size / 1e6:.1f} MB, over Lambda's 50 MB limit for a zipped package")
     return LambdaPackage(out, size, len(entries), tuple(reqs))
 
+
+
+# ---- the backfill job for a Spark cluster (EMR, EMR Serverless, Glue) ----------------
+
+BACKFILL_ZIP = "redshift_sync.zip"
+BACKFILL_ENTRY = "job.py"
+BACKFILL_REQUIREMENTS = "requirements.txt"
+GLUE_MODULES = "additional-python-modules.txt"
+# What the job's driver imports beyond PySpark and the standard library. Executors import
+# only PySpark and the project's pure-Python code (their UDFs use the standard library).
+DRIVER_PACKAGES = ("pydantic",)
+
+
+@dataclass(frozen=True)
+class BackfillBundle:
+    folder: Path
+    files: tuple[str, ...]
+    requirements: tuple[str, ...]
+
+
+def _dependency_closure(names: tuple[str, ...]) -> list[str]:
+    """`name==version` of the installed packages and everything they require (extras
+    left out), sorted: what the driver needs, pinned to what was tested here."""
+    seen: dict[str, str] = {}
+    todo = list(names)
+    while todo:
+        name = todo.pop()
+        dist = metadata.distribution(name)
+        key = dist.metadata["Name"].lower()
+        if key in seen:
+            continue
+        seen[key] = dist.version
+        for req in dist.requires or []:
+            if "extra ==" not in req:
+                todo.append(re.match(r"[A-Za-z0-9._-]+", req).group(0))
+    return [f"{name}=={version}" for name, version in sorted(seen.items())]
+
+
+def build_backfill_bundle(out: Path, config: Path, progress: Callable[[str], None] = lambda _: None) -> BackfillBundle:
+    """Everything a cluster needs to run the backfill job: the project's code as a zip for
+    `--py-files` (EMR) or `--extra-py-files` (Glue), the entry point, the pipeline file, and
+    the driver's third-party packages as a pip requirements file and as the value of Glue's
+    `--additional-python-modules` (for EMR Serverless, a venv archive made from the same
+    requirements: docs/backfill-on-aws.md)."""
+    load_pipeline(config)  # a broken pipeline file fails here, not on the cluster
+    root = Path(__file__).resolve().parent.parent
+    entries = [(p, f"sync/{name}") for p, name in _package_files(root / "sync")]
+    entries += [(p, f"backfill/{name}") for p, name in _package_files(root / "backfill")]
+    out.mkdir(parents=True, exist_ok=True)
+    _write_zip(out / BACKFILL_ZIP, entries)
+    (out / BACKFILL_ENTRY).write_bytes((root / "backfill" / "job.py").read_bytes())
+    (out / PACKAGED_CONFIG_NAME).write_bytes(config.read_bytes())
+    reqs = _dependency_closure(DRIVER_PACKAGES)
+    (out / BACKFILL_REQUIREMENTS).write_text("".join(r + "\n" for r in reqs))
+    (out / GLUE_MODULES).write_text(",".join(reqs) + "\n")
+    progress(f"wrote {out}: {BACKFILL_ZIP} ({len(entries)} files), {BACKFILL_ENTRY}, {PACKAGED_CONFIG_NAME}, "
+             f"{BACKFILL_REQUIREMENTS} and {GLUE_MODULES} ({', '.join(reqs)})")
+    files = (BACKFILL_ZIP, BACKFILL_ENTRY, PACKAGED_CONFIG_NAME, BACKFILL_REQUIREMENTS, GLUE_MODULES)
+    return BackfillBundle(out, files, tuple(reqs))

@@ -100,3 +100,24 @@ def make_pipeline(tables_toml: str, schema: str = "cdc") -> Pipeline:
         'iam_role = "arn:aws:iam::123456789012:role/r"\n' + tables_toml
     )
     return parse_pipeline(tomllib.loads(text))
+
+
+@pytest.fixture
+def s3_server(monkeypatch):
+    """A local S3 (moto's server on the loopback) with a bucket named lake."""
+    from moto.server import ThreadedMotoServer
+
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0)
+    server.start()
+    host, port = server.get_host_and_port()
+    for k, v in {
+        "AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing", "AWS_DEFAULT_REGION": "us-east-1",
+        "AWS_ENDPOINT_URL": f"http://{host}:{port}",
+    }.items():
+        monkeypatch.setenv(k, v)
+    import boto3
+
+    s3 = boto3.client("s3")
+    s3.create_bucket(Bucket="lake")
+    yield s3
+    server.stop()

@@ -3,9 +3,12 @@ writes (target columns in order, then source metadata), and the watermark-aware 
 
 Merge rule (DESIGN.md, "Backfill"): a snapshot row never overwrites a row the stream wrote
 with a newer source time (or a later source position, when both rows have one), and never
-resurrects a key the stream deleted after it. Rows the stream already supersedes are
-removed from the stage first; the rest replace their key. Running the same backfill again
-finds every row superseded (equal source time), so it changes nothing.
+resurrects a key the stream deleted after it. A delete without a source time (a
+tombstone-only delete, Debezium's default since 2.5) is dated by its Kafka timestamp, an
+upper bound of its commit time; a row or stage row whose time is unknown is never
+replaced. Rows the stream already supersedes are removed from the stage first; the rest
+replace their key. Running the same backfill again finds every row superseded (equal or
+unknown time), so it changes nothing.
 
 The merge locks the table's watermark first, like `incremental_sync_<t>()`, so a backfill
 and a sync serialise instead of interleaving; the target itself is never locked (on
@@ -63,13 +66,16 @@ class BackfillSql:
         return " AND ".join(f"{a}.{self.d.q(k)} = {b}.{self.d.q(k)}" for k in self.keys)
 
     @staticmethod
-    def _newer(held: str, s: str) -> str:
-        """True when the row `held` (target or deleted key) is at least as new as stage row
-        `s`: by source position when both have one, else by source time."""
+    def _newer(held: str, s: str, held_time: str) -> str:
+        """True when the row `held` (target row or deleted key) is at least as new as stage
+        row `s`: by source position when both have one, else by time (`held_time`, the
+        held row's source time or an upper bound of it). When either time is unknown the
+        held row is kept: the stream brings every later change of that key itself, so
+        keeping it never loses one, while replacing it could undo a newer change."""
         return (
             f"CASE WHEN {s}._source_pos IS NOT NULL AND {held}._source_pos IS NOT NULL\n"
             f"       THEN {s}._source_pos <= {held}._source_pos\n"
-            f"       ELSE {held}._source_ts >= {s}._source_ts END"
+            f"       ELSE COALESCE({held_time} >= {s}._source_ts, true) END"
         )
 
     def stage_table(self) -> str:
@@ -133,18 +139,21 @@ class BackfillSql:
         steps = [
             Step(f"SELECT COUNT(*) FROM {self.stage};", count="staged", query=True),
             Step(
-                "-- Rows the stream wrote at or after the snapshot row's source time stay.\n"
+                "-- Rows the stream wrote at or after the snapshot row's source time stay, and so do\n"
+                "-- rows of unknown age (the stream carries every later change of their key).\n"
                 f"DELETE FROM {self.stage}\nUSING {self.target} t\nWHERE {self._key_match('t', self.stage)}\n"
-                f"  AND {self._newer('t', self.stage)};",
+                f"  AND {self._newer('t', self.stage, 't._source_ts')};",
                 count="kept_newer",
             ),
         ]
         if not self.soft:
             steps += [
                 Step(
-                    "-- Keys the stream deleted after the snapshot row stay deleted.\n"
+                    "-- Keys the stream deleted after the snapshot row stay deleted. A tombstone-only\n"
+                    "-- delete has no source time: its Kafka timestamp, set when the delete was\n"
+                    "-- produced, is an upper bound of its commit time.\n"
                     f"DELETE FROM {self.stage}\nUSING {self.deleted} t\nWHERE {self._key_match('t', self.stage)}\n"
-                    f"  AND {self._newer('t', self.stage)};",
+                    f"  AND {self._newer('t', self.stage, 'COALESCE(t._source_ts, t._kafka_timestamp)')};",
                     count="kept_deleted",
                 ),
             ]

@@ -206,6 +206,9 @@ def table_objects(d: PostgresDialect, pipeline: Pipeline, table: TableConfig, or
         deleted_lines = [
             *[f"{q(c.target_name)} {d.type_sql(c.sql_type)} NOT NULL" for c in table.key_columns],
             *[f"{q(name)} {typ}" for name, typ in META_COLUMNS[:4]],
+            # The delete's Kafka timestamp: no earlier than its commit, and the only time a
+            # tombstone-only delete has (the backfill's merge compares snapshots with it).
+            '"_kafka_timestamp" timestamp',
             '"_deleted_at" timestamp',
             pk,
         ]

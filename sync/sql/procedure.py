@@ -957,8 +957,8 @@ def procedure_sql(d: PostgresDialect, pipeline: Pipeline, table: TableConfig, or
             f"DELETE FROM {deleted}\nUSING {stage} s\nWHERE {winners}\n  AND {key_match(deleted, 's')};"
         )
         step(
-            f"INSERT INTO {deleted} ({', '.join(q(k) for k in keys)}, _source_ts, _source_pos, _kafka_partition, _kafka_offset, _deleted_at)\n"
-            f"SELECT {', '.join('s.' + q(k) for k in keys)}, s._source_ts, s._source_pos, s._kafka_partition, s._kafka_offset, {now}\n"
+            f"INSERT INTO {deleted} ({', '.join(q(k) for k in keys)}, _source_ts, _source_pos, _kafka_partition, _kafka_offset, _kafka_timestamp, _deleted_at)\n"
+            f"SELECT {', '.join('s.' + q(k) for k in keys)}, s._source_ts, s._source_pos, s._kafka_partition, s._kafka_offset, s._kafka_timestamp, {now}\n"
             f"FROM {stage} s\nWHERE s._rn = 1 AND s._action = 'delete';"
         )
         step(

@@ -148,8 +148,8 @@ def test_cli_backfill_parquet_and_spark_submit_job(deployed, spark, tmp_path):
         ("P1", datetime(2023, 1, 1)), ("P2", datetime(2023, 1, 2))
     ]
     assert job.main(["--config", config, "--table", "customer", "--snapshot", str(tmp_path / "snap.parquet"),
-                     "--output", str(tmp_path / "staged"), "--rejects", str(tmp_path / "rejects")]) == 0
-    staged = spark.read.parquet(str(tmp_path / "staged"))
+                     "--output", str(tmp_path / "run")]) == 0
+    staged = spark.read.parquet(str(tmp_path / "run" / "data"))
     assert staged.columns == ["customer_id", "name", "mktsegment", "_source_ts", "_source_pos", "_kafka_partition",
                               "_kafka_offset", "_delete"]
     assert sorted(r["customer_id"] for r in staged.collect()) == ["P1", "P2"]

@@ -123,26 +123,6 @@ def test_unwrapped_events_latest_by_position_with_deletes(wh, spark, tmp_path):
     assert (result.loaded, result.deleted, result.rejected) == (2, 1, 0)
 
 
-@pytest.fixture
-def s3_server(monkeypatch):
-    from moto.server import ThreadedMotoServer
-
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0)
-    server.start()
-    host, port = server.get_host_and_port()
-    for k, v in {
-        "AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing", "AWS_DEFAULT_REGION": "us-east-1",
-        "AWS_ENDPOINT_URL": f"http://{host}:{port}",
-    }.items():
-        monkeypatch.setenv(k, v)
-    import boto3
-
-    s3 = boto3.client("s3")
-    s3.create_bucket(Bucket="lake")
-    yield s3
-    server.stop()
-
-
 def test_s3_sink_layout_recovers_every_offset(deployed, spark, s3_server):
     wh, pipeline = deployed
     topic = "salesdb.salesdb.CUSTOMER"

@@ -198,7 +198,7 @@ def test_typed_snapshot_columns_still_encoded_are_decoded(spark):
         [(1, -1500, date(2022, 1, 8), "/+0peQ=="), (2, 1700000000654321987, date(1969, 12, 31), "bad!")],
         "id int, ts long, d date, amount string",
     )
-    got = conform(flat_rows(df, table, F.lit(datetime(2024, 1, 1))), table).select("id", "ts", "d", "amount", "_reason")
+    got = conform(flat_rows(df, table, F.lit(datetime(2024, 1, 1)))[0], table).select("id", "ts", "d", "amount", "_reason")
     assert [tuple(r) for r in got.orderBy("id").collect()] == [
         (1, datetime(1969, 12, 31, 23, 59, 59, 999999), date(2022, 1, 8), Decimal("-12345.67"), None),
         (2, datetime(2023, 11, 14, 22, 13, 20, 654321), date(1969, 12, 31), None,

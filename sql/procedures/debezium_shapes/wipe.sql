@@ -74,6 +74,7 @@ CREATE TABLE IF NOT EXISTS "cdc"."wipe__deleted" (
   "_source_pos" varchar(64),
   "_kafka_partition" bigint,
   "_kafka_offset" bigint,
+  "_kafka_timestamp" timestamp,
   "_deleted_at" timestamp,
   PRIMARY KEY ("id")
 )
@@ -487,8 +488,8 @@ BEGIN
     USING "cdc"."wipe__stage" s
     WHERE s._rn = 1 AND s._action IN ('upsert', 'delete')
       AND "cdc"."wipe__deleted"."id" = s."id";
-    INSERT INTO "cdc"."wipe__deleted" ("id", _source_ts, _source_pos, _kafka_partition, _kafka_offset, _deleted_at)
-    SELECT s."id", s._source_ts, s._source_pos, s._kafka_partition, s._kafka_offset, CAST(TO_TIMESTAMP(TIMEOFDAY(), 'Dy Mon DD HH24:MI:SS.US YYYY') AS timestamp)
+    INSERT INTO "cdc"."wipe__deleted" ("id", _source_ts, _source_pos, _kafka_partition, _kafka_offset, _kafka_timestamp, _deleted_at)
+    SELECT s."id", s._source_ts, s._source_pos, s._kafka_partition, s._kafka_offset, s._kafka_timestamp, CAST(TO_TIMESTAMP(TIMEOFDAY(), 'Dy Mon DD HH24:MI:SS.US YYYY') AS timestamp)
     FROM "cdc"."wipe__stage" s
     WHERE s._rn = 1 AND s._action = 'delete';
     INSERT INTO "cdc"."wipe" ("id", "name", "bio", "_source_ts", "_source_pos", "_kafka_partition", "_kafka_offset", "_synced_at")

@@ -28,21 +28,24 @@ DELETE FROM "cdc"."customer__backfill";
 
 SELECT COUNT(*) FROM "cdc"."customer__backfill";
 
--- Rows the stream wrote at or after the snapshot row's source time stay.
+-- Rows the stream wrote at or after the snapshot row's source time stay, and so do
+-- rows of unknown age (the stream carries every later change of their key).
 DELETE FROM "cdc"."customer__backfill"
 USING "cdc"."customer" t
 WHERE t."customer_id" = "cdc"."customer__backfill"."customer_id"
   AND CASE WHEN "cdc"."customer__backfill"._source_pos IS NOT NULL AND t._source_pos IS NOT NULL
        THEN "cdc"."customer__backfill"._source_pos <= t._source_pos
-       ELSE t._source_ts >= "cdc"."customer__backfill"._source_ts END;
+       ELSE COALESCE(t._source_ts >= "cdc"."customer__backfill"._source_ts, true) END;
 
--- Keys the stream deleted after the snapshot row stay deleted.
+-- Keys the stream deleted after the snapshot row stay deleted. A tombstone-only
+-- delete has no source time: its Kafka timestamp, set when the delete was
+-- produced, is an upper bound of its commit time.
 DELETE FROM "cdc"."customer__backfill"
 USING "cdc"."customer__deleted" t
 WHERE t."customer_id" = "cdc"."customer__backfill"."customer_id"
   AND CASE WHEN "cdc"."customer__backfill"._source_pos IS NOT NULL AND t._source_pos IS NOT NULL
        THEN "cdc"."customer__backfill"._source_pos <= t._source_pos
-       ELSE t._source_ts >= "cdc"."customer__backfill"._source_ts END;
+       ELSE COALESCE(COALESCE(t._source_ts, t._kafka_timestamp) >= "cdc"."customer__backfill"._source_ts, true) END;
 
 DELETE FROM "cdc"."customer"
 USING "cdc"."customer__backfill" s

@@ -27,13 +27,14 @@ TRUNCATE "cdc"."orders__backfill";
 
 SELECT COUNT(*) FROM "cdc"."orders__backfill";
 
--- Rows the stream wrote at or after the snapshot row's source time stay.
+-- Rows the stream wrote at or after the snapshot row's source time stay, and so do
+-- rows of unknown age (the stream carries every later change of their key).
 DELETE FROM "cdc"."orders__backfill"
 USING "cdc"."orders" t
 WHERE t."order_id" = "cdc"."orders__backfill"."order_id"
   AND CASE WHEN "cdc"."orders__backfill"._source_pos IS NOT NULL AND t._source_pos IS NOT NULL
        THEN "cdc"."orders__backfill"._source_pos <= t._source_pos
-       ELSE t._source_ts >= "cdc"."orders__backfill"._source_ts END;
+       ELSE COALESCE(t._source_ts >= "cdc"."orders__backfill"._source_ts, true) END;
 
 DELETE FROM "cdc"."orders"
 USING "cdc"."orders__backfill" s
