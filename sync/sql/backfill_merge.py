@@ -1,7 +1,7 @@
 """SQL of the backfill's load and merge: a stage shaped like the Parquet the Spark job
 writes (target columns in order, then source metadata), and the watermark-aware merge.
 
-Merge rule (DESIGN.md, "Backfill"): a snapshot row never overwrites a row the stream wrote
+Merge rule (README, "backfill and reconcile"): a snapshot row never overwrites a row the stream wrote
 with a newer source time (or a later source position, when both rows have one), and never
 resurrects a key the stream deleted after it. A delete without a source time (a
 tombstone-only delete, Debezium's default since 2.5) is dated by its Kafka timestamp, an
@@ -164,8 +164,8 @@ class BackfillSql:
         values = ", ".join(staged[c] for c in self.columns) + f", s._source_ts, s._source_pos, s._kafka_partition, s._kafka_offset, {now}"
         if not self.soft:
             steps += [
-                Step(f"DELETE FROM {self.target}\nUSING {self.stage} s\nWHERE {self._key_match(self.target, 's')};"),
-                Step(f"DELETE FROM {self.deleted}\nUSING {self.stage} s\nWHERE {self._key_match(self.deleted, 's')};"),
+                Step(f"DELETE FROM {self.target}\nUSING {self.stage} _s\nWHERE {self._key_match(self.target, '_s')};"),
+                Step(f"DELETE FROM {self.deleted}\nUSING {self.stage} _s\nWHERE {self._key_match(self.deleted, '_s')};"),
                 Step(
                     "-- Deletes in the snapshot are remembered like the stream's.\n"
                     f"INSERT INTO {self.deleted} ({', '.join(q(k) for k in self.keys)}, _source_ts, _source_pos, _kafka_partition, _kafka_offset, _deleted_at)\n"
@@ -184,7 +184,7 @@ class BackfillSql:
             )
             steps += [
                 Step(
-                    f"DELETE FROM {self.target}\nUSING {self.stage} s\nWHERE NOT s._delete\n  AND {self._key_match(self.target, 's')};",
+                    f"DELETE FROM {self.target}\nUSING {self.stage} _s\nWHERE NOT _s._delete\n  AND {self._key_match(self.target, '_s')};",
                 ),
                 Step(
                     f"INSERT INTO {self.target} ({data}, {meta}, _deleted)\nSELECT {values}, false\nFROM {self.stage} s\nWHERE NOT s._delete;",

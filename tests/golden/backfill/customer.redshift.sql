@@ -48,12 +48,12 @@ WHERE t."customer_id" = "cdc"."customer__backfill"."customer_id"
        ELSE COALESCE(COALESCE(t._source_ts, t._kafka_timestamp) >= "cdc"."customer__backfill"._source_ts, true) END;
 
 DELETE FROM "cdc"."customer"
-USING "cdc"."customer__backfill" s
-WHERE "cdc"."customer"."customer_id" = s."customer_id";
+USING "cdc"."customer__backfill" _s
+WHERE "cdc"."customer"."customer_id" = _s."customer_id";
 
 DELETE FROM "cdc"."customer__deleted"
-USING "cdc"."customer__backfill" s
-WHERE "cdc"."customer__deleted"."customer_id" = s."customer_id";
+USING "cdc"."customer__backfill" _s
+WHERE "cdc"."customer__deleted"."customer_id" = _s."customer_id";
 
 -- Deletes in the snapshot are remembered like the stream's.
 INSERT INTO "cdc"."customer__deleted" ("customer_id", _source_ts, _source_pos, _kafka_partition, _kafka_offset, _deleted_at)

@@ -37,9 +37,9 @@ WHERE t."order_id" = "cdc"."orders__backfill"."order_id"
        ELSE COALESCE(t._source_ts >= "cdc"."orders__backfill"._source_ts, true) END;
 
 DELETE FROM "cdc"."orders"
-USING "cdc"."orders__backfill" s
-WHERE NOT s._delete
-  AND "cdc"."orders"."order_id" = s."order_id";
+USING "cdc"."orders__backfill" _s
+WHERE NOT _s._delete
+  AND "cdc"."orders"."order_id" = _s."order_id";
 
 INSERT INTO "cdc"."orders" ("order_id", "customer_id", "status", "total", "placed_at", _source_ts, _source_pos, _kafka_partition, _kafka_offset, _synced_at, _deleted)
 SELECT s."order_id", s."customer_id", s."status", s."total", s."placed_at", s._source_ts, s._source_pos, s._kafka_partition, s._kafka_offset, clock_timestamp()::timestamp, false
