@@ -163,7 +163,9 @@ def plain_value(raw: Column, dtype: T.DataType, sql_type: SqlType, exact: Column
         return F.lit(None).cast(target)
     if f in ("time", "timetz"):
         text = _text(raw, dtype)
-        return F.when(text.rlike(r"^\s*[0-9]{1,2}:[0-9]{2}(:[0-9]{2}(\.[0-9]{1,6})?)?([+-][0-9]{2}(:?[0-9]{2})?)?\s*$"), F.trim(text))
+        return F.when(
+            text.rlike(r"^\s*[0-9]{1,2}:[0-9]{2}(:[0-9]{2}(\.[0-9]{1,6})?)?([+-][0-9]{2}(:?[0-9]{2})?)?\s*$"), F.trim(text)
+        )
     if f == "super":
         return _text(raw, dtype)
     raise ValueError(f"column type {sql_type} is not supported by the backfill yet")
@@ -219,8 +221,11 @@ def _time_of_day(per_second: int) -> Decoder:
         n = _integer(raw, dtype, exact)
         us = _micros_since_epoch(n, per_second)
         text = F.format_string(
-            "%02d:%02d:%02d.%06d", (us / 3_600_000_000).cast("long"), (us / 60_000_000 % 60).cast("long"),
-            (us / 1_000_000 % 60).cast("long"), us % 1_000_000,
+            "%02d:%02d:%02d.%06d",
+            (us / 3_600_000_000).cast("long"),
+            (us / 60_000_000 % 60).cast("long"),
+            (us / 1_000_000 % 60).cast("long"),
+            us % 1_000_000,
         )
         return F.when(n.between(0, 86_400 * per_second - 1), text)
 

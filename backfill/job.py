@@ -55,9 +55,7 @@ def decoded_table(table: TableConfig) -> TableConfig:
     return table.model_copy(update={"columns": [c.model_copy(update={"semantic": None, "scale": None}) for c in table.columns]})
 
 
-def run(
-    spark, table: TableConfig, snapshot: str, fmt: str, snapshot_time: datetime | None, values: str = "debezium"
-) -> Prepared:
+def run(spark, table: TableConfig, snapshot: str, fmt: str, snapshot_time: datetime | None, values: str = "debezium") -> Prepared:
     """`values`: "debezium" when the snapshot's values are in Debezium's wire encoding
     (base64 decimals, epoch days...), "decoded" for a plain export."""
     if values not in VALUES:
@@ -87,8 +85,14 @@ def load_config(spark, url: str) -> Pipeline:
 
 
 def stage_snapshot(
-    spark, pipeline: Pipeline, table: TableConfig, snapshot: str, fmt: str, snapshot_time: datetime | None,
-    values: str, output: str,
+    spark,
+    pipeline: Pipeline,
+    table: TableConfig,
+    snapshot: str,
+    fmt: str,
+    snapshot_time: datetime | None,
+    values: str,
+    output: str,
 ) -> dict:
     """Prepare the snapshot and write the run folder; returns the summary."""
     prepared = run(spark, table, snapshot, fmt, snapshot_time, values)

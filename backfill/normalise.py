@@ -15,7 +15,6 @@ of `sync/sql/procedure.py`, so the backfill picks the same winner per key as the
 
 from __future__ import annotations
 
-
 from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
@@ -127,9 +126,7 @@ def json_rows(lines: DataFrame, table: TableConfig, snapshot_ts: Column | None) 
         F.when(by_source["_source_ts"].rlike(r"^\s*[0-9]"), try_cast(by_source["_source_ts"], T.TimestampNTZType())),
         epoch_ms(by_source["__source_ts_ms"]),
     )
-    return _snapshot_rows(
-        lines.where(F.trim(line) != ""), fields, row_ts, by_source["_source_pos"], line, snapshot_ts
-    )
+    return _snapshot_rows(lines.where(F.trim(line) != ""), fields, row_ts, by_source["_source_pos"], line, snapshot_ts)
 
 
 def epoch_ms(text: Column) -> Column:
@@ -192,8 +189,8 @@ def event_lines(lines: DataFrame) -> DataFrame:
     offset plus the number of records of its partition before it in the file: exact for
     the S3 sink layout, and the offsets `ingest` would assign to the same file."""
     rec = F.from_json(F.col("line"), RECORD_SCHEMA)
-    is_wrapper = rec["op"].isNull() & rec["payload"].isNull() & rec["__deleted"].isNull() & (
-        F.col("line").rlike(r'^\s*\{.*"value"\s*:')
+    is_wrapper = (
+        rec["op"].isNull() & rec["payload"].isNull() & rec["__deleted"].isNull() & (F.col("line").rlike(r'^\s*\{.*"value"\s*:'))
     )
     partition = F.coalesce(F.when(is_wrapper, rec["partition"]), F.col("line_partition"), F.lit(0)).cast("long")
     with_partition = lines.select(

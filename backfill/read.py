@@ -53,9 +53,7 @@ class Snapshot:
     notes: list[str] = field(default_factory=list)  # what the snapshot lacks, loaded as NULL
 
 
-def read_snapshot(
-    spark: SparkSession, table: TableConfig, path: str, fmt: str, snapshot_time: datetime | None
-) -> Snapshot:
+def read_snapshot(spark: SparkSession, table: TableConfig, path: str, fmt: str, snapshot_time: datetime | None) -> Snapshot:
     ts = snapshot_timestamp(snapshot_time)
     if fmt == "parquet":
         return Snapshot(*flat_rows(spark.read.parquet(path), table, ts))

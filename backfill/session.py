@@ -44,8 +44,7 @@ def local_session(master: str = "local[*]", shuffle_partitions: int = 4) -> Spar
     for key, value in JOB_SQL_CONF.items():
         builder = builder.config(key, value)
     session = (
-        builder
-        .appName("redshift-sync-backfill")
+        builder.appName("redshift-sync-backfill")
         .config("spark.sql.shuffle.partitions", str(shuffle_partitions))
         .config("spark.default.parallelism", str(shuffle_partitions))
         .config("spark.ui.enabled", "false")

@@ -39,18 +39,14 @@ def copy_url(url: str) -> str:
     """Redshift's COPY reads s3:// URLs; Hadoop may name the same object s3a:// or s3n://."""
     for scheme in ("s3a://", "s3n://"):
         if url.startswith(scheme):
-            return "s3://" + url[len(scheme):]
+            return "s3://" + url[len(scheme) :]
     return url
 
 
 def manifest(parts: list[tuple[str, int]]) -> dict:
     """A COPY manifest: for Parquet every entry needs meta.content_length (Redshift,
     "Using a manifest to specify data files")."""
-    return {
-        "entries": [
-            {"url": copy_url(url), "mandatory": True, "meta": {"content_length": size}} for url, size in parts
-        ]
-    }
+    return {"entries": [{"url": copy_url(url), "mandatory": True, "meta": {"content_length": size}} for url, size in parts]}
 
 
 class HadoopFolder:

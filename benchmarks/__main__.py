@@ -53,8 +53,10 @@ def embedded_server(dsn: str | None) -> Iterator[tuple[str, str]]:
 def _refuse_existing(wh: Warehouse, schemas: Sequence[str]) -> None:
     found = [s for s in schemas if wh.scalar("SELECT COUNT(*) FROM pg_namespace WHERE nspname = %s", (s,))]
     if found:
-        raise SystemExit(f"benchmarks: schema {', '.join(found)} already exists in this database; "
-                         "use a scratch database (the run creates and empties it)")
+        raise SystemExit(
+            f"benchmarks: schema {', '.join(found)} already exists in this database; "
+            "use a scratch database (the run creates and empties it)"
+        )
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
@@ -62,8 +64,9 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--quick", action="store_true", help="small sizes (a smoke run, well under two minutes)")
     parser.add_argument("--out", type=Path, help="JSON file to write (default for a full run: benchmarks/results/<date>.json)")
     parser.add_argument("--dsn", help="a scratch PostgreSQL database instead of a fresh embedded server")
-    parser.add_argument("--phase", action="append", choices=PHASES, dest="phases",
-                        help="run only this phase (repeatable; default: all)")
+    parser.add_argument(
+        "--phase", action="append", choices=PHASES, dest="phases", help="run only this phase (repeatable; default: all)"
+    )
     return parser.parse_args(argv)
 
 
@@ -82,7 +85,11 @@ def run(argv: Sequence[str] | None = None) -> dict:
             deploy(wh, pipeline, "examples/salesdb/pipeline.toml")
             bench = phases.Bench(wh, pipeline, relations(pipeline, target), sizes, progress, Clock(wh))
             selected = args.phases or PHASES
-            for name, phase in (("incremental", phases.incremental), ("scaling", phases.scaling), ("empty-sync", phases.empty_sync)):
+            for name, phase in (
+                ("incremental", phases.incremental),
+                ("scaling", phases.scaling),
+                ("empty-sync", phases.empty_sync),
+            ):
                 if name in selected:
                     phase(bench)
             skip = phases.backfill_available() if "backfill" in selected else "not selected (--phase)"
@@ -99,10 +106,14 @@ def run(argv: Sequence[str] | None = None) -> dict:
                 "machine": machine(),
                 "versions": versions(wh),
                 "server_settings": server_settings(wh),
-                "inputs": {**sizes.as_dict(), "quick": args.quick, "table": f"{pipeline.schema}.{target.name}",
-                           "pipeline": str(PIPELINE.relative_to(REPO)),
-                           "workload": "60% updates (keys changed several times), 25% inserts, 15% deletes; "
-                                       "full Debezium envelope, MySQL binlog order, 4 Kafka partitions"},
+                "inputs": {
+                    **sizes.as_dict(),
+                    "quick": args.quick,
+                    "table": f"{pipeline.schema}.{target.name}",
+                    "pipeline": str(PIPELINE.relative_to(REPO)),
+                    "workload": "60% updates (keys changed several times), 25% inserts, 15% deletes; "
+                    "full Debezium envelope, MySQL binlog order, 4 Kafka partitions",
+                },
                 "figures": {k: round(v, 6) for k, v in bench.figures.items()},
                 "measurements": bench.measurements,
                 "targets": target_results(bench.figures),

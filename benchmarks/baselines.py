@@ -55,6 +55,7 @@ def digest_sql(table: str) -> str:
 
 # ---- (b) the seed-blog pattern ---------------------------------------------------------
 
+
 def prepare_seed(wh: Warehouse, rel: Relations) -> None:
     """Its own target (data columns + refresh_time, same primary key) holding the same rows,
     its staging table, and its procedure."""
@@ -64,9 +65,7 @@ def prepare_seed(wh: Warehouse, rel: Relations) -> None:
         f"CREATE TABLE {SEED_TARGET} (customer_id varchar(64) PRIMARY KEY, name varchar(256), "
         "mktsegment varchar(64), refresh_time timestamp)"
     )
-    wh.execute(
-        f"INSERT INTO {SEED_TARGET} SELECT customer_id, name, mktsegment, TIMESTAMP '2000-01-01' FROM {rel.target}"
-    )
+    wh.execute(f"INSERT INTO {SEED_TARGET} SELECT customer_id, name, mktsegment, TIMESTAMP '2000-01-01' FROM {rel.target}")
     wh.execute(
         f"CREATE TABLE {SEED_STAGE} (customer_id varchar(64), name varchar(256), mktsegment varchar(64), "
         "ts_ms bigint, op varchar(8), record_rank bigint, refresh_time timestamp)"
@@ -97,6 +96,7 @@ def run_seed(wh: Warehouse) -> None:
 
 
 # ---- (c) per-row upserts ---------------------------------------------------------------
+
 
 def fetch_events(wh: Warehouse, rel: Relations) -> list[tuple[int, int, str]]:
     """The batch as a sink consumer receives it: (partition, offset, JSON text of the
@@ -137,6 +137,7 @@ def run_per_row(wh: Warehouse, rel: Relations, events: list[tuple[int, int, str]
 
 # ---- (d) the apply floor -----------------------------------------------------------------
 
+
 def prepare_floor(wh: Warehouse, rel: Relations) -> None:
     """The final row of every key in the batch, shredded and deduplicated, in a plain table."""
     wh.execute(f"CREATE SCHEMA IF NOT EXISTS {SCHEMA}")
@@ -152,13 +153,11 @@ def prepare_floor(wh: Warehouse, rel: Relations) -> None:
 def run_floor(wh: Warehouse, rel: Relations) -> None:
     cols = "customer_id, name, mktsegment, _source_ts, _source_pos, _kafka_partition, _kafka_offset"
     wh.execute(f"DELETE FROM {rel.target} t USING {FLOOR} f WHERE t.customer_id = f.customer_id")
-    wh.execute(
-        f"INSERT INTO {rel.target} ({cols}, _synced_at)\n"
-        f"SELECT {cols}, clock_timestamp() FROM {FLOOR} WHERE op <> 'd'"
-    )
+    wh.execute(f"INSERT INTO {rel.target} ({cols}, _synced_at)\nSELECT {cols}, clock_timestamp() FROM {FLOOR} WHERE op <> 'd'")
 
 
 # ---- (e) raw COPY ----------------------------------------------------------------------
+
 
 def prepare_copy(wh: Warehouse, rel: Relations) -> bytes:
     """The batch's rows (one per event, typed) in COPY text format, and an empty sink."""

@@ -86,7 +86,9 @@ class Clock:
         wall, cpu1 = time.perf_counter() - wall0, self._cpu()
         return wall, (cpu1 - cpu0 if cpu0 is not None and cpu1 is not None else None)
 
-    def rolled_back(self, wh: Warehouse, fn: Callable[[], object], check: Callable[[], object] | None = None) -> tuple[float, float | None, object]:
+    def rolled_back(
+        self, wh: Warehouse, fn: Callable[[], object], check: Callable[[], object] | None = None
+    ) -> tuple[float, float | None, object]:
         """Time `fn` inside a transaction that is then rolled back, so every repeat starts
         from the same data; `check` (untimed) reads the result before the rollback. VACUUM
         ANALYZE afterwards clears what the aborted run left, so repeats are alike."""
@@ -185,8 +187,13 @@ def _version(dist: str) -> str | None:
 
 def _git_commit() -> str | None:
     try:
-        out = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, timeout=10,
-                             cwd=Path(__file__).resolve().parent)
+        out = subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"],
+            capture_output=True,
+            text=True,
+            timeout=10,
+            cwd=Path(__file__).resolve().parent,
+        )
         return out.stdout.strip() or None
     except (OSError, subprocess.SubprocessError):
         return None

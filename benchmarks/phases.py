@@ -52,8 +52,8 @@ class Bench:
         self.figures[figure] = self.figures[f"{numerator}.seconds"] / self.figures[f"{denominator}.seconds"]
         if f"{numerator}.cpu_seconds" in self.figures and f"{denominator}.cpu_seconds" in self.figures:
             # CPU is read in clock ticks (10 ms): a denominator below one tick counts as one.
-            self.figures[cpu_figure(figure)] = (
-                self.figures[f"{numerator}.cpu_seconds"] / max(self.figures[f"{denominator}.cpu_seconds"], 0.01)
+            self.figures[cpu_figure(figure)] = self.figures[f"{numerator}.cpu_seconds"] / max(
+                self.figures[f"{denominator}.cpu_seconds"], 0.01
             )
 
     def call_procedure(self) -> None:
@@ -101,8 +101,11 @@ def incremental(b: Bench) -> None:
     differ = [name for name, got in results.items() if got != expected]
     b.notes.append(
         f"incremental: the procedure applied {upserted:,} upserts and {deleted:,} deletes (final rows of {n:,} events); "
-        + (f"RESULTS DIFFER from the procedure's: {', '.join(differ)}" if differ
-           else "the seed pattern, the per-row upserts and the apply floor left the same rows (count and hash of the data columns)")
+        + (
+            f"RESULTS DIFFER from the procedure's: {', '.join(differ)}"
+            if differ
+            else "the seed pattern, the per-row upserts and the apply floor left the same rows (count and hash of the data columns)"
+        )
     )
     for name, m_ in runs.items():
         b.record(f"incremental.{name}", m_, n)
@@ -113,7 +116,8 @@ def incremental(b: Bench) -> None:
     total = sum(st.seconds for st in statements)
     b.breakdown = [
         {"statement": st.label, "seconds": round(st.seconds, 6), "share": round(st.seconds / total, 4)}
-        for st in sorted(statements, key=lambda st: -st.seconds) if st.seconds > 0
+        for st in sorted(statements, key=lambda st: -st.seconds)
+        if st.seconds > 0
     ]
 
 
@@ -176,11 +180,13 @@ def write_snapshot(directory: Path, rows: int) -> tuple[Path, Path]:
 
     ids = [f"C{i:09d}" for i in range(1, rows + 1)]
     segments = ["BUILDING", "AUTOMOBILE", "MACHINERY", "HOUSEHOLD", "FURNITURE"]
-    table = pa.table({
-        "CUST_ID": ids,
-        "NAME": [f"Customer {i}" for i in range(1, rows + 1)],
-        "MKTSEGMENT": [segments[i % 5] for i in range(1, rows + 1)],
-    })
+    table = pa.table(
+        {
+            "CUST_ID": ids,
+            "NAME": [f"Customer {i}" for i in range(1, rows + 1)],
+            "MKTSEGMENT": [segments[i % 5] for i in range(1, rows + 1)],
+        }
+    )
     parquet, csv = directory / "customer.parquet", directory / "customer.csv"
     pq.write_table(table, parquet)
     pacsv.write_csv(table, csv)
@@ -202,7 +208,11 @@ def _backfill_and_copy(b: Bench, label: str, rows: int, directory: Path) -> Path
     b.wh.execute(f"CREATE UNLOGGED TABLE {sink} (customer_id varchar(64), name varchar(256), mktsegment varchar(64))")
 
     def copy_csv() -> None:
-        with b.wh.conn.cursor() as cur, cur.copy(f"COPY {sink} FROM STDIN (FORMAT csv, HEADER true)") as copy, csv.open("rb") as fh:
+        with (
+            b.wh.conn.cursor() as cur,
+            cur.copy(f"COPY {sink} FROM STDIN (FORMAT csv, HEADER true)") as copy,
+            csv.open("rb") as fh,
+        ):
             while chunk := fh.read(1 << 20):
                 copy.write(chunk)
 
@@ -229,21 +239,28 @@ def backfill(b: Bench) -> None:
     with tempfile.TemporaryDirectory(prefix="rs-bench-snapshot-") as tmp:
         parquet = _backfill_and_copy(b, "backfill", rows, Path(tmp))
         b.progress("reconcile: counts only")
-        b.record("reconcile.counts", Measurement([timed(
-            lambda: run_reconcile(b.wh, b.pipeline, TABLE, str(parquet), "parquet", SNAPSHOT_TIME)
-        )]))
+        b.record(
+            "reconcile.counts",
+            Measurement([timed(lambda: run_reconcile(b.wh, b.pipeline, TABLE, str(parquet), "parquet", SNAPSHOT_TIME))]),
+        )
         b.progress("reconcile: checksum over all columns")
-        b.record("reconcile.checksum", Measurement([timed(
-            lambda: run_reconcile(b.wh, b.pipeline, TABLE, str(parquet), "parquet", SNAPSHOT_TIME, checksum=columns)
-        )]))
+        b.record(
+            "reconcile.checksum",
+            Measurement(
+                [timed(lambda: run_reconcile(b.wh, b.pipeline, TABLE, str(parquet), "parquet", SNAPSHOT_TIME, checksum=columns))]
+            ),
+        )
         # The first backfill started Spark: the small size again, warm, for the per-row cost.
         from sync.backfill import run_backfill  # type: ignore[import-not-found]
 
         reset(b.wh, b.rel)
         b.progress("backfill: run_backfill again, Spark started")
-        b.record("backfill.warm", Measurement([timed(
-            lambda: run_backfill(b.wh, b.pipeline, TABLE, str(parquet), "parquet", SNAPSHOT_TIME)
-        )]), rows, "rows")
+        b.record(
+            "backfill.warm",
+            Measurement([timed(lambda: run_backfill(b.wh, b.pipeline, TABLE, str(parquet), "parquet", SNAPSHOT_TIME))]),
+            rows,
+            "rows",
+        )
     with tempfile.TemporaryDirectory(prefix="rs-bench-snapshot-") as tmp:
         _backfill_and_copy(b, "backfill.large", large, Path(tmp))
     b.figures.pop("backfill.large.peak_driver_memory_mb")

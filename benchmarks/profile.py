@@ -49,7 +49,11 @@ class StatementTime:
 
 
 def procedure_sql(pipeline: Pipeline, table_name: str) -> str:
-    (sql,) = [o.sql for o in pipeline_objects(pipeline, "postgres", "profile") if o.kind == "procedure" and o.table == table_name and o.arguments == "bigint"]
+    (sql,) = [
+        o.sql
+        for o in pipeline_objects(pipeline, "postgres", "profile")
+        if o.kind == "procedure" and o.table == table_name and o.arguments == "bigint"
+    ]
     return sql
 
 

@@ -4,8 +4,8 @@ the JSON document."""
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 from benchmarks.measure import cpu_figure
@@ -60,20 +60,37 @@ def expected_figures(sizes: Sizes, phases: Sequence[str], with_backfill: bool) -
         names += ["empty_sync.seconds", "empty_sync.max_seconds"]
     if with_backfill:
         names += [
-            "backfill.raw_copy_csv.seconds", "backfill.raw_copy_csv.rows_per_second", "backfill.seconds",
-            "backfill.rows_per_second", "backfill.peak_driver_memory_mb", "backfill.ratio_backfill_copy",
-            "reconcile.counts.seconds", "reconcile.checksum.seconds", "reconcile.ratio_counts_backfill",
-            "backfill.warm.seconds", "backfill.warm.rows_per_second", "backfill.large.raw_copy_csv.seconds", "backfill.large.raw_copy_csv.rows_per_second", "backfill.large.seconds",
-            "backfill.large.rows_per_second", "backfill.raw_copy_csv.us_per_row_beyond_start",
-            "backfill.us_per_row_beyond_start", "backfill.ratio_per_row_copy",
+            "backfill.raw_copy_csv.seconds",
+            "backfill.raw_copy_csv.rows_per_second",
+            "backfill.seconds",
+            "backfill.rows_per_second",
+            "backfill.peak_driver_memory_mb",
+            "backfill.ratio_backfill_copy",
+            "reconcile.counts.seconds",
+            "reconcile.checksum.seconds",
+            "reconcile.ratio_counts_backfill",
+            "backfill.warm.seconds",
+            "backfill.warm.rows_per_second",
+            "backfill.large.raw_copy_csv.seconds",
+            "backfill.large.raw_copy_csv.rows_per_second",
+            "backfill.large.seconds",
+            "backfill.large.rows_per_second",
+            "backfill.raw_copy_csv.us_per_row_beyond_start",
+            "backfill.us_per_row_beyond_start",
+            "backfill.ratio_per_row_copy",
         ]
     return names
 
 
 def target_results(figures: dict[str, float]) -> list[dict]:
     return [
-        {"figure": t.figure, "target": t.text, "limit": t.limit, "value": figures.get(t.figure),
-         "met": t.met(figures[t.figure]) if t.figure in figures else None}
+        {
+            "figure": t.figure,
+            "target": t.text,
+            "limit": t.limit,
+            "value": figures.get(t.figure),
+            "met": t.met(figures[t.figure]) if t.figure in figures else None,
+        }
         for t in TARGETS
     ]
 
@@ -94,11 +111,15 @@ def _ratios(f: dict, figures: Sequence[tuple[str, str]]) -> str:
 
 
 def _incremental_lines(f: dict, inputs: dict) -> list[str]:
-    lines = [f"1. Incremental sync: {inputs['events']:,} events into {inputs['target_rows']:,} rows (median of {inputs['repeats']})"]
+    lines = [
+        f"1. Incremental sync: {inputs['events']:,} events into {inputs['target_rows']:,} rows (median of {inputs['repeats']})"
+    ]
     for name in INCREMENTAL:
         key = f"incremental.{name}"
-        lines.append(f"   {LABELS[name]:<62} {_seconds(f[f'{key}.seconds']):>11} "
-                     f"{f[f'{key}.events_per_second']:>12,.0f} events/s   {_cpu(f, key)}")
+        lines.append(
+            f"   {LABELS[name]:<62} {_seconds(f[f'{key}.seconds']):>11} "
+            f"{f[f'{key}.events_per_second']:>12,.0f} events/s   {_cpu(f, key)}"
+        )
     lines.append(_ratios(f, [(f"a/{x}", f"incremental.ratio_a_{x}") for x in "bcde"]))
     return lines
 
@@ -114,10 +135,19 @@ def _scaling_lines(f: dict, inputs: dict) -> list[str]:
     lines = [f"2. Scaling: {inputs['scaling_events']:,} events against targets of growing size (median of {inputs['repeats']})"]
     for m in inputs["scaling_targets"]:
         proc, floor = f"scaling.target_{m}.generated_procedure", f"scaling.target_{m}.apply_floor"
-        lines.append(f"   target {m:>11,} rows: procedure {_seconds(f[f'{proc}.seconds']):>11} {_cpu(f, proc)}"
-                     f"   apply floor {_seconds(f[f'{floor}.seconds']):>11} {_cpu(f, floor)}")
-    lines.append(_ratios(f, [("largest/smallest: procedure", "scaling.ratio_largest_smallest"),
-                             ("apply floor", "scaling.floor_ratio_largest_smallest")]))
+        lines.append(
+            f"   target {m:>11,} rows: procedure {_seconds(f[f'{proc}.seconds']):>11} {_cpu(f, proc)}"
+            f"   apply floor {_seconds(f[f'{floor}.seconds']):>11} {_cpu(f, floor)}"
+        )
+    lines.append(
+        _ratios(
+            f,
+            [
+                ("largest/smallest: procedure", "scaling.ratio_largest_smallest"),
+                ("apply floor", "scaling.floor_ratio_largest_smallest"),
+            ],
+        )
+    )
     return lines
 
 
@@ -140,8 +170,10 @@ def table(doc: dict) -> str:
     if "scaling.ratio_largest_smallest" in f:
         lines += _scaling_lines(f, inputs)
     if "empty_sync.seconds" in f:
-        lines.append(f"   empty sync with {inputs['retained']:,} applied records retained: "
-                     f"{_seconds(f['empty_sync.seconds'])} (max {_seconds(f['empty_sync.max_seconds'])})")
+        lines.append(
+            f"   empty sync with {inputs['retained']:,} applied records retained: "
+            f"{_seconds(f['empty_sync.seconds'])} (max {_seconds(f['empty_sync.max_seconds'])})"
+        )
     lines.append("")
     if "backfill" in doc["skipped"]:
         lines.append(f"3. Backfill and reconcile: {doc['skipped']['backfill']}")

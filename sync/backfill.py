@@ -335,8 +335,10 @@ def run_staged(
     result = BackfillResult(table.name, rejected=int(summary.get("rejected") or 0), notes=list(summary.get("notes") or []))
     if result.rejected:
         result.rejects_path = join(staged, REJECTS)
-    progress(f"stage of {table.name}: {summary.get('staged', 0):,} rows, {result.rejected:,} rejected, "
-             f"snapshot {summary.get('snapshot')} at {summary.get('snapshot_time') or 'its rows’ own source times'}")
+    progress(
+        f"stage of {table.name}: {summary.get('staged', 0):,} rows, {result.rejected:,} rejected, "
+        f"snapshot {summary.get('snapshot')} at {summary.get('snapshot_time') or 'its rows’ own source times'}"
+    )
     if wh.dialect == "redshift":
         if not staged.startswith("s3://"):
             raise ValueError(f"Redshift's COPY reads from S3: {staged} is not an s3:// URL")

@@ -32,11 +32,16 @@ ConfigOpt = Annotated[
 ]
 DsnOpt = Annotated[
     Optional[str],
-    typer.Option("--dsn", help="postgresql://... or redshift+redshift_connector://... (default $REDSHIFT_SYNC_DSN, else the embedded PostgreSQL)."),
+    typer.Option(
+        "--dsn",
+        help="postgresql://... or redshift+redshift_connector://... (default $REDSHIFT_SYNC_DSN, else the embedded PostgreSQL).",
+    ),
 ]
 VersionsOpt = Annotated[
     Optional[Path],
-    typer.Option("--versions", help="Revisions folder (default: version_locations of ./alembic.ini, else ./migrations/versions)."),
+    typer.Option(
+        "--versions", help="Revisions folder (default: version_locations of ./alembic.ini, else ./migrations/versions)."
+    ),
 ]
 
 
@@ -160,12 +165,17 @@ def deploy(
     config: ConfigOpt = None,
     dsn: DsnOpt = None,
     versions: VersionsOpt = None,
-    sql: Annotated[bool, typer.Option("--sql", help="Print the upgrade script for review instead of running it (nothing connects).")] = False,
+    sql: Annotated[
+        bool, typer.Option("--sql", help="Print the upgrade script for review instead of running it (nothing connects).")
+    ] = False,
     dialect: Annotated[str, typer.Option(help="With --sql: redshift | postgres.")] = "redshift",
-    since: Annotated[Optional[str], typer.Option("--from", help="With --sql: the revision the database is at (default: an empty database).")] = None,
+    since: Annotated[
+        Optional[str], typer.Option("--from", help="With --sql: the revision the database is at (default: an empty database).")
+    ] = None,
 ) -> None:
     """Upgrade the warehouse to the last revision (`alembic upgrade head`; idempotent)."""
-    from sync.revisions import deploy as run_deploy, offline_sql
+    from sync.revisions import deploy as run_deploy
+    from sync.revisions import offline_sql
 
     pipeline, path = open_pipeline(config)
     if sql:
@@ -186,7 +196,9 @@ def deploy(
 @handle_errors
 def ingest(
     table: Annotated[str, typer.Option("--table", "-t", help="Pipeline table whose stream receives the records.")],
-    file: Annotated[Path, typer.Option("--file", "-f", help="JSON lines: {partition, offset, timestamp, key, value} or kcat -J output.")],
+    file: Annotated[
+        Path, typer.Option("--file", "-f", help="JSON lines: {partition, offset, timestamp, key, value} or kcat -J output.")
+    ],
     config: ConfigOpt = None,
     dsn: DsnOpt = None,
 ) -> None:
@@ -203,7 +215,9 @@ def ingest(
     if result.tombstones:
         console.print(f"  {result.tombstones} tombstone(s) (null value)")
     if result.unparseable_values:
-        console.print(f"  [yellow]{result.unparseable_values} value(s) are not JSON: kept raw, sync will quarantine them[/yellow]")
+        console.print(
+            f"  [yellow]{result.unparseable_values} value(s) are not JSON: kept raw, sync will quarantine them[/yellow]"
+        )
     if result.malformed_lines:
         lines = ", ".join(str(n) for n in result.malformed_lines[:20]) + (", ..." if len(result.malformed_lines) > 20 else "")
         console.print(
@@ -215,13 +229,30 @@ def ingest(
 
 def print_runs(runs: list[Any]) -> None:
     grid = Table(title="sync", title_justify="left")
-    for col in ("table", "status", "read", "upserted", "deleted", "quarantined", "stale", "superseded", "watermark", "lag", "time"):
+    for col in (
+        "table",
+        "status",
+        "read",
+        "upserted",
+        "deleted",
+        "quarantined",
+        "stale",
+        "superseded",
+        "watermark",
+        "lag",
+        "time",
+    ):
         grid.add_column(col, justify="right" if col not in ("table", "status", "watermark") else "left")
     for r in runs:
         grid.add_row(
             r.table,
             "[green]ok[/green]" if r.status == "ok" else f"[red]{r.status}[/red]",
-            str(r.events_read), str(r.upserted), str(r.deleted), str(r.quarantined), str(r.stale), str(r.superseded),
+            str(r.events_read),
+            str(r.upserted),
+            str(r.deleted),
+            str(r.quarantined),
+            str(r.stale),
+            str(r.superseded),
             r.watermark_after or "-",
             readable_seconds(r.lag_seconds),
             readable_seconds(r.duration_seconds),
@@ -314,9 +345,14 @@ def print_status(rows: list[Any]) -> None:
         wm = ",".join(f"{p}:{o}" for p, o in s.watermarks.items()) or "-"
         lag = s.last_run.get("lag_seconds") if s.last_run else None
         grid.add_row(
-            s.table, str(s.target_rows), str(s.pending), wm, (s.last_run_at or "never")[:19],
+            s.table,
+            str(s.target_rows),
+            str(s.pending),
+            wm,
+            (s.last_run_at or "never")[:19],
             str(s.last_run["events_read"]) if s.last_run else "-",
-            readable_seconds(lag), str(s.quarantined),
+            readable_seconds(lag),
+            str(s.quarantined),
         )
     console.print(grid)
     for s in rows:
@@ -357,16 +393,25 @@ def _progress(message: str) -> None:
 @handle_errors
 def backfill(
     table: Annotated[str, typer.Option("--table", "-t", help="Pipeline table to backfill.")],
-    snapshot: Annotated[Optional[str], typer.Option("--snapshot", help="Snapshot path (local, or s3:// downloaded with boto3).")] = None,
-    staged: Annotated[Optional[str], typer.Option("--staged", help="Load the run folder a cluster's backfill job wrote (s3:// or local), no Spark here.")] = None,
+    snapshot: Annotated[
+        Optional[str], typer.Option("--snapshot", help="Snapshot path (local, or s3:// downloaded with boto3).")
+    ] = None,
+    staged: Annotated[
+        Optional[str],
+        typer.Option("--staged", help="Load the run folder a cluster's backfill job wrote (s3:// or local), no Spark here."),
+    ] = None,
     fmt: FormatOpt = "parquet",
     snapshot_time: SnapshotTimeOpt = None,
-    staging: Annotated[Optional[str], typer.Option("--staging", help="s3://bucket/prefix/ for the Parquet COPY (Redshift).")] = None,
+    staging: Annotated[
+        Optional[str], typer.Option("--staging", help="s3://bucket/prefix/ for the Parquet COPY (Redshift).")
+    ] = None,
     iam_role: Annotated[Optional[str], typer.Option("--iam-role", help="Role for COPY (default: [backfill] iam_role).")] = None,
     config: ConfigOpt = None,
     dsn: DsnOpt = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the result as JSON.")] = False,
-    values: Annotated[str, typer.Option("--values", help="debezium (wire encoding: base64 decimals, epoch days) | decoded (a plain export).")] = "debezium",
+    values: Annotated[
+        str, typer.Option("--values", help="debezium (wire encoding: base64 decimals, epoch days) | decoded (a plain export).")
+    ] = "debezium",
 ) -> None:
     """Load a snapshot into a table without overwriting newer stream changes (PySpark)."""
     from backfill.job import parse_time
@@ -382,7 +427,16 @@ def backfill(
             result = run_staged(wh, pipeline, staged, table, iam_role=role, progress=_progress)
         else:
             result = run_backfill(
-                wh, pipeline, table, snapshot, fmt, when, staging=staging, iam_role=role, progress=_progress, values=values,
+                wh,
+                pipeline,
+                table,
+                snapshot,
+                fmt,
+                when,
+                staging=staging,
+                iam_role=role,
+                progress=_progress,
+                values=values,
             )
     finally:
         wh.close()
@@ -393,8 +447,13 @@ def backfill(
         for col in ("staged", "loaded", "deleted", "kept: newer in stream", "kept: deleted by stream", "rejected", "time s"):
             grid.add_column(col, justify="right")
         grid.add_row(
-            f"{result.staged:,}", f"{result.loaded:,}", f"{result.deleted:,}", f"{result.kept_newer:,}",
-            f"{result.kept_deleted:,}", f"{result.rejected:,}", f"{result.seconds:.1f}",
+            f"{result.staged:,}",
+            f"{result.loaded:,}",
+            f"{result.deleted:,}",
+            f"{result.kept_newer:,}",
+            f"{result.kept_deleted:,}",
+            f"{result.rejected:,}",
+            f"{result.seconds:.1f}",
         )
         console.print(grid)
         for note in result.notes:
@@ -410,17 +469,32 @@ def backfill(
 def print_reconcile(report: Any, out: Console | None = None) -> None:
     out = out or console
     grid = Table(title=f"reconcile {report.table}", title_justify="left")
-    for col in ("snapshot rows", "warehouse rows", "buckets", "buckets differing", "unexplained", "explained by stream", "rejected"):
+    for col in (
+        "snapshot rows",
+        "warehouse rows",
+        "buckets",
+        "buckets differing",
+        "unexplained",
+        "explained by stream",
+        "rejected",
+    ):
         grid.add_column(col, justify="right")
     grid.add_row(
-        f"{report.snapshot_rows:,}", f"{report.warehouse_rows:,}", str(report.buckets),
-        str(len(report.mismatched_buckets)), str(len(report.unexplained)), str(len(report.explained)), str(report.rejected),
+        f"{report.snapshot_rows:,}",
+        f"{report.warehouse_rows:,}",
+        str(report.buckets),
+        str(len(report.mismatched_buckets)),
+        str(len(report.unexplained)),
+        str(len(report.explained)),
+        str(report.rejected),
     )
     out.print(grid)
     if report.differences:
         keys = Table("key", "difference", "explained", "why", "snapshot _source_ts", "warehouse _source_ts")
         for d in report.differences[:50]:
-            keys.add_row(d.key, d.kind, "yes" if d.explained else "[red]no[/red]", d.why, d.snapshot_ts or "-", d.warehouse_ts or "-")
+            keys.add_row(
+                d.key, d.kind, "yes" if d.explained else "[red]no[/red]", d.why, d.snapshot_ts or "-", d.warehouse_ts or "-"
+            )
         out.print(keys)
         if len(report.differences) > 50:
             out.print(f"  ... {len(report.differences) - 50} more in the JSON report")
@@ -484,10 +558,14 @@ def revision(
 @app.command()
 @handle_errors
 def infer(
-    sample: Annotated[Path, typer.Option("--sample", "-s", help="JSON lines of Debezium messages with schemas (schemas.enable=true).")],
+    sample: Annotated[
+        Path, typer.Option("--sample", "-s", help="JSON lines of Debezium messages with schemas (schemas.enable=true).")
+    ],
     table: Annotated[str, typer.Option("--table", "-t", help="Name of the target table.")],
     topic: Annotated[str, typer.Option("--topic", help="The Kafka topic the messages come from.")],
-    primary_key: Annotated[Optional[list[str]], typer.Option("--primary-key", help="Key field(s) when the sample has no key schema (repeatable).")] = None,
+    primary_key: Annotated[
+        Optional[list[str]], typer.Option("--primary-key", help="Key field(s) when the sample has no key schema (repeatable).")
+    ] = None,
 ) -> None:
     """Print a ready [[tables]] block inferred from sample messages' Connect schemas."""
     from sync.infer import infer_block
@@ -509,8 +587,15 @@ def print_pruned(pruned: Any) -> None:
 def prune_cmd(
     config: ConfigOpt = None,
     dsn: DsnOpt = None,
-    days: Annotated[Optional[int], typer.Option("--days", min=1, help="Keep this many days (default: [operations] retention_days, 30).")] = None,
-    stream: Annotated[bool, typer.Option("--stream", help="Also delete stream records already read that wrote no stored row (the streaming MV on Redshift).")] = False,
+    days: Annotated[
+        Optional[int], typer.Option("--days", min=1, help="Keep this many days (default: [operations] retention_days, 30).")
+    ] = None,
+    stream: Annotated[
+        bool,
+        typer.Option(
+            "--stream", help="Also delete stream records already read that wrote no stored row (the streaming MV on Redshift)."
+        ),
+    ] = False,
 ) -> None:
     """Delete run-log, schema-drift and handled quarantine rows past the retention (`sync` does it too)."""
     from sync.runner import prune
@@ -676,7 +761,6 @@ def main() -> None:
     app()
 
 
-
 @app.command("package-lambda")
 @handle_errors
 def package_lambda(
@@ -684,7 +768,9 @@ def package_lambda(
     config: ConfigOpt = None,
     python_version: Annotated[str, typer.Option(help="Python of the Lambda runtime (python3.12 -> 3.12).")] = "3.12",
     arch: Annotated[str, typer.Option(help="Lambda architecture: x86_64 | arm64.")] = "x86_64",
-    with_connector: Annotated[bool, typer.Option(help="Also bundle redshift-connector (for REDSHIFT_SYNC_DSN mode instead of the Data API).")] = False,
+    with_connector: Annotated[
+        bool, typer.Option(help="Also bundle redshift-connector (for REDSHIFT_SYNC_DSN mode instead of the Data API).")
+    ] = False,
 ) -> None:
     """Build the Lambda zip: the sync package, its dependencies for Lambda and the pipeline file (no Spark)."""
     from sync.packaging import PackagingError, build_lambda_zip
@@ -765,12 +851,18 @@ def rebase_offsets(
 
     result = run_recovery(run_rebase, table, yes, config, dsn)
     out = console if result.applied else err_console
-    out.print(f"{'re-based' if result.applied else 'would re-base'} the watermark of {table}: "
-              f"refresh time {result.since_before} -> {result.since_after}", highlight=False)
+    out.print(
+        f"{'re-based' if result.applied else 'would re-base'} the watermark of {table}: "
+        f"refresh time {result.since_before} -> {result.since_after}",
+        highlight=False,
+    )
     for p in result.partitions:
         before = "-" if p.last_offset_before is None else p.last_offset_before
-        out.print(f"  partition {p.partition}: last offset {before} -> {p.last_offset_after} "
-                  f"({p.new_records} record(s) refreshed after the watermark)", highlight=False)
+        out.print(
+            f"  partition {p.partition}: last offset {before} -> {p.last_offset_after} "
+            f"({p.new_records} record(s) refreshed after the watermark)",
+            highlight=False,
+        )
     if result.applied:
         console.print("logged as rebase-offsets; the next sync reads exactly those records")
         return

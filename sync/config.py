@@ -140,9 +140,7 @@ class ColumnConfig(_Model):
     @classmethod
     def _source_name(cls, v: str) -> str:
         if not SOURCE_FIELD.match(v):
-            raise ValueError(
-                f"field name {v!r} is not allowed: letters, digits, _ and $, starting with a letter or _"
-            )
+            raise ValueError(f"field name {v!r} is not allowed: letters, digits, _ and $, starting with a letter or _")
         return v
 
     @field_validator("type")
@@ -384,9 +382,7 @@ def load_pipeline(path: str | os.PathLike[str] | None = None) -> tuple[Pipeline,
     try:
         text = resolved.read_text(encoding="utf-8")
     except FileNotFoundError:
-        raise ConfigError(
-            f"pipeline file {str(resolved)!r} not found; pass --config PATH or set {CONFIG_ENV_VAR}"
-        ) from None
+        raise ConfigError(f"pipeline file {str(resolved)!r} not found; pass --config PATH or set {CONFIG_ENV_VAR}") from None
     except (OSError, UnicodeDecodeError) as exc:
         raise ConfigError(f"cannot read pipeline file {str(resolved)!r}: {exc}") from None
     try:

@@ -277,9 +277,10 @@ def settle(call: Call, desc: dict, policy: RetryPolicy, now: float, rng: random.
         call.error = "the statement was cancelled outside redshift-sync (Data API status ABORTED)"
 
 
-def run_calls(session: Session, pipeline: Pipeline, tables: Sequence[str], policy: RetryPolicy = RetryPolicy()) -> list[Call]:
+def run_calls(session: Session, pipeline: Pipeline, tables: Sequence[str], policy: RetryPolicy | None = None) -> list[Call]:
     """Run every table's CALL, in the order given, paced and capped; poll them to the end,
     retry conflicts, and at the deadline margin cancel what runs and report what never started."""
+    policy = policy or RetryPolicy()
     deadline, polling, pacing, clock = session.deadline, session.polling, session.pacing, session.clock
     calls = [Call(t, call_sql(pipeline, t)) for t in tables]
     start = clock()
@@ -477,7 +478,7 @@ def query(session: Session, sql: str, name: str) -> list[tuple]:
     while True:
         page = _request(
             session,
-            lambda: client.get_statement_result(Id=statement_id, **({"NextToken": token} if token else {})),
+            lambda token=token: client.get_statement_result(Id=statement_id, **({"NextToken": token} if token else {})),
             f"{name} GetStatementResult",
         )
         rows.extend(tuple(decode_field(f) for f in record) for record in page["Records"])
@@ -513,7 +514,9 @@ def run_to_end(session: Session, sql: str, name: str) -> str:
     return statement_id
 
 
-def isolate_table(session: Session, pipeline: Pipeline, table: str, failed: RunSummary, baseline: dict[str, str | None] | None) -> RunSummary:
+def isolate_table(
+    session: Session, pipeline: Pipeline, table: str, failed: RunSummary, baseline: dict[str, str | None] | None
+) -> RunSummary:
     """Record isolation (sync/isolation.py) for a table whose CALL failed on a record's
     data: bounded CALLs, one at a time, within the deadline; the failing records are
     quarantined with the engine's error and the rest applied. The summary adds up the
@@ -562,7 +565,9 @@ def last_runs_sql(pipeline: Pipeline, tables: Sequence[str]) -> str:
     )
 
 
-def last_runs(session: Session, pipeline: Pipeline, tables: Sequence[str]) -> tuple[list[str], dict[str, str | None] | None, str | None]:
+def last_runs(
+    session: Session, pipeline: Pipeline, tables: Sequence[str]
+) -> tuple[list[str], dict[str, str | None] | None, str | None]:
     """The tables in the order to run them, oldest last run first (never run first; ties keep
     the given order), and each table's last run, the baseline that tells this invocation's
     run-log rows apart. When the run log cannot be read: the given order, no baseline, and why."""
@@ -607,7 +612,9 @@ def _may_have_committed(call: Call, baseline: dict[str, str | None] | None) -> b
     return call.state in ("cancelled", "unknown") and call.last_status != "ABORTED" and baseline is not None
 
 
-def summaries(session: Session, pipeline: Pipeline, calls: Sequence[Call], baseline: dict[str, str | None] | None) -> list[RunSummary]:
+def summaries(
+    session: Session, pipeline: Pipeline, calls: Sequence[Call], baseline: dict[str, str | None] | None
+) -> list[RunSummary]:
     """One RunSummary per call, in order: counts from the run log for every call that may
     have committed (finished, or cancelled or unknown when describes did not tell). When the
     run log cannot be read (in time), the finished calls say so: every call gets its summary."""
@@ -629,10 +636,18 @@ def summaries(session: Session, pipeline: Pipeline, calls: Sequence[Call], basel
         elif call.state == "finished" and unread:
             out.append(unfinished_summary(call.table, "unknown", call.duration(now), f"the procedure finished, but {unread}"))
         elif call.state == "finished" and call.pid is None and baseline is None:
-            out.append(unfinished_summary(call.table, "unknown", call.duration(now),
-                                          "the procedure finished; with no session id and no last run its run-log row cannot be told apart"))
+            out.append(
+                unfinished_summary(
+                    call.table,
+                    "unknown",
+                    call.duration(now),
+                    "the procedure finished; with no session id and no last run its run-log row cannot be told apart",
+                )
+            )
         elif call.state == "finished":
-            out.append(unfinished_summary(call.table, "failed", call.duration(now), "the procedure finished but wrote no run-log row"))
+            out.append(
+                unfinished_summary(call.table, "failed", call.duration(now), "the procedure finished but wrote no run-log row")
+            )
         else:
             out.append(unfinished_summary(call.table, call.state, call.duration(now), call.error or call.state))
     return out

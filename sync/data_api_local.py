@@ -37,13 +37,36 @@ CONFLICT_ERROR = (
     "transactions forming the cycle are: 100168, 100169 (pid:1073)"
 )
 EXECUTE_PARAMETERS = {
-    "Sql", "Database", "ClusterIdentifier", "WorkgroupName", "SecretArn", "DbUser", "Parameters",
-    "WithEvent", "StatementName", "ClientToken", "SessionKeepAliveSeconds", "SessionId", "ResultFormat",
+    "Sql",
+    "Database",
+    "ClusterIdentifier",
+    "WorkgroupName",
+    "SecretArn",
+    "DbUser",
+    "Parameters",
+    "WithEvent",
+    "StatementName",
+    "ClientToken",
+    "SessionKeepAliveSeconds",
+    "SessionId",
+    "ResultFormat",
 }
 # PostgreSQL type OIDs -> the typeName the Data API reports.
 TYPE_NAMES = {
-    16: "bool", 17: "bytea", 20: "int8", 21: "int2", 23: "int4", 25: "text", 700: "float4", 701: "float8",
-    1043: "varchar", 1082: "date", 1114: "timestamp", 1184: "timestamptz", 1700: "numeric", 3802: "super",
+    16: "bool",
+    17: "bytea",
+    20: "int8",
+    21: "int2",
+    23: "int4",
+    25: "text",
+    700: "float4",
+    701: "float8",
+    1043: "varchar",
+    1082: "date",
+    1114: "timestamp",
+    1184: "timestamptz",
+    1700: "numeric",
+    3802: "super",
 }
 
 
@@ -123,8 +146,12 @@ class LocalDataApi:
     """The Data API client calls, run on the PostgreSQL at `dsn`."""
 
     def __init__(
-        self, dsn: str, page_size: int = 1000, connect: Callable[[str], Any] | None = None,
-        max_active_statements: int | None = None, seed: int = 0,
+        self,
+        dsn: str,
+        page_size: int = 1000,
+        connect: Callable[[str], Any] | None = None,
+        max_active_statements: int | None = None,
+        seed: int = 0,
     ):
         self.dsn = dsn
         self.page_size = page_size
@@ -150,8 +177,7 @@ class LocalDataApi:
         with self._lock:
             self._injections.append(_Injection(match, None, times, seconds))
 
-    def throttle(self, operation: str, share: float, code: str = "ThrottlingException",
-                 message: str = "Rate exceeded") -> None:
+    def throttle(self, operation: str, share: float, code: str = "ThrottlingException", message: str = "Rate exceeded") -> None:
         """A `share` (0-1) of the requests of `operation` (e.g. "DescribeStatement") fail
         with a ClientError `code` before doing anything, as the service refuses requests
         over its rate quota."""
@@ -229,7 +255,8 @@ class LocalDataApi:
                     self.refused[key] = self.refused.get(key, 0) + 1
                     raise LocalDataApiError(
                         "ActiveStatementsExceededException",
-                        f"Active statements exceeded the allowed quota ({self.max_active_statements}).", op,
+                        f"Active statements exceeded the allowed quota ({self.max_active_statements}).",
+                        op,
                     )
             self._statements[st.id] = st
             if token:
@@ -295,7 +322,9 @@ class LocalDataApi:
             if st.status != "FINISHED":
                 raise LocalDataApiError("ValidationException", f"Query is in {st.status} state, not FINISHED", op)
             if st.columns is None:
-                raise LocalDataApiError("ValidationException", "Query does not have result. Please check query status with DescribeStatement.", op)
+                raise LocalDataApiError(
+                    "ValidationException", "Query does not have result. Please check query status with DescribeStatement.", op
+                )
             start = int(NextToken or 0)
             page = st.rows[start : start + self.page_size]
             out = {
@@ -362,9 +391,18 @@ class LocalDataApi:
                 if cur.description is not None:
                     rows = cur.fetchall()
                     columns = [
-                        {"name": c.name, "label": c.name, "typeName": TYPE_NAMES.get(c.type_code, str(c.type_code)),
-                         "nullable": 1, "isSigned": False, "isCaseSensitive": False, "isCurrency": False,
-                         "length": 0, "precision": c.precision or 0, "scale": c.scale or 0}
+                        {
+                            "name": c.name,
+                            "label": c.name,
+                            "typeName": TYPE_NAMES.get(c.type_code, str(c.type_code)),
+                            "nullable": 1,
+                            "isSigned": False,
+                            "isCaseSensitive": False,
+                            "isCurrency": False,
+                            "length": 0,
+                            "precision": c.precision or 0,
+                            "scale": c.scale or 0,
+                        }
                         for c in cur.description
                     ]
                 count = len(rows) if rows is not None else max(cur.rowcount, 0)

@@ -34,10 +34,21 @@ class MySqlSource:
             self.ts_ms += 1000
             file_number, pos = self.file_number, self.pos
         return {
-            "version": "2.7.0.Final", "connector": "mysql", "name": self.server, "ts_ms": self.ts_ms,
-            "snapshot": "true" if snapshot else "false", "db": self.db, "sequence": None, "table": self.table,
-            "server_id": 223344, "gtid": None, "file": f"mysql-bin.{file_number:06d}", "pos": pos, "row": 0,
-            "thread": None if snapshot else 7, "query": None,
+            "version": "2.7.0.Final",
+            "connector": "mysql",
+            "name": self.server,
+            "ts_ms": self.ts_ms,
+            "snapshot": "true" if snapshot else "false",
+            "db": self.db,
+            "sequence": None,
+            "table": self.table,
+            "server_id": 223344,
+            "gtid": None,
+            "file": f"mysql-bin.{file_number:06d}",
+            "pos": pos,
+            "row": 0,
+            "thread": None if snapshot else 7,
+            "query": None,
         }
 
 
@@ -58,9 +69,18 @@ class PostgresSource:
         self.ts_ms += 1000
         self.tx_id += 1
         source = {
-            "version": "2.7.0.Final", "connector": "postgresql", "name": "pg", "ts_ms": self.ts_ms,
-            "snapshot": "false", "db": self.db, "sequence": json.dumps([str(self.commit_lsn), str(self.lsn)]),
-            "schema": self.schema, "table": self.table, "txId": self.tx_id, "lsn": self.lsn, "xmin": None,
+            "version": "2.7.0.Final",
+            "connector": "postgresql",
+            "name": "pg",
+            "ts_ms": self.ts_ms,
+            "snapshot": "false",
+            "db": self.db,
+            "sequence": json.dumps([str(self.commit_lsn), str(self.lsn)]),
+            "schema": self.schema,
+            "table": self.table,
+            "txId": self.tx_id,
+            "lsn": self.lsn,
+            "xmin": None,
         }
         self.commit_lsn = self.lsn + 8
         return source

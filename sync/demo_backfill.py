@@ -31,8 +31,16 @@ def run(console: Console, wh: Warehouse, pipeline: Pipeline, example_dir: Path) 
     spark = local_session("local[2]", shuffle_partitions=2)
     console.print(f"[dim]Spark {spark.version} started in {time.perf_counter() - started:.1f} s[/dim]")
     console.print(f"snapshot {SNAPSHOT} taken at {SNAPSHOT_TIME}: 8 customers, older than most stream events")
-    result = run_backfill(wh, pipeline, "customer", snapshot, "json", when, spark=spark,
-                          progress=lambda m: console.print(f"[dim]  {m}[/dim]", highlight=False))
+    result = run_backfill(
+        wh,
+        pipeline,
+        "customer",
+        snapshot,
+        "json",
+        when,
+        spark=spark,
+        progress=lambda m: console.print(f"[dim]  {m}[/dim]", highlight=False),
+    )
     console.print(
         f"loaded {result.loaded} (C001 was older in the stream; C201, C202 the stream never carried), "
         f"kept {result.kept_newer} newer stream rows, kept {result.kept_deleted} keys the stream deleted later",
@@ -48,6 +56,7 @@ def run(console: Console, wh: Warehouse, pipeline: Pipeline, example_dir: Path) 
     console.print(f"the same backfill again: loaded {again.loaded}, nothing changed")
 
     console.rule("[bold]6. reconcile the table against the snapshot")
-    report = run_reconcile(wh, pipeline, "customer", snapshot, "json", when, buckets=4,
-                           checksum=["name", "mktsegment"], spark=spark)
+    report = run_reconcile(
+        wh, pipeline, "customer", snapshot, "json", when, buckets=4, checksum=["name", "mktsegment"], spark=spark
+    )
     print_reconcile(report, console)

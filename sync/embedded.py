@@ -70,16 +70,25 @@ def _start_with_path_postgres(path: Path) -> str:
     if not (path / "PG_VERSION").exists():
         subprocess.run(
             [str(bindir / "initdb"), "-D", str(path), "-U", "postgres", "--auth=trust", "-E", "UTF8"],
-            check=True, capture_output=True,
+            check=True,
+            capture_output=True,
         )
     status = subprocess.run([str(bindir / "pg_ctl"), "-D", str(path), "status"], capture_output=True)
     if status.returncode != 0:
         subprocess.run(
             [
-                str(bindir / "pg_ctl"), "-D", str(path), "-w", "-l", str(path / "server.log"),
-                "-o", f"-k {socket_dir} -c listen_addresses='' -F", "start",
+                str(bindir / "pg_ctl"),
+                "-D",
+                str(path),
+                "-w",
+                "-l",
+                str(path / "server.log"),
+                "-o",
+                f"-k {socket_dir} -c listen_addresses='' -F",
+                "start",
             ],
-            check=True, capture_output=True,
+            check=True,
+            capture_output=True,
         )
     return f"postgresql://postgres@/postgres?host={socket_dir}"
 

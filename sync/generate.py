@@ -29,8 +29,12 @@ def render_files(pipeline: Pipeline, dialect: str, origin: str) -> dict[str, str
         setting = [o for o in shared if o.kind == "setting"]
         files[f"{table.name}.sql"] = _render(
             [*setting, *mine],
-            _header(origin, dialect, f"Table {table.name}: topic {table.topic}, stream relation, target, stage, "
-                                     f"watermark and incremental_sync_{table.name}()."),
+            _header(
+                origin,
+                dialect,
+                f"Table {table.name}: topic {table.topic}, stream relation, target, stage, "
+                f"watermark and incremental_sync_{table.name}().",
+            ),
         )
     return files
 

@@ -176,7 +176,7 @@ def infer_block(path: Path, table: str, topic: str, primary_key: list[str] | Non
     if not sample.messages:
         raise ValueError(
             f"{path}: no message with a schema; capture the topic with the JsonConverter's "
-            "schemas.enable=true (messages shaped {\"schema\": ..., \"payload\": ...})"
+            'schemas.enable=true (messages shaped {"schema": ..., "payload": ...})'
         )
     keys = primary_key or sample.key
     if not keys:

@@ -116,7 +116,9 @@ def isolate(
             repeated = bool(result.isolated) and _shape(result.isolated[-1]) == _shape(error)
             same_in_a_row = same_in_a_row + 1 if repeated else 1
             if same_in_a_row > SAME_ERROR_LIMIT:
-                result.gave_up = f"the same error for more than {SAME_ERROR_LIMIT} records in a row (not one record's fault): {error}"
+                result.gave_up = (
+                    f"the same error for more than {SAME_ERROR_LIMIT} records in a row (not one record's fault): {error}"
+                )
                 return result
             if len(result.isolated) >= max_isolated:
                 result.gave_up = f"more than {max_isolated} records fail: {error}"

@@ -91,7 +91,9 @@ class Settings:
         target = None
         if text("REDSHIFT_SYNC_WORKGROUP") or text("REDSHIFT_SYNC_CLUSTER"):
             if dsn:
-                raise ConfigError(f"set either REDSHIFT_SYNC_WORKGROUP/REDSHIFT_SYNC_CLUSTER (Data API) or {DSN_ENV_VAR}, not both")
+                raise ConfigError(
+                    f"set either REDSHIFT_SYNC_WORKGROUP/REDSHIFT_SYNC_CLUSTER (Data API) or {DSN_ENV_VAR}, not both"
+                )
             try:
                 target = data_api.DataApiTarget(
                     database=text("REDSHIFT_SYNC_DATABASE") or "dev",
@@ -182,7 +184,9 @@ def sync_with_connector(
         attempts = 0
         while True:
             if remaining_ms() < settings.polling.margin_ms:
-                run = unfinished_summary(table, data_api.NOT_STARTED, 0.0, f"not started: {remaining_ms()} ms of Lambda time left")
+                run = unfinished_summary(
+                    table, data_api.NOT_STARTED, 0.0, f"not started: {remaining_ms()} ms of Lambda time left"
+                )
                 break
             attempts += 1
             run = sync_table(wh, pipeline, table)  # with record isolation on a data error
@@ -232,8 +236,12 @@ def run_line(table_runs: list[dict], remaining_ms: int) -> dict:
     statuses: dict[str, int] = {}
     for run in table_runs:
         statuses[run["status"]] = statuses.get(run["status"], 0) + 1
-    return {"tables": len(table_runs), **statuses, "api_retries": sum(r["api_retries"] for r in table_runs),
-            "remaining_ms": remaining_ms}
+    return {
+        "tables": len(table_runs),
+        **statuses,
+        "api_retries": sum(r["api_retries"] for r in table_runs),
+        "remaining_ms": remaining_ms,
+    }
 
 
 def handler(event: Any, context: Any) -> dict:
@@ -247,8 +255,11 @@ def handler(event: Any, context: Any) -> dict:
     if settings.target is not None:
         mode = "data-api"
         session = data_api.Session(
-            client_factory(settings.timeouts), settings.target, data_api.Deadline(remaining_ms, settings.timeouts.worst_case_ms()),
-            settings.polling, settings.pacing,
+            client_factory(settings.timeouts),
+            settings.target,
+            data_api.Deadline(remaining_ms, settings.timeouts.worst_case_ms()),
+            settings.polling,
+            settings.pacing,
         )
         order, baseline, unordered = data_api.last_runs(session, pipeline, tables)
         if unordered:
@@ -261,8 +272,14 @@ def handler(event: Any, context: Any) -> dict:
             if run.status == "failed" and calls_by_table[table].last_status == "FAILED" and is_data_error(run.error or ""):
                 by_table[table] = data_api.isolate_table(session, pipeline, table, run, baseline)
         runs = [by_table[t] for t in tables]
-        details = [{"attempts": calls_by_table[t].attempts, "api_retries": calls_by_table[t].api_retries,
-                    "statement_id": calls_by_table[t].statement_id} for t in tables]
+        details = [
+            {
+                "attempts": calls_by_table[t].attempts,
+                "api_retries": calls_by_table[t].api_retries,
+                "statement_id": calls_by_table[t].statement_id,
+            }
+            for t in tables
+        ]
     else:
         mode = "redshift_connector"
         wh = connect(settings.dsn)

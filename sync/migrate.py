@@ -102,7 +102,8 @@ class Revision:
         origin = self._origins[1] if which == "after" else self._origins[0]
         assert pipeline is not None, f"no {which} state for this operation"
         return [
-            o for o in pipeline_objects(pipeline, self.dialect, origin)
+            o
+            for o in pipeline_objects(pipeline, self.dialect, origin)
             if o.table == table and o.kind != "setting" and (kinds is None or o.kind in kinds)
         ]
 

@@ -51,9 +51,23 @@ def install_dependencies(reqs: list[str], target: Path, python_version: str, arc
     if arch not in PLATFORMS:
         raise PackagingError(f"unknown architecture {arch!r}: use one of {', '.join(PLATFORMS)}")
     cmd = [
-        sys.executable, "-m", "pip", "install", "--quiet", "--disable-pip-version-check", "--no-compile",
-        "--target", str(target), "--platform", PLATFORMS[arch], "--implementation", "cp",
-        "--python-version", python_version, "--only-binary=:all:", *reqs,
+        sys.executable,
+        "-m",
+        "pip",
+        "install",
+        "--quiet",
+        "--disable-pip-version-check",
+        "--no-compile",
+        "--target",
+        str(target),
+        "--platform",
+        PLATFORMS[arch],
+        "--implementation",
+        "cp",
+        "--python-version",
+        python_version,
+        "--only-binary=:all:",
+        *reqs,
     ]
     done = subprocess.run(cmd, capture_output=True, text=True)
     if done.returncode != 0:
@@ -114,7 +128,6 @@ def build_lambda_zip(
     return LambdaPackage(out, size, len(entries), tuple(reqs))
 
 
-
 # ---- the backfill job for a Spark cluster (EMR, EMR Serverless, Glue) ----------------
 
 BACKFILL_ZIP = "redshift_sync.zip"
@@ -168,7 +181,9 @@ def build_backfill_bundle(out: Path, config: Path, progress: Callable[[str], Non
     reqs = _dependency_closure(DRIVER_PACKAGES)
     (out / BACKFILL_REQUIREMENTS).write_text("".join(r + "\n" for r in reqs))
     (out / GLUE_MODULES).write_text(",".join(reqs) + "\n")
-    progress(f"wrote {out}: {BACKFILL_ZIP} ({len(entries)} files), {BACKFILL_ENTRY}, {PACKAGED_CONFIG_NAME}, "
-             f"{BACKFILL_REQUIREMENTS} and {GLUE_MODULES} ({', '.join(reqs)})")
+    progress(
+        f"wrote {out}: {BACKFILL_ZIP} ({len(entries)} files), {BACKFILL_ENTRY}, {PACKAGED_CONFIG_NAME}, "
+        f"{BACKFILL_REQUIREMENTS} and {GLUE_MODULES} ({', '.join(reqs)})"
+    )
     files = (BACKFILL_ZIP, BACKFILL_ENTRY, PACKAGED_CONFIG_NAME, BACKFILL_REQUIREMENTS, GLUE_MODULES)
     return BackfillBundle(out, files, tuple(reqs))

@@ -70,7 +70,9 @@ def _value_text(payload: object, raw: object) -> str | None:
     return None
 
 
-def list_records(wh: Warehouse, pipeline: Pipeline, sel: Selection, include_handled: bool = False, limit: int = 100) -> tuple[int, list[QuarantinedRecord]]:
+def list_records(
+    wh: Warehouse, pipeline: Pipeline, sel: Selection, include_handled: bool = False, limit: int = 100
+) -> tuple[int, list[QuarantinedRecord]]:
     """(how many match, the first `limit` of them in Kafka order)."""
     pipeline.table(sel.table)
     where, params = sel.where(waiting_only=not include_handled)
@@ -82,8 +84,14 @@ def list_records(wh: Warehouse, pipeline: Pipeline, sel: Selection, include_hand
     )
     records = [
         QuarantinedRecord(
-            int(p), int(o), str(ts) if ts is not None else None, str(at) if at is not None else None, reason,
-            handled, str(hat) if hat is not None else None, _value_text(payload, raw),
+            int(p),
+            int(o),
+            str(ts) if ts is not None else None,
+            str(at) if at is not None else None,
+            reason,
+            handled,
+            str(hat) if hat is not None else None,
+            _value_text(payload, raw),
         )
         for p, o, ts, at, reason, handled, hat, payload, raw in rows
     ]
@@ -99,7 +107,9 @@ class ReplayResult:
 
     def as_dict(self) -> dict:
         return {
-            "table": self.table, "replayed": self.replayed, "run": self.run.as_dict(),
+            "table": self.table,
+            "replayed": self.replayed,
+            "run": self.run.as_dict(),
             "quarantined_again": [{"reason": r, "records": n} for r, n in self.quarantined_again],
         }
 
@@ -138,4 +148,6 @@ def discard(wh: Warehouse, pipeline: Pipeline, sel: Selection) -> int:
     pipeline.table(sel.table)
     where, params = sel.where()
     now = get_dialect(wh.dialect, pipeline.schema).now()
-    return max(wh.execute(f"UPDATE {_quarantine(pipeline)} SET handled = 'discarded', handled_at = {now} WHERE {where}", params), 0)
+    return max(
+        wh.execute(f"UPDATE {_quarantine(pipeline)} SET handled = 'discarded', handled_at = {now} WHERE {where}", params), 0
+    )

@@ -57,7 +57,7 @@ class ReconcileReport:
 
     def as_dict(self) -> dict:
         out = asdict(self)
-        out["differences"] = [asdict(d) for d in self.differences[:MAX_LISTED * 3]]
+        out["differences"] = [asdict(d) for d in self.differences[: MAX_LISTED * 3]]
         out["unexplained"] = len(self.unexplained)
         out["explained"] = len(self.explained)
         out["clean"] = self.clean
@@ -129,7 +129,9 @@ def run_reconcile(
     report = ReconcileReport(table.name, buckets, [c.target_name for c in cols])
     with prepared_snapshot(table, snapshot, fmt, snapshot_time, spark, progress) as (prepared, _):
         keyed = with_buckets(prepared.rows, table, buckets, cols).cache()
-        snap_counts = {int(r["bucket"]): (int(r["rows"]), int(r["checksum"] or 0)) for r in bucket_counts(keyed, bool(cols)).collect()}
+        snap_counts = {
+            int(r["bucket"]): (int(r["rows"]), int(r["checksum"] or 0)) for r in bucket_counts(keyed, bool(cols)).collect()
+        }
         report.rejected = prepared.rejected()
         report.snapshot_rows = sum(c for c, _ in snap_counts.values())
         progress(f"snapshot: {report.snapshot_rows:,} rows in {len(snap_counts)} buckets")
@@ -142,7 +144,9 @@ def run_reconcile(
             progress(f"{len(mismatched)} bucket(s) differ; listing their keys")
             snap_rows = {
                 r["key_text"]: (r["checksum"], r["_source_ts"])
-                for r in keyed.where(F.col("bucket").isin(mismatched)).select("key_text", "checksum", "_source_ts").toLocalIterator()
+                for r in keyed.where(F.col("bucket").isin(mismatched))
+                .select("key_text", "checksum", "_source_ts")
+                .toLocalIterator()
             }
             wh_rows: dict[str, tuple] = {}
             for key, chk, ts, deleted in wh.query(sql.bucket_rows(mismatched)):

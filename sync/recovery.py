@@ -65,8 +65,15 @@ def reset_positions(wh: Warehouse, pipeline: Pipeline, table_name: str, apply: b
             watermark = wh.scalar(sql.watermark_text_sql(d, pipeline, table))
             wh.execute(
                 sql.run_log_sql(
-                    d, pipeline, table, sql.RESET_POSITIONS, started, watermark, watermark,
-                    upserted=counts[0], deleted=sum(counts[1:]),
+                    d,
+                    pipeline,
+                    table,
+                    sql.RESET_POSITIONS,
+                    started,
+                    watermark,
+                    watermark,
+                    upserted=counts[0],
+                    deleted=sum(counts[1:]),
                 )
             )
         else:
@@ -135,8 +142,10 @@ def rebase_offsets(wh: Warehouse, pipeline: Pipeline, table_name: str, apply: bo
         first_offsets = {p: first for p, (first, _, _) in new.items()}
         plan = [
             PartitionRebase(
-                p, before[p][0] if p in before else None,
-                first_offsets[p] - 1 if p in first_offsets else -1, new[p][2] if p in new else 0,
+                p,
+                before[p][0] if p in before else None,
+                first_offsets[p] - 1 if p in first_offsets else -1,
+                new[p][2] if p in new else 0,
             )
             for p in sorted(set(before) | set(new))
         ]

@@ -21,6 +21,5 @@ def bundled(name: str) -> Path:
         if candidate.is_dir():
             return candidate
     raise FileNotFoundError(
-        f"{name}/ is missing from this installation (looked in {PACKAGE_DIR} and {PACKAGE_DIR.parent}): "
-        "reinstall redshift-sync"
+        f"{name}/ is missing from this installation (looked in {PACKAGE_DIR} and {PACKAGE_DIR.parent}): reinstall redshift-sync"
     )

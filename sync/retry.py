@@ -30,10 +30,16 @@ _CONFLICT = re.compile(
     re.IGNORECASE,
 )
 # Refused for load: the request did not run, and the same request may succeed later.
-THROTTLING_CODES = frozenset({
-    "ThrottlingException", "Throttling", "TooManyRequestsException", "RequestLimitExceeded",
-    "ActiveStatementsExceededException", "ActiveSessionsExceededException",
-})
+THROTTLING_CODES = frozenset(
+    {
+        "ThrottlingException",
+        "Throttling",
+        "TooManyRequestsException",
+        "RequestLimitExceeded",
+        "ActiveStatementsExceededException",
+        "ActiveSessionsExceededException",
+    }
+)
 # The service failed on its side: the request may or may not have taken effect.
 SERVER_CODES = frozenset({"InternalServerException", "ServiceUnavailable", "ServiceUnavailableException"})
 

@@ -82,8 +82,10 @@ def _source_ops(old: Pipeline, new: Pipeline, plan: RevisionPlan) -> None:
     """Credentials or the external schema's name: the same cluster, so the same offsets."""
     if old.source == new.source:
         return
-    note = ("# the external schema changed: Redshift has no ALTER for it, so it is re-created with the streaming "
-            "MVs, which re-read their topics from offset 0; the watermarks skip what was applied")
+    note = (
+        "# the external schema changed: Redshift has no ALTER for it, so it is re-created with the streaming "
+        "MVs, which re-read their topics from offset 0; the watermarks skip what was applied"
+    )
     plan.upgrade += [note, _call("recreate_source")]
     plan.downgrade += [note, _call("recreate_source")]
 
@@ -146,7 +148,8 @@ def _table_ops(old: TableConfig, new: TableConfig, drifts: list[Drift], plan: Re
     added = [c.target_name for c in new.columns if c.target_name not in old_cols]
     removed = [c.target_name for c in old.columns if c.target_name not in new_cols]
     widened = [
-        name for name, c in new_cols.items()
+        name
+        for name, c in new_cols.items()
         if name in old_cols and _type(old_cols[name]) != _type(c) and _is_varchar_widening(old_cols[name], c)
     ]
     sort_changed = [c.target_name for c in old.sortkey_columns] != [c.target_name for c in new.sortkey_columns]
@@ -165,14 +168,18 @@ def _table_ops(old: TableConfig, new: TableConfig, drifts: list[Drift], plan: Re
     if dist_changed:
         up.append(_call("alter_distkey", t))
     for dialect in streams:
-        up.append(f"# the generator's {dialect} stream definition changed: a re-created streaming MV re-reads "
-                  "its topic from offset 0, which the watermark makes harmless")
+        up.append(
+            f"# the generator's {dialect} stream definition changed: a re-created streaming MV re-reads "
+            "its topic from offset 0, which the watermark makes harmless"
+        )
         up.append(_call("recreate_stream", t, dialect))
     up.append(_call("replace_procedure", t))
 
     down += [_call("add_column", t, c) for c in removed]
     if removed:
-        down.append(f"# the values of {', '.join(removed)} dropped by the upgrade come back only for rows whose record the stream still holds")
+        down.append(
+            f"# the values of {', '.join(removed)} dropped by the upgrade come back only for rows whose record the stream still holds"
+        )
     if sort_changed:
         down.append(_call("alter_sortkey", t))
     down += [_call("drop_column", t, c) for c in added]

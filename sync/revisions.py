@@ -167,7 +167,10 @@ def write_revision(cfg: Any, pipeline: Pipeline, origin: str, message: str) -> W
         ["Upgrade:", *(f"    {line}" for line in plan.upgrade), "Downgrade:", *(f"    {line}" for line in plan.downgrade)]
     )
     script = _script(cfg).generate_revision(
-        rev_id, message, head=parent or "base", version_path=versions,
+        rev_id,
+        message,
+        head=parent or "base",
+        version_path=versions,
         state=pprint.pformat(new, indent=1, width=100, sort_dicts=False),
         summary=summary,
         upgrades=_indent(plan.upgrade),
@@ -193,7 +196,7 @@ def deploy(cfg: Any, pipeline: Pipeline) -> DeployResult:
     rev, state = head(cfg)
     if rev is None or state is None:
         raise ValueError(
-            f"no revisions in {versions_dir(cfg)}: run `redshift-sync revision -m \"initial\"` "
+            f'no revisions in {versions_dir(cfg)}: run `redshift-sync revision -m "initial"` '
             "(with --versions DIR for your own folder) and review the file first"
         )
     if not same_model(state, pipeline):
@@ -238,9 +241,11 @@ def offline_sql(cfg: Any, pipeline: Pipeline, dialect: str, since: str | None) -
 
     rev, state = head(cfg)
     if rev is None or state is None:
-        raise ValueError(f"no revisions in {versions_dir(cfg)}: run `redshift-sync revision -m \"initial\"` first")
+        raise ValueError(f'no revisions in {versions_dir(cfg)}: run `redshift-sync revision -m "initial"` first')
     if not same_model(state, pipeline):
-        raise ValueError(f"the pipeline file differs from the last revision ({rev}): run `redshift-sync revision -m MESSAGE` first")
+        raise ValueError(
+            f"the pipeline file differs from the last revision ({rev}): run `redshift-sync revision -m MESSAGE` first"
+        )
     cfg.attributes["dsn"] = OFFLINE_URLS[dialect]
     command.upgrade(cfg, f"{since}:head" if since else "head", sql=True)
 
@@ -266,10 +271,7 @@ def deployment_problem(wh: Any, cfg: Any, pipeline: Pipeline) -> str | None:
 
     rev = deployed_revision(wh)
     if rev is None:
-        missing = [
-            t.name for t in pipeline.tables
-            if not wh.relation_exists(pipeline.schema, table_names(pipeline, t).watermark)
-        ]
+        missing = [t.name for t in pipeline.tables if not wh.relation_exists(pipeline.schema, table_names(pipeline, t).watermark)]
         if not wh.relation_exists(pipeline.schema, RUN_LOG) or missing:
             what = f"tables {', '.join(missing)} are" if missing and len(missing) < len(pipeline.tables) else "the pipeline is"
             return f"{what} not deployed in this database (schema {pipeline.schema!r} does not exist or lacks them): run `redshift-sync deploy` first"

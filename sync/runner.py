@@ -21,7 +21,9 @@ class DeployResult:
     unchanged: list[str]
 
 
-def deploy(wh: Warehouse, pipeline: Pipeline, origin: str, on_object: Callable[[SqlObject, str], None] | None = None) -> DeployResult:
+def deploy(
+    wh: Warehouse, pipeline: Pipeline, origin: str, on_object: Callable[[SqlObject, str], None] | None = None
+) -> DeployResult:
     """Create every object that does not exist and replace the replaceable ones.
     Idempotent: a second run creates nothing and leaves every table's data alone."""
     result = DeployResult([], [], [])
@@ -113,8 +115,20 @@ def pending_sql(pipeline: Pipeline, table_name: str) -> str:
 def summary_from_row(table_name: str, r: Sequence, duration: float) -> RunSummary:
     """A RunSummary from one run-log row read as RUN_LOG_COLUMNS."""
     return RunSummary(
-        table_name, r[11], int(r[0]), int(r[1]), int(r[2]), int(r[3]), int(r[4]), int(r[5]), int(r[6]), int(r[7]),
-        r[8], r[9], float(r[10]) if r[10] is not None else None, duration,
+        table_name,
+        r[11],
+        int(r[0]),
+        int(r[1]),
+        int(r[2]),
+        int(r[3]),
+        int(r[4]),
+        int(r[5]),
+        int(r[6]),
+        int(r[7]),
+        r[8],
+        r[9],
+        float(r[10]) if r[10] is not None else None,
+        duration,
     )
 
 
@@ -251,7 +265,10 @@ def status(wh: Warehouse, pipeline: Pipeline) -> list[TableStatus]:
         if not (control_ready and wh.relation_exists(schema, n.watermark)):
             out.append(TableStatus(table.name, False, {}, None, None, None, None, 0, []))
             continue
-        wms = {int(p): int(o) for p, o in wh.query(f"SELECT kafka_partition, last_offset FROM {qs}.{quote_ident(n.watermark)} ORDER BY 1")}
+        wms = {
+            int(p): int(o)
+            for p, o in wh.query(f"SELECT kafka_partition, last_offset FROM {qs}.{quote_ident(n.watermark)} ORDER BY 1")
+        }
         pending = wh.scalar(pending_sql(pipeline, table.name))
         target_rows = wh.scalar(f"SELECT COUNT(*) FROM {qs}.{quote_ident(n.target)}")
         last = wh.query(
@@ -286,8 +303,16 @@ def status(wh: Warehouse, pipeline: Pipeline) -> list[TableStatus]:
         drift = current_drift(table, [(str(k), str(f), int(e)) for k, f, e in drift])
         out.append(
             TableStatus(
-                table.name, True, wms, int(pending), int(target_rows), last_at, last_run, int(quarantined),
-                [(str(a), int(b)) for a, b in reasons], drift,
+                table.name,
+                True,
+                wms,
+                int(pending),
+                int(target_rows),
+                last_at,
+                last_run,
+                int(quarantined),
+                [(str(a), int(b)) for a, b in reasons],
+                drift,
                 [(str(r), int(c)) for r, c in skipped],
             )
         )
@@ -343,7 +368,9 @@ def prune(wh: Warehouse, pipeline: Pipeline, days: int | None = None, stream: bo
         quarantine = wh.execute(
             f"DELETE FROM {qual(QUARANTINE)} WHERE handled IN ('replayed', 'discarded') AND handled_at < {cutoff}"
         )
-        streams = {
-            t.name: max(wh.execute(stream_prune_sql(pipeline, t, wh.dialect, cutoff)), 0) for t in pipeline.tables
-        } if stream else {}
+        streams = (
+            {t.name: max(wh.execute(stream_prune_sql(pipeline, t, wh.dialect, cutoff)), 0) for t in pipeline.tables}
+            if stream
+            else {}
+        )
     return PruneResult(days, max(run_log, 0), max(drift, 0), max(quarantine, 0), streams)

@@ -52,7 +52,7 @@ def download_prefix(s3: t.Any, url: str, dest: Path, progress: Progress = lambda
         raise FileNotFoundError(f"no objects under {url}")
     total = 0
     for i, (key, size) in enumerate(objects, start=1):
-        target = dest / key[len(base):]
+        target = dest / key[len(base) :]
         target.parent.mkdir(parents=True, exist_ok=True)
         s3.download_file(bucket, key, str(target))
         total += size

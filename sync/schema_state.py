@@ -37,8 +37,7 @@ def _digest(sql: str) -> str:
 def fingerprints(pipeline: Pipeline, origin: str) -> dict[str, dict[str, str]]:
     """dialect -> object label -> short SHA-256 of the object's SQL."""
     return {
-        dialect: {object_label(o): _digest(o.sql) for o in pipeline_objects(pipeline, dialect, origin)}
-        for dialect in DIALECTS
+        dialect: {object_label(o): _digest(o.sql) for o in pipeline_objects(pipeline, dialect, origin)} for dialect in DIALECTS
     }
 
 

@@ -29,7 +29,19 @@ from sync.warehouse import Warehouse, WarehouseError
 BIGINT_MAX = 2**63 - 1  # the stream's partition and offset columns
 TIMESTAMP_MIN_MS, TIMESTAMP_MAX_MS = -62_135_596_800_000, 253_402_300_799_999  # 0001-01-01 .. 9999-12-31
 RECORD_KEYS = {"partition", "offset", "timestamp", "key", "value", "headers", "timestamp_type"}
-KCAT_KEYS = {"topic", "partition", "offset", "tstype", "ts", "broker", "key", "payload", "headers", "key_schema_id", "value_schema_id"}
+KCAT_KEYS = {
+    "topic",
+    "partition",
+    "offset",
+    "tstype",
+    "ts",
+    "broker",
+    "key",
+    "payload",
+    "headers",
+    "key_schema_id",
+    "value_schema_id",
+}
 
 
 @dataclass
@@ -121,7 +133,9 @@ def parse_line(line: bytes, lineno: int) -> tuple[KafkaRecord, bool]:
         ):
             raise ValueError(f"line {lineno}: timestamp must be epoch milliseconds (years 1-9999), got {timestamp!r}")
         value = obj.get("payload" if kcat else "value")
-        return KafkaRecord(partition, offset, timestamp, _to_bytes(obj.get("key")), _to_bytes(value), obj.get("headers"), lineno), True
+        return KafkaRecord(
+            partition, offset, timestamp, _to_bytes(obj.get("key")), _to_bytes(value), obj.get("headers"), lineno
+        ), True
     return KafkaRecord(0, None, None, None, line, lineno=lineno), isinstance(obj, dict)
 
 
@@ -151,7 +165,9 @@ def read_records(path: Path) -> Iterator[tuple[KafkaRecord, bool]]:
             yield parse_line(line, lineno)
 
 
-def ingest_records(wh: Warehouse, pipeline: Pipeline, table_name: str, records: Iterable[tuple[KafkaRecord, bool]]) -> IngestResult:
+def ingest_records(
+    wh: Warehouse, pipeline: Pipeline, table_name: str, records: Iterable[tuple[KafkaRecord, bool]]
+) -> IngestResult:
     if wh.dialect != "postgres":
         raise WarehouseError(
             "ingest writes the local stream relation of the embedded warehouse; on Redshift the streaming "
@@ -197,13 +213,27 @@ def ingest_records(wh: Warehouse, pipeline: Pipeline, table_name: str, records: 
                     )
                     headers = dumps_exact(record.headers) if record.headers is not None else None
                     copy.write_row(
-                        (record.partition, offset, "C", ts, record.key, headers, refresh_time, value.payload, value.raw, key.payload)
+                        (
+                            record.partition,
+                            offset,
+                            "C",
+                            ts,
+                            record.key,
+                            headers,
+                            refresh_time,
+                            value.payload,
+                            value.raw,
+                            key.payload,
+                        )
                     )
                     result.records += 1
                     result.unparseable_values += value.raw is not None
                     result.tombstones += record.value is None
                     first, _ = result.partitions.get(record.partition, (offset, offset))
-                    result.partitions[record.partition] = (min(first, offset), max(result.partitions.get(record.partition, (offset, offset))[1], offset))
+                    result.partitions[record.partition] = (
+                        min(first, offset),
+                        max(result.partitions.get(record.partition, (offset, offset))[1], offset),
+                    )
         except WarehouseError:
             raise
         except Exception as exc:

@@ -133,9 +133,7 @@ def dialect_of(dsn: str) -> str:
         return "redshift"
     if scheme in ("postgresql", "postgres", "postgresql+psycopg", "postgresql+psycopg2"):
         return "postgres"
-    raise WarehouseError(
-        f"unsupported DSN scheme {scheme!r}: use postgresql://... or redshift+redshift_connector://..."
-    )
+    raise WarehouseError(f"unsupported DSN scheme {scheme!r}: use postgresql://... or redshift+redshift_connector://...")
 
 
 def resolve_dsn(dsn: str | None) -> str | None:

@@ -58,7 +58,18 @@ from sync.sql.types import INTEGER_BOUNDS, SqlType, parse_type
 
 _parse_type = functools.lru_cache(maxsize=None)(parse_type)
 
-__all__ = ["NOT_JSON", "TopicModel", "Unmodelled", "classify", "decode", "expected_quarantine", "expected_rows", "position", "source_block", "unwrap_schema"]
+__all__ = [
+    "NOT_JSON",
+    "TopicModel",
+    "Unmodelled",
+    "classify",
+    "decode",
+    "expected_quarantine",
+    "expected_rows",
+    "position",
+    "source_block",
+    "unwrap_schema",
+]
 
 NUMERIC_TEXT = re.compile(r"^\s*[-+]?([0-9]+(\.[0-9]*)?|\.[0-9]+)([eE][-+]?[0-9]{1,3})?\s*$")
 # Magnitudes a real/double column holds: largest, and smallest normal (beyond them a
@@ -388,7 +399,9 @@ def expected_rows(records: Iterable[Mapping[str, Any]], table: TableConfig) -> d
     return TopicModel(table).add(records).rows()
 
 
-def expected_quarantine(records: Iterable[Mapping[str, Any]], table: TableConfig) -> dict[tuple[int, int], tuple[str, str | None]]:
+def expected_quarantine(
+    records: Iterable[Mapping[str, Any]], table: TableConfig
+) -> dict[tuple[int, int], tuple[str, str | None]]:
     """{(partition, offset): (kind, field)} of every record the procedure must quarantine;
     kind is one of not-json, not-object, no-op, unknown-op, no-image, key, field."""
     return TopicModel(table).add(records).quarantine()

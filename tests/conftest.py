@@ -111,7 +111,9 @@ def s3_server(monkeypatch):
     server.start()
     host, port = server.get_host_and_port()
     for k, v in {
-        "AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing", "AWS_DEFAULT_REGION": "us-east-1",
+        "AWS_ACCESS_KEY_ID": "testing",
+        "AWS_SECRET_ACCESS_KEY": "testing",
+        "AWS_DEFAULT_REGION": "us-east-1",
         "AWS_ENDPOINT_URL": f"http://{host}:{port}",
     }.items():
         monkeypatch.setenv(k, v)

@@ -215,7 +215,9 @@ class _Positions:
         return f"mysql-bin.{self.file:06d}"
 
 
-def _change_events(change: Change, before: Row | None, at: _Positions, txn: int, commit: int | None, identity: str) -> list[Event]:
+def _change_events(
+    change: Change, before: Row | None, at: _Positions, txn: int, commit: int | None, identity: str
+) -> list[Event]:
     def event(op: str, key: Key, b: Row | None, a: Row | None) -> Event:
         return Event(op, key, b, a, at.change(), txn, commit)  # type: ignore[arg-type]
 
@@ -304,16 +306,27 @@ def encode(event: Event, connector: Connector) -> tuple[dict[str, Any], dict[str
         source.update(_position_fields(event))
         if connector.source == "mysql":
             source["sequence"] = None
-        value = {"before": event.before, "after": event.after, "source": source, "op": event.op,
-                 "ts_ms": event.source["ts_ms"] + 250, "transaction": None}
+        value = {
+            "before": event.before,
+            "after": event.after,
+            "source": source,
+            "op": event.op,
+            "ts_ms": event.source["ts_ms"] + 250,
+            "transaction": None,
+        }
         return key, value
     if event.op == "d" and connector.format == "unwrap-tombstone":
         return key, None  # the delete is converted to the tombstone (and the connector's is dropped)
     image = event.before if event.op == "d" else event.after
     assert image is not None
     meta = {"__" + name: v for name, v in _position_fields(event).items()}
-    value = {**image, "__op": event.op, "__source_ts_ms": event.source["ts_ms"], **meta,
-             "__deleted": "true" if event.op == "d" else "false"}
+    value = {
+        **image,
+        "__op": event.op,
+        "__source_ts_ms": event.source["ts_ms"],
+        **meta,
+        "__deleted": "true" if event.op == "d" else "false",
+    }
     return key, value
 
 

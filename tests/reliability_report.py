@@ -23,8 +23,15 @@ from tests.reliability_support import COUNTS
 
 ROOT = Path(__file__).resolve().parent.parent
 DOC = ROOT / "docs" / "correctness.md"
-SUITES = ["tests/test_reliability_histories.py", "tests/test_reliability_crash.py", "tests/test_reliability_concurrency.py",
-          "tests/test_reliability_large.py", "tests/test_fuzz_events.py", "tests/test_fuzz_config.py", "tests/test_fuzz_ingest.py"]
+SUITES = [
+    "tests/test_reliability_histories.py",
+    "tests/test_reliability_crash.py",
+    "tests/test_reliability_concurrency.py",
+    "tests/test_reliability_large.py",
+    "tests/test_fuzz_events.py",
+    "tests/test_fuzz_config.py",
+    "tests/test_fuzz_ingest.py",
+]
 START, END = "<!-- figures:start -->", "<!-- figures:end -->"
 
 
@@ -41,8 +48,10 @@ class Outcomes:
 
 def figures_block(counts: Counter, outcomes: Counter, seconds: float) -> str:
     rows = [
-        ("fault injections survived (SIGKILL of `sync`, backend terminate/kill, immediate server restart)",
-         counts["fault injections survived"]),
+        (
+            "fault injections survived (SIGKILL of `sync`, backend terminate/kill, immediate server restart)",
+            counts["fault injections survived"],
+        ),
         ("... of which aborted a run in the middle", counts["fault injections that aborted a run"]),
         ("histories checked against the reference model", counts["histories checked"]),
         ("concurrent sync calls (4 callers + 1 ingest writer)", counts["concurrent sync calls"]),

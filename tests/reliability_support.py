@@ -54,7 +54,9 @@ class History:
         r = self.rng
         return {
             "ID": key,
-            "NAME": None if r.random() < 0.15 else r.choice(["ann", "bob", "cy", "dee", "Ölaf", "名前", "o'neil"]) + str(r.randint(0, 99)),
+            "NAME": None
+            if r.random() < 0.15
+            else r.choice(["ann", "bob", "cy", "dee", "Ölaf", "名前", "o'neil"]) + str(r.randint(0, 99)),
             "BALANCE": None if r.random() < 0.1 else round(r.uniform(-1e4, 1e4), 2),
             "ACTIVE": None if r.random() < 0.1 else r.random() < 0.5,
         }
@@ -122,7 +124,10 @@ def normalised(rows: dict[tuple, dict[str, Any]]) -> dict[tuple, dict[str, Any]]
 
 def watermarks(wh: Warehouse, pipeline: Pipeline, table: TableConfig) -> dict[int, int]:
     n = table_names(pipeline, table)
-    return {int(p): int(o) for p, o in wh.query(f"SELECT kafka_partition, last_offset FROM {quote_ident(n.schema)}.{quote_ident(n.watermark)}")}
+    return {
+        int(p): int(o)
+        for p, o in wh.query(f"SELECT kafka_partition, last_offset FROM {quote_ident(n.schema)}.{quote_ident(n.watermark)}")
+    }
 
 
 def wm_key(wm: dict[int, int]) -> tuple:
@@ -134,7 +139,10 @@ def consumed(records: Iterable[dict[str, Any]], wm: dict[int, int]) -> list[dict
 
 
 def assert_consistent(
-    wh: Warehouse, pipeline: Pipeline, table: TableConfig, records: list[dict[str, Any]],
+    wh: Warehouse,
+    pipeline: Pipeline,
+    table: TableConfig,
+    records: list[dict[str, Any]],
     known: dict[tuple, tuple[dict, dict]] | None = None,
 ) -> int:
     """The target, quarantine and run log are exactly what the records up to the

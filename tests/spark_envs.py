@@ -41,6 +41,10 @@ def spark_venv(version: str, with_project: bool = True) -> Path:
         wanted = ["-e", ".[dev]", f"pyspark=={version}"] if with_project else [f"pyspark=={version}"]
         subprocess.run(
             [str(python), "-m", "pip", "install", "-q", "--disable-pip-version-check", *wanted],
-            cwd=REPO, check=True, env=clean_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+            cwd=REPO,
+            check=True,
+            env=clean_env(),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
         )
     return python

@@ -30,7 +30,11 @@ def test_every_row_of_every_part_is_copied_with_nulls_and_quotes(wh, tmp_path):
     with wh.transaction():
         assert copy_parquet_into(wh, "load_target", files, messages.append) == 5
     assert wh.query("SELECT k, note, n FROM load_target ORDER BY k") == [
-        ("a", 'say "hi"', 1), ("b", "", None), ("c", None, 3), ("d", "x,y", 4), ("e", "line\nbreak", 5),
+        ("a", 'say "hi"', 1),
+        ("b", "", None),
+        ("c", None, 3),
+        ("d", "x,y", 4),
+        ("e", "line\nbreak", 5),
     ]
     assert messages == ["COPY part 1/2: 3 rows so far", "COPY part 2/2: 5 rows so far"]
 
@@ -49,12 +53,21 @@ def snapshot_parts(tmp_path, keys: list[str]) -> list:
     from datetime import datetime
 
     n = len(keys)
-    return parts(tmp_path, pa.table({
-        "customer_id": keys, "name": [f"name {k}" for k in keys], "mktsegment": ["BUILDING"] * n,
-        "_source_ts": pa.array([datetime(2024, 1, 1)] * n, pa.timestamp("us")), "_source_pos": pa.array([None] * n, pa.string()),
-        "_kafka_partition": pa.array([None] * n, pa.int64()), "_kafka_offset": pa.array([None] * n, pa.int64()),
-        "_delete": [False] * n,
-    }))
+    return parts(
+        tmp_path,
+        pa.table(
+            {
+                "customer_id": keys,
+                "name": [f"name {k}" for k in keys],
+                "mktsegment": ["BUILDING"] * n,
+                "_source_ts": pa.array([datetime(2024, 1, 1)] * n, pa.timestamp("us")),
+                "_source_pos": pa.array([None] * n, pa.string()),
+                "_kafka_partition": pa.array([None] * n, pa.int64()),
+                "_kafka_offset": pa.array([None] * n, pa.int64()),
+                "_delete": [False] * n,
+            }
+        ),
+    )
 
 
 def primary_key(wh) -> list[tuple]:

@@ -16,7 +16,6 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from sync.backfill import merge_stage
-from sync.runner import deploy
 from sync.sql.backfill_merge import BackfillSql
 from sync.sql.dialects import get_dialect
 
@@ -27,8 +26,10 @@ ts = st.none() | st.integers(0, 2).map(lambda m: T0 + timedelta(minutes=m))
 pos = st.none() | st.integers(0, 2).map(lambda p: f"{p:020d}")
 held = st.tuples(ts, pos)
 deleted_held = st.tuples(ts, pos, ts)  # source time, position, Kafka timestamp
-stream_state = st.dictionaries(keys, st.one_of(st.tuples(st.just("row"), st.text("ab", max_size=3), held),
-                                               st.tuples(st.just("deleted"), st.none(), deleted_held)))
+stream_state = st.dictionaries(
+    keys,
+    st.one_of(st.tuples(st.just("row"), st.text("ab", max_size=3), held), st.tuples(st.just("deleted"), st.none(), deleted_held)),
+)
 stage_rows = st.dictionaries(keys, st.tuples(st.text("xy", max_size=3), ts, pos, st.booleans()), min_size=1)
 
 
@@ -71,11 +72,16 @@ def load_state(wh, state: dict) -> None:
         wh.execute(f'DELETE FROM cdc."{t}"')
     for k, (kind, name, h_ts, h_pos, *kafka_ts) in state.items():
         if kind == "row":
-            wh.execute("INSERT INTO cdc.customer (customer_id, name, _source_ts, _source_pos) VALUES (%s, %s, %s, %s)",
-                       (k, name, h_ts, h_pos))
+            wh.execute(
+                "INSERT INTO cdc.customer (customer_id, name, _source_ts, _source_pos) VALUES (%s, %s, %s, %s)",
+                (k, name, h_ts, h_pos),
+            )
         else:
-            wh.execute("INSERT INTO cdc.customer__deleted (customer_id, _source_ts, _source_pos, _kafka_timestamp) "
-                       "VALUES (%s, %s, %s, %s)", (k, h_ts, h_pos, *kafka_ts))
+            wh.execute(
+                "INSERT INTO cdc.customer__deleted (customer_id, _source_ts, _source_pos, _kafka_timestamp) "
+                "VALUES (%s, %s, %s, %s)",
+                (k, h_ts, h_pos, *kafka_ts),
+            )
 
 
 def fresh_stage(wh, pipeline) -> BackfillSql:
@@ -92,7 +98,8 @@ def merge(wh, sql: BackfillSql, stage: dict) -> dict[str, int]:
         for k, (name, s_ts, s_pos, is_delete) in stage.items():
             wh.execute(
                 "INSERT INTO cdc.customer__backfill (customer_id, name, _source_ts, _source_pos, _delete) "
-                "VALUES (%s, %s, %s, %s, %s)", (k, name, s_ts, s_pos, is_delete),
+                "VALUES (%s, %s, %s, %s, %s)",
+                (k, name, s_ts, s_pos, is_delete),
             )
         return merge_stage(wh, sql)
 
@@ -111,13 +118,18 @@ def test_merge_matches_the_model(deployed, state, stage):
     expected_target, expected_deleted, expected_counts = model(state, stage)
     assert counts == expected_counts
     got_target = {k: (n, t, p) for k, n, t, p in wh.query("SELECT customer_id, name, _source_ts, _source_pos FROM cdc.customer")}
-    got_deleted = {k: (t, p, kt) for k, t, p, kt in wh.query(
-        "SELECT customer_id, _source_ts, _source_pos, _kafka_timestamp FROM cdc.customer__deleted")}
+    got_deleted = {
+        k: (t, p, kt)
+        for k, t, p, kt in wh.query("SELECT customer_id, _source_ts, _source_pos, _kafka_timestamp FROM cdc.customer__deleted")
+    }
     assert (got_target, got_deleted) == (expected_target, expected_deleted)
     before = wh.query("SELECT * FROM cdc.customer ORDER BY 1"), wh.query("SELECT * FROM cdc.customer__deleted ORDER BY 1")
     again = run_merge()  # idempotent: every row is now held at least as new
     assert again["kept_newer"] + again["kept_deleted"] == len(stage) and again["loaded"] == again["deleted"] == 0
-    assert (wh.query("SELECT * FROM cdc.customer ORDER BY 1"), wh.query("SELECT * FROM cdc.customer__deleted ORDER BY 1")) == before
+    assert (
+        wh.query("SELECT * FROM cdc.customer ORDER BY 1"),
+        wh.query("SELECT * FROM cdc.customer__deleted ORDER BY 1"),
+    ) == before
     assert wh.scalar("SELECT COUNT(*) FROM cdc.customer__backfill") == 0
 
 

@@ -30,9 +30,16 @@ PIPELINE = EXAMPLES / "inventory_pg" / "pipeline.toml"
 # One products row in Debezium's wire encoding: a Connect Decimal (base64 of 1234, scale
 # 2), a VariableScaleDecimal, epoch days, epoch microseconds, ZonedTimestamp and Json text.
 WIRE_ROW = {
-    "id": 1, "Sku": "S-1", "description": "bolt", "price": "BNI=", "weight": {"scale": 3, "value": "fQ=="},
-    "released": 19844, "updated_at": 1714557600123456, "published_at": "2024-05-01T10:00:00Z",
-    "attributes": "{\"colour\": \"red\"}", "in_stock": True,
+    "id": 1,
+    "Sku": "S-1",
+    "description": "bolt",
+    "price": "BNI=",
+    "weight": {"scale": 3, "value": "fQ=="},
+    "released": 19844,
+    "updated_at": 1714557600123456,
+    "published_at": "2024-05-01T10:00:00Z",
+    "attributes": '{"colour": "red"}',
+    "in_stock": True,
 }
 
 
@@ -49,8 +56,22 @@ def staged_run(tmp_path_factory) -> dict:
     assert built.exit_code == 0, built.output
     python = spark_venv("3.5.6", with_project=False)  # PySpark alone: Glue 5.1's Spark
     deps = tmp / "driver-packages"
-    subprocess.run([str(python), "-m", "pip", "install", "-q", "--disable-pip-version-check", "--target", str(deps),
-                    "-r", str(dist / "requirements.txt")], check=True, env=clean_env())
+    subprocess.run(
+        [
+            str(python),
+            "-m",
+            "pip",
+            "install",
+            "-q",
+            "--disable-pip-version-check",
+            "--target",
+            str(deps),
+            "-r",
+            str(dist / "requirements.txt"),
+        ],
+        check=True,
+        env=clean_env(),
+    )
     driver = tmp / "driver-python"  # the driver sees the requirements; the executors do not
     driver.write_text(f'#!/bin/sh\nPYTHONPATH="$PYTHONPATH:{deps}" exec "{python}" "$@"\n')
     driver.chmod(0o755)
@@ -58,12 +79,35 @@ def staged_run(tmp_path_factory) -> dict:
     snapshot.write_text(json.dumps(WIRE_ROW) + "\n")
     run = tmp / "run"
     submit = subprocess.run(
-        [str(python.parent / "spark-submit"), "--master", "local[2]", "--py-files", str(dist / "redshift_sync.zip"),
-         "--conf", f"spark.pyspark.python={python}", "--conf", f"spark.pyspark.driver.python={driver}",
-         str(dist / "job.py"), "--config", str(dist / "pipeline.toml"), "--table", "products",
-         "--snapshot", str(snapshot), "--format", "json", "--snapshot-time", "2024-05-01T12:00:00Z", "--output", str(run)],
-        cwd=tmp, env=clean_env(PYSPARK_PYTHON=str(python), PYSPARK_DRIVER_PYTHON=str(driver), SPARK_LOCAL_IP="127.0.0.1"),
-        capture_output=True, text=True, timeout=600,
+        [
+            str(python.parent / "spark-submit"),
+            "--master",
+            "local[2]",
+            "--py-files",
+            str(dist / "redshift_sync.zip"),
+            "--conf",
+            f"spark.pyspark.python={python}",
+            "--conf",
+            f"spark.pyspark.driver.python={driver}",
+            str(dist / "job.py"),
+            "--config",
+            str(dist / "pipeline.toml"),
+            "--table",
+            "products",
+            "--snapshot",
+            str(snapshot),
+            "--format",
+            "json",
+            "--snapshot-time",
+            "2024-05-01T12:00:00Z",
+            "--output",
+            str(run),
+        ],
+        cwd=tmp,
+        env=clean_env(PYSPARK_PYTHON=str(python), PYSPARK_DRIVER_PYTHON=str(driver), SPARK_LOCAL_IP="127.0.0.1"),
+        capture_output=True,
+        text=True,
+        timeout=600,
     )
     assert submit.returncode == 0, submit.stdout[-3000:] + submit.stderr[-6000:]
     return {"run": run, "stdout": submit.stdout, "python": python}
@@ -82,8 +126,9 @@ def test_job_writes_data_manifest_and_summary(staged_run):
     assert summary["snapshot_time"] == "2024-05-01T12:00:00"
     entries = json.loads((run / "manifest.json").read_text())["entries"]
     # Redshift, "Using a manifest to specify data files": Parquet entries need content_length.
-    assert [e["meta"]["content_length"] for e in entries] == [p.stat().st_size for p in sorted((run / "data").glob("part-*"))
-                                                              if p.stat().st_size > 0]
+    assert [e["meta"]["content_length"] for e in entries] == [
+        p.stat().st_size for p in sorted((run / "data").glob("part-*")) if p.stat().st_size > 0
+    ]
 
 
 def test_staged_run_loads_without_spark(staged_run, wh):
@@ -143,8 +188,12 @@ def test_cli_backfill_staged(staged_run, wh, tmp_path):
     assert out.exit_code == 0, out.output
     assert wh.scalar("SELECT COUNT(*) FROM inventory.products") == 1
     other = tmp_path / "other.toml"
-    other.write_text(PIPELINE.read_text().replace('{ name = "in_stock", type = "boolean" },',
-                                                  '{ name = "in_stock", type = "boolean" },\n  { name = "colour", type = "varchar(16)" },'))
+    other.write_text(
+        PIPELINE.read_text().replace(
+            '{ name = "in_stock", type = "boolean" },',
+            '{ name = "in_stock", type = "boolean" },\n  { name = "colour", type = "varchar(16)" },',
+        )
+    )
     refused = CliRunner().invoke(app, [*args, "--config", str(other)])
     assert refused.exit_code != 0
     assert "was written for another version of table 'products'" in " ".join(refused.output.split())

@@ -27,8 +27,14 @@ def test_quick_run_writes_every_figure(database_dsn, tmp_path, capsys):
     missing = [name for name in doc["expected_figures"] if name not in figures]
     assert not missing, f"figures missing from the JSON: {missing}"
     assert all(isinstance(v, (int, float)) and math.isfinite(v) and v > 0 for v in figures.values())
-    assert {"incremental.ratio_a_b", "incremental.ratio_a_c", "incremental.ratio_a_d", "incremental.ratio_a_e",
-            "scaling.ratio_largest_smallest", "empty_sync.seconds"} <= set(figures)
+    assert {
+        "incremental.ratio_a_b",
+        "incremental.ratio_a_c",
+        "incremental.ratio_a_d",
+        "incremental.ratio_a_e",
+        "scaling.ratio_largest_smallest",
+        "empty_sync.seconds",
+    } <= set(figures)
     for m in QUICK.scaling_targets:
         assert f"scaling.target_{m}.generated_procedure.seconds" in figures
     # Part 3 either ran or says why it did not.
@@ -40,8 +46,9 @@ def test_quick_run_writes_every_figure(database_dsn, tmp_path, capsys):
         assert reported["value"] == pytest.approx(value, abs=1e-6)  # the JSON keeps 6 decimals
         assert reported["met"] == (None if value is None else target.met(value))
     printed_targets = printed_table = capsys.readouterr().out
-    assert printed_targets.count(" met\n") + printed_targets.count(" MISSED\n") + printed_targets.count(
-        " not measured\n") == len(TARGETS)
+    assert printed_targets.count(" met\n") + printed_targets.count(" MISSED\n") + printed_targets.count(" not measured\n") == len(
+        TARGETS
+    )
     for approach in ("generated_procedure", "seed_blog_pattern", "per_row_upsert", "apply_floor", "raw_copy"):
         assert {f"incremental.{approach}.seconds", f"incremental.{approach}.events_per_second"} <= set(figures)
     assert {"empty_sync.max_seconds", "scaling.floor_ratio_largest_smallest"} <= set(figures)
@@ -86,12 +93,22 @@ def test_profile_times_every_statement_of_one_real_call(database_dsn, capsys):
     # and its quarantine, drift, quarantine and replay).
     _, texts = instrumented(procedure_sql(load_pipeline(PIPELINE)[0], TABLE), "cdc")
     stage = 'UPDATE "cdc"."customer__stage"'
-    guarded = ("ANALYZE", f"{stage} s SET _rank_pos", f"{stage} s SET _rn", f"{stage} SET _source_pos",
-               f'{stage} s SET "name"', f'{stage} s SET "mktsegment"',
-               'INSERT INTO "cdc"."sync_schema_drift"', 'INSERT INTO "cdc"."sync_quarantine"',
-               "SELECT x.refresh_time, x.kafka_partition", "v_until_time := COALESCE", f"{stage} s SET _action = 'quarantine'",
-               f"{stage} s SET _action = s._reason", "v_until_time := TIMESTAMP '1900-01-01",
-               'UPDATE "cdc"."sync_quarantine"')
+    guarded = (
+        "ANALYZE",
+        f"{stage} s SET _rank_pos",
+        f"{stage} s SET _rn",
+        f"{stage} SET _source_pos",
+        f'{stage} s SET "name"',
+        f'{stage} s SET "mktsegment"',
+        'INSERT INTO "cdc"."sync_schema_drift"',
+        'INSERT INTO "cdc"."sync_quarantine"',
+        "SELECT x.refresh_time, x.kafka_partition",
+        "v_until_time := COALESCE",
+        f"{stage} s SET _action = 'quarantine'",
+        f"{stage} s SET _action = s._reason",
+        "v_until_time := TIMESTAMP '1900-01-01",
+        'UPDATE "cdc"."sync_quarantine"',
+    )
     expected = [" ".join(t.split())[:90] for t in texts[1:] if not t.startswith(guarded)]
     assert [r.label for r in results] == expected
     assert expected[0].startswith("LOCK TABLE") and expected[-1].startswith('INSERT INTO "cdc"."sync_run_log"')

@@ -18,7 +18,9 @@ EVENTS = EXAMPLES / "salesdb" / "events"
 
 def run(*args: str, env: dict | None = None, cwd: Path = REPO) -> subprocess.CompletedProcess:
     full_env = {**os.environ, **(env or {})}
-    return subprocess.run([sys.executable, "-m", "sync", *args], capture_output=True, text=True, env=full_env, cwd=cwd, timeout=300)
+    return subprocess.run(
+        [sys.executable, "-m", "sync", *args], capture_output=True, text=True, env=full_env, cwd=cwd, timeout=300
+    )
 
 
 def test_deploy_ingest_sync_status_flow(database_dsn):
@@ -97,8 +99,16 @@ def test_kcat_lines_replay_a_real_topic(deployed, tmp_path):
 
     wh, pipeline = deployed
     value = json.loads((EVENTS / "customer-1.jsonl").read_text().splitlines()[0])["value"]
-    kcat = {"topic": "salesdb.salesdb.CUSTOMER", "partition": 2, "offset": 41, "tstype": "create", "ts": 1700000000000,
-            "broker": 1, "key": json.dumps({"CUST_ID": "C001"}), "payload": json.dumps(value)}
+    kcat = {
+        "topic": "salesdb.salesdb.CUSTOMER",
+        "partition": 2,
+        "offset": 41,
+        "tstype": "create",
+        "ts": 1700000000000,
+        "broker": 1,
+        "key": json.dumps({"CUST_ID": "C001"}),
+        "payload": json.dumps(value),
+    }
     path = tmp_path / "kcat.jsonl"
     path.write_text(json.dumps(kcat) + "\n")
     result = ingest_file(wh, pipeline, "customer", path)

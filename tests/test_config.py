@@ -10,7 +10,7 @@ import pytest
 from sync.config import ConfigError, load_pipeline, parse_pipeline
 from sync.sql.objects import pipeline_objects
 
-ISSUE_SHAPE = '''
+ISSUE_SHAPE = """
 [pipeline]
 schema = "cdc"
 
@@ -34,7 +34,7 @@ columns = [
   { name = "NAME", type = "varchar(256)" },
   { name = "MKTSEGMENT", type = "varchar(64)" },
 ]
-'''
+"""
 
 
 def _parse(text: str):
@@ -61,13 +61,25 @@ def test_composite_keys():
     [
         ('name = "customer"', 'name = "customer; DROP TABLE x"', "tables[0] (customer; DROP TABLE x).name: table name"),
         ('name = "customer"', 'name = "Customer"', "tables[0] (Customer).name: table name 'Customer' is not allowed"),
-        ('{ name = "NAME", type', '{ name = "NAME\\" ; --", type', "tables[0] (customer).columns[1] (NAME\" ; --).name: field name"),
-        ('target = "customer_id"', 'target = "id\\"; DROP TABLE t; --"', "tables[0] (customer).columns[0] (CUST_ID).target: target column"),
+        (
+            '{ name = "NAME", type',
+            '{ name = "NAME\\" ; --", type',
+            'tables[0] (customer).columns[1] (NAME" ; --).name: field name',
+        ),
+        (
+            'target = "customer_id"',
+            'target = "id\\"; DROP TABLE t; --"',
+            "tables[0] (customer).columns[0] (CUST_ID).target: target column",
+        ),
         ('schema = "cdc"', 'schema = "cdc\\".x"', "pipeline.schema"),
         ('external_schema = "msk_cdc"', 'external_schema = "a b"', "source.external_schema"),
         ('topic = "salesdb.salesdb.CUSTOMER"', 'topic = "t\\"; DROP"', "tables[0] (customer).topic"),
-        ('iam_role = "arn:aws:iam::123456789012:role/redshift-streaming"', "iam_role = \"arn' OR 1=1\"", "source.iam_role"),
-        ('type = "varchar(256)"', 'type = "varchar(256)); DROP TABLE x; --"', "tables[0] (customer).columns[1] (NAME).type: type"),
+        ('iam_role = "arn:aws:iam::123456789012:role/redshift-streaming"', 'iam_role = "arn\' OR 1=1"', "source.iam_role"),
+        (
+            'type = "varchar(256)"',
+            'type = "varchar(256)); DROP TABLE x; --"',
+            "tables[0] (customer).columns[1] (NAME).type: type",
+        ),
         ('type = "varchar(256)"', 'type = "money"', "unknown type"),
         ('delete_mode = "hard"', 'delete_mode = "purge"', "tables[0] (customer).delete_mode"),
         ('primary_key = ["CUST_ID"]', 'primary_key = ["ID"]', "'ID' is not one of the columns"),
@@ -76,7 +88,11 @@ def test_composite_keys():
         ('format = "debezium"', 'formt = "debezium"', "tables[0] (customer).formt: unknown key"),
         ('kind = "msk"', 'kind = "kinesis"', "source.kind"),
         ('cluster_arn = "arn:aws:kafka:us-east-1:123456789012:cluster/demo/abc-1"', "", "needs cluster_arn"),
-        ('{ name = "NAME", type = "varchar(256)" }', '{ name = "_NAME", type = "varchar(256)" }', "from field '_NAME'; set target =) '_name' is not allowed"),
+        (
+            '{ name = "NAME", type = "varchar(256)" }',
+            '{ name = "_NAME", type = "varchar(256)" }',
+            "from field '_NAME'; set target =) '_name' is not allowed",
+        ),
         ('{ name = "NAME", type = "varchar(256)" }', '{ name = "CUST_ID", type = "varchar(256)" }', "listed twice"),
     ],
 )
@@ -93,7 +109,7 @@ def test_reserved_and_colliding_names():
         _parse(ISSUE_SHAPE.replace('name = "customer"', 'name = "sync_run_log"'))
     with pytest.raises(ConfigError, match="may not contain '__'"):
         _parse(ISSUE_SHAPE.replace('name = "customer"', 'name = "customer__stage"'))
-    twice = ISSUE_SHAPE + ISSUE_SHAPE[ISSUE_SHAPE.index("[[tables]]"):].replace("salesdb.salesdb.CUSTOMER", "other")
+    twice = ISSUE_SHAPE + ISSUE_SHAPE[ISSUE_SHAPE.index("[[tables]]") :].replace("salesdb.salesdb.CUSTOMER", "other")
     with pytest.raises(ConfigError, match="customer defined more than once"):
         _parse(twice)
 

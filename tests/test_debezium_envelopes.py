@@ -11,8 +11,8 @@ from sync.config import Pipeline
 from sync.debezium import ChangeStream, MySqlSource, PostgresSource
 from sync.runner import deploy
 from sync.warehouse import Warehouse
-from tests.helpers import feed
 from tests.conftest import EXAMPLES
+from tests.helpers import feed
 
 SHAPES = EXAMPLES / "debezium_shapes" / "pipeline.toml"
 
@@ -27,14 +27,13 @@ def shapes(wh: Warehouse) -> Pipeline:
     deploy(wh, pipeline, "examples/debezium_shapes/pipeline.toml")
     return pipeline
 
+
 COLUMNS = 'columns = [{ name = "id", type = "integer" }, { name = "name", type = "varchar(64)" }, { name = "bio", type = "varchar(256)" }]\n'
 
 
 def table_toml(name: str, **options: str) -> str:
     extra = "".join(f'{k} = "{v}"\n' for k, v in options.items())
     return f'[[tables]]\nname = "{name}"\ntopic = "topic.{name}"\nprimary_key = ["id"]\n{extra}{COLUMNS}'
-
-
 
 
 def rows(wh: Warehouse, table: str, columns: str = "id, name, bio") -> list[tuple]:
@@ -70,8 +69,11 @@ def test_full_envelope_mysql_and_postgres_with_and_without_schemas(wh):
         ]
         # a delete with before null: the key only in the Kafka key
         d4 = cs.delete({"id": 4})
-        d4["value"] = {**d4["value"], "before": None} if not cs.with_schema else {
-            **d4["value"], "payload": {**d4["value"]["payload"], "before": None}}
+        d4["value"] = (
+            {**d4["value"], "before": None}
+            if not cs.with_schema
+            else {**d4["value"], "payload": {**d4["value"]["payload"], "before": None}}
+        )
         run = feed(wh, pipeline, name, [*changes, d4, cs.tombstone({"id": 4})])
         assert (run.upserted, run.deleted, run.tombstones, run.quarantined) == (3, 3, 3, 0), name
         assert rows(wh, name) == [(1, "n1-b", None), (5, "n5", None), (30, "n3", None)], name
@@ -79,7 +81,9 @@ def test_full_envelope_mysql_and_postgres_with_and_without_schemas(wh):
         assert deleted == [2, 3, 4], name
 
 
-def unwrap(i: int, name: str | None, *, deleted: bool = False, op: str = "u", lsn: int | None = None, bio: str | None = None) -> dict:
+def unwrap(
+    i: int, name: str | None, *, deleted: bool = False, op: str = "u", lsn: int | None = None, bio: str | None = None
+) -> dict:
     value: dict[str, Any] = {"id": i, "name": name, "bio": bio, "__deleted": "true" if deleted else "false", "__op": op}
     if lsn is not None:
         value.update(__lsn=lsn, __source_ts_ms=1_700_000_000_000 + lsn)
@@ -95,19 +99,29 @@ def test_unwrap_rewrite_and_tombstone_deletes(wh):
 
     # delete.tombstone.handling.mode=rewrite(-with-tombstone): __deleted "true" carries the delete.
     feed(wh, pipeline, "rw", [unwrap(1, "a", op="r", lsn=10), unwrap(2, "b", op="r", lsn=10), unwrap(3, "c", op="c", lsn=20)])
-    run = feed(wh, pipeline, "rw", [
-        unwrap(1, "a2", lsn=30),
-        unwrap(2, None, deleted=True, op="d", lsn=40), tombstone(2),
-        unwrap(3, "c", deleted=True, op="d", lsn=50), tombstone(3), unwrap(33, "c", op="c", lsn=51),
-    ])
+    run = feed(
+        wh,
+        pipeline,
+        "rw",
+        [
+            unwrap(1, "a2", lsn=30),
+            unwrap(2, None, deleted=True, op="d", lsn=40),
+            tombstone(2),
+            unwrap(3, "c", deleted=True, op="d", lsn=50),
+            tombstone(3),
+            unwrap(33, "c", op="c", lsn=51),
+        ],
+    )
     assert (run.upserted, run.deleted) == (2, 2)
     assert rows(wh, "rw") == [(1, "a2", None), (33, "c", None)]
-    assert rows(wh, "rw", "id, _source_ts") [0][1].year == 2023
+    assert rows(wh, "rw", "id, _source_ts")[0][1].year == 2023
 
     # drop / delete-to-tombstone: the delete is only a tombstone, the Kafka key says which row.
     for name in ("ts", "ts_lsn"):
         lsn = name == "ts_lsn"
-        feed(wh, pipeline, name, [unwrap(1, "a", op="r", lsn=10 if lsn else None), unwrap(2, "b", op="r", lsn=10 if lsn else None)])
+        feed(
+            wh, pipeline, name, [unwrap(1, "a", op="r", lsn=10 if lsn else None), unwrap(2, "b", op="r", lsn=10 if lsn else None)]
+        )
         # in one batch: an upsert then its tombstone; a tombstone for a row stored earlier
         feed(wh, pipeline, name, [unwrap(3, "c", op="c", lsn=20 if lsn else None), tombstone(3), tombstone(1)])
         assert rows(wh, name) == [(2, "b", None)], name
@@ -126,10 +140,19 @@ def test_unwrap_rewrite_and_tombstone_deletes(wh):
 
     # soft deletes keep the last values; the schemas wrapper with a null payload is a delete
     feed(wh, pipeline, "soft", [unwrap(1, "a", op="c", bio="x"), unwrap(2, "b", op="c")])
-    feed(wh, pipeline, "soft", [
-        tombstone(1),
-        {"partition": 0, "key": {"schema": {"type": "struct"}, "payload": {"id": 2}}, "value": {"schema": {"type": "struct"}, "payload": None}},
-    ])
+    feed(
+        wh,
+        pipeline,
+        "soft",
+        [
+            tombstone(1),
+            {
+                "partition": 0,
+                "key": {"schema": {"type": "struct"}, "payload": {"id": 2}},
+                "value": {"schema": {"type": "struct"}, "payload": None},
+            },
+        ],
+    )
     assert rows(wh, "soft", "id, name, bio, _deleted") == [(1, "a", "x", True), (2, "b", None, True)]
 
 
@@ -153,18 +176,30 @@ def test_toast_placeholder_keeps_the_known_value(wh):
     pipeline = shapes(wh)
     cs = ChangeStream(["id"], PostgresSource(table="t"))
     feed(wh, pipeline, "toast", [cs.insert(row(1, "a", "long bio 1")), cs.insert(row(2, "b", "long bio 2"))])
-    run = feed(wh, pipeline, "toast", [
-        cs.update(None, row(1, "a2", TOAST)),  # keeps the stored bio
-        cs.insert(row(3, "c", "bio 3")), cs.update(None, row(3, "c2", TOAST)), cs.update(None, row(3, "c3", TOAST)),  # set earlier in the batch
-        cs.update(None, row(4, "d", TOAST)),  # never known: quarantined, never a silent NULL
-    ])
+    run = feed(
+        wh,
+        pipeline,
+        "toast",
+        [
+            cs.update(None, row(1, "a2", TOAST)),  # keeps the stored bio
+            cs.insert(row(3, "c", "bio 3")),
+            cs.update(None, row(3, "c2", TOAST)),
+            cs.update(None, row(3, "c3", TOAST)),  # set earlier in the batch
+            cs.update(None, row(4, "d", TOAST)),  # never known: quarantined, never a silent NULL
+        ],
+    )
     assert run.quarantined == 1
     assert rows(wh, "toast") == [(1, "a2", "long bio 1"), (2, "b", "long bio 2"), (3, "c3", "bio 3")]
 
     bs = ChangeStream(["id"], PostgresSource(table="b"))
     first = {"id": 1, "data": "AQID", "doc": {"k": 1}, "tags": ["x"]}
     feed(wh, pipeline, "blobs", [bs.insert(first)])
-    feed(wh, pipeline, "blobs", [bs.update(None, {"id": 1, "data": "X19kZWJleml1bV91bmF2YWlsYWJsZV92YWx1ZQ==", "doc": TOAST, "tags": [TOAST]})])
+    feed(
+        wh,
+        pipeline,
+        "blobs",
+        [bs.update(None, {"id": 1, "data": "X19kZWJleml1bV91bmF2YWlsYWJsZV92YWx1ZQ==", "doc": TOAST, "tags": [TOAST]})],
+    )
     data, doc, tags = wh.query('SELECT data, doc, tags FROM cdc."blobs"')[0]
     assert (bytes(data), doc, tags) == (b"\x01\x02\x03", {"k": 1}, ["x"])
 
@@ -174,12 +209,17 @@ def test_schema_drift_is_counted_per_run_and_listed_by_status(wh):
 
     pipeline = shapes(wh)
     cs = ChangeStream(["id"], MySqlSource(table="t"))
-    feed(wh, pipeline, "my", [
-        cs.insert({"id": 1, "name": "a", "bio": "x", "Added_Col": 1}),
-        cs.insert({"id": 2, "name": "b", "Added_Col": 2, "other": None}),  # no bio field at all
-        cs.update(None, {"id": 2, "name": "b2", "bio": None}),
-        cs.delete({"id": 1}),  # key-only before images are not row images
-    ])
+    feed(
+        wh,
+        pipeline,
+        "my",
+        [
+            cs.insert({"id": 1, "name": "a", "bio": "x", "Added_Col": 1}),
+            cs.insert({"id": 2, "name": "b", "Added_Col": 2, "other": None}),  # no bio field at all
+            cs.update(None, {"id": 2, "name": "b2", "bio": None}),
+            cs.delete({"id": 1}),  # key-only before images are not row images
+        ],
+    )
     assert rows(wh, "my") == [(2, "b2", None)]
     drift = wh.query("SELECT kind, field, events FROM cdc.sync_schema_drift WHERE table_name = 'my' ORDER BY 1, 2")
     assert drift == [("missing", "bio", 1), ("unknown", "Added_Col", 2), ("unknown", "other", 1)]

@@ -41,11 +41,15 @@ ROW_FIELDS = [
 def _message(op: str, after: dict, pos: int) -> dict:
     row_schema = {"type": "struct", "fields": ROW_FIELDS, "optional": True, "name": "shop.shop.CUSTOMERS.Value"}
     value_schema = {
-        "type": "struct", "optional": False, "name": "shop.shop.CUSTOMERS.Envelope",
+        "type": "struct",
+        "optional": False,
+        "name": "shop.shop.CUSTOMERS.Envelope",
         "fields": [
-            {**row_schema, "field": "before"}, {**row_schema, "field": "after"},
+            {**row_schema, "field": "before"},
+            {**row_schema, "field": "after"},
             {"type": "struct", "fields": [], "optional": False, "name": "io.debezium.connector.mysql.Source", "field": "source"},
-            {"type": "string", "optional": False, "field": "op"}, {"type": "int64", "optional": True, "field": "ts_ms"},
+            {"type": "string", "optional": False, "field": "op"},
+            {"type": "int64", "optional": True, "field": "ts_ms"},
         ],
     }
     source = {"connector": "mysql", "ts_ms": 1700000000000, "file": "mysql-bin.000003", "pos": pos, "row": 0, "snapshot": "false"}
@@ -58,15 +62,25 @@ def _message(op: str, after: dict, pos: int) -> dict:
 
 
 ROW = {
-    "CustId": 7, "Name": "Ada", "Balance": "/+0peQ==", "Joined": 19000, "UpdatedAt": 1700000000654321,
-    "LastLogin": "2023-03-23T12:00:00.5+05:30", "Prefs": '{"lang": "en"}', "Tier": "GOLD", "_active": 1,
-    "Photo": "AQID", "Score": 2.5,
+    "CustId": 7,
+    "Name": "Ada",
+    "Balance": "/+0peQ==",
+    "Joined": 19000,
+    "UpdatedAt": 1700000000654321,
+    "LastLogin": "2023-03-23T12:00:00.5+05:30",
+    "Prefs": '{"lang": "en"}',
+    "Tier": "GOLD",
+    "_active": 1,
+    "Photo": "AQID",
+    "Score": 2.5,
 }
 
 
 def test_infer_prints_a_block_that_deploys_and_syncs(wh, tmp_path):
     sample = tmp_path / "sample.jsonl"
-    sample.write_text("\n".join(json.dumps(m) for m in [_message("c", ROW, 100), _message("u", {**ROW, "Name": "Ada L"}, 200)]) + "\n")
+    sample.write_text(
+        "\n".join(json.dumps(m) for m in [_message("c", ROW, 100), _message("u", {**ROW, "Name": "Ada L"}, 200)]) + "\n"
+    )
     result = CliRunner().invoke(app, ["infer", "--sample", str(sample), "--table", "customers", "--topic", "shop.shop.CUSTOMERS"])
     assert result.exit_code == 0, result.output
     block = result.output
@@ -90,10 +104,21 @@ def test_infer_prints_a_block_that_deploys_and_syncs(wh, tmp_path):
         "SELECT custid, name, balance, joined, updatedat, lastlogin AT TIME ZONE 'UTC', prefs, tier, active, photo, score "
         "FROM cdc.customers"
     )
-    assert [tuple(bytes(v) if isinstance(v, memoryview) else v for v in r) for r in got] == [(
-        7, "Ada L", Decimal("-12345.67"), date(2022, 1, 8), datetime(2023, 11, 14, 22, 13, 20, 654321),
-        datetime(2023, 3, 23, 6, 30, 0, 500000), {"lang": "en"}, "GOLD", 1, b"\x01\x02\x03", 2.5,
-    )]
+    assert [tuple(bytes(v) if isinstance(v, memoryview) else v for v in r) for r in got] == [
+        (
+            7,
+            "Ada L",
+            Decimal("-12345.67"),
+            date(2022, 1, 8),
+            datetime(2023, 11, 14, 22, 13, 20, 654321),
+            datetime(2023, 3, 23, 6, 30, 0, 500000),
+            {"lang": "en"},
+            "GOLD",
+            1,
+            b"\x01\x02\x03",
+            2.5,
+        )
+    ]
     assert wh.scalar("SELECT COUNT(*) FROM cdc.sync_schema_drift") == 0
 
 
@@ -107,8 +132,11 @@ def test_infer_explains_a_sample_without_schemas(tmp_path):
 
 def test_infer_unwrapped_postgres_messages(tmp_path):
     fields = [
-        _field("id", "int64", optional=False), _field("amount", "struct", "io.debezium.data.VariableScaleDecimal"),
-        _field("__op", "string"), _field("__lsn", "int64"), _field("__deleted", "string"),
+        _field("id", "int64", optional=False),
+        _field("amount", "struct", "io.debezium.data.VariableScaleDecimal"),
+        _field("__op", "string"),
+        _field("__lsn", "int64"),
+        _field("__deleted", "string"),
     ]
     value = {
         "schema": {"type": "struct", "name": "pg.public.t.Value", "optional": False, "fields": fields},

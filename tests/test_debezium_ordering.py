@@ -60,9 +60,7 @@ def test_replayed_older_events_are_stale(wh):
         assert state(wh, table)[3] == 30, table
 
 
-histories = st.lists(
-    st.tuples(st.integers(1, 3), st.one_of(st.none(), st.integers(0, 99))), min_size=1, max_size=8
-)
+histories = st.lists(st.tuples(st.integers(1, 3), st.one_of(st.none(), st.integers(0, 99))), min_size=1, max_size=8)
 FLAT = (
     '[[tables]]\nname = "flat"\ntopic = "flat"\nformat = "debezium-unwrap"\nprimary_key = ["id"]\n'
     'order_by = "postgres-lsn"\ncolumns = [{ name = "id", type = "integer" }, { name = "v", type = "integer" }]\n'
@@ -107,7 +105,7 @@ def test_property_replays_never_regress(wh, history, data):
     cut = 0
     while cut < len(events):
         step = data.draw(st.integers(1, len(events) - cut), label="batch size")
-        fresh = events[cut:cut + step]
+        fresh = events[cut : cut + step]
         cut += step
         # Fresh events keep their source order (Debezium emits in order); re-delivered
         # older events land anywhere in between.

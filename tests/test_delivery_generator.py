@@ -10,7 +10,16 @@ import pytest
 
 from tests.conftest import make_pipeline
 from tests.delivery import (
-    Change, Connector, History, Restart, deliver, emit, emitted_records, encode, final_state, partition_of,
+    Change,
+    Connector,
+    History,
+    Restart,
+    deliver,
+    emit,
+    emitted_records,
+    encode,
+    final_state,
+    partition_of,
 )
 from tests.delivery_model import DeliveryModel
 
@@ -22,12 +31,14 @@ def row(key, name="x", amount="1.00"):
 
 
 # insert A twice in one transaction, then a key change A -> B, then B deleted, then C written.
-HISTORY = History((
-    (Change("write", A, row(A, "a")), Change("write", A, row(A, "b"))),
-    (Change("move", A, row(B, "b")),),
-    (Change("delete", B),),
-    (Change("write", C, row(C, "c")),),
-))
+HISTORY = History(
+    (
+        (Change("write", A, row(A, "a")), Change("write", A, row(A, "b"))),
+        (Change("move", A, row(B, "b")),),
+        (Change("delete", B),),
+        (Change("write", C, row(C, "c")),),
+    )
+)
 
 
 def seq(record) -> list:
@@ -93,7 +104,7 @@ def test_postgres_resnapshot_reads_the_state_at_a_null_commit_above_everything()
     assert s[0] is None and int(s[1]) == read["source"]["lsn"]
     earlier = [v for k, v in records[: events.index(reads[0])] if v is not None]
     assert all(int(x) < int(s[1]) for v in earlier for x in json.loads(v["source"]["sequence"]) if x is not None)
-    after = [v for k, v in records[events.index(reads[0]) + 1:] if v is not None]
+    after = [v for k, v in records[events.index(reads[0]) + 1 :] if v is not None]
     assert json.loads(after[0]["source"]["sequence"])[0] is None  # the first transaction streamed after it
     assert json.loads(after[-1]["source"]["sequence"])[0] is not None
 
@@ -195,8 +206,12 @@ def test_model_tombstones_in_unwrap_modes():
     # A tombstone delivered again after the key was re-created deletes it (a positionless
     # delete): it no longer follows its delete event in the partition.
     tomb = next(r for r in records if r["value"] is None)
-    recreate = {"partition": tomb["partition"], "offset": 99, "key": tomb["key"],
-                "value": {**row(A, "again"), "__op": "c", "__file": "mysql-bin.000009", "__pos": 4, "__row": 0, "__deleted": "false"}}
+    recreate = {
+        "partition": tomb["partition"],
+        "offset": 99,
+        "key": tomb["key"],
+        "value": {**row(A, "again"), "__op": "c", "__file": "mysql-bin.000009", "__pos": 4, "__row": 0, "__deleted": "false"},
+    }
     model = DeliveryModel(table).add(records).add([recreate])
     assert A in model.rows()
     assert A not in model.add([{**tomb, "offset": 100}]).rows()

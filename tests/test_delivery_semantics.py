@@ -24,7 +24,10 @@ TS = 1_700_000_000_000  # source.ts_ms of the first change
 
 def table_toml(name: str, *, columns: str | None = None, key: str = "id", **options: str) -> str:
     extra = "".join(f'{k} = "{v}"\n' for k, v in options.items())
-    columns = columns or '{ name = "id", type = "integer" }, { name = "balance", type = "integer" }, { name = "note", type = "varchar(64)" }'
+    columns = (
+        columns
+        or '{ name = "id", type = "integer" }, { name = "balance", type = "integer" }, { name = "note", type = "varchar(64)" }'
+    )
     return f'[[tables]]\nname = "{name}"\ntopic = "topic.{name}"\nprimary_key = ["{key}"]\n{extra}columns = [{columns}]\n'
 
 
@@ -46,23 +49,45 @@ def pg_source(lsn: int, commit: int | None, *, snapshot: str = "false") -> dict[
     the second value is always the current LSN. Either value may be null." (Debezium
     PostgreSQL connector documentation, source metadata)."""
     return {
-        "version": "2.7.0.Final", "connector": "postgresql", "name": "pg", "ts_ms": TS + lsn, "snapshot": snapshot,
-        "db": "shop", "sequence": json.dumps([None if commit is None else str(commit), str(lsn)]),
-        "schema": "public", "table": "accounts", "txId": 700 + lsn // 100, "lsn": lsn, "xmin": None,
+        "version": "2.7.0.Final",
+        "connector": "postgresql",
+        "name": "pg",
+        "ts_ms": TS + lsn,
+        "snapshot": snapshot,
+        "db": "shop",
+        "sequence": json.dumps([None if commit is None else str(commit), str(lsn)]),
+        "schema": "public",
+        "table": "accounts",
+        "txId": 700 + lsn // 100,
+        "lsn": lsn,
+        "xmin": None,
     }
 
 
 def mysql_source(pos: int, row: int = 0, file: str = "mysql-bin.000003") -> dict[str, Any]:
     return {
-        "version": "2.7.0.Final", "connector": "mysql", "name": "my", "ts_ms": TS + pos, "snapshot": "false",
-        "db": "shop", "sequence": None, "table": "accounts", "server_id": 223344, "gtid": None,
-        "file": file, "pos": pos, "row": row, "thread": 12, "query": None,
+        "version": "2.7.0.Final",
+        "connector": "mysql",
+        "name": "my",
+        "ts_ms": TS + pos,
+        "snapshot": "false",
+        "db": "shop",
+        "sequence": None,
+        "table": "accounts",
+        "server_id": 223344,
+        "gtid": None,
+        "file": file,
+        "pos": pos,
+        "row": row,
+        "thread": 12,
+        "query": None,
     }
 
 
 def envelope(op: str, key: int, after: dict | None, before: dict | None, source: dict, partition: int = 0) -> dict:
     return {
-        "partition": partition, "key": {"id": key},
+        "partition": partition,
+        "key": {"id": key},
         "value": {"before": before, "after": after, "source": source, "op": op, "ts_ms": source["ts_ms"] + 5},
     }
 
@@ -71,8 +96,15 @@ def unwrap_row(key: int, balance: int | None, lsn: int, *, op: str = "u", delete
     """ExtractNewRecordState with add.fields=op,lsn,source.ts_ms and
     delete.tombstone.handling.mode=rewrite-with-tombstone: "__deleted" is the string
     "true"/"false" (DefaultDeleteHandlingStrategy)."""
-    value = {"id": key, "balance": balance, "note": None, "__op": op, "__lsn": lsn, "__source_ts_ms": TS + lsn,
-             "__deleted": "true" if deleted else "false"}
+    value = {
+        "id": key,
+        "balance": balance,
+        "note": None,
+        "__op": op,
+        "__lsn": lsn,
+        "__source_ts_ms": TS + lsn,
+        "__deleted": "true" if deleted else "false",
+    }
     return {"partition": partition, "key": {"id": key}, "value": value}
 
 
@@ -88,11 +120,17 @@ def test_redelivered_tombstone_does_not_delete_a_live_row(wh, cut):
     """rewrite-with-tombstone: every tombstone follows the delete event of its key (which
     carries the position), so it adds nothing; a restart re-sends from lsn 200."""
     p = setup(wh, table_toml("acc", format="debezium-unwrap", order_by="postgres-lsn"))
-    feed(wh, p, "acc", [
-        unwrap_row(1, 10, 100, op="c"),
-        unwrap_row(1, None, 200, op="d", deleted=True), tombstone(1),
-        unwrap_row(1, 30, 300, op="c"),
-    ])
+    feed(
+        wh,
+        p,
+        "acc",
+        [
+            unwrap_row(1, 10, 100, op="c"),
+            unwrap_row(1, None, 200, op="d", deleted=True),
+            tombstone(1),
+            unwrap_row(1, 30, 300, op="c"),
+        ],
+    )
     assert rows(wh, "acc") == [(1, 30)]
     resent = [unwrap_row(1, None, 200, op="d", deleted=True), tombstone(1)]
     if cut == "same batch":
@@ -144,7 +182,12 @@ def test_recreated_postgres_connector_snapshot_is_applied(wh):
     reads carry sequence [null, "<lsn>"], and so does its first streamed transaction."""
     p = setup(wh, table_toml("acc", order_by="postgres-lsn"))
     a = {"id": 1, "balance": 10, "note": None}
-    feed(wh, p, "acc", [envelope("c", 1, a, None, pg_source(85_000, 80_000)), envelope("c", 2, {**a, "id": 2}, None, pg_source(85_100, 80_000))])
+    feed(
+        wh,
+        p,
+        "acc",
+        [envelope("c", 1, a, None, pg_source(85_000, 80_000)), envelope("c", 2, {**a, "id": 2}, None, pg_source(85_100, 80_000))],
+    )
     snap = [
         envelope("r", 1, {**a, "balance": 11}, None, pg_source(90_000, None, snapshot="true")),
         envelope("r", 2, {**a, "id": 2, "balance": 22}, None, pg_source(90_000, None, snapshot="last")),
@@ -170,7 +213,12 @@ def test_truncate_is_ordered_by_source_position_not_kafka_time(wh):
     a = {"id": 1, "balance": 10, "note": None}
     trunc = {"partition": 0, "key": None, "value": {"source": pg_source(200, 150), "op": "t", "ts_ms": TS}}
     # an insert at lsn 100 on partition 1 and a truncate at lsn 200 on partition 0, same millisecond
-    run = feed(wh, p, "acc", [{**envelope("c", 1, a, None, pg_source(100, 50), partition=1), "timestamp": TS}, {**trunc, "timestamp": TS}])
+    run = feed(
+        wh,
+        p,
+        "acc",
+        [{**envelope("c", 1, a, None, pg_source(100, 50), partition=1), "timestamp": TS}, {**trunc, "timestamp": TS}],
+    )
     assert rows(wh, "acc") == [], "the insert before the truncate survived it"
     assert run.truncates == 1
     # an insert at lsn 300 synced before a truncate at lsn 200 arrives stays
@@ -222,16 +270,36 @@ def test_table_named_like_a_generated_alias_syncs(wh, name):
     columns = '{ name = "id", type = "integer" }, { name = "balance", type = "integer" }, { name = "note", type = "varchar(64)" }'
     toml = table_toml(name, columns=columns, format="debezium-unwrap", order_by="postgres-lsn", on_truncate="delete")
     toml += table_toml(name + "_soft", columns=columns, order_by="postgres-lsn", delete_mode="soft").replace(
-        f'topic.{name}_soft', f'topic.{name}.soft')
+        f"topic.{name}_soft", f"topic.{name}.soft"
+    )
     p = setup(wh, toml)
-    run = feed(wh, p, name, [
-        unwrap_row(1, 10, 100, op="c"), unwrap_row(2, 20, 110, op="c"),
-        unwrap_row(1, None, 120, op="d", deleted=True), tombstone(1), tombstone(2),
-        {"partition": 0, "key": {"id": 3}, "value": {"id": 3, "balance": 30, "note": "__debezium_unavailable_value", "__lsn": 130, "__deleted": "false"}},
-    ])
+    run = feed(
+        wh,
+        p,
+        name,
+        [
+            unwrap_row(1, 10, 100, op="c"),
+            unwrap_row(2, 20, 110, op="c"),
+            unwrap_row(1, None, 120, op="d", deleted=True),
+            tombstone(1),
+            tombstone(2),
+            {
+                "partition": 0,
+                "key": {"id": 3},
+                "value": {"id": 3, "balance": 30, "note": "__debezium_unavailable_value", "__lsn": 130, "__deleted": "false"},
+            },
+        ],
+    )
     assert run.status == "ok" and rows(wh, name) == []
-    feed(wh, p, name + "_soft", [envelope("c", 1, {"id": 1, "balance": 1, "note": "x"}, None, pg_source(100, 50)),
-                                 envelope("d", 1, None, {"id": 1, "balance": None, "note": None}, pg_source(110, 105))])
+    feed(
+        wh,
+        p,
+        name + "_soft",
+        [
+            envelope("c", 1, {"id": 1, "balance": 1, "note": "x"}, None, pg_source(100, 50)),
+            envelope("d", 1, None, {"id": 1, "balance": None, "note": None}, pg_source(110, 105)),
+        ],
+    )
     assert rows(wh, name + "_soft", "id, balance, note, _deleted") == [(1, 1, "x", True)]
 
 
@@ -239,14 +307,30 @@ def test_table_named_like_a_generated_alias_syncs(wh, name):
 
 
 def test_key_longer_than_the_index_limit_is_quarantined(wh):
-    p = setup(wh, table_toml("docs", key="path", columns='{ name = "path", type = "varchar(8000)" }, { name = "size", type = "integer" }'))
+    p = setup(
+        wh,
+        table_toml("docs", key="path", columns='{ name = "path", type = "varchar(8000)" }, { name = "size", type = "integer" }'),
+    )
     import random
 
     long_key = "".join(random.Random(7).choice("abcdefghijklmnopqrstuvwxyz0123456789") for _ in range(3000))
-    run = feed(wh, p, "docs", [
-        {"partition": 0, "key": {"path": long_key}, "value": {"op": "c", "after": {"path": long_key, "size": 1}, "source": mysql_source(1)}},
-        {"partition": 0, "key": {"path": "/a"}, "value": {"op": "c", "after": {"path": "/a", "size": 2}, "source": mysql_source(2)}},
-    ])
+    run = feed(
+        wh,
+        p,
+        "docs",
+        [
+            {
+                "partition": 0,
+                "key": {"path": long_key},
+                "value": {"op": "c", "after": {"path": long_key, "size": 1}, "source": mysql_source(1)},
+            },
+            {
+                "partition": 0,
+                "key": {"path": "/a"},
+                "value": {"op": "c", "after": {"path": "/a", "size": 2}, "source": mysql_source(2)},
+            },
+        ],
+    )
     assert run.quarantined == 1 and rows(wh, "docs", "path, size") == [("/a", 2)]
     assert "primary key is longer" in wh.scalar('SELECT reason FROM cdc."sync_quarantine"')
 
@@ -255,7 +339,7 @@ def test_key_longer_than_the_index_limit_is_quarantined(wh):
 
 
 def test_toast_placeholder_without_a_known_value_is_quarantined(wh):
-    """"Unchanged TOASTed columns arrive as "__debezium_unavailable_value"" (Debezium
+    """ "Unchanged TOASTed columns arrive as "__debezium_unavailable_value"" (Debezium
     PostgreSQL connector, toasted values): with no stored row and no earlier event in the
     batch, the value is unknown."""
     p = setup(wh, table_toml("acc", order_by="postgres-lsn"))

@@ -8,8 +8,6 @@ import sys
 
 import pytest
 
-from tests.conftest import REPO
-
 
 @pytest.mark.slow
 def test_demo_runs_end_to_end_with_a_readable_summary(tmp_path):
@@ -26,7 +24,9 @@ def test_demo_runs_end_to_end_with_a_readable_summary(tmp_path):
     assert "sync again with nothing new: read 0 events" in text
     assert "Traceback" not in out.stderr
     # A second run starts from scratch and gives the same tables.
-    again = subprocess.run([sys.executable, "-m", "sync", "demo"], capture_output=True, text=True, env=env, cwd=tmp_path, timeout=600)
+    again = subprocess.run(
+        [sys.executable, "-m", "sync", "demo"], capture_output=True, text=True, env=env, cwd=tmp_path, timeout=600
+    )
     assert again.returncode == 0
-    cut = lambda s: s[s.index("3. target tables"):s.index("4. status")]  # noqa: E731
+    cut = lambda s: s[s.index("3. target tables") : s.index("4. status")]  # noqa: E731
     assert cut(again.stdout) == cut(text)

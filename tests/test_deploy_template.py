@@ -45,7 +45,7 @@ class Stack:
         if not isinstance(node, dict):
             return node
         if len(node) == 1:
-            (key, arg), = node.items()
+            ((key, arg),) = node.items()
             if key == "Ref":
                 return NO_VALUE if arg == "AWS::NoValue" else PSEUDO.get(arg) or self.params.get(arg, f"<{arg}>")
             if key == "Fn::If":
@@ -121,8 +121,12 @@ def test_cfn_lint_passes():
 
 
 # The Data API calls the handler makes (see sync/data_api.py) and nothing more.
-DATA_API = {"redshift-data:ExecuteStatement", "redshift-data:DescribeStatement",
-            "redshift-data:CancelStatement", "redshift-data:GetStatementResult"}
+DATA_API = {
+    "redshift-data:ExecuteStatement",
+    "redshift-data:DescribeStatement",
+    "redshift-data:CancelStatement",
+    "redshift-data:GetStatementResult",
+}
 
 
 @pytest.mark.parametrize(
@@ -131,11 +135,19 @@ DATA_API = {"redshift-data:ExecuteStatement", "redshift-data:DescribeStatement",
         ({"WorkgroupArn": WORKGROUP}, {"redshift-serverless:GetCredentials": [WORKGROUP]}),
         ({"WorkgroupArn": WORKGROUP, "SecretArn": SECRET}, {"secretsmanager:GetSecretValue": [SECRET]}),
         ({"ClusterIdentifier": "prod", "SecretArn": SECRET}, {"secretsmanager:GetSecretValue": [SECRET]}),
-        ({"ClusterIdentifier": "prod", "DbUser": "sync_user"}, {"redshift:GetClusterCredentials": [
-            "arn:aws:redshift:us-east-1:123456789012:dbuser:prod/sync_user",
-            "arn:aws:redshift:us-east-1:123456789012:dbname:prod/dev"]}),
-        ({"ClusterIdentifier": "prod"}, {"redshift:GetClusterCredentialsWithIAM": [
-            "arn:aws:redshift:us-east-1:123456789012:dbname:prod/dev"]}),
+        (
+            {"ClusterIdentifier": "prod", "DbUser": "sync_user"},
+            {
+                "redshift:GetClusterCredentials": [
+                    "arn:aws:redshift:us-east-1:123456789012:dbuser:prod/sync_user",
+                    "arn:aws:redshift:us-east-1:123456789012:dbname:prod/dev",
+                ]
+            },
+        ),
+        (
+            {"ClusterIdentifier": "prod"},
+            {"redshift:GetClusterCredentialsWithIAM": ["arn:aws:redshift:us-east-1:123456789012:dbname:prod/dev"]},
+        ),
     ],
 )
 def test_the_role_grants_only_what_the_handler_uses(params, credential_grant):
@@ -153,8 +165,14 @@ def test_the_role_grants_only_what_the_handler_uses(params, credential_grant):
     "params, expected",
     [
         ({"WorkgroupArn": WORKGROUP, "Database": "analytics"}, {"WorkgroupName": WORKGROUP, "Database": "analytics"}),
-        ({"ClusterIdentifier": "prod", "DbUser": "sync_user"}, {"ClusterIdentifier": "prod", "DbUser": "sync_user", "Database": "dev"}),
-        ({"ClusterIdentifier": "prod", "SecretArn": SECRET}, {"ClusterIdentifier": "prod", "SecretArn": SECRET, "Database": "dev"}),
+        (
+            {"ClusterIdentifier": "prod", "DbUser": "sync_user"},
+            {"ClusterIdentifier": "prod", "DbUser": "sync_user", "Database": "dev"},
+        ),
+        (
+            {"ClusterIdentifier": "prod", "SecretArn": SECRET},
+            {"ClusterIdentifier": "prod", "SecretArn": SECRET, "Database": "dev"},
+        ),
     ],
 )
 def test_the_function_environment_configures_the_handler(params, expected):
@@ -166,7 +184,11 @@ def test_the_function_environment_configures_the_handler(params, expected):
     request = settings.target.request("CALL x()", "n")
     assert {k: v for k, v in request.items() if k not in ("Sql", "StatementName")} == expected
     assert settings.policy.max_attempts == 4 and settings.polling.margin_ms == 30_000
-    assert (settings.pacing.max_concurrent_calls, settings.pacing.execute_per_second, settings.pacing.describe_per_second) == (10, 5, 10)
+    assert (settings.pacing.max_concurrent_calls, settings.pacing.execute_per_second, settings.pacing.describe_per_second) == (
+        10,
+        5,
+        10,
+    )
     assert settings.config_path == lambda_handler.PACKAGED_CONFIG
     # The template's smallest margin still covers one Data API request at its slowest.
     smallest = min(Stack(DEPLOY / "lambda.yaml").template["Parameters"]["DeadlineMarginSeconds"]["AllowedValues"])
@@ -174,15 +196,23 @@ def test_the_function_environment_configures_the_handler(params, expected):
 
 
 def test_schedule_alarm_and_no_lambda_retries():
-    stack = Stack(DEPLOY / "lambda.yaml", CodeS3Bucket="b", ClusterIdentifier="prod", ScheduleMinutes="10",
-                  AlarmTopicArn="arn:aws:sns:us-east-1:123456789012:oncall")
+    stack = Stack(
+        DEPLOY / "lambda.yaml",
+        CodeS3Bucket="b",
+        ClusterIdentifier="prod",
+        ScheduleMinutes="10",
+        AlarmTopicArn="arn:aws:sns:us-east-1:123456789012:oncall",
+    )
     assert stack.properties("Schedule")["ScheduleExpression"] == "rate(10 minutes)"
     assert stack.properties("Schedule")["Targets"][0]["Arn"] == "<Function.Arn>"
     assert "Input" not in stack.properties("Schedule")["Targets"][0]  # every table of the packaged pipeline file
     assert stack.properties("SchedulePermission")["Principal"] == "events.amazonaws.com"
     alarm = stack.properties("FailedInvocationsAlarm")
     assert (alarm["Namespace"], alarm["MetricName"], alarm["AlarmActions"]) == (
-        "AWS/Lambda", "Errors", ["arn:aws:sns:us-east-1:123456789012:oncall"])
+        "AWS/Lambda",
+        "Errors",
+        ["arn:aws:sns:us-east-1:123456789012:oncall"],
+    )
     assert stack.properties("AsyncConfig")["MaximumRetryAttempts"] == 0
     quiet = Stack(DEPLOY / "lambda.yaml", CodeS3Bucket="b", ClusterIdentifier="prod").properties("FailedInvocationsAlarm")
     assert "AlarmActions" not in quiet
@@ -209,12 +239,21 @@ LAMBDA_VALUES = {"WorkgroupArn": WORKGROUP, "CodeS3Bucket": "b"}
 
 @pytest.mark.parametrize(
     "timeout, margin, broken",
-    [("60", "45", False), ("60", "60", True), ("60", "90", True), ("240", "30", False), ("240", "240", True),
-     ("900", "300", False), ("120", "120", True)],
+    [
+        ("60", "45", False),
+        ("60", "60", True),
+        ("60", "90", True),
+        ("240", "30", False),
+        ("240", "240", True),
+        ("900", "300", False),
+        ("120", "120", True),
+    ],
 )
 def test_a_margin_at_or_over_the_timeout_is_refused(timeout, margin, broken):
     """A margin at or over the timeout would cancel every CALL the moment it starts."""
-    stack = Stack(DEPLOY / "lambda.yaml", **LAMBDA_VALUES, TimeoutSeconds=timeout, DeadlineMarginSeconds=margin, ScheduleMinutes="30")
+    stack = Stack(
+        DEPLOY / "lambda.yaml", **LAMBDA_VALUES, TimeoutSeconds=timeout, DeadlineMarginSeconds=margin, ScheduleMinutes="30"
+    )
     failed = stack.failed_rules()
     assert bool(failed) == broken, failed
     if broken:
@@ -227,14 +266,27 @@ def test_every_timeout_and_margin_pair_is_checked():
     margins = template["Parameters"]["DeadlineMarginSeconds"]["AllowedValues"]
     for t in timeouts:
         for m in margins:
-            stack = Stack(DEPLOY / "lambda.yaml", **LAMBDA_VALUES, TimeoutSeconds=str(t), DeadlineMarginSeconds=str(m), ScheduleMinutes="60")
+            stack = Stack(
+                DEPLOY / "lambda.yaml", **LAMBDA_VALUES, TimeoutSeconds=str(t), DeadlineMarginSeconds=str(m), ScheduleMinutes="60"
+            )
             assert bool(stack.failed_rules()) == (m >= t), (t, m)
 
 
-@pytest.mark.parametrize("minutes, timeout, broken", [("5", "240", False), ("5", "300", True), ("2", "120", True), ("15", "840", False),
-                                                      ("15", "900", True), ("60", "900", False)])
+@pytest.mark.parametrize(
+    "minutes, timeout, broken",
+    [
+        ("5", "240", False),
+        ("5", "300", True),
+        ("2", "120", True),
+        ("15", "840", False),
+        ("15", "900", True),
+        ("60", "900", False),
+    ],
+)
 def test_a_timeout_at_or_over_the_schedule_interval_is_refused(minutes, timeout, broken):
-    stack = Stack(DEPLOY / "lambda.yaml", **LAMBDA_VALUES, ScheduleMinutes=minutes, TimeoutSeconds=timeout, DeadlineMarginSeconds="20")
+    stack = Stack(
+        DEPLOY / "lambda.yaml", **LAMBDA_VALUES, ScheduleMinutes=minutes, TimeoutSeconds=timeout, DeadlineMarginSeconds="20"
+    )
     failed = stack.failed_rules()
     assert bool(failed) == broken, failed
     assert stack.properties("Schedule")["ScheduleExpression"] == f"rate({minutes} minutes)"
@@ -249,9 +301,20 @@ def test_the_defaults_pass_the_rules_and_run_one_at_a_time():
     assert stack.properties("AsyncConfig")["MaximumRetryAttempts"] == 0
 
 
-@pytest.mark.parametrize("namespace, ok", [("RedshiftSync", True), ("Acme/Redshift Sync:prod", True), ("AWS/Lambda", False),
-                                           ("AWS/RedshiftSync", False), ("", False), (":x", False), ("Syncé", False),
-                                           ("x" * 255, True), ("x" * 256, False)])
+@pytest.mark.parametrize(
+    "namespace, ok",
+    [
+        ("RedshiftSync", True),
+        ("Acme/Redshift Sync:prod", True),
+        ("AWS/Lambda", False),
+        ("AWS/RedshiftSync", False),
+        ("", False),
+        (":x", False),
+        ("Syncé", False),
+        ("x" * 255, True),
+        ("x" * 256, False),
+    ],
+)
 def test_the_metrics_namespace_cannot_be_an_aws_one(namespace, ok):
     """PutMetricData's Namespace (CloudWatch API Reference): ASCII without control characters,
     1-255 long, pattern [^:].*, and "you should not specify a namespace that begins with AWS/"."""
@@ -263,8 +326,21 @@ def test_dashboard_and_alarms_watch_the_handlers_metrics():
     body = json.loads(stack.properties("Dashboard")["DashboardBody"])
     expressions = " ".join(m[0]["expression"] for w in body["widgets"] for m in w["properties"]["metrics"])
     line = lambda_handler.metric_line(
-        {"table": "t", "status": "ok", "events_read": 1, "upserted": 1, "deleted": 0, "quarantined": 0, "attempts": 1,
-         "api_retries": 0, "duration_seconds": 0.1, "lag_seconds": 1.0}, "Acme/Sync", 0)
+        {
+            "table": "t",
+            "status": "ok",
+            "events_read": 1,
+            "upserted": 1,
+            "deleted": 0,
+            "quarantined": 0,
+            "attempts": 1,
+            "api_retries": 0,
+            "duration_seconds": 0.1,
+            "lag_seconds": 1.0,
+        },
+        "Acme/Sync",
+        0,
+    )
     emitted = {m["Name"] for m in line["_aws"]["CloudWatchMetrics"][0]["Metrics"]}
     for metric in ("Upserted", "Deleted", "LagSeconds", "Quarantined", "Failed", "NotStarted", "ApiRetries"):
         assert metric in emitted and f'{{Acme/Sync,Table}} MetricName="{metric}"' in expressions, metric
@@ -278,8 +354,12 @@ def test_dashboard_and_alarms_watch_the_handlers_metrics():
 
 def resolved_policies() -> list[tuple[str, dict]]:
     out = []
-    for params in ({"WorkgroupArn": WORKGROUP}, {"WorkgroupArn": WORKGROUP, "SecretArn": SECRET},
-                   {"ClusterIdentifier": "prod", "DbUser": "sync_user"}, {"ClusterIdentifier": "prod"}):
+    for params in (
+        {"WorkgroupArn": WORKGROUP},
+        {"WorkgroupArn": WORKGROUP, "SecretArn": SECRET},
+        {"ClusterIdentifier": "prod", "DbUser": "sync_user"},
+        {"ClusterIdentifier": "prod"},
+    ):
         stack = Stack(DEPLOY / "lambda.yaml", CodeS3Bucket="b", **params)
         out += [(f"lambda {params}", p["PolicyDocument"]) for p in stack.properties("ExecutionRole")["Policies"]]
     stack = Stack(DEPLOY / "redshift-streaming-role.yaml", MskClusterArn=MSK, TopicPattern="salesdb.*")
@@ -294,7 +374,11 @@ def test_parliament_finds_nothing_in_the_resolved_policies():
     from parliament import analyze_policy_string
 
     for name, document in resolved_policies():
-        document = json.loads(json.dumps(document).replace("<LogGroup.Arn>", "arn:aws:logs:us-east-1:123456789012:log-group:/aws/lambda/redshift-sync:*"))
+        document = json.loads(
+            json.dumps(document).replace(
+                "<LogGroup.Arn>", "arn:aws:logs:us-east-1:123456789012:log-group:/aws/lambda/redshift-sync:*"
+            )
+        )
         findings = [(f.issue, f.detail) for f in analyze_policy_string(json.dumps(document)).findings]
         assert findings == [], (name, findings)
     old = {"Version": "2012-10-17", "Statement": [{"Effect": "Allow", "Action": "kafka:GetBootstrapBrokers", "Resource": MSK}]}

@@ -19,19 +19,71 @@ from tests.reliability_support import reliability_counts  # noqa: F401 (fixture)
 
 EXAMPLE = tomllib.loads((EXAMPLES / "salesdb" / "pipeline.toml").read_text())
 HOSTILE_TEXT = [
-    "", " ", "x", "X", "a" * 64, "a" * 300, "cdc", "customer", "sync_run_log", "a__b", "_x", "1abc",
-    'x"; DROP TABLE t; --', "x'; DROP TABLE t; --", "x;y", "x y", "x\\y", "x\x00y", "é", "ID$", "$$",
-    "varchar(64)", "varchar(0)", "varchar(99999999999999999999)", "decimal(40,2)", "decimal(5,9)", "decimal(0,0)",
-    "decimal(18)", "char(5000)", "varbyte(0)", "timestamp(3)", "double precision", "int4 ", "super",
-    "mysql-binlog", "kafka", "soft", "hard", "debezium-unwrap", "delete", "iam", "mtls", "none", "msk",
-    "arn:aws:iam::123456789012:role/r", "arn:aws:kafka:us-east-1:123456789012:cluster/x/y", "host:9092",
-    "io.debezium.time.Date", "org.apache.kafka.connect.data.Decimal",
+    "",
+    " ",
+    "x",
+    "X",
+    "a" * 64,
+    "a" * 300,
+    "cdc",
+    "customer",
+    "sync_run_log",
+    "a__b",
+    "_x",
+    "1abc",
+    'x"; DROP TABLE t; --',
+    "x'; DROP TABLE t; --",
+    "x;y",
+    "x y",
+    "x\\y",
+    "x\x00y",
+    "é",
+    "ID$",
+    "$$",
+    "varchar(64)",
+    "varchar(0)",
+    "varchar(99999999999999999999)",
+    "decimal(40,2)",
+    "decimal(5,9)",
+    "decimal(0,0)",
+    "decimal(18)",
+    "char(5000)",
+    "varbyte(0)",
+    "timestamp(3)",
+    "double precision",
+    "int4 ",
+    "super",
+    "mysql-binlog",
+    "kafka",
+    "soft",
+    "hard",
+    "debezium-unwrap",
+    "delete",
+    "iam",
+    "mtls",
+    "none",
+    "msk",
+    "arn:aws:iam::123456789012:role/r",
+    "arn:aws:kafka:us-east-1:123456789012:cluster/x/y",
+    "host:9092",
+    "io.debezium.time.Date",
+    "org.apache.kafka.connect.data.Decimal",
 ]
 scalars = st.one_of(
-    st.sampled_from(HOSTILE_TEXT), st.text(max_size=12), st.integers(-(2**70), 2**70), st.booleans(),
-    st.floats(allow_nan=True), st.datetimes(),
+    st.sampled_from(HOSTILE_TEXT),
+    st.text(max_size=12),
+    st.integers(-(2**70), 2**70),
+    st.booleans(),
+    st.floats(allow_nan=True),
+    st.datetimes(),
 )
-values = st.recursive(scalars, lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.sampled_from(["name", "type", "x", "target"]), inner, max_size=3), max_leaves=5)
+values = st.recursive(
+    scalars,
+    lambda inner: (
+        st.lists(inner, max_size=3) | st.dictionaries(st.sampled_from(["name", "type", "x", "target"]), inner, max_size=3)
+    ),
+    max_leaves=5,
+)
 
 
 def _paths(node: Any, prefix: tuple = ()) -> list[tuple]:
@@ -131,7 +183,7 @@ def test_random_files_raise_nothing_but_config_error(tmp_path_factory, content, 
 def test_damaged_example_file_raises_nothing_but_config_error(tmp_path_factory, cut, junk, reliability_counts):
     text = (EXAMPLES / "salesdb" / "pipeline.toml").read_text()
     path = tmp_path_factory.mktemp("cfg") / "pipeline.toml"
-    path.write_text(text[:cut] + junk + text[cut:][len(junk):], encoding="utf-8")
+    path.write_text(text[:cut] + junk + text[cut:][len(junk) :], encoding="utf-8")
     try:
         load_pipeline(path)
     except ConfigError as exc:

@@ -14,7 +14,6 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sync.runner import deploy
 from sync.stream import KCAT_KEYS, RECORD_KEYS, ingest_file, parse_line
 from sync.warehouse import WarehouseError
 from tests.conftest import EXAMPLES, REPO
@@ -22,8 +21,16 @@ from tests.reliability_support import reliability_counts  # noqa: F401 (fixture)
 
 EDGE_NUMBERS = st.sampled_from([-1, 0, 7, 2**31, 2**63 - 1, 2**63, 10**20, -(10**15), 253402300799999, 253402300800000, 1.5])
 field_values = st.one_of(
-    EDGE_NUMBERS, EDGE_NUMBERS, EDGE_NUMBERS, st.none(), st.booleans(), st.integers(-(2**70), 2**70), st.floats(),
-    st.text(max_size=8), st.lists(st.integers(), max_size=2), st.dictionaries(st.text(max_size=3), st.integers(), max_size=2),
+    EDGE_NUMBERS,
+    EDGE_NUMBERS,
+    EDGE_NUMBERS,
+    st.none(),
+    st.booleans(),
+    st.integers(-(2**70), 2**70),
+    st.floats(),
+    st.text(max_size=8),
+    st.lists(st.integers(), max_size=2),
+    st.dictionaries(st.text(max_size=3), st.integers(), max_size=2),
 )
 record_objects = st.fixed_dictionaries(
     {"value": st.one_of(st.none(), st.text(max_size=10), st.dictionaries(st.text(max_size=4), st.integers(), max_size=3))},
@@ -43,8 +50,22 @@ lines = st.one_of(
     st.binary(max_size=60).filter(lambda b: b"\n" not in b and b"\r" not in b),
     record_objects.map(_line),
     kcat_objects.map(_line),
-    st.sampled_from([b"{", b"[]", b"null", b"{}", b'{"value": 1e999}', b'{"value": NaN}', b'{"value": "\\u0000"}', b'{"value": "\\ud800"}',
-                     b'{"offset": 1}', b"\xff\xfe", b"\x00", b'{"value": {"a": ' + b"[" * 3000 + b"]" * 3000 + b"}}"]),
+    st.sampled_from(
+        [
+            b"{",
+            b"[]",
+            b"null",
+            b"{}",
+            b'{"value": 1e999}',
+            b'{"value": NaN}',
+            b'{"value": "\\u0000"}',
+            b'{"value": "\\ud800"}',
+            b'{"offset": 1}',
+            b"\xff\xfe",
+            b"\x00",
+            b'{"value": {"a": ' + b"[" * 3000 + b"]" * 3000 + b"}}",
+        ]
+    ),
 )
 
 
@@ -77,8 +98,9 @@ def _wrapped_value(line: bytes) -> object:
         obj = json.loads(line.decode("utf-8"), parse_constant=_reject_constant)
     except (UnicodeDecodeError, ValueError, RecursionError):
         return _NOT_A_WRAPPER
-    if not (isinstance(obj, dict) and ("value" in obj or "payload" in obj)
-            and (set(obj) <= RECORD_KEYS or set(obj) <= KCAT_KEYS)):
+    if not (
+        isinstance(obj, dict) and ("value" in obj or "payload" in obj) and (set(obj) <= RECORD_KEYS or set(obj) <= KCAT_KEYS)
+    ):
         return _NOT_A_WRAPPER
     return obj.get("payload" if "payload" in obj else "value")
 
@@ -144,7 +166,10 @@ def test_cli_ingest_reports_without_traceback(database_dsn, tmp_path, content, c
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     run = lambda *args: subprocess.run(  # noqa: E731
         [sys.executable, "-m", "sync", *args, "--config", str(config), "--dsn", database_dsn],
-        capture_output=True, text=True, env=env, cwd=REPO,
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=REPO,
     )
     assert run("deploy").returncode == 0
     result = run("ingest", "--table", "customer", "--file", str(events))

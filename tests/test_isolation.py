@@ -127,9 +127,20 @@ def cli(*args: str) -> subprocess.CompletedProcess:
 
 
 def event(i: int, balance: int, lsn: int) -> dict:
-    source = {"connector": "postgresql", "ts_ms": 1_700_000_000_000 + lsn, "snapshot": "false", "db": "shop",
-              "sequence": json.dumps([str(lsn - 8), str(lsn)]), "schema": "public", "table": "accounts", "lsn": lsn}
-    return {"key": {"id": i}, "value": {"before": None, "after": {"id": i, "balance": balance}, "source": source, "op": "c", "ts_ms": 1}}
+    source = {
+        "connector": "postgresql",
+        "ts_ms": 1_700_000_000_000 + lsn,
+        "snapshot": "false",
+        "db": "shop",
+        "sequence": json.dumps([str(lsn - 8), str(lsn)]),
+        "schema": "public",
+        "table": "accounts",
+        "lsn": lsn,
+    }
+    return {
+        "key": {"id": i},
+        "value": {"before": None, "after": {"id": i, "balance": balance}, "source": source, "op": "c", "ts_ms": 1},
+    }
 
 
 @pytest.mark.slow

@@ -38,9 +38,11 @@ class Context:
 
 
 def fleet_toml(n: int) -> str:
-    blocks = ['[pipeline]\nschema = "fleet"\n[source]\nkind = "msk"\n'
-              'cluster_arn = "arn:aws:kafka:us-east-1:123456789012:cluster/fleet/abc-1"\n'
-              'iam_role = "arn:aws:iam::123456789012:role/redshift-streaming"\n']
+    blocks = [
+        '[pipeline]\nschema = "fleet"\n[source]\nkind = "msk"\n'
+        'cluster_arn = "arn:aws:kafka:us-east-1:123456789012:cluster/fleet/abc-1"\n'
+        'iam_role = "arn:aws:iam::123456789012:role/redshift-streaming"\n'
+    ]
     for i in range(n):
         blocks.append(
             f'[[tables]]\nname = "t{i:03d}"\ntopic = "shop.shop.T{i:03d}"\nprimary_key = ["ID"]\n'
@@ -50,8 +52,13 @@ def fleet_toml(n: int) -> str:
 
 
 def event(i: int, key: int, ts: int) -> tuple[KafkaRecord, bool]:
-    value = {"before": None, "after": {"ID": key, "V": f"v{key}"}, "op": "c", "ts_ms": ts,
-             "source": {"connector": "postgresql", "name": "shop", "ts_ms": ts, "db": "shop", "table": f"T{i:03d}"}}
+    value = {
+        "before": None,
+        "after": {"ID": key, "V": f"v{key}"},
+        "op": "c",
+        "ts_ms": ts,
+        "source": {"connector": "postgresql", "name": "shop", "ts_ms": ts, "db": "shop", "table": f"T{i:03d}"},
+    }
     return KafkaRecord(0, None, ts, json.dumps({"ID": key}).encode(), json.dumps(value).encode()), True
 
 
@@ -76,11 +83,19 @@ def _fleet(wh, tmp_path: Path, monkeypatch, n: int):
     for name in ("REDSHIFT_SYNC_DSN", "REDSHIFT_SYNC_CLUSTER"):
         monkeypatch.delenv(name, raising=False)
     for name, value in {
-        "POLL_SECONDS": "0.05", "POLL_MAX_SECONDS": "0.2", "RETRY_BASE_SECONDS": "0.05",
-        "API_BACKOFF_SECONDS": "0.02", "API_BACKOFF_CAP_SECONDS": "0.2",
-        "DEADLINE_MARGIN_SECONDS": "2", "CONNECT_TIMEOUT_SECONDS": "0.2", "READ_TIMEOUT_SECONDS": "0.5",
-        "SDK_ATTEMPTS": "1", "MIN_CALL_SECONDS": "0.5",
-        "MAX_CONCURRENT_CALLS": "16", "EXECUTE_PER_SECOND": "200", "DESCRIBE_PER_SECOND": "400",
+        "POLL_SECONDS": "0.05",
+        "POLL_MAX_SECONDS": "0.2",
+        "RETRY_BASE_SECONDS": "0.05",
+        "API_BACKOFF_SECONDS": "0.02",
+        "API_BACKOFF_CAP_SECONDS": "0.2",
+        "DEADLINE_MARGIN_SECONDS": "2",
+        "CONNECT_TIMEOUT_SECONDS": "0.2",
+        "READ_TIMEOUT_SECONDS": "0.5",
+        "SDK_ATTEMPTS": "1",
+        "MIN_CALL_SECONDS": "0.5",
+        "MAX_CONCURRENT_CALLS": "16",
+        "EXECUTE_PER_SECOND": "200",
+        "DESCRIBE_PER_SECOND": "400",
     }.items():
         monkeypatch.setenv(f"REDSHIFT_SYNC_{name}", value)
     return wh, pipeline, batches
@@ -121,7 +136,9 @@ def test_200_tables_under_throttling_end_ok_or_not_started_and_nothing_is_lost(m
 
     runs = {t["table"]: t for t in summary["tables"]}
     assert len(runs) == TABLES
-    assert {t["status"] for t in runs.values()} <= {"ok", "not started"}, [t for t in runs.values() if t["status"] not in ("ok", "not started")]
+    assert {t["status"] for t in runs.values()} <= {"ok", "not started"}, [
+        t for t in runs.values() if t["status"] not in ("ok", "not started")
+    ]
     assert left_ms > 0  # returned before its deadline
     # The service really refused requests, for both reasons, and the handler retried them.
     assert api.refused["ExecuteStatement:ThrottlingException"] > 0

@@ -221,7 +221,10 @@ def test_connector_mode_calls_on_one_autocommit_connection(loaded, env, database
         ({"REDSHIFT_SYNC_CLUSTER": "c", "REDSHIFT_SYNC_DB_USER": "u", "REDSHIFT_SYNC_SECRET_ARN": "s"}, "not both"),
         ({"REDSHIFT_SYNC_CLUSTER": "c", "REDSHIFT_SYNC_DSN": "postgresql://x/y"}, "not both"),
         ({"REDSHIFT_SYNC_CLUSTER": "c", "REDSHIFT_SYNC_MAX_ATTEMPTS": "0"}, "max_attempts must be at least 1"),
-        ({"REDSHIFT_SYNC_CLUSTER": "c", "REDSHIFT_SYNC_POLL_SECONDS": "soon"}, "REDSHIFT_SYNC_POLL_SECONDS='soon' is not a number"),
+        (
+            {"REDSHIFT_SYNC_CLUSTER": "c", "REDSHIFT_SYNC_POLL_SECONDS": "soon"},
+            "REDSHIFT_SYNC_POLL_SECONDS='soon' is not a number",
+        ),
     ],
 )
 def test_bad_settings_name_the_variable(settings, message):
@@ -230,9 +233,20 @@ def test_bad_settings_name_the_variable(settings, message):
 
 
 def test_metric_line_leaves_out_missing_values():
-    run = {"table": "t", "status": "failed", "events_read": 0, "upserted": 0, "deleted": 0, "quarantined": 0,
-           "attempts": 2, "duration_seconds": 1.23456, "lag_seconds": None, "error": "boom", "statement_id": "id-1",
-           "watermark_after": None}
+    run = {
+        "table": "t",
+        "status": "failed",
+        "events_read": 0,
+        "upserted": 0,
+        "deleted": 0,
+        "quarantined": 0,
+        "attempts": 2,
+        "duration_seconds": 1.23456,
+        "lag_seconds": None,
+        "error": "boom",
+        "statement_id": "id-1",
+        "watermark_after": None,
+    }
     line = lambda_handler.metric_line(run, "NS", 1700000000000)
     names = [m["Name"] for m in line["_aws"]["CloudWatchMetrics"][0]["Metrics"]]
     assert "LagSeconds" not in names and "LagSeconds" not in line
@@ -330,8 +344,9 @@ def test_the_boto3_client_has_short_timeouts_and_standard_retries(monkeypatch):
 def test_a_margin_that_does_not_cover_a_request_is_refused():
     with pytest.raises(ConfigError, match=r"DEADLINE_MARGIN_SECONDS=10 does not cover .* raise it to at least 16"):
         lambda_handler.Settings.from_env({"REDSHIFT_SYNC_CLUSTER": "c", "REDSHIFT_SYNC_DEADLINE_MARGIN_SECONDS": "10"})
-    settings = lambda_handler.Settings.from_env({
-        "REDSHIFT_SYNC_CLUSTER": "c", "REDSHIFT_SYNC_DEADLINE_MARGIN_SECONDS": "10", "REDSHIFT_SYNC_READ_TIMEOUT_SECONDS": "2"})
+    settings = lambda_handler.Settings.from_env(
+        {"REDSHIFT_SYNC_CLUSTER": "c", "REDSHIFT_SYNC_DEADLINE_MARGIN_SECONDS": "10", "REDSHIFT_SYNC_READ_TIMEOUT_SECONDS": "2"}
+    )
     assert settings.timeouts.worst_case_ms() == 9_000
 
 
@@ -345,7 +360,7 @@ def test_a_poisoned_record_is_isolated_and_the_rest_syncs_through_the_data_api(l
     (run,) = summary["tables"]
     assert run["status"] == "ok" and len(run["isolated"]) == 1 and "no_globex" in run["isolated"][0]
     assert run["events_read"] == ingested["customer"] and run["quarantined"] == 1
-    assert wh.scalar('SELECT COUNT(*) FROM cdc."customer" WHERE customer_id = \'C002\'') == 0
+    assert wh.scalar("SELECT COUNT(*) FROM cdc.\"customer\" WHERE customer_id = 'C002'") == 0
     assert wh.scalar('SELECT COUNT(*) FROM cdc."customer"') == ingested["customer"] - 1
     reason = wh.scalar("SELECT reason FROM cdc.sync_quarantine WHERE kafka_offset = 1")
     assert "could not apply this record" in reason and "no_globex" in reason

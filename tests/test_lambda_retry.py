@@ -21,7 +21,7 @@ CONFLICTS = [
 OTHERS = [
     'ERROR: relation "cdc.customer" does not exist',
     "ERROR: permission denied for procedure incremental_sync_customer",
-    "ERROR: invalid input syntax for type bigint: \"1023\"",
+    'ERROR: invalid input syntax for type bigint: "1023"',
     "field TOTAL does not convert to decimal(12,2) at offset 1023",
     "ExecuteStatement refused: ActiveStatementsExceededException",
     "",
@@ -73,10 +73,16 @@ def test_a_policy_that_cannot_work_is_refused(kwargs):
 # error of every AWS API; ValidationException and ResourceNotFoundException are final.
 @pytest.mark.parametrize(
     "code, throttled, transient",
-    [("ThrottlingException", True, True), ("ActiveStatementsExceededException", True, True),
-     ("ActiveSessionsExceededException", True, True), ("InternalServerException", False, True),
-     ("ValidationException", False, False), ("ResourceNotFoundException", False, False),
-     ("AccessDeniedException", False, False), ("ExecuteStatementException", False, False)],
+    [
+        ("ThrottlingException", True, True),
+        ("ActiveStatementsExceededException", True, True),
+        ("ActiveSessionsExceededException", True, True),
+        ("InternalServerException", False, True),
+        ("ValidationException", False, False),
+        ("ResourceNotFoundException", False, False),
+        ("AccessDeniedException", False, False),
+        ("ExecuteStatementException", False, False),
+    ],
 )
 def test_data_api_errors_are_sorted_by_code(code, throttled, transient):
     from botocore.exceptions import ClientError
@@ -88,8 +94,11 @@ def test_data_api_errors_are_sorted_by_code(code, throttled, transient):
 def test_no_answer_is_transient_but_not_throttled():
     from botocore.exceptions import ConnectTimeoutError, EndpointConnectionError, ReadTimeoutError
 
-    for exc in (ReadTimeoutError(endpoint_url="https://redshift-data"), ConnectTimeoutError(endpoint_url="https://x"),
-                EndpointConnectionError(endpoint_url="https://x")):
+    for exc in (
+        ReadTimeoutError(endpoint_url="https://redshift-data"),
+        ConnectTimeoutError(endpoint_url="https://x"),
+        EndpointConnectionError(endpoint_url="https://x"),
+    ):
         assert is_transient(exc) and not is_throttled(exc)
     assert not is_transient(RuntimeError("boom"))
 

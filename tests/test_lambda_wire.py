@@ -44,8 +44,12 @@ def last_runs_sql(tables: str) -> str:
 def record(table: str, read: int, upserted: int, lag: float | None) -> list[dict]:
     longs = [{"longValue": v} for v in (read, upserted, 0, 0, 0, 0, 0, 0)]
     return [
-        {"stringValue": table}, *longs, {"isNull": True}, {"stringValue": f"0:{read - 1}"},
-        {"doubleValue": lag} if lag is not None else {"isNull": True}, {"stringValue": "ok"},
+        {"stringValue": table},
+        *longs,
+        {"isNull": True},
+        {"stringValue": f"0:{read - 1}"},
+        {"doubleValue": lag} if lag is not None else {"isNull": True},
+        {"stringValue": "ok"},
     ]
 
 
@@ -65,7 +69,13 @@ def client(monkeypatch):
     monkeypatch.setenv("REDSHIFT_SYNC_API_BACKOFF_SECONDS", "0.01")
     monkeypatch.setenv("REDSHIFT_SYNC_MIN_CALL_SECONDS", "0")
     monkeypatch.setenv("REDSHIFT_SYNC_DEADLINE_MARGIN_SECONDS", "20")
-    for name in ("REDSHIFT_SYNC_DSN", "REDSHIFT_SYNC_WORKGROUP", "REDSHIFT_SYNC_CLUSTER", "REDSHIFT_SYNC_SECRET_ARN", "REDSHIFT_SYNC_DB_USER"):
+    for name in (
+        "REDSHIFT_SYNC_DSN",
+        "REDSHIFT_SYNC_WORKGROUP",
+        "REDSHIFT_SYNC_CLUSTER",
+        "REDSHIFT_SYNC_SECRET_ARN",
+        "REDSHIFT_SYNC_DB_USER",
+    ):
         monkeypatch.delenv(name, raising=False)
     real = boto3.client("redshift-data", region_name="us-east-1", aws_access_key_id="AKIDEXAMPLE", aws_secret_access_key="secret")
     monkeypatch.setattr(lambda_handler, "client_factory", lambda *_: real)
@@ -75,8 +85,16 @@ def client(monkeypatch):
 
 
 def finished(statement_id: str, pid: int, has_result: bool = False) -> dict:
-    return {"Id": statement_id, "Status": "FINISHED", "RedshiftPid": pid, "HasResultSet": has_result,
-            "CreatedAt": NOW, "UpdatedAt": NOW, "Duration": 1_000_000, "ResultRows": 1 if has_result else 0}
+    return {
+        "Id": statement_id,
+        "Status": "FINISHED",
+        "RedshiftPid": pid,
+        "HasResultSet": has_result,
+        "CreatedAt": NOW,
+        "UpdatedAt": NOW,
+        "Duration": 1_000_000,
+        "ResultRows": 1 if has_result else 0,
+    }
 
 
 def expect_query(stub, where: dict, sql: str, name: str, sid: str, *pages: list) -> None:
@@ -93,8 +111,11 @@ def expect_last_runs(stub, where: dict, tables: str, *rows: list) -> None:
 
 
 def expect_call(stub, where: dict, sql: str, table: str, sid: str) -> None:
-    stub.add_response("execute_statement", {"Id": sid, "CreatedAt": NOW},
-                      {**where, "Sql": sql, "StatementName": f"redshift-sync.cdc.{table}", "ClientToken": ANY})
+    stub.add_response(
+        "execute_statement",
+        {"Id": sid, "CreatedAt": NOW},
+        {**where, "Sql": sql, "StatementName": f"redshift-sync.cdc.{table}", "ClientToken": ANY},
+    )
 
 
 def test_serverless_with_a_secret(client, monkeypatch):
@@ -104,17 +125,30 @@ def test_serverless_with_a_secret(client, monkeypatch):
     monkeypatch.setenv("REDSHIFT_SYNC_SECRET_ARN", SECRET)
     where = {"WorkgroupName": "analytics", "Database": "warehouse", "SecretArn": SECRET}
     # orders ran last at 10:00, customer at 11:00: orders goes first.
-    expect_last_runs(stub, where, "'customer', 'orders'",
-                     [{"stringValue": "customer"}, {"stringValue": "2026-01-01 11:00:00"}],
-                     [{"stringValue": "orders"}, {"stringValue": "2026-01-01 10:00:00"}])
+    expect_last_runs(
+        stub,
+        where,
+        "'customer', 'orders'",
+        [{"stringValue": "customer"}, {"stringValue": "2026-01-01 11:00:00"}],
+        [{"stringValue": "orders"}, {"stringValue": "2026-01-01 10:00:00"}],
+    )
     expect_call(stub, where, CALL_ORDERS, "orders", "s-2")
     expect_call(stub, where, CALL_CUSTOMER, "customer", "s-1")
     stub.add_response("describe_statement", finished("s-2", 102), {"Id": "s-2"})
     stub.add_response("describe_statement", finished("s-1", 101), {"Id": "s-1"})
-    matches = ("(r.table_name = 'orders' AND r.backend_pid = 102 AND r.started_at > CAST('2026-01-01 10:00:00' AS timestamp))\n"
-               "     OR (r.table_name = 'customer' AND r.backend_pid = 101 AND r.started_at > CAST('2026-01-01 11:00:00' AS timestamp))")
-    expect_query(stub, where, run_log_sql(matches), "redshift-sync.cdc.run-log", "s-3",
-                 [record("customer", 5, 4, 2.5)], [record("orders", 11, 7, None)])
+    matches = (
+        "(r.table_name = 'orders' AND r.backend_pid = 102 AND r.started_at > CAST('2026-01-01 10:00:00' AS timestamp))\n"
+        "     OR (r.table_name = 'customer' AND r.backend_pid = 101 AND r.started_at > CAST('2026-01-01 11:00:00' AS timestamp))"
+    )
+    expect_query(
+        stub,
+        where,
+        run_log_sql(matches),
+        "redshift-sync.cdc.run-log",
+        "s-3",
+        [record("customer", 5, 4, 2.5)],
+        [record("orders", 11, 7, None)],
+    )
 
     summary = lambda_handler.handler({}, Context(60_000))
 
@@ -132,13 +166,28 @@ def test_cluster_with_a_database_user_retries_a_conflict(client, monkeypatch):
     where = {"ClusterIdentifier": "prod-cluster", "Database": "dev", "DbUser": "sync_user"}
     expect_last_runs(stub, where, "'orders'")
     expect_call(stub, where, CALL_ORDERS, "orders", "s-1")
-    stub.add_response("describe_statement", {"Id": "s-1", "Status": "FAILED", "Error": (
-        "ERROR: 1023 DETAIL: Serializable isolation violation on table - 100167, transactions forming the cycle are: 1, 2")}, {"Id": "s-1"})
+    stub.add_response(
+        "describe_statement",
+        {
+            "Id": "s-1",
+            "Status": "FAILED",
+            "Error": (
+                "ERROR: 1023 DETAIL: Serializable isolation violation on table - 100167, transactions forming the cycle are: 1, 2"
+            ),
+        },
+        {"Id": "s-1"},
+    )
     expect_call(stub, where, CALL_ORDERS, "orders", "s-2")
     stub.add_response("describe_statement", {"Id": "s-2", "Status": "STARTED", "RedshiftPid": 7}, {"Id": "s-2"})
     stub.add_response("describe_statement", finished("s-2", 7), {"Id": "s-2"})
-    expect_query(stub, where, run_log_sql("(r.table_name = 'orders' AND r.backend_pid = 7)"), "redshift-sync.cdc.run-log", "s-3",
-                 [record("orders", 3, 3, 0.5)])
+    expect_query(
+        stub,
+        where,
+        run_log_sql("(r.table_name = 'orders' AND r.backend_pid = 7)"),
+        "redshift-sync.cdc.run-log",
+        "s-3",
+        [record("orders", 3, 3, 0.5)],
+    )
 
     (run,) = lambda_handler.handler({"tables": ["orders"]}, Context(60_000))["tables"]
     assert (run["status"], run["attempts"], run["statement_id"], run["events_read"]) == ("ok", 2, "s-2", 3)
@@ -155,8 +204,10 @@ def customer_started_then_deadline(client, monkeypatch) -> tuple[Stubber, Contex
     expect_call(stub, where, CALL_CUSTOMER, "customer", "s-1")
     stub.add_response("describe_statement", {"Id": "s-1", "Status": "STARTED"}, {"Id": "s-1"})
     context = Context(60_000)
-    real.meta.events.register("after-call.redshift-data.DescribeStatement",
-                              lambda parsed, **_: context.values.__setitem__(0, 19_000) if parsed.get("Status") == "STARTED" else None)
+    real.meta.events.register(
+        "after-call.redshift-data.DescribeStatement",
+        lambda parsed, **_: context.values.__setitem__(0, 19_000) if parsed.get("Status") == "STARTED" else None,
+    )
     return stub, context
 
 
@@ -175,8 +226,10 @@ def test_running_out_of_time_cancels_the_statement(client, monkeypatch):
 def test_the_run_log_query_is_redshift_sql():
     import sqlglot
 
-    sql = run_log_sql("(r.table_name = 'customer' AND r.backend_pid = 101)\n"
-                      "     OR (r.table_name = 'orders' AND r.started_at > CAST('2026-01-01 10:00:00.5' AS timestamp))")
+    sql = run_log_sql(
+        "(r.table_name = 'customer' AND r.backend_pid = 101)\n"
+        "     OR (r.table_name = 'orders' AND r.started_at > CAST('2026-01-01 10:00:00.5' AS timestamp))"
+    )
     tree = sqlglot.parse_one(sql, read="redshift")
     assert tree.find(sqlglot.exp.Window) is not None and tree.find(sqlglot.exp.Table).name == "sync_run_log"
     tree = sqlglot.parse_one(last_runs_sql("'customer', 'orders'"), read="redshift")
@@ -189,12 +242,22 @@ def test_a_refused_statement_fails_its_table_and_the_others_go_on(client, monkey
     monkeypatch.setenv("REDSHIFT_SYNC_SECRET_ARN", SECRET)
     where = {"ClusterIdentifier": "prod-cluster", "Database": "dev", "SecretArn": SECRET}
     expect_last_runs(stub, where, "'customer', 'orders'")
-    stub.add_client_error("execute_statement", "ValidationException", "Database dev does not exist.",
-                          expected_params={**where, "Sql": CALL_CUSTOMER, "StatementName": "redshift-sync.cdc.customer", "ClientToken": ANY})
+    stub.add_client_error(
+        "execute_statement",
+        "ValidationException",
+        "Database dev does not exist.",
+        expected_params={**where, "Sql": CALL_CUSTOMER, "StatementName": "redshift-sync.cdc.customer", "ClientToken": ANY},
+    )
     expect_call(stub, where, CALL_ORDERS, "orders", "s-2")
     stub.add_response("describe_statement", finished("s-2", 9), {"Id": "s-2"})
-    expect_query(stub, where, run_log_sql("(r.table_name = 'orders' AND r.backend_pid = 9)"), "redshift-sync.cdc.run-log", "s-3",
-                 [record("orders", 2, 2, 1.0)])
+    expect_query(
+        stub,
+        where,
+        run_log_sql("(r.table_name = 'orders' AND r.backend_pid = 9)"),
+        "redshift-sync.cdc.run-log",
+        "s-3",
+        [record("orders", 2, 2, 1.0)],
+    )
 
     with pytest.raises(lambda_handler.SyncFailed, match="customer failed: ExecuteStatement refused.*ValidationException") as info:
         lambda_handler.handler({}, Context(60_000))
@@ -213,18 +276,25 @@ def test_a_throttled_execute_is_sent_again_with_the_same_client_token(client, mo
     monkeypatch.setenv("REDSHIFT_SYNC_SECRET_ARN", SECRET)
     where = {"ClusterIdentifier": "prod-cluster", "Database": "dev", "SecretArn": SECRET}
     tokens: list[str] = []
-    real.meta.events.register("before-parameter-build.redshift-data.ExecuteStatement",
-                              lambda params, **_: tokens.append(params.get("ClientToken")) if "CALL" in params["Sql"] else None)
+    real.meta.events.register(
+        "before-parameter-build.redshift-data.ExecuteStatement",
+        lambda params, **_: tokens.append(params.get("ClientToken")) if "CALL" in params["Sql"] else None,
+    )
     expect_last_runs(stub, where, "'orders'")
     call = {**where, "Sql": CALL_ORDERS, "StatementName": "redshift-sync.cdc.orders", "ClientToken": ANY}
     stub.add_client_error("execute_statement", "ThrottlingException", "Rate exceeded", expected_params=call)
-    stub.add_client_error("execute_statement", "ActiveStatementsExceededException", "Active statements exceeded the allowed quota.",
-                          expected_params=call)
+    stub.add_client_error(
+        "execute_statement",
+        "ActiveStatementsExceededException",
+        "Active statements exceeded the allowed quota.",
+        expected_params=call,
+    )
     expect_call(stub, where, CALL_ORDERS, "orders", "s-1")
     stub.add_client_error("describe_statement", "ThrottlingException", "Rate exceeded", expected_params={"Id": "s-1"})
     stub.add_response("describe_statement", finished("s-1", 0), {"Id": "s-1"})  # RedshiftPid 0: unknown
-    expect_query(stub, where, run_log_sql("(r.table_name = 'orders')"), "redshift-sync.cdc.run-log", "s-3",
-                 [record("orders", 2, 2, 1.0)])
+    expect_query(
+        stub, where, run_log_sql("(r.table_name = 'orders')"), "redshift-sync.cdc.run-log", "s-3", [record("orders", 2, 2, 1.0)]
+    )
 
     (run,) = lambda_handler.handler({"tables": ["orders"]}, Context(60_000))["tables"]
     assert (run["status"], run["attempts"], run["api_retries"], run["events_read"]) == ("ok", 1, 3, 2)
@@ -243,9 +313,16 @@ def test_a_run_log_read_past_the_deadline_is_cancelled_and_every_table_still_rep
         data_api.Call("customer", CALL_CUSTOMER, state="finished", statement_id="s-1", pid=101, first_submitted=0.0),
         data_api.Call("orders", CALL_ORDERS, state="failed", error="ERROR: boom", first_submitted=0.0),
     ]
-    stub.add_response("execute_statement", {"Id": "s-3"}, {
-        **where, "Sql": run_log_sql("(r.table_name = 'customer' AND r.backend_pid = 101)"), "StatementName": "redshift-sync.cdc.run-log",
-        "ClientToken": ANY})
+    stub.add_response(
+        "execute_statement",
+        {"Id": "s-3"},
+        {
+            **where,
+            "Sql": run_log_sql("(r.table_name = 'customer' AND r.backend_pid = 101)"),
+            "StatementName": "redshift-sync.cdc.run-log",
+            "ClientToken": ANY,
+        },
+    )
     stub.add_response("describe_statement", {"Id": "s-3", "Status": "SUBMITTED"}, {"Id": "s-3"})
     stub.add_response("cancel_statement", {"Status": True}, {"Id": "s-3"})
 
@@ -261,10 +338,23 @@ def test_a_run_log_read_past_the_deadline_is_cancelled_and_every_table_still_rep
 
 def test_a_conflict_seen_at_the_deadline_leaves_the_table_for_the_next_run(client, monkeypatch):
     stub, context = customer_started_then_deadline(client, monkeypatch)
-    stub.add_client_error("cancel_statement", "ValidationException", "Could not cancel a query that is already in FAILED state",
-                          expected_params={"Id": "s-1"})
-    stub.add_response("describe_statement", {"Id": "s-1", "Status": "FAILED", "Error": (
-        "ERROR: 1023 DETAIL: Serializable isolation violation on table - 100167, transactions forming the cycle are: 1, 2")}, {"Id": "s-1"})
+    stub.add_client_error(
+        "cancel_statement",
+        "ValidationException",
+        "Could not cancel a query that is already in FAILED state",
+        expected_params={"Id": "s-1"},
+    )
+    stub.add_response(
+        "describe_statement",
+        {
+            "Id": "s-1",
+            "Status": "FAILED",
+            "Error": (
+                "ERROR: 1023 DETAIL: Serializable isolation violation on table - 100167, transactions forming the cycle are: 1, 2"
+            ),
+        },
+        {"Id": "s-1"},
+    )
 
     summary = lambda_handler.handler({"tables": ["customer"]}, context)  # not started: the invocation does not fail
     (run,) = summary["tables"]

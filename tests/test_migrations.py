@@ -8,8 +8,8 @@ its revisions); nothing is written into the repository.
 from __future__ import annotations
 
 import os
-import shutil
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -21,8 +21,8 @@ from typer.testing import CliRunner
 from sync.cli import app
 from sync.config import Pipeline, load_pipeline
 from sync.debezium import ChangeStream, MySqlSource
-from sync.revisions import alembic_config, deploy, write_revision
 from sync.revision_plan import RevisionRefused
+from sync.revisions import alembic_config, deploy, write_revision
 from sync.runner import sync
 from sync.sql.objects import pipeline_objects
 from sync.stream import ingest_file
@@ -57,8 +57,9 @@ def names(rows: list[tuple]) -> set[tuple]:
 @pytest.fixture
 def project(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """A project folder: the example pipeline file and a copy of the example revisions."""
-    shutil.copytree(REPO / "migrations" / "versions", tmp_path / "migrations" / "versions",
-                    ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copytree(
+        REPO / "migrations" / "versions", tmp_path / "migrations" / "versions", ignore=shutil.ignore_patterns("__pycache__")
+    )
     shutil.copy(EXAMPLES / "salesdb" / "pipeline.toml", tmp_path / "pipeline.toml")
     monkeypatch.chdir(tmp_path)
     return tmp_path
@@ -98,9 +99,13 @@ def generated_body(pipeline: Pipeline, name: str) -> str:
 
 
 def columns(wh: Warehouse, table: str) -> dict[str, int | None]:
-    return dict(wh.query(
-        "SELECT column_name, character_maximum_length FROM information_schema.columns "
-        "WHERE table_schema = 'cdc' AND table_name = %s", (table,)))
+    return dict(
+        wh.query(
+            "SELECT column_name, character_maximum_length FROM information_schema.columns "
+            "WHERE table_schema = 'cdc' AND table_name = %s",
+            (table,),
+        )
+    )
 
 
 def test_upgrade_to_head_twice_then_back_to_base_leaves_nothing(project, database_dsn, wh, example_pipeline):
@@ -110,8 +115,14 @@ def test_upgrade_to_head_twice_then_back_to_base_leaves_nothing(project, databas
     first = deploy(cfg, example_pipeline)
     assert [a.split()[0] for a in first.applied] == [first.head]
     deployed = catalog(wh)
-    assert {("cdc", "customer", "r"), ("cdc", "orders__stream", "r"), ("cdc", "incremental_sync_orders", "p"),
-            ("cdc", "sync_run_log", "r"), ("cdc", "sync_to_text", "f"), ("cdc", "", "schema")} <= names(deployed)
+    assert {
+        ("cdc", "customer", "r"),
+        ("cdc", "orders__stream", "r"),
+        ("cdc", "incremental_sync_orders", "p"),
+        ("cdc", "sync_run_log", "r"),
+        ("cdc", "sync_to_text", "f"),
+        ("cdc", "", "schema"),
+    } <= names(deployed)
     assert procedure_body(wh, "incremental_sync_customer") == generated_body(example_pipeline, "incremental_sync_customer")
 
     second = deploy(cfg, example_pipeline)
@@ -137,9 +148,13 @@ def test_added_column_keeps_rows_and_fills_from_new_events(project, upgraded, wh
     before = wh.query('SELECT customer_id, name, mktsegment FROM cdc."customer" ORDER BY 1')
     assert len(before) == 5
 
-    pipeline, written = revise(cfg, project, '{ name = "MKTSEGMENT", type = "varchar(64)" },',
-                               '{ name = "MKTSEGMENT", type = "varchar(64)" },\n  { name = "EMAIL", type = "varchar(128)" },',
-                               "customer email")
+    pipeline, written = revise(
+        cfg,
+        project,
+        '{ name = "MKTSEGMENT", type = "varchar(64)" },',
+        '{ name = "MKTSEGMENT", type = "varchar(64)" },\n  { name = "EMAIL", type = "varchar(128)" },',
+        "customer email",
+    )
     assert written.path.parent == project / "migrations" / "versions"
     assert written.plan.upgrade == ['r.add_column("customer", "email")', 'r.replace_procedure("customer")']
     assert written.plan.downgrade == ['r.drop_column("customer", "email")', 'r.replace_procedure("customer")']
@@ -152,12 +167,17 @@ def test_added_column_keeps_rows_and_fills_from_new_events(project, upgraded, wh
     assert wh.scalar('SELECT COUNT(*) FROM cdc."customer" WHERE email IS NOT NULL') == 0
     assert procedure_body(wh, "incremental_sync_customer") == generated_body(pipeline, "incremental_sync_customer")
 
-    ingest_rows(wh, pipeline, [
-        {"CUST_ID": "C001", "NAME": "Acme Corp", "MKTSEGMENT": "BUILDING", "EMAIL": "ops@acme.example"},
-        {"CUST_ID": "C900", "NAME": "Wayne", "MKTSEGMENT": "MACHINERY", "EMAIL": "bruce@wayne.example"},
-    ])
+    ingest_rows(
+        wh,
+        pipeline,
+        [
+            {"CUST_ID": "C001", "NAME": "Acme Corp", "MKTSEGMENT": "BUILDING", "EMAIL": "ops@acme.example"},
+            {"CUST_ID": "C900", "NAME": "Wayne", "MKTSEGMENT": "MACHINERY", "EMAIL": "bruce@wayne.example"},
+        ],
+    )
     assert wh.query('SELECT customer_id, email FROM cdc."customer" WHERE email IS NOT NULL ORDER BY 1') == [
-        ("C001", "ops@acme.example"), ("C900", "bruce@wayne.example"),
+        ("C001", "ops@acme.example"),
+        ("C900", "bruce@wayne.example"),
     ]
     assert wh.scalar('SELECT COUNT(*) FROM cdc."customer"') == 6
 
@@ -170,8 +190,13 @@ def test_added_column_keeps_rows_and_fills_from_new_events(project, upgraded, wh
 
 def test_widened_varchar_takes_longer_values(project, upgraded, wh):
     cfg = upgraded
-    pipeline, written = revise(cfg, project, '{ name = "NAME", type = "varchar(256)" }',
-                               '{ name = "NAME", type = "varchar(1024)" }', "longer customer names")
+    pipeline, written = revise(
+        cfg,
+        project,
+        '{ name = "NAME", type = "varchar(256)" }',
+        '{ name = "NAME", type = "varchar(1024)" }',
+        "longer customer names",
+    )
     assert written.plan.upgrade == ['r.widen_column("customer", "name")', 'r.replace_procedure("customer")']
     assert written.plan.downgrade[0].startswith("# customer.name stays varchar(1024)")
 
@@ -208,12 +233,21 @@ def offline_sql(cfg, target: str) -> str:
 @pytest.mark.parametrize(
     ("old", "new", "expected"),
     [
-        ('{ name = "MKTSEGMENT", type = "varchar(64)" }', '{ name = "MKTSEGMENT", type = "integer" }',
-         r"column mktsegment: varchar\(64\) -> integer: Redshift changes a column type in place only to widen a VARCHAR"),
-        ('{ name = "NAME", type = "varchar(256)" }', '{ name = "NAME", type = "varchar(100)" }',
-         r"column name: varchar\(256\) -> varchar\(100\)"),
-        ('primary_key = ["CUST_ID"]', 'primary_key = ["CUST_ID", "NAME"]',
-         r"primary key \(customer_id varchar\(64\)\) -> \(customer_id varchar\(64\), name varchar\(256\)\)"),
+        (
+            '{ name = "MKTSEGMENT", type = "varchar(64)" }',
+            '{ name = "MKTSEGMENT", type = "integer" }',
+            r"column mktsegment: varchar\(64\) -> integer: Redshift changes a column type in place only to widen a VARCHAR",
+        ),
+        (
+            '{ name = "NAME", type = "varchar(256)" }',
+            '{ name = "NAME", type = "varchar(100)" }',
+            r"column name: varchar\(256\) -> varchar\(100\)",
+        ),
+        (
+            'primary_key = ["CUST_ID"]',
+            'primary_key = ["CUST_ID", "NAME"]',
+            r"primary key \(customer_id varchar\(64\)\) -> \(customer_id varchar\(64\), name varchar\(256\)\)",
+        ),
         ('topic = "salesdb.salesdb.CUSTOMER"', 'topic = "salesdb.v2.CUSTOMER"', r"watermark holds offsets of the old topic"),
     ],
 )
@@ -229,8 +263,9 @@ def test_changes_redshift_cannot_make_in_place_are_refused(project, old, new, ex
 
 def test_sort_and_dist_keys_are_altered_on_redshift_only(project, upgraded, wh):
     cfg = upgraded
-    pipeline, written = revise(cfg, project, 'distkey = "order_id"',
-                               'distkey = "order_id"\nsortkey = ["PLACED_AT", "order_id"]', "orders sorted by time")
+    pipeline, written = revise(
+        cfg, project, 'distkey = "order_id"', 'distkey = "order_id"\nsortkey = ["PLACED_AT", "order_id"]', "orders sorted by time"
+    )
     assert written.plan.upgrade == ['r.alter_sortkey("orders")', 'r.replace_procedure("orders")']
     assert written.plan.downgrade == ['r.alter_sortkey("orders")', 'r.replace_procedure("orders")']
 
@@ -242,15 +277,28 @@ def test_sort_and_dist_keys_are_altered_on_redshift_only(project, upgraded, wh):
 
 def test_new_table_comes_with_all_its_objects_and_goes_on_downgrade(project, upgraded, wh):
     cfg = upgraded
-    pipeline, written = revise(cfg, project, "[[tables]]\nname = \"orders\"", (
-        '[[tables]]\nname = "supplier"\ntopic = "salesdb.salesdb.SUPPLIER"\nprimary_key = ["SUPP_ID"]\n'
-        'columns = [{ name = "SUPP_ID", type = "integer", target = "supplier_id" }, { name = "NAME", type = "varchar(64)" }]\n\n'
-        '[[tables]]\nname = "orders"'), "supplier table")
+    pipeline, written = revise(
+        cfg,
+        project,
+        '[[tables]]\nname = "orders"',
+        (
+            '[[tables]]\nname = "supplier"\ntopic = "salesdb.salesdb.SUPPLIER"\nprimary_key = ["SUPP_ID"]\n'
+            'columns = [{ name = "SUPP_ID", type = "integer", target = "supplier_id" }, { name = "NAME", type = "varchar(64)" }]\n\n'
+            '[[tables]]\nname = "orders"'
+        ),
+        "supplier table",
+    )
     assert written.plan.upgrade == ['r.create_table("supplier")']
     deploy(cfg, pipeline)
     made = {n for (_, n, _) in names(catalog(wh))}
-    assert {"supplier", "supplier__stream", "supplier__stage", "supplier__watermark", "supplier__deleted",
-            "incremental_sync_supplier"} <= made
+    assert {
+        "supplier",
+        "supplier__stream",
+        "supplier__stage",
+        "supplier__watermark",
+        "supplier__deleted",
+        "incremental_sync_supplier",
+    } <= made
     command.downgrade(cfg, "-1")
     assert not any("supplier" in n for (_, n, _) in names(catalog(wh)))
     assert wh.relation_exists("cdc", "customer")
@@ -284,8 +332,14 @@ def test_alembic_command_line(database_dsn, tmp_path):
     env.pop("REDSHIFT_SYNC_DSN", None)
 
     def alembic(*args: str) -> str:
-        done = subprocess.run([sys.executable, "-m", "alembic", "-x", f"dsn={database_dsn}", *args],
-                              cwd=REPO, env=env, capture_output=True, text=True, check=False)
+        done = subprocess.run(
+            [sys.executable, "-m", "alembic", "-x", f"dsn={database_dsn}", *args],
+            cwd=REPO,
+            env=env,
+            capture_output=True,
+            text=True,
+            check=False,
+        )
         assert done.returncode == 0, done.stderr
         return done.stdout + done.stderr
 
@@ -329,7 +383,9 @@ def test_failing_revision_is_rolled_back_and_hand_written_revisions_fit_in(proje
 
     script.write_text(HAND_WRITTEN.format(parent=initial, second="SELECT 1"))
     # a revision without STATE: the pipeline state is the nearest ancestor's
-    pipeline = edit_pipeline(project, '{ name = "MKTSEGMENT", type = "varchar(64)" }', '{ name = "MKTSEGMENT", type = "varchar(80)" }')
+    pipeline = edit_pipeline(
+        project, '{ name = "MKTSEGMENT", type = "varchar(64)" }', '{ name = "MKTSEGMENT", type = "varchar(80)" }'
+    )
     written = write_revision(cfg, pipeline, ORIGIN, "wider segment")
     assert written is not None and 'r.widen_column("customer", "mktsegment")' in written.plan.upgrade
     assert "down_revision: Union[str, Sequence[str], None] = '0da7afe0f1c5'" in written.path.read_text()

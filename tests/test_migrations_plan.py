@@ -32,8 +32,8 @@ def state(tables: str = ORDERS) -> dict:
 def test_first_revision_creates_everything_and_downgrade_drops_it_in_reverse():
     two = ORDERS + ORDERS.replace('"orders"', '"lines"').replace("db.public.orders", "db.public.lines")
     plan = plan_revision(None, state(two))
-    assert plan.upgrade == ['r.create_pipeline()', 'r.create_table("orders")', 'r.create_table("lines")']
-    assert plan.downgrade == ['r.drop_table("lines")', 'r.drop_table("orders")', 'r.drop_pipeline()']
+    assert plan.upgrade == ["r.create_pipeline()", 'r.create_table("orders")', 'r.create_table("lines")']
+    assert plan.downgrade == ['r.drop_table("lines")', 'r.drop_table("orders")', "r.drop_pipeline()"]
 
 
 def test_identical_states_plan_nothing():
@@ -47,12 +47,17 @@ def test_columns_added_dropped_and_keys_moved_in_a_safe_order():
     # the new column exists before it becomes the sort key; the old one leaves the sort key
     # (Redshift cannot drop a sort key column) before it is dropped
     assert plan.upgrade == [
-        'r.add_column("orders", "channel")', 'r.alter_sortkey("orders")', 'r.drop_column("orders", "note")',
+        'r.add_column("orders", "channel")',
+        'r.alter_sortkey("orders")',
+        'r.drop_column("orders", "note")',
         'r.replace_procedure("orders")',
     ]
     assert plan.downgrade == [
-        'r.add_column("orders", "note")', "# the values of note dropped by the upgrade come back only for rows whose record the stream still holds",
-        'r.alter_sortkey("orders")', 'r.drop_column("orders", "channel")', 'r.replace_procedure("orders")',
+        'r.add_column("orders", "note")',
+        "# the values of note dropped by the upgrade come back only for rows whose record the stream still holds",
+        'r.alter_sortkey("orders")',
+        'r.drop_column("orders", "channel")',
+        'r.replace_procedure("orders")',
     ]
 
 
@@ -89,7 +94,9 @@ def test_generator_changes_become_replacements_or_warnings():
     fp["postgres"]["table cdc.orders__stage"] = "0" * 16
     plan = plan_revision(changed, state())
     assert [line for line in plan.upgrade if not line.startswith("#")] == [
-        'r.replace_functions()', 'r.recreate_stream("orders", "redshift")', 'r.replace_procedure("orders")',
+        "r.replace_functions()",
+        'r.recreate_stream("orders", "redshift")',
+        'r.replace_procedure("orders")',
     ]
     assert any("re-reads its topic from offset 0" in line for line in plan.upgrade)
     assert len(plan.warnings) == 1 and "table cdc.orders__stage (postgres)" in plan.warnings[0]
@@ -99,8 +106,8 @@ def test_new_credentials_recreate_the_source_but_a_new_cluster_is_refused():
     rotated = state_for(make_pipeline(ORDERS), "pipeline.toml")
     rotated["pipeline"]["source"]["iam_role"] = "arn:aws:iam::123456789012:role/rotated"
     plan = plan_revision(state(), state_for(pipeline_of(rotated), "pipeline.toml"))
-    assert [line for line in plan.upgrade if not line.startswith("#")] == ['r.recreate_source()']
-    assert [line for line in plan.downgrade if not line.startswith("#")] == ['r.recreate_source()']
+    assert [line for line in plan.upgrade if not line.startswith("#")] == ["r.recreate_source()"]
+    assert [line for line in plan.downgrade if not line.startswith("#")] == ["r.recreate_source()"]
 
     moved = copy.deepcopy(rotated)
     moved["pipeline"]["source"]["cluster_arn"] = "arn:aws:kafka:us-east-1:123456789012:cluster/other/def"

@@ -128,8 +128,12 @@ def test_every_operation_renders_redshift_sql_that_parses(tmp_path, monkeypatch)
     )
     written = write_revision(cfg, make_pipeline(changed), "pipeline.toml", "every kind of change")
     assert written is not None and written.plan.upgrade == [
-        'r.drop_table("items")', 'r.add_column("lines", "qty")', 'r.widen_column("lines", "sku")',
-        'r.alter_sortkey("lines")', 'r.drop_column("lines", "note")', 'r.alter_distkey("lines")',
+        'r.drop_table("items")',
+        'r.add_column("lines", "qty")',
+        'r.widen_column("lines", "sku")',
+        'r.alter_sortkey("lines")',
+        'r.drop_column("lines", "note")',
+        'r.alter_distkey("lines")',
         'r.replace_procedure("lines")',
     ]
     command.upgrade(cfg, "head", sql=True)

@@ -43,18 +43,41 @@ def test_status_stops_when_the_pipeline_file_differs_from_the_deployed_revision(
 def test_backfill_stops_before_spark_when_the_revision_is_not_deployed(project, upgraded, database_dsn):  # noqa: F811
     """Was: Spark ran for 21 s, then `relation "shop.accounts__deleted" does not exist`."""
     cfg = upgraded
-    revise(cfg, project, '{ name = "MKTSEGMENT", type = "varchar(64)" },',
-           '{ name = "MKTSEGMENT", type = "varchar(64)" },\n  { name = "EMAIL", type = "varchar(128)" },', "email")
-    out = cli("backfill", "--table", "customer", "--snapshot", str(project / "none.json"), "--format", "json",
-              cwd=project, dsn=database_dsn)
+    revise(
+        cfg,
+        project,
+        '{ name = "MKTSEGMENT", type = "varchar(64)" },',
+        '{ name = "MKTSEGMENT", type = "varchar(64)" },\n  { name = "EMAIL", type = "varchar(128)" },',
+        "email",
+    )
+    out = cli(
+        "backfill",
+        "--table",
+        "customer",
+        "--snapshot",
+        str(project / "none.json"),
+        "--format",
+        "json",
+        cwd=project,
+        dsn=database_dsn,
+    )
     assert out.returncode == 1 and "pyspark" not in out.stderr.lower()
     assert "the pipeline file is revision" in out.stderr and "run `redshift-sync deploy` first" in out.stderr
 
 
 def test_ingest_before_deploy_says_to_deploy(tmp_path, database_dsn):
     """Was: a bare `schema "shop" does not exist`."""
-    out = cli("ingest", "--config", str(PIPELINE), "--table", "customer", "--file", str(EVENTS / "customer-1.jsonl"),
-              cwd=tmp_path, dsn=database_dsn)
+    out = cli(
+        "ingest",
+        "--config",
+        str(PIPELINE),
+        "--table",
+        "customer",
+        "--file",
+        str(EVENTS / "customer-1.jsonl"),
+        cwd=tmp_path,
+        dsn=database_dsn,
+    )
     assert out.returncode == 1 and "run `redshift-sync deploy` first" in out.stderr
 
 
@@ -85,10 +108,18 @@ def test_status_json_and_readable_lag(deployed, tmp_path, database_dsn):
     assert f"{days} d " in table and str(int(customer["last_run"]["lag_seconds"])) not in table
 
 
-@pytest.mark.parametrize(("seconds", "text"), [
-    (None, "-"), (0.004, "0.00 s"), (2.5, "2.50 s"), (42.25, "42.2 s"), (61, "1 min 1 s"),
-    (3 * 3600 + 125, "3 h 2 min"), (63044378.7, "729 d 16 h"),
-])
+@pytest.mark.parametrize(
+    ("seconds", "text"),
+    [
+        (None, "-"),
+        (0.004, "0.00 s"),
+        (2.5, "2.50 s"),
+        (42.25, "42.2 s"),
+        (61, "1 min 1 s"),
+        (3 * 3600 + 125, "3 h 2 min"),
+        (63044378.7, "729 d 16 h"),
+    ],
+)
 def test_durations_read_as_days_hours_minutes(seconds, text):
     assert readable_seconds(seconds) == text
 
@@ -96,16 +127,23 @@ def test_durations_read_as_days_hours_minutes(seconds, text):
 def test_drift_clears_once_the_column_is_added(project, upgraded, wh, example_pipeline):  # noqa: F811
     """Was: `field not in the pipeline file: discount_pct (2 events)` stayed after the column was added."""
     stream = ChangeStream(["CUST_ID"], MySqlSource(table="CUSTOMER", file_number=9))
-    ingest(wh, example_pipeline, "customer", [
-        stream.insert({"CUST_ID": f"C{i}", "NAME": "n", "MKTSEGMENT": "m", "DISCOUNT_PCT": 5}) for i in range(2)
-    ])
+    ingest(
+        wh,
+        example_pipeline,
+        "customer",
+        [stream.insert({"CUST_ID": f"C{i}", "NAME": "n", "MKTSEGMENT": "m", "DISCOUNT_PCT": 5}) for i in range(2)],
+    )
     sync_one(wh, example_pipeline, "customer")
     (customer, _) = status(wh, example_pipeline)
     assert customer.schema_drift == [("unknown", "DISCOUNT_PCT", 2)]
 
-    pipeline, _ = revise(upgraded, project, '{ name = "MKTSEGMENT", type = "varchar(64)" },',
-                         '{ name = "MKTSEGMENT", type = "varchar(64)" },\n  { name = "DISCOUNT_PCT", type = "integer" },',
-                         "discount")
+    pipeline, _ = revise(
+        upgraded,
+        project,
+        '{ name = "MKTSEGMENT", type = "varchar(64)" },',
+        '{ name = "MKTSEGMENT", type = "varchar(64)" },\n  { name = "DISCOUNT_PCT", type = "integer" },',
+        "discount",
+    )
     from sync.revisions import deploy
 
     deploy(upgraded, pipeline)
@@ -119,13 +157,17 @@ def test_prune_removes_control_rows_past_the_retention(deployed):
         sync_one(wh, pipeline, "customer")
     sync_one(wh, pipeline, "orders")
     wh.execute("UPDATE cdc.sync_run_log SET started_at = started_at - INTERVAL '40 days'")
-    wh.execute("INSERT INTO cdc.sync_schema_drift VALUES ('customer', LOCALTIMESTAMP - INTERVAL '40 days', 'unknown', 'X', 1),"
-               " ('customer', LOCALTIMESTAMP, 'unknown', 'Y', 1)")
-    wh.execute("INSERT INTO cdc.sync_quarantine (table_name, kafka_partition, kafka_offset, reason, handled, handled_at) VALUES "
-               "('customer', 0, 1, 'r', 'replayed', LOCALTIMESTAMP - INTERVAL '40 days'),"
-               "('customer', 0, 2, 'r', 'discarded', LOCALTIMESTAMP - INTERVAL '40 days'),"
-               "('customer', 0, 3, 'r', 'discarded', LOCALTIMESTAMP),"
-               "('customer', 0, 4, 'r', NULL, NULL)")
+    wh.execute(
+        "INSERT INTO cdc.sync_schema_drift VALUES ('customer', LOCALTIMESTAMP - INTERVAL '40 days', 'unknown', 'X', 1),"
+        " ('customer', LOCALTIMESTAMP, 'unknown', 'Y', 1)"
+    )
+    wh.execute(
+        "INSERT INTO cdc.sync_quarantine (table_name, kafka_partition, kafka_offset, reason, handled, handled_at) VALUES "
+        "('customer', 0, 1, 'r', 'replayed', LOCALTIMESTAMP - INTERVAL '40 days'),"
+        "('customer', 0, 2, 'r', 'discarded', LOCALTIMESTAMP - INTERVAL '40 days'),"
+        "('customer', 0, 3, 'r', 'discarded', LOCALTIMESTAMP),"
+        "('customer', 0, 4, 'r', NULL, NULL)"
+    )
     wh.execute("UPDATE cdc.sync_quarantine SET run_started_at = LOCALTIMESTAMP - INTERVAL '400 days'")
     result = prune(wh, pipeline)
     assert (result.retention_days, result.run_log, result.schema_drift, result.quarantine) == (30, 2, 1, 2)
@@ -154,8 +196,9 @@ def test_revisions_folder_is_set_once_in_the_pipeline_file(tmp_path, database_ds
 
 def test_offline_sql_without_an_alembic_ini(tmp_path):
     """Was: reviewing `alembic upgrade head --sql` needed a hand-made alembic.ini."""
-    shutil.copytree(REPO / "migrations" / "versions", tmp_path / "migrations" / "versions",
-                    ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copytree(
+        REPO / "migrations" / "versions", tmp_path / "migrations" / "versions", ignore=shutil.ignore_patterns("__pycache__")
+    )
     out = cli("deploy", "--sql", "--config", str(PIPELINE), cwd=tmp_path)
     assert out.returncode == 0, out.stderr
     assert out.stdout == (REPO / "tests" / "golden" / "alembic_upgrade_redshift.sql").read_text()
@@ -164,8 +207,12 @@ def test_offline_sql_without_an_alembic_ini(tmp_path):
 def test_query_runs_sql_on_the_warehouse(deployed, tmp_path, database_dsn):
     out = cli("query", "SELECT table_name, handled FROM cdc.sync_quarantine", "--json", cwd=tmp_path, dsn=database_dsn)
     assert out.returncode == 0 and json.loads(out.stdout) == []
-    out = cli("query", "INSERT INTO cdc.sync_schema_drift VALUES ('customer', LOCALTIMESTAMP, 'unknown', 'X', 1)",
-              cwd=tmp_path, dsn=database_dsn)
+    out = cli(
+        "query",
+        "INSERT INTO cdc.sync_schema_drift VALUES ('customer', LOCALTIMESTAMP, 'unknown', 'X', 1)",
+        cwd=tmp_path,
+        dsn=database_dsn,
+    )
     assert out.returncode == 0 and "ok, 1 row(s) affected" in out.stdout
     bad = cli("query", "SELECT nope FROM cdc.customer", cwd=tmp_path, dsn=database_dsn)
     assert bad.returncode == 1 and 'column "nope" does not exist' in bad.stderr
@@ -181,13 +228,18 @@ def test_quarantine_commands(deployed, tmp_path, database_dsn):
     listed = cli("quarantine", "list", *common, "--json", cwd=tmp_path, dsn=database_dsn)
     assert listed.returncode == 0, listed.stderr
     assert {r["reason"] for r in json.loads(listed.stdout)["records"]} == {
-        "value is not valid JSON", "primary key field CUST_ID is missing or not a varchar(64)"}
+        "value is not valid JSON",
+        "primary key field CUST_ID is missing or not a varchar(64)",
+    }
     replayed = cli("quarantine", "replay", *common, "--reason", "valid JSON", cwd=tmp_path, dsn=database_dsn)
     assert replayed.returncode == 0, replayed.stderr
     assert "replayed 1 record(s) of customer" in replayed.stdout and "1 failed again: value is not valid JSON" in replayed.stdout
     discarded = cli("quarantine", "discard", *common, "--before", "2999-01-01T00:00:00Z", cwd=tmp_path, dsn=database_dsn)
     assert discarded.returncode == 0 and "discarded 2 record(s) of customer" in discarded.stdout
-    assert wh.query("SELECT handled, COUNT(*) FROM cdc.sync_quarantine GROUP BY 1 ORDER BY 1") == [("discarded", 2), ("replayed", 1)]
+    assert wh.query("SELECT handled, COUNT(*) FROM cdc.sync_quarantine GROUP BY 1 ORDER BY 1") == [
+        ("discarded", 2),
+        ("replayed", 1),
+    ]
     bad = cli("quarantine", "list", *common, "--before", "yesterday", cwd=tmp_path, dsn=database_dsn)
     assert bad.returncode == 1 and "--before 'yesterday' is not an ISO 8601 time" in bad.stderr
 
@@ -222,7 +274,9 @@ def test_prune_stream_sql_for_redshift_parses():
     from sync.runner import stream_prune_sql
     from tests.conftest import make_pipeline
 
-    pipeline = make_pipeline('[[tables]]\nname = "item"\ntopic = "t"\nprimary_key = ["id"]\ncolumns = [{ name = "id", type = "integer" }]\n')
+    pipeline = make_pipeline(
+        '[[tables]]\nname = "item"\ntopic = "t"\nprimary_key = ["id"]\ncolumns = [{ name = "id", type = "integer" }]\n'
+    )
     sql = stream_prune_sql(pipeline, pipeline.tables[0], "redshift", "GETDATE() - INTERVAL '30 days'")
     statement = sqlglot.parse_one(sql, read="redshift")
     assert statement.key == "delete" and '"cdc"."item__stream".kafka_offset <=' in sql

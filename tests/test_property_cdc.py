@@ -27,12 +27,21 @@ from sync.runner import deploy
 from sync.warehouse import connect
 from tests.conftest import _database_dsn, make_pipeline
 from tests.delivery import (
-    Change, Connector, History, Restart, batches, deliver, emit, emitted_records, final_state, key_of,
+    Change,
+    Connector,
+    History,
+    Restart,
+    batches,
+    deliver,
+    emit,
+    emitted_records,
+    final_state,
+    key_of,
 )
 from tests.delivery_model import DeliveryModel
 from tests.helpers import ingest, sync_one
 
-TABLE = '''
+TABLE = """
 [[tables]]
 name = "t_{mode}"
 topic = "db.t_{mode}"
@@ -46,7 +55,7 @@ columns = [
   {{ name = "NAME", type = "varchar(32)" }},
   {{ name = "AMOUNT", type = "decimal(10,2)" }},
 ]
-'''
+"""
 
 
 @dataclass(frozen=True)
@@ -162,8 +171,11 @@ def draw_connector(data, mode: Mode, history: History, initial_snapshot: bool) -
     )
     if source == "mysql":
         return Connector(
-            **{**c.__dict__, "compressed": _maybe(data, knobs.compressed),
-               "rotate": frozenset(data.draw(st.lists(st.integers(0, n), max_size=2)))}
+            **{
+                **c.__dict__,
+                "compressed": _maybe(data, knobs.compressed),
+                "rotate": frozenset(data.draw(st.lists(st.integers(0, n), max_size=2))),
+            }
         )
     resnapshot_at = lost = None
     if _maybe(data, knobs.resnapshot):
@@ -175,9 +187,13 @@ def draw_connector(data, mode: Mode, history: History, initial_snapshot: bool) -
             quiet += 1
         lost = data.draw(st.integers(0, quiet))
     return Connector(
-        **{**c.__dict__, "replica_identity": data.draw(st.sampled_from(["default", "full"])),
-           "resnapshot_at": resnapshot_at, "lost": lost or 0,
-           "restart_null_commit": knobs.restart_null_commit and data.draw(st.booleans())}
+        **{
+            **c.__dict__,
+            "replica_identity": data.draw(st.sampled_from(["default", "full"])),
+            "resnapshot_at": resnapshot_at,
+            "lost": lost or 0,
+            "restart_null_commit": knobs.restart_null_commit and data.draw(st.booleans()),
+        }
     )
 
 
@@ -237,10 +253,7 @@ def _reset(wh, table: str) -> None:
 
 def _target(wh, table: str, soft: bool) -> dict:
     deleted = ", _deleted" if soft else ", false"
-    return {
-        (i, r): (n, str(a), d)
-        for i, r, n, a, d in wh.query(f'SELECT id, region, name, amount{deleted} FROM cdc."{table}"')
-    }
+    return {(i, r): (n, str(a), d) for i, r, n, a, d in wh.query(f'SELECT id, region, name, amount{deleted} FROM cdc."{table}"')}
 
 
 def _model_rows(model: DeliveryModel) -> dict:
@@ -263,17 +276,30 @@ def _position(value) -> str:
 
 def describe(history, connector, restarts, delivery, cuts) -> str:
     """A failing example in words: the history, the connector, and each delivered record."""
-    lines = [f"connector: {connector}", f"restarts: {restarts}", f"runs (emitted first, end): {delivery.runs}",
-             f"batches (delivered lo, hi): {batches(delivery.records, cuts)}"]
+    lines = [
+        f"connector: {connector}",
+        f"restarts: {restarts}",
+        f"runs (emitted first, end): {delivery.runs}",
+        f"batches (delivered lo, hi): {batches(delivery.records, cuts)}",
+    ]
     lines += [f"initial rows: {list(history.initial)}"] if history.initial else []
     for n, tx in enumerate(history.transactions):
-        lines.append(f"txn {n}: " + "; ".join(f"{c.kind} {c.key}" + (f" -> {key_of(c.row)} {c.row['NAME']!r} {c.row['AMOUNT']}" if c.row else "") for c in tx))
+        lines.append(
+            f"txn {n}: "
+            + "; ".join(
+                f"{c.kind} {c.key}" + (f" -> {key_of(c.row)} {c.row['NAME']!r} {c.row['AMOUNT']}" if c.row else "") for c in tx
+            )
+        )
     lines.append(f"source final state: {final_state(history)}")
     for i, (r, sent) in enumerate(zip(delivery.records, delivery.sent)):
         v = r["value"]
-        what = "tombstone" if v is None else (
-            f"{v.get('op', v.get('__op'))}{' deleted' if v.get('__deleted') == 'true' else ''} "
-            f"{(v.get('after') or v.get('before') or v) .get('NAME')!r} {_position(v)}"
+        what = (
+            "tombstone"
+            if v is None
+            else (
+                f"{v.get('op', v.get('__op'))}{' deleted' if v.get('__deleted') == 'true' else ''} "
+                f"{(v.get('after') or v.get('before') or v).get('NAME')!r} {_position(v)}"
+            )
         )
         lines.append(f"  #{i} p{r['partition']}@{r['offset']} emitted #{sent} key {tuple(r['key'].values())}: {what}")
     return "\n".join(lines)
@@ -282,8 +308,17 @@ def describe(history, connector, restarts, delivery, cuts) -> str:
 # ---- the property -----------------------------------------------------------------------------
 
 
-def check_delivery(wh, pipeline, table: str, mode: Mode, history: History, connector: Connector,
-                   restarts: list[Restart], cuts: list[int], report=note) -> None:
+def check_delivery(
+    wh,
+    pipeline,
+    table: str,
+    mode: Mode,
+    history: History,
+    connector: Connector,
+    restarts: list[Restart],
+    cuts: list[int],
+    report=note,
+) -> None:
     delivery = deliver(emit(history, connector), connector, restarts)
     records = delivery.records
     report(describe(history, connector, restarts, delivery, cuts))
@@ -341,34 +376,52 @@ EXAMPLES = {
     # MySQL binlog_transaction_compression: both changes carry one file/pos, row 0; the
     # second arrives in the next batch and must still apply (a tie is not older).
     "compressed_tie_across_batches": (
-        "mysql_compressed", History(((_w(A, "a"), _w(A, "b")),)),
-        Connector(source="mysql", compressed=True), [], [1],
+        "mysql_compressed",
+        History(((_w(A, "a"), _w(A, "b")),)),
+        Connector(source="mysql", compressed=True),
+        [],
+        [1],
     ),
     # The connector resumes at a rewrite delete's tombstone after the key was re-created:
     # the tombstone deletes (no position), the re-sent create must bring the row back.
     "resent_tombstone_then_resent_create": (
-        "mysql_unwrap_rewrite", History(((_w(A, "a"),), (Change("delete", A),), (_w(A, "again"),))),
-        Connector(source="mysql", format="unwrap-rewrite"), [Restart(stop=4, resume=2)], [5],
+        "mysql_unwrap_rewrite",
+        History(((_w(A, "a"),), (Change("delete", A),), (_w(A, "again"),))),
+        Connector(source="mysql", format="unwrap-rewrite"),
+        [Restart(stop=4, resume=2)],
+        [5],
     ),
     "resent_tombstone_only_delete_then_resent_create": (
-        "mysql_unwrap_tombstone", History(((_w(A, "a"),), (Change("delete", A),), (_w(A, "again"),))),
-        Connector(source="mysql", format="unwrap-tombstone"), [Restart(stop=3, resume=1)], [4],
+        "mysql_unwrap_tombstone",
+        History(((_w(A, "a"),), (Change("delete", A),), (_w(A, "again"),))),
+        Connector(source="mysql", format="unwrap-tombstone"),
+        [Restart(stop=3, resume=1)],
+        [4],
     ),
     # A re-created PostgreSQL connector reads [null, S]: S is above everything streamed
     # before, so the snapshot's value (written while no slot existed) wins.
     "resnapshot_after_lost_update": (
-        "pg_resnapshot", History(((_w(B, "b"),), (_w(A, "a"),), (_w(A, "lost"),))),
-        Connector(source="postgres", resnapshot_at=3, lost=1), [], [],
+        "pg_resnapshot",
+        History(((_w(B, "b"),), (_w(A, "a"),), (_w(A, "lost"),))),
+        Connector(source="postgres", resnapshot_at=3, lost=1),
+        [],
+        [],
     ),
     # ... and so does the first transaction it streams, [null, X].
     "first_transaction_after_resnapshot": (
-        "pg_resnapshot", History(((_w(B, "b"),), (_w(A, "a"),), (_w(A, "after"),))),
-        Connector(source="postgres", resnapshot_at=2), [], [3],
+        "pg_resnapshot",
+        History(((_w(B, "b"),), (_w(A, "a"),), (_w(A, "after"),))),
+        Connector(source="postgres", resnapshot_at=2),
+        [],
+        [3],
     ),
     # A restart re-sends older events at higher offsets: they are stale.
     "replayed_suffix_is_stale": (
-        "pg_debezium", History(((_w(A, "a"),), (_w(A, "b"),), (Change("delete", A),))),
-        Connector(source="postgres"), [Restart(stop=4, resume=0)], [2, 5],
+        "pg_debezium",
+        History(((_w(A, "a"),), (_w(A, "b"),), (Change("delete", A),))),
+        Connector(source="postgres"),
+        [Restart(stop=4, resume=0)],
+        [2, 5],
     ),
 }
 

@@ -33,11 +33,16 @@ def quarantined(project, upgraded, wh, example_pipeline):  # noqa: F811
     ingest_file(wh, example_pipeline, "customer", EVENTS / "customer-1.jsonl")
     sync_one(wh, example_pipeline, "customer")
     stream = ChangeStream(["CUST_ID"], MySqlSource(table="CUSTOMER", file_number=9))
-    ingest(wh, example_pipeline, "customer", [
-        stream.insert({"CUST_ID": "C777", "NAME": LONG, "MKTSEGMENT": "BUILDING"}),
-        stream.update(None, {"CUST_ID": "C001", "NAME": LONG, "MKTSEGMENT": "BUILDING"}),
-        stream.update(None, {"CUST_ID": "C001", "NAME": "Acme Renamed", "MKTSEGMENT": "BUILDING"}),
-    ])
+    ingest(
+        wh,
+        example_pipeline,
+        "customer",
+        [
+            stream.insert({"CUST_ID": "C777", "NAME": LONG, "MKTSEGMENT": "BUILDING"}),
+            stream.update(None, {"CUST_ID": "C001", "NAME": LONG, "MKTSEGMENT": "BUILDING"}),
+            stream.update(None, {"CUST_ID": "C001", "NAME": "Acme Renamed", "MKTSEGMENT": "BUILDING"}),
+        ],
+    )
     run = sync_one(wh, example_pipeline, "customer")
     assert run.quarantined == 2 and run.upserted == 1
     return upgraded
@@ -61,8 +66,13 @@ def test_replay_after_widening_applies_the_record_and_an_older_one_stays_stale(q
     assert first.replayed == 2 and first.quarantined_again == [(NARROW, 2)]
     assert first.run.quarantined == 2
 
-    widened, _ = revise(cfg, project, '{ name = "NAME", type = "varchar(256)" }',
-                        '{ name = "NAME", type = "varchar(1024)" }', "longer customer names")
+    widened, _ = revise(
+        cfg,
+        project,
+        '{ name = "NAME", type = "varchar(256)" }',
+        '{ name = "NAME", type = "varchar(1024)" }',
+        "longer customer names",
+    )
     deploy(cfg, widened)
     assert columns(wh, "customer")["name"] == 1024
     result = replay(wh, widened, Selection("customer"))

@@ -70,7 +70,11 @@ def test_reset_positions_after_a_mysql_failover(cli, wh):
     assert cli.sync()["upserted"] == 2
 
     new_server = ChangeStream(["CUST_ID"], MySqlSource(file_number=1, pos=4, ts_ms=1_800_000_000_000))
-    failover = [new_server.update(_row(1, "v2"), _row(1, "after failover")), new_server.delete(_row(2)), new_server.tombstone(_row(2))]
+    failover = [
+        new_server.update(_row(1, "v2"), _row(1, "after failover")),
+        new_server.delete(_row(2)),
+        new_server.tombstone(_row(2)),
+    ]
     assert failover[0]["value"]["source"]["file"] == "mysql-bin.000001"
     cli.ingest(failover)
     before = cli.sync()
@@ -93,7 +97,11 @@ def test_reset_positions_after_a_mysql_failover(cli, wh):
     )
     assert logged == [(0, 2, 0, "0:5", "0:5")]
 
-    later = [new_server.update(_row(1, "after failover"), _row(1, "v3")), new_server.delete(_row(2)), new_server.tombstone(_row(2))]
+    later = [
+        new_server.update(_row(1, "after failover"), _row(1, "v3")),
+        new_server.delete(_row(2)),
+        new_server.tombstone(_row(2)),
+    ]
     cli.ingest(later)
     after = cli.sync()
     assert (after["stale"], after["upserted"], after["deleted"]) == (0, 1, 1)
@@ -144,7 +152,9 @@ def test_rebase_offsets_after_the_topic_is_re_created(cli, wh):
     # The topic is deleted and created again: the connector's next events start at offset 0.
     recreated = [{**source.insert(_row(100 + i)), "offset": i} for i in range(5)]
     cli.ingest(recreated)
-    warning = f"partition 0: 5 records refreshed after the watermark have offsets at or below it (topic re-created?): {REBASE_HINT}"
+    warning = (
+        f"partition 0: 5 records refreshed after the watermark have offsets at or below it (topic re-created?): {REBASE_HINT}"
+    )
     status = cli("status")
     assert status.returncode == 0
     assert f"customer: {warning}" in " ".join(status.stdout.split())
@@ -198,7 +208,11 @@ def test_rebase_offsets_takes_care_of_partitions_without_new_records(cli, wh):
     assert "partition 0: last offset 5 -> -1 (2 record(s) refreshed after the watermark)" in done.stdout
     assert "partition 1: last offset 2 -> -1 (0 record(s) refreshed after the watermark)" in done.stdout
     assert "partition 2: last offset - -> -1 (1 record(s) refreshed after the watermark)" in done.stdout
-    assert wh.query('SELECT kafka_partition, last_offset FROM cdc."customer__watermark" ORDER BY 1') == [(0, -1), (1, -1), (2, -1)]
+    assert wh.query('SELECT kafka_partition, last_offset FROM cdc."customer__watermark" ORDER BY 1') == [
+        (0, -1),
+        (1, -1),
+        (2, -1),
+    ]
     assert cli.sync()["events_read"] == 3
 
     cli.ingest([{**source.insert(_row(200)), "partition": 1, "offset": 0}])
@@ -243,7 +257,10 @@ def test_recovery_sql_is_redshift_sql_with_every_identifier_quoted(table_name):
         tree = sqlglot.parse_one(statement, read="redshift")
         for column in tree.find_all(sqlglot.exp.Column):
             # columns of the generator's own control tables may go unquoted (fixed names)
-            assert isinstance(column.this, sqlglot.exp.Star) or column.this.quoted or column.name in CONTROL_COLUMNS, (column.sql(), statement)
+            assert isinstance(column.this, sqlglot.exp.Star) or column.this.quoted or column.name in CONTROL_COLUMNS, (
+                column.sql(),
+                statement,
+            )
         for relation in tree.find_all(sqlglot.exp.Table):
             assert relation.this.quoted, (relation.sql(), statement)
     assert "LISTAGG" in statements[0] and "TIMEOFDAY()" in statements[-1]

@@ -21,13 +21,14 @@ from sync.runner import RunSummary, sync
 from sync.sql.dialects import RedshiftDialect, get_dialect
 from sync.sql.names import SCHEMA_DRIFT, table_names
 from sync.sql.objects import pipeline_objects
+from sync.warehouse import WarehouseError
 from tests.conftest import make_pipeline
 from tests.test_redshift_total_casts import TYPED, typed_records
 
 DSN = os.environ.get("REDSHIFT_SYNC_TEST_REDSHIFT_DSN")
 pytestmark = [pytest.mark.redshift, pytest.mark.skipif(not DSN, reason="REDSHIFT_SYNC_TEST_REDSHIFT_DSN is not set")]
 
-CUSTOMER = '''
+CUSTOMER = """
 [[tables]]
 name = "customer"
 topic = "salesdb.salesdb.CUSTOMER"
@@ -38,9 +39,9 @@ columns = [
   { name = "CUST_ID", type = "varchar(64)", target = "customer_id" },
   { name = "NAME", type = "varchar(256)" },
 ]
-'''
+"""
 
-TOAST = '''
+TOAST = """
 [[tables]]
 name = "toast"
 topic = "pg.public.toast"
@@ -51,7 +52,7 @@ columns = [
   { name = "name", type = "varchar(64)" },
   { name = "bio", type = "varchar(256)" },
 ]
-'''
+"""
 
 
 @pytest.fixture
@@ -91,7 +92,9 @@ def feed(wh: Any, pipeline: Pipeline, table: str, records: list[dict[str, Any]],
     """The records as one refresh (its own refresh_time), then one CALL of the procedure."""
     n = table_names(pipeline, pipeline.table(table))
     refresh = next(_refreshes)
-    start = wh.scalar(f'SELECT COALESCE(MAX(kafka_offset), -1) + 1 FROM "{n.schema}"."{n.stream}" WHERE kafka_partition = %s', (partition,))
+    start = wh.scalar(
+        f'SELECT COALESCE(MAX(kafka_offset), -1) + 1 FROM "{n.schema}"."{n.stream}" WHERE kafka_partition = %s', (partition,)
+    )
     for i, rec in enumerate(records):
         wh.execute(
             f'INSERT INTO "{n.schema}"."{n.stream}" VALUES (%s, %s, \'C\', GETDATE(), NULL, NULL, '
@@ -107,10 +110,17 @@ def test_procedure_on_real_redshift(rs):
     wh, schema = rs
     pipeline = deploy(wh, CUSTOMER, schema)
     cs = ChangeStream(["CUST_ID"], MySqlSource())
-    feed(wh, pipeline, "customer", [
-        cs.insert({"CUST_ID": "A", "NAME": "a"}), cs.update({"CUST_ID": "A", "NAME": "a"}, {"CUST_ID": "A", "NAME": "b"}),
-        cs.insert({"CUST_ID": "B", "NAME": "x"}), cs.delete({"CUST_ID": "B", "NAME": "x"}),
-    ])
+    feed(
+        wh,
+        pipeline,
+        "customer",
+        [
+            cs.insert({"CUST_ID": "A", "NAME": "a"}),
+            cs.update({"CUST_ID": "A", "NAME": "a"}, {"CUST_ID": "A", "NAME": "b"}),
+            cs.insert({"CUST_ID": "B", "NAME": "x"}),
+            cs.delete({"CUST_ID": "B", "NAME": "x"}),
+        ],
+    )
     assert wh.query(f'SELECT customer_id, name FROM "{schema}"."customer"') == [("A", "b")]
 
 
@@ -138,7 +148,7 @@ def test_json_text_over_varchar_is_null_not_an_error(rs):
     wh, _ = rs
     half = json.dumps(list(range(10_000, 17_000)))  # ~42 KB each, two make ~84 KB of JSON
     big = "ARRAY_CONCAT(JSON_PARSE(%s), JSON_PARSE(%s))"
-    with pytest.raises(Exception):
+    with pytest.raises(WarehouseError):
         wh.scalar(f"SELECT JSON_SERIALIZE({big})", (half, half))
     text = RedshiftDialect().json_get_text("t.x", "k").replace('t.x."k"', "t.v")
     assert wh.scalar(f"SELECT {text} FROM (SELECT {big} AS v) t", (half, half)) is None
@@ -206,8 +216,13 @@ def test_drop_procedure_without_if_exists(rs):
     deploy(wh, CUSTOMER, schema)
     d = get_dialect("redshift", schema)
     wh.execute(d.drop_procedure(d.qualified(schema, "incremental_sync_customer")))
-    assert wh.scalar("SELECT COUNT(*) FROM pg_proc_info WHERE proname = 'incremental_sync_customer' "
-                     f"AND pronamespace = (SELECT oid FROM pg_namespace WHERE nspname = '{schema}')") == 0
+    assert (
+        wh.scalar(
+            "SELECT COUNT(*) FROM pg_proc_info WHERE proname = 'incremental_sync_customer' "
+            f"AND pronamespace = (SELECT oid FROM pg_namespace WHERE nspname = '{schema}')"
+        )
+        == 0
+    )
 
 
 def test_analyze_runs_inside_the_procedure(rs):

@@ -27,13 +27,42 @@ from tests.conftest import EXAMPLES, REPO
 EXAMPLE_PIPELINES = sorted(EXAMPLES.glob("*/pipeline.toml"))
 # sqlglot has no grammar for these (opaque commands); they are checked as text.
 OPAQUE = ("CREATE EXTERNAL SCHEMA", "CALL ", "LOCK TABLE")
-TEXT_TYPES = {exp.DataType.Type.VARCHAR, exp.DataType.Type.CHAR, exp.DataType.Type.TEXT, exp.DataType.Type.NVARCHAR,
-              exp.DataType.Type.NCHAR, exp.DataType.Type.SUPER, exp.DataType.Type.VARBINARY}
+TEXT_TYPES = {
+    exp.DataType.Type.VARCHAR,
+    exp.DataType.Type.CHAR,
+    exp.DataType.Type.TEXT,
+    exp.DataType.Type.NVARCHAR,
+    exp.DataType.Type.NCHAR,
+    exp.DataType.Type.SUPER,
+    exp.DataType.Type.VARBINARY,
+}
 # Functions that produce text from text: their result is what a cast must not parse unguarded.
-TEXT_FUNCTIONS = (exp.Substring, exp.Pad, exp.DPipe, exp.Concat, exp.Trim, exp.RegexpExtract, exp.Upper, exp.Lower,
-                  exp.SplitPart, exp.Left, exp.Right)
-TEXT_FUNCTION_NAMES = {"REPLACE", "SPLIT_PART", "LPAD", "RPAD", "BTRIM", "LTRIM", "RTRIM", "REGEXP_SUBSTR",
-                       "JSON_SERIALIZE", "TRANSLATE", "TIMEOFDAY"}
+TEXT_FUNCTIONS = (
+    exp.Substring,
+    exp.Pad,
+    exp.DPipe,
+    exp.Concat,
+    exp.Trim,
+    exp.RegexpExtract,
+    exp.Upper,
+    exp.Lower,
+    exp.SplitPart,
+    exp.Left,
+    exp.Right,
+)
+TEXT_FUNCTION_NAMES = {
+    "REPLACE",
+    "SPLIT_PART",
+    "LPAD",
+    "RPAD",
+    "BTRIM",
+    "LTRIM",
+    "RTRIM",
+    "REGEXP_SUBSTR",
+    "JSON_SERIALIZE",
+    "TRANSLATE",
+    "TIMEOFDAY",
+}
 
 
 @dataclass(frozen=True)
@@ -75,7 +104,9 @@ def procedure_codes(path: Path, kind: str = "sync") -> tuple[str, ...]:
     The scheduled `incremental_sync_<t>()` is one CALL of the sync."""
     texts = render_files(_example(path), "redshift", str(path.relative_to(REPO))).values()
     marker = "(p_max_records bigint)" if kind == "sync" else "(p_reason "
-    procs = [s for text in texts for s in split_statements(text) if "PROCEDURE" in s.split("\n")[0] and marker in s.split("\n")[0]]
+    procs = [
+        s for text in texts for s in split_statements(text) if "PROCEDURE" in s.split("\n")[0] and marker in s.split("\n")[0]
+    ]
     return tuple("\n".join(line.split("--")[0] for line in procedure_body(p).splitlines()) for p in procs)
 
 
@@ -189,7 +220,8 @@ def _super_reference(node: exp.Expression) -> bool:
     if isinstance(node, exp.Dot):
         return True
     return isinstance(node, exp.Column) and (
-        re.match(r"^(j|ji|jk)__", node.name) is not None or node.name in ("source_ts_ms", "scale", "value")
+        re.match(r"^(j|ji|jk)__", node.name) is not None
+        or node.name in ("source_ts_ms", "scale", "value")
         or (node.table == "src")
     )
 
@@ -316,8 +348,9 @@ def test_listagg_results_stay_within_varchar(path: Path):
         cond = arg.args["ifs"][0].this
         assert isinstance(cond, exp.LTE) and int(cond.expression.this) + 32 <= 65535, where(st, node)
         windows = [w for w in st.tree.find_all(exp.Window) if isinstance(w.this, exp.Sum)]
-        assert any("OCTET_LENGTH" in w.this.sql().upper() and w.this.sql() in arg.sql() or cond.this.name == "pos__"
-                   for w in windows), where(st, node)
+        assert any(
+            "OCTET_LENGTH" in w.this.sql().upper() and w.this.sql() in arg.sql() or cond.this.name == "pos__" for w in windows
+        ), where(st, node)
     assert seen
 
 
@@ -347,7 +380,9 @@ def test_mixed_case_topics_name_the_parameter_group_setting(capsys):
     # workgroup's parameter group." A streaming MV names its topic as a quoted identifier.
     salesdb = _example(EXAMPLES / "salesdb" / "pipeline.toml")
     (warning,) = auto_refresh_requirements(salesdb)
-    assert "salesdb.salesdb.CUSTOMER" in warning and "ParameterName=enable_case_sensitive_identifier,ParameterValue=true" in warning
+    assert (
+        "salesdb.salesdb.CUSTOMER" in warning and "ParameterName=enable_case_sensitive_identifier,ParameterValue=true" in warning
+    )
     files = render_files(salesdb, "redshift", "x")
     mv = next(s for s in split_statements(files["customer.sql"]) if "CREATE MATERIALIZED VIEW" in s)
     assert "enable_case_sensitive_identifier = true in the parameter group" in mv

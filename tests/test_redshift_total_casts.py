@@ -16,7 +16,7 @@ from sync.stream import ingest_records, parse_line
 from tests.conftest import make_pipeline
 
 # Every conversion that could raise on Redshift.
-TYPED = '''
+TYPED = """
 [[tables]]
 name = "typed"
 topic = "pg.public.typed"
@@ -34,20 +34,35 @@ columns = [
   { name = "blob", type = "varbyte(16)" },
   { name = "note", type = "varchar(8)" },
 ]
-'''
+"""
 
-GOOD = {"id": 1, "small": 7, "price": "AeI=", "weight": {"scale": 2, "value": "AeI="}, "released": 19000,
-        "updated_at": 1700000000654321, "published_at": "2023-03-23T12:00:00.5+05:30", "attributes": '{"k": 1}',
-        "blob": "AQID", "note": "ok"}
+GOOD = {
+    "id": 1,
+    "small": 7,
+    "price": "AeI=",
+    "weight": {"scale": 2, "value": "AeI="},
+    "released": 19000,
+    "updated_at": 1700000000654321,
+    "published_at": "2023-03-23T12:00:00.5+05:30",
+    "attributes": '{"k": 1}',
+    "blob": "AQID",
+    "note": "ok",
+}
 # Each replaces one field of GOOD with a value that does not convert to its column.
 BAD = [
-    {"small": "abc"}, {"small": 10**9},
-    {"price": "!!!!"}, {"price": "AYab"},  # not base64; 99.995 rounds past decimal(4,2)
+    {"small": "abc"},
+    {"small": 10**9},
+    {"price": "!!!!"},
+    {"price": "AYab"},  # not base64; 99.995 rounds past decimal(4,2)
     {"weight": {"scale": 10**9, "value": "AQ=="}},
-    {"released": 10**12}, {"updated_at": -(2**63)},
-    {"published_at": "2023-02-30T00:00:00Z"}, {"published_at": "2023-13-01T00:00:00Z"}, {"published_at": "nope"},
+    {"released": 10**12},
+    {"updated_at": -(2**63)},
+    {"published_at": "2023-02-30T00:00:00Z"},
+    {"published_at": "2023-13-01T00:00:00Z"},
+    {"published_at": "nope"},
     {"attributes": "{not json"},
-    {"blob": "not base64!"}, {"blob": "A" * 100},  # 75 bytes for a varbyte(16)
+    {"blob": "not base64!"},
+    {"blob": "A" * 100},  # 75 bytes for a varbyte(16)
     {"note": "é" * 8},  # 16 bytes for a varchar(8)
 ]
 

@@ -11,13 +11,17 @@ import time
 import pytest
 
 from sync.runner import RunSummary, deploy, sync
+from sync.sql.names import RUN_LOG
 from sync.stream import ingest_file
 from sync.warehouse import connect
 from tests.conftest import make_pipeline
 from tests.reliability_support import (  # noqa: F401 (reliability_counts is a fixture)
-    History, account_table, assert_consistent, reliability_counts, write_jsonl,
+    History,
+    account_table,
+    assert_consistent,
+    reliability_counts,
+    write_jsonl,
 )
-from sync.sql.names import RUN_LOG
 
 CALLERS = 4
 REFRESHES = 30

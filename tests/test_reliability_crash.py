@@ -19,7 +19,6 @@ import tempfile
 import time
 import warnings
 from collections import Counter
-from pathlib import Path
 
 import pytest
 
@@ -30,7 +29,13 @@ from sync.warehouse import Warehouse, WarehouseError, connect
 from tests.cdc_model import TopicModel
 from tests.conftest import REPO, _database_dsn
 from tests.reliability_support import (  # noqa: F401 (reliability_counts is a fixture)
-    History, account_table, assert_consistent, reliability_counts, watermarks, wm_key, write_jsonl,
+    History,
+    account_table,
+    assert_consistent,
+    reliability_counts,
+    watermarks,
+    wm_key,
+    write_jsonl,
 )
 
 SOURCE = (
@@ -142,7 +147,11 @@ def test_sync_survives_kills_and_restarts_at_random_points(crash_server, tmp_pat
 
         proc = subprocess.Popen(
             [sys.executable, "-m", "sync", "sync", "--dsn", dsn, "--config", str(config), "--table", table.name],
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=tmp_path,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=env,
+            cwd=tmp_path,
         )
         backend = _running_call(wh, proc)
         time.sleep(rng.uniform(0, run_seconds))

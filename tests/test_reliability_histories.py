@@ -15,7 +15,13 @@ from sync.stream import ingest_file
 from tests.cdc_model import expected_rows
 from tests.conftest import make_pipeline
 from tests.reliability_support import (  # noqa: F401 (reliability_counts is a fixture)
-    History, account_table, assert_consistent, normalised, reliability_counts, target_rows, write_jsonl,
+    History,
+    account_table,
+    assert_consistent,
+    normalised,
+    reliability_counts,
+    target_rows,
+    write_jsonl,
 )
 
 MODES = [("hard", "mysql-binlog"), ("soft", "mysql-binlog"), ("hard", "kafka"), ("soft", "kafka")]

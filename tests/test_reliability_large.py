@@ -62,8 +62,7 @@ def test_one_sync_over_a_million_pending_records(wh, reliability_counts):
     assert run.status == "ok", run.error
     assert (run.events_read, run.upserted, run.superseded) == (MILLION, KEYS, MILLION - KEYS)
     wrong = wh.scalar(
-        'SELECT COUNT(*) FROM cdc."account" '
-        "WHERE name <> 'n' || CASE WHEN id %% 2 = 0 THEN id ELSE %s + id END",
+        "SELECT COUNT(*) FROM cdc.\"account\" WHERE name <> 'n' || CASE WHEN id %% 2 = 0 THEN id ELSE %s + id END",
         (MILLION - KEYS,),
     )
     assert wrong == 0
@@ -79,9 +78,7 @@ def test_one_sync_over_a_million_pending_records(wh, reliability_counts):
 
 def test_a_table_of_200_columns(wh, tmp_path, reliability_counts):
     types = ["bigint", "varchar(20)", "decimal(12,3)", "boolean", "double", "smallint", "integer"]
-    columns = ",\n".join(
-        f'  {{ name = "C{i:03d}", type = "{types[i % len(types)]}" }}' for i in range(1, 200)
-    )
+    columns = ",\n".join(f'  {{ name = "C{i:03d}", type = "{types[i % len(types)]}" }}' for i in range(1, 200))
     pipeline = make_pipeline(
         '[[tables]]\nname = "wide"\ntopic = "db.wide"\nprimary_key = ["ID"]\norder_by = "mysql-binlog"\n'
         f'columns = [\n  {{ name = "ID", type = "bigint", target = "id" }},\n{columns}\n]\n'
@@ -96,9 +93,13 @@ def test_a_table_of_200_columns(wh, tmp_path, reliability_counts):
         if rng.random() < 0.1:
             return None
         return {
-            "bigint": rng.randint(-(2**40), 2**40), "varchar(20)": f"v{rng.randint(0, 10**6)}'x",
-            "decimal(12,3)": round(rng.uniform(-1e6, 1e6), 3), "boolean": rng.random() < 0.5,
-            "double": rng.uniform(-1e9, 1e9), "smallint": rng.randint(-32768, 32767), "integer": rng.randint(-(2**31), 2**31 - 1),
+            "bigint": rng.randint(-(2**40), 2**40),
+            "varchar(20)": f"v{rng.randint(0, 10**6)}'x",
+            "decimal(12,3)": round(rng.uniform(-1e6, 1e6), 3),
+            "boolean": rng.random() < 0.5,
+            "double": rng.uniform(-1e9, 1e9),
+            "smallint": rng.randint(-32768, 32767),
+            "integer": rng.randint(-(2**31), 2**31 - 1),
         }[kind]
 
     records = []
@@ -106,8 +107,12 @@ def test_a_table_of_200_columns(wh, tmp_path, reliability_counts):
         key = rng.randrange(50)
         after = {"ID": key, **{f"C{i:03d}": value(i) for i in range(1, 200)}}
         op = "d" if rng.random() < 0.1 else "u"
-        event = {"op": op, "before": after if op == "d" else None, "after": None if op == "d" else after,
-                 "source": {"file": "mysql-bin.000002", "pos": 100 + n, "row": 0}}
+        event = {
+            "op": op,
+            "before": after if op == "d" else None,
+            "after": None if op == "d" else after,
+            "source": {"file": "mysql-bin.000002", "pos": 100 + n, "row": 0},
+        }
         records.append({"partition": 0, "offset": n, "key": {"ID": key}, "value": event})
     ingest_file(wh, pipeline, "wide", write_jsonl(records, tmp_path / "wide.jsonl"))
     (run,) = sync(wh, pipeline, ["wide"])

@@ -22,60 +22,115 @@ MAX38 = Decimal(10**38 - 1)
 
 # (semantic, column type, scale, [(json value, expected value)])
 CASES = [
-    (DATE, "date", None, [(19000, date(2022, 1, 8)), (-1, date(1969, 12, 31)), (-25567, date(1900, 1, 1)), (0, date(1970, 1, 1))]),
+    (
+        DATE,
+        "date",
+        None,
+        [(19000, date(2022, 1, 8)), (-1, date(1969, 12, 31)), (-25567, date(1900, 1, 1)), (0, date(1970, 1, 1))],
+    ),
     (DATE, "timestamp", None, [(19000, datetime(2022, 1, 8))]),
     ("io.debezium.time.Time", "time", None, [(45296789, time(12, 34, 56, 789000)), (0, time(0))]),
-    ("io.debezium.time.MicroTime", "time", None, [(45296789000, time(12, 34, 56, 789000)), (86399999999, time(23, 59, 59, 999999))]),
+    (
+        "io.debezium.time.MicroTime",
+        "time",
+        None,
+        [(45296789000, time(12, 34, 56, 789000)), (86399999999, time(23, 59, 59, 999999))],
+    ),
     ("io.debezium.time.NanoTime", "time", None, [(45296789123456, time(12, 34, 56, 789123))]),
-    ("io.debezium.time.Timestamp", "timestamp", None, [
-        (1600000000250, datetime(2020, 9, 13, 12, 26, 40, 250000)),
-        (-1, datetime(1969, 12, 31, 23, 59, 59, 999000)),
-        (-2208988800000, datetime(1900, 1, 1)),
-    ]),
-    ("io.debezium.time.MicroTimestamp", "timestamp", None, [
-        (1700000000654321, datetime(2023, 11, 14, 22, 13, 20, 654321)),
-        (-1000000000000001, datetime(1938, 4, 24, 22, 13, 19, 999999)),
-        (1529507596945104, datetime(2018, 6, 20, 15, 13, 16, 945104)),
-    ]),
-    ("io.debezium.time.NanoTimestamp", "timestamp", None, [
-        (1700000000654321987, datetime(2023, 11, 14, 22, 13, 20, 654321)),
-        (-1500, datetime(1969, 12, 31, 23, 59, 59, 999999)),
-    ]),
-    ("io.debezium.time.MicroTimestamp", "timestamptz", None, [
-        (1700000000654321, datetime(2023, 11, 14, 22, 13, 20, 654321, tzinfo=timezone.utc)),
-    ]),
-    (ZONED, "timestamptz", None, [
-        ("2023-03-23T22:00:10.123456Z", datetime(2023, 3, 23, 22, 0, 10, 123456, tzinfo=timezone.utc)),
-        ("2023-03-23T07:10:00Z", datetime(2023, 3, 23, 7, 10, tzinfo=timezone.utc)),
-        ("2023-03-23T12:00:00+05:30", datetime(2023, 3, 23, 6, 30, tzinfo=timezone.utc)),
-        ("1969-07-20T20:17:40.123456789-04:00", datetime(1969, 7, 21, 0, 17, 40, 123456, tzinfo=timezone.utc)),
-        ("2023-01-01T00:00:00.5+00:00", datetime(2023, 1, 1, 0, 0, 0, 500000, tzinfo=timezone.utc)),
-    ]),
+    (
+        "io.debezium.time.Timestamp",
+        "timestamp",
+        None,
+        [
+            (1600000000250, datetime(2020, 9, 13, 12, 26, 40, 250000)),
+            (-1, datetime(1969, 12, 31, 23, 59, 59, 999000)),
+            (-2208988800000, datetime(1900, 1, 1)),
+        ],
+    ),
+    (
+        "io.debezium.time.MicroTimestamp",
+        "timestamp",
+        None,
+        [
+            (1700000000654321, datetime(2023, 11, 14, 22, 13, 20, 654321)),
+            (-1000000000000001, datetime(1938, 4, 24, 22, 13, 19, 999999)),
+            (1529507596945104, datetime(2018, 6, 20, 15, 13, 16, 945104)),
+        ],
+    ),
+    (
+        "io.debezium.time.NanoTimestamp",
+        "timestamp",
+        None,
+        [
+            (1700000000654321987, datetime(2023, 11, 14, 22, 13, 20, 654321)),
+            (-1500, datetime(1969, 12, 31, 23, 59, 59, 999999)),
+        ],
+    ),
+    (
+        "io.debezium.time.MicroTimestamp",
+        "timestamptz",
+        None,
+        [
+            (1700000000654321, datetime(2023, 11, 14, 22, 13, 20, 654321, tzinfo=timezone.utc)),
+        ],
+    ),
+    (
+        ZONED,
+        "timestamptz",
+        None,
+        [
+            ("2023-03-23T22:00:10.123456Z", datetime(2023, 3, 23, 22, 0, 10, 123456, tzinfo=timezone.utc)),
+            ("2023-03-23T07:10:00Z", datetime(2023, 3, 23, 7, 10, tzinfo=timezone.utc)),
+            ("2023-03-23T12:00:00+05:30", datetime(2023, 3, 23, 6, 30, tzinfo=timezone.utc)),
+            ("1969-07-20T20:17:40.123456789-04:00", datetime(1969, 7, 21, 0, 17, 40, 123456, tzinfo=timezone.utc)),
+            ("2023-01-01T00:00:00.5+00:00", datetime(2023, 1, 1, 0, 0, 0, 500000, tzinfo=timezone.utc)),
+        ],
+    ),
     (ZONED, "timestamp", None, [("2023-12-31T23:30:00.1-01:00", datetime(2024, 1, 1, 0, 30, 0, 100000))]),
     ("io.debezium.time.Year", "integer", None, [(2023, 2023), (1901, 1901)]),
-    (DEC, "decimal(12,2)", 2, [("/+0peQ==", Decimal("-12345.67")), ("AA==", Decimal("0.00")), ("D9I=", Decimal("40.50")), ("C+o=", Decimal("30.50"))]),
-    (DEC, "decimal(38,0)", 0, [
-        ("BVqlTTjlJn7q", Decimal(98765432109876543210)),
-        ("SztMqFqGxHoJiiI//////w==", MAX38),
-        ("tMSzV6V5O4X2dd3AAAAAAQ==", Decimal(-(10**38 - 1))),
-        ("K2c=", Decimal(11111)),
-        ("/w==", Decimal(-1)),
-    ]),
+    (
+        DEC,
+        "decimal(12,2)",
+        2,
+        [("/+0peQ==", Decimal("-12345.67")), ("AA==", Decimal("0.00")), ("D9I=", Decimal("40.50")), ("C+o=", Decimal("30.50"))],
+    ),
+    (
+        DEC,
+        "decimal(38,0)",
+        0,
+        [
+            ("BVqlTTjlJn7q", Decimal(98765432109876543210)),
+            ("SztMqFqGxHoJiiI//////w==", MAX38),
+            ("tMSzV6V5O4X2dd3AAAAAAQ==", Decimal(-(10**38 - 1))),
+            ("K2c=", Decimal(11111)),
+            ("/w==", Decimal(-1)),
+        ],
+    ),
     (DEC, "decimal(10,1)", 1, [("Cw==", Decimal("1.1"))]),
     (DEC, "decimal(12,3)", 3, [("ALxfFg==", Decimal("12345.110"))]),
     (DEC, "decimal(38,38)", 38, [("SztMqFqGxHoJiiI//////w==", Decimal("0." + "9" * 38))]),
-    (VSD, "decimal(20,4)", None, [
-        ({"scale": 3, "value": "ALxfFg=="}, Decimal("12345.1100")),
-        ({"scale": 0, "value": "/w=="}, Decimal("-1.0000")),
-        ({"scale": 6, "value": "/+0peQ=="}, Decimal("-1.2346")),
-    ]),
+    (
+        VSD,
+        "decimal(20,4)",
+        None,
+        [
+            ({"scale": 3, "value": "ALxfFg=="}, Decimal("12345.1100")),
+            ({"scale": 0, "value": "/w=="}, Decimal("-1.0000")),
+            ({"scale": 6, "value": "/+0peQ=="}, Decimal("-1.2346")),
+        ],
+    ),
     # decimal.handling.mode = string / double: no semantic, the plain conversion.
     (None, "decimal(12,2)", None, [("-12345.67", Decimal("-12345.67")), (-12345.67, Decimal("-12345.67"))]),
     ("io.debezium.data.Json", "super", None, [('{"a": [1, 2], "b": null}', {"a": [1, 2], "b": None}), ("[]", [])]),
     ("io.debezium.data.Json", "varchar(100)", None, [('{"a":1}', '{"a":1}')]),
     ("io.debezium.data.Enum", "varchar(16)", None, [("RED", "RED")]),
     ("io.debezium.data.EnumSet", "varchar(16)", None, [("a,b", "a,b")]),
-    ("io.debezium.data.Uuid", "varchar(36)", None, [("0b4f7d4e-4d1e-4f7a-9d2a-3f8e6f3b9a11", "0b4f7d4e-4d1e-4f7a-9d2a-3f8e6f3b9a11")]),
+    (
+        "io.debezium.data.Uuid",
+        "varchar(36)",
+        None,
+        [("0b4f7d4e-4d1e-4f7a-9d2a-3f8e6f3b9a11", "0b4f7d4e-4d1e-4f7a-9d2a-3f8e6f3b9a11")],
+    ),
     ("bytes", "varbyte(16)", None, [("AQID", b"\x01\x02\x03")]),
     ("boolean-int", "boolean", None, [(1, True), (0, False)]),
 ]
@@ -176,15 +231,24 @@ def test_semantic_primary_key_decodes_from_image_and_kafka_key(wh):
     deploy(wh, pipeline, "test")
 
     def record(offset: int, key: str, value: dict | None) -> tuple[KafkaRecord, bool]:
-        return KafkaRecord(0, offset, None, json.dumps({"code": key}).encode(), json.dumps(value).encode() if value else None), True
+        return KafkaRecord(
+            0, offset, None, json.dumps({"code": key}).encode(), json.dumps(value).encode() if value else None
+        ), True
 
-    ingest_records(wh, pipeline, "k", [
-        record(0, "BVqlTTjlJn7q", {"before": None, "after": {"code": "BVqlTTjlJn7q", "day": 19000}, "op": "c"}),
-        record(1, "/w==", {"before": None, "after": {"code": "/w==", "day": -1}, "op": "c"}),
-    ])
+    ingest_records(
+        wh,
+        pipeline,
+        "k",
+        [
+            record(0, "BVqlTTjlJn7q", {"before": None, "after": {"code": "BVqlTTjlJn7q", "day": 19000}, "op": "c"}),
+            record(1, "/w==", {"before": None, "after": {"code": "/w==", "day": -1}, "op": "c"}),
+        ],
+    )
     sync(wh, pipeline)
     assert wh.query("SELECT code, day FROM cdc.k ORDER BY code") == [
-        (Decimal(-1), date(1969, 12, 31)), (Decimal(98765432109876543210), date(2022, 1, 8))]
+        (Decimal(-1), date(1969, 12, 31)),
+        (Decimal(98765432109876543210), date(2022, 1, 8)),
+    ]
     # a delete whose before is null: the key is decoded from the Kafka key
     ingest_records(wh, pipeline, "k", [record(2, "/w==", {"before": None, "after": None, "op": "d"})])
     (run,) = sync(wh, pipeline)
@@ -214,8 +278,11 @@ def test_property_sql_and_reference_decoders_agree(wh):
     deploy(wh, pipeline, "test")
     unscaled = st.integers(-(10**38) + 1, 10**38 - 1)
     zoned = st.builds(
-        lambda dt, digits, off: dt.strftime("%Y-%m-%dT%H:%M:%S") + (f".{digits}" if digits else "")
-        + ("Z" if off == 0 else f"{'+' if off > 0 else '-'}{abs(off) // 60:02d}:{abs(off) % 60:02d}"),
+        lambda dt, digits, off: (
+            dt.strftime("%Y-%m-%dT%H:%M:%S")
+            + (f".{digits}" if digits else "")
+            + ("Z" if off == 0 else f"{'+' if off > 0 else '-'}{abs(off) // 60:02d}:{abs(off) % 60:02d}")
+        ),
         st.datetimes(datetime(1900, 1, 1), datetime(2200, 1, 1)),
         st.one_of(st.just(""), st.from_regex(r"\A[0-9]{1,9}\Z")),
         st.integers(-14 * 60, 14 * 60),

@@ -27,7 +27,11 @@ def test_spark_tests_pass_on(version: str) -> None:
     # version offers: they run on the newest PySpark with the rest of the suite.
     run = subprocess.run(
         [str(python), "-m", "pytest", "tests/spark", "-m", "not slow", "-q", "-p", "no:cacheprovider", "-p", "no:xdist"],
-        cwd=REPO, env=clean_env(), capture_output=True, text=True, timeout=1500,
+        cwd=REPO,
+        env=clean_env(),
+        capture_output=True,
+        text=True,
+        timeout=1500,
     )
     tail = "\n".join((run.stdout + run.stderr).splitlines()[-40:])
     assert run.returncode == 0, f"tests/spark failed on pyspark {version}:\n{tail}"

@@ -9,7 +9,7 @@ from sync.runner import deploy, status, sync
 from tests.conftest import make_pipeline
 from tests.helpers import ingest, sync_one
 
-CUSTOMER = '''
+CUSTOMER = """
 [[tables]]
 name = "customer"
 topic = "salesdb.salesdb.CUSTOMER"
@@ -21,7 +21,7 @@ columns = [
   { name = "NAME", type = "varchar(256)" },
   { name = "MKTSEGMENT", type = "varchar(64)" },
 ]
-'''
+"""
 
 TARGET = 'SELECT customer_id, name, mktsegment FROM cdc."customer" ORDER BY 1'
 
@@ -128,7 +128,9 @@ def test_bad_records_are_quarantined_and_the_rest_applies(wh):
     run = sync_one(wh, p, "customer")
     assert (run.upserted, run.quarantined) == (2, 4)
     assert [r[0] for r in wh.query(TARGET)] == ["C1", "C2"]
-    got = wh.query("SELECT kafka_offset, reason, convert_from(raw_value, 'UTF8'), payload IS NOT NULL FROM cdc.sync_quarantine ORDER BY 1")
+    got = wh.query(
+        "SELECT kafka_offset, reason, convert_from(raw_value, 'UTF8'), payload IS NOT NULL FROM cdc.sync_quarantine ORDER BY 1"
+    )
     assert got == [
         (1, "value is not valid JSON", "{not json", False),
         (2, "primary key field CUST_ID is missing or not a varchar(64)", None, True),

@@ -42,19 +42,24 @@ def test_installed_wheel_runs_every_command_outside_the_checkout(installed, tmp_
     work.mkdir()
     env = {k: v for k, v in os.environ.items() if not k.startswith("REDSHIFT_SYNC_")}
     env |= {"REDSHIFT_SYNC_HOME": str(tmp_path / "home"), "PYTHONPATH": ""}
-    examples = Path(sh(str(installed / "python"), "-c", "from sync.resources import bundled; print(bundled('examples'))",
-                       cwd=work, env=env).stdout.strip())
+    examples = Path(
+        sh(
+            str(installed / "python"), "-c", "from sync.resources import bundled; print(bundled('examples'))", cwd=work, env=env
+        ).stdout.strip()
+    )
     assert installed.parent in examples.parents  # the examples come from the installed package
     (work / "pipeline.toml").write_text((examples / "salesdb" / "pipeline.toml").read_text())
 
     out = sh(rs, "revision", "-m", "initial", cwd=work, env=env)
-    assert "r.create_table(\"customer\")" in out.stdout and list((work / "migrations" / "versions").glob("*_initial.py"))
+    assert 'r.create_table("customer")' in out.stdout and list((work / "migrations" / "versions").glob("*_initial.py"))
     script = sh(rs, "deploy", "--sql", "--dialect", "redshift", cwd=work, env=env).stdout
     assert "CREATE MATERIALIZED VIEW" in script and "INSERT INTO alembic_version" in script
 
     db = env | {"REDSHIFT_SYNC_DSN": database_dsn}
     assert "applied" in sh(rs, "deploy", cwd=work, env=db).stdout
-    ing = sh(rs, "ingest", "--table", "customer", "--file", str(examples / "salesdb" / "events" / "customer-1.jsonl"), cwd=work, env=db)
+    ing = sh(
+        rs, "ingest", "--table", "customer", "--file", str(examples / "salesdb" / "events" / "customer-1.jsonl"), cwd=work, env=db
+    )
     assert "ingested 5 record(s) into customer" in ing.stdout
     (customer, _) = json.loads(sh(rs, "sync", "--json", cwd=work, env=db).stdout)
     assert customer["status"] == "ok" and customer["upserted"] == 5

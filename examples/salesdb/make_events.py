@@ -24,8 +24,15 @@ def customers() -> dict[str, list[dict]]:
     rows = {
         f"C{i:03d}": {"CUST_ID": f"C{i:03d}", "NAME": name, "MKTSEGMENT": seg}
         for i, (name, seg) in enumerate(
-            [("Acme Corp", "BUILDING"), ("Globex", "AUTOMOBILE"), ("Initech", "MACHINERY"),
-             ("Umbrella", "HOUSEHOLD"), ("Hooli", "FURNITURE")], start=1)
+            [
+                ("Acme Corp", "BUILDING"),
+                ("Globex", "AUTOMOBILE"),
+                ("Initech", "MACHINERY"),
+                ("Umbrella", "HOUSEHOLD"),
+                ("Hooli", "FURNITURE"),
+            ],
+            start=1,
+        )
     }
     batch1 = [cs.snapshot(r) for r in rows.values()]
 
@@ -56,8 +63,13 @@ def customers() -> dict[str, list[dict]]:
 def orders() -> dict[str, list[dict]]:
     os_ = ChangeStream(["ORDER_ID"], MySqlSource(table="ORDERS", pos=1000))
     rows = [
-        {"ORDER_ID": 1000 + i, "CUST_ID": f"C{(i % 5) + 1:03d}", "STATUS": "PLACED",
-         "TOTAL": f"{(i * 37.5 + 12.25):.2f}", "PLACED_AT": f"2024-03-0{1 + i % 9}T10:{i:02d}:00"}
+        {
+            "ORDER_ID": 1000 + i,
+            "CUST_ID": f"C{(i % 5) + 1:03d}",
+            "STATUS": "PLACED",
+            "TOTAL": f"{(i * 37.5 + 12.25):.2f}",
+            "PLACED_AT": f"2024-03-0{1 + i % 9}T10:{i:02d}:00",
+        }
         for i in range(8)
     ]
     batch = [os_.insert(r) for r in rows]

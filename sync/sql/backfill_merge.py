@@ -111,10 +111,7 @@ class BackfillSql:
         return f"SELECT NOT EXISTS (SELECT 1 FROM {self.target});"
 
     def primary_key_name(self) -> str:
-        return (
-            "SELECT conname FROM pg_constraint\n"
-            f"WHERE conrelid = {self.d.lit(self.target)}::regclass AND contype = 'p';"
-        )
+        return f"SELECT conname FROM pg_constraint\nWHERE conrelid = {self.d.lit(self.target)}::regclass AND contype = 'p';"
 
     def drop_primary_key(self, name: str) -> str:
         return (
@@ -129,9 +126,7 @@ class BackfillSql:
 
     def copy_from_s3(self, manifest_url: str, iam_role: str) -> str:
         lit = self.d.lit
-        return (
-            f"COPY {self.stage}\nFROM {lit(manifest_url)}\nIAM_ROLE {lit(iam_role)}\nFORMAT AS PARQUET\nMANIFEST;"
-        )
+        return f"COPY {self.stage}\nFROM {lit(manifest_url)}\nIAM_ROLE {lit(iam_role)}\nFORMAT AS PARQUET\nMANIFEST;"
 
     def merge(self) -> list[Step]:
         # Redshift's DELETE takes no alias for its table: the conditions name it in full.
@@ -161,7 +156,10 @@ class BackfillSql:
         data = ", ".join(q(c) for c in self.columns)
         meta = "_source_ts, _source_pos, _kafka_partition, _kafka_offset, _synced_at"
         staged = {c.target_name: d.from_parquet_stage(f"s.{q(c.target_name)}", c.sql_type) for c in self.table.columns}
-        values = ", ".join(staged[c] for c in self.columns) + f", s._source_ts, s._source_pos, s._kafka_partition, s._kafka_offset, {now}"
+        values = (
+            ", ".join(staged[c] for c in self.columns)
+            + f", s._source_ts, s._source_pos, s._kafka_partition, s._kafka_offset, {now}"
+        )
         if not self.soft:
             steps += [
                 Step(f"DELETE FROM {self.target}\nUSING {self.stage} _s\nWHERE {self._key_match(self.target, '_s')};"),
@@ -210,7 +208,14 @@ class BackfillSql:
 
     def script(self) -> str:
         """The whole merge as one reviewable script (the load step in a comment)."""
-        parts = [self.drop_stage_table(), self.stage_table(), "BEGIN;", self.lock(), self.clear_stage(), "-- load the stage here (COPY)"]
+        parts = [
+            self.drop_stage_table(),
+            self.stage_table(),
+            "BEGIN;",
+            self.lock(),
+            self.clear_stage(),
+            "-- load the stage here (COPY)",
+        ]
         parts += [s.sql for s in self.merge()]
         parts.append("COMMIT;")
         return "\n\n".join(parts) + "\n"

@@ -41,7 +41,11 @@ def column_fill_sql(d: PostgresDialect, pipeline: Pipeline, table: TableConfig, 
         f"JOIN {target} stored ON stored._kafka_partition = s.kafka_partition AND stored._kafka_offset = s.kafka_offset"
     )
     level = _nest(d, f"SELECT f.kafka_partition, f.kafka_offset,\n       {envelope_sql(d, table, 'f.env').image} AS img", records)
-    level = _nest(d, f"SELECT f.kafka_partition, f.kafka_offset,\n       {raw_field_sql(d, 'f.img', col)} AS {q('j__' + col.target_name)}", level)
+    level = _nest(
+        d,
+        f"SELECT f.kafka_partition, f.kafka_offset,\n       {raw_field_sql(d, 'f.img', col)} AS {q('j__' + col.target_name)}",
+        level,
+    )
     if read_as_text(d, col):
         value = d.text_to_char(raw, col.sql_type)
     else:

@@ -205,10 +205,7 @@ class PostgresDialect:
     def text_to_decimal(self, text_expr: str, precision: int, scale: int) -> str:
         """Plain decimal text -> decimal(p,s), rounded half away from zero; NULL when the
         integer digits do not fit."""
-        return (
-            f"{self.helper('to_decimal')}(to_jsonb({text_expr}), {precision}, {scale})"
-            f"::decimal({precision},{scale})"
-        )
+        return f"{self.helper('to_decimal')}(to_jsonb({text_expr}), {precision}, {scale})::decimal({precision},{scale})"
 
     def parse_json_text(self, text_expr: str) -> str:
         """JSON text -> JSON value, NULL when the text is not JSON."""
@@ -260,10 +257,7 @@ class PostgresDialect:
     def epoch_ms_to_timestamp(self, expr: str) -> str:
         """Exact for the whole bigint range: whole seconds and the millisecond remainder
         are added as integers (a float division would round microseconds)."""
-        return (
-            f"(TIMESTAMP 'epoch' + ({expr} / 1000) * INTERVAL '1 second'"
-            f" + ({expr} % 1000) * INTERVAL '1 millisecond')"
-        )
+        return f"(TIMESTAMP 'epoch' + ({expr} / 1000) * INTERVAL '1 second' + ({expr} % 1000) * INTERVAL '1 millisecond')"
 
     def seconds_between(self, later: str, earlier: str) -> str:
         return f"EXTRACT(EPOCH FROM ({later} - {earlier}))"
@@ -295,7 +289,6 @@ class PostgresDialect:
     # ---- physical attributes ------------------------------------------------------
     def table_attributes(self, distkey: str | None, sortkey: list[str], backup: bool = True) -> str:
         return ""
-
 
 
 class RedshiftDialect(PostgresDialect):

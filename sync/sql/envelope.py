@@ -43,9 +43,7 @@ def _mysql_position(d: PostgresDialect, file: str, pos: str, row: str) -> str:
     digits, or nothing ('') when it has none; on a NULL file it is NULL, and so is the
     whole concatenation, as it is for a NULL pos: no CASE, each field read once."""
     file_number = d.regex_match(file, "[0-9]*$")
-    return (
-        f"{d.lpad_number(file_number, POS_WIDTH)} || '.' || {d.lpad_number(pos, POS_WIDTH)} || '.' || {_pad(d, row)}"
-    )
+    return f"{d.lpad_number(file_number, POS_WIDTH)} || '.' || {d.lpad_number(pos, POS_WIDTH)} || '.' || {_pad(d, row)}"
 
 
 def _postgres_position(d: PostgresDialect, sequence: str, lsn: str) -> str:

@@ -25,18 +25,15 @@ def _fn(schema: str, name: str, args: str, returns: str, body: str, language: st
 def _temporal(schema: str, family: str) -> str:
     # A `timestamp` column takes zoned text at UTC: a plain cast would drop the offset.
     zoned = (
-        f"  IF (j #>> '{{}}') ~ '{ZONED_TEXT}' THEN\n"
-        "    RETURN ((j #>> '{}')::timestamptz AT TIME ZONE 'UTC');\n"
-        "  END IF;\n"
-        if family == "timestamp" else ""
+        f"  IF (j #>> '{{}}') ~ '{ZONED_TEXT}' THEN\n    RETURN ((j #>> '{{}}')::timestamptz AT TIME ZONE 'UTC');\n  END IF;\n"
+        if family == "timestamp"
+        else ""
     )
     body = (
         "BEGIN\n"
         "  IF jsonb_typeof(j) IS DISTINCT FROM 'string' OR (j #>> '{}') !~ '^\\s*[0-9]' THEN\n"
         "    RETURN NULL;\n"
-        "  END IF;\n"
-        + zoned
-        + f"  RETURN (j #>> '{{}}')::{family};\n"
+        "  END IF;\n" + zoned + f"  RETURN (j #>> '{{}}')::{family};\n"
         "EXCEPTION WHEN others THEN\n"
         "  RETURN NULL;\n"
         "END"
@@ -117,8 +114,7 @@ def helper_functions(schema: str) -> list[tuple[str, str]]:
                 "to_decimal",
                 "j jsonb, p integer, s integer",
                 "numeric",
-                f"SELECT CASE WHEN abs(round({numeric}(j), s)) < 10::numeric ^ (p - s)\n"
-                f"  THEN round({numeric}(j), s) END",
+                f"SELECT CASE WHEN abs(round({numeric}(j), s)) < 10::numeric ^ (p - s)\n  THEN round({numeric}(j), s) END",
             ),
         ),
         (

@@ -96,7 +96,8 @@ def _stream_objects(d: PostgresDialect, pipeline: Pipeline, table: TableConfig) 
         needs = (
             "-- The topic name has upper-case letters: AUTO REFRESH needs\n"
             f"-- {CASE_SETTING} = true in the parameter group (docs/redshift.md).\n"
-            if table.topic != table.topic.lower() else ""
+            if table.topic != table.topic.lower()
+            else ""
         )
         sql = (
             f"CREATE MATERIALIZED VIEW {d.qualified(n.schema, n.stream)}\n"
@@ -131,12 +132,16 @@ def _stream_objects(d: PostgresDialect, pipeline: Pipeline, table: TableConfig) 
     return [
         SqlObject("stream", n.schema, n.stream, _create_table(d, n.schema, n.stream, lines), table.name),
         SqlObject(
-            "index", n.schema, f"{table.name}__s_pos",
+            "index",
+            n.schema,
+            f"{table.name}__s_pos",
             f"CREATE INDEX IF NOT EXISTS {d.q(table.name + '__s_pos')} ON {stream} (kafka_partition, kafka_offset);",
             table.name,
         ),
         SqlObject(
-            "index", n.schema, f"{table.name}__s_rt",
+            "index",
+            n.schema,
+            f"{table.name}__s_rt",
             f"CREATE INDEX IF NOT EXISTS {d.q(table.name + '__s_rt')} ON {stream} (refresh_time);",
             table.name,
         ),
@@ -153,8 +158,7 @@ def table_objects(d: PostgresDialect, pipeline: Pipeline, table: TableConfig, or
     sort = [c.target_name for c in table.sortkey_columns]
 
     data_columns = [
-        f"{q(c.target_name)} {d.type_sql(c.sql_type)}{' NOT NULL' if c.target_name in key_set else ''}"
-        for c in table.columns
+        f"{q(c.target_name)} {d.type_sql(c.sql_type)}{' NOT NULL' if c.target_name in key_set else ''}" for c in table.columns
     ]
     meta = [f"{q(name)} {typ}" for name, typ in META_COLUMNS]
     if table.delete_mode == "soft":
@@ -214,20 +218,34 @@ def table_objects(d: PostgresDialect, pipeline: Pipeline, table: TableConfig, or
         ]
         objects.append(
             SqlObject(
-                "table", n.schema, n.deleted_keys,
+                "table",
+                n.schema,
+                n.deleted_keys,
                 _create_table(d, n.schema, n.deleted_keys, deleted_lines, d.table_attributes(dist, keys)),
                 table.name,
             )
         )
     objects += [
         SqlObject(
-            "procedure", n.schema, n.procedure, procedure_sql(d, pipeline, table, origin), table.name,
-            replaceable=True, arguments="bigint",
+            "procedure",
+            n.schema,
+            n.procedure,
+            procedure_sql(d, pipeline, table, origin),
+            table.name,
+            replaceable=True,
+            arguments="bigint",
         ),
-        SqlObject("procedure", n.schema, n.procedure, scheduled_procedure_sql(d, pipeline, table, origin), table.name, replaceable=True),
         SqlObject(
-            "procedure", n.schema, n.isolate_procedure, isolate_record_sql(d, pipeline, table, origin), table.name,
-            replaceable=True, arguments=d.long_text_argument,
+            "procedure", n.schema, n.procedure, scheduled_procedure_sql(d, pipeline, table, origin), table.name, replaceable=True
+        ),
+        SqlObject(
+            "procedure",
+            n.schema,
+            n.isolate_procedure,
+            isolate_record_sql(d, pipeline, table, origin),
+            table.name,
+            replaceable=True,
+            arguments=d.long_text_argument,
         ),
     ]
     return objects
@@ -241,7 +259,9 @@ def shared_objects(d: PostgresDialect, pipeline: Pipeline) -> list[SqlObject]:
     objects.append(SqlObject("schema", schema, schema, f"CREATE SCHEMA IF NOT EXISTS {d.q(schema)};"))
     if isinstance(d, RedshiftDialect):
         objects.append(
-            SqlObject("external_schema", pipeline.source.external_schema, pipeline.source.external_schema, _external_schema(d, pipeline))
+            SqlObject(
+                "external_schema", pipeline.source.external_schema, pipeline.source.external_schema, _external_schema(d, pipeline)
+            )
         )
     if d.has_helper_functions:
         for name, sql in helper_functions(schema):

@@ -80,7 +80,11 @@ def drift_image_sql(d: PostgresDialect, table: TableConfig) -> str:
 
 
 # The TOAST placeholder in its text, bytea (base64) and text[] forms (docs/debezium.md, "TOAST placeholders").
-UNAVAILABLE_FORMS = ("__debezium_unavailable_value", "X19kZWJleml1bV91bmF2YWlsYWJsZV92YWx1ZQ==", '["__debezium_unavailable_value"]')
+UNAVAILABLE_FORMS = (
+    "__debezium_unavailable_value",
+    "X19kZWJleml1bV91bmF2YWlsYWJsZV92YWx1ZQ==",
+    '["__debezium_unavailable_value"]',
+)
 TOASTABLE_FAMILIES = ("char", "varchar", "super", "varbyte")
 
 
@@ -175,7 +179,11 @@ def classification_checks(d: PostgresDialect, table: TableConfig) -> list[Check]
         # 2.7 kB); a longer key would fail the whole CALL on every run.
         widths = [f"OCTET_LENGTH(t.{q(c.target_name)})" for c in table.key_columns if c.sql_type.family in ("char", "varchar")]
         fixed = 16 * (len(table.key_columns) - len(widths))
-        if widths and sum(c.sql_type.byte_limit for c in table.key_columns if c.sql_type.family in ("char", "varchar")) + fixed > d.key_byte_limit:
+        if (
+            widths
+            and sum(c.sql_type.byte_limit for c in table.key_columns if c.sql_type.family in ("char", "varchar")) + fixed
+            > d.key_byte_limit
+        ):
             checks.append(
                 Check(
                     f"{' + '.join(widths)} > {d.key_byte_limit - fixed}",
@@ -295,14 +303,19 @@ def redundant_tombstones_sql(d: PostgresDialect, pipeline: Pipeline, table: Tabl
     stream = d.qualified(n.schema, n.stream)
     keys = [c.target_name for c in table.key_columns]
     previous = ",\n".join(
-        f"               LAG({q(k)}) OVER (PARTITION BY _kafka_partition ORDER BY _kafka_offset) AS {q('prev_' + k)}" for k in keys
+        f"               LAG({q(k)}) OVER (PARTITION BY _kafka_partition ORDER BY _kafka_offset) AS {q('prev_' + k)}"
+        for k in keys
     )
     same_key = " AND ".join(f"s.{q(k)} = p.{q('prev_' + k)}" for k in keys)
     tombstone = "s._action = 'delete' AND s._op IS NULL"
     # b is a delete event: `__deleted` is "true", in the record or in its schemas.enable wrapper.
-    delete_event = "(" + "\n         OR ".join(
-        f"{d.json_get_text(obj, '__deleted')} = 'true'" for obj in ("b.payload", d.json_get("b.payload", "payload"))
-    ) + ")"
+    delete_event = (
+        "("
+        + "\n         OR ".join(
+            f"{d.json_get_text(obj, '__deleted')} = 'true'" for obj in ("b.payload", d.json_get("b.payload", "payload"))
+        )
+        + ")"
+    )
     return (
         "-- 3. A tombstone right after a delete event of its key adds nothing (the delete event\n"
         "--    carries the position; Debezium's rewrite-with-tombstone mode, and its replays).\n"
@@ -437,11 +450,22 @@ def stage_insert_sql(d: PostgresDialect, pipeline: Pipeline, table: TableConfig)
     cols = table.columns
 
     stage_columns = [
-        "_kafka_partition", "_kafka_offset", "_kafka_timestamp", "_refresh_time",
-        "_op", "_action", "_reason", "_rn", "_source_ts", "_source_pos", "_rank_pos",
+        "_kafka_partition",
+        "_kafka_offset",
+        "_kafka_timestamp",
+        "_refresh_time",
+        "_op",
+        "_action",
+        "_reason",
+        "_rn",
+        "_source_ts",
+        "_source_pos",
+        "_rank_pos",
         *[c.target_name for c in cols],
         "_unavailable",
-        "_payload", "_raw_value", "_drift_img",
+        "_payload",
+        "_raw_value",
+        "_drift_img",
     ]
 
     # Level 3: source time and position, and every field as JSON, each navigated once;
@@ -524,8 +548,17 @@ def stage_insert_sql(d: PostgresDialect, pipeline: Pipeline, table: TableConfig)
     carried = ",\n".join(
         "       t." + name
         for name in [
-            "kafka_partition", "kafka_offset", "kafka_timestamp", "refresh_time", "raw_value",
-            "op", "source_ts_ms", "source_pos", "unavailable", "drift_img", *[q(col.target_name) for col in cols],
+            "kafka_partition",
+            "kafka_offset",
+            "kafka_timestamp",
+            "refresh_time",
+            "raw_value",
+            "op",
+            "source_ts_ms",
+            "source_pos",
+            "unavailable",
+            "drift_img",
+            *[q(col.target_name) for col in cols],
         ]
     )
     classified = (
@@ -538,7 +571,9 @@ def stage_insert_sql(d: PostgresDialect, pipeline: Pipeline, table: TableConfig)
     quarantined = ", ".join(str(i) for i, chk in enumerate(checks, start=1) if chk.action == "quarantine")
     # The payload is kept for quarantined records, and for records with a TOAST
     # placeholder (quarantined later when no earlier value is known).
-    keeps_payload = f"t.check_no IN ({quarantined})" + (" OR t.unavailable IS NOT NULL" if any(toastable(c) for c in table.value_columns) else "")
+    keeps_payload = f"t.check_no IN ({quarantined})" + (
+        " OR t.unavailable IS NOT NULL" if any(toastable(c) for c in table.value_columns) else ""
+    )
     lo, hi = SOURCE_TS_MS_RANGE
     # The source time only where it is one (the conversion above would raise otherwise).
     bounded_ts = f"       CASE WHEN t.source_ts_ms BETWEEN {lo} AND {hi} THEN t.source_ts_ms END AS source_ts_ms"
@@ -558,12 +593,19 @@ def stage_insert_sql(d: PostgresDialect, pipeline: Pipeline, table: TableConfig)
         # them are ranked again after the stage is written (`rerank_sql`).
         order, rank_pos = rank_order("c.source_pos", "c.kafka_partition", "c.kafka_offset"), "c.source_pos"
     select_columns = [
-        "c.kafka_partition", "c.kafka_offset", "c.kafka_timestamp", "c.refresh_time",
-        d.prefix_bytes("c.op", 64), "c.action", "c.reason",
+        "c.kafka_partition",
+        "c.kafka_offset",
+        "c.kafka_timestamp",
+        "c.refresh_time",
+        d.prefix_bytes("c.op", 64),
+        "c.action",
+        "c.reason",
         # 4. Latest event per key wins; ROW_NUMBER, never RANK: a tie must not yield two rows.
         f"ROW_NUMBER() OVER (\n         PARTITION BY CASE WHEN c.action IN ('upsert', 'delete') THEN 1 ELSE 0 END, {key_list}\n"
         f"         ORDER BY {order})",
-        d.epoch_ms_to_timestamp("c.source_ts_ms"), "c.source_pos", rank_pos,
+        d.epoch_ms_to_timestamp("c.source_ts_ms"),
+        "c.source_pos",
+        rank_pos,
         *[f"c.{q(col.target_name)}" for col in cols],
         "c.unavailable",
         "c.quarantine_payload",
@@ -704,9 +746,7 @@ def truncate_sql(d: PostgresDialect, pipeline: Pipeline, table: TableConfig) -> 
             f"DELETE FROM {target}\nWHERE {older};"
         )
         clear_all = f"DELETE FROM {target};"
-    unseen = (
-        f"NOT EXISTS (SELECT 1 FROM {target} t WHERE {' AND '.join(f't.{k} = s.{k}' for k in keys)})"
-    )
+    unseen = f"NOT EXISTS (SELECT 1 FROM {target} t WHERE {' AND '.join(f't.{k} = s.{k}' for k in keys)})"
     if table.delete_mode == "soft":
         data = [q(c.target_name) for c in table.columns]
         record_voided = (
@@ -749,8 +789,7 @@ def truncate_sql(d: PostgresDialect, pipeline: Pipeline, table: TableConfig) -> 
                 f"UPDATE {stage} SET _action = 'truncated'\n"
                 "WHERE _rn = 1 AND _action IN ('upsert', 'delete') AND (_rank_pos IS NULL OR _rank_pos < v_truncate_pos);\n"
                 "-- Keys whose only events this batch precede the truncate were deleted by it too: remembered,\n"
-                "-- so a replay of those events stays stale.\n"
-                + record_voided,
+                "-- so a replay of those events stays stale.\n" + record_voided,
                 2,
             ),
             "ELSIF v_rows > 0 THEN",
@@ -805,8 +844,7 @@ def tied_changes_sql(d: PostgresDialect, pipeline: Pipeline, table: TableConfig)
     updates = "\n".join(
         f"  UPDATE {stage} s SET _action = s._reason, _reason = NULL\n"
         f"  WHERE s._rn = 1 AND s._action = 'stale' AND s._reason = '{action}'\n"
-        f"    AND EXISTS (SELECT 1 FROM {relation} t WHERE {tied}"
-        + (f"\n      AND {changes});" if changes else ");")
+        f"    AND EXISTS (SELECT 1 FROM {relation} t WHERE {tied}" + (f"\n      AND {changes});" if changes else ");")
         for action, relation, changes in cases
     )
     return (
@@ -852,7 +890,9 @@ def procedure_sql(d: PostgresDialect, pipeline: Pipeline, table: TableConfig, or
     add(f"v_started := {now};")
     add(
         "-- The watermark summary lists as many partitions as fit the run log's text column.\n"
-        + d.bounded_list(wm_item, ",", "r.kafka_partition", wm, extra="MAX(r.last_refresh_time)").replace("\nFROM ", "\nINTO v_since, v_wm_before\nFROM ", 1)
+        + d.bounded_list(wm_item, ",", "r.kafka_partition", wm, extra="MAX(r.last_refresh_time)").replace(
+            "\nFROM ", "\nINTO v_since, v_wm_before\nFROM ", 1
+        )
         + ";"
     )
     add("v_since := COALESCE(v_since, TIMESTAMP '1900-01-01 00:00:00');")
@@ -866,8 +906,12 @@ def procedure_sql(d: PostgresDialect, pipeline: Pipeline, table: TableConfig, or
         "ELSIF p_max_records IS NOT NULL THEN\n"
         + _indent(
             pending_in_order_sql(
-                d, pipeline, table, "x.refresh_time, x.kafka_partition, x.kafka_offset",
-                "v_until_time, v_until_partition, v_until_offset", "p_max_records",
+                d,
+                pipeline,
+                table,
+                "x.refresh_time, x.kafka_partition, x.kafka_offset",
+                "v_until_time, v_until_partition, v_until_offset",
+                "p_max_records",
             )
             + ";\n"
             + f"v_until_time := COALESCE(v_until_time, {UNBOUNDED});",
@@ -897,6 +941,7 @@ def procedure_sql(d: PostgresDialect, pipeline: Pipeline, table: TableConfig, or
         step(toast_sql(d, pipeline, table, toast_cols))
         step(unknown_toast_sql(d, pipeline, table))
     if source_order:
+
         def stale(held: str) -> str:
             # A lookup of the stored position per winning key (a correlated MAX: at most one
             # row, NULL when there is none), so the cost follows the batch, not the table.
@@ -936,6 +981,7 @@ def procedure_sql(d: PostgresDialect, pipeline: Pipeline, table: TableConfig, or
         f"FROM {stage};"
     )
     insert_cols = ", ".join(q(c) for c in [*cols, *meta_cols, *(["_deleted"] if soft else [])])
+
     def select_vals(deleted_flag: str) -> str:
         return ", ".join(
             [f"s.{q(c)}" for c in cols]
@@ -1057,10 +1103,7 @@ def procedure_sql(d: PostgresDialect, pipeline: Pipeline, table: TableConfig, or
         counted["v_positionless"] = f"COUNT(CASE WHEN {positionless()} THEN 1 END)"
     if toast_cols:
         counted["v_unavailable"] = "COUNT(CASE WHEN _unavailable IS NOT NULL THEN 1 END)"
-    add(
-        "SELECT " + ",\n       ".join(counted.values())
-        + f"\nINTO {', '.join(counted)}\nFROM {stage};"
-    )
+    add("SELECT " + ",\n       ".join(counted.values()) + f"\nINTO {', '.join(counted)}\nFROM {stage};")
     if d.analyze_stage:
         add(
             "-- Fresh statistics for a large stage, refilled every run: without them the planner\n"
@@ -1179,7 +1222,13 @@ def isolate_record_sql(d: PostgresDialect, pipeline: Pipeline, table: TableConfi
         ),
         "END IF;",
     ]
-    declare = ["v_started timestamp;", "v_since timestamp;", "v_partition bigint;", "v_offset bigint;", "v_refresh_time timestamp;"]
+    declare = [
+        "v_started timestamp;",
+        "v_since timestamp;",
+        "v_partition bigint;",
+        "v_offset bigint;",
+        "v_refresh_time timestamp;",
+    ]
     return _plpgsql_procedure(
         f"{qual(n.isolate_procedure)}(p_reason {d.long_text_type})",
         f"Generated by redshift-sync from {origin} (table {table.name}, topic {table.topic}).\n"

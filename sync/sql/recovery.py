@@ -25,8 +25,22 @@ from sync.sql.procedure import WATERMARK_ITEM
 RESET_POSITIONS = "reset-positions"
 REBASE_OFFSETS = "rebase-offsets"
 RUN_LOG_INSERT_COLUMNS = (
-    "table_name", "backend_pid", "started_at", "finished_at", "events_read", "upserted", "deleted", "quarantined",
-    "tombstones", "stale", "superseded", "truncates", "watermark_before", "watermark_after", "lag_seconds", "status",
+    "table_name",
+    "backend_pid",
+    "started_at",
+    "finished_at",
+    "events_read",
+    "upserted",
+    "deleted",
+    "quarantined",
+    "tombstones",
+    "stale",
+    "superseded",
+    "truncates",
+    "watermark_before",
+    "watermark_after",
+    "lag_seconds",
+    "status",
 )
 
 
@@ -45,7 +59,6 @@ def lock_sql(d: PostgresDialect, pipeline: Pipeline, table: TableConfig) -> str:
 def watermark_text_sql(d: PostgresDialect, pipeline: Pipeline, table: TableConfig) -> str:
     """The watermark as the run log writes it: `partition:last_offset,...`."""
     n = table_names(pipeline, table)
-    q = d.q
     return d.bounded_list(WATERMARK_ITEM, ",", "r.kafka_partition", d.qualified(n.schema, n.watermark)) + ";"
 
 
@@ -126,7 +139,11 @@ def rebased_since(first_refresh: datetime) -> datetime:
 
 
 def rebase_offsets_sql(
-    d: PostgresDialect, pipeline: Pipeline, table: TableConfig, since: datetime, first_offsets: dict[int, int],
+    d: PostgresDialect,
+    pipeline: Pipeline,
+    table: TableConfig,
+    since: datetime,
+    first_offsets: dict[int, int],
     existing: set[int],
 ) -> list[str]:
     """Every watermark row reads from `since` on and from offset 0 (a partition with no new
@@ -155,16 +172,37 @@ def rebase_offsets_sql(
 
 
 def run_log_sql(
-    d: PostgresDialect, pipeline: Pipeline, table: TableConfig, status: str, started: datetime,
-    watermark_before: str | None, watermark_after: str | None, upserted: int = 0, deleted: int = 0,
+    d: PostgresDialect,
+    pipeline: Pipeline,
+    table: TableConfig,
+    status: str,
+    started: datetime,
+    watermark_before: str | None,
+    watermark_after: str | None,
+    upserted: int = 0,
+    deleted: int = 0,
 ) -> str:
     """The run-log row of a recovery command: nothing read, a status of its own; a
     position reset counts the target rows (`upserted`) and deleted keys (`deleted`) whose
     position it cleared."""
     text = lambda v: d.lit(v) if v is not None else "NULL"  # noqa: E731
     values = [
-        d.lit(table.name), "PG_BACKEND_PID()", timestamp_literal(started), d.now(), "0", str(int(upserted)),
-        str(int(deleted)), "0", "0", "0", "0", "0", text(watermark_before), text(watermark_after), "NULL", d.lit(status),
+        d.lit(table.name),
+        "PG_BACKEND_PID()",
+        timestamp_literal(started),
+        d.now(),
+        "0",
+        str(int(upserted)),
+        str(int(deleted)),
+        "0",
+        "0",
+        "0",
+        "0",
+        "0",
+        text(watermark_before),
+        text(watermark_after),
+        "NULL",
+        d.lit(status),
     ]
     return (
         f"INSERT INTO {d.qualified(pipeline.schema, RUN_LOG)}\n"

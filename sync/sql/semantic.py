@@ -29,9 +29,7 @@ from sync.sql.types import SqlType
 
 # Hours 00-23 and seconds 00-59 only: PostgreSQL would read 24:00:00 as the next day and
 # :60 as the next minute, where the reference decoder (and Debezium) have no such times.
-ZONED_PATTERN = (
-    "^[0-9]{4}-[0-9]{2}-[0-9]{2}T([01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9]([.][0-9]{1,9})?(Z|[+-][0-9]{2}:[0-9]{2})$"
-)
+ZONED_PATTERN = "^[0-9]{4}-[0-9]{2}-[0-9]{2}T([01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9]([.][0-9]{1,9})?(Z|[+-][0-9]{2}:[0-9]{2})$"
 _BIGINT = SqlType("bigint")
 _INTEGER = SqlType("integer")
 # Timestamps both warehouses hold: 0001-01-01 00:00:00 .. 9999-12-31 23:59:59 (seconds).
@@ -87,7 +85,9 @@ def check_column(col: ColumnConfig, table: str) -> None:
             f"which does not fit type {col.type} (use {' or '.join(allowed)})"
         )
     if col.semantic == "org.apache.kafka.connect.data.Decimal" and col.scale is None:
-        raise ValueError(f"table {table}, column {col.name}: semantic {col.semantic} needs scale = <n> (the schema's 'scale' parameter)")
+        raise ValueError(
+            f"table {table}, column {col.name}: semantic {col.semantic} needs scale = <n> (the schema's 'scale' parameter)"
+        )
 
 
 def _epoch_to_timestamp(int_expr: str, per_second: int) -> str:
@@ -132,12 +132,16 @@ def _zoned_levels(d: PostgresDialect, raw: str, alias: str) -> tuple[list[dict[s
     fraction = d.regex_group(f"f.{z}", "^.{19}[.]([0-9]{1,9})")
     micros = d.total_cast(valid, f"RPAD(SUBSTRING(COALESCE({fraction}, ''), 1, 6), 6, '0')", "integer")
     level2 = {
-        y: number("1", 4), mo: number("6", 2), dd: number("9", 2),
+        y: number("1", 4),
+        mo: number("6", 2),
+        dd: number("9", 2),
         f"us__{alias}": micros,
         f"off__{alias}": f"CASE WHEN {zulu} THEN 0 ELSE {sign} * ({hours} * 60 + {minutes}) END",
     }
     leap = f"(f.{y} % 4 = 0 AND (f.{y} % 100 <> 0 OR f.{y} % 400 = 0))"
-    month_days = f"CASE WHEN f.{mo} IN (4, 6, 9, 11) THEN 30 WHEN f.{mo} = 2 THEN CASE WHEN {leap} THEN 29 ELSE 28 END ELSE 31 END"
+    month_days = (
+        f"CASE WHEN f.{mo} IN (4, 6, 9, 11) THEN 30 WHEN f.{mo} = 2 THEN CASE WHEN {leap} THEN 29 ELSE 28 END ELSE 31 END"
+    )
     real_date = f"f.{y} >= 1 AND f.{mo} BETWEEN 1 AND 12 AND f.{dd} BETWEEN 1 AND {month_days}"
     local = d.text_to_timestamp(f"CASE WHEN {real_date} THEN REPLACE(SUBSTRING(f.{z}, 1, 19), 'T', ' ') END")
     value = f"{local} + f.us__{alias} * INTERVAL '1 microsecond' - f.off__{alias} * INTERVAL '1 minute'"
@@ -160,8 +164,7 @@ def _decimal_levels(d: PostgresDialect, b64_json: str, alias: str, scale: str) -
     # |n * max - chunk| is the chunk, or its complement when negative.
     sign = f"CASE WHEN SUBSTRING(f.{x}, 1, 1) >= '8' THEN 1 ELSE 0 END"
     padded = (
-        f"CASE WHEN LENGTH(f.{x}) <= 32 THEN "
-        f"LPAD(f.{x}, 32, CASE WHEN SUBSTRING(f.{x}, 1, 1) >= '8' THEN 'f' ELSE '0' END) END"
+        f"CASE WHEN LENGTH(f.{x}) <= 32 THEN LPAD(f.{x}, 32, CASE WHEN SUBSTRING(f.{x}, 1, 1) >= '8' THEN 'f' ELSE '0' END) END"
     )
 
     def chunk(start: int, length: int, top: int) -> str:

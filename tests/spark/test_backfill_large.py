@@ -22,11 +22,13 @@ def test_million_row_parquet_snapshot(deployed, spark, tmp_path, capsys):
     ids = pa.array(range(ROWS), pa.int64())
     keys = pc.binary_join_element_wise("C", pc.utf8_lpad(pc.cast(ids, pa.string()), 8, "0"), "")
     segments = pa.array(["BUILDING", "MACHINERY", "HOUSEHOLD", "AUTOMOBILE"] * (ROWS // 4))
-    pq.write_table(pa.table({"customer_id": keys, "name": pc.binary_join_element_wise("name ", keys, ""),
-                             "mktsegment": segments}), tmp_path / "big.parquet", row_group_size=250_000)
+    pq.write_table(
+        pa.table({"customer_id": keys, "name": pc.binary_join_element_wise("name ", keys, ""), "mktsegment": segments}),
+        tmp_path / "big.parquet",
+        row_group_size=250_000,
+    )
     started = time.perf_counter()
-    result = run_backfill(wh, pipeline, "customer", str(tmp_path / "big.parquet"), "parquet",
-                          datetime(2024, 1, 1), spark=spark)
+    result = run_backfill(wh, pipeline, "customer", str(tmp_path / "big.parquet"), "parquet", datetime(2024, 1, 1), spark=spark)
     seconds = time.perf_counter() - started
     assert (result.staged, result.loaded, result.rejected) == (ROWS, ROWS, 0)
     assert wh.scalar('SELECT COUNT(DISTINCT customer_id) FROM cdc."customer"') == ROWS

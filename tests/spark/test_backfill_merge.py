@@ -69,7 +69,9 @@ def test_backfill_then_stream_equals_the_source(deployed, spark, tmp_path):
     model = dict(SNAPSHOT)
     stream_changes(wh, pipeline, tmp_path, model)
     assert customers(wh) == as_rows(model)
-    meta = wh.query('SELECT customer_id, _source_ts, _source_pos, _kafka_offset FROM cdc."customer" WHERE customer_id = %s', ("C3",))
+    meta = wh.query(
+        'SELECT customer_id, _source_ts, _source_pos, _kafka_offset FROM cdc."customer" WHERE customer_id = %s', ("C3",)
+    )
     assert meta == [("C3", SNAPSHOT_TIME, None, None)]
 
 
@@ -134,22 +136,50 @@ def test_cli_backfill_parquet_and_spark_submit_job(deployed, spark, tmp_path):
 
     wh, _ = deployed
     pq.write_table(
-        pa.table({
-            "customer_id": ["P1", "P2"], "name": ["Pi", "Rho"], "mktsegment": ["X", "Y"],
-            "_source_ts": pa.array([datetime(2023, 1, 1), datetime(2023, 1, 2)], pa.timestamp("us")),
-        }),
+        pa.table(
+            {
+                "customer_id": ["P1", "P2"],
+                "name": ["Pi", "Rho"],
+                "mktsegment": ["X", "Y"],
+                "_source_ts": pa.array([datetime(2023, 1, 1), datetime(2023, 1, 2)], pa.timestamp("us")),
+            }
+        ),
         tmp_path / "snap.parquet",
     )
     config = str(EXAMPLES / "salesdb" / "pipeline.toml")
-    out = CliRunner().invoke(app, ["backfill", "--table", "customer", "--snapshot", str(tmp_path / "snap.parquet"),
-                                   "--config", config, "--dsn", wh.dsn])
+    out = CliRunner().invoke(
+        app,
+        ["backfill", "--table", "customer", "--snapshot", str(tmp_path / "snap.parquet"), "--config", config, "--dsn", wh.dsn],
+    )
     assert out.exit_code == 0, out.output
     assert wh.query('SELECT customer_id, _source_ts FROM cdc."customer" ORDER BY 1') == [
-        ("P1", datetime(2023, 1, 1)), ("P2", datetime(2023, 1, 2))
+        ("P1", datetime(2023, 1, 1)),
+        ("P2", datetime(2023, 1, 2)),
     ]
-    assert job.main(["--config", config, "--table", "customer", "--snapshot", str(tmp_path / "snap.parquet"),
-                     "--output", str(tmp_path / "run")]) == 0
+    assert (
+        job.main(
+            [
+                "--config",
+                config,
+                "--table",
+                "customer",
+                "--snapshot",
+                str(tmp_path / "snap.parquet"),
+                "--output",
+                str(tmp_path / "run"),
+            ]
+        )
+        == 0
+    )
     staged = spark.read.parquet(str(tmp_path / "run" / "data"))
-    assert staged.columns == ["customer_id", "name", "mktsegment", "_source_ts", "_source_pos", "_kafka_partition",
-                              "_kafka_offset", "_delete"]
+    assert staged.columns == [
+        "customer_id",
+        "name",
+        "mktsegment",
+        "_source_ts",
+        "_source_pos",
+        "_kafka_partition",
+        "_kafka_offset",
+        "_delete",
+    ]
     assert sorted(r["customer_id"] for r in staged.collect()) == ["P1", "P2"]

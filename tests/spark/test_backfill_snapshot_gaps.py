@@ -19,8 +19,21 @@ SNAPSHOT_TIME = datetime(2023, 11, 14, 22, 0, 0)
 
 
 def cli_backfill(wh, *args: str):
-    return CliRunner().invoke(app, ["backfill", "--table", "customer", "--config", CONFIG, "--dsn", wh.dsn,
-                                    "--snapshot-time", "2023-11-14T22:00:00Z", *args])
+    return CliRunner().invoke(
+        app,
+        [
+            "backfill",
+            "--table",
+            "customer",
+            "--config",
+            CONFIG,
+            "--dsn",
+            wh.dsn,
+            "--snapshot-time",
+            "2023-11-14T22:00:00Z",
+            *args,
+        ],
+    )
 
 
 def test_every_row_rejected_reports_the_reasons(deployed, spark, tmp_path, monkeypatch):
@@ -48,7 +61,8 @@ def test_snapshot_older_than_a_column_loads_it_as_null_with_a_note(deployed, spa
     assert result.loaded == 2 and result.rejected == 0
     assert result.notes == ["snapshot has no column 'MKTSEGMENT': loaded as NULL (a column added after the snapshot)"]
     assert wh.query('SELECT customer_id, name, mktsegment FROM cdc."customer" ORDER BY 1') == [
-        ("A1", "Alpha", None), ("B2", "Beta", None)
+        ("A1", "Alpha", None),
+        ("B2", "Beta", None),
     ]
     out = cli_backfill(wh, "--snapshot", str(snap), "--format", "csv")
     assert out.exit_code == 0, out.output
@@ -92,10 +106,13 @@ def test_plain_json_export_is_rejected_as_wire_encoding_with_a_hint(inventory, s
     wh, pipeline = inventory
     snap = tmp_path / "export.jsonl"
     snap.write_text(PLAIN_EXPORT)
-    result = run_backfill(wh, pipeline, "products", str(snap), "json", SNAPSHOT_TIME, spark=spark,
-                          rejects_dir=tmp_path / "rejects")
+    result = run_backfill(
+        wh, pipeline, "products", str(snap), "json", SNAPSHOT_TIME, spark=spark, rejects_dir=tmp_path / "rejects"
+    )
     assert (result.rejected, result.loaded) == (1, 0)
-    assert result.rejects_sample[0]["reason"].startswith("field price does not convert from org.apache.kafka.connect.data.Decimal")
+    assert result.rejects_sample[0]["reason"].startswith(
+        "field price does not convert from org.apache.kafka.connect.data.Decimal"
+    )
     assert any("pass --values decoded" in note for note in result.notes)
 
 
@@ -109,8 +126,9 @@ def test_plain_json_export_loads_with_values_decoded(inventory, spark, tmp_path)
         "SELECT id, sku, price::text, weight::text, released::text, updated_at::text, "
         "(published_at AT TIME ZONE 'UTC')::text, attributes->>'colour', in_stock FROM inventory.products"
     )
-    assert row == [(1, "S-1", "12.34", "0.125000", "2024-05-01", "2024-05-01 10:00:00.123456", "2024-05-01 10:00:00",
-                    "red", True)]
+    assert row == [
+        (1, "S-1", "12.34", "0.125000", "2024-05-01", "2024-05-01 10:00:00.123456", "2024-05-01 10:00:00", "red", True)
+    ]
 
 
 def test_values_decoded_is_refused_for_change_events(inventory, spark, tmp_path):

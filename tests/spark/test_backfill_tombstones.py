@@ -90,14 +90,19 @@ both_modes = pytest.mark.parametrize("deployed_item", ["hard", "soft"], indirect
 @both_modes
 def test_tombstone_only_delete_is_not_resurrected_by_an_older_snapshot(deployed_item, spark, tmp_path):
     wh, pipeline, mode = deployed_item
-    stream(wh, pipeline, tmp_path, [
-        {"timestamp": ms(BEFORE), "key": {"id": 1}, "value": {"id": 1, "name": "one", "__source_ts_ms": ms(BEFORE)}},
-        {"timestamp": ms(BEFORE), "key": {"id": 2}, "value": {"id": 2, "name": "two", "__source_ts_ms": ms(BEFORE)}},
-        # delete.tombstone.handling.mode=tombstone: a null value (JSON null with the
-        # JsonConverter) is the delete itself; delete-to-tombstone: a Kafka null.
-        {"timestamp": ms(AFTER), "key": {"id": 1}, "value": "null"},
-        {"timestamp": ms(AFTER), "key": {"id": 2}, "value": None},
-    ])
+    stream(
+        wh,
+        pipeline,
+        tmp_path,
+        [
+            {"timestamp": ms(BEFORE), "key": {"id": 1}, "value": {"id": 1, "name": "one", "__source_ts_ms": ms(BEFORE)}},
+            {"timestamp": ms(BEFORE), "key": {"id": 2}, "value": {"id": 2, "name": "two", "__source_ts_ms": ms(BEFORE)}},
+            # delete.tombstone.handling.mode=tombstone: a null value (JSON null with the
+            # JsonConverter) is the delete itself; delete-to-tombstone: a Kafka null.
+            {"timestamp": ms(AFTER), "key": {"id": 1}, "value": "null"},
+            {"timestamp": ms(AFTER), "key": {"id": 2}, "value": None},
+        ],
+    )
     assert live(wh, mode) == {}
     snap = snapshot(tmp_path, {1: "one", 2: "two", 3: "three"})
     first = run_backfill(wh, pipeline, "item", snap, "json", SNAPSHOT_TIME, spark=spark)
@@ -115,10 +120,15 @@ def test_snapshot_newer_than_a_tombstone_loads_the_key_again(deployed_item, spar
     newer (hard mode keeps the bound in the deleted keys; soft mode keeps the marked row,
     whose time is unknown, until the stream re-inserts the key)."""
     wh, pipeline, mode = deployed_item
-    stream(wh, pipeline, tmp_path, [
-        {"timestamp": ms(BEFORE), "key": {"id": 1}, "value": {"id": 1, "name": "one"}},
-        {"timestamp": ms(BEFORE), "key": {"id": 1}, "value": None},
-    ])
+    stream(
+        wh,
+        pipeline,
+        tmp_path,
+        [
+            {"timestamp": ms(BEFORE), "key": {"id": 1}, "value": {"id": 1, "name": "one"}},
+            {"timestamp": ms(BEFORE), "key": {"id": 1}, "value": None},
+        ],
+    )
     run_backfill(wh, pipeline, "item", snapshot(tmp_path, {1: "one again"}), "json", SNAPSHOT_TIME, spark=spark)
     assert live(wh, mode) == ({1: "one again"} if mode == "hard" else {})
 

@@ -21,8 +21,13 @@ def test_demo_backfill_loads_behind_the_stream_and_reconciles_clean(deployed, sp
     console = Console(record=True, width=160)
     demo_backfill.run(console, wh, pipeline, EXAMPLES / "salesdb")
     assert wh.query('SELECT customer_id, name FROM cdc."customer" ORDER BY 1') == [
-        ("C001", "Acme Corp"), ("C002", "Globex Corporation"), ("C003", "Initech (re-opened)"), ("C005", "Hooli"),
-        ("C104", "Umbrella"), ("C201", "Wayne Enterprises"), ("C202", "Soylent"),
+        ("C001", "Acme Corp"),
+        ("C002", "Globex Corporation"),
+        ("C003", "Initech (re-opened)"),
+        ("C005", "Hooli"),
+        ("C104", "Umbrella"),
+        ("C201", "Wayne Enterprises"),
+        ("C202", "Soylent"),
     ]
     out = console.export_text()
     assert "the same backfill again: loaded 0" in out

@@ -11,7 +11,7 @@ from decimal import Decimal
 import pytest
 
 from sync.backfill import run_backfill
-from sync.debezium import ChangeStream, PostgresSource
+from sync.debezium import ChangeStream
 from sync.runner import deploy, sync
 from sync.stream import ingest_file
 from tests.conftest import EXAMPLES, make_pipeline
@@ -45,8 +45,8 @@ def _generated_events() -> str:
 def test_debezium_events_give_the_same_table_as_the_stream(pg_server_dsn, spark, tmp_path, table, files, columns):
     """The same events, once through ingest + incremental_sync and once through the
     backfill: same winners, same values, same metadata, same rejects."""
-    from tests.conftest import _database_dsn
     from sync.warehouse import connect
+    from tests.conftest import _database_dsn
 
     events = tmp_path / "events.jsonl"
     events.write_text("".join((EVENTS / f).read_text() for f in files) if files else _generated_events())
@@ -102,8 +102,16 @@ def test_unwrapped_events_latest_by_position_with_deletes(wh, spark, tmp_path):
     deploy(wh, UNWRAP, "test")
 
     def ev(i, label, price, pos, deleted="false"):
-        return {"id": i, "label": label, "price": price, "__deleted": deleted, "__file": "mysql-bin.000003",
-                "__pos": pos, "__row": 0, "__source_ts_ms": 1_700_000_000_000 + pos}
+        return {
+            "id": i,
+            "label": label,
+            "price": price,
+            "__deleted": deleted,
+            "__file": "mysql-bin.000003",
+            "__pos": pos,
+            "__row": 0,
+            "__source_ts_ms": 1_700_000_000_000 + pos,
+        }
 
     lines = [
         {"schema": {"type": "struct"}, "payload": ev(1, "new", "2.50", 300)},  # later LSN, earlier in the file
@@ -153,7 +161,9 @@ def test_download_takes_the_folder_or_the_object_the_url_names(s3_server, tmp_pa
         s3_server.put_object(Bucket="lake", Key=key, Body=key.encode())
     assert s3.download_prefix(s3.client(), "s3://lake/snap", tmp_path / "a") == 2
     assert sorted(str(p.relative_to(tmp_path / "a")) for p in (tmp_path / "a").rglob("*.parquet")) == [
-        "p=1/part-1.parquet", "part-0.parquet"]
+        "p=1/part-1.parquet",
+        "part-0.parquet",
+    ]
     assert s3.download_prefix(s3.client(), "s3://lake/one.json", tmp_path / "b") == 1
     assert (tmp_path / "b" / "one.json").read_bytes() == b"one.json"
     with pytest.raises(FileNotFoundError, match="no objects under s3://lake/sna"):
@@ -203,8 +213,18 @@ columns = [
 
 def test_semantic_types_and_rejects(wh, spark, tmp_path):
     deploy(wh, SEMANTIC, "test")
-    good = {"id": 1, "d": 19439, "ts": 1679581805123, "ts6": 1679581805123456, "zts": "2023-03-23T22:00:10.123456Z",
-            "amount": "10.255", "flag": 1, "note": "é", "price": "C+o=", "at": 36803000000}
+    good = {
+        "id": 1,
+        "d": 19439,
+        "ts": 1679581805123,
+        "ts6": 1679581805123456,
+        "zts": "2023-03-23T22:00:10.123456Z",
+        "amount": "10.255",
+        "flag": 1,
+        "note": "é",
+        "price": "C+o=",
+        "at": 36803000000,
+    }
     bad = [
         {**good, "id": 2, "amount": "1000000.00"},  # 7 integer digits do not fit decimal(8,2)
         {**good, "id": 3, "note": "ééé"},  # 6 bytes: varchar lengths are bytes
@@ -218,17 +238,24 @@ def test_semantic_types_and_rejects(wh, spark, tmp_path):
     good_too = {**good, "id": 9, "amount": 12.5, "flag": True, "note": None}  # JSON boolean and numbers
     path = tmp_path / "typed.jsonl"
     path.write_text("".join(json.dumps(x) + "\n" for x in [good, good_too, *bad]))
-    result = run_backfill(wh, SEMANTIC, "typed", str(path), "json", datetime(2024, 1, 1), spark=spark,
-                          rejects_dir=tmp_path / "rejects")
+    result = run_backfill(
+        wh, SEMANTIC, "typed", str(path), "json", datetime(2024, 1, 1), spark=spark, rejects_dir=tmp_path / "rejects"
+    )
     wh.execute("SET TIME ZONE 'UTC'")
-    times = (date(2023, 3, 23), datetime(2023, 3, 23, 14, 30, 5, 123000), datetime(2023, 3, 23, 14, 30, 5, 123456),
-             "2023-03-23 22:00:10.123456+00")
+    times = (
+        date(2023, 3, 23),
+        datetime(2023, 3, 23, 14, 30, 5, 123000),
+        datetime(2023, 3, 23, 14, 30, 5, 123456),
+        "2023-03-23 22:00:10.123456+00",
+    )
     assert wh.query('SELECT id, d, ts, ts6, zts::text, amount, flag, note, price, at::text FROM cdc."typed" ORDER BY 1') == [
         (1, *times, Decimal("10.26"), True, "é", Decimal("30.50"), "10:13:23"),
         (9, *times, Decimal("12.50"), True, None, Decimal("30.50"), "10:13:23"),
     ]
     assert result.rejected == 8
-    reasons = sorted(json.loads(line)["reason"] for f in (tmp_path / "rejects").glob("*.json") for line in f.read_text().splitlines())
+    reasons = sorted(
+        json.loads(line)["reason"] for f in (tmp_path / "rejects").glob("*.json") for line in f.read_text().splitlines()
+    )
     assert reasons == [
         "field amount does not convert to decimal(8,2)",
         "field d does not convert from io.debezium.time.Date to date",

@@ -20,8 +20,26 @@ def reconcile(wh, snap, tmp_path, *extra: str) -> tuple[int, dict]:
     out = tmp_path / "report.json"
     result = CliRunner().invoke(
         app,
-        ["reconcile", "--table", "customer", "--snapshot", snap, "--format", "json", "--snapshot-time",
-         SNAPSHOT_TIME.isoformat(), "--buckets", "8", "--report", str(out), "--config", CONFIG, "--dsn", wh.dsn, *extra],
+        [
+            "reconcile",
+            "--table",
+            "customer",
+            "--snapshot",
+            snap,
+            "--format",
+            "json",
+            "--snapshot-time",
+            SNAPSHOT_TIME.isoformat(),
+            "--buckets",
+            "8",
+            "--report",
+            str(out),
+            "--config",
+            CONFIG,
+            "--dsn",
+            wh.dsn,
+            *extra,
+        ],
     )
     assert result.exception is None or isinstance(result.exception, SystemExit), result.output
     return result.exit_code, json.loads(out.read_text())
