@@ -225,28 +225,15 @@ def table_objects(d: PostgresDialect, pipeline: Pipeline, table: TableConfig, or
                 table.name,
             )
         )
+    # The sync (bounded by p_max_records), its scheduled call, and record isolation.
+    procedures = [
+        (n.procedure, procedure_sql, "bigint"),
+        (n.procedure, scheduled_procedure_sql, ""),
+        (n.isolate_procedure, isolate_record_sql, d.long_text_argument),
+    ]
     objects += [
-        SqlObject(
-            "procedure",
-            n.schema,
-            n.procedure,
-            procedure_sql(d, pipeline, table, origin),
-            table.name,
-            replaceable=True,
-            arguments="bigint",
-        ),
-        SqlObject(
-            "procedure", n.schema, n.procedure, scheduled_procedure_sql(d, pipeline, table, origin), table.name, replaceable=True
-        ),
-        SqlObject(
-            "procedure",
-            n.schema,
-            n.isolate_procedure,
-            isolate_record_sql(d, pipeline, table, origin),
-            table.name,
-            replaceable=True,
-            arguments=d.long_text_argument,
-        ),
+        SqlObject("procedure", n.schema, name, render(d, pipeline, table, origin), table.name, replaceable=True, arguments=args)
+        for name, render, args in procedures
     ]
     return objects
 
