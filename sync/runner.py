@@ -11,6 +11,7 @@ from sync.isolation import CallFailed, Isolation, is_data_error, isolate
 from sync.sql.dialects import get_dialect, quote_ident, quote_literal
 from sync.sql.names import QUARANTINE, RUN_LOG, SCHEMA_DRIFT, table_names
 from sync.sql.objects import SqlObject, pipeline_objects
+from sync.sql.procedure import pending_condition
 from sync.warehouse import Warehouse, WarehouseError
 
 
@@ -103,12 +104,15 @@ def applied_runs_sql(pipeline: Pipeline, table_name: str, since: str | None) -> 
 
 
 def pending_sql(pipeline: Pipeline, table_name: str) -> str:
-    """How many records of the stream are past the table's watermark."""
+    """How many records the table's next sync reads: the procedure's own pending
+    condition, with its refresh-time bound (v_since) computed from the watermark."""
     n = table_names(pipeline, pipeline.table(table_name))
     qs = quote_ident(n.schema)
+    wm = f"{qs}.{quote_ident(n.watermark)}"
+    since = f"(SELECT COALESCE(MAX(last_refresh_time), TIMESTAMP '1900-01-01 00:00:00') FROM {wm})"
     return (
-        f"SELECT COUNT(*) FROM {qs}.{quote_ident(n.stream)} s LEFT JOIN {qs}.{quote_ident(n.watermark)} w "
-        "ON w.kafka_partition = s.kafka_partition WHERE s.kafka_offset > COALESCE(w.last_offset, -1)"
+        f"SELECT COUNT(*) FROM {qs}.{quote_ident(n.stream)} s LEFT JOIN {wm} w "
+        f"ON w.kafka_partition = s.kafka_partition WHERE {pending_condition().replace('v_since', since)}"
     )
 
 
