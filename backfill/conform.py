@@ -24,24 +24,14 @@ from pyspark.sql import types as T
 from backfill import json_tokens
 from backfill.compat import try_cast
 from sync.config import ColumnConfig, TableConfig
-from sync.semantic import EPOCH_UNITS, TIME_UNITS, UndecodableValue, decode_for_column
-from sync.sql.helpers import NUMBER_PATTERN
-from sync.sql.procedure import field_reason, key_reason
-from sync.sql.semantic import (
-    MAX_EPOCH_DAYS,
-    MAX_EPOCH_SECONDS,
-    MIN_EPOCH_DAYS,
-    MIN_EPOCH_SECONDS,
-    ZONED_PATTERN,
-)
+from sync.semantic import UndecodableValue, decode_for_column
+from sync.sql.semantic import MAX_EPOCH_DAYS, MAX_EPOCH_SECONDS, MIN_EPOCH_DAYS, MIN_EPOCH_SECONDS
 from sync.sql.types import INTEGER_BOUNDS, SqlType
+from sync.vocabulary import EPOCH_UNITS, NUMBER_PATTERN, TIME_UNITS, ZONED_PATTERN, Semantic, field_reason, key_reason
 
 # A decoder gets the raw field, its Spark type and, for JSON inputs, the token-aware
 # `exact_value`.
 Decoder = t.Callable[[Column, T.DataType, ColumnConfig, "Column | None"], Column]
-CONNECT_DECIMAL = "org.apache.kafka.connect.data.Decimal"
-VARIABLE_SCALE_DECIMAL = "io.debezium.data.VariableScaleDecimal"
-JSON_SEMANTIC = "io.debezium.data.Json"
 
 # Numbers are read through a wide decimal first: exact for every bigint and for the
 # integer digits of any decimal(p,s) column, with spare fractional digits for rounding.
@@ -180,10 +170,10 @@ def plain_value(raw: Column, dtype: T.DataType, sql_type: SqlType, exact: Column
 
 _BIGINT = SqlType("bigint")
 MIN_TIMESTAMP, MAX_TIMESTAMP = "0001-01-01 00:00:00", "9999-12-31 23:59:59.999999"
-INTEGER_SEMANTICS = (*EPOCH_UNITS, *TIME_UNITS, "io.debezium.time.Date")
+INTEGER_SEMANTICS = (*EPOCH_UNITS, *TIME_UNITS, Semantic.DATE)
 # Encodings whose JSON token kind matters (a base64 string, a {scale, value} object, JSON
 # text in a string): the decoder gets the token itself, as JSON text.
-TOKEN_SEMANTICS = (CONNECT_DECIMAL, VARIABLE_SCALE_DECIMAL, JSON_SEMANTIC)
+TOKEN_SEMANTICS = (Semantic.DECIMAL, Semantic.VARIABLE_SCALE_DECIMAL, Semantic.JSON)
 
 
 def _integer(raw: Column, dtype: T.DataType, exact: Column | None) -> Column:
@@ -279,7 +269,7 @@ def _by_reference(raw: Column, dtype: T.DataType, col: ColumnConfig, exact: Colu
     """Decimal bytes (Connect Decimal, VariableScaleDecimal): decoded by the reference
     decoder itself, so the rounding to the column is the SQL's to the last digit."""
     semantic, scale, column_type = col.semantic, col.scale, col.type
-    from_token = exact is not None or semantic == VARIABLE_SCALE_DECIMAL
+    from_token = exact is not None or semantic == Semantic.VARIABLE_SCALE_DECIMAL
 
     def decode(value: str | None) -> t.Any:
         if value is None:
@@ -295,13 +285,13 @@ def _by_reference(raw: Column, dtype: T.DataType, col: ColumnConfig, exact: Colu
 
 
 SEMANTIC_DECODERS: dict[str, Decoder] = {
-    "io.debezium.time.Date": _date_from_days,
+    Semantic.DATE: _date_from_days,
     **{semantic: _epoch(per_second) for semantic, per_second in EPOCH_UNITS.items()},
     **{semantic: _time_of_day(per_second) for semantic, per_second in TIME_UNITS.items()},
-    "io.debezium.time.ZonedTimestamp": _zoned,
-    CONNECT_DECIMAL: _by_reference,
-    VARIABLE_SCALE_DECIMAL: _by_reference,
-    JSON_SEMANTIC: _json,
+    Semantic.ZONED_TIMESTAMP: _zoned,
+    Semantic.DECIMAL: _by_reference,
+    Semantic.VARIABLE_SCALE_DECIMAL: _by_reference,
+    Semantic.JSON: _json,
 }
 # Year, Enum, EnumSet, Uuid and boolean-int are the plain JSON of their column type: the
 # plain conversion applies, as in the SQL. bytes needs a varbyte column, which the backfill

@@ -23,6 +23,7 @@ from backfill.compat import try_cast
 from backfill.conform import exact_name, exact_value, raw_name
 from sync.config import ColumnConfig, TableConfig
 from sync.sql.envelope import POS_WIDTH
+from sync.vocabulary import Reason
 
 SOURCE_TS_COLUMNS = ("_source_ts", "__source_ts_ms")
 
@@ -265,10 +266,10 @@ def debezium_events(records: DataFrame, table: TableConfig) -> DataFrame:
 
     is_object = F.trim(env).startswith("{")
     reason = (
-        F.when(~valid_json, F.lit("value is not valid JSON"))
+        F.when(~valid_json, F.lit(str(Reason.NOT_JSON)))
         .when(value.isNull(), F.lit("tombstone"))
-        .when(~is_object, F.lit("value is not a JSON object"))
-        .when(op.isNull(), F.lit("no op field: not a Debezium change event"))
+        .when(~is_object, F.lit(str(Reason.NOT_OBJECT)))
+        .when(op.isNull(), F.lit(str(Reason.NO_OP)))
         .when(op == "t", F.lit("truncate event: not applied by a backfill"))
         .when(~op.isin("c", "r", "u", "d"), F.concat(F.lit('unknown op "'), F.substring(op, 1, 64), F.lit('"')))
     )

@@ -16,6 +16,7 @@ from typing import Annotated, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from sync.sql.types import SqlType, parse_type
+from sync.vocabulary import Semantic
 
 DEFAULT_CONFIG_PATH = "pipeline.toml"
 CONFIG_ENV_VAR = "REDSHIFT_SYNC_CONFIG"
@@ -108,27 +109,6 @@ class SourceSection(_Model):
         return self
 
 
-SEMANTIC_TYPES = (
-    "io.debezium.time.Date",
-    "io.debezium.time.Time",
-    "io.debezium.time.MicroTime",
-    "io.debezium.time.NanoTime",
-    "io.debezium.time.Timestamp",
-    "io.debezium.time.MicroTimestamp",
-    "io.debezium.time.NanoTimestamp",
-    "io.debezium.time.ZonedTimestamp",
-    "io.debezium.time.Year",
-    "org.apache.kafka.connect.data.Decimal",
-    "io.debezium.data.VariableScaleDecimal",
-    "io.debezium.data.Json",
-    "io.debezium.data.Enum",
-    "io.debezium.data.EnumSet",
-    "io.debezium.data.Uuid",
-    "bytes",
-    "boolean-int",
-)
-
-
 class ColumnConfig(_Model):
     name: str
     type: str
@@ -162,8 +142,8 @@ class ColumnConfig(_Model):
     @field_validator("semantic")
     @classmethod
     def _semantic(cls, v: str | None) -> str | None:
-        if v is not None and v not in SEMANTIC_TYPES:
-            raise ValueError(f"unknown semantic type {v!r}; known: {', '.join(SEMANTIC_TYPES)}")
+        if v is not None and v not in {s.value for s in Semantic}:
+            raise ValueError(f"unknown semantic type {v!r}; known: {', '.join(Semantic)}")
         return v
 
     @property

@@ -17,26 +17,27 @@ from typing import Any
 
 from sync.config import TARGET_NAME, ConfigError, parse_pipeline
 from sync.stream import read_records
+from sync.vocabulary import SchemaName, Semantic
 
 # Connect schema name -> (column type, semantic) for names whose encoding needs decoding.
-SEMANTIC_NAMES: dict[str, tuple[str, str | None]] = {
-    "io.debezium.time.Date": ("date", "io.debezium.time.Date"),
-    "org.apache.kafka.connect.data.Date": ("date", "io.debezium.time.Date"),
-    "io.debezium.time.Time": ("time", "io.debezium.time.Time"),
-    "org.apache.kafka.connect.data.Time": ("time", "io.debezium.time.Time"),
-    "io.debezium.time.MicroTime": ("time", "io.debezium.time.MicroTime"),
-    "io.debezium.time.NanoTime": ("time", "io.debezium.time.NanoTime"),
-    "io.debezium.time.Timestamp": ("timestamp", "io.debezium.time.Timestamp"),
-    "org.apache.kafka.connect.data.Timestamp": ("timestamp", "io.debezium.time.Timestamp"),
-    "io.debezium.time.MicroTimestamp": ("timestamp", "io.debezium.time.MicroTimestamp"),
-    "io.debezium.time.NanoTimestamp": ("timestamp", "io.debezium.time.NanoTimestamp"),
-    "io.debezium.time.ZonedTimestamp": ("timestamptz", "io.debezium.time.ZonedTimestamp"),
-    "io.debezium.time.Year": ("integer", "io.debezium.time.Year"),
-    "io.debezium.data.VariableScaleDecimal": ("decimal(38,10)", "io.debezium.data.VariableScaleDecimal"),
-    "io.debezium.data.Json": ("super", "io.debezium.data.Json"),
-    "io.debezium.data.Uuid": ("varchar(36)", "io.debezium.data.Uuid"),
-    "io.debezium.data.Xml": ("varchar(65535)", None),
-    "io.debezium.data.Bits": ("varbyte", "bytes"),
+SEMANTIC_NAMES: dict[str, tuple[str, Semantic | None]] = {
+    Semantic.DATE: ("date", Semantic.DATE),
+    SchemaName.CONNECT_DATE: ("date", Semantic.DATE),
+    Semantic.TIME: ("time", Semantic.TIME),
+    SchemaName.CONNECT_TIME: ("time", Semantic.TIME),
+    Semantic.MICRO_TIME: ("time", Semantic.MICRO_TIME),
+    Semantic.NANO_TIME: ("time", Semantic.NANO_TIME),
+    Semantic.TIMESTAMP: ("timestamp", Semantic.TIMESTAMP),
+    SchemaName.CONNECT_TIMESTAMP: ("timestamp", Semantic.TIMESTAMP),
+    Semantic.MICRO_TIMESTAMP: ("timestamp", Semantic.MICRO_TIMESTAMP),
+    Semantic.NANO_TIMESTAMP: ("timestamp", Semantic.NANO_TIMESTAMP),
+    Semantic.ZONED_TIMESTAMP: ("timestamptz", Semantic.ZONED_TIMESTAMP),
+    Semantic.YEAR: ("integer", Semantic.YEAR),
+    Semantic.VARIABLE_SCALE_DECIMAL: ("decimal(38,10)", Semantic.VARIABLE_SCALE_DECIMAL),
+    Semantic.JSON: ("super", Semantic.JSON),
+    Semantic.UUID: ("varchar(36)", Semantic.UUID),
+    SchemaName.XML: ("varchar(65535)", None),
+    SchemaName.BITS: ("varbyte", Semantic.BYTES),
 }
 PLAIN_TYPES = {
     "int8": "smallint",
@@ -54,8 +55,7 @@ PLAIN_TYPES = {
     "map": "super",
     "struct": "super",
 }
-DECIMAL = "org.apache.kafka.connect.data.Decimal"
-ENUMS = ("io.debezium.data.Enum", "io.debezium.data.EnumSet")
+ENUMS = (Semantic.ENUM, Semantic.ENUM_SET)
 MAX_PRECISION = 38
 
 
@@ -72,10 +72,10 @@ def column_for(fld: dict[str, Any]) -> Column:
     """One Connect schema field -> a column (type, semantic, scale)."""
     name, connect_type = fld["field"], fld.get("type")
     semantic_name, params = fld.get("name"), fld.get("parameters") or {}
-    if semantic_name == DECIMAL:
+    if semantic_name == Semantic.DECIMAL:
         scale = int(params.get("scale", 0))
         precision = int(params.get("connect.decimal.precision", MAX_PRECISION))
-        col = Column(name, "", DECIMAL, scale)
+        col = Column(name, "", Semantic.DECIMAL, scale)
         if precision > MAX_PRECISION or scale > MAX_PRECISION:
             col.notes.append(f"{name}: source precision {precision} exceeds DECIMAL(38); values beyond it are quarantined")
         precision = max(min(precision, MAX_PRECISION), min(scale, MAX_PRECISION), 1)
@@ -83,16 +83,16 @@ def column_for(fld: dict[str, Any]) -> Column:
         return col
     if semantic_name in ENUMS:
         allowed = [v for v in str(params.get("allowed", "")).split(",") if v]
-        longest = len(",".join(allowed)) if semantic_name.endswith("EnumSet") else max((len(v) for v in allowed), default=0)
+        longest = len(",".join(allowed)) if semantic_name == Semantic.ENUM_SET else max((len(v) for v in allowed), default=0)
         return Column(name, f"varchar({min(max(longest * 4, 16), 65535)})", semantic_name)
     if semantic_name in SEMANTIC_NAMES:
         typ, semantic = SEMANTIC_NAMES[semantic_name]
         col = Column(name, typ, semantic)
-        if semantic_name == "io.debezium.data.VariableScaleDecimal":
+        if semantic_name == Semantic.VARIABLE_SCALE_DECIMAL:
             col.notes.append(f"{name}: unconstrained NUMERIC, stored as decimal(38,10); adjust to the data")
         return col
     if connect_type == "bytes":
-        return Column(name, "varbyte", "bytes")
+        return Column(name, "varbyte", Semantic.BYTES)
     if connect_type in PLAIN_TYPES:
         return Column(name, PLAIN_TYPES[connect_type])
     raise ValueError(f"field {name!r}: unknown Connect type {connect_type!r}")

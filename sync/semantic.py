@@ -39,6 +39,17 @@ from datetime import date, datetime, time, timedelta, timezone
 from decimal import ROUND_HALF_UP, Context, Decimal, InvalidOperation
 from typing import Any
 
+from sync.vocabulary import (
+    BASE64_PATTERN,
+    EPOCH_UNITS,
+    NUMBER_PATTERN,
+    TEXT_SEMANTICS,
+    TIME_UNITS,
+    TOAST_PLACEHOLDER_FORMS,
+    ZONED_PATTERN,
+    Semantic,
+)
+
 EPOCH = datetime(1970, 1, 1)
 EPOCH_DATE = date(1970, 1, 1)
 MIN_DATETIME = datetime(1, 1, 1)
@@ -48,31 +59,9 @@ MAX_DECIMAL_BYTES = 16  # 10**38 - 1 < 2**127: two's complement in 16 bytes
 # Exact arithmetic for 38 digits whatever the caller's decimal context.
 _EXACT = Context(prec=100, rounding=ROUND_HALF_UP)
 
-UNAVAILABLE = "__debezium_unavailable_value"
-# The placeholder as Debezium writes it for text, bytea (base64 of the same bytes) and
-# text[] columns (docs/debezium.md, "TOAST placeholders").
-UNAVAILABLE_FORMS = (
-    UNAVAILABLE,
-    base64.b64encode(UNAVAILABLE.encode()).decode(),
-    [UNAVAILABLE],
-)
-
-# Units per second of the epoch-number encodings.
-EPOCH_UNITS = {
-    "io.debezium.time.Timestamp": 1_000,
-    "io.debezium.time.MicroTimestamp": 1_000_000,
-    "io.debezium.time.NanoTimestamp": 1_000_000_000,
-}
-TIME_UNITS = {
-    "io.debezium.time.Time": 1_000,
-    "io.debezium.time.MicroTime": 1_000_000,
-    "io.debezium.time.NanoTime": 1_000_000_000,
-}
-TEXT_SEMANTICS = ("io.debezium.data.Enum", "io.debezium.data.EnumSet", "io.debezium.data.Uuid")
-
-ZONED = re.compile(r"^([0-9]{4}-[0-9]{2}-[0-9]{2})T([0-9]{2}:[0-9]{2}:[0-9]{2})(?:\.([0-9]{1,9}))?(Z|[+-][0-9]{2}:[0-9]{2})$")
-BASE64 = re.compile(r"^([A-Za-z0-9+/]{4})*([A-Za-z0-9+/]{2}==|[A-Za-z0-9+/]{3}=)?$")
-NUMBER = re.compile(r"^\s*[-+]?([0-9]+(\.[0-9]*)?|\.[0-9]+)([eE][-+]?[0-9]{1,3})?\s*$")
+BASE64 = re.compile(BASE64_PATTERN)
+ZONED = re.compile(ZONED_PATTERN)
+NUMBER = re.compile(NUMBER_PATTERN)
 
 
 class UndecodableValue(ValueError):
@@ -81,7 +70,7 @@ class UndecodableValue(ValueError):
 
 def is_unavailable(json_value: Any) -> bool:
     """True for the TOAST placeholder: the column did not change and was not sent."""
-    return any(json_value == form for form in UNAVAILABLE_FORMS)
+    return any(json_value == form for form in TOAST_PLACEHOLDER_FORMS)
 
 
 def _integer(value: Any) -> int:
@@ -134,12 +123,12 @@ def _zoned(value: Any) -> datetime:
     m = ZONED.match(value) if isinstance(value, str) else None
     if not m:
         raise UndecodableValue(f"{value!r} is not an ISO-8601 timestamp with Z or an offset")
-    day, clock, fraction, zone = m.groups()
+    _, fraction, zone = m.groups()
     try:
-        local = datetime.fromisoformat(f"{day} {clock}")
+        local = datetime.fromisoformat(f"{value[:10]} {value[11:19]}")
     except ValueError:
         raise UndecodableValue(f"{value!r} is not a valid timestamp") from None
-    micros = int((fraction or "")[:6].ljust(6, "0"))
+    micros = int((fraction or ".")[1:7].ljust(6, "0"))
     offset = 0
     if zone != "Z":
         offset = (int(zone[1:3]) * 60 + int(zone[4:6])) * (-1 if zone[0] == "-" else 1)
@@ -214,27 +203,27 @@ def decode_value(semantic: str | None, scale: int | None, json_value: Any) -> An
         return _timestamp(_integer(json_value), EPOCH_UNITS[semantic])
     if semantic in TIME_UNITS:
         return _time(_integer(json_value), TIME_UNITS[semantic])
-    if semantic == "io.debezium.time.Date":
+    if semantic == Semantic.DATE:
         days = _integer(json_value)
         try:
             return EPOCH_DATE + timedelta(days=days)
         except OverflowError:
             raise UndecodableValue(f"{days} days is out of the date range") from None
-    if semantic == "io.debezium.time.ZonedTimestamp":
+    if semantic == Semantic.ZONED_TIMESTAMP:
         return _zoned(json_value)
-    if semantic == "io.debezium.time.Year":
+    if semantic == Semantic.YEAR:
         return _integer(json_value)
-    if semantic == "org.apache.kafka.connect.data.Decimal":
+    if semantic == Semantic.DECIMAL:
         return _scaled(unscaled_from_base64(json_value), scale or 0)
-    if semantic == "io.debezium.data.VariableScaleDecimal":
+    if semantic == Semantic.VARIABLE_SCALE_DECIMAL:
         return _variable_scale(json_value)
-    if semantic == "io.debezium.data.Json":
+    if semantic == Semantic.JSON:
         return _json(json_value)
     if semantic in TEXT_SEMANTICS:
         return _text(json_value)
-    if semantic == "bytes":
+    if semantic == Semantic.BYTES:
         return _bytes(json_value)
-    if semantic == "boolean-int":
+    if semantic == Semantic.BOOLEAN_INT:
         return _boolean(json_value)
     if semantic is None:
         return json_value
@@ -276,7 +265,7 @@ def decode_for_column(semantic: str | None, scale: int | None, column_type: str,
         return decoded.date() if t.family == "date" else decoded
     if isinstance(decoded, date) and t.family == "timestamp":
         return datetime(decoded.year, decoded.month, decoded.day)
-    if semantic == "io.debezium.data.Json" and t.family != "super":
+    if semantic == Semantic.JSON and t.family != "super":
         decoded = json_value  # the JSON text itself
     return _fits(decoded, t)
 

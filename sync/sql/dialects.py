@@ -10,9 +10,7 @@ Everything else the generator emits is one text for both.
 from __future__ import annotations
 
 from sync.sql.types import INTEGER_BOUNDS, VARBYTE_DEFAULT, VARCHAR_MAX, SqlType
-
-# Text that is base64 (with padding): TO_VARBYTE(.., 'base64') raises on anything else.
-BASE64_PATTERN = r"^([A-Za-z0-9+/]{4})*([A-Za-z0-9+/]{2}==|[A-Za-z0-9+/]{3}=)?$"
+from sync.vocabulary import BASE64_PATTERN
 
 # Text that ends in a zone designator after a time of day ("...T22:00:10Z", "+02:00"):
 # ISO 8601 as Debezium's ZonedTimestamp writes it.

@@ -9,9 +9,8 @@ for columns of those types.
 
 from __future__ import annotations
 
-from sync.sql.dialects import BASE64_PATTERN, ZONED_TEXT, quote_ident
-
-NUMBER_PATTERN = r"^\s*[-+]?([0-9]+(\.[0-9]*)?|\.[0-9]+)([eE][-+]?[0-9]{1,3})?\s*$"
+from sync.sql.dialects import ZONED_TEXT, quote_ident
+from sync.vocabulary import BASE64_PATTERN, NUMBER_PATTERN
 
 
 def _fn(schema: str, name: str, args: str, returns: str, body: str, language: str = "sql") -> str:

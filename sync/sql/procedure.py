@@ -13,6 +13,7 @@ from sync.sql.envelope import envelope_sql, source_sql, unwrap_schema
 from sync.sql.names import QUARANTINE, RUN_LOG, SCHEMA_DRIFT, table_names
 from sync.sql.semantic import DecodeSql, check_column, decode_sql
 from sync.sql.types import SqlType
+from sync.vocabulary import TOAST_PLACEHOLDER, TOAST_PLACEHOLDER_TEXTS, Reason, field_reason, key_reason
 
 _BIGINT = SqlType("bigint")  # source.ts_ms: milliseconds since the epoch
 # source.ts_ms values that are a time (1970-01-01 to 9999-12-31 23:59:59.999): outside
@@ -79,12 +80,6 @@ def drift_image_sql(d: PostgresDialect, table: TableConfig) -> str:
     return f"CASE WHEN f.op IN ('c', 'r', 'u') AND {d.json_is_object('f.img')} AND NOT ({exact}) THEN f.img END"
 
 
-# The TOAST placeholder in its text, bytea (base64) and text[] forms (docs/debezium.md, "TOAST placeholders").
-UNAVAILABLE_FORMS = (
-    "__debezium_unavailable_value",
-    "X19kZWJleml1bV91bmF2YWlsYWJsZV92YWx1ZQ==",
-    '["__debezium_unavailable_value"]',
-)
 TOASTABLE_FAMILIES = ("char", "varchar", "super", "varbyte")
 
 
@@ -121,22 +116,9 @@ def raw_is_null(d: PostgresDialect, raw: str, col: ColumnConfig) -> str:
 
 def unavailable_sql(d: PostgresDialect, raw: str, col: ColumnConfig) -> str:
     """True when the field is the placeholder: keep the stored value of the column."""
-    forms = ", ".join(quote_literal(f) for f in UNAVAILABLE_FORMS)
+    forms = ", ".join(quote_literal(f) for f in TOAST_PLACEHOLDER_TEXTS)
     text = raw if read_as_text(d, col) else d.json_number_text(raw)
     return f"COALESCE({text} IN ({forms}), false)"
-
-
-def key_reason(col: ColumnConfig) -> str:
-    """The quarantine reason of a key field that is missing or does not convert (the
-    backfill rejects with the same words)."""
-    encoding = f"{col.semantic} " if col.semantic else ""
-    return f"primary key field {col.name} is missing or not a {encoding}{col.sql_type}"
-
-
-def field_reason(col: ColumnConfig) -> str:
-    """The quarantine reason of a present value that does not convert to its column."""
-    encoding = f"from {col.semantic} " if col.semantic else ""
-    return f"field {col.name} does not convert {encoding}to {col.sql_type}"
 
 
 def classification_checks(d: PostgresDialect, table: TableConfig) -> list[Check]:
@@ -145,14 +127,14 @@ def classification_checks(d: PostgresDialect, table: TableConfig) -> list[Check]
     tombstone_action = "delete" if table.format == "debezium-unwrap" else "tombstone"
     key_present = " AND ".join(f"t.{q(c.target_name)} IS NOT NULL" for c in table.key_columns)
     checks = [
-        Check("t.raw_value IS NOT NULL", "quarantine", "'value is not valid JSON'"),
+        Check("t.raw_value IS NOT NULL", "quarantine", quote_literal(Reason.NOT_JSON)),
     ]
     if tombstone_action == "delete":
         checks.append(Check(f"{d.json_is_null('t.env')} AND {key_present}", "delete", "NULL"))
     checks += [
         Check(d.json_is_null("t.env"), "tombstone", "NULL"),
-        Check(f"NOT {d.json_is_object('t.env')}", "quarantine", "'value is not a JSON object'"),
-        Check("t.op IS NULL", "quarantine", "'no op field: not a Debezium change event'"),
+        Check(f"NOT {d.json_is_object('t.env')}", "quarantine", quote_literal(Reason.NOT_OBJECT)),
+        Check("t.op IS NULL", "quarantine", quote_literal(Reason.NO_OP)),
         Check("t.op = 't'", "truncate", "NULL"),
         Check(
             "t.op NOT IN ('c', 'r', 'u', 'd')",
@@ -810,7 +792,7 @@ def unknown_toast_sql(d: PostgresDialect, pipeline: Pipeline, table: TableConfig
     return (
         "IF v_unavailable > 0 THEN\n"
         f"  UPDATE {d.qualified(n.schema, n.stage)} s SET _action = 'quarantine',\n"
-        "         _reason = SUBSTRING('no earlier value is known for the TOAST placeholder (__debezium_unavailable_value) in '\n"
+        f"         _reason = SUBSTRING('no earlier value is known for the TOAST placeholder ({TOAST_PLACEHOLDER}) in '\n"
         "                             || BTRIM(s._unavailable, '|'), 1, 1000)\n"
         "  WHERE s._rn = 1 AND s._action = 'upsert' AND s._unavailable <> '|'\n"
         f"    AND NOT EXISTS (SELECT 1 FROM {target} t WHERE {key_match});\n"

@@ -23,13 +23,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from sync.config import ColumnConfig
-from sync.semantic import EPOCH_UNITS, MAX_DECIMAL_DIGITS, TIME_UNITS
-from sync.sql.dialects import BASE64_PATTERN, PostgresDialect
+from sync.semantic import MAX_DECIMAL_DIGITS
+from sync.sql.dialects import PostgresDialect
 from sync.sql.types import SqlType
+from sync.vocabulary import BASE64_PATTERN, EPOCH_UNITS, TIME_UNITS, ZONED_PATTERN, Semantic
 
-# Hours 00-23 and seconds 00-59 only: PostgreSQL would read 24:00:00 as the next day and
-# :60 as the next minute, where the reference decoder (and Debezium) have no such times.
-ZONED_PATTERN = "^[0-9]{4}-[0-9]{2}-[0-9]{2}T([01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9]([.][0-9]{1,9})?(Z|[+-][0-9]{2}:[0-9]{2})$"
 _BIGINT = SqlType("bigint")
 _INTEGER = SqlType("integer")
 # Timestamps both warehouses hold: 0001-01-01 00:00:00 .. 9999-12-31 23:59:59 (seconds).
@@ -60,15 +58,15 @@ class DecodeSql:
 
 
 def natural_kind(semantic: str) -> str | None:
-    if semantic in EPOCH_UNITS or semantic == "io.debezium.time.ZonedTimestamp":
+    if semantic in EPOCH_UNITS or semantic == Semantic.ZONED_TIMESTAMP:
         return "timestamp"
     if semantic in TIME_UNITS:
         return "time"
-    if semantic == "io.debezium.time.Date":
+    if semantic == Semantic.DATE:
         return "date"
-    if semantic in ("org.apache.kafka.connect.data.Decimal", "io.debezium.data.VariableScaleDecimal"):
+    if semantic in (Semantic.DECIMAL, Semantic.VARIABLE_SCALE_DECIMAL):
         return "decimal"
-    if semantic == "io.debezium.data.Json":
+    if semantic == Semantic.JSON:
         return "json"
     return None  # encoded as the plain JSON of its type: the ordinary conversion applies
 
@@ -84,7 +82,7 @@ def check_column(col: ColumnConfig, table: str) -> None:
             f"table {table}, column {col.name}: semantic {col.semantic} decodes to a {kind}, "
             f"which does not fit type {col.type} (use {' or '.join(allowed)})"
         )
-    if col.semantic == "org.apache.kafka.connect.data.Decimal" and col.scale is None:
+    if col.semantic == Semantic.DECIMAL and col.scale is None:
         raise ValueError(
             f"table {table}, column {col.name}: semantic {col.semantic} needs scale = <n> (the schema's 'scale' parameter)"
         )
@@ -223,13 +221,13 @@ def decode_sql(d: PostgresDialect, col: ColumnConfig, raw: str, alias: str) -> D
         per_second = TIME_UNITS[semantic]
         levels = [{e: _in_range(integer, 0, 86_400 * per_second - 1)}]
         return DecodeSql(levels, f"CAST({_epoch_to_timestamp(f'f.{e}', per_second)} AS time)")
-    if semantic == "io.debezium.time.Date":
+    if semantic == Semantic.DATE:
         levels = [{e: _in_range(integer, MIN_EPOCH_DAYS, MAX_EPOCH_DAYS)}]
         return DecodeSql(levels, _land(d, kind, d.epoch_days_to_date(f"f.{e}"), t))
-    if semantic == "io.debezium.time.ZonedTimestamp":
+    if semantic == Semantic.ZONED_TIMESTAMP:
         levels, value = _zoned_levels(d, raw, alias)
         return DecodeSql(levels, _land(d, kind, value, t))
-    if semantic == "io.debezium.data.Json":
+    if semantic == Semantic.JSON:
         if t.family == "super":
             text = d.json_number_text(raw)
             return DecodeSql([], f"CASE WHEN {d.json_is_string(raw)} THEN {d.parse_json_text(text)} END")
@@ -237,7 +235,7 @@ def decode_sql(d: PostgresDialect, col: ColumnConfig, raw: str, alias: str) -> D
         text = d.json_number_text(raw)
         valid = f"{d.json_is_string(raw)} AND {d.parse_json_text(text)} IS NOT NULL"
         return DecodeSql([], f"CASE WHEN {valid} THEN {d.cast_json(raw, t)} END")
-    if semantic == "org.apache.kafka.connect.data.Decimal":
+    if semantic == Semantic.DECIMAL:
         levels = _decimal_levels(d, raw, alias, str(col.scale or 0))
         return DecodeSql(levels, _land(d, kind, f"f.t__{alias}", t))
     # VariableScaleDecimal: {"scale": n, "value": base64}; the scale travels with the value.
