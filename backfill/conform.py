@@ -293,8 +293,8 @@ SEMANTIC_DECODERS: dict[str, Decoder] = {
     Semantic.VARIABLE_SCALE_DECIMAL: _by_reference,
     Semantic.JSON: _json,
 }
-# Year, Enum, EnumSet, Uuid and boolean-int are the plain JSON of their column type: the
-# plain conversion applies, as in the SQL. bytes needs a varbyte column, which the backfill
+# Year, MicroDuration, Interval, Enum, EnumSet, Uuid and boolean-int are the plain JSON of
+# their column type: the plain conversion applies, as in the SQL. bytes needs a varbyte column, which the backfill
 # does not load (see `spark_type`).
 
 

@@ -33,6 +33,8 @@ SEMANTIC_NAMES: dict[str, tuple[str, Semantic | None]] = {
     Semantic.NANO_TIMESTAMP: ("timestamp", Semantic.NANO_TIMESTAMP),
     Semantic.ZONED_TIMESTAMP: ("timestamptz", Semantic.ZONED_TIMESTAMP),
     Semantic.YEAR: ("integer", Semantic.YEAR),
+    Semantic.MICRO_DURATION: ("bigint", Semantic.MICRO_DURATION),
+    Semantic.INTERVAL: ("varchar(64)", Semantic.INTERVAL),
     Semantic.VARIABLE_SCALE_DECIMAL: ("decimal(38,10)", Semantic.VARIABLE_SCALE_DECIMAL),
     Semantic.JSON: ("super", Semantic.JSON),
     Semantic.UUID: ("varchar(36)", Semantic.UUID),
@@ -76,10 +78,12 @@ def column_for(fld: dict[str, Any]) -> Column:
         scale = int(params.get("scale", 0))
         precision = int(params.get("connect.decimal.precision", MAX_PRECISION))
         col = Column(name, "", Semantic.DECIMAL, scale)
-        if precision > MAX_PRECISION or scale > MAX_PRECISION:
-            col.notes.append(f"{name}: source precision {precision} exceeds DECIMAL(38); values beyond it are quarantined")
-        precision = max(min(precision, MAX_PRECISION), min(scale, MAX_PRECISION), 1)
-        col.type = f"decimal({precision},{min(scale, precision)})"
+        # A negative scale (Oracle NUMBER(p, -s)) rounds to 10**s: p - s integer digits.
+        digits = precision - min(scale, 0)
+        if digits > MAX_PRECISION or scale > MAX_PRECISION:
+            col.notes.append(f"{name}: source precision {digits} exceeds DECIMAL(38); values beyond it are quarantined")
+        precision = max(min(digits, MAX_PRECISION), min(scale, MAX_PRECISION), 1)
+        col.type = f"decimal({precision},{min(max(scale, 0), precision)})"
         return col
     if semantic_name in ENUMS:
         allowed = [v for v in str(params.get("allowed", "")).split(",") if v]

@@ -15,15 +15,18 @@ a column of that type (decimals rounded to the column's scale, timestamptz aware
 | io.debezium.time.Timestamp / Micro / Nano  | ms / µs / ns since the epoch  | naive datetime (UTC wall)   |
 | io.debezium.time.ZonedTimestamp            | ISO-8601 text, Z or offset    | naive datetime in UTC       |
 | io.debezium.time.Year                      | number                        | int                         |
+| io.debezium.time.MicroDuration             | µs (INTERVAL)                 | int                         |
 | org.apache.kafka.connect.data.Decimal      | base64 two's complement       | decimal.Decimal (scale)     |
 | io.debezium.data.VariableScaleDecimal      | {"scale": n, "value": base64} | decimal.Decimal             |
 | io.debezium.data.Json                      | JSON text                     | the parsed JSON value       |
-| Enum / EnumSet / Uuid                      | text                          | str                         |
+| Enum / EnumSet / Uuid / time.Interval      | text                          | str                         |
 | bytes                                      | base64                        | bytes                       |
 | boolean-int                                | 0 / 1 (or true / false)       | bool                        |
 
 Sub-microsecond digits (NanoTime, NanoTimestamp, ZonedTimestamp with 7-9 fraction
 digits) are truncated toward zero, as the SQL does: both warehouses store microseconds.
+Decimal scales run from -38 to 38 (a negative scale appends zeros: Oracle NUMBER(p, -s),
+Db2 DECFLOAT) and a decoded decimal has at most 38 digits.
 A value that cannot be decoded raises `UndecodableValue` (the procedure quarantines the
 record); JSON null decodes to None. The TOAST placeholder is detected by
 `is_unavailable`, before decoding.
@@ -155,9 +158,16 @@ def unscaled_from_base64(value: Any) -> int:
 
 
 def _scaled(unscaled: int, scale: int) -> Decimal:
-    if not 0 <= scale <= MAX_DECIMAL_DIGITS:
-        raise UndecodableValue(f"scale {scale} is outside 0..{MAX_DECIMAL_DIGITS}")
-    return Decimal(unscaled).scaleb(-scale, context=_EXACT)
+    """unscaled * 10**-scale. A negative scale (Oracle NUMBER(p, -s), Db2 DECFLOAT) appends
+    zeros; the result keeps to 38 digits either way."""
+    if not -MAX_DECIMAL_DIGITS <= scale <= MAX_DECIMAL_DIGITS:
+        raise UndecodableValue(f"scale {scale} is outside -{MAX_DECIMAL_DIGITS}..{MAX_DECIMAL_DIGITS}")
+    if scale >= 0:
+        return Decimal(unscaled).scaleb(-scale, context=_EXACT)
+    value = unscaled * 10**-scale
+    if abs(value) >= 10**MAX_DECIMAL_DIGITS:
+        raise UndecodableValue(f"{unscaled}E{-scale} has more than {MAX_DECIMAL_DIGITS} digits")
+    return Decimal(value)
 
 
 def _variable_scale(value: Any) -> Decimal:
@@ -211,7 +221,7 @@ def decode_value(semantic: str | None, scale: int | None, json_value: Any) -> An
             raise UndecodableValue(f"{days} days is out of the date range") from None
     if semantic == Semantic.ZONED_TIMESTAMP:
         return _zoned(json_value)
-    if semantic == Semantic.YEAR:
+    if semantic in (Semantic.YEAR, Semantic.MICRO_DURATION):
         return _integer(json_value)
     if semantic == Semantic.DECIMAL:
         return _scaled(unscaled_from_base64(json_value), scale or 0)

@@ -33,6 +33,8 @@ class Semantic(StrEnum):
     NANO_TIMESTAMP = "io.debezium.time.NanoTimestamp"
     ZONED_TIMESTAMP = "io.debezium.time.ZonedTimestamp"
     YEAR = "io.debezium.time.Year"
+    MICRO_DURATION = "io.debezium.time.MicroDuration"
+    INTERVAL = "io.debezium.time.Interval"
     DECIMAL = "org.apache.kafka.connect.data.Decimal"
     VARIABLE_SCALE_DECIMAL = "io.debezium.data.VariableScaleDecimal"
     JSON = "io.debezium.data.Json"
@@ -68,7 +70,7 @@ TIME_UNITS = {
     Semantic.NANO_TIME: 1_000_000_000,
 }
 # Encodings that are plain JSON text.
-TEXT_SEMANTICS = (Semantic.ENUM, Semantic.ENUM_SET, Semantic.UUID)
+TEXT_SEMANTICS = (Semantic.ENUM, Semantic.ENUM_SET, Semantic.UUID, Semantic.INTERVAL)
 
 # One pattern serves Python's `re`, PostgreSQL and Redshift (POSIX) and Spark (Java).
 # Base64 with padding, as the JsonConverter writes bytes (TO_VARBYTE raises on anything else).

@@ -55,6 +55,8 @@ BAD = [
     {"price": "!!!!"},
     {"price": "AYab"},  # not base64; 99.995 rounds past decimal(4,2)
     {"weight": {"scale": 10**9, "value": "AQ=="}},
+    {"weight": {"scale": -(2**31), "value": "AQ=="}},  # the smallest integer: negating it overflows
+    {"weight": {"scale": -39, "value": "AQ=="}},  # 10**39: more than 38 digits
     {"released": 10**12},
     {"updated_at": -(2**63)},
     {"published_at": "2023-02-30T00:00:00Z"},

@@ -82,6 +82,11 @@ def check_column(col: ColumnConfig, table: str) -> None:
             f"table {table}, column {col.name}: semantic {col.semantic} decodes to a {kind}, "
             f"which does not fit type {col.type} (use {' or '.join(allowed)})"
         )
+    if col.semantic == Semantic.MICRO_DURATION and not col.sql_type.is_integer:
+        raise ValueError(
+            f"table {table}, column {col.name}: semantic {col.semantic} is a number of microseconds, "
+            f"which does not fit type {col.type} (use bigint)"
+        )
     if col.semantic == Semantic.DECIMAL and col.scale is None:
         raise ValueError(
             f"table {table}, column {col.name}: semantic {col.semantic} needs scale = <n> (the schema's 'scale' parameter)"
@@ -147,9 +152,11 @@ def _zoned_levels(d: PostgresDialect, raw: str, alias: str) -> tuple[list[dict[s
     return [level1, level2], value
 
 
-def _decimal_levels(d: PostgresDialect, b64_json: str, alias: str, scale: str) -> list[dict[str, str]]:
+def _decimal_levels(d: PostgresDialect, b64_json: str, alias: str, scale: str | int) -> list[dict[str, str]]:
     """Base64 two's complement + scale -> plain decimal text `t__` ('-12345.67'), one small
-    step per level so that no expression is evaluated twice."""
+    step per level so that no expression is evaluated twice. `scale` is the column's
+    (a number) or an expression over the previous level (VariableScaleDecimal); a
+    negative scale appends zeros ('1234500' for 12345 at scale -2)."""
     text = d.json_number_text(b64_json)
     s, x, h, n = f"s__{alias}", f"x__{alias}", f"h__{alias}", f"n__{alias}"
     a, b, c, low, m, g = (f"{p}__{alias}" for p in "abclmg")
@@ -174,11 +181,25 @@ def _decimal_levels(d: PostgresDialect, b64_json: str, alias: str, scale: str) -
     # At least scale + 1 digits, so the integer part is never empty (a scale past 38 is
     # refused below; LEAST keeps the padding bounded meanwhile).
     digits = f"LPAD(f.{m}, GREATEST(LENGTH(f.{m}), LEAST({scale}, {MAX_DECIMAL_DIGITS}) + 1), '0')"
-    decimal_text = (
-        f"CASE WHEN f.{g} IS NOT NULL AND {scale} BETWEEN 0 AND {MAX_DECIMAL_DIGITS} THEN "
-        f"(CASE WHEN f.{n} = 1 THEN '-' ELSE '' END) || SUBSTRING(f.{g}, 1, LENGTH(f.{g}) - {scale})"
-        f" || (CASE WHEN {scale} > 0 THEN '.' || SUBSTRING(f.{g}, LENGTH(f.{g}) - {scale} + 1) ELSE '' END) END"
+    minus = f"(CASE WHEN f.{n} = 1 THEN '-' ELSE '' END)"
+    point = (
+        f"WHEN f.{g} IS NOT NULL AND {scale} BETWEEN 0 AND {MAX_DECIMAL_DIGITS} THEN "
+        f"{minus} || SUBSTRING(f.{g}, 1, LENGTH(f.{g}) - {scale})"
+        f" || (CASE WHEN {scale} > 0 THEN '.' || SUBSTRING(f.{g}, LENGTH(f.{g}) - {scale} + 1) ELSE '' END)"
     )
+    # Zeros appended: 0 to 38 of them whatever the scale, so RPAD is bounded on every row;
+    # the text only when the number keeps to 38 digits (zero at any scale).
+    zeros = f"GREATEST(-GREATEST({scale}, -{MAX_DECIMAL_DIGITS}), 0)"
+    shifted = (
+        f"WHEN f.{g} IS NOT NULL AND {scale} BETWEEN -{MAX_DECIMAL_DIGITS} AND -1"
+        f" AND (f.{m} = '0' OR LENGTH(f.{m}) + {zeros} <= {MAX_DECIMAL_DIGITS}) THEN "
+        f"{minus} || RPAD(f.{m}, LENGTH(f.{m}) + {zeros}, '0')"
+    )
+    if isinstance(scale, int):
+        branches = point if scale >= 0 else shifted
+    else:
+        branches = f"{point} {shifted}"
+    decimal_text = f"CASE {branches} END"
     return [
         {s: valid_b64},
         {x: d.base64_to_hex(f"f.{s}")},
@@ -236,7 +257,7 @@ def decode_sql(d: PostgresDialect, col: ColumnConfig, raw: str, alias: str) -> D
         valid = f"{d.json_is_string(raw)} AND {d.parse_json_text(text)} IS NOT NULL"
         return DecodeSql([], f"CASE WHEN {valid} THEN {d.cast_json(raw, t)} END")
     if semantic == Semantic.DECIMAL:
-        levels = _decimal_levels(d, raw, alias, str(col.scale or 0))
+        levels = _decimal_levels(d, raw, alias, col.scale or 0)
         return DecodeSql(levels, _land(d, kind, f"f.t__{alias}", t))
     # VariableScaleDecimal: {"scale": n, "value": base64}; the scale travels with the value.
     levels = _decimal_levels(d, d.json_get(raw, "value"), alias, f"f.k__{alias}")

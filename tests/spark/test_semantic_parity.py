@@ -189,6 +189,17 @@ CASES = [
             '{"scale": 2, "value": "AQ=="}',
         ],
     ),
+    # Negative scales: Oracle NUMBER(36, -2) (Debezium's AbstractOracleDatatypesTest.java:
+    # 36 nines at scale -2), Db2 DECFLOAT 1E+10 (unscaled 1, scale -10).
+    (DEC, "decimal(38,0)", -2, [("AMCXznvJBxWzS58P/////w==", Decimal("9" * 36 + "00")), "B4XuENXaRtkA9Daf/////w==", "AA=="]),
+    (
+        VSD,
+        "decimal(38,10)",
+        None,
+        [({"scale": -10, "value": "AQ=="}, Decimal(10**10)), {"scale": -39, "value": "AQ=="}, {"scale": -38, "value": "AA=="}],
+    ),
+    ("io.debezium.time.MicroDuration", "bigint", None, [(-110451600000000, -110451600000000), "P1Y", 1.5]),
+    ("io.debezium.time.Interval", "varchar(64)", None, [("P1Y2M3DT4H5M6.78S", "P1Y2M3DT4H5M6.78S")]),
     # decimal.handling.mode = string / double: no semantic type, the plain conversion.
     (
         None,

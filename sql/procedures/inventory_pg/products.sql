@@ -362,7 +362,7 @@ BEGIN
         FROM (
           SELECT f.*,
                  CASE WHEN f.g__v2 IS NOT NULL AND 2 BETWEEN 0 AND 38 THEN (CASE WHEN f.n__v2 = 1 THEN '-' ELSE '' END) || SUBSTRING(f.g__v2, 1, LENGTH(f.g__v2) - 2) || (CASE WHEN 2 > 0 THEN '.' || SUBSTRING(f.g__v2, LENGTH(f.g__v2) - 2 + 1) ELSE '' END) END AS "t__v2",
-                 CASE WHEN f.g__v3 IS NOT NULL AND f.k__v3 BETWEEN 0 AND 38 THEN (CASE WHEN f.n__v3 = 1 THEN '-' ELSE '' END) || SUBSTRING(f.g__v3, 1, LENGTH(f.g__v3) - f.k__v3) || (CASE WHEN f.k__v3 > 0 THEN '.' || SUBSTRING(f.g__v3, LENGTH(f.g__v3) - f.k__v3 + 1) ELSE '' END) END AS "t__v3"
+                 CASE WHEN f.g__v3 IS NOT NULL AND f.k__v3 BETWEEN 0 AND 38 THEN (CASE WHEN f.n__v3 = 1 THEN '-' ELSE '' END) || SUBSTRING(f.g__v3, 1, LENGTH(f.g__v3) - f.k__v3) || (CASE WHEN f.k__v3 > 0 THEN '.' || SUBSTRING(f.g__v3, LENGTH(f.g__v3) - f.k__v3 + 1) ELSE '' END) WHEN f.g__v3 IS NOT NULL AND f.k__v3 BETWEEN -38 AND -1 AND (f.m__v3 = '0' OR LENGTH(f.m__v3) + GREATEST(-GREATEST(f.k__v3, -38), 0) <= 38) THEN (CASE WHEN f.n__v3 = 1 THEN '-' ELSE '' END) || RPAD(f.m__v3, LENGTH(f.m__v3) + GREATEST(-GREATEST(f.k__v3, -38), 0), '0') END AS "t__v3"
           FROM (
             SELECT f.*,
                    LPAD(f.m__v2, GREATEST(LENGTH(f.m__v2), LEAST(2, 38) + 1), '0') AS "g__v2",
