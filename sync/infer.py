@@ -93,7 +93,12 @@ def column_for(fld: dict[str, Any]) -> Column:
         typ, semantic = SEMANTIC_NAMES[semantic_name]
         col = Column(name, typ, semantic)
         if semantic_name == Semantic.VARIABLE_SCALE_DECIMAL:
-            col.notes.append(f"{name}: unconstrained NUMERIC, stored as decimal(38,10); adjust to the data")
+            col.notes.append(
+                f"{name}: variable-scale number (NUMERIC/NUMBER without a scale, FLOAT, DECFLOAT), "
+                "stored as decimal(38,10); adjust to the data"
+            )
+        if semantic_name == Semantic.MICRO_DURATION:
+            col.notes.append(f"{name}: an INTERVAL in microseconds, a month counted as 30.4375 days")
         return col
     if connect_type == "bytes":
         return Column(name, "varbyte", Semantic.BYTES)

@@ -147,5 +147,5 @@ def test_infer_unwrapped_postgres_messages(tmp_path):
     result = CliRunner().invoke(app, ["infer", "-s", str(sample), "-t", "t", "--topic", "pg.public.t", "--primary-key", "id"])
     assert result.exit_code == 0, result.output
     assert 'format = "debezium-unwrap"' in result.output and 'order_by = "postgres-lsn"' in result.output
-    assert "# NOTE amount: unconstrained NUMERIC" in result.output and "__lsn" not in result.output.split("columns")[1]
+    assert "# NOTE amount: variable-scale number" in result.output and "__lsn" not in result.output.split("columns")[1]
     make_pipeline(result.output)  # a valid pipeline table
