@@ -240,18 +240,20 @@ def _as_target(value: Column, col: ColumnConfig) -> Column:
 
 
 def _zoned(raw: Column, dtype: T.DataType, col: ColumnConfig, exact: Column | None) -> Column:
-    """ISO-8601 text with 0-9 fraction digits and Z or +hh:mm -> UTC: the fraction
-    truncated to microseconds, the offset subtracted."""
+    """ISO-8601 text with 0-9 fraction digits and Z, +hh:mm or +hh:mm:ss -> UTC: the
+    fraction truncated to microseconds, the offset subtracted."""
     text = _text(raw, dtype)
     local = try_cast(F.regexp_replace(F.substring(text, 1, 19), "T", " "), T.TimestampNTZType())
     fraction = F.regexp_extract(text, r"^.{19}[.]([0-9]{1,9})", 1)
     micros = try_cast(F.rpad(F.substring(fraction, 1, 6), 6, "0"), "long")
-    zone = F.substring(text, -6, 6)
-    minutes = F.when(text.endswith("Z"), F.lit(0)).otherwise(
+    with_seconds = F.substring(text, -6, 1) == ":"  # +hh:mm:ss rather than +hh:mm
+    zone = F.when(with_seconds, F.substring(text, -9, 9)).otherwise(F.substring(text, -6, 6))
+    zone_seconds = F.when(with_seconds, try_cast(F.substring(zone, 8, 2), "int")).otherwise(F.lit(0))
+    seconds = F.when(text.endswith("Z"), F.lit(0)).otherwise(
         F.when(zone.startswith("-"), F.lit(-1)).otherwise(F.lit(1))
-        * (try_cast(F.substring(zone, 2, 2), "int") * 60 + try_cast(F.substring(zone, 5, 2), "int"))
+        * (try_cast(F.substring(zone, 2, 2), "int") * 3600 + try_cast(F.substring(zone, 5, 2), "int") * 60 + zone_seconds)
     )
-    utc = _plus_micros(local, micros - minutes.cast("long") * 60_000_000)
+    utc = _plus_micros(local, micros - seconds.cast("long") * 1_000_000)
     in_range = utc.between(_ntz(MIN_TIMESTAMP), _ntz(MAX_TIMESTAMP))
     return _as_target(F.when(text.rlike(ZONED_PATTERN) & in_range, utc), col)
 

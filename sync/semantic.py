@@ -126,7 +126,7 @@ def _zoned(value: Any) -> datetime:
     m = ZONED.match(value) if isinstance(value, str) else None
     if not m:
         raise UndecodableValue(f"{value!r} is not an ISO-8601 timestamp with Z or an offset")
-    _, fraction, zone = m.groups()
+    _, fraction, zone, _ = m.groups()
     try:
         local = datetime.fromisoformat(f"{value[:10]} {value[11:19]}")
     except ValueError:
@@ -134,9 +134,9 @@ def _zoned(value: Any) -> datetime:
     micros = int((fraction or ".")[1:7].ljust(6, "0"))
     offset = 0
     if zone != "Z":
-        offset = (int(zone[1:3]) * 60 + int(zone[4:6])) * (-1 if zone[0] == "-" else 1)
+        offset = (int(zone[1:3]) * 3600 + int(zone[4:6]) * 60 + int(zone[7:9] or 0)) * (-1 if zone[0] == "-" else 1)
     try:
-        return local + timedelta(microseconds=micros) - timedelta(minutes=offset)
+        return local + timedelta(microseconds=micros) - timedelta(seconds=offset)
     except OverflowError:
         raise UndecodableValue(f"{value!r} is out of the timestamp range") from None
 

@@ -75,10 +75,14 @@ TEXT_SEMANTICS = (Semantic.ENUM, Semantic.ENUM_SET, Semantic.UUID, Semantic.INTE
 # One pattern serves Python's `re`, PostgreSQL and Redshift (POSIX) and Spark (Java).
 # Base64 with padding, as the JsonConverter writes bytes (TO_VARBYTE raises on anything else).
 BASE64_PATTERN = r"^([A-Za-z0-9+/]{4})*([A-Za-z0-9+/]{2}==|[A-Za-z0-9+/]{3}=)?$"
-# ZonedTimestamp text: ISO-8601 with 0-9 fraction digits and Z or an offset. Hours 00-23
-# and seconds 00-59 only: PostgreSQL would read 24:00:00 as the next day and :60 as the
-# next minute, where Debezium has no such times. Groups: fraction (with its dot), zone.
-ZONED_PATTERN = "^[0-9]{4}-[0-9]{2}-[0-9]{2}T([01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9]([.][0-9]{1,9})?(Z|[+-][0-9]{2}:[0-9]{2})$"
+# ZonedTimestamp text: ISO-8601 with 0-9 fraction digits and Z or an offset, +hh:mm or
+# +hh:mm:ss (Java's offset id of a zone's historic local mean time, e.g. Oracle TIMESTAMP
+# WITH TIME ZONE in Africa/Monrovia before 1972: -00:44:30). Hours 00-23 and seconds 00-59
+# only: PostgreSQL would read 24:00:00 as the next day and :60 as the next minute, where
+# Debezium has no such times. Groups: hour, fraction (with its dot), zone, zone seconds.
+ZONED_PATTERN = (
+    "^[0-9]{4}-[0-9]{2}-[0-9]{2}T([01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9]([.][0-9]{1,9})?(Z|[+-][0-9]{2}:[0-9]{2}(:[0-9]{2})?)$"
+)
 # A number as text (decimal.handling.mode=string, numbers quoted by a producer).
 NUMBER_PATTERN = r"^\s*[-+]?([0-9]+(\.[0-9]*)?|\.[0-9]+)([eE][-+]?[0-9]{1,3})?\s*$"
 

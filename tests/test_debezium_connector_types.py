@@ -102,6 +102,14 @@ ORACLE = [
         "timestamptz",
         datetime(2018, 3, 27, 12, 34, 56, 7891, tzinfo=UTC),
     ),
+    # A region's historic local mean time has an offset with seconds (constructed: Java's
+    # ISO offset of Africa/Monrovia before 1972).
+    (
+        field("VAL_TSTZ_REGION", "string", "io.debezium.time.ZonedTimestamp"),
+        "1970-01-01T00:00:00-00:44:30",
+        "timestamptz",
+        datetime(1970, 1, 1, 0, 44, 30, tzinfo=UTC),
+    ),
     # INTERVAL: microseconds (MicroDuration), or ISO-8601 text with interval.handling.mode=string.
     (field("VAL_INT_YTM", "int64", "io.debezium.time.MicroDuration"), -110451600_000_000, "bigint", -110451600_000_000),
     (field("VAL_INT_DTS", "int64", "io.debezium.time.MicroDuration"), -93784_560_000, "bigint", -93784_560_000),

@@ -84,6 +84,10 @@ CASES = [
             ("2023-03-23T12:00:00+05:30", datetime(2023, 3, 23, 6, 30, tzinfo=timezone.utc)),
             ("1969-07-20T20:17:40.123456789-04:00", datetime(1969, 7, 21, 0, 17, 40, 123456, tzinfo=timezone.utc)),
             ("2023-01-01T00:00:00.5+00:00", datetime(2023, 1, 1, 0, 0, 0, 500000, tzinfo=timezone.utc)),
+            # Offsets with seconds: Java's offset id of a local mean time (Africa/Monrovia
+            # before 1972, Europe/Amsterdam before 1937), as Oracle TIMESTAMP WITH TIME ZONE sends it.
+            ("1970-01-01T00:00:00-00:44:30", datetime(1970, 1, 1, 0, 44, 30, tzinfo=timezone.utc)),
+            ("1900-01-01T00:00:00.25+00:19:32", datetime(1899, 12, 31, 23, 40, 28, 250000, tzinfo=timezone.utc)),
         ],
     ),
     (ZONED, "timestamp", None, [("2023-12-31T23:30:00.1-01:00", datetime(2024, 1, 1, 0, 30, 0, 100000))]),
@@ -162,6 +166,8 @@ BAD = [
     ("io.debezium.time.NanoTimestamp", "timestamp", None, 2**63),  # not a bigint
     (ZONED, "timestamptz", None, "2023-03-23T24:00:00Z"),
     (ZONED, "timestamptz", None, "2016-12-31T23:59:60Z"),
+    (ZONED, "timestamptz", None, "2023-03-23T22:00:10+01:00:0"),
+    (ZONED, "timestamptz", None, "2023-03-23T22:00:10+0100"),
     ("io.debezium.data.Json", "varchar(100)", None, "{bad"),
     ("io.debezium.data.Json", "varchar(100)", None, {"a": 1}),
     ("io.debezium.data.Enum", "varchar(16)", None, "é" * 9),  # 18 bytes
@@ -312,11 +318,12 @@ def test_property_sql_and_reference_decoders_agree(wh):
         lambda dt, digits, off: (
             dt.strftime("%Y-%m-%dT%H:%M:%S")
             + (f".{digits}" if digits else "")
-            + ("Z" if off == 0 else f"{'+' if off > 0 else '-'}{abs(off) // 60:02d}:{abs(off) % 60:02d}")
+            + ("Z" if off == 0 else f"{'+' if off > 0 else '-'}{abs(off) // 3600:02d}:{abs(off) // 60 % 60:02d}")
+            + (f":{abs(off) % 60:02d}" if off % 60 else "")
         ),
         st.datetimes(datetime(1900, 1, 1), datetime(2200, 1, 1)),
         st.one_of(st.just(""), st.from_regex(r"\A[0-9]{1,9}\Z")),
-        st.integers(-14 * 60, 14 * 60),
+        st.one_of(st.integers(-14 * 60, 14 * 60).map(lambda m: m * 60), st.integers(-14 * 3600, 14 * 3600)),
     )
     row = st.tuples(unscaled, st.integers(-40, 40), st.integers(-(2**62), 2**62), zoned)
     offsets = iter(range(10**6))

@@ -117,8 +117,8 @@ def _epoch_range(per_second: int) -> tuple[int, int]:
 
 
 def _zoned_levels(d: PostgresDialect, raw: str, alias: str) -> tuple[list[dict[str, str]], str]:
-    """ISO-8601 text with 0-9 fraction digits and Z or +hh:mm -> UTC timestamp. The
-    fraction is truncated to microseconds; the offset is subtracted. Level 1 keeps the
+    """ISO-8601 text with 0-9 fraction digits and Z, +hh:mm or +hh:mm:ss -> UTC timestamp.
+    The fraction is truncated to microseconds; the offset is subtracted. Level 1 keeps the
     text only when it matches the pattern; level 2 reads its numbers (digits there, by the
     pattern) and checks the calendar date, so the timestamp cast only sees real dates."""
     text = d.json_number_text(raw)
@@ -129,9 +129,13 @@ def _zoned_levels(d: PostgresDialect, raw: str, alias: str) -> tuple[list[dict[s
         return d.total_cast(valid, f"SUBSTRING(f.{z}, {start}, {length})", "integer")
 
     zulu = f"f.{z} LIKE '%Z'"
-    hours = d.total_cast(f"NOT {zulu}", f"SUBSTRING(f.{z}, LENGTH(f.{z}) - 4, 2)", "integer")
-    minutes = d.total_cast(f"NOT {zulu}", f"SUBSTRING(f.{z}, LENGTH(f.{z}) - 1, 2)", "integer")
-    sign = f"CASE WHEN SUBSTRING(f.{z}, LENGTH(f.{z}) - 5, 1) = '-' THEN -1 ELSE 1 END"
+    # An offset with seconds (+hh:mm:ss) ends 3 characters after where +hh:mm would.
+    with_seconds = f"SUBSTRING(f.{z}, LENGTH(f.{z}) - 5, 1) = ':'"
+    shift = f"(CASE WHEN {with_seconds} THEN 3 ELSE 0 END)"
+    hours = d.total_cast(f"NOT {zulu}", f"SUBSTRING(f.{z}, LENGTH(f.{z}) - 4 - {shift}, 2)", "integer")
+    minutes = d.total_cast(f"NOT {zulu}", f"SUBSTRING(f.{z}, LENGTH(f.{z}) - 1 - {shift}, 2)", "integer")
+    seconds = d.total_cast(f"NOT {zulu} AND {with_seconds}", f"SUBSTRING(f.{z}, LENGTH(f.{z}) - 1, 2)", "integer")
+    sign = f"CASE WHEN SUBSTRING(f.{z}, LENGTH(f.{z}) - 5 - {shift}, 1) = '-' THEN -1 ELSE 1 END"
     fraction = d.regex_group(f"f.{z}", "^.{19}[.]([0-9]{1,9})")
     micros = d.total_cast(valid, f"RPAD(SUBSTRING(COALESCE({fraction}, ''), 1, 6), 6, '0')", "integer")
     level2 = {
@@ -139,7 +143,7 @@ def _zoned_levels(d: PostgresDialect, raw: str, alias: str) -> tuple[list[dict[s
         mo: number("6", 2),
         dd: number("9", 2),
         f"us__{alias}": micros,
-        f"off__{alias}": f"CASE WHEN {zulu} THEN 0 ELSE {sign} * ({hours} * 60 + {minutes}) END",
+        f"off__{alias}": f"CASE WHEN {zulu} THEN 0 ELSE {sign} * ({hours} * 3600 + {minutes} * 60 + COALESCE({seconds}, 0)) END",
     }
     leap = f"(f.{y} % 4 = 0 AND (f.{y} % 100 <> 0 OR f.{y} % 400 = 0))"
     month_days = (
@@ -147,7 +151,7 @@ def _zoned_levels(d: PostgresDialect, raw: str, alias: str) -> tuple[list[dict[s
     )
     real_date = f"f.{y} >= 1 AND f.{mo} BETWEEN 1 AND 12 AND f.{dd} BETWEEN 1 AND {month_days}"
     local = d.text_to_timestamp(f"CASE WHEN {real_date} THEN REPLACE(SUBSTRING(f.{z}, 1, 19), 'T', ' ') END")
-    value = f"{local} + f.us__{alias} * INTERVAL '1 microsecond' - f.off__{alias} * INTERVAL '1 minute'"
+    value = f"{local} + f.us__{alias} * INTERVAL '1 microsecond' - f.off__{alias} * INTERVAL '1 second'"
     level1 = {z: f"CASE WHEN {d.json_is_string(raw)} AND {text} ~ {d.lit(ZONED_PATTERN)} THEN {text} END"}
     return [level1, level2], value
 
