@@ -1,0 +1,57 @@
+"""Debezium's vocabulary is spelled once, in sync/vocabulary.py: no other module of the
+package or the backfill writes a semantic type name, an encoding pattern, the TOAST
+placeholder or a shared quarantine reason as a literal of its own (docstrings aside)."""
+
+from __future__ import annotations
+
+import ast
+
+import pytest
+
+from sync import vocabulary as v
+from tests.conftest import REPO
+
+MODULES = sorted(p for folder in ("sync", "backfill") for p in (REPO / folder).rglob("*.py") if p.name != "vocabulary.py")
+# Texts that only the vocabulary may hold: every name of the two enums and the reasons,
+# the patterns, the placeholder in each of its forms.
+OWNED = [
+    *(str(s) for s in v.Semantic if "." in s),
+    *(str(s) for s in v.SchemaName),
+    *(str(r) for r in v.Reason),
+    v.BASE64_PATTERN,
+    v.ZONED_PATTERN,
+    v.NUMBER_PATTERN,
+    *v.TOAST_PLACEHOLDER_TEXTS,
+]
+
+
+def _literals(tree: ast.AST) -> list[ast.Constant]:
+    docstrings = {
+        id(node.body[0].value)
+        for node in ast.walk(tree)
+        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef))
+        and node.body
+        and isinstance(node.body[0], ast.Expr)
+        and isinstance(node.body[0].value, ast.Constant)
+    }
+    return [n for n in ast.walk(tree) if isinstance(n, ast.Constant) and isinstance(n.value, str) and id(n) not in docstrings]
+
+
+@pytest.mark.parametrize("path", MODULES, ids=lambda p: str(p.relative_to(REPO)))
+def test_debezium_vocabulary_is_not_spelled_again(path):
+    found = [
+        f"{path.relative_to(REPO)}:{node.lineno}: {text!r}"
+        for node in _literals(ast.parse(path.read_text()))
+        for text in OWNED
+        if text in node.value
+    ]
+    assert not found, "use sync.vocabulary instead of:\n" + "\n".join(found)
+
+
+def test_the_vocabulary_knows_every_form_of_the_placeholder():
+    # docs/debezium.md, "TOAST placeholders": text, bytea (base64 of the same bytes), text[].
+    assert v.TOAST_PLACEHOLDER_TEXTS == (
+        "__debezium_unavailable_value",
+        "X19kZWJleml1bV91bmF2YWlsYWJsZV92YWx1ZQ==",
+        '["__debezium_unavailable_value"]',
+    )
