@@ -8,6 +8,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from sync.config import ColumnConfig, Pipeline, TableConfig
+from sync.sql import schemas
+from sync.sql.apply import insert_deleted_keys_sql, key_match, soft_delete_sql
 from sync.sql.dialects import PostgresDialect, quote_literal
 from sync.sql.envelope import envelope_sql, source_sql, unwrap_schema
 from sync.sql.names import QUARANTINE, RUN_LOG, SCHEMA_DRIFT, table_names
@@ -449,25 +451,6 @@ def stage_insert_sql(d: PostgresDialect, pipeline: Pipeline, table: TableConfig)
     q = d.q
     cols = table.columns
 
-    stage_columns = [
-        "_kafka_partition",
-        "_kafka_offset",
-        "_kafka_timestamp",
-        "_refresh_time",
-        "_op",
-        "_action",
-        "_reason",
-        "_rn",
-        "_source_ts",
-        "_source_pos",
-        "_rank_pos",
-        *[c.target_name for c in cols],
-        "_unavailable",
-        "_payload",
-        "_raw_value",
-        "_drift_img",
-    ]
-
     # Level 3: source time and position, and every field as JSON, each navigated once;
     # everything above reads these columns.
     source = source_sql(d, table, "f.src")
@@ -592,31 +575,32 @@ def stage_insert_sql(d: PostgresDialect, pipeline: Pipeline, table: TableConfig)
         # Events without a source position rank last here; the rare batches that hold
         # them are ranked again after the stage is written (`rerank_sql`).
         order, rank_pos = rank_order("c.source_pos", "c.kafka_partition", "c.kafka_offset"), "c.source_pos"
-    select_columns = [
-        "c.kafka_partition",
-        "c.kafka_offset",
-        "c.kafka_timestamp",
-        "c.refresh_time",
-        d.prefix_bytes("c.op", 64),
-        "c.action",
-        "c.reason",
+    values = {
+        "_kafka_partition": "c.kafka_partition",
+        "_kafka_offset": "c.kafka_offset",
+        "_kafka_timestamp": "c.kafka_timestamp",
+        "_refresh_time": "c.refresh_time",
+        "_op": d.prefix_bytes("c.op", 64),
+        "_action": "c.action",
+        "_reason": "c.reason",
         # 4. Latest event per key wins; ROW_NUMBER, never RANK: a tie must not yield two rows.
-        f"ROW_NUMBER() OVER (\n         PARTITION BY CASE WHEN c.action IN ('upsert', 'delete') THEN 1 ELSE 0 END, {key_list}\n"
+        "_rn": f"ROW_NUMBER() OVER (\n         PARTITION BY CASE WHEN c.action IN ('upsert', 'delete') THEN 1 ELSE 0 END, {key_list}\n"
         f"         ORDER BY {order})",
-        d.epoch_ms_to_timestamp("c.source_ts_ms"),
-        "c.source_pos",
-        rank_pos,
-        *[f"c.{q(col.target_name)}" for col in cols],
-        "c.unavailable",
-        "c.quarantine_payload",
-        "CASE WHEN c.action = 'quarantine' THEN c.raw_value END",
-        "c.drift_img",
-    ]
+        "_source_ts": d.epoch_ms_to_timestamp("c.source_ts_ms"),
+        "_source_pos": "c.source_pos",
+        "_rank_pos": rank_pos,
+        **{col.target_name: f"c.{q(col.target_name)}" for col in cols},
+        "_unavailable": "c.unavailable",
+        "_payload": "c.quarantine_payload",
+        "_raw_value": "CASE WHEN c.action = 'quarantine' THEN c.raw_value END",
+        "_drift_img": "c.drift_img",
+    }
+    columns, selected = schemas.ordered(d, schemas.stage(table), values, quoted=True)
     return (
         f"INSERT INTO {d.qualified(n.schema, n.stage)} (\n"
-        + _indent(",\n".join(q(c) for c in stage_columns), 2)
+        + _indent(",\n".join(columns), 2)
         + "\n)\nSELECT "
-        + ",\n       ".join(select_columns)
+        + ",\n       ".join(selected)
         + f"\nFROM (\n{_indent(_fenced(d, level_classified), 2)}\n) c;"
     )
 
@@ -722,10 +706,20 @@ def truncate_sql(d: PostgresDialect, pipeline: Pipeline, table: TableConfig) -> 
     = 'kafka'), Kafka order decides: offsets within the truncate's partition, timestamps
     across partitions, and every stored row precedes it."""
     n = table_names(pipeline, table)
-    q = d.q
     stage, target, deleted = (d.qualified(n.schema, x) for x in (n.stage, n.target, n.deleted_keys))
     now = d.now()
-    keys = [q(c.target_name) for c in table.key_columns]
+    key_names = [c.target_name for c in table.key_columns]
+    # Rows the truncate removes are recorded at its position (no Kafka coordinates of their own).
+    truncate_position = {
+        "_source_ts": "v_truncate_ts",
+        "_source_pos": "v_truncate_pos",
+        "_kafka_partition": "NULL",
+        "_kafka_offset": "NULL",
+    }
+
+    def deleted_at_truncate(row: str) -> dict[str, str]:
+        return {**schemas.row_values(d, schemas.data_columns(table.key_columns), row), **truncate_position, "_deleted_at": now}
+
     winners = "s._rn = 1 AND s._action IN ('upsert', 'delete')"
     older = "(_source_pos IS NULL OR _source_pos < v_truncate_pos)"
     if table.delete_mode == "soft":
@@ -736,32 +730,43 @@ def truncate_sql(d: PostgresDialect, pipeline: Pipeline, table: TableConfig) -> 
         )
         clear_all = f"UPDATE {target} SET _deleted = true, _synced_at = {now};"
     else:
-        key_match = " AND ".join(f"k.{k} = t.{k}" for k in keys)
         clear_older = (
-            f"INSERT INTO {deleted} ({', '.join(keys)}, _source_ts, _source_pos, _kafka_partition, _kafka_offset, _deleted_at)\n"
-            f"SELECT {', '.join('t.' + k for k in keys)}, v_truncate_ts, v_truncate_pos, NULL, NULL, {now}\n"
-            f"FROM {target} t\n"
-            f"WHERE (t._source_pos IS NULL OR t._source_pos < v_truncate_pos)\n"
-            f"  AND NOT EXISTS (SELECT 1 FROM {deleted} k WHERE {key_match});\n"
-            f"DELETE FROM {target}\nWHERE {older};"
+            insert_deleted_keys_sql(
+                d,
+                table,
+                deleted,
+                deleted_at_truncate("t"),
+                f"{target} t",
+                "(t._source_pos IS NULL OR t._source_pos < v_truncate_pos)\n"
+                f"  AND NOT EXISTS (SELECT 1 FROM {deleted} k WHERE {key_match(d, key_names, 'k', 't')})",
+            )
+            + f"\nDELETE FROM {target}\nWHERE {older};"
         )
         clear_all = f"DELETE FROM {target};"
-    unseen = f"NOT EXISTS (SELECT 1 FROM {target} t WHERE {' AND '.join(f't.{k} = s.{k}' for k in keys)})"
+    unseen = f"NOT EXISTS (SELECT 1 FROM {target} t WHERE {key_match(d, key_names, 't', 's')})"
     if table.delete_mode == "soft":
-        data = [q(c.target_name) for c in table.columns]
-        record_voided = (
-            f"INSERT INTO {target} ({', '.join(data)}, _source_ts, _source_pos, _kafka_partition, _kafka_offset, _synced_at, _deleted)\n"
-            f"SELECT {', '.join('s.' + c for c in data)}, v_truncate_ts, v_truncate_pos, NULL, NULL, {now}, true\n"
-            f"FROM {stage} s\n"
-            f"WHERE s._rn = 1 AND s._action = 'truncated' AND {unseen};"
+        values = {
+            **schemas.row_values(d, schemas.data_columns(table.columns), "s"),
+            **truncate_position,
+            "_synced_at": now,
+            "_deleted": "true",
+        }
+        record_voided = schemas.insert_select_sql(
+            d,
+            target,
+            schemas.target(table),
+            values,
+            f"FROM {stage} s\nWHERE s._rn = 1 AND s._action = 'truncated' AND {unseen};",
         )
     else:
-        record_voided = (
-            f"INSERT INTO {deleted} ({', '.join(keys)}, _source_ts, _source_pos, _kafka_partition, _kafka_offset, _deleted_at)\n"
-            f"SELECT {', '.join('s.' + k for k in keys)}, v_truncate_ts, v_truncate_pos, NULL, NULL, {now}\n"
-            f"FROM {stage} s\n"
-            f"WHERE s._rn = 1 AND s._action = 'truncated' AND {unseen}\n"
-            f"  AND NOT EXISTS (SELECT 1 FROM {deleted} k WHERE {' AND '.join(f'k.{k} = s.{k}' for k in keys)});"
+        record_voided = insert_deleted_keys_sql(
+            d,
+            table,
+            deleted,
+            deleted_at_truncate("s"),
+            f"{stage} s",
+            f"s._rn = 1 AND s._action = 'truncated' AND {unseen}\n"
+            f"  AND NOT EXISTS (SELECT 1 FROM {deleted} k WHERE {key_match(d, key_names, 'k', 's')})",
         )
     precedes = (
         "((x._kafka_partition = s._kafka_partition AND x._kafka_offset > s._kafka_offset)\n"
@@ -870,9 +875,7 @@ def procedure_sql(d: PostgresDialect, pipeline: Pipeline, table: TableConfig, or
     soft = table.delete_mode == "soft"
     source_order = table.order_by != "kafka"
     now = d.now()
-    cols = [c.target_name for c in table.columns]
     value_cols = [c.target_name for c in table.value_columns]
-    meta_cols = ["_source_ts", "_source_pos", "_kafka_partition", "_kafka_offset", "_synced_at"]
     wm_item = WATERMARK_ITEM
 
     body: list[str] = []
@@ -980,14 +983,15 @@ def procedure_sql(d: PostgresDialect, pipeline: Pipeline, table: TableConfig, or
         "INTO v_upserted, v_deleted, v_quarantined, v_tombstones, v_stale, v_superseded, v_truncates, v_lag\n"
         f"FROM {stage};"
     )
-    insert_cols = ", ".join(q(c) for c in [*cols, *meta_cols, *(["_deleted"] if soft else [])])
 
-    def select_vals(deleted_flag: str) -> str:
-        return ", ".join(
-            [f"s.{q(c)}" for c in cols]
-            + ["s._source_ts", "s._source_pos", "s._kafka_partition", "s._kafka_offset", now]
-            + ([deleted_flag] if soft else [])
-        )
+    def load(deleted_flag: str, where: str) -> str:
+        """INSERT INTO the target the winners of the stage `where` holds."""
+        values = {
+            **schemas.row_values(d, [*schemas.data_columns(table.columns), *schemas.POSITION], "s"),
+            "_synced_at": now,
+            **({"_deleted": deleted_flag} if soft else {}),
+        }
+        return schemas.insert_select_sql(d, target, schemas.target(table), values, f"FROM {stage} s\nWHERE {where};", quoted=True)
 
     if not soft:
         # Redshift's DELETE takes no alias for its target: the key match names it in full,
@@ -1003,14 +1007,16 @@ def procedure_sql(d: PostgresDialect, pipeline: Pipeline, table: TableConfig, or
             f"DELETE FROM {deleted}\nUSING {stage} s\nWHERE {winners}\n  AND {key_match(deleted, 's')};"
         )
         step(
-            f"INSERT INTO {deleted} ({', '.join(q(k) for k in keys)}, _source_ts, _source_pos, _kafka_partition, _kafka_offset, _kafka_timestamp, _deleted_at)\n"
-            f"SELECT {', '.join('s.' + q(k) for k in keys)}, s._source_ts, s._source_pos, s._kafka_partition, s._kafka_offset, s._kafka_timestamp, {now}\n"
-            f"FROM {stage} s\nWHERE s._rn = 1 AND s._action = 'delete';"
+            insert_deleted_keys_sql(
+                d,
+                table,
+                deleted,
+                {**schemas.row_values(d, schemas.deleted_keys(table), "s"), "_deleted_at": now},
+                f"{stage} s",
+                "s._rn = 1 AND s._action = 'delete'",
+            )
         )
-        step(
-            f"INSERT INTO {target} ({insert_cols})\n"
-            f"SELECT {select_vals('false')}\nFROM {stage} s\nWHERE s._rn = 1 AND s._action = 'upsert';"
-        )
+        step(load("false", "s._rn = 1 AND s._action = 'upsert'"))
     else:
         if value_cols:
             keys_sql = ", ".join(q(k) for k in keys)
@@ -1041,23 +1047,23 @@ def procedure_sql(d: PostgresDialect, pipeline: Pipeline, table: TableConfig, or
             "--    its last values (or record the key when it was never seen).\n"
             f"DELETE FROM {target}\nUSING {stage} _s\nWHERE _s._rn = 1 AND _s._action = 'upsert'\n  AND {key_match(target, '_s')};"
         )
-        step(
-            f"INSERT INTO {target} ({insert_cols})\n"
-            f"SELECT {select_vals('false')}\nFROM {stage} s\nWHERE s._rn = 1 AND s._action = 'upsert';"
-        )
-        keep = ",\n       ".join(f"{q(c)} = s.{q(c)}" for c in value_cols)
+        step(load("false", "s._rn = 1 AND s._action = 'upsert'"))
         step(
             "-- A delete keeps the row's last values, completed above.\n"
-            f"UPDATE {target} t SET _deleted = true,\n"
-            + (f"       {keep},\n" if keep else "")
-            + "       _source_ts = s._source_ts, _source_pos = s._source_pos,\n"
-            f"       _kafka_partition = s._kafka_partition, _kafka_offset = s._kafka_offset, _synced_at = {now}\n"
-            f"FROM {stage} s\nWHERE s._rn = 1 AND s._action = 'delete'\n  AND {key_match('t', 's')};"
+            + soft_delete_sql(
+                d,
+                table,
+                target,
+                {c: f"s.{q(c)}" for c in value_cols},
+                f"{stage} s",
+                "s._rn = 1 AND s._action = 'delete'",
+            )
         )
         step(
-            f"INSERT INTO {target} ({insert_cols})\n"
-            f"SELECT {select_vals('true')}\nFROM {stage} s\nWHERE s._rn = 1 AND s._action = 'delete'\n"
-            f"  AND NOT EXISTS (SELECT 1 FROM {target} t WHERE {key_match('t', 's')});"
+            load(
+                "true",
+                f"s._rn = 1 AND s._action = 'delete'\n  AND NOT EXISTS (SELECT 1 FROM {target} t WHERE {key_match('t', 's')})",
+            )
         )
     step(
         "-- 6. Schema drift: unknown fields in the row images, configured fields missing from them\n"
@@ -1067,10 +1073,18 @@ def procedure_sql(d: PostgresDialect, pipeline: Pipeline, table: TableConfig, or
     step(
         "-- 3. Records that cannot be applied are kept with the raw value and the reason.\n"
         "IF v_quarantined > 0 THEN\n"
-        f"  INSERT INTO {qual(QUARANTINE)} (table_name, kafka_partition, kafka_offset, kafka_timestamp, reason, payload, raw_value, run_started_at)\n"
-        f"  SELECT {quote_literal(table.name)}, _kafka_partition, _kafka_offset, _kafka_timestamp, _reason, _payload, _raw_value, v_started\n"
-        f"  FROM {stage}\n  WHERE _action = 'quarantine';\n"
-        "END IF;"
+        + _indent(
+            quarantine_insert_sql(
+                d,
+                pipeline,
+                table,
+                {"reason": "_reason", "payload": "_payload", "raw_value": "_raw_value"},
+                "_",
+                f"FROM {stage}\nWHERE _action = 'quarantine';",
+            ),
+            2,
+        )
+        + "\nEND IF;"
     )
     step(
         "-- Replayed records are recorded as such; one that failed again was quarantined anew above.\n"
@@ -1089,11 +1103,20 @@ def procedure_sql(d: PostgresDialect, pipeline: Pipeline, table: TableConfig, or
     )
     step(
         "-- Partitions seen for the first time (aggregated first: one probe per partition).\n"
-        f"INSERT INTO {wm} (kafka_partition, last_offset, last_refresh_time, updated_at)\n"
-        f"SELECT b._kafka_partition, b.last_offset, b.last_refresh_time, {now}\n"
-        f"FROM (SELECT _kafka_partition, MAX(_kafka_offset) AS last_offset, MAX(_refresh_time) AS last_refresh_time\n"
-        f"      FROM {stage} GROUP BY _kafka_partition) b\n"
-        f"WHERE NOT EXISTS (SELECT 1 FROM {wm} w WHERE w.kafka_partition = b._kafka_partition);"
+        + schemas.insert_select_sql(
+            d,
+            wm,
+            schemas.WATERMARK,
+            {
+                "kafka_partition": "b._kafka_partition",
+                "last_offset": "b.last_offset",
+                "last_refresh_time": "b.last_refresh_time",
+                "updated_at": now,
+            },
+            "FROM (SELECT _kafka_partition, MAX(_kafka_offset) AS last_offset, MAX(_refresh_time) AS last_refresh_time\n"
+            f"      FROM {stage} GROUP BY _kafka_partition) b\n"
+            f"WHERE NOT EXISTS (SELECT 1 FROM {wm} w WHERE w.kafka_partition = b._kafka_partition);",
+        )
     )
     step(f"-- The stage is empty between runs (DELETE, not TRUNCATE: TRUNCATE would commit).\nDELETE FROM {stage};")
 
@@ -1113,12 +1136,24 @@ def procedure_sql(d: PostgresDialect, pipeline: Pipeline, table: TableConfig, or
         )
     add("IF v_read > 0 THEN\n" + _indent("\n".join(apply_steps), 2) + "\nEND IF;")
     add(d.bounded_list(wm_item, ",", "r.kafka_partition", wm).replace("\nFROM ", "\nINTO v_wm_after\nFROM ", 1) + ";")
+    counts = {
+        name: f"v_{name}" for name in ("upserted", "deleted", "quarantined", "tombstones", "stale", "superseded", "truncates")
+    }
     add(
         "-- 8. One run-log row per call, also when nothing was new (9.).\n"
-        f"INSERT INTO {qual(RUN_LOG)} (table_name, backend_pid, started_at, finished_at, events_read, upserted, deleted,\n"
-        "  quarantined, tombstones, stale, superseded, truncates, watermark_before, watermark_after, lag_seconds, status)\n"
-        f"VALUES ({quote_literal(table.name)}, PG_BACKEND_PID(), v_started, {now}, v_read, v_upserted, v_deleted,\n"
-        "  v_quarantined, v_tombstones, v_stale, v_superseded, v_truncates, v_wm_before, v_wm_after, v_lag, 'ok');"
+        + run_log_insert_sql(
+            d,
+            pipeline,
+            table,
+            {
+                "events_read": "v_read",
+                **counts,
+                "watermark_before": "v_wm_before",
+                "watermark_after": "v_wm_after",
+                "lag_seconds": "v_lag",
+                "status": "'ok'",
+            },
+        )
     )
 
     declare = [
@@ -1153,6 +1188,41 @@ def procedure_sql(d: PostgresDialect, pipeline: Pipeline, table: TableConfig, or
         "see the README, 'How a sync works: the procedure contract'.",
         declare,
         body,
+    )
+
+
+def quarantine_insert_sql(
+    d: PostgresDialect, pipeline: Pipeline, table: TableConfig, values: dict[str, str], record: str, rest: str
+) -> str:
+    """3. A record into the quarantine, with `values` (reason, payload, raw value) and its
+    Kafka coordinates from the columns `record` prefixes (`s.`: the stream's, `_`: the
+    stage's)."""
+    kafka = {name: record + name for name in ("kafka_partition", "kafka_offset", "kafka_timestamp")}
+    values = {"table_name": quote_literal(table.name), **kafka, **values, "run_started_at": "v_started"}
+    return schemas.insert_select_sql(d, d.qualified(pipeline.schema, QUARANTINE), schemas.QUARANTINE, values, rest)
+
+
+def _wrapped(items: list[str], breaks: tuple[int, ...]) -> str:
+    """`items`, comma-separated, on a new line at each of the positions `breaks`."""
+    bounds = [0, *breaks, len(items)]
+    return ",\n  ".join(", ".join(items[a:b]) for a, b in zip(bounds, bounds[1:], strict=False))
+
+
+def run_log_insert_sql(
+    d: PostgresDialect, pipeline: Pipeline, table: TableConfig, values: dict[str, str], breaks: tuple[int, ...] = (7,)
+) -> str:
+    """8. The run-log row of a call: `values` by column name (counts, watermarks, lag,
+    status), with the call's identity and times."""
+    values = {
+        "table_name": quote_literal(table.name),
+        "backend_pid": "PG_BACKEND_PID()",
+        "started_at": "v_started",
+        "finished_at": d.now(),
+        **values,
+    }
+    columns, selected = schemas.ordered(d, schemas.RUN_LOG, values)
+    return (
+        f"INSERT INTO {d.qualified(pipeline.schema, RUN_LOG)} ({_wrapped(columns, (7,))})\nVALUES ({_wrapped(selected, breaks)});"
     )
 
 
@@ -1204,20 +1274,46 @@ def isolate_record_sql(d: PostgresDialect, pipeline: Pipeline, table: TableConfi
         first + ";",
         "IF v_partition IS NOT NULL THEN",
         _indent(
-            f"INSERT INTO {qual(QUARANTINE)} (table_name, kafka_partition, kafka_offset, kafka_timestamp, reason, payload, raw_value, run_started_at)\n"
-            f"SELECT {quote_literal(table.name)}, s.kafka_partition, s.kafka_offset, s.kafka_timestamp, {reason}, s.payload, s.raw_value, v_started\n"
-            f"FROM {stream} s\n"
-            "WHERE s.kafka_partition = v_partition AND s.kafka_offset = v_offset AND s.refresh_time = v_refresh_time;\n"
+            quarantine_insert_sql(
+                d,
+                pipeline,
+                table,
+                {"reason": reason, "payload": "s.payload", "raw_value": "s.raw_value"},
+                "s.",
+                f"FROM {stream} s\n"
+                "WHERE s.kafka_partition = v_partition AND s.kafka_offset = v_offset AND s.refresh_time = v_refresh_time;",
+            )
+            + "\n"
             f"UPDATE {wm} SET last_offset = v_offset, last_refresh_time = v_refresh_time, updated_at = {now}\n"
             "WHERE kafka_partition = v_partition;\n"
-            f"INSERT INTO {wm} (kafka_partition, last_offset, last_refresh_time, updated_at)\n"
-            f"SELECT v_partition, v_offset, v_refresh_time, {now}\n"
-            f"WHERE NOT EXISTS (SELECT 1 FROM {wm} WHERE kafka_partition = v_partition);\n"
-            f"INSERT INTO {qual(RUN_LOG)} (table_name, backend_pid, started_at, finished_at, events_read, upserted, deleted,\n"
-            "  quarantined, tombstones, stale, superseded, truncates, watermark_before, watermark_after, lag_seconds, status)\n"
-            f"VALUES ({quote_literal(table.name)}, PG_BACKEND_PID(), v_started, {now}, 1, 0, 0,\n"
-            "  1, 0, 0, 0, 0, CAST(v_partition AS varchar(20)) || ':' || CAST(v_offset - 1 AS varchar(20)),\n"
-            "  CAST(v_partition AS varchar(20)) || ':' || CAST(v_offset AS varchar(20)), NULL, 'isolated');",
+            + schemas.insert_select_sql(
+                d,
+                wm,
+                schemas.WATERMARK,
+                {
+                    "kafka_partition": "v_partition",
+                    "last_offset": "v_offset",
+                    "last_refresh_time": "v_refresh_time",
+                    "updated_at": now,
+                },
+                f"WHERE NOT EXISTS (SELECT 1 FROM {wm} WHERE kafka_partition = v_partition);",
+            )
+            + "\n"
+            + run_log_insert_sql(
+                d,
+                pipeline,
+                table,
+                {
+                    "events_read": "1",
+                    **{name: "0" for name in ("upserted", "deleted", "tombstones", "stale", "superseded", "truncates")},
+                    "quarantined": "1",
+                    "watermark_before": "CAST(v_partition AS varchar(20)) || ':' || CAST(v_offset - 1 AS varchar(20))",
+                    "watermark_after": "CAST(v_partition AS varchar(20)) || ':' || CAST(v_offset AS varchar(20))",
+                    "lag_seconds": "NULL",
+                    "status": "'isolated'",
+                },
+                breaks=(7, 13),
+            ),
             2,
         ),
         "END IF;",
