@@ -5,6 +5,7 @@ handful of spellings. The numbered comments follow the procedure contract (READM
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from sync.config import ColumnConfig, Pipeline, TableConfig
@@ -28,6 +29,18 @@ READ_ORDER = "s.refresh_time, s.kafka_partition, s.kafka_offset"
 WATERMARK_ITEM = "CAST(r.kafka_partition AS varchar(20)) || ':' || CAST(r.last_offset AS varchar(20))"
 # A run that is not bounded reads up to this refresh time.
 UNBOUNDED = "TIMESTAMP '9999-12-31 00:00:00'"
+# The winning event of each key, in the stage row `s`.
+WINNERS = "s._rn = 1 AND s._action IN ('upsert', 'delete')"
+# What the run log counts of a batch, by run-log column: expressions over the stage.
+OUTCOMES = {
+    "upserted": "COUNT(CASE WHEN _rn = 1 AND _action = 'upsert' THEN 1 END)",
+    "deleted": "COUNT(CASE WHEN _rn = 1 AND _action = 'delete' THEN 1 END)",
+    "quarantined": "COUNT(CASE WHEN _action = 'quarantine' THEN 1 END)",
+    "tombstones": "COUNT(CASE WHEN _action = 'tombstone' THEN 1 END)",
+    "stale": "COUNT(CASE WHEN _action IN ('stale', 'truncated') THEN 1 END)",
+    "superseded": "COUNT(CASE WHEN _rn > 1 AND _action IN ('upsert', 'delete') THEN 1 END)",
+    "truncates": "COUNT(CASE WHEN _action = 'truncate' THEN 1 END)",
+}
 
 
 @dataclass(frozen=True)
@@ -414,7 +427,7 @@ def replay_sql(d: PostgresDialect, pipeline: Pipeline, table: TableConfig) -> st
     )
 
 
-def replay_stale_sql(d: PostgresDialect, pipeline: Pipeline, table: TableConfig, winners: str) -> str:
+def replay_stale_sql(d: PostgresDialect, pipeline: Pipeline, table: TableConfig) -> str:
     """Kafka order (no source position): a replayed winner older in Kafka order than the
     row stored, or the delete remembered, for its key is stale. A replayed record is one
     at or below its partition's watermark (records of the stream are above it)."""
@@ -433,7 +446,7 @@ def replay_stale_sql(d: PostgresDialect, pipeline: Pipeline, table: TableConfig,
         "-- 5. (replay) Never regress: a replayed record older than what is stored for its key is stale.\n"
         "IF v_replayed > 0 THEN\n"
         f"  UPDATE {stage} s SET _action = 'stale'\n"
-        f"  WHERE {winners}\n"
+        f"  WHERE {WINNERS}\n"
         f"    AND EXISTS (SELECT 1 FROM {wm} w WHERE w.kafka_partition = s._kafka_partition AND s._kafka_offset <= w.last_offset)\n"
         f"    AND ({newer});\n"
         "END IF;"
@@ -619,9 +632,10 @@ def stored_rows(d: PostgresDialect, target: str, keys: list[str], wanted: str) -
     )
 
 
-def toast_sql(d: PostgresDialect, pipeline: Pipeline, table: TableConfig, toast_cols: list[str]) -> str:
+def toast_sql(d: PostgresDialect, pipeline: Pipeline, table: TableConfig) -> str:
     """Winners whose columns carried the TOAST placeholder take the value from the newest
     earlier event of the batch that had it, else keep the value stored in the target."""
+    toast_cols = [c.target_name for c in table.value_columns if toastable(c)]
     n = table_names(pipeline, table)
     q = d.q
     stage, target = d.qualified(n.schema, n.stage), d.qualified(n.schema, n.target)
@@ -864,42 +878,63 @@ def tied_changes_sql(d: PostgresDialect, pipeline: Pipeline, table: TableConfig)
     )
 
 
-def procedure_sql(d: PostgresDialect, pipeline: Pipeline, table: TableConfig, origin: str) -> str:
+@dataclass(frozen=True)
+class Relations:
+    """The qualified names of a table's relations and of the shared control tables."""
+
+    target: str
+    stage: str
+    stream: str
+    watermark: str
+    deleted: str
+    quarantine: str
+    run_log: str
+
+
+def relations(d: PostgresDialect, pipeline: Pipeline, table: TableConfig) -> Relations:
     n = table_names(pipeline, table)
-    q = d.q
-    qual = lambda name: d.qualified(n.schema, name)  # noqa: E731
-    target, stage, wm, deleted = qual(n.target), qual(n.stage), qual(n.watermark), qual(n.deleted_keys)
-    keys = [c.target_name for c in table.key_columns]
-    key_match = lambda a, b: " AND ".join(f"{a}.{q(k)} = {b}.{q(k)}" for k in keys)  # noqa: E731
-    winners = "s._rn = 1 AND s._action IN ('upsert', 'delete')"
-    soft = table.delete_mode == "soft"
-    source_order = table.order_by != "kafka"
-    now = d.now()
-    value_cols = [c.target_name for c in table.value_columns]
-    wm_item = WATERMARK_ITEM
+    names = (n.target, n.stage, n.stream, n.watermark, n.deleted_keys, QUARANTINE, RUN_LOG)
+    return Relations(*(d.qualified(n.schema, name) for name in names))
 
-    body: list[str] = []
-    add = body.append
 
-    if d.session_settings:
-        add("-- 10. Session settings this procedure needs.")
-    body.extend(d.session_settings)
-    add(
+def _keys(table: TableConfig) -> list[str]:
+    return [c.target_name for c in table.key_columns]
+
+
+def session_settings_sql(d: PostgresDialect, pipeline: Pipeline, table: TableConfig) -> str:
+    return "\n".join(["-- 10. Session settings this procedure needs.", *d.session_settings])
+
+
+def single_flight_sql(d: PostgresDialect, pipeline: Pipeline, table: TableConfig) -> str:
+    return (
         "-- 1. Single flight: a second call (or a backfill) waits here until the first commits,\n"
         "--    then sees its watermark, so no record is applied twice. Only the control table\n"
         "--    is locked: on Redshift every LOCK is exclusive, and the target stays readable.\n"
-        f"LOCK TABLE {wm}{d.lock_mode};"
+        f"LOCK TABLE {relations(d, pipeline, table).watermark}{d.lock_mode};\n"
+        f"v_started := {d.now()};"
     )
-    add(f"v_started := {now};")
-    add(
+
+
+def watermark_before_sql(d: PostgresDialect, pipeline: Pipeline, table: TableConfig) -> str:
+    wm = relations(d, pipeline, table).watermark
+    summary = d.bounded_list(WATERMARK_ITEM, ",", "r.kafka_partition", wm, extra="MAX(r.last_refresh_time)")
+    return (
         "-- The watermark summary lists as many partitions as fit the run log's text column.\n"
-        + d.bounded_list(wm_item, ",", "r.kafka_partition", wm, extra="MAX(r.last_refresh_time)").replace(
-            "\nFROM ", "\nINTO v_since, v_wm_before\nFROM ", 1
-        )
-        + ";"
+        + summary.replace("\nFROM ", "\nINTO v_since, v_wm_before\nFROM ", 1)
+        + ";\nv_since := COALESCE(v_since, TIMESTAMP '1900-01-01 00:00:00');"
     )
-    add("v_since := COALESCE(v_since, TIMESTAMP '1900-01-01 00:00:00');")
-    add(
+
+
+def bound_sql(d: PostgresDialect, pipeline: Pipeline, table: TableConfig) -> str:
+    first = pending_in_order_sql(
+        d,
+        pipeline,
+        table,
+        "x.refresh_time, x.kafka_partition, x.kafka_offset",
+        "v_until_time, v_until_partition, v_until_offset",
+        "p_max_records",
+    )
+    return (
         "-- A bounded run (record isolation by the caller) reads the first p_max_records pending\n"
         "-- records in (refresh_time, partition, offset) order: a prefix of every partition\n"
         "-- (0: none, which tells a failure of the procedure itself from one of a record).\n"
@@ -907,287 +942,368 @@ def procedure_sql(d: PostgresDialect, pipeline: Pipeline, table: TableConfig, or
         "IF p_max_records < 1 THEN\n"
         "  v_until_time := TIMESTAMP '1900-01-01 00:00:00';\n"
         "ELSIF p_max_records IS NOT NULL THEN\n"
-        + _indent(
-            pending_in_order_sql(
+        + _indent(f"{first};\nv_until_time := COALESCE(v_until_time, {UNBOUNDED});", 2)
+        + "\nEND IF;"
+    )
+
+
+def replay_count_sql(d: PostgresDialect, pipeline: Pipeline, table: TableConfig) -> str:
+    return (
+        "-- Quarantined records marked for replay in this transaction (`quarantine replay`).\n"
+        f"SELECT COUNT(*) INTO v_replayed FROM {relations(d, pipeline, table).quarantine}\n"
+        f"WHERE table_name = {quote_literal(table.name)} AND handled = 'replaying';"
+    )
+
+
+def stage_sql(d: PostgresDialect, pipeline: Pipeline, table: TableConfig) -> str:
+    return (
+        "-- 2./3. Records past the watermark (refresh_time only prunes), classified, typed\n"
+        "--       and ranked per key, into the stage. Everything below reads the stage only.\n"
+        + stage_insert_sql(d, pipeline, table)
+    )
+
+
+def batch_counts_sql(d: PostgresDialect, pipeline: Pipeline, table: TableConfig) -> str:
+    """One pass counts the batch and tells which of the rarely needed steps it needs."""
+    counted = {"v_read": "COUNT(*)", "v_drift": "COUNT(_drift_img)"}
+    if _source_order(d, table):
+        counted["v_positionless"] = f"COUNT(CASE WHEN {positionless()} THEN 1 END)"
+    if _has_toast(d, table):
+        counted["v_unavailable"] = "COUNT(CASE WHEN _unavailable IS NOT NULL THEN 1 END)"
+    stage = relations(d, pipeline, table).stage
+    return "SELECT " + ",\n       ".join(counted.values()) + f"\nINTO {', '.join(counted)}\nFROM {stage};"
+
+
+def analyze_stage_sql(d: PostgresDialect, pipeline: Pipeline, table: TableConfig) -> str:
+    keys = ", ".join(d.q(k) for k in _keys(table))
+    return (
+        "-- Fresh statistics for a large stage, refilled every run: without them the planner\n"
+        "-- takes it for empty and joins it to itself row by row (20k events: 13 s, not 1 s).\n"
+        "-- The columns the joins and filters use are enough (a quarter of the full cost).\n"
+        f"IF v_read > 1000 THEN\n  ANALYZE {relations(d, pipeline, table).stage} (_action, _rn, {keys});\nEND IF;"
+    )
+
+
+def apply_batch_sql(d: PostgresDialect, pipeline: Pipeline, table: TableConfig) -> str:
+    """Steps 3 to 7 over the stage, when the batch has records (APPLY_STEPS)."""
+    return "IF v_read > 0 THEN\n" + _indent(_steps_sql(d, pipeline, table, APPLY_STEPS), 2) + "\nEND IF;"
+
+
+def watermark_after_sql(d: PostgresDialect, pipeline: Pipeline, table: TableConfig) -> str:
+    wm = relations(d, pipeline, table).watermark
+    return d.bounded_list(WATERMARK_ITEM, ",", "r.kafka_partition", wm).replace("\nFROM ", "\nINTO v_wm_after\nFROM ", 1) + ";"
+
+
+def run_log_sql(d: PostgresDialect, pipeline: Pipeline, table: TableConfig) -> str:
+    counts = {name: f"v_{name}" for name in OUTCOMES}
+    values = {
+        "events_read": "v_read",
+        **counts,
+        "watermark_before": "v_wm_before",
+        "watermark_after": "v_wm_after",
+        "lag_seconds": "v_lag",
+        "status": "'ok'",
+    }
+    return "-- 8. One run-log row per call, also when nothing was new (9.).\n" + run_log_insert_sql(d, pipeline, table, values)
+
+
+def stale_sql(d: PostgresDialect, pipeline: Pipeline, table: TableConfig) -> str:
+    """5. A lookup of the stored position per winning key (a correlated MAX: at most one
+    row, NULL when there is none), so the cost follows the batch, not the table."""
+    rel = relations(d, pipeline, table)
+    held = [rel.target] + ([rel.deleted] if table.delete_mode == "hard" else [])
+    statements = [
+        f"UPDATE {rel.stage} s SET _action = 'stale', _reason = s._action\n"
+        f"WHERE {WINNERS} AND s._source_pos IS NOT NULL\n"
+        f"  AND s._source_pos <= (SELECT MAX(t._source_pos) FROM {relation} t WHERE {key_match(d, _keys(table), 't', 's')});"
+        for relation in held
+    ]
+    return "-- 5. Never regress: a winner not newer than what is stored for its key is stale.\n" + "\n".join(statements)
+
+
+def positionless_position_sql(d: PostgresDialect, pipeline: Pipeline, table: TableConfig) -> str:
+    return (
+        "-- A winner without a source position was never stale; it is recorded at the position\n"
+        "-- it ranked by, so replays of what it superseded stay stale.\n"
+        "IF v_positionless > 0 THEN\n"
+        f"  UPDATE {relations(d, pipeline, table).stage} SET _source_pos = _rank_pos\n"
+        "  WHERE _rn = 1 AND _action IN ('upsert', 'delete') AND _source_pos IS NULL;\n"
+        "END IF;"
+    )
+
+
+def outcome_counts_sql(d: PostgresDialect, pipeline: Pipeline, table: TableConfig) -> str:
+    """What the batch comes to, for the run log: each count, and the lag."""
+    values = [*OUTCOMES.values(), d.seconds_between(d.now(), "MAX(_kafka_timestamp)")]
+    into = [*(f"v_{name}" for name in OUTCOMES), "v_lag"]
+    return "SELECT " + ",\n       ".join(values) + f"\nINTO {', '.join(into)}\nFROM {relations(d, pipeline, table).stage};"
+
+
+def _load_sql(d: PostgresDialect, pipeline: Pipeline, table: TableConfig, deleted_flag: str, where: str) -> str:
+    """INSERT INTO the target the stage rows `s` matching `where` (soft mode: with their
+    `_deleted` flag)."""
+    rel = relations(d, pipeline, table)
+    values = {
+        **schemas.row_values(d, [*schemas.data_columns(table.columns), *schemas.POSITION], "s"),
+        "_synced_at": d.now(),
+        **({"_deleted": deleted_flag} if table.delete_mode == "soft" else {}),
+    }
+    rest = f"FROM {rel.stage} s\nWHERE {where};"
+    return schemas.insert_select_sql(d, rel.target, schemas.target(table), values, rest, quoted=True)
+
+
+def apply_hard_sql(d: PostgresDialect, pipeline: Pipeline, table: TableConfig) -> str:
+    rel, keys = relations(d, pipeline, table), _keys(table)
+    # Redshift's DELETE takes no alias for its target: the key match names it in full,
+    # and the stage's alias starts with '_', which no table name can (a table named "s"
+    # would otherwise clash with an alias s).
+    remembered = {**schemas.row_values(d, schemas.deleted_keys(table), "s"), "_deleted_at": d.now()}
+    return "\n".join(
+        [
+            "-- 6. Apply: remove the current row of every key with a winning event (the join is\n"
+            "--    on the key, which is the DISTKEY, so it is collocated), then insert the upserts.\n"
+            f"DELETE FROM {rel.target}\nUSING {rel.stage} _s\nWHERE _s._rn = 1 AND _s._action IN ('upsert', 'delete')\n"
+            f"  AND {key_match(d, keys, rel.target, '_s')};",
+            "-- Deleted keys are remembered, so neither a replay nor a backfill resurrects them.\n"
+            f"DELETE FROM {rel.deleted}\nUSING {rel.stage} s\nWHERE {WINNERS}\n  AND {key_match(d, keys, rel.deleted, 's')};",
+            insert_deleted_keys_sql(d, table, rel.deleted, remembered, f"{rel.stage} s", "s._rn = 1 AND s._action = 'delete'"),
+            _load_sql(d, pipeline, table, "false", "s._rn = 1 AND s._action = 'upsert'"),
+        ]
+    )
+
+
+def delete_values_sql(d: PostgresDialect, pipeline: Pipeline, table: TableConfig) -> str:
+    """Soft mode: a delete's values where its before image has none."""
+    rel, keys, q = relations(d, pipeline, table), _keys(table), d.q
+    value_cols = [c.target_name for c in table.value_columns]
+    keys_sql = ", ".join(q(k) for k in keys)
+    fill = ",\n       ".join(f"{q(c)} = COALESCE(s.{q(c)}, p.{q(c)})" for c in value_cols)
+    stored = ",\n       ".join(f"{q(c)} = COALESCE(s.{q(c)}, t.{q(c)})" for c in value_cols)
+    deleting = f"EXISTS (SELECT 1 FROM {rel.stage} x WHERE x._rn = 1 AND x._action = 'delete' AND {key_match(d, keys, 'x', 't')})"
+    return (
+        "-- A delete whose before image holds only the key (REPLICA IDENTITY DEFAULT, unwrap\n"
+        "-- rewrite) keeps the values of the newest earlier upsert of the batch.\n"
+        f"UPDATE {rel.stage} s SET {fill}\n"
+        f"FROM {rel.stage} p,\n"
+        f"     (SELECT {keys_sql}, MIN(_rn) AS rn FROM {rel.stage}\n"
+        f"      WHERE _action = 'upsert' AND _rn > 1 GROUP BY {keys_sql}) m\n"
+        "WHERE s._rn = 1 AND s._action = 'delete'\n"
+        f"  AND {key_match(d, keys, 'm', 's')} AND {key_match(d, keys, 'p', 's')} AND p._rn = m.rn AND p._action = 'upsert';\n"
+        "-- Without such an upsert, the stored row is the newest earlier state: a delete takes\n"
+        "-- its values where the before image has none (never an older value over a newer\n"
+        "-- NULL: the stored row is not consulted when the batch updated the key).\n"
+        f"UPDATE {rel.stage} s SET {stored}\n"
+        f"FROM {stored_rows(d, rel.target, keys, deleting)} t\n"
+        f"WHERE s._rn = 1 AND s._action = 'delete' AND {key_match(d, keys, 't', 's')}\n"
+        f"  AND NOT EXISTS (SELECT 1 FROM {rel.stage} x WHERE x._action = 'upsert' AND x._rn > 1 AND {key_match(d, keys, 'x', 's')});"
+    )
+
+
+def apply_soft_sql(d: PostgresDialect, pipeline: Pipeline, table: TableConfig) -> str:
+    rel, keys = relations(d, pipeline, table), _keys(table)
+    last_values = {c.target_name: f"s.{d.q(c.target_name)}" for c in table.value_columns}
+    deletes = "s._rn = 1 AND s._action = 'delete'"
+    return "\n".join(
+        [
+            "-- 6. Apply (soft deletes): upserts replace the row; deletes only mark it, keeping\n"
+            "--    its last values (or record the key when it was never seen).\n"
+            f"DELETE FROM {rel.target}\nUSING {rel.stage} _s\nWHERE _s._rn = 1 AND _s._action = 'upsert'\n"
+            f"  AND {key_match(d, keys, rel.target, '_s')};",
+            _load_sql(d, pipeline, table, "false", "s._rn = 1 AND s._action = 'upsert'"),
+            "-- A delete keeps the row's last values, completed above.\n"
+            + soft_delete_sql(d, table, rel.target, last_values, f"{rel.stage} s", deletes),
+            _load_sql(
                 d,
                 pipeline,
                 table,
-                "x.refresh_time, x.kafka_partition, x.kafka_offset",
-                "v_until_time, v_until_partition, v_until_offset",
-                "p_max_records",
-            )
-            + ";\n"
-            + f"v_until_time := COALESCE(v_until_time, {UNBOUNDED});",
-            2,
-        )
-        + "\nEND IF;"
-    )
-    add(
-        "-- Quarantined records marked for replay in this transaction (`quarantine replay`).\n"
-        f"SELECT COUNT(*) INTO v_replayed FROM {qual(QUARANTINE)}\n"
-        f"WHERE table_name = {quote_literal(table.name)} AND handled = 'replaying';"
-    )
-    add(
-        "-- 2./3. Records past the watermark (refresh_time only prunes), classified, typed\n"
-        "--       and ranked per key, into the stage. Everything below reads the stage only."
-    )
-    add(stage_insert_sql(d, pipeline, table))
-
-    apply_steps: list[str] = []
-    step = apply_steps.append
-    if source_order and table.format == "debezium-unwrap":
-        step(redundant_tombstones_sql(d, pipeline, table))
-    if source_order:
-        step(rerank_sql(d, pipeline, table))
-    toast_cols = [c.target_name for c in table.value_columns if toastable(c)]
-    if toast_cols:
-        step(toast_sql(d, pipeline, table, toast_cols))
-        step(unknown_toast_sql(d, pipeline, table))
-    if source_order:
-
-        def stale(held: str) -> str:
-            # A lookup of the stored position per winning key (a correlated MAX: at most one
-            # row, NULL when there is none), so the cost follows the batch, not the table.
-            return (
-                f"UPDATE {stage} s SET _action = 'stale', _reason = s._action\n"
-                f"WHERE {winners} AND s._source_pos IS NOT NULL\n"
-                f"  AND s._source_pos <= (SELECT MAX(t._source_pos) FROM {held} t WHERE {key_match('t', 's')});"
-            )
-
-        step("-- 5. Never regress: a winner not newer than what is stored for its key is stale.\n" + stale(target))
-        if not soft:
-            step(stale(deleted))
-        step(tied_changes_sql(d, pipeline, table))
-    if source_order:
-        step(
-            "-- A winner without a source position was never stale; it is recorded at the position\n"
-            "-- it ranked by, so replays of what it superseded stay stale.\n"
-            "IF v_positionless > 0 THEN\n"
-            f"  UPDATE {stage} SET _source_pos = _rank_pos\n"
-            "  WHERE _rn = 1 AND _action IN ('upsert', 'delete') AND _source_pos IS NULL;\n"
-            "END IF;"
-        )
-    if not source_order:
-        step(replay_stale_sql(d, pipeline, table, winners))
-    if table.on_truncate == "delete":
-        step(truncate_sql(d, pipeline, table))
-    step(
-        "SELECT COUNT(CASE WHEN _rn = 1 AND _action = 'upsert' THEN 1 END),\n"
-        "       COUNT(CASE WHEN _rn = 1 AND _action = 'delete' THEN 1 END),\n"
-        "       COUNT(CASE WHEN _action = 'quarantine' THEN 1 END),\n"
-        "       COUNT(CASE WHEN _action = 'tombstone' THEN 1 END),\n"
-        "       COUNT(CASE WHEN _action IN ('stale', 'truncated') THEN 1 END),\n"
-        "       COUNT(CASE WHEN _rn > 1 AND _action IN ('upsert', 'delete') THEN 1 END),\n"
-        "       COUNT(CASE WHEN _action = 'truncate' THEN 1 END),\n"
-        f"       {d.seconds_between(now, 'MAX(_kafka_timestamp)')}\n"
-        "INTO v_upserted, v_deleted, v_quarantined, v_tombstones, v_stale, v_superseded, v_truncates, v_lag\n"
-        f"FROM {stage};"
-    )
-
-    def load(deleted_flag: str, where: str) -> str:
-        """INSERT INTO the target the winners of the stage `where` holds."""
-        values = {
-            **schemas.row_values(d, [*schemas.data_columns(table.columns), *schemas.POSITION], "s"),
-            "_synced_at": now,
-            **({"_deleted": deleted_flag} if soft else {}),
-        }
-        return schemas.insert_select_sql(d, target, schemas.target(table), values, f"FROM {stage} s\nWHERE {where};", quoted=True)
-
-    if not soft:
-        # Redshift's DELETE takes no alias for its target: the key match names it in full,
-        # and the stage's alias starts with '_', which no table name can (a table named "s"
-        # would otherwise clash with an alias s).
-        step(
-            "-- 6. Apply: remove the current row of every key with a winning event (the join is\n"
-            "--    on the key, which is the DISTKEY, so it is collocated), then insert the upserts.\n"
-            f"DELETE FROM {target}\nUSING {stage} _s\nWHERE _s._rn = 1 AND _s._action IN ('upsert', 'delete')\n  AND {key_match(target, '_s')};"
-        )
-        step(
-            "-- Deleted keys are remembered, so neither a replay nor a backfill resurrects them.\n"
-            f"DELETE FROM {deleted}\nUSING {stage} s\nWHERE {winners}\n  AND {key_match(deleted, 's')};"
-        )
-        step(
-            insert_deleted_keys_sql(
-                d,
-                table,
-                deleted,
-                {**schemas.row_values(d, schemas.deleted_keys(table), "s"), "_deleted_at": now},
-                f"{stage} s",
-                "s._rn = 1 AND s._action = 'delete'",
-            )
-        )
-        step(load("false", "s._rn = 1 AND s._action = 'upsert'"))
-    else:
-        if value_cols:
-            keys_sql = ", ".join(q(k) for k in keys)
-            fill = ",\n       ".join(f"{q(c)} = COALESCE(s.{q(c)}, p.{q(c)})" for c in value_cols)
-            step(
-                "-- A delete whose before image holds only the key (REPLICA IDENTITY DEFAULT, unwrap\n"
-                "-- rewrite) keeps the values of the newest earlier upsert of the batch.\n"
-                f"UPDATE {stage} s SET {fill}\n"
-                f"FROM {stage} p,\n"
-                f"     (SELECT {keys_sql}, MIN(_rn) AS rn FROM {stage}\n"
-                f"      WHERE _action = 'upsert' AND _rn > 1 GROUP BY {keys_sql}) m\n"
-                "WHERE s._rn = 1 AND s._action = 'delete'\n"
-                f"  AND {key_match('m', 's')} AND {key_match('p', 's')} AND p._rn = m.rn AND p._action = 'upsert';"
-            )
-            stored = ",\n       ".join(f"{q(c)} = COALESCE(s.{q(c)}, t.{q(c)})" for c in value_cols)
-            deleting = f"EXISTS (SELECT 1 FROM {stage} x WHERE x._rn = 1 AND x._action = 'delete' AND {key_match('x', 't')})"
-            step(
-                "-- Without such an upsert, the stored row is the newest earlier state: a delete takes\n"
-                "-- its values where the before image has none (never an older value over a newer\n"
-                "-- NULL: the stored row is not consulted when the batch updated the key).\n"
-                f"UPDATE {stage} s SET {stored}\n"
-                f"FROM {stored_rows(d, target, keys, deleting)} t\n"
-                f"WHERE s._rn = 1 AND s._action = 'delete' AND {key_match('t', 's')}\n"
-                f"  AND NOT EXISTS (SELECT 1 FROM {stage} x WHERE x._action = 'upsert' AND x._rn > 1 AND {key_match('x', 's')});"
-            )
-        step(
-            "-- 6. Apply (soft deletes): upserts replace the row; deletes only mark it, keeping\n"
-            "--    its last values (or record the key when it was never seen).\n"
-            f"DELETE FROM {target}\nUSING {stage} _s\nWHERE _s._rn = 1 AND _s._action = 'upsert'\n  AND {key_match(target, '_s')};"
-        )
-        step(load("false", "s._rn = 1 AND s._action = 'upsert'"))
-        step(
-            "-- A delete keeps the row's last values, completed above.\n"
-            + soft_delete_sql(
-                d,
-                table,
-                target,
-                {c: f"s.{q(c)}" for c in value_cols},
-                f"{stage} s",
-                "s._rn = 1 AND s._action = 'delete'",
-            )
-        )
-        step(
-            load(
                 "true",
-                f"s._rn = 1 AND s._action = 'delete'\n  AND NOT EXISTS (SELECT 1 FROM {target} t WHERE {key_match('t', 's')})",
-            )
-        )
-    step(
+                f"{deletes}\n  AND NOT EXISTS (SELECT 1 FROM {rel.target} t WHERE {key_match(d, keys, 't', 's')})",
+            ),
+        ]
+    )
+
+
+def drift_sql(d: PostgresDialect, pipeline: Pipeline, table: TableConfig) -> str:
+    return (
         "-- 6. Schema drift: unknown fields in the row images, configured fields missing from them\n"
         "--    (only images set aside by the stage query can have either).\n"
         "IF v_drift > 0 THEN\n" + _indent(schema_drift_sql(d, pipeline, table), 2) + "\nEND IF;"
     )
-    step(
+
+
+def quarantine_sql(d: PostgresDialect, pipeline: Pipeline, table: TableConfig) -> str:
+    stage_values = {"reason": "_reason", "payload": "_payload", "raw_value": "_raw_value"}
+    rest = f"FROM {relations(d, pipeline, table).stage}\nWHERE _action = 'quarantine';"
+    return (
         "-- 3. Records that cannot be applied are kept with the raw value and the reason.\n"
         "IF v_quarantined > 0 THEN\n"
-        + _indent(
-            quarantine_insert_sql(
-                d,
-                pipeline,
-                table,
-                {"reason": "_reason", "payload": "_payload", "raw_value": "_raw_value"},
-                "_",
-                f"FROM {stage}\nWHERE _action = 'quarantine';",
-            ),
-            2,
-        )
+        + _indent(quarantine_insert_sql(d, pipeline, table, stage_values, "_", rest), 2)
         + "\nEND IF;"
     )
-    step(
+
+
+def replayed_sql(d: PostgresDialect, pipeline: Pipeline, table: TableConfig) -> str:
+    return (
         "-- Replayed records are recorded as such; one that failed again was quarantined anew above.\n"
         "IF v_replayed > 0 THEN\n"
-        f"  UPDATE {qual(QUARANTINE)} SET handled = 'replayed', handled_at = {now}\n"
+        f"  UPDATE {relations(d, pipeline, table).quarantine} SET handled = 'replayed', handled_at = {d.now()}\n"
         f"  WHERE table_name = {quote_literal(table.name)} AND handled = 'replaying';\n"
         "END IF;"
     )
-    step(
+
+
+def advance_watermark_sql(d: PostgresDialect, pipeline: Pipeline, table: TableConfig) -> str:
+    rel, now = relations(d, pipeline, table), d.now()
+    batch = (
+        "(SELECT _kafka_partition, MAX(_kafka_offset) AS last_offset, MAX(_refresh_time) AS last_refresh_time\n"
+        f"      FROM {rel.stage} GROUP BY _kafka_partition) b"
+    )
+    first_seen = {
+        "kafka_partition": "b._kafka_partition",
+        "last_offset": "b.last_offset",
+        "last_refresh_time": "b.last_refresh_time",
+        "updated_at": now,
+    }
+    return (
         "-- 7. Advance the per-partition watermark in the same transaction (never back: replayed\n"
         "--    records lie below it).\n"
-        f"UPDATE {wm} w SET last_offset = b.last_offset, last_refresh_time = b.last_refresh_time, updated_at = {now}\n"
-        f"FROM (SELECT _kafka_partition, MAX(_kafka_offset) AS last_offset, MAX(_refresh_time) AS last_refresh_time\n"
-        f"      FROM {stage} GROUP BY _kafka_partition) b\n"
-        "WHERE w.kafka_partition = b._kafka_partition AND b.last_offset > w.last_offset;"
-    )
-    step(
+        f"UPDATE {rel.watermark} w SET last_offset = b.last_offset, last_refresh_time = b.last_refresh_time, updated_at = {now}\n"
+        f"FROM {batch}\n"
+        "WHERE w.kafka_partition = b._kafka_partition AND b.last_offset > w.last_offset;\n"
         "-- Partitions seen for the first time (aggregated first: one probe per partition).\n"
         + schemas.insert_select_sql(
             d,
-            wm,
+            rel.watermark,
             schemas.WATERMARK,
-            {
-                "kafka_partition": "b._kafka_partition",
-                "last_offset": "b.last_offset",
-                "last_refresh_time": "b.last_refresh_time",
-                "updated_at": now,
-            },
-            "FROM (SELECT _kafka_partition, MAX(_kafka_offset) AS last_offset, MAX(_refresh_time) AS last_refresh_time\n"
-            f"      FROM {stage} GROUP BY _kafka_partition) b\n"
-            f"WHERE NOT EXISTS (SELECT 1 FROM {wm} w WHERE w.kafka_partition = b._kafka_partition);",
-        )
-    )
-    step(f"-- The stage is empty between runs (DELETE, not TRUNCATE: TRUNCATE would commit).\nDELETE FROM {stage};")
-
-    # One pass counts the batch and tells which of the rarely needed steps it needs.
-    counted = {"v_read": "COUNT(*)", "v_drift": "COUNT(_drift_img)"}
-    if source_order:
-        counted["v_positionless"] = f"COUNT(CASE WHEN {positionless()} THEN 1 END)"
-    if toast_cols:
-        counted["v_unavailable"] = "COUNT(CASE WHEN _unavailable IS NOT NULL THEN 1 END)"
-    add("SELECT " + ",\n       ".join(counted.values()) + f"\nINTO {', '.join(counted)}\nFROM {stage};")
-    if d.analyze_stage:
-        add(
-            "-- Fresh statistics for a large stage, refilled every run: without them the planner\n"
-            "-- takes it for empty and joins it to itself row by row (20k events: 13 s, not 1 s).\n"
-            "-- The columns the joins and filters use are enough (a quarter of the full cost).\n"
-            f"IF v_read > 1000 THEN\n  ANALYZE {stage} (_action, _rn, {', '.join(q(k) for k in keys)});\nEND IF;"
-        )
-    add("IF v_read > 0 THEN\n" + _indent("\n".join(apply_steps), 2) + "\nEND IF;")
-    add(d.bounded_list(wm_item, ",", "r.kafka_partition", wm).replace("\nFROM ", "\nINTO v_wm_after\nFROM ", 1) + ";")
-    counts = {
-        name: f"v_{name}" for name in ("upserted", "deleted", "quarantined", "tombstones", "stale", "superseded", "truncates")
-    }
-    add(
-        "-- 8. One run-log row per call, also when nothing was new (9.).\n"
-        + run_log_insert_sql(
-            d,
-            pipeline,
-            table,
-            {
-                "events_read": "v_read",
-                **counts,
-                "watermark_before": "v_wm_before",
-                "watermark_after": "v_wm_after",
-                "lag_seconds": "v_lag",
-                "status": "'ok'",
-            },
+            first_seen,
+            f"FROM {batch}\nWHERE NOT EXISTS (SELECT 1 FROM {rel.watermark} w WHERE w.kafka_partition = b._kafka_partition);",
         )
     )
 
-    declare = [
-        "v_started timestamp;",
-        "v_since timestamp;",
-        f"v_wm_before {d.long_text_type};",
-        f"v_wm_after {d.long_text_type};",
-        "v_read bigint := 0;",
-        "v_upserted bigint := 0;",
-        "v_deleted bigint := 0;",
-        "v_quarantined bigint := 0;",
-        "v_tombstones bigint := 0;",
-        "v_stale bigint := 0;",
-        "v_superseded bigint := 0;",
-        "v_truncates bigint := 0;",
-        "v_rows bigint := 0;",
-        "v_positionless bigint := 0;",
-        "v_unavailable bigint := 0;",
-        "v_drift bigint := 0;",
-        "v_replayed bigint := 0;",
-        "v_lag double precision;",
-        "v_until_time timestamp;",
-        "v_until_partition bigint;",
-        "v_until_offset bigint;",
-        "v_truncate_pos varchar(64);",
-        "v_truncate_ts timestamp;",
-    ]
+
+def empty_stage_sql(d: PostgresDialect, pipeline: Pipeline, table: TableConfig) -> str:
+    return (
+        "-- The stage is empty between runs (DELETE, not TRUNCATE: TRUNCATE would commit).\n"
+        f"DELETE FROM {relations(d, pipeline, table).stage};"
+    )
+
+
+@dataclass(frozen=True)
+class Variable:
+    name: str
+    type: str  # a SQL type, or one the dialect spells (schemas.LONG_TEXT)
+    initial: str | None = None
+
+    def declaration(self, d: PostgresDialect) -> str:
+        return f"{self.name} {schemas.type_sql(d, self.type)}" + (f" := {self.initial}" if self.initial else "") + ";"
+
+
+# The variables of the procedures, in the order DECLARE lists them.
+VARIABLES = {
+    v.name: v
+    for v in (
+        Variable("v_started", "timestamp"),
+        Variable("v_since", "timestamp"),
+        Variable("v_wm_before", schemas.LONG_TEXT),
+        Variable("v_wm_after", schemas.LONG_TEXT),
+        Variable("v_read", "bigint", "0"),
+        *(Variable(f"v_{name}", "bigint", "0") for name in OUTCOMES),
+        Variable("v_rows", "bigint", "0"),
+        Variable("v_positionless", "bigint", "0"),
+        Variable("v_unavailable", "bigint", "0"),
+        Variable("v_drift", "bigint", "0"),
+        Variable("v_replayed", "bigint", "0"),
+        Variable("v_lag", "double precision"),
+        Variable("v_until_time", "timestamp"),
+        Variable("v_until_partition", "bigint"),
+        Variable("v_until_offset", "bigint"),
+        Variable("v_truncate_pos", "varchar(64)"),
+        Variable("v_truncate_ts", "timestamp"),
+        Variable("v_partition", "bigint"),
+        Variable("v_offset", "bigint"),
+        Variable("v_refresh_time", "timestamp"),
+    )
+}
+
+
+def _always(d: PostgresDialect, table: TableConfig) -> bool:
+    return True
+
+
+def _source_order(d: PostgresDialect, table: TableConfig) -> bool:
+    return table.order_by != "kafka"
+
+
+def _has_toast(d: PostgresDialect, table: TableConfig) -> bool:
+    return any(toastable(c) for c in table.value_columns)
+
+
+@dataclass(frozen=True)
+class Step:
+    """One step of the procedure contract: its SQL for a table, the variables it uses
+    (DECLARE lists those of every step), and the tables (and dialects) it is for."""
+
+    sql: Callable[[PostgresDialect, Pipeline, TableConfig], str]
+    uses: tuple[str, ...] = ()
+    applies: Callable[[PostgresDialect, TableConfig], bool] = _always
+
+
+# Steps 3 to 7 over the stage, in output order (run when the batch has records).
+APPLY_STEPS = (
+    Step(redundant_tombstones_sql, ("v_positionless",), lambda d, t: _source_order(d, t) and t.format == "debezium-unwrap"),
+    Step(rerank_sql, ("v_positionless",), _source_order),
+    Step(toast_sql, ("v_unavailable",), _has_toast),
+    Step(unknown_toast_sql, ("v_unavailable",), _has_toast),
+    Step(stale_sql, (), _source_order),
+    Step(tied_changes_sql, ("v_rows",), _source_order),
+    Step(positionless_position_sql, ("v_positionless",), _source_order),
+    Step(replay_stale_sql, ("v_replayed",), lambda d, t: not _source_order(d, t)),
+    Step(truncate_sql, ("v_rows", "v_truncate_pos", "v_truncate_ts"), lambda d, t: t.on_truncate == "delete"),
+    Step(outcome_counts_sql, (*(f"v_{name}" for name in OUTCOMES), "v_lag")),
+    Step(apply_hard_sql, (), lambda d, t: t.delete_mode == "hard"),
+    Step(delete_values_sql, (), lambda d, t: t.delete_mode == "soft" and bool(t.value_columns)),
+    Step(apply_soft_sql, (), lambda d, t: t.delete_mode == "soft"),
+    Step(drift_sql, ("v_drift", "v_started")),
+    Step(quarantine_sql, ("v_quarantined", "v_started")),
+    Step(replayed_sql, ("v_replayed",)),
+    Step(advance_watermark_sql),
+    Step(empty_stage_sql),
+)
+# The steps of `incremental_sync_<table>(p_max_records)`, in output order.
+SYNC_STEPS = (
+    Step(session_settings_sql, (), lambda d, t: bool(d.session_settings)),
+    Step(single_flight_sql, ("v_started",)),
+    Step(watermark_before_sql, ("v_since", "v_wm_before")),
+    Step(bound_sql, ("v_until_time", "v_until_partition", "v_until_offset")),
+    Step(replay_count_sql, ("v_replayed",)),
+    Step(stage_sql, ("v_since", "v_until_time", "v_until_partition", "v_until_offset", "v_replayed")),
+    Step(batch_counts_sql, ("v_read", "v_drift", "v_positionless", "v_unavailable")),
+    Step(analyze_stage_sql, ("v_read",), lambda d, t: d.analyze_stage),
+    Step(apply_batch_sql, ("v_read",)),
+    Step(watermark_after_sql, ("v_wm_after",)),
+    Step(run_log_sql, ("v_started", "v_read", *(f"v_{name}" for name in OUTCOMES), "v_wm_before", "v_wm_after", "v_lag")),
+)
+
+
+def _steps_sql(d: PostgresDialect, pipeline: Pipeline, table: TableConfig, steps: tuple[Step, ...]) -> str:
+    return "\n".join(step.sql(d, pipeline, table) for step in steps if step.applies(d, table))
+
+
+def _declare(d: PostgresDialect, steps: Iterable[Step]) -> list[str]:
+    """The declarations of every variable the steps use, in VARIABLES order."""
+    used = {name for step in steps for name in step.uses}
+    return [v.declaration(d) for v in VARIABLES.values() if v.name in used]
+
+
+def procedure_sql(d: PostgresDialect, pipeline: Pipeline, table: TableConfig, origin: str) -> str:
+    n = table_names(pipeline, table)
     return _plpgsql_procedure(
-        f"{qual(n.procedure)}(p_max_records bigint)",
+        f"{d.qualified(n.schema, n.procedure)}(p_max_records bigint)",
         f"Generated by redshift-sync from {origin} (table {table.name}, topic {table.topic}).\n"
         "Merges new records of the topic into the target (p_max_records NULL: all of them);\n"
         "see the README, 'How a sync works: the procedure contract'.",
-        declare,
-        body,
+        _declare(d, [*SYNC_STEPS, *APPLY_STEPS]),
+        [_steps_sql(d, pipeline, table, SYNC_STEPS)],
     )
 
 

@@ -25,6 +25,13 @@ IDENTITY = "identity"
 _DIALECT_TYPES = {JSON: "json_type", BYTES: "bytes_type", LONG_TEXT: "long_text_type", IDENTITY: "identity_column"}
 
 
+def type_sql(d: PostgresDialect, type_: str | SqlType) -> str:
+    """A column's (or a procedure variable's) type as the dialect spells it."""
+    if isinstance(type_, SqlType):
+        return d.type_sql(type_)
+    return getattr(d, _DIALECT_TYPES[type_]) if type_ in _DIALECT_TYPES else type_
+
+
 @dataclass(frozen=True)
 class Column:
     name: str
@@ -33,9 +40,7 @@ class Column:
     comment: str = ""  # what the column holds, where its name does not tell
 
     def type_sql(self, d: PostgresDialect) -> str:
-        if isinstance(self.type, SqlType):
-            return d.type_sql(self.type)
-        return getattr(d, _DIALECT_TYPES[self.type]) if self.type in _DIALECT_TYPES else self.type
+        return type_sql(d, self.type)
 
     def sql_name(self, d: PostgresDialect, quoted: bool = False) -> str:
         """The name as statements spell it: a configured column's always quoted, a control
