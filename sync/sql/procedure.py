@@ -57,9 +57,11 @@ def _indent(text: str, spaces: int) -> str:
     return "\n".join(pad + line if line else line for line in text.splitlines())
 
 
-def _fenced(d: PostgresDialect, level: str) -> str:
-    """A nested level evaluated once per record, not re-expanded at each reference above."""
-    return f"{level}\n{d.subquery_fence}" if d.subquery_fence else level
+def _subquery(d: PostgresDialect, level: str, alias: str) -> str:
+    """FROM a nested level of the stage query, evaluated once per record (fenced where the
+    dialect needs it), not re-expanded at each reference above."""
+    fenced = f"{level}\n{d.subquery_fence}" if d.subquery_fence else level
+    return f"FROM (\n{_indent(fenced, 2)}\n) {alias}"
 
 
 def _raw_alias(col: ColumnConfig) -> str:
@@ -264,20 +266,17 @@ def rerank_sql(d: PostgresDialect, pipeline: Pipeline, table: TableConfig) -> st
     # What is stored for a key: its row, or (hard mode) its deleted-key record.
     held = [d.qualified(n.schema, n.target)] + ([d.qualified(n.schema, n.deleted_keys)] if table.delete_mode == "hard" else [])
 
-    def match(a: str, b: str) -> str:
-        return " AND ".join(f"{a}.{q(k)} = {b}.{q(k)}" for k in keys)
-
-    stored_wanted = f"EXISTS (SELECT 1 FROM {stage} y WHERE {positionless('y.')} AND {match('y', 't')})"
+    stored_wanted = f"EXISTS (SELECT 1 FROM {stage} y WHERE {positionless('y.')} AND {key_match(d, keys, 'y', 't')})"
     raise_to_stored = "".join(
         f"  UPDATE {stage} s SET _rank_pos = t._source_pos\n"
         f"  FROM {stored_rows(d, relation, keys, stored_wanted)} t\n"
-        f"  WHERE {positionless('s.')} AND {match('t', 's')}\n"
+        f"  WHERE {positionless('s.')} AND {key_match(d, keys, 't', 's')}\n"
         "    AND t._source_pos IS NOT NULL AND (s._rank_pos IS NULL OR s._rank_pos < t._source_pos);\n"
         for relation in held
     )
     order = rank_order("x._rank_pos", "x._kafka_partition", "x._kafka_offset")
     key_list = ", ".join("x." + q(k) for k in keys)
-    same_key_positionless = f"EXISTS (SELECT 1 FROM {stage} y WHERE {positionless('y.')} AND {match('y', 'x')})"
+    same_key_positionless = f"EXISTS (SELECT 1 FROM {stage} y WHERE {positionless('y.')} AND {key_match(d, keys, 'y', 'x')})"
     return (
         "-- 4. Events without a source position: each takes the newest position seen before it\n"
         "--    for its key in Kafka order (so it supersedes what precedes it and loses to what\n"
@@ -405,8 +404,7 @@ def batch_sql(d: PostgresDialect, pipeline: Pipeline, table: TableConfig) -> str
         "       e.payload, e.raw_value, e.env, e.key_env,\n"
         f"       {env.op} AS op,\n"
         f"       {env.image} AS img,\n"
-        f"       {env.source} AS src\n"
-        f"FROM (\n{_indent(_fenced(d, level1), 2)}\n) e"
+        f"       {env.source} AS src\n" + _subquery(d, level1, "e")
     )
 
 
@@ -432,10 +430,9 @@ def replay_stale_sql(d: PostgresDialect, pipeline: Pipeline, table: TableConfig)
     row stored, or the delete remembered, for its key is stale. A replayed record is one
     at or below its partition's watermark (records of the stream are above it)."""
     n = table_names(pipeline, table)
-    q = d.q
     stage, wm = d.qualified(n.schema, n.stage), d.qualified(n.schema, n.watermark)
     held = [n.target] + ([n.deleted_keys] if table.delete_mode == "hard" else [])
-    match = " AND ".join(f"t.{q(c.target_name)} = s.{q(c.target_name)}" for c in table.key_columns)
+    match = key_match(d, _keys(table), "t", "s")
     newer = " OR ".join(
         f"EXISTS (SELECT 1 FROM {d.qualified(n.schema, h)} t WHERE {match}\n"
         "            AND (t._kafka_partition > s._kafka_partition\n"
@@ -476,7 +473,8 @@ def stage_insert_sql(d: PostgresDialect, pipeline: Pipeline, table: TableConfig)
     level_fields = (
         f"SELECT {_record_columns('f.payload', 'f.raw_value', 'f.env', 'f.img', 'f.op')},\n"
         + ",\n".join("       " + line for line in raw_lines)
-        + f"\nFROM (\n{_indent(_fenced(d, batch_sql(d, pipeline, table)), 2)}\n) f"
+        + "\n"
+        + _subquery(d, batch_sql(d, pipeline, table), "f")
     )
 
     # Level 4: each field decoded/converted to its column type (NULL when it does not
@@ -528,14 +526,16 @@ def stage_insert_sql(d: PostgresDialect, pipeline: Pipeline, table: TableConfig)
         level_decoded = (
             "SELECT f.*,\n"
             + ",\n".join(f"       {expr} AS {q(alias)}" for alias, expr in level.items())
-            + f"\nFROM (\n{_indent(_fenced(d, level_decoded), 2)}\n) f"
+            + "\n"
+            + _subquery(d, level_decoded, "f")
         )
     level_typed = (
         f"SELECT {_record_columns('f.payload', 'f.raw_value', 'f.env', 'f.img', 'f.op', 'f.source_pos')},\n"
         f"       {source_ts_ms} AS source_ts_ms,\n"
         f"       NOT {d.json_is_null('f.source_ts_ms')} AS has_source_ts,\n"
         + ",\n".join("       " + line for line in field_lines)
-        + f"\nFROM (\n{_indent(_fenced(d, level_decoded), 2)}\n) f"
+        + "\n"
+        + _subquery(d, level_decoded, "f")
     )
 
     checks = classification_checks(d, table)
@@ -561,8 +561,7 @@ def stage_insert_sql(d: PostgresDialect, pipeline: Pipeline, table: TableConfig)
         f"SELECT\n{carried},\n"
         "       t.payload,\n"
         "       t.has_source_ts,\n"
-        f"{_indent(_first_match(checks), 7)} AS check_no\n"
-        f"FROM (\n{_indent(_fenced(d, level_typed), 2)}\n) t"
+        f"{_indent(_first_match(checks), 7)} AS check_no\n" + _subquery(d, level_typed, "t")
     )
     quarantined = ", ".join(str(i) for i, chk in enumerate(checks, start=1) if chk.action == "quarantine")
     # The payload is kept for quarantined records, and for records with a TOAST
@@ -577,8 +576,7 @@ def stage_insert_sql(d: PostgresDialect, pipeline: Pipeline, table: TableConfig)
         f"SELECT\n{carried.replace('       t.source_ts_ms', bounded_ts)},\n"
         f"{_indent(_lookup('t.check_no', [quote_literal(chk.action) for chk in checks], quote_literal('upsert')), 7)} AS action,\n"
         f"{_indent(_lookup('t.check_no', [chk.reason for chk in checks], 'NULL'), 7)} AS reason,\n"
-        f"       CASE WHEN {keeps_payload} THEN t.payload END AS quarantine_payload\n"
-        f"FROM (\n{_indent(_fenced(d, classified), 2)}\n) t"
+        f"       CASE WHEN {keeps_payload} THEN t.payload END AS quarantine_payload\n" + _subquery(d, classified, "t")
     )
 
     key_list = ", ".join(f"c.{q(k.target_name)}" for k in table.key_columns)
@@ -614,7 +612,9 @@ def stage_insert_sql(d: PostgresDialect, pipeline: Pipeline, table: TableConfig)
         + _indent(",\n".join(columns), 2)
         + "\n)\nSELECT "
         + ",\n       ".join(selected)
-        + f"\nFROM (\n{_indent(_fenced(d, level_classified), 2)}\n) c;"
+        + "\n"
+        + _subquery(d, level_classified, "c")
+        + ";"
     )
 
 
@@ -642,9 +642,6 @@ def toast_sql(d: PostgresDialect, pipeline: Pipeline, table: TableConfig) -> str
     keys = [c.target_name for c in table.key_columns]
     key_cols = ", ".join(q(k) for k in keys)
 
-    def match(a: str, b: str) -> str:
-        return " AND ".join(f"{a}.{q(k)} = {b}.{q(k)}" for k in keys)
-
     lines = [
         "-- 3. (TOAST) Unchanged out-of-line values arrive as a placeholder and keep what is known.",
         "IF v_unavailable > 0 THEN",
@@ -659,19 +656,19 @@ def toast_sql(d: PostgresDialect, pipeline: Pipeline, table: TableConfig) -> str
                 f"      WHERE _action = 'upsert' AND _rn > 1 AND COALESCE(_unavailable, '') NOT LIKE {mark}\n"
                 f"      GROUP BY {key_cols}) m\n"
                 f"WHERE s._rn = 1 AND s._action = 'upsert' AND s._unavailable LIKE {mark}\n"
-                f"  AND {match('m', 's')} AND {match('p', 's')} AND p._rn = m.rn AND p._action = 'upsert';",
+                f"  AND {key_match(d, keys, 'm', 's')} AND {key_match(d, keys, 'p', 's')} AND p._rn = m.rn AND p._action = 'upsert';",
                 2,
             )
         )
     keep = ",\n       ".join(
         f"{q(c)} = CASE WHEN s._unavailable LIKE {quote_literal(f'%|{c}|%')} THEN t.{q(c)} ELSE s.{q(c)} END" for c in toast_cols
     )
-    placeholders = f"EXISTS (SELECT 1 FROM {stage} x WHERE x._rn = 1 AND x._action = 'upsert' AND x._unavailable IS NOT NULL AND {match('x', 't')})"
+    placeholders = f"EXISTS (SELECT 1 FROM {stage} x WHERE x._rn = 1 AND x._action = 'upsert' AND x._unavailable IS NOT NULL AND {key_match(d, keys, 'x', 't')})"
     lines.append(
         _indent(
             f"UPDATE {stage} s SET {keep}\n"
             f"FROM {stored_rows(d, target, keys, placeholders)} t\n"
-            f"WHERE s._rn = 1 AND s._action = 'upsert' AND s._unavailable IS NOT NULL\n  AND {match('t', 's')};",
+            f"WHERE s._rn = 1 AND s._action = 'upsert' AND s._unavailable IS NOT NULL\n  AND {key_match(d, keys, 't', 's')};",
             2,
         )
     )
@@ -823,16 +820,15 @@ def unknown_toast_sql(d: PostgresDialect, pipeline: Pipeline, table: TableConfig
     stored row) cannot be applied faithfully: quarantined with its payload, never a silent
     NULL. A backfill, then a quarantine replay, brings it in."""
     n = table_names(pipeline, table)
-    q = d.q
     target = d.qualified(n.schema, n.target)
-    key_match = " AND ".join(f"t.{q(c.target_name)} = s.{q(c.target_name)}" for c in table.key_columns)
+    same_key = key_match(d, _keys(table), "t", "s")
     return (
         "IF v_unavailable > 0 THEN\n"
         f"  UPDATE {d.qualified(n.schema, n.stage)} s SET _action = 'quarantine',\n"
         "         _reason = SUBSTRING('no earlier value is known for the TOAST placeholder (__debezium_unavailable_value) in '\n"
         "                             || BTRIM(s._unavailable, '|'), 1, 1000)\n"
         "  WHERE s._rn = 1 AND s._action = 'upsert' AND s._unavailable <> '|'\n"
-        f"    AND NOT EXISTS (SELECT 1 FROM {target} t WHERE {key_match});\n"
+        f"    AND NOT EXISTS (SELECT 1 FROM {target} t WHERE {same_key});\n"
         "END IF;"
     )
 
@@ -847,9 +843,8 @@ def tied_changes_sql(d: PostgresDialect, pipeline: Pipeline, table: TableConfig)
     n = table_names(pipeline, table)
     q = d.q
     stage, target, deleted = (d.qualified(n.schema, x) for x in (n.stage, n.target, n.deleted_keys))
-    key_match = " AND ".join(f"t.{q(c.target_name)} = s.{q(c.target_name)}" for c in table.key_columns)
     differs = " OR ".join(d.differs(f"t.{q(c.target_name)}", f"s.{q(c.target_name)}", c.sql_type) for c in table.value_columns)
-    tied = f"{key_match} AND t._source_pos = s._source_pos"
+    tied = f"{key_match(d, _keys(table), 't', 's')} AND t._source_pos = s._source_pos"
     # (action it had, relation, what at the same position makes it a change)
     if table.delete_mode == "soft":
         cases = [
@@ -1274,7 +1269,7 @@ SYNC_STEPS = (
     Step(session_settings_sql, (), lambda d, t: bool(d.session_settings)),
     Step(single_flight_sql, ("v_started",)),
     Step(watermark_before_sql, ("v_since", "v_wm_before")),
-    Step(bound_sql, ("v_until_time", "v_until_partition", "v_until_offset")),
+    Step(bound_sql, ("v_since", "v_until_time", "v_until_partition", "v_until_offset")),
     Step(replay_count_sql, ("v_replayed",)),
     Step(stage_sql, ("v_since", "v_until_time", "v_until_partition", "v_until_offset", "v_replayed")),
     Step(batch_counts_sql, ("v_read", "v_drift", "v_positionless", "v_unavailable")),
@@ -1434,13 +1429,7 @@ def isolate_record_sql(d: PostgresDialect, pipeline: Pipeline, table: TableConfi
         ),
         "END IF;",
     ]
-    declare = [
-        "v_started timestamp;",
-        "v_since timestamp;",
-        "v_partition bigint;",
-        "v_offset bigint;",
-        "v_refresh_time timestamp;",
-    ]
+    declare = [VARIABLES[name].declaration(d) for name in ("v_started", "v_since", "v_partition", "v_offset", "v_refresh_time")]
     return _plpgsql_procedure(
         f"{qual(n.isolate_procedure)}(p_reason {d.long_text_type})",
         f"Generated by redshift-sync from {origin} (table {table.name}, topic {table.topic}).\n"
