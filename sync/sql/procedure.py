@@ -1,6 +1,12 @@
 """`incremental_sync_<table>()`: the procedure that merges a topic's new records into its
 target table. One text for both dialects; the dialect supplies JSON access, casts and a
 handful of spellings. The numbered comments follow the procedure contract (README, "How a sync works").
+
+The procedure is a list of named steps (`SYNC_STEPS`, and `APPLY_STEPS` over a batch
+that has records), in output order: each is a function returning the SQL of one step
+for a table, with the variables it uses (DECLARE lists those of every step) and the
+tables it is for. The stage query's nested levels and the classification rules
+(`classification_checks`: first match wins) are built here too.
 """
 
 from __future__ import annotations
@@ -62,6 +68,34 @@ def _subquery(d: PostgresDialect, level: str, alias: str) -> str:
     dialect needs it), not re-expanded at each reference above."""
     fenced = f"{level}\n{d.subquery_fence}" if d.subquery_fence else level
     return f"FROM (\n{_indent(fenced, 2)}\n) {alias}"
+
+
+@dataclass(frozen=True)
+class Relations:
+    """The qualified names of a table's relations and of the shared control tables."""
+
+    target: str
+    stage: str
+    stream: str
+    watermark: str
+    deleted: str
+    quarantine: str
+    run_log: str
+    schema_drift: str
+
+    def held(self, table: TableConfig) -> list[str]:
+        """What is stored for a key: its row, or (hard mode) its deleted-key record."""
+        return [self.target] + ([self.deleted] if table.delete_mode == "hard" else [])
+
+
+def relations(d: PostgresDialect, pipeline: Pipeline, table: TableConfig) -> Relations:
+    n = table_names(pipeline, table)
+    names = (n.target, n.stage, n.stream, n.watermark, n.deleted_keys, QUARANTINE, RUN_LOG, SCHEMA_DRIFT)
+    return Relations(*(d.qualified(n.schema, name) for name in names))
+
+
+def _keys(table: TableConfig) -> list[str]:
+    return [c.target_name for c in table.key_columns]
 
 
 def _raw_alias(col: ColumnConfig) -> str:
@@ -259,12 +293,8 @@ def rerank_sql(d: PostgresDialect, pipeline: Pipeline, table: TableConfig) -> st
     """Events without a source position (tombstones, PostgreSQL incremental-snapshot
     reads) come after the row stored for their key, whatever the batch replays before
     them: their rank is raised to the stored position and their keys are ranked again."""
-    n = table_names(pipeline, table)
-    q = d.q
-    stage = d.qualified(n.schema, n.stage)
-    keys = [c.target_name for c in table.key_columns]
-    # What is stored for a key: its row, or (hard mode) its deleted-key record.
-    held = [d.qualified(n.schema, n.target)] + ([d.qualified(n.schema, n.deleted_keys)] if table.delete_mode == "hard" else [])
+    q, rel, keys = d.q, relations(d, pipeline, table), _keys(table)
+    stage = rel.stage
 
     stored_wanted = f"EXISTS (SELECT 1 FROM {stage} y WHERE {positionless('y.')} AND {key_match(d, keys, 'y', 't')})"
     raise_to_stored = "".join(
@@ -272,7 +302,7 @@ def rerank_sql(d: PostgresDialect, pipeline: Pipeline, table: TableConfig) -> st
         f"  FROM {stored_rows(d, relation, keys, stored_wanted)} t\n"
         f"  WHERE {positionless('s.')} AND {key_match(d, keys, 't', 's')}\n"
         "    AND t._source_pos IS NOT NULL AND (s._rank_pos IS NULL OR s._rank_pos < t._source_pos);\n"
-        for relation in held
+        for relation in rel.held(table)
     )
     order = rank_order("x._rank_pos", "x._kafka_partition", "x._kafka_offset")
     key_list = ", ".join("x." + q(k) for k in keys)
@@ -311,11 +341,8 @@ def redundant_tombstones_sql(d: PostgresDialect, pipeline: Pipeline, table: Tabl
     `delete-to-tombstone` modes). The record before a tombstone is in the batch, or, for
     the first record of a partition in the batch, the record at the partition's watermark
     (the last one read), looked up in the stream by offset and refresh time."""
-    n = table_names(pipeline, table)
-    q = d.q
-    stage = d.qualified(n.schema, n.stage)
-    stream = d.qualified(n.schema, n.stream)
-    keys = [c.target_name for c in table.key_columns]
+    q, rel, keys = d.q, relations(d, pipeline, table), _keys(table)
+    stage, stream = rel.stage, rel.stream
     previous = ",\n".join(
         f"               LAG({q(k)}) OVER (PARTITION BY _kafka_partition ORDER BY _kafka_offset) AS {q('prev_' + k)}"
         for k in keys
@@ -344,7 +371,7 @@ def redundant_tombstones_sql(d: PostgresDialect, pipeline: Pipeline, table: Tabl
         f"    AND p.prev_op = 'd' AND {same_key};\n"
         "  -- The first record of its partition in this batch: the record before it was read last run.\n"
         f"  UPDATE {stage} s SET _action = 'tombstone'\n"
-        f"  FROM {d.qualified(n.schema, n.watermark)} w, {stream} a, {stream} b\n"
+        f"  FROM {rel.watermark} w, {stream} a, {stream} b\n"
         f"  WHERE {tombstone}\n"
         "    AND w.kafka_partition = s._kafka_partition\n"
         "    AND a.kafka_partition = s._kafka_partition AND a.kafka_offset = s._kafka_offset AND a.refresh_time = s._refresh_time\n"
@@ -366,13 +393,13 @@ def pending_condition() -> str:
 def pending_in_order_sql(d: PostgresDialect, pipeline: Pipeline, table: TableConfig, columns: str, into: str, rank: str) -> str:
     """SELECT `columns` of the `rank`-th pending record in READ_ORDER INTO `into` (no row,
     so NULLs, when there are fewer)."""
-    n = table_names(pipeline, table)
+    rel = relations(d, pipeline, table)
     return (
         f"SELECT {columns}\n"
         f"INTO {into}\n"
         f"FROM (SELECT s.*, ROW_NUMBER() OVER (ORDER BY {READ_ORDER}) AS read_no\n"
-        f"      FROM {d.qualified(n.schema, n.stream)} s\n"
-        f"      LEFT JOIN {d.qualified(n.schema, n.watermark)} w ON w.kafka_partition = s.kafka_partition\n"
+        f"      FROM {rel.stream} s\n"
+        f"      LEFT JOIN {rel.watermark} w ON w.kafka_partition = s.kafka_partition\n"
         f"      WHERE {_indent(pending_condition(), 6).lstrip()}) x\n"
         f"WHERE x.read_no = {rank}"
     )
@@ -381,7 +408,7 @@ def pending_in_order_sql(d: PostgresDialect, pipeline: Pipeline, table: TableCon
 def batch_sql(d: PostgresDialect, pipeline: Pipeline, table: TableConfig) -> str:
     """The records of this run (past the watermark) with their operation, row image
     (`img`), Kafka key (`key_env`) and source block (`src`)."""
-    n = table_names(pipeline, table)
+    rel = relations(d, pipeline, table)
     env = envelope_sql(d, table, "e.env")
     # Level 1: records past the watermark, with the schemas.enable wrapper removed.
     level1 = (
@@ -389,8 +416,8 @@ def batch_sql(d: PostgresDialect, pipeline: Pipeline, table: TableConfig) -> str
         "       s.payload, s.raw_value,\n"
         f"       {unwrap_schema(d, 's.payload')} AS env,\n"
         f"       {unwrap_schema(d, 's.key_payload')} AS key_env\n"
-        f"FROM {d.qualified(n.schema, n.stream)} s\n"
-        f"LEFT JOIN {d.qualified(n.schema, n.watermark)} w ON w.kafka_partition = s.kafka_partition\n"
+        f"FROM {rel.stream} s\n"
+        f"LEFT JOIN {rel.watermark} w ON w.kafka_partition = s.kafka_partition\n"
         f"WHERE {pending_condition()}\n"
         "  AND (s.refresh_time < v_until_time\n"
         "       OR (s.refresh_time = v_until_time\n"
@@ -412,7 +439,6 @@ def replay_sql(d: PostgresDialect, pipeline: Pipeline, table: TableConfig) -> st
     """Quarantined records that `redshift-sync quarantine replay` marked for this run: read
     with the stream's records, so the same classification and merge rules apply to them.
     The quarantine keeps the value, not the Kafka key: a replayed key comes from the value."""
-    n = table_names(pipeline, table)
     return (
         "UNION ALL\n"
         "-- Quarantined records being replayed (at or below the watermark: already read once).\n"
@@ -420,7 +446,7 @@ def replay_sql(d: PostgresDialect, pipeline: Pipeline, table: TableConfig) -> st
         "       r.payload, r.raw_value,\n"
         f"       {unwrap_schema(d, 'r.payload')} AS env,\n"
         f"       CAST(NULL AS {d.json_type}) AS key_env\n"
-        f"FROM {d.qualified(n.schema, QUARANTINE)} r\n"
+        f"FROM {relations(d, pipeline, table).quarantine} r\n"
         f"WHERE v_replayed > 0 AND r.table_name = {quote_literal(table.name)} AND r.handled = 'replaying'"
     )
 
@@ -429,15 +455,14 @@ def replay_stale_sql(d: PostgresDialect, pipeline: Pipeline, table: TableConfig)
     """Kafka order (no source position): a replayed winner older in Kafka order than the
     row stored, or the delete remembered, for its key is stale. A replayed record is one
     at or below its partition's watermark (records of the stream are above it)."""
-    n = table_names(pipeline, table)
-    stage, wm = d.qualified(n.schema, n.stage), d.qualified(n.schema, n.watermark)
-    held = [n.target] + ([n.deleted_keys] if table.delete_mode == "hard" else [])
+    rel = relations(d, pipeline, table)
+    stage, wm = rel.stage, rel.watermark
     match = key_match(d, _keys(table), "t", "s")
     newer = " OR ".join(
-        f"EXISTS (SELECT 1 FROM {d.qualified(n.schema, h)} t WHERE {match}\n"
+        f"EXISTS (SELECT 1 FROM {relation} t WHERE {match}\n"
         "            AND (t._kafka_partition > s._kafka_partition\n"
         "                 OR (t._kafka_partition = s._kafka_partition AND t._kafka_offset > s._kafka_offset)))"
-        for h in held
+        for relation in rel.held(table)
     )
     return (
         "-- 5. (replay) Never regress: a replayed record older than what is stored for its key is stale.\n"
@@ -457,7 +482,6 @@ def _record_columns(*extra: str) -> str:
 def stage_insert_sql(d: PostgresDialect, pipeline: Pipeline, table: TableConfig) -> str:
     """One INSERT ... SELECT that reads every record past the watermark, classifies it,
     converts its fields to the column types and ranks it within its key."""
-    n = table_names(pipeline, table)
     q = d.q
     cols = table.columns
 
@@ -608,7 +632,7 @@ def stage_insert_sql(d: PostgresDialect, pipeline: Pipeline, table: TableConfig)
     }
     columns, selected = schemas.ordered(d, schemas.stage(table), values, quoted=True)
     return (
-        f"INSERT INTO {d.qualified(n.schema, n.stage)} (\n"
+        f"INSERT INTO {relations(d, pipeline, table).stage} (\n"
         + _indent(",\n".join(columns), 2)
         + "\n)\nSELECT "
         + ",\n       ".join(selected)
@@ -636,10 +660,9 @@ def toast_sql(d: PostgresDialect, pipeline: Pipeline, table: TableConfig) -> str
     """Winners whose columns carried the TOAST placeholder take the value from the newest
     earlier event of the batch that had it, else keep the value stored in the target."""
     toast_cols = [c.target_name for c in table.value_columns if toastable(c)]
-    n = table_names(pipeline, table)
-    q = d.q
-    stage, target = d.qualified(n.schema, n.stage), d.qualified(n.schema, n.target)
-    keys = [c.target_name for c in table.key_columns]
+    q, rel = d.q, relations(d, pipeline, table)
+    stage, target = rel.stage, rel.target
+    keys = _keys(table)
     key_cols = ", ".join(q(k) for k in keys)
 
     lines = [
@@ -683,19 +706,21 @@ def schema_drift_sql(d: PostgresDialect, pipeline: Pipeline, table: TableConfig)
     the configured fields, so counts over these alone are the counts over the batch. One
     pass over their member names (jsonb_object_keys / PartiQL UNPIVOT); the number of
     images rides along as a window count."""
-    n = table_names(pipeline, table)
-    images = (
-        "SELECT s._drift_img AS img, COUNT(*) OVER () AS images\n"
-        f"FROM {d.qualified(n.schema, n.stage)} s\n"
-        "WHERE s._drift_img IS NOT NULL"
-    )
+    rel = relations(d, pipeline, table)
+    images = f"SELECT s._drift_img AS img, COUNT(*) OVER () AS images\nFROM {rel.stage} s\nWHERE s._drift_img IS NOT NULL"
     keys_join, field = d.object_keys_join("x0.img", "x")
     configured = "".join(f"\n            UNION ALL SELECT {quote_literal(c.name)}, 1, 0, 0" for c in table.columns)
+    drift = {
+        "table_name": quote_literal(table.name),
+        "run_started_at": "v_started",
+        "kind": "CASE WHEN k.configured = 1 THEN 'missing' ELSE 'unknown' END",
+        "field": "k.field",
+        "events": "CASE WHEN k.configured = 1 THEN k.images - k.seen ELSE k.seen END",
+    }
+    columns, values = schemas.ordered(d, schemas.SCHEMA_DRIFT, drift)
     return (
-        f"INSERT INTO {d.qualified(n.schema, SCHEMA_DRIFT)} (table_name, run_started_at, kind, field, events)\n"
-        f"SELECT {quote_literal(table.name)}, v_started,\n"
-        "       CASE WHEN k.configured = 1 THEN 'missing' ELSE 'unknown' END, k.field,\n"
-        "       CASE WHEN k.configured = 1 THEN k.images - k.seen ELSE k.seen END\n"
+        f"INSERT INTO {rel.schema_drift} ({', '.join(columns)})\n"
+        f"SELECT {_wrapped(values, (2, 4), ' ' * 7)}\n"
         "FROM (SELECT u.field, MAX(u.configured) AS configured, SUM(u.seen) AS seen,\n"
         "             MAX(MAX(u.images)) OVER () AS images\n"
         f"      FROM (SELECT {d.prefix_bytes(field, 256)} AS field, 0 AS configured, 1 AS seen, x0.images\n"
@@ -716,10 +741,10 @@ def truncate_sql(d: PostgresDialect, pipeline: Pipeline, table: TableConfig) -> 
     batch older than T are void, and everything newer stays. Without positions (order_by
     = 'kafka'), Kafka order decides: offsets within the truncate's partition, timestamps
     across partitions, and every stored row precedes it."""
-    n = table_names(pipeline, table)
-    stage, target, deleted = (d.qualified(n.schema, x) for x in (n.stage, n.target, n.deleted_keys))
+    rel = relations(d, pipeline, table)
+    stage, target, deleted = rel.stage, rel.target, rel.deleted
     now = d.now()
-    key_names = [c.target_name for c in table.key_columns]
+    key_names = _keys(table)
     # Rows the truncate removes are recorded at its position (no Kafka coordinates of their own).
     truncate_position = {
         "_source_ts": "v_truncate_ts",
@@ -819,16 +844,15 @@ def unknown_toast_sql(d: PostgresDialect, pipeline: Pipeline, table: TableConfig
     """3. (TOAST) A winner whose placeholder found no earlier value (none in the batch, no
     stored row) cannot be applied faithfully: quarantined with its payload, never a silent
     NULL. A backfill, then a quarantine replay, brings it in."""
-    n = table_names(pipeline, table)
-    target = d.qualified(n.schema, n.target)
+    rel = relations(d, pipeline, table)
     same_key = key_match(d, _keys(table), "t", "s")
     return (
         "IF v_unavailable > 0 THEN\n"
-        f"  UPDATE {d.qualified(n.schema, n.stage)} s SET _action = 'quarantine',\n"
+        f"  UPDATE {rel.stage} s SET _action = 'quarantine',\n"
         "         _reason = SUBSTRING('no earlier value is known for the TOAST placeholder (__debezium_unavailable_value) in '\n"
         "                             || BTRIM(s._unavailable, '|'), 1, 1000)\n"
         "  WHERE s._rn = 1 AND s._action = 'upsert' AND s._unavailable <> '|'\n"
-        f"    AND NOT EXISTS (SELECT 1 FROM {target} t WHERE {same_key});\n"
+        f"    AND NOT EXISTS (SELECT 1 FROM {rel.target} t WHERE {same_key});\n"
         "END IF;"
     )
 
@@ -840,9 +864,8 @@ def tied_changes_sql(d: PostgresDialect, pipeline: Pipeline, table: TableConfig)
     order. What stays stale at a tie is a re-sent copy of the stored event (the same
     values, or a delete of a key deleted there). Stale winners are rare (replays), so
     this runs only when there are some; `_reason` holds the action they had."""
-    n = table_names(pipeline, table)
-    q = d.q
-    stage, target, deleted = (d.qualified(n.schema, x) for x in (n.stage, n.target, n.deleted_keys))
+    q, rel = d.q, relations(d, pipeline, table)
+    stage, target, deleted = rel.stage, rel.target, rel.deleted
     differs = " OR ".join(d.differs(f"t.{q(c.target_name)}", f"s.{q(c.target_name)}", c.sql_type) for c in table.value_columns)
     tied = f"{key_match(d, _keys(table), 't', 's')} AND t._source_pos = s._source_pos"
     # (action it had, relation, what at the same position makes it a change)
@@ -871,29 +894,6 @@ def tied_changes_sql(d: PostgresDialect, pipeline: Pipeline, table: TableConfig)
         f"{updates}\n"
         "END IF;"
     )
-
-
-@dataclass(frozen=True)
-class Relations:
-    """The qualified names of a table's relations and of the shared control tables."""
-
-    target: str
-    stage: str
-    stream: str
-    watermark: str
-    deleted: str
-    quarantine: str
-    run_log: str
-
-
-def relations(d: PostgresDialect, pipeline: Pipeline, table: TableConfig) -> Relations:
-    n = table_names(pipeline, table)
-    names = (n.target, n.stage, n.stream, n.watermark, n.deleted_keys, QUARANTINE, RUN_LOG)
-    return Relations(*(d.qualified(n.schema, name) for name in names))
-
-
-def _keys(table: TableConfig) -> list[str]:
-    return [c.target_name for c in table.key_columns]
 
 
 def session_settings_sql(d: PostgresDialect, pipeline: Pipeline, table: TableConfig) -> str:
@@ -989,7 +989,7 @@ def watermark_after_sql(d: PostgresDialect, pipeline: Pipeline, table: TableConf
     return d.bounded_list(WATERMARK_ITEM, ",", "r.kafka_partition", wm).replace("\nFROM ", "\nINTO v_wm_after\nFROM ", 1) + ";"
 
 
-def run_log_sql(d: PostgresDialect, pipeline: Pipeline, table: TableConfig) -> str:
+def run_log_row_sql(d: PostgresDialect, pipeline: Pipeline, table: TableConfig) -> str:
     counts = {name: f"v_{name}" for name in OUTCOMES}
     values = {
         "events_read": "v_read",
@@ -1006,12 +1006,11 @@ def stale_sql(d: PostgresDialect, pipeline: Pipeline, table: TableConfig) -> str
     """5. A lookup of the stored position per winning key (a correlated MAX: at most one
     row, NULL when there is none), so the cost follows the batch, not the table."""
     rel = relations(d, pipeline, table)
-    held = [rel.target] + ([rel.deleted] if table.delete_mode == "hard" else [])
     statements = [
         f"UPDATE {rel.stage} s SET _action = 'stale', _reason = s._action\n"
         f"WHERE {WINNERS} AND s._source_pos IS NOT NULL\n"
         f"  AND s._source_pos <= (SELECT MAX(t._source_pos) FROM {relation} t WHERE {key_match(d, _keys(table), 't', 's')});"
-        for relation in held
+        for relation in rel.held(table)
     ]
     return "-- 5. Never regress: a winner not newer than what is stored for its key is stale.\n" + "\n".join(statements)
 
@@ -1276,7 +1275,7 @@ SYNC_STEPS = (
     Step(analyze_stage_sql, ("v_read",), lambda d, t: d.analyze_stage),
     Step(apply_batch_sql, ("v_read",)),
     Step(watermark_after_sql, ("v_wm_after",)),
-    Step(run_log_sql, ("v_started", "v_read", *(f"v_{name}" for name in OUTCOMES), "v_wm_before", "v_wm_after", "v_lag")),
+    Step(run_log_row_sql, ("v_started", "v_read", *(f"v_{name}" for name in OUTCOMES), "v_wm_before", "v_wm_after", "v_lag")),
 )
 
 
@@ -1313,10 +1312,10 @@ def quarantine_insert_sql(
     return schemas.insert_select_sql(d, d.qualified(pipeline.schema, QUARANTINE), schemas.QUARANTINE, values, rest)
 
 
-def _wrapped(items: list[str], breaks: tuple[int, ...]) -> str:
-    """`items`, comma-separated, on a new line at each of the positions `breaks`."""
+def _wrapped(items: list[str], breaks: tuple[int, ...], indent: str = "  ") -> str:
+    """`items`, comma-separated, on a new line (indented) at each of the positions `breaks`."""
     bounds = [0, *breaks, len(items)]
-    return ",\n  ".join(", ".join(items[a:b]) for a, b in zip(bounds, bounds[1:], strict=False))
+    return f",\n{indent}".join(", ".join(items[a:b]) for a, b in zip(bounds, bounds[1:], strict=False))
 
 
 def run_log_insert_sql(
@@ -1368,10 +1367,8 @@ def isolate_record_sql(d: PostgresDialect, pipeline: Pipeline, table: TableConfi
     the bounded read order) makes the engine raise; it goes to the quarantine with the
     engine's words and the watermark moves past it, so the rest of the topic flows. Under
     the same lock as the sync, so it cannot race one."""
-    n = table_names(pipeline, table)
-    qual = lambda name: d.qualified(n.schema, name)  # noqa: E731
-    now = d.now()
-    stream, wm = qual(n.stream), qual(n.watermark)
+    n, rel, now = table_names(pipeline, table), relations(d, pipeline, table), d.now()
+    stream, wm = rel.stream, rel.watermark
     first = pending_in_order_sql(
         d, pipeline, table, "x.kafka_partition, x.kafka_offset, x.refresh_time", "v_partition, v_offset, v_refresh_time", "1"
     )
@@ -1431,7 +1428,7 @@ def isolate_record_sql(d: PostgresDialect, pipeline: Pipeline, table: TableConfi
     ]
     declare = [VARIABLES[name].declaration(d) for name in ("v_started", "v_since", "v_partition", "v_offset", "v_refresh_time")]
     return _plpgsql_procedure(
-        f"{qual(n.isolate_procedure)}(p_reason {d.long_text_type})",
+        f"{d.qualified(n.schema, n.isolate_procedure)}(p_reason {d.long_text_type})",
         f"Generated by redshift-sync from {origin} (table {table.name}, topic {table.topic}).\n"
         "Quarantines the first pending record, which the caller found to make the engine\n"
         "raise, with the engine's error text, and moves the watermark past it.",

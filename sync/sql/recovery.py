@@ -45,13 +45,15 @@ def watermark_text_sql(d: PostgresDialect, pipeline: Pipeline, table: TableConfi
     return d.bounded_list(WATERMARK_ITEM, ",", "r.kafka_partition", d.qualified(n.schema, n.watermark)) + ";"
 
 
+# What a recovery reads of a watermark row.
+WATERMARK_ROW = tuple(schemas.column(schemas.WATERMARK, name) for name in ("kafka_partition", "last_offset", "last_refresh_time"))
+
+
 def watermark_rows_sql(d: PostgresDialect, pipeline: Pipeline, table: TableConfig) -> str:
+    """The watermark rows, read as WATERMARK_ROW."""
     n = table_names(pipeline, table)
-    q = d.q
-    return (
-        f"SELECT {q('kafka_partition')}, {q('last_offset')}, {q('last_refresh_time')}\n"
-        f"FROM {d.qualified(n.schema, n.watermark)}\nORDER BY {q('kafka_partition')};"
-    )
+    columns = ", ".join(c.sql_name(d, quoted=True) for c in WATERMARK_ROW)
+    return f"SELECT {columns}\nFROM {d.qualified(n.schema, n.watermark)}\nORDER BY {d.q('kafka_partition')};"
 
 
 def _positioned_relations(pipeline: Pipeline, table: TableConfig) -> list[str]:
