@@ -901,13 +901,13 @@ def session_settings_sql(d: PostgresDialect, pipeline: Pipeline, table: TableCon
 
 
 def single_flight_sql(d: PostgresDialect, pipeline: Pipeline, table: TableConfig) -> str:
-    return (
+    lock = f"LOCK TABLE {relations(d, pipeline, table).watermark}{d.lock_mode};"
+    comment = (
         "-- 1. Single flight: a second call (or a backfill) waits here until the first commits,\n"
         "--    then sees its watermark, so no record is applied twice. Only the control table\n"
         "--    is locked: on Redshift every LOCK is exclusive, and the target stays readable.\n"
-        f"LOCK TABLE {relations(d, pipeline, table).watermark}{d.lock_mode};\n"
-        f"v_started := {d.now()};"
     )
+    return f"{comment}{lock}\nv_started := {d.now()};"
 
 
 def watermark_before_sql(d: PostgresDialect, pipeline: Pipeline, table: TableConfig) -> str:

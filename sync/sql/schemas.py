@@ -52,8 +52,8 @@ class Column:
         return f"{self.sql_name(d, quoted)} {self.type_sql(d)}" + (f" {self.constraint}" if self.constraint else "")
 
     def read(self, value: Any) -> Any:
-        """A value of this column as a driver returned it, as Python reads it (the Data
-        API returns numbers as text in some fields)."""
+        """A value of this column as Python reads it (counts as int, the lag as float),
+        whatever type the driver returned it in (int, Decimal, text)."""
         if value is None:
             return None
         if self.type in ("bigint", "integer"):
