@@ -98,12 +98,12 @@ def incremental(b: Bench) -> None:
             runs[name].add(wall, cpu)
             if rep == 0 and result is not None:
                 results[name] = result
-    (read, upserted, deleted), expected = results.pop("generated_procedure")
-    if read != n:
-        raise RuntimeError(f"the procedure read {read} events, expected {n}")
+    run, expected = results.pop("generated_procedure")
+    if run["events_read"] != n:
+        raise RuntimeError(f"the procedure read {run['events_read']} events, expected {n}")
     differ = [name for name, got in results.items() if got != expected]
     b.notes.append(
-        f"incremental: the procedure applied {upserted:,} upserts and {deleted:,} deletes (final rows of {n:,} events); "
+        f"incremental: the procedure applied {run['upserted']:,} upserts and {run['deleted']:,} deletes (final rows of {n:,} events); "
         + (
             f"RESULTS DIFFER from the procedure's: {', '.join(differ)}"
             if differ
