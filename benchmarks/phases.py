@@ -17,6 +17,7 @@ from benchmarks.profile import profile_call
 from benchmarks.sizes import Sizes
 from benchmarks.workload import Relations, batch_events_sql, load, mark_applied_sql, reset
 from sync.config import Pipeline
+from sync.sql import schemas
 from sync.sql.dialects import quote_ident
 from sync.sql.names import RUN_LOG
 from sync.warehouse import Warehouse
@@ -59,13 +60,15 @@ class Bench:
     def call_procedure(self) -> None:
         self.wh.execute(f"CALL {self.rel.procedure}()")
 
-    def last_run(self) -> tuple[int, int, int]:
-        """(events read, upserted, deleted) of the latest run-log row of the table."""
-        return self.wh.query(
-            f"SELECT events_read, upserted, deleted FROM {quote_ident(self.pipeline.schema)}.{quote_ident(RUN_LOG)}\n"
+    def last_run(self) -> dict[str, int]:
+        """Events read, upserted and deleted (by run-log column) of the latest run of the table."""
+        columns = [schemas.column(schemas.RUN_LOG, name) for name in ("events_read", "upserted", "deleted")]
+        row = self.wh.query(
+            f"SELECT {', '.join(schemas.names(columns))} FROM {quote_ident(self.pipeline.schema)}.{quote_ident(RUN_LOG)}\n"
             "WHERE table_name = %s ORDER BY run_id DESC LIMIT 1",
             (TABLE,),
         )[0]
+        return schemas.as_row(columns, row)
 
 
 def incremental(b: Bench) -> None:
@@ -95,12 +98,12 @@ def incremental(b: Bench) -> None:
             runs[name].add(wall, cpu)
             if rep == 0 and result is not None:
                 results[name] = result
-    (read, upserted, deleted), expected = results.pop("generated_procedure")
-    if read != n:
-        raise RuntimeError(f"the procedure read {read} events, expected {n}")
+    run, expected = results.pop("generated_procedure")
+    if run["events_read"] != n:
+        raise RuntimeError(f"the procedure read {run['events_read']} events, expected {n}")
     differ = [name for name, got in results.items() if got != expected]
     b.notes.append(
-        f"incremental: the procedure applied {upserted:,} upserts and {deleted:,} deletes (final rows of {n:,} events); "
+        f"incremental: the procedure applied {run['upserted']:,} upserts and {run['deleted']:,} deletes (final rows of {n:,} events); "
         + (
             f"RESULTS DIFFER from the procedure's: {', '.join(differ)}"
             if differ
@@ -154,7 +157,7 @@ def empty_sync(b: Bench) -> None:
     m = Measurement()
     for _ in range(b.sizes.empty_repeats):
         m.add(timed(b.call_procedure), None)  # a few ms: below the resolution of CPU ticks
-        if b.last_run()[0] != 0:
+        if b.last_run()["events_read"] != 0:
             raise RuntimeError("the empty sync read records: the watermark was not where the benchmark put it")
     b.record("empty_sync", m)
     b.figures["empty_sync.max_seconds"] = max(m.runs)

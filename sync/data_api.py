@@ -48,7 +48,7 @@ from sync.config import Pipeline
 from sync.isolation import CallFailed, is_data_error, isolate
 from sync.retry import RetryPolicy, is_throttled, is_transient, jittered_delay
 from sync.runner import (
-    RUN_LOG_COLUMNS,
+    SUMMARY_COLUMNS,
     RunSummary,
     applied_runs_sql,
     call_sql,
@@ -58,6 +58,7 @@ from sync.runner import (
     summary_from_row,
     unfinished_summary,
 )
+from sync.sql import schemas
 from sync.sql.dialects import quote_ident, quote_literal
 from sync.sql.names import RUN_LOG
 
@@ -548,7 +549,7 @@ def isolate_table(
     except DataApiError as exc:
         failed.error = f"{failed.error}\nrecord isolation stopped: {exc}"
         return failed
-    applied = [summary_from_row(table, r, 0.0) for r in rows]
+    applied = [summary_from_row(table, schemas.as_row(SUMMARY_COLUMNS, r), 0.0) for r in rows]
     summary = combined_summary(table, failed, applied, result)
     summary.duration_seconds += session.clock() - started
     return summary
@@ -581,6 +582,10 @@ def last_runs(
     return order, last, None
 
 
+# A run-log row of one of this invocation's calls: its table, and what its summary shows.
+CALL_RUN_COLUMNS = (schemas.column(schemas.RUN_LOG, "table_name"), *SUMMARY_COLUMNS)
+
+
 def run_log_sql(pipeline: Pipeline, calls: Sequence[Call], baseline: dict[str, str | None] | None) -> str:
     """The newest run-log row of each table written by its CALL: by the CALL's session when
     the Data API reported one, and newer than the table's last run before this invocation."""
@@ -593,7 +598,7 @@ def run_log_sql(pipeline: Pipeline, calls: Sequence[Call], baseline: dict[str, s
             cond += f" AND r.started_at > CAST({quote_literal(baseline[call.table])} AS timestamp)"
         matches.append(f"({cond})")
     return (
-        f"SELECT table_name, {RUN_LOG_COLUMNS}\n"
+        f"SELECT {', '.join(schemas.names(CALL_RUN_COLUMNS))}\n"
         "FROM (\n"
         "  SELECT r.*, ROW_NUMBER() OVER (PARTITION BY r.table_name ORDER BY r.started_at DESC, r.run_id DESC) AS rn\n"
         f"  FROM {quote_ident(pipeline.schema)}.{quote_ident(RUN_LOG)} r\n"
@@ -619,13 +624,13 @@ def summaries(
     have committed (finished, or cancelled or unknown when describes did not tell). When the
     run log cannot be read (in time), the finished calls say so: every call gets its summary."""
     asked = [c for c in calls if _may_have_committed(c, baseline)]
-    rows: dict[str, tuple] = {}
+    rows: dict[str, dict] = {}
     unread: str | None = None
     if asked:
         name = f"redshift-sync.{pipeline.schema}.run-log"
         try:
             found = query(session, run_log_sql(pipeline, asked, baseline), name)
-            rows = {r[0]: r[1:] for r in found}
+            rows = {row["table_name"]: row for row in (schemas.as_row(CALL_RUN_COLUMNS, r) for r in found)}
         except Exception as exc:  # DataApiError, botocore errors: report, do not lose the other tables
             unread = f"the run-log row could not be read: {exc}"
     now = session.clock()

@@ -17,6 +17,7 @@ from datetime import datetime
 
 from sync.config import Pipeline
 from sync.runner import RunSummary, call_procedure
+from sync.sql import schemas
 from sync.sql.dialects import get_dialect, quote_ident
 from sync.sql.names import QUARANTINE, RUN_LOG, table_names
 from sync.warehouse import Warehouse, WarehouseError
@@ -70,6 +71,27 @@ def _value_text(payload: object, raw: object) -> str | None:
     return None
 
 
+# What `quarantine list` shows of a record.
+LISTED = tuple(
+    schemas.column(schemas.QUARANTINE, name)
+    for name in (
+        "kafka_partition",
+        "kafka_offset",
+        "kafka_timestamp",
+        "run_started_at",
+        "reason",
+        "handled",
+        "handled_at",
+        "payload",
+        "raw_value",
+    )
+)
+
+
+def _text(value: object) -> str | None:
+    return str(value) if value is not None else None
+
+
 def list_records(
     wh: Warehouse, pipeline: Pipeline, sel: Selection, include_handled: bool = False, limit: int = 100
 ) -> tuple[int, list[QuarantinedRecord]]:
@@ -78,22 +100,22 @@ def list_records(
     where, params = sel.where(waiting_only=not include_handled)
     total = wh.scalar(f"SELECT COUNT(*) FROM {_quarantine(pipeline)} WHERE {where}", params)
     rows = wh.query(
-        "SELECT kafka_partition, kafka_offset, kafka_timestamp, run_started_at, reason, handled, handled_at, payload, raw_value "
+        f"SELECT {', '.join(schemas.names(LISTED))} "
         f"FROM {_quarantine(pipeline)} WHERE {where} ORDER BY run_started_at, kafka_partition, kafka_offset LIMIT {int(limit)}",
         params,
     )
     records = [
         QuarantinedRecord(
-            int(p),
-            int(o),
-            str(ts) if ts is not None else None,
-            str(at) if at is not None else None,
-            reason,
-            handled,
-            str(hat) if hat is not None else None,
-            _value_text(payload, raw),
+            kafka_partition=r["kafka_partition"],
+            kafka_offset=r["kafka_offset"],
+            kafka_timestamp=_text(r["kafka_timestamp"]),
+            quarantined_at=_text(r["run_started_at"]),
+            reason=r["reason"],
+            handled=r["handled"],
+            handled_at=_text(r["handled_at"]),
+            value=_value_text(r["payload"], r["raw_value"]),
         )
-        for p, o, ts, at, reason, handled, hat, payload, raw in rows
+        for r in (schemas.as_row(LISTED, row) for row in rows)
     ]
     return int(total), records
 

@@ -18,6 +18,7 @@ from datetime import datetime
 
 from sync.config import ConfigError, Pipeline, TableConfig
 from sync.sql import recovery as sql
+from sync.sql import schemas
 from sync.sql.dialects import PostgresDialect, get_dialect
 from sync.sql.names import RUN_LOG, table_names
 from sync.warehouse import Warehouse, WarehouseError
@@ -129,7 +130,8 @@ def rebase_offsets(wh: Warehouse, pipeline: Pipeline, table_name: str, apply: bo
     it (and never again the older ones): every partition from the first such refresh,
     from just before its first new offset (offset 0 for a partition with none yet)."""
     with _recovery(wh, pipeline, table_name, apply) as (table, d, started):
-        before = {int(p): (int(o), t) for p, o, t in wh.query(sql.watermark_rows_sql(d, pipeline, table))}
+        rows = [schemas.as_row(sql.WATERMARK_ROW, r) for r in wh.query(sql.watermark_rows_sql(d, pipeline, table))]
+        before = {r["kafka_partition"]: (r["last_offset"], r["last_refresh_time"]) for r in rows}
         if not before:
             raise WarehouseError(f"table {table.name!r} has no watermark yet: nothing to rebase (sync reads every record)")
         new = {int(p): (int(first), at, int(count)) for p, first, at, count in wh.query(sql.new_records_sql(d, pipeline, table))}

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, field
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import asdict, dataclass, field, fields
+from typing import Any
 
 from sync.config import Pipeline, TableConfig
 from sync.isolation import CallFailed, Isolation, is_data_error, isolate
+from sync.sql import schemas
 from sync.sql.dialects import get_dialect, quote_ident, quote_literal
 from sync.sql.names import QUARANTINE, RUN_LOG, SCHEMA_DRIFT, table_names
 from sync.sql.objects import SqlObject, pipeline_objects
@@ -74,10 +76,10 @@ class RunSummary:
         return asdict(self)
 
 
-RUN_LOG_COLUMNS = (
-    "events_read, upserted, deleted, quarantined, tombstones, stale, superseded, truncates, "
-    "watermark_before, watermark_after, lag_seconds, status"
-)
+# The run-log columns a RunSummary holds, under the same names; COUNTS add up over calls.
+SUMMARY_COLUMNS = tuple(c for c in schemas.RUN_LOG if c.name in {f.name for f in fields(RunSummary)})
+COUNTS = tuple(c.name for c in SUMMARY_COLUMNS if c.type == "bigint")
+RUN_LOG_COLUMNS = ", ".join(schemas.names(SUMMARY_COLUMNS))
 
 
 def call_sql(pipeline: Pipeline, table_name: str, max_records: int | None = None) -> str:
@@ -116,30 +118,18 @@ def pending_sql(pipeline: Pipeline, table_name: str) -> str:
     )
 
 
-def summary_from_row(table_name: str, r: Sequence, duration: float) -> RunSummary:
-    """A RunSummary from one run-log row read as RUN_LOG_COLUMNS."""
-    return RunSummary(
-        table_name,
-        r[11],
-        int(r[0]),
-        int(r[1]),
-        int(r[2]),
-        int(r[3]),
-        int(r[4]),
-        int(r[5]),
-        int(r[6]),
-        int(r[7]),
-        r[8],
-        r[9],
-        float(r[10]) if r[10] is not None else None,
-        duration,
-    )
+def summary_from_row(table_name: str, row: Mapping[str, Any], duration: float) -> RunSummary:
+    """A RunSummary from one run-log row, by column name (`schemas.as_row`)."""
+    return RunSummary(table=table_name, duration_seconds=duration, **{c.name: row[c.name] for c in SUMMARY_COLUMNS})
 
 
 def unfinished_summary(table_name: str, status: str, duration: float, error: str) -> RunSummary:
     """A summary with zero counts: a call that applied nothing (failed, cancelled), or one
     that finished but whose run-log row could not be read (unknown)."""
-    return RunSummary(table_name, status, 0, 0, 0, 0, 0, 0, 0, 0, None, None, None, duration, error)
+    row = {**{c.name: None for c in SUMMARY_COLUMNS}, **dict.fromkeys(COUNTS, 0), "status": status}
+    summary = summary_from_row(table_name, row, duration)
+    summary.error = error
+    return summary
 
 
 def call_procedure(wh: Warehouse, pipeline: Pipeline, table_name: str, max_records: int | None = None) -> RunSummary:
@@ -164,7 +154,7 @@ def call_procedure(wh: Warehouse, pipeline: Pipeline, table_name: str, max_recor
     )
     if not row:
         return unfinished_summary(table.name, "failed", duration, "the procedure finished but wrote no run-log row")
-    return summary_from_row(table.name, row[0], duration)
+    return summary_from_row(table.name, schemas.as_row(SUMMARY_COLUMNS, row[0]), duration)
 
 
 def selected_tables(pipeline: Pipeline, tables: Sequence[str] | None = None) -> list[str]:
@@ -215,7 +205,7 @@ def combined_summary(table_name: str, first: RunSummary, applied: list[RunSummar
     total = unfinished_summary(table_name, "failed" if result.gave_up else "ok", first.duration_seconds, "")
     total.error = f"{first.error}\nrecord isolation stopped: {result.gave_up}" if result.gave_up else None
     for run in applied:
-        for name in ("events_read", "upserted", "deleted", "quarantined", "tombstones", "stale", "superseded", "truncates"):
+        for name in COUNTS:
             setattr(total, name, getattr(total, name) + getattr(run, name))
         total.duration_seconds += run.duration_seconds
         total.watermark_before = total.watermark_before or run.watermark_before
@@ -259,6 +249,10 @@ def current_drift(table: TableConfig, rows: Sequence[tuple[str, str, int]]) -> l
     return [(k, f, n) for k, f, n in rows if (f in fields) == (k == "missing")]
 
 
+# What `status` shows of a table's newest run.
+LAST_RUN_COLUMNS = (schemas.column(schemas.RUN_LOG, "started_at"), *SUMMARY_COLUMNS)
+
+
 def status(wh: Warehouse, pipeline: Pipeline) -> list[TableStatus]:
     schema = pipeline.schema
     out: list[TableStatus] = []
@@ -276,17 +270,15 @@ def status(wh: Warehouse, pipeline: Pipeline) -> list[TableStatus]:
         pending = wh.scalar(pending_sql(pipeline, table.name))
         target_rows = wh.scalar(f"SELECT COUNT(*) FROM {qs}.{quote_ident(n.target)}")
         last = wh.query(
-            f"SELECT started_at, {RUN_LOG_COLUMNS} FROM {qs}.{quote_ident(RUN_LOG)} "
+            f"SELECT {', '.join(schemas.names(LAST_RUN_COLUMNS))} FROM {qs}.{quote_ident(RUN_LOG)} "
             "WHERE table_name = %s ORDER BY run_id DESC LIMIT 1",
             (table.name,),
         )
         last_run = None
         last_at = None
         if last:
-            r = last[0]
-            last_at = str(r[0])
-            keys = [c.strip() for c in RUN_LOG_COLUMNS.split(",")]
-            last_run = dict(zip(keys, r[1:]))
+            last_run = schemas.as_row(LAST_RUN_COLUMNS, last[0])
+            last_at = str(last_run.pop("started_at"))
         reasons = wh.query(
             f"SELECT reason, COUNT(*) FROM {qs}.{quote_ident(QUARANTINE)} WHERE table_name = %s AND handled IS NULL "
             "GROUP BY reason ORDER BY 2 DESC, 1 LIMIT 10",

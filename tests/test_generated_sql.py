@@ -13,6 +13,8 @@ from sqlglot import exp
 
 from sync.config import parse_pipeline
 from sync.generate import render_files
+from sync.sql.dialects import get_dialect
+from sync.sql.procedure import APPLY_STEPS, SYNC_STEPS, apply_batch_sql
 from sync.sql.statements import body_sql_statements, procedure_body, split_statements
 from tests.conftest import EXAMPLES, REPO
 
@@ -101,6 +103,28 @@ def test_procedures_follow_the_contract_text_rules(dialect: str):
         if dialect == "redshift" and kinds["sync"] and "(p_max_records bigint)" in header:
             assert "SET enable_case_sensitive_identifier TO true;" in code
     assert kinds["sync"] == kinds["scheduled"] == kinds["isolate"] > 0
+
+
+@pytest.mark.parametrize("dialect", ["redshift", "postgres"])
+def test_each_step_of_the_procedure_declares_the_variables_it_uses(dialect: str):
+    """PostgreSQL, PL/pgSQL "Declarations" (https://www.postgresql.org/docs/current/plpgsql-declarations.html):
+    "All variables used in a block must be declared in the declarations section of the
+    block." A name that is not declared is taken for a column and fails only when its
+    statement runs, so a step over a rare batch would fail on that batch. Each step names
+    the variables it uses and DECLARE lists those: every step, for every table of the
+    examples, uses no other."""
+    checked = 0
+    for pipeline_path in EXAMPLE_PIPELINES:
+        pipeline = parse_pipeline(tomllib.loads(pipeline_path.read_text()))
+        d = get_dialect(dialect, pipeline.schema)
+        for table in pipeline.tables:
+            for step in (*SYNC_STEPS, *APPLY_STEPS):
+                if step.sql is apply_batch_sql or not step.applies(d, table):
+                    continue  # the block around APPLY_STEPS: each of them is checked itself
+                used = set(re.findall(r"\bv_[a-z_]+\b", step.sql(d, pipeline, table)))
+                assert used <= set(step.uses), f"{table.name}: {step.sql.__name__} uses {sorted(used - set(step.uses))}"
+                checked += 1
+    assert checked > 100
 
 
 def test_redshift_mv_keeps_unparseable_records_and_is_trivial():

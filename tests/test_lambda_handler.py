@@ -13,7 +13,8 @@ import pytest
 from sync import lambda_handler
 from sync.config import ConfigError
 from sync.data_api_local import LocalDataApi
-from sync.runner import RUN_LOG_COLUMNS, status
+from sync.runner import RUN_LOG_COLUMNS, SUMMARY_COLUMNS, status
+from sync.sql import schemas
 from sync.stream import ingest_file
 from tests.conftest import EXAMPLES
 
@@ -72,9 +73,8 @@ def pending(wh, pipeline) -> dict[str, int]:
 
 
 def latest_run_log(wh, table: str) -> dict:
-    keys = [c.strip() for c in RUN_LOG_COLUMNS.split(",")]
     row = wh.query(f"SELECT {RUN_LOG_COLUMNS} FROM cdc.sync_run_log WHERE table_name = %s ORDER BY run_id DESC LIMIT 1", (table,))
-    return dict(zip(keys, row[0]))
+    return schemas.as_row(SUMMARY_COLUMNS, row[0])
 
 
 def calls(api: LocalDataApi) -> list[dict]:

@@ -20,17 +20,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from sync.config import Pipeline, TableConfig
+from sync.sql import schemas
+from sync.sql.apply import insert_deleted_keys_sql, key_match, soft_delete_sql
 from sync.sql.dialects import PostgresDialect
 from sync.sql.names import table_names
-
-# Columns after the target's data columns, in Parquet/stage order.
-STAGE_META_COLUMNS = (
-    ("_source_ts", "timestamp"),
-    ("_source_pos", "varchar(64)"),
-    ("_kafka_partition", "bigint"),
-    ("_kafka_offset", "bigint"),
-    ("_delete", "boolean"),
-)
 
 
 @dataclass(frozen=True)
@@ -63,7 +56,7 @@ class BackfillSql:
         self.columns = [c.target_name for c in table.columns]
 
     def _key_match(self, a: str, b: str) -> str:
-        return " AND ".join(f"{a}.{self.d.q(k)} = {b}.{self.d.q(k)}" for k in self.keys)
+        return key_match(self.d, self.keys, a, b)
 
     @staticmethod
     def _newer(held: str, s: str, held_time: str) -> str:
@@ -81,7 +74,7 @@ class BackfillSql:
     def stage_table(self) -> str:
         d = self.d
         lines = [f"{d.q(c.target_name)} {d.parquet_stage_type(c.sql_type)}" for c in self.table.columns]
-        lines += [f"{d.q(name)} {typ}" for name, typ in STAGE_META_COLUMNS]
+        lines += schemas.definitions(d, schemas.BACKFILL_STAGE, quoted=True)
         body = ",\n".join("  " + line for line in lines)
         attrs = d.table_attributes(self.table.distkey_column.target_name, self.keys, backup=False)
         return (
@@ -153,53 +146,47 @@ class BackfillSql:
                 ),
             ]
         now = d.now()
-        data = ", ".join(q(c) for c in self.columns)
-        meta = "_source_ts, _source_pos, _kafka_partition, _kafka_offset, _synced_at"
         staged = {c.target_name: d.from_parquet_stage(f"s.{q(c.target_name)}", c.sql_type) for c in self.table.columns}
-        values = (
-            ", ".join(staged[c] for c in self.columns)
-            + f", s._source_ts, s._source_pos, s._kafka_partition, s._kafka_offset, {now}"
-        )
+        position = schemas.row_values(d, schemas.POSITION, "s")
+
+        def load(deleted: str | None) -> str:
+            """INSERT INTO the target the stage rows (`deleted`: their soft-delete flag)."""
+            values = {**staged, **position, "_synced_at": now, **({"_deleted": deleted} if deleted else {})}
+            return schemas.insert_select_sql(d, self.target, schemas.target(self.table), values, f"FROM {self.stage} s\n")
+
         if not self.soft:
             steps += [
                 Step(f"DELETE FROM {self.target}\nUSING {self.stage} _s\nWHERE {self._key_match(self.target, '_s')};"),
                 Step(f"DELETE FROM {self.deleted}\nUSING {self.stage} _s\nWHERE {self._key_match(self.deleted, '_s')};"),
                 Step(
                     "-- Deletes in the snapshot are remembered like the stream's.\n"
-                    f"INSERT INTO {self.deleted} ({', '.join(q(k) for k in self.keys)}, _source_ts, _source_pos, _kafka_partition, _kafka_offset, _deleted_at)\n"
-                    f"SELECT {', '.join('s.' + q(k) for k in self.keys)}, s._source_ts, s._source_pos, s._kafka_partition, s._kafka_offset, {now}\n"
-                    f"FROM {self.stage} s\nWHERE s._delete;",
+                    + insert_deleted_keys_sql(
+                        d,
+                        self.table,
+                        self.deleted,
+                        {**{k: f"s.{q(k)}" for k in self.keys}, **position, "_deleted_at": now},
+                        f"{self.stage} s",
+                        "s._delete",
+                    ),
                     count="deleted",
                 ),
-                Step(
-                    f"INSERT INTO {self.target} ({data}, {meta})\nSELECT {values}\nFROM {self.stage} s\nWHERE NOT s._delete;",
-                    count="loaded",
-                ),
+                Step(load(None) + "WHERE NOT s._delete;", count="loaded"),
             ]
         else:
-            keep = ",\n       ".join(
-                f"{q(c.target_name)} = COALESCE({staged[c.target_name]}, t.{q(c.target_name)})" for c in self.table.value_columns
-            )
+            keep = {c.target_name: f"COALESCE({staged[c.target_name]}, t.{q(c.target_name)})" for c in self.table.value_columns}
             steps += [
                 Step(
                     f"DELETE FROM {self.target}\nUSING {self.stage} _s\nWHERE NOT _s._delete\n  AND {self._key_match(self.target, '_s')};",
                 ),
-                Step(
-                    f"INSERT INTO {self.target} ({data}, {meta}, _deleted)\nSELECT {values}, false\nFROM {self.stage} s\nWHERE NOT s._delete;",
-                    count="loaded",
-                ),
+                Step(load("false") + "WHERE NOT s._delete;", count="loaded"),
                 Step(
                     "-- Soft mode: a delete in the snapshot marks the row, keeping its values.\n"
-                    f"UPDATE {self.target} t SET _deleted = true,\n"
-                    + (f"       {keep},\n" if keep else "")
-                    + "       _source_ts = s._source_ts, _source_pos = s._source_pos,\n"
-                    f"       _kafka_partition = s._kafka_partition, _kafka_offset = s._kafka_offset, _synced_at = {now}\n"
-                    f"FROM {self.stage} s\nWHERE s._delete\n  AND {self._key_match('t', 's')};",
+                    + soft_delete_sql(d, self.table, self.target, keep, f"{self.stage} s", "s._delete"),
                     count="deleted",
                 ),
                 Step(
-                    f"INSERT INTO {self.target} ({data}, {meta}, _deleted)\nSELECT {values}, true\nFROM {self.stage} s\n"
-                    f"WHERE s._delete\n  AND NOT EXISTS (SELECT 1 FROM {self.target} t WHERE {self._key_match('t', 's')});",
+                    load("true")
+                    + f"WHERE s._delete\n  AND NOT EXISTS (SELECT 1 FROM {self.target} t WHERE {self._key_match('t', 's')});",
                     count="deleted",
                 ),
             ]

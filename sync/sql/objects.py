@@ -9,19 +9,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from sync.config import Pipeline, TableConfig
+from sync.sql import schemas
 from sync.sql.dialects import PostgresDialect, RedshiftDialect, get_dialect, quote_literal
 from sync.sql.helpers import helper_functions
 from sync.sql.names import QUARANTINE, RUN_LOG, SCHEMA_DRIFT, table_names
 from sync.sql.procedure import isolate_record_sql, procedure_sql, scheduled_procedure_sql
-
-META_COLUMNS = (
-    ("_source_ts", "timestamp"),
-    ("_source_pos", "varchar(64)"),
-    ("_kafka_partition", "bigint"),
-    ("_kafka_offset", "bigint"),
-    ("_synced_at", "timestamp"),
-)
-
 
 # A quoted identifier keeps its case only when this is true (r_enable_case_sensitive_identifier).
 CASE_SETTING = "enable_case_sensitive_identifier"
@@ -116,18 +108,7 @@ def _stream_objects(d: PostgresDialect, pipeline: Pipeline, table: TableConfig) 
             f"FROM {d.qualified(pipeline.source.external_schema, table.topic)};"
         )
         return [SqlObject("stream", n.schema, n.stream, sql, table.name, check_exists=True)]
-    lines = [
-        "kafka_partition bigint NOT NULL",
-        "kafka_offset bigint NOT NULL",
-        "kafka_timestamp_type char(1)",
-        "kafka_timestamp timestamp",
-        f"kafka_key {d.bytes_type}",
-        f"kafka_headers {d.json_type}",
-        "refresh_time timestamp NOT NULL",
-        f"payload {d.json_type}",
-        f"raw_value {d.bytes_type}",
-        f"key_payload {d.json_type}",
-    ]
+    lines = schemas.definitions(d, schemas.STREAM)
     stream = d.qualified(n.schema, n.stream)
     return [
         SqlObject("stream", n.schema, n.stream, _create_table(d, n.schema, n.stream, lines), table.name),
@@ -152,37 +133,13 @@ def table_objects(d: PostgresDialect, pipeline: Pipeline, table: TableConfig, or
     n = table_names(pipeline, table)
     q = d.q
     keys = [c.target_name for c in table.key_columns]
-    key_set = set(keys)
     pk = f"PRIMARY KEY ({', '.join(q(k) for k in keys)})"
     dist = table.distkey_column.target_name
     sort = [c.target_name for c in table.sortkey_columns]
 
-    data_columns = [
-        f"{q(c.target_name)} {d.type_sql(c.sql_type)}{' NOT NULL' if c.target_name in key_set else ''}" for c in table.columns
-    ]
-    meta = [f"{q(name)} {typ}" for name, typ in META_COLUMNS]
-    if table.delete_mode == "soft":
-        meta.append('"_deleted" boolean NOT NULL DEFAULT false')
-    target = _create_table(d, n.schema, n.target, [*data_columns, *meta, pk], d.table_attributes(dist, sort))
-
-    stage_lines = [
-        "_kafka_partition bigint",
-        "_kafka_offset bigint",
-        "_kafka_timestamp timestamp",
-        "_refresh_time timestamp",
-        "_op varchar(64)",
-        "_action varchar(16)",
-        "_reason varchar(1024)",
-        "_rn bigint",
-        "_source_ts timestamp",
-        "_source_pos varchar(64)",
-        "_rank_pos varchar(64)",  # the position the event ranks by (inherited when it has none)
-        *[f"{q(c.target_name)} {d.type_sql(c.sql_type)}" for c in table.columns],
-        f"_unavailable {d.long_text_type}",
-        f"_payload {d.json_type}",
-        f"_raw_value {d.bytes_type}",
-        f"_drift_img {d.json_type}",  # the row image, when its fields differ from the configured ones
-    ]
+    target_lines = [*schemas.definitions(d, schemas.target(table), quoted=True), pk]
+    target = _create_table(d, n.schema, n.target, target_lines, d.table_attributes(dist, sort))
+    stage_lines = schemas.definitions(d, schemas.stage(table))
     stage = _create_table(
         d, n.schema, n.stage, stage_lines, d.table_attributes(dist, keys, backup=False), prefix=d.stage_table_prefix
     )
@@ -191,13 +148,7 @@ def table_objects(d: PostgresDialect, pipeline: Pipeline, table: TableConfig, or
         d,
         n.schema,
         n.watermark,
-        [
-            "kafka_partition bigint NOT NULL",
-            "last_offset bigint NOT NULL",
-            "last_refresh_time timestamp",
-            "updated_at timestamp",
-            "PRIMARY KEY (kafka_partition)",
-        ],
+        [*schemas.definitions(d, schemas.WATERMARK), "PRIMARY KEY (kafka_partition)"],
         "\nDISTSTYLE ALL" if isinstance(d, RedshiftDialect) else "",
     )
     objects = [
@@ -207,15 +158,7 @@ def table_objects(d: PostgresDialect, pipeline: Pipeline, table: TableConfig, or
         SqlObject("table", n.schema, n.watermark, watermark, table.name),
     ]
     if table.delete_mode == "hard":
-        deleted_lines = [
-            *[f"{q(c.target_name)} {d.type_sql(c.sql_type)} NOT NULL" for c in table.key_columns],
-            *[f"{q(name)} {typ}" for name, typ in META_COLUMNS[:4]],
-            # The delete's Kafka timestamp: no earlier than its commit, and the only time a
-            # tombstone-only delete has (the backfill's merge compares snapshots with it).
-            '"_kafka_timestamp" timestamp',
-            '"_deleted_at" timestamp',
-            pk,
-        ]
+        deleted_lines = [*schemas.definitions(d, schemas.deleted_keys(table), quoted=True), pk]
         objects.append(
             SqlObject(
                 "table",
@@ -257,55 +200,20 @@ def shared_objects(d: PostgresDialect, pipeline: Pipeline) -> list[SqlObject]:
         d,
         schema,
         RUN_LOG,
-        [
-            f"run_id {d.identity_column}",
-            "table_name varchar(127) NOT NULL",
-            "backend_pid integer",
-            "started_at timestamp NOT NULL",
-            "finished_at timestamp",
-            "events_read bigint",
-            "upserted bigint",
-            "deleted bigint",
-            "quarantined bigint",
-            "tombstones bigint",
-            "stale bigint",
-            "superseded bigint",
-            "truncates bigint",
-            f"watermark_before {d.long_text_type}",
-            f"watermark_after {d.long_text_type}",
-            "lag_seconds double precision",
-            "status varchar(16) NOT NULL",
-        ],
+        schemas.definitions(d, schemas.RUN_LOG),
         "\nSORTKEY (started_at)" if isinstance(d, RedshiftDialect) else "",
     )
     quarantine = _create_table(
         d,
         schema,
         QUARANTINE,
-        [
-            "table_name varchar(127) NOT NULL",
-            "kafka_partition bigint",
-            "kafka_offset bigint",
-            "kafka_timestamp timestamp",
-            "reason varchar(1024) NOT NULL",
-            f"payload {d.json_type}",
-            f"raw_value {d.bytes_type}",
-            "run_started_at timestamp",
-            "handled varchar(16)",  # NULL: waiting; replaying (inside a replay), replayed, discarded
-            "handled_at timestamp",
-        ],
+        schemas.definitions(d, schemas.QUARANTINE),
     )
     schema_drift = _create_table(
         d,
         schema,
         SCHEMA_DRIFT,
-        [
-            "table_name varchar(127) NOT NULL",
-            "run_started_at timestamp NOT NULL",
-            "kind varchar(16) NOT NULL",  # unknown: in events, not in the pipeline file; missing: the reverse
-            "field varchar(256) NOT NULL",
-            "events bigint NOT NULL",
-        ],
+        schemas.definitions(d, schemas.SCHEMA_DRIFT),
     )
     objects.append(SqlObject("table", schema, RUN_LOG, run_log))
     objects.append(SqlObject("table", schema, QUARANTINE, quarantine))

@@ -1,13 +1,22 @@
 """`incremental_sync_<table>()`: the procedure that merges a topic's new records into its
 target table. One text for both dialects; the dialect supplies JSON access, casts and a
 handful of spellings. The numbered comments follow the procedure contract (README, "How a sync works").
+
+The procedure is a list of named steps (`SYNC_STEPS`, and `APPLY_STEPS` over a batch
+that has records), in output order: each is a function returning the SQL of one step
+for a table, with the variables it uses (DECLARE lists those of every step) and the
+tables it is for. The stage query's nested levels and the classification rules
+(`classification_checks`: first match wins) are built here too.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from sync.config import ColumnConfig, Pipeline, TableConfig
+from sync.sql import schemas
+from sync.sql.apply import insert_deleted_keys_sql, key_match, soft_delete_sql
 from sync.sql.dialects import PostgresDialect, quote_literal
 from sync.sql.envelope import envelope_sql, source_sql, unwrap_schema
 from sync.sql.names import QUARANTINE, RUN_LOG, SCHEMA_DRIFT, table_names
@@ -27,6 +36,18 @@ READ_ORDER = "s.refresh_time, s.kafka_partition, s.kafka_offset"
 WATERMARK_ITEM = "CAST(r.kafka_partition AS varchar(20)) || ':' || CAST(r.last_offset AS varchar(20))"
 # A run that is not bounded reads up to this refresh time.
 UNBOUNDED = "TIMESTAMP '9999-12-31 00:00:00'"
+# The winning event of each key, in the stage row `s`.
+WINNERS = "s._rn = 1 AND s._action IN ('upsert', 'delete')"
+# What the run log counts of a batch, by run-log column: expressions over the stage.
+OUTCOMES = {
+    "upserted": "COUNT(CASE WHEN _rn = 1 AND _action = 'upsert' THEN 1 END)",
+    "deleted": "COUNT(CASE WHEN _rn = 1 AND _action = 'delete' THEN 1 END)",
+    "quarantined": "COUNT(CASE WHEN _action = 'quarantine' THEN 1 END)",
+    "tombstones": "COUNT(CASE WHEN _action = 'tombstone' THEN 1 END)",
+    "stale": "COUNT(CASE WHEN _action IN ('stale', 'truncated') THEN 1 END)",
+    "superseded": "COUNT(CASE WHEN _rn > 1 AND _action IN ('upsert', 'delete') THEN 1 END)",
+    "truncates": "COUNT(CASE WHEN _action = 'truncate' THEN 1 END)",
+}
 
 
 @dataclass(frozen=True)
@@ -43,9 +64,39 @@ def _indent(text: str, spaces: int) -> str:
     return "\n".join(pad + line if line else line for line in text.splitlines())
 
 
-def _fenced(d: PostgresDialect, level: str) -> str:
-    """A nested level evaluated once per record, not re-expanded at each reference above."""
-    return f"{level}\n{d.subquery_fence}" if d.subquery_fence else level
+def _subquery(d: PostgresDialect, level: str, alias: str) -> str:
+    """FROM a nested level of the stage query, evaluated once per record (fenced where the
+    dialect needs it), not re-expanded at each reference above."""
+    fenced = f"{level}\n{d.subquery_fence}" if d.subquery_fence else level
+    return f"FROM (\n{_indent(fenced, 2)}\n) {alias}"
+
+
+@dataclass(frozen=True)
+class Relations:
+    """The qualified names of a table's relations and of the shared control tables."""
+
+    target: str
+    stage: str
+    stream: str
+    watermark: str
+    deleted: str
+    quarantine: str
+    run_log: str
+    schema_drift: str
+
+    def held(self, table: TableConfig) -> list[str]:
+        """What is stored for a key: its row, or (hard mode) its deleted-key record."""
+        return [self.target] + ([self.deleted] if table.delete_mode == "hard" else [])
+
+
+def relations(d: PostgresDialect, pipeline: Pipeline, table: TableConfig) -> Relations:
+    n = table_names(pipeline, table)
+    names = (n.target, n.stage, n.stream, n.watermark, n.deleted_keys, QUARANTINE, RUN_LOG, SCHEMA_DRIFT)
+    return Relations(*(d.qualified(n.schema, name) for name in names))
+
+
+def _keys(table: TableConfig) -> list[str]:
+    return [c.target_name for c in table.key_columns]
 
 
 def _raw_alias(col: ColumnConfig) -> str:
@@ -224,27 +275,20 @@ def rerank_sql(d: PostgresDialect, pipeline: Pipeline, table: TableConfig) -> st
     """Events without a source position (tombstones, PostgreSQL incremental-snapshot
     reads) come after the row stored for their key, whatever the batch replays before
     them: their rank is raised to the stored position and their keys are ranked again."""
-    n = table_names(pipeline, table)
-    q = d.q
-    stage = d.qualified(n.schema, n.stage)
-    keys = [c.target_name for c in table.key_columns]
-    # What is stored for a key: its row, or (hard mode) its deleted-key record.
-    held = [d.qualified(n.schema, n.target)] + ([d.qualified(n.schema, n.deleted_keys)] if table.delete_mode == "hard" else [])
+    q, rel, keys = d.q, relations(d, pipeline, table), _keys(table)
+    stage = rel.stage
 
-    def match(a: str, b: str) -> str:
-        return " AND ".join(f"{a}.{q(k)} = {b}.{q(k)}" for k in keys)
-
-    stored_wanted = f"EXISTS (SELECT 1 FROM {stage} y WHERE {positionless('y.')} AND {match('y', 't')})"
+    stored_wanted = f"EXISTS (SELECT 1 FROM {stage} y WHERE {positionless('y.')} AND {key_match(d, keys, 'y', 't')})"
     raise_to_stored = "".join(
         f"  UPDATE {stage} s SET _rank_pos = t._source_pos\n"
         f"  FROM {stored_rows(d, relation, keys, stored_wanted)} t\n"
-        f"  WHERE {positionless('s.')} AND {match('t', 's')}\n"
+        f"  WHERE {positionless('s.')} AND {key_match(d, keys, 't', 's')}\n"
         "    AND t._source_pos IS NOT NULL AND (s._rank_pos IS NULL OR s._rank_pos < t._source_pos);\n"
-        for relation in held
+        for relation in rel.held(table)
     )
     order = rank_order("x._rank_pos", "x._kafka_partition", "x._kafka_offset")
     key_list = ", ".join("x." + q(k) for k in keys)
-    same_key_positionless = f"EXISTS (SELECT 1 FROM {stage} y WHERE {positionless('y.')} AND {match('y', 'x')})"
+    same_key_positionless = f"EXISTS (SELECT 1 FROM {stage} y WHERE {positionless('y.')} AND {key_match(d, keys, 'y', 'x')})"
     return (
         "-- 4. Events without a source position: each takes the newest position seen before it\n"
         "--    for its key in Kafka order (so it supersedes what precedes it and loses to what\n"
@@ -279,11 +323,8 @@ def redundant_tombstones_sql(d: PostgresDialect, pipeline: Pipeline, table: Tabl
     `delete-to-tombstone` modes). The record before a tombstone is in the batch, or, for
     the first record of a partition in the batch, the record at the partition's watermark
     (the last one read), looked up in the stream by offset and refresh time."""
-    n = table_names(pipeline, table)
-    q = d.q
-    stage = d.qualified(n.schema, n.stage)
-    stream = d.qualified(n.schema, n.stream)
-    keys = [c.target_name for c in table.key_columns]
+    q, rel, keys = d.q, relations(d, pipeline, table), _keys(table)
+    stage, stream = rel.stage, rel.stream
     previous = ",\n".join(
         f"               LAG({q(k)}) OVER (PARTITION BY _kafka_partition ORDER BY _kafka_offset) AS {q('prev_' + k)}"
         for k in keys
@@ -312,7 +353,7 @@ def redundant_tombstones_sql(d: PostgresDialect, pipeline: Pipeline, table: Tabl
         f"    AND p.prev_op = 'd' AND {same_key};\n"
         "  -- The first record of its partition in this batch: the record before it was read last run.\n"
         f"  UPDATE {stage} s SET _action = 'tombstone'\n"
-        f"  FROM {d.qualified(n.schema, n.watermark)} w, {stream} a, {stream} b\n"
+        f"  FROM {rel.watermark} w, {stream} a, {stream} b\n"
         f"  WHERE {tombstone}\n"
         "    AND w.kafka_partition = s._kafka_partition\n"
         "    AND a.kafka_partition = s._kafka_partition AND a.kafka_offset = s._kafka_offset AND a.refresh_time = s._refresh_time\n"
@@ -334,13 +375,13 @@ def pending_condition() -> str:
 def pending_in_order_sql(d: PostgresDialect, pipeline: Pipeline, table: TableConfig, columns: str, into: str, rank: str) -> str:
     """SELECT `columns` of the `rank`-th pending record in READ_ORDER INTO `into` (no row,
     so NULLs, when there are fewer)."""
-    n = table_names(pipeline, table)
+    rel = relations(d, pipeline, table)
     return (
         f"SELECT {columns}\n"
         f"INTO {into}\n"
         f"FROM (SELECT s.*, ROW_NUMBER() OVER (ORDER BY {READ_ORDER}) AS read_no\n"
-        f"      FROM {d.qualified(n.schema, n.stream)} s\n"
-        f"      LEFT JOIN {d.qualified(n.schema, n.watermark)} w ON w.kafka_partition = s.kafka_partition\n"
+        f"      FROM {rel.stream} s\n"
+        f"      LEFT JOIN {rel.watermark} w ON w.kafka_partition = s.kafka_partition\n"
         f"      WHERE {_indent(pending_condition(), 6).lstrip()}) x\n"
         f"WHERE x.read_no = {rank}"
     )
@@ -349,7 +390,7 @@ def pending_in_order_sql(d: PostgresDialect, pipeline: Pipeline, table: TableCon
 def batch_sql(d: PostgresDialect, pipeline: Pipeline, table: TableConfig) -> str:
     """The records of this run (past the watermark) with their operation, row image
     (`img`), Kafka key (`key_env`) and source block (`src`)."""
-    n = table_names(pipeline, table)
+    rel = relations(d, pipeline, table)
     env = envelope_sql(d, table, "e.env")
     # Level 1: records past the watermark, with the schemas.enable wrapper removed.
     level1 = (
@@ -357,8 +398,8 @@ def batch_sql(d: PostgresDialect, pipeline: Pipeline, table: TableConfig) -> str
         "       s.payload, s.raw_value,\n"
         f"       {unwrap_schema(d, 's.payload')} AS env,\n"
         f"       {unwrap_schema(d, 's.key_payload')} AS key_env\n"
-        f"FROM {d.qualified(n.schema, n.stream)} s\n"
-        f"LEFT JOIN {d.qualified(n.schema, n.watermark)} w ON w.kafka_partition = s.kafka_partition\n"
+        f"FROM {rel.stream} s\n"
+        f"LEFT JOIN {rel.watermark} w ON w.kafka_partition = s.kafka_partition\n"
         f"WHERE {pending_condition()}\n"
         "  AND (s.refresh_time < v_until_time\n"
         "       OR (s.refresh_time = v_until_time\n"
@@ -372,8 +413,7 @@ def batch_sql(d: PostgresDialect, pipeline: Pipeline, table: TableConfig) -> str
         "       e.payload, e.raw_value, e.env, e.key_env,\n"
         f"       {env.op} AS op,\n"
         f"       {env.image} AS img,\n"
-        f"       {env.source} AS src\n"
-        f"FROM (\n{_indent(_fenced(d, level1), 2)}\n) e"
+        f"       {env.source} AS src\n" + _subquery(d, level1, "e")
     )
 
 
@@ -381,7 +421,6 @@ def replay_sql(d: PostgresDialect, pipeline: Pipeline, table: TableConfig) -> st
     """Quarantined records that `redshift-sync quarantine replay` marked for this run: read
     with the stream's records, so the same classification and merge rules apply to them.
     The quarantine keeps the value, not the Kafka key: a replayed key comes from the value."""
-    n = table_names(pipeline, table)
     return (
         "UNION ALL\n"
         "-- Quarantined records being replayed (at or below the watermark: already read once).\n"
@@ -389,31 +428,29 @@ def replay_sql(d: PostgresDialect, pipeline: Pipeline, table: TableConfig) -> st
         "       r.payload, r.raw_value,\n"
         f"       {unwrap_schema(d, 'r.payload')} AS env,\n"
         f"       CAST(NULL AS {d.json_type}) AS key_env\n"
-        f"FROM {d.qualified(n.schema, QUARANTINE)} r\n"
+        f"FROM {relations(d, pipeline, table).quarantine} r\n"
         f"WHERE v_replayed > 0 AND r.table_name = {quote_literal(table.name)} AND r.handled = 'replaying'"
     )
 
 
-def replay_stale_sql(d: PostgresDialect, pipeline: Pipeline, table: TableConfig, winners: str) -> str:
+def replay_stale_sql(d: PostgresDialect, pipeline: Pipeline, table: TableConfig) -> str:
     """Kafka order (no source position): a replayed winner older in Kafka order than the
     row stored, or the delete remembered, for its key is stale. A replayed record is one
     at or below its partition's watermark (records of the stream are above it)."""
-    n = table_names(pipeline, table)
-    q = d.q
-    stage, wm = d.qualified(n.schema, n.stage), d.qualified(n.schema, n.watermark)
-    held = [n.target] + ([n.deleted_keys] if table.delete_mode == "hard" else [])
-    match = " AND ".join(f"t.{q(c.target_name)} = s.{q(c.target_name)}" for c in table.key_columns)
+    rel = relations(d, pipeline, table)
+    stage, wm = rel.stage, rel.watermark
+    match = key_match(d, _keys(table), "t", "s")
     newer = " OR ".join(
-        f"EXISTS (SELECT 1 FROM {d.qualified(n.schema, h)} t WHERE {match}\n"
+        f"EXISTS (SELECT 1 FROM {relation} t WHERE {match}\n"
         "            AND (t._kafka_partition > s._kafka_partition\n"
         "                 OR (t._kafka_partition = s._kafka_partition AND t._kafka_offset > s._kafka_offset)))"
-        for h in held
+        for relation in rel.held(table)
     )
     return (
         "-- 5. (replay) Never regress: a replayed record older than what is stored for its key is stale.\n"
         "IF v_replayed > 0 THEN\n"
         f"  UPDATE {stage} s SET _action = 'stale'\n"
-        f"  WHERE {winners}\n"
+        f"  WHERE {WINNERS}\n"
         f"    AND EXISTS (SELECT 1 FROM {wm} w WHERE w.kafka_partition = s._kafka_partition AND s._kafka_offset <= w.last_offset)\n"
         f"    AND ({newer});\n"
         "END IF;"
@@ -427,28 +464,8 @@ def _record_columns(*extra: str) -> str:
 def stage_insert_sql(d: PostgresDialect, pipeline: Pipeline, table: TableConfig) -> str:
     """One INSERT ... SELECT that reads every record past the watermark, classifies it,
     converts its fields to the column types and ranks it within its key."""
-    n = table_names(pipeline, table)
     q = d.q
     cols = table.columns
-
-    stage_columns = [
-        "_kafka_partition",
-        "_kafka_offset",
-        "_kafka_timestamp",
-        "_refresh_time",
-        "_op",
-        "_action",
-        "_reason",
-        "_rn",
-        "_source_ts",
-        "_source_pos",
-        "_rank_pos",
-        *[c.target_name for c in cols],
-        "_unavailable",
-        "_payload",
-        "_raw_value",
-        "_drift_img",
-    ]
 
     # Level 3: source time and position, and every field as JSON, each navigated once;
     # everything above reads these columns.
@@ -462,7 +479,8 @@ def stage_insert_sql(d: PostgresDialect, pipeline: Pipeline, table: TableConfig)
     level_fields = (
         f"SELECT {_record_columns('f.payload', 'f.raw_value', 'f.env', 'f.img', 'f.op')},\n"
         + ",\n".join("       " + line for line in raw_lines)
-        + f"\nFROM (\n{_indent(_fenced(d, batch_sql(d, pipeline, table)), 2)}\n) f"
+        + "\n"
+        + _subquery(d, batch_sql(d, pipeline, table), "f")
     )
 
     # Level 4: each field decoded/converted to its column type (NULL when it does not
@@ -514,14 +532,16 @@ def stage_insert_sql(d: PostgresDialect, pipeline: Pipeline, table: TableConfig)
         level_decoded = (
             "SELECT f.*,\n"
             + ",\n".join(f"       {expr} AS {q(alias)}" for alias, expr in level.items())
-            + f"\nFROM (\n{_indent(_fenced(d, level_decoded), 2)}\n) f"
+            + "\n"
+            + _subquery(d, level_decoded, "f")
         )
     level_typed = (
         f"SELECT {_record_columns('f.payload', 'f.raw_value', 'f.env', 'f.img', 'f.op', 'f.source_pos')},\n"
         f"       {source_ts_ms} AS source_ts_ms,\n"
         f"       NOT {d.json_is_null('f.source_ts_ms')} AS has_source_ts,\n"
         + ",\n".join("       " + line for line in field_lines)
-        + f"\nFROM (\n{_indent(_fenced(d, level_decoded), 2)}\n) f"
+        + "\n"
+        + _subquery(d, level_decoded, "f")
     )
 
     checks = classification_checks(d, table)
@@ -547,8 +567,7 @@ def stage_insert_sql(d: PostgresDialect, pipeline: Pipeline, table: TableConfig)
         f"SELECT\n{carried},\n"
         "       t.payload,\n"
         "       t.has_source_ts,\n"
-        f"{_indent(_first_match(checks), 7)} AS check_no\n"
-        f"FROM (\n{_indent(_fenced(d, level_typed), 2)}\n) t"
+        f"{_indent(_first_match(checks), 7)} AS check_no\n" + _subquery(d, level_typed, "t")
     )
     quarantined = ", ".join(str(i) for i, chk in enumerate(checks, start=1) if chk.action == "quarantine")
     # The payload is kept for quarantined records, and for records with a TOAST
@@ -563,8 +582,7 @@ def stage_insert_sql(d: PostgresDialect, pipeline: Pipeline, table: TableConfig)
         f"SELECT\n{carried.replace('       t.source_ts_ms', bounded_ts)},\n"
         f"{_indent(_lookup('t.check_no', [quote_literal(chk.action) for chk in checks], quote_literal('upsert')), 7)} AS action,\n"
         f"{_indent(_lookup('t.check_no', [chk.reason for chk in checks], 'NULL'), 7)} AS reason,\n"
-        f"       CASE WHEN {keeps_payload} THEN t.payload END AS quarantine_payload\n"
-        f"FROM (\n{_indent(_fenced(d, classified), 2)}\n) t"
+        f"       CASE WHEN {keeps_payload} THEN t.payload END AS quarantine_payload\n" + _subquery(d, classified, "t")
     )
 
     key_list = ", ".join(f"c.{q(k.target_name)}" for k in table.key_columns)
@@ -574,32 +592,35 @@ def stage_insert_sql(d: PostgresDialect, pipeline: Pipeline, table: TableConfig)
         # Events without a source position rank last here; the rare batches that hold
         # them are ranked again after the stage is written (`rerank_sql`).
         order, rank_pos = rank_order("c.source_pos", "c.kafka_partition", "c.kafka_offset"), "c.source_pos"
-    select_columns = [
-        "c.kafka_partition",
-        "c.kafka_offset",
-        "c.kafka_timestamp",
-        "c.refresh_time",
-        d.prefix_bytes("c.op", 64),
-        "c.action",
-        "c.reason",
+    values = {
+        "_kafka_partition": "c.kafka_partition",
+        "_kafka_offset": "c.kafka_offset",
+        "_kafka_timestamp": "c.kafka_timestamp",
+        "_refresh_time": "c.refresh_time",
+        "_op": d.prefix_bytes("c.op", 64),
+        "_action": "c.action",
+        "_reason": "c.reason",
         # 4. Latest event per key wins; ROW_NUMBER, never RANK: a tie must not yield two rows.
-        f"ROW_NUMBER() OVER (\n         PARTITION BY CASE WHEN c.action IN ('upsert', 'delete') THEN 1 ELSE 0 END, {key_list}\n"
+        "_rn": f"ROW_NUMBER() OVER (\n         PARTITION BY CASE WHEN c.action IN ('upsert', 'delete') THEN 1 ELSE 0 END, {key_list}\n"
         f"         ORDER BY {order})",
-        d.epoch_ms_to_timestamp("c.source_ts_ms"),
-        "c.source_pos",
-        rank_pos,
-        *[f"c.{q(col.target_name)}" for col in cols],
-        "c.unavailable",
-        "c.quarantine_payload",
-        "CASE WHEN c.action = 'quarantine' THEN c.raw_value END",
-        "c.drift_img",
-    ]
+        "_source_ts": d.epoch_ms_to_timestamp("c.source_ts_ms"),
+        "_source_pos": "c.source_pos",
+        "_rank_pos": rank_pos,
+        **{col.target_name: f"c.{q(col.target_name)}" for col in cols},
+        "_unavailable": "c.unavailable",
+        "_payload": "c.quarantine_payload",
+        "_raw_value": "CASE WHEN c.action = 'quarantine' THEN c.raw_value END",
+        "_drift_img": "c.drift_img",
+    }
+    columns, selected = schemas.ordered(d, schemas.stage(table), values, quoted=True)
     return (
-        f"INSERT INTO {d.qualified(n.schema, n.stage)} (\n"
-        + _indent(",\n".join(q(c) for c in stage_columns), 2)
+        f"INSERT INTO {relations(d, pipeline, table).stage} (\n"
+        + _indent(",\n".join(columns), 2)
         + "\n)\nSELECT "
-        + ",\n       ".join(select_columns)
-        + f"\nFROM (\n{_indent(_fenced(d, level_classified), 2)}\n) c;"
+        + ",\n       ".join(selected)
+        + "\n"
+        + _subquery(d, level_classified, "c")
+        + ";"
     )
 
 
@@ -617,17 +638,14 @@ def stored_rows(d: PostgresDialect, target: str, keys: list[str], wanted: str) -
     )
 
 
-def toast_sql(d: PostgresDialect, pipeline: Pipeline, table: TableConfig, toast_cols: list[str]) -> str:
+def toast_sql(d: PostgresDialect, pipeline: Pipeline, table: TableConfig) -> str:
     """Winners whose columns carried the TOAST placeholder take the value from the newest
     earlier event of the batch that had it, else keep the value stored in the target."""
-    n = table_names(pipeline, table)
-    q = d.q
-    stage, target = d.qualified(n.schema, n.stage), d.qualified(n.schema, n.target)
-    keys = [c.target_name for c in table.key_columns]
+    toast_cols = [c.target_name for c in table.value_columns if toastable(c)]
+    q, rel = d.q, relations(d, pipeline, table)
+    stage, target = rel.stage, rel.target
+    keys = _keys(table)
     key_cols = ", ".join(q(k) for k in keys)
-
-    def match(a: str, b: str) -> str:
-        return " AND ".join(f"{a}.{q(k)} = {b}.{q(k)}" for k in keys)
 
     lines = [
         "-- 3. (TOAST) Unchanged out-of-line values arrive as a placeholder and keep what is known.",
@@ -643,19 +661,19 @@ def toast_sql(d: PostgresDialect, pipeline: Pipeline, table: TableConfig, toast_
                 f"      WHERE _action = 'upsert' AND _rn > 1 AND COALESCE(_unavailable, '') NOT LIKE {mark}\n"
                 f"      GROUP BY {key_cols}) m\n"
                 f"WHERE s._rn = 1 AND s._action = 'upsert' AND s._unavailable LIKE {mark}\n"
-                f"  AND {match('m', 's')} AND {match('p', 's')} AND p._rn = m.rn AND p._action = 'upsert';",
+                f"  AND {key_match(d, keys, 'm', 's')} AND {key_match(d, keys, 'p', 's')} AND p._rn = m.rn AND p._action = 'upsert';",
                 2,
             )
         )
     keep = ",\n       ".join(
         f"{q(c)} = CASE WHEN s._unavailable LIKE {quote_literal(f'%|{c}|%')} THEN t.{q(c)} ELSE s.{q(c)} END" for c in toast_cols
     )
-    placeholders = f"EXISTS (SELECT 1 FROM {stage} x WHERE x._rn = 1 AND x._action = 'upsert' AND x._unavailable IS NOT NULL AND {match('x', 't')})"
+    placeholders = f"EXISTS (SELECT 1 FROM {stage} x WHERE x._rn = 1 AND x._action = 'upsert' AND x._unavailable IS NOT NULL AND {key_match(d, keys, 'x', 't')})"
     lines.append(
         _indent(
             f"UPDATE {stage} s SET {keep}\n"
             f"FROM {stored_rows(d, target, keys, placeholders)} t\n"
-            f"WHERE s._rn = 1 AND s._action = 'upsert' AND s._unavailable IS NOT NULL\n  AND {match('t', 's')};",
+            f"WHERE s._rn = 1 AND s._action = 'upsert' AND s._unavailable IS NOT NULL\n  AND {key_match(d, keys, 't', 's')};",
             2,
         )
     )
@@ -670,19 +688,21 @@ def schema_drift_sql(d: PostgresDialect, pipeline: Pipeline, table: TableConfig)
     the configured fields, so counts over these alone are the counts over the batch. One
     pass over their member names (jsonb_object_keys / PartiQL UNPIVOT); the number of
     images rides along as a window count."""
-    n = table_names(pipeline, table)
-    images = (
-        "SELECT s._drift_img AS img, COUNT(*) OVER () AS images\n"
-        f"FROM {d.qualified(n.schema, n.stage)} s\n"
-        "WHERE s._drift_img IS NOT NULL"
-    )
+    rel = relations(d, pipeline, table)
+    images = f"SELECT s._drift_img AS img, COUNT(*) OVER () AS images\nFROM {rel.stage} s\nWHERE s._drift_img IS NOT NULL"
     keys_join, field = d.object_keys_join("x0.img", "x")
     configured = "".join(f"\n            UNION ALL SELECT {quote_literal(c.name)}, 1, 0, 0" for c in table.columns)
+    drift = {
+        "table_name": quote_literal(table.name),
+        "run_started_at": "v_started",
+        "kind": "CASE WHEN k.configured = 1 THEN 'missing' ELSE 'unknown' END",
+        "field": "k.field",
+        "events": "CASE WHEN k.configured = 1 THEN k.images - k.seen ELSE k.seen END",
+    }
+    columns, values = schemas.ordered(d, schemas.SCHEMA_DRIFT, drift)
     return (
-        f"INSERT INTO {d.qualified(n.schema, SCHEMA_DRIFT)} (table_name, run_started_at, kind, field, events)\n"
-        f"SELECT {quote_literal(table.name)}, v_started,\n"
-        "       CASE WHEN k.configured = 1 THEN 'missing' ELSE 'unknown' END, k.field,\n"
-        "       CASE WHEN k.configured = 1 THEN k.images - k.seen ELSE k.seen END\n"
+        f"INSERT INTO {rel.schema_drift} ({', '.join(columns)})\n"
+        f"SELECT {_wrapped(values, (2, 4), ' ' * 7)}\n"
         "FROM (SELECT u.field, MAX(u.configured) AS configured, SUM(u.seen) AS seen,\n"
         "             MAX(MAX(u.images)) OVER () AS images\n"
         f"      FROM (SELECT {d.prefix_bytes(field, 256)} AS field, 0 AS configured, 1 AS seen, x0.images\n"
@@ -703,11 +723,21 @@ def truncate_sql(d: PostgresDialect, pipeline: Pipeline, table: TableConfig) -> 
     batch older than T are void, and everything newer stays. Without positions (order_by
     = 'kafka'), Kafka order decides: offsets within the truncate's partition, timestamps
     across partitions, and every stored row precedes it."""
-    n = table_names(pipeline, table)
-    q = d.q
-    stage, target, deleted = (d.qualified(n.schema, x) for x in (n.stage, n.target, n.deleted_keys))
+    rel = relations(d, pipeline, table)
+    stage, target, deleted = rel.stage, rel.target, rel.deleted
     now = d.now()
-    keys = [q(c.target_name) for c in table.key_columns]
+    key_names = _keys(table)
+    # Rows the truncate removes are recorded at its position (no Kafka coordinates of their own).
+    truncate_position = {
+        "_source_ts": "v_truncate_ts",
+        "_source_pos": "v_truncate_pos",
+        "_kafka_partition": "NULL",
+        "_kafka_offset": "NULL",
+    }
+
+    def deleted_at_truncate(row: str) -> dict[str, str]:
+        return {**schemas.row_values(d, schemas.data_columns(table.key_columns), row), **truncate_position, "_deleted_at": now}
+
     winners = "s._rn = 1 AND s._action IN ('upsert', 'delete')"
     older = "(_source_pos IS NULL OR _source_pos < v_truncate_pos)"
     if table.delete_mode == "soft":
@@ -718,32 +748,43 @@ def truncate_sql(d: PostgresDialect, pipeline: Pipeline, table: TableConfig) -> 
         )
         clear_all = f"UPDATE {target} SET _deleted = true, _synced_at = {now};"
     else:
-        key_match = " AND ".join(f"k.{k} = t.{k}" for k in keys)
         clear_older = (
-            f"INSERT INTO {deleted} ({', '.join(keys)}, _source_ts, _source_pos, _kafka_partition, _kafka_offset, _deleted_at)\n"
-            f"SELECT {', '.join('t.' + k for k in keys)}, v_truncate_ts, v_truncate_pos, NULL, NULL, {now}\n"
-            f"FROM {target} t\n"
-            f"WHERE (t._source_pos IS NULL OR t._source_pos < v_truncate_pos)\n"
-            f"  AND NOT EXISTS (SELECT 1 FROM {deleted} k WHERE {key_match});\n"
-            f"DELETE FROM {target}\nWHERE {older};"
+            insert_deleted_keys_sql(
+                d,
+                table,
+                deleted,
+                deleted_at_truncate("t"),
+                f"{target} t",
+                "(t._source_pos IS NULL OR t._source_pos < v_truncate_pos)\n"
+                f"  AND NOT EXISTS (SELECT 1 FROM {deleted} k WHERE {key_match(d, key_names, 'k', 't')})",
+            )
+            + f"\nDELETE FROM {target}\nWHERE {older};"
         )
         clear_all = f"DELETE FROM {target};"
-    unseen = f"NOT EXISTS (SELECT 1 FROM {target} t WHERE {' AND '.join(f't.{k} = s.{k}' for k in keys)})"
+    unseen = f"NOT EXISTS (SELECT 1 FROM {target} t WHERE {key_match(d, key_names, 't', 's')})"
     if table.delete_mode == "soft":
-        data = [q(c.target_name) for c in table.columns]
-        record_voided = (
-            f"INSERT INTO {target} ({', '.join(data)}, _source_ts, _source_pos, _kafka_partition, _kafka_offset, _synced_at, _deleted)\n"
-            f"SELECT {', '.join('s.' + c for c in data)}, v_truncate_ts, v_truncate_pos, NULL, NULL, {now}, true\n"
-            f"FROM {stage} s\n"
-            f"WHERE s._rn = 1 AND s._action = 'truncated' AND {unseen};"
+        values = {
+            **schemas.row_values(d, schemas.data_columns(table.columns), "s"),
+            **truncate_position,
+            "_synced_at": now,
+            "_deleted": "true",
+        }
+        record_voided = schemas.insert_select_sql(
+            d,
+            target,
+            schemas.target(table),
+            values,
+            f"FROM {stage} s\nWHERE s._rn = 1 AND s._action = 'truncated' AND {unseen};",
         )
     else:
-        record_voided = (
-            f"INSERT INTO {deleted} ({', '.join(keys)}, _source_ts, _source_pos, _kafka_partition, _kafka_offset, _deleted_at)\n"
-            f"SELECT {', '.join('s.' + k for k in keys)}, v_truncate_ts, v_truncate_pos, NULL, NULL, {now}\n"
-            f"FROM {stage} s\n"
-            f"WHERE s._rn = 1 AND s._action = 'truncated' AND {unseen}\n"
-            f"  AND NOT EXISTS (SELECT 1 FROM {deleted} k WHERE {' AND '.join(f'k.{k} = s.{k}' for k in keys)});"
+        record_voided = insert_deleted_keys_sql(
+            d,
+            table,
+            deleted,
+            deleted_at_truncate("s"),
+            f"{stage} s",
+            f"s._rn = 1 AND s._action = 'truncated' AND {unseen}\n"
+            f"  AND NOT EXISTS (SELECT 1 FROM {deleted} k WHERE {key_match(d, key_names, 'k', 's')})",
         )
     precedes = (
         "((x._kafka_partition = s._kafka_partition AND x._kafka_offset > s._kafka_offset)\n"
@@ -785,17 +826,15 @@ def unknown_toast_sql(d: PostgresDialect, pipeline: Pipeline, table: TableConfig
     """3. (TOAST) A winner whose placeholder found no earlier value (none in the batch, no
     stored row) cannot be applied faithfully: quarantined with its payload, never a silent
     NULL. A backfill, then a quarantine replay, brings it in."""
-    n = table_names(pipeline, table)
-    q = d.q
-    target = d.qualified(n.schema, n.target)
-    key_match = " AND ".join(f"t.{q(c.target_name)} = s.{q(c.target_name)}" for c in table.key_columns)
+    rel = relations(d, pipeline, table)
+    same_key = key_match(d, _keys(table), "t", "s")
     return (
         "IF v_unavailable > 0 THEN\n"
-        f"  UPDATE {d.qualified(n.schema, n.stage)} s SET _action = 'quarantine',\n"
+        f"  UPDATE {rel.stage} s SET _action = 'quarantine',\n"
         f"         _reason = SUBSTRING('no earlier value is known for the TOAST placeholder ({TOAST_PLACEHOLDER}) in '\n"
         "                             || BTRIM(s._unavailable, '|'), 1, 1000)\n"
         "  WHERE s._rn = 1 AND s._action = 'upsert' AND s._unavailable <> '|'\n"
-        f"    AND NOT EXISTS (SELECT 1 FROM {target} t WHERE {key_match});\n"
+        f"    AND NOT EXISTS (SELECT 1 FROM {rel.target} t WHERE {same_key});\n"
         "END IF;"
     )
 
@@ -807,12 +846,10 @@ def tied_changes_sql(d: PostgresDialect, pipeline: Pipeline, table: TableConfig)
     order. What stays stale at a tie is a re-sent copy of the stored event (the same
     values, or a delete of a key deleted there). Stale winners are rare (replays), so
     this runs only when there are some; `_reason` holds the action they had."""
-    n = table_names(pipeline, table)
-    q = d.q
-    stage, target, deleted = (d.qualified(n.schema, x) for x in (n.stage, n.target, n.deleted_keys))
-    key_match = " AND ".join(f"t.{q(c.target_name)} = s.{q(c.target_name)}" for c in table.key_columns)
+    q, rel = d.q, relations(d, pipeline, table)
+    stage, target, deleted = rel.stage, rel.target, rel.deleted
     differs = " OR ".join(d.differs(f"t.{q(c.target_name)}", f"s.{q(c.target_name)}", c.sql_type) for c in table.value_columns)
-    tied = f"{key_match} AND t._source_pos = s._source_pos"
+    tied = f"{key_match(d, _keys(table), 't', 's')} AND t._source_pos = s._source_pos"
     # (action it had, relation, what at the same position makes it a change)
     if table.delete_mode == "soft":
         cases = [
@@ -841,44 +878,40 @@ def tied_changes_sql(d: PostgresDialect, pipeline: Pipeline, table: TableConfig)
     )
 
 
-def procedure_sql(d: PostgresDialect, pipeline: Pipeline, table: TableConfig, origin: str) -> str:
-    n = table_names(pipeline, table)
-    q = d.q
-    qual = lambda name: d.qualified(n.schema, name)  # noqa: E731
-    target, stage, wm, deleted = qual(n.target), qual(n.stage), qual(n.watermark), qual(n.deleted_keys)
-    keys = [c.target_name for c in table.key_columns]
-    key_match = lambda a, b: " AND ".join(f"{a}.{q(k)} = {b}.{q(k)}" for k in keys)  # noqa: E731
-    winners = "s._rn = 1 AND s._action IN ('upsert', 'delete')"
-    soft = table.delete_mode == "soft"
-    source_order = table.order_by != "kafka"
-    now = d.now()
-    cols = [c.target_name for c in table.columns]
-    value_cols = [c.target_name for c in table.value_columns]
-    meta_cols = ["_source_ts", "_source_pos", "_kafka_partition", "_kafka_offset", "_synced_at"]
-    wm_item = WATERMARK_ITEM
+def session_settings_sql(d: PostgresDialect, pipeline: Pipeline, table: TableConfig) -> str:
+    return "\n".join(["-- 10. Session settings this procedure needs.", *d.session_settings])
 
-    body: list[str] = []
-    add = body.append
 
-    if d.session_settings:
-        add("-- 10. Session settings this procedure needs.")
-    body.extend(d.session_settings)
-    add(
+def single_flight_sql(d: PostgresDialect, pipeline: Pipeline, table: TableConfig) -> str:
+    lock = f"LOCK TABLE {relations(d, pipeline, table).watermark}{d.lock_mode};"
+    comment = (
         "-- 1. Single flight: a second call (or a backfill) waits here until the first commits,\n"
         "--    then sees its watermark, so no record is applied twice. Only the control table\n"
         "--    is locked: on Redshift every LOCK is exclusive, and the target stays readable.\n"
-        f"LOCK TABLE {wm}{d.lock_mode};"
     )
-    add(f"v_started := {now};")
-    add(
+    return f"{comment}{lock}\nv_started := {d.now()};"
+
+
+def watermark_before_sql(d: PostgresDialect, pipeline: Pipeline, table: TableConfig) -> str:
+    wm = relations(d, pipeline, table).watermark
+    summary = d.bounded_list(WATERMARK_ITEM, ",", "r.kafka_partition", wm, extra="MAX(r.last_refresh_time)")
+    return (
         "-- The watermark summary lists as many partitions as fit the run log's text column.\n"
-        + d.bounded_list(wm_item, ",", "r.kafka_partition", wm, extra="MAX(r.last_refresh_time)").replace(
-            "\nFROM ", "\nINTO v_since, v_wm_before\nFROM ", 1
-        )
-        + ";"
+        + summary.replace("\nFROM ", "\nINTO v_since, v_wm_before\nFROM ", 1)
+        + ";\nv_since := COALESCE(v_since, TIMESTAMP '1900-01-01 00:00:00');"
     )
-    add("v_since := COALESCE(v_since, TIMESTAMP '1900-01-01 00:00:00');")
-    add(
+
+
+def bound_sql(d: PostgresDialect, pipeline: Pipeline, table: TableConfig) -> str:
+    first = pending_in_order_sql(
+        d,
+        pipeline,
+        table,
+        "x.refresh_time, x.kafka_partition, x.kafka_offset",
+        "v_until_time, v_until_partition, v_until_offset",
+        "p_max_records",
+    )
+    return (
         "-- A bounded run (record isolation by the caller) reads the first p_max_records pending\n"
         "-- records in (refresh_time, partition, offset) order: a prefix of every partition\n"
         "-- (0: none, which tells a failure of the procedure itself from one of a record).\n"
@@ -886,255 +919,402 @@ def procedure_sql(d: PostgresDialect, pipeline: Pipeline, table: TableConfig, or
         "IF p_max_records < 1 THEN\n"
         "  v_until_time := TIMESTAMP '1900-01-01 00:00:00';\n"
         "ELSIF p_max_records IS NOT NULL THEN\n"
-        + _indent(
-            pending_in_order_sql(
+        + _indent(f"{first};\nv_until_time := COALESCE(v_until_time, {UNBOUNDED});", 2)
+        + "\nEND IF;"
+    )
+
+
+def replay_count_sql(d: PostgresDialect, pipeline: Pipeline, table: TableConfig) -> str:
+    return (
+        "-- Quarantined records marked for replay in this transaction (`quarantine replay`).\n"
+        f"SELECT COUNT(*) INTO v_replayed FROM {relations(d, pipeline, table).quarantine}\n"
+        f"WHERE table_name = {quote_literal(table.name)} AND handled = 'replaying';"
+    )
+
+
+def stage_sql(d: PostgresDialect, pipeline: Pipeline, table: TableConfig) -> str:
+    return (
+        "-- 2./3. Records past the watermark (refresh_time only prunes), classified, typed\n"
+        "--       and ranked per key, into the stage. Everything below reads the stage only.\n"
+        + stage_insert_sql(d, pipeline, table)
+    )
+
+
+def batch_counts_sql(d: PostgresDialect, pipeline: Pipeline, table: TableConfig) -> str:
+    """One pass counts the batch and tells which of the rarely needed steps it needs."""
+    counted = {"v_read": "COUNT(*)", "v_drift": "COUNT(_drift_img)"}
+    if _source_order(d, table):
+        counted["v_positionless"] = f"COUNT(CASE WHEN {positionless()} THEN 1 END)"
+    if _has_toast(d, table):
+        counted["v_unavailable"] = "COUNT(CASE WHEN _unavailable IS NOT NULL THEN 1 END)"
+    stage = relations(d, pipeline, table).stage
+    return "SELECT " + ",\n       ".join(counted.values()) + f"\nINTO {', '.join(counted)}\nFROM {stage};"
+
+
+def analyze_stage_sql(d: PostgresDialect, pipeline: Pipeline, table: TableConfig) -> str:
+    keys = ", ".join(d.q(k) for k in _keys(table))
+    return (
+        "-- Fresh statistics for a large stage, refilled every run: without them the planner\n"
+        "-- takes it for empty and joins it to itself row by row (20k events: 13 s, not 1 s).\n"
+        "-- The columns the joins and filters use are enough (a quarter of the full cost).\n"
+        f"IF v_read > 1000 THEN\n  ANALYZE {relations(d, pipeline, table).stage} (_action, _rn, {keys});\nEND IF;"
+    )
+
+
+def apply_batch_sql(d: PostgresDialect, pipeline: Pipeline, table: TableConfig) -> str:
+    """Steps 3 to 7 over the stage, when the batch has records (APPLY_STEPS)."""
+    return "IF v_read > 0 THEN\n" + _indent(_steps_sql(d, pipeline, table, APPLY_STEPS), 2) + "\nEND IF;"
+
+
+def watermark_after_sql(d: PostgresDialect, pipeline: Pipeline, table: TableConfig) -> str:
+    wm = relations(d, pipeline, table).watermark
+    return d.bounded_list(WATERMARK_ITEM, ",", "r.kafka_partition", wm).replace("\nFROM ", "\nINTO v_wm_after\nFROM ", 1) + ";"
+
+
+def run_log_row_sql(d: PostgresDialect, pipeline: Pipeline, table: TableConfig) -> str:
+    counts = {name: f"v_{name}" for name in OUTCOMES}
+    values = {
+        "events_read": "v_read",
+        **counts,
+        "watermark_before": "v_wm_before",
+        "watermark_after": "v_wm_after",
+        "lag_seconds": "v_lag",
+        "status": "'ok'",
+    }
+    return "-- 8. One run-log row per call, also when nothing was new (9.).\n" + run_log_insert_sql(d, pipeline, table, values)
+
+
+def stale_sql(d: PostgresDialect, pipeline: Pipeline, table: TableConfig) -> str:
+    """5. A lookup of the stored position per winning key (a correlated MAX: at most one
+    row, NULL when there is none), so the cost follows the batch, not the table."""
+    rel = relations(d, pipeline, table)
+    statements = [
+        f"UPDATE {rel.stage} s SET _action = 'stale', _reason = s._action\n"
+        f"WHERE {WINNERS} AND s._source_pos IS NOT NULL\n"
+        f"  AND s._source_pos <= (SELECT MAX(t._source_pos) FROM {relation} t WHERE {key_match(d, _keys(table), 't', 's')});"
+        for relation in rel.held(table)
+    ]
+    return "-- 5. Never regress: a winner not newer than what is stored for its key is stale.\n" + "\n".join(statements)
+
+
+def positionless_position_sql(d: PostgresDialect, pipeline: Pipeline, table: TableConfig) -> str:
+    return (
+        "-- A winner without a source position was never stale; it is recorded at the position\n"
+        "-- it ranked by, so replays of what it superseded stay stale.\n"
+        "IF v_positionless > 0 THEN\n"
+        f"  UPDATE {relations(d, pipeline, table).stage} SET _source_pos = _rank_pos\n"
+        "  WHERE _rn = 1 AND _action IN ('upsert', 'delete') AND _source_pos IS NULL;\n"
+        "END IF;"
+    )
+
+
+def outcome_counts_sql(d: PostgresDialect, pipeline: Pipeline, table: TableConfig) -> str:
+    """What the batch comes to, for the run log: each count, and the lag."""
+    values = [*OUTCOMES.values(), d.seconds_between(d.now(), "MAX(_kafka_timestamp)")]
+    into = [*(f"v_{name}" for name in OUTCOMES), "v_lag"]
+    return "SELECT " + ",\n       ".join(values) + f"\nINTO {', '.join(into)}\nFROM {relations(d, pipeline, table).stage};"
+
+
+def _load_sql(d: PostgresDialect, pipeline: Pipeline, table: TableConfig, deleted_flag: str, where: str) -> str:
+    """INSERT INTO the target the stage rows `s` matching `where` (soft mode: with their
+    `_deleted` flag)."""
+    rel = relations(d, pipeline, table)
+    values = {
+        **schemas.row_values(d, [*schemas.data_columns(table.columns), *schemas.POSITION], "s"),
+        "_synced_at": d.now(),
+        **({"_deleted": deleted_flag} if table.delete_mode == "soft" else {}),
+    }
+    rest = f"FROM {rel.stage} s\nWHERE {where};"
+    return schemas.insert_select_sql(d, rel.target, schemas.target(table), values, rest, quoted=True)
+
+
+def apply_hard_sql(d: PostgresDialect, pipeline: Pipeline, table: TableConfig) -> str:
+    rel, keys = relations(d, pipeline, table), _keys(table)
+    # Redshift's DELETE takes no alias for its target: the key match names it in full,
+    # and the stage's alias starts with '_', which no table name can (a table named "s"
+    # would otherwise clash with an alias s).
+    remembered = {**schemas.row_values(d, schemas.deleted_keys(table), "s"), "_deleted_at": d.now()}
+    return "\n".join(
+        [
+            "-- 6. Apply: remove the current row of every key with a winning event (the join is\n"
+            "--    on the key, which is the DISTKEY, so it is collocated), then insert the upserts.\n"
+            f"DELETE FROM {rel.target}\nUSING {rel.stage} _s\nWHERE _s._rn = 1 AND _s._action IN ('upsert', 'delete')\n"
+            f"  AND {key_match(d, keys, rel.target, '_s')};",
+            "-- Deleted keys are remembered, so neither a replay nor a backfill resurrects them.\n"
+            f"DELETE FROM {rel.deleted}\nUSING {rel.stage} s\nWHERE {WINNERS}\n  AND {key_match(d, keys, rel.deleted, 's')};",
+            insert_deleted_keys_sql(d, table, rel.deleted, remembered, f"{rel.stage} s", "s._rn = 1 AND s._action = 'delete'"),
+            _load_sql(d, pipeline, table, "false", "s._rn = 1 AND s._action = 'upsert'"),
+        ]
+    )
+
+
+def delete_values_sql(d: PostgresDialect, pipeline: Pipeline, table: TableConfig) -> str:
+    """Soft mode: a delete's values where its before image has none."""
+    rel, keys, q = relations(d, pipeline, table), _keys(table), d.q
+    value_cols = [c.target_name for c in table.value_columns]
+    keys_sql = ", ".join(q(k) for k in keys)
+    fill = ",\n       ".join(f"{q(c)} = COALESCE(s.{q(c)}, p.{q(c)})" for c in value_cols)
+    stored = ",\n       ".join(f"{q(c)} = COALESCE(s.{q(c)}, t.{q(c)})" for c in value_cols)
+    deleting = f"EXISTS (SELECT 1 FROM {rel.stage} x WHERE x._rn = 1 AND x._action = 'delete' AND {key_match(d, keys, 'x', 't')})"
+    return (
+        "-- A delete whose before image holds only the key (REPLICA IDENTITY DEFAULT, unwrap\n"
+        "-- rewrite) keeps the values of the newest earlier upsert of the batch.\n"
+        f"UPDATE {rel.stage} s SET {fill}\n"
+        f"FROM {rel.stage} p,\n"
+        f"     (SELECT {keys_sql}, MIN(_rn) AS rn FROM {rel.stage}\n"
+        f"      WHERE _action = 'upsert' AND _rn > 1 GROUP BY {keys_sql}) m\n"
+        "WHERE s._rn = 1 AND s._action = 'delete'\n"
+        f"  AND {key_match(d, keys, 'm', 's')} AND {key_match(d, keys, 'p', 's')} AND p._rn = m.rn AND p._action = 'upsert';\n"
+        "-- Without such an upsert, the stored row is the newest earlier state: a delete takes\n"
+        "-- its values where the before image has none (never an older value over a newer\n"
+        "-- NULL: the stored row is not consulted when the batch updated the key).\n"
+        f"UPDATE {rel.stage} s SET {stored}\n"
+        f"FROM {stored_rows(d, rel.target, keys, deleting)} t\n"
+        f"WHERE s._rn = 1 AND s._action = 'delete' AND {key_match(d, keys, 't', 's')}\n"
+        f"  AND NOT EXISTS (SELECT 1 FROM {rel.stage} x WHERE x._action = 'upsert' AND x._rn > 1 AND {key_match(d, keys, 'x', 's')});"
+    )
+
+
+def apply_soft_sql(d: PostgresDialect, pipeline: Pipeline, table: TableConfig) -> str:
+    rel, keys = relations(d, pipeline, table), _keys(table)
+    last_values = {c.target_name: f"s.{d.q(c.target_name)}" for c in table.value_columns}
+    deletes = "s._rn = 1 AND s._action = 'delete'"
+    return "\n".join(
+        [
+            "-- 6. Apply (soft deletes): upserts replace the row; deletes only mark it, keeping\n"
+            "--    its last values (or record the key when it was never seen).\n"
+            f"DELETE FROM {rel.target}\nUSING {rel.stage} _s\nWHERE _s._rn = 1 AND _s._action = 'upsert'\n"
+            f"  AND {key_match(d, keys, rel.target, '_s')};",
+            _load_sql(d, pipeline, table, "false", "s._rn = 1 AND s._action = 'upsert'"),
+            "-- A delete keeps the row's last values, completed above.\n"
+            + soft_delete_sql(d, table, rel.target, last_values, f"{rel.stage} s", deletes),
+            _load_sql(
                 d,
                 pipeline,
                 table,
-                "x.refresh_time, x.kafka_partition, x.kafka_offset",
-                "v_until_time, v_until_partition, v_until_offset",
-                "p_max_records",
-            )
-            + ";\n"
-            + f"v_until_time := COALESCE(v_until_time, {UNBOUNDED});",
-            2,
-        )
-        + "\nEND IF;"
+                "true",
+                f"{deletes}\n  AND NOT EXISTS (SELECT 1 FROM {rel.target} t WHERE {key_match(d, keys, 't', 's')})",
+            ),
+        ]
     )
-    add(
-        "-- Quarantined records marked for replay in this transaction (`quarantine replay`).\n"
-        f"SELECT COUNT(*) INTO v_replayed FROM {qual(QUARANTINE)}\n"
-        f"WHERE table_name = {quote_literal(table.name)} AND handled = 'replaying';"
-    )
-    add(
-        "-- 2./3. Records past the watermark (refresh_time only prunes), classified, typed\n"
-        "--       and ranked per key, into the stage. Everything below reads the stage only."
-    )
-    add(stage_insert_sql(d, pipeline, table))
 
-    apply_steps: list[str] = []
-    step = apply_steps.append
-    if source_order and table.format == "debezium-unwrap":
-        step(redundant_tombstones_sql(d, pipeline, table))
-    if source_order:
-        step(rerank_sql(d, pipeline, table))
-    toast_cols = [c.target_name for c in table.value_columns if toastable(c)]
-    if toast_cols:
-        step(toast_sql(d, pipeline, table, toast_cols))
-        step(unknown_toast_sql(d, pipeline, table))
-    if source_order:
 
-        def stale(held: str) -> str:
-            # A lookup of the stored position per winning key (a correlated MAX: at most one
-            # row, NULL when there is none), so the cost follows the batch, not the table.
-            return (
-                f"UPDATE {stage} s SET _action = 'stale', _reason = s._action\n"
-                f"WHERE {winners} AND s._source_pos IS NOT NULL\n"
-                f"  AND s._source_pos <= (SELECT MAX(t._source_pos) FROM {held} t WHERE {key_match('t', 's')});"
-            )
-
-        step("-- 5. Never regress: a winner not newer than what is stored for its key is stale.\n" + stale(target))
-        if not soft:
-            step(stale(deleted))
-        step(tied_changes_sql(d, pipeline, table))
-    if source_order:
-        step(
-            "-- A winner without a source position was never stale; it is recorded at the position\n"
-            "-- it ranked by, so replays of what it superseded stay stale.\n"
-            "IF v_positionless > 0 THEN\n"
-            f"  UPDATE {stage} SET _source_pos = _rank_pos\n"
-            "  WHERE _rn = 1 AND _action IN ('upsert', 'delete') AND _source_pos IS NULL;\n"
-            "END IF;"
-        )
-    if not source_order:
-        step(replay_stale_sql(d, pipeline, table, winners))
-    if table.on_truncate == "delete":
-        step(truncate_sql(d, pipeline, table))
-    step(
-        "SELECT COUNT(CASE WHEN _rn = 1 AND _action = 'upsert' THEN 1 END),\n"
-        "       COUNT(CASE WHEN _rn = 1 AND _action = 'delete' THEN 1 END),\n"
-        "       COUNT(CASE WHEN _action = 'quarantine' THEN 1 END),\n"
-        "       COUNT(CASE WHEN _action = 'tombstone' THEN 1 END),\n"
-        "       COUNT(CASE WHEN _action IN ('stale', 'truncated') THEN 1 END),\n"
-        "       COUNT(CASE WHEN _rn > 1 AND _action IN ('upsert', 'delete') THEN 1 END),\n"
-        "       COUNT(CASE WHEN _action = 'truncate' THEN 1 END),\n"
-        f"       {d.seconds_between(now, 'MAX(_kafka_timestamp)')}\n"
-        "INTO v_upserted, v_deleted, v_quarantined, v_tombstones, v_stale, v_superseded, v_truncates, v_lag\n"
-        f"FROM {stage};"
-    )
-    insert_cols = ", ".join(q(c) for c in [*cols, *meta_cols, *(["_deleted"] if soft else [])])
-
-    def select_vals(deleted_flag: str) -> str:
-        return ", ".join(
-            [f"s.{q(c)}" for c in cols]
-            + ["s._source_ts", "s._source_pos", "s._kafka_partition", "s._kafka_offset", now]
-            + ([deleted_flag] if soft else [])
-        )
-
-    if not soft:
-        # Redshift's DELETE takes no alias for its target: the key match names it in full,
-        # and the stage's alias starts with '_', which no table name can (a table named "s"
-        # would otherwise clash with an alias s).
-        step(
-            "-- 6. Apply: remove the current row of every key with a winning event (the join is\n"
-            "--    on the key, which is the DISTKEY, so it is collocated), then insert the upserts.\n"
-            f"DELETE FROM {target}\nUSING {stage} _s\nWHERE _s._rn = 1 AND _s._action IN ('upsert', 'delete')\n  AND {key_match(target, '_s')};"
-        )
-        step(
-            "-- Deleted keys are remembered, so neither a replay nor a backfill resurrects them.\n"
-            f"DELETE FROM {deleted}\nUSING {stage} s\nWHERE {winners}\n  AND {key_match(deleted, 's')};"
-        )
-        step(
-            f"INSERT INTO {deleted} ({', '.join(q(k) for k in keys)}, _source_ts, _source_pos, _kafka_partition, _kafka_offset, _kafka_timestamp, _deleted_at)\n"
-            f"SELECT {', '.join('s.' + q(k) for k in keys)}, s._source_ts, s._source_pos, s._kafka_partition, s._kafka_offset, s._kafka_timestamp, {now}\n"
-            f"FROM {stage} s\nWHERE s._rn = 1 AND s._action = 'delete';"
-        )
-        step(
-            f"INSERT INTO {target} ({insert_cols})\n"
-            f"SELECT {select_vals('false')}\nFROM {stage} s\nWHERE s._rn = 1 AND s._action = 'upsert';"
-        )
-    else:
-        if value_cols:
-            keys_sql = ", ".join(q(k) for k in keys)
-            fill = ",\n       ".join(f"{q(c)} = COALESCE(s.{q(c)}, p.{q(c)})" for c in value_cols)
-            step(
-                "-- A delete whose before image holds only the key (REPLICA IDENTITY DEFAULT, unwrap\n"
-                "-- rewrite) keeps the values of the newest earlier upsert of the batch.\n"
-                f"UPDATE {stage} s SET {fill}\n"
-                f"FROM {stage} p,\n"
-                f"     (SELECT {keys_sql}, MIN(_rn) AS rn FROM {stage}\n"
-                f"      WHERE _action = 'upsert' AND _rn > 1 GROUP BY {keys_sql}) m\n"
-                "WHERE s._rn = 1 AND s._action = 'delete'\n"
-                f"  AND {key_match('m', 's')} AND {key_match('p', 's')} AND p._rn = m.rn AND p._action = 'upsert';"
-            )
-            stored = ",\n       ".join(f"{q(c)} = COALESCE(s.{q(c)}, t.{q(c)})" for c in value_cols)
-            deleting = f"EXISTS (SELECT 1 FROM {stage} x WHERE x._rn = 1 AND x._action = 'delete' AND {key_match('x', 't')})"
-            step(
-                "-- Without such an upsert, the stored row is the newest earlier state: a delete takes\n"
-                "-- its values where the before image has none (never an older value over a newer\n"
-                "-- NULL: the stored row is not consulted when the batch updated the key).\n"
-                f"UPDATE {stage} s SET {stored}\n"
-                f"FROM {stored_rows(d, target, keys, deleting)} t\n"
-                f"WHERE s._rn = 1 AND s._action = 'delete' AND {key_match('t', 's')}\n"
-                f"  AND NOT EXISTS (SELECT 1 FROM {stage} x WHERE x._action = 'upsert' AND x._rn > 1 AND {key_match('x', 's')});"
-            )
-        step(
-            "-- 6. Apply (soft deletes): upserts replace the row; deletes only mark it, keeping\n"
-            "--    its last values (or record the key when it was never seen).\n"
-            f"DELETE FROM {target}\nUSING {stage} _s\nWHERE _s._rn = 1 AND _s._action = 'upsert'\n  AND {key_match(target, '_s')};"
-        )
-        step(
-            f"INSERT INTO {target} ({insert_cols})\n"
-            f"SELECT {select_vals('false')}\nFROM {stage} s\nWHERE s._rn = 1 AND s._action = 'upsert';"
-        )
-        keep = ",\n       ".join(f"{q(c)} = s.{q(c)}" for c in value_cols)
-        step(
-            "-- A delete keeps the row's last values, completed above.\n"
-            f"UPDATE {target} t SET _deleted = true,\n"
-            + (f"       {keep},\n" if keep else "")
-            + "       _source_ts = s._source_ts, _source_pos = s._source_pos,\n"
-            f"       _kafka_partition = s._kafka_partition, _kafka_offset = s._kafka_offset, _synced_at = {now}\n"
-            f"FROM {stage} s\nWHERE s._rn = 1 AND s._action = 'delete'\n  AND {key_match('t', 's')};"
-        )
-        step(
-            f"INSERT INTO {target} ({insert_cols})\n"
-            f"SELECT {select_vals('true')}\nFROM {stage} s\nWHERE s._rn = 1 AND s._action = 'delete'\n"
-            f"  AND NOT EXISTS (SELECT 1 FROM {target} t WHERE {key_match('t', 's')});"
-        )
-    step(
+def drift_sql(d: PostgresDialect, pipeline: Pipeline, table: TableConfig) -> str:
+    return (
         "-- 6. Schema drift: unknown fields in the row images, configured fields missing from them\n"
         "--    (only images set aside by the stage query can have either).\n"
         "IF v_drift > 0 THEN\n" + _indent(schema_drift_sql(d, pipeline, table), 2) + "\nEND IF;"
     )
-    step(
+
+
+def quarantine_sql(d: PostgresDialect, pipeline: Pipeline, table: TableConfig) -> str:
+    stage_values = {"reason": "_reason", "payload": "_payload", "raw_value": "_raw_value"}
+    rest = f"FROM {relations(d, pipeline, table).stage}\nWHERE _action = 'quarantine';"
+    return (
         "-- 3. Records that cannot be applied are kept with the raw value and the reason.\n"
         "IF v_quarantined > 0 THEN\n"
-        f"  INSERT INTO {qual(QUARANTINE)} (table_name, kafka_partition, kafka_offset, kafka_timestamp, reason, payload, raw_value, run_started_at)\n"
-        f"  SELECT {quote_literal(table.name)}, _kafka_partition, _kafka_offset, _kafka_timestamp, _reason, _payload, _raw_value, v_started\n"
-        f"  FROM {stage}\n  WHERE _action = 'quarantine';\n"
-        "END IF;"
+        + _indent(quarantine_insert_sql(d, pipeline, table, stage_values, "_", rest), 2)
+        + "\nEND IF;"
     )
-    step(
+
+
+def replayed_sql(d: PostgresDialect, pipeline: Pipeline, table: TableConfig) -> str:
+    return (
         "-- Replayed records are recorded as such; one that failed again was quarantined anew above.\n"
         "IF v_replayed > 0 THEN\n"
-        f"  UPDATE {qual(QUARANTINE)} SET handled = 'replayed', handled_at = {now}\n"
+        f"  UPDATE {relations(d, pipeline, table).quarantine} SET handled = 'replayed', handled_at = {d.now()}\n"
         f"  WHERE table_name = {quote_literal(table.name)} AND handled = 'replaying';\n"
         "END IF;"
     )
-    step(
+
+
+def advance_watermark_sql(d: PostgresDialect, pipeline: Pipeline, table: TableConfig) -> str:
+    rel, now = relations(d, pipeline, table), d.now()
+    batch = (
+        "(SELECT _kafka_partition, MAX(_kafka_offset) AS last_offset, MAX(_refresh_time) AS last_refresh_time\n"
+        f"      FROM {rel.stage} GROUP BY _kafka_partition) b"
+    )
+    first_seen = {
+        "kafka_partition": "b._kafka_partition",
+        "last_offset": "b.last_offset",
+        "last_refresh_time": "b.last_refresh_time",
+        "updated_at": now,
+    }
+    return (
         "-- 7. Advance the per-partition watermark in the same transaction (never back: replayed\n"
         "--    records lie below it).\n"
-        f"UPDATE {wm} w SET last_offset = b.last_offset, last_refresh_time = b.last_refresh_time, updated_at = {now}\n"
-        f"FROM (SELECT _kafka_partition, MAX(_kafka_offset) AS last_offset, MAX(_refresh_time) AS last_refresh_time\n"
-        f"      FROM {stage} GROUP BY _kafka_partition) b\n"
-        "WHERE w.kafka_partition = b._kafka_partition AND b.last_offset > w.last_offset;"
-    )
-    step(
+        f"UPDATE {rel.watermark} w SET last_offset = b.last_offset, last_refresh_time = b.last_refresh_time, updated_at = {now}\n"
+        f"FROM {batch}\n"
+        "WHERE w.kafka_partition = b._kafka_partition AND b.last_offset > w.last_offset;\n"
         "-- Partitions seen for the first time (aggregated first: one probe per partition).\n"
-        f"INSERT INTO {wm} (kafka_partition, last_offset, last_refresh_time, updated_at)\n"
-        f"SELECT b._kafka_partition, b.last_offset, b.last_refresh_time, {now}\n"
-        f"FROM (SELECT _kafka_partition, MAX(_kafka_offset) AS last_offset, MAX(_refresh_time) AS last_refresh_time\n"
-        f"      FROM {stage} GROUP BY _kafka_partition) b\n"
-        f"WHERE NOT EXISTS (SELECT 1 FROM {wm} w WHERE w.kafka_partition = b._kafka_partition);"
-    )
-    step(f"-- The stage is empty between runs (DELETE, not TRUNCATE: TRUNCATE would commit).\nDELETE FROM {stage};")
-
-    # One pass counts the batch and tells which of the rarely needed steps it needs.
-    counted = {"v_read": "COUNT(*)", "v_drift": "COUNT(_drift_img)"}
-    if source_order:
-        counted["v_positionless"] = f"COUNT(CASE WHEN {positionless()} THEN 1 END)"
-    if toast_cols:
-        counted["v_unavailable"] = "COUNT(CASE WHEN _unavailable IS NOT NULL THEN 1 END)"
-    add("SELECT " + ",\n       ".join(counted.values()) + f"\nINTO {', '.join(counted)}\nFROM {stage};")
-    if d.analyze_stage:
-        add(
-            "-- Fresh statistics for a large stage, refilled every run: without them the planner\n"
-            "-- takes it for empty and joins it to itself row by row (20k events: 13 s, not 1 s).\n"
-            "-- The columns the joins and filters use are enough (a quarter of the full cost).\n"
-            f"IF v_read > 1000 THEN\n  ANALYZE {stage} (_action, _rn, {', '.join(q(k) for k in keys)});\nEND IF;"
+        + schemas.insert_select_sql(
+            d,
+            rel.watermark,
+            schemas.WATERMARK,
+            first_seen,
+            f"FROM {batch}\nWHERE NOT EXISTS (SELECT 1 FROM {rel.watermark} w WHERE w.kafka_partition = b._kafka_partition);",
         )
-    add("IF v_read > 0 THEN\n" + _indent("\n".join(apply_steps), 2) + "\nEND IF;")
-    add(d.bounded_list(wm_item, ",", "r.kafka_partition", wm).replace("\nFROM ", "\nINTO v_wm_after\nFROM ", 1) + ";")
-    add(
-        "-- 8. One run-log row per call, also when nothing was new (9.).\n"
-        f"INSERT INTO {qual(RUN_LOG)} (table_name, backend_pid, started_at, finished_at, events_read, upserted, deleted,\n"
-        "  quarantined, tombstones, stale, superseded, truncates, watermark_before, watermark_after, lag_seconds, status)\n"
-        f"VALUES ({quote_literal(table.name)}, PG_BACKEND_PID(), v_started, {now}, v_read, v_upserted, v_deleted,\n"
-        "  v_quarantined, v_tombstones, v_stale, v_superseded, v_truncates, v_wm_before, v_wm_after, v_lag, 'ok');"
     )
 
-    declare = [
-        "v_started timestamp;",
-        "v_since timestamp;",
-        f"v_wm_before {d.long_text_type};",
-        f"v_wm_after {d.long_text_type};",
-        "v_read bigint := 0;",
-        "v_upserted bigint := 0;",
-        "v_deleted bigint := 0;",
-        "v_quarantined bigint := 0;",
-        "v_tombstones bigint := 0;",
-        "v_stale bigint := 0;",
-        "v_superseded bigint := 0;",
-        "v_truncates bigint := 0;",
-        "v_rows bigint := 0;",
-        "v_positionless bigint := 0;",
-        "v_unavailable bigint := 0;",
-        "v_drift bigint := 0;",
-        "v_replayed bigint := 0;",
-        "v_lag double precision;",
-        "v_until_time timestamp;",
-        "v_until_partition bigint;",
-        "v_until_offset bigint;",
-        "v_truncate_pos varchar(64);",
-        "v_truncate_ts timestamp;",
-    ]
+
+def empty_stage_sql(d: PostgresDialect, pipeline: Pipeline, table: TableConfig) -> str:
+    return (
+        "-- The stage is empty between runs (DELETE, not TRUNCATE: TRUNCATE would commit).\n"
+        f"DELETE FROM {relations(d, pipeline, table).stage};"
+    )
+
+
+@dataclass(frozen=True)
+class Variable:
+    name: str
+    type: str  # a SQL type, or one the dialect spells (schemas.LONG_TEXT)
+    initial: str | None = None
+
+    def declaration(self, d: PostgresDialect) -> str:
+        return f"{self.name} {schemas.type_sql(d, self.type)}" + (f" := {self.initial}" if self.initial else "") + ";"
+
+
+# The variables of the procedures, in the order DECLARE lists them.
+VARIABLES = {
+    v.name: v
+    for v in (
+        Variable("v_started", "timestamp"),
+        Variable("v_since", "timestamp"),
+        Variable("v_wm_before", schemas.LONG_TEXT),
+        Variable("v_wm_after", schemas.LONG_TEXT),
+        Variable("v_read", "bigint", "0"),
+        *(Variable(f"v_{name}", "bigint", "0") for name in OUTCOMES),
+        Variable("v_rows", "bigint", "0"),
+        Variable("v_positionless", "bigint", "0"),
+        Variable("v_unavailable", "bigint", "0"),
+        Variable("v_drift", "bigint", "0"),
+        Variable("v_replayed", "bigint", "0"),
+        Variable("v_lag", "double precision"),
+        Variable("v_until_time", "timestamp"),
+        Variable("v_until_partition", "bigint"),
+        Variable("v_until_offset", "bigint"),
+        Variable("v_truncate_pos", "varchar(64)"),
+        Variable("v_truncate_ts", "timestamp"),
+        Variable("v_partition", "bigint"),
+        Variable("v_offset", "bigint"),
+        Variable("v_refresh_time", "timestamp"),
+    )
+}
+
+
+def _always(d: PostgresDialect, table: TableConfig) -> bool:
+    return True
+
+
+def _source_order(d: PostgresDialect, table: TableConfig) -> bool:
+    return table.order_by != "kafka"
+
+
+def _has_toast(d: PostgresDialect, table: TableConfig) -> bool:
+    return any(toastable(c) for c in table.value_columns)
+
+
+@dataclass(frozen=True)
+class Step:
+    """One step of the procedure contract: its SQL for a table, the variables it uses
+    (DECLARE lists those of every step), and the tables (and dialects) it is for."""
+
+    sql: Callable[[PostgresDialect, Pipeline, TableConfig], str]
+    uses: tuple[str, ...] = ()
+    applies: Callable[[PostgresDialect, TableConfig], bool] = _always
+
+
+# Steps 3 to 7 over the stage, in output order (run when the batch has records).
+APPLY_STEPS = (
+    Step(redundant_tombstones_sql, ("v_positionless",), lambda d, t: _source_order(d, t) and t.format == "debezium-unwrap"),
+    Step(rerank_sql, ("v_positionless",), _source_order),
+    Step(toast_sql, ("v_unavailable",), _has_toast),
+    Step(unknown_toast_sql, ("v_unavailable",), _has_toast),
+    Step(stale_sql, (), _source_order),
+    Step(tied_changes_sql, ("v_rows",), _source_order),
+    Step(positionless_position_sql, ("v_positionless",), _source_order),
+    Step(replay_stale_sql, ("v_replayed",), lambda d, t: not _source_order(d, t)),
+    Step(truncate_sql, ("v_rows", "v_truncate_pos", "v_truncate_ts"), lambda d, t: t.on_truncate == "delete"),
+    Step(outcome_counts_sql, (*(f"v_{name}" for name in OUTCOMES), "v_lag")),
+    Step(apply_hard_sql, (), lambda d, t: t.delete_mode == "hard"),
+    Step(delete_values_sql, (), lambda d, t: t.delete_mode == "soft" and bool(t.value_columns)),
+    Step(apply_soft_sql, (), lambda d, t: t.delete_mode == "soft"),
+    Step(drift_sql, ("v_drift", "v_started")),
+    Step(quarantine_sql, ("v_quarantined", "v_started")),
+    Step(replayed_sql, ("v_replayed",)),
+    Step(advance_watermark_sql),
+    Step(empty_stage_sql),
+)
+# The steps of `incremental_sync_<table>(p_max_records)`, in output order.
+SYNC_STEPS = (
+    Step(session_settings_sql, (), lambda d, t: bool(d.session_settings)),
+    Step(single_flight_sql, ("v_started",)),
+    Step(watermark_before_sql, ("v_since", "v_wm_before")),
+    Step(bound_sql, ("v_since", "v_until_time", "v_until_partition", "v_until_offset")),
+    Step(replay_count_sql, ("v_replayed",)),
+    Step(stage_sql, ("v_since", "v_until_time", "v_until_partition", "v_until_offset", "v_replayed")),
+    Step(batch_counts_sql, ("v_read", "v_drift", "v_positionless", "v_unavailable")),
+    Step(analyze_stage_sql, ("v_read",), lambda d, t: d.analyze_stage),
+    Step(apply_batch_sql, ("v_read",)),
+    Step(watermark_after_sql, ("v_wm_after",)),
+    Step(run_log_row_sql, ("v_started", "v_read", *(f"v_{name}" for name in OUTCOMES), "v_wm_before", "v_wm_after", "v_lag")),
+)
+
+
+def _steps_sql(d: PostgresDialect, pipeline: Pipeline, table: TableConfig, steps: tuple[Step, ...]) -> str:
+    return "\n".join(step.sql(d, pipeline, table) for step in steps if step.applies(d, table))
+
+
+def _declare(d: PostgresDialect, steps: Iterable[Step]) -> list[str]:
+    """The declarations of every variable the steps use, in VARIABLES order."""
+    used = {name for step in steps for name in step.uses}
+    return [v.declaration(d) for v in VARIABLES.values() if v.name in used]
+
+
+def procedure_sql(d: PostgresDialect, pipeline: Pipeline, table: TableConfig, origin: str) -> str:
+    n = table_names(pipeline, table)
     return _plpgsql_procedure(
-        f"{qual(n.procedure)}(p_max_records bigint)",
+        f"{d.qualified(n.schema, n.procedure)}(p_max_records bigint)",
         f"Generated by redshift-sync from {origin} (table {table.name}, topic {table.topic}).\n"
         "Merges new records of the topic into the target (p_max_records NULL: all of them);\n"
         "see the README, 'How a sync works: the procedure contract'.",
-        declare,
-        body,
+        _declare(d, [*SYNC_STEPS, *APPLY_STEPS]),
+        [_steps_sql(d, pipeline, table, SYNC_STEPS)],
+    )
+
+
+def quarantine_insert_sql(
+    d: PostgresDialect, pipeline: Pipeline, table: TableConfig, values: dict[str, str], record: str, rest: str
+) -> str:
+    """3. A record into the quarantine, with `values` (reason, payload, raw value) and its
+    Kafka coordinates from the columns `record` prefixes (`s.`: the stream's, `_`: the
+    stage's)."""
+    kafka = {name: record + name for name in ("kafka_partition", "kafka_offset", "kafka_timestamp")}
+    values = {"table_name": quote_literal(table.name), **kafka, **values, "run_started_at": "v_started"}
+    return schemas.insert_select_sql(d, d.qualified(pipeline.schema, QUARANTINE), schemas.QUARANTINE, values, rest)
+
+
+def _wrapped(items: list[str], breaks: tuple[int, ...], indent: str = "  ") -> str:
+    """`items`, comma-separated, on a new line (indented) at each of the positions `breaks`."""
+    bounds = [0, *breaks, len(items)]
+    return f",\n{indent}".join(", ".join(items[a:b]) for a, b in zip(bounds, bounds[1:], strict=False))
+
+
+def run_log_insert_sql(
+    d: PostgresDialect, pipeline: Pipeline, table: TableConfig, values: dict[str, str], breaks: tuple[int, ...] = (7,)
+) -> str:
+    """8. The run-log row of a call: `values` by column name (counts, watermarks, lag,
+    status), with the call's identity and times."""
+    values = {
+        "table_name": quote_literal(table.name),
+        "backend_pid": "PG_BACKEND_PID()",
+        "started_at": "v_started",
+        "finished_at": d.now(),
+        **values,
+    }
+    columns, selected = schemas.ordered(d, schemas.RUN_LOG, values)
+    return (
+        f"INSERT INTO {d.qualified(pipeline.schema, RUN_LOG)} ({_wrapped(columns, (7,))})\nVALUES ({_wrapped(selected, breaks)});"
     )
 
 
@@ -1169,10 +1349,8 @@ def isolate_record_sql(d: PostgresDialect, pipeline: Pipeline, table: TableConfi
     the bounded read order) makes the engine raise; it goes to the quarantine with the
     engine's words and the watermark moves past it, so the rest of the topic flows. Under
     the same lock as the sync, so it cannot race one."""
-    n = table_names(pipeline, table)
-    qual = lambda name: d.qualified(n.schema, name)  # noqa: E731
-    now = d.now()
-    stream, wm = qual(n.stream), qual(n.watermark)
+    n, rel, now = table_names(pipeline, table), relations(d, pipeline, table), d.now()
+    stream, wm = rel.stream, rel.watermark
     first = pending_in_order_sql(
         d, pipeline, table, "x.kafka_partition, x.kafka_offset, x.refresh_time", "v_partition, v_offset, v_refresh_time", "1"
     )
@@ -1186,33 +1364,53 @@ def isolate_record_sql(d: PostgresDialect, pipeline: Pipeline, table: TableConfi
         first + ";",
         "IF v_partition IS NOT NULL THEN",
         _indent(
-            f"INSERT INTO {qual(QUARANTINE)} (table_name, kafka_partition, kafka_offset, kafka_timestamp, reason, payload, raw_value, run_started_at)\n"
-            f"SELECT {quote_literal(table.name)}, s.kafka_partition, s.kafka_offset, s.kafka_timestamp, {reason}, s.payload, s.raw_value, v_started\n"
-            f"FROM {stream} s\n"
-            "WHERE s.kafka_partition = v_partition AND s.kafka_offset = v_offset AND s.refresh_time = v_refresh_time;\n"
+            quarantine_insert_sql(
+                d,
+                pipeline,
+                table,
+                {"reason": reason, "payload": "s.payload", "raw_value": "s.raw_value"},
+                "s.",
+                f"FROM {stream} s\n"
+                "WHERE s.kafka_partition = v_partition AND s.kafka_offset = v_offset AND s.refresh_time = v_refresh_time;",
+            )
+            + "\n"
             f"UPDATE {wm} SET last_offset = v_offset, last_refresh_time = v_refresh_time, updated_at = {now}\n"
             "WHERE kafka_partition = v_partition;\n"
-            f"INSERT INTO {wm} (kafka_partition, last_offset, last_refresh_time, updated_at)\n"
-            f"SELECT v_partition, v_offset, v_refresh_time, {now}\n"
-            f"WHERE NOT EXISTS (SELECT 1 FROM {wm} WHERE kafka_partition = v_partition);\n"
-            f"INSERT INTO {qual(RUN_LOG)} (table_name, backend_pid, started_at, finished_at, events_read, upserted, deleted,\n"
-            "  quarantined, tombstones, stale, superseded, truncates, watermark_before, watermark_after, lag_seconds, status)\n"
-            f"VALUES ({quote_literal(table.name)}, PG_BACKEND_PID(), v_started, {now}, 1, 0, 0,\n"
-            "  1, 0, 0, 0, 0, CAST(v_partition AS varchar(20)) || ':' || CAST(v_offset - 1 AS varchar(20)),\n"
-            "  CAST(v_partition AS varchar(20)) || ':' || CAST(v_offset AS varchar(20)), NULL, 'isolated');",
+            + schemas.insert_select_sql(
+                d,
+                wm,
+                schemas.WATERMARK,
+                {
+                    "kafka_partition": "v_partition",
+                    "last_offset": "v_offset",
+                    "last_refresh_time": "v_refresh_time",
+                    "updated_at": now,
+                },
+                f"WHERE NOT EXISTS (SELECT 1 FROM {wm} WHERE kafka_partition = v_partition);",
+            )
+            + "\n"
+            + run_log_insert_sql(
+                d,
+                pipeline,
+                table,
+                {
+                    "events_read": "1",
+                    **{name: "0" for name in ("upserted", "deleted", "tombstones", "stale", "superseded", "truncates")},
+                    "quarantined": "1",
+                    "watermark_before": "CAST(v_partition AS varchar(20)) || ':' || CAST(v_offset - 1 AS varchar(20))",
+                    "watermark_after": "CAST(v_partition AS varchar(20)) || ':' || CAST(v_offset AS varchar(20))",
+                    "lag_seconds": "NULL",
+                    "status": "'isolated'",
+                },
+                breaks=(7, 13),
+            ),
             2,
         ),
         "END IF;",
     ]
-    declare = [
-        "v_started timestamp;",
-        "v_since timestamp;",
-        "v_partition bigint;",
-        "v_offset bigint;",
-        "v_refresh_time timestamp;",
-    ]
+    declare = [VARIABLES[name].declaration(d) for name in ("v_started", "v_since", "v_partition", "v_offset", "v_refresh_time")]
     return _plpgsql_procedure(
-        f"{qual(n.isolate_procedure)}(p_reason {d.long_text_type})",
+        f"{d.qualified(n.schema, n.isolate_procedure)}(p_reason {d.long_text_type})",
         f"Generated by redshift-sync from {origin} (table {table.name}, topic {table.topic}).\n"
         "Quarantines the first pending record, which the caller found to make the engine\n"
         "raise, with the engine's error text, and moves the watermark past it.",

@@ -18,30 +18,13 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 
 from sync.config import Pipeline, TableConfig
+from sync.sql import schemas
 from sync.sql.dialects import PostgresDialect
 from sync.sql.names import RUN_LOG, table_names
 from sync.sql.procedure import WATERMARK_ITEM
 
 RESET_POSITIONS = "reset-positions"
 REBASE_OFFSETS = "rebase-offsets"
-RUN_LOG_INSERT_COLUMNS = (
-    "table_name",
-    "backend_pid",
-    "started_at",
-    "finished_at",
-    "events_read",
-    "upserted",
-    "deleted",
-    "quarantined",
-    "tombstones",
-    "stale",
-    "superseded",
-    "truncates",
-    "watermark_before",
-    "watermark_after",
-    "lag_seconds",
-    "status",
-)
 
 
 def timestamp_literal(value: datetime) -> str:
@@ -62,13 +45,15 @@ def watermark_text_sql(d: PostgresDialect, pipeline: Pipeline, table: TableConfi
     return d.bounded_list(WATERMARK_ITEM, ",", "r.kafka_partition", d.qualified(n.schema, n.watermark)) + ";"
 
 
+# What a recovery reads of a watermark row.
+WATERMARK_ROW = tuple(schemas.column(schemas.WATERMARK, name) for name in ("kafka_partition", "last_offset", "last_refresh_time"))
+
+
 def watermark_rows_sql(d: PostgresDialect, pipeline: Pipeline, table: TableConfig) -> str:
+    """The watermark rows, read as WATERMARK_ROW."""
     n = table_names(pipeline, table)
-    q = d.q
-    return (
-        f"SELECT {q('kafka_partition')}, {q('last_offset')}, {q('last_refresh_time')}\n"
-        f"FROM {d.qualified(n.schema, n.watermark)}\nORDER BY {q('kafka_partition')};"
-    )
+    columns = ", ".join(c.sql_name(d, quoted=True) for c in WATERMARK_ROW)
+    return f"SELECT {columns}\nFROM {d.qualified(n.schema, n.watermark)}\nORDER BY {d.q('kafka_partition')};"
 
 
 def _positioned_relations(pipeline: Pipeline, table: TableConfig) -> list[str]:
@@ -186,26 +171,23 @@ def run_log_sql(
     position reset counts the target rows (`upserted`) and deleted keys (`deleted`) whose
     position it cleared."""
     text = lambda v: d.lit(v) if v is not None else "NULL"  # noqa: E731
-    values = [
-        d.lit(table.name),
-        "PG_BACKEND_PID()",
-        timestamp_literal(started),
-        d.now(),
-        "0",
-        str(int(upserted)),
-        str(int(deleted)),
-        "0",
-        "0",
-        "0",
-        "0",
-        "0",
-        text(watermark_before),
-        text(watermark_after),
-        "NULL",
-        d.lit(status),
-    ]
-    return (
-        f"INSERT INTO {d.qualified(pipeline.schema, RUN_LOG)}\n"
-        f"  ({', '.join(d.q(c) for c in RUN_LOG_INSERT_COLUMNS)})\n"
-        f"VALUES ({', '.join(values)});"
+    counts = {c.name: "0" for c in schemas.RUN_LOG if c.type == "bigint"}
+    columns, values = schemas.ordered(
+        d,
+        schemas.RUN_LOG,
+        {
+            "table_name": d.lit(table.name),
+            "backend_pid": "PG_BACKEND_PID()",
+            "started_at": timestamp_literal(started),
+            "finished_at": d.now(),
+            **counts,
+            "upserted": str(int(upserted)),
+            "deleted": str(int(deleted)),
+            "watermark_before": text(watermark_before),
+            "watermark_after": text(watermark_after),
+            "lag_seconds": "NULL",
+            "status": d.lit(status),
+        },
+        quoted=True,
     )
+    return f"INSERT INTO {d.qualified(pipeline.schema, RUN_LOG)}\n  ({', '.join(columns)})\nVALUES ({', '.join(values)});"
