@@ -145,6 +145,10 @@ class Sample:
                 self.connector = self.connector or "postgresql"
             elif {"__file", "__pos"} <= names:
                 self.connector = self.connector or "mysql"
+            elif {"__commit_lsn", "__event_serial_no"} <= names:
+                self.connector = self.connector or "sqlserver"
+            elif "__scn" in names:
+                self.connector = self.connector or "oracle"
         elif isinstance(payload, dict) and isinstance(payload.get("source"), dict):
             self.connector = self.connector or payload["source"].get("connector")
         for fld in row:
@@ -168,6 +172,18 @@ def _toml_string(value: str) -> str:
     return json.dumps(value)  # a JSON string is a valid TOML basic string
 
 
+# `source.connector` -> the order of its positions. MariaDB's connector (its own since
+# Debezium 2.7) writes the same binlog `file`/`pos`/`row` as MySQL's.
+CONNECTOR_ORDERS = {
+    "postgresql": "postgres-lsn",
+    "mysql": "mysql-binlog",
+    "mariadb": "mysql-binlog",
+    "sqlserver": "sqlserver-lsn",
+    "oracle": "oracle-scn",
+    "db2": "db2-lsn",
+}
+
+
 def infer_block(path: Path, table: str, topic: str, primary_key: list[str] | None = None) -> str:
     """The [[tables]] block for the sample file, validated as the pipeline file would be."""
     if not path.exists():
@@ -184,7 +200,7 @@ def infer_block(path: Path, table: str, topic: str, primary_key: list[str] | Non
     missing = [k for k in keys if k not in sample.fields]
     if missing:
         raise ValueError(f"{path}: key field(s) {', '.join(missing)} are not fields of the row schema")
-    order_by = {"postgresql": "postgres-lsn", "mysql": "mysql-binlog"}.get(sample.connector or "", "kafka")
+    order_by = CONNECTOR_ORDERS.get(sample.connector or "", "kafka")
 
     columns, notes, taken = [], [], set()
     for fld in sample.fields.values():
