@@ -111,6 +111,16 @@ def target_for(name: str, taken: set[str]) -> str:
     return candidate
 
 
+def _source_schema_connector(schema: dict[str, Any]) -> str | None:
+    """The connector named by the `source` struct's schema, `io.debezium.connector.<name>.Source`
+    (for messages whose source block has no `connector` field)."""
+    for fld in schema.get("fields") or []:
+        if fld.get("field") == "source":
+            m = re.fullmatch(r"io\.debezium\.connector\.([a-z0-9]+)\.Source", str(fld.get("name")))
+            return m.group(1) if m else None
+    return None
+
+
 def _struct_fields(schema: dict[str, Any], name: str) -> list[dict[str, Any]] | None:
     for fld in schema.get("fields") or []:
         if fld.get("field") == name and fld.get("type") == "struct":
@@ -150,7 +160,7 @@ class Sample:
             elif "__scn" in names:
                 self.connector = self.connector or "oracle"
         elif isinstance(payload, dict) and isinstance(payload.get("source"), dict):
-            self.connector = self.connector or payload["source"].get("connector")
+            self.connector = self.connector or payload["source"].get("connector") or _source_schema_connector(schema)
         for fld in row:
             self.fields.setdefault(fld["field"], fld)
         self.messages += 1
