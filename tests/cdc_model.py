@@ -289,7 +289,7 @@ def position(env: dict, table: TableConfig) -> tuple[int, ...] | None:
 
 def _lsn(text: str | None, order_by: str) -> int | None:
     """An LSN as the number its bytes spell (Debezium's `Lsn.toString()`: hex bytes, ':'
-    after bytes 4 and 8; SQL Server 10 bytes, Db2 10 or 16)."""
+    after bytes 4 and 8; SQL Server 10 bytes, Db2 16, or 10 as in the Db2 page's examples)."""
     if text is None:
         return None
     last = "4" if order_by == "sqlserver-lsn" else "4,16"

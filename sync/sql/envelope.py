@@ -65,7 +65,7 @@ def _postgres_position(d: PostgresDialect, sequence: str, lsn: str) -> str:
 
 # SQL Server and Db2 LSNs as Debezium writes them (`Lsn.toString()`): lower-case hex of
 # each byte, ':' after bytes 4 and 8. SQL Server's are 10 bytes (8:8:4 digits); Db2's are
-# 10 or 16 bytes (8:8:4 or 8:8:16), by the ASN capture's compatibility level.
+# 16 (8:8:16; IBMSNAP_COMMITSEQ VARCHAR(16) FOR BIT DATA), 10 in the Db2 page's examples.
 LSN_PATTERN = {
     "sqlserver-lsn": "^([0-9A-Fa-f]{8}:[0-9A-Fa-f]{8}:[0-9A-Fa-f]{4})$",
     "db2-lsn": "^([0-9A-Fa-f]{8}:[0-9A-Fa-f]{8}:[0-9A-Fa-f]{4,16})$",
