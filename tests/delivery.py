@@ -31,6 +31,21 @@ event-flattening.adoc, all in the debezium/debezium repository):
   transaction arrive inside one TRANSACTION_PAYLOAD event: every change of the transaction
   carries the same file/pos and row 0 [reported by users of the MySQL connector; see
   docs/correctness.md, "Delivery semantics"]; knob `compressed`. Knob `rotate`: binlog file rotations (pos restarts low).
+- SQL Server, Db2 (`commit_lsn`, `change_lsn`) and Oracle LogMiner (`commit_scn`, `scn`,
+  `txSeq`) emit committed transactions: every change carries its transaction's commit
+  position. SQL Server: "The `event_serial_no` field differentiates events that have the
+  same commit and change LSN": 2 for updates ("the update generates two events in the CDC
+  change table"), and a primary-key change is "A _delete_ event ... and a _create_ event
+  ... Both operations share the same commit and change LSN and their event numbers are `1`
+  and `2`" (DOC-SQLSERVER = .../pages/connectors/sqlserver.adoc, _update_ events); Db2
+  and Oracle log a key change once: both events carry one position. Snapshot reads carry
+  the database's max LSN as `commit_lsn` and no change LSN or serial
+  (`TxLogPosition.valueOf(maxLsn)`), or, for Oracle, "the same SCN position" and no
+  `commit_scn` (DOC-ORACLE = .../pages/connectors/oracle.adoc). Oracle: consecutive changes of a transaction often share an
+  SCN; `txSeq` is the change's index in its transaction (Debezium 3.2+). LSNs are written
+  as `Lsn.toString()` does (lower-case hex bytes). Transactions do not interleave here: a
+  row is changed by one transaction at a time, so per key the change positions grow with
+  the commit order anyway. MariaDB writes MySQL's binlog fields (`mariadb-bin.*`).
 - "After a key changes, Debezium generates ... A DELETE event. A tombstone event that
   specifies the old key for the row. A CREATE event that provides the new primary key"
   (DOC-MY L1529-1557; DOC-PG L1121-1143). After every delete the connector emits a
@@ -64,6 +79,8 @@ import zlib
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal
+
+from sync.debezium import lsn_text
 
 KEY_FIELDS = ("ID", "REGION")
 Key = tuple[int, str]
@@ -267,11 +284,7 @@ class _Positions:
         return 0x3FFF if self.connector.source == "sqlserver" else 0x3FFF_FFFF_FFFF_FFFF if self.connector.source == "db2" else 1
 
     def _lsn(self, n: int) -> str:
-        """Debezium's `Lsn.toString()`: lower-case hex bytes, ':' after bytes 4 and 8
-        (SQL Server: 10 bytes; Db2: 16)."""
-        if self.connector.source == "sqlserver":
-            return f"{n >> 48:08x}:{(n >> 16) & 0xFFFFFFFF:08x}:{n & 0xFFFF:04x}"
-        return f"{n >> 96:08x}:{(n >> 64) & 0xFFFFFFFF:08x}:{n & 0xFFFFFFFFFFFFFFFF:016x}"
+        return lsn_text(n, 10 if self.connector.source == "sqlserver" else 16)
 
     def _serial(self, serial: int | None) -> dict[str, Any]:
         return {"event_serial_no": serial} if self.connector.source == "sqlserver" else {}
