@@ -41,9 +41,10 @@ event-flattening.adoc, all in the debezium/debezium repository):
   and Oracle log a key change once: both events carry one position. Snapshot reads carry
   the database's max LSN as `commit_lsn` and no change LSN or serial
   (`TxLogPosition.valueOf(maxLsn)`), or, for Oracle, "the same SCN position" and no
-  `commit_scn` (DOC-ORACLE = .../pages/connectors/oracle.adoc). Oracle: consecutive changes of a transaction often share an
-  SCN; `txSeq` is the change's index in its transaction (Debezium 3.2+). LSNs are written
-  as `Lsn.toString()` does (lower-case hex bytes). Transactions do not interleave here: a
+  `commit_scn` (DOC-ORACLE = .../pages/connectors/oracle.adoc). Oracle: consecutive
+  changes of a transaction often share an SCN; `txSeq` is the change's index in its
+  transaction (Debezium 3.2+). LSNs are written as `Lsn.toString()` does (lower-case hex
+  bytes). Transactions do not interleave here: a
   row is changed by one transaction at a time, so per key the change positions grow with
   the commit order anyway. MariaDB writes MySQL's binlog fields (`mariadb-bin.*`).
 - "After a key changes, Debezium generates ... A DELETE event. A tombstone event that
