@@ -22,7 +22,7 @@ from pyspark.sql import types as T
 from backfill.compat import try_cast
 from backfill.conform import exact_name, exact_value, raw_name
 from sync.config import ColumnConfig, TableConfig
-from sync.sql.envelope import LSN_PATTERN, LSN_WIDTH, POS_WIDTH, SCN_PATTERN
+from sync.sql.envelope import LSN_PATTERN, LSN_WIDTH, NUMBER_PATTERN, POS_WIDTH
 
 SOURCE_TS_COLUMNS = ("_source_ts", "__source_ts_ms")
 
@@ -168,7 +168,7 @@ def _lsn_parts(commit_lsn: Column, change_lsn: Column, order_by: str) -> tuple[C
 
 def _sqlserver_position(commit_lsn: Column, change_lsn: Column, serial: Column) -> Column:
     commit, change = _lsn_parts(commit_lsn, change_lsn, "sqlserver-lsn")
-    return F.concat(commit, F.lit("."), change, F.lit("."), _pad(serial))
+    return F.concat(commit, F.lit("."), change, F.lit("."), _pad(_group(serial, NUMBER_PATTERN)))
 
 
 def _db2_position(commit_lsn: Column, change_lsn: Column) -> Column:
@@ -176,9 +176,15 @@ def _db2_position(commit_lsn: Column, change_lsn: Column) -> Column:
 
 
 def _oracle_position(commit_scn: Column, scn: Column, tx_seq: Column) -> Column:
-    change = _group(scn, SCN_PATTERN)
-    commit = F.coalesce(_group(commit_scn, SCN_PATTERN), change)
-    return F.concat(F.lpad(commit, POS_WIDTH, "0"), F.lit("."), F.lpad(change, POS_WIDTH, "0"), F.lit("."), _pad(tx_seq))
+    change = _group(scn, NUMBER_PATTERN)
+    commit = F.coalesce(_group(commit_scn, NUMBER_PATTERN), change)
+    return F.concat(
+        F.lpad(commit, POS_WIDTH, "0"),
+        F.lit("."),
+        F.lpad(change, POS_WIDTH, "0"),
+        F.lit("."),
+        _pad(_group(tx_seq, NUMBER_PATTERN)),
+    )
 
 
 # The source fields a position is read from, per `order_by`.

@@ -26,6 +26,7 @@ stream, deletes, primary-key changes. Expectations come from Debezium's document
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -324,3 +325,57 @@ def test_reset_positions_after_the_source_database_is_restored(wh, pipeline, con
     assert reset.target_rows == 1
     feed(wh, pipeline, table, [restored.update(None, _row(key, 1, "after restore"))])
     assert _emails(wh, connector) == {1: "after restore"}
+
+
+POSITION_FIELDS = {
+    "sqlserver_customers": ("id", ("commit_lsn", "change_lsn", "event_serial_no"), r"[0-9A-F]{20}\.[0-9A-F]{20}\.[0-9]{20}"),
+    "oracle_customers": ("ID", ("commit_scn", "scn", "txSeq"), r"[0-9]{20}\.[0-9]{20}\.[0-9]{20}"),
+    "db2_customers": ("ID", ("commit_lsn", "change_lsn"), r"[0-9A-F]{64}"),
+}
+
+
+def _fuzz_values():
+    from hypothesis import strategies as st
+
+    # (NUL characters and lone surrogates make a record that jsonb cannot store: quarantined
+    # before any position is read, tests/test_fuzz_events.py)
+    text = st.text(st.characters(blacklist_categories=("Cs",), blacklist_characters="\x00"), max_size=30)
+    scalars = st.one_of(
+        st.none(),
+        st.booleans(),
+        st.integers(-(2**70), 2**70),
+        st.floats(allow_nan=False, allow_infinity=False),
+        text,
+        st.sampled_from(["", " 1", "1e3", "-5", "NULL", "'); DROP TABLE x; --", "x" * 70_000]),
+    )
+    json_values = st.recursive(
+        scalars, lambda inner: st.lists(inner, max_size=2) | st.dictionaries(text, inner, max_size=2), max_leaves=4
+    )
+    lsn = st.from_regex(r"[0-9a-fA-F]{8}:[0-9a-fA-F]{8}:[0-9a-fA-F]{4}([0-9a-fA-F]{12})?", fullmatch=True)
+    return st.one_of(json_values, lsn, st.from_regex(r"[0-9]{1,22}", fullmatch=True))
+
+
+@pytest.mark.parametrize("table", list(POSITION_FIELDS))
+def test_any_json_where_the_position_is_never_fails_the_call(wh, pipeline, table):
+    """Any JSON in the position fields (numbers, text, objects, LSN-like text with either
+    case, 21-digit SCNs): every record applies, and each stored position is NULL or has
+    the order's fixed layout."""
+    from hypothesis import HealthCheck, given, settings
+    from hypothesis import strategies as st
+
+    key, fields, layout = POSITION_FIELDS[table]
+
+    @settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+    @given(st.lists(st.fixed_dictionaries({f: _fuzz_values() for f in fields}), min_size=1, max_size=20))
+    def check(sources):
+        wh.execute(f'TRUNCATE sources."{table}", sources."{table}__deleted"')
+        records = [
+            {"partition": 0, "key": {key: i}, "value": {"op": "c", "after": _row(key, i, "e"), "source": src}}
+            for i, src in enumerate(sources)
+        ]
+        run = feed(wh, pipeline, table, records)
+        assert run.upserted == len(records) and run.quarantined == 0
+        for (pos,) in wh.query(f'SELECT _source_pos FROM sources."{table}"'):
+            assert pos is None or re.fullmatch(layout, pos), pos
+
+    check()

@@ -72,8 +72,9 @@ LSN_PATTERN = {
 }
 # Hex digits of an LSN, padded: SQL Server's 10 bytes, Db2's up to 16.
 LSN_WIDTH = {"sqlserver-lsn": 20, "db2-lsn": 32}
-# An Oracle SCN as Debezium writes it (a string of decimal digits, up to 2^64).
-SCN_PATTERN = "^([0-9]{1,20})$"
+# A number of the position as decimal digits (up to 2^64): an Oracle SCN (a string in the
+# source block), `txSeq`, `event_serial_no`. Anything else is no value.
+NUMBER_PATTERN = "^([0-9]{1,20})$"
 
 
 def _lsn_parts(d: PostgresDialect, commit_lsn: str, change_lsn: str, order_by: str) -> tuple[str, str]:
@@ -92,9 +93,10 @@ def _lsn_parts(d: PostgresDialect, commit_lsn: str, change_lsn: str, order_by: s
 def _sqlserver_position(d: PostgresDialect, commit_lsn: str, change_lsn: str, serial: str) -> str:
     """commit.change.serial, the order the SQL Server connector emits in (`TxLogPosition`:
     commit LSN, then change LSN; `event_serial_no` tells apart the events that share both).
-    NULL without a commit LSN; a snapshot row has no change LSN and no serial (zeros)."""
+    NULL without a commit LSN; a snapshot row has no change LSN and no serial (zeros), and
+    neither has an event whose change LSN or serial is not one."""
     commit, change = _lsn_parts(d, commit_lsn, change_lsn, "sqlserver-lsn")
-    return f"{commit} || '.' || {change} || '.' || {_pad(d, serial)}"
+    return f"{commit} || '.' || {change} || '.' || {_pad(d, d.regex_group(serial, NUMBER_PATTERN))}"
 
 
 def _db2_position(d: PostgresDialect, commit_lsn: str, change_lsn: str) -> str:
@@ -109,9 +111,12 @@ def _oracle_position(d: PostgresDialect, commit_scn: str, scn: str, tx_seq: str)
     and then by their index in it (`txSeq`, Debezium 3.2+). A snapshot row has no commit
     SCN: its own SCN (the snapshot's) stands in, as it precedes every streamed commit.
     NULL without an SCN."""
-    change = d.regex_group(scn, SCN_PATTERN)
-    commit = f"COALESCE({d.regex_group(commit_scn, SCN_PATTERN)}, {change})"
-    return f"{d.lpad_number(commit, POS_WIDTH)} || '.' || {d.lpad_number(change, POS_WIDTH)} || '.' || {_pad(d, tx_seq)}"
+    change = d.regex_group(scn, NUMBER_PATTERN)
+    commit = f"COALESCE({d.regex_group(commit_scn, NUMBER_PATTERN)}, {change})"
+    return (
+        f"{d.lpad_number(commit, POS_WIDTH)} || '.' || {d.lpad_number(change, POS_WIDTH)} || '.' || "
+        f"{_pad(d, d.regex_group(tx_seq, NUMBER_PATTERN))}"
+    )
 
 
 def envelope_sql(d: PostgresDialect, table: TableConfig, env: str) -> EnvelopeSql:
