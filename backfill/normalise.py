@@ -22,7 +22,7 @@ from pyspark.sql import types as T
 from backfill.compat import try_cast
 from backfill.conform import exact_name, exact_value, raw_name
 from sync.config import ColumnConfig, TableConfig
-from sync.sql.envelope import POS_WIDTH
+from sync.sql.envelope import LSN_PATTERN, LSN_WIDTH, NUMBER_PATTERN, POS_WIDTH
 from sync.vocabulary import Reason
 
 SOURCE_TS_COLUMNS = ("_source_ts", "__source_ts_ms")
@@ -159,6 +159,52 @@ def _postgres_position(sequence: Column, lsn: Column) -> Column:
     return F.when(change_lsn.isNotNull(), F.concat(_pad(commit_lsn), F.lit("."), _pad(change_lsn)))
 
 
+def _lsn_parts(commit_lsn: Column, change_lsn: Column, order_by: str) -> tuple[Column, Column]:
+    def digits(lsn: Column) -> Column:
+        return F.upper(F.regexp_replace(_group(lsn, LSN_PATTERN[order_by]), ":", ""))
+
+    width = LSN_WIDTH[order_by]
+    return F.lpad(digits(commit_lsn), width, "0"), F.lpad(F.coalesce(digits(change_lsn), F.lit("")), width, "0")
+
+
+def _sqlserver_position(commit_lsn: Column, change_lsn: Column, serial: Column) -> Column:
+    commit, change = _lsn_parts(commit_lsn, change_lsn, "sqlserver-lsn")
+    return F.concat(commit, F.lit("."), change, F.lit("."), _pad(_group(serial, NUMBER_PATTERN)))
+
+
+def _db2_position(commit_lsn: Column, change_lsn: Column) -> Column:
+    return F.concat(*_lsn_parts(commit_lsn, change_lsn, "db2-lsn"))
+
+
+def _oracle_position(commit_scn: Column, scn: Column, tx_seq: Column) -> Column:
+    change = _group(scn, NUMBER_PATTERN)
+    commit = F.coalesce(_group(commit_scn, NUMBER_PATTERN), change)
+    return F.concat(
+        F.lpad(commit, POS_WIDTH, "0"),
+        F.lit("."),
+        F.lpad(change, POS_WIDTH, "0"),
+        F.lit("."),
+        _pad(_group(tx_seq, NUMBER_PATTERN)),
+    )
+
+
+# The source fields a position is read from, per `order_by`.
+POSITION_FIELDS = {
+    "mysql-binlog": ("file", "pos", "row"),
+    "postgres-lsn": ("sequence", "lsn"),
+    "sqlserver-lsn": ("commit_lsn", "change_lsn", "event_serial_no"),
+    "oracle-scn": ("commit_scn", "scn", "txSeq"),
+    "db2-lsn": ("commit_lsn", "change_lsn"),
+}
+POSITIONS = {
+    "mysql-binlog": _mysql_position,
+    "postgres-lsn": _postgres_position,
+    "sqlserver-lsn": _sqlserver_position,
+    "oracle-scn": _oracle_position,
+    "db2-lsn": _db2_position,
+}
+
+
 def _strings(*names: str) -> T.StructType:
     return T.StructType([T.StructField(n, T.StringType()) for n in names])
 
@@ -215,6 +261,7 @@ def debezium_events(records: DataFrame, table: TableConfig) -> DataFrame:
     valid_json = F.get_json_object(value, "$").isNotNull() | (F.trim(value) == "null") | value.isNull()
     env = _unwrap_schema(value)
     key_env = _unwrap_schema(F.col("key"))
+    pos_fields = POSITION_FIELDS.get(table.order_by, ())
     if table.format == "debezium":
         e = F.from_json(
             env,
@@ -223,7 +270,7 @@ def debezium_events(records: DataFrame, table: TableConfig) -> DataFrame:
                     T.StructField("op", T.StringType()),
                     T.StructField("before", T.StringType()),
                     T.StructField("after", T.StringType()),
-                    T.StructField("source", _strings("ts_ms", "file", "pos", "row", "sequence", "lsn")),
+                    T.StructField("source", _strings("ts_ms", *pos_fields)),
                 ]
             ),
         )
@@ -231,23 +278,18 @@ def debezium_events(records: DataFrame, table: TableConfig) -> DataFrame:
         image = F.when(op == "d", e["before"]).otherwise(e["after"])
         src = e["source"]
         source_ts_text = src["ts_ms"]
-        file, pos, row, sequence, lsn = src["file"], src["pos"], src["row"], src["sequence"], src["lsn"]
+        position_args = [src[f] for f in pos_fields]
         tombstone_deletes = False
     else:
-        e = F.from_json(env, _strings("__deleted", "__op", "__source_ts_ms", "__file", "__pos", "__row", "__sequence", "__lsn"))
+        e = F.from_json(env, _strings("__deleted", "__op", "__source_ts_ms", *["__" + f for f in pos_fields]))
         op = F.when(e["__deleted"] == "true", F.lit("d")).otherwise(F.coalesce(e["__op"], F.lit("u")))
         op = F.when(env.isNotNull(), op)
         image = env
         source_ts_text = e["__source_ts_ms"]
-        file, pos, row, sequence, lsn = e["__file"], e["__pos"], e["__row"], e["__sequence"], e["__lsn"]
+        position_args = [e["__" + f] for f in pos_fields]
         tombstone_deletes = True
 
-    if table.order_by == "mysql-binlog":
-        position = _mysql_position(file, pos, row)
-    elif table.order_by == "postgres-lsn":
-        position = _postgres_position(sequence, lsn)
-    else:
-        position = F.lit(None).cast("string")
+    position = POSITIONS[table.order_by](*position_args) if pos_fields else F.lit(None).cast("string")
 
     names = [c.name for c in table.columns]
     img = F.from_json(image, _strings(*names))

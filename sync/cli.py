@@ -819,7 +819,7 @@ def reset_positions(
     config: ConfigOpt = None,
     dsn: DsnOpt = None,
 ) -> None:
-    """After a MySQL failover or RESET MASTER: clear the stored source positions so that new events apply."""
+    """After a MySQL failover, RESET MASTER or a restore of the source database: clear the stored source positions so that new events apply."""
     from sync.recovery import reset_positions as run_reset
 
     result = run_recovery(run_reset, table, yes, config, dsn)

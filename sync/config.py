@@ -161,7 +161,7 @@ class TableConfig(_Model):
     format: Literal["debezium", "debezium-unwrap"] = "debezium"
     primary_key: list[str]
     delete_mode: Literal["hard", "soft"] = "hard"
-    order_by: Literal["kafka", "postgres-lsn", "mysql-binlog"] = "kafka"
+    order_by: Literal["kafka", "postgres-lsn", "mysql-binlog", "sqlserver-lsn", "oracle-scn", "db2-lsn"] = "kafka"
     on_truncate: Literal["ignore", "delete"] = "ignore"
     distkey: str | None = None
     sortkey: list[str] = []

@@ -1,7 +1,7 @@
-"""Builders of Debezium change events, shaped like the MySQL and PostgreSQL connectors'
-output, for the demo, the tests and the benchmarks. Each builder returns the Kafka
-record as `ingest` reads it: {"partition", "key", "value"} (offsets are assigned on ingest
-unless given)."""
+"""Builders of Debezium change events, shaped like the MySQL, MariaDB, PostgreSQL, SQL
+Server, Db2 and Oracle connectors' output, for the demo, the tests and the benchmarks.
+Each builder returns the Kafka record as `ingest` reads it: {"partition", "key", "value"}
+(offsets are assigned on ingest unless given)."""
 
 from __future__ import annotations
 
@@ -13,8 +13,10 @@ from typing import Any
 
 @dataclass
 class MySqlSource:
-    """A MySQL binlog position generator: every event gets the next (file, pos, row)."""
+    """A MySQL (or MariaDB: `connector = "mariadb"`) binlog position generator: every
+    event gets the next (file, pos, row)."""
 
+    connector: str = "mysql"
     server: str = "salesdb"
     db: str = "salesdb"
     table: str = "CUSTOMER"
@@ -35,7 +37,7 @@ class MySqlSource:
             file_number, pos = self.file_number, self.pos
         return {
             "version": "2.7.0.Final",
-            "connector": "mysql",
+            "connector": self.connector,
             "name": self.server,
             "ts_ms": self.ts_ms,
             "snapshot": "true" if snapshot else "false",
@@ -44,7 +46,7 @@ class MySqlSource:
             "table": self.table,
             "server_id": 223344,
             "gtid": None,
-            "file": f"mysql-bin.{file_number:06d}",
+            "file": f"{self.connector}-bin.{file_number:06d}",
             "pos": pos,
             "row": 0,
             "thread": None if snapshot else 7,
@@ -86,6 +88,156 @@ class PostgresSource:
         return source
 
 
+def lsn_text(value: int, size: int) -> str:
+    """An LSN as Debezium's SQL Server and Db2 connectors write it (`Lsn.toString()`):
+    lower-case hex of each of its `size` bytes, ':' after bytes 4 and 8."""
+    digits = f"{value:0{size * 2}x}"
+    return f"{digits[:8]}:{digits[8:16]}:{digits[16:]}"
+
+
+@dataclass
+class _CommitOrderSource:
+    """Positions of the connectors that emit committed transactions (SQL Server, Db2,
+    Oracle): every change knows its transaction's commit position. Each event is its own
+    transaction, unless `begin()` ... `commit()` group several."""
+
+    ts_ms: int = 1_700_000_000_000
+    at: int = 0  # the log position reached
+    tx_commit: int | None = None  # the open transaction's commit position
+    tx_seq: int = 0
+    snapshot_at: int | None = None
+    step = 1  # log distance between changes
+
+    def begin(self) -> None:
+        self.tx_commit = self.at + 1000 * self.step
+        self.tx_seq = 0
+
+    def commit(self) -> None:
+        assert self.tx_commit is not None, "no open transaction"
+        self.at, self.tx_commit = self.tx_commit, None
+
+    def _change(self) -> tuple[int, int, int]:
+        """(commit, change position, index in the transaction) of the next change."""
+        auto = self.tx_commit is None
+        if auto:
+            self.begin()
+        self.at += self.step
+        self.tx_seq += 1
+        self.ts_ms += 1000
+        commit, change, seq = self.tx_commit, self.at, self.tx_seq
+        if auto:
+            self.commit()
+        return commit, change, seq  # type: ignore[return-value]
+
+    def _snapshot_position(self) -> int:
+        if self.snapshot_at is None:
+            self.snapshot_at = self.at
+        return self.snapshot_at
+
+
+@dataclass
+class SqlServerSource(_CommitOrderSource):
+    """SQL Server CDC positions: `commit_lsn`, `change_lsn` (10-byte LSNs as text) and
+    `event_serial_no` (2 for an update: "the update generates two events in the CDC change
+    table"; Debezium's SQL Server connector page, `event_serial_no`)."""
+
+    server: str = "server1"
+    db: str = "testDB"
+    schema: str = "dbo"
+    table: str = "customers"
+    at: int = 0x27_00000758_0003
+    step = 0x3FFF  # parts carry over now and then
+
+    def next(self, snapshot: bool = False, op: str = "c") -> dict[str, Any]:
+        if snapshot:  # TxLogPosition.valueOf(maxLsn): no change LSN, no serial
+            commit, change, serial = self._snapshot_position(), None, None
+        else:
+            commit, change, _ = self._change()
+            serial = 2 if op == "u" else 1
+        return {
+            "version": "2.7.0.Final",
+            "connector": "sqlserver",
+            "name": self.server,
+            "ts_ms": self.ts_ms,
+            "snapshot": "true" if snapshot else "false",
+            "db": self.db,
+            "sequence": None,
+            "schema": self.schema,
+            "table": self.table,
+            "change_lsn": None if change is None else lsn_text(change, 10),
+            "commit_lsn": lsn_text(commit, 10),
+            "event_serial_no": serial,
+        }
+
+
+@dataclass
+class Db2Source(_CommitOrderSource):
+    """Db2 ASN capture positions: `commit_lsn`, `change_lsn` (16-byte LSNs as text)."""
+
+    server: str = "myconnector"
+    db: str = "mydatabase"
+    schema: str = "MYSCHEMA"
+    table: str = "CUSTOMERS"
+    at: int = 0x27_00000758_0000000000000003
+    step = 0x3FFF_FFFF_FFFF_FFFF
+
+    def next(self, snapshot: bool = False, op: str = "c") -> dict[str, Any]:
+        commit, change = (self._snapshot_position(), None) if snapshot else self._change()[:2]
+        return {
+            "version": "2.7.0.Final",
+            "connector": "db2",
+            "name": self.server,
+            "ts_ms": self.ts_ms,
+            "snapshot": "true" if snapshot else "false",
+            "db": self.db,
+            "sequence": None,
+            "schema": self.schema,
+            "table": self.table,
+            "change_lsn": None if change is None else lsn_text(change, 16),
+            "commit_lsn": lsn_text(commit, 16),
+        }
+
+
+@dataclass
+class OracleSource(_CommitOrderSource):
+    """Oracle LogMiner positions: `scn` of the change, `commit_scn` of its transaction,
+    `txSeq` (the change's index in its transaction, Debezium 3.2+). Changes of one
+    transaction share an SCN in pairs, as consecutive statements often do."""
+
+    server: str = "server1"
+    db: str = "ORCLPDB1"
+    schema: str = "DEBEZIUM"
+    table: str = "CUSTOMERS"
+    at: int = 9_999_990  # SCNs gain a digit soon
+
+    def _change(self) -> tuple[int, int, int]:
+        commit, change, seq = super()._change()
+        if seq % 2 == 0:  # the second of a pair reads at the first's SCN
+            change -= 1
+        return commit, change, seq
+
+    def next(self, snapshot: bool = False, op: str = "c") -> dict[str, Any]:
+        if snapshot:  # the snapshot SCN; no commit SCN, no transaction
+            commit, scn, seq = None, self._snapshot_position(), None
+        else:
+            commit, scn, seq = self._change()
+        return {
+            "version": "3.2.0.Final",
+            "connector": "oracle",
+            "name": self.server,
+            "ts_ms": self.ts_ms,
+            "snapshot": "true" if snapshot else "false",
+            "db": self.db,
+            "sequence": None,
+            "schema": self.schema,
+            "table": self.table,
+            "txId": None if snapshot else f"6.28.{commit}",
+            "scn": str(scn),
+            "commit_scn": None if commit is None else str(commit),
+            "txSeq": seq,
+        }
+
+
 @dataclass
 class ChangeStream:
     """Produces the Kafka records of one table's topic: the full envelope, optionally with
@@ -111,11 +263,15 @@ class ChangeStream:
         key_msg = {"schema": {"type": "struct", "fields": []}, "payload": key} if self.with_schema else key
         return {"partition": self._partition(key), "key": key_msg, "value": self._wrap(value)}
 
-    def _source(self, snapshot: bool = False) -> dict[str, Any]:
-        return self.source.next(snapshot=snapshot) if isinstance(self.source, MySqlSource) else self.source.next()
+    def _source(self, op: str, snapshot: bool = False) -> dict[str, Any]:
+        if isinstance(self.source, PostgresSource):
+            return self.source.next()
+        if isinstance(self.source, MySqlSource):
+            return self.source.next(snapshot=snapshot)
+        return self.source.next(snapshot=snapshot, op=op)
 
     def _event(self, op: str, before: Any, after: Any, snapshot: bool = False) -> dict[str, Any]:
-        source = self._source(snapshot)
+        source = self._source(op, snapshot)
         return {"before": before, "after": after, "source": source, "op": op, "ts_ms": source["ts_ms"] + 250, "transaction": None}
 
     def snapshot(self, row: dict[str, Any]) -> dict[str, Any]:

@@ -120,6 +120,16 @@ def target_for(name: str, taken: set[str]) -> str:
     return candidate
 
 
+def _source_schema_connector(schema: dict[str, Any]) -> str | None:
+    """The connector named by the `source` struct's schema, `io.debezium.connector.<name>.Source`
+    (for messages whose source block has no `connector` field)."""
+    for fld in schema.get("fields") or []:
+        if fld.get("field") == "source":
+            m = re.fullmatch(r"io\.debezium\.connector\.([a-z0-9]+)\.Source", str(fld.get("name")))
+            return m.group(1) if m else None
+    return None
+
+
 def _struct_fields(schema: dict[str, Any], name: str) -> list[dict[str, Any]] | None:
     for fld in schema.get("fields") or []:
         if fld.get("field") == name and fld.get("type") == "struct":
@@ -154,8 +164,12 @@ class Sample:
                 self.connector = self.connector or "postgresql"
             elif {"__file", "__pos"} <= names:
                 self.connector = self.connector or "mysql"
+            elif {"__commit_lsn", "__event_serial_no"} <= names:
+                self.connector = self.connector or "sqlserver"
+            elif "__scn" in names:
+                self.connector = self.connector or "oracle"
         elif isinstance(payload, dict) and isinstance(payload.get("source"), dict):
-            self.connector = self.connector or payload["source"].get("connector")
+            self.connector = self.connector or payload["source"].get("connector") or _source_schema_connector(schema)
         for fld in row:
             self.fields.setdefault(fld["field"], fld)
         self.messages += 1
@@ -177,6 +191,18 @@ def _toml_string(value: str) -> str:
     return json.dumps(value)  # a JSON string is a valid TOML basic string
 
 
+# `source.connector` -> the order of its positions. MariaDB's connector (its own since
+# Debezium 2.7) writes the same binlog `file`/`pos`/`row` as MySQL's.
+CONNECTOR_ORDERS = {
+    "postgresql": "postgres-lsn",
+    "mysql": "mysql-binlog",
+    "mariadb": "mysql-binlog",
+    "sqlserver": "sqlserver-lsn",
+    "oracle": "oracle-scn",
+    "db2": "db2-lsn",
+}
+
+
 def infer_block(path: Path, table: str, topic: str, primary_key: list[str] | None = None) -> str:
     """The [[tables]] block for the sample file, validated as the pipeline file would be."""
     if not path.exists():
@@ -193,7 +219,7 @@ def infer_block(path: Path, table: str, topic: str, primary_key: list[str] | Non
     missing = [k for k in keys if k not in sample.fields]
     if missing:
         raise ValueError(f"{path}: key field(s) {', '.join(missing)} are not fields of the row schema")
-    order_by = {"postgresql": "postgres-lsn", "mysql": "mysql-binlog"}.get(sample.connector or "", "kafka")
+    order_by = CONNECTOR_ORDERS.get(sample.connector or "", "kafka")
 
     columns, notes, taken = [], [], set()
     for fld in sample.fields.values():

@@ -1,7 +1,8 @@
 """Recovery commands for source events that break ordering (SQL in sync/sql/recovery.py).
 
-- `reset_positions`: after a MySQL failover or `RESET MASTER`, clear the stored source
-  positions so that events with the restarted (lower) binlog positions apply.
+- `reset_positions`: after a MySQL failover or `RESET MASTER` (or a restore of the source
+  database from a backup), clear the stored source positions so that events with the
+  restarted (lower) positions apply.
 - `offset_regressions`: records a re-created topic wrote at offsets at or below the
   watermark, which no sync will ever read; `rebase_offsets` moves the watermark so that
   exactly those records are read next.

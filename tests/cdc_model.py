@@ -264,7 +264,38 @@ def position(env: dict, table: TableConfig) -> tuple[int, ...] | None:
         if change is None:
             return None
         return (_digits(commit), _digits(change))
+    if table.order_by in ("sqlserver-lsn", "db2-lsn"):
+        # TxLogPosition.compareTo: commit LSN, then change LSN; "The NULL LSN is always the
+        # smallest one" (Lsn.compareTo, debezium-connector-sqlserver and -db2); the SQL Server
+        # page: "The event_serial_no field differentiates events that have the same commit
+        # and change LSN".
+        commit = _lsn(_text(src.get(prefix + "commit_lsn")), table.order_by)
+        if commit is None:
+            return None
+        change = _lsn(_text(src.get(prefix + "change_lsn")), table.order_by) or 0
+        if table.order_by == "db2-lsn":
+            return (commit, change)
+        return (commit, change, _digits(_text(src.get(prefix + "event_serial_no"))))
+    if table.order_by == "oracle-scn":
+        # Transactions in commit order (`commit_scn`); a snapshot row has none and reads
+        # at its `scn`; within a transaction, SCN then the event's index (`txSeq`).
+        scn = _text(src.get(prefix + "scn"))
+        if scn is None:
+            return None
+        commit = _text(src.get(prefix + "commit_scn"))
+        return (_digits(commit or scn), _digits(scn), _digits(_text(src.get(prefix + "txSeq"))))
     return None
+
+
+def _lsn(text: str | None, order_by: str) -> int | None:
+    """An LSN as the number its bytes spell (Debezium's `Lsn.toString()`: hex bytes, ':'
+    after bytes 4 and 8; SQL Server 10 bytes, Db2 16, or 10 as in the Db2 page's examples)."""
+    if text is None:
+        return None
+    last = "4" if order_by == "sqlserver-lsn" else "4,16"
+    if not re.fullmatch(rf"[0-9A-Fa-f]{{8}}:[0-9A-Fa-f]{{8}}:[0-9A-Fa-f]{{{last}}}", text):
+        raise Unmodelled(f"LSN {text!r}")
+    return int(text.replace(":", ""), 16)
 
 
 # ---- classification ------------------------------------------------------------------------

@@ -31,6 +31,22 @@ event-flattening.adoc, all in the debezium/debezium repository):
   transaction arrive inside one TRANSACTION_PAYLOAD event: every change of the transaction
   carries the same file/pos and row 0 [reported by users of the MySQL connector; see
   docs/correctness.md, "Delivery semantics"]; knob `compressed`. Knob `rotate`: binlog file rotations (pos restarts low).
+- SQL Server, Db2 (`commit_lsn`, `change_lsn`) and Oracle LogMiner (`commit_scn`, `scn`,
+  `txSeq`) emit committed transactions: every change carries its transaction's commit
+  position. SQL Server: "The `event_serial_no` field differentiates events that have the
+  same commit and change LSN": 2 for updates ("the update generates two events in the CDC
+  change table"), and a primary-key change is "A _delete_ event ... and a _create_ event
+  ... Both operations share the same commit and change LSN and their event numbers are `1`
+  and `2`" (DOC-SQLSERVER = .../pages/connectors/sqlserver.adoc, _update_ events); Db2
+  and Oracle log a key change once: both events carry one position. Snapshot reads carry
+  the database's max LSN as `commit_lsn` and no change LSN or serial
+  (`TxLogPosition.valueOf(maxLsn)`), or, for Oracle, "the same SCN position" and no
+  `commit_scn` (DOC-ORACLE = .../pages/connectors/oracle.adoc). Oracle: consecutive
+  changes of a transaction often share an SCN; `txSeq` is the change's index in its
+  transaction (Debezium 3.2+). LSNs are written as `Lsn.toString()` does (lower-case hex
+  bytes). Transactions do not interleave here: a
+  row is changed by one transaction at a time, so per key the change positions grow with
+  the commit order anyway. MariaDB writes MySQL's binlog fields (`mariadb-bin.*`).
 - "After a key changes, Debezium generates ... A DELETE event. A tombstone event that
   specifies the old key for the row. A CREATE event that provides the new primary key"
   (DOC-MY L1529-1557; DOC-PG L1121-1143). After every delete the connector emits a
@@ -64,6 +80,8 @@ import zlib
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal
+
+from sync.debezium import lsn_text
 
 KEY_FIELDS = ("ID", "REGION")
 Key = tuple[int, str]
@@ -126,7 +144,8 @@ def final_state(history: History) -> dict[Key, Row]:
 
 # ---- the connector: emission -------------------------------------------------------------
 
-Source = Literal["postgres", "mysql"]
+Source = Literal["postgres", "mysql", "mariadb", "sqlserver", "oracle", "db2"]
+BINLOG = ("mysql", "mariadb")
 Format = Literal["debezium", "unwrap-rewrite", "unwrap-tombstone"]
 
 
@@ -175,51 +194,129 @@ class _Positions:
     ts_ms: int = 1_700_000_000_000
     tx_id: int = 600
 
+    # SQL Server, Db2, Oracle: the LSN (SCN) the transaction commits at, known to every
+    # change event of it (the connectors read committed changes); the change's index in it.
+    tx_commit: int = 0
+    tx_seq: int = 0
+    last: dict[str, Any] = field(default_factory=dict)  # the latest change's position
+
+    def __post_init__(self) -> None:
+        # Positions that cross a part boundary soon: LSN parts carry into the next, SCNs
+        # gain a digit (text that orders by length would break on both).
+        if self.connector.source in ("sqlserver", "db2"):
+            self.lsn = 0x27_00000758_0000 if self.connector.source == "sqlserver" else 0x27_00000758_0000000000000000
+        elif self.connector.source == "oracle":
+            self.lsn = 9_999_950
+
     def snapshot(self) -> dict[str, Any]:
         """The position every read of one snapshot carries: where the snapshot started."""
         self.ts_ms += 1000
-        if self.connector.source == "postgres":
+        src = self.connector.source
+        base = {"connector": _CONNECTOR[src], "snapshot": "true", "ts_ms": self.ts_ms}
+        if src == "postgres":
             self.lsn += 64
             self.last_commit = None  # a connector with no offsets has no last commit
-            return {"connector": "postgresql", "snapshot": "true", "ts_ms": self.ts_ms, "txId": self.tx_id, "lsn": self.lsn}
-        return {"connector": "mysql", "snapshot": "true", "ts_ms": self.ts_ms, "file": self._file(), "pos": self.pos, "row": 0}
+            return {**base, "txId": self.tx_id, "lsn": self.lsn}
+        if src in BINLOG:
+            return {**base, "file": self._file(), "pos": self.pos, "row": 0}
+        if src == "oracle":  # the snapshot SCN; no commit SCN, no transaction
+            return {**base, "scn": str(self.lsn), "commit_scn": None, "txSeq": None}
+        # SQL Server, Db2: the database's max LSN (TxLogPosition.valueOf(maxLsn)), no change LSN
+        return {**base, "commit_lsn": self._lsn(self.lsn), "change_lsn": None, **self._serial(None)}
 
     def begin(self, txn: int) -> None:
         self.ts_ms += 1000
         self.tx_id += 1
         c = self.connector
-        if c.source == "mysql":
+        if c.source in BINLOG:
             if txn in c.rotate:
                 self.file += 1
                 self.pos = 4
             self.pos += 70  # GTID/BEGIN events
             if c.compressed:
                 self.pos += 30  # the TRANSACTION_PAYLOAD event, which holds every row
+        elif c.source != "postgres":
+            self.tx_commit = self.lsn + 40 * self._step()  # after each of its changes
+            self.tx_seq = 0
 
-    def change(self) -> dict[str, Any]:
-        if self.connector.source == "postgres":
+    def change(self, op: str = "u", again: bool = False) -> dict[str, Any]:
+        """The position of the next change event (`op` "c", "u" or "d"). `again`: the
+        second event of one logged change (the create of a primary-key change): the same
+        log record, for SQL Server, Oracle and Db2."""
+        src = self.connector.source
+        base = {"connector": _CONNECTOR[src], "snapshot": "false", "ts_ms": self.ts_ms}
+        if src == "postgres":
             self.lsn += 56
-            return {"connector": "postgresql", "snapshot": "false", "ts_ms": self.ts_ms, "txId": self.tx_id, "lsn": self.lsn}
-        if not self.connector.compressed:
-            self.pos += 90  # one rows event per change
-        return {"connector": "mysql", "snapshot": "false", "ts_ms": self.ts_ms, "file": self._file(), "pos": self.pos, "row": 0}
+            return {**base, "txId": self.tx_id, "lsn": self.lsn}
+        if src in BINLOG:
+            if not self.connector.compressed:
+                self.pos += 90  # one rows event per change
+            gtid = {"gtid": f"0-1-{self.tx_id}"} if src == "mariadb" else {}
+            return {**base, **gtid, "file": self._file(), "pos": self.pos, "row": 0}
+        if again:
+            # "When a primary key is updated SQL Server emits two events ... Both operations
+            # share the same commit and change LSN and their event numbers are 1 and 2".
+            return {**self.last, **self._serial(2)}
+        self.tx_seq += 1
+        if src == "oracle":
+            # Changes of one transaction often share an SCN: every other one here.
+            self.lsn += self.tx_seq % 2
+            self.last = {**base, "scn": str(self.lsn), "commit_scn": str(self.tx_commit), "txSeq": self.tx_seq}
+        else:
+            self.lsn += self._step()
+            # "update events have the value set to 2 because the update generates two events
+            # in the CDC change table" (the SQL Server page, event_serial_no)
+            self.last = {**base, "commit_lsn": self._lsn(self.tx_commit), "change_lsn": self._lsn(self.lsn)}
+            self.last.update(self._serial(2 if op == "u" else 1))
+        return self.last
 
     def commit(self) -> None:
-        if self.connector.source == "postgres":
+        src = self.connector.source
+        if src == "postgres":
             self.lsn += 24
             self.last_commit = self.lsn
-        else:
+        elif src in BINLOG:
             self.pos += 31  # XID event
+        else:
+            self.lsn = self.tx_commit
+
+    def _step(self) -> int:
+        """LSN distance between changes: enough to carry into the middle part now and then."""
+        return 0x3FFF if self.connector.source == "sqlserver" else 0x3FFF_FFFF_FFFF_FFFF if self.connector.source == "db2" else 1
+
+    def _lsn(self, n: int) -> str:
+        return lsn_text(n, 10 if self.connector.source == "sqlserver" else 16)
+
+    def _serial(self, serial: int | None) -> dict[str, Any]:
+        return {"event_serial_no": serial} if self.connector.source == "sqlserver" else {}
 
     def _file(self) -> str:
-        return f"mysql-bin.{self.file:06d}"
+        return f"{self.connector.source}-bin.{self.file:06d}"
+
+
+_CONNECTOR = {
+    "postgres": "postgresql",
+    "mysql": "mysql",
+    "mariadb": "mariadb",
+    "sqlserver": "sqlserver",
+    "oracle": "oracle",
+    "db2": "db2",
+}
+# The source fields that make a position, per connector (the `add.fields` of unwrap).
+POSITION_FIELDS = {
+    "mysql": ("file", "pos", "row"),
+    "mariadb": ("file", "pos", "row"),
+    "sqlserver": ("commit_lsn", "change_lsn", "event_serial_no"),
+    "oracle": ("scn", "commit_scn", "txSeq"),
+    "db2": ("commit_lsn", "change_lsn"),
+}
 
 
 def _change_events(
     change: Change, before: Row | None, at: _Positions, txn: int, commit: int | None, identity: str
 ) -> list[Event]:
-    def event(op: str, key: Key, b: Row | None, a: Row | None) -> Event:
-        return Event(op, key, b, a, at.change(), txn, commit)  # type: ignore[arg-type]
+    def event(op: str, key: Key, b: Row | None, a: Row | None, again: bool = False) -> Event:
+        return Event(op, key, b, a, at.change(op, again), txn, commit)  # type: ignore[arg-type]
 
     def delete_image(row: Row) -> Row:
         return row if identity == "full" else {f: (v if f in KEY_FIELDS else None) for f, v in row.items()}
@@ -234,7 +331,7 @@ def _change_events(
     out.append(Event("tombstone", change.key, None, None, {}, txn, commit))
     if change.kind == "move":
         assert change.row is not None
-        out.append(event("c", key_of(change.row), None, change.row))
+        out.append(event("c", key_of(change.row), None, change.row, again=True))
     return out
 
 
@@ -293,7 +390,7 @@ def _position_fields(event: Event) -> dict[str, Any]:
     s = event.source
     if s["connector"] == "postgresql":
         return {"lsn": s["lsn"], "sequence": sequence(event)}
-    return {"file": s["file"], "pos": s["pos"], "row": s["row"]}
+    return {name: s[name] for name in POSITION_FIELDS[s["connector"]]}
 
 
 def encode(event: Event, connector: Connector) -> tuple[dict[str, Any], dict[str, Any] | None]:
@@ -304,7 +401,7 @@ def encode(event: Event, connector: Connector) -> tuple[dict[str, Any], dict[str
     if connector.format == "debezium":
         source = {"version": "2.7.0.Final", "name": "dbserver1", "db": "inventory", "table": "t", **event.source}
         source.update(_position_fields(event))
-        if connector.source == "mysql":
+        if connector.source in BINLOG:
             source["sequence"] = None
         value = {
             "before": event.before,

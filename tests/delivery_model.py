@@ -30,8 +30,12 @@ State per key: (stored position or None, row | soft-deleted row | absent). Per r
   connector with no offsets: its snapshot and its first transaction) counts as the
   event's own lsn: [null, X] = (X, X), which puts a re-snapshot after everything streamed
   before it; `lsn` stands in for a missing second part. MySQL (`"mysql-binlog"`): (number
-  of the binlog file, pos, row). `"kafka"`: no positions: the last record of the key in
-  Kafka order wins;
+  of the binlog file, pos, row); MariaDB's connector writes the same fields. SQL Server
+  (`"sqlserver-lsn"`): (commit LSN, change LSN, event_serial_no), LSNs as the numbers
+  their hex bytes spell, a missing change LSN or serial (snapshot rows) as 0; Db2
+  (`"db2-lsn"`): (commit LSN, change LSN); Oracle (`"oracle-scn"`): (commit_scn, scn,
+  txSeq), a missing commit_scn (snapshot rows) as the event's own scn. `"kafka"`: no
+  positions: the last record of the key in Kafka order wins;
 - hard mode: a delete removes the row; soft mode: the row stays with `_deleted = True`,
   each value from the delete's before image where it is not null, else the row's last
   value (a key-only image, as REPLICA IDENTITY DEFAULT and tombstones give, keeps them).
@@ -78,11 +82,11 @@ def _number(value: Any) -> int | None:
 
 
 def position(env: dict, table: TableConfig) -> Position | None:
-    """The source position of a decoded event (None: it has none), per `order_by`:
-    MySQL's as tests/cdc_model.py reads it; PostgreSQL's with a null commit part
-    counted as the event's own lsn."""
+    """The source position of a decoded event (None: it has none), per `order_by`: as
+    tests/cdc_model.py reads it, except PostgreSQL's, with a null commit part counted as
+    the event's own lsn."""
     if table.order_by != "postgres-lsn":
-        return source_position(env, table) if table.order_by == "mysql-binlog" else None
+        return source_position(env, table)
     block = source_block(env, table)
     if block is None:
         return None

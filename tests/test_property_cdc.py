@@ -8,7 +8,7 @@ and MySQL connector documentation; the behaviours are listed in docs/correctness
 "Delivery semantics").
 
 Histories are small (<= 25 changes on 6 keys of a composite key) and drawn with their
-connector (tests/delivery.py). One test per MODE; run one with `-k`, e.g.
+connector (tests/delivery.py), 40 per mode. One test per MODE; run one with `-k`, e.g.
 `pytest tests/test_property_cdc.py -k pg_resnapshot`. A mode names the table's
 `order_by`, `format` (the unwrap tombstone mode is the connector's) and `delete_mode`,
 and the generator's knobs (`Knobs`): restarts, compression, re-snapshots.
@@ -64,14 +64,16 @@ class Knobs:
 
     restarts: int = 2  # at most this many restarts
     compressed: bool | str = True  # MySQL binlog_transaction_compression
-    resnapshot: bool | str = True  # PostgreSQL connector re-created after its slot is lost
+    # PostgreSQL: the connector re-created after its slot is lost; SQL Server, Oracle, Db2:
+    # re-created without offsets (snapshot at the database's current LSN/SCN)
+    resnapshot: bool | str = True
     initial_snapshot: bool = True
     restart_null_commit: bool = True  # PostgreSQL, with at most one restart (see delivery_model)
 
 
 @dataclass(frozen=True)
 class Mode:
-    source: str | None  # "postgres" | "mysql" | None: either (order_by = "kafka")
+    source: str | None  # delivery.Source; None: "postgres" or "mysql" (order_by = "kafka")
     order: str
     format: str  # delivery.Format
     delete_mode: str = "hard"
@@ -92,6 +94,10 @@ MODES = {
     "mysql_unwrap_rewrite": Mode("mysql", "mysql-binlog", "unwrap-rewrite", "soft"),
     "mysql_unwrap_tombstone": Mode("mysql", "mysql-binlog", "unwrap-tombstone"),
     "mysql_compressed": Mode("mysql", "mysql-binlog", "debezium", knobs=Knobs(compressed="always")),
+    "mariadb_debezium": Mode("mariadb", "mysql-binlog", "debezium"),
+    "sqlserver_debezium": Mode("sqlserver", "sqlserver-lsn", "debezium"),
+    "oracle_unwrap_rewrite": Mode("oracle", "oracle-scn", "unwrap-rewrite", "soft"),
+    "db2_unwrap_tombstone": Mode("db2", "db2-lsn", "unwrap-tombstone"),
     # What the sync handled before delivery behaviours were modelled: no restarts, no ties,
     # no re-snapshots, the full envelope.
     "pg_baseline": Mode("postgres", "postgres-lsn", "debezium", knobs=BASELINE),
@@ -169,11 +175,12 @@ def draw_connector(data, mode: Mode, history: History, initial_snapshot: bool) -
         partitions=data.draw(st.integers(1, 3)),
         initial_snapshot=initial_snapshot,
     )
-    if source == "mysql":
+    if source in ("mysql", "mariadb"):
         return Connector(
             **{
                 **c.__dict__,
-                "compressed": _maybe(data, knobs.compressed),
+                # MariaDB compresses events one by one (log_bin_compress): positions stay apart
+                "compressed": source == "mysql" and _maybe(data, knobs.compressed),
                 "rotate": frozenset(data.draw(st.lists(st.integers(0, n), max_size=2))),
             }
         )
@@ -186,12 +193,13 @@ def draw_connector(data, mode: Mode, history: History, initial_snapshot: bool) -
         while quiet < resnapshot_at and all(ch.kind == "write" for ch in history.transactions[resnapshot_at - quiet - 1]):
             quiet += 1
         lost = data.draw(st.integers(0, quiet))
+    c = Connector(**{**c.__dict__, "resnapshot_at": resnapshot_at, "lost": lost or 0})
+    if source != "postgres":
+        return c
     return Connector(
         **{
             **c.__dict__,
             "replica_identity": data.draw(st.sampled_from(["default", "full"])),
-            "resnapshot_at": resnapshot_at,
-            "lost": lost or 0,
             "restart_null_commit": knobs.restart_null_commit and data.draw(st.booleans()),
         }
     )
@@ -271,6 +279,10 @@ def _position(value) -> str:
         return f"seq={get('sequence')}"
     if get("file") is not None:
         return f"{get('file')[-2:]}/{get('pos')}/{get('row')}"
+    if get("commit_lsn") is not None:
+        return f"lsn={get('commit_lsn')}/{get('change_lsn')}/{get('event_serial_no')}"
+    if get("scn") is not None:
+        return f"scn={get('commit_scn')}/{get('scn')}/{get('txSeq')}"
     return ""
 
 
@@ -344,7 +356,7 @@ def check_delivery(
 
 @pytest.mark.slow
 @pytest.mark.parametrize("mode_name", list(MODES))
-@settings(max_examples=50)
+@settings(max_examples=40)
 @given(
     initial=st.lists(st.tuples(st.sampled_from(KEYS), st.integers(-9999, 9999)), max_size=3, unique_by=lambda t: t[0]),
     drawn=steps,
@@ -414,6 +426,33 @@ EXAMPLES = {
         Connector(source="postgres", resnapshot_at=2),
         [],
         [3],
+    ),
+    # Oracle: two changes of one transaction at one SCN; the replay of the first arrives
+    # after the second is stored: txSeq (the index in the transaction) makes it older.
+    "oracle_scn_tie_replayed_across_batches": (
+        "oracle_unwrap_rewrite",
+        History(((_w(A, "a"), _w(A, "b")),)),
+        Connector(source="oracle", format="unwrap-rewrite"),
+        [Restart(stop=2, resume=0)],
+        [3],
+    ),
+    # SQL Server: a primary-key change is a delete and a create that share both LSNs
+    # (event_serial_no 1 and 2); a replay of the key's earlier update is stale.
+    "sqlserver_key_change_replayed": (
+        "sqlserver_debezium",
+        History(((_w(A, "a"),), (_w(A, "b"),), (Change("move", A, _row(B, "b", 100)),))),
+        Connector(source="sqlserver"),
+        [Restart(stop=5, resume=1)],
+        [4, 6],
+    ),
+    # Db2 re-created without offsets: the snapshot reads at the current max LSN, above
+    # everything streamed before (a lost update included).
+    "db2_resnapshot_after_lost_update": (
+        "db2_unwrap_tombstone",
+        History(((_w(B, "b"),), (_w(A, "a"),), (_w(A, "lost"),))),
+        Connector(source="db2", format="unwrap-tombstone", resnapshot_at=3, lost=1),
+        [],
+        [],
     ),
     # A restart re-sends older events at higher offsets: they are stale.
     "replayed_suffix_is_stale": (

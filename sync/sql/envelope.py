@@ -63,6 +63,62 @@ def _postgres_position(d: PostgresDialect, sequence: str, lsn: str) -> str:
     )
 
 
+# SQL Server and Db2 LSNs as Debezium writes them (`Lsn.toString()`): lower-case hex of
+# each byte, ':' after bytes 4 and 8. SQL Server's are 10 bytes (8:8:4 digits); Db2's are
+# 16 (8:8:16; IBMSNAP_COMMITSEQ VARCHAR(16) FOR BIT DATA), 10 in the Db2 page's examples.
+LSN_PATTERN = {
+    "sqlserver-lsn": "^([0-9A-Fa-f]{8}:[0-9A-Fa-f]{8}:[0-9A-Fa-f]{4})$",
+    "db2-lsn": "^([0-9A-Fa-f]{8}:[0-9A-Fa-f]{8}:[0-9A-Fa-f]{4,16})$",
+}
+# Hex digits of an LSN, padded: SQL Server's 10 bytes, Db2's up to 16.
+LSN_WIDTH = {"sqlserver-lsn": 20, "db2-lsn": 32}
+# A number of the position as decimal digits (up to 2^64): an Oracle SCN (a string in the
+# source block), `txSeq`, `event_serial_no`. Anything else is no value.
+NUMBER_PATTERN = "^([0-9]{1,20})$"
+
+
+def _lsn_parts(d: PostgresDialect, commit_lsn: str, change_lsn: str, order_by: str) -> tuple[str, str]:
+    """Commit and change LSN as fixed-width upper-case hex (equal-width hex of one case
+    orders like the bytes it spells: Debezium compares LSNs byte by byte, `Lsn.compareTo`).
+    The commit part is NULL when it is not an LSN; a missing change LSN (a snapshot row)
+    is zeros."""
+
+    def digits(lsn: str) -> str:
+        return f"UPPER(REPLACE({d.regex_group(lsn, LSN_PATTERN[order_by])}, ':', ''))"
+
+    width = LSN_WIDTH[order_by]
+    return d.lpad_number(digits(commit_lsn), width), d.lpad_number(f"COALESCE({digits(change_lsn)}, '')", width)
+
+
+def _sqlserver_position(d: PostgresDialect, commit_lsn: str, change_lsn: str, serial: str) -> str:
+    """commit.change.serial, the order the SQL Server connector emits in (`TxLogPosition`:
+    commit LSN, then change LSN; `event_serial_no` tells apart the events that share both).
+    NULL without a commit LSN; a snapshot row has no change LSN and no serial (zeros), and
+    neither has an event whose change LSN or serial is not one."""
+    commit, change = _lsn_parts(d, commit_lsn, change_lsn, "sqlserver-lsn")
+    return f"{commit} || '.' || {change} || '.' || {_pad(d, d.regex_group(serial, NUMBER_PATTERN))}"
+
+
+def _db2_position(d: PostgresDialect, commit_lsn: str, change_lsn: str) -> str:
+    """commit then change LSN, 32 hex digits each and no separator (the 64 characters of
+    `_source_pos`). NULL without a commit LSN; a snapshot row has no change LSN (zeros)."""
+    commit, change = _lsn_parts(d, commit_lsn, change_lsn, "db2-lsn")
+    return f"{commit} || {change}"
+
+
+def _oracle_position(d: PostgresDialect, commit_scn: str, scn: str, tx_seq: str) -> str:
+    """commit_scn.scn.txSeq: transactions in commit order, a transaction's changes by SCN
+    and then by their index in it (`txSeq`, Debezium 3.2+). A snapshot row has no commit
+    SCN: its own SCN (the snapshot's) stands in, as it precedes every streamed commit.
+    NULL without an SCN."""
+    change = d.regex_group(scn, NUMBER_PATTERN)
+    commit = f"COALESCE({d.regex_group(commit_scn, NUMBER_PATTERN)}, {change})"
+    return (
+        f"{d.lpad_number(commit, POS_WIDTH)} || '.' || {d.lpad_number(change, POS_WIDTH)} || '.' || "
+        f"{_pad(d, d.regex_group(tx_seq, NUMBER_PATTERN))}"
+    )
+
+
 def envelope_sql(d: PostgresDialect, table: TableConfig, env: str) -> EnvelopeSql:
     """Operation, row image and source block of the unwrapped message `env`."""
     if table.format == "debezium":
@@ -91,6 +147,12 @@ def source_sql(d: PostgresDialect, table: TableConfig, source: str) -> SourceSql
         position = _mysql_position(d, text("file"), text("pos"), text("row"))
     elif table.order_by == "postgres-lsn":
         position = _postgres_position(d, text("sequence"), text("lsn"))
+    elif table.order_by == "sqlserver-lsn":
+        position = _sqlserver_position(d, text("commit_lsn"), text("change_lsn"), text("event_serial_no"))
+    elif table.order_by == "oracle-scn":
+        position = _oracle_position(d, text("commit_scn"), text("scn"), text("txSeq"))
+    elif table.order_by == "db2-lsn":
+        position = _db2_position(d, text("commit_lsn"), text("change_lsn"))
     else:
         position = "NULL"
     ts_ms = "ts_ms" if table.format == "debezium" else "__source_ts_ms"

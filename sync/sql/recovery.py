@@ -1,7 +1,9 @@
 """SQL of the recovery commands for source events that break ordering.
 
 `reset-positions`: after a MySQL failover or `RESET MASTER` binlog file numbers restart
-lower, so every new event looks older than the position stored for its key (stale).
+lower (after a restore of the source database from a backup, SQL Server and Db2 LSNs and
+Oracle SCNs do too), so every new event looks older than the position stored for its key
+(stale).
 Clearing the stored positions (a NULL position never makes an event stale) lets them
 apply again.
 
