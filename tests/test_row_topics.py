@@ -260,3 +260,57 @@ def test_a_bad_order_column_is_a_clear_error_naming_the_field(old, new, message)
     with pytest.raises(ConfigError) as err:
         make_pipeline(text.replace(old, new))
     assert "tables[0] (item)" in str(err.value) and message in str(err.value)
+
+
+def _infer(sample, *args: str):
+    from typer.testing import CliRunner
+
+    from sync.cli import app
+
+    return CliRunner().invoke(app, ["infer", "--sample", str(sample), *args])
+
+
+def test_infer_recognises_a_jdbc_source_sample_and_its_block_syncs(wh):
+    """Rows with their schema and no envelope: format = "row"; the key field is the one the
+    bare key (ExtractField$Key) equals; the Connect Timestamp named like an update time
+    orders the table."""
+    from sync.stream import ingest_file
+
+    sample = EVENTS / "address-1.jsonl"
+    result = _infer(sample, "--table", "address", "--topic", "pagila.public.address")
+    assert result.exit_code == 0, result.output
+    block = result.output
+    assert 'format = "row"' in block and 'primary_key = ["address_id"]' in block
+    assert 'order_by = "column:last_update"' in block
+    assert '{ name = "last_update", type = "timestamp", semantic = "io.debezium.time.Timestamp" }' in block
+    pipeline = make_pipeline(block)
+    deploy(wh, pipeline, "test")
+    ingest_file(wh, pipeline, "address", sample)
+    assert sync_one(wh, pipeline, "address").upserted == 3
+    assert wh.scalar("SELECT COUNT(*) FROM cdc.sync_schema_drift") == 0
+
+
+def _sample(tmp_path, name: str, fields: list[dict], payload: dict):
+    path = tmp_path / "sample.jsonl"
+    value = {"schema": {"type": "struct", "name": name, "optional": False, "fields": fields}, "payload": payload}
+    path.write_text(json.dumps({"key": None, "value": value}) + "\n")
+    return path
+
+
+def test_infer_without_a_polling_column_asks_for_one(tmp_path):
+    fields = [{"type": "int64", "optional": False, "field": "id"}, {"type": "string", "optional": True, "field": "note"}]
+    sample = _sample(tmp_path, "notes", fields, {"id": 1, "note": "x"})
+    result = _infer(sample, "-t", "notes", "--topic", "db.notes", "--primary-key", "id")
+    assert result.exit_code == 0, result.output
+    assert 'format = "row"' in result.output and 'order_by = "kafka"' in result.output
+    assert "# order_by: pick the connector's polling column" in result.output
+
+
+def test_infer_keeps_an_unwrapped_debezium_row_apart(tmp_path):
+    """ExtractNewRecordState without added fields is also a bare row, but its schema keeps
+    Debezium's `<prefix>.<table>.Value` name."""
+    fields = [{"type": "int64", "optional": False, "field": "id"}]
+    sample = _sample(tmp_path, "pg.public.notes.Value", fields, {"id": 1})
+    result = _infer(sample, "-t", "notes", "--topic", "pg.public.notes", "--primary-key", "id")
+    assert result.exit_code == 0, result.output
+    assert 'format = "debezium-unwrap"' in result.output
