@@ -75,7 +75,9 @@ def column_position(d: PostgresDialect, text: str) -> str:
     'YYYYMMDDHHMISSffffff'. Both are POS_WIDTH characters, and within one form the text
     order is the value order. A connector sends a column in one form (its converter and
     the column's type decide), so the forms do not meet. Anything else (a negative or
-    fractional number, a zoned or malformed text) has no position."""
+    fractional number, a zoned or malformed text) has no position. TRANSLATE drops the
+    characters it has no substitute for, and RPAD truncates a longer fraction on the
+    right, on both engines (Redshift: r_TRANSLATE, r_LPAD)."""
     number = d.regex_group(text, f"^([0-9]{{1,{POS_WIDTH}}})$")
     stamp = d.regex_group(text, ISO_TIMESTAMP)
     digits = f"TRANSLATE({stamp}, '-:T .', '')"
