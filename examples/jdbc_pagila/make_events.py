@@ -9,7 +9,10 @@ epoch; the key, made by ValueToKey + ExtractField$Key, is the bare address_id wi
 schema ({"schema":{"type":"int32","optional":false},"payload":100}). Rows 100-102 and
 their values are the pagila rows of the query-based CDC walk-through "Hydrating a Data
 Lake using Query-based CDC with Apache Kafka Connect and Kubernetes on AWS", which shows
-that connector's messages.
+that connector's messages and keys (the output of its "Connector Source #2"). The value schema's shape (a struct named after the table, Timestamps as
+{"type":"int64","optional":false,"name":"org.apache.kafka.connect.data.Timestamp",
+"version":1}) is the one printed in the Apache Kafka wiki's JsonConverter proposal page
+(cwiki.apache.org, a message with create_ts/update_ts of 1501834166000).
 
 Refreshes, as the streaming view would read them:
   address-1: the first poll (the whole table), then a poll with an update of 100 and of 102
