@@ -51,8 +51,15 @@ VALUES = ("debezium", "decoded")
 def decoded_table(table: TableConfig) -> TableConfig:
     """The table read as a plain export holds it (`--values decoded`: `row_to_json`, a
     `COPY ... TO` JSON or CSV, a Parquet export): every value is taken as decoded, in its
-    column's plain form, whatever Debezium encoding the column has on the wire."""
-    return table.model_copy(update={"columns": [c.model_copy(update={"semantic": None, "scale": None}) for c in table.columns]})
+    column's plain form, whatever Debezium encoding the column has on the wire. An order
+    column (format = "row") that had an encoding no longer holds the topic's form of its
+    value: such rows carry no position, and the merge never lets them replace a row the
+    stream wrote."""
+    update: dict = {"columns": [c.model_copy(update={"semantic": None, "scale": None}) for c in table.columns]}
+    order = table.order_column
+    if order is not None and order.semantic is not None:
+        update["order_by"] = "kafka"
+    return table.model_copy(update=update)
 
 
 def run(spark, table: TableConfig, snapshot: str, fmt: str, snapshot_time: datetime | None, values: str = "debezium") -> Prepared:

@@ -2,7 +2,8 @@
 
   f__<column>       the raw field (Spark type of the input; text for JSON inputs)
   n__<column>       numeric and boolean fields of JSON inputs, read from the JSON token
-  _op               'r' for snapshot rows; the event's op ('c','r','u','d') for events
+  _op               'r' for snapshot rows and rows of query-based topics; the event's op
+                    ('c','r','u','d') for events
   _source_ts        source commit time (timestamp, UTC), NULL when unknown
   _source_pos       ordering position, the same zero-padded text as the SQL path
   _kafka_partition, _kafka_offset   where the record came from, NULL when unknown
@@ -22,8 +23,8 @@ from pyspark.sql import types as T
 from backfill.compat import try_cast
 from backfill.conform import exact_name, exact_value, raw_name
 from sync.config import ColumnConfig, TableConfig
-from sync.sql.envelope import LSN_PATTERN, LSN_WIDTH, NUMBER_PATTERN, POS_WIDTH
-from sync.vocabulary import Reason
+from sync.sql.envelope import ISO_TIMESTAMP, LSN_PATTERN, LSN_WIDTH, NUMBER_PATTERN, POS_WIDTH
+from sync.vocabulary import EPOCH_UNITS, Reason
 
 SOURCE_TS_COLUMNS = ("_source_ts", "__source_ts_ms")
 
@@ -105,7 +106,7 @@ def flat_rows(df: DataFrame, table: TableConfig, snapshot_ts: Column | None) -> 
     elif ms_col is not None:
         row_ts = epoch_ms(F.col(f"`{ms_col}`").cast("string"))
     pos_col = _find_column(df, "_source_pos")
-    position = F.col(f"`{pos_col}`") if pos_col else None
+    position = F.col(f"`{pos_col}`") if pos_col else _flat_column_position(df, table)
     record = F.to_json(F.struct(*[F.col(f"`{c}`") for c in df.columns]))
     return _snapshot_rows(df, fields, row_ts, position, record, snapshot_ts), notes
 
@@ -127,7 +128,10 @@ def json_rows(lines: DataFrame, table: TableConfig, snapshot_ts: Column | None) 
         F.when(by_source["_source_ts"].rlike(r"^\s*[0-9]"), try_cast(by_source["_source_ts"], T.TimestampNTZType())),
         epoch_ms(by_source["__source_ts_ms"]),
     )
-    return _snapshot_rows(lines.where(F.trim(line) != ""), fields, row_ts, by_source["_source_pos"], line, snapshot_ts)
+    position = by_source["_source_pos"]
+    if table.order_column is not None:
+        position = F.coalesce(position, column_position(by_source[table.order_column.name]))
+    return _snapshot_rows(lines.where(F.trim(line) != ""), fields, row_ts, position, line, snapshot_ts)
 
 
 def epoch_ms(text: Column) -> Column:
@@ -143,6 +147,38 @@ def _pad(text: Column) -> Column:
 def _group(text: Column, pattern: str) -> Column:
     """First capture group, NULL when there is no match (like substring(x from pattern))."""
     return F.when(text.rlike(pattern), F.regexp_extract(text, pattern, 1))
+
+
+# Java's `$` also matches before a final line break; POSIX's (the SQL's) does not.
+_ISO_TIMESTAMP = ISO_TIMESTAMP.removesuffix("$") + r"\z"
+
+
+def column_position(text: Column) -> Column:
+    """The position of an order column's value, as `sync.sql.envelope.column_position`:
+    a number's digits zero-padded, an ISO timestamp's digits to the microsecond."""
+    number = _group(text, rf"^([0-9]{{1,{POS_WIDTH}}})\z")
+    digits = F.translate(_group(text, _ISO_TIMESTAMP), "-:T .", "")
+    return F.coalesce(F.lpad(number, POS_WIDTH, "0"), F.rpad(digits, POS_WIDTH, "0"))
+
+
+def _flat_column_position(df: DataFrame, table: TableConfig) -> Column | None:
+    """A typed snapshot's order column as the topic would carry it: a timestamp in its
+    epoch unit when the column has one (a Connect Timestamp: milliseconds), else as
+    text; anything else as its text."""
+    col = table.order_column
+    found = _find_column(df, col.name, col.target_name) if col is not None else None
+    if found is None:
+        return None
+    value = F.col(f"`{found}`")
+    if isinstance(df.schema[found].dataType, (T.TimestampType, T.TimestampNTZType)):
+        ntz = value.cast(T.TimestampNTZType())
+        unit = EPOCH_UNITS.get(col.semantic or "")
+        if unit is None:
+            return column_position(F.date_format(ntz, "yyyy-MM-dd HH:mm:ss.SSSSSS"))
+        micros = F.unix_micros(ntz.cast(T.TimestampType()))  # the session time zone is UTC
+        epoch = micros * (unit // 1_000_000) if unit >= 1_000_000 else F.floor(micros / (1_000_000 // unit))
+        return column_position(epoch.cast(T.LongType()).cast("string"))
+    return column_position(value.cast("string"))
 
 
 def _mysql_position(file: Column, pos: Column, row: Column) -> Column:
@@ -280,6 +316,13 @@ def debezium_events(records: DataFrame, table: TableConfig) -> DataFrame:
         source_ts_text = src["ts_ms"]
         position_args = [src[f] for f in pos_fields]
         tombstone_deletes = False
+    elif table.format == "row":
+        # A query-based topic: the row as polled, an upsert; no source block, no deletes.
+        op = F.when(F.trim(env).startswith("{"), F.lit("r"))
+        image = env
+        source_ts_text = F.lit(None).cast("string")
+        position_args = []
+        tombstone_deletes = False
     else:
         e = F.from_json(env, _strings("__deleted", "__op", "__source_ts_ms", *["__" + f for f in pos_fields]))
         op = F.when(e["__deleted"] == "true", F.lit("d")).otherwise(F.coalesce(e["__op"], F.lit("u")))
@@ -289,7 +332,12 @@ def debezium_events(records: DataFrame, table: TableConfig) -> DataFrame:
         position_args = [e["__" + f] for f in pos_fields]
         tombstone_deletes = True
 
-    position = POSITIONS[table.order_by](*position_args) if pos_fields else F.lit(None).cast("string")
+    if table.order_column is not None:
+        position = column_position(F.from_json(image, _strings(table.order_column.name))[table.order_column.name])
+    elif pos_fields:
+        position = POSITIONS[table.order_by](*position_args)
+    else:
+        position = F.lit(None).cast("string")
 
     names = [c.name for c in table.columns]
     img = F.from_json(image, _strings(*names))

@@ -11,7 +11,7 @@ import os
 import re
 import tomllib
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import Annotated, Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
@@ -29,6 +29,11 @@ SOURCE_FIELD = re.compile(r"^[A-Za-z_][A-Za-z0-9_$]{0,126}$")
 TOPIC = re.compile(r"^[A-Za-z0-9._-]{1,249}$")
 ARN = re.compile(r"^arn:aws[a-z-]*:[a-z0-9-]+:[a-z0-9-]*:\d{12}:[A-Za-z0-9/_.:+=@-]+$")
 BROKERS = re.compile(r"^[A-Za-z0-9.-]+:\d{1,5}(,[A-Za-z0-9.-]+:\d{1,5})*$")
+
+# order_by = "column:<field>": a column of the row orders a query-based (format = "row") topic.
+COLUMN_ORDER = re.compile(r"^column:([A-Za-z_][A-Za-z0-9_$]{0,126})$")
+# What an order column may be: the JDBC source connector's timestamp or incrementing column.
+ORDER_COLUMN_FAMILIES = ("timestamp", "timestamptz", "date", "smallint", "integer", "bigint", "char", "varchar")
 
 # Names the generator uses for its own objects; a table may not take them.
 RESERVED_TABLE_NAMES = {"sync_run_log", "sync_quarantine", "sync_schema_drift", "alembic_version"}
@@ -158,10 +163,11 @@ class ColumnConfig(_Model):
 class TableConfig(_Model):
     name: str
     topic: str
-    format: Literal["debezium", "debezium-unwrap"] = "debezium"
+    format: Literal["debezium", "debezium-unwrap", "row"] = "debezium"
     primary_key: list[str]
     delete_mode: Literal["hard", "soft"] = "hard"
-    order_by: Literal["kafka", "postgres-lsn", "mysql-binlog", "sqlserver-lsn", "oracle-scn", "db2-lsn"] = "kafka"
+    # A source order, or "column:<field>" (COLUMN_ORDER) for row topics.
+    order_by: Literal["kafka", "postgres-lsn", "mysql-binlog", "sqlserver-lsn", "oracle-scn", "db2-lsn"] | str = "kafka"
     on_truncate: Literal["ignore", "delete"] = "ignore"
     distkey: str | None = None
     sortkey: list[str] = []
@@ -185,6 +191,14 @@ class TableConfig(_Model):
         if not TOPIC.match(v):
             raise ValueError(f"topic {v!r} is not a Kafka topic name ([A-Za-z0-9._-], 1-249 characters)")
         return v
+
+    @field_validator("order_by")
+    @classmethod
+    def _order_by(cls, v: str) -> str:
+        orders = get_args(get_args(cls.model_fields["order_by"].annotation)[0])
+        if v in orders or COLUMN_ORDER.match(v):
+            return v
+        raise ValueError(f"order_by {v!r} is not one of {', '.join(map(repr, orders))} or 'column:<field name>'")
 
     @model_validator(mode="after")
     def _cross_fields(self) -> TableConfig:
@@ -223,7 +237,40 @@ class TableConfig(_Model):
         for key in self.sortkey:
             if self.column_by_any_name(key) is None:
                 raise ValueError(f"sortkey: {key!r} is not a column of table {self.name!r}")
+        self._check_row_order()
         return self
+
+    def _check_row_order(self) -> None:
+        """format = "row" has no source block: Kafka order, or a column of the row."""
+        column = COLUMN_ORDER.match(self.order_by)
+        if self.format == "row" and not (column or self.order_by == "kafka"):
+            raise ValueError(
+                f"order_by: {self.order_by!r} reads Debezium's source block, which format = 'row' does not have; "
+                "use 'column:<field name>' (the connector's timestamp or incrementing column) or 'kafka'"
+            )
+        if column is None:
+            return
+        if self.format != "row":
+            raise ValueError(f"order_by: {self.order_by!r} orders by a column of the row, for format = 'row' only")
+        col = self.order_column
+        if col is None:
+            raise ValueError(
+                f"order_by: {column.group(1)!r} is not one of the columns' field names of table {self.name!r}; "
+                f"they are: {', '.join(c.name for c in self.columns)}"
+            )
+        if col.sql_type.family not in ORDER_COLUMN_FAMILIES:
+            raise ValueError(
+                f"order_by: column {col.name!r} is {col.sql_type}; the order column is a timestamp, date, "
+                "integer or text (ISO timestamp) column: the connector's timestamp or incrementing column"
+            )
+
+    @property
+    def order_column(self) -> ColumnConfig | None:
+        """The column of `order_by = "column:<field>"`, else None."""
+        column = COLUMN_ORDER.match(self.order_by)
+        if column is None:
+            return None
+        return next((c for c in self.columns if c.name == column.group(1)), None)
 
     def column_by_any_name(self, name: str) -> ColumnConfig | None:
         for col in self.columns:

@@ -1,5 +1,6 @@
 """`infer`: a ready `[[tables]]` block from sample Debezium messages that carry schemas
-(JsonConverter with schemas.enable=true).
+(JsonConverter with schemas.enable=true), or from rows of a query-based topic (the JDBC
+source connector: no envelope, no `__` metadata fields) with their schemas.
 
 Connect types and semantic names map to column types (precision and scale from the
 schema parameters), the primary key comes from the key schema, source names keep their
@@ -59,6 +60,10 @@ PLAIN_TYPES = {
 }
 ENUMS = (Semantic.ENUM, Semantic.ENUM_SET)
 MAX_PRECISION = 38
+# Columns a query-based connector plausibly polls by (`timestamp.column.name`): timestamps
+# whose name says they change with each write.
+TIMESTAMP_NAMES = {k for k, (typ, _) in SEMANTIC_NAMES.items() if typ in ("timestamp", "timestamptz")}
+UPDATE_COLUMN = re.compile(r"(updat|modif|chang|last)", re.IGNORECASE)
 
 
 @dataclass
@@ -146,6 +151,8 @@ class Sample:
     format: str = "debezium"
     connector: str | None = None
     messages: int = 0
+    # A bare key (ExtractField$Key): the row fields that equalled it in every message.
+    bare_key: set[str] | None = None
 
     def add(self, key: Any, value: Any) -> None:
         if isinstance(key, dict) and isinstance(key.get("schema"), dict) and not self.key:
@@ -156,7 +163,11 @@ class Sample:
         row = _struct_fields(schema, "after") or _struct_fields(schema, "before")
         if row is None and any(f.get("field") == "op" for f in schema.get("fields") or []):
             return  # a truncate or message event: no row schema
-        if row is None:  # ExtractNewRecordState: the row itself, plus __ metadata fields
+        if row is None and _is_plain_row(schema):  # a query-based topic: the row alone
+            self.format = "row"
+            row = schema.get("fields") or []
+            self._match_bare_key(key, payload)
+        elif row is None:  # ExtractNewRecordState: the row itself, plus __ metadata fields
             self.format = "debezium-unwrap"
             row = [f for f in schema.get("fields") or [] if not f.get("field", "").startswith("__")]
             names = {f.get("field") for f in schema.get("fields") or []}
@@ -173,6 +184,29 @@ class Sample:
         for fld in row:
             self.fields.setdefault(fld["field"], fld)
         self.messages += 1
+
+    def _match_bare_key(self, key: Any, payload: Any) -> None:
+        if not (isinstance(key, dict) and isinstance(key.get("schema"), dict) and key["schema"].get("type") != "struct"):
+            return
+        if isinstance(payload, dict):
+            equal = {name for name, v in payload.items() if v == key.get("payload") and v is not None}
+            self.bare_key = equal if self.bare_key is None else self.bare_key & equal
+
+    def order_column(self) -> str | None:
+        """The row's plausible polling column: the one timestamp, or the one timestamp
+        named like an update time."""
+        stamps = [name for name, f in self.fields.items() if f.get("name") in TIMESTAMP_NAMES]
+        named = [name for name in stamps if UPDATE_COLUMN.search(name)]
+        if len(named) == 1:
+            return named[0]
+        return stamps[0] if len(stamps) == 1 else None
+
+
+def _is_plain_row(schema: dict[str, Any]) -> bool:
+    """A row without Debezium's marks: no `__` metadata field, and its schema not named
+    `<prefix>.<table>.Value` as the row schemas Debezium writes are."""
+    names = [f.get("field", "") for f in schema.get("fields") or []]
+    return not any(n.startswith("__") for n in names) and not str(schema.get("name", "")).endswith(".Value")
 
 
 def read_sample(path: Path) -> Sample:
@@ -213,13 +247,20 @@ def infer_block(path: Path, table: str, topic: str, primary_key: list[str] | Non
             f"{path}: no message with a schema; capture the topic with the JsonConverter's "
             'schemas.enable=true (messages shaped {"schema": ..., "payload": ...})'
         )
-    keys = primary_key or sample.key
+    keys = primary_key or sample.key or (sorted(sample.bare_key) if sample.bare_key and len(sample.bare_key) == 1 else [])
     if not keys:
         raise ValueError(f"{path}: no key schema in the sample; pass --primary-key")
     missing = [k for k in keys if k not in sample.fields]
     if missing:
         raise ValueError(f"{path}: key field(s) {', '.join(missing)} are not fields of the row schema")
     order_by = CONNECTOR_ORDERS.get(sample.connector or "", "kafka")
+    order_note = []
+    if sample.format == "row":
+        column = sample.order_column()
+        order_by = f"column:{column}" if column else "kafka"
+        order_note = (
+            [] if column else ['# order_by: pick the connector\'s polling column: "column:<field>" (timestamp.column.name)']
+        )
 
     columns, notes, taken = [], [], set()
     for fld in sample.fields.values():
@@ -243,6 +284,7 @@ def infer_block(path: Path, table: str, topic: str, primary_key: list[str] | Non
         f"topic = {_toml_string(topic)}",
         f"format = {_toml_string(sample.format)}",
         f"primary_key = [{', '.join(_toml_string(k) for k in keys)}]",
+        *order_note,
         f"order_by = {_toml_string(order_by)}",
         "columns = [",
         *columns,

@@ -57,6 +57,16 @@ def _database_dsn(server_dsn: str, name: str) -> str:
     return prefix.rsplit("/", 1)[0] + "/" + name + (("?" + query) if query else "")
 
 
+def named_database(server_dsn: str, name: str) -> Warehouse:
+    """A connection to a new, empty database `name` (dropped first if it exists): for
+    module-scoped fixtures, whose tests empty its tables themselves."""
+    admin = connect(server_dsn)
+    admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    admin.execute(f'CREATE DATABASE "{name}"')
+    admin.close()
+    return connect(_database_dsn(server_dsn, name))
+
+
 @pytest.fixture
 def database_dsn(pg_server_dsn: str) -> Iterator[str]:
     """A fresh, empty database for one test."""

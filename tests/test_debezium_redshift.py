@@ -26,7 +26,7 @@ def example(name: str):
     return parse_pipeline(tomllib.loads((EXAMPLES / name / "pipeline.toml").read_text()))
 
 
-@pytest.mark.parametrize("name", ["salesdb", EXAMPLE, "debezium_shapes", "relational_sources"])
+@pytest.mark.parametrize("name", ["salesdb", EXAMPLE, "debezium_shapes", "relational_sources", "jdbc_pagila"])
 def test_redshift_statements_parse(name):
     pipeline = example(name)
     for obj in pipeline_objects(pipeline, "redshift", "x"):

@@ -24,8 +24,7 @@ from hypothesis import given, note, settings
 from hypothesis import strategies as st
 
 from sync.runner import deploy
-from sync.warehouse import connect
-from tests.conftest import _database_dsn, make_pipeline
+from tests.conftest import make_pipeline, named_database
 from tests.delivery import (
     Change,
     Connector,
@@ -242,12 +241,7 @@ class Warehouse:
 
 @pytest.fixture(scope="module")
 def warehouse(pg_server_dsn):
-    name = "prop_delivery"
-    admin = connect(pg_server_dsn)
-    admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-    admin.execute(f'CREATE DATABASE "{name}"')
-    admin.close()
-    wh = connect(_database_dsn(pg_server_dsn, name))
+    wh = named_database(pg_server_dsn, "prop_delivery")
     yield Warehouse(wh)
     wh.close()
 

@@ -119,12 +119,37 @@ def _oracle_position(d: PostgresDialect, commit_scn: str, scn: str, tx_seq: str)
     )
 
 
+# A text timestamp of an order column: ISO 8601 date and time ('T' or a space between),
+# optional fraction, optional 'Z'; the part before any 'Z' is group 1.
+ISO_TIMESTAMP = "^([0-9]{4}-[0-9]{2}-[0-9]{2}[T ][0-9]{2}:[0-9]{2}:[0-9]{2}([.][0-9]+)?)Z?$"
+
+
+def column_position(d: PostgresDialect, text: str) -> str:
+    """The position of an order column's value (format = "row"), NULL when it has none.
+    A number (an incrementing id, a Kafka Connect Timestamp's milliseconds since the epoch)
+    is its digits, zero-padded; an ISO timestamp text is its digits to the microsecond,
+    'YYYYMMDDHHMISSffffff'. Both are POS_WIDTH characters, and within one form the text
+    order is the value order. A connector sends a column in one form (its converter and
+    the column's type decide), so the forms do not meet. Anything else (a negative or
+    fractional number, a zoned or malformed text) has no position. TRANSLATE drops the
+    characters it has no substitute for, and RPAD truncates a longer fraction on the
+    right, on both engines (Redshift: r_TRANSLATE, r_LPAD)."""
+    number = d.regex_group(text, f"^([0-9]{{1,{POS_WIDTH}}})$")
+    stamp = d.regex_group(text, ISO_TIMESTAMP)
+    digits = f"TRANSLATE({stamp}, '-:T .', '')"
+    return f"COALESCE({d.lpad_number(number, POS_WIDTH)}, RPAD({digits}, {POS_WIDTH}, '0'))"
+
+
 def envelope_sql(d: PostgresDialect, table: TableConfig, env: str) -> EnvelopeSql:
     """Operation, row image and source block of the unwrapped message `env`."""
     if table.format == "debezium":
         op = d.json_get_text(env, "op")
         image = f"CASE WHEN {op} = 'd' THEN {d.json_get(env, 'before')} ELSE {d.json_get(env, 'after')} END"
         return EnvelopeSql(op, image, d.json_get(env, "source"))
+    if table.format == "row":
+        # Query-based capture: every message is the row as last read, an upsert ('r', a
+        # read); it never sees a delete, and a tombstone is skipped (docs/debezium.md).
+        return EnvelopeSql(f"CASE WHEN {d.json_is_object(env)} THEN 'r' END", env, env)
     # debezium-unwrap (ExtractNewRecordState): the row itself, plus __deleted/__op/...
     # A tombstone (no value, or JSON null in the SMT's `tombstone` mode) has no op.
     deleted = d.json_get_text(env, "__deleted")
@@ -137,13 +162,17 @@ def envelope_sql(d: PostgresDialect, table: TableConfig, env: str) -> EnvelopeSq
 
 def source_sql(d: PostgresDialect, table: TableConfig, source: str) -> SourceSql:
     """Source time and ordering position, read from the `source` object of `envelope_sql`
-    (the `source` block; the row itself for unwrapped messages, whose fields carry `__`)."""
+    (the `source` block; the row itself for unwrapped messages, whose fields carry `__`,
+    and for rows, ordered by a column of their own)."""
     prefix = "" if table.format == "debezium" else "__"
 
     def text(name: str) -> str:
         return d.json_get_text(source, prefix + name)
 
-    if table.order_by == "mysql-binlog":
+    order_column = table.order_column
+    if order_column is not None:
+        position = column_position(d, d.json_get_text(source, order_column.name))
+    elif table.order_by == "mysql-binlog":
         position = _mysql_position(d, text("file"), text("pos"), text("row"))
     elif table.order_by == "postgres-lsn":
         position = _postgres_position(d, text("sequence"), text("lsn"))
@@ -155,5 +184,7 @@ def source_sql(d: PostgresDialect, table: TableConfig, source: str) -> SourceSql
         position = _db2_position(d, text("commit_lsn"), text("change_lsn"))
     else:
         position = "NULL"
+    if table.format == "row":  # a row carries no commit time
+        return SourceSql(f"CAST(NULL AS {d.json_type})", position)
     ts_ms = "ts_ms" if table.format == "debezium" else "__source_ts_ms"
     return SourceSql(d.json_get(source, ts_ms), position)
