@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from sync.cli import readable_seconds
 from sync.debezium import ChangeStream, MySqlSource
+from sync.report import readable_seconds
 from sync.runner import prune, status
 from tests.conftest import EXAMPLES, REPO
 from tests.helpers import ingest, sync_one
