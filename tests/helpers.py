@@ -1,14 +1,36 @@
-"""Small helpers shared by scenario tests."""
+"""What tests share besides fixtures: the repository's paths, pipelines built from a
+[[tables]] block, and small steps of scenario tests (ingest, sync, feed)."""
 
 from __future__ import annotations
 
 import json
+import tomllib
+from pathlib import Path
 from typing import Any
 
-from sync.config import Pipeline
+from sync.config import Pipeline, parse_pipeline
 from sync.runner import RunSummary, sync
 from sync.stream import IngestResult, ingest_records, parse_line
 from sync.warehouse import Warehouse
+
+REPO = Path(__file__).resolve().parent.parent
+EXAMPLES = REPO / "examples"
+
+
+def make_pipeline(tables_toml: str, schema: str = "cdc") -> Pipeline:
+    """A pipeline from just its [[tables]] TOML (source section filled in)."""
+    text = (
+        f'[pipeline]\nschema = "{schema}"\n'
+        '[source]\nkind = "msk"\ncluster_arn = "arn:aws:kafka:us-east-1:123456789012:cluster/t/abc"\n'
+        'iam_role = "arn:aws:iam::123456789012:role/r"\n' + tables_toml
+    )
+    return parse_pipeline(tomllib.loads(text))
+
+
+def dsn_for_database(server_dsn: str, name: str) -> str:
+    """The DSN of database `name` on the server `server_dsn` connects to."""
+    prefix, _, query = server_dsn.partition("?")
+    return prefix.rsplit("/", 1)[0] + "/" + name + (("?" + query) if query else "")
 
 
 def ingest(wh: Warehouse, pipeline: Pipeline, table: str, records: list[dict[str, Any]]) -> IngestResult:

@@ -11,7 +11,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from sync.runner import deploy
-from tests.conftest import make_pipeline
+from tests.helpers import make_pipeline
 from tests.test_debezium_envelopes import feed, rows
 
 TABLES = (

@@ -14,7 +14,7 @@ from sqlglot import exp
 from sync.config import parse_pipeline
 from sync.generate import render_files
 from sync.sql.statements import body_sql_statements, procedure_body, split_statements
-from tests.conftest import EXAMPLES, REPO
+from tests.helpers import EXAMPLES, REPO
 
 EXAMPLE_PIPELINES = sorted(EXAMPLES.glob("*/pipeline.toml"))
 COMMITTED = REPO / "sql" / "procedures"

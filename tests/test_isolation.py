@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 
 from sync.isolation import CallFailed, is_data_error, isolate
 from sync.runner import deploy
-from tests.conftest import REPO, make_pipeline
+from tests.helpers import REPO, make_pipeline
 
 TOML = """
 [[tables]]

@@ -15,7 +15,7 @@ from sync.config import ConfigError
 from sync.data_api_local import LocalDataApi
 from sync.runner import RUN_LOG_COLUMNS, status
 from sync.stream import ingest_file
-from tests.conftest import EXAMPLES
+from tests.helpers import EXAMPLES
 
 EVENTS = EXAMPLES / "salesdb" / "events"
 

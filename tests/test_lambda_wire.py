@@ -11,7 +11,7 @@ import pytest
 from botocore.stub import ANY, Stubber
 
 from sync import lambda_handler
-from tests.conftest import EXAMPLES
+from tests.helpers import EXAMPLES
 
 NOW = dt.datetime(2026, 1, 1, tzinfo=dt.timezone.utc)
 SECRET = "arn:aws:secretsmanager:us-east-1:123456789012:secret:redshift-sync-AbCdEf"

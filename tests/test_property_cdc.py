@@ -25,7 +25,6 @@ from hypothesis import strategies as st
 
 from sync.runner import deploy
 from sync.warehouse import connect
-from tests.conftest import _database_dsn, make_pipeline
 from tests.delivery import (
     Change,
     Connector,
@@ -39,7 +38,7 @@ from tests.delivery import (
     key_of,
 )
 from tests.delivery_model import DeliveryModel
-from tests.helpers import ingest, sync_one
+from tests.helpers import dsn_for_database, ingest, make_pipeline, sync_one
 
 TABLE = """
 [[tables]]
@@ -239,7 +238,7 @@ def warehouse(pg_server_dsn):
     admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
     admin.execute(f'CREATE DATABASE "{name}"')
     admin.close()
-    wh = connect(_database_dsn(pg_server_dsn, name))
+    wh = connect(dsn_for_database(pg_server_dsn, name))
     yield Warehouse(wh)
     wh.close()
 

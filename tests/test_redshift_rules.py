@@ -22,7 +22,7 @@ from sync.sql.dialects import RedshiftDialect, get_dialect
 from sync.sql.names import table_names
 from sync.sql.objects import auto_refresh_requirements
 from sync.sql.statements import body_sql_statements, procedure_body, split_statements
-from tests.conftest import EXAMPLES, REPO
+from tests.helpers import EXAMPLES, REPO
 
 EXAMPLE_PIPELINES = sorted(EXAMPLES.glob("*/pipeline.toml"))
 # sqlglot has no grammar for these (opaque commands); they are checked as text.

@@ -12,7 +12,7 @@ import pytest
 from sync.runner import deploy, sync
 from sync.semantic import UndecodableValue, conform_decimal, decode_for_column, decode_value
 from sync.stream import KafkaRecord, ingest_records
-from tests.conftest import make_pipeline
+from tests.helpers import make_pipeline
 
 DATE = "io.debezium.time.Date"
 DEC = "org.apache.kafka.connect.data.Decimal"

@@ -14,7 +14,7 @@ from sync.backfill import run_backfill
 from sync.debezium import ChangeStream
 from sync.runner import deploy, sync
 from sync.stream import ingest_file
-from tests.conftest import EXAMPLES, make_pipeline
+from tests.helpers import EXAMPLES, dsn_for_database, make_pipeline
 
 pytestmark = pytest.mark.spark
 EVENTS = EXAMPLES / "salesdb" / "events"
@@ -46,7 +46,6 @@ def test_debezium_events_give_the_same_table_as_the_stream(pg_server_dsn, spark,
     """The same events, once through ingest + incremental_sync and once through the
     backfill: same winners, same values, same metadata, same rejects."""
     from sync.warehouse import connect
-    from tests.conftest import _database_dsn
 
     events = tmp_path / "events.jsonl"
     events.write_text("".join((EVENTS / f).read_text() for f in files) if files else _generated_events())
@@ -56,7 +55,7 @@ def test_debezium_events_give_the_same_table_as_the_stream(pg_server_dsn, spark,
         admin = connect(pg_server_dsn)
         admin.execute(f'CREATE DATABASE "{name}"')
         admin.close()
-        wh = connect(_database_dsn(pg_server_dsn, name))
+        wh = connect(dsn_for_database(pg_server_dsn, name))
         try:
             import tomllib
 

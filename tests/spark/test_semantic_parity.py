@@ -19,7 +19,7 @@ from pyspark.sql import types as T
 from backfill.conform import conform
 from backfill.normalise import debezium_events, flat_rows, json_rows
 from sync.semantic import UndecodableValue, conform_decimal, decode_for_column
-from tests.conftest import make_pipeline
+from tests.helpers import make_pipeline
 
 pytestmark = pytest.mark.spark
 
