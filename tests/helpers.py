@@ -17,14 +17,18 @@ REPO = Path(__file__).resolve().parent.parent
 EXAMPLES = REPO / "examples"
 
 
-def make_pipeline(tables_toml: str, schema: str = "cdc") -> Pipeline:
-    """A pipeline from just its [[tables]] TOML (source section filled in)."""
-    text = (
+def pipeline_toml(tables_toml: str, schema: str = "cdc") -> str:
+    """A pipeline file's text from just its [[tables]] TOML (an MSK source filled in)."""
+    return (
         f'[pipeline]\nschema = "{schema}"\n'
         '[source]\nkind = "msk"\ncluster_arn = "arn:aws:kafka:us-east-1:123456789012:cluster/t/abc"\n'
         'iam_role = "arn:aws:iam::123456789012:role/r"\n' + tables_toml
     )
-    return parse_pipeline(tomllib.loads(text))
+
+
+def make_pipeline(tables_toml: str, schema: str = "cdc") -> Pipeline:
+    """A pipeline from just its [[tables]] TOML (an MSK source filled in)."""
+    return parse_pipeline(tomllib.loads(pipeline_toml(tables_toml, schema)))
 
 
 def dsn_for_database(server_dsn: str, name: str) -> str:
