@@ -15,7 +15,7 @@ import pytest
 from sync.config import Pipeline, parse_pipeline
 from sync.runner import deploy
 from sync.warehouse import Warehouse, connect
-from tests.helpers import EXAMPLES, dsn_for_database
+from tests.helpers import EXAMPLES, fresh_database
 
 # Hypothesis: CI runs the property tests at their declared example counts, derandomized
 # so a failure reproduces; locally `--hypothesis-profile dev` runs fewer.
@@ -53,14 +53,8 @@ _db_counter = itertools.count()
 @pytest.fixture
 def database_dsn(pg_server_dsn: str) -> Iterator[str]:
     """A fresh, empty database for one test."""
-    name = f"t_{os.getpid()}_{next(_db_counter)}"
-    admin = connect(pg_server_dsn)
-    admin.execute(f'CREATE DATABASE "{name}"')
-    admin.close()
-    yield dsn_for_database(pg_server_dsn, name)
-    admin = connect(pg_server_dsn)
-    admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-    admin.close()
+    with fresh_database(pg_server_dsn, f"t_{os.getpid()}_{next(_db_counter)}") as dsn:
+        yield dsn
 
 
 @pytest.fixture

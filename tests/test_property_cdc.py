@@ -38,7 +38,7 @@ from tests.delivery import (
     key_of,
 )
 from tests.delivery_model import DeliveryModel
-from tests.helpers import dsn_for_database, ingest, make_pipeline, sync_one
+from tests.helpers import fresh_database, ingest, make_pipeline, sync_one
 
 TABLE = """
 [[tables]]
@@ -233,14 +233,10 @@ class Warehouse:
 
 @pytest.fixture(scope="module")
 def warehouse(pg_server_dsn):
-    name = "prop_delivery"
-    admin = connect(pg_server_dsn)
-    admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-    admin.execute(f'CREATE DATABASE "{name}"')
-    admin.close()
-    wh = connect(dsn_for_database(pg_server_dsn, name))
-    yield Warehouse(wh)
-    wh.close()
+    with fresh_database(pg_server_dsn, "prop_delivery") as dsn:
+        wh = connect(dsn)
+        yield Warehouse(wh)
+        wh.close()
 
 
 def _reset(wh, table: str) -> None:
