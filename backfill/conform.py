@@ -344,8 +344,8 @@ def conform(df: t.Any, table: TableConfig) -> t.Any:
     # exponential in the number of columns.
     reasons = [F.col("_reason")]
     for col in table.key_columns:
-        reasons.append(F.when(F.col(col.target_name).isNull(), F.lit(key_reason(col))))
+        reasons.append(F.when(F.col(col.target_name).isNull(), F.lit(key_reason(col.name, col.semantic, col.sql_type))))
     for col in table.value_columns:
         bad = (F.col("_op") != "d") & F.col(raw_name(col)).isNotNull() & F.col(col.target_name).isNull()
-        reasons.append(F.when(bad, F.lit(field_reason(col))))
+        reasons.append(F.when(bad, F.lit(field_reason(col.name, col.semantic, col.sql_type))))
     return out.withColumn("_reason", F.coalesce(*reasons))

@@ -8,55 +8,22 @@ runs every phase, prints a table and writes the JSON document.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import shlex
 import sys
-import tempfile
 import time
-import warnings
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from datetime import datetime, timezone
 from pathlib import Path
 
 from benchmarks import phases
+from benchmarks.database import deployed
 from benchmarks.measure import Clock, machine, server_settings, versions
 from benchmarks.report import expected_figures, table, target_results, write_json
 from benchmarks.sizes import FULL, QUICK
-from benchmarks.workload import relations
-from sync.config import load_pipeline
-from sync.runner import deploy
-from sync.warehouse import Warehouse, connect
+from benchmarks.workload import PIPELINE, REPO, TABLE, relations
 
-REPO = Path(__file__).resolve().parent.parent
-PIPELINE = REPO / "examples" / "salesdb" / "pipeline.toml"
 RESULTS = Path(__file__).resolve().parent / "results"
 PHASES = ("incremental", "scaling", "empty-sync", "backfill")
-
-
-@contextlib.contextmanager
-def embedded_server(dsn: str | None) -> Iterator[tuple[str, str]]:
-    """(DSN, engine description): the one given, or a fresh pgserver in a temp folder."""
-    if dsn:
-        yield dsn, "PostgreSQL (given DSN)"
-        return
-    with tempfile.TemporaryDirectory(prefix="rs-bench-pg-") as tmp, warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # platformdirs: XDG_RUNTIME_DIR is not set
-        import pgserver  # type: ignore[import-not-found]
-
-        server = pgserver.get_server(tmp, cleanup_mode="delete")
-        try:
-            yield server.get_uri(), "embedded PostgreSQL (pgserver, fresh data directory)"
-        finally:
-            server.cleanup()
-
-
-def _refuse_existing(wh: Warehouse, schemas: Sequence[str]) -> None:
-    found = [s for s in schemas if wh.scalar("SELECT COUNT(*) FROM pg_namespace WHERE nspname = %s", (s,))]
-    if found:
-        raise SystemExit(
-            f"benchmarks: schema {', '.join(found)} already exists in this database; "
-            "use a scratch database (the run creates and empties it)"
-        )
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
@@ -76,55 +43,48 @@ def run(argv: Sequence[str] | None = None) -> dict:
     started = time.perf_counter()
     started_at = datetime.now(timezone.utc)
     progress = lambda msg: print(f"[{time.perf_counter() - started:7.1f}s] {msg}", file=sys.stderr, flush=True)  # noqa: E731
-    pipeline, path = load_pipeline(PIPELINE)
-    target = pipeline.table(phases.TABLE)
-    with embedded_server(args.dsn) as (dsn, engine):
-        wh = connect(dsn)
-        try:
-            _refuse_existing(wh, (pipeline.schema, "bench"))
-            deploy(wh, pipeline, "examples/salesdb/pipeline.toml")
-            bench = phases.Bench(wh, pipeline, relations(pipeline, target), sizes, progress, Clock(wh))
-            selected = args.phases or PHASES
-            for name, phase in (
-                ("incremental", phases.incremental),
-                ("scaling", phases.scaling),
-                ("empty-sync", phases.empty_sync),
-            ):
-                if name in selected:
-                    phase(bench)
-            skip = phases.backfill_available() if "backfill" in selected else "not selected (--phase)"
-            if skip:
-                bench.skipped["backfill"] = skip
-                progress(f"backfill and reconcile: {skip}")
-            else:
-                phases.backfill(bench)
-            doc = {
-                "command": " ".join(["python -m benchmarks", shlex.join(argv if argv is not None else sys.argv[1:])]).strip(),
-                "started_at": started_at.isoformat(timespec="seconds"),
-                "duration_seconds": round(time.perf_counter() - started, 1),
-                "engine": f"{engine} {wh.scalar('SHOW server_version')}",
-                "machine": machine(),
-                "versions": versions(wh),
-                "server_settings": server_settings(wh),
-                "inputs": {
-                    **sizes.as_dict(),
-                    "quick": args.quick,
-                    "table": f"{pipeline.schema}.{target.name}",
-                    "pipeline": str(PIPELINE.relative_to(REPO)),
-                    "workload": "60% updates (keys changed several times), 25% inserts, 15% deletes; "
-                    "full Debezium envelope, MySQL binlog order, 4 Kafka partitions",
-                },
-                "figures": {k: round(v, 6) for k, v in bench.figures.items()},
-                "measurements": bench.measurements,
-                "targets": target_results(bench.figures),
-                "breakdown": bench.breakdown,
-                "notes": bench.notes,
-                "skipped": bench.skipped,
-                "phases": list(selected),
-                "expected_figures": expected_figures(sizes, selected, "backfill" not in bench.skipped),
-            }
-        finally:
-            wh.close()
+    with deployed(args.dsn) as (wh, pipeline, engine):
+        target = pipeline.table(TABLE)
+        bench = phases.Bench(wh, pipeline, relations(pipeline, target), sizes, progress, Clock(wh))
+        selected = args.phases or PHASES
+        for name, phase in (
+            ("incremental", phases.incremental),
+            ("scaling", phases.scaling),
+            ("empty-sync", phases.empty_sync),
+        ):
+            if name in selected:
+                phase(bench)
+        skip = phases.backfill_available() if "backfill" in selected else "not selected (--phase)"
+        if skip:
+            bench.skipped["backfill"] = skip
+            progress(f"backfill and reconcile: {skip}")
+        else:
+            phases.backfill(bench)
+        doc = {
+            "command": " ".join(["python -m benchmarks", shlex.join(argv if argv is not None else sys.argv[1:])]).strip(),
+            "started_at": started_at.isoformat(timespec="seconds"),
+            "duration_seconds": round(time.perf_counter() - started, 1),
+            "engine": f"{engine} {wh.scalar('SHOW server_version')}",
+            "machine": machine(),
+            "versions": versions(wh),
+            "server_settings": server_settings(wh),
+            "inputs": {
+                **sizes.as_dict(),
+                "quick": args.quick,
+                "table": f"{pipeline.schema}.{target.name}",
+                "pipeline": str(PIPELINE.relative_to(REPO)),
+                "workload": "60% updates (keys changed several times), 25% inserts, 15% deletes; "
+                "full Debezium envelope, MySQL binlog order, 4 Kafka partitions",
+            },
+            "figures": {k: round(v, 6) for k, v in bench.figures.items()},
+            "measurements": bench.measurements,
+            "targets": target_results(bench.figures),
+            "breakdown": bench.breakdown,
+            "notes": bench.notes,
+            "skipped": bench.skipped,
+            "phases": list(selected),
+            "expected_figures": expected_figures(sizes, selected, "backfill" not in bench.skipped),
+        }
     out = args.out or (None if args.quick else RESULTS / f"{started_at:%Y-%m-%d}.json")
     print(table(doc))
     if out:

@@ -15,14 +15,13 @@ from benchmarks import baselines as bl
 from benchmarks.measure import Clock, Measurement, PeakMemory, cpu_figure, timed
 from benchmarks.profile import profile_call
 from benchmarks.sizes import Sizes
-from benchmarks.workload import Relations, batch_events_sql, load, mark_applied_sql, reset
+from benchmarks.workload import TABLE, Relations, batch_events_sql, load, mark_applied_sql, reset
 from sync.config import Pipeline
 from sync.sql import schemas
 from sync.sql.dialects import quote_ident
 from sync.sql.names import RUN_LOG
 from sync.warehouse import Warehouse
 
-TABLE = "customer"
 RETAINED_REFRESH = 100_000  # records per refresh when filling the retained stream
 
 

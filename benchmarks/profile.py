@@ -18,6 +18,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 
+from benchmarks.database import deployed
+from benchmarks.workload import TABLE, load, relations
 from sync.config import Pipeline
 from sync.sql.objects import pipeline_objects
 from sync.sql.statements import body_sql_statements, procedure_body
@@ -135,13 +137,6 @@ def profile_explain(wh: Warehouse, pipeline: Pipeline, table_name: str, timing: 
 
 
 def main(argv: Sequence[str] | None = None) -> list[StatementTime]:
-    from benchmarks.__main__ import PIPELINE, embedded_server
-    from benchmarks.phases import TABLE
-    from benchmarks.workload import load, relations
-    from sync.config import load_pipeline
-    from sync.runner import deploy
-    from sync.warehouse import connect
-
     parser = argparse.ArgumentParser(prog="python -m benchmarks.profile", description=__doc__.split("\n\n")[1])
     parser.add_argument("--events", type=int, default=100_000)
     parser.add_argument("--target-rows", type=int, default=1_000_000)
@@ -150,18 +145,12 @@ def main(argv: Sequence[str] | None = None) -> list[StatementTime]:
     parser.add_argument("--dsn", help="a scratch PostgreSQL database instead of a fresh embedded server")
     args = parser.parse_args(argv)
     explain = args.explain or args.plans
-    pipeline, _ = load_pipeline(PIPELINE)
-    with embedded_server(args.dsn) as (dsn, _engine):
-        wh = connect(dsn)
-        try:
-            deploy(wh, pipeline, "examples/salesdb/pipeline.toml")
-            load(wh, relations(pipeline, pipeline.table(TABLE)), args.target_rows, args.events)
-            if explain:
-                results = profile_explain(wh, pipeline, TABLE, timing=args.plans)
-            else:
-                results = profile_call(wh, pipeline, TABLE)
-        finally:
-            wh.close()
+    with deployed(args.dsn) as (wh, pipeline, _engine):
+        load(wh, relations(pipeline, pipeline.table(TABLE)), args.target_rows, args.events)
+        if explain:
+            results = profile_explain(wh, pipeline, TABLE, timing=args.plans)
+        else:
+            results = profile_call(wh, pipeline, TABLE)
     total = sum(r.seconds for r in results)
     how = "EXPLAIN ANALYZE, run by hand" if explain else "one call, timestamped after each statement"
     print(f"{args.events:,} events into {args.target_rows:,} rows: {total:.3f} s in {len(results)} statements ({how})")

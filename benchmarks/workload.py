@@ -15,12 +15,16 @@ times within the batch. The existing keys are spread over the whole key range. E
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 
 from sync.config import Pipeline, TableConfig
 from sync.sql.dialects import quote_ident
 from sync.sql.names import table_names
 from sync.warehouse import Warehouse
 
+REPO = Path(__file__).resolve().parent.parent
+PIPELINE = REPO / "examples" / "salesdb" / "pipeline.toml"
+TABLE = "customer"
 PARTITIONS = 4
 STRIDE = 1_000_003  # prime: spreads pool slots over the key range (coprime with the sizes used)
 SEGMENTS = "ARRAY['BUILDING','AUTOMOBILE','MACHINERY','HOUSEHOLD','FURNITURE']"

@@ -10,6 +10,7 @@ from rich.console import Console
 from rich.table import Table
 
 from sync.config import load_pipeline
+from sync.report import print_status
 from sync.resources import bundled
 from sync.runner import deploy, status, sync
 from sync.sql.dialects import quote_ident
@@ -90,9 +91,7 @@ def run_demo(console: Console, dsn: str | None = None, config: Path | None = Non
         console.print(grid)
 
         console.rule("[bold]4. status")
-        from sync.cli import print_status
-
-        print_status(status(wh, pipeline))
+        print_status(status(wh, pipeline), console)
 
         if not skip_spark:
             _backfill_and_reconcile(console, wh, pipeline)

@@ -10,6 +10,7 @@ from rich.console import Console
 from rich.table import Table
 
 from sync.config import Pipeline
+from sync.report import print_reconcile
 from sync.sql.dialects import quote_ident
 from sync.warehouse import Warehouse
 
@@ -21,7 +22,6 @@ def run(console: Console, wh: Warehouse, pipeline: Pipeline, example_dir: Path) 
     from backfill.job import parse_time
     from backfill.session import local_session
     from sync.backfill import run_backfill
-    from sync.cli import print_reconcile
     from sync.reconcile import run_reconcile
 
     snapshot = str(example_dir / SNAPSHOT)

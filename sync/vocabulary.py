@@ -13,10 +13,6 @@ from __future__ import annotations
 import base64
 import json
 from enum import StrEnum
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    from sync.config import ColumnConfig
 
 
 class Semantic(StrEnum):
@@ -108,13 +104,13 @@ class Reason(StrEnum):
     NO_OP = "no op field: not a Debezium change event"
 
 
-def key_reason(col: ColumnConfig) -> str:
+def key_reason(field: str, semantic: str | None, column_type: object) -> str:
     """The quarantine reason of a key field that is missing or does not convert."""
-    encoding = f"{col.semantic} " if col.semantic else ""
-    return f"primary key field {col.name} is missing or not a {encoding}{col.sql_type}"
+    encoding = f"{semantic} " if semantic else ""
+    return f"primary key field {field} is missing or not a {encoding}{column_type}"
 
 
-def field_reason(col: ColumnConfig) -> str:
+def field_reason(field: str, semantic: str | None, column_type: object) -> str:
     """The quarantine reason of a present value that does not convert to its column."""
-    encoding = f"from {col.semantic} " if col.semantic else ""
-    return f"field {col.name} does not convert {encoding}to {col.sql_type}"
+    encoding = f"from {semantic} " if semantic else ""
+    return f"field {field} does not convert {encoding}to {column_type}"

@@ -1,5 +1,6 @@
 """Shared fixtures: a real PostgreSQL per test session (pgserver, or REDSHIFT_SYNC_TEST_DSN),
-a fresh database per test, and helpers to load pipelines."""
+a fresh database per test, the example pipeline, a local S3; and the Hypothesis profiles.
+What tests import (paths, pipeline builders) lives in tests/helpers.py."""
 
 from __future__ import annotations
 
@@ -8,16 +9,13 @@ import os
 import tempfile
 import warnings
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
 from sync.config import Pipeline, parse_pipeline
 from sync.runner import deploy
 from sync.warehouse import Warehouse, connect
-
-REPO = Path(__file__).resolve().parent.parent
-EXAMPLES = REPO / "examples"
+from tests.helpers import EXAMPLES, fresh_database
 
 # Hypothesis: CI runs the property tests at their declared example counts, derandomized
 # so a failure reproduces; locally `--hypothesis-profile dev` runs fewer.
@@ -52,32 +50,11 @@ def pg_server_dsn() -> Iterator[str]:
 _db_counter = itertools.count()
 
 
-def _database_dsn(server_dsn: str, name: str) -> str:
-    prefix, _, query = server_dsn.partition("?")
-    return prefix.rsplit("/", 1)[0] + "/" + name + (("?" + query) if query else "")
-
-
-def named_database(server_dsn: str, name: str) -> Warehouse:
-    """A connection to a new, empty database `name` (dropped first if it exists): for
-    module-scoped fixtures, whose tests empty its tables themselves."""
-    admin = connect(server_dsn)
-    admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-    admin.execute(f'CREATE DATABASE "{name}"')
-    admin.close()
-    return connect(_database_dsn(server_dsn, name))
-
-
 @pytest.fixture
 def database_dsn(pg_server_dsn: str) -> Iterator[str]:
     """A fresh, empty database for one test."""
-    name = f"t_{os.getpid()}_{next(_db_counter)}"
-    admin = connect(pg_server_dsn)
-    admin.execute(f'CREATE DATABASE "{name}"')
-    admin.close()
-    yield _database_dsn(pg_server_dsn, name)
-    admin = connect(pg_server_dsn)
-    admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-    admin.close()
+    with fresh_database(pg_server_dsn, f"t_{os.getpid()}_{next(_db_counter)}") as dsn:
+        yield dsn
 
 
 @pytest.fixture
@@ -98,18 +75,6 @@ def example_pipeline() -> Pipeline:
 def deployed(wh: Warehouse, example_pipeline: Pipeline) -> tuple[Warehouse, Pipeline]:
     deploy(wh, example_pipeline, "examples/salesdb/pipeline.toml")
     return wh, example_pipeline
-
-
-def make_pipeline(tables_toml: str, schema: str = "cdc") -> Pipeline:
-    """A pipeline from just its [[tables]] TOML (source section filled in)."""
-    import tomllib
-
-    text = (
-        f'[pipeline]\nschema = "{schema}"\n'
-        '[source]\nkind = "msk"\ncluster_arn = "arn:aws:kafka:us-east-1:123456789012:cluster/t/abc"\n'
-        'iam_role = "arn:aws:iam::123456789012:role/r"\n' + tables_toml
-    )
-    return parse_pipeline(tomllib.loads(text))
 
 
 @pytest.fixture

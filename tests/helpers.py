@@ -1,14 +1,62 @@
-"""Small helpers shared by scenario tests."""
+"""What tests share besides fixtures: the repository's paths, pipelines built from a
+[[tables]] block, and small steps of scenario tests (ingest, sync, feed)."""
 
 from __future__ import annotations
 
 import json
+import tomllib
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
-from sync.config import Pipeline
+from sync.config import Pipeline, parse_pipeline
 from sync.runner import RunSummary, sync
 from sync.stream import IngestResult, ingest_records, parse_line
-from sync.warehouse import Warehouse
+from sync.warehouse import Warehouse, connect
+
+REPO = Path(__file__).resolve().parent.parent
+EXAMPLES = REPO / "examples"
+
+
+def pipeline_toml(tables_toml: str, schema: str = "cdc") -> str:
+    """A pipeline file's text from just its [[tables]] TOML (an MSK source filled in)."""
+    return (
+        f'[pipeline]\nschema = "{schema}"\n'
+        '[source]\nkind = "msk"\ncluster_arn = "arn:aws:kafka:us-east-1:123456789012:cluster/t/abc"\n'
+        'iam_role = "arn:aws:iam::123456789012:role/r"\n' + tables_toml
+    )
+
+
+def make_pipeline(tables_toml: str, schema: str = "cdc") -> Pipeline:
+    """A pipeline from just its [[tables]] TOML (an MSK source filled in)."""
+    return parse_pipeline(tomllib.loads(pipeline_toml(tables_toml, schema)))
+
+
+def dsn_for_database(server_dsn: str, name: str) -> str:
+    """The DSN of database `name` on the server `server_dsn` connects to."""
+    prefix, _, query = server_dsn.partition("?")
+    return prefix.rsplit("/", 1)[0] + "/" + name + (("?" + query) if query else "")
+
+
+@contextmanager
+def fresh_database(server_dsn: str, name: str) -> Iterator[str]:
+    """The DSN of a new, empty database `name` on the server (one a previous run left is
+    dropped first), dropped again after use."""
+
+    def run(*statements: str) -> None:
+        admin = connect(server_dsn)
+        try:
+            for sql in statements:
+                admin.execute(sql)
+        finally:
+            admin.close()
+
+    run(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)', f'CREATE DATABASE "{name}"')
+    try:
+        yield dsn_for_database(server_dsn, name)
+    finally:
+        run(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
 def ingest(wh: Warehouse, pipeline: Pipeline, table: str, records: list[dict[str, Any]]) -> IngestResult:

@@ -21,7 +21,7 @@ import pytest
 from sync.backfill import StageMismatch, run_staged
 from sync.config import parse_pipeline
 from sync.runner import deploy
-from tests.conftest import EXAMPLES
+from tests.helpers import EXAMPLES
 from tests.spark_envs import clean_env, spark_venv
 
 pytestmark = [pytest.mark.slow, pytest.mark.spark]

@@ -12,7 +12,7 @@ from sqlglot import exp
 from sync.sql.backfill_merge import BackfillSql
 from sync.sql.buckets import ReconcileSql
 from sync.sql.dialects import get_dialect
-from tests.conftest import REPO
+from tests.helpers import REPO
 
 GOLDEN = REPO / "tests" / "golden" / "backfill"
 ROLE = "arn:aws:iam::123456789012:role/redshift-copy"

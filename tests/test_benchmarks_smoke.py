@@ -9,11 +9,11 @@ import math
 
 import pytest
 
-from benchmarks.__main__ import PIPELINE, run
-from benchmarks.phases import TABLE
+from benchmarks.__main__ import run
 from benchmarks.profile import instrumented, procedure_sql, procedure_statements
 from benchmarks.report import TARGETS
 from benchmarks.sizes import QUICK
+from benchmarks.workload import PIPELINE, TABLE
 from sync.config import load_pipeline
 
 

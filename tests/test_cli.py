@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import EXAMPLES, REPO
+from tests.helpers import EXAMPLES, REPO
 
 PIPELINE = EXAMPLES / "salesdb" / "pipeline.toml"
 EVENTS = EXAMPLES / "salesdb" / "events"

@@ -18,8 +18,7 @@ from sync.debezium import ChangeStream, MySqlSource
 from sync.revisions import deploy
 from sync.runner import status
 from sync.sql.objects import pipeline_objects
-from tests.conftest import REPO
-from tests.helpers import ingest, sync_one
+from tests.helpers import REPO, ingest, sync_one
 from tests.test_migrations import EVENTS, REDSHIFT_URL, first_revision, offline_sql, project, revise, upgraded  # noqa: F401
 from tests.test_migrations_sql import split_statements
 

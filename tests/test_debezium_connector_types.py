@@ -32,7 +32,7 @@ from sync.runner import deploy, sync
 from sync.semantic import UndecodableValue, decode_for_column
 from sync.stream import ingest_file
 from sync.vocabulary import field_reason
-from tests.conftest import EXAMPLES, make_pipeline
+from tests.helpers import EXAMPLES, make_pipeline
 
 UTC = timezone.utc
 SAMPLES = EXAMPLES / "connector_types"

@@ -11,8 +11,7 @@ from sync.config import Pipeline
 from sync.debezium import ChangeStream, MySqlSource, PostgresSource
 from sync.runner import deploy
 from sync.warehouse import Warehouse
-from tests.conftest import EXAMPLES
-from tests.helpers import feed
+from tests.helpers import EXAMPLES, feed
 
 SHAPES = EXAMPLES / "debezium_shapes" / "pipeline.toml"
 

@@ -11,7 +11,7 @@ from typer.testing import CliRunner
 from sync.cli import app
 from sync.runner import sync
 from sync.stream import ingest_file
-from tests.conftest import make_pipeline
+from tests.helpers import make_pipeline
 
 
 def _field(name: str, typ: str, semantic: str | None = None, optional: bool = True, **params: str) -> dict:

@@ -11,8 +11,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from sync.runner import deploy
-from tests.conftest import make_pipeline
-from tests.test_debezium_envelopes import feed, rows
+from tests.helpers import feed, make_pipeline
+from tests.test_debezium_envelopes import rows
 
 TABLES = (
     '[[tables]]\nname = "hard"\ntopic = "hard"\nprimary_key = ["id"]\norder_by = "mysql-binlog"\n'

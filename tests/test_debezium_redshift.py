@@ -16,8 +16,7 @@ from sync.runner import deploy
 from sync.sql.dialects import get_dialect
 from sync.sql.objects import pipeline_objects
 from sync.sql.procedure import schema_drift_sql, stage_insert_sql, toast_sql
-from tests.conftest import EXAMPLES
-from tests.test_debezium_envelopes import feed
+from tests.helpers import EXAMPLES, feed
 
 EXAMPLE = "inventory_pg"
 

@@ -36,8 +36,7 @@ from sync.config import parse_pipeline
 from sync.debezium import ChangeStream, Db2Source, MySqlSource, OracleSource, SqlServerSource
 from sync.infer import infer_block
 from sync.runner import deploy
-from tests.conftest import EXAMPLES
-from tests.helpers import feed
+from tests.helpers import EXAMPLES, feed
 
 DOCS = Path(__file__).parent / "data" / "debezium_docs"
 PIPELINE = EXAMPLES / "relational_sources" / "pipeline.toml"

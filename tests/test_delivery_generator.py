@@ -8,7 +8,6 @@ import json
 
 import pytest
 
-from tests.conftest import make_pipeline
 from tests.delivery import (
     Change,
     Connector,
@@ -22,6 +21,7 @@ from tests.delivery import (
     partition_of,
 )
 from tests.delivery_model import DeliveryModel
+from tests.helpers import make_pipeline
 
 A, B, C = (1, "eu"), (2, "us"), (3, "eu")
 

@@ -16,8 +16,7 @@ import pytest
 from sync.config import Pipeline
 from sync.runner import deploy, status
 from sync.warehouse import Warehouse
-from tests.conftest import make_pipeline
-from tests.helpers import feed
+from tests.helpers import feed, make_pipeline
 
 TS = 1_700_000_000_000  # source.ts_ms of the first change
 

@@ -14,7 +14,7 @@ import pytest
 from cfnlint.decode import cfn_yaml
 
 from sync import lambda_handler
-from tests.conftest import REPO
+from tests.helpers import REPO
 
 DEPLOY = REPO / "deploy"
 PSEUDO = {"AWS::Partition": "aws", "AWS::Region": "us-east-1", "AWS::AccountId": "123456789012"}

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from sync.runner import sync
 from sync.stream import ingest_file
-from tests.conftest import EXAMPLES
+from tests.helpers import EXAMPLES
 
 EVENTS = EXAMPLES / "salesdb" / "events"
 

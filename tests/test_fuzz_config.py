@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 from sync.config import ConfigError, load_pipeline, parse_pipeline
 from sync.sql.objects import pipeline_objects
-from tests.conftest import EXAMPLES
+from tests.helpers import EXAMPLES
 from tests.reliability_support import reliability_counts  # noqa: F401 (fixture)
 
 EXAMPLE = tomllib.loads((EXAMPLES / "salesdb" / "pipeline.toml").read_text())

@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 from sync.runner import deploy, sync
 from sync.stream import KafkaRecord, ingest_records
 from tests.cdc_model import TopicModel
-from tests.conftest import make_pipeline
+from tests.helpers import make_pipeline
 from tests.reliability_support import normalised, reliability_counts, target_rows  # noqa: F401 (fixture)
 
 TABLE = """[[tables]]

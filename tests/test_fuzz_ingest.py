@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 
 from sync.stream import KCAT_KEYS, RECORD_KEYS, ingest_file, parse_line
 from sync.warehouse import WarehouseError
-from tests.conftest import EXAMPLES, REPO
+from tests.helpers import EXAMPLES, REPO
 from tests.reliability_support import reliability_counts  # noqa: F401 (fixture)
 
 EDGE_NUMBERS = st.sampled_from([-1, 0, 7, 2**31, 2**63 - 1, 2**63, 10**20, -(10**15), 253402300799999, 253402300800000, 1.5])

@@ -16,7 +16,7 @@ from sync.generate import render_files
 from sync.sql.dialects import get_dialect
 from sync.sql.procedure import APPLY_STEPS, SYNC_STEPS, apply_batch_sql
 from sync.sql.statements import body_sql_statements, procedure_body, split_statements
-from tests.conftest import EXAMPLES, REPO
+from tests.helpers import EXAMPLES, REPO
 
 EXAMPLE_PIPELINES = sorted(EXAMPLES.glob("*/pipeline.toml"))
 COMMITTED = REPO / "sql" / "procedures"

@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 
 from sync.isolation import CallFailed, is_data_error, isolate
 from sync.runner import deploy
-from tests.conftest import REPO, make_pipeline
+from tests.helpers import REPO, make_pipeline, pipeline_toml
 
 TOML = """
 [[tables]]
@@ -146,11 +146,7 @@ def event(i: int, balance: int, lsn: int) -> dict:
 @pytest.mark.slow
 def test_one_poisoned_record_is_isolated_and_the_rest_syncs_in_one_run(wh, database_dsn, tmp_path):
     pipeline_file = tmp_path / "pipeline.toml"
-    pipeline_file.write_text(
-        '[pipeline]\nschema = "cdc"\n[source]\nkind = "msk"\n'
-        'cluster_arn = "arn:aws:kafka:us-east-1:123456789012:cluster/t/abc"\n'
-        'iam_role = "arn:aws:iam::123456789012:role/r"\n' + TOML
-    )
+    pipeline_file.write_text(pipeline_toml(TOML))
     deploy(wh, make_pipeline(TOML), "test")
     # The engine refuses one value: nothing in the pipeline file says so.
     wh.execute('ALTER TABLE cdc."acc" ADD CONSTRAINT no_13 CHECK (balance <> 13)')

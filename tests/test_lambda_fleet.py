@@ -23,6 +23,7 @@ from sync.config import load_pipeline
 from sync.data_api_local import LocalDataApi
 from sync.runner import deploy
 from sync.stream import KafkaRecord, ingest_records
+from tests.helpers import pipeline_toml
 
 TABLES = 200
 
@@ -39,16 +40,11 @@ class Context:
 
 def fleet_toml(n: int) -> str:
     blocks = [
-        '[pipeline]\nschema = "fleet"\n[source]\nkind = "msk"\n'
-        'cluster_arn = "arn:aws:kafka:us-east-1:123456789012:cluster/fleet/abc-1"\n'
-        'iam_role = "arn:aws:iam::123456789012:role/redshift-streaming"\n'
+        f'[[tables]]\nname = "t{i:03d}"\ntopic = "shop.shop.T{i:03d}"\nprimary_key = ["ID"]\n'
+        'columns = [{ name = "ID", type = "bigint" }, { name = "V", type = "varchar(32)" }]\n'
+        for i in range(n)
     ]
-    for i in range(n):
-        blocks.append(
-            f'[[tables]]\nname = "t{i:03d}"\ntopic = "shop.shop.T{i:03d}"\nprimary_key = ["ID"]\n'
-            'columns = [{ name = "ID", type = "bigint" }, { name = "V", type = "varchar(32)" }]\n'
-        )
-    return "\n".join(blocks)
+    return pipeline_toml("\n".join(blocks), schema="fleet")
 
 
 def event(i: int, key: int, ts: int) -> tuple[KafkaRecord, bool]:

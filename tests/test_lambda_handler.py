@@ -16,7 +16,7 @@ from sync.data_api_local import LocalDataApi
 from sync.runner import RUN_LOG_COLUMNS, SUMMARY_COLUMNS, status
 from sync.sql import schemas
 from sync.stream import ingest_file
-from tests.conftest import EXAMPLES
+from tests.helpers import EXAMPLES
 
 EVENTS = EXAMPLES / "salesdb" / "events"
 

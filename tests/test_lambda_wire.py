@@ -11,7 +11,7 @@ import pytest
 from botocore.stub import ANY, Stubber
 
 from sync import lambda_handler
-from tests.conftest import EXAMPLES
+from tests.helpers import EXAMPLES
 
 NOW = dt.datetime(2026, 1, 1, tzinfo=dt.timezone.utc)
 SECRET = "arn:aws:secretsmanager:us-east-1:123456789012:secret:redshift-sync-AbCdEf"
@@ -97,6 +97,15 @@ def finished(statement_id: str, pid: int, has_result: bool = False) -> dict:
     }
 
 
+def serialization_conflict(statement_id: str) -> dict:
+    """A statement Redshift failed with error 1023 (a serializable isolation violation)."""
+    return {
+        "Id": statement_id,
+        "Status": "FAILED",
+        "Error": "ERROR: 1023 DETAIL: Serializable isolation violation on table - 100167, transactions forming the cycle are: 1, 2",
+    }
+
+
 def expect_query(stub, where: dict, sql: str, name: str, sid: str, *pages: list) -> None:
     """A SELECT of the handler: submitted (with a ClientToken), described once, read page by page."""
     stub.add_response("execute_statement", {"Id": sid}, {**where, "Sql": sql, "StatementName": name, "ClientToken": ANY})
@@ -166,17 +175,7 @@ def test_cluster_with_a_database_user_retries_a_conflict(client, monkeypatch):
     where = {"ClusterIdentifier": "prod-cluster", "Database": "dev", "DbUser": "sync_user"}
     expect_last_runs(stub, where, "'orders'")
     expect_call(stub, where, CALL_ORDERS, "orders", "s-1")
-    stub.add_response(
-        "describe_statement",
-        {
-            "Id": "s-1",
-            "Status": "FAILED",
-            "Error": (
-                "ERROR: 1023 DETAIL: Serializable isolation violation on table - 100167, transactions forming the cycle are: 1, 2"
-            ),
-        },
-        {"Id": "s-1"},
-    )
+    stub.add_response("describe_statement", serialization_conflict("s-1"), {"Id": "s-1"})
     expect_call(stub, where, CALL_ORDERS, "orders", "s-2")
     stub.add_response("describe_statement", {"Id": "s-2", "Status": "STARTED", "RedshiftPid": 7}, {"Id": "s-2"})
     stub.add_response("describe_statement", finished("s-2", 7), {"Id": "s-2"})
@@ -344,17 +343,7 @@ def test_a_conflict_seen_at_the_deadline_leaves_the_table_for_the_next_run(clien
         "Could not cancel a query that is already in FAILED state",
         expected_params={"Id": "s-1"},
     )
-    stub.add_response(
-        "describe_statement",
-        {
-            "Id": "s-1",
-            "Status": "FAILED",
-            "Error": (
-                "ERROR: 1023 DETAIL: Serializable isolation violation on table - 100167, transactions forming the cycle are: 1, 2"
-            ),
-        },
-        {"Id": "s-1"},
-    )
+    stub.add_response("describe_statement", serialization_conflict("s-1"), {"Id": "s-1"})
 
     summary = lambda_handler.handler({"tables": ["customer"]}, context)  # not started: the invocation does not fail
     (run,) = summary["tables"]

@@ -27,8 +27,7 @@ from sync.runner import sync
 from sync.sql.objects import pipeline_objects
 from sync.stream import ingest_file
 from sync.warehouse import Warehouse, WarehouseError
-from tests.conftest import EXAMPLES, REPO
-from tests.helpers import ingest, sync_one
+from tests.helpers import EXAMPLES, REPO, ingest, sync_one
 
 ORIGIN = "examples/salesdb/pipeline.toml"  # what the example revisions record
 EVENTS = EXAMPLES / "salesdb" / "events"

@@ -9,7 +9,7 @@ import pytest
 
 from sync.revision_plan import RevisionRefused, plan_revision
 from sync.schema_state import drifted_objects, pipeline_of, state_for
-from tests.conftest import make_pipeline
+from tests.helpers import make_pipeline
 
 ORDERS = """
 [[tables]]

@@ -17,7 +17,7 @@ from sqlglot import exp
 
 from sync.revisions import alembic_config, write_revision
 from sync.sql.objects import pipeline_objects
-from tests.conftest import REPO
+from tests.helpers import REPO, make_pipeline
 
 GOLDEN = REPO / "tests" / "golden" / "alembic_upgrade_redshift.sql"
 REDSHIFT_URL = "redshift+redshift_connector://user:password@redshift.example.com:5439/dev"
@@ -115,8 +115,6 @@ ITEMS = LINES.replace('"lines"', '"items"').replace("db.public.lines", "db.publi
 
 
 def test_every_operation_renders_redshift_sql_that_parses(tmp_path, monkeypatch):
-    from tests.conftest import make_pipeline
-
     monkeypatch.chdir(tmp_path)
     buf = io.StringIO()
     cfg = alembic_config(tmp_path / "versions", REDSHIFT_URL, output_buffer=buf)

@@ -15,11 +15,10 @@ from pathlib import Path
 
 import pytest
 
-from sync.cli import readable_seconds
 from sync.debezium import ChangeStream, MySqlSource
+from sync.report import readable_seconds
 from sync.runner import prune, status
-from tests.conftest import EXAMPLES, REPO
-from tests.helpers import ingest, sync_one
+from tests.helpers import EXAMPLES, REPO, ingest, make_pipeline, sync_one
 from tests.test_migrations import EVENTS, project, revise, upgraded  # noqa: F401  (fixtures)
 
 PIPELINE = EXAMPLES / "salesdb" / "pipeline.toml"
@@ -272,7 +271,6 @@ def test_prune_stream_sql_for_redshift_parses():
     import sqlglot
 
     from sync.runner import stream_prune_sql
-    from tests.conftest import make_pipeline
 
     pipeline = make_pipeline(
         '[[tables]]\nname = "item"\ntopic = "t"\nprimary_key = ["id"]\ncolumns = [{ name = "id", type = "integer" }]\n'

@@ -19,7 +19,7 @@ from typer.testing import CliRunner
 
 from sync.cli import app
 from sync.stream import ingest_file
-from tests.conftest import EXAMPLES
+from tests.helpers import EXAMPLES
 
 PIPELINE = EXAMPLES / "salesdb" / "pipeline.toml"
 HERE_PYTHON = f"{sys.version_info.major}.{sys.version_info.minor}"

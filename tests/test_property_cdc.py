@@ -24,7 +24,7 @@ from hypothesis import given, note, settings
 from hypothesis import strategies as st
 
 from sync.runner import deploy
-from tests.conftest import make_pipeline, named_database
+from sync.warehouse import connect
 from tests.delivery import (
     Change,
     Connector,
@@ -38,7 +38,7 @@ from tests.delivery import (
     key_of,
 )
 from tests.delivery_model import DeliveryModel
-from tests.helpers import ingest, sync_one
+from tests.helpers import fresh_database, ingest, make_pipeline, sync_one
 
 TABLE = """
 [[tables]]
@@ -241,9 +241,10 @@ class Warehouse:
 
 @pytest.fixture(scope="module")
 def warehouse(pg_server_dsn):
-    wh = named_database(pg_server_dsn, "prop_delivery")
-    yield Warehouse(wh)
-    wh.close()
+    with fresh_database(pg_server_dsn, "prop_delivery") as dsn:
+        wh = connect(dsn)
+        yield Warehouse(wh)
+        wh.close()
 
 
 def _reset(wh, table: str) -> None:

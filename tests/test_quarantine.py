@@ -15,7 +15,7 @@ from sync.quarantine import Selection, discard, list_records, replay
 from sync.revisions import deploy
 from sync.runner import sync
 from sync.stream import ingest_file
-from tests.helpers import ingest, sync_one
+from tests.helpers import ingest, make_pipeline, sync_one
 from tests.test_migrations import EVENTS, columns, project, revise, upgraded  # noqa: F401  (fixtures)
 
 LONG = "Acme Corporation of " + "x" * 280  # 300 characters: too long for varchar(256)
@@ -90,7 +90,6 @@ def test_replay_after_widening_applies_the_record_and_an_older_one_stays_stale(q
 def test_replay_in_kafka_order_keeps_a_newer_stored_row(project, database_dsn, wh):  # noqa: F811
     """order_by = "kafka": the replayed record is older by Kafka offset than the stored row."""
     from sync.runner import deploy as deploy_objects
-    from tests.conftest import make_pipeline
 
     def pipeline_with(width: int):
         return make_pipeline(f"""

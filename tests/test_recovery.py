@@ -13,7 +13,7 @@ from sync.config import load_pipeline
 from sync.debezium import ChangeStream, MySqlSource, write_jsonl
 from sync.sql import recovery
 from sync.sql.dialects import get_dialect
-from tests.conftest import EXAMPLES
+from tests.helpers import EXAMPLES
 from tests.test_cli import run
 
 PIPELINE = EXAMPLES / "salesdb" / "pipeline.toml"

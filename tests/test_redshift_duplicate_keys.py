@@ -7,7 +7,8 @@ on PostgreSQL with the primary key dropped, which is what Redshift has."""
 from __future__ import annotations
 
 from sync.debezium import ChangeStream, PostgresSource
-from tests.test_debezium_envelopes import TOAST, feed, row, rows, shapes
+from tests.helpers import feed
+from tests.test_debezium_envelopes import TOAST, row, rows, shapes
 
 
 def _drop_primary_key(wh, table: str) -> None:

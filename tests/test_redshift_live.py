@@ -22,7 +22,7 @@ from sync.sql.dialects import RedshiftDialect, get_dialect
 from sync.sql.names import SCHEMA_DRIFT, table_names
 from sync.sql.objects import pipeline_objects
 from sync.warehouse import WarehouseError
-from tests.conftest import make_pipeline
+from tests.helpers import make_pipeline
 from tests.test_redshift_total_casts import TYPED, typed_records
 
 DSN = os.environ.get("REDSHIFT_SYNC_TEST_REDSHIFT_DSN")

@@ -22,7 +22,7 @@ from sync.sql.dialects import RedshiftDialect, get_dialect
 from sync.sql.names import table_names
 from sync.sql.objects import auto_refresh_requirements
 from sync.sql.statements import body_sql_statements, procedure_body, split_statements
-from tests.conftest import EXAMPLES, REPO
+from tests.helpers import EXAMPLES, REPO
 
 EXAMPLE_PIPELINES = sorted(EXAMPLES.glob("*/pipeline.toml"))
 # sqlglot has no grammar for these (opaque commands); they are checked as text.
@@ -420,7 +420,9 @@ def test_backfill_parses_the_json_it_stages_from_parquet(path: Path):
 def test_records_the_stream_skipped_are_listed_by_status(capsys):
     # r_SYS_STREAM_SCAN_ERRORS: records streaming ingestion could not ingest are logged
     # there (error_reason per mv_name), and nothing else tells the caller.
-    from sync.cli import print_status
+    from rich.console import Console
+
+    from sync.report import print_status
     from sync.runner import TableStatus
 
     d = get_dialect("redshift", "cdc")
@@ -429,7 +431,7 @@ def test_records_the_stream_skipped_are_listed_by_status(capsys):
     assert {"'customer__stream'", "'cdc.customer__stream'"} <= {lit.sql() for lit in tree.find_all(exp.Literal)}
     assert get_dialect("postgres", "cdc").stream_errors_sql("cdc", "customer__stream") is None
     row = TableStatus("customer", True, {0: 5}, 0, 3, None, None, 0, [], [], [("Record size exceeds limit", 2)])
-    print_status([row])
+    print_status([row], Console(width=120))
     assert "customer: 2 record(s) skipped by streaming ingestion: Record size exceeds limit" in capsys.readouterr().out
 
 

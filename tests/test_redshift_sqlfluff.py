@@ -19,7 +19,7 @@ from sqlfluff.core import FluffConfig, Linter
 
 from sync.generate import render_files
 from sync.sql.statements import procedure_body, split_statements
-from tests.conftest import REPO
+from tests.helpers import REPO
 from tests.test_redshift_rules import EXAMPLE_PIPELINES, _example, procedure_statements
 
 KNOWN_GAPS = ("CLUSTER_ARN '",)

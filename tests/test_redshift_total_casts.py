@@ -13,7 +13,7 @@ from typing import Any
 from sync.debezium import ChangeStream, PostgresSource
 from sync.runner import deploy, sync
 from sync.stream import ingest_records, parse_line
-from tests.conftest import make_pipeline
+from tests.helpers import make_pipeline
 
 # Every conversion that could raise on Redshift.
 TYPED = """

@@ -14,7 +14,7 @@ from sync.runner import RunSummary, deploy, sync
 from sync.sql.names import RUN_LOG
 from sync.stream import ingest_file
 from sync.warehouse import connect
-from tests.conftest import make_pipeline
+from tests.helpers import make_pipeline
 from tests.reliability_support import (  # noqa: F401 (reliability_counts is a fixture)
     History,
     account_table,

@@ -27,7 +27,7 @@ from sync.runner import deploy, sync
 from sync.stream import ingest_file
 from sync.warehouse import Warehouse, WarehouseError, connect
 from tests.cdc_model import TopicModel
-from tests.conftest import REPO, _database_dsn
+from tests.helpers import REPO, dsn_for_database, pipeline_toml
 from tests.reliability_support import (  # noqa: F401 (reliability_counts is a fixture)
     History,
     account_table,
@@ -38,11 +38,6 @@ from tests.reliability_support import (  # noqa: F401 (reliability_counts is a f
     write_jsonl,
 )
 
-SOURCE = (
-    '[pipeline]\nschema = "cdc"\n[source]\nkind = "msk"\n'
-    'cluster_arn = "arn:aws:kafka:us-east-1:123456789012:cluster/t/abc"\n'
-    'iam_role = "arn:aws:iam::123456789012:role/r"\n'
-)
 INJECTIONS = {"client-sigkill": 26, "backend-terminate": 8, "backend-sigkill": 8, "server-restart": 8}
 EVENTS_PER_RUN = 2000  # a run of a few hundred milliseconds
 
@@ -113,9 +108,9 @@ def test_sync_survives_kills_and_restarts_at_random_points(crash_server, tmp_pat
     # ends with the connection) instead of the backend finishing the call unnoticed.
     admin.execute("ALTER DATABASE \"crash\" SET client_connection_check_interval = '10ms'")
     admin.close()
-    dsn = _database_dsn(admin_dsn, "crash")
+    dsn = dsn_for_database(admin_dsn, "crash")
     config = tmp_path / "pipeline.toml"
-    config.write_text(SOURCE + account_table())
+    config.write_text(pipeline_toml(account_table()))
     pipeline, _ = load_pipeline(config)
     table = pipeline.tables[0]
     wh = connect(dsn)

@@ -13,7 +13,7 @@ from sync.sql.dialects import quote_ident
 from sync.sql.names import table_names
 from sync.stream import ingest_file
 from tests.cdc_model import expected_rows
-from tests.conftest import make_pipeline
+from tests.helpers import make_pipeline
 from tests.reliability_support import (  # noqa: F401 (reliability_counts is a fixture)
     History,
     account_table,

@@ -11,7 +11,7 @@ import pytest
 from sync.runner import deploy, status, sync
 from sync.stream import ingest_file
 from tests.cdc_model import TopicModel
-from tests.conftest import make_pipeline
+from tests.helpers import make_pipeline
 from tests.reliability_support import account_table, normalised, reliability_counts, target_rows, write_jsonl  # noqa: F401
 
 MILLION = 1_000_000

@@ -28,8 +28,7 @@ import pytest
 from sync.config import ConfigError
 from sync.runner import deploy
 from sync.warehouse import connect
-from tests.conftest import EXAMPLES, REPO, make_pipeline
-from tests.helpers import feed, ingest, sync_one
+from tests.helpers import EXAMPLES, REPO, feed, ingest, make_pipeline, sync_one
 
 EXAMPLE = EXAMPLES / "jdbc_pagila"
 EVENTS = EXAMPLE / "events"

@@ -25,8 +25,8 @@ from hypothesis import given, note, settings
 from hypothesis import strategies as st
 
 from sync.runner import deploy
-from tests.conftest import make_pipeline, named_database
-from tests.helpers import ingest, sync_one
+from sync.warehouse import connect
+from tests.helpers import fresh_database, ingest, make_pipeline, sync_one
 
 TABLE = """
 [[tables]]
@@ -99,11 +99,12 @@ def polls(drawn, keyed: bool) -> tuple[list[tuple[dict, bool]], dict]:
 
 @pytest.fixture(scope="module")
 def warehouse(pg_server_dsn):
-    wh = named_database(pg_server_dsn, "prop_row_topics")
-    pipeline = make_pipeline(TABLE)
-    deploy(wh, pipeline, "test")
-    yield wh, pipeline
-    wh.close()
+    with fresh_database(pg_server_dsn, "prop_row_topics") as dsn:
+        wh = connect(dsn)
+        pipeline = make_pipeline(TABLE)
+        deploy(wh, pipeline, "test")
+        yield wh, pipeline
+        wh.close()
 
 
 def _target(wh) -> dict[int, tuple[str, int]]:

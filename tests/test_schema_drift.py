@@ -11,7 +11,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from sync.debezium import ChangeStream, MySqlSource
-from tests.test_debezium_envelopes import feed, shapes
+from tests.helpers import feed
+from tests.test_debezium_envelopes import shapes
 
 CONFIGURED = ("id", "name", "bio")  # the columns of the example's `my` table
 EXTRAS = ("Added", "other", "__meta")  # __ fields are unwrap metadata, never drift

@@ -6,8 +6,7 @@ import threading
 
 from sync.debezium import ChangeStream, MySqlSource
 from sync.runner import deploy, status, sync
-from tests.conftest import make_pipeline
-from tests.helpers import ingest, sync_one
+from tests.helpers import ingest, make_pipeline, sync_one
 
 CUSTOMER = """
 [[tables]]

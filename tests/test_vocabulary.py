@@ -9,7 +9,7 @@ import ast
 import pytest
 
 from sync import vocabulary as v
-from tests.conftest import REPO
+from tests.helpers import REPO
 
 MODULES = sorted(p for folder in ("sync", "backfill") for p in (REPO / folder).rglob("*.py") if p.name != "vocabulary.py")
 # Texts that only the vocabulary may hold: every name of the two enums and the reasons,

@@ -204,7 +204,7 @@ def classification_checks(d: PostgresDialect, table: TableConfig) -> list[Check]
             Check(
                 f"t.{q(col.target_name)} IS NULL",
                 "quarantine",
-                quote_literal(key_reason(col)),
+                quote_literal(key_reason(col.name, col.semantic, col.sql_type)),
             )
         )
     if d.key_byte_limit is not None:
@@ -239,7 +239,7 @@ def classification_checks(d: PostgresDialect, table: TableConfig) -> list[Check]
             Check(
                 f"t.op <> 'd' AND NOT {raw_is_null(d, raw, col)} AND t.{q(col.target_name)} IS NULL{keeps_stored}",
                 "quarantine",
-                quote_literal(field_reason(col)),
+                quote_literal(field_reason(col.name, col.semantic, col.sql_type)),
             )
         )
     checks.append(Check("t.op = 'd'", "delete", "NULL"))

@@ -132,7 +132,7 @@ def test_cli_backfill_parquet_and_spark_submit_job(deployed, spark, tmp_path):
 
     from backfill import job
     from sync.cli import app
-    from tests.conftest import EXAMPLES
+    from tests.helpers import EXAMPLES
 
     wh, _ = deployed
     pq.write_table(

@@ -10,7 +10,7 @@ from typer.testing import CliRunner
 
 from sync.backfill import run_backfill
 from sync.cli import app
-from tests.conftest import EXAMPLES
+from tests.helpers import EXAMPLES
 
 pytestmark = pytest.mark.spark
 

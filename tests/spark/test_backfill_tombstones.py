@@ -20,7 +20,7 @@ import pytest
 from sync.backfill import run_backfill
 from sync.runner import sync
 from sync.stream import ingest_file
-from tests.conftest import make_pipeline
+from tests.helpers import make_pipeline
 
 pytestmark = pytest.mark.spark
 

@@ -16,7 +16,7 @@ from backfill.reconcile import hash_number, key_text, row_checksum
 from sync.runner import deploy
 from sync.sql.buckets import ReconcileSql
 from sync.sql.dialects import get_dialect
-from tests.conftest import make_pipeline
+from tests.helpers import make_pipeline
 
 pytestmark = pytest.mark.spark
 

@@ -8,7 +8,7 @@ from rich.console import Console
 from sync import demo_backfill
 from sync.runner import sync
 from sync.stream import ingest_file
-from tests.conftest import EXAMPLES
+from tests.helpers import EXAMPLES
 
 pytestmark = pytest.mark.spark
 

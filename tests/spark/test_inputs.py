@@ -14,7 +14,7 @@ from sync.backfill import run_backfill
 from sync.debezium import ChangeStream
 from sync.runner import deploy, sync
 from sync.stream import ingest_file
-from tests.conftest import EXAMPLES, make_pipeline
+from tests.helpers import EXAMPLES, fresh_database, make_pipeline
 
 pytestmark = pytest.mark.spark
 EVENTS = EXAMPLES / "salesdb" / "events"
@@ -42,41 +42,32 @@ def _generated_events() -> str:
     ],
     ids=["customer", "orders", "generated-wrapped-2-partitions"],
 )
-def test_debezium_events_give_the_same_table_as_the_stream(pg_server_dsn, spark, tmp_path, table, files, columns):
+def test_debezium_events_give_the_same_table_as_the_stream(
+    pg_server_dsn, spark, tmp_path, example_pipeline, table, files, columns
+):
     """The same events, once through ingest + incremental_sync and once through the
     backfill: same winners, same values, same metadata, same rejects."""
     from sync.warehouse import connect
-    from tests.conftest import _database_dsn
 
+    pipeline = example_pipeline
     events = tmp_path / "events.jsonl"
     events.write_text("".join((EVENTS / f).read_text() for f in files) if files else _generated_events())
     results = []
     for label in ("stream", "backfill"):
-        name = f"eq_{label}_{table}_{id(tmp_path) % 100000}"
-        admin = connect(pg_server_dsn)
-        admin.execute(f'CREATE DATABASE "{name}"')
-        admin.close()
-        wh = connect(_database_dsn(pg_server_dsn, name))
-        try:
-            import tomllib
-
-            from sync.config import parse_pipeline
-
-            pipeline = parse_pipeline(tomllib.loads((EXAMPLES / "salesdb" / "pipeline.toml").read_text()))
-            deploy(wh, pipeline, "test")
-            if label == "stream":
-                ingest_file(wh, pipeline, table, events)
-                sync(wh, pipeline, [table])
-                rejects = sorted(r for (r,) in wh.query("SELECT reason FROM cdc.sync_quarantine"))
-            else:
-                result = run_backfill(wh, pipeline, table, str(events), "debezium", spark=spark, rejects_dir=tmp_path / "rj")
-                rejects = sorted(r["reason"] for r in result.rejects_sample)
-            results.append((wh.query(f"SELECT {columns}, {META} FROM cdc.{table} ORDER BY 1"), rejects))
-        finally:
-            wh.close()
-            admin = connect(pg_server_dsn)
-            admin.execute(f'DROP DATABASE "{name}" WITH (FORCE)')
-            admin.close()
+        with fresh_database(pg_server_dsn, f"eq_{label}_{table}_{id(tmp_path) % 100000}") as dsn:
+            wh = connect(dsn)
+            try:
+                deploy(wh, pipeline, "test")
+                if label == "stream":
+                    ingest_file(wh, pipeline, table, events)
+                    sync(wh, pipeline, [table])
+                    rejects = sorted(r for (r,) in wh.query("SELECT reason FROM cdc.sync_quarantine"))
+                else:
+                    result = run_backfill(wh, pipeline, table, str(events), "debezium", spark=spark, rejects_dir=tmp_path / "rj")
+                    rejects = sorted(r["reason"] for r in result.rejects_sample)
+                results.append((wh.query(f"SELECT {columns}, {META} FROM cdc.{table} ORDER BY 1"), rejects))
+            finally:
+                wh.close()
     assert results[0][0], "the scenario must load rows"
     assert results[1] == results[0]
 

@@ -9,7 +9,7 @@ from typer.testing import CliRunner
 
 from sync.backfill import run_backfill
 from sync.cli import app
-from tests.conftest import EXAMPLES
+from tests.helpers import EXAMPLES
 from tests.spark.test_backfill_merge import SNAPSHOT, SNAPSHOT_TIME, stream_changes, write_snapshot
 
 pytestmark = pytest.mark.spark

@@ -17,7 +17,8 @@ from sync.runner import deploy, sync
 from sync.sql.dialects import PostgresDialect
 from sync.sql.envelope import column_position
 from sync.stream import ingest_file
-from tests.conftest import EXAMPLES, named_database
+from sync.warehouse import connect
+from tests.helpers import EXAMPLES, fresh_database
 
 pytestmark = pytest.mark.spark
 EXAMPLE = EXAMPLES / "jdbc_pagila"
@@ -84,21 +85,25 @@ def test_the_topic_archive_gives_the_same_table_as_the_stream(pg_server_dsn, spa
     pipeline = _pipeline()
     results = []
     for label in ("stream", "backfill"):
-        name = f"row_{label}_{id(tmp_path) % 100000}"
-        wh = named_database(pg_server_dsn, name)
-        try:
-            deploy(wh, pipeline, "test")
-            if label == "stream":
-                ingest_file(wh, pipeline, "address", events)
-                sync(wh, pipeline, ["address"])
-                rejects = sorted(r for (r,) in wh.query("SELECT reason FROM pagila.sync_quarantine"))
-            else:
-                result = run_backfill(wh, pipeline, "address", str(events), "debezium", spark=spark, rejects_dir=tmp_path / "rj")
-                rejects = sorted(r["reason"] for r in result.rejects_sample)
-            target = wh.query(f"SELECT address_id, address2, district, phone, last_update, {META} FROM pagila.address ORDER BY 1")
-            results.append((target, rejects))
-        finally:
-            wh.close()
+        with fresh_database(pg_server_dsn, f"row_{label}_{id(tmp_path) % 100000}") as dsn:
+            wh = connect(dsn)
+            try:
+                deploy(wh, pipeline, "test")
+                if label == "stream":
+                    ingest_file(wh, pipeline, "address", events)
+                    sync(wh, pipeline, ["address"])
+                    rejects = sorted(r for (r,) in wh.query("SELECT reason FROM pagila.sync_quarantine"))
+                else:
+                    result = run_backfill(
+                        wh, pipeline, "address", str(events), "debezium", spark=spark, rejects_dir=tmp_path / "rj"
+                    )
+                    rejects = sorted(r["reason"] for r in result.rejects_sample)
+                target = wh.query(
+                    f"SELECT address_id, address2, district, phone, last_update, {META} FROM pagila.address ORDER BY 1"
+                )
+                results.append((target, rejects))
+            finally:
+                wh.close()
     assert [r[0] for r in results[0][0]] == [100, 101, 102, 104]
     assert results[0][1] == ["field last_update does not convert from io.debezium.time.Timestamp to timestamp"]
     assert results[1] == results[0]

@@ -5,9 +5,8 @@ the rejects and their reasons. One Spark job per table of cases."""
 
 from __future__ import annotations
 
-import base64
 import json
-from datetime import date, datetime, time, timezone
+from datetime import date, datetime, time
 from decimal import Decimal
 
 import pytest
@@ -18,162 +17,69 @@ from pyspark.sql import types as T
 
 from backfill.conform import conform
 from backfill.normalise import debezium_events, flat_rows, json_rows
-from sync.semantic import UndecodableValue, conform_decimal, decode_for_column
-from tests.conftest import make_pipeline
+from sync.semantic import UndecodableValue
+from tests.cases import (
+    DATE,
+    DEC,
+    JSON_T,
+    MAX38,
+    MTIME,
+    MTS,
+    NTIME,
+    NTS,
+    SEMANTIC_DECODINGS,
+    SEMANTIC_UNDECODABLE,
+    TIME,
+    TS,
+    UTC,
+    VSD,
+    YEAR,
+    ZONED,
+    base64_decimal,
+    reference_value,
+    semantic_column,
+    zoned_text,
+)
+from tests.helpers import make_pipeline
 
 pytestmark = pytest.mark.spark
 
-DATE = "io.debezium.time.Date"
-TS, MTS, NTS = "io.debezium.time.Timestamp", "io.debezium.time.MicroTimestamp", "io.debezium.time.NanoTimestamp"
-TIME, MTIME, NTIME = "io.debezium.time.Time", "io.debezium.time.MicroTime", "io.debezium.time.NanoTime"
-ZONED = "io.debezium.time.ZonedTimestamp"
-DEC = "org.apache.kafka.connect.data.Decimal"
-VSD = "io.debezium.data.VariableScaleDecimal"
-JSON_T = "io.debezium.data.Json"
-MAX38 = "SztMqFqGxHoJiiI//////w=="  # 10**38 - 1
-MIN38 = "tMSzV6V5O4X2dd3AAAAAAQ=="  # -(10**38 - 1)
-UTC = timezone.utc
-
-# (semantic, column type, scale, [json value or (json value, exact expected value)]).
-# The exact values are those of the issue's examples and of the SQL tests; every value is
-# also compared with the reference decoder, and a value it cannot decode must be rejected.
-CASES = [
-    (
-        DATE,
-        "date",
-        None,
-        [
-            (19000, date(2022, 1, 8)),
-            (-1, date(1969, 12, 31)),
-            (-25567, date(1900, 1, 1)),
-            0,
-            "19000",
-            19000.0,
-            -719162,
-            2932896,
-            -719163,
-            2932897,
-            "abc",
-            True,
-            1.5,
-            {"a": 1},
-        ],
-    ),
-    (DATE, "timestamp", None, [(19000, datetime(2022, 1, 8)), -1]),
-    (TIME, "time", None, [(45296789, time(12, 34, 56, 789000)), 0, 86399999, 86400000, -1]),
-    (
-        MTIME,
-        "time",
-        None,
-        [(45296789000, time(12, 34, 56, 789000)), (86399999999, time(23, 59, 59, 999999)), 86400000000, -1, "45296789000"],
-    ),
-    (NTIME, "time", None, [(45296789123456, time(12, 34, 56, 789123)), 86399999999999, 999, 86400000000000]),
-    (
-        TS,
-        "timestamp",
-        None,
-        [
-            (1600000000250, datetime(2020, 9, 13, 12, 26, 40, 250000)),
-            (-1, datetime(1969, 12, 31, 23, 59, 59, 999000)),
-            (-2208988800000, datetime(1900, 1, 1)),
-            -62135596800000,
-            -62135596800001,
-            253402300799999,
-            253402300800000,
-            "1e3",
-            1e3,
-        ],
-    ),
+# Values at and past each range limit, and malformed ones, beyond the shared cases:
+# (semantic type, column type, scale, [JSON value, or (JSON value, the value stored)]).
+# Every value is compared with the reference decoder, and a value it cannot decode must
+# be rejected with the procedure's reason.
+LIMITS = [
+    (DATE, "date", None, ["19000", 19000.0, -719162, 2932896, -719163, 2932897, True, 1.5, {"a": 1}]),
+    (DATE, "timestamp", None, [-1]),
+    (TIME, "time", None, [86399999, 86400000, -1]),
+    (MTIME, "time", None, [-1, "45296789000"]),
+    (NTIME, "time", None, [86399999999999, 999, 86400000000000]),
+    (TS, "timestamp", None, [-62135596800000, -62135596800001, 253402300799999, 253402300800000, "1e3", 1e3]),
     (TS, "date", None, [1600000000250, -1]),
-    (
-        MTS,
-        "timestamp",
-        None,
-        [
-            (1700000000654321, datetime(2023, 11, 14, 22, 13, 20, 654321)),
-            (-1000000000000001, datetime(1938, 4, 24, 22, 13, 19, 999999)),
-            (1529507596945104, datetime(2018, 6, 20, 15, 13, 16, 945104)),
-            2**63 - 1,
-            -(2**63),
-        ],
-    ),
-    (MTS, "timestamptz", None, [(1700000000654321, datetime(2023, 11, 14, 22, 13, 20, 654321, tzinfo=UTC)), -1]),
-    (
-        NTS,
-        "timestamp",
-        None,
-        [
-            (1700000000654321987, datetime(2023, 11, 14, 22, 13, 20, 654321)),
-            (-1500, datetime(1969, 12, 31, 23, 59, 59, 999999)),
-            -999,
-            2**63 - 1,
-            -(2**63),
-            2**63,
-        ],
-    ),
+    (MTS, "timestamp", None, [2**63 - 1, -(2**63)]),
+    (MTS, "timestamptz", None, [-1]),
+    (NTS, "timestamp", None, [-999, 2**63 - 1, -(2**63)]),
     (
         ZONED,
         "timestamptz",
         None,
         [
-            ("2023-03-23T22:00:10.123456Z", datetime(2023, 3, 23, 22, 0, 10, 123456, tzinfo=UTC)),
-            ("2023-03-23T12:00:00+05:30", datetime(2023, 3, 23, 6, 30, tzinfo=UTC)),
-            ("1969-07-20T20:17:40.123456789-04:00", datetime(1969, 7, 21, 0, 17, 40, 123456, tzinfo=UTC)),
-            "2023-01-01T00:00:00.5+00:00",
-            "2023-03-23T07:10:00Z",
             "2023-03-23T07:10:00.1234567Z",
             "0001-01-01T00:00:00Z",
             "0001-01-01T00:30:00+01:00",
             "9999-12-31T23:59:59.999999999Z",
             "9999-12-31T23:30:00-01:00",
             "2023-02-30T00:00:00Z",
-            "2023-03-23 22:00:10",
             "2023-03-23T22:00:10",
             "2023-03-23T22:00:10.Z",
             1679608810,
-            "2023-03-23T24:00:00Z",
-            "2016-12-31T23:59:60Z",
             "2023-03-23T22:00:10+01",
-            ("1970-01-01T00:00:00-00:44:30", datetime(1970, 1, 1, 0, 44, 30, tzinfo=UTC)),  # local mean time
-            "1900-01-01T00:00:00.25+00:19:32",
-            "2023-03-23T22:00:10+01:00:0",
             "0001-01-01T00:00:00+00:00:01",
         ],
     ),
-    (ZONED, "timestamp", None, [("2023-12-31T23:30:00.1-01:00", datetime(2024, 1, 1, 0, 30, 0, 100000))]),
     (ZONED, "date", None, ["2023-12-31T23:30:00-01:00"]),
-    ("io.debezium.time.Year", "integer", None, [(2023, 2023), 1901, "1999", 2023.0, 1.5, "MMXX", True]),
-    (
-        DEC,
-        "decimal(12,2)",
-        2,
-        [
-            ("/+0peQ==", Decimal("-12345.67")),
-            ("AA==", Decimal("0.00")),
-            ("D9I=", Decimal("40.50")),
-            "!!notbase64",
-            12345,
-            40.5,
-            "",
-            "AQ=",
-            True,
-            {"value": "AA=="},
-        ],
-    ),
-    (
-        DEC,
-        "decimal(38,0)",
-        0,
-        [
-            ("BVqlTTjlJn7q", Decimal(98765432109876543210)),
-            (MAX38, Decimal(10**38 - 1)),
-            (MIN38, Decimal(-(10**38 - 1))),
-            "/w==",
-            "AEs7TKhahsR6CYoiQAAAAAA=",
-        ],
-    ),
-    (DEC, "decimal(12,3)", 3, [("ALxfFg==", Decimal("12345.110"))]),
-    (DEC, "decimal(38,38)", 38, [(MAX38, Decimal("0." + "9" * 38))]),
+    (YEAR, "integer", None, ["1999", 2023.0, 1.5, "MMXX", True]),
+    (DEC, "decimal(12,2)", 2, [40.5, "", "AQ=", True, {"value": "AA=="}]),
     (DEC, "decimal(6,1)", 3, ["ALxfFg==", "AYaf", "AYag", "/nlg"]),  # rounded half away from zero; 12345.110 does not fit
     (DEC, "double", 2, ["/+0peQ==", MAX38]),
     (
@@ -181,10 +87,6 @@ CASES = [
         "decimal(20,4)",
         None,
         [
-            ({"scale": 3, "value": "ALxfFg=="}, Decimal("12345.1100")),
-            ({"scale": 0, "value": "/w=="}, Decimal("-1.0000")),
-            ({"scale": 6, "value": "/+0peQ=="}, Decimal("-1.2346")),
-            {"scale": 2},
             {"value": "AA=="},
             {"scale": 39, "value": "AQ=="},
             {"scale": -1, "value": "AQ=="},
@@ -193,59 +95,25 @@ CASES = [
             '{"scale": 2, "value": "AQ=="}',
         ],
     ),
-    # Negative scales: Oracle NUMBER(36, -2) (Debezium's AbstractOracleDatatypesTest.java:
-    # 36 nines at scale -2), Db2 DECFLOAT 1E+10 (unscaled 1, scale -10).
-    (DEC, "decimal(38,0)", -2, [("AMCXznvJBxWzS58P/////w==", Decimal("9" * 36 + "00")), "B4XuENXaRtkA9Daf/////w==", "AA=="]),
-    (
-        VSD,
-        "decimal(38,10)",
-        None,
-        [({"scale": -10, "value": "AQ=="}, Decimal(10**10)), {"scale": -39, "value": "AQ=="}, {"scale": -38, "value": "AA=="}],
-    ),
-    ("io.debezium.time.MicroDuration", "bigint", None, [(-110451600000000, -110451600000000), "P1Y", 1.5]),
-    ("io.debezium.time.Interval", "varchar(64)", None, [("P1Y2M3DT4H5M6.78S", "P1Y2M3DT4H5M6.78S")]),
-    # decimal.handling.mode = string / double: no semantic type, the plain conversion.
-    (
-        None,
-        "decimal(12,2)",
-        None,
-        [
-            ("-12345.67", Decimal("-12345.67")),
-            (-12345.67, Decimal("-12345.67")),
-            ("1.005", Decimal("1.01")),
-            (-0.125, Decimal("-0.13")),
-        ],
-    ),
-    (JSON_T, "super", None, [('{"a": [1, 2], "b": null}', {"a": [1, 2], "b": None}), ("[]", []), '"x"', "{bad", {"a": 1}, 7]),
+    (JSON_T, "super", None, ['"x"', "{bad", {"a": 1}, 7]),
     (JSON_T, "varchar(10)", None, [('{"a":1}', '{"a":1}'), "{bad", '{"a": "long text"}', {"a": 1}]),
-    ("io.debezium.data.Enum", "varchar(16)", None, [("RED", "RED"), "", "é" * 9]),
-    ("io.debezium.data.EnumSet", "varchar(16)", None, [("a,b", "a,b")]),
-    (
-        "io.debezium.data.Uuid",
-        "varchar(36)",
-        None,
-        [("0b4f7d4e-4d1e-4f7a-9d2a-3f8e6f3b9a11", "0b4f7d4e-4d1e-4f7a-9d2a-3f8e6f3b9a11")],
-    ),
-    ("boolean-int", "boolean", None, [(1, True), (0, False), True, 2, "1", 1.0]),
+    ("io.debezium.data.Enum", "varchar(16)", None, [""]),
+    ("boolean-int", "boolean", None, [True, 2, "1", 1.0]),
+]
+# One column per entry; bytes columns are refused by the backfill (tested below).
+CASES = [
+    *((semantic, typ, scale, pairs) for semantic, typ, scale, pairs in SEMANTIC_DECODINGS if semantic != "bytes"),
+    *SEMANTIC_UNDECODABLE,
+    *LIMITS,
 ]
 
 
 def _pipeline(groups: list[tuple[str | None, str, int | None]]):
     columns = ['{ name = "id", type = "integer" }']
-    for k, (semantic, typ, scale) in enumerate(groups):
-        extra = (f', semantic = "{semantic}"' if semantic else "") + (f", scale = {scale}" if scale is not None else "")
-        columns.append(f'{{ name = "c{k}", type = "{typ}"{extra} }}')
+    columns += [semantic_column(f"c{k}", typ, semantic, scale) for k, (semantic, typ, scale) in enumerate(groups)]
     return make_pipeline(
         f'[[tables]]\nname = "sem"\ntopic = "sem"\nprimary_key = ["id"]\ncolumns = [{", ".join(columns)}]\n'
     ).table("sem")
-
-
-def _expected(semantic: str | None, typ: str, scale: int | None, value):
-    """What the SQL stores, or UndecodableValue for what it quarantines."""
-    if semantic is None:  # the plain number of decimal.handling.mode string / double
-        p, s = (int(x) for x in typ[8:-1].split(","))
-        return conform_decimal(Decimal(str(value)), p, s)
-    return decode_for_column(semantic, scale, typ, value)
 
 
 def _collect(spark, table, rows: list[tuple[int, int, object]]) -> dict[int, tuple[object, str | None]]:
@@ -286,7 +154,7 @@ def _check(table, groups, rows, got) -> None:
         label = f"{semantic} {typ} {value!r}"
         stored, reason = got[i]
         try:
-            want = _expected(semantic, typ, scale, value)
+            want = reference_value(semantic, typ, scale, value)
         except UndecodableValue:
             assert reason == f"field c{k} does not convert {f'from {semantic} ' if semantic else ''}to {col.sql_type}", label
             continue
@@ -372,16 +240,6 @@ def test_decimal_key_of_a_delete_comes_from_the_kafka_key(spark):
     assert [tuple(r) for r in got.collect()] == [(Decimal(98765432109876543210), "d", None), (Decimal(-1), "c", None)]
 
 
-def _base64_decimal(unscaled: int) -> str:
-    length = max(1, (unscaled.bit_length() + 8) // 8)  # minimal two's complement, as BigInteger.toByteArray
-    return base64.b64encode(unscaled.to_bytes(length, "big", signed=True)).decode()
-
-
-def _zoned_text(dt: datetime, digits: str, offset: int) -> str:
-    zone = "Z" if offset == 0 else f"{'+' if offset > 0 else '-'}{abs(offset) // 60:02d}:{abs(offset) % 60:02d}"
-    return dt.strftime("%Y-%m-%dT%H:%M:%S") + (f".{digits}" if digits else "") + zone
-
-
 # The numeric and time semantic types, with values around and past every range limit.
 PROPERTY_GROUPS = [
     (TS, "timestamp", None),
@@ -394,7 +252,7 @@ PROPERTY_GROUPS = [
     (ZONED, "timestamp", None),
     (DEC, "decimal(20,4)", 6),
     (VSD, "decimal(38,6)", None),
-    ("io.debezium.time.Year", "smallint", None),
+    (YEAR, "smallint", None),
 ]
 _epoch = st.one_of(st.integers(-(2**63), 2**63 - 1), st.integers(-(10**17), 10**17), st.integers(-(10**13), 10**13))
 _unscaled = st.one_of(st.integers(-(10**38) + 1, 10**38 - 1), st.integers(-(10**20), 10**20), st.integers(-(2**130), 2**130))
@@ -407,13 +265,13 @@ PROPERTY_VALUES = [
     st.integers(-10, 86_400_000_010),
     st.integers(-10, 86_400_000_000_010),
     st.builds(
-        _zoned_text,
+        zoned_text,
         st.datetimes(datetime(1, 1, 2), datetime(9999, 12, 30)),
         st.one_of(st.just(""), st.from_regex(r"\A[0-9]{1,9}\Z")),
-        st.integers(-24 * 60, 24 * 60),
+        st.one_of(st.integers(-24 * 60, 24 * 60).map(lambda m: m * 60), st.integers(-24 * 3600, 24 * 3600)),
     ),
-    st.builds(_base64_decimal, _unscaled),
-    st.fixed_dictionaries({"scale": st.integers(-1, 40), "value": st.builds(_base64_decimal, _unscaled)}),
+    st.builds(base64_decimal, _unscaled),
+    st.fixed_dictionaries({"scale": st.integers(-1, 40), "value": st.builds(base64_decimal, _unscaled)}),
     st.integers(-40_000, 40_000),
 ]
 

@@ -15,7 +15,7 @@ from backfill.normalise import debezium_events
 from sync.debezium import ChangeStream, Db2Source, MySqlSource, OracleSource, SqlServerSource
 from sync.runner import sync
 from sync.stream import ingest_file
-from tests.conftest import make_pipeline
+from tests.helpers import make_pipeline
 
 pytestmark = pytest.mark.spark
 DOCS = Path(__file__).parent.parent / "data" / "debezium_docs"

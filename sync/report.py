@@ -1,0 +1,164 @@
+"""Readable summaries of sync runs, status, backfills and reconciliations, printed by the
+command line and by the demo to the consoles they are given."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+
+def readable_seconds(seconds: float | None) -> str:
+    """A duration as a person reads it: 0.42 s, 12.5 s, 7 min 3 s, 5 h 12 min, 729 d 16 h."""
+    if seconds is None:
+        return "-"
+    if seconds < 60:
+        return f"{seconds:.2f} s" if seconds < 10 else f"{seconds:.1f} s"
+    whole = int(seconds)
+    for unit, size, sub, sub_size in (("d", 86400, "h", 3600), ("h", 3600, "min", 60), ("min", 60, "s", 1)):
+        if whole >= size:
+            return f"{whole // size} {unit} {(whole % size) // sub_size} {sub}"
+    raise AssertionError("unreachable: 60 s or more is at least one minute")
+
+
+def print_runs(runs: list[Any], out: Console, err: Console) -> None:
+    """One row per sync run; isolated records and failures follow on `err`."""
+    grid = Table(title="sync", title_justify="left")
+    for col in (
+        "table",
+        "status",
+        "read",
+        "upserted",
+        "deleted",
+        "quarantined",
+        "stale",
+        "superseded",
+        "watermark",
+        "lag",
+        "time",
+    ):
+        grid.add_column(col, justify="right" if col not in ("table", "status", "watermark") else "left")
+    for r in runs:
+        grid.add_row(
+            r.table,
+            "[green]ok[/green]" if r.status == "ok" else f"[red]{r.status}[/red]",
+            str(r.events_read),
+            str(r.upserted),
+            str(r.deleted),
+            str(r.quarantined),
+            str(r.stale),
+            str(r.superseded),
+            r.watermark_after or "-",
+            readable_seconds(r.lag_seconds),
+            readable_seconds(r.duration_seconds),
+        )
+    out.print(grid)
+    for r in runs:
+        for error in r.isolated:
+            first_line = error.splitlines()[0] if error else ""
+            err.print(
+                f"[yellow]{r.table}: one record isolated[/yellow] (quarantined; the warehouse could not apply it): {first_line}",
+                highlight=False,
+            )
+        if r.error:
+            err.print(f"[red]{r.table} failed:[/red] {r.error}", highlight=False)
+
+
+def print_pruned(pruned: Any, err: Console) -> None:
+    if pruned.run_log or pruned.schema_drift or pruned.quarantine:
+        err.print(
+            f"[dim]pruned past {pruned.retention_days} day(s): {pruned.run_log} run-log, {pruned.schema_drift} "
+            f"schema-drift and {pruned.quarantine} handled quarantine row(s)[/dim]",
+            highlight=False,
+        )
+
+
+def print_status(rows: list[Any], out: Console) -> None:
+    """One row per table, then its quarantine reasons, skipped stream records and schema drift."""
+    grid = Table(title="status", title_justify="left")
+    for col in ("table", "rows", "pending", "watermarks", "last run", "last read", "lag", "quarantined"):
+        grid.add_column(col, justify="left" if col in ("table", "watermarks", "last run") else "right")
+    for s in rows:
+        if not s.deployed:
+            grid.add_row(s.table, "-", "-", "[yellow]not deployed[/yellow]", "-", "-", "-", "-")
+            continue
+        wm = ",".join(f"{p}:{o}" for p, o in s.watermarks.items()) or "-"
+        lag = s.last_run.get("lag_seconds") if s.last_run else None
+        grid.add_row(
+            s.table,
+            str(s.target_rows),
+            str(s.pending),
+            wm,
+            (s.last_run_at or "never")[:19],
+            str(s.last_run["events_read"]) if s.last_run else "-",
+            readable_seconds(lag),
+            str(s.quarantined),
+        )
+    out.print(grid)
+    for s in rows:
+        for reason, count in s.quarantine_reasons:
+            out.print(f"  {s.table}: {count} quarantined: {reason}", highlight=False)
+        for reason, count in s.stream_errors:
+            out.print(f"  {s.table}: {count} record(s) skipped by streaming ingestion: {reason}", highlight=False)
+        for kind, name, count in s.schema_drift:
+            what = "field not in the pipeline file" if kind == "unknown" else "configured field absent from events"
+            out.print(f"  {s.table}: {what}: {name} ({count} event(s))", highlight=False)
+
+
+def print_backfill(result: Any, table: str, out: Console) -> None:
+    """The counts of one backfill, its notes and a sample of the rows it rejected."""
+    grid = Table(title=f"backfill {table}", title_justify="left")
+    for col in ("staged", "loaded", "deleted", "kept: newer in stream", "kept: deleted by stream", "rejected", "time s"):
+        grid.add_column(col, justify="right")
+    grid.add_row(
+        f"{result.staged:,}",
+        f"{result.loaded:,}",
+        f"{result.deleted:,}",
+        f"{result.kept_newer:,}",
+        f"{result.kept_deleted:,}",
+        f"{result.rejected:,}",
+        f"{result.seconds:.1f}",
+    )
+    out.print(grid)
+    for note in result.notes:
+        out.print(f"  [cyan]note[/cyan] {note}", highlight=False)
+    for sample in result.rejects_sample:
+        out.print(f"  [yellow]rejected[/yellow] {sample['reason']}: {str(sample['record'])[:120]}", highlight=False)
+    if result.rejects_path:
+        out.print(f"  all {result.rejected} rejected rows, with their reason: {result.rejects_path}", highlight=False)
+
+
+def print_reconcile(report: Any, out: Console) -> None:
+    """The counts on both sides, the first 50 differing keys, and the verdict."""
+    grid = Table(title=f"reconcile {report.table}", title_justify="left")
+    for col in (
+        "snapshot rows",
+        "warehouse rows",
+        "buckets",
+        "buckets differing",
+        "unexplained",
+        "explained by stream",
+        "rejected",
+    ):
+        grid.add_column(col, justify="right")
+    grid.add_row(
+        f"{report.snapshot_rows:,}",
+        f"{report.warehouse_rows:,}",
+        str(report.buckets),
+        str(len(report.mismatched_buckets)),
+        str(len(report.unexplained)),
+        str(len(report.explained)),
+        str(report.rejected),
+    )
+    out.print(grid)
+    if report.differences:
+        keys = Table("key", "difference", "explained", "why", "snapshot _source_ts", "warehouse _source_ts")
+        for d in report.differences[:50]:
+            keys.add_row(
+                d.key, d.kind, "yes" if d.explained else "[red]no[/red]", d.why, d.snapshot_ts or "-", d.warehouse_ts or "-"
+            )
+        out.print(keys)
+        if len(report.differences) > 50:
+            out.print(f"  ... {len(report.differences) - 50} more in the JSON report")
+    out.print("[green]clean[/green]" if report.clean else "[red]unexplained differences[/red]")
