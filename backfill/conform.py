@@ -1,7 +1,7 @@
 """Conform raw snapshot fields to the target's column types, exactly as the SQL path does.
 
 Every conversion returns NULL when the value does not convert or fit, like the
-null-on-error casts of the generated SQL (`sync/sql/helpers.py` on PostgreSQL, SUPER casts
+null-on-error casts of the generated SQL (`sync/sql/dialect/postgres.py` on PostgreSQL, SUPER casts
 on Redshift); `conform` turns "present but NULL after conversion" into the same
 reason text the procedure writes to the quarantine, so a bad value is rejected, never
 loaded as a silent NULL.
@@ -25,7 +25,7 @@ from backfill import json_tokens
 from backfill.compat import try_cast
 from sync.config import ColumnConfig, TableConfig
 from sync.semantic import EPOCH_UNITS, TIME_UNITS, UndecodableValue, decode_for_column
-from sync.sql.helpers import NUMBER_PATTERN
+from sync.sql.dialect import NUMBER_PATTERN
 from sync.sql.procedure import field_reason, key_reason
 from sync.sql.semantic import (
     MAX_EPOCH_DAYS,

@@ -17,7 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from sync.config import Pipeline, TableConfig
-from sync.sql.dialects import quote_ident
+from sync.sql.dialect import quote_ident
 from sync.sql.names import table_names
 from sync.warehouse import Warehouse
 

@@ -58,7 +58,7 @@ from sync.runner import (
     summary_from_row,
     unfinished_summary,
 )
-from sync.sql.dialects import quote_ident, quote_literal
+from sync.sql.dialect import quote_ident, quote_literal
 from sync.sql.names import RUN_LOG
 
 TERMINAL = ("FINISHED", "FAILED", "ABORTED")

@@ -12,7 +12,7 @@ from rich.table import Table
 from sync.config import load_pipeline
 from sync.resources import bundled
 from sync.runner import deploy, status, sync
-from sync.sql.dialects import quote_ident
+from sync.sql.dialect import quote_ident
 from sync.stream import ingest_file
 from sync.warehouse import Warehouse, connect
 

@@ -10,7 +10,7 @@ from rich.console import Console
 from rich.table import Table
 
 from sync.config import Pipeline
-from sync.sql.dialects import quote_ident
+from sync.sql.dialect import quote_ident
 from sync.warehouse import Warehouse
 
 SNAPSHOT = Path("snapshots") / "customer-20231114T221321Z.jsonl"

@@ -272,11 +272,14 @@ def test_prune_stream_sql_for_redshift_parses():
     import sqlglot
 
     from sync.runner import stream_prune_sql
+    from sync.sql.dialect import dialect_for
     from tests.conftest import make_pipeline
 
     pipeline = make_pipeline(
         '[[tables]]\nname = "item"\ntopic = "t"\nprimary_key = ["id"]\ncolumns = [{ name = "id", type = "integer" }]\n'
     )
-    sql = stream_prune_sql(pipeline, pipeline.tables[0], "redshift", "GETDATE() - INTERVAL '30 days'")
+    sql = stream_prune_sql(
+        pipeline, pipeline.tables[0], dialect_for("redshift", pipeline.schema), "GETDATE() - INTERVAL '30 days'"
+    )
     statement = sqlglot.parse_one(sql, read="redshift")
     assert statement.key == "delete" and '"cdc"."item__stream".kafka_offset <=' in sql

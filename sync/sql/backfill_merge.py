@@ -20,7 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from sync.config import Pipeline, TableConfig
-from sync.sql.dialects import PostgresDialect
+from sync.sql.dialect import PostgresDialect
 from sync.sql.names import table_names
 
 # Columns after the target's data columns, in Parquet/stage order.

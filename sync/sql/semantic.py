@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 
 from sync.config import ColumnConfig
 from sync.semantic import EPOCH_UNITS, MAX_DECIMAL_DIGITS, TIME_UNITS
-from sync.sql.dialects import BASE64_PATTERN, PostgresDialect
+from sync.sql.dialect import BASE64_PATTERN, PostgresDialect
 from sync.sql.types import SqlType
 
 # Hours 00-23 and seconds 00-59 only: PostgreSQL would read 24:00:00 as the next day and
