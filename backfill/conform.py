@@ -1,7 +1,7 @@
 """Conform raw snapshot fields to the target's column types, exactly as the SQL path does.
 
 Every conversion returns NULL when the value does not convert or fit, like the
-null-on-error casts of the generated SQL (`sync/sql/helpers.py` on PostgreSQL, SUPER casts
+null-on-error casts of the generated SQL (`sync/sql/dialect/postgres.py` on PostgreSQL, SUPER casts
 on Redshift); `conform` turns "present but NULL after conversion" into the same
 reason text the procedure writes to the quarantine, so a bad value is rejected, never
 loaded as a silent NULL.

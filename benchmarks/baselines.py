@@ -115,24 +115,21 @@ def run_per_row(wh: Warehouse, rel: Relations, events: list[tuple[int, int, str]
         "  _kafka_offset = EXCLUDED._kafka_offset, _synced_at = EXCLUDED._synced_at"
     )
     delete = f"DELETE FROM {rel.target} WHERE customer_id = %s"
-    with wh.conn.cursor() as cur:
-        for start in range(0, len(events), batch):
-            runs: list[tuple[str, list[tuple]]] = []
-            for partition, offset, text in events[start : start + batch]:
-                value = json.loads(text)
-                if value["op"] == "d":
-                    sql, params = delete, (value["before"]["CUST_ID"],)
-                else:
-                    row = value["after"]
-                    sql = upsert
-                    params = (row["CUST_ID"], row["NAME"], row["MKTSEGMENT"], value["source"]["ts_ms"], partition, offset)
-                if runs and runs[-1][0] == sql:
-                    runs[-1][1].append(params)
-                else:
-                    runs.append((sql, [params]))
-            with wh.conn.pipeline():
-                for sql, params_seq in runs:
-                    cur.executemany(sql, params_seq)
+    for start in range(0, len(events), batch):
+        runs: list[tuple[str, list[tuple]]] = []
+        for partition, offset, text in events[start : start + batch]:
+            value = json.loads(text)
+            if value["op"] == "d":
+                sql, params = delete, (value["before"]["CUST_ID"],)
+            else:
+                row = value["after"]
+                sql = upsert
+                params = (row["CUST_ID"], row["NAME"], row["MKTSEGMENT"], value["source"]["ts_ms"], partition, offset)
+            if runs and runs[-1][0] == sql:
+                runs[-1][1].append(params)
+            else:
+                runs.append((sql, [params]))
+        wh.execute_batches(runs)
 
 
 # ---- (d) the apply floor -----------------------------------------------------------------
@@ -164,13 +161,9 @@ def prepare_copy(wh: Warehouse, rel: Relations) -> bytes:
     wh.execute(f"CREATE SCHEMA IF NOT EXISTS {SCHEMA}")
     wh.execute(f"DROP TABLE IF EXISTS {COPY_SINK}")
     wh.execute(f"CREATE UNLOGGED TABLE {COPY_SINK} AS SELECT * FROM ({shredded_sql(rel)}) x WITH NO DATA")
-    data = bytearray()
-    with wh.conn.cursor() as cur, cur.copy(f"COPY ({shredded_sql(rel)}) TO STDOUT") as copy:
-        for chunk in copy:
-            data += chunk
-    return bytes(data)
+    return wh.copy_out(f"COPY ({shredded_sql(rel)}) TO STDOUT")
 
 
 def run_copy(wh: Warehouse, data: bytes) -> None:
-    with wh.conn.cursor() as cur, cur.copy(f"COPY {COPY_SINK} FROM STDIN") as copy:
+    with wh.copy_from(f"COPY {COPY_SINK} FROM STDIN") as copy:
         copy.write(data)

@@ -18,7 +18,7 @@ from benchmarks.sizes import Sizes
 from benchmarks.workload import TABLE, Relations, batch_events_sql, load, mark_applied_sql, reset
 from sync.config import Pipeline
 from sync.sql import schemas
-from sync.sql.dialects import quote_ident
+from sync.sql.dialect import quote_ident
 from sync.sql.names import RUN_LOG
 from sync.warehouse import Warehouse
 
@@ -210,11 +210,7 @@ def _backfill_and_copy(b: Bench, label: str, rows: int, directory: Path) -> Path
     b.wh.execute(f"CREATE UNLOGGED TABLE {sink} (customer_id varchar(64), name varchar(256), mktsegment varchar(64))")
 
     def copy_csv() -> None:
-        with (
-            b.wh.conn.cursor() as cur,
-            cur.copy(f"COPY {sink} FROM STDIN (FORMAT csv, HEADER true)") as copy,
-            csv.open("rb") as fh,
-        ):
+        with b.wh.copy_from(f"COPY {sink} FROM STDIN (FORMAT csv, HEADER true)") as copy, csv.open("rb") as fh:
             while chunk := fh.read(1 << 20):
                 copy.write(chunk)
 

@@ -109,14 +109,13 @@ def profile_call(wh: Warehouse, pipeline: Pipeline, table_name: str) -> list[Sta
         if parts[0] == MARK:
             stamps[int(parts[1])] = datetime.fromisoformat(parts[2])
 
-    wh.conn.add_notice_handler(on_notice)
-    wh.execute("BEGIN")
-    try:
-        wh.execute(copy)
-        wh.execute(f'CALL "{pipeline.schema}"."{PROFILED_NAME}"(NULL)')
-    finally:
-        wh.execute("ROLLBACK")
-        wh.conn.remove_notice_handler(on_notice)
+    with wh.notices(on_notice):
+        wh.execute("BEGIN")
+        try:
+            wh.execute(copy)
+            wh.execute(f'CALL "{pipeline.schema}"."{PROFILED_NAME}"(NULL)')
+        finally:
+            wh.execute("ROLLBACK")
     ran = sorted(stamps)
     return [StatementTime(texts[n], (stamps[n] - stamps[prev]).total_seconds()) for prev, n in zip(ran, ran[1:])]
 

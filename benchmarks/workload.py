@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from sync.config import Pipeline, TableConfig
-from sync.sql.dialects import quote_ident
+from sync.sql.dialect import quote_ident
 from sync.sql.names import table_names
 from sync.warehouse import Warehouse
 

@@ -25,7 +25,6 @@ from pathlib import Path
 
 from sync.config import Pipeline, TableConfig
 from sync.sql.backfill_merge import BackfillSql
-from sync.sql.dialects import get_dialect
 from sync.warehouse import Warehouse, WarehouseError
 
 Progress = Callable[[str], None]
@@ -60,20 +59,17 @@ def copy_parquet_into(wh: Warehouse, stage_sql_name: str, files: list[Path], pro
 
     options = pacsv.WriteOptions(include_header=False, quoting_style="all_valid")
     rows = 0
-    with wh.conn.cursor() as cur:
-        try:
-            with cur.copy(f"COPY {stage_sql_name} FROM STDIN (FORMAT csv)") as copy:
-                for i, path in enumerate(files, start=1):
-                    for batch in pq.ParquetFile(path).iter_batches(batch_size=65_536):
-                        buf = io.BytesIO()
-                        pacsv.write_csv(batch, buf, options)
-                        copy.write(buf.getvalue())
-                        rows += batch.num_rows
-                    progress(f"COPY part {i}/{len(files)}: {rows:,} rows so far")
-        except Exception as exc:
-            from sync.warehouse import _describe
-
-            raise WarehouseError(f"loading the backfill stage failed: {_describe(exc)}") from exc
+    try:
+        with wh.copy_from(f"COPY {stage_sql_name} FROM STDIN (FORMAT csv)") as copy:
+            for i, path in enumerate(files, start=1):
+                for batch in pq.ParquetFile(path).iter_batches(batch_size=65_536):
+                    buf = io.BytesIO()
+                    pacsv.write_csv(batch, buf, options)
+                    copy.write(buf.getvalue())
+                    rows += batch.num_rows
+                progress(f"COPY part {i}/{len(files)}: {rows:,} rows so far")
+    except WarehouseError as exc:
+        raise WarehouseError(f"loading the backfill stage failed: {exc}", exc.sqlstate) from exc
     return rows
 
 
@@ -117,10 +113,10 @@ def load_and_merge(
     """Load the staged Parquet and merge it; returns the merge's counts. PostgreSQL reads
     the part files of `stage_dir`; Redshift COPYs `manifest_url` (a stage a cluster wrote)
     or uploads the part files to `staging` first and removes them afterwards."""
-    sql = BackfillSql(get_dialect(wh.dialect, pipeline.schema), pipeline, table)
+    sql = BackfillSql(wh.dialect.bind_schema(pipeline.schema), pipeline, table)
     files = part_files(stage_dir) if stage_dir is not None else []
     staged_s3 = None
-    if wh.dialect == "redshift":
+    if sql.d.copy_reads_s3:
         if not iam_role or not (staging or manifest_url):
             raise ValueError(
                 "a Redshift backfill needs a COPY role ([backfill] iam_role in the pipeline file, or --iam-role) "
@@ -235,7 +231,7 @@ def run_backfill(
     def progress(message: str) -> None:
         report(f"{time.perf_counter() - started:6.1f} s  {message}")
 
-    if staging and wh.dialect != "redshift":
+    if staging and not wh.dialect.copy_reads_s3:
         progress(f"--staging {staging} is not used: PostgreSQL loads the stage with COPY FROM STDIN")
     with prepared_snapshot(table, snapshot, fmt, snapshot_time, spark, progress, values) as (prepared, work):
         stage_dir = work / "stage"
@@ -339,7 +335,7 @@ def run_staged(
         f"stage of {table.name}: {summary.get('staged', 0):,} rows, {result.rejected:,} rejected, "
         f"snapshot {summary.get('snapshot')} at {summary.get('snapshot_time') or 'its rows’ own source times'}"
     )
-    if wh.dialect == "redshift":
+    if wh.dialect.copy_reads_s3:
         if not staged.startswith("s3://"):
             raise ValueError(f"Redshift's COPY reads from S3: {staged} is not an s3:// URL")
         counts = load_and_merge(wh, pipeline, table, None, progress, iam_role=iam_role, manifest_url=join(staged, MANIFEST))

@@ -133,13 +133,13 @@ def generate(
 ) -> None:
     """Print (or write) the SQL of every warehouse object of the pipeline."""
     from sync.generate import render_files, write_files
+    from sync.sql.dialect import dialect_for
     from sync.sql.objects import auto_refresh_requirements
 
     pipeline, path = open_pipeline(config)
     files = render_files(pipeline, dialect, origin_of(path))
-    if dialect == "redshift":
-        for warning in auto_refresh_requirements(pipeline):
-            err_console.print(f"[yellow]warning:[/yellow] {warning}", highlight=False)
+    for warning in auto_refresh_requirements(pipeline, dialect_for(dialect)):
+        err_console.print(f"[yellow]warning:[/yellow] {warning}", highlight=False)
     if out is None:
         sys.stdout.write("\n".join(files.values()))
         return
@@ -164,11 +164,12 @@ def deploy(
     """Upgrade the warehouse to the last revision (`alembic upgrade head`; idempotent)."""
     from sync.revisions import deploy as run_deploy
     from sync.revisions import offline_sql
+    from sync.sql.dialect import DIALECTS
 
     pipeline, path = open_pipeline(config)
     if sql:
-        if dialect not in ("redshift", "postgres"):
-            raise CliError(f"--dialect {dialect!r}: use redshift or postgres")
+        if dialect not in DIALECTS:
+            raise CliError(f"--dialect {dialect!r}: use {' or '.join(DIALECTS)}")
         offline_sql(revisions_config(versions, None, pipeline, path, output_buffer=sys.stdout), pipeline, dialect, since)
         return
     result = run_deploy(revisions_config(versions, dsn, pipeline, path), pipeline)

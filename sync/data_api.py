@@ -59,7 +59,7 @@ from sync.runner import (
     unfinished_summary,
 )
 from sync.sql import schemas
-from sync.sql.dialects import quote_ident, quote_literal
+from sync.sql.dialect import quote_ident, quote_literal
 from sync.sql.names import RUN_LOG
 
 TERMINAL = ("FINISHED", "FAILED", "ABORTED")

@@ -13,7 +13,7 @@ from sync.config import load_pipeline
 from sync.report import print_status
 from sync.resources import bundled
 from sync.runner import deploy, status, sync
-from sync.sql.dialects import quote_ident
+from sync.sql.dialect import quote_ident
 from sync.stream import ingest_file
 from sync.warehouse import Warehouse, connect
 

@@ -11,7 +11,7 @@ from rich.table import Table
 
 from sync.config import Pipeline
 from sync.report import print_reconcile
-from sync.sql.dialects import quote_ident
+from sync.sql.dialect import quote_ident
 from sync.warehouse import Warehouse
 
 SNAPSHOT = Path("snapshots") / "customer-20231114T221321Z.jsonl"

@@ -21,7 +21,7 @@ from typing import Any
 from sync.config import Pipeline
 from sync.schema_state import State, pipeline_of
 from sync.sql.column_fill import column_fill_sql
-from sync.sql.dialects import PostgresDialect, get_dialect, quote_literal
+from sync.sql.dialect import PostgresDialect, dialect_for, quote_literal
 from sync.sql.names import SCHEMA_DRIFT, table_names
 from sync.sql.objects import SqlObject, pipeline_objects
 
@@ -78,7 +78,7 @@ class Revision:
     # -- helpers
     def _dialect(self, pipeline: Pipeline | None) -> PostgresDialect:
         assert pipeline is not None
-        return get_dialect(self.dialect, pipeline.schema)
+        return dialect_for(self.dialect, pipeline.schema)
 
     def _run(self, sql: str) -> None:
         """The generator's SQL exactly as rendered. Not through op.execute(): text() would
@@ -112,7 +112,7 @@ class Revision:
         name = d.qualified(obj.schema, obj.name)
         statement = {
             "table": f"DROP TABLE IF EXISTS {name};",
-            "stream": f"DROP {'MATERIALIZED VIEW' if self.dialect == 'redshift' else 'TABLE'} IF EXISTS {name};",
+            "stream": f"DROP {d.stream_relation} IF EXISTS {name};",
             "procedure": d.drop_procedure(name, obj.arguments),
             "function": f"DROP FUNCTION IF EXISTS {name};",
             "external_schema": f"DROP SCHEMA IF EXISTS {d.q(obj.name)};",
@@ -144,11 +144,12 @@ class Revision:
             self._run(obj.sql)
 
     def recreate_source(self) -> None:
-        """Redshift only: the external schema again, with the streaming MVs of the tables
-        both states have (new and removed tables bring and take their own)."""
-        if self.dialect != "redshift":
-            return
+        """Where the warehouse reads the topics itself (Redshift): the external schema
+        again, with the streaming MVs of the tables both states have (new and removed
+        tables bring and take their own)."""
         assert self.before is not None and self.after is not None
+        if not self._dialect(self.after).streaming_ingestion:
+            return
         common = [t.name for t in self.after.tables if t.name in {b.name for b in self.before.tables}]
         for table in common:
             for obj in self._objects("before", table, ("stream",)):
@@ -219,20 +220,16 @@ class Revision:
 
     def alter_sortkey(self, table: str) -> None:
         """Redshift re-sorts in the background; PostgreSQL has no sort key (no-op)."""
-        if self.dialect != "redshift":
-            return
         assert self.after is not None
-        d = self._dialect(self.after)
-        keys = ", ".join(d.q(c.target_name) for c in self.after.table(table).sortkey_columns)
-        self._outside_transaction(self._alter(self.after, table, ("target",), f"ALTER SORTKEY ({keys})"))
+        action = self._dialect(self.after).alter_sortkey([c.target_name for c in self.after.table(table).sortkey_columns])
+        if action is not None:
+            self._outside_transaction(self._alter(self.after, table, ("target",), action))
 
     def alter_distkey(self, table: str) -> None:
         """The target, the stage and the deleted keys share the distribution key (Redshift only)."""
-        if self.dialect != "redshift":
-            return
         assert self.after is not None
         config = self.after.table(table)
-        d = self._dialect(self.after)
-        relations = ("target", "stage", "deleted_keys") if config.delete_mode == "hard" else ("target", "stage")
-        action = f"ALTER DISTKEY {d.q(config.distkey_column.target_name)}"
-        self._outside_transaction(self._alter(self.after, table, relations, action))
+        action = self._dialect(self.after).alter_distkey(config.distkey_column.target_name)
+        if action is not None:
+            relations = ("target", "stage", "deleted_keys") if config.delete_mode == "hard" else ("target", "stage")
+            self._outside_transaction(self._alter(self.after, table, relations, action))

@@ -18,7 +18,7 @@ from datetime import datetime
 from sync.config import Pipeline
 from sync.runner import RunSummary, call_procedure
 from sync.sql import schemas
-from sync.sql.dialects import get_dialect, quote_ident
+from sync.sql.dialect import quote_ident
 from sync.sql.names import QUARANTINE, RUN_LOG, table_names
 from sync.warehouse import Warehouse, WarehouseError
 
@@ -142,7 +142,7 @@ def replay(wh: Warehouse, pipeline: Pipeline, sel: Selection) -> ReplayResult:
     when the call fails, nothing changes."""
     table = pipeline.table(sel.table)
     names = table_names(pipeline, table)
-    d = get_dialect(wh.dialect, pipeline.schema)
+    d = wh.dialect.bind_schema(pipeline.schema)
     quarantine = _quarantine(pipeline)
     where, params = sel.where()
     with wh.transaction():
@@ -169,7 +169,7 @@ def discard(wh: Warehouse, pipeline: Pipeline, sel: Selection) -> int:
     """Mark the selected waiting records discarded (kept until retention prunes them)."""
     pipeline.table(sel.table)
     where, params = sel.where()
-    now = get_dialect(wh.dialect, pipeline.schema).now()
+    now = wh.dialect.bind_schema(pipeline.schema).now()
     return max(
         wh.execute(f"UPDATE {_quarantine(pipeline)} SET handled = 'discarded', handled_at = {now} WHERE {where}", params), 0
     )

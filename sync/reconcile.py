@@ -15,7 +15,6 @@ from datetime import datetime
 
 from sync.config import ColumnConfig, Pipeline, TableConfig
 from sync.sql.buckets import ReconcileSql
-from sync.sql.dialects import get_dialect
 from sync.warehouse import Warehouse
 
 Progress = Callable[[str], None]
@@ -125,7 +124,7 @@ def run_reconcile(
 
     table = pipeline.table(table_name)
     cols = checksum_columns(table, checksum or [])
-    sql = ReconcileSql(get_dialect(wh.dialect, pipeline.schema), pipeline, table, buckets, cols)
+    sql = ReconcileSql(wh.dialect.bind_schema(pipeline.schema), pipeline, table, buckets, cols)
     report = ReconcileReport(table.name, buckets, [c.target_name for c in cols])
     with prepared_snapshot(table, snapshot, fmt, snapshot_time, spark, progress) as (prepared, _):
         keyed = with_buckets(prepared.rows, table, buckets, cols).cache()

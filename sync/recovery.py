@@ -20,7 +20,7 @@ from datetime import datetime
 from sync.config import ConfigError, Pipeline, TableConfig
 from sync.sql import recovery as sql
 from sync.sql import schemas
-from sync.sql.dialects import PostgresDialect, get_dialect
+from sync.sql.dialect import PostgresDialect
 from sync.sql.names import RUN_LOG, table_names
 from sync.warehouse import Warehouse, WarehouseError
 
@@ -41,7 +41,7 @@ def _recovery(
     table, the dialect and the start time."""
     table = pipeline.table(table_name)
     _require_deployed(wh, pipeline, table.name)
-    d = get_dialect(wh.dialect, pipeline.schema)
+    d = wh.dialect.bind_schema(pipeline.schema)
     with wh.transaction():
         if apply:
             wh.execute(sql.lock_sql(d, pipeline, table))
@@ -100,7 +100,7 @@ def offset_regressions(wh: Warehouse, pipeline: Pipeline, table_name: str) -> li
     names = table_names(pipeline, table)
     if not wh.relation_exists(names.schema, names.watermark):
         return []
-    d = get_dialect(wh.dialect, pipeline.schema)
+    d = wh.dialect.bind_schema(pipeline.schema)
     return [OffsetRegression(int(p), int(n)) for p, n in wh.query(sql.offset_regressions_sql(d, pipeline, table))]
 
 

@@ -16,6 +16,7 @@ from sync.migrate import state_at
 from sync.resources import bundled
 from sync.revision_plan import RevisionPlan, plan_revision
 from sync.schema_state import State, drifted_objects, same_model, state_for
+from sync.sql.dialect import dialect_for
 from sync.sql.objects import auto_refresh_requirements
 from sync.warehouse import WarehouseError, dialect_of, resolve_dsn, sqlalchemy_url
 
@@ -211,8 +212,8 @@ def deploy(cfg: Any, pipeline: Pipeline) -> DeployResult:
         if d.kind != "setting"
     ]
     dsn = resolve_dsn(cfg.attributes.get("dsn"))
-    if dsn and dialect_of(dsn) == "redshift":
-        warnings += auto_refresh_requirements(pipeline)
+    if dsn:
+        warnings += auto_refresh_requirements(pipeline, dialect_for(dialect_of(dsn)))
     applied: list[str] = []
     cfg.attributes["on_version_apply"] = _collect(applied)
     try:

@@ -10,7 +10,7 @@ from typing import Any
 from sync.config import Pipeline, TableConfig
 from sync.isolation import CallFailed, Isolation, is_data_error, isolate
 from sync.sql import schemas
-from sync.sql.dialects import get_dialect, quote_ident, quote_literal
+from sync.sql.dialect import PostgresDialect, quote_ident, quote_literal
 from sync.sql.names import QUARANTINE, RUN_LOG, SCHEMA_DRIFT, table_names
 from sync.sql.objects import SqlObject, pipeline_objects
 from sync.sql.procedure import pending_condition
@@ -30,7 +30,7 @@ def deploy(
     """Create every object that does not exist and replace the replaceable ones.
     Idempotent: a second run creates nothing and leaves every table's data alone."""
     result = DeployResult([], [], [])
-    for obj in pipeline_objects(pipeline, wh.dialect, origin):
+    for obj in pipeline_objects(pipeline, wh.dialect.name, origin):
         label = f"{obj.kind} {obj.schema}.{obj.name}" if obj.kind not in ("schema", "setting") else f"{obj.kind} {obj.name}"
         if obj.kind == "setting":
             wh.execute(obj.sql)
@@ -294,7 +294,7 @@ def status(wh: Warehouse, pipeline: Pipeline) -> list[TableStatus]:
                 "GROUP BY kind, field ORDER BY kind DESC, field",
                 (table.name,),
             )
-        skipped_sql = get_dialect(wh.dialect, schema).stream_errors_sql(schema, n.stream)
+        skipped_sql = wh.dialect.bind_schema(schema).stream_errors_sql(schema, n.stream)
         skipped = wh.query(skipped_sql) if skipped_sql else []
         drift = current_drift(table, [(str(k), str(f), int(e)) for k, f, e in drift])
         out.append(
@@ -327,13 +327,12 @@ class PruneResult:
         return asdict(self)
 
 
-def stream_prune_sql(pipeline: Pipeline, table: TableConfig, dialect: str, cutoff: str) -> str:
+def stream_prune_sql(pipeline: Pipeline, table: TableConfig, d: PostgresDialect, cutoff: str) -> str:
     """Records of a table's stream relation that nothing needs any more: at or below the
     watermark of their partition (applied, or quarantined with their value kept), refreshed
     before the cutoff, and not the record that wrote a stored row (which a revision adding
     a column reads again). Redshift's DELETE takes a streaming materialized view; the
     watermark, not the relation, says what was read, so a later refresh is not affected."""
-    d = get_dialect(dialect, pipeline.schema)
     n = table_names(pipeline, table)
     stream, wm, target = (d.qualified(n.schema, x) for x in (n.stream, n.watermark, n.target))
     # Redshift's DELETE takes no alias: the stream is named in full in the conditions.
@@ -352,7 +351,7 @@ def prune(wh: Warehouse, pipeline: Pipeline, days: int | None = None, stream: bo
     and quarantined records already replayed or discarded. Waiting records are never pruned.
     With `stream`, also the stream records nothing needs any more (`stream_prune_sql`)."""
     days = days if days is not None else pipeline.operations.retention_days
-    d = get_dialect(wh.dialect, pipeline.schema)
+    d = wh.dialect.bind_schema(pipeline.schema)
     cutoff = f"{d.now()} - INTERVAL '{int(days)} days'"
     qual = lambda name: d.qualified(pipeline.schema, name)  # noqa: E731
     with wh.transaction():
@@ -365,8 +364,6 @@ def prune(wh: Warehouse, pipeline: Pipeline, days: int | None = None, stream: bo
             f"DELETE FROM {qual(QUARANTINE)} WHERE handled IN ('replayed', 'discarded') AND handled_at < {cutoff}"
         )
         streams = (
-            {t.name: max(wh.execute(stream_prune_sql(pipeline, t, wh.dialect, cutoff)), 0) for t in pipeline.tables}
-            if stream
-            else {}
+            {t.name: max(wh.execute(stream_prune_sql(pipeline, t, d, cutoff)), 0) for t in pipeline.tables} if stream else {}
         )
     return PruneResult(days, max(run_log, 0), max(drift, 0), max(quarantine, 0), streams)

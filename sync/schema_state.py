@@ -20,10 +20,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from sync.config import OPERATIONAL_SECTIONS, Pipeline, parse_pipeline
+from sync.sql.dialect import DIALECTS
 from sync.sql.objects import SqlObject, pipeline_objects
 
 State = dict[str, Any]
-DIALECTS = ("postgres", "redshift")
 
 
 def object_label(obj: SqlObject) -> str:

@@ -22,7 +22,6 @@ from pathlib import Path
 from typing import Any
 
 from sync.config import Pipeline
-from sync.sql.dialects import quote_ident
 from sync.sql.names import table_names
 from sync.warehouse import Warehouse, WarehouseError
 
@@ -168,7 +167,7 @@ def read_records(path: Path) -> Iterator[tuple[KafkaRecord, bool]]:
 def ingest_records(
     wh: Warehouse, pipeline: Pipeline, table_name: str, records: Iterable[tuple[KafkaRecord, bool]]
 ) -> IngestResult:
-    if wh.dialect != "postgres":
+    if wh.dialect.streaming_ingestion:
         raise WarehouseError(
             "ingest writes the local stream relation of the embedded warehouse; on Redshift the streaming "
             "materialized view reads the topic itself (REFRESH MATERIALIZED VIEW, or AUTO REFRESH YES)"
@@ -180,70 +179,58 @@ def ingest_records(
             f"{names.schema}.{names.stream}, the stream of table {table.name}, does not exist in this database: "
             "run `redshift-sync deploy` first"
         )
-    stream = f"{quote_ident(names.schema)}.{quote_ident(names.stream)}"
+    d = wh.dialect
+    stream = d.qualified(names.schema, names.stream)
     result = IngestResult(table.name)
-    with wh.conn.transaction():
-        cur = wh.conn.cursor()
-        try:
-            # Serialises writers so offsets and refresh_time increase with commit order;
-            # readers (the procedure) are not blocked.
-            cur.execute(f"LOCK TABLE {stream} IN SHARE ROW EXCLUSIVE MODE")
-            cur.execute(f"SELECT kafka_partition, MAX(kafka_offset) FROM {stream} GROUP BY kafka_partition")
-            next_offset = {int(p): int(o) + 1 for p, o in cur.fetchall()}
-            cur.execute("SELECT clock_timestamp()::timestamp")
-            refresh_time = cur.fetchone()[0]
-            result.refresh_time = refresh_time
-            with cur.copy(
-                f"COPY {stream} (kafka_partition, kafka_offset, kafka_timestamp_type, kafka_timestamp, kafka_key, "
-                "kafka_headers, refresh_time, payload, raw_value, key_payload) FROM STDIN"
-            ) as copy:
-                for record, well_formed in records:
-                    if not well_formed:
-                        result.malformed_lines.append(record.lineno)
-                    offset = record.offset
-                    if offset is None:
-                        offset = next_offset.get(record.partition, 0)
-                    next_offset[record.partition] = max(next_offset.get(record.partition, 0), offset + 1)
-                    value = parse_value(record.value)
-                    key = parse_value(record.key)
-                    ts = (
-                        datetime.fromtimestamp(record.timestamp_ms / 1000, tz=timezone.utc).replace(tzinfo=None)
-                        if record.timestamp_ms is not None
-                        else refresh_time
+    with wh.transaction():
+        # Serialises writers so offsets and refresh_time increase with commit order;
+        # readers (the procedure) are not blocked.
+        wh.execute(f"LOCK TABLE {stream}{d.lock_mode}")
+        rows = wh.query(f"SELECT kafka_partition, MAX(kafka_offset) FROM {stream} GROUP BY kafka_partition")
+        next_offset = {int(p): int(o) + 1 for p, o in rows}
+        refresh_time = wh.scalar(f"SELECT {d.now()}")
+        result.refresh_time = refresh_time
+        with wh.copy_from(
+            f"COPY {stream} (kafka_partition, kafka_offset, kafka_timestamp_type, kafka_timestamp, kafka_key, "
+            "kafka_headers, refresh_time, payload, raw_value, key_payload) FROM STDIN"
+        ) as copy:
+            for record, well_formed in records:
+                if not well_formed:
+                    result.malformed_lines.append(record.lineno)
+                offset = record.offset
+                if offset is None:
+                    offset = next_offset.get(record.partition, 0)
+                next_offset[record.partition] = max(next_offset.get(record.partition, 0), offset + 1)
+                value = parse_value(record.value)
+                key = parse_value(record.key)
+                ts = (
+                    datetime.fromtimestamp(record.timestamp_ms / 1000, tz=timezone.utc).replace(tzinfo=None)
+                    if record.timestamp_ms is not None
+                    else refresh_time
+                )
+                headers = dumps_exact(record.headers) if record.headers is not None else None
+                copy.write_row(
+                    (
+                        record.partition,
+                        offset,
+                        "C",
+                        ts,
+                        record.key,
+                        headers,
+                        refresh_time,
+                        value.payload,
+                        value.raw,
+                        key.payload,
                     )
-                    headers = dumps_exact(record.headers) if record.headers is not None else None
-                    copy.write_row(
-                        (
-                            record.partition,
-                            offset,
-                            "C",
-                            ts,
-                            record.key,
-                            headers,
-                            refresh_time,
-                            value.payload,
-                            value.raw,
-                            key.payload,
-                        )
-                    )
-                    result.records += 1
-                    result.unparseable_values += value.raw is not None
-                    result.tombstones += record.value is None
-                    first, _ = result.partitions.get(record.partition, (offset, offset))
-                    result.partitions[record.partition] = (
-                        min(first, offset),
-                        max(result.partitions.get(record.partition, (offset, offset))[1], offset),
-                    )
-        except WarehouseError:
-            raise
-        except Exception as exc:
-            if isinstance(exc, ValueError):
-                raise
-            from sync.warehouse import _describe
-
-            raise WarehouseError(_describe(exc)) from exc
-        finally:
-            cur.close()
+                )
+                result.records += 1
+                result.unparseable_values += value.raw is not None
+                result.tombstones += record.value is None
+                first, _ = result.partitions.get(record.partition, (offset, offset))
+                result.partitions[record.partition] = (
+                    min(first, offset),
+                    max(result.partitions.get(record.partition, (offset, offset))[1], offset),
+                )
     return result
 
 

@@ -8,11 +8,13 @@ PostgreSQL. Both connections run in autocommit, so a CALL is its own transaction
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import unquote, urlsplit
+
+from sync.sql.dialect import PostgresDialect, dialect_for
 
 DSN_ENV_VAR = "REDSHIFT_SYNC_DSN"
 
@@ -28,9 +30,13 @@ class WarehouseError(RuntimeError):
 
 @dataclass
 class Warehouse:
-    dialect: str  # "postgres" | "redshift"
+    """One connection, and the dialect of the engine behind it. The only code that holds
+    the driver's connection: everything else runs SQL through the methods here."""
+
+    dialect: PostgresDialect  # the SQL the engine speaks (sync.sql.dialect)
     dsn: str
-    conn: Any
+    _conn: Any  # psycopg's connection, or redshift_connector's
+    driver: str = "psycopg"  # "psycopg" | "redshift_connector"
 
     def execute(self, sql: str, params: Sequence[Any] | None = None) -> int:
         """Runs one statement; returns the rows it changed (INSERT/UPDATE/DELETE), else -1."""
@@ -56,9 +62,42 @@ class Warehouse:
         rows = self.query(sql, params)
         return rows[0][0] if rows else None
 
+    def execute_batches(self, batches: Sequence[tuple[str, Sequence[Sequence[Any]]]]) -> None:
+        """Each (statement, parameter rows) of `batches`, run once per row, all of them
+        sent in one round trip (psycopg's pipeline mode)."""
+        with self._cursor() as cur, self._conn.pipeline():
+            for sql, rows in batches:
+                cur.executemany(sql, rows)
+
+    @contextmanager
+    def copy_from(self, sql: str) -> Iterator[Any]:
+        """`COPY ... FROM STDIN` (PostgreSQL): yields psycopg's Copy, to `write(bytes)` or
+        `write_row(values)`; the COPY ends with the block. The server's errors become a
+        WarehouseError; the block's own errors pass unchanged."""
+        with self._driver_errors(), self._conn.cursor() as cur, cur.copy(sql) as copy:
+            yield copy
+
+    def copy_out(self, sql: str) -> bytes:
+        """All the data of a `COPY ... TO STDOUT` (PostgreSQL)."""
+        data = bytearray()
+        with self._driver_errors(), self._conn.cursor() as cur, cur.copy(sql) as copy:
+            for chunk in copy:
+                data += chunk
+        return bytes(data)
+
+    @contextmanager
+    def notices(self, handler: Callable[[Any], None]) -> Iterator[None]:
+        """Calls `handler` with each notice (RAISE NOTICE) the server sends during the block:
+        psycopg's Diagnostic, with `message_primary`."""
+        self._conn.add_notice_handler(handler)
+        try:
+            yield
+        finally:
+            self._conn.remove_notice_handler(handler)
+
     @contextmanager
     def _cursor(self) -> Iterator[Any]:
-        cur = self.conn.cursor()
+        cur = self._conn.cursor()
         try:
             yield cur
         except Exception as exc:
@@ -69,11 +108,20 @@ class Warehouse:
             cur.close()
 
     @contextmanager
+    def _driver_errors(self) -> Iterator[None]:
+        import psycopg
+
+        try:
+            yield
+        except psycopg.Error as exc:
+            raise WarehouseError(_describe(exc), _sqlstate(exc)) from exc
+
+    @contextmanager
     def transaction(self) -> Iterator[Warehouse]:
         """An explicit transaction on this connection: committed when the block ends,
         rolled back when it raises (the block's error is the one that propagates)."""
-        if self.dialect == "postgres":
-            with self.conn.transaction():
+        if self.driver == "psycopg":
+            with self._conn.transaction():
                 yield self
             return
         self.execute("BEGIN")
@@ -98,7 +146,7 @@ class Warehouse:
 
     def close(self) -> None:
         try:
-            self.conn.close()
+            self._conn.close()
         except Exception:  # closing a broken connection must not hide the original error
             pass
 
@@ -176,9 +224,10 @@ def connect(dsn: str | None = None) -> Warehouse:
         from sync import embedded
 
         resolved = embedded.start()
-    dialect = dialect_of(resolved)
-    conn = _connect_redshift(resolved) if dialect == "redshift" else _connect_postgres(resolved)
-    return Warehouse(dialect, resolved, conn)
+    name = dialect_of(resolved)
+    if name == "redshift":
+        return Warehouse(dialect_for(name), resolved, _connect_redshift(resolved), "redshift_connector")
+    return Warehouse(dialect_for(name), resolved, _connect_postgres(resolved))
 
 
 def sqlalchemy_url(dsn: str) -> str:

@@ -16,7 +16,7 @@ import pytest
 
 from sync.config import Pipeline, TableConfig
 from sync.debezium import ChangeStream, MySqlSource
-from sync.sql.dialects import quote_ident
+from sync.sql.dialect import quote_ident
 from sync.sql.names import QUARANTINE, RUN_LOG, table_names
 from sync.warehouse import Warehouse
 from tests.cdc_model import TopicModel

@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 
 from sync.backfill import merge_stage
 from sync.sql.backfill_merge import BackfillSql
-from sync.sql.dialects import get_dialect
+from sync.sql.dialect import dialect_for
 
 T0 = datetime(2024, 1, 1)
 KEYS = ["K0", "K1", "K2"]
@@ -85,7 +85,7 @@ def load_state(wh, state: dict) -> None:
 
 
 def fresh_stage(wh, pipeline) -> BackfillSql:
-    sql = BackfillSql(get_dialect("postgres", "cdc"), pipeline, pipeline.table("customer"))
+    sql = BackfillSql(dialect_for("postgres", "cdc"), pipeline, pipeline.table("customer"))
     wh.execute(sql.drop_stage_table())
     wh.execute(sql.stage_table())
     return sql

@@ -11,7 +11,7 @@ from sqlglot import exp
 
 from sync.sql.backfill_merge import BackfillSql
 from sync.sql.buckets import ReconcileSql
-from sync.sql.dialects import get_dialect
+from sync.sql.dialect import dialect_for
 from tests.helpers import REPO
 
 GOLDEN = REPO / "tests" / "golden" / "backfill"
@@ -19,7 +19,7 @@ ROLE = "arn:aws:iam::123456789012:role/redshift-copy"
 
 
 def rendered(pipeline, table_name: str, dialect: str) -> str:
-    d = get_dialect(dialect, pipeline.schema)
+    d = dialect_for(dialect, pipeline.schema)
     table = pipeline.table(table_name)
     merge = BackfillSql(d, pipeline, table).script()
     rec = ReconcileSql(d, pipeline, table, 64, list(table.columns))
@@ -38,7 +38,7 @@ def test_golden(example_pipeline, table, dialect):
 
 @pytest.mark.parametrize("table", ["customer", "orders"])
 def test_redshift_statements_parse(example_pipeline, table):
-    d = get_dialect("redshift", example_pipeline.schema)
+    d = dialect_for("redshift", example_pipeline.schema)
     t = example_pipeline.table(table)
     b = BackfillSql(d, example_pipeline, t)
     rec = ReconcileSql(d, example_pipeline, t, 16, list(t.columns))
@@ -59,7 +59,7 @@ def test_merge_locks_the_watermark_first_and_never_the_target(example_pipeline, 
     # r_LOCK: "LOCK ... causes reads and writes on the table to wait": locking the target
     # would make every reader wait for the whole COPY. The watermark, which every sync
     # locks first, is enough to serialize the two writers.
-    d = get_dialect(dialect, "cdc")
+    d = dialect_for(dialect, "cdc")
     lock = BackfillSql(d, example_pipeline, example_pipeline.table("customer")).lock()
     statement = lock.splitlines()[-1]
     assert statement.startswith('LOCK TABLE "cdc"."customer__watermark"')

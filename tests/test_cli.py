@@ -76,12 +76,13 @@ def test_errors_are_one_clear_line_and_a_nonzero_exit(database_dsn, tmp_path):
 
 def test_ingest_refuses_redshift(tmp_path):
     from sync.config import load_pipeline
+    from sync.sql.dialect import dialect_for
     from sync.stream import ingest_file
     from sync.warehouse import Warehouse, WarehouseError
 
     pipeline, _ = load_pipeline(PIPELINE)
     with pytest.raises(WarehouseError, match="streaming materialized view reads the topic itself"):
-        ingest_file(Warehouse("redshift", "redshift://x", None), pipeline, "customer", EVENTS / "customer-1.jsonl")
+        ingest_file(Warehouse(dialect_for("redshift"), "redshift://x", None), pipeline, "customer", EVENTS / "customer-1.jsonl")
 
 
 def test_generate_writes_redshift_and_postgres(tmp_path):

@@ -13,7 +13,7 @@ import sqlglot
 from sync.config import parse_pipeline
 from sync.debezium import ChangeStream, PostgresSource
 from sync.runner import deploy
-from sync.sql.dialects import get_dialect
+from sync.sql.dialect import dialect_for
 from sync.sql.objects import pipeline_objects
 from sync.sql.procedure import schema_drift_sql, stage_insert_sql, toast_sql
 from tests.helpers import EXAMPLES, feed
@@ -32,7 +32,7 @@ def test_redshift_statements_parse(name):
         if obj.kind not in ("procedure", "external_schema"):
             sqlglot.parse(obj.sql, read="redshift", error_level=sqlglot.ErrorLevel.RAISE)
     # The statements of the procedure body that carry the Debezium logic parse too.
-    d = get_dialect("redshift", pipeline.schema)
+    d = dialect_for("redshift", pipeline.schema)
     for table in pipeline.tables:
         statements = [stage_insert_sql(d, pipeline, table), *schema_drift_sql(d, pipeline, table).split(";\n")]
         if any(c.sql_type.family in ("varchar", "super") for c in table.value_columns):  # the statements between IF ... END IF

@@ -13,7 +13,7 @@ from sqlglot import exp
 
 from sync.config import parse_pipeline
 from sync.generate import render_files
-from sync.sql.dialects import get_dialect
+from sync.sql.dialect import dialect_for
 from sync.sql.procedure import APPLY_STEPS, SYNC_STEPS, apply_batch_sql
 from sync.sql.statements import body_sql_statements, procedure_body, split_statements
 from tests.helpers import EXAMPLES, REPO
@@ -116,7 +116,7 @@ def test_each_step_of_the_procedure_declares_the_variables_it_uses(dialect: str)
     checked = 0
     for pipeline_path in EXAMPLE_PIPELINES:
         pipeline = parse_pipeline(tomllib.loads(pipeline_path.read_text()))
-        d = get_dialect(dialect, pipeline.schema)
+        d = dialect_for(dialect, pipeline.schema)
         for table in pipeline.tables:
             for step in (*SYNC_STEPS, *APPLY_STEPS):
                 if step.sql is apply_batch_sql or not step.applies(d, table):

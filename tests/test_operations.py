@@ -18,6 +18,7 @@ import pytest
 from sync.debezium import ChangeStream, MySqlSource
 from sync.report import readable_seconds
 from sync.runner import prune, status
+from sync.sql.dialect import dialect_for
 from tests.helpers import EXAMPLES, REPO, ingest, make_pipeline, sync_one
 from tests.test_migrations import EVENTS, project, revise, upgraded  # noqa: F401  (fixtures)
 
@@ -275,6 +276,8 @@ def test_prune_stream_sql_for_redshift_parses():
     pipeline = make_pipeline(
         '[[tables]]\nname = "item"\ntopic = "t"\nprimary_key = ["id"]\ncolumns = [{ name = "id", type = "integer" }]\n'
     )
-    sql = stream_prune_sql(pipeline, pipeline.tables[0], "redshift", "GETDATE() - INTERVAL '30 days'")
+    sql = stream_prune_sql(
+        pipeline, pipeline.tables[0], dialect_for("redshift", pipeline.schema), "GETDATE() - INTERVAL '30 days'"
+    )
     statement = sqlglot.parse_one(sql, read="redshift")
     assert statement.key == "delete" and '"cdc"."item__stream".kafka_offset <=' in sql

@@ -12,7 +12,7 @@ import sqlglot
 from sync.config import load_pipeline
 from sync.debezium import ChangeStream, MySqlSource, write_jsonl
 from sync.sql import recovery
-from sync.sql.dialects import get_dialect
+from sync.sql.dialect import dialect_for
 from tests.helpers import EXAMPLES
 from tests.test_cli import run
 
@@ -243,7 +243,7 @@ def test_recovery_sql_is_redshift_sql_with_every_identifier_quoted(table_name):
 
     pipeline, _ = load_pipeline(PIPELINE)
     table = pipeline.table(table_name)
-    d = get_dialect("redshift", pipeline.schema)
+    d = dialect_for("redshift", pipeline.schema)
     at = datetime(2026, 11, 24, 3, 0, 0, 123456)
     statements = [
         recovery.watermark_text_sql(d, pipeline, table),

@@ -18,7 +18,7 @@ import pytest
 from sync.config import Pipeline
 from sync.debezium import ChangeStream, MySqlSource, PostgresSource
 from sync.runner import RunSummary, sync
-from sync.sql.dialects import RedshiftDialect, get_dialect
+from sync.sql.dialect import RedshiftDialect, dialect_for
 from sync.sql.names import SCHEMA_DRIFT, table_names
 from sync.sql.objects import pipeline_objects
 from sync.warehouse import WarehouseError
@@ -214,7 +214,7 @@ def test_drop_procedure_without_if_exists(rs):
     # Row 9, r_DROP_PROCEDURE.
     wh, schema = rs
     deploy(wh, CUSTOMER, schema)
-    d = get_dialect("redshift", schema)
+    d = dialect_for("redshift", schema)
     wh.execute(d.drop_procedure(d.qualified(schema, "incremental_sync_customer")))
     assert (
         wh.scalar(

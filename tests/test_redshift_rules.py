@@ -18,7 +18,7 @@ from sqlglot import exp
 from sync.config import Pipeline, parse_pipeline
 from sync.generate import render_files
 from sync.sql.backfill_merge import BackfillSql
-from sync.sql.dialects import RedshiftDialect, get_dialect
+from sync.sql.dialect import RedshiftDialect, dialect_for
 from sync.sql.names import table_names
 from sync.sql.objects import auto_refresh_requirements
 from sync.sql.statements import body_sql_statements, procedure_body, split_statements
@@ -316,7 +316,7 @@ def test_no_lock_on_a_target(path: Path):
     for code in codes:
         locked = _locked(code)
         assert locked[0].endswith('__watermark"') and set(locked) <= control and not set(locked) & targets, locked
-    d = get_dialect("redshift", pipeline.schema)
+    d = dialect_for("redshift", pipeline.schema)
     for table in pipeline.tables:
         locked = _locked(BackfillSql(d, pipeline, table).lock())
         assert locked[0].endswith('__watermark"') and not set(locked) & targets, locked
@@ -367,7 +367,7 @@ def test_procedures_set_what_their_casts_rely_on_and_analyze_the_stage(path: Pat
 
 def test_drop_procedure_has_no_if_exists_on_redshift():
     # r_DROP_PROCEDURE: "DROP PROCEDURE sp_name ( [ [ argname ] [ argmode ] argtype [, ...] ] )".
-    d = get_dialect("redshift", "cdc")
+    d = dialect_for("redshift", "cdc")
     tree = sqlglot.parse_one(d.drop_procedure('"cdc"."incremental_sync_x"'), read="redshift")
     assert isinstance(tree, exp.Drop) and tree.args["kind"] == "PROCEDURE" and not tree.args.get("exists")
     golden = (REPO / "tests" / "golden" / "alembic_upgrade_redshift.sql").read_text()
@@ -379,7 +379,7 @@ def test_mixed_case_topics_name_the_parameter_group_setting(capsys):
     # we recommend setting the enable_case_sensitive_identifier value in your cluster or
     # workgroup's parameter group." A streaming MV names its topic as a quoted identifier.
     salesdb = _example(EXAMPLES / "salesdb" / "pipeline.toml")
-    (warning,) = auto_refresh_requirements(salesdb)
+    (warning,) = auto_refresh_requirements(salesdb, dialect_for("redshift"))
     assert (
         "salesdb.salesdb.CUSTOMER" in warning and "ParameterName=enable_case_sensitive_identifier,ParameterValue=true" in warning
     )
@@ -387,7 +387,10 @@ def test_mixed_case_topics_name_the_parameter_group_setting(capsys):
     mv = next(s for s in split_statements(files["customer.sql"]) if "CREATE MATERIALIZED VIEW" in s)
     assert "enable_case_sensitive_identifier = true in the parameter group" in mv
     lower = _example(EXAMPLES / "debezium_shapes" / "pipeline.toml")
-    assert all(t.topic == t.topic.lower() for t in lower.tables) and auto_refresh_requirements(lower) == []
+    assert (
+        all(t.topic == t.topic.lower() for t in lower.tables) and auto_refresh_requirements(lower, dialect_for("redshift")) == []
+    )
+    assert auto_refresh_requirements(salesdb, dialect_for("postgres")) == []  # no streaming view locally
 
 
 @examples
@@ -396,7 +399,7 @@ def test_backfill_parses_the_json_it_stages_from_parquet(path: Path):
     # string, not as the JSON it holds (nested types need SERIALIZETOJSON). The backfill
     # writes JSON text: it is staged as VARCHAR and parsed into the target's SUPER column.
     pipeline = _example(path)
-    d = get_dialect("redshift", pipeline.schema)
+    d = dialect_for("redshift", pipeline.schema)
     checked = 0
     for table in pipeline.tables:
         b = BackfillSql(d, pipeline, table)
@@ -425,11 +428,11 @@ def test_records_the_stream_skipped_are_listed_by_status(capsys):
     from sync.report import print_status
     from sync.runner import TableStatus
 
-    d = get_dialect("redshift", "cdc")
+    d = dialect_for("redshift", "cdc")
     tree = sqlglot.parse_one(d.stream_errors_sql("cdc", "customer__stream"), read="redshift")
     assert tree.find(exp.Table).name.upper() == "SYS_STREAM_SCAN_ERRORS"
     assert {"'customer__stream'", "'cdc.customer__stream'"} <= {lit.sql() for lit in tree.find_all(exp.Literal)}
-    assert get_dialect("postgres", "cdc").stream_errors_sql("cdc", "customer__stream") is None
+    assert dialect_for("postgres", "cdc").stream_errors_sql("cdc", "customer__stream") is None
     row = TableStatus("customer", True, {0: 5}, 0, 3, None, None, 0, [], [], [("Record size exceeds limit", 2)])
     print_status([row], Console(width=120))
     assert "customer: 2 record(s) skipped by streaming ingestion: Record size exceeds limit" in capsys.readouterr().out

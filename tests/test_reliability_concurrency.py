@@ -117,7 +117,7 @@ def test_a_caller_that_will_not_wait_for_the_lock_fails_cleanly_and_changes_noth
     history = History(seed=7, keys=20)
     ingest_file(holder, pipeline, table.name, write_jsonl(history.events(40), tmp_path / "refresh.jsonl"))
     caller.execute("SET lock_timeout = '20ms'")
-    with holder.conn.transaction():  # another sync holds the table's lock
+    with holder.transaction():  # another sync holds the table's lock
         holder.execute(f'LOCK TABLE cdc."{table.name}__watermark" IN SHARE ROW EXCLUSIVE MODE')
         (run,) = sync(caller, pipeline, [table.name])
     assert run.status == "failed" and "lock timeout" in (run.error or ""), run

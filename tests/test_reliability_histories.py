@@ -9,7 +9,7 @@ import random
 import pytest
 
 from sync.runner import deploy, sync
-from sync.sql.dialects import quote_ident
+from sync.sql.dialect import quote_ident
 from sync.sql.names import table_names
 from sync.stream import ingest_file
 from tests.cdc_model import expected_rows

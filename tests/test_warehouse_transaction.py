@@ -8,10 +8,10 @@ import dataclasses
 import pytest
 
 
-@pytest.mark.parametrize("dialect", ["postgres", "redshift"])
-def test_commits_on_success_and_rolls_back_with_the_blocks_error(wh, dialect):
+@pytest.mark.parametrize("driver", ["psycopg", "redshift_connector"])
+def test_commits_on_success_and_rolls_back_with_the_blocks_error(wh, driver):
     wh.execute("CREATE TABLE tx_probe (n int)")
-    w = dataclasses.replace(wh, dialect=dialect)
+    w = dataclasses.replace(wh, driver=driver)
     with w.transaction():
         w.execute("INSERT INTO tx_probe VALUES (1)")
     with pytest.raises(RuntimeError, match="the block's own error"):

@@ -7,7 +7,7 @@ from collections.abc import Mapping, Sequence
 
 from sync.config import TableConfig
 from sync.sql import schemas
-from sync.sql.dialects import PostgresDialect
+from sync.sql.dialect import PostgresDialect
 
 
 def key_match(d: PostgresDialect, keys: Sequence[str], a: str, b: str) -> str:

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from sync.config import Pipeline, TableConfig
 from sync.sql import schemas
 from sync.sql.apply import insert_deleted_keys_sql, key_match, soft_delete_sql
-from sync.sql.dialects import PostgresDialect
+from sync.sql.dialect import PostgresDialect
 from sync.sql.names import table_names
 
 

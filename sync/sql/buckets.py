@@ -17,7 +17,7 @@ differs (a dialect method).
 from __future__ import annotations
 
 from sync.config import ColumnConfig, Pipeline, TableConfig
-from sync.sql.dialects import PostgresDialect
+from sync.sql.dialect import PostgresDialect
 from sync.sql.names import table_names
 from sync.sql.types import SqlType
 

@@ -12,7 +12,7 @@ rows a backfill loaded carry no Kafka position and stay NULL as well.
 from __future__ import annotations
 
 from sync.config import ColumnConfig, Pipeline, TableConfig
-from sync.sql.dialects import PostgresDialect
+from sync.sql.dialect import PostgresDialect
 from sync.sql.envelope import envelope_sql, unwrap_schema
 from sync.sql.names import table_names
 from sync.sql.procedure import raw_field_sql, read_as_text, toastable, unavailable_sql

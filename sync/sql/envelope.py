@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from sync.config import TableConfig
-from sync.sql.dialects import PostgresDialect
+from sync.sql.dialect import PostgresDialect
 
 # Width of each zero-padded part of the position key: compared as text, equal-width
 # decimal strings order like the numbers they spell.

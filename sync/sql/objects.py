@@ -10,8 +10,7 @@ from dataclasses import dataclass
 
 from sync.config import Pipeline, TableConfig
 from sync.sql import schemas
-from sync.sql.dialects import PostgresDialect, RedshiftDialect, get_dialect, quote_literal
-from sync.sql.helpers import helper_functions
+from sync.sql.dialect import PostgresDialect, dialect_for, quote_literal
 from sync.sql.names import QUARANTINE, RUN_LOG, SCHEMA_DRIFT, table_names
 from sync.sql.procedure import isolate_record_sql, procedure_sql, scheduled_procedure_sql
 
@@ -19,12 +18,12 @@ from sync.sql.procedure import isolate_record_sql, procedure_sql, scheduled_proc
 CASE_SETTING = "enable_case_sensitive_identifier"
 
 
-def auto_refresh_requirements(pipeline: Pipeline) -> list[str]:
-    """What the cluster or workgroup must be set up with before the Redshift objects work.
+def auto_refresh_requirements(pipeline: Pipeline, d: PostgresDialect) -> list[str]:
+    """What the cluster or workgroup must be set up with before the streaming views work.
     The procedures set what they need for their own session; a materialized view's AUTO
     REFRESH runs in no session of ours, and AWS recommends the parameter group for it."""
     topics = [t.topic for t in pipeline.tables if t.topic != t.topic.lower()]
-    if not topics:
+    if not topics or not d.streaming_ingestion:
         return []
     return [
         f"topic(s) {', '.join(topics)} have upper-case letters; a streaming materialized view names its "
@@ -80,7 +79,7 @@ def _external_schema(d: PostgresDialect, pipeline: Pipeline) -> str:
 
 def _stream_objects(d: PostgresDialect, pipeline: Pipeline, table: TableConfig) -> list[SqlObject]:
     n = table_names(pipeline, table)
-    if isinstance(d, RedshiftDialect):
+    if d.streaming_ingestion:
         # Kept trivial: errors in a streaming MV block ingestion, and a re-created MV
         # re-reads the topic from offset 0. Records that do not parse keep their raw value;
         # JSON_PARSE only ever gets a value CAN_JSON_PARSE accepts (its argument is guarded:
@@ -149,7 +148,7 @@ def table_objects(d: PostgresDialect, pipeline: Pipeline, table: TableConfig, or
         n.schema,
         n.watermark,
         [*schemas.definitions(d, schemas.WATERMARK), "PRIMARY KEY (kafka_partition)"],
-        "\nDISTSTYLE ALL" if isinstance(d, RedshiftDialect) else "",
+        d.control_table_attributes.get("watermark", ""),
     )
     objects = [
         *_stream_objects(d, pipeline, table),
@@ -187,21 +186,20 @@ def shared_objects(d: PostgresDialect, pipeline: Pipeline) -> list[SqlObject]:
     for setting in d.session_settings:
         objects.append(SqlObject("setting", schema, "session", setting, replaceable=True))
     objects.append(SqlObject("schema", schema, schema, f"CREATE SCHEMA IF NOT EXISTS {d.q(schema)};"))
-    if isinstance(d, RedshiftDialect):
+    if d.streaming_ingestion:
         objects.append(
             SqlObject(
                 "external_schema", pipeline.source.external_schema, pipeline.source.external_schema, _external_schema(d, pipeline)
             )
         )
-    if d.has_helper_functions:
-        for name, sql in helper_functions(schema):
-            objects.append(SqlObject("function", schema, name, sql, replaceable=True))
+    for name, sql in d.helper_functions(schema):
+        objects.append(SqlObject("function", schema, name, sql, replaceable=True))
     run_log = _create_table(
         d,
         schema,
         RUN_LOG,
         schemas.definitions(d, schemas.RUN_LOG),
-        "\nSORTKEY (started_at)" if isinstance(d, RedshiftDialect) else "",
+        d.control_table_attributes.get("run_log", ""),
     )
     quarantine = _create_table(
         d,
@@ -222,7 +220,7 @@ def shared_objects(d: PostgresDialect, pipeline: Pipeline) -> list[SqlObject]:
 
 
 def pipeline_objects(pipeline: Pipeline, dialect: str, origin: str) -> list[SqlObject]:
-    d = get_dialect(dialect, pipeline.schema)
+    d = dialect_for(dialect, pipeline.schema)
     objects = shared_objects(d, pipeline)
     for table in pipeline.tables:
         objects.extend(table_objects(d, pipeline, table, origin))

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from sync.config import ColumnConfig, Pipeline, TableConfig
 from sync.sql import schemas
 from sync.sql.apply import insert_deleted_keys_sql, key_match, soft_delete_sql
-from sync.sql.dialects import PostgresDialect, quote_literal
+from sync.sql.dialect import PostgresDialect, quote_literal
 from sync.sql.envelope import envelope_sql, source_sql, unwrap_schema
 from sync.sql.names import QUARANTINE, RUN_LOG, SCHEMA_DRIFT, table_names
 from sync.sql.semantic import DecodeSql, check_column, decode_sql

@@ -21,7 +21,7 @@ from datetime import datetime, timedelta
 
 from sync.config import Pipeline, TableConfig
 from sync.sql import schemas
-from sync.sql.dialects import PostgresDialect
+from sync.sql.dialect import PostgresDialect
 from sync.sql.names import RUN_LOG, table_names
 from sync.sql.procedure import WATERMARK_ITEM
 

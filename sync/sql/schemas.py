@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from sync.config import ColumnConfig, TableConfig
-from sync.sql.dialects import PostgresDialect
+from sync.sql.dialect import PostgresDialect
 from sync.sql.types import SqlType
 
 JSON = "json"

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 
 from sync.config import ColumnConfig
 from sync.semantic import MAX_DECIMAL_DIGITS
-from sync.sql.dialects import PostgresDialect
+from sync.sql.dialect import PostgresDialect
 from sync.sql.types import SqlType
 from sync.vocabulary import BASE64_PATTERN, EPOCH_UNITS, TIME_UNITS, ZONED_PATTERN, Semantic
 

@@ -15,7 +15,7 @@ from backfill.conform import spark_type
 from backfill.reconcile import hash_number, key_text, row_checksum
 from sync.runner import deploy
 from sync.sql.buckets import ReconcileSql
-from sync.sql.dialects import get_dialect
+from sync.sql.dialect import dialect_for
 from tests.helpers import make_pipeline
 
 pytestmark = pytest.mark.spark
@@ -65,7 +65,7 @@ def test_spark_and_postgres_agree(wh, spark, data):
     cols = [c.target_name for c in TABLE.columns]
     for r in data:
         wh.execute(f'INSERT INTO cdc."things" ({", ".join(cols)}) VALUES ({", ".join(["%s"] * len(cols))})', r)
-    sql = ReconcileSql(get_dialect("postgres", "cdc"), PIPELINE, TABLE, 7, list(TABLE.columns))
+    sql = ReconcileSql(dialect_for("postgres", "cdc"), PIPELINE, TABLE, 7, list(TABLE.columns))
     in_sql = {k: (c, ts is None) for k, c, ts, _ in wh.query(sql.bucket_rows(list(range(7))))}
 
     from pyspark.sql import types as T

@@ -14,7 +14,7 @@ from backfill.normalise import column_position as spark_position
 from sync.backfill import run_backfill
 from sync.config import parse_pipeline
 from sync.runner import deploy, sync
-from sync.sql.dialects import PostgresDialect
+from sync.sql.dialect import PostgresDialect
 from sync.sql.envelope import column_position
 from sync.stream import ingest_file
 from sync.warehouse import connect
