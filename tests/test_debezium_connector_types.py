@@ -267,7 +267,7 @@ def test_connector_types_infer_and_decode_exactly(wh, connector):
     reasons = dict(wh.query("SELECT kafka_offset, reason FROM cdc.sync_quarantine WHERE table_name = 't'"))
     for offset, (name, value) in enumerate(UNDECODABLE[connector], start=1):
         col = table.column_by_any_name(name)
-        assert reasons[offset] == field_reason(col), name
+        assert reasons[offset] == field_reason(col.name, col.semantic, col.sql_type), name
         if col.semantic:
             with pytest.raises(UndecodableValue):
                 decode_for_column(col.semantic, col.scale, col.type, value)

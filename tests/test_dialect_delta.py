@@ -13,7 +13,7 @@ import pytest
 
 from sync.sql.dialect import DIALECTS, PostgresDialect, RedshiftDialect, dialect_for, redshift
 from sync.sql.types import ALIASES, parse_type
-from tests.conftest import REPO
+from tests.helpers import REPO
 
 
 def _overrides() -> set[str]:
