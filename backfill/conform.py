@@ -24,10 +24,10 @@ from pyspark.sql import types as T
 from backfill import json_tokens
 from backfill.compat import try_cast
 from sync.config import ColumnConfig, TableConfig
-from sync.semantic import UndecodableValue, decode_for_column
+from sync.debezium.decode import UndecodableValue, decode_for_column
+from sync.debezium.vocabulary import EPOCH_UNITS, NUMBER_PATTERN, TIME_UNITS, ZONED_PATTERN, Semantic, field_reason, key_reason
 from sync.sql.semantic import MAX_EPOCH_DAYS, MAX_EPOCH_SECONDS, MIN_EPOCH_DAYS, MIN_EPOCH_SECONDS
 from sync.sql.types import INTEGER_BOUNDS, SqlType
-from sync.vocabulary import EPOCH_UNITS, NUMBER_PATTERN, TIME_UNITS, ZONED_PATTERN, Semantic, field_reason, key_reason
 
 # A decoder gets the raw field, its Spark type and, for JSON inputs, the token-aware
 # `exact_value`.
@@ -165,7 +165,7 @@ def plain_value(raw: Column, dtype: T.DataType, sql_type: SqlType, exact: Column
 # Each decoder reads the raw value of a Debezium semantic type (text from JSON, or a number
 # from a typed snapshot) and returns the column's value, or NULL when it does not decode
 # (which rejects the row). The rules are those of the SQL (`sync/sql/semantic.py`) and of
-# the reference decoder (`sync/semantic.py`): same range checks, sub-microsecond digits
+# the reference decoder (`sync/debezium/decode.py`): same range checks, sub-microsecond digits
 # truncated toward zero, decimals rounded half away from zero to the column's scale.
 
 _BIGINT = SqlType("bigint")

@@ -23,8 +23,8 @@ from pyspark.sql import types as T
 from backfill.compat import try_cast
 from backfill.conform import exact_name, exact_value, raw_name
 from sync.config import ColumnConfig, TableConfig
+from sync.debezium.vocabulary import EPOCH_UNITS, Reason
 from sync.sql.envelope import ISO_TIMESTAMP, LSN_PATTERN, LSN_WIDTH, NUMBER_PATTERN, POS_WIDTH
-from sync.vocabulary import EPOCH_UNITS, Reason
 
 SOURCE_TS_COLUMNS = ("_source_ts", "__source_ts_ms")
 

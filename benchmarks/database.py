@@ -10,7 +10,7 @@ from collections.abc import Iterator, Sequence
 
 from benchmarks.workload import PIPELINE, REPO
 from sync.config import Pipeline, load_pipeline
-from sync.runner import deploy
+from sync.operations.runner import deploy
 from sync.warehouse import Warehouse, connect
 
 SCHEMAS = ("bench",)  # created by the baselines, besides the pipeline's schema

@@ -164,7 +164,7 @@ def empty_sync(b: Bench) -> None:
 
 def backfill_available() -> str | None:
     """None when the backfill and reconcile modules exist, else why the phase is skipped."""
-    missing = [mod for mod in ("sync.backfill", "sync.reconcile") if importlib.util.find_spec(mod) is None]
+    missing = [mod for mod in ("sync.operations.backfill", "sync.operations.reconcile") if importlib.util.find_spec(mod) is None]
     if missing:
         return f"skipped: {' and '.join(missing)} not importable in this checkout (backfill/reconcile not built yet)"
     return None
@@ -198,7 +198,7 @@ def write_snapshot(directory: Path, rows: int) -> tuple[Path, Path]:
 def _backfill_and_copy(b: Bench, label: str, rows: int, directory: Path) -> Path:
     """A snapshot of `rows` rows: a raw COPY of its CSV into an empty unlogged table, then
     the backfill of its Parquet into the emptied target. Returns the Parquet path."""
-    from sync.backfill import run_backfill  # type: ignore[import-not-found]
+    from sync.operations.backfill import run_backfill  # type: ignore[import-not-found]
 
     b.progress(f"{label}: writing a {rows:,}-row snapshot (Parquet and CSV)")
     parquet, csv = write_snapshot(directory, rows)
@@ -230,7 +230,7 @@ def backfill(b: Bench) -> None:
     reconcile with counts only and with a checksum over all columns. Then both at a larger
     size: the cost per row beyond start-up is the difference of the two sizes' times over
     the difference of their rows."""
-    from sync.reconcile import run_reconcile  # type: ignore[import-not-found]
+    from sync.operations.reconcile import run_reconcile  # type: ignore[import-not-found]
 
     rows, large = b.sizes.snapshot_rows, b.sizes.snapshot_rows_large
     columns = [c.target_name for c in b.pipeline.table(TABLE).columns]
@@ -249,7 +249,7 @@ def backfill(b: Bench) -> None:
             ),
         )
         # The first backfill started Spark: the small size again, warm, for the per-row cost.
-        from sync.backfill import run_backfill  # type: ignore[import-not-found]
+        from sync.operations.backfill import run_backfill  # type: ignore[import-not-found]
 
         reset(b.wh, b.rel)
         b.progress("backfill: run_backfill again, Spark started")

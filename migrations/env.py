@@ -16,7 +16,7 @@ from logging.config import fileConfig
 from alembic import context
 from sqlalchemy import create_engine, pool
 
-from sync.revisions import database_url, pipeline_warning
+from sync.schema.revisions import database_url, pipeline_warning
 
 config = context.config
 if config.config_file_name is not None and config.attributes.get("configure_logger", True):

@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from typing import Union
 
 % if state:
-from sync.migrate import Revision
+from sync.schema.migrate import Revision
 % else:
 import sqlalchemy as sa
 from alembic import op

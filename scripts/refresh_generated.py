@@ -25,8 +25,8 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from sync.config import parse_pipeline  # noqa: E402
-from sync.generate import render_files, write_files  # noqa: E402
-from sync.schema_state import state_for  # noqa: E402
+from sync.schema.state import state_for  # noqa: E402
+from sync.sql.render import render_files, write_files  # noqa: E402
 
 GOLDEN_TESTS = ["tests/test_migrations_sql.py", "tests/test_backfill_sql.py", "tests/test_column_fill.py"]
 

@@ -1,3 +1,3 @@
-from sync.cli import main
+from sync.cli.app import main
 
 main()

@@ -15,8 +15,8 @@ from typing import Annotated, Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from sync.debezium.vocabulary import Semantic
 from sync.sql.types import SqlType, parse_type
-from sync.vocabulary import Semantic
 
 DEFAULT_CONFIG_PATH = "pipeline.toml"
 CONFIG_ENV_VAR = "REDSHIFT_SYNC_CONFIG"

@@ -221,7 +221,7 @@ def connect(dsn: str | None = None) -> Warehouse:
     """Connect to the DSN given, else REDSHIFT_SYNC_DSN, else the embedded PostgreSQL."""
     resolved = resolve_dsn(dsn)
     if resolved is None:
-        from sync import embedded
+        from sync.local import embedded
 
         resolved = embedded.start()
     name = dialect_of(resolved)

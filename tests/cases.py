@@ -1,7 +1,7 @@
 """Debezium semantic-type cases that both decoders are held to: the SQL of the generated
 procedure (tests/test_semantic_types.py) and the backfill's Spark conform
 (tests/spark/test_semantic_parity.py), each also against the reference decoder
-`sync.semantic.decode_for_column`.
+`sync.debezium.decode.decode_for_column`.
 
 The exact values follow Debezium's documentation of the temporal, decimal and JSON types
 (https://debezium.io/documentation/reference/stable/connectors/mysql.html#mysql-data-types,
@@ -17,7 +17,7 @@ import base64
 from datetime import date, datetime, time, timezone
 from decimal import Decimal
 
-from sync.semantic import conform_decimal, decode_for_column
+from sync.debezium.decode import conform_decimal, decode_for_column
 
 DATE = "io.debezium.time.Date"
 TS, MTS, NTS = "io.debezium.time.Timestamp", "io.debezium.time.MicroTimestamp", "io.debezium.time.NanoTimestamp"

@@ -13,7 +13,7 @@ from collections.abc import Iterator
 import pytest
 
 from sync.config import Pipeline, parse_pipeline
-from sync.runner import deploy
+from sync.operations.runner import deploy
 from sync.warehouse import Warehouse, connect
 from tests.helpers import EXAMPLES, fresh_database
 

@@ -81,7 +81,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
-from sync.debezium import lsn_text
+from sync.debezium.events import lsn_text
 
 KEY_FIELDS = ("ID", "REGION")
 Key = tuple[int, str]

@@ -11,8 +11,8 @@ from pathlib import Path
 from typing import Any
 
 from sync.config import Pipeline, parse_pipeline
-from sync.runner import RunSummary, sync
-from sync.stream import IngestResult, ingest_records, parse_line
+from sync.local.stream import IngestResult, ingest_records, parse_line
+from sync.operations.runner import RunSummary, sync
 from sync.warehouse import Warehouse, connect
 
 REPO = Path(__file__).resolve().parent.parent

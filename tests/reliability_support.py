@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from sync.config import Pipeline, TableConfig
-from sync.debezium import ChangeStream, MySqlSource
+from sync.debezium.events import ChangeStream, MySqlSource
 from sync.sql.dialect import quote_ident
 from sync.sql.names import QUARANTINE, RUN_LOG, table_names
 from sync.warehouse import Warehouse

@@ -6,7 +6,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from sync.backfill import copy_parquet_into
+from sync.operations.backfill import copy_parquet_into
 from sync.warehouse import WarehouseError
 
 
@@ -77,7 +77,7 @@ def primary_key(wh) -> list[tuple]:
 
 
 def test_an_empty_target_loads_without_its_index_and_gets_its_primary_key_back(deployed, tmp_path):
-    from sync.backfill import load_and_merge
+    from sync.operations.backfill import load_and_merge
 
     wh, pipeline = deployed
     table = pipeline.table("customer")
@@ -102,7 +102,7 @@ def test_an_empty_target_loads_without_its_index_and_gets_its_primary_key_back(d
 
 
 def test_a_stage_that_breaks_the_primary_key_rolls_the_whole_load_back(deployed, tmp_path):
-    from sync.backfill import load_and_merge
+    from sync.operations.backfill import load_and_merge
 
     wh, pipeline = deployed
     snapshot_parts(tmp_path, ["C1", "C1"])  # the Spark job never writes this; the key still holds
@@ -113,7 +113,7 @@ def test_a_stage_that_breaks_the_primary_key_rolls_the_whole_load_back(deployed,
 
 
 def test_a_stage_left_with_an_older_shape_is_made_anew(deployed, tmp_path):
-    from sync.backfill import load_and_merge
+    from sync.operations.backfill import load_and_merge
 
     wh, pipeline = deployed
     wh.execute("CREATE TABLE cdc.customer__backfill (customer_id varchar(8))")  # e.g. before a revision

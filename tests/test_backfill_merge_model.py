@@ -15,7 +15,7 @@ from datetime import datetime, timedelta
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from sync.backfill import merge_stage
+from sync.operations.backfill import merge_stage
 from sync.sql.backfill_merge import BackfillSql
 from sync.sql.dialect import dialect_for
 

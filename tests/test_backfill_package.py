@@ -18,9 +18,9 @@ from datetime import datetime
 
 import pytest
 
-from sync.backfill import StageMismatch, run_staged
 from sync.config import parse_pipeline
-from sync.runner import deploy
+from sync.operations.backfill import StageMismatch, run_staged
+from sync.operations.runner import deploy
 from tests.helpers import EXAMPLES
 from tests.spark_envs import clean_env, spark_venv
 
@@ -48,7 +48,7 @@ def staged_run(tmp_path_factory) -> dict:
     """Build the artifact, run it with spark-submit, return the run folder and its output."""
     from typer.testing import CliRunner
 
-    from sync.cli import app
+    from sync.cli.app import app
 
     tmp = tmp_path_factory.mktemp("cluster")
     dist = tmp / "dist"
@@ -179,7 +179,7 @@ def test_missing_stage_names_the_summary(wh, s3_server):
 def test_cli_backfill_staged(staged_run, wh, tmp_path):
     from typer.testing import CliRunner
 
-    from sync.cli import app
+    from sync.cli.app import app
 
     pipeline = parse_pipeline(tomllib.loads(PIPELINE.read_text()))
     deploy(wh, pipeline, str(PIPELINE))

@@ -76,8 +76,8 @@ def test_errors_are_one_clear_line_and_a_nonzero_exit(database_dsn, tmp_path):
 
 def test_ingest_refuses_redshift(tmp_path):
     from sync.config import load_pipeline
+    from sync.local.stream import ingest_file
     from sync.sql.dialect import dialect_for
-    from sync.stream import ingest_file
     from sync.warehouse import Warehouse, WarehouseError
 
     pipeline, _ = load_pipeline(PIPELINE)
@@ -95,8 +95,8 @@ def test_generate_writes_redshift_and_postgres(tmp_path):
 
 
 def test_kcat_lines_replay_a_real_topic(deployed, tmp_path):
-    from sync.runner import sync
-    from sync.stream import ingest_file
+    from sync.local.stream import ingest_file
+    from sync.operations.runner import sync
 
     wh, pipeline = deployed
     value = json.loads((EVENTS / "customer-1.jsonl").read_text().splitlines()[0])["value"]

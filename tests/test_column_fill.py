@@ -14,9 +14,9 @@ import re
 
 import sqlglot
 
-from sync.debezium import ChangeStream, MySqlSource
-from sync.revisions import deploy
-from sync.runner import status
+from sync.debezium.events import ChangeStream, MySqlSource
+from sync.operations.runner import status
+from sync.schema.revisions import deploy
 from sync.sql.objects import pipeline_objects
 from tests.helpers import REPO, ingest, sync_one
 from tests.test_migrations import EVENTS, REDSHIFT_URL, first_revision, offline_sql, project, revise, upgraded  # noqa: F401
@@ -31,7 +31,7 @@ ADD_DISCOUNT = (
 
 def test_added_column_holds_the_values_events_carried_before(project, upgraded, wh, example_pipeline):  # noqa: F811
     """Was: after the column was added, every existing row stayed NULL for good."""
-    from sync.stream import ingest_file
+    from sync.local.stream import ingest_file
 
     ingest_file(wh, example_pipeline, "customer", EVENTS / "customer-1.jsonl")  # C001..C005, no discount
     stream = ChangeStream(["CUST_ID"], MySqlSource(table="CUSTOMER", file_number=9))

@@ -27,11 +27,11 @@ from typing import Any
 
 import pytest
 
-from sync.infer import infer_block
-from sync.runner import deploy, sync
-from sync.semantic import UndecodableValue, decode_for_column
-from sync.stream import ingest_file
-from sync.vocabulary import field_reason
+from sync.debezium.decode import UndecodableValue, decode_for_column
+from sync.debezium.infer import infer_block
+from sync.debezium.vocabulary import field_reason
+from sync.local.stream import ingest_file
+from sync.operations.runner import deploy, sync
 from tests.helpers import EXAMPLES, make_pipeline
 
 UTC = timezone.utc

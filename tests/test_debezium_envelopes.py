@@ -8,8 +8,8 @@ from __future__ import annotations
 from typing import Any
 
 from sync.config import Pipeline
-from sync.debezium import ChangeStream, MySqlSource, PostgresSource
-from sync.runner import deploy
+from sync.debezium.events import ChangeStream, MySqlSource, PostgresSource
+from sync.operations.runner import deploy
 from sync.warehouse import Warehouse
 from tests.helpers import EXAMPLES, feed
 
@@ -204,7 +204,7 @@ def test_toast_placeholder_keeps_the_known_value(wh):
 
 
 def test_schema_drift_is_counted_per_run_and_listed_by_status(wh):
-    from sync.runner import status
+    from sync.operations.runner import status
 
     pipeline = shapes(wh)
     cs = ChangeStream(["id"], MySqlSource(table="t"))
@@ -232,7 +232,7 @@ def test_schema_drift_is_counted_per_run_and_listed_by_status(wh):
 def test_status_command_lists_schema_drift(wh):
     from typer.testing import CliRunner
 
-    from sync.cli import app
+    from sync.cli.app import app
 
     config = str(SHAPES)
     pipeline = shapes(wh)

@@ -8,9 +8,9 @@ from decimal import Decimal
 
 from typer.testing import CliRunner
 
-from sync.cli import app
-from sync.runner import sync
-from sync.stream import ingest_file
+from sync.cli.app import app
+from sync.local.stream import ingest_file
+from sync.operations.runner import sync
 from tests.helpers import make_pipeline
 
 

@@ -10,7 +10,7 @@ from typing import Any
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from sync.runner import deploy
+from sync.operations.runner import deploy
 from tests.helpers import feed, make_pipeline
 from tests.test_debezium_envelopes import rows
 

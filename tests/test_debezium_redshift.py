@@ -11,8 +11,8 @@ import pytest
 import sqlglot
 
 from sync.config import parse_pipeline
-from sync.debezium import ChangeStream, PostgresSource
-from sync.runner import deploy
+from sync.debezium.events import ChangeStream, PostgresSource
+from sync.operations.runner import deploy
 from sync.sql.dialect import dialect_for
 from sync.sql.objects import pipeline_objects
 from sync.sql.procedure import schema_drift_sql, stage_insert_sql, toast_sql

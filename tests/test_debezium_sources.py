@@ -33,9 +33,9 @@ from typing import Any
 import pytest
 
 from sync.config import parse_pipeline
-from sync.debezium import ChangeStream, Db2Source, MySqlSource, OracleSource, SqlServerSource
-from sync.infer import infer_block
-from sync.runner import deploy
+from sync.debezium.events import ChangeStream, Db2Source, MySqlSource, OracleSource, SqlServerSource
+from sync.debezium.infer import infer_block
+from sync.operations.runner import deploy
 from tests.helpers import EXAMPLES, feed
 
 DOCS = Path(__file__).parent / "data" / "debezium_docs"
@@ -312,7 +312,7 @@ def test_reset_positions_after_the_source_database_is_restored(wh, pipeline, con
     new changes at positions below what was already delivered from the lost log: every
     new event looks older than the stored row and is stale, until `reset-positions`
     clears the stored positions."""
-    from sync.recovery import reset_positions
+    from sync.operations.recovery import reset_positions
 
     table = TABLES[connector]
     cs, key = _stream(connector)

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from sync.config import Pipeline
-from sync.runner import deploy, status
+from sync.operations.runner import deploy, status
 from sync.warehouse import Warehouse
 from tests.helpers import feed, make_pipeline
 

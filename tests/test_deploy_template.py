@@ -4,6 +4,7 @@ evaluator of the intrinsic and rule functions they use stands in for CloudFormat
 
 from __future__ import annotations
 
+import importlib
 import json
 import re
 import subprocess
@@ -13,7 +14,7 @@ from pathlib import Path
 import pytest
 from cfnlint.decode import cfn_yaml
 
-from sync import lambda_handler
+from sync.aws import lambda_handler
 from tests.helpers import REPO
 
 DEPLOY = REPO / "deploy"
@@ -120,7 +121,7 @@ def test_cfn_lint_passes():
     assert done.returncode == 0, done.stdout + done.stderr
 
 
-# The Data API calls the handler makes (see sync/data_api.py) and nothing more.
+# The Data API calls the handler makes (see sync/aws/data_api.py) and nothing more.
 DATA_API = {
     "redshift-data:ExecuteStatement",
     "redshift-data:DescribeStatement",
@@ -177,8 +178,10 @@ def test_the_role_grants_only_what_the_handler_uses(params, credential_grant):
 )
 def test_the_function_environment_configures_the_handler(params, expected):
     fn = Stack(DEPLOY / "lambda.yaml", CodeS3Bucket="b", **params).properties("Function")
+    # The stable entry point (sync/lambda_handler.py), the same function as the Lambda's code.
     module, _, name = fn["Handler"].rpartition(".")
-    assert module == lambda_handler.__name__ and callable(getattr(lambda_handler, name))
+    assert module == "sync.lambda_handler"
+    assert getattr(importlib.import_module(module), name) is lambda_handler.handler
     assert fn["Runtime"] == "python3.12"
     settings = lambda_handler.Settings.from_env({k: str(v) for k, v in fn["Environment"]["Variables"].items()})
     request = settings.target.request("CALL x()", "n")

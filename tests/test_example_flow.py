@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from sync.runner import sync
-from sync.stream import ingest_file
+from sync.local.stream import ingest_file
+from sync.operations.runner import sync
 from tests.helpers import EXAMPLES
 
 EVENTS = EXAMPLES / "salesdb" / "events"

@@ -14,8 +14,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sync.runner import deploy, sync
-from sync.stream import KafkaRecord, ingest_records
+from sync.local.stream import KafkaRecord, ingest_records
+from sync.operations.runner import deploy, sync
 from tests.cdc_model import TopicModel
 from tests.helpers import make_pipeline
 from tests.reliability_support import normalised, reliability_counts, target_rows  # noqa: F401 (fixture)

@@ -14,7 +14,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sync.stream import KCAT_KEYS, RECORD_KEYS, ingest_file, parse_line
+from sync.local.stream import KCAT_KEYS, RECORD_KEYS, ingest_file, parse_line
 from sync.warehouse import WarehouseError
 from tests.helpers import EXAMPLES, REPO
 from tests.reliability_support import reliability_counts  # noqa: F401 (fixture)

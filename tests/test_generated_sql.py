@@ -12,9 +12,9 @@ import sqlglot
 from sqlglot import exp
 
 from sync.config import parse_pipeline
-from sync.generate import render_files
 from sync.sql.dialect import dialect_for
 from sync.sql.procedure import APPLY_STEPS, SYNC_STEPS, apply_batch_sql
+from sync.sql.render import render_files
 from sync.sql.statements import body_sql_statements, procedure_body, split_statements
 from tests.helpers import EXAMPLES, REPO
 

@@ -16,8 +16,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sync.isolation import CallFailed, is_data_error, isolate
-from sync.runner import deploy
+from sync.operations.isolation import CallFailed, is_data_error, isolate
+from sync.operations.runner import deploy
 from tests.helpers import REPO, make_pipeline, pipeline_toml
 
 TOML = """

@@ -18,11 +18,11 @@ from pathlib import Path
 
 import pytest
 
-from sync import lambda_handler
+from sync.aws import lambda_handler
 from sync.config import load_pipeline
-from sync.data_api_local import LocalDataApi
-from sync.runner import deploy
-from sync.stream import KafkaRecord, ingest_records
+from sync.local.data_api import LocalDataApi
+from sync.local.stream import KafkaRecord, ingest_records
+from sync.operations.runner import deploy
 from tests.helpers import pipeline_toml
 
 TABLES = 200

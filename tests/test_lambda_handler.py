@@ -10,12 +10,12 @@ import time
 import psycopg
 import pytest
 
-from sync import lambda_handler
+from sync.aws import lambda_handler
 from sync.config import ConfigError
-from sync.data_api_local import LocalDataApi
-from sync.runner import RUN_LOG_COLUMNS, SUMMARY_COLUMNS, status
+from sync.local.data_api import LocalDataApi
+from sync.local.stream import ingest_file
+from sync.operations.runner import RUN_LOG_COLUMNS, SUMMARY_COLUMNS, status
 from sync.sql import schemas
-from sync.stream import ingest_file
 from tests.helpers import EXAMPLES
 
 EVENTS = EXAMPLES / "salesdb" / "events"

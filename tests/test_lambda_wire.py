@@ -10,7 +10,7 @@ import boto3
 import pytest
 from botocore.stub import ANY, Stubber
 
-from sync import lambda_handler
+from sync.aws import lambda_handler
 from tests.helpers import EXAMPLES
 
 NOW = dt.datetime(2026, 1, 1, tzinfo=dt.timezone.utc)
@@ -301,7 +301,7 @@ def test_a_throttled_execute_is_sent_again_with_the_same_client_token(client, mo
 
 
 def test_a_run_log_read_past_the_deadline_is_cancelled_and_every_table_still_reported(client):
-    from sync import data_api
+    from sync.aws import data_api
     from sync.config import load_pipeline
 
     real, stub = client

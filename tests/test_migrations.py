@@ -18,14 +18,14 @@ import pytest
 from alembic import command
 from typer.testing import CliRunner
 
-from sync.cli import app
+from sync.cli.app import app
 from sync.config import Pipeline, load_pipeline
-from sync.debezium import ChangeStream, MySqlSource
-from sync.revision_plan import RevisionRefused
-from sync.revisions import alembic_config, deploy, write_revision
-from sync.runner import sync
+from sync.debezium.events import ChangeStream, MySqlSource
+from sync.local.stream import ingest_file
+from sync.operations.runner import sync
+from sync.schema.plan import RevisionRefused
+from sync.schema.revisions import alembic_config, deploy, write_revision
 from sync.sql.objects import pipeline_objects
-from sync.stream import ingest_file
 from sync.warehouse import Warehouse, WarehouseError
 from tests.helpers import EXAMPLES, REPO, ingest, sync_one
 

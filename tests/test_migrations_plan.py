@@ -7,8 +7,8 @@ import copy
 
 import pytest
 
-from sync.revision_plan import RevisionRefused, plan_revision
-from sync.schema_state import drifted_objects, pipeline_of, state_for
+from sync.schema.plan import RevisionRefused, plan_revision
+from sync.schema.state import drifted_objects, pipeline_of, state_for
 from tests.helpers import make_pipeline
 
 ORDERS = """

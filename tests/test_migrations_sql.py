@@ -15,7 +15,7 @@ import sqlglot
 from alembic import command
 from sqlglot import exp
 
-from sync.revisions import alembic_config, write_revision
+from sync.schema.revisions import alembic_config, write_revision
 from sync.sql.objects import pipeline_objects
 from tests.helpers import REPO, make_pipeline
 

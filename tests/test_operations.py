@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from sync.debezium import ChangeStream, MySqlSource
-from sync.report import readable_seconds
-from sync.runner import prune, status
+from sync.cli.report import readable_seconds
+from sync.debezium.events import ChangeStream, MySqlSource
+from sync.operations.runner import prune, status
 from sync.sql.dialect import dialect_for
 from tests.helpers import EXAMPLES, REPO, ingest, make_pipeline, sync_one
 from tests.test_migrations import EVENTS, project, revise, upgraded  # noqa: F401  (fixtures)
@@ -83,7 +83,7 @@ def test_ingest_before_deploy_says_to_deploy(tmp_path, database_dsn):
 
 def test_ingest_names_the_lines_that_are_not_records(deployed, tmp_path):
     """Was: a truncated JSON line was kept as a raw value without its line number."""
-    from sync.stream import ingest_file
+    from sync.local.stream import ingest_file
 
     wh, pipeline = deployed
     good = json.dumps({"value": {"op": "c", "after": {"CUST_ID": "C1"}}})
@@ -144,7 +144,7 @@ def test_drift_clears_once_the_column_is_added(project, upgraded, wh, example_pi
         '{ name = "MKTSEGMENT", type = "varchar(64)" },\n  { name = "DISCOUNT_PCT", type = "integer" },',
         "discount",
     )
-    from sync.revisions import deploy
+    from sync.schema.revisions import deploy
 
     deploy(upgraded, pipeline)
     assert status(wh, pipeline)[0].schema_drift == []
@@ -219,7 +219,7 @@ def test_query_runs_sql_on_the_warehouse(deployed, tmp_path, database_dsn):
 
 
 def test_quarantine_commands(deployed, tmp_path, database_dsn):
-    from sync.stream import ingest_file
+    from sync.local.stream import ingest_file
 
     wh, pipeline = deployed
     ingest_file(wh, pipeline, "customer", EVENTS / "customer-2.jsonl")
@@ -247,7 +247,7 @@ def test_quarantine_commands(deployed, tmp_path, database_dsn):
 def test_prune_stream_keeps_unread_records_and_those_that_wrote_stored_rows(deployed):
     """The stream relation only grows (the streaming MV on Redshift): `prune --stream` deletes
     what nothing needs: read records that wrote no stored row."""
-    from sync.stream import ingest_file
+    from sync.local.stream import ingest_file
 
     wh, pipeline = deployed
     ingest_file(wh, pipeline, "customer", EVENTS / "customer-1.jsonl")
@@ -271,7 +271,7 @@ def test_prune_stream_keeps_unread_records_and_those_that_wrote_stored_rows(depl
 def test_prune_stream_sql_for_redshift_parses():
     import sqlglot
 
-    from sync.runner import stream_prune_sql
+    from sync.operations.runner import stream_prune_sql
 
     pipeline = make_pipeline(
         '[[tables]]\nname = "item"\ntopic = "t"\nprimary_key = ["id"]\ncolumns = [{ name = "id", type = "integer" }]\n'

@@ -17,8 +17,8 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from sync.cli import app
-from sync.stream import ingest_file
+from sync.cli.app import app
+from sync.local.stream import ingest_file
 from tests.helpers import EXAMPLES
 
 PIPELINE = EXAMPLES / "salesdb" / "pipeline.toml"
@@ -29,12 +29,12 @@ HERE_PYTHON = f"{sys.version_info.major}.{sys.version_info.minor}"
 SCRIPT = """
 import importlib.util, json, os, sys
 assert importlib.util.find_spec("pyspark") is None, "pyspark is importable"
-import sync.lambda_handler as h
+import sync.aws.lambda_handler as h
 heavy = sorted(m for m in ("pyspark", "sqlalchemy", "typer", "rich", "psycopg", "redshift_connector") if m in sys.modules)
 assert not heavy, f"the handler imported {heavy}"
 import pydantic
 assert pydantic.__file__.startswith(os.environ["TASK_ROOT"]), pydantic.__file__
-from sync.data_api_local import LocalDataApi
+from sync.local.data_api import LocalDataApi
 with LocalDataApi(os.environ["TEST_DSN"]) as api:
     h.client_factory = lambda timeouts: api
     print(json.dumps(h.handler({}, None)))

@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import pytest
 
-from sync.debezium import ChangeStream, MySqlSource
-from sync.quarantine import Selection, discard, list_records, replay
-from sync.revisions import deploy
-from sync.runner import sync
-from sync.stream import ingest_file
+from sync.debezium.events import ChangeStream, MySqlSource
+from sync.local.stream import ingest_file
+from sync.operations.quarantine import Selection, discard, list_records, replay
+from sync.operations.runner import sync
+from sync.schema.revisions import deploy
 from tests.helpers import ingest, make_pipeline, sync_one
 from tests.test_migrations import EVENTS, columns, project, revise, upgraded  # noqa: F401  (fixtures)
 
@@ -89,7 +89,7 @@ def test_replay_after_widening_applies_the_record_and_an_older_one_stays_stale(q
 
 def test_replay_in_kafka_order_keeps_a_newer_stored_row(project, database_dsn, wh):  # noqa: F811
     """order_by = "kafka": the replayed record is older by Kafka offset than the stored row."""
-    from sync.runner import deploy as deploy_objects
+    from sync.operations.runner import deploy as deploy_objects
 
     def pipeline_with(width: int):
         return make_pipeline(f"""

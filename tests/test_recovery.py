@@ -10,7 +10,7 @@ import pytest
 import sqlglot
 
 from sync.config import load_pipeline
-from sync.debezium import ChangeStream, MySqlSource, write_jsonl
+from sync.debezium.events import ChangeStream, MySqlSource, write_jsonl
 from sync.sql import recovery
 from sync.sql.dialect import dialect_for
 from tests.helpers import EXAMPLES

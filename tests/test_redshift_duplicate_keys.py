@@ -6,7 +6,7 @@ on PostgreSQL with the primary key dropped, which is what Redshift has."""
 
 from __future__ import annotations
 
-from sync.debezium import ChangeStream, PostgresSource
+from sync.debezium.events import ChangeStream, PostgresSource
 from tests.helpers import feed
 from tests.test_debezium_envelopes import TOAST, row, rows, shapes
 

@@ -16,8 +16,8 @@ from typing import Any
 import pytest
 
 from sync.config import Pipeline
-from sync.debezium import ChangeStream, MySqlSource, PostgresSource
-from sync.runner import RunSummary, sync
+from sync.debezium.events import ChangeStream, MySqlSource, PostgresSource
+from sync.operations.runner import RunSummary, sync
 from sync.sql.dialect import RedshiftDialect, dialect_for
 from sync.sql.names import SCHEMA_DRIFT, table_names
 from sync.sql.objects import pipeline_objects
@@ -257,7 +257,7 @@ def test_unknown_field_is_counted_as_drift(rs):
 
 def test_status_reads_the_records_the_stream_skipped(rs):
     # r_SYS_STREAM_SCAN_ERRORS: readable by the user that owns the MV; none for a fresh table.
-    from sync.runner import status
+    from sync.operations.runner import status
 
     wh, schema = rs
     pipeline = deploy(wh, CUSTOMER, schema)

@@ -16,11 +16,11 @@ import sqlglot
 from sqlglot import exp
 
 from sync.config import Pipeline, parse_pipeline
-from sync.generate import render_files
 from sync.sql.backfill_merge import BackfillSql
 from sync.sql.dialect import RedshiftDialect, dialect_for
 from sync.sql.names import table_names
 from sync.sql.objects import auto_refresh_requirements
+from sync.sql.render import render_files
 from sync.sql.statements import body_sql_statements, procedure_body, split_statements
 from tests.helpers import EXAMPLES, REPO
 
@@ -425,8 +425,8 @@ def test_records_the_stream_skipped_are_listed_by_status(capsys):
     # there (error_reason per mv_name), and nothing else tells the caller.
     from rich.console import Console
 
-    from sync.report import print_status
-    from sync.runner import TableStatus
+    from sync.cli.report import print_status
+    from sync.operations.runner import TableStatus
 
     d = dialect_for("redshift", "cdc")
     tree = sqlglot.parse_one(d.stream_errors_sql("cdc", "customer__stream"), read="redshift")

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 from sqlfluff.core import FluffConfig, Linter
 
-from sync.generate import render_files
+from sync.sql.render import render_files
 from sync.sql.statements import procedure_body, split_statements
 from tests.helpers import REPO
 from tests.test_redshift_rules import EXAMPLE_PIPELINES, _example, procedure_statements

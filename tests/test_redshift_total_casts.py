@@ -10,9 +10,9 @@ import json
 from datetime import datetime
 from typing import Any
 
-from sync.debezium import ChangeStream, PostgresSource
-from sync.runner import deploy, sync
-from sync.stream import ingest_records, parse_line
+from sync.debezium.events import ChangeStream, PostgresSource
+from sync.local.stream import ingest_records, parse_line
+from sync.operations.runner import deploy, sync
 from tests.helpers import make_pipeline
 
 # Every conversion that could raise on Redshift.

@@ -190,29 +190,33 @@ def test_a_moved_module_leaves_its_dotted_names_dangling():
         "sync/__init__.py": "",
         "sync/aws/__init__.py": "",
         "sync/aws/lambda_handler.py": "import json\n\n\ndef handler(event, context):\n    pass\n",
-        "sync/cli.py": "def main():\n    pass\n",
+        "sync/cli/app.py": "def main():\n    pass\n",
         "examples/salesdb/pipeline.toml": "",
     }
     text = (
-        "Handler: sync.lambda_handler.handler (moved), sync.aws.lambda_handler.handler, `sync.cli:main`,\n"
-        "sync.cli:gone, the data package sync.examples, redshift_sync.zip, sync.cli.py\n"
-        "from sync.aws.lambda_handler import handler, json\nfrom sync.cli import main, missing\nfrom sync.aws import lambda_handler\n"
+        "Handler: sync.lambda_handler.handler (moved), sync.aws.lambda_handler.handler, `sync.cli.app:main`,\n"
+        "sync.cli.app:gone, the data package sync.examples, redshift_sync.zip, sync.cli.app.py\n"
+        "from sync.aws.lambda_handler import handler, json\nfrom sync.cli.app import main, missing\nfrom sync.aws import lambda_handler\n"
     )
     found = module_references(text, {"sync"})
     assert found == {
         ("sync.lambda_handler.handler", ()),
         ("sync.aws.lambda_handler.handler", ()),
-        ("sync.cli", ("main",)),
-        ("sync.cli", ("gone",)),
+        ("sync.cli.app", ("main",)),
+        ("sync.cli.app", ("gone",)),
         ("sync.examples", ()),
         ("sync.aws.lambda_handler", ()),
         ("sync.aws.lambda_handler", ("handler", "json")),
-        ("sync.cli", ()),
-        ("sync.cli", ("main", "missing")),
+        ("sync.cli.app", ()),
+        ("sync.cli.app", ("main", "missing")),
         ("sync.aws", ()),
         ("sync.aws", ("lambda_handler",)),
     }
     dangling_names = [
         (d, n) for d, n in sorted(found) if undefined(d, n, set(sources), {"sync.examples": "examples"}, sources.__getitem__)
     ]
-    assert dangling_names == [("sync.cli", ("gone",)), ("sync.cli", ("main", "missing")), ("sync.lambda_handler.handler", ())]
+    assert dangling_names == [
+        ("sync.cli.app", ("gone",)),
+        ("sync.cli.app", ("main", "missing")),
+        ("sync.lambda_handler.handler", ()),
+    ]

@@ -10,9 +10,9 @@ import time
 
 import pytest
 
-from sync.runner import RunSummary, deploy, sync
+from sync.local.stream import ingest_file
+from sync.operations.runner import RunSummary, deploy, sync
 from sync.sql.names import RUN_LOG
-from sync.stream import ingest_file
 from sync.warehouse import connect
 from tests.helpers import make_pipeline
 from tests.reliability_support import (  # noqa: F401 (reliability_counts is a fixture)

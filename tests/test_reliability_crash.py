@@ -23,8 +23,8 @@ from collections import Counter
 import pytest
 
 from sync.config import load_pipeline
-from sync.runner import deploy, sync
-from sync.stream import ingest_file
+from sync.local.stream import ingest_file
+from sync.operations.runner import deploy, sync
 from sync.warehouse import Warehouse, WarehouseError, connect
 from tests.cdc_model import TopicModel
 from tests.helpers import REPO, dsn_for_database, pipeline_toml

@@ -8,10 +8,10 @@ import random
 
 import pytest
 
-from sync.runner import deploy, sync
+from sync.local.stream import ingest_file
+from sync.operations.runner import deploy, sync
 from sync.sql.dialect import quote_ident
 from sync.sql.names import table_names
-from sync.stream import ingest_file
 from tests.cdc_model import expected_rows
 from tests.helpers import make_pipeline
 from tests.reliability_support import (  # noqa: F401 (reliability_counts is a fixture)

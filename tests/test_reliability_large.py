@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from sync.runner import deploy, status, sync
-from sync.stream import ingest_file
+from sync.local.stream import ingest_file
+from sync.operations.runner import deploy, status, sync
 from tests.cdc_model import TopicModel
 from tests.helpers import make_pipeline
 from tests.reliability_support import account_table, normalised, reliability_counts, target_rows, write_jsonl  # noqa: F401

@@ -26,7 +26,7 @@ import sys
 import pytest
 
 from sync.config import ConfigError
-from sync.runner import deploy
+from sync.operations.runner import deploy
 from sync.warehouse import connect
 from tests.helpers import EXAMPLES, REPO, feed, ingest, make_pipeline, sync_one
 
@@ -215,7 +215,7 @@ def test_any_order_value_is_a_position_or_none_and_never_fails_the_call(wh, item
 
 def test_row_shaped_jsonl_without_wrappers_ingests(wh, item, tmp_path):
     """A file of bare rows (what an S3 sink writes for the topic), schemas wrapper or not."""
-    from sync.stream import ingest_file
+    from sync.local.stream import ingest_file
 
     pipeline = item()
     path = tmp_path / "rows.jsonl"
@@ -264,7 +264,7 @@ def test_a_bad_order_column_is_a_clear_error_naming_the_field(old, new, message)
 def _infer(sample, *args: str):
     from typer.testing import CliRunner
 
-    from sync.cli import app
+    from sync.cli.app import app
 
     return CliRunner().invoke(app, ["infer", "--sample", str(sample), *args])
 
@@ -273,7 +273,7 @@ def test_infer_recognises_a_jdbc_source_sample_and_its_block_syncs(wh):
     """Rows with their schema and no envelope: format = "row"; the key field is the one the
     bare key (ExtractField$Key) equals; the Connect Timestamp named like an update time
     orders the table."""
-    from sync.stream import ingest_file
+    from sync.local.stream import ingest_file
 
     sample = EVENTS / "address-1.jsonl"
     result = _infer(sample, "--table", "address", "--topic", "pagila.public.address")

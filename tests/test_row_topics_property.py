@@ -24,7 +24,7 @@ import pytest
 from hypothesis import given, note, settings
 from hypothesis import strategies as st
 
-from sync.runner import deploy
+from sync.operations.runner import deploy
 from sync.warehouse import connect
 from tests.helpers import fresh_database, ingest, make_pipeline, sync_one
 

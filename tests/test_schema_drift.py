@@ -10,7 +10,7 @@ from collections import Counter
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from sync.debezium import ChangeStream, MySqlSource
+from sync.debezium.events import ChangeStream, MySqlSource
 from tests.helpers import feed
 from tests.test_debezium_envelopes import shapes
 

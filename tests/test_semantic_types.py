@@ -9,9 +9,9 @@ from decimal import Decimal
 
 import pytest
 
-from sync.runner import deploy, sync
-from sync.semantic import UndecodableValue, conform_decimal, decode_value
-from sync.stream import KafkaRecord, ingest_records
+from sync.debezium.decode import UndecodableValue, conform_decimal, decode_value
+from sync.local.stream import KafkaRecord, ingest_records
+from sync.operations.runner import deploy, sync
 from tests.cases import (
     NTS,
     SEMANTIC_DECODINGS,

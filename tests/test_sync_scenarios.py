@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import threading
 
-from sync.debezium import ChangeStream, MySqlSource
-from sync.runner import deploy, status, sync
+from sync.debezium.events import ChangeStream, MySqlSource
+from sync.operations.runner import deploy, status, sync
 from tests.helpers import ingest, make_pipeline, sync_one
 
 CUSTOMER = """

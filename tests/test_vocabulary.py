@@ -1,4 +1,4 @@
-"""Debezium's vocabulary is spelled once, in sync/vocabulary.py: no other module of the
+"""Debezium's vocabulary is spelled once, in sync/debezium/vocabulary.py: no other module of the
 package or the backfill writes a semantic type name, an encoding pattern, the TOAST
 placeholder or a shared quarantine reason as a literal of its own (docstrings aside)."""
 
@@ -8,7 +8,7 @@ import ast
 
 import pytest
 
-from sync import vocabulary as v
+from sync.debezium import vocabulary as v
 from tests.helpers import REPO
 
 MODULES = sorted(p for folder in ("sync", "backfill") for p in (REPO / folder).rglob("*.py") if p.name != "vocabulary.py")
@@ -45,7 +45,7 @@ def test_debezium_vocabulary_is_not_spelled_again(path):
         for text in OWNED
         if text in node.value
     ]
-    assert not found, "use sync.vocabulary instead of:\n" + "\n".join(found)
+    assert not found, "use sync.debezium.vocabulary instead of:\n" + "\n".join(found)
 
 
 def test_the_vocabulary_knows_every_form_of_the_placeholder():

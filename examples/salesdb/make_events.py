@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from sync.debezium import ChangeStream, MySqlSource, write_jsonl
+from sync.debezium.events import ChangeStream, MySqlSource, write_jsonl
 
 HERE = Path(__file__).parent / "events"
 

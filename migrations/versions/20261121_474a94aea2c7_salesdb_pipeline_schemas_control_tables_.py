@@ -19,7 +19,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Union
 
-from sync.migrate import Revision
+from sync.schema.migrate import Revision
 
 # revision identifiers, used by Alembic.
 revision: str = '474a94aea2c7'

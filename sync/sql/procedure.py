@@ -15,6 +15,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from sync.config import ColumnConfig, Pipeline, TableConfig
+from sync.debezium.vocabulary import TOAST_PLACEHOLDER, TOAST_PLACEHOLDER_TEXTS, Reason, field_reason, key_reason
 from sync.sql import schemas
 from sync.sql.apply import insert_deleted_keys_sql, key_match, soft_delete_sql
 from sync.sql.dialect import PostgresDialect, quote_literal
@@ -22,7 +23,6 @@ from sync.sql.envelope import envelope_sql, source_sql, unwrap_schema
 from sync.sql.names import QUARANTINE, RUN_LOG, SCHEMA_DRIFT, table_names
 from sync.sql.semantic import DecodeSql, check_column, decode_sql
 from sync.sql.types import SqlType
-from sync.vocabulary import TOAST_PLACEHOLDER, TOAST_PLACEHOLDER_TEXTS, Reason, field_reason, key_reason
 
 _BIGINT = SqlType("bigint")  # source.ts_ms: milliseconds since the epoch
 # source.ts_ms values that are a time (1970-01-01 to 9999-12-31 23:59:59.999): outside

@@ -3,7 +3,7 @@
 A column that declares `semantic = ...` is decoded from its JSON encoding here; the
 dialect supplies only the few primitives the engines spell differently (base64 to hex,
 hex to bigint, days to date, text to timestamp/decimal/JSON). The plain-Python reference
-decoder `sync/semantic.py` defines the expected results; tests hold the two together.
+decoder `sync/debezium/decode.py` defines the expected results; tests hold the two together.
 
 Decoding a value may need intermediate values (the hex digits of a decimal, its
 magnitude): `decode_sql` returns them as extra projection levels the stage query
@@ -23,10 +23,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from sync.config import ColumnConfig
-from sync.semantic import MAX_DECIMAL_DIGITS
+from sync.debezium.decode import MAX_DECIMAL_DIGITS
+from sync.debezium.vocabulary import BASE64_PATTERN, EPOCH_UNITS, TIME_UNITS, ZONED_PATTERN, Semantic
 from sync.sql.dialect import PostgresDialect
 from sync.sql.types import SqlType
-from sync.vocabulary import BASE64_PATTERN, EPOCH_UNITS, TIME_UNITS, ZONED_PATTERN, Semantic
 
 _BIGINT = SqlType("bigint")
 _INTEGER = SqlType("integer")

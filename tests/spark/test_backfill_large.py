@@ -7,7 +7,7 @@ from datetime import datetime
 
 import pytest
 
-from sync.backfill import run_backfill
+from sync.operations.backfill import run_backfill
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 ROWS = 1_000_000

@@ -7,10 +7,10 @@ from datetime import datetime
 
 import pytest
 
-from sync.backfill import run_backfill
-from sync.debezium import ChangeStream, MySqlSource, write_jsonl
-from sync.runner import sync
-from sync.stream import ingest_file
+from sync.debezium.events import ChangeStream, MySqlSource, write_jsonl
+from sync.local.stream import ingest_file
+from sync.operations.backfill import run_backfill
+from sync.operations.runner import sync
 
 pytestmark = pytest.mark.spark
 
@@ -131,7 +131,7 @@ def test_cli_backfill_parquet_and_spark_submit_job(deployed, spark, tmp_path):
     from typer.testing import CliRunner
 
     from backfill import job
-    from sync.cli import app
+    from sync.cli.app import app
     from tests.helpers import EXAMPLES
 
     wh, _ = deployed

@@ -8,8 +8,8 @@ from datetime import datetime
 import pytest
 from typer.testing import CliRunner
 
-from sync.backfill import run_backfill
-from sync.cli import app
+from sync.cli.app import app
+from sync.operations.backfill import run_backfill
 from tests.helpers import EXAMPLES
 
 pytestmark = pytest.mark.spark
@@ -93,7 +93,7 @@ def inventory(wh):
     import tomllib
 
     from sync.config import parse_pipeline
-    from sync.runner import deploy
+    from sync.operations.runner import deploy
 
     pipeline = parse_pipeline(tomllib.loads((EXAMPLES / "inventory_pg" / "pipeline.toml").read_text()))
     deploy(wh, pipeline, "examples/inventory_pg/pipeline.toml")

@@ -17,9 +17,9 @@ from datetime import datetime, timezone
 
 import pytest
 
-from sync.backfill import run_backfill
-from sync.runner import sync
-from sync.stream import ingest_file
+from sync.local.stream import ingest_file
+from sync.operations.backfill import run_backfill
+from sync.operations.runner import sync
 from tests.helpers import make_pipeline
 
 pytestmark = pytest.mark.spark
@@ -77,7 +77,7 @@ def live(wh, mode: str) -> dict[int, str]:
 
 @pytest.fixture
 def deployed_item(wh, request):
-    from sync.runner import deploy
+    from sync.operations.runner import deploy
 
     pipeline = pipeline_for(request.param)
     deploy(wh, pipeline, "item.toml")

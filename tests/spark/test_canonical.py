@@ -13,7 +13,7 @@ from pyspark.sql import functions as F
 
 from backfill.conform import spark_type
 from backfill.reconcile import hash_number, key_text, row_checksum
-from sync.runner import deploy
+from sync.operations.runner import deploy
 from sync.sql.buckets import ReconcileSql
 from sync.sql.dialect import dialect_for
 from tests.helpers import make_pipeline

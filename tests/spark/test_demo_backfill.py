@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 from rich.console import Console
 
-from sync import demo_backfill
-from sync.runner import sync
-from sync.stream import ingest_file
+from sync.cli import demo_backfill
+from sync.local.stream import ingest_file
+from sync.operations.runner import sync
 from tests.helpers import EXAMPLES
 
 pytestmark = pytest.mark.spark

@@ -10,10 +10,10 @@ from decimal import Decimal
 
 import pytest
 
-from sync.backfill import run_backfill
-from sync.debezium import ChangeStream
-from sync.runner import deploy, sync
-from sync.stream import ingest_file
+from sync.debezium.events import ChangeStream
+from sync.local.stream import ingest_file
+from sync.operations.backfill import run_backfill
+from sync.operations.runner import deploy, sync
 from tests.helpers import EXAMPLES, fresh_database, make_pipeline
 
 pytestmark = pytest.mark.spark
@@ -23,7 +23,7 @@ META = "_source_ts, _source_pos, _kafka_partition, _kafka_offset"
 
 def _generated_events() -> str:
     """Two partitions, the schemas.enable wrapper, updates, a delete and a re-insert."""
-    from sync.debezium import MySqlSource
+    from sync.debezium.events import MySqlSource
 
     cs = ChangeStream(["CUST_ID"], MySqlSource(), partitions=2, with_schema=True)
     rows = [{"CUST_ID": f"G{i}", "NAME": f"n{i}", "MKTSEGMENT": "S"} for i in range(6)]
@@ -146,7 +146,7 @@ def test_s3_sink_layout_recovers_every_offset(deployed, spark, s3_server):
 
 
 def test_download_takes_the_folder_or_the_object_the_url_names(s3_server, tmp_path):
-    from sync import s3
+    from sync.aws import s3
 
     for key in ("snap/part-0.parquet", "snap/p=1/part-1.parquet", "snap-old/part-9.parquet", "one.json"):
         s3_server.put_object(Bucket="lake", Key=key, Body=key.encode())
@@ -162,7 +162,7 @@ def test_download_takes_the_folder_or_the_object_the_url_names(s3_server, tmp_pa
 
 
 def test_staging_upload_manifest_and_cleanup(s3_server, tmp_path):
-    from sync import s3
+    from sync.aws import s3
 
     parts = []
     for i in range(3):

@@ -7,8 +7,8 @@ import json
 import pytest
 from typer.testing import CliRunner
 
-from sync.backfill import run_backfill
-from sync.cli import app
+from sync.cli.app import app
+from sync.operations.backfill import run_backfill
 from tests.helpers import EXAMPLES
 from tests.spark.test_backfill_merge import SNAPSHOT, SNAPSHOT_TIME, stream_changes, write_snapshot
 

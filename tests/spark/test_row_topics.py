@@ -11,12 +11,12 @@ import pytest
 from pyspark.sql import functions as F
 
 from backfill.normalise import column_position as spark_position
-from sync.backfill import run_backfill
 from sync.config import parse_pipeline
-from sync.runner import deploy, sync
+from sync.local.stream import ingest_file
+from sync.operations.backfill import run_backfill
+from sync.operations.runner import deploy, sync
 from sync.sql.dialect import PostgresDialect
 from sync.sql.envelope import column_position
-from sync.stream import ingest_file
 from sync.warehouse import connect
 from tests.helpers import EXAMPLES, fresh_database
 

@@ -1,5 +1,5 @@
 """The backfill decodes every Debezium semantic type exactly like the SQL path: Spark's
-conformed values against the reference decoder `sync.semantic.decode_for_column` (which
+conformed values against the reference decoder `sync.debezium.decode.decode_for_column` (which
 tests/test_semantic_types.py holds to the SQL on PostgreSQL), value by value, including
 the rejects and their reasons. One Spark job per table of cases."""
 
@@ -17,7 +17,7 @@ from pyspark.sql import types as T
 
 from backfill.conform import conform
 from backfill.normalise import debezium_events, flat_rows, json_rows
-from sync.semantic import UndecodableValue
+from sync.debezium.decode import UndecodableValue
 from tests.cases import (
     DATE,
     DEC,

@@ -12,9 +12,9 @@ from typing import Any
 import pytest
 
 from backfill.normalise import debezium_events
-from sync.debezium import ChangeStream, Db2Source, MySqlSource, OracleSource, SqlServerSource
-from sync.runner import sync
-from sync.stream import ingest_file
+from sync.debezium.events import ChangeStream, Db2Source, MySqlSource, OracleSource, SqlServerSource
+from sync.local.stream import ingest_file
+from sync.operations.runner import sync
 from tests.helpers import make_pipeline
 
 pytestmark = pytest.mark.spark
@@ -67,7 +67,7 @@ def test_backfill_positions_equal_the_procedures(wh, spark, tmp_path, connector,
     order, _ = CASES[connector]
     name = f"{connector}_{fmt.replace('-', '_')}"
     pipeline = make_pipeline(TABLE.format(name=name, format=fmt, order=order))
-    from sync.runner import deploy
+    from sync.operations.runner import deploy
 
     deploy(wh, pipeline, "test")
     records = []

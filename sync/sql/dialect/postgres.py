@@ -15,8 +15,8 @@ parser before version 16), so they only run for columns of those types.
 
 from __future__ import annotations
 
+from sync.debezium.vocabulary import BASE64_PATTERN, NUMBER_PATTERN
 from sync.sql.types import INTEGER_BOUNDS, SqlType
-from sync.vocabulary import BASE64_PATTERN, NUMBER_PATTERN
 
 # Text that ends in a zone designator after a time of day ("...T22:00:10Z", "+02:00"):
 # ISO 8601 as Debezium's ZonedTimestamp writes it.

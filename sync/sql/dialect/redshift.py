@@ -59,9 +59,9 @@ Everything else the generator emits is one text for both engines.
 
 from __future__ import annotations
 
+from sync.debezium.vocabulary import BASE64_PATTERN
 from sync.sql.dialect.postgres import ZONED_TEXT, PostgresDialect, quote_ident, quote_literal
 from sync.sql.types import VARCHAR_MAX, SqlType
-from sync.vocabulary import BASE64_PATTERN
 
 
 class RedshiftDialect(PostgresDialect):

@@ -120,7 +120,7 @@ def run_reconcile(
     from pyspark.sql import functions as F
 
     from backfill.reconcile import bucket_counts, with_buckets
-    from sync.backfill import prepared_snapshot
+    from sync.operations.backfill import prepared_snapshot
 
     table = pipeline.table(table_name)
     cols = checksum_columns(table, checksum or [])

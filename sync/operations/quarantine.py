@@ -16,7 +16,7 @@ from dataclasses import asdict, dataclass
 from datetime import datetime
 
 from sync.config import Pipeline
-from sync.runner import RunSummary, call_procedure
+from sync.operations.runner import RunSummary, call_procedure
 from sync.sql import schemas
 from sync.sql.dialect import quote_ident
 from sync.sql.names import QUARANTINE, RUN_LOG, table_names

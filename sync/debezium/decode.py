@@ -42,7 +42,7 @@ from datetime import date, datetime, time, timedelta, timezone
 from decimal import ROUND_HALF_UP, Context, Decimal, InvalidOperation
 from typing import Any
 
-from sync.vocabulary import (
+from sync.debezium.vocabulary import (
     BASE64_PATTERN,
     EPOCH_UNITS,
     NUMBER_PATTERN,

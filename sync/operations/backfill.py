@@ -125,7 +125,7 @@ def load_and_merge(
                 "already in S3 (--staged)"
             )
         if manifest_url is None:
-            from sync import s3
+            from sync.aws import s3
 
             client = s3.client()
             # A folder of its own per run: backfills of other tables may share --staging.
@@ -163,7 +163,7 @@ def localise_snapshot(snapshot: str, work: Path, progress: Progress) -> str:
         if not Path(snapshot).exists():
             raise FileNotFoundError(f"snapshot {snapshot!r} not found")
         return snapshot
-    from sync import s3
+    from sync.aws import s3
 
     dest = work / "snapshot"
     s3.download_prefix(s3.client(), snapshot, dest, progress)
@@ -280,7 +280,7 @@ def read_summary(staged: str) -> dict:
     url = join(staged, SUMMARY)
     try:
         if staged.startswith("s3://"):
-            from sync import s3
+            from sync.aws import s3
 
             bucket, key = s3.parse_s3_url(url)
             text = s3.client().get_object(Bucket=bucket, Key=key)["Body"].read().decode()
@@ -343,7 +343,7 @@ def run_staged(
     work = Path(tempfile.mkdtemp(prefix=f"rs-staged-{table.name}-"))
     try:
         if staged.startswith("s3://"):
-            from sync import s3
+            from sync.aws import s3
 
             s3.download_prefix(s3.client(), join(staged, DATA), work, progress)
             data = work

@@ -8,7 +8,7 @@ from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
 from sync.config import Pipeline, TableConfig
-from sync.isolation import CallFailed, Isolation, is_data_error, isolate
+from sync.operations.isolation import CallFailed, Isolation, is_data_error, isolate
 from sync.sql import schemas
 from sync.sql.dialect import PostgresDialect, quote_ident, quote_literal
 from sync.sql.names import QUARANTINE, RUN_LOG, SCHEMA_DRIFT, table_names
@@ -172,7 +172,7 @@ def sync(wh: Warehouse, pipeline: Pipeline, tables: Sequence[str] | None = None)
 
 def sync_table(wh: Warehouse, pipeline: Pipeline, table_name: str) -> RunSummary:
     """One table's sync. A CALL that fails on a record's data is followed by record
-    isolation (sync/isolation.py): the failing records are quarantined with the engine's
+    isolation (sync/operations/isolation.py): the failing records are quarantined with the engine's
     error and everything else is applied in this run; the summary adds up every call."""
     first = call_procedure(wh, pipeline, table_name)
     if first.status != "failed" or not first.data_error:

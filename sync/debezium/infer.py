@@ -17,8 +17,8 @@ from pathlib import Path
 from typing import Any
 
 from sync.config import TARGET_NAME, ConfigError, parse_pipeline
-from sync.stream import read_records
-from sync.vocabulary import SchemaName, Semantic
+from sync.debezium.vocabulary import SchemaName, Semantic
+from sync.local.stream import read_records
 
 # Connect schema name -> (column type, semantic) for names whose encoding needs decoding.
 SEMANTIC_NAMES: dict[str, tuple[str, Semantic | None]] = {

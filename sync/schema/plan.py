@@ -2,7 +2,7 @@
 recorded and the pipeline file now, as the exact operations of its upgrade and downgrade.
 
 Pure: states in, lines of Python for the revision file out (calls on a
-`sync.migrate.Revision`, which renders each operation's SQL from the generator). A change
+`sync.schema.migrate.Revision`, which renders each operation's SQL from the generator). A change
 Redshift cannot make in place is refused as a whole, with the safe manual path, so no
 revision ever applies half of a pipeline change.
 """
@@ -13,7 +13,7 @@ import json
 from dataclasses import dataclass, field
 
 from sync.config import ColumnConfig, Pipeline, TableConfig
-from sync.schema_state import Drift, State, drifted_objects, pipeline_of
+from sync.schema.state import Drift, State, drifted_objects, pipeline_of
 
 
 class RevisionRefused(ValueError):

@@ -30,7 +30,7 @@ from typing import Any
 import psycopg
 from botocore.exceptions import ClientError
 
-from sync.data_api import TERMINAL
+from sync.aws.data_api import TERMINAL
 
 CONFLICT_ERROR = (
     "ERROR: 1023 DETAIL: Serializable isolation violation on table - 100167, "

@@ -13,8 +13,8 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from sync.cli.report import print_backfill, print_pruned, print_reconcile, print_runs, print_status
 from sync.config import ConfigError, Pipeline, load_pipeline
-from sync.report import print_backfill, print_pruned, print_reconcile, print_runs, print_status
 from sync.warehouse import Warehouse, WarehouseError, connect
 
 app = typer.Typer(
@@ -90,7 +90,7 @@ def open_warehouse(dsn: str | None) -> Warehouse:
 
 def revisions_config(versions: Path | None, dsn: str | None, pipeline: Pipeline, path: Path, **kwargs: Any) -> Any:
     """The alembic configuration, with the revisions folder given once (see `versions_setting`)."""
-    from sync.revisions import alembic_config, versions_setting
+    from sync.schema.revisions import alembic_config, versions_setting
 
     return alembic_config(versions_setting(versions, pipeline, path), dsn, path, **kwargs)
 
@@ -105,7 +105,7 @@ def open_checked(config: Path | None, dsn: str | None) -> tuple[Pipeline, Path, 
 def connect_checked(pipeline: Pipeline, path: Path, dsn: str | None) -> Warehouse:
     """A connection to a database deployed at the revision that records the pipeline file
     (see `open_checked`)."""
-    from sync.revisions import deployment_problem
+    from sync.schema.revisions import deployment_problem
 
     wh = open_warehouse(dsn)
     try:
@@ -132,9 +132,9 @@ def generate(
     out: Annotated[Optional[Path], typer.Option(help="Write one file per table into this folder instead of printing.")] = None,
 ) -> None:
     """Print (or write) the SQL of every warehouse object of the pipeline."""
-    from sync.generate import render_files, write_files
     from sync.sql.dialect import dialect_for
     from sync.sql.objects import auto_refresh_requirements
+    from sync.sql.render import render_files, write_files
 
     pipeline, path = open_pipeline(config)
     files = render_files(pipeline, dialect, origin_of(path))
@@ -162,8 +162,8 @@ def deploy(
     ] = None,
 ) -> None:
     """Upgrade the warehouse to the last revision (`alembic upgrade head`; idempotent)."""
-    from sync.revisions import deploy as run_deploy
-    from sync.revisions import offline_sql
+    from sync.schema.revisions import deploy as run_deploy
+    from sync.schema.revisions import offline_sql
     from sync.sql.dialect import DIALECTS
 
     pipeline, path = open_pipeline(config)
@@ -192,7 +192,7 @@ def ingest(
     dsn: DsnOpt = None,
 ) -> None:
     """Append one refresh of Kafka records to a table's local stream (embedded warehouse)."""
-    from sync.stream import ingest_file
+    from sync.local.stream import ingest_file
 
     pipeline, _, wh = open_checked(config, dsn)
     try:
@@ -225,7 +225,7 @@ def sync_cmd(
     as_json: Annotated[bool, typer.Option("--json", help="Print the run summaries as JSON.")] = False,
 ) -> None:
     """CALL incremental_sync_<table>() for every table (or those named) and summarise."""
-    from sync.runner import prune, selected_tables, sync_table
+    from sync.operations.runner import prune, selected_tables, sync_table
 
     pipeline, path = open_pipeline(config)
     names = selected_tables(pipeline, table)
@@ -264,8 +264,8 @@ def status(
     as_json: Annotated[bool, typer.Option("--json", help="Print the status as JSON.")] = False,
 ) -> None:
     """Watermarks, pending records, last run, lag, waiting quarantine and current schema drift per table."""
-    from sync.recovery import regression_warnings
-    from sync.runner import status as run_status
+    from sync.operations.recovery import regression_warnings
+    from sync.operations.runner import status as run_status
 
     pipeline, _, wh = open_checked(config, dsn)
     try:
@@ -289,7 +289,7 @@ def demo(
     skip_spark: Annotated[bool, typer.Option(help="Skip the PySpark backfill and reconcile steps.")] = False,
 ) -> None:
     """End to end on the embedded warehouse: deploy, ingest sample events, sync, backfill, reconcile."""
-    from sync.demo import run_demo
+    from sync.cli.demo import run_demo
 
     run_demo(console, dsn=dsn, config=config, skip_spark=skip_spark)
 
@@ -331,7 +331,7 @@ def backfill(
 ) -> None:
     """Load a snapshot into a table without overwriting newer stream changes (PySpark)."""
     from backfill.job import parse_time
-    from sync.backfill import run_backfill, run_staged
+    from sync.operations.backfill import run_backfill, run_staged
 
     if (snapshot is None) == (staged is None):
         raise ValueError("give either --snapshot (run Spark here) or --staged (load what a cluster's job wrote)")
@@ -379,7 +379,7 @@ def reconcile(
 ) -> None:
     """Compare a snapshot with the warehouse; exit 1 on any difference the stream does not explain."""
     from backfill.job import parse_time
-    from sync.reconcile import run_reconcile
+    from sync.operations.reconcile import run_reconcile
 
     when = parse_time(snapshot_time)
     columns = [c.strip() for c in checksum.split(",") if c.strip()] if checksum else []
@@ -404,7 +404,7 @@ def revision(
     versions: VersionsOpt = None,
 ) -> None:
     """Write the next schema revision: the pipeline file compared with the last revision's state."""
-    from sync.revisions import write_revision
+    from sync.schema.revisions import write_revision
 
     pipeline, path = open_pipeline(config)
     written = write_revision(revisions_config(versions, None, pipeline, path), pipeline, origin_of(path), message)
@@ -431,7 +431,7 @@ def infer(
     ] = None,
 ) -> None:
     """Print a ready [[tables]] block inferred from sample messages' Connect schemas."""
-    from sync.infer import infer_block
+    from sync.debezium.infer import infer_block
 
     sys.stdout.write(infer_block(sample, table, topic, primary_key))
 
@@ -452,7 +452,7 @@ def prune_cmd(
     ] = False,
 ) -> None:
     """Delete run-log, schema-drift and handled quarantine rows past the retention (`sync` does it too)."""
-    from sync.runner import prune
+    from sync.operations.runner import prune
 
     pipeline, _, wh = open_checked(config, dsn)
     try:
@@ -482,7 +482,7 @@ BeforeOpt = Annotated[Optional[str], typer.Option("--before", help="Only records
 def _selection(table: str, reason: str | None, before: str | None) -> Any:
     from datetime import datetime, timezone
 
-    from sync.quarantine import Selection
+    from sync.operations.quarantine import Selection
 
     when = None
     if before:
@@ -508,7 +508,7 @@ def quarantine_list(
     as_json: Annotated[bool, typer.Option("--json", help="Print the records as JSON.")] = False,
 ) -> None:
     """The quarantined records of a table, oldest first, with their reason and value."""
-    from sync.quarantine import list_records
+    from sync.operations.quarantine import list_records
 
     sel = _selection(table, reason, before)
     pipeline, _, wh = open_checked(config, dsn)
@@ -544,7 +544,7 @@ def quarantine_replay(
     as_json: Annotated[bool, typer.Option("--json", help="Print the result as JSON.")] = False,
 ) -> None:
     """Run waiting records through the table's procedure again (after the cause is fixed)."""
-    from sync.quarantine import replay
+    from sync.operations.quarantine import replay
 
     sel = _selection(table, reason, before)
     pipeline, _, wh = open_checked(config, dsn)
@@ -575,7 +575,7 @@ def quarantine_discard(
     dsn: DsnOpt = None,
 ) -> None:
     """Mark waiting records discarded: they are kept, as handled, until retention prunes them."""
-    from sync.quarantine import discard
+    from sync.operations.quarantine import discard
 
     sel = _selection(table, reason, before)
     pipeline, _, wh = open_checked(config, dsn)
@@ -627,7 +627,7 @@ def package_lambda(
     ] = False,
 ) -> None:
     """Build the Lambda zip: the sync package, its dependencies for Lambda and the pipeline file (no Spark)."""
-    from sync.packaging import PackagingError, build_lambda_zip
+    from sync.aws.packaging import PackagingError, build_lambda_zip
 
     _, path = open_pipeline(config)
     try:
@@ -642,7 +642,7 @@ def package_lambda(
 
 def print_regression_warnings(wh: Warehouse, pipeline: Pipeline, tables: list[str]) -> None:
     """Records no sync will read (a re-created topic): one warning per partition, on stderr."""
-    from sync.recovery import regression_warnings
+    from sync.operations.recovery import regression_warnings
 
     try:
         lines = regression_warnings(wh, pipeline, tables)
@@ -656,7 +656,7 @@ YesOpt = Annotated[bool, typer.Option("--yes", help="Do it (without --yes: say w
 
 
 def run_recovery(command: Callable[..., Any], table: str, yes: bool, config: Path | None, dsn: str | None) -> Any:
-    """One recovery command of sync/recovery.py on one table (applied only with --yes)."""
+    """One recovery command of sync/operations/recovery.py on one table (applied only with --yes)."""
     pipeline, _ = open_pipeline(config)
     wh = open_warehouse(dsn)
     try:
@@ -674,7 +674,7 @@ def reset_positions(
     dsn: DsnOpt = None,
 ) -> None:
     """After a MySQL failover, RESET MASTER or a restore of the source database: clear the stored source positions so that new events apply."""
-    from sync.recovery import reset_positions as run_reset
+    from sync.operations.recovery import reset_positions as run_reset
 
     result = run_recovery(run_reset, table, yes, config, dsn)
     what = f"{result.target_rows} row(s) of {table}" + (
@@ -701,7 +701,7 @@ def rebase_offsets(
     dsn: DsnOpt = None,
 ) -> None:
     """After a topic is re-created: move the watermark so that the records refreshed after it are read next."""
-    from sync.recovery import rebase_offsets as run_rebase
+    from sync.operations.recovery import rebase_offsets as run_rebase
 
     result = run_recovery(run_rebase, table, yes, config, dsn)
     out = console if result.applied else err_console
@@ -736,7 +736,7 @@ def package_backfill(
     config: ConfigOpt = None,
 ) -> None:
     """Build what a Spark cluster (EMR, EMR Serverless, Glue) needs to run the backfill job."""
-    from sync.packaging import build_backfill_bundle
+    from sync.aws.packaging import build_backfill_bundle
 
     _, path = open_pipeline(config)
     bundle = build_backfill_bundle(out, path, progress=console.print)

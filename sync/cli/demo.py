@@ -9,12 +9,12 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
+from sync.cli.report import print_status
 from sync.config import load_pipeline
-from sync.report import print_status
+from sync.local.stream import ingest_file
+from sync.operations.runner import deploy, status, sync
 from sync.resources import bundled
-from sync.runner import deploy, status, sync
 from sync.sql.dialect import quote_ident
-from sync.stream import ingest_file
 from sync.warehouse import Warehouse, connect
 
 EXAMPLE_DIR = bundled("examples") / "salesdb"
@@ -107,6 +107,6 @@ def _backfill_and_reconcile(console: Console, wh: Warehouse, pipeline) -> None:
             "(pip install 'redshift-sync[spark]', and a Java 17+ runtime)[/yellow]"
         )
         return
-    from sync.demo_backfill import run as run_backfill_demo
+    from sync.cli.demo_backfill import run as run_backfill_demo
 
     run_backfill_demo(console, wh, pipeline, EXAMPLE_DIR)

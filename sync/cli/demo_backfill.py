@@ -9,8 +9,8 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
+from sync.cli.report import print_reconcile
 from sync.config import Pipeline
-from sync.report import print_reconcile
 from sync.sql.dialect import quote_ident
 from sync.warehouse import Warehouse
 
@@ -21,8 +21,8 @@ SNAPSHOT_TIME = "2023-11-14T22:13:21.500Z"  # see examples/salesdb/snapshots/mak
 def run(console: Console, wh: Warehouse, pipeline: Pipeline, example_dir: Path) -> None:
     from backfill.job import parse_time
     from backfill.session import local_session
-    from sync.backfill import run_backfill
-    from sync.reconcile import run_reconcile
+    from sync.operations.backfill import run_backfill
+    from sync.operations.reconcile import run_reconcile
 
     snapshot = str(example_dir / SNAPSHOT)
     when = parse_time(SNAPSHOT_TIME)

@@ -12,10 +12,10 @@ from pathlib import Path
 from typing import Any
 
 from sync.config import Pipeline
-from sync.migrate import state_at
 from sync.resources import bundled
-from sync.revision_plan import RevisionPlan, plan_revision
-from sync.schema_state import State, drifted_objects, same_model, state_for
+from sync.schema.migrate import state_at
+from sync.schema.plan import RevisionPlan, plan_revision
+from sync.schema.state import State, drifted_objects, same_model, state_for
 from sync.sql.dialect import dialect_for
 from sync.sql.objects import auto_refresh_requirements
 from sync.warehouse import WarehouseError, dialect_of, resolve_dsn, sqlalchemy_url
@@ -44,7 +44,7 @@ def database_url(config: Any, offline: bool) -> str:
         return sqlalchemy_url(dsn)
     if offline:
         return OFFLINE_POSTGRES_URL
-    from sync import embedded
+    from sync.local import embedded
 
     return sqlalchemy_url(embedded.start())
 

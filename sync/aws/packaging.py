@@ -109,7 +109,7 @@ def build_lambda_zip(
     progress: Callable[[str], None] = lambda _: None,
 ) -> LambdaPackage:
     load_pipeline(config)  # a broken pipeline file fails here, not in the first invocation
-    package_dir = Path(__file__).resolve().parent
+    package_dir = Path(__file__).resolve().parent.parent
     reqs = requirements(with_connector)
     with tempfile.TemporaryDirectory(prefix="rs-lambda-") as tmp:
         deps = Path(tmp) / "deps"
@@ -171,7 +171,7 @@ def build_backfill_bundle(out: Path, config: Path, progress: Callable[[str], Non
     `--additional-python-modules` (for EMR Serverless, a venv archive made from the same
     requirements: docs/backfill-on-aws.md)."""
     load_pipeline(config)  # a broken pipeline file fails here, not on the cluster
-    root = Path(__file__).resolve().parent.parent
+    root = Path(__file__).resolve().parent.parent.parent
     entries = [(p, f"sync/{name}") for p, name in _package_files(root / "sync")]
     entries += [(p, f"backfill/{name}") for p, name in _package_files(root / "backfill")]
     out.mkdir(parents=True, exist_ok=True)

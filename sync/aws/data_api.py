@@ -32,7 +32,7 @@ invocation. `RedshiftPid` can be 0 (awslabs/amazon-redshift-utils#515): 0 means 
 
 The client is any object with boto3's four methods (`execute_statement`,
 `describe_statement`, `cancel_statement`, `get_statement_result`) and the same request and
-response shapes: `sync.data_api_local.LocalDataApi` runs them on PostgreSQL.
+response shapes: `sync.local.data_api.LocalDataApi` runs them on PostgreSQL.
 """
 
 from __future__ import annotations
@@ -44,10 +44,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from sync.aws.retry import RetryPolicy, is_throttled, is_transient, jittered_delay
 from sync.config import Pipeline
-from sync.isolation import CallFailed, is_data_error, isolate
-from sync.retry import RetryPolicy, is_throttled, is_transient, jittered_delay
-from sync.runner import (
+from sync.operations.isolation import CallFailed, is_data_error, isolate
+from sync.operations.runner import (
     SUMMARY_COLUMNS,
     RunSummary,
     applied_runs_sql,
@@ -518,7 +518,7 @@ def run_to_end(session: Session, sql: str, name: str) -> str:
 def isolate_table(
     session: Session, pipeline: Pipeline, table: str, failed: RunSummary, baseline: dict[str, str | None] | None
 ) -> RunSummary:
-    """Record isolation (sync/isolation.py) for a table whose CALL failed on a record's
+    """Record isolation (sync/operations/isolation.py) for a table whose CALL failed on a record's
     data: bounded CALLs, one at a time, within the deadline; the failing records are
     quarantined with the engine's error and the rest applied. The summary adds up the
     run-log rows this invocation wrote for the table."""

@@ -2,7 +2,7 @@
 encodings, the TOAST placeholder, and the quarantine reasons the procedure and the
 backfill both write.
 
-The pipeline file (`sync/config.py`), `infer`, the reference decoder (`sync/semantic.py`),
+The pipeline file (`sync/config.py`), `infer`, the reference decoder (`sync/debezium/decode.py`),
 the SQL decoder (`sync/sql/semantic.py`), the procedure and the PySpark backfill read
 these names from here. What each type means and how it lands in a column is the table in
 docs/debezium.md, "Semantic types".

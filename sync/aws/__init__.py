@@ -1,0 +1,1 @@
+"""AWS edges: the Lambda handler, the Redshift Data API client, S3, packaging, retries."""

@@ -1,0 +1,1 @@
+"""The command line: the typer app, its report printing, and the demos."""

@@ -1,0 +1,1 @@
+"""Debezium's vocabulary: semantic types, the reference decoder, pipeline inference, event builders."""

@@ -1,0 +1,1 @@
+"""The embedded warehouse: pgserver, the local stream (ingest) and the local Data API."""

@@ -1,0 +1,1 @@
+"""What the commands do against a warehouse: deploy/sync/status, isolation, quarantine, recovery, reconcile, backfill."""

@@ -1,0 +1,1 @@
+"""Warehouse revisions: alembic operations, the revision plan and the deployed state."""

@@ -1,0 +1,235 @@
+"""Schema revisions at run time: the operations revision files call.
+
+A revision file records the state it applies (`sync.schema.state`) and lists its
+operations as calls on a `Revision`, e.g.::
+
+    def upgrade() -> None:
+        r = Revision.up(STATE, down_revision)
+        r.add_column("customer", "email")
+        r.replace_procedure("customer")
+
+Each operation renders its SQL from the generator (`sync.sql.objects.pipeline_objects`)
+at the state it moves to (creations) or from (drops), in the dialect of the connection:
+the same revision runs on Redshift and on PostgreSQL, online or as `--sql` output.
+Writing revisions and running alembic is `sync.schema.revisions`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sync.config import Pipeline
+from sync.schema.state import State, pipeline_of
+from sync.sql.column_fill import column_fill_sql
+from sync.sql.dialect import PostgresDialect, dialect_for, quote_literal
+from sync.sql.names import SCHEMA_DRIFT, table_names
+from sync.sql.objects import SqlObject, pipeline_objects
+
+SQLALCHEMY_DIALECTS = {"redshift": "redshift", "postgresql": "postgres"}
+
+
+def state_at(script: Any, revision_id: str | None) -> State | None:
+    """A revision's own STATE, or that of its nearest ancestor with one (a hand-written
+    revision, e.g. a backfill, records none). None before the first revision."""
+    while revision_id is not None:
+        rev = script.get_revision(revision_id)
+        state = getattr(rev.module, "STATE", None)
+        if state is not None:
+            return state
+        if isinstance(rev.down_revision, (tuple, list)):
+            raise ValueError(f"revision {revision_id} merges branches: give it a STATE")
+        revision_id = rev.down_revision
+    return None
+
+
+def recorded_state(revision_id: str | None) -> State | None:
+    """The state of a revision, inside a running migration (see `state_at`)."""
+    from alembic import context
+
+    return state_at(context.script, revision_id)
+
+
+class Revision:
+    """The operations of one migration step, from state `before` to state `after`.
+    Creations render from `after`, drops name objects from `before`."""
+
+    def __init__(self, before: State | None, after: State | None):
+        from alembic import op
+
+        self._op = op
+        name = op.get_context().dialect.name
+        if name not in SQLALCHEMY_DIALECTS:
+            raise ValueError(f"unsupported database {name!r}: use PostgreSQL or Redshift")
+        self.dialect = SQLALCHEMY_DIALECTS[name]
+        self.before = pipeline_of(before) if before else None
+        self.after = pipeline_of(after) if after else None
+        self._origins = (before or {}).get("origin", ""), (after or {}).get("origin", "")
+        for setting in self._dialect(self.after or self.before).session_settings:
+            self._run(setting)
+
+    @classmethod
+    def up(cls, state: State, down_revision: str | None) -> Revision:
+        return cls(recorded_state(down_revision), state)
+
+    @classmethod
+    def down(cls, state: State, down_revision: str | None) -> Revision:
+        return cls(state, recorded_state(down_revision))
+
+    # -- helpers
+    def _dialect(self, pipeline: Pipeline | None) -> PostgresDialect:
+        assert pipeline is not None
+        return dialect_for(self.dialect, pipeline.schema)
+
+    def _run(self, sql: str) -> None:
+        """The generator's SQL exactly as rendered. Not through op.execute(): text() would
+        read `:name` as a bind parameter and, for Redshift's format paramstyle, double
+        every '%' (modulo in the procedures) in --sql output and online alike."""
+        ctx = self._op.get_context()
+        statement = sql.strip().removesuffix(";")
+        if ctx.as_sql:
+            ctx.impl.static_output(statement + ctx.impl.command_terminator)
+        else:
+            ctx.connection.exec_driver_sql(statement, execution_options={"no_parameters": True})
+
+    def _outside_transaction(self, statements: list[str]) -> None:
+        """Redshift refuses ALTER COLUMN TYPE (and key changes) in a transaction block."""
+        with self._op.get_context().autocommit_block():
+            for sql in statements:
+                self._run(sql)
+
+    def _objects(self, which: str, table: str | None, kinds: tuple[str, ...] | None = None) -> list[SqlObject]:
+        pipeline = self.after if which == "after" else self.before
+        origin = self._origins[1] if which == "after" else self._origins[0]
+        assert pipeline is not None, f"no {which} state for this operation"
+        return [
+            o
+            for o in pipeline_objects(pipeline, self.dialect, origin)
+            if o.table == table and o.kind != "setting" and (kinds is None or o.kind in kinds)
+        ]
+
+    def _drop(self, obj: SqlObject) -> None:
+        d = self._dialect(self.before)
+        name = d.qualified(obj.schema, obj.name)
+        statement = {
+            "table": f"DROP TABLE IF EXISTS {name};",
+            "stream": f"DROP {d.stream_relation} IF EXISTS {name};",
+            "procedure": d.drop_procedure(name, obj.arguments),
+            "function": f"DROP FUNCTION IF EXISTS {name};",
+            "external_schema": f"DROP SCHEMA IF EXISTS {d.q(obj.name)};",
+            "schema": f"DROP SCHEMA IF EXISTS {d.q(obj.name)};",
+        }.get(obj.kind)  # indexes go with their table
+        if statement:
+            self._run(statement)
+
+    def _alter(self, pipeline: Pipeline | None, table: str, relations: tuple[str, ...], action: str) -> list[str]:
+        d = self._dialect(pipeline)
+        assert pipeline is not None
+        n = table_names(pipeline, pipeline.table(table))
+        return [f"ALTER TABLE {d.qualified(n.schema, getattr(n, rel))} {action};" for rel in relations]
+
+    # -- the pipeline's shared objects
+    def create_pipeline(self) -> None:
+        """Schema, external schema (Redshift), helper functions (PostgreSQL), run log, quarantine."""
+        for obj in self._objects("after", None):
+            self._run(obj.sql)
+
+    def drop_pipeline(self) -> None:
+        """Drops what create_pipeline made. The schema is dropped without CASCADE: objects
+        that are not the pipeline's make the downgrade fail instead of disappearing."""
+        for obj in reversed(self._objects("before", None)):
+            self._drop(obj)
+
+    def replace_functions(self) -> None:
+        for obj in self._objects("after", None, ("function",)):
+            self._run(obj.sql)
+
+    def recreate_source(self) -> None:
+        """Where the warehouse reads the topics itself (Redshift): the external schema
+        again, with the streaming MVs of the tables both states have (new and removed
+        tables bring and take their own)."""
+        assert self.before is not None and self.after is not None
+        if not self._dialect(self.after).streaming_ingestion:
+            return
+        common = [t.name for t in self.after.tables if t.name in {b.name for b in self.before.tables}]
+        for table in common:
+            for obj in self._objects("before", table, ("stream",)):
+                self._drop(obj)
+        for obj in self._objects("before", None, ("external_schema",)):
+            self._drop(obj)
+        for obj in self._objects("after", None, ("external_schema",)):
+            self._run(obj.sql)
+        for table in common:
+            for obj in self._objects("after", table, ("stream",)):
+                self._run(obj.sql)
+
+    # -- one table's objects
+    def create_table(self, table: str) -> None:
+        """Stream (MV on Redshift), target, stage, watermark, deleted keys, procedure."""
+        for obj in self._objects("after", table):
+            self._run(obj.sql)
+
+    def drop_table(self, table: str) -> None:
+        for obj in reversed(self._objects("before", table)):
+            self._drop(obj)
+
+    def replace_procedure(self, table: str) -> None:
+        """The procedure from this state; the table's schema-drift history goes with the old
+        one (it described the previous pipeline file), so `status` shows only current drift."""
+        for obj in self._objects("after", table, ("procedure",)):
+            self._run(obj.sql)
+        d = self._dialect(self.after)
+        assert self.after is not None
+        self._run(f"DELETE FROM {d.qualified(self.after.schema, SCHEMA_DRIFT)} WHERE table_name = {quote_literal(table)};")
+
+    def recreate_stream(self, table: str, dialect: str) -> None:
+        """Only on `dialect`. A re-created streaming MV re-reads its topic from offset 0;
+        the watermark skips what was applied already."""
+        if self.dialect != dialect:
+            return
+        for obj in self._objects("before", table, ("stream",)):
+            self._drop(obj)
+        for obj in self._objects("after", table, ("stream", "index")):
+            self._run(obj.sql)
+
+    def add_column(self, table: str, column: str) -> None:
+        """ADD COLUMN on the target and the stage, one statement each (Redshift's rule),
+        then the column filled for the stored rows from the records that wrote them, which
+        the stream still holds (`sync.sql.column_fill`), in the same transaction."""
+        assert self.after is not None
+        config = self.after.table(table)
+        col = config.column_by_any_name(column)
+        assert col is not None, f"{table}.{column} is not in this revision's state"
+        d = self._dialect(self.after)
+        for sql in self._alter(self.after, table, ("target", "stage"), f"ADD COLUMN {d.q(column)} {d.type_sql(col.sql_type)}"):
+            self._run(sql)
+        self._run(column_fill_sql(d, self.after, config, col))
+
+    def drop_column(self, table: str, column: str) -> None:
+        d = self._dialect(self.before)
+        for sql in self._alter(self.before, table, ("target", "stage"), f"DROP COLUMN {d.q(column)}"):
+            self._run(sql)
+
+    def widen_column(self, table: str, column: str) -> None:
+        """A longer VARCHAR on the target and the stage, outside a transaction block."""
+        assert self.after is not None
+        col = self.after.table(table).column_by_any_name(column)
+        assert col is not None, f"{table}.{column} is not in this revision's state"
+        d = self._dialect(self.after)
+        action = f"ALTER COLUMN {d.q(column)} TYPE {d.type_sql(col.sql_type)}"
+        self._outside_transaction(self._alter(self.after, table, ("target", "stage"), action))
+
+    def alter_sortkey(self, table: str) -> None:
+        """Redshift re-sorts in the background; PostgreSQL has no sort key (no-op)."""
+        assert self.after is not None
+        action = self._dialect(self.after).alter_sortkey([c.target_name for c in self.after.table(table).sortkey_columns])
+        if action is not None:
+            self._outside_transaction(self._alter(self.after, table, ("target",), action))
+
+    def alter_distkey(self, table: str) -> None:
+        """The target, the stage and the deleted keys share the distribution key (Redshift only)."""
+        assert self.after is not None
+        config = self.after.table(table)
+        action = self._dialect(self.after).alter_distkey(config.distkey_column.target_name)
+        if action is not None:
+            relations = ("target", "stage", "deleted_keys") if config.delete_mode == "hard" else ("target", "stage")
+            self._outside_transaction(self._alter(self.after, table, relations, action))
