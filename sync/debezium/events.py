@@ -129,6 +129,21 @@ class _CommitOrderSource:
             self.commit()
         return commit, change, seq  # type: ignore[return-value]
 
+    def _block(self, connector: str, version: str, snapshot: bool, **positions: Any) -> dict[str, Any]:
+        """The source block: what every relational connector writes, then its positions."""
+        return {
+            "version": version,
+            "connector": connector,
+            "name": self.server,  # type: ignore[attr-defined]
+            "ts_ms": self.ts_ms,
+            "snapshot": "true" if snapshot else "false",
+            "db": self.db,  # type: ignore[attr-defined]
+            "sequence": None,
+            "schema": self.schema,  # type: ignore[attr-defined]
+            "table": self.table,  # type: ignore[attr-defined]
+            **positions,
+        }
+
     def _snapshot_position(self) -> int:
         if self.snapshot_at is None:
             self.snapshot_at = self.at
@@ -154,20 +169,14 @@ class SqlServerSource(_CommitOrderSource):
         else:
             commit, change, _ = self._change()
             serial = 2 if op == "u" else 1
-        return {
-            "version": "2.7.0.Final",
-            "connector": "sqlserver",
-            "name": self.server,
-            "ts_ms": self.ts_ms,
-            "snapshot": "true" if snapshot else "false",
-            "db": self.db,
-            "sequence": None,
-            "schema": self.schema,
-            "table": self.table,
-            "change_lsn": None if change is None else lsn_text(change, 10),
-            "commit_lsn": lsn_text(commit, 10),
-            "event_serial_no": serial,
-        }
+        return self._block(
+            "sqlserver",
+            "2.7.0.Final",
+            snapshot,
+            change_lsn=None if change is None else lsn_text(change, 10),
+            commit_lsn=lsn_text(commit, 10),
+            event_serial_no=serial,
+        )
 
 
 @dataclass
@@ -183,19 +192,13 @@ class Db2Source(_CommitOrderSource):
 
     def next(self, snapshot: bool = False, op: str = "c") -> dict[str, Any]:
         commit, change = (self._snapshot_position(), None) if snapshot else self._change()[:2]
-        return {
-            "version": "2.7.0.Final",
-            "connector": "db2",
-            "name": self.server,
-            "ts_ms": self.ts_ms,
-            "snapshot": "true" if snapshot else "false",
-            "db": self.db,
-            "sequence": None,
-            "schema": self.schema,
-            "table": self.table,
-            "change_lsn": None if change is None else lsn_text(change, 16),
-            "commit_lsn": lsn_text(commit, 16),
-        }
+        return self._block(
+            "db2",
+            "2.7.0.Final",
+            snapshot,
+            change_lsn=None if change is None else lsn_text(change, 16),
+            commit_lsn=lsn_text(commit, 16),
+        )
 
 
 @dataclass
@@ -221,21 +224,15 @@ class OracleSource(_CommitOrderSource):
             commit, scn, seq = None, self._snapshot_position(), None
         else:
             commit, scn, seq = self._change()
-        return {
-            "version": "3.2.0.Final",
-            "connector": "oracle",
-            "name": self.server,
-            "ts_ms": self.ts_ms,
-            "snapshot": "true" if snapshot else "false",
-            "db": self.db,
-            "sequence": None,
-            "schema": self.schema,
-            "table": self.table,
-            "txId": None if snapshot else f"6.28.{commit}",
-            "scn": str(scn),
-            "commit_scn": None if commit is None else str(commit),
-            "txSeq": seq,
-        }
+        return self._block(
+            "oracle",
+            "3.2.0.Final",
+            snapshot,
+            txId=None if snapshot else f"6.28.{commit}",
+            scn=str(scn),
+            commit_scn=None if commit is None else str(commit),
+            txSeq=seq,
+        )
 
 
 @dataclass
