@@ -143,13 +143,20 @@ def _zoned_levels(d: PostgresDialect, raw: str, alias: str) -> tuple[list[dict[s
         mo: number("6", 2),
         dd: number("9", 2),
         f"us__{alias}": micros,
+        f"sod__{alias}": f"{number('12', 2)} * 3600 + {number('15', 2)} * 60 + {number('18', 2)}",
         f"off__{alias}": f"CASE WHEN {zulu} THEN 0 ELSE {sign} * ({hours} * 3600 + {minutes} * 60 + COALESCE({seconds}, 0)) END",
     }
     leap = f"(f.{y} % 4 = 0 AND (f.{y} % 100 <> 0 OR f.{y} % 400 = 0))"
     month_days = (
         f"CASE WHEN f.{mo} IN (4, 6, 9, 11) THEN 30 WHEN f.{mo} = 2 THEN CASE WHEN {leap} THEN 29 ELSE 28 END ELSE 31 END"
     )
-    real_date = f"f.{y} >= 1 AND f.{mo} BETWEEN 1 AND 12 AND f.{dd} BETWEEN 1 AND {month_days}"
+    # The offset may move the first and the last day out of 0001-01-01 .. 9999-12-31
+    # (a time before 01:00 at +01:00 on 0001-01-01): no value, as the reference decoder.
+    in_range = (
+        f"NOT (f.{y} = 1 AND f.{mo} = 1 AND f.{dd} = 1 AND f.sod__{alias} < f.off__{alias})"
+        f" AND NOT (f.{y} = 9999 AND f.{mo} = 12 AND f.{dd} = 31 AND f.sod__{alias} - f.off__{alias} >= 86400)"
+    )
+    real_date = f"f.{y} >= 1 AND f.{mo} BETWEEN 1 AND 12 AND f.{dd} BETWEEN 1 AND {month_days} AND {in_range}"
     local = d.text_to_timestamp(f"CASE WHEN {real_date} THEN REPLACE(SUBSTRING(f.{z}, 1, 19), 'T', ' ') END")
     value = f"{local} + f.us__{alias} * INTERVAL '1 microsecond' - f.off__{alias} * INTERVAL '1 second'"
     level1 = {z: f"CASE WHEN {d.json_is_string(raw)} AND {text} ~ {d.lit(ZONED_PATTERN)} THEN {text} END"}
