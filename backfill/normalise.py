@@ -24,7 +24,7 @@ from backfill.compat import try_cast
 from backfill.conform import exact_name, exact_value, raw_name
 from sync.config import ColumnConfig, TableConfig
 from sync.debezium.vocabulary import EPOCH_UNITS, Reason
-from sync.sql.envelope import ISO_TIMESTAMP, LSN_PATTERN, LSN_WIDTH, NUMBER_PATTERN, POS_WIDTH
+from sync.sql.envelope import ISO_TIMESTAMP, LSN_PATTERN, LSN_WIDTH, NUMBER_PATTERN, POS_WIDTH, POSITION_FIELDS
 
 SOURCE_TS_COLUMNS = ("_source_ts", "__source_ts_ms")
 
@@ -225,13 +225,6 @@ def _oracle_position(commit_scn: Column, scn: Column, tx_seq: Column) -> Column:
 
 
 # The source fields a position is read from, per `order_by`.
-POSITION_FIELDS = {
-    "mysql-binlog": ("file", "pos", "row"),
-    "postgres-lsn": ("sequence", "lsn"),
-    "sqlserver-lsn": ("commit_lsn", "change_lsn", "event_serial_no"),
-    "oracle-scn": ("commit_scn", "scn", "txSeq"),
-    "db2-lsn": ("commit_lsn", "change_lsn"),
-}
 POSITIONS = {
     "mysql-binlog": _mysql_position,
     "postgres-lsn": _postgres_position,

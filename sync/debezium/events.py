@@ -101,6 +101,10 @@ class _CommitOrderSource:
     Oracle): every change knows its transaction's commit position. Each event is its own
     transaction, unless `begin()` ... `commit()` group several."""
 
+    server: str = "server1"  # the topic prefix, `name` in the source block
+    db: str = ""
+    schema: str = ""
+    table: str = ""
     ts_ms: int = 1_700_000_000_000
     at: int = 0  # the log position reached
     tx_commit: int | None = None  # the open transaction's commit position
@@ -134,13 +138,13 @@ class _CommitOrderSource:
         return {
             "version": version,
             "connector": connector,
-            "name": self.server,  # type: ignore[attr-defined]
+            "name": self.server,
             "ts_ms": self.ts_ms,
             "snapshot": "true" if snapshot else "false",
-            "db": self.db,  # type: ignore[attr-defined]
+            "db": self.db,
             "sequence": None,
-            "schema": self.schema,  # type: ignore[attr-defined]
-            "table": self.table,  # type: ignore[attr-defined]
+            "schema": self.schema,
+            "table": self.table,
             **positions,
         }
 

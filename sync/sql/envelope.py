@@ -160,6 +160,24 @@ def envelope_sql(d: PostgresDialect, table: TableConfig, env: str) -> EnvelopeSq
     return EnvelopeSql(op, env, env)
 
 
+# The `source` fields each source order reads, in the order its position builder takes
+# them (the backfill reads the same fields: backfill/normalise.py).
+POSITION_FIELDS = {
+    "mysql-binlog": ("file", "pos", "row"),
+    "postgres-lsn": ("sequence", "lsn"),
+    "sqlserver-lsn": ("commit_lsn", "change_lsn", "event_serial_no"),
+    "oracle-scn": ("commit_scn", "scn", "txSeq"),
+    "db2-lsn": ("commit_lsn", "change_lsn"),
+}
+_POSITIONS = {
+    "mysql-binlog": _mysql_position,
+    "postgres-lsn": _postgres_position,
+    "sqlserver-lsn": _sqlserver_position,
+    "oracle-scn": _oracle_position,
+    "db2-lsn": _db2_position,
+}
+
+
 def source_sql(d: PostgresDialect, table: TableConfig, source: str) -> SourceSql:
     """Source time and ordering position, read from the `source` object of `envelope_sql`
     (the `source` block; the row itself for unwrapped messages, whose fields carry `__`,
@@ -172,16 +190,8 @@ def source_sql(d: PostgresDialect, table: TableConfig, source: str) -> SourceSql
     order_column = table.order_column
     if order_column is not None:
         position = column_position(d, d.json_get_text(source, order_column.name))
-    elif table.order_by == "mysql-binlog":
-        position = _mysql_position(d, text("file"), text("pos"), text("row"))
-    elif table.order_by == "postgres-lsn":
-        position = _postgres_position(d, text("sequence"), text("lsn"))
-    elif table.order_by == "sqlserver-lsn":
-        position = _sqlserver_position(d, text("commit_lsn"), text("change_lsn"), text("event_serial_no"))
-    elif table.order_by == "oracle-scn":
-        position = _oracle_position(d, text("commit_scn"), text("scn"), text("txSeq"))
-    elif table.order_by == "db2-lsn":
-        position = _db2_position(d, text("commit_lsn"), text("change_lsn"))
+    elif table.order_by in POSITION_FIELDS:
+        position = _POSITIONS[table.order_by](d, *(text(f) for f in POSITION_FIELDS[table.order_by]))
     else:
         position = "NULL"
     if table.format == "row":  # a row carries no commit time
