@@ -145,19 +145,19 @@ def _pad(text: Column) -> Column:
 
 
 def _group(text: Column, pattern: str) -> Column:
-    """First capture group, NULL when there is no match (like substring(x from pattern))."""
+    """First capture group, NULL when there is no match (like substring(x from pattern)).
+    Java's `$` also matches before a final line break, POSIX's (the SQL's) does not: a
+    final `$` is read as `\z`, so '123\n' is no number here either."""
+    if pattern.endswith("$"):
+        pattern = pattern.removesuffix("$") + r"\z"
     return F.when(text.rlike(pattern), F.regexp_extract(text, pattern, 1))
-
-
-# Java's `$` also matches before a final line break; POSIX's (the SQL's) does not.
-_ISO_TIMESTAMP = ISO_TIMESTAMP.removesuffix("$") + r"\z"
 
 
 def column_position(text: Column) -> Column:
     """The position of an order column's value, as `sync.sql.envelope.column_position`:
     a number's digits zero-padded, an ISO timestamp's digits to the microsecond."""
-    number = _group(text, rf"^([0-9]{{1,{POS_WIDTH}}})\z")
-    digits = F.translate(_group(text, _ISO_TIMESTAMP), "-:T .", "")
+    number = _group(text, rf"^([0-9]{{1,{POS_WIDTH}}})$")
+    digits = F.translate(_group(text, ISO_TIMESTAMP), "-:T .", "")
     return F.coalesce(F.lpad(number, POS_WIDTH, "0"), F.rpad(digits, POS_WIDTH, "0"))
 
 
@@ -190,8 +190,10 @@ def _mysql_position(file: Column, pos: Column, row: Column) -> Column:
 
 
 def _postgres_position(sequence: Column, lsn: Column) -> Column:
-    commit_lsn = _group(sequence, r'^\["?([0-9]*)')
+    """As the procedure's: a null or empty last-commit LSN ranks as the event's own LSN."""
+    first = _group(sequence, r'^\["?([0-9]*)')
     change_lsn = F.coalesce(_group(sequence, r'([0-9]+)"?\]$'), lsn)
+    commit_lsn = F.coalesce(F.when(first != "", first), change_lsn)
     return F.when(change_lsn.isNotNull(), F.concat(_pad(commit_lsn), F.lit("."), _pad(change_lsn)))
 
 

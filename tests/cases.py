@@ -184,6 +184,9 @@ SEMANTIC_UNDECODABLE = [
             "0001-01-01T00:00:00+00:00:01",
             "0001-01-01T00:30:00+01:00",
             "9999-12-31T23:30:00-01:00",
+            # An offset of a day or more is none (Java's ZoneOffset: at most 18:00).
+            "0001-01-02T00:00:00+30:00",
+            "9999-12-30T23:00:00-30:00",
         ],
     ),
     (DEC, "decimal(38,0)", -2, ["B4XuENXaRtkA9Daf/////w=="]),  # 37 nines at scale -2: 39 digits

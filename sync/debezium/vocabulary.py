@@ -75,9 +75,13 @@ BASE64_PATTERN = r"^([A-Za-z0-9+/]{4})*([A-Za-z0-9+/]{2}==|[A-Za-z0-9+/]{3}=)?$"
 # +hh:mm:ss (Java's offset id of a zone's historic local mean time, e.g. Oracle TIMESTAMP
 # WITH TIME ZONE in Africa/Monrovia before 1972: -00:44:30). Hours 00-23 and seconds 00-59
 # only: PostgreSQL would read 24:00:00 as the next day and :60 as the next minute, where
-# Debezium has no such times. Groups: hour, fraction (with its dot), zone, zone seconds.
+# Debezium has no such times. Offsets under 20 hours (Java's ZoneOffset is at most
+# 18:00), so an offset moves a time by less than a day and only the first and the last
+# day can leave 0001-01-01 .. 9999-12-31. Groups: hour, fraction (with its dot), zone,
+# zone seconds.
 ZONED_PATTERN = (
-    "^[0-9]{4}-[0-9]{2}-[0-9]{2}T([01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9]([.][0-9]{1,9})?(Z|[+-][0-9]{2}:[0-9]{2}(:[0-9]{2})?)$"
+    "^[0-9]{4}-[0-9]{2}-[0-9]{2}T([01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9]([.][0-9]{1,9})?"
+    "(Z|[+-][01][0-9]:[0-5][0-9](:[0-5][0-9])?)$"
 )
 # A number as text (decimal.handling.mode=string, numbers quoted by a producer).
 NUMBER_PATTERN = r"^\s*[-+]?([0-9]+(\.[0-9]*)?|\.[0-9]+)([eE][-+]?[0-9]{1,3})?\s*$"
