@@ -147,7 +147,7 @@ def _pad(text: Column) -> Column:
 def _group(text: Column, pattern: str) -> Column:
     """First capture group, NULL when there is no match (like substring(x from pattern)).
     Java's `$` also matches before a final line break, POSIX's (the SQL's) does not: a
-    final `$` is read as `\z`, so '123\n' is no number here either."""
+    final `$` is read as `\\z`, so '123\n' is no number here either."""
     if pattern.endswith("$"):
         pattern = pattern.removesuffix("$") + r"\z"
     return F.when(text.rlike(pattern), F.regexp_extract(text, pattern, 1))

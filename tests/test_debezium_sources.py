@@ -378,3 +378,43 @@ def test_any_json_where_the_position_is_never_fails_the_call(wh, pipeline, table
             assert pos is None or re.fullmatch(layout, pos), pos
 
     check()
+
+
+# ---- interleaved transactions ------------------------------------------------------------
+
+INTERLEAVED = {
+    # (a change of the transaction that commits first, at the higher change position; a
+    # change of the transaction that began earlier and commits last)
+    "sqlserver": (
+        {"commit_lsn": "00000027:00000850:0001", "change_lsn": "00000027:00000800:0002", "event_serial_no": 2},
+        {"commit_lsn": "00000027:00000900:0001", "change_lsn": "00000027:00000700:0002", "event_serial_no": 2},
+    ),
+    "db2": (
+        {"commit_lsn": "00000027:00000850:0001", "change_lsn": "00000027:00000800:0002"},
+        {"commit_lsn": "00000027:00000900:0001", "change_lsn": "00000027:00000700:0002"},
+    ),
+    "oracle": (
+        {"scn": "2200000", "commit_scn": "2250000", "txSeq": 1},
+        {"scn": "2100000", "commit_scn": "2300000", "txSeq": 1},
+    ),
+}
+
+
+@pytest.mark.parametrize(("connector", "table", "key"), [*DOC_TABLES[:2], ("oracle", "oracle_customers", "ID")])
+def test_interleaved_transactions_order_by_commit_then_change(wh, pipeline, connector, table, key):
+    """Two transactions change one row: the first made its change at a higher position but
+    commits first; the second began earlier and commits last, so its change is the row's
+    final state. Debezium orders by commit first (Db2 page: "orders the change events
+    according to the commit LSN and change LSN"; SQL Server: `commit_lsn`, then
+    `change_lsn`; Oracle: `commit_scn`, "the SCN of the transaction commit that the change
+    event participates within"). Delivered last-committed first, then the other replayed:
+    the replay is stale. Ordered by change position it would win."""
+    first_fields, last_fields = INTERLEAVED[connector]
+    create, update = (doc_event(f"{connector}-{op}") for op in ("create", "update"))
+    create, update = create.get("payload", create), update.get("payload", update)
+    last = {**update, "source": {**update["source"], **last_fields}}
+    first = {**create, "op": "u", "source": {**create["source"], **first_fields}}
+    feed(wh, pipeline, table, [record(key, last)])
+    run = feed(wh, pipeline, table, [record(key, first)])
+    assert run.stale == 1, run
+    assert [r[:4] for r in table_rows(wh, table)] == [tuple(update["after"].values())]
