@@ -738,7 +738,6 @@ def truncate_sql(d: PostgresDialect, pipeline: Pipeline, table: TableConfig) -> 
     def deleted_at_truncate(row: str) -> dict[str, str]:
         return {**schemas.row_values(d, schemas.data_columns(table.key_columns), row), **truncate_position, "_deleted_at": now}
 
-    winners = "s._rn = 1 AND s._action IN ('upsert', 'delete')"
     older = "(_source_pos IS NULL OR _source_pos < v_truncate_pos)"
     if table.delete_mode == "soft":
         clear_older = (
@@ -793,7 +792,7 @@ def truncate_sql(d: PostgresDialect, pipeline: Pipeline, table: TableConfig) -> 
     by_kafka_order = (
         f"{clear_all}\n"
         f"UPDATE {stage} s SET _action = 'truncated'\n"
-        f"WHERE {winners}\n"
+        f"WHERE {WINNERS}\n"
         f"  AND EXISTS (SELECT 1 FROM {stage} x WHERE x._action = 'truncate'\n"
         f"    AND {precedes});"
     )
@@ -1291,7 +1290,7 @@ def quarantine_insert_sql(
     stage's)."""
     kafka = {name: record + name for name in ("kafka_partition", "kafka_offset", "kafka_timestamp")}
     values = {"table_name": quote_literal(table.name), **kafka, **values, "run_started_at": "v_started"}
-    return schemas.insert_select_sql(d, d.qualified(pipeline.schema, QUARANTINE), schemas.QUARANTINE, values, rest)
+    return schemas.insert_select_sql(d, relations(d, pipeline, table).quarantine, schemas.QUARANTINE, values, rest)
 
 
 def _wrapped(items: list[str], breaks: tuple[int, ...], indent: str = "  ") -> str:
@@ -1314,7 +1313,7 @@ def run_log_insert_sql(
     }
     columns, selected = schemas.ordered(d, schemas.RUN_LOG, values)
     return (
-        f"INSERT INTO {d.qualified(pipeline.schema, RUN_LOG)} ({_wrapped(columns, (7,))})\nVALUES ({_wrapped(selected, breaks)});"
+        f"INSERT INTO {relations(d, pipeline, table).run_log} ({_wrapped(columns, (7,))})\nVALUES ({_wrapped(selected, breaks)});"
     )
 
 
@@ -1395,7 +1394,7 @@ def isolate_record_sql(d: PostgresDialect, pipeline: Pipeline, table: TableConfi
                 table,
                 {
                     "events_read": "1",
-                    **{name: "0" for name in ("upserted", "deleted", "tombstones", "stale", "superseded", "truncates")},
+                    **{name: "0" for name in OUTCOMES if name != "quarantined"},
                     "quarantined": "1",
                     "watermark_before": "CAST(v_partition AS varchar(20)) || ':' || CAST(v_offset - 1 AS varchar(20))",
                     "watermark_after": "CAST(v_partition AS varchar(20)) || ':' || CAST(v_offset AS varchar(20))",
