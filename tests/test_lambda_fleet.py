@@ -125,6 +125,9 @@ def test_200_tables_under_throttling_end_ok_or_not_started_and_nothing_is_lost(m
         api.throttle("GetStatementResult", 0.3)
         for slow in ("t007", "t100", "t150"):
             api.inject_delay(f'"incremental_sync_{slow}"', 1.0)
+        # The first CALLs last long enough that the handler's 16 concurrent calls meet the
+        # service's limit of 12 active statements on any machine, fast or slow.
+        api.inject_delay('"incremental_sync_t', 0.5, times=24)
         context = Context(seconds=45)
         summary = lambda_handler.handler({}, context)
         left_ms = context.get_remaining_time_in_millis()
