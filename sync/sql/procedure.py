@@ -36,6 +36,9 @@ READ_ORDER = "s.refresh_time, s.kafka_partition, s.kafka_offset"
 WATERMARK_ITEM = "CAST(r.kafka_partition AS varchar(20)) || ':' || CAST(r.last_offset AS varchar(20))"
 # A run that is not bounded reads up to this refresh time.
 UNBOUNDED = "TIMESTAMP '9999-12-31 00:00:00'"
+# The call's one reading of the clock (UTC: PINNED_SETTING), taken once the lock is held:
+# the run log's start, _synced_at, _deleted_at, the lag and every control-table time.
+CALL_TIME = "v_started"
 # The winning event of each key, in the stage row `s`.
 WINNERS = "s._rn = 1 AND s._action IN ('upsert', 'delete')"
 # What the run log counts of a batch, by run-log column: expressions over the stage.
@@ -725,7 +728,7 @@ def truncate_sql(d: PostgresDialect, pipeline: Pipeline, table: TableConfig) -> 
     across partitions, and every stored row precedes it."""
     rel = relations(d, pipeline, table)
     stage, target, deleted = rel.stage, rel.target, rel.deleted
-    now = d.now()
+    now = CALL_TIME
     key_names = _keys(table)
     # Rows the truncate removes are recorded at its position (no Kafka coordinates of their own).
     truncate_position = {
@@ -888,7 +891,7 @@ def single_flight_sql(d: PostgresDialect, pipeline: Pipeline, table: TableConfig
         "--    then sees its watermark, so no record is applied twice. Only the control table\n"
         "--    is locked: on Redshift every LOCK is exclusive, and the target stays readable.\n"
     )
-    return f"{comment}{lock}\nv_started := {d.now()};"
+    return f"{comment}{lock}\n{CALL_TIME} := {d.now()};"
 
 
 def watermark_before_sql(d: PostgresDialect, pipeline: Pipeline, table: TableConfig) -> str:
@@ -1009,7 +1012,7 @@ def positionless_position_sql(d: PostgresDialect, pipeline: Pipeline, table: Tab
 
 def outcome_counts_sql(d: PostgresDialect, pipeline: Pipeline, table: TableConfig) -> str:
     """What the batch comes to, for the run log: each count, and the lag."""
-    values = [*OUTCOMES.values(), d.seconds_between(d.now(), "MAX(_kafka_timestamp)")]
+    values = [*OUTCOMES.values(), d.seconds_between(CALL_TIME, "MAX(_kafka_timestamp)")]
     into = [*(f"v_{name}" for name in OUTCOMES), "v_lag"]
     return "SELECT " + ",\n       ".join(values) + f"\nINTO {', '.join(into)}\nFROM {relations(d, pipeline, table).stage};"
 
@@ -1020,7 +1023,7 @@ def _load_sql(d: PostgresDialect, pipeline: Pipeline, table: TableConfig, delete
     rel = relations(d, pipeline, table)
     values = {
         **schemas.row_values(d, [*schemas.data_columns(table.columns), *schemas.POSITION], "s"),
-        "_synced_at": d.now(),
+        "_synced_at": CALL_TIME,
         **({"_deleted": deleted_flag} if table.delete_mode == "soft" else {}),
     }
     rest = f"FROM {rel.stage} s\nWHERE {where};"
@@ -1032,7 +1035,7 @@ def apply_hard_sql(d: PostgresDialect, pipeline: Pipeline, table: TableConfig) -
     # Redshift's DELETE takes no alias for its target: the key match names it in full,
     # and the stage's alias starts with '_', which no table name can (a table named "s"
     # would otherwise clash with an alias s).
-    remembered = {**schemas.row_values(d, schemas.deleted_keys(table), "s"), "_deleted_at": d.now()}
+    remembered = {**schemas.row_values(d, schemas.deleted_keys(table), "s"), "_deleted_at": CALL_TIME}
     return "\n".join(
         [
             "-- 6. Apply: remove the current row of every key with a winning event (the join is\n"
@@ -1121,14 +1124,14 @@ def replayed_sql(d: PostgresDialect, pipeline: Pipeline, table: TableConfig) -> 
     return (
         "-- Replayed records are recorded as such; one that failed again was quarantined anew above.\n"
         "IF v_replayed > 0 THEN\n"
-        f"  UPDATE {relations(d, pipeline, table).quarantine} SET handled = 'replayed', handled_at = {d.now()}\n"
+        f"  UPDATE {relations(d, pipeline, table).quarantine} SET handled = 'replayed', handled_at = {CALL_TIME}\n"
         f"  WHERE table_name = {quote_literal(table.name)} AND handled = 'replaying';\n"
         "END IF;"
     )
 
 
 def advance_watermark_sql(d: PostgresDialect, pipeline: Pipeline, table: TableConfig) -> str:
-    rel, now = relations(d, pipeline, table), d.now()
+    rel, now = relations(d, pipeline, table), CALL_TIME
     batch = (
         "(SELECT _kafka_partition, MAX(_kafka_offset) AS last_offset, MAX(_refresh_time) AS last_refresh_time\n"
         f"      FROM {rel.stage} GROUP BY _kafka_partition) b"
@@ -1233,15 +1236,15 @@ APPLY_STEPS = (
     Step(tied_changes_sql, ("v_rows",), _source_order),
     Step(positionless_position_sql, ("v_positionless",), _source_order),
     Step(replay_stale_sql, ("v_replayed",), lambda d, t: not _source_order(d, t)),
-    Step(truncate_sql, ("v_rows", "v_truncate_pos", "v_truncate_ts"), lambda d, t: t.on_truncate == "delete"),
-    Step(outcome_counts_sql, (*(f"v_{name}" for name in OUTCOMES), "v_lag")),
-    Step(apply_hard_sql, (), lambda d, t: t.delete_mode == "hard"),
+    Step(truncate_sql, ("v_rows", "v_truncate_pos", "v_truncate_ts", CALL_TIME), lambda d, t: t.on_truncate == "delete"),
+    Step(outcome_counts_sql, (*(f"v_{name}" for name in OUTCOMES), "v_lag", CALL_TIME)),
+    Step(apply_hard_sql, (CALL_TIME,), lambda d, t: t.delete_mode == "hard"),
     Step(delete_values_sql, (), lambda d, t: t.delete_mode == "soft" and bool(t.value_columns)),
-    Step(apply_soft_sql, (), lambda d, t: t.delete_mode == "soft"),
+    Step(apply_soft_sql, (CALL_TIME,), lambda d, t: t.delete_mode == "soft"),
     Step(drift_sql, ("v_drift", "v_started")),
     Step(quarantine_sql, ("v_quarantined", "v_started")),
-    Step(replayed_sql, ("v_replayed",)),
-    Step(advance_watermark_sql),
+    Step(replayed_sql, ("v_replayed", CALL_TIME)),
+    Step(advance_watermark_sql, (CALL_TIME,)),
     Step(empty_stage_sql),
 )
 # The steps of `incremental_sync_<table>(p_max_records)`, in output order.
@@ -1317,6 +1320,15 @@ def run_log_insert_sql(
     )
 
 
+# Pinned by CREATE PROCEDURE's SET clause, which sets it when the CALL enters and restores
+# the caller's value when it exits (r_CREATE_PROCEDURE; Redshift's syntax takes one such
+# clause). Every time the procedure writes (run log, _synced_at, lag) is UTC, as the Kafka
+# timestamps it is compared with are, whatever the caller's session time zone: Redshift's
+# clock functions read the session's zone (r_GETDATE, r_TIMEOFDAY_function), and a
+# database user's zone is set with ALTER USER ... SET timezone (r_timezone_config).
+PINNED_SETTING = "SET timezone TO 'UTC'"
+
+
 def _plpgsql_procedure(signature: str, comment: str, declare: list[str], body: list[str]) -> str:
     """CREATE OR REPLACE PROCEDURE with its header comment, declarations and body."""
     return (
@@ -1326,7 +1338,9 @@ def _plpgsql_procedure(signature: str, comment: str, declare: list[str], body: l
         + ("DECLARE\n" + _indent("\n".join(declare), 2) + "\n" if declare else "")
         + "BEGIN\n"
         + _indent("\n".join(body), 2)
-        + "\nEND;\n$$ LANGUAGE plpgsql;"
+        + "\nEND;\n$$ LANGUAGE plpgsql\n"
+        + PINNED_SETTING
+        + ";"
     )
 
 
@@ -1348,7 +1362,7 @@ def isolate_record_sql(d: PostgresDialect, pipeline: Pipeline, table: TableConfi
     the bounded read order) makes the engine raise; it goes to the quarantine with the
     engine's words and the watermark moves past it, so the rest of the topic flows. Under
     the same lock as the sync, so it cannot race one."""
-    n, rel, now = table_names(pipeline, table), relations(d, pipeline, table), d.now()
+    n, rel, now = table_names(pipeline, table), relations(d, pipeline, table), CALL_TIME
     stream, wm = rel.stream, rel.watermark
     first = pending_in_order_sql(
         d, pipeline, table, "x.kafka_partition, x.kafka_offset, x.refresh_time", "v_partition, v_offset, v_refresh_time", "1"
@@ -1357,7 +1371,7 @@ def isolate_record_sql(d: PostgresDialect, pipeline: Pipeline, table: TableConfi
     body = [
         "-- 1. Single flight, as in the sync itself.",
         f"LOCK TABLE {wm}{d.lock_mode};",
-        f"v_started := {now};",
+        f"{CALL_TIME} := {d.now()};",
         f"SELECT MAX(last_refresh_time) INTO v_since FROM {wm};",
         "v_since := COALESCE(v_since, TIMESTAMP '1900-01-01 00:00:00');",
         first + ";",

@@ -122,7 +122,7 @@ CREATE TABLE IF NOT EXISTS "cdc"."customer__watermark" (
   updated_at timestamp,
   PRIMARY KEY (kafka_partition)
 )
-DISTSTYLE ALL;
+DISTSTYLE AUTO;
 
 CREATE TABLE IF NOT EXISTS "cdc"."customer__deleted" (
   "customer_id" varchar(64) NOT NULL,
@@ -500,7 +500,7 @@ BEGIN
            COUNT(CASE WHEN _action IN ('stale', 'truncated') THEN 1 END),
            COUNT(CASE WHEN _rn > 1 AND _action IN ('upsert', 'delete') THEN 1 END),
            COUNT(CASE WHEN _action = 'truncate' THEN 1 END),
-           DATEDIFF(microsecond, MAX(_kafka_timestamp), CAST(TO_TIMESTAMP(TIMEOFDAY(), 'Dy Mon DD HH24:MI:SS.US YYYY') AS timestamp)) / 1000000.0
+           DATEDIFF(microsecond, MAX(_kafka_timestamp), v_started) / 1000000.0
     INTO v_upserted, v_deleted, v_quarantined, v_tombstones, v_stale, v_superseded, v_truncates, v_lag
     FROM "cdc"."customer__stage";
     -- 6. Apply: remove the current row of every key with a winning event (the join is
@@ -515,11 +515,11 @@ BEGIN
     WHERE s._rn = 1 AND s._action IN ('upsert', 'delete')
       AND "cdc"."customer__deleted"."customer_id" = s."customer_id";
     INSERT INTO "cdc"."customer__deleted" ("customer_id", _source_ts, _source_pos, _kafka_partition, _kafka_offset, _kafka_timestamp, _deleted_at)
-    SELECT s."customer_id", s._source_ts, s._source_pos, s._kafka_partition, s._kafka_offset, s._kafka_timestamp, CAST(TO_TIMESTAMP(TIMEOFDAY(), 'Dy Mon DD HH24:MI:SS.US YYYY') AS timestamp)
+    SELECT s."customer_id", s._source_ts, s._source_pos, s._kafka_partition, s._kafka_offset, s._kafka_timestamp, v_started
     FROM "cdc"."customer__stage" s
     WHERE s._rn = 1 AND s._action = 'delete';
     INSERT INTO "cdc"."customer" ("customer_id", "name", "mktsegment", "_source_ts", "_source_pos", "_kafka_partition", "_kafka_offset", "_synced_at")
-    SELECT s."customer_id", s."name", s."mktsegment", s._source_ts, s._source_pos, s._kafka_partition, s._kafka_offset, CAST(TO_TIMESTAMP(TIMEOFDAY(), 'Dy Mon DD HH24:MI:SS.US YYYY') AS timestamp)
+    SELECT s."customer_id", s."name", s."mktsegment", s._source_ts, s._source_pos, s._kafka_partition, s._kafka_offset, v_started
     FROM "cdc"."customer__stage" s
     WHERE s._rn = 1 AND s._action = 'upsert';
     -- 6. Schema drift: unknown fields in the row images, configured fields missing from them
@@ -553,18 +553,18 @@ BEGIN
     END IF;
     -- Replayed records are recorded as such; one that failed again was quarantined anew above.
     IF v_replayed > 0 THEN
-      UPDATE "cdc"."sync_quarantine" SET handled = 'replayed', handled_at = CAST(TO_TIMESTAMP(TIMEOFDAY(), 'Dy Mon DD HH24:MI:SS.US YYYY') AS timestamp)
+      UPDATE "cdc"."sync_quarantine" SET handled = 'replayed', handled_at = v_started
       WHERE table_name = 'customer' AND handled = 'replaying';
     END IF;
     -- 7. Advance the per-partition watermark in the same transaction (never back: replayed
     --    records lie below it).
-    UPDATE "cdc"."customer__watermark" w SET last_offset = b.last_offset, last_refresh_time = b.last_refresh_time, updated_at = CAST(TO_TIMESTAMP(TIMEOFDAY(), 'Dy Mon DD HH24:MI:SS.US YYYY') AS timestamp)
+    UPDATE "cdc"."customer__watermark" w SET last_offset = b.last_offset, last_refresh_time = b.last_refresh_time, updated_at = v_started
     FROM (SELECT _kafka_partition, MAX(_kafka_offset) AS last_offset, MAX(_refresh_time) AS last_refresh_time
           FROM "cdc"."customer__stage" GROUP BY _kafka_partition) b
     WHERE w.kafka_partition = b._kafka_partition AND b.last_offset > w.last_offset;
     -- Partitions seen for the first time (aggregated first: one probe per partition).
     INSERT INTO "cdc"."customer__watermark" (kafka_partition, last_offset, last_refresh_time, updated_at)
-    SELECT b._kafka_partition, b.last_offset, b.last_refresh_time, CAST(TO_TIMESTAMP(TIMEOFDAY(), 'Dy Mon DD HH24:MI:SS.US YYYY') AS timestamp)
+    SELECT b._kafka_partition, b.last_offset, b.last_refresh_time, v_started
     FROM (SELECT _kafka_partition, MAX(_kafka_offset) AS last_offset, MAX(_refresh_time) AS last_refresh_time
           FROM "cdc"."customer__stage" GROUP BY _kafka_partition) b
     WHERE NOT EXISTS (SELECT 1 FROM "cdc"."customer__watermark" w WHERE w.kafka_partition = b._kafka_partition);
@@ -583,7 +583,8 @@ BEGIN
   VALUES ('customer', PG_BACKEND_PID(), v_started, CAST(TO_TIMESTAMP(TIMEOFDAY(), 'Dy Mon DD HH24:MI:SS.US YYYY') AS timestamp), v_read, v_upserted, v_deleted,
     v_quarantined, v_tombstones, v_stale, v_superseded, v_truncates, v_wm_before, v_wm_after, v_lag, 'ok');
 END;
-$$ LANGUAGE plpgsql;
+$$ LANGUAGE plpgsql
+SET timezone TO 'UTC';
 
 CREATE OR REPLACE PROCEDURE "cdc"."incremental_sync_customer"()
 AS $$
@@ -592,7 +593,8 @@ AS $$
 BEGIN
   CALL "cdc"."incremental_sync_customer"(CAST(NULL AS bigint));
 END;
-$$ LANGUAGE plpgsql;
+$$ LANGUAGE plpgsql
+SET timezone TO 'UTC';
 
 CREATE OR REPLACE PROCEDURE "cdc"."isolate_record_customer"(p_reason varchar(65535))
 AS $$
@@ -624,10 +626,10 @@ BEGIN
     SELECT 'customer', s.kafka_partition, s.kafka_offset, s.kafka_timestamp, CASE WHEN OCTET_LENGTH('the warehouse could not apply this record: ' || COALESCE(p_reason, 'no error text')) <= 1000 THEN 'the warehouse could not apply this record: ' || COALESCE(p_reason, 'no error text') ELSE SUBSTRING('the warehouse could not apply this record: ' || COALESCE(p_reason, 'no error text'), 1, 250) END, s.payload, s.raw_value, v_started
     FROM "cdc"."customer__stream" s
     WHERE s.kafka_partition = v_partition AND s.kafka_offset = v_offset AND s.refresh_time = v_refresh_time;
-    UPDATE "cdc"."customer__watermark" SET last_offset = v_offset, last_refresh_time = v_refresh_time, updated_at = CAST(TO_TIMESTAMP(TIMEOFDAY(), 'Dy Mon DD HH24:MI:SS.US YYYY') AS timestamp)
+    UPDATE "cdc"."customer__watermark" SET last_offset = v_offset, last_refresh_time = v_refresh_time, updated_at = v_started
     WHERE kafka_partition = v_partition;
     INSERT INTO "cdc"."customer__watermark" (kafka_partition, last_offset, last_refresh_time, updated_at)
-    SELECT v_partition, v_offset, v_refresh_time, CAST(TO_TIMESTAMP(TIMEOFDAY(), 'Dy Mon DD HH24:MI:SS.US YYYY') AS timestamp)
+    SELECT v_partition, v_offset, v_refresh_time, v_started
     WHERE NOT EXISTS (SELECT 1 FROM "cdc"."customer__watermark" WHERE kafka_partition = v_partition);
     INSERT INTO "cdc"."sync_run_log" (table_name, backend_pid, started_at, finished_at, events_read, upserted, deleted,
       quarantined, tombstones, stale, superseded, truncates, watermark_before, watermark_after, lag_seconds, status)
@@ -636,7 +638,8 @@ BEGIN
       CAST(v_partition AS varchar(20)) || ':' || CAST(v_offset AS varchar(20)), NULL, 'isolated');
   END IF;
 END;
-$$ LANGUAGE plpgsql;
+$$ LANGUAGE plpgsql
+SET timezone TO 'UTC';
 
 CREATE MATERIALIZED VIEW "cdc"."orders__stream"
 -- The topic name has upper-case letters: AUTO REFRESH needs
@@ -705,7 +708,7 @@ CREATE TABLE IF NOT EXISTS "cdc"."orders__watermark" (
   updated_at timestamp,
   PRIMARY KEY (kafka_partition)
 )
-DISTSTYLE ALL;
+DISTSTYLE AUTO;
 
 CREATE OR REPLACE PROCEDURE "cdc"."incremental_sync_orders"(p_max_records bigint)
 AS $$
@@ -1078,7 +1081,7 @@ BEGIN
            COUNT(CASE WHEN _action IN ('stale', 'truncated') THEN 1 END),
            COUNT(CASE WHEN _rn > 1 AND _action IN ('upsert', 'delete') THEN 1 END),
            COUNT(CASE WHEN _action = 'truncate' THEN 1 END),
-           DATEDIFF(microsecond, MAX(_kafka_timestamp), CAST(TO_TIMESTAMP(TIMEOFDAY(), 'Dy Mon DD HH24:MI:SS.US YYYY') AS timestamp)) / 1000000.0
+           DATEDIFF(microsecond, MAX(_kafka_timestamp), v_started) / 1000000.0
     INTO v_upserted, v_deleted, v_quarantined, v_tombstones, v_stale, v_superseded, v_truncates, v_lag
     FROM "cdc"."orders__stage";
     -- A delete whose before image holds only the key (REPLICA IDENTITY DEFAULT, unwrap
@@ -1112,7 +1115,7 @@ BEGIN
     WHERE _s._rn = 1 AND _s._action = 'upsert'
       AND "cdc"."orders"."order_id" = _s."order_id";
     INSERT INTO "cdc"."orders" ("order_id", "customer_id", "status", "total", "placed_at", "_source_ts", "_source_pos", "_kafka_partition", "_kafka_offset", "_synced_at", "_deleted")
-    SELECT s."order_id", s."customer_id", s."status", s."total", s."placed_at", s._source_ts, s._source_pos, s._kafka_partition, s._kafka_offset, CAST(TO_TIMESTAMP(TIMEOFDAY(), 'Dy Mon DD HH24:MI:SS.US YYYY') AS timestamp), false
+    SELECT s."order_id", s."customer_id", s."status", s."total", s."placed_at", s._source_ts, s._source_pos, s._kafka_partition, s._kafka_offset, v_started, false
     FROM "cdc"."orders__stage" s
     WHERE s._rn = 1 AND s._action = 'upsert';
     -- A delete keeps the row's last values, completed above.
@@ -1127,7 +1130,7 @@ BEGIN
     WHERE s._rn = 1 AND s._action = 'delete'
       AND t."order_id" = s."order_id";
     INSERT INTO "cdc"."orders" ("order_id", "customer_id", "status", "total", "placed_at", "_source_ts", "_source_pos", "_kafka_partition", "_kafka_offset", "_synced_at", "_deleted")
-    SELECT s."order_id", s."customer_id", s."status", s."total", s."placed_at", s._source_ts, s._source_pos, s._kafka_partition, s._kafka_offset, CAST(TO_TIMESTAMP(TIMEOFDAY(), 'Dy Mon DD HH24:MI:SS.US YYYY') AS timestamp), true
+    SELECT s."order_id", s."customer_id", s."status", s."total", s."placed_at", s._source_ts, s._source_pos, s._kafka_partition, s._kafka_offset, v_started, true
     FROM "cdc"."orders__stage" s
     WHERE s._rn = 1 AND s._action = 'delete'
       AND NOT EXISTS (SELECT 1 FROM "cdc"."orders" t WHERE t."order_id" = s."order_id");
@@ -1164,18 +1167,18 @@ BEGIN
     END IF;
     -- Replayed records are recorded as such; one that failed again was quarantined anew above.
     IF v_replayed > 0 THEN
-      UPDATE "cdc"."sync_quarantine" SET handled = 'replayed', handled_at = CAST(TO_TIMESTAMP(TIMEOFDAY(), 'Dy Mon DD HH24:MI:SS.US YYYY') AS timestamp)
+      UPDATE "cdc"."sync_quarantine" SET handled = 'replayed', handled_at = v_started
       WHERE table_name = 'orders' AND handled = 'replaying';
     END IF;
     -- 7. Advance the per-partition watermark in the same transaction (never back: replayed
     --    records lie below it).
-    UPDATE "cdc"."orders__watermark" w SET last_offset = b.last_offset, last_refresh_time = b.last_refresh_time, updated_at = CAST(TO_TIMESTAMP(TIMEOFDAY(), 'Dy Mon DD HH24:MI:SS.US YYYY') AS timestamp)
+    UPDATE "cdc"."orders__watermark" w SET last_offset = b.last_offset, last_refresh_time = b.last_refresh_time, updated_at = v_started
     FROM (SELECT _kafka_partition, MAX(_kafka_offset) AS last_offset, MAX(_refresh_time) AS last_refresh_time
           FROM "cdc"."orders__stage" GROUP BY _kafka_partition) b
     WHERE w.kafka_partition = b._kafka_partition AND b.last_offset > w.last_offset;
     -- Partitions seen for the first time (aggregated first: one probe per partition).
     INSERT INTO "cdc"."orders__watermark" (kafka_partition, last_offset, last_refresh_time, updated_at)
-    SELECT b._kafka_partition, b.last_offset, b.last_refresh_time, CAST(TO_TIMESTAMP(TIMEOFDAY(), 'Dy Mon DD HH24:MI:SS.US YYYY') AS timestamp)
+    SELECT b._kafka_partition, b.last_offset, b.last_refresh_time, v_started
     FROM (SELECT _kafka_partition, MAX(_kafka_offset) AS last_offset, MAX(_refresh_time) AS last_refresh_time
           FROM "cdc"."orders__stage" GROUP BY _kafka_partition) b
     WHERE NOT EXISTS (SELECT 1 FROM "cdc"."orders__watermark" w WHERE w.kafka_partition = b._kafka_partition);
@@ -1194,7 +1197,8 @@ BEGIN
   VALUES ('orders', PG_BACKEND_PID(), v_started, CAST(TO_TIMESTAMP(TIMEOFDAY(), 'Dy Mon DD HH24:MI:SS.US YYYY') AS timestamp), v_read, v_upserted, v_deleted,
     v_quarantined, v_tombstones, v_stale, v_superseded, v_truncates, v_wm_before, v_wm_after, v_lag, 'ok');
 END;
-$$ LANGUAGE plpgsql;
+$$ LANGUAGE plpgsql
+SET timezone TO 'UTC';
 
 CREATE OR REPLACE PROCEDURE "cdc"."incremental_sync_orders"()
 AS $$
@@ -1203,7 +1207,8 @@ AS $$
 BEGIN
   CALL "cdc"."incremental_sync_orders"(CAST(NULL AS bigint));
 END;
-$$ LANGUAGE plpgsql;
+$$ LANGUAGE plpgsql
+SET timezone TO 'UTC';
 
 CREATE OR REPLACE PROCEDURE "cdc"."isolate_record_orders"(p_reason varchar(65535))
 AS $$
@@ -1235,10 +1240,10 @@ BEGIN
     SELECT 'orders', s.kafka_partition, s.kafka_offset, s.kafka_timestamp, CASE WHEN OCTET_LENGTH('the warehouse could not apply this record: ' || COALESCE(p_reason, 'no error text')) <= 1000 THEN 'the warehouse could not apply this record: ' || COALESCE(p_reason, 'no error text') ELSE SUBSTRING('the warehouse could not apply this record: ' || COALESCE(p_reason, 'no error text'), 1, 250) END, s.payload, s.raw_value, v_started
     FROM "cdc"."orders__stream" s
     WHERE s.kafka_partition = v_partition AND s.kafka_offset = v_offset AND s.refresh_time = v_refresh_time;
-    UPDATE "cdc"."orders__watermark" SET last_offset = v_offset, last_refresh_time = v_refresh_time, updated_at = CAST(TO_TIMESTAMP(TIMEOFDAY(), 'Dy Mon DD HH24:MI:SS.US YYYY') AS timestamp)
+    UPDATE "cdc"."orders__watermark" SET last_offset = v_offset, last_refresh_time = v_refresh_time, updated_at = v_started
     WHERE kafka_partition = v_partition;
     INSERT INTO "cdc"."orders__watermark" (kafka_partition, last_offset, last_refresh_time, updated_at)
-    SELECT v_partition, v_offset, v_refresh_time, CAST(TO_TIMESTAMP(TIMEOFDAY(), 'Dy Mon DD HH24:MI:SS.US YYYY') AS timestamp)
+    SELECT v_partition, v_offset, v_refresh_time, v_started
     WHERE NOT EXISTS (SELECT 1 FROM "cdc"."orders__watermark" WHERE kafka_partition = v_partition);
     INSERT INTO "cdc"."sync_run_log" (table_name, backend_pid, started_at, finished_at, events_read, upserted, deleted,
       quarantined, tombstones, stale, superseded, truncates, watermark_before, watermark_after, lag_seconds, status)
@@ -1247,7 +1252,8 @@ BEGIN
       CAST(v_partition AS varchar(20)) || ':' || CAST(v_offset AS varchar(20)), NULL, 'isolated');
   END IF;
 END;
-$$ LANGUAGE plpgsql;
+$$ LANGUAGE plpgsql
+SET timezone TO 'UTC';
 
 INSERT INTO alembic_version (version_num) VALUES ('474a94aea2c7');
 

@@ -69,7 +69,7 @@ CREATE TABLE IF NOT EXISTS "inventory"."stock_moves__watermark" (
   updated_at timestamp,
   PRIMARY KEY (kafka_partition)
 )
-DISTSTYLE ALL;
+DISTSTYLE AUTO;
 
 CREATE OR REPLACE PROCEDURE "inventory"."incremental_sync_stock_moves"(p_max_records bigint)
 AS $$
@@ -424,7 +424,7 @@ BEGIN
            COUNT(CASE WHEN _action IN ('stale', 'truncated') THEN 1 END),
            COUNT(CASE WHEN _rn > 1 AND _action IN ('upsert', 'delete') THEN 1 END),
            COUNT(CASE WHEN _action = 'truncate' THEN 1 END),
-           DATEDIFF(microsecond, MAX(_kafka_timestamp), CAST(TO_TIMESTAMP(TIMEOFDAY(), 'Dy Mon DD HH24:MI:SS.US YYYY') AS timestamp)) / 1000000.0
+           DATEDIFF(microsecond, MAX(_kafka_timestamp), v_started) / 1000000.0
     INTO v_upserted, v_deleted, v_quarantined, v_tombstones, v_stale, v_superseded, v_truncates, v_lag
     FROM "inventory"."stock_moves__stage";
     -- A delete whose before image holds only the key (REPLICA IDENTITY DEFAULT, unwrap
@@ -456,7 +456,7 @@ BEGIN
     WHERE _s._rn = 1 AND _s._action = 'upsert'
       AND "inventory"."stock_moves"."move_id" = _s."move_id";
     INSERT INTO "inventory"."stock_moves" ("move_id", "product_id", "quantity", "moved_at", "_source_ts", "_source_pos", "_kafka_partition", "_kafka_offset", "_synced_at", "_deleted")
-    SELECT s."move_id", s."product_id", s."quantity", s."moved_at", s._source_ts, s._source_pos, s._kafka_partition, s._kafka_offset, CAST(TO_TIMESTAMP(TIMEOFDAY(), 'Dy Mon DD HH24:MI:SS.US YYYY') AS timestamp), false
+    SELECT s."move_id", s."product_id", s."quantity", s."moved_at", s._source_ts, s._source_pos, s._kafka_partition, s._kafka_offset, v_started, false
     FROM "inventory"."stock_moves__stage" s
     WHERE s._rn = 1 AND s._action = 'upsert';
     -- A delete keeps the row's last values, completed above.
@@ -470,7 +470,7 @@ BEGIN
     WHERE s._rn = 1 AND s._action = 'delete'
       AND t."move_id" = s."move_id";
     INSERT INTO "inventory"."stock_moves" ("move_id", "product_id", "quantity", "moved_at", "_source_ts", "_source_pos", "_kafka_partition", "_kafka_offset", "_synced_at", "_deleted")
-    SELECT s."move_id", s."product_id", s."quantity", s."moved_at", s._source_ts, s._source_pos, s._kafka_partition, s._kafka_offset, CAST(TO_TIMESTAMP(TIMEOFDAY(), 'Dy Mon DD HH24:MI:SS.US YYYY') AS timestamp), true
+    SELECT s."move_id", s."product_id", s."quantity", s."moved_at", s._source_ts, s._source_pos, s._kafka_partition, s._kafka_offset, v_started, true
     FROM "inventory"."stock_moves__stage" s
     WHERE s._rn = 1 AND s._action = 'delete'
       AND NOT EXISTS (SELECT 1 FROM "inventory"."stock_moves" t WHERE t."move_id" = s."move_id");
@@ -506,18 +506,18 @@ BEGIN
     END IF;
     -- Replayed records are recorded as such; one that failed again was quarantined anew above.
     IF v_replayed > 0 THEN
-      UPDATE "inventory"."sync_quarantine" SET handled = 'replayed', handled_at = CAST(TO_TIMESTAMP(TIMEOFDAY(), 'Dy Mon DD HH24:MI:SS.US YYYY') AS timestamp)
+      UPDATE "inventory"."sync_quarantine" SET handled = 'replayed', handled_at = v_started
       WHERE table_name = 'stock_moves' AND handled = 'replaying';
     END IF;
     -- 7. Advance the per-partition watermark in the same transaction (never back: replayed
     --    records lie below it).
-    UPDATE "inventory"."stock_moves__watermark" w SET last_offset = b.last_offset, last_refresh_time = b.last_refresh_time, updated_at = CAST(TO_TIMESTAMP(TIMEOFDAY(), 'Dy Mon DD HH24:MI:SS.US YYYY') AS timestamp)
+    UPDATE "inventory"."stock_moves__watermark" w SET last_offset = b.last_offset, last_refresh_time = b.last_refresh_time, updated_at = v_started
     FROM (SELECT _kafka_partition, MAX(_kafka_offset) AS last_offset, MAX(_refresh_time) AS last_refresh_time
           FROM "inventory"."stock_moves__stage" GROUP BY _kafka_partition) b
     WHERE w.kafka_partition = b._kafka_partition AND b.last_offset > w.last_offset;
     -- Partitions seen for the first time (aggregated first: one probe per partition).
     INSERT INTO "inventory"."stock_moves__watermark" (kafka_partition, last_offset, last_refresh_time, updated_at)
-    SELECT b._kafka_partition, b.last_offset, b.last_refresh_time, CAST(TO_TIMESTAMP(TIMEOFDAY(), 'Dy Mon DD HH24:MI:SS.US YYYY') AS timestamp)
+    SELECT b._kafka_partition, b.last_offset, b.last_refresh_time, v_started
     FROM (SELECT _kafka_partition, MAX(_kafka_offset) AS last_offset, MAX(_refresh_time) AS last_refresh_time
           FROM "inventory"."stock_moves__stage" GROUP BY _kafka_partition) b
     WHERE NOT EXISTS (SELECT 1 FROM "inventory"."stock_moves__watermark" w WHERE w.kafka_partition = b._kafka_partition);
@@ -536,7 +536,8 @@ BEGIN
   VALUES ('stock_moves', PG_BACKEND_PID(), v_started, CAST(TO_TIMESTAMP(TIMEOFDAY(), 'Dy Mon DD HH24:MI:SS.US YYYY') AS timestamp), v_read, v_upserted, v_deleted,
     v_quarantined, v_tombstones, v_stale, v_superseded, v_truncates, v_wm_before, v_wm_after, v_lag, 'ok');
 END;
-$$ LANGUAGE plpgsql;
+$$ LANGUAGE plpgsql
+SET timezone TO 'UTC';
 
 CREATE OR REPLACE PROCEDURE "inventory"."incremental_sync_stock_moves"()
 AS $$
@@ -545,7 +546,8 @@ AS $$
 BEGIN
   CALL "inventory"."incremental_sync_stock_moves"(CAST(NULL AS bigint));
 END;
-$$ LANGUAGE plpgsql;
+$$ LANGUAGE plpgsql
+SET timezone TO 'UTC';
 
 CREATE OR REPLACE PROCEDURE "inventory"."isolate_record_stock_moves"(p_reason varchar(65535))
 AS $$
@@ -577,10 +579,10 @@ BEGIN
     SELECT 'stock_moves', s.kafka_partition, s.kafka_offset, s.kafka_timestamp, CASE WHEN OCTET_LENGTH('the warehouse could not apply this record: ' || COALESCE(p_reason, 'no error text')) <= 1000 THEN 'the warehouse could not apply this record: ' || COALESCE(p_reason, 'no error text') ELSE SUBSTRING('the warehouse could not apply this record: ' || COALESCE(p_reason, 'no error text'), 1, 250) END, s.payload, s.raw_value, v_started
     FROM "inventory"."stock_moves__stream" s
     WHERE s.kafka_partition = v_partition AND s.kafka_offset = v_offset AND s.refresh_time = v_refresh_time;
-    UPDATE "inventory"."stock_moves__watermark" SET last_offset = v_offset, last_refresh_time = v_refresh_time, updated_at = CAST(TO_TIMESTAMP(TIMEOFDAY(), 'Dy Mon DD HH24:MI:SS.US YYYY') AS timestamp)
+    UPDATE "inventory"."stock_moves__watermark" SET last_offset = v_offset, last_refresh_time = v_refresh_time, updated_at = v_started
     WHERE kafka_partition = v_partition;
     INSERT INTO "inventory"."stock_moves__watermark" (kafka_partition, last_offset, last_refresh_time, updated_at)
-    SELECT v_partition, v_offset, v_refresh_time, CAST(TO_TIMESTAMP(TIMEOFDAY(), 'Dy Mon DD HH24:MI:SS.US YYYY') AS timestamp)
+    SELECT v_partition, v_offset, v_refresh_time, v_started
     WHERE NOT EXISTS (SELECT 1 FROM "inventory"."stock_moves__watermark" WHERE kafka_partition = v_partition);
     INSERT INTO "inventory"."sync_run_log" (table_name, backend_pid, started_at, finished_at, events_read, upserted, deleted,
       quarantined, tombstones, stale, superseded, truncates, watermark_before, watermark_after, lag_seconds, status)
@@ -589,4 +591,5 @@ BEGIN
       CAST(v_partition AS varchar(20)) || ':' || CAST(v_offset AS varchar(20)), NULL, 'isolated');
   END IF;
 END;
-$$ LANGUAGE plpgsql;
+$$ LANGUAGE plpgsql
+SET timezone TO 'UTC';

@@ -70,7 +70,7 @@ CREATE TABLE IF NOT EXISTS "sources"."sqlserver_customers_flat__watermark" (
   updated_at timestamp,
   PRIMARY KEY (kafka_partition)
 )
-DISTSTYLE ALL;
+DISTSTYLE AUTO;
 
 CREATE TABLE IF NOT EXISTS "sources"."sqlserver_customers_flat__deleted" (
   "id" integer NOT NULL,
@@ -496,7 +496,7 @@ BEGIN
            COUNT(CASE WHEN _action IN ('stale', 'truncated') THEN 1 END),
            COUNT(CASE WHEN _rn > 1 AND _action IN ('upsert', 'delete') THEN 1 END),
            COUNT(CASE WHEN _action = 'truncate' THEN 1 END),
-           DATEDIFF(microsecond, MAX(_kafka_timestamp), CAST(TO_TIMESTAMP(TIMEOFDAY(), 'Dy Mon DD HH24:MI:SS.US YYYY') AS timestamp)) / 1000000.0
+           DATEDIFF(microsecond, MAX(_kafka_timestamp), v_started) / 1000000.0
     INTO v_upserted, v_deleted, v_quarantined, v_tombstones, v_stale, v_superseded, v_truncates, v_lag
     FROM "sources"."sqlserver_customers_flat__stage";
     -- 6. Apply: remove the current row of every key with a winning event (the join is
@@ -511,11 +511,11 @@ BEGIN
     WHERE s._rn = 1 AND s._action IN ('upsert', 'delete')
       AND "sources"."sqlserver_customers_flat__deleted"."id" = s."id";
     INSERT INTO "sources"."sqlserver_customers_flat__deleted" ("id", _source_ts, _source_pos, _kafka_partition, _kafka_offset, _kafka_timestamp, _deleted_at)
-    SELECT s."id", s._source_ts, s._source_pos, s._kafka_partition, s._kafka_offset, s._kafka_timestamp, CAST(TO_TIMESTAMP(TIMEOFDAY(), 'Dy Mon DD HH24:MI:SS.US YYYY') AS timestamp)
+    SELECT s."id", s._source_ts, s._source_pos, s._kafka_partition, s._kafka_offset, s._kafka_timestamp, v_started
     FROM "sources"."sqlserver_customers_flat__stage" s
     WHERE s._rn = 1 AND s._action = 'delete';
     INSERT INTO "sources"."sqlserver_customers_flat" ("id", "first_name", "last_name", "email", "_source_ts", "_source_pos", "_kafka_partition", "_kafka_offset", "_synced_at")
-    SELECT s."id", s."first_name", s."last_name", s."email", s._source_ts, s._source_pos, s._kafka_partition, s._kafka_offset, CAST(TO_TIMESTAMP(TIMEOFDAY(), 'Dy Mon DD HH24:MI:SS.US YYYY') AS timestamp)
+    SELECT s."id", s."first_name", s."last_name", s."email", s._source_ts, s._source_pos, s._kafka_partition, s._kafka_offset, v_started
     FROM "sources"."sqlserver_customers_flat__stage" s
     WHERE s._rn = 1 AND s._action = 'upsert';
     -- 6. Schema drift: unknown fields in the row images, configured fields missing from them
@@ -550,18 +550,18 @@ BEGIN
     END IF;
     -- Replayed records are recorded as such; one that failed again was quarantined anew above.
     IF v_replayed > 0 THEN
-      UPDATE "sources"."sync_quarantine" SET handled = 'replayed', handled_at = CAST(TO_TIMESTAMP(TIMEOFDAY(), 'Dy Mon DD HH24:MI:SS.US YYYY') AS timestamp)
+      UPDATE "sources"."sync_quarantine" SET handled = 'replayed', handled_at = v_started
       WHERE table_name = 'sqlserver_customers_flat' AND handled = 'replaying';
     END IF;
     -- 7. Advance the per-partition watermark in the same transaction (never back: replayed
     --    records lie below it).
-    UPDATE "sources"."sqlserver_customers_flat__watermark" w SET last_offset = b.last_offset, last_refresh_time = b.last_refresh_time, updated_at = CAST(TO_TIMESTAMP(TIMEOFDAY(), 'Dy Mon DD HH24:MI:SS.US YYYY') AS timestamp)
+    UPDATE "sources"."sqlserver_customers_flat__watermark" w SET last_offset = b.last_offset, last_refresh_time = b.last_refresh_time, updated_at = v_started
     FROM (SELECT _kafka_partition, MAX(_kafka_offset) AS last_offset, MAX(_refresh_time) AS last_refresh_time
           FROM "sources"."sqlserver_customers_flat__stage" GROUP BY _kafka_partition) b
     WHERE w.kafka_partition = b._kafka_partition AND b.last_offset > w.last_offset;
     -- Partitions seen for the first time (aggregated first: one probe per partition).
     INSERT INTO "sources"."sqlserver_customers_flat__watermark" (kafka_partition, last_offset, last_refresh_time, updated_at)
-    SELECT b._kafka_partition, b.last_offset, b.last_refresh_time, CAST(TO_TIMESTAMP(TIMEOFDAY(), 'Dy Mon DD HH24:MI:SS.US YYYY') AS timestamp)
+    SELECT b._kafka_partition, b.last_offset, b.last_refresh_time, v_started
     FROM (SELECT _kafka_partition, MAX(_kafka_offset) AS last_offset, MAX(_refresh_time) AS last_refresh_time
           FROM "sources"."sqlserver_customers_flat__stage" GROUP BY _kafka_partition) b
     WHERE NOT EXISTS (SELECT 1 FROM "sources"."sqlserver_customers_flat__watermark" w WHERE w.kafka_partition = b._kafka_partition);
@@ -580,7 +580,8 @@ BEGIN
   VALUES ('sqlserver_customers_flat', PG_BACKEND_PID(), v_started, CAST(TO_TIMESTAMP(TIMEOFDAY(), 'Dy Mon DD HH24:MI:SS.US YYYY') AS timestamp), v_read, v_upserted, v_deleted,
     v_quarantined, v_tombstones, v_stale, v_superseded, v_truncates, v_wm_before, v_wm_after, v_lag, 'ok');
 END;
-$$ LANGUAGE plpgsql;
+$$ LANGUAGE plpgsql
+SET timezone TO 'UTC';
 
 CREATE OR REPLACE PROCEDURE "sources"."incremental_sync_sqlserver_customers_flat"()
 AS $$
@@ -589,7 +590,8 @@ AS $$
 BEGIN
   CALL "sources"."incremental_sync_sqlserver_customers_flat"(CAST(NULL AS bigint));
 END;
-$$ LANGUAGE plpgsql;
+$$ LANGUAGE plpgsql
+SET timezone TO 'UTC';
 
 CREATE OR REPLACE PROCEDURE "sources"."isolate_record_sqlserver_customers_flat"(p_reason varchar(65535))
 AS $$
@@ -621,10 +623,10 @@ BEGIN
     SELECT 'sqlserver_customers_flat', s.kafka_partition, s.kafka_offset, s.kafka_timestamp, CASE WHEN OCTET_LENGTH('the warehouse could not apply this record: ' || COALESCE(p_reason, 'no error text')) <= 1000 THEN 'the warehouse could not apply this record: ' || COALESCE(p_reason, 'no error text') ELSE SUBSTRING('the warehouse could not apply this record: ' || COALESCE(p_reason, 'no error text'), 1, 250) END, s.payload, s.raw_value, v_started
     FROM "sources"."sqlserver_customers_flat__stream" s
     WHERE s.kafka_partition = v_partition AND s.kafka_offset = v_offset AND s.refresh_time = v_refresh_time;
-    UPDATE "sources"."sqlserver_customers_flat__watermark" SET last_offset = v_offset, last_refresh_time = v_refresh_time, updated_at = CAST(TO_TIMESTAMP(TIMEOFDAY(), 'Dy Mon DD HH24:MI:SS.US YYYY') AS timestamp)
+    UPDATE "sources"."sqlserver_customers_flat__watermark" SET last_offset = v_offset, last_refresh_time = v_refresh_time, updated_at = v_started
     WHERE kafka_partition = v_partition;
     INSERT INTO "sources"."sqlserver_customers_flat__watermark" (kafka_partition, last_offset, last_refresh_time, updated_at)
-    SELECT v_partition, v_offset, v_refresh_time, CAST(TO_TIMESTAMP(TIMEOFDAY(), 'Dy Mon DD HH24:MI:SS.US YYYY') AS timestamp)
+    SELECT v_partition, v_offset, v_refresh_time, v_started
     WHERE NOT EXISTS (SELECT 1 FROM "sources"."sqlserver_customers_flat__watermark" WHERE kafka_partition = v_partition);
     INSERT INTO "sources"."sync_run_log" (table_name, backend_pid, started_at, finished_at, events_read, upserted, deleted,
       quarantined, tombstones, stale, superseded, truncates, watermark_before, watermark_after, lag_seconds, status)
@@ -633,4 +635,5 @@ BEGIN
       CAST(v_partition AS varchar(20)) || ':' || CAST(v_offset AS varchar(20)), NULL, 'isolated');
   END IF;
 END;
-$$ LANGUAGE plpgsql;
+$$ LANGUAGE plpgsql
+SET timezone TO 'UTC';

@@ -302,8 +302,9 @@ class PostgresDialect:
         return f"EXTRACT(EPOCH FROM ({later} - {earlier}))"
 
     def now(self) -> str:
-        """The current time, to the microsecond (run-log times, lag, durations)."""
-        return "clock_timestamp()::timestamp"
+        """The current time in UTC, to the microsecond (run-log times, lag, durations),
+        whatever the session's time zone: Kafka timestamps are UTC."""
+        return "(clock_timestamp() AT TIME ZONE 'UTC')"
 
     def drop_procedure(self, qualified_name: str, arguments: str = "") -> str:
         return f"DROP PROCEDURE IF EXISTS {qualified_name}({arguments});"

@@ -26,8 +26,9 @@ Values (the capabilities block):
   materialized view per topic (materialized-view-streaming-ingestion).
 - `copy_reads_s3`: on: COPY loads the backfill's Parquet from S3 (no COPY FROM STDIN).
 - `stream_relation`: MATERIALIZED VIEW, the streaming view (what a revision drops).
-- `control_table_attributes`: the watermark on every node (DISTSTYLE ALL: small, joined
-  by every run), the run log sorted by its start time.
+- `control_table_attributes`: the watermark DISTSTYLE AUTO (it is written by every run,
+  and ALL is for slowly changing tables: c_choosing_dist_sort), the run log sorted by its
+  start time.
 - `type_names`: super and varbyte(n) (PostgreSQL: jsonb and bytea).
 - `json_casts`: SUPER casts, which return NULL on error (cast_super_null_on_error), so
   no helper functions: text through `_super_text` (bounded by VARCHAR's limit), booleans
@@ -91,7 +92,7 @@ class RedshiftDialect(PostgresDialect):
     streaming_ingestion = True
     copy_reads_s3 = True
     stream_relation = "MATERIALIZED VIEW"
-    control_table_attributes = {"watermark": "\nDISTSTYLE ALL", "run_log": "\nSORTKEY (started_at)"}
+    control_table_attributes = {"watermark": "\nDISTSTYLE AUTO", "run_log": "\nSORTKEY (started_at)"}
     type_names = {**PostgresDialect.type_names, "super": "super", "varbyte": "varbyte({limit})"}
     # SUPER casts return NULL on error (cast_super_null_on_error = ON), which the generator
     # turns into a quarantine reason instead of a silent NULL. Text is the value read by

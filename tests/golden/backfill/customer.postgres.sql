@@ -54,12 +54,12 @@ WHERE "cdc"."customer__deleted"."customer_id" = _s."customer_id";
 
 -- Deletes in the snapshot are remembered like the stream's.
 INSERT INTO "cdc"."customer__deleted" ("customer_id", _source_ts, _source_pos, _kafka_partition, _kafka_offset, _deleted_at)
-SELECT s."customer_id", s._source_ts, s._source_pos, s._kafka_partition, s._kafka_offset, clock_timestamp()::timestamp
+SELECT s."customer_id", s._source_ts, s._source_pos, s._kafka_partition, s._kafka_offset, (clock_timestamp() AT TIME ZONE 'UTC')
 FROM "cdc"."customer__backfill" s
 WHERE s._delete;
 
 INSERT INTO "cdc"."customer" ("customer_id", "name", "mktsegment", _source_ts, _source_pos, _kafka_partition, _kafka_offset, _synced_at)
-SELECT s."customer_id", s."name", s."mktsegment", s._source_ts, s._source_pos, s._kafka_partition, s._kafka_offset, clock_timestamp()::timestamp
+SELECT s."customer_id", s."name", s."mktsegment", s._source_ts, s._source_pos, s._kafka_partition, s._kafka_offset, (clock_timestamp() AT TIME ZONE 'UTC')
 FROM "cdc"."customer__backfill" s
 WHERE NOT s._delete;
 

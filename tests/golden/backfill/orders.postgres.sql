@@ -42,7 +42,7 @@ WHERE NOT _s._delete
   AND "cdc"."orders"."order_id" = _s."order_id";
 
 INSERT INTO "cdc"."orders" ("order_id", "customer_id", "status", "total", "placed_at", _source_ts, _source_pos, _kafka_partition, _kafka_offset, _synced_at, _deleted)
-SELECT s."order_id", s."customer_id", s."status", s."total", s."placed_at", s._source_ts, s._source_pos, s._kafka_partition, s._kafka_offset, clock_timestamp()::timestamp, false
+SELECT s."order_id", s."customer_id", s."status", s."total", s."placed_at", s._source_ts, s._source_pos, s._kafka_partition, s._kafka_offset, (clock_timestamp() AT TIME ZONE 'UTC'), false
 FROM "cdc"."orders__backfill" s
 WHERE NOT s._delete;
 
@@ -53,13 +53,13 @@ UPDATE "cdc"."orders" t SET _deleted = true,
        "total" = COALESCE(s."total", t."total"),
        "placed_at" = COALESCE(s."placed_at", t."placed_at"),
        _source_ts = s._source_ts, _source_pos = s._source_pos,
-       _kafka_partition = s._kafka_partition, _kafka_offset = s._kafka_offset, _synced_at = clock_timestamp()::timestamp
+       _kafka_partition = s._kafka_partition, _kafka_offset = s._kafka_offset, _synced_at = (clock_timestamp() AT TIME ZONE 'UTC')
 FROM "cdc"."orders__backfill" s
 WHERE s._delete
   AND t."order_id" = s."order_id";
 
 INSERT INTO "cdc"."orders" ("order_id", "customer_id", "status", "total", "placed_at", _source_ts, _source_pos, _kafka_partition, _kafka_offset, _synced_at, _deleted)
-SELECT s."order_id", s."customer_id", s."status", s."total", s."placed_at", s._source_ts, s._source_pos, s._kafka_partition, s._kafka_offset, clock_timestamp()::timestamp, true
+SELECT s."order_id", s."customer_id", s."status", s."total", s."placed_at", s._source_ts, s._source_pos, s._kafka_partition, s._kafka_offset, (clock_timestamp() AT TIME ZONE 'UTC'), true
 FROM "cdc"."orders__backfill" s
 WHERE s._delete
   AND NOT EXISTS (SELECT 1 FROM "cdc"."orders" t WHERE t."order_id" = s."order_id");
