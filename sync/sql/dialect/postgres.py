@@ -339,6 +339,10 @@ class PostgresDialect:
         """The ALTER TABLE action that sets a table's distribution key; None where tables have none."""
         return None
 
+    def alter_diststyle(self, control_table: str) -> str | None:
+        """How a control table's distribution style is changed in place (None: no such style)."""
+        return None
+
 
 # ---- the helper functions (PostgreSQL only) ------------------------------------------
 

@@ -53,7 +53,8 @@ Fragments (methods):
 - `parquet_stage_type`, `from_parquet_stage`: JSON is staged as text and parsed (COPY
   loads a Parquet string into SUPER as a SUPER string).
 - `drop_procedure`: no IF EXISTS in Redshift's DROP PROCEDURE.
-- `table_attributes`, `alter_sortkey`, `alter_distkey`: DISTKEY, SORTKEY and BACKUP NO.
+- `table_attributes`, `alter_sortkey`, `alter_distkey`, `alter_diststyle`: DISTKEY, SORTKEY,
+  BACKUP NO and a control table's DISTSTYLE.
 
 Everything else the generator emits is one text for both engines.
 """
@@ -278,3 +279,8 @@ class RedshiftDialect(PostgresDialect):
 
     def alter_distkey(self, distkey: str) -> str | None:
         return f"ALTER DISTKEY {quote_ident(distkey)}"
+
+    def alter_diststyle(self, control_table: str) -> str | None:
+        # ALTER TABLE ... ALTER DISTSTYLE { EVEN | ALL | AUTO | KEY ... } (r_ALTER_TABLE).
+        attributes = self.control_table_attributes.get(control_table, "").split()
+        return f"ALTER DISTSTYLE {attributes[1]}" if attributes[:1] == ["DISTSTYLE"] else None
