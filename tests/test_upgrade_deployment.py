@@ -67,6 +67,7 @@ def _history(seed: int) -> tuple[list[dict], dict[str, tuple]]:
     return records, {k: (k, r["NAME"], r["MKTSEGMENT"]) for k, r in source.items()}
 
 
+@pytest.mark.slow
 def test_upgrade_mid_stream_with_a_call_running_ends_equal_to_the_source(tmp_path, database_dsn):
     earlier = _earlier_release(tmp_path)
     project = tmp_path / "project"
