@@ -745,3 +745,40 @@ def package_backfill(
 
 if __name__ == "__main__":
     main()
+
+
+@app.command()
+@handle_errors
+def doctor(
+    config: ConfigOpt = None,
+    dsn: DsnOpt = None,
+    verify: Annotated[
+        bool,
+        typer.Option("--verify", help="Also run the behaviours of docs/redshift.md in a scratch schema, dropped afterwards."),
+    ] = False,
+    report: Annotated[Optional[Path], typer.Option(metavar="FILE", help="Write the --verify report as JSON here.")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the checks (and the --verify report) as JSON.")] = False,
+) -> None:
+    """Check the pipeline file, the warehouse, its isolation level and the deployed revision (exit 1 on a failure)."""
+    from sync.cli.report import print_checks, print_verify
+    from sync.operations.doctor import CheckState, as_dicts, run_checks
+
+    checks = run_checks(config, dsn, lambda pipeline, path: revisions_config(None, dsn, pipeline, path))
+    verified = None
+    if verify:
+        from sync.operations.verify import verify as run_verify
+        from sync.operations.verify_scenarios import SCENARIOS
+
+        verified = run_verify(lambda: connect(dsn), SCENARIOS, _progress)
+        if report is not None:
+            report.write_text(json.dumps(verified.as_dict(), indent=2, default=str) + "\n")
+    if as_json:
+        print_json({"checks": as_dicts(checks), "verify": verified.as_dict() if verified else None})
+    else:
+        print_checks(checks, console)
+        if verified:
+            print_verify(verified, console)
+            if report is not None:
+                console.print(f"report written to {report}", highlight=False)
+    if any(c.state is CheckState.FAILED for c in checks) or (verified and verified.failed):
+        raise typer.Exit(1)

@@ -88,6 +88,10 @@ class PostgresDialect:
     copy_reads_s3 = False
     # What the stream relation is, as DROP names it.
     stream_relation = "TABLE"
+    # The database's default isolation level (`doctor`), as one value.
+    isolation_level_sql = "SELECT current_setting('default_transaction_isolation')"
+    # Settings the generated SQL depends on, reported as a new session has them.
+    verified_settings: tuple[str, ...] = ("TimeZone",)
     # Table attributes of the control tables, by table: none here.
     control_table_attributes: dict[str, str] = {}
     # How a column type is spelled, by family (the family's own name where not listed);
