@@ -782,3 +782,36 @@ def doctor(
                 console.print(f"report written to {report}", highlight=False)
     if any(c.state is CheckState.FAILED for c in checks) or (verified and verified.failed):
         raise typer.Exit(1)
+
+
+@app.command()
+@handle_errors
+def init(
+    folder: Annotated[Path, typer.Argument(metavar="FOLDER", help="The project folder (created if missing).")] = Path("."),
+    example: Annotated[
+        Optional[str], typer.Option(metavar="NAME", help="Start from a bundled example pipeline (salesdb, ...), with its events.")
+    ] = None,
+    sample: Annotated[
+        Optional[Path], typer.Option(metavar="FILE", help="Start from sample messages of one topic (as `infer` reads them).")
+    ] = None,
+    table: Annotated[Optional[str], typer.Option(metavar="TABLE", help="With --sample: the target table's name.")] = None,
+    topic: Annotated[
+        Optional[str], typer.Option(metavar="TOPIC", help="With --sample: the topic the messages come from.")
+    ] = None,
+) -> None:
+    """Write a new project: pipeline.toml and its revisions folder, from an example or a sample."""
+    from sync.operations.init import InitRefused, Sample, init_project
+
+    if sample is not None and not (table and topic):
+        raise CliError("--sample needs --table and --topic")
+    samples = [Sample(sample, table or "", topic or "")] if sample is not None else []
+    try:
+        written = init_project(folder, example, samples)
+    except InitRefused as exc:
+        raise CliError(str(exc)) from None
+    for path in written:
+        console.print(f"wrote {path}{'/' if path.is_dir() else ''}", highlight=False, markup=False)
+    where = "" if folder.resolve() == Path.cwd().resolve() else f"cd {folder} && "
+    console.print(
+        f"next: {where}redshift-sync revision -m initial && redshift-sync deploy", highlight=False, markup=False, soft_wrap=True
+    )
