@@ -209,8 +209,8 @@ class TableConfig(_Model):
         seen_source: set[str] = set()
         seen_target: set[str] = set()
         for col in self.columns:
-            if col.name in seen_source:
-                raise ValueError(f"columns: field {col.name!r} is listed twice")
+            if col.name in seen_source and col.name in self.primary_key:
+                raise ValueError(f"columns: key field {col.name!r} is listed twice")
             if col.target_name in seen_target:
                 raise ValueError(f"columns: target column {col.target_name!r} is used twice")
             seen_source.add(col.name)
@@ -273,10 +273,10 @@ class TableConfig(_Model):
         return next((c for c in self.columns if c.name == column.group(1)), None)
 
     def column_by_any_name(self, name: str) -> ColumnConfig | None:
-        for col in self.columns:
-            if name in (col.name, col.target_name):
-                return col
-        return None
+        """The column with this target name, else the first one read from this field (a
+        field may feed several columns, e.g. while its type changes)."""
+        by_target = (c for c in self.columns if c.target_name == name)
+        return next(by_target, None) or next((c for c in self.columns if c.name == name), None)
 
     @property
     def key_columns(self) -> list[ColumnConfig]:

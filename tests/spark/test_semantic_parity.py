@@ -312,3 +312,16 @@ def test_plain_floats_keep_to_the_range_every_engine_stores(spark):
         assert got[i]["_reason"] is None, text
         stored = float(got[i][name])
         assert stored == (struct.unpack("f", struct.pack("f", want))[0] if typ == "real" else want), text
+
+
+def test_a_field_feeding_two_columns_fills_both(spark):
+    """A field listed twice (its type changing: docs/operations.md) lands in each column
+    with that column's conversion (a JSON snapshot)."""
+    table = make_pipeline(
+        '[[tables]]\nname = "t"\ntopic = "t"\nprimary_key = ["id"]\ncolumns = [{ name = "id", type = "integer" }, '
+        '{ name = "n", type = "integer" }, { name = "n", target = "n_text", type = "varchar(20)" }]\n'
+    ).table("t")
+    lines = ['{"id": 1, "n": 7}', '{"id": 2, "n": "x"}']
+    df = json_rows(spark.createDataFrame([(line,) for line in lines], "value string"), table, F.lit(None))
+    got = sorted(tuple(r) for r in conform(df, table).select("id", "n", "n_text", "_reason").collect())
+    assert got == [(1, 7, "7", None), (2, None, "x", "field n does not convert to integer")]

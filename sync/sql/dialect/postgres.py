@@ -86,6 +86,9 @@ class PostgresDialect:
     stream_relation = "TABLE"
     # Table attributes of the control tables, by table: none here.
     control_table_attributes: dict[str, str] = {}
+    # The families whose widening (`sync.sql.types.widens`) ALTER COLUMN TYPE makes in place;
+    # a revision widens the others by copying into a new column (`sync.schema.migrate`).
+    in_place_widenings: tuple[str, ...] = ("varchar", "smallint", "integer", "decimal", "real")
     # How a column type is spelled, by family (the family's own name where not listed);
     # templates over the type's {precision}, {scale} and byte {limit}.
     type_names = {

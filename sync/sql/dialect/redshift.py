@@ -28,6 +28,8 @@ Values (the capabilities block):
 - `stream_relation`: MATERIALIZED VIEW, the streaming view (what a revision drops).
 - `control_table_attributes`: the watermark on every node (DISTSTYLE ALL: small, joined
   by every run), the run log sorted by its start time.
+- `in_place_widenings`: VARCHAR only: ALTER COLUMN TYPE "changes the size of a column
+  defined as a VARCHAR data type" (r_ALTER_TABLE), and not in a transaction block.
 - `type_names`: super and varbyte(n) (PostgreSQL: jsonb and bytea).
 - `float_ranges`: what the Numeric types page documents, narrower than IEEE 754: REAL
   "a range of around 1E-37 to 1E+37", DOUBLE PRECISION "around 1E-307 to 1E+308"
@@ -96,6 +98,9 @@ class RedshiftDialect(PostgresDialect):
     copy_reads_s3 = True
     stream_relation = "MATERIALIZED VIEW"
     control_table_attributes = {"watermark": "\nDISTSTYLE ALL", "run_log": "\nSORTKEY (started_at)"}
+    # ALTER COLUMN TYPE "changes the size of a column defined as a VARCHAR data type" only
+    # (r_ALTER_TABLE): other widenings copy into a new column.
+    in_place_widenings = ("varchar",)
     type_names = {**PostgresDialect.type_names, "super": "super", "varbyte": "varbyte({limit})"}
     # Numeric types, Floating-Point types: REAL "has a precision of about 6 digits, and a
     # range of around 1E-37 to 1E+37"; DOUBLE PRECISION "a range of around 1E-307 to
