@@ -20,6 +20,7 @@ from alembic import command
 
 from sync.config import load_pipeline
 from sync.debezium.events import ChangeStream, PostgresSource
+from sync.operations.quarantine import Selection, replay
 from sync.schema.plan import RevisionRefused
 from sync.schema.revisions import alembic_config, deploy, write_revision
 from sync.sql.dialect import PostgresDialect
@@ -110,6 +111,9 @@ def test_integer_to_bigint_widening_revision(project, database_dsn, wh, monkeypa
     ]
     deploy(cfg, wider)
     assert wh.query(STORED) == before
+    # The record quarantined because 2**40 did not fit is replayed into the wider column.
+    assert replay(wh, wider, Selection("counter")).replayed == 1
+    assert wh.scalar('SELECT n FROM cdc."counter" WHERE id = 2') == 2**40
     for relation in ("counter", "counter__stage"):
         assert {k: v for k, v in _types(wh, relation).items() if k in row} == {
             "id": "integer",
@@ -122,7 +126,7 @@ def test_integer_to_bigint_widening_revision(project, database_dsn, wh, monkeypa
     big = {"id": 3, "n": 2**62, "code": 2**31 - 1, "amount": "999999999999.99", "ratio": 1.5e300, "label": "x" * 32}
     ingest(wh, wider, "counter", [cs.insert(big)])
     assert sync_one(wh, wider, "counter").upserted == 1
-    assert wh.query(STORED + " OFFSET 1") == [(3, 2**62, 2**31 - 1, Decimal("999999999999.99"), 1.5e300, "x" * 32)]
+    assert wh.query(STORED)[2:] == [(3, 2**62, 2**31 - 1, Decimal("999999999999.99"), 1.5e300, "x" * 32)]
 
 
 def test_redshift_widens_varchar_in_place_and_copies_the_rest(project):
