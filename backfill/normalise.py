@@ -237,7 +237,8 @@ POSITIONS = {
 
 
 def _strings(*names: str) -> T.StructType:
-    return T.StructType([T.StructField(n, T.StringType()) for n in names])
+    """String fields of these names, each once (a field may feed several columns)."""
+    return T.StructType([T.StructField(n, T.StringType()) for n in dict.fromkeys(names)])
 
 
 RECORD_SCHEMA = T.StructType(

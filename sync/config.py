@@ -23,15 +23,19 @@ CONFIG_ENV_VAR = "REDSHIFT_SYNC_CONFIG"
 
 # Target-side names: lower-case, so Redshift's case folding can never change them.
 TARGET_NAME = re.compile(r"^[a-z][a-z0-9_]{0,62}$")
-# Source field names as Debezium emits them: letters, digits, _ and $ (MySQL allows $).
-SOURCE_FIELD = re.compile(r"^[A-Za-z_][A-Za-z0-9_$]{0,126}$")
+# Source field names as Debezium's JSON converter emits them: the source's column names,
+# unchanged (no Avro name adjustment), so letters of any script, digits, _ and $ (MySQL
+# allows $). Every use quotes them (a JSON key literal, a quoted PartiQL step); Redshift
+# keeps at most 127 bytes of an identifier (r_names), hence the byte limit.
+SOURCE_FIELD = re.compile(r"^[^\W\d][\w$]*$")
+FIELD_NAME_BYTES = 127
 # Kafka topic names: [a-zA-Z0-9._-], at most 249 characters.
 TOPIC = re.compile(r"^[A-Za-z0-9._-]{1,249}$")
 ARN = re.compile(r"^arn:aws[a-z-]*:[a-z0-9-]+:[a-z0-9-]*:\d{12}:[A-Za-z0-9/_.:+=@-]+$")
 BROKERS = re.compile(r"^[A-Za-z0-9.-]+:\d{1,5}(,[A-Za-z0-9.-]+:\d{1,5})*$")
 
 # order_by = "column:<field>": a column of the row orders a query-based (format = "row") topic.
-COLUMN_ORDER = re.compile(r"^column:([A-Za-z_][A-Za-z0-9_$]{0,126})$")
+COLUMN_ORDER = re.compile(r"^column:([^\W\d][\w$]*)$")
 # What an order column may be: the JDBC source connector's timestamp or incrementing column.
 ORDER_COLUMN_FAMILIES = ("timestamp", "timestamptz", "date", "smallint", "integer", "bigint", "char", "varchar")
 
@@ -124,8 +128,11 @@ class ColumnConfig(_Model):
     @field_validator("name")
     @classmethod
     def _source_name(cls, v: str) -> str:
-        if not SOURCE_FIELD.match(v):
-            raise ValueError(f"field name {v!r} is not allowed: letters, digits, _ and $, starting with a letter or _")
+        if not SOURCE_FIELD.match(v) or len(v.encode()) > FIELD_NAME_BYTES:
+            raise ValueError(
+                f"field name {v!r} is not allowed: letters (of any script), digits, _ and $, starting with a letter "
+                f"or _, at most {FIELD_NAME_BYTES} bytes in UTF-8"
+            )
         return v
 
     @field_validator("type")
@@ -209,8 +216,8 @@ class TableConfig(_Model):
         seen_source: set[str] = set()
         seen_target: set[str] = set()
         for col in self.columns:
-            if col.name in seen_source:
-                raise ValueError(f"columns: field {col.name!r} is listed twice")
+            if col.name in seen_source and col.name in self.primary_key:
+                raise ValueError(f"columns: key field {col.name!r} is listed twice")
             if col.target_name in seen_target:
                 raise ValueError(f"columns: target column {col.target_name!r} is used twice")
             seen_source.add(col.name)
@@ -273,10 +280,10 @@ class TableConfig(_Model):
         return next((c for c in self.columns if c.name == column.group(1)), None)
 
     def column_by_any_name(self, name: str) -> ColumnConfig | None:
-        for col in self.columns:
-            if name in (col.name, col.target_name):
-                return col
-        return None
+        """The column with this target name, else the first one read from this field (a
+        field may feed several columns, e.g. while its type changes)."""
+        by_target = (c for c in self.columns if c.target_name == name)
+        return next(by_target, None) or next((c for c in self.columns if c.name == name), None)
 
     @property
     def key_columns(self) -> list[ColumnConfig]:

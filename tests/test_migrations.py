@@ -235,7 +235,7 @@ def offline_sql(cfg, target: str) -> str:
         (
             '{ name = "MKTSEGMENT", type = "varchar(64)" }',
             '{ name = "MKTSEGMENT", type = "integer" }',
-            r"column mktsegment: varchar\(64\) -> integer: Redshift changes a column type in place only to widen a VARCHAR",
+            r"column mktsegment: varchar\(64\) -> integer: A revision changes a type only to one that holds every value",
         ),
         (
             '{ name = "NAME", type = "varchar(256)" }',
@@ -256,7 +256,8 @@ def test_changes_redshift_cannot_make_in_place_are_refused(project, old, new, ex
     before = sorted(os.listdir(project / "migrations" / "versions"))
     with pytest.raises(RevisionRefused, match=expected) as refused:
         write_revision(cfg, pipeline, ORIGIN, "refused")
-    assert "Safe path: add a " in str(refused.value) and "backfill" in str(refused.value)
+    message = str(refused.value)
+    assert ("Safe path: add a " in message and "backfill" in message) or "Safe path: list the field a second time" in message
     assert sorted(os.listdir(project / "migrations" / "versions")) == before
 
 

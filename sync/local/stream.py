@@ -138,9 +138,28 @@ def parse_line(line: bytes, lineno: int) -> tuple[KafkaRecord, bool]:
     return KafkaRecord(0, None, None, None, line, lineno=lineno), isinstance(obj, dict)
 
 
+# jsonb holds a number as numeric: "up to 131072 digits before the decimal point; up to
+# 16383 digits after the decimal point" (PostgreSQL, Numeric Types). JSON has no limit.
+NUMERIC_INTEGER_DIGITS, NUMERIC_FRACTION_DIGITS = 131072, 16383
+
+
+def _numbers_fit_jsonb(value: Any) -> bool:
+    """Every number of a `loads_exact` result is one jsonb can hold (an integer of more
+    digits than numeric holds is refused by the JSON parser already)."""
+    if isinstance(value, Decimal):
+        fraction_digits = -int(value.as_tuple().exponent)
+        return fraction_digits <= NUMERIC_FRACTION_DIGITS and (value.is_zero() or value.adjusted() < NUMERIC_INTEGER_DIGITS)
+    if isinstance(value, dict):
+        return all(_numbers_fit_jsonb(v) for v in value.values())
+    if isinstance(value, list):
+        return all(_numbers_fit_jsonb(v) for v in value)
+    return True
+
+
 def parse_value(value: bytes | None) -> ParsedValue:
     """What the streaming MV stores: parsed JSON, or the raw bytes when it does not parse.
-    PostgreSQL's jsonb cannot hold NUL characters, so such values stay raw as well."""
+    PostgreSQL's jsonb cannot hold NUL characters or a number beyond numeric's range, so
+    such values stay raw as well (the procedure quarantines them)."""
     if value is None:
         return ParsedValue(None, None)
     try:
@@ -148,6 +167,8 @@ def parse_value(value: bytes | None) -> ParsedValue:
         parsed = loads_exact(text)
         dumped = dumps_exact(parsed)
         dumped.encode("utf-8")  # lone surrogates from \ud800 escapes cannot be stored
+        if not _numbers_fit_jsonb(parsed):
+            return ParsedValue(None, value)
     except (UnicodeError, ValueError, RecursionError):
         return ParsedValue(None, value)
     if "\\u0000" in dumped or "\x00" in dumped:

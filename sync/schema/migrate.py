@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from sync.config import Pipeline
+from sync.config import METADATA_PREFIX, Pipeline
 from sync.schema.state import State, pipeline_of
 from sync.sql.column_fill import column_fill_sql
 from sync.sql.dialect import PostgresDialect, dialect_for, quote_literal
@@ -232,13 +232,30 @@ class Revision:
             self._run(sql)
 
     def widen_column(self, table: str, column: str) -> None:
-        """A longer VARCHAR on the target and the stage, outside a transaction block."""
-        assert self.after is not None
-        col = self.after.table(table).column_by_any_name(column)
-        assert col is not None, f"{table}.{column} is not in this revision's state"
+        """A wider type (`sync.sql.types.widens`) on the target and the stage, every value
+        kept. In place where the engine alters the type (`in_place_widenings`), outside a
+        transaction block (Redshift refuses ALTER COLUMN TYPE in one); elsewhere copied into
+        a new column, in the revision's transaction: ADD COLUMN, UPDATE, DROP COLUMN, RENAME
+        COLUMN (the column moves to the end of the table; the generated SQL names columns)."""
+        assert self.before is not None and self.after is not None
+        old = self.before.table(table).column_by_any_name(column)
+        new = self.after.table(table).column_by_any_name(column)
+        assert old is not None and new is not None, f"{table}.{column} is not in both states of this revision"
         d = self._dialect(self.after)
-        action = f"ALTER COLUMN {d.q(column)} TYPE {d.type_sql(col.sql_type)}"
-        self._outside_transaction(self._alter(self.after, table, ("target", "stage"), action))
+        type_sql = d.type_sql(new.sql_type)
+        if old.sql_type.family in d.in_place_widenings:
+            self._outside_transaction(
+                self._alter(self.after, table, ("target", "stage"), f"ALTER COLUMN {d.q(column)} TYPE {type_sql}")
+            )
+            return
+        n = table_names(self.after, self.after.table(table))
+        copy = d.q(f"{METADATA_PREFIX}widening_{column}")  # '_': no configured column is named so
+        for relation in (n.target, n.stage):
+            name = d.qualified(n.schema, relation)
+            self._run(f"ALTER TABLE {name} ADD COLUMN {copy} {type_sql};")
+            self._run(f"UPDATE {name} SET {copy} = {d.q(column)};")
+            self._run(f"ALTER TABLE {name} DROP COLUMN {d.q(column)};")
+            self._run(f"ALTER TABLE {name} RENAME COLUMN {copy} TO {d.q(column)};")
 
     def alter_sortkey(self, table: str) -> None:
         """Redshift re-sorts in the background; PostgreSQL has no sort key (no-op)."""
