@@ -209,7 +209,8 @@ columns = [{ name = "id", type = "integer" }, { name = "r", type = "real" }, { n
 def float_ranges(s: Scratch) -> None:
     pipeline, cs = s.deploy(FLOATS), ChangeStream(["id"], MySqlSource(table="floats"))
     inside = {"id": 1, "r": 1e30, "d": 1e300}
-    outside = [{"id": 2, "r": 1e39, "d": 1.0}, {"id": 3, "r": 1.0, "d": 1e-320}]
+    # Past REAL's largest value, and below its smallest (rounds to zero), on every engine.
+    outside = [{"id": 2, "r": 1e39, "d": 1.0}, {"id": 3, "r": 1e-50, "d": 1.0}]
     run = s.feed(pipeline, "floats", [cs.insert(r) for r in (inside, *outside)])
     assert (run.upserted, run.quarantined) == (1, 2), f"upserted {run.upserted}, quarantined {run.quarantined}"
 
