@@ -85,6 +85,9 @@ class BackfillSql:
             f"LOCK TABLE {', '.join(tables)}{self.d.lock_mode};"
         )
 
+    def count_stage(self) -> str:
+        return f"SELECT COUNT(*) FROM {self.stage};"
+
     def clear_stage(self) -> str:
         return f"{self.d.empty_table} {self.stage};"
 
@@ -114,7 +117,7 @@ class BackfillSql:
         # Redshift's DELETE takes no alias for its table: the conditions name it in full.
         d, q = self.d, self.d.q
         steps = [
-            Step(f"SELECT COUNT(*) FROM {self.stage};", count="staged", query=True),
+            Step(self.count_stage(), count="staged", query=True),
             Step(
                 "-- Rows the stream wrote at or after the snapshot row's source time stay, and so do\n"
                 "-- rows of unknown age (the stream carries every later change of their key).\n"
