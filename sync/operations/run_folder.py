@@ -53,7 +53,8 @@ def read_text(url: str, staged: str) -> str:
         return Path(url).read_text(encoding="utf-8")
     except Exception as exc:  # a missing object or file, named with the URL
         raise FileNotFoundError(
-            f"{url} cannot be read ({type(exc).__name__}): is {staged} the --output folder of a finished backfill job?"
+            f"{url} cannot be read ({type(exc).__name__}): {staged} is not the --output folder of a finished "
+            "backfill job (the job writes summary.json last: a run that did not finish has none)"
         ) from exc
 
 
