@@ -102,12 +102,14 @@ def stage_snapshot(
     output: str,
 ) -> dict:
     """Prepare the snapshot and write the run folder; returns the summary."""
+    folder = HadoopFolder(spark, output)
+    for name in (SUMMARY, MANIFEST, REJECTS):  # first: a folder used before is incomplete until the end
+        folder.delete(name)
     prepared = run(spark, table, snapshot, fmt, snapshot_time, values)
     write_stage(prepared.rows, join(output, DATA))
     rejected = prepared.rejected()
     if rejected:  # writing them evaluates the snapshot again
         write_rejects(prepared.rejects, join(output, REJECTS))
-    folder = HadoopFolder(spark, output)
     parts = folder.parts(DATA)
     folder.write_json(MANIFEST, manifest(parts))
     summary = {
@@ -116,7 +118,7 @@ def stage_snapshot(
         "schema": pipeline.schema,
         "fingerprint": table_fingerprint(pipeline, table),
         "columns": prepared.rows.columns,
-        "staged": spark.read.parquet(join(output, DATA)).count(),
+        "staged": spark.read.parquet(*[url for url, _ in parts]).count() if parts else 0,  # the listed files
         "rejected": rejected,
         "notes": prepared.notes,
         "snapshot": snapshot,

@@ -331,7 +331,8 @@ def backfill(
 ) -> None:
     """Load a snapshot into a table without overwriting newer stream changes (PySpark)."""
     from backfill.job import parse_time
-    from sync.operations.backfill import run_backfill, run_staged
+    from sync.operations.backfill import run_backfill
+    from sync.operations.run_folder import run_staged
 
     if (snapshot is None) == (staged is None):
         raise ValueError("give either --snapshot (run Spark here) or --staged (load what a cluster's job wrote)")

@@ -153,7 +153,7 @@ def print_reconcile(report: Any, out: Console) -> None:
     )
     out.print(grid)
     if report.differences:
-        keys = Table("key", "difference", "explained", "why", "snapshot _source_ts", "warehouse _source_ts")
+        keys = Table("key", "difference", "explained", "why", "snapshot time", "warehouse time")
         for d in report.differences[:50]:
             keys.add_row(
                 d.key, d.kind, "yes" if d.explained else "[red]no[/red]", d.why, d.snapshot_ts or "-", d.warehouse_ts or "-"
