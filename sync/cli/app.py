@@ -11,10 +11,13 @@ from typing import Annotated, Any, Optional
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from sync.cli.report import print_backfill, print_pruned, print_reconcile, print_runs, print_status
 from sync.config import ConfigError, Pipeline, load_pipeline
+from sync.extras import MissingExtra, require_spark
+from sync.times import parse_utc
 from sync.warehouse import Warehouse, WarehouseError, connect
 
 app = typer.Typer(
@@ -62,10 +65,10 @@ def handle_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
         try:
             return fn(*args, **kwargs)
         except ConfigError as exc:
-            err_console.print(f"[red]error:[/red] {exc}", highlight=False, soft_wrap=True)
+            err_console.print(f"[red]error:[/red] {escape(str(exc))}", highlight=False, soft_wrap=True)
             raise typer.Exit(2) from None
-        except (WarehouseError, CliError, FileNotFoundError, ValueError) as exc:
-            err_console.print(f"[red]error:[/red] {exc}", highlight=False, soft_wrap=True)
+        except (WarehouseError, CliError, MissingExtra, FileNotFoundError, ValueError) as exc:
+            err_console.print(f"[red]error:[/red] {escape(str(exc))}", highlight=False, soft_wrap=True)
             raise typer.Exit(getattr(exc, "code", 1)) from None
 
     return wrapper
@@ -302,7 +305,7 @@ SnapshotTimeOpt = Annotated[
 
 
 def _progress(message: str) -> None:
-    err_console.print(f"[dim]{message}[/dim]", highlight=False)
+    err_console.print(f"[dim]{escape(message)}[/dim]", highlight=False)
 
 
 @app.command()
@@ -330,12 +333,13 @@ def backfill(
     ] = "debezium",
 ) -> None:
     """Load a snapshot into a table without overwriting newer stream changes (PySpark)."""
-    from backfill.job import parse_time
     from sync.operations.backfill import run_backfill, run_staged
 
     if (snapshot is None) == (staged is None):
         raise ValueError("give either --snapshot (run Spark here) or --staged (load what a cluster's job wrote)")
-    when = parse_time(snapshot_time)
+    when = parse_utc(snapshot_time, "--snapshot-time")
+    if snapshot is not None:
+        require_spark("backfill --snapshot")
     pipeline, _, wh = open_checked(config, dsn)
     role = iam_role or pipeline.backfill.iam_role
     try:
@@ -378,10 +382,10 @@ def reconcile(
     dsn: DsnOpt = None,
 ) -> None:
     """Compare a snapshot with the warehouse; exit 1 on any difference the stream does not explain."""
-    from backfill.job import parse_time
     from sync.operations.reconcile import run_reconcile
 
-    when = parse_time(snapshot_time)
+    when = parse_utc(snapshot_time, "--snapshot-time")
+    require_spark("reconcile (it reads the snapshot)")
     columns = [c.strip() for c in checksum.split(",") if c.strip()] if checksum else []
     pipeline, _, wh = open_checked(config, dsn)
     try:
@@ -480,19 +484,9 @@ BeforeOpt = Annotated[Optional[str], typer.Option("--before", help="Only records
 
 
 def _selection(table: str, reason: str | None, before: str | None) -> Any:
-    from datetime import datetime, timezone
-
     from sync.operations.quarantine import Selection
 
-    when = None
-    if before:
-        try:
-            when = datetime.fromisoformat(before.replace("Z", "+00:00"))
-        except ValueError:
-            raise CliError(f"--before {before!r} is not an ISO 8601 time like 2026-11-24T08:00:00Z") from None
-        if when.tzinfo is not None:
-            when = when.astimezone(timezone.utc).replace(tzinfo=None)
-    return Selection(table, reason, when)
+    return Selection(table, reason, parse_utc(before, "--before"))
 
 
 @quarantine_app.command("list")

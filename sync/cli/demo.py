@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import time
 from pathlib import Path
 
@@ -11,6 +10,7 @@ from rich.table import Table
 
 from sync.cli.report import print_status
 from sync.config import load_pipeline
+from sync.extras import SPARK_INSTALL, installed
 from sync.local.stream import ingest_file
 from sync.operations.runner import deploy, status, sync
 from sync.resources import bundled
@@ -101,11 +101,8 @@ def run_demo(console: Console, dsn: str | None = None, config: Path | None = Non
 
 
 def _backfill_and_reconcile(console: Console, wh: Warehouse, pipeline) -> None:
-    if importlib.util.find_spec("pyspark") is None:
-        console.print(
-            "[yellow]backfill and reconcile skipped: PySpark is not installed "
-            "(pip install 'redshift-sync[spark]', and a Java 17+ runtime)[/yellow]"
-        )
+    if not installed("pyspark"):
+        console.print(f"[yellow]backfill and reconcile skipped: PySpark is not installed ({SPARK_INSTALL})[/yellow]")
         return
     from sync.cli.demo_backfill import run as run_backfill_demo
 

@@ -19,13 +19,13 @@ SNAPSHOT_TIME = "2023-11-14T22:13:21.500Z"  # see examples/salesdb/snapshots/mak
 
 
 def run(console: Console, wh: Warehouse, pipeline: Pipeline, example_dir: Path) -> None:
-    from backfill.job import parse_time
     from backfill.session import local_session
     from sync.operations.backfill import run_backfill
     from sync.operations.reconcile import run_reconcile
+    from sync.times import parse_utc
 
     snapshot = str(example_dir / SNAPSHOT)
-    when = parse_time(SNAPSHOT_TIME)
+    when = parse_utc(SNAPSHOT_TIME, "--snapshot-time")
     console.rule("[bold]5. backfill an older snapshot behind the stream (PySpark)")
     started = time.perf_counter()
     spark = local_session("local[2]", shuffle_partitions=2)

@@ -24,6 +24,7 @@ from datetime import datetime
 from pathlib import Path
 
 from sync.config import Pipeline, TableConfig
+from sync.extras import require_pyarrow
 from sync.sql.backfill_merge import BackfillSql
 from sync.warehouse import Warehouse, WarehouseError
 
@@ -54,6 +55,7 @@ def part_files(directory: Path) -> list[Path]:
 
 def copy_parquet_into(wh: Warehouse, stage_sql_name: str, files: list[Path], progress: Progress) -> int:
     """Stream Parquet files into COPY FROM STDIN (CSV), one record batch at a time."""
+    require_pyarrow("loading a backfill stage into PostgreSQL")
     import pyarrow.csv as pacsv
     import pyarrow.parquet as pq
 
