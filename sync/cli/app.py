@@ -88,7 +88,8 @@ def origin_of(path: Path) -> str:
 
 
 def open_warehouse(dsn: str | None) -> Warehouse:
-    return connect(dsn)
+    """A connection; a line on stderr when connecting takes over a second."""
+    return connect(dsn, on_slow=_progress)
 
 
 def revisions_config(versions: Path | None, dsn: str | None, pipeline: Pipeline, path: Path, **kwargs: Any) -> Any:
@@ -175,6 +176,7 @@ def deploy(
             raise CliError(f"--dialect {dialect!r}: use {' or '.join(DIALECTS)}")
         offline_sql(revisions_config(versions, None, pipeline, path, output_buffer=sys.stdout), pipeline, dialect, since)
         return
+    open_warehouse(dsn).close()  # an unreachable warehouse is named before alembic starts
     result = run_deploy(revisions_config(versions, dsn, pipeline, path), pipeline)
     for warning in result.warnings:
         err_console.print(f"[yellow]warning:[/yellow] {warning}", highlight=False)
