@@ -11,8 +11,8 @@ from typing import Annotated, Any, Optional
 
 import typer
 from rich.console import Console
-from rich.markup import escape
 from rich.table import Table
+from rich.text import Text
 
 from sync.cli.report import print_backfill, print_pruned, print_reconcile, print_runs, print_status
 from sync.config import ConfigError, Pipeline, load_pipeline
@@ -25,10 +25,17 @@ app = typer.Typer(
     no_args_is_help=True,
     help="Keep Redshift tables in sync with operational databases (Debezium CDC from MSK).",
     pretty_exceptions_enable=False,
+    rich_markup_mode=None,  # help is plain text: `[[tables]]` and `[backfill] iam_role` are not markup
 )
-# Wide enough for the summary tables when the output is a pipe or a CI log.
-console = Console(width=None if sys.stdout.isatty() else 120)
-err_console = Console(stderr=True, width=None if sys.stderr.isatty() else 120)
+# Wide enough for the summary tables when the output is a pipe or a CI log. No Rich markup:
+# messages carry `[backfill]`, `redshift-sync[spark]`, JSON values; colour comes as Text styles.
+console = Console(width=None if sys.stdout.isatty() else 120, markup=False)
+err_console = Console(stderr=True, width=None if sys.stderr.isatty() else 120, markup=False)
+
+
+def warn(message: str, **options: Any) -> None:
+    err_console.print(Text.assemble(("warning:", "yellow"), " ", message), highlight=False, **options)
+
 
 ConfigOpt = Annotated[
     Optional[Path],
@@ -65,10 +72,10 @@ def handle_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
         try:
             return fn(*args, **kwargs)
         except ConfigError as exc:
-            err_console.print(f"[red]error:[/red] {escape(str(exc))}", highlight=False, soft_wrap=True)
+            err_console.print(Text.assemble(("error:", "red"), " ", str(exc)), soft_wrap=True)
             raise typer.Exit(2) from None
         except (WarehouseError, CliError, MissingExtra, FileNotFoundError, ValueError) as exc:
-            err_console.print(f"[red]error:[/red] {escape(str(exc))}", highlight=False, soft_wrap=True)
+            err_console.print(Text.assemble(("error:", "red"), " ", str(exc)), soft_wrap=True)
             raise typer.Exit(getattr(exc, "code", 1)) from None
 
     return wrapper
@@ -143,7 +150,7 @@ def generate(
     pipeline, path = open_pipeline(config)
     files = render_files(pipeline, dialect, origin_of(path))
     for warning in auto_refresh_requirements(pipeline, dialect_for(dialect)):
-        err_console.print(f"[yellow]warning:[/yellow] {warning}", highlight=False)
+        warn(warning)
     if out is None:
         sys.stdout.write("\n".join(files.values()))
         return
@@ -179,7 +186,7 @@ def deploy(
     open_warehouse(dsn).close()  # an unreachable warehouse is named before alembic starts
     result = run_deploy(revisions_config(versions, dsn, pipeline, path), pipeline)
     for warning in result.warnings:
-        err_console.print(f"[yellow]warning:[/yellow] {warning}", highlight=False)
+        warn(warning)
     if not result.applied:
         console.print(f"already at revision {result.head}: nothing to do")
     for label in result.applied:
@@ -209,14 +216,13 @@ def ingest(
     if result.tombstones:
         console.print(f"  {result.tombstones} tombstone(s) (null value)")
     if result.unparseable_values:
-        console.print(
-            f"  [yellow]{result.unparseable_values} value(s) are not JSON: kept raw, sync will quarantine them[/yellow]"
-        )
+        console.print(f"  {result.unparseable_values} value(s) are not JSON: kept raw, sync will quarantine them", style="yellow")
     if result.malformed_lines:
         lines = ", ".join(str(n) for n in result.malformed_lines[:20]) + (", ..." if len(result.malformed_lines) > 20 else "")
         console.print(
-            f"  [yellow]{len(result.malformed_lines)} line(s) were not record objects (line {lines}): "
-            "ingested whole as values, sync will quarantine them[/yellow]",
+            f"  {len(result.malformed_lines)} line(s) were not record objects (line {lines}): "
+            "ingested whole as values, sync will quarantine them",
+            style="yellow",
             highlight=False,
         )
 
@@ -248,7 +254,7 @@ def sync_cmd(
             try:
                 pruned = prune(wh, pipeline)
             except Exception as exc:  # the sync itself is done: its summary still prints
-                err_console.print(f"[yellow]warning:[/yellow] pruning the control tables failed: {exc}", highlight=False)
+                warn(f"pruning the control tables failed: {exc}")
     finally:
         wh.close()
     if as_json:
@@ -283,7 +289,7 @@ def status(
         return
     print_status(rows, console)
     for line in warnings:
-        console.print(f"  [yellow]{line}[/yellow]", highlight=False, soft_wrap=True)
+        console.print(f"  {line}", style="yellow", highlight=False, soft_wrap=True)
 
 
 @app.command()
@@ -307,7 +313,7 @@ SnapshotTimeOpt = Annotated[
 
 
 def _progress(message: str) -> None:
-    err_console.print(f"[dim]{escape(message)}[/dim]", highlight=False)
+    err_console.print(message, style="dim", highlight=False)
 
 
 @app.command()
@@ -421,7 +427,7 @@ def revision(
     for line in written.plan.upgrade:
         console.print(f"  {line}", highlight=False)
     for warning in written.plan.warnings:
-        err_console.print(f"[yellow]warning:[/yellow] {warning}", highlight=False)
+        warn(warning)
 
 
 @app.command()
@@ -476,6 +482,7 @@ def prune_cmd(
 
 quarantine_app = typer.Typer(
     no_args_is_help=True,
+    rich_markup_mode=None,
     help="Records that could not be applied: list them, replay them once the cause is fixed, or discard them.",
 )
 app.add_typer(quarantine_app, name="quarantine")
@@ -558,7 +565,7 @@ def quarantine_replay(
         highlight=False,
     )
     for why, count in result.quarantined_again:
-        console.print(f"  [yellow]{count} failed again[/yellow]: {why}", highlight=False)
+        console.print(Text.assemble("  ", (f"{count} failed again", "yellow"), f": {why}"), highlight=False)
 
 
 @quarantine_app.command("discard")
@@ -645,7 +652,7 @@ def print_regression_warnings(wh: Warehouse, pipeline: Pipeline, tables: list[st
     except WarehouseError as exc:  # the check must not keep the sync from running
         lines = [f"could not check for records below the watermark: {exc}"]
     for line in lines:
-        err_console.print(f"[yellow]warning:[/yellow] {line}", highlight=False, soft_wrap=True)
+        warn(line, soft_wrap=True)
 
 
 YesOpt = Annotated[bool, typer.Option("--yes", help="Do it (without --yes: say what it would change, and change nothing).")]
