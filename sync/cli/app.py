@@ -138,7 +138,6 @@ def print_json(value: Any) -> None:
 @handle_errors
 def generate(
     config: ConfigOpt = None,
-    dsn: DsnOpt = None,
     dialect: Annotated[str, typer.Option(help="redshift | postgres")] = "redshift",
     out: Annotated[Optional[Path], typer.Option(help="Write one file per table into this folder instead of printing.")] = None,
 ) -> None:
@@ -204,8 +203,9 @@ def ingest(
     dsn: DsnOpt = None,
 ) -> None:
     """Append one refresh of Kafka records to a table's local stream (embedded warehouse)."""
-    from sync.local.stream import ingest_file
+    from sync.local.stream import check_events_file, ingest_file
 
+    check_events_file(file)  # a wrong path is the first thing to say, before the warehouse
     pipeline, _, wh = open_checked(config, dsn)
     try:
         result = ingest_file(wh, pipeline, table, file)

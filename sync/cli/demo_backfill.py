@@ -44,7 +44,7 @@ def run(console: Console, wh: Warehouse, pipeline: Pipeline, example_dir: Path) 
     )
     console.print(
         f"loaded {result.loaded} (C001 was older in the stream; C201, C202 the stream never carried), "
-        f"kept {result.kept_newer} newer stream rows, kept {result.kept_deleted} keys the stream deleted later",
+        f"kept {result.kept_newer} rows the target had as new or newer, kept {result.kept_deleted} keys the stream deleted later",
         highlight=False,
     )
     schema = quote_ident(pipeline.schema)

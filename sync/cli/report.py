@@ -113,7 +113,7 @@ def print_status(rows: list[Any], out: Console) -> None:
 def print_backfill(result: Any, table: str, out: Console) -> None:
     """The counts of one backfill, its notes and a sample of the rows it rejected."""
     grid = Table(title=f"backfill {table}", title_justify="left")
-    for col in ("staged", "loaded", "deleted", "kept: newer in stream", "kept: deleted by stream", "rejected", "time s"):
+    for col in ("staged", "loaded", "deleted", "kept: target as new or newer", "kept: deleted by stream", "rejected", "time s"):
         grid.add_column(col, justify="right")
     grid.add_row(
         f"{result.staged:,}",

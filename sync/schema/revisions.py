@@ -220,10 +220,11 @@ def deploy(cfg: Any, pipeline: Pipeline) -> DeployResult:
         command.upgrade(cfg, "head")
     except (SQLAlchemyError, CommandError) as exc:
         cause = getattr(exc, "orig", None) or exc
+        reason = str(cause).strip().splitlines()[0]
+        if isinstance(exc, SQLAlchemyError) and getattr(exc, "statement", None) is None and not applied:
+            raise WarehouseError(f"cannot connect to the warehouse, nothing was deployed: {reason}") from exc
         done = f"; applied before it: {', '.join(applied)}" if applied else ""
-        raise WarehouseError(
-            f"upgrade stopped, the failing revision was rolled back{done}: {str(cause).strip().splitlines()[0]}"
-        ) from exc
+        raise WarehouseError(f"upgrade stopped, the failing revision was rolled back{done}: {reason}") from exc
     return DeployResult(applied, rev, warnings)
 
 
@@ -282,7 +283,7 @@ def deployment_problem(wh: Any, cfg: Any, pipeline: Pipeline) -> str | None:
     except CommandError:
         return (
             f"this database is at revision {rev}, which {versions_dir(cfg)} does not hold: point the tool at the "
-            f"pipeline's revisions folder ([operations] versions in the pipeline file, ${VERSIONS_ENV_VAR} or --versions)"
+            f"pipeline's revisions folder ([operations] versions in the pipeline file, or ${VERSIONS_ENV_VAR})"
         )
     if state is None or same_model(state, pipeline):
         return None

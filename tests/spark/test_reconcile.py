@@ -103,3 +103,16 @@ def test_snapshot_rows_that_cannot_load_are_counted_as_rejected(loaded, tmp_path
     code, report = reconcile(wh, str(snap), tmp_path)
     assert code == 1
     assert (report["snapshot_rows"], report["warehouse_rows"], report["rejected"]) == (4, 4, 2)
+
+
+def test_a_changed_row_names_the_columns_whose_values_differ(loaded, tmp_path):
+    wh, _, snap = loaded
+    wh.execute("UPDATE cdc.customer SET mktsegment = 'CHANGED' WHERE customer_id = 'C3'")
+    wh.execute("UPDATE cdc.customer SET name = 'Renamed', mktsegment = 'CHANGED' WHERE customer_id = 'A1'")
+    code, report = reconcile(wh, snap, tmp_path, "--checksum", "name,mktsegment")
+    assert code == 1
+    named = {d["key"]: (d["why"], d["columns"]) for d in report["differences"]}
+    assert named == {
+        "A1": ("values differ in name, mktsegment", ["name", "mktsegment"]),
+        "C3": ("values differ in mktsegment", ["mktsegment"]),
+    }
