@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import json
+import signal
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -77,6 +78,11 @@ def handle_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
         except (WarehouseError, CliError, MissingExtra, FileNotFoundError, ValueError) as exc:
             err_console.print(Text.assemble(("error:", "red"), " ", str(exc)), soft_wrap=True)
             raise typer.Exit(getattr(exc, "code", 1)) from None
+        except KeyboardInterrupt as exc:
+            # Every CALL, load and revision is one transaction: the one in progress rolled
+            # back. A command that had finished some of them says which (its message).
+            err_console.print(f"interrupted: {str(exc) or 'nothing of this run was applied'}", style="yellow", soft_wrap=True)
+            raise typer.Exit(130) from None
 
     return wrapper
 
@@ -255,6 +261,11 @@ def sync_cmd(
                 pruned = prune(wh, pipeline)
             except Exception as exc:  # the sync itself is done: its summary still prints
                 warn(f"pruning the control tables failed: {exc}")
+    except KeyboardInterrupt:
+        if not runs:
+            raise
+        done = ", ".join(r.table for r in runs)
+        raise KeyboardInterrupt(f"{done} synced before it (committed); nothing after that was applied") from None
     finally:
         wh.close()
     if as_json:
@@ -615,7 +626,20 @@ def query(
 
 
 def main() -> None:
-    app()
+    """The console script. A hang-up or SIGTERM (the terminal closed, a CI job cancelled)
+    ends the command as an exit does, so the connection closes (the statement in progress
+    rolls back) and the embedded PostgreSQL this process started is stopped."""
+    from sync.local import embedded
+
+    def end(signum: int, _frame: Any) -> None:
+        raise SystemExit(128 + signum)
+
+    for signum in (signal.SIGHUP, signal.SIGTERM):
+        signal.signal(signum, end)
+    try:
+        app()
+    finally:
+        embedded.stop()
 
 
 @app.command("package-lambda")

@@ -11,6 +11,7 @@ from __future__ import annotations
 import glob
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import warnings
@@ -91,6 +92,21 @@ def _start_with_path_postgres(path: Path) -> str:
             capture_output=True,
         )
     return f"postgresql://postgres@/postgres?host={socket_dir}"
+
+
+def stop() -> None:
+    """Stop the embedded servers this process started (pgserver would at exit), with Ctrl-C,
+    hang-up and SIGTERM held off meanwhile: an interrupted stop printed a traceback and
+    could leave the server running. A server other processes still use keeps running."""
+    held = (signal.SIGINT, signal.SIGHUP, signal.SIGTERM)
+    previous = [signal.signal(s, signal.SIG_IGN) for s in held]
+    try:
+        while _servers:
+            _, server = _servers.popitem()
+            server.cleanup()  # type: ignore[attr-defined]
+    finally:
+        for s, handler in zip(held, previous):
+            signal.signal(s, handler)
 
 
 def start(path: Path | None = None) -> str:

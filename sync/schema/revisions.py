@@ -218,6 +218,12 @@ def deploy(cfg: Any, pipeline: Pipeline) -> DeployResult:
     cfg.attributes["on_version_apply"] = _collect(applied)
     try:
         command.upgrade(cfg, "head")
+    except KeyboardInterrupt:
+        if not applied:
+            raise
+        raise KeyboardInterrupt(
+            f"applied {', '.join(applied)} before it (committed); the revision in progress was rolled back"
+        ) from None
     except (SQLAlchemyError, CommandError) as exc:
         cause = getattr(exc, "orig", None) or exc
         reason = str(cause).strip().splitlines()[0]
