@@ -16,6 +16,7 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 from urllib.parse import SplitResult, parse_qsl, unquote, urlencode, urlsplit
 
@@ -45,6 +46,7 @@ class Warehouse:
     dsn: str
     _conn: Any  # psycopg's connection, or redshift_connector's
     driver: str = "psycopg"  # "psycopg" | "redshift_connector"
+    where: str = ""  # for people: "the embedded PostgreSQL in <folder>", "Redshift at host:port/db"
 
     def execute(self, sql: str, params: Sequence[Any] | None = None) -> int:
         """Runs one statement; returns the rows it changed (INSERT/UPDATE/DELETE), else -1."""
@@ -244,7 +246,8 @@ def _connect_postgres(dsn: str, on_slow: Callable[[str], None] | None) -> Any:
     timeout = connect_timeout(params.get("connect_timeout"))
     where = f"{params.get('host') or 'localhost'}:{params.get('port') or 5432}"
     with _opening("PostgreSQL", where, timeout, on_slow):
-        return psycopg.connect(url, autocommit=True, connect_timeout=timeout or 0)
+        conn = psycopg.connect(url, autocommit=True, connect_timeout=timeout or 0)
+    return conn, f"PostgreSQL at {where}/{params.get('dbname') or params.get('user') or ''}"
 
 
 def _redshift_parts(dsn: str) -> tuple[SplitResult, str | None]:
@@ -275,21 +278,30 @@ def _connect_redshift(dsn: str, on_slow: Callable[[str], None] | None) -> Any:
     # CALL or a COPY may run for minutes, so only the connect is bounded.
     conn._usock.settimeout(None)
     conn.autocommit = True
-    return conn
+    return conn, f"Redshift at {where}{parts.path or '/dev'}"
 
 
-def connect(dsn: str | None = None, on_slow: Callable[[str], None] | None = None) -> Warehouse:
-    """Connect to the DSN given, else REDSHIFT_SYNC_DSN, else the embedded PostgreSQL.
-    `on_slow` hears "connecting to host:port ..." when connecting takes over a second."""
+def connect(dsn: str | None = None, on_slow: Callable[[str], None] | None = None, pipeline_file: Path | None = None) -> Warehouse:
+    """Connect to the DSN given, else REDSHIFT_SYNC_DSN, else the embedded PostgreSQL of
+    `pipeline_file` (sync.local.embedded.data_dir). `on_slow` hears "connecting to
+    host:port ..." when connecting takes over a second."""
     resolved = resolve_dsn(dsn)
+    embedded_dir = None
     if resolved is None:
         from sync.local import embedded
 
-        resolved = embedded.start()
+        embedded_dir = embedded.data_dir(pipeline_file)
+        resolved = embedded.start(embedded_dir)
     name = dialect_of(resolved)
     if name == "redshift":
-        return Warehouse(dialect_for(name), resolved, _connect_redshift(resolved, on_slow), "redshift_connector")
-    return Warehouse(dialect_for(name), resolved, _connect_postgres(resolved, on_slow))
+        conn, where = _connect_redshift(resolved, on_slow)
+        return Warehouse(dialect_for(name), resolved, conn, "redshift_connector", where)
+    conn, where = _connect_postgres(resolved, on_slow)
+    if embedded_dir is not None:
+        from sync.resources import relative_to_cwd
+
+        where = f"the embedded PostgreSQL in {relative_to_cwd(embedded_dir)}"
+    return Warehouse(dialect_for(name), resolved, conn, where=where)
 
 
 def sqlalchemy_url(dsn: str) -> str:

@@ -18,6 +18,7 @@ from rich.text import Text
 from sync.cli.report import print_backfill, print_pruned, print_reconcile, print_runs, print_status
 from sync.config import ConfigError, Pipeline, load_pipeline
 from sync.extras import MissingExtra, require_spark
+from sync.resources import relative_to_cwd
 from sync.times import parse_utc
 from sync.warehouse import Warehouse, WarehouseError, connect
 
@@ -91,18 +92,10 @@ def open_pipeline(config: Path | None) -> tuple[Pipeline, Path]:
     return load_pipeline(config)
 
 
-def origin_of(path: Path) -> str:
-    """How generated SQL names its pipeline file: relative to the working directory when
-    possible, so committed output does not depend on where the checkout lives."""
-    try:
-        return str(path.resolve().relative_to(Path.cwd().resolve()))
-    except ValueError:
-        return str(path)
-
-
-def open_warehouse(dsn: str | None) -> Warehouse:
-    """A connection; a line on stderr when connecting takes over a second."""
-    return connect(dsn, on_slow=_progress)
+def open_warehouse(dsn: str | None, pipeline_file: Path | None = None) -> Warehouse:
+    """A connection (without a DSN: the embedded PostgreSQL next to the pipeline file); a
+    line on stderr when connecting takes over a second."""
+    return connect(dsn, on_slow=_progress, pipeline_file=pipeline_file)
 
 
 def revisions_config(versions: Path | None, dsn: str | None, pipeline: Pipeline, path: Path, **kwargs: Any) -> Any:
@@ -124,7 +117,7 @@ def connect_checked(pipeline: Pipeline, path: Path, dsn: str | None) -> Warehous
     (see `open_checked`)."""
     from sync.schema.revisions import deployment_problem
 
-    wh = open_warehouse(dsn)
+    wh = open_warehouse(dsn, path)
     try:
         problem = deployment_problem(wh, revisions_config(None, dsn, pipeline, path), pipeline)
     except BaseException:
@@ -132,7 +125,7 @@ def connect_checked(pipeline: Pipeline, path: Path, dsn: str | None) -> Warehous
         raise
     if problem:
         wh.close()
-        raise CliError(problem)
+        raise CliError(f"{problem}\n(warehouse: {wh.where})")
     return wh
 
 
@@ -153,7 +146,7 @@ def generate(
     from sync.sql.render import render_files, write_files
 
     pipeline, path = open_pipeline(config)
-    files = render_files(pipeline, dialect, origin_of(path))
+    files = render_files(pipeline, dialect, relative_to_cwd(path))
     for warning in auto_refresh_requirements(pipeline, dialect_for(dialect)):
         warn(warning)
     if out is None:
@@ -188,7 +181,9 @@ def deploy(
             raise CliError(f"--dialect {dialect!r}: use {' or '.join(DIALECTS)}")
         offline_sql(revisions_config(versions, None, pipeline, path, output_buffer=sys.stdout), pipeline, dialect, since)
         return
-    open_warehouse(dsn).close()  # an unreachable warehouse is named before alembic starts
+    probe = open_warehouse(dsn, path)  # an unreachable warehouse is named before alembic starts
+    probe.close()
+    err_console.print(f"warehouse: {probe.where}", style="dim", highlight=False)
     result = run_deploy(revisions_config(versions, dsn, pipeline, path), pipeline)
     for warning in result.warnings:
         warn(warning)
@@ -290,6 +285,8 @@ def status(
     from sync.operations.runner import status as run_status
 
     pipeline, _, wh = open_checked(config, dsn)
+    if not as_json:
+        err_console.print(f"warehouse: {wh.where}", style="dim", highlight=False)
     try:
         rows = run_status(wh, pipeline)
         warnings = list(regression_warnings(wh, pipeline, [s.table for s in rows if s.deployed]))
@@ -430,7 +427,7 @@ def revision(
     from sync.schema.revisions import write_revision
 
     pipeline, path = open_pipeline(config)
-    written = write_revision(revisions_config(versions, None, pipeline, path), pipeline, origin_of(path), message)
+    written = write_revision(revisions_config(versions, None, pipeline, path), pipeline, relative_to_cwd(path), message)
     if written is None:
         console.print("nothing to do: the pipeline file matches the last revision")
         return
@@ -604,11 +601,19 @@ def quarantine_discard(
 @handle_errors
 def query(
     sql: Annotated[str, typer.Argument(help="One SQL statement.")],
+    config: Annotated[
+        Optional[Path],
+        typer.Option(
+            "--config", "-c", help="Without --dsn: the embedded warehouse of this pipeline file (default ./pipeline.toml)."
+        ),
+    ] = None,
     dsn: DsnOpt = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the rows as JSON objects.")] = False,
 ) -> None:
     """Run one SQL statement on the warehouse (the embedded one by default) and print the result."""
-    wh = open_warehouse(dsn)
+    from sync.config import resolve_config_path
+
+    wh = open_warehouse(dsn, resolve_config_path(config))
     try:
         columns, rows, count = wh.run(sql)
     finally:
@@ -684,8 +689,8 @@ YesOpt = Annotated[bool, typer.Option("--yes", help="Do it (without --yes: say w
 
 def run_recovery(command: Callable[..., Any], table: str, yes: bool, config: Path | None, dsn: str | None) -> Any:
     """One recovery command of sync/operations/recovery.py on one table (applied only with --yes)."""
-    pipeline, _ = open_pipeline(config)
-    wh = open_warehouse(dsn)
+    pipeline, path = open_pipeline(config)
+    wh = open_warehouse(dsn, path)
     try:
         return command(wh, pipeline, table, apply=yes)
     finally:

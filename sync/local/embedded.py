@@ -25,8 +25,15 @@ class EmbeddedWarehouseError(RuntimeError):
     pass
 
 
-def data_dir() -> Path:
-    return Path(os.environ.get(HOME_ENV_VAR, DEFAULT_HOME)) / "pgdata"
+def data_dir(pipeline_file: Path | None = None) -> Path:
+    """$REDSHIFT_SYNC_HOME/pgdata, else .redshift-sync/pgdata next to the pipeline file (the
+    current folder without one): the warehouse belongs to its pipeline, wherever the
+    command runs from."""
+    home = os.environ.get(HOME_ENV_VAR)
+    if home:
+        return Path(home) / "pgdata"
+    folder = pipeline_file.resolve().parent if pipeline_file is not None else Path.cwd()
+    return folder / DEFAULT_HOME / "pgdata"
 
 
 _servers: dict[str, object] = {}

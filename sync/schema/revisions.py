@@ -46,7 +46,7 @@ def database_url(config: Any, offline: bool) -> str:
         return OFFLINE_POSTGRES_URL
     from sync.local import embedded
 
-    return sqlalchemy_url(embedded.start())
+    return sqlalchemy_url(embedded.start(embedded.data_dir(pipeline_file(config))))
 
 
 def pipeline_file(config: Any) -> Path:
