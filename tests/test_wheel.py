@@ -10,6 +10,7 @@ import os
 import subprocess
 import sys
 import venv
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -34,6 +35,13 @@ def installed(tmp_path_factory) -> Path:
     bin_dir = root / "venv" / "bin"
     sh(str(bin_dir / "python"), "-m", "pip", "install", "-q", str(wheel), cwd=root)
     return bin_dir
+
+
+def test_the_wheel_adds_no_top_level_package_but_its_own(tmp_path):
+    sh(sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(tmp_path), str(REPO), cwd=tmp_path)
+    (wheel,) = tmp_path.glob("redshift_sync-*.whl")
+    names = zipfile.ZipFile(wheel).namelist()
+    assert {n.split("/")[0] for n in names if ".dist-info/" not in n} == {"sync", "backfill"}  # no `benchmarks`
 
 
 @pytest.mark.slow
