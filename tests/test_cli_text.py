@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import ast
 import re
+from typing import Any
 
-import click
 import typer.main
 from typer.testing import CliRunner
 
@@ -19,10 +19,11 @@ from tests.helpers import REPO, pipeline_toml
 BRACKETED = re.compile(r"\[+[^\[\]\s]+\]+")
 
 
-def commands(group: click.Group, path: tuple[str, ...] = ()) -> list[tuple[tuple[str, ...], click.Command]]:
+def commands(group: Any, path: tuple[str, ...] = ()) -> list[tuple[tuple[str, ...], Any]]:
+    """Every command and group under `group` (typer's click objects), with its path."""
     found = [(path, group)]
     for name, command in group.commands.items():
-        if isinstance(command, click.Group):
+        if hasattr(command, "commands"):
             found += commands(command, (*path, name))
         else:
             found.append(((*path, name), command))

@@ -29,6 +29,25 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
     rich_markup_mode=None,  # help is plain text: `[[tables]]` and `[backfill] iam_role` are not markup
 )
+
+
+def _print_version(given: bool) -> None:
+    if given:
+        from importlib.metadata import version
+
+        sys.stdout.write(f"redshift-sync {version('redshift-sync')}\n")
+        raise typer.Exit()
+
+
+@app.callback()
+def _options(
+    _version: Annotated[
+        bool, typer.Option("--version", callback=_print_version, is_eager=True, help="Print the version and exit.")
+    ] = False,
+) -> None:
+    """Options before the command (the app's help is the Typer's)."""
+
+
 # Wide enough for the summary tables when the output is a pipe or a CI log. No Rich markup:
 # messages carry `[backfill]`, `redshift-sync[spark]`, JSON values; colour comes as Text styles.
 console = Console(width=None if sys.stdout.isatty() else 120, markup=False)
@@ -41,19 +60,22 @@ def warn(message: str, **options: Any) -> None:
 
 ConfigOpt = Annotated[
     Optional[Path],
-    typer.Option("--config", "-c", help="Pipeline file (default ./pipeline.toml, or $REDSHIFT_SYNC_CONFIG)."),
+    typer.Option("--config", "-c", help="Pipeline file (default ./pipeline.toml, or $REDSHIFT_SYNC_CONFIG).", metavar="PATH"),
 ]
 DsnOpt = Annotated[
     Optional[str],
     typer.Option(
         "--dsn",
         help="postgresql://... or redshift+redshift_connector://... (default $REDSHIFT_SYNC_DSN, else the embedded PostgreSQL).",
+        metavar="DSN",
     ),
 ]
 VersionsOpt = Annotated[
     Optional[Path],
     typer.Option(
-        "--versions", help="Revisions folder (default: version_locations of ./alembic.ini, else ./migrations/versions)."
+        "--versions",
+        help="Revisions folder (default: version_locations of ./alembic.ini, else ./migrations/versions).",
+        metavar="DIR",
     ),
 ]
 
@@ -137,8 +159,10 @@ def print_json(value: Any) -> None:
 @handle_errors
 def generate(
     config: ConfigOpt = None,
-    dialect: Annotated[str, typer.Option(help="redshift | postgres")] = "redshift",
-    out: Annotated[Optional[Path], typer.Option(help="Write one file per table into this folder instead of printing.")] = None,
+    dialect: Annotated[str, typer.Option(help="redshift | postgres", metavar="DIALECT")] = "redshift",
+    out: Annotated[
+        Optional[Path], typer.Option(help="Write one file per table into this folder instead of printing.", metavar="DIR")
+    ] = None,
 ) -> None:
     """Print (or write) the SQL of every warehouse object of the pipeline."""
     from sync.sql.dialect import dialect_for
@@ -165,9 +189,12 @@ def deploy(
     sql: Annotated[
         bool, typer.Option("--sql", help="Print the upgrade script for review instead of running it (nothing connects).")
     ] = False,
-    dialect: Annotated[str, typer.Option(help="With --sql: redshift | postgres.")] = "redshift",
+    dialect: Annotated[str, typer.Option(help="With --sql: redshift | postgres.", metavar="DIALECT")] = "redshift",
     since: Annotated[
-        Optional[str], typer.Option("--from", help="With --sql: the revision the database is at (default: an empty database).")
+        Optional[str],
+        typer.Option(
+            "--from", help="With --sql: the revision the database is at (default: an empty database).", metavar="REVISION"
+        ),
     ] = None,
 ) -> None:
     """Upgrade the warehouse to the last revision (`alembic upgrade head`; idempotent)."""
@@ -196,9 +223,14 @@ def deploy(
 @app.command()
 @handle_errors
 def ingest(
-    table: Annotated[str, typer.Option("--table", "-t", help="Pipeline table whose stream receives the records.")],
+    table: Annotated[
+        str, typer.Option("--table", "-t", help="Pipeline table whose stream receives the records.", metavar="TABLE")
+    ],
     file: Annotated[
-        Path, typer.Option("--file", "-f", help="JSON lines: {partition, offset, timestamp, key, value} or kcat -J output.")
+        Path,
+        typer.Option(
+            "--file", "-f", help="JSON lines: {partition, offset, timestamp, key, value} or kcat -J output.", metavar="FILE"
+        ),
     ],
     config: ConfigOpt = None,
     dsn: DsnOpt = None,
@@ -231,7 +263,9 @@ def ingest(
 @app.command("sync")
 @handle_errors
 def sync_cmd(
-    table: Annotated[Optional[list[str]], typer.Option("--table", "-t", help="Only these tables (repeatable).")] = None,
+    table: Annotated[
+        Optional[list[str]], typer.Option("--table", "-t", help="Only these tables (repeatable).", metavar="TABLE")
+    ] = None,
     config: ConfigOpt = None,
     dsn: DsnOpt = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the run summaries as JSON.")] = False,
@@ -313,10 +347,12 @@ def demo(
     run_demo(console, dsn=dsn, config=config, skip_spark=skip_spark)
 
 
-FormatOpt = Annotated[str, typer.Option("--format", help="parquet | json | csv | debezium | s3-sink")]
+FormatOpt = Annotated[str, typer.Option("--format", help="parquet | json | csv | debezium | s3-sink", metavar="FORMAT")]
 SnapshotTimeOpt = Annotated[
     Optional[str],
-    typer.Option("--snapshot-time", help="When the snapshot was taken (ISO 8601); needed unless rows carry _source_ts."),
+    typer.Option(
+        "--snapshot-time", help="When the snapshot was taken (ISO 8601); needed unless rows carry _source_ts.", metavar="TIME"
+    ),
 ]
 
 
@@ -327,25 +363,34 @@ def _progress(message: str) -> None:
 @app.command()
 @handle_errors
 def backfill(
-    table: Annotated[str, typer.Option("--table", "-t", help="Pipeline table to backfill.")],
+    table: Annotated[str, typer.Option("--table", "-t", help="Pipeline table to backfill.", metavar="TABLE")],
     snapshot: Annotated[
-        Optional[str], typer.Option("--snapshot", help="Snapshot path (local, or s3:// downloaded with boto3).")
+        Optional[str], typer.Option("--snapshot", help="Snapshot path (local, or s3:// downloaded with boto3).", metavar="PATH")
     ] = None,
     staged: Annotated[
         Optional[str],
-        typer.Option("--staged", help="Load the run folder a cluster's backfill job wrote (s3:// or local), no Spark here."),
+        typer.Option(
+            "--staged",
+            help="Load the run folder a cluster's backfill job wrote (s3:// or local), no Spark here.",
+            metavar="FOLDER",
+        ),
     ] = None,
     fmt: FormatOpt = "parquet",
     snapshot_time: SnapshotTimeOpt = None,
     staging: Annotated[
-        Optional[str], typer.Option("--staging", help="s3://bucket/prefix/ for the Parquet COPY (Redshift).")
+        Optional[str], typer.Option("--staging", help="s3://bucket/prefix/ for the Parquet COPY (Redshift).", metavar="S3_URL")
     ] = None,
-    iam_role: Annotated[Optional[str], typer.Option("--iam-role", help="Role for COPY (default: [backfill] iam_role).")] = None,
+    iam_role: Annotated[
+        Optional[str], typer.Option("--iam-role", help="Role for COPY (default: [backfill] iam_role).", metavar="ROLE_ARN")
+    ] = None,
     config: ConfigOpt = None,
     dsn: DsnOpt = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the result as JSON.")] = False,
     values: Annotated[
-        str, typer.Option("--values", help="debezium (wire encoding: base64 decimals, epoch days) | decoded (a plain export).")
+        str,
+        typer.Option(
+            "--values", help="debezium (wire encoding: base64 decimals, epoch days) | decoded (a plain export).", metavar="KIND"
+        ),
     ] = "debezium",
 ) -> None:
     """Load a snapshot into a table without overwriting newer stream changes (PySpark)."""
@@ -387,15 +432,18 @@ def backfill(
 @app.command()
 @handle_errors
 def reconcile(
-    table: Annotated[str, typer.Option("--table", "-t", help="Pipeline table to compare.")],
-    snapshot: Annotated[str, typer.Option("--snapshot", help="Snapshot path (local, or s3://).")],
+    table: Annotated[str, typer.Option("--table", "-t", help="Pipeline table to compare.", metavar="TABLE")],
+    snapshot: Annotated[str, typer.Option("--snapshot", help="Snapshot path (local, or s3://).", metavar="PATH")],
     fmt: FormatOpt = "parquet",
     snapshot_time: SnapshotTimeOpt = None,
-    buckets: Annotated[int, typer.Option("--buckets", help="Key buckets (hash of the key mod N).")] = 64,
-    checksum: Annotated[Optional[str], typer.Option("--checksum", help="Compare these columns too: col,col,...")] = None,
-    report_path: Annotated[Optional[Path], typer.Option("--report", help="Write the JSON report here.")] = None,
+    buckets: Annotated[int, typer.Option("--buckets", help="Key buckets (hash of the key mod N).", metavar="N")] = 64,
+    checksum: Annotated[
+        Optional[str], typer.Option("--checksum", help="Compare these columns too: col,col,...", metavar="COLUMNS")
+    ] = None,
+    report_path: Annotated[Optional[Path], typer.Option("--report", help="Write the JSON report here.", metavar="FILE")] = None,
     config: ConfigOpt = None,
     dsn: DsnOpt = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the report as JSON (as --report writes it).")] = False,
 ) -> None:
     """Compare a snapshot with the warehouse; exit 1 on any difference the stream does not explain."""
     from sync.operations.reconcile import run_reconcile
@@ -408,10 +456,13 @@ def reconcile(
         report = run_reconcile(wh, pipeline, table, snapshot, fmt, when, buckets, columns, progress=_progress)
     finally:
         wh.close()
-    print_reconcile(report, console)
+    if as_json:
+        print_json(report.as_dict())
+    else:
+        print_reconcile(report, console)
     if report_path is not None:
         report_path.write_text(json.dumps(report.as_dict(), indent=2, default=str) + "\n", encoding="utf-8")
-        console.print(f"report written to {report_path}", highlight=False)
+        (err_console if as_json else console).print(f"report written to {report_path}", highlight=False)
     if not report.clean:
         raise typer.Exit(1)
 
@@ -419,7 +470,7 @@ def reconcile(
 @app.command()
 @handle_errors
 def revision(
-    message: Annotated[str, typer.Option("--message", "-m", help="What the revision does.")],
+    message: Annotated[str, typer.Option("--message", "-m", help="What the revision does.", metavar="TEXT")],
     config: ConfigOpt = None,
     versions: VersionsOpt = None,
 ) -> None:
@@ -442,12 +493,16 @@ def revision(
 @handle_errors
 def infer(
     sample: Annotated[
-        Path, typer.Option("--sample", "-s", help="JSON lines of Debezium messages with schemas (schemas.enable=true).")
+        Path,
+        typer.Option(
+            "--sample", "-s", help="JSON lines of Debezium messages with schemas (schemas.enable=true).", metavar="FILE"
+        ),
     ],
-    table: Annotated[str, typer.Option("--table", "-t", help="Name of the target table.")],
-    topic: Annotated[str, typer.Option("--topic", help="The Kafka topic the messages come from.")],
+    table: Annotated[str, typer.Option("--table", "-t", help="Name of the target table.", metavar="TABLE")],
+    topic: Annotated[str, typer.Option("--topic", help="The Kafka topic the messages come from.", metavar="TOPIC")],
     primary_key: Annotated[
-        Optional[list[str]], typer.Option("--primary-key", help="Key field(s) when the sample has no key schema (repeatable).")
+        Optional[list[str]],
+        typer.Option("--primary-key", help="Key field(s) when the sample has no key schema (repeatable).", metavar="FIELD"),
     ] = None,
 ) -> None:
     """Print a ready [[tables]] block inferred from sample messages' Connect schemas."""
@@ -462,7 +517,8 @@ def prune_cmd(
     config: ConfigOpt = None,
     dsn: DsnOpt = None,
     days: Annotated[
-        Optional[int], typer.Option("--days", min=1, help="Keep this many days (default: [operations] retention_days, 30).")
+        Optional[int],
+        typer.Option("--days", min=1, help="Keep this many days (default: [operations] retention_days, 30).", metavar="N"),
     ] = None,
     stream: Annotated[
         bool,
@@ -495,9 +551,13 @@ quarantine_app = typer.Typer(
 )
 app.add_typer(quarantine_app, name="quarantine")
 
-QTableOpt = Annotated[str, typer.Option("--table", "-t", help="Pipeline table.")]
-ReasonOpt = Annotated[Optional[str], typer.Option("--reason", help="Only records whose reason contains this text.")]
-BeforeOpt = Annotated[Optional[str], typer.Option("--before", help="Only records quarantined before this time (ISO 8601, UTC).")]
+QTableOpt = Annotated[str, typer.Option("--table", "-t", help="Pipeline table.", metavar="TABLE")]
+ReasonOpt = Annotated[
+    Optional[str], typer.Option("--reason", help="Only records whose reason contains this text.", metavar="TEXT")
+]
+BeforeOpt = Annotated[
+    Optional[str], typer.Option("--before", help="Only records quarantined before this time (ISO 8601, UTC).", metavar="TIME")
+]
 
 
 def _selection(table: str, reason: str | None, before: str | None) -> Any:
@@ -513,7 +573,7 @@ def quarantine_list(
     reason: ReasonOpt = None,
     before: BeforeOpt = None,
     include_handled: Annotated[bool, typer.Option("--all", help="Also records already replayed or discarded.")] = False,
-    limit: Annotated[int, typer.Option("--limit", min=1, help="At most this many records.")] = 50,
+    limit: Annotated[int, typer.Option("--limit", min=1, help="At most this many records.", metavar="N")] = 50,
     config: ConfigOpt = None,
     dsn: DsnOpt = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the records as JSON.")] = False,
@@ -582,8 +642,11 @@ def quarantine_discard(
     table: QTableOpt,
     reason: ReasonOpt = None,
     before: BeforeOpt = None,
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="Say how many records it would discard; change nothing.")] = False,
+    yes: Annotated[bool, typer.Option("--yes", help="Do not ask first (it asks only on a terminal).")] = False,
     config: ConfigOpt = None,
     dsn: DsnOpt = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the result as JSON.")] = False,
 ) -> None:
     """Mark waiting records discarded: they are kept, as handled, until retention prunes them."""
     from sync.operations.quarantine import discard
@@ -591,20 +654,32 @@ def quarantine_discard(
     sel = _selection(table, reason, before)
     pipeline, _, wh = open_checked(config, dsn)
     try:
-        count = discard(wh, pipeline, sel)
+        waiting = discard(wh, pipeline, sel, apply=False)
+        ask = not (dry_run or yes) and waiting > 0 and sys.stdin.isatty()
+        if ask and not typer.confirm(f"discard {waiting} waiting record(s) of {table}?"):
+            dry_run = True  # answered no: nothing changes
+        count = 0 if dry_run else discard(wh, pipeline, sel)
     finally:
         wh.close()
-    console.print(f"discarded {count} record(s) of {table}", highlight=False)
+    if as_json:
+        print_json({"table": table, "matching": waiting, "discarded": count, "applied": not dry_run})
+    elif dry_run:
+        console.print(f"would discard {waiting} record(s) of {table}; nothing was changed", highlight=False)
+    else:
+        console.print(f"discarded {count} record(s) of {table}", highlight=False)
 
 
 @app.command()
 @handle_errors
 def query(
-    sql: Annotated[str, typer.Argument(help="One SQL statement.")],
+    sql: Annotated[str, typer.Argument(metavar="SQL", help="One SQL statement.")],
     config: Annotated[
         Optional[Path],
         typer.Option(
-            "--config", "-c", help="Without --dsn: the embedded warehouse of this pipeline file (default ./pipeline.toml)."
+            "--config",
+            "-c",
+            help="Without --dsn: the embedded warehouse of this pipeline file (default ./pipeline.toml).",
+            metavar="PATH",
         ),
     ] = None,
     dsn: DsnOpt = None,
@@ -650,10 +725,12 @@ def main() -> None:
 @app.command("package-lambda")
 @handle_errors
 def package_lambda(
-    out: Annotated[Path, typer.Option("--out", "-o", help="Where to write the zip.")] = Path("dist/lambda.zip"),
+    out: Annotated[Path, typer.Option("--out", "-o", help="Where to write the zip.", metavar="PATH")] = Path("dist/lambda.zip"),
     config: ConfigOpt = None,
-    python_version: Annotated[str, typer.Option(help="Python of the Lambda runtime (python3.12 -> 3.12).")] = "3.12",
-    arch: Annotated[str, typer.Option(help="Lambda architecture: x86_64 | arm64.")] = "x86_64",
+    python_version: Annotated[
+        str, typer.Option(help="Python of the Lambda runtime (python3.12 -> 3.12).", metavar="VERSION")
+    ] = "3.12",
+    arch: Annotated[str, typer.Option(help="Lambda architecture: x86_64 | arm64.", metavar="ARCH")] = "x86_64",
     with_connector: Annotated[
         bool, typer.Option(help="Also bundle redshift-connector (for REDSHIFT_SYNC_DSN mode instead of the Data API).")
     ] = False,
@@ -700,7 +777,9 @@ def run_recovery(command: Callable[..., Any], table: str, yes: bool, config: Pat
 @app.command("reset-positions")
 @handle_errors
 def reset_positions(
-    table: Annotated[str, typer.Option("--table", "-t", help="Pipeline table whose stored source positions are cleared.")],
+    table: Annotated[
+        str, typer.Option("--table", "-t", help="Pipeline table whose stored source positions are cleared.", metavar="TABLE")
+    ],
     yes: YesOpt = False,
     config: ConfigOpt = None,
     dsn: DsnOpt = None,
@@ -727,7 +806,7 @@ def reset_positions(
 @app.command("rebase-offsets")
 @handle_errors
 def rebase_offsets(
-    table: Annotated[str, typer.Option("--table", "-t", help="Pipeline table whose watermark is re-based.")],
+    table: Annotated[str, typer.Option("--table", "-t", help="Pipeline table whose watermark is re-based.", metavar="TABLE")],
     yes: YesOpt = False,
     config: ConfigOpt = None,
     dsn: DsnOpt = None,
@@ -764,7 +843,9 @@ def rebase_offsets(
 @app.command("package-backfill")
 @handle_errors
 def package_backfill(
-    out: Annotated[Path, typer.Option("--out", "-o", help="Folder to write the cluster artifact into.")] = Path("dist/backfill"),
+    out: Annotated[Path, typer.Option("--out", "-o", help="Folder to write the cluster artifact into.", metavar="PATH")] = Path(
+        "dist/backfill"
+    ),
     config: ConfigOpt = None,
 ) -> None:
     """Build what a Spark cluster (EMR, EMR Serverless, Glue) needs to run the backfill job."""
