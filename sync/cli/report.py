@@ -7,6 +7,7 @@ from typing import Any
 
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 
 def readable_seconds(seconds: float | None) -> str:
@@ -42,7 +43,7 @@ def print_runs(runs: list[Any], out: Console, err: Console) -> None:
     for r in runs:
         grid.add_row(
             r.table,
-            "[green]ok[/green]" if r.status == "ok" else f"[red]{r.status}[/red]",
+            Text(r.status, style="green" if r.status == "ok" else "red"),
             str(r.events_read),
             str(r.upserted),
             str(r.deleted),
@@ -58,18 +59,21 @@ def print_runs(runs: list[Any], out: Console, err: Console) -> None:
         for error in r.isolated:
             first_line = error.splitlines()[0] if error else ""
             err.print(
-                f"[yellow]{r.table}: one record isolated[/yellow] (quarantined; the warehouse could not apply it): {first_line}",
-                highlight=False,
+                Text.assemble(
+                    (f"{r.table}: one record isolated", "yellow"),
+                    f" (quarantined; the warehouse could not apply it): {first_line}",
+                ),
             )
         if r.error:
-            err.print(f"[red]{r.table} failed:[/red] {r.error}", highlight=False)
+            err.print(Text.assemble((f"{r.table} failed:", "red"), f" {r.error}"))
 
 
 def print_pruned(pruned: Any, err: Console) -> None:
     if pruned.run_log or pruned.schema_drift or pruned.quarantine:
         err.print(
-            f"[dim]pruned past {pruned.retention_days} day(s): {pruned.run_log} run-log, {pruned.schema_drift} "
-            f"schema-drift and {pruned.quarantine} handled quarantine row(s)[/dim]",
+            f"pruned past {pruned.retention_days} day(s): {pruned.run_log} run-log, {pruned.schema_drift} "
+            f"schema-drift and {pruned.quarantine} handled quarantine row(s)",
+            style="dim",
             highlight=False,
         )
 
@@ -81,7 +85,7 @@ def print_status(rows: list[Any], out: Console) -> None:
         grid.add_column(col, justify="left" if col in ("table", "watermarks", "last run") else "right")
     for s in rows:
         if not s.deployed:
-            grid.add_row(s.table, "-", "-", "[yellow]not deployed[/yellow]", "-", "-", "-", "-")
+            grid.add_row(s.table, "-", "-", Text("not deployed", style="yellow"), "-", "-", "-", "-")
             continue
         wm = ",".join(f"{p}:{o}" for p, o in s.watermarks.items()) or "-"
         lag = s.last_run.get("lag_seconds") if s.last_run else None
@@ -109,7 +113,7 @@ def print_status(rows: list[Any], out: Console) -> None:
 def print_backfill(result: Any, table: str, out: Console) -> None:
     """The counts of one backfill, its notes and a sample of the rows it rejected."""
     grid = Table(title=f"backfill {table}", title_justify="left")
-    for col in ("staged", "loaded", "deleted", "kept: newer in stream", "kept: deleted by stream", "rejected", "time s"):
+    for col in ("staged", "loaded", "deleted", "kept: target as new or newer", "kept: deleted by stream", "rejected", "time s"):
         grid.add_column(col, justify="right")
     grid.add_row(
         f"{result.staged:,}",
@@ -122,9 +126,9 @@ def print_backfill(result: Any, table: str, out: Console) -> None:
     )
     out.print(grid)
     for note in result.notes:
-        out.print(f"  [cyan]note[/cyan] {note}", highlight=False)
+        out.print(Text.assemble("  ", ("note", "cyan"), f" {note}"))
     for sample in result.rejects_sample:
-        out.print(f"  [yellow]rejected[/yellow] {sample['reason']}: {str(sample['record'])[:120]}", highlight=False)
+        out.print(Text.assemble("  ", ("rejected", "yellow"), f" {sample['reason']}: {str(sample['record'])[:120]}"))
     if result.rejects_path:
         out.print(f"  all {result.rejected} rejected rows, with their reason: {result.rejects_path}", highlight=False)
 
@@ -156,12 +160,17 @@ def print_reconcile(report: Any, out: Console) -> None:
         keys = Table("key", "difference", "explained", "why", "snapshot time", "warehouse time")
         for d in report.differences[:50]:
             keys.add_row(
-                d.key, d.kind, "yes" if d.explained else "[red]no[/red]", d.why, d.snapshot_ts or "-", d.warehouse_ts or "-"
+                d.key,
+                d.kind,
+                "yes" if d.explained else Text("no", style="red"),
+                d.why,
+                d.snapshot_ts or "-",
+                d.warehouse_ts or "-",
             )
         out.print(keys)
         if len(report.differences) > 50:
             out.print(f"  ... {len(report.differences) - 50} more in the JSON report")
-    out.print("[green]clean[/green]" if report.clean else "[red]unexplained differences[/red]")
+    out.print(Text("clean", style="green") if report.clean else Text("unexplained differences", style="red"))
 
 
 _MARKS = {"ok": "ok", "failed": "FAILED", "skipped": "skipped", "verified": "verified", "not applicable": "n/a"}

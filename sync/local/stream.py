@@ -255,7 +255,14 @@ def ingest_records(
     return result
 
 
-def ingest_file(wh: Warehouse, pipeline: Pipeline, table_name: str, path: Path) -> IngestResult:
+def check_events_file(path: Path) -> None:
+    """Stop before anything connects when `path` is not a file to read."""
+    if path.is_dir():
+        raise FileNotFoundError(f"events file {str(path)!r} is a folder: give one JSON-lines file")
     if not path.exists():
         raise FileNotFoundError(f"events file {str(path)!r} not found")
+
+
+def ingest_file(wh: Warehouse, pipeline: Pipeline, table_name: str, path: Path) -> IngestResult:
+    check_events_file(path)
     return ingest_records(wh, pipeline, table_name, read_records(path))

@@ -25,6 +25,7 @@ from datetime import datetime
 from pathlib import Path
 
 from sync.config import Pipeline, TableConfig
+from sync.extras import require_pyarrow
 from sync.sql.backfill_merge import BackfillSql
 from sync.warehouse import Warehouse, WarehouseError
 
@@ -37,7 +38,7 @@ class BackfillResult:
     staged: int = 0  # rows after latest-per-key
     loaded: int = 0  # rows written to the target
     deleted: int = 0  # snapshot deletes applied
-    kept_newer: int = 0  # target rows the stream wrote after the snapshot row
+    kept_newer: int = 0  # target rows as new as the snapshot row or newer (the stream's, or an earlier backfill's)
     kept_deleted: int = 0  # keys the stream deleted after the snapshot row
     rejected: int = 0
     rejects_path: str | None = None
@@ -55,6 +56,7 @@ def part_files(directory: Path) -> list[Path]:
 
 def copy_parquet_into(wh: Warehouse, stage_sql_name: str, files: list[Path], progress: Progress) -> int:
     """Stream Parquet files into COPY FROM STDIN (CSV), one record batch at a time."""
+    require_pyarrow("loading a backfill stage into PostgreSQL")
     import pyarrow.csv as pacsv
     import pyarrow.parquet as pq
 
@@ -266,6 +268,6 @@ def merged(result: BackfillResult, counts: dict[str, int], started: float, progr
     result.seconds = time.perf_counter() - started
     progress(
         f"merged: {result.staged:,} staged, {result.loaded:,} loaded, {result.deleted:,} deleted, "
-        f"{result.kept_newer:,} kept (newer in the stream), {result.kept_deleted:,} kept deleted"
+        f"{result.kept_newer:,} kept (the target's row is as new or newer), {result.kept_deleted:,} kept deleted"
     )
     return result

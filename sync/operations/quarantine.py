@@ -165,10 +165,13 @@ def replay(wh: Warehouse, pipeline: Pipeline, sel: Selection) -> ReplayResult:
     return ReplayResult(table.name, max(marked, 0), run, [(str(r), int(n)) for r, n in again])
 
 
-def discard(wh: Warehouse, pipeline: Pipeline, sel: Selection) -> int:
-    """Mark the selected waiting records discarded (kept until retention prunes them)."""
+def discard(wh: Warehouse, pipeline: Pipeline, sel: Selection, apply: bool = True) -> int:
+    """Mark the selected waiting records discarded (kept until retention prunes them); with
+    `apply` false only count them."""
     pipeline.table(sel.table)
     where, params = sel.where()
+    if not apply:
+        return int(wh.scalar(f"SELECT COUNT(*) FROM {_quarantine(pipeline)} WHERE {where}", params) or 0)
     now = wh.dialect.bind_schema(pipeline.schema).now()
     return max(
         wh.execute(f"UPDATE {_quarantine(pipeline)} SET handled = 'discarded', handled_at = {now} WHERE {where}", params), 0

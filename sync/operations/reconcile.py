@@ -38,6 +38,7 @@ class KeyDiff:
     why: str
     snapshot_ts: str | None = None
     warehouse_ts: str | None = None
+    columns: list[str] = field(default_factory=list)  # changed: the checksum columns whose values differ
 
 
 @dataclass
@@ -147,6 +148,38 @@ def warehouse_rows(wh: Warehouse, sql: ReconcileSql, buckets: list[int]) -> dict
     return rows
 
 
+def name_changed_columns(
+    wh: Warehouse,
+    pipeline: Pipeline,
+    table: TableConfig,
+    rows: t.Any,
+    buckets: int,
+    mismatched: list[int],
+    cols: list[ColumnConfig],
+    differences: list[KeyDiff],
+) -> None:
+    """Name the columns of each unexplained changed key whose values differ: the row
+    checksums of the mismatched buckets again, one checksum column at a time."""
+    from pyspark.sql import functions as F
+
+    from backfill.reconcile import with_buckets
+
+    changed = {d.key: d for d in differences if d.kind == "changed" and not d.explained}
+    if not changed:
+        return
+    for col in cols:
+        sql = ReconcileSql(wh.dialect.bind_schema(pipeline.schema), pipeline, table, buckets, [col])
+        stored = {key: chk for key, chk, *_, deleted in wh.query(sql.bucket_rows(mismatched)) if not deleted}
+        keyed = with_buckets(rows, table, buckets, [col]).where(F.col("bucket").isin(mismatched))
+        for r in keyed.select("key_text", "checksum").toLocalIterator():
+            diff = changed.get(r["key_text"])
+            if diff is not None and stored.get(r["key_text"]) != r["checksum"]:
+                diff.columns.append(col.target_name)
+    for diff in changed.values():
+        if diff.columns:
+            diff.why = f"values differ in {', '.join(diff.columns)}"
+
+
 def run_reconcile(
     wh: Warehouse,
     pipeline: Pipeline,
@@ -192,5 +225,6 @@ def run_reconcile(
             wh_rows = warehouse_rows(wh, sql, mismatched)
             cutoff = snapshot_time or keyed.agg(F.max("_source_ts")).first()[0]
             report.differences = compare_rows(snap_rows, wh_rows, cutoff, bool(cols))
+            name_changed_columns(wh, pipeline, table, prepared.rows, buckets, mismatched, cols, report.differences)
         keyed.unpersist()
     return report

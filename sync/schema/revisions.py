@@ -46,7 +46,7 @@ def database_url(config: Any, offline: bool) -> str:
         return OFFLINE_POSTGRES_URL
     from sync.local import embedded
 
-    return sqlalchemy_url(embedded.start())
+    return sqlalchemy_url(embedded.start(embedded.data_dir(pipeline_file(config))))
 
 
 def pipeline_file(config: Any) -> Path:
@@ -218,12 +218,19 @@ def deploy(cfg: Any, pipeline: Pipeline) -> DeployResult:
     cfg.attributes["on_version_apply"] = _collect(applied)
     try:
         command.upgrade(cfg, "head")
+    except KeyboardInterrupt:
+        if not applied:
+            raise
+        raise KeyboardInterrupt(
+            f"applied {', '.join(applied)} before it (committed); the revision in progress was rolled back"
+        ) from None
     except (SQLAlchemyError, CommandError) as exc:
         cause = getattr(exc, "orig", None) or exc
+        reason = str(cause).strip().splitlines()[0]
+        if isinstance(exc, SQLAlchemyError) and getattr(exc, "statement", None) is None and not applied:
+            raise WarehouseError(f"cannot connect to the warehouse, nothing was deployed: {reason}") from exc
         done = f"; applied before it: {', '.join(applied)}" if applied else ""
-        raise WarehouseError(
-            f"upgrade stopped, the failing revision was rolled back{done}: {str(cause).strip().splitlines()[0]}"
-        ) from exc
+        raise WarehouseError(f"upgrade stopped, the failing revision was rolled back{done}: {reason}") from exc
     return DeployResult(applied, rev, warnings)
 
 
@@ -282,7 +289,7 @@ def deployment_problem(wh: Any, cfg: Any, pipeline: Pipeline) -> str | None:
     except CommandError:
         return (
             f"this database is at revision {rev}, which {versions_dir(cfg)} does not hold: point the tool at the "
-            f"pipeline's revisions folder ([operations] versions in the pipeline file, ${VERSIONS_ENV_VAR} or --versions)"
+            f"pipeline's revisions folder ([operations] versions in the pipeline file, or ${VERSIONS_ENV_VAR})"
         )
     if state is None or same_model(state, pipeline):
         return None
