@@ -92,13 +92,15 @@ def write_run_folder(folder: Path, pipeline_file: Path) -> None:
     (folder / DATA).mkdir(parents=True)
     part = folder / DATA / "part-00000.parquet"
     pq.write_table(rows, part)
-    (folder / MANIFEST).write_text(json.dumps({"entries": [{"url": str(part), "mandatory": True}]}))
+    entry = {"url": str(part), "mandatory": True, "meta": {"content_length": part.stat().st_size}}
+    (folder / MANIFEST).write_text(json.dumps({"entries": [entry]}))
     summary = {
         "stage_version": STAGE_VERSION,
         "table": "customer",
         "schema": pipeline.schema,
         "fingerprint": table_fingerprint(pipeline, table),
         "staged": 1,
+        "data_files": 1,
         "rejected": 0,
         "notes": [],
         "snapshot": "s3://lake/customer/",

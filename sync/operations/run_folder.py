@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from sync.config import Pipeline, TableConfig
+from sync.extras import require_pyarrow
 from sync.operations.backfill import BackfillResult, first_json_lines, load_and_merge, merged
 from sync.warehouse import Warehouse
 
@@ -128,7 +129,12 @@ def open_run(staged: str) -> RunFolder:
     url = staged.rstrip("/")
     summary = json.loads(read_text(join(url, SUMMARY), staged))
     entries = json.loads(read_text(join(url, MANIFEST), staged)).get("entries", [])
-    files = {e["url"].rsplit("/", 1)[-1]: int(e["meta"]["content_length"]) for e in entries}
+    try:
+        files = {e["url"].rsplit("/", 1)[-1]: int(e["meta"]["content_length"]) for e in entries}
+    except (KeyError, TypeError, ValueError, AttributeError) as exc:
+        raise RunFolder(url, summary, {}, ()).refuse(
+            f"manifest.json has an entry without a url and meta.content_length ({type(exc).__name__}: {exc})"
+        ) from None
     run = RunFolder(url, summary, files, tuple(e["url"] for e in entries))
     if len(files) != len(entries) or len(files) != summary.get("data_files"):
         raise run.refuse(f"manifest.json lists {len(entries)} files, summary.json counts {summary.get('data_files')}")
@@ -178,6 +184,7 @@ def run_staged(
             wh, pipeline, table, [], progress, iam_role=iam_role, manifest_url=join(run.url, MANIFEST), check_rows=run.check_rows
         )
         return merged(result, counts, started, progress)
+    require_pyarrow("loading a backfill stage into PostgreSQL")
     work = Path(tempfile.mkdtemp(prefix=f"rs-staged-{table.name}-"))
     try:
         if _is_s3(staged):
