@@ -179,3 +179,13 @@ def test_partition_increase_quarantine_replay_compares_kafka_time(wh, newer):
     expected = (KEY, 200, "too long") if newer == "replayed" else (KEY, 200, "ok")
     assert rows(wh, "acc", "id, balance, note") == [expected]
     assert (result.run.upserted, result.run.stale) == ((1, 0) if newer == "replayed" else (0, 1))
+
+
+def test_partition_increase_log_append_time(wh):
+    """A topic with message.timestamp.type=LogAppendTime: the broker stamps each record
+    when it appends it (Redshift's kafka_timestamp_type 'L'); the same order applies."""
+    p = setup(wh, table_toml("acc", order_by="kafka"))
+    records = [at(full("c", KEY, 10, 100), OLD, 1), at(full("u", KEY, 20, 200), NEW, 2)]
+    feed(wh, p, "acc", [{**r, "timestamp_type": "L"} for r in records])
+    assert wh.query('SELECT DISTINCT kafka_timestamp_type FROM cdc."acc__stream"') == [("L",)]
+    assert rows(wh, "acc") == [(KEY, 20)]
