@@ -4,7 +4,12 @@
 
 `records` are Kafka records (`partition`, `offset`, `key`, `value`) in DELIVERY order (any
 interleaving of partitions; Kafka order within each). The model is online, one record at
-a time, so its result does not depend on how the records are cut into sync batches. Each
+a time, so its result does not depend on how the records are cut into sync batches.
+Delivery order is the order the producer sent the records in, also when the topic's
+partition count grew and a key's later records are in another partition: the sync sees
+only the partitions, offsets and timestamps, and orders across partitions by timestamp
+(docs/correctness.md, "Delivery semantics"), which is delivery order when a key's records
+in two partitions are at least 1 ms apart (tests/delivery.py draws nothing else). Each
 record is classified as in tests/cdc_model.py (`classify`: what is an upsert, a delete, a
 tombstone, a quarantine, and the converted row); what this model adds is the ORDER rule,
 written from Debezium's delivery contract (tests/delivery.py cites it), with none of the
@@ -35,7 +40,7 @@ State per key: (stored position or None, row | soft-deleted row | absent). Per r
   their hex bytes spell, a missing change LSN or serial (snapshot rows) as 0; Db2
   (`"db2-lsn"`): (commit LSN, change LSN); Oracle (`"oracle-scn"`): (commit_scn, scn,
   txSeq), a missing commit_scn (snapshot rows) as the event's own scn. `"kafka"`: no
-  positions: the last record of the key in Kafka order wins;
+  positions: the last record of the key delivered wins;
 - hard mode: a delete removes the row; soft mode: the row stays with `_deleted = True`,
   each value from the delete's before image where it is not null, else the row's last
   value (a key-only image, as REPLICA IDENTITY DEFAULT and tombstones give, keeps them).

@@ -16,7 +16,7 @@ and the generator's knobs (`Knobs`): restarts, compression, re-snapshots.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from decimal import Decimal
 
 import pytest
@@ -26,6 +26,7 @@ from hypothesis import strategies as st
 from sync.operations.runner import deploy
 from sync.warehouse import connect
 from tests.delivery import (
+    KAFKA_TS,
     Change,
     Connector,
     History,
@@ -68,6 +69,7 @@ class Knobs:
     resnapshot: bool | str = True
     initial_snapshot: bool = True
     restart_null_commit: bool = True  # PostgreSQL, with at most one restart (see delivery_model)
+    grow: bool | str = True  # the topic's partition count grows (keys re-hashed)
 
 
 @dataclass(frozen=True)
@@ -79,7 +81,8 @@ class Mode:
     knobs: Knobs = Knobs()
 
 
-BASELINE = Knobs(restarts=0, compressed=False, resnapshot=False, initial_snapshot=False, restart_null_commit=False)
+BASELINE = Knobs(restarts=0, compressed=False, resnapshot=False, initial_snapshot=False, restart_null_commit=False, grow=False)
+GROW = Knobs(grow="always")
 MODES = {
     "kafka_debezium": Mode(None, "kafka", "debezium"),
     "kafka_unwrap_rewrite": Mode(None, "kafka", "unwrap-rewrite"),
@@ -97,6 +100,10 @@ MODES = {
     "sqlserver_debezium": Mode("sqlserver", "sqlserver-lsn", "debezium"),
     "oracle_unwrap_rewrite": Mode("oracle", "oracle-scn", "unwrap-rewrite", "soft"),
     "db2_unwrap_tombstone": Mode("db2", "db2-lsn", "unwrap-tombstone"),
+    # The topic's partition count grows mid-history: a key's later records in another partition.
+    "kafka_grow": Mode(None, "kafka", "debezium", knobs=GROW),
+    "kafka_unwrap_tombstone_grow": Mode(None, "kafka", "unwrap-tombstone", knobs=GROW),
+    "pg_unwrap_tombstone_grow": Mode("postgres", "postgres-lsn", "unwrap-tombstone", "soft", knobs=GROW),
     # What the sync handled before delivery behaviours were modelled: no restarts, no ties,
     # no re-snapshots, the full envelope.
     "pg_baseline": Mode("postgres", "postgres-lsn", "debezium", knobs=BASELINE),
@@ -204,6 +211,19 @@ def draw_connector(data, mode: Mode, history: History, initial_snapshot: bool) -
     )
 
 
+def draw_kafka(data, knobs: Knobs, connector: Connector, emitted: int) -> Connector:
+    """The topic and the producer: the partition count may grow at a drawn record, the
+    clock ticks per record or per transaction, CreateTime or LogAppendTime."""
+    grow = _maybe(data, knobs.grow)
+    return replace(
+        connector,
+        grow_to=connector.partitions + data.draw(st.integers(1, 2)) if grow else None,
+        grow_at=data.draw(_middle_first(0, emitted)) if grow else 0,
+        clock=data.draw(st.sampled_from(["record", "transaction"])),
+        timestamp_type=data.draw(st.sampled_from(["C", "L"])),
+    )
+
+
 def draw_restarts(data, knobs: Knobs, connector: Connector, emitted: int) -> list[Restart]:
     limit = 1 if connector.restart_null_commit else knobs.restarts
     restarts, start = [], 0
@@ -308,7 +328,8 @@ def describe(history, connector, restarts, delivery, cuts) -> str:
                 f"{(v.get('after') or v.get('before') or v).get('NAME')!r} {_position(v)}"
             )
         )
-        lines.append(f"  #{i} p{r['partition']}@{r['offset']} emitted #{sent} key {tuple(r['key'].values())}: {what}")
+        at = f"p{r['partition']}@{r['offset']} t+{r['timestamp'] - KAFKA_TS}{r['timestamp_type']}"
+        lines.append(f"  #{i} {at} emitted #{sent} key {tuple(r['key'].values())}: {what}")
     return "\n".join(lines)
 
 
@@ -366,6 +387,7 @@ def test_delivery(warehouse, mode_name, initial, drawn, data):
     history = build_history(initial if snapshot else [], drawn)
     connector = draw_connector(data, mode, history, snapshot)
     emitted = len(emitted_records(emit(history, connector), connector))
+    connector = draw_kafka(data, mode.knobs, connector, emitted)
     restarts = draw_restarts(data, mode.knobs, connector, emitted)
     cuts = data.draw(st.lists(st.integers(1, max(emitted - 1, 1)), max_size=4), label="cuts")
     check_delivery(wh, pipeline, table, mode, history, connector, restarts, cuts)
@@ -379,6 +401,7 @@ def _w(key, name: str, cents: int = 100) -> Change:
 
 
 A, B = (1, "eu"), (2, "us")
+MOVES = (1, "us")  # Kafka's partitioner: partition 2 of 3, partition 0 of 4
 EXAMPLES = {
     # MySQL binlog_transaction_compression: both changes carry one file/pos, row 0; the
     # second arrives in the next batch and must still apply (a tie is not older).
@@ -446,6 +469,23 @@ EXAMPLES = {
         "db2_unwrap_tombstone",
         History(((_w(B, "b"),), (_w(A, "a"),), (_w(A, "lost"),))),
         Connector(source="db2", format="unwrap-tombstone", resnapshot_at=3, lost=1),
+        [],
+        [],
+    ),
+    # The topic grows from 3 to 4 partitions before the tombstone-only delete, which lands
+    # in a lower partition than the key's insert and update, in the same batch: it deletes.
+    "partition_increase_tombstone_only_delete": (
+        "pg_unwrap_tombstone_grow",
+        History(((_w(MOVES, "a"),), (_w(MOVES, "b"),), (Change("delete", MOVES),))),
+        Connector(source="postgres", format="unwrap-tombstone", partitions=3, grow_to=4, grow_at=2),
+        [],
+        [],
+    ),
+    # Kafka order: the update in the lower, new partition is newer than the insert.
+    "partition_increase_kafka_order": (
+        "kafka_grow",
+        History(((_w(MOVES, "a"),), (_w(MOVES, "b"),))),
+        Connector(source="postgres", partitions=3, grow_to=4, grow_at=1),
         [],
         [],
     ),

@@ -28,6 +28,9 @@ from sync.warehouse import Warehouse, WarehouseError
 BIGINT_MAX = 2**63 - 1  # the stream's partition and offset columns
 TIMESTAMP_MIN_MS, TIMESTAMP_MAX_MS = -62_135_596_800_000, 253_402_300_799_999  # 0001-01-01 .. 9999-12-31
 RECORD_KEYS = {"partition", "offset", "timestamp", "key", "value", "headers", "timestamp_type"}
+# kafka_timestamp_type as Redshift's streaming relation writes it: C = CreateTime (set by
+# the producer), L = LogAppendTime (set by the broker), U = none.
+TIMESTAMP_TYPES = ("C", "L", "U")
 KCAT_KEYS = {
     "topic",
     "partition",
@@ -52,6 +55,7 @@ class KafkaRecord:
     value: bytes | None
     headers: Any = None
     lineno: int | None = None  # the input line it came from
+    timestamp_type: str = "C"  # the stream's kafka_timestamp_type (TIMESTAMP_TYPES)
 
 
 @dataclass
@@ -131,10 +135,12 @@ def parse_line(line: bytes, lineno: int) -> tuple[KafkaRecord, bool]:
             isinstance(timestamp, bool) or not isinstance(timestamp, int) or not TIMESTAMP_MIN_MS <= timestamp <= TIMESTAMP_MAX_MS
         ):
             raise ValueError(f"line {lineno}: timestamp must be epoch milliseconds (years 1-9999), got {timestamp!r}")
+        timestamp_type = "C" if kcat else obj.get("timestamp_type", "C")
+        if not (isinstance(timestamp_type, str) and timestamp_type in TIMESTAMP_TYPES):
+            raise ValueError(f"line {lineno}: timestamp_type must be one of {', '.join(TIMESTAMP_TYPES)}, got {timestamp_type!r}")
         value = obj.get("payload" if kcat else "value")
-        return KafkaRecord(
-            partition, offset, timestamp, _to_bytes(obj.get("key")), _to_bytes(value), obj.get("headers"), lineno
-        ), True
+        key, headers = _to_bytes(obj.get("key")), obj.get("headers")
+        return KafkaRecord(partition, offset, timestamp, key, _to_bytes(value), headers, lineno, timestamp_type), True
     return KafkaRecord(0, None, None, None, line, lineno=lineno), isinstance(obj, dict)
 
 
@@ -234,7 +240,7 @@ def ingest_records(
                     (
                         record.partition,
                         offset,
-                        "C",
+                        record.timestamp_type,
                         ts,
                         record.key,
                         headers,

@@ -264,9 +264,31 @@ def _lookup(number: str, values: list[str], default: str) -> str:
     return "\n".join(lines)
 
 
-def rank_order(position: str, partition: str, offset: str) -> str:
-    """4. The order of a key's events, newest first: source position, then Kafka order."""
-    return f"{position} DESC NULLS LAST, {partition} DESC, {offset} DESC"
+def kafka_time(record: str) -> str:
+    """A record's Kafka time (stream columns `record`kafka_partition, ...; `_` for the
+    stage's): the newest Kafka timestamp of its partition up to it. It never decreases
+    along a partition, so Kafka order across partitions, (Kafka time, partition, offset),
+    keeps each partition's offset order even where a producer's clock stepped back. Over
+    a batch: every record of it, so the stage insert and the stage agree."""
+    return (
+        f"MAX({record}kafka_timestamp) OVER (PARTITION BY {record}kafka_partition ORDER BY {record}kafka_offset\n"
+        "  ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW)"
+    )
+
+
+def kafka_order(time: str, partition: str, offset: str, newest_first: bool = True) -> str:
+    """Kafka order: offsets within a partition; across partitions the Kafka time (see
+    `kafka_time`; a record without one is the oldest), then partition and offset: Kafka
+    orders nothing across partitions, the producer's timestamp is the only evidence."""
+    if newest_first:
+        return f"{time} DESC NULLS LAST, {partition} DESC, {offset} DESC"
+    return f"{time} ASC NULLS FIRST, {partition}, {offset}"
+
+
+def rank_order(position: str, kafka: str) -> str:
+    """4. The order of a key's events, newest first: source position, then `kafka`
+    (Kafka order, newest first)."""
+    return f"{position} DESC NULLS LAST, {kafka}"
 
 
 def positionless(prefix: str = "") -> str:
@@ -277,7 +299,9 @@ def positionless(prefix: str = "") -> str:
 def rerank_sql(d: PostgresDialect, pipeline: Pipeline, table: TableConfig) -> str:
     """Events without a source position (tombstones, PostgreSQL incremental-snapshot
     reads) come after the row stored for their key, whatever the batch replays before
-    them: their rank is raised to the stored position and their keys are ranked again."""
+    them: their rank is raised to the stored position and their keys are ranked again.
+    "Before" is Kafka order (`kafka_order`): a key's records span two partitions once
+    the topic's partition count grows."""
     q, rel, keys = d.q, relations(d, pipeline, table), _keys(table)
     stage = rel.stage
 
@@ -289,9 +313,17 @@ def rerank_sql(d: PostgresDialect, pipeline: Pipeline, table: TableConfig) -> st
         "    AND t._source_pos IS NOT NULL AND (s._rank_pos IS NULL OR s._rank_pos < t._source_pos);\n"
         for relation in rel.held(table)
     )
-    order = rank_order("x._rank_pos", "x._kafka_partition", "x._kafka_offset")
+    oldest_first = kafka_order("x._kafka_time", "x._kafka_partition", "x._kafka_offset", newest_first=False)
+    order = rank_order("x._rank_pos", kafka_order("x._kafka_time", "x._kafka_partition", "x._kafka_offset"))
     key_list = ", ".join("x." + q(k) for k in keys)
     same_key_positionless = f"EXISTS (SELECT 1 FROM {stage} y WHERE {positionless('y.')} AND {key_match(d, keys, 'y', 'x')})"
+    # The events of keys with a positionless one, with their Kafka time (over the whole stage).
+    events = (
+        f"FROM (SELECT z.*, {_indent(kafka_time('z._'), 14).lstrip()} AS _kafka_time\n"
+        f"              FROM {stage} z) x\n"
+        "        WHERE x._action IN ('upsert', 'delete')\n"
+        f"          AND {same_key_positionless}) r\n"
+    )
     return (
         "-- 4. Events without a source position: each takes the newest position seen before it\n"
         "--    for its key in Kafka order (so it supersedes what precedes it and loses to what\n"
@@ -299,20 +331,16 @@ def rerank_sql(d: PostgresDialect, pipeline: Pipeline, table: TableConfig) -> st
         "IF v_positionless > 0 THEN\n"
         f"  UPDATE {stage} s SET _rank_pos = r.rank_pos\n"
         f"  FROM (SELECT x._kafka_partition, x._kafka_offset,\n"
-        f"               MAX(x._source_pos) OVER (PARTITION BY {key_list}\n"
-        "                 ORDER BY x._kafka_partition, x._kafka_offset ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW) AS rank_pos\n"
-        f"        FROM {stage} x\n"
-        "        WHERE x._action IN ('upsert', 'delete')\n"
-        f"          AND {same_key_positionless}) r\n"
+        f"               MAX(x._source_pos) OVER (PARTITION BY {key_list} ORDER BY {oldest_first}\n"
+        "                 ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW) AS rank_pos\n"
+        f"        {events}"
         f"  WHERE {positionless('s.')}\n"
         "    AND s._kafka_partition = r._kafka_partition AND s._kafka_offset = r._kafka_offset;\n"
         + raise_to_stored
         + f"  UPDATE {stage} s SET _rn = r.rn\n"
         f"  FROM (SELECT x._kafka_partition, x._kafka_offset,\n"
-        f"               ROW_NUMBER() OVER (PARTITION BY {', '.join('x.' + q(k) for k in keys)} ORDER BY {order}) AS rn\n"
-        f"        FROM {stage} x\n"
-        "        WHERE x._action IN ('upsert', 'delete')\n"
-        f"          AND {same_key_positionless}) r\n"
+        f"               ROW_NUMBER() OVER (PARTITION BY {key_list} ORDER BY {order}) AS rn\n"
+        f"        {events}"
         "  WHERE s._kafka_partition = r._kafka_partition AND s._kafka_offset = r._kafka_offset;\n"
         "END IF;"
     )
@@ -436,17 +464,38 @@ def replay_sql(d: PostgresDialect, pipeline: Pipeline, table: TableConfig) -> st
     )
 
 
+def kafka_later(a: str, a_time: str, b: str, b_time: str) -> str:
+    """Record `a` (its `_kafka_partition`, `_kafka_offset`, and Kafka timestamp `a_time`)
+    is later in Kafka order than `b`: by offset in one partition; across partitions by
+    timestamp, then partition (a tie, or a time unknown)."""
+    return (
+        f"({a}._kafka_partition = {b}._kafka_partition AND {a}._kafka_offset > {b}._kafka_offset\n"
+        f" OR {a}._kafka_partition <> {b}._kafka_partition\n"
+        f"    AND ({a_time} > {b_time}\n"
+        f"         OR (COALESCE({a_time} = {b_time}, true) AND {a}._kafka_partition > {b}._kafka_partition)))"
+    )
+
+
 def replay_stale_sql(d: PostgresDialect, pipeline: Pipeline, table: TableConfig) -> str:
     """Kafka order (no source position): a replayed winner older in Kafka order than the
     row stored, or the delete remembered, for its key is stale. A replayed record is one
-    at or below its partition's watermark (records of the stream are above it)."""
+    at or below its partition's watermark (records of the stream are above it). A stored
+    row's Kafka timestamp is its record's in the stream; a deleted key keeps its own."""
     rel = relations(d, pipeline, table)
     stage, wm = rel.stage, rel.watermark
     match = key_match(d, _keys(table), "t", "s")
-    newer = " OR ".join(
-        f"EXISTS (SELECT 1 FROM {relation} t WHERE {match}\n"
-        "            AND (t._kafka_partition > s._kafka_partition\n"
-        "                 OR (t._kafka_partition = s._kafka_partition AND t._kafka_offset > s._kafka_offset)))"
+    stored = {
+        rel.target: (
+            f"{rel.target} t\n              LEFT JOIN {rel.stream} m"
+            " ON m.kafka_partition = t._kafka_partition AND m.kafka_offset = t._kafka_offset",
+            "m.kafka_timestamp",
+        ),
+        rel.deleted: (f"{rel.deleted} t", "t._kafka_timestamp"),
+    }
+    newer = "\n         OR ".join(
+        f"EXISTS (SELECT 1 FROM {stored[relation][0]}\n"
+        f"            WHERE {match}\n"
+        f"              AND {_indent(kafka_later('t', stored[relation][1], 's', 's._kafka_timestamp'), 14).lstrip()})"
         for relation in rel.held(table)
     )
     return (
@@ -585,16 +634,18 @@ def stage_insert_sql(d: PostgresDialect, pipeline: Pipeline, table: TableConfig)
         f"SELECT\n{carried.replace('       t.source_ts_ms', bounded_ts)},\n"
         f"{_indent(_lookup('t.check_no', [quote_literal(chk.action) for chk in checks], quote_literal('upsert')), 7)} AS action,\n"
         f"{_indent(_lookup('t.check_no', [chk.reason for chk in checks], 'NULL'), 7)} AS reason,\n"
-        f"       CASE WHEN {keeps_payload} THEN t.payload END AS quarantine_payload\n" + _subquery(d, classified, "t")
+        f"       CASE WHEN {keeps_payload} THEN t.payload END AS quarantine_payload,\n"
+        f"       {_indent(kafka_time('t.'), 7).lstrip()} AS kafka_time\n" + _subquery(d, classified, "t")
     )
 
     key_list = ", ".join(f"c.{q(k.target_name)}" for k in table.key_columns)
+    newest = kafka_order("c.kafka_time", "c.kafka_partition", "c.kafka_offset")
     if table.order_by == "kafka":
-        order, rank_pos = "c.kafka_partition DESC, c.kafka_offset DESC", "NULL"
+        order, rank_pos = newest, "NULL"
     else:
         # Events without a source position rank last here; the rare batches that hold
         # them are ranked again after the stage is written (`rerank_sql`).
-        order, rank_pos = rank_order("c.source_pos", "c.kafka_partition", "c.kafka_offset"), "c.source_pos"
+        order, rank_pos = rank_order("c.source_pos", newest), "c.source_pos"
     values = {
         "_kafka_partition": "c.kafka_partition",
         "_kafka_offset": "c.kafka_offset",
@@ -631,11 +682,12 @@ def stored_rows(d: PostgresDialect, target: str, keys: list[str], wanted: str) -
     """One stored row per key of the target rows matching `wanted` (a condition on the
     stage row `x` and the target row `t`), the newest when the key is stored more than once:
     a primary key is not enforced on Redshift, and an UPDATE ... FROM that matches a row
-    twice must not depend on which match wins."""
+    twice must not depend on which match wins (stored rows keep no Kafka time: between
+    copies of one key, partition and offset only make the choice deterministic)."""
     key_list = ", ".join(f"t.{d.q(k)}" for k in keys)
     return (
         f"(SELECT * FROM (SELECT t.*, ROW_NUMBER() OVER (PARTITION BY {key_list}\n"
-        f"          ORDER BY {rank_order('t._source_pos', 't._kafka_partition', 't._kafka_offset')}) AS stored_rn__\n"
+        f"          ORDER BY {rank_order('t._source_pos', 't._kafka_partition DESC, t._kafka_offset DESC')}) AS stored_rn__\n"
         f"        FROM {target} t WHERE {wanted}) o\n"
         "      WHERE o.stored_rn__ = 1)"
     )

@@ -181,7 +181,7 @@ BEGIN
          c.reason,
          ROW_NUMBER() OVER (
            PARTITION BY CASE WHEN c.action IN ('upsert', 'delete') THEN 1 ELSE 0 END, c."id"
-           ORDER BY c.kafka_partition DESC, c.kafka_offset DESC),
+           ORDER BY c.kafka_time DESC NULLS LAST, c.kafka_partition DESC, c.kafka_offset DESC),
          (TIMESTAMP 'epoch' + (c.source_ts_ms / 1000) * INTERVAL '1 second' + (c.source_ts_ms % 1000) * INTERVAL '1 millisecond'),
          c.source_pos,
          NULL,
@@ -241,7 +241,9 @@ BEGIN
              WHEN 13 THEN NULL
              ELSE NULL
            END AS reason,
-           CASE WHEN t.check_no IN (1, 3, 4, 6, 7, 8, 9, 10, 11, 12) OR t.unavailable IS NOT NULL THEN t.payload END AS quarantine_payload
+           CASE WHEN t.check_no IN (1, 3, 4, 6, 7, 8, 9, 10, 11, 12) OR t.unavailable IS NOT NULL THEN t.payload END AS quarantine_payload,
+           MAX(t.kafka_timestamp) OVER (PARTITION BY t.kafka_partition ORDER BY t.kafka_offset
+             ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW) AS kafka_time
     FROM (
       SELECT
              t.kafka_partition,
@@ -398,11 +400,19 @@ BEGIN
       UPDATE "cdc"."blobs__stage" s SET _action = 'stale'
       WHERE s._rn = 1 AND s._action IN ('upsert', 'delete')
         AND EXISTS (SELECT 1 FROM "cdc"."blobs__watermark" w WHERE w.kafka_partition = s._kafka_partition AND s._kafka_offset <= w.last_offset)
-        AND (EXISTS (SELECT 1 FROM "cdc"."blobs" t WHERE t."id" = s."id"
-                AND (t._kafka_partition > s._kafka_partition
-                     OR (t._kafka_partition = s._kafka_partition AND t._kafka_offset > s._kafka_offset))) OR EXISTS (SELECT 1 FROM "cdc"."blobs__deleted" t WHERE t."id" = s."id"
-                AND (t._kafka_partition > s._kafka_partition
-                     OR (t._kafka_partition = s._kafka_partition AND t._kafka_offset > s._kafka_offset))));
+        AND (EXISTS (SELECT 1 FROM "cdc"."blobs" t
+                  LEFT JOIN "cdc"."blobs__stream" m ON m.kafka_partition = t._kafka_partition AND m.kafka_offset = t._kafka_offset
+                WHERE t."id" = s."id"
+                  AND (t._kafka_partition = s._kafka_partition AND t._kafka_offset > s._kafka_offset
+                   OR t._kafka_partition <> s._kafka_partition
+                      AND (m.kafka_timestamp > s._kafka_timestamp
+                           OR (COALESCE(m.kafka_timestamp = s._kafka_timestamp, true) AND t._kafka_partition > s._kafka_partition))))
+             OR EXISTS (SELECT 1 FROM "cdc"."blobs__deleted" t
+                WHERE t."id" = s."id"
+                  AND (t._kafka_partition = s._kafka_partition AND t._kafka_offset > s._kafka_offset
+                   OR t._kafka_partition <> s._kafka_partition
+                      AND (t._kafka_timestamp > s._kafka_timestamp
+                           OR (COALESCE(t._kafka_timestamp = s._kafka_timestamp, true) AND t._kafka_partition > s._kafka_partition)))));
     END IF;
     SELECT COUNT(CASE WHEN _rn = 1 AND _action = 'upsert' THEN 1 END),
            COUNT(CASE WHEN _rn = 1 AND _action = 'delete' THEN 1 END),

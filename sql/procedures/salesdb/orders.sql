@@ -174,7 +174,7 @@ BEGIN
          c.reason,
          ROW_NUMBER() OVER (
            PARTITION BY CASE WHEN c.action IN ('upsert', 'delete') THEN 1 ELSE 0 END, c."order_id"
-           ORDER BY c.source_pos DESC NULLS LAST, c.kafka_partition DESC, c.kafka_offset DESC),
+           ORDER BY c.source_pos DESC NULLS LAST, c.kafka_time DESC NULLS LAST, c.kafka_partition DESC, c.kafka_offset DESC),
          (TIMESTAMP 'epoch' + (c.source_ts_ms / 1000) * INTERVAL '1 second' + (c.source_ts_ms % 1000) * INTERVAL '1 millisecond'),
          c.source_pos,
          c.source_pos,
@@ -238,7 +238,9 @@ BEGIN
              WHEN 14 THEN NULL
              ELSE NULL
            END AS reason,
-           CASE WHEN t.check_no IN (1, 3, 4, 6, 7, 8, 9, 10, 11, 12, 13) OR t.unavailable IS NOT NULL THEN t.payload END AS quarantine_payload
+           CASE WHEN t.check_no IN (1, 3, 4, 6, 7, 8, 9, 10, 11, 12, 13) OR t.unavailable IS NOT NULL THEN t.payload END AS quarantine_payload,
+           MAX(t.kafka_timestamp) OVER (PARTITION BY t.kafka_partition ORDER BY t.kafka_offset
+             ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW) AS kafka_time
     FROM (
       SELECT
              t.kafka_partition,
@@ -360,9 +362,11 @@ BEGIN
     IF v_positionless > 0 THEN
       UPDATE "cdc"."orders__stage" s SET _rank_pos = r.rank_pos
       FROM (SELECT x._kafka_partition, x._kafka_offset,
-                   MAX(x._source_pos) OVER (PARTITION BY x."order_id"
-                     ORDER BY x._kafka_partition, x._kafka_offset ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW) AS rank_pos
-            FROM "cdc"."orders__stage" x
+                   MAX(x._source_pos) OVER (PARTITION BY x."order_id" ORDER BY x._kafka_time ASC NULLS FIRST, x._kafka_partition, x._kafka_offset
+                     ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW) AS rank_pos
+            FROM (SELECT z.*, MAX(z._kafka_timestamp) OVER (PARTITION BY z._kafka_partition ORDER BY z._kafka_offset
+                    ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW) AS _kafka_time
+                  FROM "cdc"."orders__stage" z) x
             WHERE x._action IN ('upsert', 'delete')
               AND EXISTS (SELECT 1 FROM "cdc"."orders__stage" y WHERE y._source_pos IS NULL AND y._action IN ('upsert', 'delete') AND y."order_id" = x."order_id")) r
       WHERE s._source_pos IS NULL AND s._action IN ('upsert', 'delete')
@@ -376,8 +380,10 @@ BEGIN
         AND t._source_pos IS NOT NULL AND (s._rank_pos IS NULL OR s._rank_pos < t._source_pos);
       UPDATE "cdc"."orders__stage" s SET _rn = r.rn
       FROM (SELECT x._kafka_partition, x._kafka_offset,
-                   ROW_NUMBER() OVER (PARTITION BY x."order_id" ORDER BY x._rank_pos DESC NULLS LAST, x._kafka_partition DESC, x._kafka_offset DESC) AS rn
-            FROM "cdc"."orders__stage" x
+                   ROW_NUMBER() OVER (PARTITION BY x."order_id" ORDER BY x._rank_pos DESC NULLS LAST, x._kafka_time DESC NULLS LAST, x._kafka_partition DESC, x._kafka_offset DESC) AS rn
+            FROM (SELECT z.*, MAX(z._kafka_timestamp) OVER (PARTITION BY z._kafka_partition ORDER BY z._kafka_offset
+                    ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW) AS _kafka_time
+                  FROM "cdc"."orders__stage" z) x
             WHERE x._action IN ('upsert', 'delete')
               AND EXISTS (SELECT 1 FROM "cdc"."orders__stage" y WHERE y._source_pos IS NULL AND y._action IN ('upsert', 'delete') AND y."order_id" = x."order_id")) r
       WHERE s._kafka_partition = r._kafka_partition AND s._kafka_offset = r._kafka_offset;
