@@ -79,3 +79,21 @@ def feed(wh: Warehouse, pipeline: Pipeline, table: str, records: list[dict[str, 
     """Ingest the records as one refresh of the stream, then sync the table once."""
     ingest(wh, pipeline, table, records)
     return sync_one(wh, pipeline, table)
+
+
+def fail_first_writes(wh: Warehouse, relation: str, times: int) -> None:
+    """The first `times` statements that write `relation` (schema-qualified) fail with a
+    serialization failure the engine raises (SQLSTATE 40001, "could not serialize access"),
+    as when a concurrent transaction closed a cycle; the transaction rolls back whole. The
+    count is a sequence, which a rollback does not undo."""
+    wh.execute("CREATE SEQUENCE public.injected_conflicts")
+    wh.execute(
+        "CREATE FUNCTION public.inject_conflict() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN "
+        f"IF nextval('public.injected_conflicts') <= {int(times)} THEN "
+        "RAISE EXCEPTION 'could not serialize access due to read/write dependencies among transactions' "
+        "USING ERRCODE = 'serialization_failure'; END IF; RETURN NULL; END $$"
+    )
+    wh.execute(
+        f"CREATE TRIGGER inject_conflict BEFORE INSERT OR UPDATE OR DELETE ON {relation} "
+        "FOR EACH STATEMENT EXECUTE FUNCTION public.inject_conflict()"
+    )

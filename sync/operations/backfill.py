@@ -24,6 +24,7 @@ from datetime import datetime
 from pathlib import Path
 
 from sync.config import Pipeline, TableConfig
+from sync.operations.conflicts import conflict_policy, retry_conflicts
 from sync.sql.backfill_merge import BackfillSql
 from sync.warehouse import Warehouse, WarehouseError
 
@@ -38,6 +39,7 @@ class BackfillResult:
     deleted: int = 0  # snapshot deletes applied
     kept_newer: int = 0  # target rows the stream wrote after the snapshot row
     kept_deleted: int = 0  # keys the stream deleted after the snapshot row
+    retries: int = 0  # load-and-merge transactions stopped by a serialization conflict and run again
     rejected: int = 0
     rejects_path: str | None = None
     rejects_sample: list[dict] = field(default_factory=list)
@@ -110,7 +112,8 @@ def load_and_merge(
     iam_role: str | None = None,
     manifest_url: str | None = None,
 ) -> dict[str, int]:
-    """Load the staged Parquet and merge it; returns the merge's counts. PostgreSQL reads
+    """Load the staged Parquet and merge it; returns the merge's counts (and `retries`: the
+    transactions stopped by a serialization conflict and run again). PostgreSQL reads
     the part files of `stage_dir`; Redshift COPYs `manifest_url` (a stage a cluster wrote)
     or uploads the part files to `staging` first and removes them afterwards."""
     sql = BackfillSql(wh.dialect.bind_schema(pipeline.schema), pipeline, table)
@@ -134,7 +137,8 @@ def load_and_merge(
             manifest_url = staged_s3.manifest_url
     wh.execute(sql.drop_stage_table())
     wh.execute(sql.stage_table())
-    try:
+
+    def load_merge_once() -> dict[str, int]:
         with wh.transaction():
             wh.execute(sql.lock())
             wh.execute(sql.clear_stage())
@@ -150,6 +154,12 @@ def load_and_merge(
             if primary_key:
                 wh.execute(sql.add_primary_key(primary_key))
                 progress(f"rebuilt the primary key {primary_key}")
+        return counts
+
+    try:
+        # One transaction, run again whole after a serialization conflict.
+        counts, retries = retry_conflicts(conflict_policy(pipeline), load_merge_once)
+        counts["retries"] = retries
     finally:
         if staged_s3 is not None:
             s3.delete_keys(client, staged_s3.bucket, staged_s3.keys)
@@ -258,6 +268,7 @@ def merged(result: BackfillResult, counts: dict[str, int], started: float, progr
     result.loaded = counts.get("loaded", 0)
     result.deleted = counts.get("deleted", 0)
     result.kept_newer = counts.get("kept_newer", 0)
+    result.retries = counts.get("retries", 0)
     result.kept_deleted = counts.get("kept_deleted", 0)
     result.seconds = time.perf_counter() - started
     progress(

@@ -16,6 +16,7 @@ from dataclasses import asdict, dataclass
 from datetime import datetime
 
 from sync.config import Pipeline
+from sync.operations.conflicts import SERIALIZATION_FAILURE, conflict_policy, retry_conflicts
 from sync.operations.runner import RunSummary, call_procedure
 from sync.sql import schemas
 from sync.sql.dialect import quote_ident
@@ -139,7 +140,14 @@ class ReplayResult:
 def replay(wh: Warehouse, pipeline: Pipeline, sel: Selection) -> ReplayResult:
     """Mark the selected waiting records and run the table's procedure, in one transaction:
     either they are all replayed (applied, stale, superseded or quarantined again) or,
-    when the call fails, nothing changes."""
+    when the call fails, nothing changes. A transaction stopped by a serialization conflict
+    is run again (`[operations] conflict_attempts`); `run.retries` counts those."""
+    result, retries = retry_conflicts(conflict_policy(pipeline), lambda: _replay_once(wh, pipeline, sel))
+    result.run.retries += retries
+    return result
+
+
+def _replay_once(wh: Warehouse, pipeline: Pipeline, sel: Selection) -> ReplayResult:
     table = pipeline.table(sel.table)
     names = table_names(pipeline, table)
     d = wh.dialect.bind_schema(pipeline.schema)
@@ -151,7 +159,8 @@ def replay(wh: Warehouse, pipeline: Pipeline, sel: Selection) -> ReplayResult:
         marked = wh.execute(f"UPDATE {quarantine} SET handled = 'replaying' WHERE {where}", params)
         run = call_procedure(wh, pipeline, table.name)
         if run.status != "ok":
-            raise WarehouseError(f"replay of {table.name} rolled back, nothing changed: {run.error}")
+            conflict = SERIALIZATION_FAILURE if run.conflict else None
+            raise WarehouseError(f"replay of {table.name} rolled back, nothing changed: {run.error}", conflict)
         # Replayed records that failed again: quarantined anew by this very run.
         again = wh.query(
             f"SELECT q.reason, COUNT(*) FROM {quarantine} q WHERE q.table_name = %s AND q.handled IS NULL\n"

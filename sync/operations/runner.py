@@ -8,6 +8,13 @@ from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
 from sync.config import Pipeline, TableConfig
+from sync.operations.conflicts import (
+    SERIALIZATION_FAILURE,
+    RetryPolicy,
+    conflict_policy,
+    is_serialization_conflict,
+    retry_conflicts,
+)
 from sync.operations.isolation import CallFailed, Isolation, is_data_error, isolate
 from sync.sql import schemas
 from sync.sql.dialect import PostgresDialect, quote_ident, quote_literal
@@ -71,6 +78,10 @@ class RunSummary:
     isolated: list[str] = field(default_factory=list)
     # A failed call failed on a record's data (record isolation may follow).
     data_error: bool = False
+    # A failed call was stopped by a serialization conflict (it rolled back whole).
+    conflict: bool = False
+    # Transactions of this run stopped by a serialization conflict and run again.
+    retries: int = 0
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -145,6 +156,7 @@ def call_procedure(wh: Warehouse, pipeline: Pipeline, table_name: str, max_recor
             message += f"\n(has `redshift-sync deploy` run for this pipeline on this database? schema {names.schema!r})"
         summary = unfinished_summary(table.name, "failed", time.perf_counter() - started, message)
         summary.data_error = is_data_error(str(exc), exc.sqlstate)
+        summary.conflict = is_serialization_conflict(str(exc), exc.sqlstate)
         return summary
     duration = time.perf_counter() - started
     row = wh.query(
@@ -170,33 +182,60 @@ def sync(wh: Warehouse, pipeline: Pipeline, tables: Sequence[str] | None = None)
     return [sync_table(wh, pipeline, name) for name in selected_tables(pipeline, tables)]
 
 
-def sync_table(wh: Warehouse, pipeline: Pipeline, table_name: str) -> RunSummary:
-    """One table's sync. A CALL that fails on a record's data is followed by record
-    isolation (sync/operations/isolation.py): the failing records are quarantined with the engine's
+def sync_table(
+    wh: Warehouse,
+    pipeline: Pipeline,
+    table_name: str,
+    policy: RetryPolicy | None = None,
+    may_retry: Callable[[], bool] = lambda: True,
+) -> RunSummary:
+    """One table's sync. A CALL stopped by a serialization conflict rolled back whole and is
+    run again (`policy`, by default `[operations] conflict_attempts`; `may_retry` can stop
+    it). A CALL that fails on a record's data is followed by record isolation
+    (sync/operations/isolation.py): the failing records are quarantined with the engine's
     error and everything else is applied in this run; the summary adds up every call."""
-    first = call_procedure(wh, pipeline, table_name)
+    policy = policy or conflict_policy(pipeline)
+    attempts = 0
+    while True:
+        attempts += 1
+        first = call_procedure(wh, pipeline, table_name)
+        if not (first.conflict and policy.should_retry(attempts, first.error, SERIALIZATION_FAILURE) and may_retry()):
+            break
+        time.sleep(policy.delay(attempts))
+    first.retries = attempts - 1
     if first.status != "failed" or not first.data_error:
         return first
     applied: list[RunSummary] = []
+    retried = [first.retries]
 
-    def call(limit: int) -> None:
+    def bounded(limit: int) -> RunSummary:
         run = call_procedure(wh, pipeline, table_name, limit)
         if run.status == "failed":
             if run.data_error:
                 raise CallFailed(run.error or "")
-            raise WarehouseError(run.error or "the call failed")
+            raise WarehouseError(run.error or "the call failed", SERIALIZATION_FAILURE if run.conflict else None)
+        return run
+
+    def call(limit: int) -> None:
+        run, n = retry_conflicts(policy, lambda: bounded(limit), may_retry=may_retry)
+        retried[0] += n
         applied.append(run)
+
+    def quarantine_first(error: str) -> None:
+        retried[0] += retry_conflicts(
+            policy, lambda: wh.execute(isolate_sql(pipeline, table_name), (error,)), may_retry=may_retry
+        )[1]
 
     started = time.perf_counter()
     try:
-        result = isolate(
-            call,
-            lambda: int(wh.scalar(pending_sql(pipeline, table_name))),
-            lambda error: wh.execute(isolate_sql(pipeline, table_name), (error,)),
-        )
+        result = isolate(call, lambda: int(wh.scalar(pending_sql(pipeline, table_name))), quarantine_first)
     except WarehouseError as exc:
-        return unfinished_summary(table_name, "failed", first.duration_seconds + time.perf_counter() - started, str(exc))
-    return combined_summary(table_name, first, applied, result)
+        failed = unfinished_summary(table_name, "failed", first.duration_seconds + time.perf_counter() - started, str(exc))
+        failed.retries = retried[0]
+        return failed
+    total = combined_summary(table_name, first, applied, result)
+    total.retries = retried[0]
+    return total
 
 
 def combined_summary(table_name: str, first: RunSummary, applied: list[RunSummary], result: Isolation) -> RunSummary:
