@@ -15,11 +15,11 @@ import json
 from dataclasses import asdict, dataclass
 from datetime import datetime
 
-from sync.config import Pipeline
+from sync.config import Pipeline, TableConfig
 from sync.operations.conflicts import SERIALIZATION_FAILURE, conflict_policy, retry_conflicts
 from sync.operations.runner import RunSummary, call_procedure
 from sync.sql import schemas
-from sync.sql.dialect import quote_ident
+from sync.sql.dialect import PostgresDialect, quote_ident
 from sync.sql.names import QUARANTINE, RUN_LOG, table_names
 from sync.warehouse import Warehouse, WarehouseError
 
@@ -147,38 +147,56 @@ def replay(wh: Warehouse, pipeline: Pipeline, sel: Selection) -> ReplayResult:
     return result
 
 
-def _replay_once(wh: Warehouse, pipeline: Pipeline, sel: Selection) -> ReplayResult:
-    table = pipeline.table(sel.table)
+@dataclass(frozen=True)
+class ReplaySql:
+    """A replay's transaction: `lock`, `mark` (the selection's parameters), the table's
+    CALL, then `again` (parameters: the table name, twice)."""
+
+    lock: str
+    mark: str
+    again: str
+
+
+def replay_sql(d: PostgresDialect, pipeline: Pipeline, table: TableConfig, where: str) -> ReplaySql:
     names = table_names(pipeline, table)
-    d = wh.dialect.bind_schema(pipeline.schema)
     quarantine = _quarantine(pipeline)
-    where, params = sel.where()
-    with wh.transaction():
+    return ReplaySql(
         # The procedure's own lock first: no sync runs between the marking and the call.
-        wh.execute(f"LOCK TABLE {d.qualified(names.schema, names.watermark)}{d.lock_mode}")
-        marked = wh.execute(f"UPDATE {quarantine} SET handled = 'replaying' WHERE {where}", params)
-        run = call_procedure(wh, pipeline, table.name)
-        if run.status != "ok":
-            conflict = SERIALIZATION_FAILURE if run.conflict else None
-            raise WarehouseError(f"replay of {table.name} rolled back, nothing changed: {run.error}", conflict)
+        lock=f"LOCK TABLE {d.qualified(names.schema, names.watermark)}{d.lock_mode}",
+        mark=f"UPDATE {quarantine} SET handled = 'replaying' WHERE {where}",
         # Replayed records that failed again: quarantined anew by this very run.
-        again = wh.query(
+        again=(
             f"SELECT q.reason, COUNT(*) FROM {quarantine} q WHERE q.table_name = %s AND q.handled IS NULL\n"
             f"  AND q.run_started_at = (SELECT MAX(started_at) FROM {d.qualified(names.schema, RUN_LOG)}\n"
             "                          WHERE table_name = %s AND backend_pid = PG_BACKEND_PID())\n"
             f"  AND EXISTS (SELECT 1 FROM {quarantine} o WHERE o.table_name = q.table_name AND o.handled = 'replayed'\n"
             "              AND o.kafka_partition = q.kafka_partition AND o.kafka_offset = q.kafka_offset)\n"
-            "GROUP BY q.reason ORDER BY 2 DESC, 1",
-            (table.name, table.name),
-        )
+            "GROUP BY q.reason ORDER BY 2 DESC, 1"
+        ),
+    )
+
+
+def _replay_once(wh: Warehouse, pipeline: Pipeline, sel: Selection) -> ReplayResult:
+    table = pipeline.table(sel.table)
+    where, params = sel.where()
+    sql = replay_sql(wh.dialect.bind_schema(pipeline.schema), pipeline, table, where)
+    with wh.transaction():
+        wh.execute(sql.lock)
+        marked = wh.execute(sql.mark, params)
+        run = call_procedure(wh, pipeline, table.name)
+        if run.status != "ok":
+            conflict = SERIALIZATION_FAILURE if run.conflict else None
+            raise WarehouseError(f"replay of {table.name} rolled back, nothing changed: {run.error}", conflict)
+        again = wh.query(sql.again, (table.name, table.name))
     return ReplayResult(table.name, max(marked, 0), run, [(str(r), int(n)) for r, n in again])
+
+
+def discard_sql(d: PostgresDialect, pipeline: Pipeline, where: str) -> str:
+    return f"UPDATE {_quarantine(pipeline)} SET handled = 'discarded', handled_at = {d.now()} WHERE {where}"
 
 
 def discard(wh: Warehouse, pipeline: Pipeline, sel: Selection) -> int:
     """Mark the selected waiting records discarded (kept until retention prunes them)."""
     pipeline.table(sel.table)
     where, params = sel.where()
-    now = wh.dialect.bind_schema(pipeline.schema).now()
-    return max(
-        wh.execute(f"UPDATE {_quarantine(pipeline)} SET handled = 'discarded', handled_at = {now} WHERE {where}", params), 0
-    )
+    return max(wh.execute(discard_sql(wh.dialect.bind_schema(pipeline.schema), pipeline, where), params), 0)

@@ -384,25 +384,28 @@ def stream_prune_sql(pipeline: Pipeline, table: TableConfig, d: PostgresDialect,
     )
 
 
-def prune(wh: Warehouse, pipeline: Pipeline, days: int | None = None, stream: bool = False) -> PruneResult:
-    """Delete control-table rows older than the retention (`[operations] retention_days`):
-    run-log rows (each table keeps its newest, which `status` shows), schema-drift rows,
-    and quarantined records already replayed or discarded. Waiting records are never pruned.
-    With `stream`, also the stream records nothing needs any more (`stream_prune_sql`)."""
-    days = days if days is not None else pipeline.operations.retention_days
-    d = wh.dialect.bind_schema(pipeline.schema)
+def prune_sql(d: PostgresDialect, pipeline: Pipeline, days: int, stream: bool = False) -> list[str]:
+    """The statements of one prune (one transaction): run-log rows older than `days` (each
+    table keeps its newest, which `status` shows), schema-drift rows, quarantined records
+    already replayed or discarded, and with `stream` the stream records nothing needs any
+    more (`stream_prune_sql`, one statement per table, in the pipeline file's order)."""
     cutoff = f"{d.now()} - INTERVAL '{int(days)} days'"
     qual = lambda name: d.qualified(pipeline.schema, name)  # noqa: E731
+    return [
+        f"DELETE FROM {qual(RUN_LOG)} WHERE started_at < {cutoff}\n"
+        f"  AND run_id NOT IN (SELECT MAX(run_id) FROM {qual(RUN_LOG)} GROUP BY table_name)",
+        f"DELETE FROM {qual(SCHEMA_DRIFT)} WHERE run_started_at < {cutoff}",
+        f"DELETE FROM {qual(QUARANTINE)} WHERE handled IN ('replayed', 'discarded') AND handled_at < {cutoff}",
+        *([stream_prune_sql(pipeline, t, d, cutoff) for t in pipeline.tables] if stream else []),
+    ]
+
+
+def prune(wh: Warehouse, pipeline: Pipeline, days: int | None = None, stream: bool = False) -> PruneResult:
+    """Delete control-table rows older than the retention (`[operations] retention_days`,
+    `prune_sql`). Waiting records are never pruned."""
+    days = days if days is not None else pipeline.operations.retention_days
+    statements = prune_sql(wh.dialect.bind_schema(pipeline.schema), pipeline, days, stream)
     with wh.transaction():
-        run_log = wh.execute(
-            f"DELETE FROM {qual(RUN_LOG)} WHERE started_at < {cutoff}\n"
-            f"  AND run_id NOT IN (SELECT MAX(run_id) FROM {qual(RUN_LOG)} GROUP BY table_name)"
-        )
-        drift = wh.execute(f"DELETE FROM {qual(SCHEMA_DRIFT)} WHERE run_started_at < {cutoff}")
-        quarantine = wh.execute(
-            f"DELETE FROM {qual(QUARANTINE)} WHERE handled IN ('replayed', 'discarded') AND handled_at < {cutoff}"
-        )
-        streams = (
-            {t.name: max(wh.execute(stream_prune_sql(pipeline, t, d, cutoff)), 0) for t in pipeline.tables} if stream else {}
-        )
-    return PruneResult(days, max(run_log, 0), max(drift, 0), max(quarantine, 0), streams)
+        counts = [max(wh.execute(sql), 0) for sql in statements]
+    streams = dict(zip([t.name for t in pipeline.tables], counts[3:])) if stream else {}
+    return PruneResult(days, counts[0], counts[1], counts[2], streams)
