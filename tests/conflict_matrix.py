@@ -42,7 +42,8 @@ from tests.helpers import EXAMPLES, REPO
 PROCEDURES = REPO / "sql" / "procedures"
 EXAMPLE_NAMES = sorted(p.parent.name for p in EXAMPLES.glob("*/pipeline.toml"))
 # Per-table operations, in the order the documentation lists them.
-KINDS = ("sync", "isolate", "replay", "discard", "backfill", "reset-positions", "rebase-offsets", "refresh")
+KINDS = ("sync", "isolate", "replay", "discard", "backfill", "reset-positions", "rebase-offsets", "prune", "refresh")
+PRUNE_RUN_LOG = "prune run log"
 _SKIPPED = ("SET ", "ANALYZE ")  # session settings; statistics (no rows read or written)
 _INTO_VARIABLES = re.compile(r"\s+INTO\s+v_[a-z_]+(?:\s*,\s*v_[a-z_]+)*", re.I)
 _CALL = re.compile(r"^CALL\s+(\S+?)\((.*)\)\s*;?$", re.S)
@@ -174,11 +175,13 @@ def _runtime_sql(pipeline: Pipeline, table: TableConfig, kind: str) -> list[str]
         return [call_sql(pipeline, table.name)]
     if kind == "isolate":
         return [_bind(isolate_sql(pipeline, table.name), ["the engine's error"])]
-    if kind == "replay":
+    if kind == "replay":  # what failed again is read after the commit
         r = replay_sql(d, pipeline, table, where)
-        return [r.lock, _bind(r.mark, params), call_sql(pipeline, table.name), _bind(r.again, [table.name] * 2)]
+        return [r.lock, _bind(r.mark, params), call_sql(pipeline, table.name)]
     if kind == "discard":
-        return [_bind(discard_sql(d, pipeline, where), params)]
+        return [_bind(sql, params) for sql in discard_sql(d, pipeline, table, where)]
+    if kind == "prune":
+        return prune_sql(d, pipeline, 30, stream=True).tables[table.name]
     if kind == "backfill":
         b = BackfillSql(d, pipeline, table)
         copy = b.copy_from_s3("s3://bucket/stage/manifest", "arn:aws:iam::123456789012:role/copy")
@@ -201,7 +204,8 @@ def _runtime_sql(pipeline: Pipeline, table: TableConfig, kind: str) -> list[str]
 
 @functools.cache
 def operations(example: str) -> tuple[Operation, ...]:
-    """Every operation that can run against the example's warehouse, per table, and prune."""
+    """Every operation that can run against the example's warehouse: per table, and the
+    prune of the shared run log."""
     pipeline = example_pipeline(example)
     schemas = {pipeline.schema, pipeline.source.external_schema}
     procedures = procedures_of(example, schemas)
@@ -221,8 +225,8 @@ def operations(example: str) -> tuple[Operation, ...]:
             else:
                 access = transaction_access(_runtime_sql(pipeline, table, kind), schemas, procedures)
             out.append(Operation(f"{kind} {table.name}", kind, table.name, access))
-    d = dialect_for("redshift", pipeline.schema)
-    out.append(Operation("prune", "prune", None, transaction_access(prune_sql(d, pipeline, 30, stream=True), schemas, {})))
+    run_log = prune_sql(dialect_for("redshift", pipeline.schema), pipeline, 30).run_log
+    out.append(Operation(PRUNE_RUN_LOG, PRUNE_RUN_LOG, None, transaction_access(run_log, schemas, {})))
     return tuple(out)
 
 
@@ -292,7 +296,7 @@ def markdown(example: str = "salesdb") -> str:
         "|---|---|---|---|",
     ]
     by = {(op.kind, op.table): op for op in ops}
-    kinds = [k for k in (*KINDS, "prune") if (k, a) in by or (k, None) in by]
+    kinds = [k for k in (*KINDS, PRUNE_RUN_LOG) if (k, a) in by or (k, None) in by]
     for kind in kinds:
         op = by.get((kind, a)) or by[(kind, None)]
         acc = op.access

@@ -59,6 +59,20 @@ def fresh_database(server_dsn: str, name: str) -> Iterator[str]:
         run(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
+def at_isolation_level(dsn: str, level: str) -> None:
+    """Make `level` the default of every transaction on the DSN's database, as Redshift
+    sets one isolation level per database (`ALTER DATABASE ... ISOLATION LEVEL`)."""
+    from urllib.parse import urlsplit
+
+    if level not in ("serializable", "repeatable read", "read committed"):
+        raise ValueError(level)
+    admin = connect(dsn)
+    try:
+        admin.execute(f"ALTER DATABASE \"{urlsplit(dsn).path.lstrip('/')}\" SET default_transaction_isolation = '{level}'")
+    finally:
+        admin.close()
+
+
 def ingest(wh: Warehouse, pipeline: Pipeline, table: str, records: list[dict[str, Any]]) -> IngestResult:
     """Ingest record dicts as if they were lines of an events file."""
     lines = [parse_line(json.dumps(r).encode(), i + 1) for i, r in enumerate(records)]

@@ -33,7 +33,6 @@ from tests.conflict_matrix import (
 )
 
 
-@pytest.mark.xfail(strict=True, reason="every table's CALL reads and writes the shared sync_quarantine; prune takes no lock")
 @pytest.mark.parametrize("example", EXAMPLE_NAMES)
 def test_no_two_operations_that_can_overlap_form_a_read_write_cycle(example):
     ops = operations(example)

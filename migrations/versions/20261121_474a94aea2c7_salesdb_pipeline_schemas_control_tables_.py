@@ -116,48 +116,56 @@ STATE = {'origin': 'examples/salesdb/pipeline.toml',
                                'function cdc.sync_to_timetz': '8771e2cdbc61c9e4',
                                'function cdc.sync_parse_json': 'd768c0452e7f1e66',
                                'table cdc.sync_run_log': '0a269eef36d296e9',
-                               'table cdc.sync_quarantine': 'fe87cc1c8b31caa2',
-                               'table cdc.sync_schema_drift': 'bd84f37af68971f1',
                                'stream cdc.customer__stream': '573054b10f6f95d0',
                                'index cdc.customer__s_pos': '5d7b0c34c314c869',
                                'index cdc.customer__s_rt': 'd2a13e5d32be9391',
                                'table cdc.customer': 'aac48db1c2fee353',
                                'table cdc.customer__stage': 'b4c19373a894a78e',
                                'table cdc.customer__watermark': 'e0c738c44e76125e',
+                               'table cdc.customer__quarantine': '1e9d69928b16ba3f',
+                               'table cdc.customer__drift': 'bb71656643501c29',
                                'table cdc.customer__deleted': '5b0c9bafc66f8a89',
-                               'procedure cdc.incremental_sync_customer(bigint)': '6e6c08828becdfec',
+                               'procedure cdc.incremental_sync_customer(bigint)': '3b20bf3e10f8cc67',
                                'procedure cdc.incremental_sync_customer': '0e7f75b23a9c583a',
-                               'procedure cdc.isolate_record_customer(text)': '1dd6b78e99410b04',
+                               'procedure cdc.isolate_record_customer(text)': '77c6330ee69ddc59',
                                'stream cdc.orders__stream': '5597b9f3ffb411c8',
                                'index cdc.orders__s_pos': 'e5a408c5189e9a3b',
                                'index cdc.orders__s_rt': '2d247237af65095a',
                                'table cdc.orders': '273fb427f8fde440',
                                'table cdc.orders__stage': 'e96d697f91de6f61',
                                'table cdc.orders__watermark': 'c678cec43a299d02',
-                               'procedure cdc.incremental_sync_orders(bigint)': '0a1a491579ff45db',
+                               'table cdc.orders__quarantine': 'c304ad905efc3ba3',
+                               'table cdc.orders__drift': 'ee9085118bae9f82',
+                               'procedure cdc.incremental_sync_orders(bigint)': 'e0a91f85b6ed16a7',
                                'procedure cdc.incremental_sync_orders': '217aaeef4cbc275d',
-                               'procedure cdc.isolate_record_orders(text)': '8109f05caded45d3'},
+                               'procedure cdc.isolate_record_orders(text)': '2e8d920e24d603e3',
+                               'view cdc.sync_quarantine': '471d61941a3c43cf',
+                               'view cdc.sync_schema_drift': '4f458d7253dae8f9'},
                   'redshift': {'setting cdc.session': '28ef23ac96213b6f',
                                'schema cdc.cdc': '82d7c4039e54b208',
                                'external_schema msk_cdc.msk_cdc': '565a439532bed358',
                                'table cdc.sync_run_log': '5a6537552f72c0b4',
-                               'table cdc.sync_quarantine': 'df5d1b3b281a1725',
-                               'table cdc.sync_schema_drift': 'bd84f37af68971f1',
                                'stream cdc.customer__stream': '7f3e39a8457097a0',
                                'table cdc.customer': '6e87d5d4a5ec2f96',
                                'table cdc.customer__stage': 'aa332d397bc59ddb',
                                'table cdc.customer__watermark': '2403cb64bf3e2d3e',
+                               'table cdc.customer__quarantine': '326dc8ae15fb3790',
+                               'table cdc.customer__drift': 'bb71656643501c29',
                                'table cdc.customer__deleted': '31cf3778bc703443',
-                               'procedure cdc.incremental_sync_customer(bigint)': '6ee921db3221752c',
+                               'procedure cdc.incremental_sync_customer(bigint)': 'efe34e343cb1c289',
                                'procedure cdc.incremental_sync_customer': '0e7f75b23a9c583a',
-                               'procedure cdc.isolate_record_customer(varchar)': '0035f6340a2bea4f',
+                               'procedure cdc.isolate_record_customer(varchar)': '3e8e2c9b01324feb',
                                'stream cdc.orders__stream': 'cf4ba8bb80858d1a',
                                'table cdc.orders': '5599f3cc4a001697',
                                'table cdc.orders__stage': 'd8a561a3868c167f',
                                'table cdc.orders__watermark': '601c889fa125a8e9',
-                               'procedure cdc.incremental_sync_orders(bigint)': '670964dd9bf2e7c0',
+                               'table cdc.orders__quarantine': '16c3314a7a668e62',
+                               'table cdc.orders__drift': 'ee9085118bae9f82',
+                               'procedure cdc.incremental_sync_orders(bigint)': 'ec8ddd78da419d5a',
                                'procedure cdc.incremental_sync_orders': '217aaeef4cbc275d',
-                               'procedure cdc.isolate_record_orders(varchar)': 'be97521ebef196a7'}}}
+                               'procedure cdc.isolate_record_orders(varchar)': '7dc7cf418588ffb5',
+                               'view cdc.sync_quarantine': '6c4e1e47f304c6ae',
+                               'view cdc.sync_schema_drift': '120957a8a616c9d2'}}}
 
 
 def upgrade() -> None:
@@ -166,11 +174,13 @@ def upgrade() -> None:
     r.create_pipeline()
     r.create_table("customer")
     r.create_table("orders")
+    r.replace_views()
 
 
 def downgrade() -> None:
     """Downgrade schema."""
     r = Revision.down(STATE, down_revision)
+    r.drop_views()
     r.drop_table("orders")
     r.drop_table("customer")
     r.drop_pipeline()

@@ -12,12 +12,13 @@ marked `replayed`, discarded ones `discarded`, each with the time (`handled_at`)
 from __future__ import annotations
 
 import json
+import time
 from dataclasses import asdict, dataclass
 from datetime import datetime
 
 from sync.config import Pipeline, TableConfig
-from sync.operations.conflicts import SERIALIZATION_FAILURE, conflict_policy, retry_conflicts
-from sync.operations.runner import RunSummary, call_procedure
+from sync.operations.conflicts import conflict_policy, retry_conflicts
+from sync.operations.runner import RunSummary, call_sql, logged_run
 from sync.sql import schemas
 from sync.sql.dialect import PostgresDialect, quote_ident
 from sync.sql.names import QUARANTINE, RUN_LOG, table_names
@@ -149,8 +150,9 @@ def replay(wh: Warehouse, pipeline: Pipeline, sel: Selection) -> ReplayResult:
 
 @dataclass(frozen=True)
 class ReplaySql:
-    """A replay's transaction: `lock`, `mark` (the selection's parameters), the table's
-    CALL, then `again` (parameters: the table name, twice)."""
+    """A replay: one transaction of `lock`, `mark` (the selection's parameters) and the
+    table's CALL; after it commits, `again` (parameters: the table name, twice) reads
+    what failed again, outside the transaction (it reads the shared run log)."""
 
     lock: str
     mark: str
@@ -159,12 +161,12 @@ class ReplaySql:
 
 def replay_sql(d: PostgresDialect, pipeline: Pipeline, table: TableConfig, where: str) -> ReplaySql:
     names = table_names(pipeline, table)
-    quarantine = _quarantine(pipeline)
+    quarantine = d.qualified(names.schema, names.quarantine)
     return ReplaySql(
         # The procedure's own lock first: no sync runs between the marking and the call.
         lock=f"LOCK TABLE {d.qualified(names.schema, names.watermark)}{d.lock_mode}",
         mark=f"UPDATE {quarantine} SET handled = 'replaying' WHERE {where}",
-        # Replayed records that failed again: quarantined anew by this very run.
+        # Replayed records that failed again: quarantined anew by the replay's run.
         again=(
             f"SELECT q.reason, COUNT(*) FROM {quarantine} q WHERE q.table_name = %s AND q.handled IS NULL\n"
             f"  AND q.run_started_at = (SELECT MAX(started_at) FROM {d.qualified(names.schema, RUN_LOG)}\n"
@@ -180,23 +182,32 @@ def _replay_once(wh: Warehouse, pipeline: Pipeline, sel: Selection) -> ReplayRes
     table = pipeline.table(sel.table)
     where, params = sel.where()
     sql = replay_sql(wh.dialect.bind_schema(pipeline.schema), pipeline, table, where)
+    started = time.perf_counter()
     with wh.transaction():
         wh.execute(sql.lock)
         marked = wh.execute(sql.mark, params)
-        run = call_procedure(wh, pipeline, table.name)
-        if run.status != "ok":
-            conflict = SERIALIZATION_FAILURE if run.conflict else None
-            raise WarehouseError(f"replay of {table.name} rolled back, nothing changed: {run.error}", conflict)
-        again = wh.query(sql.again, (table.name, table.name))
+        try:
+            wh.execute(call_sql(pipeline, table.name))
+        except WarehouseError as exc:
+            raise WarehouseError(f"replay of {table.name} rolled back, nothing changed: {exc}", exc.sqlstate) from exc
+    run = logged_run(wh, pipeline, table.name, time.perf_counter() - started)
+    again = wh.query(sql.again, (table.name, table.name))
     return ReplayResult(table.name, max(marked, 0), run, [(str(r), int(n)) for r, n in again])
 
 
-def discard_sql(d: PostgresDialect, pipeline: Pipeline, where: str) -> str:
-    return f"UPDATE {_quarantine(pipeline)} SET handled = 'discarded', handled_at = {d.now()} WHERE {where}"
+def discard_sql(d: PostgresDialect, pipeline: Pipeline, table: TableConfig, where: str) -> list[str]:
+    """One transaction: the procedure's lock first, then the marking (parameters: the selection's)."""
+    names = table_names(pipeline, table)
+    return [
+        f"LOCK TABLE {d.qualified(names.schema, names.watermark)}{d.lock_mode}",
+        f"UPDATE {d.qualified(names.schema, names.quarantine)} SET handled = 'discarded', handled_at = {d.now()} WHERE {where}",
+    ]
 
 
 def discard(wh: Warehouse, pipeline: Pipeline, sel: Selection) -> int:
     """Mark the selected waiting records discarded (kept until retention prunes them)."""
-    pipeline.table(sel.table)
     where, params = sel.where()
-    return max(wh.execute(discard_sql(wh.dialect.bind_schema(pipeline.schema), pipeline, where), params), 0)
+    lock, mark = discard_sql(wh.dialect.bind_schema(pipeline.schema), pipeline, pipeline.table(sel.table), where)
+    with wh.transaction():
+        wh.execute(lock)
+        return max(wh.execute(mark, params), 0)

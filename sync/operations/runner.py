@@ -158,15 +158,19 @@ def call_procedure(wh: Warehouse, pipeline: Pipeline, table_name: str, max_recor
         summary.data_error = is_data_error(str(exc), exc.sqlstate)
         summary.conflict = is_serialization_conflict(str(exc), exc.sqlstate)
         return summary
-    duration = time.perf_counter() - started
+    return logged_run(wh, pipeline, table.name, time.perf_counter() - started)
+
+
+def logged_run(wh: Warehouse, pipeline: Pipeline, table_name: str, duration: float) -> RunSummary:
+    """The run-log row this session's last CALL of the table wrote, as a RunSummary."""
     row = wh.query(
-        f"SELECT {RUN_LOG_COLUMNS} FROM {quote_ident(names.schema)}.{quote_ident(RUN_LOG)} "
+        f"SELECT {RUN_LOG_COLUMNS} FROM {quote_ident(pipeline.schema)}.{quote_ident(RUN_LOG)} "
         "WHERE table_name = %s AND backend_pid = PG_BACKEND_PID() ORDER BY run_id DESC LIMIT 1",
-        (table.name,),
+        (table_name,),
     )
     if not row:
-        return unfinished_summary(table.name, "failed", duration, "the procedure finished but wrote no run-log row")
-    return summary_from_row(table.name, schemas.as_row(SUMMARY_COLUMNS, row[0]), duration)
+        return unfinished_summary(table_name, "failed", duration, "the procedure finished but wrote no run-log row")
+    return summary_from_row(table_name, schemas.as_row(SUMMARY_COLUMNS, row[0]), duration)
 
 
 def selected_tables(pipeline: Pipeline, tables: Sequence[str] | None = None) -> list[str]:
@@ -384,28 +388,55 @@ def stream_prune_sql(pipeline: Pipeline, table: TableConfig, d: PostgresDialect,
     )
 
 
-def prune_sql(d: PostgresDialect, pipeline: Pipeline, days: int, stream: bool = False) -> list[str]:
-    """The statements of one prune (one transaction): run-log rows older than `days` (each
-    table keeps its newest, which `status` shows), schema-drift rows, quarantined records
-    already replayed or discarded, and with `stream` the stream records nothing needs any
-    more (`stream_prune_sql`, one statement per table, in the pipeline file's order)."""
+@dataclass(frozen=True)
+class PruneSql:
+    """A prune's transactions. Each takes its lock first (docs/redshift.md, "Concurrency
+    and isolation"): the run log's own, then per table the watermark its procedure locks
+    first, so a prune and a CALL of the table never overlap."""
+
+    run_log: list[str]
+    tables: dict[str, list[str]]
+
+
+def prune_sql(d: PostgresDialect, pipeline: Pipeline, days: int, stream: bool = False) -> PruneSql:
+    """Run-log rows older than `days` (each table keeps its newest, which `status` shows);
+    per table, schema-drift rows, quarantined records already replayed or discarded and,
+    with `stream`, the stream records nothing needs any more (`stream_prune_sql`)."""
     cutoff = f"{d.now()} - INTERVAL '{int(days)} days'"
-    qual = lambda name: d.qualified(pipeline.schema, name)  # noqa: E731
-    return [
-        f"DELETE FROM {qual(RUN_LOG)} WHERE started_at < {cutoff}\n"
-        f"  AND run_id NOT IN (SELECT MAX(run_id) FROM {qual(RUN_LOG)} GROUP BY table_name)",
-        f"DELETE FROM {qual(SCHEMA_DRIFT)} WHERE run_started_at < {cutoff}",
-        f"DELETE FROM {qual(QUARANTINE)} WHERE handled IN ('replayed', 'discarded') AND handled_at < {cutoff}",
-        *([stream_prune_sql(pipeline, t, d, cutoff) for t in pipeline.tables] if stream else []),
-    ]
+    run_log = d.qualified(pipeline.schema, RUN_LOG)
+    tables = {}
+    for t in pipeline.tables:
+        n = table_names(pipeline, t)
+        tables[t.name] = [
+            f"LOCK TABLE {d.qualified(n.schema, n.watermark)}{d.lock_mode}",
+            f"DELETE FROM {d.qualified(n.schema, n.schema_drift)} WHERE run_started_at < {cutoff}",
+            f"DELETE FROM {d.qualified(n.schema, n.quarantine)} WHERE handled IN ('replayed', 'discarded') AND handled_at < {cutoff}",
+            *([stream_prune_sql(pipeline, t, d, cutoff)] if stream else []),
+        ]
+    return PruneSql(
+        [
+            f"LOCK TABLE {run_log}{d.lock_mode}",
+            f"DELETE FROM {run_log} WHERE started_at < {cutoff}\n"
+            f"  AND run_id NOT IN (SELECT MAX(run_id) FROM {run_log} GROUP BY table_name)",
+        ],
+        tables,
+    )
 
 
 def prune(wh: Warehouse, pipeline: Pipeline, days: int | None = None, stream: bool = False) -> PruneResult:
     """Delete control-table rows older than the retention (`[operations] retention_days`,
-    `prune_sql`). Waiting records are never pruned."""
+    `prune_sql`), one transaction for the run log and one per table. Waiting records are
+    never pruned."""
     days = days if days is not None else pipeline.operations.retention_days
-    statements = prune_sql(wh.dialect.bind_schema(pipeline.schema), pipeline, days, stream)
+    sql = prune_sql(wh.dialect.bind_schema(pipeline.schema), pipeline, days, stream)
     with wh.transaction():
-        counts = [max(wh.execute(sql), 0) for sql in statements]
-    streams = dict(zip([t.name for t in pipeline.tables], counts[3:])) if stream else {}
-    return PruneResult(days, counts[0], counts[1], counts[2], streams)
+        run_log = [max(wh.execute(statement), 0) for statement in sql.run_log][-1]
+    result = PruneResult(days, run_log, 0, 0)
+    for table, statements in sql.tables.items():
+        with wh.transaction():
+            counts = [max(wh.execute(statement), 0) for statement in statements][1:]
+        result.schema_drift += counts[0]
+        result.quarantine += counts[1]
+        if stream:
+            result.stream[table] = counts[2]
+    return result

@@ -88,6 +88,8 @@ class PostgresDialect:
     copy_reads_s3 = False
     # What the stream relation is, as DROP names it.
     stream_relation = "TABLE"
+    # Ends CREATE VIEW of the shared views over every table's control tables.
+    view_binding = ""
     # Table attributes of the control tables, by table: none here.
     control_table_attributes: dict[str, str] = {}
     # How a column type is spelled, by family (the family's own name where not listed);
