@@ -171,8 +171,8 @@ def _runtime_sql(pipeline: Pipeline, table: TableConfig, kind: str) -> list[str]
     """The statements of one table's operation, as the command runs them on Redshift."""
     d = dialect_for("redshift", pipeline.schema)
     where, params = Selection(table.name).where()
-    if kind == "sync":
-        return [call_sql(pipeline, table.name)]
+    if kind == "sync":  # the procedure's lock first, in the CALL's transaction (runner.call_procedure)
+        return [recovery.lock_sql(d, pipeline, table), call_sql(pipeline, table.name)]
     if kind == "isolate":
         return [_bind(isolate_sql(pipeline, table.name), ["the engine's error"])]
     if kind == "replay":  # what failed again is read after the commit
@@ -300,7 +300,7 @@ def markdown(example: str = "salesdb") -> str:
     for kind in kinds:
         op = by.get((kind, a)) or by[(kind, None)]
         acc = op.access
-        first = listed([label(r) for r in acc.locks_first])  # in the order taken
+        first = listed(list(dict.fromkeys(label(r) for r in acc.locks_first)))  # in the order taken
         lines.append(f"| {kind} | {first} | {generic(acc.reads)} | {generic(acc.writes)} |")
     lines += ["", "| | " + " | ".join(kinds) + " |", "|---" * (len(kinds) + 1) + "|"]
     mark = lambda v: "✓ lock" if v.safe and v.why.startswith("serialized") else ("✓" if v.safe else "✗")  # noqa: E731

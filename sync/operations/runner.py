@@ -21,6 +21,7 @@ from sync.sql.dialect import PostgresDialect, quote_ident, quote_literal
 from sync.sql.names import QUARANTINE, RUN_LOG, SCHEMA_DRIFT, table_names
 from sync.sql.objects import SqlObject, pipeline_objects
 from sync.sql.procedure import pending_condition
+from sync.sql.recovery import lock_sql
 from sync.warehouse import Warehouse, WarehouseError
 
 
@@ -144,12 +145,19 @@ def unfinished_summary(table_name: str, status: str, duration: float, error: str
 
 
 def call_procedure(wh: Warehouse, pipeline: Pipeline, table_name: str, max_records: int | None = None) -> RunSummary:
-    """CALL incremental_sync_<table>() and read back the run-log row it wrote."""
+    """CALL incremental_sync_<table>() and read back the run-log row it wrote. The CALL runs
+    in a transaction that takes the procedure's lock first: at REPEATABLE READ and
+    SERIALIZABLE a transaction's snapshot starts at its first statement, and a CALL made on
+    its own starts it before the procedure's LOCK, so two overlapping calls of one table
+    would conflict on the watermark (PostgreSQL, "LOCK": "the LOCK TABLE command must be
+    executed before any SELECT or data modification statement" at those levels)."""
     table = pipeline.table(table_name)
     names = table_names(pipeline, table)
     started = time.perf_counter()
     try:
-        wh.execute(call_sql(pipeline, table.name, max_records))
+        with wh.transaction():
+            wh.execute(lock_sql(wh.dialect.bind_schema(pipeline.schema), pipeline, table))
+            wh.execute(call_sql(pipeline, table.name, max_records))
     except WarehouseError as exc:
         message = str(exc)
         if "does not exist" in message:
