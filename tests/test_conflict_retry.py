@@ -23,7 +23,7 @@ import pytest
 from sync.config import parse_pipeline
 from sync.operations.backfill import load_and_merge
 from sync.operations.quarantine import Selection, list_records, replay
-from sync.operations.recovery import reset_positions
+from sync.operations.recovery import rebase_offsets, reset_positions
 from sync.operations.runner import deploy, sync_table
 from sync.warehouse import WarehouseError
 from tests.helpers import fail_first_writes, ingest, pipeline_toml, sync_one
@@ -137,3 +137,18 @@ def test_a_conflict_that_outlasts_the_attempts_fails_with_the_engines_words(acc)
         reset_positions(wh, pipeline, "acc", apply=True)
     assert info.value.sqlstate == "40001"
     assert wh.scalar("SELECT last_value FROM public.injected_conflicts") == 2  # two attempts, no more
+
+
+def test_rebase_offsets_runs_its_transaction_again_after_a_conflict(acc):
+    wh, pipeline = acc
+    sync_one(wh, pipeline, "acc")
+    # The topic re-created: new records at offsets the watermark already passed.
+    ingest(wh, pipeline, "acc", [{**event(i, 500 + i, 9000 + 10 * i), "partition": 0, "offset": i} for i in range(3)])
+    fail_first_writes(wh, RUN_LOG, times=2)  # the recovery's run-log row, its last write
+
+    rebase = rebase_offsets(wh, pipeline, "acc", apply=True)
+
+    assert rebase.applied and [p.last_offset_after for p in rebase.partitions] == [-1]
+    assert wh.scalar("SELECT last_value FROM public.injected_conflicts") == 3  # two stopped, the third applied
+    assert sync_one(wh, pipeline, "acc").events_read == 3
+    assert wh.scalar('SELECT balance FROM cdc."acc" WHERE id = 2') == 502
