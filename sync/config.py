@@ -319,6 +319,9 @@ class OperationsSection(_Model):
     versions: str | None = None
     # Run-log, schema-drift and handled quarantine rows older than this are pruned.
     retention_days: Annotated[int, Field(ge=1, le=36500)] = 30
+    # Attempts of a transaction stopped by a serialization conflict (Redshift error 1023,
+    # SQLSTATE 40001) before the command fails; 1 turns retrying off.
+    conflict_attempts: Annotated[int, Field(ge=1, le=20)] = 4
 
 
 # Sections outside the warehouse model (see schema_state: revisions do not record them).

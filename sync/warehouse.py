@@ -129,9 +129,11 @@ class Warehouse:
     @contextmanager
     def transaction(self) -> Iterator[Warehouse]:
         """An explicit transaction on this connection: committed when the block ends,
-        rolled back when it raises (the block's error is the one that propagates)."""
+        rolled back when it raises (the block's error is the one that propagates). A
+        commit the server refuses (a serialization failure found at commit, a connection
+        lost) is a WarehouseError too."""
         if self.driver == "psycopg":
-            with self._conn.transaction():
+            with self._driver_errors(), self._conn.transaction():
                 yield self
             return
         self.execute("BEGIN")

@@ -59,6 +59,20 @@ def fresh_database(server_dsn: str, name: str) -> Iterator[str]:
         run(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
+def at_isolation_level(dsn: str, level: str) -> None:
+    """Make `level` the default of every transaction on the DSN's database, as Redshift
+    sets one isolation level per database (`ALTER DATABASE ... ISOLATION LEVEL`)."""
+    from urllib.parse import urlsplit
+
+    if level not in ("serializable", "repeatable read", "read committed"):
+        raise ValueError(level)
+    admin = connect(dsn)
+    try:
+        admin.execute(f"ALTER DATABASE \"{urlsplit(dsn).path.lstrip('/')}\" SET default_transaction_isolation = '{level}'")
+    finally:
+        admin.close()
+
+
 def ingest(wh: Warehouse, pipeline: Pipeline, table: str, records: list[dict[str, Any]]) -> IngestResult:
     """Ingest record dicts as if they were lines of an events file."""
     lines = [parse_line(json.dumps(r).encode(), i + 1) for i, r in enumerate(records)]
@@ -79,3 +93,21 @@ def feed(wh: Warehouse, pipeline: Pipeline, table: str, records: list[dict[str, 
     """Ingest the records as one refresh of the stream, then sync the table once."""
     ingest(wh, pipeline, table, records)
     return sync_one(wh, pipeline, table)
+
+
+def fail_first_writes(wh: Warehouse, relation: str, times: int) -> None:
+    """The first `times` statements that write `relation` (schema-qualified) fail with a
+    serialization failure the engine raises (SQLSTATE 40001, "could not serialize access"),
+    as when a concurrent transaction closed a cycle; the transaction rolls back whole. The
+    count is a sequence, which a rollback does not undo."""
+    wh.execute("CREATE SEQUENCE public.injected_conflicts")
+    wh.execute(
+        "CREATE FUNCTION public.inject_conflict() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN "
+        f"IF nextval('public.injected_conflicts') <= {int(times)} THEN "
+        "RAISE EXCEPTION 'could not serialize access due to read/write dependencies among transactions' "
+        "USING ERRCODE = 'serialization_failure'; END IF; RETURN NULL; END $$"
+    )
+    wh.execute(
+        f"CREATE TRIGGER inject_conflict BEFORE INSERT OR UPDATE OR DELETE ON {relation} "
+        "FOR EACH STATEMENT EXECUTE FUNCTION public.inject_conflict()"
+    )

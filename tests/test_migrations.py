@@ -288,7 +288,7 @@ def test_new_table_comes_with_all_its_objects_and_goes_on_downgrade(project, upg
         ),
         "supplier table",
     )
-    assert written.plan.upgrade == ['r.create_table("supplier")']
+    assert written.plan.upgrade == ["r.drop_views()", 'r.create_table("supplier")', "r.replace_views()"]
     deploy(cfg, pipeline)
     made = {n for (_, n, _) in names(catalog(wh))}
     assert {
@@ -297,8 +297,11 @@ def test_new_table_comes_with_all_its_objects_and_goes_on_downgrade(project, upg
         "supplier__stage",
         "supplier__watermark",
         "supplier__deleted",
+        "supplier__quarantine",
+        "supplier__drift",
         "incremental_sync_supplier",
     } <= made
+    assert "supplier__quarantine" in wh.scalar("SELECT pg_get_viewdef('cdc.sync_quarantine'::regclass)")
     command.downgrade(cfg, "-1")
     assert not any("supplier" in n for (_, n, _) in names(catalog(wh)))
     assert wh.relation_exists("cdc", "customer")

@@ -32,8 +32,8 @@ from pathlib import Path
 from typing import Any
 
 from sync.aws import data_api
-from sync.aws.retry import RetryPolicy
 from sync.config import CONFIG_ENV_VAR, ConfigError, Pipeline, load_pipeline
+from sync.operations.conflicts import RetryPolicy
 from sync.operations.isolation import is_data_error
 from sync.operations.runner import RunSummary, selected_tables, sync_table, unfinished_summary
 from sync.warehouse import DSN_ENV_VAR, Warehouse, connect
@@ -177,23 +177,17 @@ def remaining_time(context: Any) -> Callable[[], int]:
 
 def sync_with_connector(
     wh: Warehouse, pipeline: Pipeline, tables: list[str], settings: Settings, remaining_ms: Callable[[], int]
-) -> list[tuple[RunSummary, int]]:
-    """CALL each table in turn on one autocommit connection, retrying serialization conflicts."""
+) -> list[RunSummary]:
+    """CALL each table in turn on one autocommit connection, retrying serialization conflicts
+    while the deadline margin allows (`sync_table`, with record isolation on a data error)."""
     out = []
     for table in tables:
-        attempts = 0
-        while True:
-            if remaining_ms() < settings.polling.margin_ms:
-                run = unfinished_summary(
-                    table, data_api.NOT_STARTED, 0.0, f"not started: {remaining_ms()} ms of Lambda time left"
-                )
-                break
-            attempts += 1
-            run = sync_table(wh, pipeline, table)  # with record isolation on a data error
-            if run.status == "ok" or not settings.policy.should_retry(attempts, run.error):
-                break
-            time.sleep(settings.policy.delay(attempts))
-        out.append((run, attempts))
+        if remaining_ms() < settings.polling.margin_ms:
+            out.append(
+                unfinished_summary(table, data_api.NOT_STARTED, 0.0, f"not started: {remaining_ms()} ms of Lambda time left")
+            )
+            continue
+        out.append(sync_table(wh, pipeline, table, settings.policy, lambda: remaining_ms() >= settings.polling.margin_ms))
     return out
 
 
@@ -205,6 +199,7 @@ def metric_line(run: dict, namespace: str, timestamp_ms: int) -> dict:
         "Deleted": (run["deleted"], "Count"),
         "Quarantined": (run["quarantined"], "Count"),
         "Attempts": (run["attempts"], "Count"),
+        "ConflictRetries": (run.get("retries"), "Count"),
         "Failed": (1 if run["status"] in FAILING else 0, "Count"),
         "NotStarted": (1 if run["status"] == data_api.NOT_STARTED else 0, "Count"),
         "ApiRetries": (run.get("api_retries"), "Count"),
@@ -232,13 +227,15 @@ def metric_line(run: dict, namespace: str, timestamp_ms: int) -> dict:
 
 
 def run_line(table_runs: list[dict], remaining_ms: int) -> dict:
-    """The invocation in one log line: tables per status, Data API requests retried, time left."""
+    """The invocation in one log line: tables per status, transactions and Data API requests
+    retried, time left."""
     statuses: dict[str, int] = {}
     for run in table_runs:
         statuses[run["status"]] = statuses.get(run["status"], 0) + 1
     return {
         "tables": len(table_runs),
         **statuses,
+        "conflict_retries": sum(r["retries"] for r in table_runs),
         "api_retries": sum(r["api_retries"] for r in table_runs),
         "remaining_ms": remaining_ms,
     }
@@ -270,8 +267,10 @@ def handler(event: Any, context: Any) -> dict:
         for table, run in by_table.items():
             # A CALL that ran and failed on a record's data: isolate the record, apply the rest.
             if run.status == "failed" and calls_by_table[table].last_status == "FAILED" and is_data_error(run.error or ""):
-                by_table[table] = data_api.isolate_table(session, pipeline, table, run, baseline)
+                by_table[table] = data_api.isolate_table(session, pipeline, table, run, baseline, settings.policy)
         runs = [by_table[t] for t in tables]
+        for run in runs:  # the CALL's own conflicts, before those of record isolation
+            run.retries += max(calls_by_table[run.table].attempts - 1, 0)
         details = [
             {
                 "attempts": calls_by_table[t].attempts,
@@ -284,11 +283,13 @@ def handler(event: Any, context: Any) -> dict:
         mode = "redshift_connector"
         wh = connect(settings.dsn)
         try:
-            results = sync_with_connector(wh, pipeline, tables, settings, remaining_ms)
+            runs = sync_with_connector(wh, pipeline, tables, settings, remaining_ms)
         finally:
             wh.close()
-        runs = [r for r, _ in results]
-        details = [{"attempts": n, "api_retries": 0, "statement_id": None} for _, n in results]
+        details = [
+            {"attempts": 0 if r.status == data_api.NOT_STARTED else 1 + r.retries, "api_retries": 0, "statement_id": None}
+            for r in runs
+        ]
 
     table_runs = [{**run.as_dict(), **extra} for run, extra in zip(runs, details)]
     now_ms = int(time.time() * 1000)

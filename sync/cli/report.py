@@ -56,6 +56,11 @@ def print_runs(runs: list[Any], out: Console, err: Console) -> None:
         )
     out.print(grid)
     for r in runs:
+        if r.retries:
+            err.print(
+                f"[yellow]{r.table}: {r.retries} transaction(s) stopped by a serialization conflict, run again[/yellow]",
+                highlight=False,
+            )
         for error in r.isolated:
             first_line = error.splitlines()[0] if error else ""
             err.print(

@@ -26,6 +26,7 @@ from pathlib import Path
 
 from sync.config import Pipeline, TableConfig
 from sync.extras import require_pyarrow
+from sync.operations.conflicts import conflict_policy, retry_conflicts
 from sync.sql.backfill_merge import BackfillSql
 from sync.warehouse import Warehouse, WarehouseError
 
@@ -40,6 +41,7 @@ class BackfillResult:
     deleted: int = 0  # snapshot deletes applied
     kept_newer: int = 0  # target rows as new as the snapshot row or newer (the stream's, or an earlier backfill's)
     kept_deleted: int = 0  # keys the stream deleted after the snapshot row
+    retries: int = 0  # load-and-merge transactions stopped by a serialization conflict and run again
     rejected: int = 0
     rejects_path: str | None = None
     rejects_sample: list[dict] = field(default_factory=list)
@@ -114,10 +116,11 @@ def load_and_merge(
     manifest_url: str | None = None,
     check_rows: Callable[[int], None] | None = None,
 ) -> dict[str, int]:
-    """Load the staged Parquet and merge it; returns the merge's counts. PostgreSQL reads
-    the Parquet `files`; Redshift COPYs `manifest_url` (a stage a cluster wrote) or uploads
-    the files to `staging` first and removes them afterwards. `check_rows` sees the number
-    of rows loaded before the merge, and may refuse them (raise: nothing is changed)."""
+    """Load the staged Parquet and merge it; returns the merge's counts (and `retries`: the
+    transactions stopped by a serialization conflict and run again). PostgreSQL reads the
+    Parquet `files`; Redshift COPYs `manifest_url` (a stage a cluster wrote) or uploads the
+    files to `staging` first and removes them afterwards. `check_rows` sees the number of
+    rows loaded before the merge, and may refuse them (raise: nothing is changed)."""
     sql = BackfillSql(wh.dialect.bind_schema(pipeline.schema), pipeline, table)
     staged_s3 = None
     if sql.d.copy_reads_s3:
@@ -138,7 +141,8 @@ def load_and_merge(
             manifest_url = staged_s3.manifest_url
     wh.execute(sql.drop_stage_table())
     wh.execute(sql.stage_table())
-    try:
+
+    def load_merge_once() -> dict[str, int]:
         with wh.transaction():
             wh.execute(sql.lock())
             wh.execute(sql.clear_stage())
@@ -156,6 +160,12 @@ def load_and_merge(
             if primary_key:
                 wh.execute(sql.add_primary_key(primary_key))
                 progress(f"rebuilt the primary key {primary_key}")
+        return counts
+
+    try:
+        # One transaction, run again whole after a serialization conflict.
+        counts, retries = retry_conflicts(conflict_policy(pipeline), load_merge_once)
+        counts["retries"] = retries
     finally:
         if staged_s3 is not None:
             s3.delete_keys(client, staged_s3.bucket, staged_s3.keys)
@@ -264,6 +274,7 @@ def merged(result: BackfillResult, counts: dict[str, int], started: float, progr
     result.loaded = counts.get("loaded", 0)
     result.deleted = counts.get("deleted", 0)
     result.kept_newer = counts.get("kept_newer", 0)
+    result.retries = counts.get("retries", 0)
     result.kept_deleted = counts.get("kept_deleted", 0)
     result.seconds = time.perf_counter() - started
     progress(

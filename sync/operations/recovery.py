@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from sync.config import ConfigError, Pipeline, TableConfig
+from sync.operations.conflicts import conflict_policy, retry_conflicts
 from sync.sql import recovery as sql
 from sync.sql import schemas
 from sync.sql.dialect import PostgresDialect
@@ -58,9 +59,14 @@ class PositionReset:
 
 def reset_positions(wh: Warehouse, pipeline: Pipeline, table_name: str, apply: bool) -> PositionReset:
     """Clear the source positions stored in the target and the deleted-keys table, in one
-    transaction under the procedure's lock, and log it."""
+    transaction under the procedure's lock, and log it (run again after a serialization
+    conflict, `[operations] conflict_attempts`)."""
     if pipeline.table(table_name).order_by == "kafka":
         raise ConfigError(f'table {table_name!r} has order_by = "kafka": it stores no source positions to reset')
+    return retry_conflicts(conflict_policy(pipeline), lambda: _reset_positions(wh, pipeline, table_name, apply))[0]
+
+
+def _reset_positions(wh: Warehouse, pipeline: Pipeline, table_name: str, apply: bool) -> PositionReset:
     with _recovery(wh, pipeline, table_name, apply) as (table, d, started):
         if apply:
             counts = [wh.execute(stmt) for stmt in sql.reset_positions_sql(d, pipeline, table)]
@@ -129,7 +135,12 @@ class OffsetRebase:
 def rebase_offsets(wh: Warehouse, pipeline: Pipeline, table_name: str, apply: bool) -> OffsetRebase:
     """Move the watermark so that the next sync reads exactly the records refreshed after
     it (and never again the older ones): every partition from the first such refresh,
-    from just before its first new offset (offset 0 for a partition with none yet)."""
+    from just before its first new offset (offset 0 for a partition with none yet). Run
+    again after a serialization conflict (`[operations] conflict_attempts`)."""
+    return retry_conflicts(conflict_policy(pipeline), lambda: _rebase_offsets(wh, pipeline, table_name, apply))[0]
+
+
+def _rebase_offsets(wh: Warehouse, pipeline: Pipeline, table_name: str, apply: bool) -> OffsetRebase:
     with _recovery(wh, pipeline, table_name, apply) as (table, d, started):
         rows = [schemas.as_row(sql.WATERMARK_ROW, r) for r in wh.query(sql.watermark_rows_sql(d, pipeline, table))]
         before = {r["kafka_partition"]: (r["last_offset"], r["last_refresh_time"]) for r in rows}

@@ -16,8 +16,12 @@ from dataclasses import dataclass, field
 from sync.config import ColumnConfig, Pipeline, TableConfig
 from sync.schema.state import Drift, State, drifted_objects, pipeline_of
 from sync.sql.dialect import DIALECTS
-from sync.sql.names import TableNames
+from sync.sql.names import QUARANTINE, SCHEMA_DRIFT, TableNames
 from sync.sql.types import widens
+
+# The shared control tables of earlier revisions, and the per-table ones that replace them.
+SHARED_CONTROL_TABLES = (f".{QUARANTINE}", f".{SCHEMA_DRIFT}")
+PER_TABLE_CONTROL_TABLES = ("__quarantine", "__drift")
 
 
 class RevisionRefused(ValueError):
@@ -236,8 +240,12 @@ def plan_revision(old: State | None, new: State) -> RevisionPlan:
     plan = RevisionPlan()
     new_p = pipeline_of(new)
     if old is None:
-        plan.upgrade = [_call("create_pipeline"), *(_call("create_table", t.name) for t in new_p.tables)]
-        plan.downgrade = [*(_call("drop_table", t.name) for t in reversed(new_p.tables)), _call("drop_pipeline")]
+        plan.upgrade = [_call("create_pipeline"), *(_call("create_table", t.name) for t in new_p.tables), _call("replace_views")]
+        plan.downgrade = [
+            _call("drop_views"),
+            *(_call("drop_table", t.name) for t in reversed(new_p.tables)),
+            _call("drop_pipeline"),
+        ]
         return plan
 
     old_p = pipeline_of(old)
@@ -260,14 +268,24 @@ def plan_revision(old: State | None, new: State) -> RevisionPlan:
         plan.upgrade.append("# the generator's helper functions changed")
         plan.upgrade.append(_call("replace_functions"))
         plan.downgrade.append(_call("replace_functions"))
+    views = any(d.kind == "view" for d in shared)
+    if any(d.kind == "table" and not d.generated and d.label.endswith(SHARED_CONTROL_TABLES) for d in shared):
+        plan.upgrade.append("# one quarantine and one schema-drift table per table; the shared names become views")
+        plan.upgrade.append(_call("separate_control_tables"))
+        plan.downgrade.append(_call("join_control_tables"))
+        drifts = [d for d in drifts if not (d.kind == "table" and d.label.endswith(PER_TABLE_CONTROL_TABLES))]
+        views = False  # made by the separation
     for d in shared:
-        if d.kind not in ("function", "setting"):
+        if d.kind not in ("function", "setting", "view") and not d.label.endswith(SHARED_CONTROL_TABLES):
             plan.warnings.append(
                 f"the generator now renders {d.label} ({d.dialect}) differently from the last revision"
                 f"{'' if d.generated else ' (it is no longer generated)'}; existing objects are not altered "
                 "automatically: add the statements to this revision by hand"
             )
 
+    tables_change = old_tables.keys() != new_tables.keys()
+    if tables_change:  # the views read every table's control tables
+        plan.upgrade.append(_call("drop_views"))
     for name in old_tables.keys() - new_tables.keys():
         plan.upgrade.append(_call("drop_table", name))
         plan.downgrade.append(_call("create_table", name))
@@ -277,6 +295,11 @@ def plan_revision(old: State | None, new: State) -> RevisionPlan:
         if table.name not in old_tables:
             plan.upgrade.append(_call("create_table", table.name))
             plan.downgrade.insert(0, _call("drop_table", table.name))
+    if tables_change or views:
+        plan.upgrade.append(_call("replace_views"))
+        if tables_change:
+            plan.downgrade.insert(0, _call("drop_views"))
+        plan.downgrade.append(_call("replace_views"))
     for table in new_p.tables:
         if table.name in old_tables:
             mine = [d for d in drifts if d.table == table.name]

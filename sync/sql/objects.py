@@ -38,7 +38,7 @@ def auto_refresh_requirements(pipeline: Pipeline, d: PostgresDialect) -> list[st
 
 @dataclass(frozen=True)
 class SqlObject:
-    kind: str  # setting | schema | external_schema | function | table | index | stream | procedure
+    kind: str  # setting | schema | external_schema | function | table | index | stream | procedure | view
     schema: str
     name: str
     sql: str
@@ -155,6 +155,7 @@ def table_objects(d: PostgresDialect, pipeline: Pipeline, table: TableConfig, or
         SqlObject("table", n.schema, n.target, target, table.name),
         SqlObject("table", n.schema, n.stage, stage, table.name),
         SqlObject("table", n.schema, n.watermark, watermark, table.name),
+        *control_tables(d, pipeline, table),
     ]
     if table.delete_mode == "hard":
         deleted_lines = [*schemas.definitions(d, schemas.deleted_keys(table), quoted=True), pk]
@@ -201,22 +202,46 @@ def shared_objects(d: PostgresDialect, pipeline: Pipeline) -> list[SqlObject]:
         schemas.definitions(d, schemas.RUN_LOG),
         d.control_table_attributes.get("run_log", ""),
     )
-    quarantine = _create_table(
-        d,
-        schema,
-        QUARANTINE,
-        schemas.definitions(d, schemas.QUARANTINE),
-    )
-    schema_drift = _create_table(
-        d,
-        schema,
-        SCHEMA_DRIFT,
-        schemas.definitions(d, schemas.SCHEMA_DRIFT),
-    )
     objects.append(SqlObject("table", schema, RUN_LOG, run_log))
-    objects.append(SqlObject("table", schema, QUARANTINE, quarantine))
-    objects.append(SqlObject("table", schema, SCHEMA_DRIFT, schema_drift))
     return objects
+
+
+# The per-table control tables behind each shared view, and their columns.
+SHARED_VIEWS = ((QUARANTINE, "quarantine", schemas.QUARANTINE), (SCHEMA_DRIFT, "schema_drift", schemas.SCHEMA_DRIFT))
+
+
+def control_tables(d: PostgresDialect, pipeline: Pipeline, table: TableConfig) -> list[SqlObject]:
+    """The table's own quarantine and schema-drift tables (its procedure's only)."""
+    n = table_names(pipeline, table)
+    return [
+        SqlObject(
+            "table",
+            n.schema,
+            getattr(n, attr),
+            control_table_sql(d, n.schema, getattr(n, attr), cols),
+            table.name,
+        )
+        for _, attr, cols in SHARED_VIEWS
+    ]
+
+
+def control_table_sql(d: PostgresDialect, schema: str, name: str, columns: tuple[schemas.Column, ...]) -> str:
+    return _create_table(d, schema, name, schemas.definitions(d, columns))
+
+
+def shared_views(d: PostgresDialect, pipeline: Pipeline) -> list[SqlObject]:
+    """`sync_quarantine` and `sync_schema_drift`: every table's rows, for users, `status`
+    and the Lambda (created after the tables, re-created when a table comes or goes)."""
+    out = []
+    for view, attr, cols in SHARED_VIEWS:
+        columns = ", ".join(schemas.names(cols))
+        selects = "\nUNION ALL\n".join(
+            f"SELECT {columns} FROM {d.qualified(pipeline.schema, getattr(table_names(pipeline, t), attr))}"
+            for t in pipeline.tables
+        )
+        sql = f"CREATE OR REPLACE VIEW {d.qualified(pipeline.schema, view)} AS\n{selects}{d.view_binding};"
+        out.append(SqlObject("view", pipeline.schema, view, sql, replaceable=True))
+    return out
 
 
 def pipeline_objects(pipeline: Pipeline, dialect: str, origin: str) -> list[SqlObject]:
@@ -224,4 +249,4 @@ def pipeline_objects(pipeline: Pipeline, dialect: str, origin: str) -> list[SqlO
     objects = shared_objects(d, pipeline)
     for table in pipeline.tables:
         objects.extend(table_objects(d, pipeline, table, origin))
-    return objects
+    return objects + shared_views(d, pipeline)

@@ -20,7 +20,7 @@ from sync.sql import schemas
 from sync.sql.apply import insert_deleted_keys_sql, key_match, soft_delete_sql
 from sync.sql.dialect import PostgresDialect, quote_literal
 from sync.sql.envelope import envelope_sql, source_sql, unwrap_schema
-from sync.sql.names import QUARANTINE, RUN_LOG, SCHEMA_DRIFT, table_names
+from sync.sql.names import RUN_LOG, table_names
 from sync.sql.semantic import DecodeSql, check_column, decode_sql
 from sync.sql.types import SqlType
 
@@ -76,7 +76,7 @@ def _subquery(d: PostgresDialect, level: str, alias: str) -> str:
 
 @dataclass(frozen=True)
 class Relations:
-    """The qualified names of a table's relations and of the shared control tables."""
+    """The qualified names of a table's relations and of the shared run log."""
 
     target: str
     stage: str
@@ -94,7 +94,7 @@ class Relations:
 
 def relations(d: PostgresDialect, pipeline: Pipeline, table: TableConfig) -> Relations:
     n = table_names(pipeline, table)
-    names = (n.target, n.stage, n.stream, n.watermark, n.deleted_keys, QUARANTINE, RUN_LOG, SCHEMA_DRIFT)
+    names = (n.target, n.stage, n.stream, n.watermark, n.deleted_keys, n.quarantine, RUN_LOG, n.schema_drift)
     return Relations(*(d.qualified(n.schema, name) for name in names))
 
 

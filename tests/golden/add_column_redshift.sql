@@ -40,7 +40,7 @@ WHERE t._kafka_partition = v.kafka_partition AND t._kafka_offset = v.kafka_offse
 
 -- CREATE OR REPLACE PROCEDURE "cdc"."isolate_record_customer"(p_reason varchar(65535)) of the generator
 
-DELETE FROM "cdc"."sync_schema_drift" WHERE table_name = 'customer';
+DELETE FROM "cdc"."customer__drift" WHERE table_name = 'customer';
 
 UPDATE alembic_version SET version_num='<revision>' WHERE alembic_version.version_num = '474a94aea2c7';
 

@@ -68,6 +68,27 @@ CREATE TABLE IF NOT EXISTS "cdc"."wipe__watermark" (
 )
 DISTSTYLE AUTO;
 
+CREATE TABLE IF NOT EXISTS "cdc"."wipe__quarantine" (
+  table_name varchar(127) NOT NULL,
+  kafka_partition bigint,
+  kafka_offset bigint,
+  kafka_timestamp timestamp,
+  reason varchar(1024) NOT NULL,
+  payload super,
+  raw_value varbyte(16777216),
+  run_started_at timestamp,
+  handled varchar(16),
+  handled_at timestamp
+);
+
+CREATE TABLE IF NOT EXISTS "cdc"."wipe__drift" (
+  table_name varchar(127) NOT NULL,
+  run_started_at timestamp NOT NULL,
+  kind varchar(16) NOT NULL,
+  field varchar(256) NOT NULL,
+  events bigint NOT NULL
+);
+
 CREATE TABLE IF NOT EXISTS "cdc"."wipe__deleted" (
   "id" integer NOT NULL,
   "_source_ts" timestamp,
@@ -145,7 +166,7 @@ BEGIN
     v_until_time := COALESCE(v_until_time, TIMESTAMP '9999-12-31 00:00:00');
   END IF;
   -- Quarantined records marked for replay in this transaction (`quarantine replay`).
-  SELECT COUNT(*) INTO v_replayed FROM "cdc"."sync_quarantine"
+  SELECT COUNT(*) INTO v_replayed FROM "cdc"."wipe__quarantine"
   WHERE table_name = 'wipe' AND handled = 'replaying';
   -- 2./3. Records past the watermark (refresh_time only prunes), classified, typed
   --       and ranked per key, into the stage. Everything below reads the stage only.
@@ -320,7 +341,7 @@ BEGIN
                        r.payload, r.raw_value,
                        CASE WHEN IS_OBJECT(r.payload."schema") THEN r.payload."payload" ELSE r.payload END AS env,
                        CAST(NULL AS super) AS key_env
-                FROM "cdc"."sync_quarantine" r
+                FROM "cdc"."wipe__quarantine" r
                 WHERE v_replayed > 0 AND r.table_name = 'wipe' AND r.handled = 'replaying'
               ) e
             ) f
@@ -505,7 +526,7 @@ BEGIN
     -- 6. Schema drift: unknown fields in the row images, configured fields missing from them
     --    (only images set aside by the stage query can have either).
     IF v_drift > 0 THEN
-      INSERT INTO "cdc"."sync_schema_drift" (table_name, run_started_at, kind, field, events)
+      INSERT INTO "cdc"."wipe__drift" (table_name, run_started_at, kind, field, events)
       SELECT 'wipe', v_started,
              CASE WHEN k.configured = 1 THEN 'missing' ELSE 'unknown' END, k.field,
              CASE WHEN k.configured = 1 THEN k.images - k.seen ELSE k.seen END
@@ -526,14 +547,14 @@ BEGIN
     END IF;
     -- 3. Records that cannot be applied are kept with the raw value and the reason.
     IF v_quarantined > 0 THEN
-      INSERT INTO "cdc"."sync_quarantine" (table_name, kafka_partition, kafka_offset, kafka_timestamp, reason, payload, raw_value, run_started_at)
+      INSERT INTO "cdc"."wipe__quarantine" (table_name, kafka_partition, kafka_offset, kafka_timestamp, reason, payload, raw_value, run_started_at)
       SELECT 'wipe', _kafka_partition, _kafka_offset, _kafka_timestamp, _reason, _payload, _raw_value, v_started
       FROM "cdc"."wipe__stage"
       WHERE _action = 'quarantine';
     END IF;
     -- Replayed records are recorded as such; one that failed again was quarantined anew above.
     IF v_replayed > 0 THEN
-      UPDATE "cdc"."sync_quarantine" SET handled = 'replayed', handled_at = v_started
+      UPDATE "cdc"."wipe__quarantine" SET handled = 'replayed', handled_at = v_started
       WHERE table_name = 'wipe' AND handled = 'replaying';
     END IF;
     -- 7. Advance the per-partition watermark in the same transaction (never back: replayed
@@ -602,7 +623,7 @@ BEGIN
           AND s.kafka_offset > COALESCE(w.last_offset, -1)) x
   WHERE x.read_no = 1;
   IF v_partition IS NOT NULL THEN
-    INSERT INTO "cdc"."sync_quarantine" (table_name, kafka_partition, kafka_offset, kafka_timestamp, reason, payload, raw_value, run_started_at)
+    INSERT INTO "cdc"."wipe__quarantine" (table_name, kafka_partition, kafka_offset, kafka_timestamp, reason, payload, raw_value, run_started_at)
     SELECT 'wipe', s.kafka_partition, s.kafka_offset, s.kafka_timestamp, CASE WHEN OCTET_LENGTH('the warehouse could not apply this record: ' || COALESCE(p_reason, 'no error text')) <= 1000 THEN 'the warehouse could not apply this record: ' || COALESCE(p_reason, 'no error text') ELSE SUBSTRING('the warehouse could not apply this record: ' || COALESCE(p_reason, 'no error text'), 1, 250) END, s.payload, s.raw_value, v_started
     FROM "cdc"."wipe__stream" s
     WHERE s.kafka_partition = v_partition AND s.kafka_offset = v_offset AND s.refresh_time = v_refresh_time;

@@ -88,6 +88,8 @@ class PostgresDialect:
     isolation_level_sql = "SELECT current_setting('default_transaction_isolation')"
     # Settings the generated SQL depends on, reported as a new session has them.
     verified_settings: tuple[str, ...] = ("TimeZone",)
+    # Ends CREATE VIEW of the shared views over every table's control tables.
+    view_binding = ""
     # Table attributes of the control tables, by table: none here.
     control_table_attributes: dict[str, str] = {}
     # The families whose widening (`sync.sql.types.widens`) ALTER COLUMN TYPE makes in place;

@@ -26,6 +26,9 @@ Values (the capabilities block):
   materialized view per topic (materialized-view-streaming-ingestion).
 - `copy_reads_s3`: on: COPY loads the backfill's Parquet from S3 (no COPY FROM STDIN).
 - `stream_relation`: MATERIALIZED VIEW, the streaming view (what a revision drops).
+- `view_binding`: WITH NO SCHEMA BINDING, a late-binding view (r_CREATE_VIEW): the shared
+  views over every table's quarantine and drift tables do not hold those tables, so a
+  revision can drop or re-create one of them without dropping the view first.
 - `control_table_attributes`: the watermark DISTSTYLE AUTO (it is written by every run,
   and ALL is for slowly changing tables: c_choosing_dist_sort), the run log sorted by its
   start time.
@@ -100,6 +103,7 @@ class RedshiftDialect(PostgresDialect):
     indexed_primary_key = False  # informational only: no index to maintain
     key_byte_limit = None  # no index entry to fit
     streaming_ingestion = True
+    view_binding = "\nWITH NO SCHEMA BINDING"
     copy_reads_s3 = True
     stream_relation = "MATERIALIZED VIEW"
     control_table_attributes = {"watermark": "\nDISTSTYLE AUTO", "run_log": "\nSORTKEY (started_at)"}
