@@ -28,7 +28,12 @@ from sync.config import parse_pipeline  # noqa: E402
 from sync.schema.state import state_for  # noqa: E402
 from sync.sql.render import render_files, write_files  # noqa: E402
 
-GOLDEN_TESTS = ["tests/test_migrations_sql.py", "tests/test_backfill_sql.py", "tests/test_column_fill.py"]
+GOLDEN_TESTS = [
+    "tests/test_migrations_sql.py",
+    "tests/test_backfill_sql.py",
+    "tests/test_column_fill.py",
+    "tests/test_freshness.py",
+]
 
 
 def refresh_procedures() -> None:

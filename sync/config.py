@@ -36,7 +36,7 @@ COLUMN_ORDER = re.compile(r"^column:([A-Za-z_][A-Za-z0-9_$]{0,126})$")
 ORDER_COLUMN_FAMILIES = ("timestamp", "timestamptz", "date", "smallint", "integer", "bigint", "char", "varchar")
 
 # Names the generator uses for its own objects; a table may not take them.
-RESERVED_TABLE_NAMES = {"sync_run_log", "sync_quarantine", "sync_schema_drift", "alembic_version"}
+RESERVED_TABLE_NAMES = {"sync_run_log", "sync_quarantine", "sync_schema_drift", "sync_mv_refresh_history", "alembic_version"}
 METADATA_PREFIX = "_"
 
 
@@ -312,6 +312,9 @@ class OperationsSection(_Model):
     versions: str | None = None
     # Run-log, schema-drift and handled quarantine rows older than this are pruned.
     retention_days: Annotated[int, Field(ge=1, le=36500)] = 30
+    # A table whose runs read records and applied none, every one older than what is stored,
+    # this many runs in a row, is reported as an ordering break (reset-positions).
+    ordering_break_runs: Annotated[int, Field(ge=1, le=1000)] = 3
 
 
 # Sections outside the warehouse model (see schema_state: revisions do not record them).
@@ -332,10 +335,30 @@ class BackfillSection(_Model):
         return v
 
 
+class HeartbeatSection(_Model):
+    """`[heartbeat]`: the connector's heartbeat topic (Debezium's `heartbeat.interval.ms`
+    sends to `__debezium-heartbeat.<topic.prefix>` by default); the generator makes its
+    stream relation, and `status` and the Lambda tell an idle table from a dead connector."""
+
+    topic: str
+    # A heartbeat older than this means capture is down; a table whose records have waited
+    # longer (or whose view has not refreshed for this long while the heartbeat's did) is
+    # stalled. How the tool reads the heartbeat, not what it deploys: revisions leave it out.
+    stale_after_seconds: Annotated[int, Field(ge=1, le=86400 * 7, exclude=True)] = 300
+
+    @field_validator("topic")
+    @classmethod
+    def _topic(cls, v: str) -> str:
+        if not TOPIC.match(v):
+            raise ValueError(f"topic {v!r} is not a Kafka topic name ([A-Za-z0-9._-], 1-249 characters)")
+        return v
+
+
 class Pipeline(_Model):
     pipeline: PipelineSection = PipelineSection()
     operations: OperationsSection = OperationsSection()
     source: SourceSection
+    heartbeat: HeartbeatSection | None = None
     # Not part of the warehouse model (recorded revision states leave it out).
     backfill: Annotated[BackfillSection, Field(exclude=True)] = BackfillSection()
     tables: list[TableConfig]
@@ -352,6 +375,8 @@ class Pipeline(_Model):
         dupe_topics = sorted({n for n in topics if topics.count(n) > 1})
         if dupe_topics:
             raise ValueError(f"tables: topic {', '.join(dupe_topics)} used by more than one table")
+        if self.heartbeat is not None and self.heartbeat.topic in topics:
+            raise ValueError(f"heartbeat: topic {self.heartbeat.topic!r} is a table's topic")
         return self
 
     @property

@@ -355,6 +355,33 @@ def test_dashboard_and_alarms_watch_the_handlers_metrics():
     assert stack.properties("LagAlarm")["Threshold"] == "600"
 
 
+def test_heartbeat_and_stalled_alarms_watch_the_freshness_metrics():
+    stack = Stack(DEPLOY / "lambda.yaml", **LAMBDA_VALUES, MetricsNamespace="Acme/Sync", HeartbeatAlarmSeconds="420")
+    body = json.loads(stack.properties("Dashboard")["DashboardBody"])
+    expressions = " ".join(m[0]["expression"] for w in body["widgets"] for m in w["properties"]["metrics"])
+    run = {
+        "table": "t",
+        "status": "ok",
+        "events_read": 0,
+        "upserted": 0,
+        "deleted": 0,
+        "quarantined": 0,
+        "attempts": 1,
+        "duration_seconds": 0.1,
+        "lag_seconds": None,
+        "freshness": {"state": "stalled", "source_alive_seconds": 12.0, "lag_seconds": 900.0},
+    }
+    line = lambda_handler.metric_line(run, "Acme/Sync", 0)
+    emitted = {m["Name"] for m in line["_aws"]["CloudWatchMetrics"][0]["Metrics"]}
+    for metric in ("HeartbeatAgeSeconds", "WaitingSeconds", "Stalled", "CaptureDown"):
+        assert metric in emitted and f'{{Acme/Sync,Table}} MetricName="{metric}"' in expressions, metric
+    assert (line["Stalled"], line["CaptureDown"], line["freshness"]) == (1, 0, "stalled")
+    for alarm, metric, threshold in (("HeartbeatAlarm", "HeartbeatAgeSeconds", "420"), ("StalledAlarm", "Stalled", 1)):
+        props = stack.properties(alarm)
+        assert (props["Namespace"], props["MetricName"], props["Threshold"]) == ("Acme/Sync", metric, threshold)
+        assert "Dimensions" not in props and props["TreatMissingData"] == "notBreaching"
+
+
 def resolved_policies() -> list[tuple[str, dict]]:
     out = []
     for params in (

@@ -34,8 +34,10 @@ from typing import Any
 from sync.aws import data_api
 from sync.aws.retry import RetryPolicy
 from sync.config import CONFIG_ENV_VAR, ConfigError, Pipeline, load_pipeline
+from sync.operations.freshness import STALLED_STATES, Freshness, table_freshness
 from sync.operations.isolation import is_data_error
 from sync.operations.runner import RunSummary, selected_tables, sync_table, unfinished_summary
+from sync.sql.dialect import dialect_for
 from sync.warehouse import DSN_ENV_VAR, Warehouse, connect
 
 # The pipeline file sits at the root of the zip, next to the package.
@@ -210,6 +212,7 @@ def metric_line(run: dict, namespace: str, timestamp_ms: int) -> dict:
         "ApiRetries": (run.get("api_retries"), "Count"),
         "DurationSeconds": (round(run["duration_seconds"], 3), "Seconds"),
         "LagSeconds": (run["lag_seconds"], "Seconds"),
+        **freshness_metrics(run.get("freshness")),
     }
     present = {name: vu for name, vu in values.items() if vu[0] is not None}
     line: dict[str, Any] = {
@@ -228,7 +231,37 @@ def metric_line(run: dict, namespace: str, timestamp_ms: int) -> dict:
     }
     line.update({name: value for name, (value, _) in present.items()})
     line.update({k: run[k] for k in ("status", "error", "watermark_after", "statement_id") if run.get(k) is not None})
+    if run.get("freshness"):
+        line["freshness"] = run["freshness"]["state"]
     return line
+
+
+def freshness_metrics(freshness: dict | None) -> dict[str, tuple[Any, str]]:
+    """A table's freshness ([heartbeat]) as metrics: the heartbeat's age, how long its
+    oldest record has waited, and 1/0 for stalled (source alive, data not moving) and
+    capture down."""
+    if not freshness:
+        return {}
+    state = Freshness(freshness["state"])
+    return {
+        "HeartbeatAgeSeconds": (freshness["source_alive_seconds"], "Seconds"),
+        "WaitingSeconds": (freshness["lag_seconds"], "Seconds"),
+        "Stalled": (1 if state in STALLED_STATES else 0, "Count"),
+        "CaptureDown": (1 if state == Freshness.CAPTURE_DOWN else 0, "Count"),
+    }
+
+
+def with_freshness(table_runs: list[dict], query: Callable[[str], list[tuple]], pipeline: Pipeline, dialect: Any) -> None:
+    """Adds each table's freshness to its run (after the calls: what still waits). A
+    failure to read it is logged, never a failed invocation."""
+    try:
+        found = {f.table: f.as_dict() for f in table_freshness(query, dialect, pipeline, [r["table"] for r in table_runs])}
+    except Exception as exc:  # DataApiError, warehouse errors: the sync itself is done
+        print(json.dumps({"warning": f"freshness could not be read: {exc}"}), flush=True)
+        return
+    for run in table_runs:
+        if run["table"] in found:
+            run["freshness"] = found[run["table"]]
 
 
 def run_line(table_runs: list[dict], remaining_ms: int) -> dict:
@@ -280,17 +313,22 @@ def handler(event: Any, context: Any) -> dict:
             }
             for t in tables
         ]
+        table_runs = [{**run.as_dict(), **extra} for run, extra in zip(runs, details)]
+        name = f"redshift-sync.{pipeline.schema}.freshness"
+        engine = dialect_for(getattr(session.client, "engine_dialect", "redshift"), pipeline.schema)
+        with_freshness(table_runs, lambda sql: data_api.query(session, sql, name), pipeline, engine)
     else:
         mode = "redshift_connector"
         wh = connect(settings.dsn)
         try:
             results = sync_with_connector(wh, pipeline, tables, settings, remaining_ms)
+            runs = [r for r, _ in results]
+            details = [{"attempts": n, "api_retries": 0, "statement_id": None} for _, n in results]
+            table_runs = [{**run.as_dict(), **extra} for run, extra in zip(runs, details)]
+            with_freshness(table_runs, wh.query, pipeline, wh.dialect.bind_schema(pipeline.schema))
         finally:
             wh.close()
-        runs = [r for r, _ in results]
-        details = [{"attempts": n, "api_retries": 0, "statement_id": None} for _, n in results]
 
-    table_runs = [{**run.as_dict(), **extra} for run, extra in zip(runs, details)]
     now_ms = int(time.time() * 1000)
     for run in table_runs:
         print(json.dumps(metric_line(run, settings.namespace, now_ms), default=str), flush=True)

@@ -13,7 +13,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from sync.cli.report import print_backfill, print_pruned, print_reconcile, print_runs, print_status
+from sync.cli.report import print_backfill, print_freshness, print_pruned, print_reconcile, print_runs, print_status
 from sync.config import ConfigError, Pipeline, load_pipeline
 from sync.warehouse import Warehouse, WarehouseError, connect
 
@@ -184,23 +184,28 @@ def deploy(
 @app.command()
 @handle_errors
 def ingest(
-    table: Annotated[str, typer.Option("--table", "-t", help="Pipeline table whose stream receives the records.")],
     file: Annotated[
         Path, typer.Option("--file", "-f", help="JSON lines: {partition, offset, timestamp, key, value} or kcat -J output.")
     ],
+    table: Annotated[
+        Optional[str], typer.Option("--table", "-t", help="Pipeline table whose stream receives the records.")
+    ] = None,
+    heartbeat: Annotated[bool, typer.Option("--heartbeat", help="Into the heartbeat topic's stream ([heartbeat]).")] = False,
     config: ConfigOpt = None,
     dsn: DsnOpt = None,
 ) -> None:
-    """Append one refresh of Kafka records to a table's local stream (embedded warehouse)."""
+    """Append one refresh of Kafka records to a table's (or the heartbeat's) local stream (embedded warehouse)."""
     from sync.local.stream import ingest_file
 
+    if (table is None) == (not heartbeat):
+        raise CliError("give either --table TABLE or --heartbeat")
     pipeline, _, wh = open_checked(config, dsn)
     try:
         result = ingest_file(wh, pipeline, table, file)
     finally:
         wh.close()
     parts = ", ".join(f"partition {p}: offsets {a}-{b}" for p, (a, b) in sorted(result.partitions.items()))
-    console.print(f"ingested {result.records} record(s) into {table} ({parts or 'none'})")
+    console.print(f"ingested {result.records} record(s) into {result.table} ({parts or 'none'})", highlight=False)
     if result.tombstones:
         console.print(f"  {result.tombstones} tombstone(s) (null value)")
     if result.unparseable_values:
@@ -264,19 +269,33 @@ def status(
     as_json: Annotated[bool, typer.Option("--json", help="Print the status as JSON.")] = False,
 ) -> None:
     """Watermarks, pending records, last run, lag, waiting quarantine and current schema drift per table."""
+    from sync.operations.freshness import table_freshness
     from sync.operations.recovery import regression_warnings
     from sync.operations.runner import status as run_status
 
     pipeline, _, wh = open_checked(config, dsn)
     try:
         rows = run_status(wh, pipeline)
-        warnings = list(regression_warnings(wh, pipeline, [s.table for s in rows if s.deployed]))
+        deployed = [s.table for s in rows if s.deployed]
+        warnings = list(regression_warnings(wh, pipeline, deployed))
+        fresh = table_freshness(wh.query, wh.dialect.bind_schema(pipeline.schema), pipeline, deployed)
     finally:
         wh.close()
+    by_table = {f.table: f.as_dict() for f in fresh}
     if as_json:
-        print_json([{**r.as_dict(), "warnings": [w for w in warnings if w.startswith(f"{r.table}:")]} for r in rows])
+        print_json(
+            [
+                {
+                    **r.as_dict(),
+                    "freshness": by_table.get(r.table),
+                    "warnings": [w for w in warnings if w.startswith(f"{r.table}:")],
+                }
+                for r in rows
+            ]
+        )
         return
     print_status(rows, console)
+    print_freshness(fresh, console)
     for line in warnings:
         console.print(f"  [yellow]{line}[/yellow]", highlight=False, soft_wrap=True)
 

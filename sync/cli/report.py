@@ -8,6 +8,8 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
+from sync.operations.freshness import Freshness
+
 
 def readable_seconds(seconds: float | None) -> str:
     """A duration as a person reads it: 0.42 s, 12.5 s, 7 min 3 s, 5 h 12 min, 729 d 16 h."""
@@ -104,6 +106,28 @@ def print_status(rows: list[Any], out: Console) -> None:
         for kind, name, count in s.schema_drift:
             what = "field not in the pipeline file" if kind == "unknown" else "configured field absent from events"
             out.print(f"  {s.table}: {what}: {name} ({count} event(s))", highlight=False)
+
+
+def print_freshness(rows: list[Any], out: Console) -> None:
+    """Per table ([heartbeat]): the state, the heartbeat's age, the newest record, the last
+    run that applied one, and what waits."""
+    if not rows:
+        return
+    grid = Table(title="freshness", title_justify="left")
+    for col in ("table", "state", "heartbeat", "last event", "last applied", "waiting", "lag"):
+        grid.add_column(col, justify="right" if col in ("heartbeat", "waiting", "lag") else "left")
+    for f in rows:
+        colour = "green" if f.state in (Freshness.CURRENT, Freshness.IDLE) else "red"
+        grid.add_row(
+            f.table,
+            f"[{colour}]{f.state}[/{colour}]",
+            "never" if f.source_alive_seconds is None else f"{readable_seconds(f.source_alive_seconds)} ago",
+            (f.last_event_at or "never")[:19],
+            (f.last_applied_at or "never")[:19],
+            str(f.pending),
+            readable_seconds(f.lag_seconds),
+        )
+    out.print(grid)
 
 
 def print_backfill(result: Any, table: str, out: Console) -> None:

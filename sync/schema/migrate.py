@@ -23,7 +23,7 @@ from sync.schema.state import State, pipeline_of
 from sync.sql.column_fill import column_fill_sql
 from sync.sql.dialect import PostgresDialect, dialect_for, quote_literal
 from sync.sql.names import SCHEMA_DRIFT, table_names
-from sync.sql.objects import SqlObject, pipeline_objects
+from sync.sql.objects import SqlObject, heartbeat_objects, pipeline_objects
 
 SQLALCHEMY_DIALECTS = {"redshift": "redshift", "postgresql": "postgres"}
 
@@ -143,6 +143,15 @@ class Revision:
         for obj in self._objects("after", None, ("function",)):
             self._run(obj.sql)
 
+    def create_heartbeat(self) -> None:
+        """The heartbeat topic's stream relation ([heartbeat] added or its topic changed)."""
+        for obj in heartbeat_objects(self._dialect(self.after), self.after):
+            self._run(obj.sql)
+
+    def drop_heartbeat(self) -> None:
+        for obj in reversed(heartbeat_objects(self._dialect(self.before), self.before)):
+            self._drop(obj)
+
     def recreate_source(self) -> None:
         """Where the warehouse reads the topics itself (Redshift): the external schema
         again, with the streaming MVs of the tables both states have (new and removed
@@ -154,9 +163,9 @@ class Revision:
         for table in common:
             for obj in self._objects("before", table, ("stream",)):
                 self._drop(obj)
-        for obj in self._objects("before", None, ("external_schema",)):
+        for obj in reversed(self._objects("before", None, ("external_schema", "stream"))):  # the heartbeat's too
             self._drop(obj)
-        for obj in self._objects("after", None, ("external_schema",)):
+        for obj in self._objects("after", None, ("external_schema", "stream")):
             self._run(obj.sql)
         for table in common:
             for obj in self._objects("after", table, ("stream",)):
