@@ -33,7 +33,6 @@ from hypothesis import strategies as st
 
 from sync.aws import lambda_handler
 from sync.config import parse_pipeline
-from sync.local.data_api import LocalDataApi
 from sync.local.stream import ingest_file
 from sync.operations.freshness import (
     STALLED_STATES,
@@ -49,7 +48,7 @@ from sync.schema.state import state_for, warehouse_model
 from sync.sql.dialect import dialect_for
 from sync.sql.names import HEARTBEAT_STREAM
 from sync.sql.objects import pipeline_objects
-from tests.helpers import EXAMPLES, REPO
+from tests.helpers import EXAMPLES, REPO, local_lambda, metric_lines
 
 EVENTS = EXAMPLES / "salesdb" / "events"
 GOLDEN = REPO / "tests" / "golden" / "freshness_redshift.sql"
@@ -186,24 +185,10 @@ def test_the_lambda_reports_freshness_in_its_metric_lines(hb, database_dsn, tmp_
     ingest_file(wh, pipeline, None, write_heartbeats(tmp_path / "hb.jsonl", [20]))
     # orders' procedure is missing: its CALL fails and its records keep waiting.
     wh.execute("DROP PROCEDURE cdc.incremental_sync_orders()")
-    for name, value in {
-        "REDSHIFT_SYNC_CONFIG": str(path),
-        "REDSHIFT_SYNC_WORKGROUP": "local",
-        "REDSHIFT_SYNC_POLL_SECONDS": "0.05",
-        "REDSHIFT_SYNC_DEADLINE_MARGIN_SECONDS": "2",
-        "REDSHIFT_SYNC_CONNECT_TIMEOUT_SECONDS": "0.2",
-        "REDSHIFT_SYNC_READ_TIMEOUT_SECONDS": "0.5",
-        "REDSHIFT_SYNC_SDK_ATTEMPTS": "1",
-        "REDSHIFT_SYNC_MIN_CALL_SECONDS": "0",
-        "REDSHIFT_SYNC_MAX_ATTEMPTS": "1",
-    }.items():
-        monkeypatch.setenv(name, value)
-    monkeypatch.delenv("REDSHIFT_SYNC_DSN", raising=False)
-    monkeypatch.setattr(lambda_handler, "client_factory", lambda timeouts: LocalDataApi(database_dsn))
+    local_lambda(monkeypatch, path, database_dsn)
     with pytest.raises(lambda_handler.SyncFailed):
         lambda_handler.handler({}, None)
-    lines = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
-    metrics = {line["Table"]: line for line in lines if "_aws" in line}
+    metrics = metric_lines(capsys.readouterr().out)
     assert metrics["customer"]["freshness"] == "idle" and metrics["customer"]["Stalled"] == 0
     assert metrics["orders"]["freshness"] == "stalled" and metrics["orders"]["Stalled"] == 1
     for line in metrics.values():

@@ -36,6 +36,7 @@ from sync.aws.retry import RetryPolicy
 from sync.config import CONFIG_ENV_VAR, ConfigError, Pipeline, load_pipeline
 from sync.operations.freshness import STALLED_STATES, Freshness, table_freshness
 from sync.operations.isolation import is_data_error
+from sync.operations.ordering import ordering_breaks
 from sync.operations.runner import RunSummary, selected_tables, sync_table, unfinished_summary
 from sync.sql.dialect import dialect_for
 from sync.warehouse import DSN_ENV_VAR, Warehouse, connect
@@ -213,6 +214,7 @@ def metric_line(run: dict, namespace: str, timestamp_ms: int) -> dict:
         "DurationSeconds": (round(run["duration_seconds"], 3), "Seconds"),
         "LagSeconds": (run["lag_seconds"], "Seconds"),
         **freshness_metrics(run.get("freshness")),
+        "OrderingBreak": (None if "ordering_break" not in run else int(run["ordering_break"] is not None), "Count"),
     }
     present = {name: vu for name, vu in values.items() if vu[0] is not None}
     line: dict[str, Any] = {
@@ -233,6 +235,8 @@ def metric_line(run: dict, namespace: str, timestamp_ms: int) -> dict:
     line.update({k: run[k] for k in ("status", "error", "watermark_after", "statement_id") if run.get(k) is not None})
     if run.get("freshness"):
         line["freshness"] = run["freshness"]["state"]
+    if run.get("ordering_break"):
+        line["ordering_break"] = run["ordering_break"]["message"]
     return line
 
 
@@ -251,17 +255,27 @@ def freshness_metrics(freshness: dict | None) -> dict[str, tuple[Any, str]]:
     }
 
 
-def with_freshness(table_runs: list[dict], query: Callable[[str], list[tuple]], pipeline: Pipeline, dialect: Any) -> None:
-    """Adds each table's freshness to its run (after the calls: what still waits). A
-    failure to read it is logged, never a failed invocation."""
-    try:
-        found = {f.table: f.as_dict() for f in table_freshness(query, dialect, pipeline, [r["table"] for r in table_runs])}
-    except Exception as exc:  # DataApiError, warehouse errors: the sync itself is done
-        print(json.dumps({"warning": f"freshness could not be read: {exc}"}), flush=True)
-        return
-    for run in table_runs:
-        if run["table"] in found:
-            run["freshness"] = found[run["table"]]
+def with_health(table_runs: list[dict], query: Callable[[str], list[tuple]], pipeline: Pipeline, dialect: Any) -> None:
+    """Adds to each table's run, after the calls: its freshness ([heartbeat]) and whether
+    its last runs found every record stale (`ordering_break`: the check ran, None or the
+    break). A check that cannot be read is logged, never a failed invocation."""
+    tables = [r["table"] for r in table_runs]
+    checks = {
+        "freshness": lambda: {f.table: f.as_dict() for f in table_freshness(query, dialect, pipeline, tables)},
+        "ordering_break": lambda: {
+            **{t: None for t in tables if pipeline.table(t).order_by != "kafka"},
+            **{b.table: b.as_dict() for b in ordering_breaks(query, dialect, pipeline, tables)},
+        },
+    }
+    for key, check in checks.items():
+        try:
+            found = check()
+        except Exception as exc:  # DataApiError, warehouse errors: the sync itself is done
+            print(json.dumps({"warning": f"{key.replace('_', ' ')} could not be read: {exc}"}), flush=True)
+            continue
+        for run in table_runs:
+            if run["table"] in found:
+                run[key] = found[run["table"]]
 
 
 def run_line(table_runs: list[dict], remaining_ms: int) -> dict:
@@ -314,9 +328,9 @@ def handler(event: Any, context: Any) -> dict:
             for t in tables
         ]
         table_runs = [{**run.as_dict(), **extra} for run, extra in zip(runs, details)]
-        name = f"redshift-sync.{pipeline.schema}.freshness"
+        name = f"redshift-sync.{pipeline.schema}.health"
         engine = dialect_for(getattr(session.client, "engine_dialect", "redshift"), pipeline.schema)
-        with_freshness(table_runs, lambda sql: data_api.query(session, sql, name), pipeline, engine)
+        with_health(table_runs, lambda sql: data_api.query(session, sql, name), pipeline, engine)
     else:
         mode = "redshift_connector"
         wh = connect(settings.dsn)
@@ -325,7 +339,7 @@ def handler(event: Any, context: Any) -> dict:
             runs = [r for r, _ in results]
             details = [{"attempts": n, "api_retries": 0, "statement_id": None} for _, n in results]
             table_runs = [{**run.as_dict(), **extra} for run, extra in zip(runs, details)]
-            with_freshness(table_runs, wh.query, pipeline, wh.dialect.bind_schema(pipeline.schema))
+            with_health(table_runs, wh.query, pipeline, wh.dialect.bind_schema(pipeline.schema))
         finally:
             wh.close()
 

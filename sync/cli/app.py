@@ -242,6 +242,7 @@ def sync_cmd(
             # One CALL cannot report as it goes: a spinner (on a terminal) names the table.
             with err_console.status(f"syncing {name} ({i}/{len(names)})", spinner="dots"):
                 runs.append(sync_table(wh, pipeline, name))
+        print_run_warnings(wh, pipeline, names)
         # Retention after a clean run only: a failed call may have left the connection broken.
         pruned = None
         if all(r.status == "ok" for r in runs):
@@ -270,6 +271,7 @@ def status(
 ) -> None:
     """Watermarks, pending records, last run, lag, waiting quarantine and current schema drift per table."""
     from sync.operations.freshness import table_freshness
+    from sync.operations.ordering import ordering_breaks
     from sync.operations.recovery import regression_warnings
     from sync.operations.runner import status as run_status
 
@@ -277,8 +279,13 @@ def status(
     try:
         rows = run_status(wh, pipeline)
         deployed = [s.table for s in rows if s.deployed]
-        warnings = list(regression_warnings(wh, pipeline, deployed))
-        fresh = table_freshness(wh.query, wh.dialect.bind_schema(pipeline.schema), pipeline, deployed)
+        d = wh.dialect.bind_schema(pipeline.schema)
+        breaks = {b.table: b for b in ordering_breaks(wh.query, d, pipeline, deployed)}
+        warnings = [
+            *regression_warnings(wh, pipeline, deployed),
+            *(b.message() for b in breaks.values()),
+        ]
+        fresh = table_freshness(wh.query, d, pipeline, deployed)
     finally:
         wh.close()
     by_table = {f.table: f.as_dict() for f in fresh}
@@ -288,6 +295,7 @@ def status(
                 {
                     **r.as_dict(),
                     "freshness": by_table.get(r.table),
+                    "ordering_break": breaks[r.table].as_dict() if r.table in breaks else None,
                     "warnings": [w for w in warnings if w.startswith(f"{r.table}:")],
                 }
                 for r in rows
@@ -671,6 +679,22 @@ def print_regression_warnings(wh: Warehouse, pipeline: Pipeline, tables: list[st
         err_console.print(f"[yellow]warning:[/yellow] {line}", highlight=False, soft_wrap=True)
 
 
+def print_run_warnings(wh: Warehouse, pipeline: Pipeline, tables: list[str]) -> None:
+    """After the runs, on stderr: tables whose last runs found every record stale (an
+    ordering break)."""
+    from sync.operations.ordering import ordering_breaks
+
+    d = wh.dialect.bind_schema(pipeline.schema)
+    lines = []
+    for what, check in (("ordering breaks", ordering_breaks),):
+        try:
+            lines += [found.message() for found in check(wh.query, d, pipeline, tables)]
+        except WarehouseError as exc:  # a check must not hide the runs' own summary
+            lines.append(f"could not check for {what}: {exc}")
+    for line in lines:
+        err_console.print(f"[yellow]warning:[/yellow] {line}", highlight=False, soft_wrap=True)
+
+
 YesOpt = Annotated[bool, typer.Option("--yes", help="Do it (without --yes: say what it would change, and change nothing).")]
 
 
@@ -688,22 +712,40 @@ def run_recovery(command: Callable[..., Any], table: str, yes: bool, config: Pat
 @handle_errors
 def reset_positions(
     table: Annotated[str, typer.Option("--table", "-t", help="Pipeline table whose stored source positions are cleared.")],
+    reread_from: Annotated[
+        Optional[str],
+        typer.Option(
+            "--reread-from",
+            help="A watermark (partition:offset,...; `status` prints it): the next sync reads again the records after it, "
+            "which the stored positions made stale.",
+        ),
+    ] = None,
     yes: YesOpt = False,
     config: ConfigOpt = None,
     dsn: DsnOpt = None,
 ) -> None:
     """After a MySQL failover, RESET MASTER or a restore of the source database: clear the stored source positions so that new events apply."""
+    from functools import partial
+
+    from sync.operations.recovery import parse_watermark
     from sync.operations.recovery import reset_positions as run_reset
 
-    result = run_recovery(run_reset, table, yes, config, dsn)
+    reread = parse_watermark(reread_from) if reread_from is not None else None
+    if reread_from is not None and not reread:
+        raise CliError(f"--reread-from {reread_from!r} is not a watermark like 0:17,1:5 (partition:offset, comma-separated)")
+    result = run_recovery(partial(run_reset, reread_from=reread), table, yes, config, dsn)
     what = f"{result.target_rows} row(s) of {table}" + (
         f" and {result.deleted_keys} deleted key(s)" if result.deleted_keys is not None else ""
     )
     if result.applied:
-        console.print(f"cleared the stored source positions of {what}; logged as reset-positions", highlight=False)
+        again = f"; the next sync reads again the records after {reread_from}" if reread else ""
+        console.print(
+            f"cleared the stored source positions of {what}{again}; logged as reset-positions", highlight=False, soft_wrap=True
+        )
         return
+    again = f", and moves the watermark back so that the next sync reads again the records after {reread_from}" if reread else ""
     raise CliError(
-        f"reset-positions clears the stored source positions of {what}, so that events whose positions "
+        f"reset-positions clears the stored source positions of {what}{again}, so that events whose positions "
         "restarted lower (a MySQL failover, RESET MASTER) are no longer stale.\n"
         "Risk: until a key stores a new position, a replay of an older event of it (a restarted connector "
         "re-sending what it sent before) overwrites its newer row.\n"
