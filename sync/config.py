@@ -172,6 +172,10 @@ class TableConfig(_Model):
     distkey: str | None = None
     sortkey: list[str] = []
     columns: list[ColumnConfig]
+    # Gaps in the topic's offsets that lose no record: "transaction-markers" (an exactly-once
+    # producer's commit marker, one offset per transaction), "compacted" (cleanup.policy =
+    # compact: any gap). How the tool reads the topic, not what it deploys: revisions leave it out.
+    offset_gaps: Annotated[Literal["none", "transaction-markers", "compacted"], Field(exclude=True)] = "none"
 
     @field_validator("name")
     @classmethod

@@ -377,6 +377,7 @@ BREAK = {"message": "t: ordering break: ... Run `redshift-sync reset-positions -
         ({"freshness": STALLED}, "HeartbeatAlarm", "HeartbeatAgeSeconds", 12.0, "420"),
         ({"freshness": STALLED}, "StalledAlarm", "Stalled", 1, 1),
         ({"ordering_break": BREAK}, "OrderingBreakAlarm", "OrderingBreak", 1, 1),
+        ({"lost_records": [{"missing": 5, "message": "t: records lost"}] * 2}, "RecordsLostAlarm", "RecordsLost", 10, 1),
     ],
 )
 def test_the_health_alarms_and_widgets_watch_the_handlers_metrics(found, alarm, metric, value, threshold):
@@ -396,7 +397,7 @@ def test_the_health_properties_of_a_metric_line():
     assert (line["freshness"], line["CaptureDown"], line["WaitingSeconds"]) == ("stalled", 0, 900.0)
     assert "reset-positions --table t" in line["ordering_break"]
     quiet = lambda_handler.metric_line(QUIET_RUN, "NS", 0)  # no [heartbeat], no check: no metric
-    assert not {"HeartbeatAgeSeconds", "Stalled", "OrderingBreak"} & set(quiet)
+    assert not {"HeartbeatAgeSeconds", "Stalled", "OrderingBreak", "RecordsLost"} & set(quiet)
 
 
 def resolved_policies() -> list[tuple[str, dict]]:

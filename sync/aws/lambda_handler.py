@@ -36,6 +36,7 @@ from sync.aws.retry import RetryPolicy
 from sync.config import CONFIG_ENV_VAR, ConfigError, Pipeline, load_pipeline
 from sync.operations.freshness import STALLED_STATES, Freshness, table_freshness
 from sync.operations.isolation import is_data_error
+from sync.operations.loss import lost_records
 from sync.operations.ordering import ordering_breaks
 from sync.operations.runner import RunSummary, selected_tables, sync_table, unfinished_summary
 from sync.sql.dialect import dialect_for
@@ -215,6 +216,7 @@ def metric_line(run: dict, namespace: str, timestamp_ms: int) -> dict:
         "LagSeconds": (run["lag_seconds"], "Seconds"),
         **freshness_metrics(run.get("freshness")),
         "OrderingBreak": (None if "ordering_break" not in run else int(run["ordering_break"] is not None), "Count"),
+        "RecordsLost": (None if "lost_records" not in run else sum(g["missing"] for g in run["lost_records"]), "Count"),
     }
     present = {name: vu for name, vu in values.items() if vu[0] is not None}
     line: dict[str, Any] = {
@@ -237,6 +239,8 @@ def metric_line(run: dict, namespace: str, timestamp_ms: int) -> dict:
         line["freshness"] = run["freshness"]["state"]
     if run.get("ordering_break"):
         line["ordering_break"] = run["ordering_break"]["message"]
+    if run.get("lost_records"):
+        line["lost_records"] = [g["message"] for g in run["lost_records"]]
     return line
 
 
@@ -255,10 +259,19 @@ def freshness_metrics(freshness: dict | None) -> dict[str, tuple[Any, str]]:
     }
 
 
+def _by_table(tables: list[str], found: list[Any]) -> dict[str, list[dict]]:
+    """Each table's findings, an empty list for a table checked with none."""
+    out: dict[str, list[dict]] = {t: [] for t in tables}
+    for item in found:
+        out[item.table].append(item.as_dict())
+    return out
+
+
 def with_health(table_runs: list[dict], query: Callable[[str], list[tuple]], pipeline: Pipeline, dialect: Any) -> None:
-    """Adds to each table's run, after the calls: its freshness ([heartbeat]) and whether
-    its last runs found every record stale (`ordering_break`: the check ran, None or the
-    break). A check that cannot be read is logged, never a failed invocation."""
+    """Adds to each table's run, after the calls: its freshness ([heartbeat]), whether its
+    last runs found every record stale (`ordering_break`: None or the break), and the
+    offsets its view never held (`lost_records`, unless its topic is compacted). A check
+    that cannot be read is logged, never a failed invocation."""
     tables = [r["table"] for r in table_runs]
     checks = {
         "freshness": lambda: {f.table: f.as_dict() for f in table_freshness(query, dialect, pipeline, tables)},
@@ -266,6 +279,9 @@ def with_health(table_runs: list[dict], query: Callable[[str], list[tuple]], pip
             **{t: None for t in tables if pipeline.table(t).order_by != "kafka"},
             **{b.table: b.as_dict() for b in ordering_breaks(query, dialect, pipeline, tables)},
         },
+        "lost_records": lambda: _by_table(
+            [t for t in tables if pipeline.table(t).offset_gaps != "compacted"], lost_records(query, dialect, pipeline, tables)
+        ),
     }
     for key, check in checks.items():
         try:

@@ -271,6 +271,7 @@ def status(
 ) -> None:
     """Watermarks, pending records, last run, lag, waiting quarantine and current schema drift per table."""
     from sync.operations.freshness import table_freshness
+    from sync.operations.loss import lost_records
     from sync.operations.ordering import ordering_breaks
     from sync.operations.recovery import regression_warnings
     from sync.operations.runner import status as run_status
@@ -281,9 +282,11 @@ def status(
         deployed = [s.table for s in rows if s.deployed]
         d = wh.dialect.bind_schema(pipeline.schema)
         breaks = {b.table: b for b in ordering_breaks(wh.query, d, pipeline, deployed)}
+        lost = lost_records(wh.query, d, pipeline, deployed)
         warnings = [
             *regression_warnings(wh, pipeline, deployed),
             *(b.message() for b in breaks.values()),
+            *(gap.message() for gap in lost),
         ]
         fresh = table_freshness(wh.query, d, pipeline, deployed)
     finally:
@@ -296,6 +299,7 @@ def status(
                     **r.as_dict(),
                     "freshness": by_table.get(r.table),
                     "ordering_break": breaks[r.table].as_dict() if r.table in breaks else None,
+                    "lost_records": [gap.as_dict() for gap in lost if gap.table == r.table],
                     "warnings": [w for w in warnings if w.startswith(f"{r.table}:")],
                 }
                 for r in rows
@@ -681,12 +685,13 @@ def print_regression_warnings(wh: Warehouse, pipeline: Pipeline, tables: list[st
 
 def print_run_warnings(wh: Warehouse, pipeline: Pipeline, tables: list[str]) -> None:
     """After the runs, on stderr: tables whose last runs found every record stale (an
-    ordering break)."""
+    ordering break), and records lost before they were read."""
+    from sync.operations.loss import lost_records
     from sync.operations.ordering import ordering_breaks
 
     d = wh.dialect.bind_schema(pipeline.schema)
     lines = []
-    for what, check in (("ordering breaks", ordering_breaks),):
+    for what, check in (("ordering breaks", ordering_breaks), ("records lost before they were read", lost_records)):
         try:
             lines += [found.message() for found in check(wh.query, d, pipeline, tables)]
         except WarehouseError as exc:  # a check must not hide the runs' own summary
