@@ -33,6 +33,7 @@ GOLDEN_TESTS = [
     "tests/test_backfill_sql.py",
     "tests/test_column_fill.py",
     "tests/test_freshness.py",
+    "tests/test_cost.py",
 ]
 
 

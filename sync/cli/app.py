@@ -13,7 +13,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from sync.cli.report import print_backfill, print_freshness, print_pruned, print_reconcile, print_runs, print_status
+from sync.cli.report import print_backfill, print_cost, print_freshness, print_pruned, print_reconcile, print_runs, print_status
 from sync.config import ConfigError, Pipeline, load_pipeline
 from sync.warehouse import Warehouse, WarehouseError, connect
 
@@ -270,6 +270,7 @@ def status(
     as_json: Annotated[bool, typer.Option("--json", help="Print the status as JSON.")] = False,
 ) -> None:
     """Watermarks, pending records, last run, lag, waiting quarantine and current schema drift per table."""
+    from sync.operations.cost import call_durations, statement_time
     from sync.operations.freshness import table_freshness
     from sync.operations.loss import lost_records
     from sync.operations.ordering import ordering_breaks
@@ -289,6 +290,8 @@ def status(
             *(gap.message() for gap in lost),
         ]
         fresh = table_freshness(wh.query, d, pipeline, deployed)
+        durations = call_durations(wh.query, d, pipeline, deployed)
+        statements = statement_time(wh.query, d, pipeline, deployed)
     finally:
         wh.close()
     by_table = {f.table: f.as_dict() for f in fresh}
@@ -300,6 +303,8 @@ def status(
                     "freshness": by_table.get(r.table),
                     "ordering_break": breaks[r.table].as_dict() if r.table in breaks else None,
                     "lost_records": [gap.as_dict() for gap in lost if gap.table == r.table],
+                    "call_seconds": durations[r.table].as_dict() if r.table in durations else None,
+                    "statement_seconds": statements[r.table].as_dict() if statements and r.table in statements else None,
                     "warnings": [w for w in warnings if w.startswith(f"{r.table}:")],
                 }
                 for r in rows
@@ -308,6 +313,7 @@ def status(
         return
     print_status(rows, console)
     print_freshness(fresh, console)
+    print_cost(durations, statements, console)
     for line in warnings:
         console.print(f"  [yellow]{line}[/yellow]", highlight=False, soft_wrap=True)
 

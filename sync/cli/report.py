@@ -130,6 +130,26 @@ def print_freshness(rows: list[Any], out: Console) -> None:
     out.print(grid)
 
 
+def print_cost(durations: dict[str, Any], statements: dict[str, Any] | None, out: Console) -> None:
+    """Per table: its recent CALL durations (run log) and, on Redshift, the time its
+    statements ran and queued (SYS_QUERY_HISTORY)."""
+    if not durations:
+        return
+    grid = Table(title="cost", title_justify="left")
+    columns = ["table", "runs", "CALL p50", "CALL p95", "since"]
+    if statements is not None:
+        columns += ["CALLs (24 h)", "statements ran", "queued"]
+    for col in columns:
+        grid.add_column(col, justify="left" if col in ("table", "since") else "right")
+    for table, c in durations.items():
+        row = [table, str(c.runs), readable_seconds(c.p50_seconds), readable_seconds(c.p95_seconds), (c.since or "-")[:19]]
+        if statements is not None:
+            st = statements[table]
+            row += [str(st.calls), readable_seconds(st.execution_seconds), readable_seconds(st.queue_seconds)]
+        grid.add_row(*row)
+    out.print(grid)
+
+
 def print_backfill(result: Any, table: str, out: Console) -> None:
     """The counts of one backfill, its notes and a sample of the rows it rejected."""
     grid = Table(title=f"backfill {table}", title_justify="left")
