@@ -42,7 +42,7 @@ from sync.operations.freshness import (
     refresh_ages_sql,
     table_freshness,
 )
-from sync.operations.runner import deploy, sync
+from sync.operations.runner import deploy, heartbeat_prune_sql, prune, sync
 from sync.schema.plan import plan_revision
 from sync.schema.state import state_for, warehouse_model
 from sync.sql.dialect import dialect_for
@@ -241,3 +241,20 @@ def test_the_state_follows_the_heartbeat_first(heartbeat_age, hb_refresh, refres
         assert state in STALLED_STATES
     elif state == Freshness.IDLE:
         assert pending == 0 and (event_age is None or event_age > 300)
+
+
+def test_prune_stream_keeps_the_newest_heartbeat_and_refresh(hb, tmp_path):
+    wh, pipeline, _ = hb
+    ingest_file(wh, pipeline, None, write_heartbeats(tmp_path / "hb1.jsonl", [30, 20, 10]))
+    ingest_file(wh, pipeline, None, write_heartbeats(tmp_path / "hb2.jsonl", [5], first_offset=3))
+    wh.execute(f"UPDATE cdc.{HEARTBEAT_STREAM} SET refresh_time = refresh_time - INTERVAL '40 days'")
+    wh.execute("UPDATE cdc.sync_mv_refresh_history SET end_time = end_time - INTERVAL '40 days'")
+    result = prune(wh, pipeline, stream=True)
+    assert result.heartbeat == 3
+    assert wh.query(f"SELECT kafka_offset FROM cdc.{HEARTBEAT_STREAM}") == [(3,)]
+    assert wh.query("SELECT mv_name, COUNT(*) FROM cdc.sync_mv_refresh_history GROUP BY 1") == [(HEARTBEAT_STREAM, 1)]
+    (customer,) = table_freshness(wh.query, wh.dialect, pipeline, ["customer"])
+    assert 4 < customer.source_alive_seconds < 300
+    redshift = heartbeat_prune_sql(pipeline, dialect_for("redshift", "cdc"), "GETDATE() - INTERVAL '30 days'")
+    (statement,) = redshift  # Redshift keeps its own refresh history
+    assert sqlglot.parse_one(statement, read="redshift").key == "delete"

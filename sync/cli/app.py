@@ -503,6 +503,8 @@ def prune_cmd(
     )
     for table, count in pruned.stream.items():
         console.print(f"  stream of {table}: {count} record(s) already read and superseded", highlight=False)
+    if pruned.heartbeat is not None:
+        console.print(f"  heartbeat stream: {pruned.heartbeat} record(s) older than the newest", highlight=False)
 
 
 quarantine_app = typer.Typer(

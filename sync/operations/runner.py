@@ -11,7 +11,7 @@ from sync.config import Pipeline, TableConfig
 from sync.operations.isolation import CallFailed, Isolation, is_data_error, isolate
 from sync.sql import schemas
 from sync.sql.dialect import PostgresDialect, quote_ident, quote_literal
-from sync.sql.names import QUARANTINE, RUN_LOG, SCHEMA_DRIFT, table_names
+from sync.sql.names import HEARTBEAT_STREAM, QUARANTINE, REFRESH_HISTORY, RUN_LOG, SCHEMA_DRIFT, table_names
 from sync.sql.objects import SqlObject, pipeline_objects
 from sync.sql.procedure import pending_condition
 from sync.warehouse import Warehouse, WarehouseError
@@ -323,6 +323,7 @@ class PruneResult:
     schema_drift: int
     quarantine: int
     stream: dict[str, int] = field(default_factory=dict)  # table -> stream records deleted (prune --stream)
+    heartbeat: int | None = None  # heartbeat records deleted (prune --stream with [heartbeat])
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -346,6 +347,26 @@ def stream_prune_sql(pipeline: Pipeline, table: TableConfig, d: PostgresDialect,
     )
 
 
+def heartbeat_prune_sql(pipeline: Pipeline, d: PostgresDialect, cutoff: str) -> list[str]:
+    """The heartbeat records refreshed before the cutoff but each partition's newest (its
+    age is all freshness reads), and locally the refreshes `ingest` recorded before the
+    cutoff but each relation's newest. Nothing without [heartbeat]."""
+    if pipeline.heartbeat is None:
+        return []
+    hb = d.qualified(pipeline.schema, HEARTBEAT_STREAM)
+    statements = [
+        f"DELETE FROM {hb}\nWHERE {hb}.refresh_time < {cutoff}\n"
+        f"  AND {hb}.kafka_offset < (SELECT MAX(h.kafka_offset) FROM {hb} h WHERE h.kafka_partition = {hb}.kafka_partition)"
+    ]
+    if not d.streaming_ingestion:  # Redshift keeps its own SYS_MV_REFRESH_HISTORY
+        rh = d.qualified(pipeline.schema, REFRESH_HISTORY)
+        statements.append(
+            f"DELETE FROM {rh}\nWHERE {rh}.end_time < {cutoff}\n"
+            f"  AND {rh}.end_time < (SELECT MAX(r.end_time) FROM {rh} r WHERE r.mv_name = {rh}.mv_name)"
+        )
+    return statements
+
+
 def prune(wh: Warehouse, pipeline: Pipeline, days: int | None = None, stream: bool = False) -> PruneResult:
     """Delete control-table rows older than the retention (`[operations] retention_days`):
     run-log rows (each table keeps its newest, which `status` shows), schema-drift rows,
@@ -367,4 +388,5 @@ def prune(wh: Warehouse, pipeline: Pipeline, days: int | None = None, stream: bo
         streams = (
             {t.name: max(wh.execute(stream_prune_sql(pipeline, t, d, cutoff)), 0) for t in pipeline.tables} if stream else {}
         )
-    return PruneResult(days, max(run_log, 0), max(drift, 0), max(quarantine, 0), streams)
+        beats = [max(wh.execute(sql), 0) for sql in heartbeat_prune_sql(pipeline, d, cutoff)] if stream else []
+    return PruneResult(days, max(run_log, 0), max(drift, 0), max(quarantine, 0), streams, beats[0] if beats else None)
