@@ -34,6 +34,8 @@ GOLDEN_TESTS = [
     "tests/test_backfill_sql.py",
     "tests/test_column_fill.py",
     "tests/test_conflict_matrix.py",
+    "tests/test_freshness.py",
+    "tests/test_cost.py",
 ]
 
 

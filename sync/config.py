@@ -40,7 +40,7 @@ COLUMN_ORDER = re.compile(r"^column:([^\W\d][\w$]*)$")
 ORDER_COLUMN_FAMILIES = ("timestamp", "timestamptz", "date", "smallint", "integer", "bigint", "char", "varchar")
 
 # Names the generator uses for its own objects; a table may not take them.
-RESERVED_TABLE_NAMES = {"sync_run_log", "sync_quarantine", "sync_schema_drift", "alembic_version"}
+RESERVED_TABLE_NAMES = {"sync_run_log", "sync_quarantine", "sync_schema_drift", "sync_mv_refresh_history", "alembic_version"}
 METADATA_PREFIX = "_"
 
 
@@ -179,6 +179,10 @@ class TableConfig(_Model):
     distkey: str | None = None
     sortkey: list[str] = []
     columns: list[ColumnConfig]
+    # Gaps in the topic's offsets that lose no record: "transaction-markers" (an exactly-once
+    # producer's commit marker, one offset per transaction), "compacted" (cleanup.policy =
+    # compact: any gap). How the tool reads the topic, not what it deploys: revisions leave it out.
+    offset_gaps: Annotated[Literal["none", "transaction-markers", "compacted"], Field(exclude=True)] = "none"
 
     @field_validator("name")
     @classmethod
@@ -322,6 +326,9 @@ class OperationsSection(_Model):
     # Attempts of a transaction stopped by a serialization conflict (Redshift error 1023,
     # SQLSTATE 40001) before the command fails; 1 turns retrying off.
     conflict_attempts: Annotated[int, Field(ge=1, le=20)] = 4
+    # A table whose runs read records and applied none, every one older than what is stored,
+    # this many runs in a row, is reported as an ordering break (reset-positions).
+    ordering_break_runs: Annotated[int, Field(ge=1, le=1000)] = 3
 
 
 # Sections outside the warehouse model (see schema_state: revisions do not record them).
@@ -342,10 +349,30 @@ class BackfillSection(_Model):
         return v
 
 
+class HeartbeatSection(_Model):
+    """`[heartbeat]`: the connector's heartbeat topic (Debezium's `heartbeat.interval.ms`
+    sends to `__debezium-heartbeat.<topic.prefix>` by default); the generator makes its
+    stream relation, and `status` and the Lambda tell an idle table from a dead connector."""
+
+    topic: str
+    # A heartbeat older than this means capture is down; a table whose records have waited
+    # longer (or whose view has not refreshed for this long while the heartbeat's did) is
+    # stalled. How the tool reads the heartbeat, not what it deploys: revisions leave it out.
+    stale_after_seconds: Annotated[int, Field(ge=1, le=86400 * 7, exclude=True)] = 300
+
+    @field_validator("topic")
+    @classmethod
+    def _topic(cls, v: str) -> str:
+        if not TOPIC.match(v):
+            raise ValueError(f"topic {v!r} is not a Kafka topic name ([A-Za-z0-9._-], 1-249 characters)")
+        return v
+
+
 class Pipeline(_Model):
     pipeline: PipelineSection = PipelineSection()
     operations: OperationsSection = OperationsSection()
     source: SourceSection
+    heartbeat: HeartbeatSection | None = None
     # Not part of the warehouse model (recorded revision states leave it out).
     backfill: Annotated[BackfillSection, Field(exclude=True)] = BackfillSection()
     tables: list[TableConfig]
@@ -362,6 +389,8 @@ class Pipeline(_Model):
         dupe_topics = sorted({n for n in topics if topics.count(n) > 1})
         if dupe_topics:
             raise ValueError(f"tables: topic {', '.join(dupe_topics)} used by more than one table")
+        if self.heartbeat is not None and self.heartbeat.topic in topics:
+            raise ValueError(f"heartbeat: topic {self.heartbeat.topic!r} is a table's topic")
         return self
 
     @property

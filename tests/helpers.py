@@ -10,7 +10,9 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from sync.aws import lambda_handler
 from sync.config import Pipeline, parse_pipeline
+from sync.local.data_api import LocalDataApi
 from sync.local.stream import IngestResult, ingest_records, parse_line
 from sync.operations.runner import RunSummary, sync
 from sync.warehouse import Warehouse, connect
@@ -111,3 +113,28 @@ def fail_first_writes(wh: Warehouse, relation: str, times: int) -> None:
         f"CREATE TRIGGER inject_conflict BEFORE INSERT OR UPDATE OR DELETE ON {relation} "
         "FOR EACH STATEMENT EXECUTE FUNCTION public.inject_conflict()"
     )
+
+
+def local_lambda(monkeypatch: Any, config: Path, dsn: str) -> None:
+    """The Lambda handler set to run `config` through the local Data API on `dsn`: short
+    polls and timeouts, one attempt per table."""
+    settings = {
+        "REDSHIFT_SYNC_CONFIG": str(config),
+        "REDSHIFT_SYNC_WORKGROUP": "local",
+        "REDSHIFT_SYNC_POLL_SECONDS": "0.05",
+        "REDSHIFT_SYNC_DEADLINE_MARGIN_SECONDS": "2",
+        "REDSHIFT_SYNC_CONNECT_TIMEOUT_SECONDS": "0.2",
+        "REDSHIFT_SYNC_READ_TIMEOUT_SECONDS": "0.5",
+        "REDSHIFT_SYNC_SDK_ATTEMPTS": "1",
+        "REDSHIFT_SYNC_MIN_CALL_SECONDS": "0",
+        "REDSHIFT_SYNC_MAX_ATTEMPTS": "1",
+    }
+    for name, value in settings.items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.delenv("REDSHIFT_SYNC_DSN", raising=False)
+    monkeypatch.setattr(lambda_handler, "client_factory", lambda timeouts: LocalDataApi(dsn))
+
+
+def metric_lines(out: str) -> dict[str, dict]:
+    """The handler's Embedded Metric Format lines in `out`, by table."""
+    return {line["Table"]: line for line in map(json.loads, out.splitlines()) if "_aws" in line}

@@ -34,8 +34,12 @@ from typing import Any
 from sync.aws import data_api
 from sync.config import CONFIG_ENV_VAR, ConfigError, Pipeline, load_pipeline
 from sync.operations.conflicts import RetryPolicy
+from sync.operations.freshness import STALLED_STATES, Freshness, table_freshness
 from sync.operations.isolation import is_data_error
+from sync.operations.loss import lost_records
+from sync.operations.ordering import ordering_breaks
 from sync.operations.runner import RunSummary, selected_tables, sync_table, unfinished_summary
+from sync.sql.dialect import dialect_for
 from sync.warehouse import DSN_ENV_VAR, Warehouse, connect
 
 # The pipeline file sits at the root of the zip, next to the package.
@@ -205,6 +209,9 @@ def metric_line(run: dict, namespace: str, timestamp_ms: int) -> dict:
         "ApiRetries": (run.get("api_retries"), "Count"),
         "DurationSeconds": (round(run["duration_seconds"], 3), "Seconds"),
         "LagSeconds": (run["lag_seconds"], "Seconds"),
+        **freshness_metrics(run.get("freshness")),
+        "OrderingBreak": (None if "ordering_break" not in run else int(run["ordering_break"] is not None), "Count"),
+        "RecordsLost": (None if "lost_records" not in run else sum(g["missing"] for g in run["lost_records"]), "Count"),
     }
     present = {name: vu for name, vu in values.items() if vu[0] is not None}
     line: dict[str, Any] = {
@@ -223,7 +230,63 @@ def metric_line(run: dict, namespace: str, timestamp_ms: int) -> dict:
     }
     line.update({name: value for name, (value, _) in present.items()})
     line.update({k: run[k] for k in ("status", "error", "watermark_after", "statement_id") if run.get(k) is not None})
+    if run.get("freshness"):
+        line["freshness"] = run["freshness"]["state"]
+    if run.get("ordering_break"):
+        line["ordering_break"] = run["ordering_break"]["message"]
+    if run.get("lost_records"):
+        line["lost_records"] = [g["message"] for g in run["lost_records"]]
     return line
+
+
+def freshness_metrics(freshness: dict | None) -> dict[str, tuple[Any, str]]:
+    """A table's freshness ([heartbeat]) as metrics: the heartbeat's age, how long its
+    oldest record has waited, and 1/0 for stalled (source alive, data not moving) and
+    capture down."""
+    if not freshness:
+        return {}
+    state = Freshness(freshness["state"])
+    return {
+        "HeartbeatAgeSeconds": (freshness["source_alive_seconds"], "Seconds"),
+        "WaitingSeconds": (freshness["lag_seconds"], "Seconds"),
+        "Stalled": (1 if state in STALLED_STATES else 0, "Count"),
+        "CaptureDown": (1 if state == Freshness.CAPTURE_DOWN else 0, "Count"),
+    }
+
+
+def _by_table(tables: list[str], found: list[Any]) -> dict[str, list[dict]]:
+    """Each table's findings, an empty list for a table checked with none."""
+    out: dict[str, list[dict]] = {t: [] for t in tables}
+    for item in found:
+        out[item.table].append(item.as_dict())
+    return out
+
+
+def with_health(table_runs: list[dict], query: Callable[[str], list[tuple]], pipeline: Pipeline, dialect: Any) -> None:
+    """Adds to each table's run, after the calls: its freshness ([heartbeat]), whether its
+    last runs found every record stale (`ordering_break`: None or the break), and the
+    offsets its view never held (`lost_records`, unless its topic is compacted). A check
+    that cannot be read is logged, never a failed invocation."""
+    tables = [r["table"] for r in table_runs]
+    checks = {
+        "freshness": lambda: {f.table: f.as_dict() for f in table_freshness(query, dialect, pipeline, tables)},
+        "ordering_break": lambda: {
+            **{t: None for t in tables if pipeline.table(t).order_by != "kafka"},
+            **{b.table: b.as_dict() for b in ordering_breaks(query, dialect, pipeline, tables)},
+        },
+        "lost_records": lambda: _by_table(
+            [t for t in tables if pipeline.table(t).offset_gaps != "compacted"], lost_records(query, dialect, pipeline, tables)
+        ),
+    }
+    for key, check in checks.items():
+        try:
+            found = check()
+        except Exception as exc:  # DataApiError, warehouse errors: the sync itself is done
+            print(json.dumps({"warning": f"{key.replace('_', ' ')} could not be read: {exc}"}), flush=True)
+            continue
+        for run in table_runs:
+            if run["table"] in found:
+                run[key] = found[run["table"]]
 
 
 def run_line(table_runs: list[dict], remaining_ms: int) -> dict:
@@ -279,19 +342,24 @@ def handler(event: Any, context: Any) -> dict:
             }
             for t in tables
         ]
+        table_runs = [{**run.as_dict(), **extra} for run, extra in zip(runs, details)]
+        name = f"redshift-sync.{pipeline.schema}.health"
+        engine = dialect_for(getattr(session.client, "engine_dialect", "redshift"), pipeline.schema)
+        with_health(table_runs, lambda sql: data_api.query(session, sql, name), pipeline, engine)
     else:
         mode = "redshift_connector"
         wh = connect(settings.dsn)
         try:
             runs = sync_with_connector(wh, pipeline, tables, settings, remaining_ms)
+            details = [
+                {"attempts": 0 if r.status == data_api.NOT_STARTED else 1 + r.retries, "api_retries": 0, "statement_id": None}
+                for r in runs
+            ]
+            table_runs = [{**run.as_dict(), **extra} for run, extra in zip(runs, details)]
+            with_health(table_runs, wh.query, pipeline, wh.dialect.bind_schema(pipeline.schema))
         finally:
             wh.close()
-        details = [
-            {"attempts": 0 if r.status == data_api.NOT_STARTED else 1 + r.retries, "api_retries": 0, "statement_id": None}
-            for r in runs
-        ]
 
-    table_runs = [{**run.as_dict(), **extra} for run, extra in zip(runs, details)]
     now_ms = int(time.time() * 1000)
     for run in table_runs:
         print(json.dumps(metric_line(run, settings.namespace, now_ms), default=str), flush=True)

@@ -15,7 +15,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from sync.cli.report import print_backfill, print_pruned, print_reconcile, print_runs, print_status
+from sync.cli.report import print_backfill, print_cost, print_freshness, print_pruned, print_reconcile, print_runs, print_status
 from sync.config import ConfigError, Pipeline, load_pipeline
 from sync.extras import MissingExtra, require_spark
 from sync.resources import relative_to_cwd
@@ -223,21 +223,24 @@ def deploy(
 @app.command()
 @handle_errors
 def ingest(
-    table: Annotated[
-        str, typer.Option("--table", "-t", help="Pipeline table whose stream receives the records.", metavar="TABLE")
-    ],
     file: Annotated[
         Path,
         typer.Option(
             "--file", "-f", help="JSON lines: {partition, offset, timestamp, key, value} or kcat -J output.", metavar="FILE"
         ),
     ],
+    table: Annotated[
+        Optional[str], typer.Option("--table", "-t", help="Pipeline table whose stream receives the records.", metavar="TABLE")
+    ] = None,
+    heartbeat: Annotated[bool, typer.Option("--heartbeat", help="Into the heartbeat topic's stream ([heartbeat]).")] = False,
     config: ConfigOpt = None,
     dsn: DsnOpt = None,
 ) -> None:
-    """Append one refresh of Kafka records to a table's local stream (embedded warehouse)."""
+    """Append one refresh of Kafka records to a table's (or the heartbeat's) local stream (embedded warehouse)."""
     from sync.local.stream import check_events_file, ingest_file
 
+    if (table is None) == (not heartbeat):
+        raise CliError("give either --table TABLE or --heartbeat")
     check_events_file(file)  # a wrong path is the first thing to say, before the warehouse
     pipeline, _, wh = open_checked(config, dsn)
     try:
@@ -245,7 +248,7 @@ def ingest(
     finally:
         wh.close()
     parts = ", ".join(f"partition {p}: offsets {a}-{b}" for p, (a, b) in sorted(result.partitions.items()))
-    console.print(f"ingested {result.records} record(s) into {table} ({parts or 'none'})")
+    console.print(f"ingested {result.records} record(s) into {result.table} ({parts or 'none'})", highlight=False)
     if result.tombstones:
         console.print(f"  {result.tombstones} tombstone(s) (null value)")
     if result.unparseable_values:
@@ -283,6 +286,7 @@ def sync_cmd(
             # One CALL cannot report as it goes: a spinner (on a terminal) names the table.
             with err_console.status(f"syncing {name} ({i}/{len(names)})", spinner="dots"):
                 runs.append(sync_table(wh, pipeline, name))
+        print_run_warnings(wh, pipeline, names)
         # Retention after a clean run only: a failed call may have left the connection broken.
         pruned = None
         if all(r.status == "ok" for r in runs):
@@ -315,6 +319,10 @@ def status(
     as_json: Annotated[bool, typer.Option("--json", help="Print the status as JSON.")] = False,
 ) -> None:
     """Watermarks, pending records, last run, lag, waiting quarantine and current schema drift per table."""
+    from sync.operations.cost import call_durations, statement_time
+    from sync.operations.freshness import table_freshness
+    from sync.operations.loss import lost_records
+    from sync.operations.ordering import ordering_breaks
     from sync.operations.recovery import regression_warnings
     from sync.operations.runner import status as run_status
 
@@ -323,13 +331,40 @@ def status(
         err_console.print(f"warehouse: {wh.where}", style="dim", highlight=False)
     try:
         rows = run_status(wh, pipeline)
-        warnings = list(regression_warnings(wh, pipeline, [s.table for s in rows if s.deployed]))
+        deployed = [s.table for s in rows if s.deployed]
+        d = wh.dialect.bind_schema(pipeline.schema)
+        breaks = {b.table: b for b in ordering_breaks(wh.query, d, pipeline, deployed)}
+        lost = lost_records(wh.query, d, pipeline, deployed)
+        warnings = [
+            *regression_warnings(wh, pipeline, deployed),
+            *(b.message() for b in breaks.values()),
+            *(gap.message() for gap in lost),
+        ]
+        fresh = table_freshness(wh.query, d, pipeline, deployed)
+        durations = call_durations(wh.query, d, pipeline, deployed)
+        statements = statement_time(wh.query, d, pipeline, deployed)
     finally:
         wh.close()
+    by_table = {f.table: f.as_dict() for f in fresh}
     if as_json:
-        print_json([{**r.as_dict(), "warnings": [w for w in warnings if w.startswith(f"{r.table}:")]} for r in rows])
+        print_json(
+            [
+                {
+                    **r.as_dict(),
+                    "freshness": by_table.get(r.table),
+                    "ordering_break": breaks[r.table].as_dict() if r.table in breaks else None,
+                    "lost_records": [gap.as_dict() for gap in lost if gap.table == r.table],
+                    "call_seconds": durations[r.table].as_dict() if r.table in durations else None,
+                    "statement_seconds": statements[r.table].as_dict() if statements and r.table in statements else None,
+                    "warnings": [w for w in warnings if w.startswith(f"{r.table}:")],
+                }
+                for r in rows
+            ]
+        )
         return
     print_status(rows, console)
+    print_freshness(fresh, console)
+    print_cost(durations, statements, console)
     for line in warnings:
         console.print(f"  {line}", style="yellow", highlight=False, soft_wrap=True)
 
@@ -543,6 +578,8 @@ def prune_cmd(
     )
     for table, count in pruned.stream.items():
         console.print(f"  stream of {table}: {count} record(s) already read and superseded", highlight=False)
+    if pruned.heartbeat is not None:
+        console.print(f"  heartbeat stream: {pruned.heartbeat} record(s) older than the newest", highlight=False)
 
 
 quarantine_app = typer.Typer(
@@ -762,6 +799,23 @@ def print_regression_warnings(wh: Warehouse, pipeline: Pipeline, tables: list[st
         warn(line, soft_wrap=True)
 
 
+def print_run_warnings(wh: Warehouse, pipeline: Pipeline, tables: list[str]) -> None:
+    """After the runs, on stderr: tables whose last runs found every record stale (an
+    ordering break), and records lost before they were read."""
+    from sync.operations.loss import lost_records
+    from sync.operations.ordering import ordering_breaks
+
+    d = wh.dialect.bind_schema(pipeline.schema)
+    lines = []
+    for what, check in (("ordering breaks", ordering_breaks), ("records lost before they were read", lost_records)):
+        try:
+            lines += [found.message() for found in check(wh.query, d, pipeline, tables)]
+        except WarehouseError as exc:  # a check must not hide the runs' own summary
+            lines.append(f"could not check for {what}: {exc}")
+    for line in lines:
+        warn(line, soft_wrap=True)
+
+
 YesOpt = Annotated[bool, typer.Option("--yes", help="Do it (without --yes: say what it would change, and change nothing).")]
 
 
@@ -781,22 +835,41 @@ def reset_positions(
     table: Annotated[
         str, typer.Option("--table", "-t", help="Pipeline table whose stored source positions are cleared.", metavar="TABLE")
     ],
+    reread_from: Annotated[
+        Optional[str],
+        typer.Option(
+            "--reread-from",
+            metavar="WATERMARK",
+            help="A watermark (partition:offset,...; `status` prints it): the next sync reads again the records after it, "
+            "which the stored positions made stale.",
+        ),
+    ] = None,
     yes: YesOpt = False,
     config: ConfigOpt = None,
     dsn: DsnOpt = None,
 ) -> None:
     """After a MySQL failover, RESET MASTER or a restore of the source database: clear the stored source positions so that new events apply."""
+    from functools import partial
+
+    from sync.operations.recovery import parse_watermark
     from sync.operations.recovery import reset_positions as run_reset
 
-    result = run_recovery(run_reset, table, yes, config, dsn)
+    reread = parse_watermark(reread_from) if reread_from is not None else None
+    if reread_from is not None and not reread:
+        raise CliError(f"--reread-from {reread_from!r} is not a watermark like 0:17,1:5 (partition:offset, comma-separated)")
+    result = run_recovery(partial(run_reset, reread_from=reread), table, yes, config, dsn)
     what = f"{result.target_rows} row(s) of {table}" + (
         f" and {result.deleted_keys} deleted key(s)" if result.deleted_keys is not None else ""
     )
     if result.applied:
-        console.print(f"cleared the stored source positions of {what}; logged as reset-positions", highlight=False)
+        again = f"; the next sync reads again the records after {reread_from}" if reread else ""
+        console.print(
+            f"cleared the stored source positions of {what}{again}; logged as reset-positions", highlight=False, soft_wrap=True
+        )
         return
+    again = f", and moves the watermark back so that the next sync reads again the records after {reread_from}" if reread else ""
     raise CliError(
-        f"reset-positions clears the stored source positions of {what}, so that events whose positions "
+        f"reset-positions clears the stored source positions of {what}{again}, so that events whose positions "
         "restarted lower (a MySQL failover, RESET MASTER) are no longer stale.\n"
         "Risk: until a key stores a new position, a replay of an older event of it (a restarted connector "
         "re-sending what it sent before) overwrites its newer row.\n"

@@ -9,6 +9,8 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from sync.operations.freshness import Freshness
+
 
 def readable_seconds(seconds: float | None) -> str:
     """A duration as a person reads it: 0.42 s, 12.5 s, 7 min 3 s, 5 h 12 min, 729 d 16 h."""
@@ -58,7 +60,7 @@ def print_runs(runs: list[Any], out: Console, err: Console) -> None:
     for r in runs:
         if r.retries:
             err.print(
-                f"[yellow]{r.table}: {r.retries} transaction(s) stopped by a serialization conflict, run again[/yellow]",
+                Text(f"{r.table}: {r.retries} transaction(s) stopped by a serialization conflict, run again", style="yellow"),
                 highlight=False,
             )
         for error in r.isolated:
@@ -113,6 +115,48 @@ def print_status(rows: list[Any], out: Console) -> None:
         for kind, name, count in s.schema_drift:
             what = "field not in the pipeline file" if kind == "unknown" else "configured field absent from events"
             out.print(f"  {s.table}: {what}: {name} ({count} event(s))", highlight=False)
+
+
+def print_freshness(rows: list[Any], out: Console) -> None:
+    """Per table ([heartbeat]): the state, the heartbeat's age, the newest record, the last
+    run that applied one, and what waits."""
+    if not rows:
+        return
+    grid = Table(title="freshness", title_justify="left")
+    for col in ("table", "state", "heartbeat", "last event", "last applied", "waiting", "lag"):
+        grid.add_column(col, justify="right" if col in ("heartbeat", "waiting", "lag") else "left")
+    for f in rows:
+        colour = "green" if f.state in (Freshness.CURRENT, Freshness.IDLE) else "red"
+        grid.add_row(
+            f.table,
+            Text(str(f.state), style=colour),
+            "never" if f.source_alive_seconds is None else f"{readable_seconds(f.source_alive_seconds)} ago",
+            (f.last_event_at or "never")[:19],
+            (f.last_applied_at or "never")[:19],
+            str(f.pending),
+            readable_seconds(f.lag_seconds),
+        )
+    out.print(grid)
+
+
+def print_cost(durations: dict[str, Any], statements: dict[str, Any] | None, out: Console) -> None:
+    """Per table: its recent CALL durations (run log) and, on Redshift, the time its
+    statements ran and queued (SYS_QUERY_HISTORY)."""
+    if not durations:
+        return
+    grid = Table(title="cost", title_justify="left")
+    columns = ["table", "runs", "CALL p50", "CALL p95", "since"]
+    if statements is not None:
+        columns += ["CALLs (24 h)", "statements ran", "queued"]
+    for col in columns:
+        grid.add_column(col, justify="left" if col in ("table", "since") else "right")
+    for table, c in durations.items():
+        row = [table, str(c.runs), readable_seconds(c.p50_seconds), readable_seconds(c.p95_seconds), (c.since or "-")[:19]]
+        if statements is not None:
+            st = statements[table]
+            row += [str(st.calls), readable_seconds(st.execution_seconds), readable_seconds(st.queue_seconds)]
+        grid.add_row(*row)
+    out.print(grid)
 
 
 def print_backfill(result: Any, table: str, out: Console) -> None:

@@ -21,10 +21,13 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
-from sync.config import Pipeline
-from sync.sql.names import table_names
+from sync.config import ConfigError, Pipeline
+from sync.sql import schemas
+from sync.sql.names import HEARTBEAT_STREAM, REFRESH_HISTORY, table_names
 from sync.warehouse import Warehouse, WarehouseError
 
+# The status SYS_MV_REFRESH_HISTORY gives an incremental refresh (SVL_MV_REFRESH_STATUS).
+REFRESHED = "Refresh successfully updated MV incrementally"
 BIGINT_MAX = 2**63 - 1  # the stream's partition and offset columns
 TIMESTAMP_MIN_MS, TIMESTAMP_MAX_MS = -62_135_596_800_000, 253_402_300_799_999  # 0001-01-01 .. 9999-12-31
 RECORD_KEYS = {"partition", "offset", "timestamp", "key", "value", "headers", "timestamp_type"}
@@ -191,24 +194,33 @@ def read_records(path: Path) -> Iterator[tuple[KafkaRecord, bool]]:
             yield parse_line(line, lineno)
 
 
+def stream_of(pipeline: Pipeline, table_name: str | None) -> tuple[str, str, str]:
+    """(schema, relation, label) of a table's stream, or (None) of the heartbeat topic's."""
+    if table_name is not None:
+        names = table_names(pipeline, pipeline.table(table_name))
+        return names.schema, names.stream, table_name
+    if pipeline.heartbeat is None:
+        raise ConfigError("the pipeline file has no [heartbeat] section: there is no heartbeat stream to ingest into")
+    return pipeline.schema, HEARTBEAT_STREAM, f"the heartbeat ({pipeline.heartbeat.topic})"
+
+
 def ingest_records(
-    wh: Warehouse, pipeline: Pipeline, table_name: str, records: Iterable[tuple[KafkaRecord, bool]]
+    wh: Warehouse, pipeline: Pipeline, table_name: str | None, records: Iterable[tuple[KafkaRecord, bool]]
 ) -> IngestResult:
+    """One refresh of `records` into a table's stream (None: the heartbeat topic's)."""
     if wh.dialect.streaming_ingestion:
         raise WarehouseError(
             "ingest writes the local stream relation of the embedded warehouse; on Redshift the streaming "
             "materialized view reads the topic itself (REFRESH MATERIALIZED VIEW, or AUTO REFRESH YES)"
         )
-    table = pipeline.table(table_name)
-    names = table_names(pipeline, table)
-    if not wh.relation_exists(names.schema, names.stream):
+    schema, name, label = stream_of(pipeline, table_name)
+    if not wh.relation_exists(schema, name):
         raise WarehouseError(
-            f"{names.schema}.{names.stream}, the stream of table {table.name}, does not exist in this database: "
-            "run `redshift-sync deploy` first"
+            f"{schema}.{name}, the stream of {label}, does not exist in this database: run `redshift-sync deploy` first"
         )
     d = wh.dialect
-    stream = d.qualified(names.schema, names.stream)
-    result = IngestResult(table.name)
+    stream = d.qualified(schema, name)
+    result = IngestResult(label)
     with wh.transaction():
         # Serialises writers so offsets and refresh_time increase with commit order;
         # readers (the procedure) are not blocked.
@@ -258,6 +270,13 @@ def ingest_records(
                     min(first, offset),
                     max(result.partitions.get(record.partition, (offset, offset))[1], offset),
                 )
+        if wh.relation_exists(schema, REFRESH_HISTORY):  # a refresh, also one that read nothing
+            values = ", ".join(["%s"] * len(schemas.REFRESH_HISTORY))
+            wh.execute(
+                f"INSERT INTO {d.qualified(schema, REFRESH_HISTORY)} ({', '.join(schemas.names(schemas.REFRESH_HISTORY))}) "
+                f"VALUES ({values})",
+                (schema, name, REFRESHED, refresh_time),
+            )
     return result
 
 
@@ -269,6 +288,7 @@ def check_events_file(path: Path) -> None:
         raise FileNotFoundError(f"events file {str(path)!r} not found")
 
 
-def ingest_file(wh: Warehouse, pipeline: Pipeline, table_name: str, path: Path) -> IngestResult:
+def ingest_file(wh: Warehouse, pipeline: Pipeline, table_name: str | None, path: Path) -> IngestResult:
+    """The file's records into the table's stream relation (None: the heartbeat's)."""
     check_events_file(path)
     return ingest_records(wh, pipeline, table_name, read_records(path))

@@ -18,7 +18,7 @@ from sync.operations.conflicts import (
 from sync.operations.isolation import CallFailed, Isolation, is_data_error, isolate
 from sync.sql import schemas
 from sync.sql.dialect import PostgresDialect, quote_ident, quote_literal
-from sync.sql.names import QUARANTINE, RUN_LOG, SCHEMA_DRIFT, table_names
+from sync.sql.names import HEARTBEAT_STREAM, QUARANTINE, REFRESH_HISTORY, RUN_LOG, SCHEMA_DRIFT, table_names
 from sync.sql.objects import SqlObject, pipeline_objects
 from sync.sql.procedure import pending_condition
 from sync.sql.recovery import lock_sql
@@ -117,15 +117,16 @@ def applied_runs_sql(pipeline: Pipeline, table_name: str, since: str | None) -> 
     )
 
 
-def pending_sql(pipeline: Pipeline, table_name: str) -> str:
-    """How many records the table's next sync reads: the procedure's own pending
-    condition, with its refresh-time bound (v_since) computed from the watermark."""
+def pending_sql(pipeline: Pipeline, table_name: str, select: str = "COUNT(*)") -> str:
+    """`select` over the records the table's next sync reads (the stream `s`; how many, by
+    default): the procedure's own pending condition, with its refresh-time bound (v_since)
+    computed from the watermark."""
     n = table_names(pipeline, pipeline.table(table_name))
     qs = quote_ident(n.schema)
     wm = f"{qs}.{quote_ident(n.watermark)}"
     since = f"(SELECT COALESCE(MAX(last_refresh_time), TIMESTAMP '1900-01-01 00:00:00') FROM {wm})"
     return (
-        f"SELECT COUNT(*) FROM {qs}.{quote_ident(n.stream)} s LEFT JOIN {wm} w "
+        f"SELECT {select} FROM {qs}.{quote_ident(n.stream)} s LEFT JOIN {wm} w "
         f"ON w.kafka_partition = s.kafka_partition WHERE {pending_condition().replace('v_since', since)}"
     )
 
@@ -373,6 +374,7 @@ class PruneResult:
     schema_drift: int
     quarantine: int
     stream: dict[str, int] = field(default_factory=dict)  # table -> stream records deleted (prune --stream)
+    heartbeat: int | None = None  # heartbeat records deleted (prune --stream with [heartbeat])
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -396,6 +398,26 @@ def stream_prune_sql(pipeline: Pipeline, table: TableConfig, d: PostgresDialect,
     )
 
 
+def heartbeat_prune_sql(pipeline: Pipeline, d: PostgresDialect, cutoff: str) -> list[str]:
+    """The heartbeat records refreshed before the cutoff but each partition's newest (its
+    age is all freshness reads), and locally the refreshes `ingest` recorded before the
+    cutoff but each relation's newest. Nothing without [heartbeat]."""
+    if pipeline.heartbeat is None:
+        return []
+    hb = d.qualified(pipeline.schema, HEARTBEAT_STREAM)
+    statements = [
+        f"DELETE FROM {hb}\nWHERE {hb}.refresh_time < {cutoff}\n"
+        f"  AND {hb}.kafka_offset < (SELECT MAX(h.kafka_offset) FROM {hb} h WHERE h.kafka_partition = {hb}.kafka_partition)"
+    ]
+    if not d.streaming_ingestion:  # Redshift keeps its own SYS_MV_REFRESH_HISTORY
+        rh = d.qualified(pipeline.schema, REFRESH_HISTORY)
+        statements.append(
+            f"DELETE FROM {rh}\nWHERE {rh}.end_time < {cutoff}\n"
+            f"  AND {rh}.end_time < (SELECT MAX(r.end_time) FROM {rh} r WHERE r.mv_name = {rh}.mv_name)"
+        )
+    return statements
+
+
 @dataclass(frozen=True)
 class PruneSql:
     """A prune's transactions. Each takes its lock first (docs/redshift.md, "Concurrency
@@ -404,6 +426,7 @@ class PruneSql:
 
     run_log: list[str]
     tables: dict[str, list[str]]
+    heartbeat: list[str]  # prune --stream with [heartbeat]: `heartbeat_prune_sql`
 
 
 def prune_sql(d: PostgresDialect, pipeline: Pipeline, days: int, stream: bool = False) -> PruneSql:
@@ -428,6 +451,7 @@ def prune_sql(d: PostgresDialect, pipeline: Pipeline, days: int, stream: bool = 
             f"  AND run_id NOT IN (SELECT MAX(run_id) FROM {run_log} GROUP BY table_name)",
         ],
         tables,
+        heartbeat_prune_sql(pipeline, d, cutoff) if stream else [],
     )
 
 
@@ -447,4 +471,7 @@ def prune(wh: Warehouse, pipeline: Pipeline, days: int | None = None, stream: bo
         result.quarantine += counts[1]
         if stream:
             result.stream[table] = counts[2]
+    if sql.heartbeat:
+        with wh.transaction():
+            result.heartbeat = [max(wh.execute(statement), 0) for statement in sql.heartbeat][0]
     return result

@@ -23,8 +23,8 @@ from sync.schema.state import State, pipeline_of
 from sync.sql import schemas
 from sync.sql.column_fill import column_fill_sql
 from sync.sql.dialect import PostgresDialect, dialect_for, quote_literal
-from sync.sql.names import table_names
-from sync.sql.objects import SHARED_VIEWS, SqlObject, control_table_sql, pipeline_objects
+from sync.sql.names import SCHEMA_DRIFT, table_names
+from sync.sql.objects import SHARED_VIEWS, SqlObject, control_table_sql, heartbeat_objects, pipeline_objects
 
 SQLALCHEMY_DIALECTS = {"redshift": "redshift", "postgresql": "postgres"}
 
@@ -192,6 +192,15 @@ class Revision:
         for obj in self._objects("after", None, ("function",)):
             self._run(obj.sql)
 
+    def create_heartbeat(self) -> None:
+        """The heartbeat topic's stream relation ([heartbeat] added or its topic changed)."""
+        for obj in heartbeat_objects(self._dialect(self.after), self.after):
+            self._run(obj.sql)
+
+    def drop_heartbeat(self) -> None:
+        for obj in reversed(heartbeat_objects(self._dialect(self.before), self.before)):
+            self._drop(obj)
+
     def recreate_source(self) -> None:
         """Where the warehouse reads the topics itself (Redshift): the external schema
         again, with the streaming MVs of the tables both states have (new and removed
@@ -203,9 +212,9 @@ class Revision:
         for table in common:
             for obj in self._objects("before", table, ("stream",)):
                 self._drop(obj)
-        for obj in self._objects("before", None, ("external_schema",)):
+        for obj in reversed(self._objects("before", None, ("external_schema", "stream"))):  # the heartbeat's too
             self._drop(obj)
-        for obj in self._objects("after", None, ("external_schema",)):
+        for obj in self._objects("after", None, ("external_schema", "stream")):
             self._run(obj.sql)
         for table in common:
             for obj in self._objects("after", table, ("stream",)):

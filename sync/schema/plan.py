@@ -109,6 +109,19 @@ def _source_ops(old: Pipeline, new: Pipeline, plan: RevisionPlan) -> None:
     plan.downgrade += [note, _call("recreate_source")]
 
 
+def _heartbeat_ops(old: Pipeline, new: Pipeline, plan: RevisionPlan) -> None:
+    """[heartbeat] added, removed or pointed at another topic: its stream relation."""
+    before, after = (p.heartbeat.topic if p.heartbeat else None for p in (old, new))
+    if before == after:
+        return
+    if before is not None:
+        plan.upgrade.append(_call("drop_heartbeat"))
+        plan.downgrade.append(_call("create_heartbeat"))
+    if after is not None:
+        plan.upgrade.append(_call("create_heartbeat"))
+        plan.downgrade.insert(0, _call("drop_heartbeat"))
+
+
 def _table_problems(old: TableConfig, new: TableConfig) -> list[str]:
     t = new.name
     problems = []
@@ -262,6 +275,7 @@ def plan_revision(old: State | None, new: State) -> RevisionPlan:
         )
 
     _source_ops(old_p, new_p, plan)
+    _heartbeat_ops(old_p, new_p, plan)
     drifts = drifted_objects(old)
     shared = [d for d in drifts if d.table is None]
     if any(d.kind == "function" for d in shared):

@@ -13,6 +13,10 @@ RUN_LOG = "sync_run_log"
 # write (docs/redshift.md, "Concurrency and isolation").
 QUARANTINE = "sync_quarantine"
 SCHEMA_DRIFT = "sync_schema_drift"
+# The heartbeat topic's stream relation ([heartbeat]); no table name has "__".
+HEARTBEAT_STREAM = "sync_heartbeat__stream"
+# PostgreSQL only: the refreshes `ingest` made, shaped like Redshift's SYS_MV_REFRESH_HISTORY.
+REFRESH_HISTORY = "sync_mv_refresh_history"
 
 
 @dataclass(frozen=True)
