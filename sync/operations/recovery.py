@@ -81,10 +81,12 @@ def reset_positions(
     their first record)."""
     if pipeline.table(table_name).order_by == "kafka":
         raise ConfigError(f'table {table_name!r} has order_by = "kafka": it stores no source positions to reset')
-    return retry_conflicts(conflict_policy(pipeline), lambda: _reset_positions(wh, pipeline, table_name, apply))[0]
+    return retry_conflicts(conflict_policy(pipeline), lambda: _reset_positions(wh, pipeline, table_name, apply, reread_from))[0]
 
 
-def _reset_positions(wh: Warehouse, pipeline: Pipeline, table_name: str, apply: bool) -> PositionReset:
+def _reset_positions(
+    wh: Warehouse, pipeline: Pipeline, table_name: str, apply: bool, reread_from: dict[int, int] | None
+) -> PositionReset:
     with _recovery(wh, pipeline, table_name, apply) as (table, d, started):
         if apply:
             watermark_before = wh.scalar(sql.watermark_text_sql(d, pipeline, table))

@@ -23,7 +23,7 @@ from sync.schema.state import State, pipeline_of
 from sync.sql import schemas
 from sync.sql.column_fill import column_fill_sql
 from sync.sql.dialect import PostgresDialect, dialect_for, quote_literal
-from sync.sql.names import SCHEMA_DRIFT, table_names
+from sync.sql.names import table_names
 from sync.sql.objects import SHARED_VIEWS, SqlObject, control_table_sql, heartbeat_objects, pipeline_objects
 
 SQLALCHEMY_DIALECTS = {"redshift": "redshift", "postgresql": "postgres"}
