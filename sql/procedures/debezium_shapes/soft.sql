@@ -370,8 +370,7 @@ BEGIN
       WHERE s._rn = 1 AND s._action IN ('upsert', 'delete')
         AND EXISTS (SELECT 1 FROM "cdc"."soft__watermark" w WHERE w.kafka_partition = s._kafka_partition AND s._kafka_offset <= w.last_offset)
         AND (EXISTS (SELECT 1 FROM "cdc"."soft" t WHERE t."id" = s."id"
-                AND (t._kafka_partition > s._kafka_partition
-                     OR (t._kafka_partition = s._kafka_partition AND t._kafka_offset > s._kafka_offset))));
+                AND (s._kafka_partition < t._kafka_partition OR (s._kafka_partition = t._kafka_partition AND s._kafka_offset < t._kafka_offset))));
     END IF;
     SELECT COUNT(CASE WHEN _rn = 1 AND _action = 'upsert' THEN 1 END),
            COUNT(CASE WHEN _rn = 1 AND _action = 'delete' THEN 1 END),
