@@ -8,6 +8,8 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
+from sync.operations.unknown_values import UnknownValues
+
 
 def readable_seconds(seconds: float | None) -> str:
     """A duration as a person reads it: 0.42 s, 12.5 s, 7 min 3 s, 5 h 12 min, 729 d 16 h."""
@@ -104,6 +106,8 @@ def print_status(rows: list[Any], out: Console) -> None:
         for kind, name, count in s.schema_drift:
             what = "field not in the pipeline file" if kind == "unknown" else "configured field absent from events"
             out.print(f"  {s.table}: {what}: {name} ({count} event(s))", highlight=False)
+        for column, count in s.unknown_values:
+            out.print(f"  {UnknownValues(s.table, column, count).describe()}", highlight=False)
 
 
 def print_backfill(result: Any, table: str, out: Console) -> None:
