@@ -4,12 +4,15 @@ The stream relation keeps the history of the topic (the streaming MV holds what 
 retains; locally every ingested record). The revision that adds a column reads the row
 images of the key's retained records again and converts the field exactly as the procedure
 does (the same field access, semantic decoding and type conversion). Each stored row takes
-the value of the newest record of its key at or before its position (`_source_pos`; where
-positions tie or are missing, Kafka order up to the record that wrote it,
-`_kafka_partition`/`_kafka_offset`) that carries a value: the TOAST placeholder
-(`__debezium_unavailable_value`) means "unchanged", so an earlier record holds the value.
-Records after the stored position (stale, quarantined or not yet synced) never count. A
-value that does not convert, or a field the record lacks, leaves the column NULL.
+the value of the newest record of its key at or before its position that carries a value:
+the TOAST placeholder (`__debezium_unavailable_value`) means "unchanged", so an earlier
+record holds the value. At or before: a lower `_source_pos`; the same one, when the
+procedure read the record and did not quarantine it (the record that wrote the row, a
+change of the same transaction before it, or a copy a restart re-sent); where positions
+are missing, Kafka order up to the record that wrote the row (`_kafka_partition`,
+`_kafka_offset`). Records after the stored position (stale, quarantined or not yet synced)
+never count. A value that does not convert, or a field the record lacks, leaves the column
+NULL.
 
 Where every retained record carries the placeholder, the value is unknown: the row stays
 NULL, and `unknown_values_sql` counts such rows (the record that wrote them carries the
@@ -21,9 +24,9 @@ from __future__ import annotations
 
 from sync.config import ColumnConfig, Pipeline, TableConfig
 from sync.sql.apply import key_match
-from sync.sql.dialect import PostgresDialect
+from sync.sql.dialect import PostgresDialect, quote_literal
 from sync.sql.envelope import envelope_sql, source_sql, unwrap_schema
-from sync.sql.names import table_names
+from sync.sql.names import QUARANTINE, table_names
 from sync.sql.procedure import kafka_earlier, rank_order, raw_field_sql, read_as_text, toastable, unavailable_sql
 from sync.sql.semantic import check_column, decode_sql
 
@@ -44,19 +47,36 @@ def _raw(col: ColumnConfig) -> str:
 
 def _images(d: PostgresDialect, pipeline: Pipeline, table: TableConfig, cols: list[ColumnConfig], where: str = "") -> str:
     """The stream's records (`where` over the stream row `s`) with the fields of `cols`,
-    read from the row image (`before` for a delete), and (without `where`) their source
-    position."""
+    read from the row image (`before` for a delete); without `where` (the fill), also their
+    source position and `settled`: 1 when the procedure read the record (at or below the
+    watermark) and did not quarantine it."""
     n = table_names(pipeline, table)
     stream = d.qualified(n.schema, n.stream)
-    records = f"SELECT s.kafka_partition, s.kafka_offset,\n       {unwrap_schema(d, 's.payload')} AS env\nFROM {stream} s{where}"
+    carried = "f.kafka_partition, f.kafka_offset"
+    if where:
+        records = (
+            f"SELECT s.kafka_partition, s.kafka_offset,\n       {unwrap_schema(d, 's.payload')} AS env\nFROM {stream} s{where}"
+        )
+    else:
+        carried += ", f.settled"
+        quarantined = (
+            f"SELECT DISTINCT kafka_partition, kafka_offset FROM {d.qualified(n.schema, QUARANTINE)}"
+            f" WHERE table_name = {quote_literal(table.name)}"
+        )
+        records = (
+            f"SELECT s.kafka_partition, s.kafka_offset,\n       {unwrap_schema(d, 's.payload')} AS env,\n"
+            "       CASE WHEN s.kafka_offset <= w.last_offset AND q.kafka_offset IS NULL THEN 1 ELSE 0 END AS settled\n"
+            f"FROM {stream} s\n"
+            f"LEFT JOIN {d.qualified(n.schema, n.watermark)} w ON w.kafka_partition = s.kafka_partition\n"
+            f"LEFT JOIN ({quarantined}) q\n"
+            "  ON q.kafka_partition = s.kafka_partition AND q.kafka_offset = s.kafka_offset"
+        )
     env = envelope_sql(d, table, "f.env")
-    level = _nest(
-        d, f"SELECT f.kafka_partition, f.kafka_offset,\n       {env.image} AS img,\n       {env.source} AS src", records
-    )
+    level = _nest(d, f"SELECT {carried},\n       {env.image} AS img,\n       {env.source} AS src", records)
     fields = [f"{raw_field_sql(d, 'f.img', c)} AS {d.q(_raw(c))}" for c in cols]
     if not where:
         fields.insert(0, f"{source_sql(d, table, 'f.src').position} AS source_pos")
-    return _nest(d, "SELECT f.kafka_partition, f.kafka_offset,\n" + ",\n".join("       " + f for f in fields), level)
+    return _nest(d, f"SELECT {carried},\n" + ",\n".join("       " + f for f in fields), level)
 
 
 def _typed(d: PostgresDialect, table: TableConfig, level: str, cols: list[ColumnConfig]) -> tuple[str, dict[str, str]]:
@@ -95,16 +115,18 @@ def column_fill_sql(d: PostgresDialect, pipeline: Pipeline, table: TableConfig, 
     candidates = (
         _nest(
             d,
-            f"SELECT f.kafka_partition AS _kafka_partition, f.kafka_offset AS _kafka_offset, f.source_pos,\n{key_values},\n"
+            f"SELECT f.kafka_partition AS _kafka_partition, f.kafka_offset AS _kafka_offset, f.source_pos, f.settled,\n{key_values},\n"
             f"       {values[col.target_name]} AS value",
             level,
         )
         + carries
     )
-    # At or before the stored row's position: a lower position, or (positions equal or
-    # missing) not after the record that wrote the row in Kafka order.
+    # At or before the stored row's position: a lower position; the same position, read and
+    # not quarantined (the record that wrote the row, a tied change before it, or a re-sent
+    # copy of it); or (positions equal or missing) not after that record in Kafka order.
     at_or_before = (
         "(c.source_pos < w._source_pos\n"
+        "        OR (c.source_pos = w._source_pos AND c.settled = 1)\n"
         "        OR ((c.source_pos = w._source_pos OR c.source_pos IS NULL OR w._source_pos IS NULL)\n"
         f"            AND NOT {kafka_earlier('w', 'c')}))"
     )
