@@ -1,11 +1,15 @@
 """A column added with `revision` + `deploy` across TOAST placeholders.
 
 Debezium's PostgreSQL connector sends an unchanged out-of-line (TOASTed) value as a
-placeholder: "if a column's value is TOASTed and it hasn't been changed by the update, then
-... the value of this column will be ... __debezium_unavailable_value" ("Handling unchanged
-Postgres TOAST values", Debezium blog, 2019-10-08; PostgreSQL connector documentation,
-"toasted.value.placeholder"). The value is then the one the key's last record before it
-carried. So the fill of an added column takes, for each stored row, the newest record of its
+placeholder: "if a table row has changed, any unchanged values that were stored using the
+TOAST mechanism are not included in the message that Debezium receives from the database
+... the Debezium Postgres connector will represent that value with a configurable
+placeholder. By default, that's the literal __debezium_unavailable_value" ("Handling
+unchanged Postgres TOAST values", Debezium blog, 2019-10-08,
+https://debezium.io/blog/2019/10/08/handling-unchanged-postgres-toast-values/). With
+REPLICA IDENTITY DEFAULT, "INSERT messages contain unchanged toasted values" (Debezium
+PostgreSQL connector documentation, "Toasted values"). The value is then the one the key's
+last record before it carried. So the fill of an added column takes, for each stored row, the newest record of its
 key at or before the row's position that carries a value, and never one after it (a
 quarantined or stale record); where no retained record carries one, the value is unknown and
 `status` and `deploy` say how many rows (never a silent NULL).
