@@ -10,6 +10,7 @@ from rich.table import Table
 from rich.text import Text
 
 from sync.operations.freshness import Freshness
+from sync.operations.unknown_values import UnknownValues
 
 
 def readable_seconds(seconds: float | None) -> str:
@@ -115,6 +116,8 @@ def print_status(rows: list[Any], out: Console) -> None:
         for kind, name, count in s.schema_drift:
             what = "field not in the pipeline file" if kind == "unknown" else "configured field absent from events"
             out.print(f"  {s.table}: {what}: {name} ({count} event(s))", highlight=False)
+        for column, count in s.unknown_values:
+            out.print(f"  {UnknownValues(s.table, column, count).describe()}", highlight=False)
 
 
 def print_freshness(rows: list[Any], out: Console) -> None:

@@ -16,6 +16,7 @@ from sync.operations.conflicts import (
     retry_conflicts,
 )
 from sync.operations.isolation import CallFailed, Isolation, is_data_error, isolate
+from sync.operations.unknown_values import unknown_values
 from sync.sql import schemas
 from sync.sql.dialect import PostgresDialect, quote_ident, quote_literal
 from sync.sql.names import HEARTBEAT_STREAM, QUARANTINE, REFRESH_HISTORY, RUN_LOG, SCHEMA_DRIFT, table_names
@@ -286,11 +287,14 @@ class TableStatus:
     schema_drift: list[tuple[str, str, int]] = field(default_factory=list)
     # (reason, records) the streaming ingestion skipped without an error (Redshift).
     stream_errors: list[tuple[str, int]] = field(default_factory=list)
+    # (column, rows) stored rows whose value is unknown (sync.operations.unknown_values).
+    unknown_values: list[tuple[str, int]] = field(default_factory=list)
 
     def as_dict(self) -> dict:
         out = asdict(self)
         out["quarantine_reasons"] = [{"reason": r, "records": n} for r, n in self.quarantine_reasons]
         out["schema_drift"] = [{"kind": k, "field": f, "events": n} for k, f, n in self.schema_drift]
+        out["unknown_values"] = [{"column": c, "rows": n} for c, n in self.unknown_values]
         return out
 
 
@@ -362,6 +366,7 @@ def status(wh: Warehouse, pipeline: Pipeline) -> list[TableStatus]:
                 [(str(a), int(b)) for a, b in reasons],
                 drift,
                 [(str(r), int(c)) for r, c in skipped],
+                [(u.column, u.rows) for u in unknown_values(wh, pipeline, table.name)],
             )
         )
     return out

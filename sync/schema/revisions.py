@@ -231,7 +231,22 @@ def deploy(cfg: Any, pipeline: Pipeline) -> DeployResult:
             raise WarehouseError(f"cannot connect to the warehouse, nothing was deployed: {reason}") from exc
         done = f"; applied before it: {', '.join(applied)}" if applied else ""
         raise WarehouseError(f"upgrade stopped, the failing revision was rolled back{done}: {reason}") from exc
+    if applied and (dsn or not cfg.get_main_option("sqlalchemy.url")):  # the database upgraded (None: embedded)
+        warnings += _unknown_values(dsn, pipeline)
     return DeployResult(applied, rev, warnings)
+
+
+def _unknown_values(dsn: str | None, pipeline: Pipeline) -> list[str]:
+    """What the upgrade could not know: stored rows whose value is unknown (an added column
+    whose records carry the TOAST placeholder)."""
+    from sync.operations.unknown_values import unknown_values
+    from sync.warehouse import connect
+
+    wh = connect(dsn)
+    try:
+        return [u.describe() for t in pipeline.tables for u in unknown_values(wh, pipeline, t.name)]
+    finally:
+        wh.close()
 
 
 def _collect(applied: list[str]) -> Callable[..., None]:

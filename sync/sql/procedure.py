@@ -291,6 +291,24 @@ def rank_order(position: str, kafka: str) -> str:
     return f"{position} DESC NULLS LAST, {kafka}"
 
 
+def kafka_earlier(a: str, b: str) -> str:
+    """The record of the row `a` is earlier in Kafka order than the record of the row `b`
+    (both carry `_kafka_partition`, `_kafka_offset`; NULL, so false, when either lacks them)."""
+    return (
+        f"({a}._kafka_partition < {b}._kafka_partition"
+        f" OR ({a}._kafka_partition = {b}._kafka_partition AND {a}._kafka_offset < {b}._kafka_offset))"
+    )
+
+
+def replayed(d: PostgresDialect, pipeline: Pipeline, table: TableConfig, row: str = "s") -> str:
+    """The stage row `row` is a replayed quarantined record: at or below its partition's
+    watermark (the stream's records of a batch are above it)."""
+    return (
+        f"EXISTS (SELECT 1 FROM {relations(d, pipeline, table).watermark} w"
+        f" WHERE w.kafka_partition = {row}._kafka_partition AND {row}._kafka_offset <= w.last_offset)"
+    )
+
+
 def positionless(prefix: str = "") -> str:
     """An upsert or delete without a source position (columns of the stage row `prefix`)."""
     return f"{prefix}_source_pos IS NULL AND {prefix}_action IN ('upsert', 'delete')"
@@ -482,7 +500,6 @@ def replay_stale_sql(d: PostgresDialect, pipeline: Pipeline, table: TableConfig)
     at or below its partition's watermark (records of the stream are above it). A stored
     row's Kafka timestamp is its record's in the stream; a deleted key keeps its own."""
     rel = relations(d, pipeline, table)
-    stage, wm = rel.stage, rel.watermark
     match = key_match(d, _keys(table), "t", "s")
     stored = {
         rel.target: (
@@ -501,9 +518,9 @@ def replay_stale_sql(d: PostgresDialect, pipeline: Pipeline, table: TableConfig)
     return (
         "-- 5. (replay) Never regress: a replayed record older than what is stored for its key is stale.\n"
         "IF v_replayed > 0 THEN\n"
-        f"  UPDATE {stage} s SET _action = 'stale'\n"
+        f"  UPDATE {rel.stage} s SET _action = 'stale'\n"
         f"  WHERE {WINNERS}\n"
-        f"    AND EXISTS (SELECT 1 FROM {wm} w WHERE w.kafka_partition = s._kafka_partition AND s._kafka_offset <= w.last_offset)\n"
+        f"    AND {replayed(d, pipeline, table)}\n"
         f"    AND ({newer});\n"
         "END IF;"
     )
@@ -914,6 +931,16 @@ def tied_changes_sql(d: PostgresDialect, pipeline: Pipeline, table: TableConfig)
         cases = [("upsert", deleted, ""), ("delete", target, "")]
         if differs:
             cases.insert(0, ("upsert", target, f"({differs})"))
+    # A replayed record was read before at its own offset: at a tie, when that is earlier
+    # in Kafka order than the record that wrote what is stored, the replay is the older.
+    replays = "\n".join(
+        f"    UPDATE {stage} s SET _reason = NULL\n"
+        "    WHERE s._rn = 1 AND s._action = 'stale' AND s._reason IS NOT NULL\n"
+        f"      AND {replayed(d, pipeline, table)}\n"
+        f"      AND EXISTS (SELECT 1 FROM {relation} t WHERE {tied}\n"
+        f"        AND {kafka_earlier('s', 't')});"
+        for relation in rel.held(table)
+    )
     updates = "\n".join(
         f"  UPDATE {stage} s SET _action = s._reason, _reason = NULL\n"
         f"  WHERE s._rn = 1 AND s._action = 'stale' AND s._reason = '{action}'\n"
@@ -923,10 +950,13 @@ def tied_changes_sql(d: PostgresDialect, pipeline: Pipeline, table: TableConfig)
     return (
         "-- 5. A stale winner at exactly the stored position that changes something is another\n"
         "--    change of the same transaction (compressed MySQL binlog): it applies, in Kafka\n"
-        "--    order. A re-sent copy of the stored event stays stale. (One statement per case:\n"
-        "--    Redshift takes no correlated subquery under an OR.)\n"
+        "--    order. A re-sent copy of the stored event stays stale, and so does a replayed\n"
+        "--    record earlier in Kafka order than the record that wrote what is stored (its\n"
+        "--    `_reason` cleared). (One statement per case: Redshift takes no correlated\n"
+        "--    subquery under an OR.)\n"
         f"SELECT COUNT(*) INTO v_rows FROM {stage} WHERE _action = 'stale';\n"
         "IF v_rows > 0 THEN\n"
+        f"  IF v_replayed > 0 THEN\n{replays}\n  END IF;\n"
         f"{updates}\n"
         "END IF;"
     )
@@ -1285,7 +1315,7 @@ APPLY_STEPS = (
     Step(toast_sql, ("v_unavailable",), _has_toast),
     Step(unknown_toast_sql, ("v_unavailable",), _has_toast),
     Step(stale_sql, (), _source_order),
-    Step(tied_changes_sql, ("v_rows",), _source_order),
+    Step(tied_changes_sql, ("v_rows", "v_replayed"), _source_order),
     Step(positionless_position_sql, ("v_positionless",), _source_order),
     Step(replay_stale_sql, ("v_replayed",), lambda d, t: not _source_order(d, t)),
     Step(truncate_sql, ("v_rows", "v_truncate_pos", "v_truncate_ts", CALL_TIME), lambda d, t: t.on_truncate == "delete"),

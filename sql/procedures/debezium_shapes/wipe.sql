@@ -443,10 +443,24 @@ BEGIN
       AND s._source_pos <= (SELECT MAX(t._source_pos) FROM "cdc"."wipe__deleted" t WHERE t."id" = s."id");
     -- 5. A stale winner at exactly the stored position that changes something is another
     --    change of the same transaction (compressed MySQL binlog): it applies, in Kafka
-    --    order. A re-sent copy of the stored event stays stale. (One statement per case:
-    --    Redshift takes no correlated subquery under an OR.)
+    --    order. A re-sent copy of the stored event stays stale, and so does a replayed
+    --    record earlier in Kafka order than the record that wrote what is stored (its
+    --    `_reason` cleared). (One statement per case: Redshift takes no correlated
+    --    subquery under an OR.)
     SELECT COUNT(*) INTO v_rows FROM "cdc"."wipe__stage" WHERE _action = 'stale';
     IF v_rows > 0 THEN
+      IF v_replayed > 0 THEN
+        UPDATE "cdc"."wipe__stage" s SET _reason = NULL
+        WHERE s._rn = 1 AND s._action = 'stale' AND s._reason IS NOT NULL
+          AND EXISTS (SELECT 1 FROM "cdc"."wipe__watermark" w WHERE w.kafka_partition = s._kafka_partition AND s._kafka_offset <= w.last_offset)
+          AND EXISTS (SELECT 1 FROM "cdc"."wipe" t WHERE t."id" = s."id" AND t._source_pos = s._source_pos
+            AND (s._kafka_partition < t._kafka_partition OR (s._kafka_partition = t._kafka_partition AND s._kafka_offset < t._kafka_offset)));
+        UPDATE "cdc"."wipe__stage" s SET _reason = NULL
+        WHERE s._rn = 1 AND s._action = 'stale' AND s._reason IS NOT NULL
+          AND EXISTS (SELECT 1 FROM "cdc"."wipe__watermark" w WHERE w.kafka_partition = s._kafka_partition AND s._kafka_offset <= w.last_offset)
+          AND EXISTS (SELECT 1 FROM "cdc"."wipe__deleted" t WHERE t."id" = s."id" AND t._source_pos = s._source_pos
+            AND (s._kafka_partition < t._kafka_partition OR (s._kafka_partition = t._kafka_partition AND s._kafka_offset < t._kafka_offset)));
+      END IF;
       UPDATE "cdc"."wipe__stage" s SET _action = s._reason, _reason = NULL
       WHERE s._rn = 1 AND s._action = 'stale' AND s._reason = 'upsert'
         AND EXISTS (SELECT 1 FROM "cdc"."wipe" t WHERE t."id" = s."id" AND t._source_pos = s._source_pos
