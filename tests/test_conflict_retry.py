@@ -21,7 +21,7 @@ import json
 import pytest
 
 from sync.config import parse_pipeline
-from sync.operations.backfill import load_and_merge
+from sync.operations.backfill import load_and_merge, part_files
 from sync.operations.quarantine import Selection, list_records, replay
 from sync.operations.recovery import rebase_offsets, reset_positions
 from sync.operations.runner import deploy, sync_table
@@ -122,7 +122,7 @@ def test_the_backfill_merge_runs_its_transaction_again_after_a_conflict(deployed
     fail_first_writes(wh, 'cdc."customer"', times=1)
     snapshot_parts(tmp_path, ["C1", "C2", "C3"])
 
-    counts = load_and_merge(wh, pipeline, pipeline.table("customer"), tmp_path, lambda _: None)
+    counts = load_and_merge(wh, pipeline, pipeline.table("customer"), part_files(tmp_path), lambda _: None)
 
     assert (counts["loaded"], counts["retries"]) == (3, 1)
     assert wh.scalar("SELECT COUNT(*) FROM cdc.customer") == 3

@@ -33,7 +33,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from sync.config import Pipeline, parse_pipeline
-from sync.operations.backfill import load_and_merge
+from sync.operations.backfill import load_and_merge, part_files
 from sync.operations.conflicts import RetryPolicy
 from sync.operations.quarantine import Selection, replay
 from sync.operations.runner import deploy, prune, sync_table
@@ -160,7 +160,7 @@ def test_a_fleet_runs_without_a_serialization_failure_and_matches_its_model(
             work = [(f"sync {t}", lambda w, t=t: sync_table(w, pipeline, t, NO_RETRY)) for t in fleet.names]
             if round_no == 2:  # records quarantined in round 1 run again (and fail again)
                 work += [(f"replay {t}", lambda w, t=t: replay(w, pipeline, Selection(t)).run) for t in fleet.quarantining]
-                work.append(("backfill merge", lambda w: load_and_merge(w, pipeline, backfilled, stage, print)))
+                work.append(("backfill merge", lambda w: load_and_merge(w, pipeline, backfilled, part_files(stage), print)))
             work.insert(len(work) // 2, ("prune", lambda w: prune(w, pipeline, days=0, stream=True)))
             with ThreadPoolExecutor(WORKERS) as pool:
                 list(pool.map(lambda item: run(*item), work))

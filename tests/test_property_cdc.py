@@ -293,10 +293,10 @@ def warehouse(pg_server_dsn):
 
 
 def _reset(wh, table: str) -> None:
-    for suffix in ("", "__stream", "__stage", "__watermark", "__deleted"):
+    for suffix in ("", "__stream", "__stage", "__watermark", "__deleted", "__quarantine", "__drift"):
         if wh.relation_exists("cdc", table + suffix):
             wh.execute(f'TRUNCATE cdc."{table}{suffix}"')
-    wh.execute("TRUNCATE cdc.sync_quarantine, cdc.sync_run_log")
+    wh.execute("TRUNCATE cdc.sync_run_log")
 
 
 def _target(wh, table: str, soft: bool) -> dict:

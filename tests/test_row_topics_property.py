@@ -121,9 +121,9 @@ def _target(wh) -> dict[int, tuple[str, int]]:
 )
 def test_re_polled_windows_end_at_the_last_polled_state(warehouse, drawn, keyed, partitions, data):
     wh, pipeline = warehouse
-    for suffix in ("", "__stream", "__stage", "__watermark", "__deleted"):
+    for suffix in ("", "__stream", "__stage", "__watermark", "__deleted", "__quarantine", "__drift"):
         wh.execute(f'TRUNCATE cdc."polled{suffix}"')
-    wh.execute("TRUNCATE cdc.sync_quarantine, cdc.sync_run_log")
+    wh.execute("TRUNCATE cdc.sync_run_log")
 
     messages, last_polled = polls(drawn, keyed)
     records = []
