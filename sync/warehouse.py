@@ -107,7 +107,10 @@ class Warehouse:
 
     @contextmanager
     def _cursor(self) -> Iterator[Any]:
-        cur = self._conn.cursor()
+        try:
+            cur = self._conn.cursor()  # fails on a connection the server closed
+        except Exception as exc:
+            raise WarehouseError(_describe(exc), _sqlstate(exc)) from exc
         try:
             yield cur
         except Exception as exc:

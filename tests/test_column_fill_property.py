@@ -68,10 +68,11 @@ def warehouse(pg_server_dsn):
 
 
 def _reset(wh) -> None:
-    for relation in ("doc", "doc__stream", "doc__stage", "doc__watermark", "doc__deleted"):
+    wh.execute("DROP VIEW IF EXISTS cdc.sync_quarantine, cdc.sync_schema_drift")
+    for relation in ("doc", "doc__stream", "doc__stage", "doc__watermark", "doc__deleted", "doc__quarantine", "doc__drift"):
         if wh.relation_exists("cdc", relation):
             wh.execute(f'DROP TABLE cdc."{relation}"')
-    wh.execute("DROP TABLE IF EXISTS cdc.sync_quarantine, cdc.sync_run_log, cdc.sync_schema_drift")
+    wh.execute("DROP TABLE IF EXISTS cdc.sync_run_log")
 
 
 @pytest.mark.slow

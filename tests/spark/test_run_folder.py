@@ -71,8 +71,16 @@ def rerun_killed(spark, pipeline, tmp_path, monkeypatch) -> Path:
     assert first["staged"] == len(ROWS)
     real_run = job.run
     monkeypatch.setattr(job, "run", lambda *a, **k: dies_while_writing(real_run(*a, **k)))
-    with pytest.raises(Exception, match="the driver was killed"):
-        stage(spark, pipeline, write_snapshot(tmp_path / "second.jsonl", ROWS), out)
+    # Adaptive execution may coalesce the 4 write tasks into fewer (it does when an earlier
+    # test left small shuffle partitions): keep them 4, so the fourth can fail.
+    coalesce = "spark.sql.adaptive.coalescePartitions.enabled"
+    before = spark.conf.get(coalesce, None)
+    spark.conf.set(coalesce, "false")
+    try:
+        with pytest.raises(Exception, match="the driver was killed"):
+            stage(spark, pipeline, write_snapshot(tmp_path / "second.jsonl", ROWS), out)
+    finally:
+        spark.conf.unset(coalesce) if before is None else spark.conf.set(coalesce, before)
     return out
 
 
