@@ -2,9 +2,11 @@
 embedded warehouse: it prunes per `[operations] retention_days` and vacuums the stages
 keeping more deleted rows than `[operations] stage_vacuum_rows`, outside any CALL.
 
-AWS, VACUUM (r_VACUUM_command): "You can't run VACUUM within a transaction block" and
-"Only one VACUUM command can run on a cluster at any given time"; Redshift refuses a second
-with "VACUUM is running ... re-execute after other vacuum finished". Vacuuming tables
+AWS, VACUUM (r_VACUUM_command, usage notes): "You cannot run VACUUM within a transaction
+block (BEGIN ... END)" and "You can run only one VACUUM command on a cluster at any given
+time. If you attempt to run multiple vacuum operations concurrently, Amazon Redshift returns
+an error", which reads "VACUUM is running ... re-execute after other vacuum finished"
+(dbt-labs/dbt-core#639). Vacuuming tables
 (t_Reclaiming_storage_space202): deleted rows are "marked for deletion, but not removed",
 and automatic VACUUM DELETE runs "during periods of reduced load".
 """
@@ -16,7 +18,7 @@ import json
 import pytest
 
 from sync.aws import lambda_handler
-from sync.aws.maintenance import VACUUM_BUSY
+from sync.aws.maintenance import VACUUM_BUSY, MaintenanceFailed
 from sync.local.stream import ingest_file
 from tests.helpers import EXAMPLES
 from tests.test_lambda_handler import EVENTS, Context, api, env  # noqa: F401 (fixtures)
@@ -85,7 +87,7 @@ def test_another_vacuum_running_is_a_skip_not_a_failure(synced, api):  # noqa: F
 
 def test_any_other_vacuum_error_fails_the_invocation(synced, api):  # noqa: F811
     api.inject_failure("VACUUM", "ERROR: permission denied for relation customer__stage")
-    with pytest.raises(lambda_handler.MaintenanceFailed, match="customer: ERROR: permission denied") as failed:
+    with pytest.raises(MaintenanceFailed, match="customer: ERROR: permission denied") as failed:
         lambda_handler.handler({"maintenance": True}, Context())
     assert failed.value.summary["maintenance"]["vacuums"][0]["outcome"] == "failed"
 

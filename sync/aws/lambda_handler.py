@@ -315,38 +315,23 @@ def run_line(table_runs: list[dict], remaining_ms: int) -> dict:
     }
 
 
-def data_session(settings: Settings, remaining_ms: Callable[[], int]) -> data_api.Session:
-    assert settings.target is not None
+def data_session(settings: Settings, target: data_api.DataApiTarget, remaining_ms: Callable[[], int]) -> data_api.Session:
+    """A Data API session on `target` with the settings' timeouts, polling and pacing."""
     return data_api.Session(
         client_factory(settings.timeouts),
-        settings.target,
+        target,
         data_api.Deadline(remaining_ms, settings.timeouts.worst_case_ms()),
         settings.polling,
         settings.pacing,
     )
 
 
-class MaintenanceFailed(RuntimeError):
-    """The prune, the stage check or a vacuum failed; `summary` holds the whole run."""
-
-    def __init__(self, summary: dict):
-        m = summary["maintenance"]
-        errors = [
-            m["prune_error"],
-            m["check_error"],
-            *(f"{v['table']}: {v['error']}" for v in m["vacuums"] if v["outcome"] == "failed"),
-        ]
-        super().__init__("maintenance failed: " + "; ".join(e for e in errors if e))
-        self.summary = summary
-
-
 def maintenance_run(settings: Settings, pipeline: Pipeline, remaining_ms: Callable[[], int]) -> dict:
-    """Prune and vacuum (sync/aws/maintenance.py), outside any CALL; one metric line and one
-    run line; MaintenanceFailed when a step failed (a vacuum refused because another runs
-    is a skip)."""
+    """Prune and vacuum (sync/aws/maintenance.py), outside any CALL, on the configured
+    connection; `maintenance.report` logs and returns the outcome."""
     if settings.target is not None:
         mode = "data-api"
-        session = data_session(settings, remaining_ms)
+        session = data_session(settings, settings.target, remaining_ms)
         name = f"redshift-sync.{pipeline.schema}.maintenance"
         engine = dialect_for(getattr(session.client, "engine_dialect", "redshift"), pipeline.schema)
         result = maintenance.maintain(
@@ -371,12 +356,7 @@ def maintenance_run(settings: Settings, pipeline: Pipeline, remaining_ms: Callab
             )
         finally:
             wh.close()
-    summary = {"ok": not result.failed, "mode": mode, "maintenance": result.as_dict()}
-    print(json.dumps(maintenance.metric_line(result, settings.namespace, int(time.time() * 1000))), flush=True)
-    print(json.dumps({"run": {"maintenance": summary["maintenance"], "remaining_ms": remaining_ms()}}, default=str), flush=True)
-    if result.failed:
-        raise MaintenanceFailed(summary)
-    return summary
+    return maintenance.report(result, mode, settings.namespace, remaining_ms())
 
 
 def handler(event: Any, context: Any) -> dict:
@@ -391,7 +371,7 @@ def handler(event: Any, context: Any) -> dict:
 
     if settings.target is not None:
         mode = "data-api"
-        session = data_session(settings, remaining_ms)
+        session = data_session(settings, settings.target, remaining_ms)
         order, baseline, unordered = data_api.last_runs(session, pipeline, tables)
         if unordered:
             print(json.dumps({"warning": unordered}), flush=True)

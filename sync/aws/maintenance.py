@@ -4,14 +4,17 @@ schedule): outside any CALL's transaction, it prunes the control tables per
 procedures' order) and vacuums each stage keeping more deleted, not yet reclaimed rows than
 `[operations] stage_vacuum_rows`, one VACUUM after another, largest first.
 
-VACUUM "can't run within a transaction block" and only one runs on a cluster at a time
-(r_VACUUM_command); Redshift refuses a second with "VACUUM is running", which is a stage
-skipped (reported, tried again next hour), not a failure. docs/redshift.md, "Stage vacuum".
+"You cannot run VACUUM within a transaction block" and "only one VACUUM command on a
+cluster at any given time" (r_VACUUM_command); Redshift refuses a second with "VACUUM is
+running", which is a stage skipped (reported, tried again next hour), not a failure.
+docs/redshift.md, "Stage vacuum".
 """
 
 from __future__ import annotations
 
+import json
 import re
+import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from enum import StrEnum
@@ -141,3 +144,26 @@ def metric_line(result: Maintenance, namespace: str, timestamp_ms: int) -> dict:
         },
         **values,
     }
+
+
+class MaintenanceFailed(RuntimeError):
+    """The prune, the stage check or a vacuum failed; `summary` holds the whole run."""
+
+    def __init__(self, summary: dict):
+        m = summary["maintenance"]
+        failed = [f"{v['table']}: {v['error']}" for v in m["vacuums"] if v["outcome"] == VacuumOutcome.FAILED]
+        errors = [e for e in (m["prune_error"], m["check_error"], *failed) if e]
+        super().__init__("maintenance failed: " + "; ".join(errors))
+        self.summary = summary
+
+
+def report(result: Maintenance, mode: str, namespace: str, remaining_ms: int) -> dict:
+    """Logs the metric line and the run line; the summary the Lambda returns, or
+    MaintenanceFailed with it when a step failed (a vacuum refused because another runs is
+    a skip, not a failure)."""
+    summary = {"ok": not result.failed, "mode": mode, "maintenance": result.as_dict()}
+    print(json.dumps(metric_line(result, namespace, int(time.time() * 1000))), flush=True)
+    print(json.dumps({"run": {"maintenance": summary["maintenance"], "remaining_ms": remaining_ms}}, default=str), flush=True)
+    if result.failed:
+        raise MaintenanceFailed(summary)
+    return summary
