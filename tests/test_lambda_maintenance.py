@@ -71,6 +71,12 @@ def test_a_maintenance_invocation_prunes_and_vacuums_a_stage_past_the_threshold(
     ran = [s["QueryString"] for s in api.statements()[earlier:]]
     assert [q for q in ran if q.startswith("VACUUM")] == ['VACUUM "cdc"."customer__stage"']
     assert not any(q.startswith("CALL") for q in ran)  # a maintenance run syncs nothing
+    # One BatchExecuteStatement per prune transaction, its lock first: the run log's, then each table's.
+    assert [q.split("\n")[0] for q in ran if q.startswith("LOCK")] == [
+        'LOCK TABLE "cdc"."sync_run_log" IN SHARE ROW EXCLUSIVE MODE;',
+        'LOCK TABLE "cdc"."customer__watermark" IN SHARE ROW EXCLUSIVE MODE;',
+        'LOCK TABLE "cdc"."orders__watermark" IN SHARE ROW EXCLUSIVE MODE;',
+    ]
     metrics, run = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
     assert (metrics["PrunedRows"], metrics["StagesVacuumed"], metrics["VacuumsSkipped"]) == (m["pruned_rows"], 1, 0)
     assert {x["Name"] for x in metrics["_aws"]["CloudWatchMetrics"][0]["Metrics"]} >= {"PrunedRows", "StagesVacuumed"}
@@ -127,3 +133,16 @@ def test_only_a_running_vacuum_counts_as_busy(error, busy):
 def test_a_maintenance_flag_that_is_not_a_boolean_is_refused():
     with pytest.raises(lambda_handler.ConfigError, match='"maintenance" must be true or false'):
         lambda_handler.is_maintenance({"maintenance": "yes"})
+
+
+def test_a_local_batch_is_one_transaction(synced, api):  # noqa: F811
+    # BatchExecuteStatement: "The SQL statements are run as a single transaction."
+    wh = synced
+    insert = "INSERT INTO cdc.sync_run_log (table_name, started_at, status) VALUES ('customer', now(), 'ok')"
+    done = api.batch_execute_statement(WorkgroupName="local", Database="dev", Sqls=[insert, insert])
+    assert api.wait(done["Id"]) == "FINISHED"
+    assert [s["ResultRows"] for s in api.describe_statement(Id=done["Id"])["SubStatements"]] == [1, 1]
+    count = wh.query("SELECT COUNT(*) FROM cdc.sync_run_log")[0][0]
+    failed = api.batch_execute_statement(WorkgroupName="local", Database="dev", Sqls=[insert, "SELECT 1 / 0"])
+    assert api.wait(failed["Id"]) == "FAILED" and "division by zero" in api.describe_statement(Id=failed["Id"])["Error"]
+    assert wh.query("SELECT COUNT(*) FROM cdc.sync_run_log")[0][0] == count  # the first statement rolled back
