@@ -91,6 +91,14 @@ def test_another_vacuum_running_is_a_skip_not_a_failure(synced, api):  # noqa: F
     assert (vacuum["outcome"], vacuum["error"]) == ("skipped", REDSHIFT_VACUUM_BUSY)
 
 
+def test_a_vacuum_outliving_the_deadline_is_a_skip(synced, api):  # noqa: F811
+    api.inject_delay("VACUUM", 60)
+    summary = lambda_handler.handler({"maintenance": True}, Context(6.0))  # 2 s of deadline margin
+    assert summary["ok"]
+    (vacuum,) = summary["maintenance"]["vacuums"]
+    assert vacuum["outcome"] == "skipped" and "was not finished" in vacuum["error"]
+
+
 def test_any_other_vacuum_error_fails_the_invocation(synced, api):  # noqa: F811
     api.inject_failure("VACUUM", "ERROR: permission denied for relation customer__stage")
     with pytest.raises(MaintenanceFailed, match="customer: ERROR: permission denied") as failed:

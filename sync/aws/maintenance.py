@@ -20,7 +20,7 @@ from dataclasses import asdict, dataclass, field
 from enum import StrEnum
 from typing import Any
 
-from sync.aws.data_api import DataApiError
+from sync.aws.data_api import DataApiError, StatementFailed
 from sync.config import Pipeline
 from sync.operations.runner import PruneResult, prune_with
 from sync.sql.dialect import PostgresDialect
@@ -35,7 +35,7 @@ STATEMENT_ERRORS = (DataApiError, WarehouseError)
 
 class VacuumOutcome(StrEnum):
     VACUUMED = "vacuumed"
-    SKIPPED = "skipped"  # another vacuum was running, or no time was left
+    SKIPPED = "skipped"  # another vacuum was running, or no time was left (tried again next hour)
     FAILED = "failed"
 
 
@@ -122,9 +122,16 @@ def maintain(
             execute(d.vacuum_sql.format(table=d.qualified(n.schema, stage)))
             out.vacuums.append(StageVacuum(n.table, rows, VacuumOutcome.VACUUMED))
         except STATEMENT_ERRORS as exc:
-            busy = VACUUM_BUSY.search(str(exc))
-            out.vacuums.append(StageVacuum(n.table, rows, VacuumOutcome.SKIPPED if busy else VacuumOutcome.FAILED, str(exc)))
+            out.vacuums.append(StageVacuum(n.table, rows, vacuum_outcome(exc), str(exc)))
     return out
+
+
+def vacuum_outcome(exc: Exception) -> VacuumOutcome:
+    """A vacuum refused because another runs, or not finished by the Lambda's deadline
+    (`data_api.run_to_end`: cancelled while a request fits, else left to end on its own),
+    is skipped; any other error of the engine failed."""
+    ran_out = isinstance(exc, DataApiError) and not isinstance(exc, StatementFailed)
+    return VacuumOutcome.SKIPPED if ran_out or VACUUM_BUSY.search(str(exc)) else VacuumOutcome.FAILED
 
 
 def metric_line(result: Maintenance, namespace: str, timestamp_ms: int) -> dict:
