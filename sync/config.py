@@ -329,6 +329,9 @@ class OperationsSection(_Model):
     # A table whose runs read records and applied none, every one older than what is stored,
     # this many runs in a row, is reported as an ordering break (reset-positions).
     ordering_break_runs: Annotated[int, Field(ge=1, le=1000)] = 3
+    # The Lambda's maintenance run vacuums a table's stage once it keeps more deleted,
+    # not yet reclaimed rows than this (docs/redshift.md, "Stage vacuum").
+    stage_vacuum_rows: Annotated[int, Field(ge=1)] = 100_000
 
 
 # Sections outside the warehouse model (see schema_state: revisions do not record them).

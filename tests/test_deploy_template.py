@@ -156,6 +156,7 @@ def test_the_role_grants_only_what_the_handler_uses(params, credential_grant):
     grants = stack.grants("ExecutionRole")
     warehouse = params.get("WorkgroupArn") or f"arn:aws:redshift:us-east-1:123456789012:cluster:{params['ClusterIdentifier']}"
     assert grants.pop("redshift-data:ExecuteStatement") == [warehouse]
+    assert grants.pop("redshift-data:BatchExecuteStatement") == [warehouse]  # the maintenance run's prune
     for action in DATA_API - {"redshift-data:ExecuteStatement"}:
         assert grants.pop(action) == ["*"]  # these take no resource; the Data API scopes them to the caller
     assert grants.pop("logs:CreateLogStream") == grants.pop("logs:PutLogEvents") == ["<LogGroup.Arn>"]
@@ -210,6 +211,11 @@ def test_schedule_alarm_and_no_lambda_retries():
     assert stack.properties("Schedule")["Targets"][0]["Arn"] == "<Function.Arn>"
     assert "Input" not in stack.properties("Schedule")["Targets"][0]  # every table of the packaged pipeline file
     assert stack.properties("SchedulePermission")["Principal"] == "events.amazonaws.com"
+    # The maintenance run: its own hourly rule, an event the handler reads as one.
+    maintenance = stack.properties("MaintenanceSchedule")
+    assert maintenance["ScheduleExpression"] == "rate(1 hour)"
+    assert lambda_handler.is_maintenance(json.loads(maintenance["Targets"][0]["Input"]))
+    assert stack.properties("MaintenanceSchedulePermission")["SourceArn"] == "<MaintenanceSchedule.Arn>"
     alarm = stack.properties("FailedInvocationsAlarm")
     assert (alarm["Namespace"], alarm["MetricName"], alarm["AlarmActions"]) == (
         "AWS/Lambda",

@@ -5,12 +5,17 @@ validated against the service model, so the wire shapes are the real service's."
 from __future__ import annotations
 
 import datetime as dt
+import json
 
 import boto3
 import pytest
+import sqlglot
 from botocore.stub import ANY, Stubber
 
 from sync.aws import lambda_handler
+from sync.config import load_pipeline
+from sync.operations.runner import prune_sql
+from sync.sql.dialect import dialect_for
 from tests.helpers import EXAMPLES
 
 NOW = dt.datetime(2026, 1, 1, tzinfo=dt.timezone.utc)
@@ -349,3 +354,68 @@ def test_a_conflict_seen_at_the_deadline_leaves_the_table_for_the_next_run(clien
     (run,) = summary["tables"]
     assert (run["status"], run["attempts"]) == ("not started", 1) and summary["not_started"] == ["customer"]
     assert "after a serialization conflict (ERROR: 1023" in run["error"]
+
+
+def batch_finished(statement_id: str, sqls: list[str], rows: list[int]) -> dict:
+    return {
+        "Id": statement_id,
+        "Status": "FINISHED",
+        "CreatedAt": NOW,
+        "UpdatedAt": NOW,
+        "SubStatements": [
+            {"Id": f"{statement_id}:{n}", "Status": "FINISHED", "QueryString": sql, "ResultRows": count}
+            for n, (sql, count) in enumerate(zip(sqls, rows), 1)
+        ],
+    }
+
+
+def test_the_maintenance_run_prunes_in_batches_and_skips_a_vacuum_refused_for_another(client, monkeypatch, capsys):
+    # BatchExecuteStatement "runs the SQL statements as a single transaction"; its
+    # DescribeStatement lists each statement's ResultRows in SubStatements. VACUUM, not
+    # allowed in a transaction block, goes alone through ExecuteStatement (r_VACUUM_command).
+    _, stub = client
+    monkeypatch.setenv("REDSHIFT_SYNC_CLUSTER", "prod")
+    monkeypatch.setenv("REDSHIFT_SYNC_DB_USER", "sync_user")
+    where = {"ClusterIdentifier": "prod", "Database": "dev", "DbUser": "sync_user"}
+    pipeline, _ = load_pipeline(EXAMPLES / "salesdb" / "pipeline.toml")
+    prune = prune_sql(dialect_for("redshift", "cdc"), pipeline, pipeline.operations.retention_days)
+    name = "redshift-sync.cdc.maintenance"
+    for n, (sqls, rows) in enumerate([(prune.run_log, [-1, 3]), *((s, [-1, 1, 2]) for s in prune.tables.values())]):
+        assert sqls[0].startswith("LOCK TABLE")  # the lock first, in the same transaction
+        stub.add_response(
+            "batch_execute_statement",
+            {"Id": f"b-{n}", "CreatedAt": NOW},
+            {**where, "Sqls": sqls, "StatementName": f"{name}.prune", "ClientToken": ANY},
+        )
+        stub.add_response("describe_statement", batch_finished(f"b-{n}", sqls, rows), {"Id": f"b-{n}"})
+    # SVV_TABLE_INFO: tbl_rows "includes rows marked for deletion, but not yet vacuumed".
+    dead_rows = (
+        'SELECT TRIM("table"), tbl_rows - estimated_visible_rows FROM svv_table_info '
+        "WHERE TRIM(\"schema\") = 'cdc' AND TRIM(\"table\") IN ('customer__stage', 'orders__stage')"
+    )
+    sqlglot.parse_one(dead_rows, read="redshift")
+    expect_query(
+        stub,
+        where,
+        dead_rows,
+        f"{name}.check",
+        "s-1",
+        [
+            [{"stringValue": "orders__stage"}, {"stringValue": "12"}],
+            [{"stringValue": "customer__stage"}, {"stringValue": "250000"}],
+        ],
+    )
+    vacuum = 'VACUUM DELETE ONLY "cdc"."customer__stage"'
+    stub.add_response(
+        "execute_statement", {"Id": "v-1"}, {**where, "Sql": vacuum, "StatementName": f"{name}.vacuum", "ClientToken": ANY}
+    )
+    busy = "ERROR: VACUUM is running HINT: re-execute after other vacuum finished"
+    stub.add_response("describe_statement", {"Id": "v-1", "Status": "FAILED", "Error": busy}, {"Id": "v-1"})
+
+    summary = lambda_handler.handler({"maintenance": True}, Context(60_000))
+
+    m = summary["maintenance"]
+    assert summary["ok"] and m["pruned_rows"] == 3 + 2 * (1 + 2)
+    assert m["vacuums"] == [{"table": "customer", "dead_rows": 250000, "outcome": "skipped", "error": busy}]
+    metrics = json.loads(capsys.readouterr().out.splitlines()[0])
+    assert (metrics["PrunedRows"], metrics["StagesVacuumed"], metrics["VacuumsSkipped"]) == (9, 0, 1)

@@ -492,9 +492,24 @@ def query(session: Session, sql: str, name: str) -> list[tuple]:
 def run_to_end(session: Session, sql: str, name: str) -> str:
     """Run one statement to the end; its id. StatementFailed when it failed (the engine's
     error), DataApiError when it could not finish in time (then it is cancelled)."""
-    client, deadline = session.client, session.deadline
     params = session.target.request(sql, name, str(uuid.uuid4()))
-    statement_id = _request(session, lambda: client.execute_statement(**params)["Id"], f"{name} ExecuteStatement")
+    return _finish(session, lambda: session.client.execute_statement(**params)["Id"], name)["Id"]
+
+
+def run_batch(session: Session, statements: list[str], name: str) -> list[int]:
+    """Run statements as one transaction (BatchExecuteStatement: "The SQL statements are run
+    as a single transaction"); each one's row count (ResultRows, -1 where none). Fails and
+    is cancelled as `run_to_end`."""
+    params = session.target.request("", name, str(uuid.uuid4()))
+    del params["Sql"]
+    desc = _finish(session, lambda: session.client.batch_execute_statement(Sqls=statements, **params)["Id"], name)
+    return [int(sub.get("ResultRows", -1)) for sub in desc["SubStatements"]]
+
+
+def _finish(session: Session, submit: Callable[[], str], name: str) -> dict:
+    """Submit a statement and poll it to the end; its last DescribeStatement."""
+    client, deadline = session.client, session.deadline
+    statement_id = _request(session, submit, f"{name} ExecuteStatement")
     interval = session.polling.initial_seconds / 2
     try:
         while True:
@@ -513,7 +528,7 @@ def run_to_end(session: Session, sql: str, name: str) -> str:
         raise StatementFailed(desc.get("Error") or "no error message")
     if desc["Status"] != "FINISHED":
         raise DataApiError(f"{name} {desc['Status'].lower()}: {desc.get('Error') or 'no error message'}")
-    return statement_id
+    return desc
 
 
 def isolate_table(

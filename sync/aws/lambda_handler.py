@@ -2,6 +2,8 @@
 
 The event may name tables (`{"tables": ["customer"]}`); any other event (an EventBridge
 schedule's, `{}`) syncs every table of the pipeline file packaged with the function.
+`{"maintenance": true}` (a second, hourly schedule) syncs nothing: it prunes the control
+tables and vacuums the stages that need it (sync/aws/maintenance.py).
 The environment chooses the connection:
 
 - Data API: REDSHIFT_SYNC_WORKGROUP (Serverless; name or ARN) or REDSHIFT_SYNC_CLUSTER,
@@ -31,14 +33,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from sync.aws import data_api
+from sync.aws import data_api, maintenance
 from sync.config import CONFIG_ENV_VAR, ConfigError, Pipeline, load_pipeline
 from sync.operations.conflicts import RetryPolicy
 from sync.operations.freshness import STALLED_STATES, Freshness, table_freshness
 from sync.operations.isolation import is_data_error
 from sync.operations.loss import lost_records
 from sync.operations.ordering import ordering_breaks
-from sync.operations.runner import RunSummary, selected_tables, sync_table, unfinished_summary
+from sync.operations.runner import RunSummary, in_transaction, selected_tables, sync_table, unfinished_summary
 from sync.sql.dialect import dialect_for
 from sync.warehouse import DSN_ENV_VAR, Warehouse, connect
 
@@ -170,6 +172,15 @@ def event_tables(event: Any) -> list[str] | None:
     if not isinstance(tables, list) or not all(isinstance(t, str) for t in tables) or not tables:
         raise ConfigError(f'event "tables" must be a non-empty list of table names, got {tables!r}')
     return tables
+
+
+def is_maintenance(event: Any) -> bool:
+    """Whether the event asks for the maintenance run (`{"maintenance": true}`)."""
+    if not isinstance(event, Mapping) or event.get("maintenance") is None:
+        return False
+    if not isinstance(event["maintenance"], bool):
+        raise ConfigError(f'event "maintenance" must be true or false, got {event["maintenance"]!r}')
+    return event["maintenance"]
 
 
 def remaining_time(context: Any) -> Callable[[], int]:
@@ -304,23 +315,63 @@ def run_line(table_runs: list[dict], remaining_ms: int) -> dict:
     }
 
 
+def data_session(settings: Settings, target: data_api.DataApiTarget, remaining_ms: Callable[[], int]) -> data_api.Session:
+    """A Data API session on `target` with the settings' timeouts, polling and pacing."""
+    return data_api.Session(
+        client_factory(settings.timeouts),
+        target,
+        data_api.Deadline(remaining_ms, settings.timeouts.worst_case_ms()),
+        settings.polling,
+        settings.pacing,
+    )
+
+
+def maintenance_run(settings: Settings, pipeline: Pipeline, remaining_ms: Callable[[], int]) -> dict:
+    """Prune and vacuum (sync/aws/maintenance.py), outside any CALL, on the configured
+    connection; `maintenance.report` logs and returns the outcome."""
+    if settings.target is not None:
+        mode = "data-api"
+        session = data_session(settings, settings.target, remaining_ms)
+        name = f"redshift-sync.{pipeline.schema}.maintenance"
+        engine = dialect_for(getattr(session.client, "engine_dialect", "redshift"), pipeline.schema)
+        result = maintenance.maintain(
+            pipeline,
+            engine,
+            lambda statements: data_api.run_batch(session, statements, f"{name}.prune"),
+            lambda sql: data_api.query(session, sql, f"{name}.check"),
+            lambda sql: data_api.run_to_end(session, sql, f"{name}.vacuum"),
+            session.deadline.allows_request,
+        )
+    else:
+        mode = "redshift_connector"
+        wh = connect(settings.dsn)
+        try:
+            result = maintenance.maintain(
+                pipeline,
+                wh.dialect.bind_schema(pipeline.schema),
+                in_transaction(wh),
+                wh.query,
+                wh.execute,
+                lambda: remaining_ms() >= settings.polling.margin_ms,
+            )
+        finally:
+            wh.close()
+    return maintenance.report(result, mode, settings.namespace, remaining_ms())
+
+
 def handler(event: Any, context: Any) -> dict:
     """Sync every table (or the event's "tables"); returns {"ok", "mode", "tables": [...]}
     and raises SyncFailed, with the same summary attached, when a table did not sync."""
     settings = Settings.from_env(os.environ)
     pipeline, _ = load_pipeline(settings.config_path)
+    if is_maintenance(event):
+        return maintenance_run(settings, pipeline, remaining_time(context))
     tables = selected_tables(pipeline, event_tables(event))
     remaining_ms = remaining_time(context)
 
     if settings.target is not None:
         mode = "data-api"
-        session = data_api.Session(
-            client_factory(settings.timeouts),
-            settings.target,
-            data_api.Deadline(remaining_ms, settings.timeouts.worst_case_ms()),
-            settings.polling,
-            settings.pacing,
-        )
+        session = data_session(settings, settings.target, remaining_ms)
         order, baseline, unordered = data_api.last_runs(session, pipeline, tables)
         if unordered:
             print(json.dumps({"warning": unordered}), flush=True)

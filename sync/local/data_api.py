@@ -1,7 +1,8 @@
 """A local Redshift Data API: the calls the Lambda handler makes, run on PostgreSQL.
 
-`LocalDataApi(dsn)` answers `execute_statement`, `describe_statement`, `cancel_statement`
-and `get_statement_result` with the request parameters and response shapes of boto3's
+`LocalDataApi(dsn)` answers `execute_statement`, `batch_execute_statement` (its statements
+in one transaction, each one's row count in `SubStatements`), `describe_statement`,
+`cancel_statement` and `get_statement_result` with the request parameters and response shapes of boto3's
 `redshift-data` client. Each statement runs on its own connection in its own thread, so it
 is asynchronous like the service: it goes SUBMITTED -> PICKED -> STARTED -> FINISHED |
 FAILED | ABORTED while the caller polls. Cancelling sends PostgreSQL a real cancel request
@@ -91,6 +92,7 @@ class _Statement:
     columns: list[dict] | None = None
     rows: list[tuple] = field(default_factory=list)
     result_rows: int = -1
+    sub_rows: list[int] | None = None  # a batch's row count per statement
     cancel_requested: bool = False
     conn: Any = None
     lock: threading.Lock = field(default_factory=threading.Lock)
@@ -140,6 +142,13 @@ def _error_text(exc: psycopg.Error) -> str:
     diag = exc.diag
     text = f"ERROR: {diag.message_primary or str(exc).strip()}"
     return text + (f" DETAIL: {diag.message_detail}" if diag.message_detail else "")
+
+
+def _end_with_error(st: _Statement, exc: psycopg.Error) -> None:
+    """A statement stopped by the engine: ABORTED when its cancel did it, else FAILED."""
+    with st.lock:
+        cancelled = st.cancel_requested and isinstance(exc, psycopg.errors.QueryCanceled)
+        st.move("ABORTED" if cancelled else "FAILED", _error_text(exc))
 
 
 class LocalDataApi:
@@ -235,6 +244,19 @@ class LocalDataApi:
             raise LocalDataApiError("ValidationException", f"unknown parameter(s) {', '.join(unknown)}", op)
         if not isinstance(params.get("Sql"), str) or not params["Sql"].strip():
             raise LocalDataApiError("ValidationException", "Sql is required", op)
+        return self._submit(op, params)
+
+    def batch_execute_statement(self, **params: Any) -> dict:
+        op = "BatchExecuteStatement"
+        unknown = sorted(set(params) - (EXECUTE_PARAMETERS - {"Sql", "Parameters"} | {"Sqls"}))
+        if unknown:
+            raise LocalDataApiError("ValidationException", f"unknown parameter(s) {', '.join(unknown)}", op)
+        sqls = params.get("Sqls")
+        if not isinstance(sqls, list) or not sqls or not all(isinstance(q, str) and q.strip() for q in sqls):
+            raise LocalDataApiError("ValidationException", "Sqls is required: a list of SQL statements", op)
+        return self._submit(op, params)
+
+    def _submit(self, op: str, params: dict[str, Any]) -> dict:
         if "SessionId" not in params:
             if not params.get("Database"):
                 raise LocalDataApiError("ValidationException", "Database is required", op)
@@ -290,11 +312,16 @@ class LocalDataApi:
                 "UpdatedAt": st.updated_at,
                 "Duration": st.duration_ns,
                 "HasResultSet": st.columns is not None,
-                "QueryString": st.params["Sql"],
+                "QueryString": st.params["Sql"] if "Sql" in st.params else ";\n".join(st.params["Sqls"]),
                 "ResultRows": st.result_rows,
                 "ResultSize": sum(len(str(v)) for row in st.rows for v in row) if st.status == "FINISHED" else -1,
                 "RedshiftQueryId": 0,
             }
+            if st.sub_rows is not None:
+                out["SubStatements"] = [
+                    {"Id": f"{st.id}:{n}", "Status": st.status, "ResultRows": rows, "QueryString": sql}
+                    for n, (sql, rows) in enumerate(zip(st.params["Sqls"], st.sub_rows), 1)
+                ]
             if st.pid is not None:
                 out["RedshiftPid"] = st.pid
             if st.error is not None:
@@ -381,6 +408,8 @@ class LocalDataApi:
             st.done.set()
 
     def _execute(self, st: _Statement, conn: Any) -> None:
+        if "Sqls" in st.params:
+            return self._execute_batch(st, conn)
         injected = self._take_injection(st.params["Sql"])
         if injected is not None and injected.error is not None:
             with st.lock:
@@ -411,12 +440,24 @@ class LocalDataApi:
                     ]
                 count = len(rows) if rows is not None else max(cur.rowcount, 0)
         except psycopg.Error as exc:
-            with st.lock:
-                cancelled = st.cancel_requested and isinstance(exc, psycopg.errors.QueryCanceled)
-                st.move("ABORTED" if cancelled else "FAILED", _error_text(exc))
+            _end_with_error(st, exc)
             return
         with st.lock:
             st.columns, st.rows, st.result_rows = columns, rows or [], count
+            st.move("FINISHED")
+
+    def _execute_batch(self, st: _Statement, conn: Any) -> None:
+        try:
+            with conn.transaction(), conn.cursor() as cur:
+                counts = []
+                for sql in st.params["Sqls"]:
+                    cur.execute(sql)
+                    counts.append(cur.rowcount)
+        except psycopg.Error as exc:
+            _end_with_error(st, exc)
+            return
+        with st.lock:
+            st.sub_rows = counts
             st.move("FINISHED")
 
     def _keep_cancelling(self, st: _Statement) -> None:

@@ -464,19 +464,37 @@ def prune(wh: Warehouse, pipeline: Pipeline, days: int | None = None, stream: bo
     """Delete control-table rows older than the retention (`[operations] retention_days`,
     `prune_sql`), one transaction for the run log and one per table. Waiting records are
     never pruned."""
-    days = days if days is not None else pipeline.operations.retention_days
-    sql = prune_sql(wh.dialect.bind_schema(pipeline.schema), pipeline, days, stream)
-    with wh.transaction():
-        run_log = [max(wh.execute(statement), 0) for statement in sql.run_log][-1]
-    result = PruneResult(days, run_log, 0, 0)
-    for table, statements in sql.tables.items():
+    return prune_with(in_transaction(wh), wh.dialect.bind_schema(pipeline.schema), pipeline, days, stream)
+
+
+def in_transaction(wh: Warehouse) -> Callable[[list[str]], list[int]]:
+    """Runs statements in one transaction of `wh`; each one's row count."""
+
+    def run(statements: list[str]) -> list[int]:
         with wh.transaction():
-            counts = [max(wh.execute(statement), 0) for statement in statements][1:]
+            return [wh.execute(statement) for statement in statements]
+
+    return run
+
+
+def prune_with(
+    transaction: Callable[[list[str]], list[int]], d: PostgresDialect, pipeline: Pipeline, days: int | None, stream: bool
+) -> PruneResult:
+    """`prune` over any connection: `transaction` runs its statements in one transaction and
+    returns each one's row count (negative where none)."""
+    days = days if days is not None else pipeline.operations.retention_days
+    sql = prune_sql(d, pipeline, days, stream)
+
+    def run(statements: list[str]) -> list[int]:
+        return [max(count, 0) for count in transaction(statements)]
+
+    result = PruneResult(days, run(sql.run_log)[-1], 0, 0)
+    for table, statements in sql.tables.items():
+        counts = run(statements)[1:]
         result.schema_drift += counts[0]
         result.quarantine += counts[1]
         if stream:
             result.stream[table] = counts[2]
     if sql.heartbeat:
-        with wh.transaction():
-            result.heartbeat = [max(wh.execute(statement), 0) for statement in sql.heartbeat][0]
+        result.heartbeat = run(sql.heartbeat)[0]
     return result

@@ -86,6 +86,13 @@ class PostgresDialect:
     stream_relation = "TABLE"
     # The database's default isolation level (`doctor`), as one value.
     isolation_level_sql = "SELECT current_setting('default_transaction_isolation')"
+    # Each listed table's deleted rows not yet reclaimed: (name, rows) over {schema} and
+    # {tables}, literals; statistics, so approximate.
+    dead_rows_sql = (
+        "SELECT relname::text, n_dead_tup FROM pg_stat_user_tables WHERE schemaname = {schema} AND relname IN ({tables})"
+    )
+    # Reclaims a table's deleted rows ({table}, qualified); never in a transaction block.
+    vacuum_sql = "VACUUM {table}"
     # Settings the generated SQL depends on, reported as a new session has them.
     verified_settings: tuple[str, ...] = ("TimeZone",)
     # Ends CREATE VIEW of the shared views over every table's control tables.

@@ -40,6 +40,9 @@ Values (the capabilities block):
   (r_Numeric_types201, Floating-Point types).
 - `isolation_level_sql`: the database's level, Serializable or Snapshot Isolation, from
   STV_DB_ISOLATION_LEVEL (r_STV_DB_ISOLATION_LEVEL), set per database.
+- `dead_rows_sql`: SVV_TABLE_INFO's `tbl_rows` ("includes rows marked for deletion, but
+  not yet vacuumed") less `estimated_visible_rows` (r_SVV_TABLE_INFO).
+- `vacuum_sql`: VACUUM DELETE ONLY: reclaims deleted rows without re-sorting (r_VACUUM_command).
 - `verified_settings`: the time zone and the two settings the procedures set (`doctor`).
 - `json_casts`: SUPER casts, which return NULL on error (cast_super_null_on_error), so
   no helper functions: text through `_super_text` (bounded by VARCHAR's limit), booleans
@@ -108,6 +111,11 @@ class RedshiftDialect(PostgresDialect):
     stream_relation = "MATERIALIZED VIEW"
     control_table_attributes = {"watermark": "\nDISTSTYLE AUTO", "run_log": "\nSORTKEY (started_at)"}
     isolation_level_sql = "SELECT TRIM(isolation_level) FROM stv_db_isolation_level WHERE TRIM(db_name) = current_database()"
+    dead_rows_sql = (
+        'SELECT TRIM("table"), tbl_rows - estimated_visible_rows FROM svv_table_info '
+        'WHERE TRIM("schema") = {schema} AND TRIM("table") IN ({tables})'
+    )
+    vacuum_sql = "VACUUM DELETE ONLY {table}"
     verified_settings = ("timezone", "enable_case_sensitive_identifier", "cast_super_null_on_error")
     # ALTER COLUMN TYPE "changes the size of a column defined as a VARCHAR data type" only
     # (r_ALTER_TABLE): other widenings copy into a new column.
