@@ -120,6 +120,22 @@ def position(env: dict, table: TableConfig) -> Position | None:
     return (change if commit is None else commit, change)
 
 
+def kafka_coordinates(record: Mapping[str, Any]) -> tuple[Any, int, int]:
+    """A record's (timestamp, partition, offset): what orders it in Kafka order."""
+    return (record.get("timestamp"), int(record["partition"]), int(record["offset"]))
+
+
+def kafka_earlier(a: tuple[Any, int, int], b: tuple[Any, int, int]) -> bool:
+    """Kafka orders a partition by offset and nothing across partitions: there the
+    producer's (or broker's) timestamp is the evidence, a tie or an unknown time left to the
+    partition number (docs/correctness.md, partition increases)."""
+    if a[1] == b[1]:
+        return a[2] < b[2]
+    if a[0] is not None and b[0] is not None and a[0] != b[0]:
+        return a[0] < b[0]
+    return a[1] < b[1]
+
+
 class DeliveryModel:
     """The target table the rule yields for the records added so far (see the module)."""
 
@@ -130,7 +146,8 @@ class DeliveryModel:
         self._previous: dict[int, tuple[str, Any]] = {}  # partition -> (kind, key) of its last record
         self._quarantine: dict[tuple[int, int], tuple[str, str | None]] = {}
         self._quarantined: dict[tuple[int, int], Mapping[str, Any]] = {}  # the records, for `replay`
-        self._writer: dict[tuple, tuple[int, int]] = {}  # key -> Kafka (partition, offset) of what is stored
+        # key -> Kafka (timestamp, partition, offset) of the record that wrote what is stored
+        self._writer: dict[tuple, tuple[Any, int, int]] = {}
 
     def add(self, records: Iterable[Mapping[str, Any]]) -> DeliveryModel:
         for record in records:
@@ -175,7 +192,8 @@ class DeliveryModel:
         Kafka order than the record that wrote what is stored; else it applies."""
         self.table = table
         waiting, self._quarantined = self._quarantined, {}
-        for coords in sorted(waiting):
+        by_kafka_order = lambda c: (kafka_coordinates(waiting[c])[0] or 0, *c)  # noqa: E731
+        for coords in sorted(waiting, key=by_kafka_order):
             record = waiting[coords]
             action, detail = classify(record, table)
             if action == "quarantine":
@@ -187,7 +205,7 @@ class DeliveryModel:
             stored, writer = self._stored.get(key), self._writer.get(key)
             if pos is not None and stored is not None and pos < stored:
                 continue
-            if (pos is None or pos == stored) and writer is not None and coords < writer:
+            if (pos is None or pos == stored) and writer is not None and kafka_earlier(kafka_coordinates(record), writer):
                 continue
             if pos is not None:
                 self._stored[key] = pos
@@ -195,7 +213,7 @@ class DeliveryModel:
         return self
 
     def _apply(self, key: tuple, action: str, row: dict[str, Any], record: Mapping[str, Any]) -> None:
-        self._writer[key] = (int(record["partition"]), int(record["offset"]))
+        self._writer[key] = kafka_coordinates(record)
         soft = self.table.delete_mode == "soft"
         if action == "upsert":
             self._rows[key] = {**row, "_deleted": False} if soft else dict(row)
