@@ -278,17 +278,19 @@ class PostgresDialect:
     # The longest text a string aggregate may return (LISTAGG fails past VARCHAR's limit).
     string_agg_max_bytes = 65535
 
-    def bounded_list(self, item: str, separator: str, order_by: str, relation: str, extra: str = "") -> str:
+    def bounded_list(self, item: str, separator: str, order_by: str, relation: str, extra: str = "", into: str = "") -> str:
         """SELECT [extra,] the items of `relation` joined in order, as many as fit
         `string_agg_max_bytes` bytes, followed by ' (+N more)' when some do not. `item`,
-        `order_by` and `extra` are expressions over the relation's columns (alias r)."""
+        `order_by` and `extra` are expressions over the relation's columns (alias r); a
+        PL/pgSQL statement selects them INTO the variables `into`."""
         limit = self.string_agg_max_bytes - 32  # room for the ' (+N more)' suffix
         listed = self.string_agg(f"CASE WHEN r.pos__ <= {limit} THEN r.item__ END", separator, "r.order__")
         more = f"COUNT(CASE WHEN r.pos__ > {limit} THEN 1 END)"
         return (
             f"SELECT {extra + ', ' if extra else ''}{listed}\n"
             f"       || CASE WHEN {more} > 0 THEN ' (+' || CAST({more} AS varchar(20)) || ' more)' ELSE '' END\n"
-            f"FROM (SELECT r.*, {item} AS item__, {order_by} AS order__,\n"
+            + (f"INTO {into}\n" if into else "")
+            + f"FROM (SELECT r.*, {item} AS item__, {order_by} AS order__,\n"
             f"             SUM(OCTET_LENGTH({item}) + {len(separator.encode())}) OVER (ORDER BY {order_by} ROWS UNBOUNDED PRECEDING) AS pos__\n"
             f"      FROM {relation} r) r"
         )

@@ -1,0 +1,23 @@
+"""Layout of the generated SQL: indentation, nested levels of a query, wrapped lists."""
+
+from __future__ import annotations
+
+from sync.sql.dialect import PostgresDialect
+
+
+def indent(text: str, spaces: int) -> str:
+    pad = " " * spaces
+    return "\n".join(pad + line if line else line for line in text.splitlines())
+
+
+def subquery(d: PostgresDialect, level: str, alias: str) -> str:
+    """FROM a nested level of the stage query, evaluated once per record (fenced where the
+    dialect needs it), not re-expanded at each reference above."""
+    fenced = f"{level}\n{d.subquery_fence}" if d.subquery_fence else level
+    return f"FROM (\n{indent(fenced, 2)}\n) {alias}"
+
+
+def wrapped(items: list[str], breaks: tuple[int, ...], pad: str = "  ") -> str:
+    """`items`, comma-separated, on a new line (indented by `pad`) at each of the positions `breaks`."""
+    bounds = [0, *breaks, len(items)]
+    return f",\n{pad}".join(", ".join(items[a:b]) for a, b in zip(bounds, bounds[1:], strict=False))

@@ -1,0 +1,50 @@
+"""The records of a run (sync/sql/procedure/batch.py), pinned for a one-column and a
+composite-key table: one behaviour per line."""
+
+from __future__ import annotations
+
+from sync.sql.procedure.batch import batch_sql, pending_in_order_sql, replay_sql
+from tests.helpers import COMPOSITE_KEY, ONE_COLUMN, assert_lines, table_sql
+
+ONE, COMPOSITE = table_sql(ONE_COLUMN), table_sql(COMPOSITE_KEY)
+
+
+def test_the_batch_is_the_stream_past_the_watermark_up_to_the_bound():
+    assert_lines(
+        batch_sql(ONE),
+        'FROM "cdc"."tag__stream" s',
+        'LEFT JOIN "cdc"."tag__watermark" w ON w.kafka_partition = s.kafka_partition',
+        "WHERE s.refresh_time >= v_since",
+        "AND s.kafka_offset > COALESCE(w.last_offset, -1)",
+        "AND (s.refresh_time < v_until_time",
+        "OR (s.kafka_partition = v_until_partition AND s.kafka_offset <= v_until_offset))))",
+    )
+
+
+def test_the_envelope_is_unwrapped_once_per_record():
+    assert_lines(
+        batch_sql(COMPOSITE),
+        'CASE WHEN IS_OBJECT(s.payload."schema") THEN s.payload."payload" ELSE s.payload END AS env,',
+        'CASE WHEN IS_OBJECT(s.key_payload."schema") THEN s.key_payload."payload" ELSE s.key_payload END AS key_env',
+        'e.env."source" AS src',
+    )
+
+
+def test_records_being_replayed_join_the_batch_without_a_kafka_key():
+    assert_lines(
+        replay_sql(ONE),
+        "UNION ALL",
+        "CAST(NULL AS super) AS key_env",
+        'FROM "cdc"."sync_quarantine" r',
+        "WHERE v_replayed > 0 AND r.table_name = 'tag' AND r.handled = 'replaying'",
+    )
+
+
+def test_the_nth_pending_record_in_read_order():
+    assert_lines(
+        pending_in_order_sql(COMPOSITE, "x.kafka_offset", "v_offset", "3"),
+        "SELECT x.kafka_offset",
+        "INTO v_offset",
+        "FROM (SELECT s.*, ROW_NUMBER() OVER (ORDER BY s.refresh_time, s.kafka_partition, s.kafka_offset) AS read_no",
+        "WHERE x.read_no = 3",
+    )
