@@ -7,7 +7,10 @@ product code: each is written from its description, on the same table and worklo
     sent from Python in batches of 500 (psycopg executemany, pipelined);
 (d) the apply floor: the batch's final rows, already shredded and deduplicated in a plain
     table, applied with DELETE ... USING + INSERT: the least work any merge must do;
-(e) a raw COPY of the batch's rows into an empty unlogged table.
+(e) a raw COPY of the batch's rows into an empty unlogged table;
+(f) the decode floor: one INSERT ... SELECT that reads the batch's events from the stream
+    and writes them typed into an empty unlogged table (no ranking, no merge): the least
+    any in-warehouse design must spend before it can merge anything.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ SEED_STAGE = f"{SCHEMA}.seed_customer_stg"
 SEED_PROCEDURE = f"{SCHEMA}.seed_sync_customer"
 FLOOR = f"{SCHEMA}.floor_customer"
 COPY_SINK = f"{SCHEMA}.copy_sink"
+DECODED = f"{SCHEMA}.decoded"
 DATA_COLUMNS = ("customer_id", "name", "mktsegment")
 
 
@@ -167,3 +171,17 @@ def prepare_copy(wh: Warehouse, rel: Relations) -> bytes:
 def run_copy(wh: Warehouse, data: bytes) -> None:
     with wh.copy_from(f"COPY {COPY_SINK} FROM STDIN") as copy:
         copy.write(data)
+
+
+# ---- (f) the decode floor ----------------------------------------------------------------
+
+
+def prepare_decode(wh: Warehouse, rel: Relations) -> None:
+    """An empty unlogged table of the decoded events' types."""
+    wh.execute(f"CREATE SCHEMA IF NOT EXISTS {SCHEMA}")
+    wh.execute(f"DROP TABLE IF EXISTS {DECODED}")
+    wh.execute(f"CREATE UNLOGGED TABLE {DECODED} AS SELECT * FROM ({shredded_sql(rel)}) x WITH NO DATA")
+
+
+def run_decode(wh: Warehouse, rel: Relations) -> None:
+    wh.execute(f"INSERT INTO {DECODED}\n{shredded_sql(rel)}")

@@ -78,6 +78,7 @@ def incremental(b: Bench) -> None:
     bl.prepare_seed(b.wh, b.rel)
     bl.prepare_floor(b.wh, b.rel)
     copy_data = bl.prepare_copy(b.wh, b.rel)
+    bl.prepare_decode(b.wh, b.rel)
     events = bl.fetch_events(b.wh, b.rel)
     b.wh.execute("VACUUM ANALYZE")
     digest = lambda table: lambda: tuple(b.wh.query(bl.digest_sql(table))[0])  # noqa: E731
@@ -87,6 +88,7 @@ def incremental(b: Bench) -> None:
         "per_row_upsert": (lambda: bl.run_per_row(b.wh, b.rel, events, b.sizes.upsert_batch), digest(b.rel.target)),
         "apply_floor": (lambda: bl.run_floor(b.wh, b.rel), digest(b.rel.target)),
         "raw_copy": (lambda: bl.run_copy(b.wh, copy_data), None),
+        "decode_floor": (lambda: bl.run_decode(b.wh, b.rel), None),
     }
     runs = {name: Measurement() for name in approaches}
     results: dict[str, object] = {}
@@ -111,7 +113,13 @@ def incremental(b: Bench) -> None:
     )
     for name, m_ in runs.items():
         b.record(f"incremental.{name}", m_, n)
-    for letter, name in (("b", "seed_blog_pattern"), ("c", "per_row_upsert"), ("d", "apply_floor"), ("e", "raw_copy")):
+    for letter, name in (
+        ("b", "seed_blog_pattern"),
+        ("c", "per_row_upsert"),
+        ("d", "apply_floor"),
+        ("e", "raw_copy"),
+        ("f", "decode_floor"),
+    ):
         b.ratio(f"incremental.ratio_a_{letter}", "incremental.generated_procedure", f"incremental.{name}")
     b.progress("incremental: one timestamped call for the breakdown of the procedure's time")
     statements = profile_call(b.wh, b.pipeline, TABLE)
