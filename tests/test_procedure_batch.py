@@ -26,8 +26,23 @@ def test_the_envelope_is_unwrapped_once_per_record():
         batch_sql(COMPOSITE),
         'CASE WHEN IS_OBJECT(s.payload."schema") THEN s.payload."payload" ELSE s.payload END AS env,',
         'CASE WHEN IS_OBJECT(s.key_payload."schema") THEN s.key_payload."payload" ELSE s.key_payload END AS key_env',
-        'e.env."source" AS src',
+        'f.env."source" AS src',
     )
+
+
+def test_the_operation_is_bounded_once_then_read_by_name():
+    sql = batch_sql(ONE)
+    assert_lines(
+        sql,
+        '(CASE WHEN JSON_SIZE(f.env."op") <= 65535 THEN f.env."op" END) AS "b__op"',
+        "CASE WHEN IS_VARCHAR(f.b__op) THEN f.b__op::varchar(65535)"
+        ' WHEN f.b__op IS NOT NULL THEN JSON_SERIALIZE(f.b__op) END AS "x__op"',
+        "f.x__op AS op,",
+        'CASE WHEN f.x__op = \'d\' THEN f.env."before" ELSE f.env."after" END AS img,',
+    )
+    assert sql.count("JSON_SIZE") == 1
+    # PostgreSQL reads the member as text in place: nothing to bound.
+    assert "b__op" not in batch_sql(table_sql(ONE_COLUMN, dialect="postgres"))
 
 
 def test_records_being_replayed_join_the_batch_without_a_kafka_key():

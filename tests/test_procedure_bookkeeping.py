@@ -11,7 +11,6 @@ from sync.sql.procedure.bookkeeping import (
     quarantine_sql,
     run_log_row_sql,
     single_flight_sql,
-    watermark_after_sql,
     watermark_before_sql,
 )
 from tests.helpers import COMPOSITE_KEY, ONE_COLUMN, assert_lines, table_sql
@@ -26,9 +25,14 @@ def test_the_watermark_is_locked_then_the_clock_read_once():
     ]
 
 
-def test_the_watermark_summaries_select_into_their_variables():
-    assert_lines(watermark_before_sql(ONE), "INTO v_since, v_wm_before", 'FROM "cdc"."tag__watermark" r) r;')
-    assert_lines(watermark_after_sql(ONE), "INTO v_wm_after", 'FROM "cdc"."tag__watermark" r) r;')
+def test_one_statement_reads_the_watermark_its_summary_and_the_records_being_replayed():
+    assert_lines(
+        watermark_before_sql(ONE),
+        "SELECT MAX(r.last_refresh_time),",
+        "(SELECT COUNT(*) FROM \"cdc\".\"sync_quarantine\" WHERE table_name = 'tag' AND handled = 'replaying'),",
+        "INTO v_since, v_replayed, v_wm_before",
+        'FROM "cdc"."tag__watermark" r) r;',
+    )
 
 
 def test_a_bounded_run_stops_at_the_nth_pending_record():
@@ -36,9 +40,13 @@ def test_a_bounded_run_stops_at_the_nth_pending_record():
 
 
 def test_the_batch_counts_tell_the_rare_steps_it_needs():
-    assert_lines(batch_counts_sql(ONE), "INTO v_read, v_drift, v_positionless")
-    assert_lines(batch_counts_sql(COMPOSITE), "INTO v_read, v_drift, v_positionless, v_unavailable")
-    assert_lines(batch_counts_sql(table_sql(ONE_COLUMN, order_by="kafka")), "INTO v_read, v_drift")
+    assert_lines(batch_counts_sql(ONE), "INTO v_drift, v_positionless")
+    assert_lines(
+        batch_counts_sql(COMPOSITE),
+        "MAX(CASE WHEN _action = 'truncate' THEN _source_pos END),",
+        "INTO v_drift, v_positionless, v_unavailable, v_truncates, v_truncate_pos, v_truncate_ts",
+    )
+    assert_lines(batch_counts_sql(table_sql(ONE_COLUMN, order_by="kafka")), "INTO v_drift")
 
 
 def test_the_outcomes_and_the_lag_are_counted_in_one_pass():
@@ -66,8 +74,10 @@ def test_the_watermark_advances_never_back():
     )
 
 
-def test_one_run_log_row_per_call():
+def test_one_run_log_row_per_call_with_the_watermark_it_leaves():
     assert_lines(
         run_log_row_sql(ONE),
-        "v_quarantined, v_tombstones, v_stale, v_superseded, v_truncates, v_wm_before, v_wm_after, v_lag, 'ok');",
+        "v_quarantined, v_tombstones, v_stale, v_superseded, v_truncates, v_wm_before,",
+        "LISTAGG(CASE WHEN r.pos__ <= 65503 THEN r.item__ END, ',') WITHIN GROUP (ORDER BY r.order__)",
+        'FROM "cdc"."tag__watermark" r) r;',
     )

@@ -70,7 +70,9 @@ def test_a_misordered_step_list_is_found():
     early = [*steps[:stage], steps[counts], steps[stage], *steps[counts + 1 :]]
     assert read_before_written(early) == [
         f"batch_counts_sql reads {name}"
-        for name in sorted(["_action", "_drift_img", "_source_pos", "_unavailable", Action.DELETE, Action.UPSERT])
+        for name in sorted(
+            ["_action", "_drift_img", "_source_pos", "_source_ts", "_unavailable", Action.DELETE, Action.TRUNCATE, Action.UPSERT]
+        )
     ]
 
 

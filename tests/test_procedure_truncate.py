@@ -13,10 +13,9 @@ COMPOSITE = table_sql(COMPOSITE_KEY)
 def test_the_newest_truncate_position_decides():
     assert_lines(
         truncate_sql(ONE),
-        "SELECT COUNT(*), MAX(_source_pos), MAX(_source_ts) INTO v_rows, v_truncate_pos, v_truncate_ts",
-        "IF v_rows > 0 AND v_truncate_pos IS NOT NULL THEN",
+        "IF v_truncates > 0 AND v_truncate_pos IS NOT NULL THEN",
         "WHERE _rn = 1 AND _action IN ('upsert', 'delete') AND (_rank_pos IS NULL OR _rank_pos < v_truncate_pos);",
-        "ELSIF v_rows > 0 THEN",
+        "ELSIF v_truncates > 0 THEN",
     )
 
 
@@ -40,7 +39,7 @@ def test_soft_deletes_mark_the_rows_at_the_truncate():
 def test_kafka_order_every_stored_row_precedes_the_truncate():
     assert_lines(
         truncate_sql(table_sql(ONE_COLUMN, on_truncate="delete", order_by="kafka")),
-        "IF v_rows > 0 THEN",
+        "IF v_truncates > 0 THEN",
         'DELETE FROM "cdc"."tag";',
         "AND ((x._kafka_partition = s._kafka_partition AND x._kafka_offset > s._kafka_offset)",
         "OR (x._kafka_partition <> s._kafka_partition AND x._kafka_timestamp > s._kafka_timestamp)));",

@@ -6,7 +6,7 @@ from __future__ import annotations
 from sync.sql.dialect import quote_literal
 from sync.sql.envelope import envelope_sql, unwrap_schema
 from sync.sql.procedure.context import READ_ORDER, TableSql
-from sync.sql.procedure.text import indent, subquery
+from sync.sql.procedure.text import extended, indent, subquery
 
 
 def pending_condition() -> str:
@@ -34,7 +34,6 @@ def batch_sql(ctx: TableSql) -> str:
     """The records of this run (past the watermark) with their operation, row image
     (`img`), Kafka key (`key_env`) and source block (`src`)."""
     d = ctx.d
-    env = envelope_sql(d, ctx.table, "e.env")
     # Level 1: records past the watermark, with the schemas.enable wrapper removed.
     level1 = (
         "SELECT s.kafka_partition, s.kafka_offset, s.kafka_timestamp, s.refresh_time,\n"
@@ -49,13 +48,18 @@ def batch_sql(ctx: TableSql) -> str:
         "           AND (s.kafka_partition < v_until_partition\n"
         "                OR (s.kafka_partition = v_until_partition AND s.kafka_offset <= v_until_offset))))\n" + replay_sql(ctx)
     )
+    # The text of the operation, named once where the dialect bounds it first.
+    op_text = d.text_levels(d.json_get("f.env", "op"), "op") if ctx.table.format == "debezium" else None
+    for values in op_text[0] if op_text else []:
+        level1 = extended(d, level1, values)
+    env = envelope_sql(d, ctx.table, "f.env", op_text[1] if op_text else None)
     # Level 2: operation, row image and source block, each read once.
     return (
-        "SELECT e.kafka_partition, e.kafka_offset, e.kafka_timestamp, e.refresh_time,\n"
-        "       e.payload, e.raw_value, e.env, e.key_env,\n"
+        "SELECT f.kafka_partition, f.kafka_offset, f.kafka_timestamp, f.refresh_time,\n"
+        "       f.payload, f.raw_value, f.env, f.key_env,\n"
         f"       {env.op} AS op,\n"
         f"       {env.image} AS img,\n"
-        f"       {env.source} AS src\n" + subquery(d, level1, "e")
+        f"       {env.source} AS src\n" + subquery(d, level1, "f")
     )
 
 

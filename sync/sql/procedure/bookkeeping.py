@@ -26,17 +26,24 @@ def single_flight_sql(ctx: TableSql) -> str:
     return f"{comment}{lock}\n{CALL_TIME} := {ctx.d.now()};"
 
 
-def watermark_summary_sql(ctx: TableSql, into: str, extra: str = "") -> str:
-    """The watermark's partitions as the run log lists them, as many as fit its text
-    column, INTO `into` (after `extra`, an aggregate over the watermark rows `r`)."""
-    return ctx.d.bounded_list(WATERMARK_ITEM, ",", "r.kafka_partition", ctx.rel.watermark, extra=extra, into=into) + ";"
-
-
 def watermark_before_sql(ctx: TableSql) -> str:
+    """The watermark as the run starts: the newest refresh read (what the stream is pruned
+    by), the run log's summary of it (as many partitions as fit the run log's text column)
+    and the quarantined records marked for replay in this transaction (`quarantine replay`),
+    in one statement."""
+    replaying = f"(SELECT COUNT(*) FROM {ctx.rel.quarantine} WHERE table_name = {quote_literal(ctx.table.name)} AND handled = 'replaying')"
+    summary = ctx.d.bounded_list(
+        WATERMARK_ITEM,
+        ",",
+        "r.kafka_partition",
+        ctx.rel.watermark,
+        extra=f"MAX(r.last_refresh_time),\n       {replaying}",
+        into="v_since, v_replayed, v_wm_before",
+    )
     return (
-        "-- The watermark summary lists as many partitions as fit the run log's text column.\n"
-        + watermark_summary_sql(ctx, "v_since, v_wm_before", extra="MAX(r.last_refresh_time)")
-        + "\nv_since := COALESCE(v_since, TIMESTAMP '1900-01-01 00:00:00');"
+        "-- The watermark, its summary for the run log, and the quarantined records being replayed.\n"
+        + summary
+        + ";\nv_since := COALESCE(v_since, TIMESTAMP '1900-01-01 00:00:00');"
     )
 
 
@@ -60,22 +67,25 @@ def bound_sql(ctx: TableSql) -> str:
     )
 
 
-def replay_count_sql(ctx: TableSql) -> str:
-    return (
-        "-- Quarantined records marked for replay in this transaction (`quarantine replay`).\n"
-        f"SELECT COUNT(*) INTO v_replayed FROM {ctx.rel.quarantine}\n"
-        f"WHERE table_name = {quote_literal(ctx.table.name)} AND handled = 'replaying';"
-    )
-
-
 def batch_counts_sql(ctx: TableSql) -> str:
-    """One pass counts the batch and tells which of the rarely needed steps it needs."""
-    counted = {"v_read": "COUNT(*)", "v_drift": "COUNT(_drift_img)"}
+    """One pass over a batch with records tells which of the rarely needed steps it needs,
+    and where its newest truncate is (truncate events keep their state to the end)."""
+    counted = {"v_drift": "COUNT(_drift_img)"}
     if ctx.source_order:
         counted["v_positionless"] = f"COUNT(CASE WHEN {positionless()} THEN 1 END)"
     if has_toast(ctx.table):
         counted["v_unavailable"] = "COUNT(CASE WHEN _unavailable IS NOT NULL THEN 1 END)"
-    return "SELECT " + ",\n       ".join(counted.values()) + f"\nINTO {', '.join(counted)}\nFROM {ctx.rel.stage};"
+    if ctx.table.on_truncate == "delete":
+        truncate = f"_action = '{Action.TRUNCATE}'"
+        counted["v_truncates"] = OUTCOMES["truncates"]
+        counted["v_truncate_pos"] = f"MAX(CASE WHEN {truncate} THEN _source_pos END)"
+        counted["v_truncate_ts"] = f"MAX(CASE WHEN {truncate} THEN _source_ts END)"
+    return (
+        "-- What the batch needs of the rarely needed steps.\n"
+        + "SELECT "
+        + ",\n       ".join(counted.values())
+        + f"\nINTO {', '.join(counted)}\nFROM {ctx.rel.stage};"
+    )
 
 
 def analyze_stage_sql(ctx: TableSql) -> str:
@@ -156,13 +166,10 @@ def empty_stage_sql(ctx: TableSql) -> str:
     return f"-- The stage is empty between runs (DELETE, not TRUNCATE: TRUNCATE would commit).\nDELETE FROM {ctx.rel.stage};"
 
 
-def watermark_after_sql(ctx: TableSql) -> str:
-    return watermark_summary_sql(ctx, "v_wm_after")
-
-
-def run_log_insert_sql(ctx: TableSql, values: dict[str, str], breaks: tuple[int, ...] = (7,)) -> str:
+def run_log_insert_sql(ctx: TableSql, values: dict[str, str], breaks: tuple[int, ...] = (7,), rest: str = "") -> str:
     """8. The run-log row of a call: `values` by column name (counts, watermarks, lag,
-    status), with the call's identity and times."""
+    status), with the call's identity and times; SELECTed over `rest` (a FROM clause) when
+    given, else one row of VALUES."""
     values = {
         "table_name": quote_literal(ctx.table.name),
         "backend_pid": "PG_BACKEND_PID()",
@@ -171,16 +178,24 @@ def run_log_insert_sql(ctx: TableSql, values: dict[str, str], breaks: tuple[int,
         **values,
     }
     columns, selected = schemas.ordered(ctx.d, schemas.RUN_LOG, values)
-    return f"INSERT INTO {ctx.rel.run_log} ({wrapped(columns, (7,))})\nVALUES ({wrapped(selected, breaks)});"
+    insert = f"INSERT INTO {ctx.rel.run_log} ({wrapped(columns, (7,))})\n"
+    if rest:
+        return insert + f"SELECT {wrapped(selected, breaks)}\n{rest};"
+    return insert + f"VALUES ({wrapped(selected, breaks)});"
 
 
 def run_log_row_sql(ctx: TableSql) -> str:
+    """8. One run-log row per call, also when nothing was new (9.), with the watermark as
+    the call leaves it, read in the same statement."""
+    watermark_after, source = ctx.d.bounded_list_parts(WATERMARK_ITEM, ",", "r.kafka_partition", ctx.rel.watermark)
     values = {
         "events_read": "v_read",
         **{name: f"v_{name}" for name in OUTCOMES},
         "watermark_before": "v_wm_before",
-        "watermark_after": "v_wm_after",
+        "watermark_after": watermark_after,
         "lag_seconds": "v_lag",
         "status": "'ok'",
     }
-    return "-- 8. One run-log row per call, also when nothing was new (9.).\n" + run_log_insert_sql(ctx, values)
+    return "-- 8. One run-log row per call, also when nothing was new (9.).\n" + run_log_insert_sql(
+        ctx, values, breaks=(7, 13), rest=source
+    )

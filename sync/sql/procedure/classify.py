@@ -108,3 +108,14 @@ def lookup(number: str, values: list[str], default: str) -> str:
     """values[n - 1] for the check numbered n (see `first_match`), else `default`."""
     lines = [f"CASE {number}", *[f"  WHEN {i} THEN {v}" for i, v in enumerate(values, start=1)], f"  ELSE {default}", "END"]
     return "\n".join(lines)
+
+
+def action_of(number: str, checks: list[Check]) -> str:
+    """The action of the check numbered `number` (see `first_match`), upsert when none
+    matched: one line per action."""
+    numbers: dict[Action, list[str]] = {}
+    for i, chk in enumerate(checks, start=1):
+        numbers.setdefault(chk.action, []).append(str(i))
+    tests = {action: f"IN ({', '.join(n)})" if len(n) > 1 else f"= {n[0]}" for action, n in numbers.items()}
+    lines = ["CASE", *[f"  WHEN {number} {test} THEN '{action}'" for action, test in tests.items()]]
+    return "\n".join([*lines, f"  ELSE '{Action.UPSERT}'", "END"])

@@ -83,8 +83,12 @@ def raw_is_null(d: PostgresDialect, raw: str, col: ColumnConfig) -> str:
     return f"{raw} IS NULL" if read_as_text(d, col) else d.json_is_null(raw)
 
 
-def unavailable_sql(d: PostgresDialect, raw: str, col: ColumnConfig) -> str:
-    """True when the field is the placeholder: keep the stored value of the column."""
+def placeholder_sql(text: str) -> str:
+    """True when the field's text is the placeholder: keep the stored value of the column."""
     forms = ", ".join(quote_literal(f) for f in TOAST_PLACEHOLDER_TEXTS)
-    text = raw if read_as_text(d, col) else d.json_number_text(raw)
     return f"COALESCE({text} IN ({forms}), false)"
+
+
+def unavailable_sql(d: PostgresDialect, raw: str, col: ColumnConfig) -> str:
+    """`placeholder_sql` of the field `raw`."""
+    return placeholder_sql(raw if read_as_text(d, col) else d.json_number_text(raw))

@@ -127,16 +127,30 @@ def redundant_tombstones_sql(ctx: TableSql) -> str:
     )
 
 
+def stored_positions(ctx: TableSql) -> str:
+    """The source positions stored for keys (column `_source_pos` of rows `k`): of the
+    target rows and, in hard mode, of the deleted keys, one relation."""
+    key_list = ", ".join(f"t.{ctx.q(k)}" for k in ctx.keys)
+    held = ctx.rel.held(ctx.table)
+    if len(held) == 1:
+        return f"{held[0]} k"
+    union = "\n                               UNION ALL ".join(f"SELECT {key_list}, t._source_pos FROM {r} t" for r in held)
+    return f"({union}) k"
+
+
 def stale_sql(ctx: TableSql) -> str:
-    """5. A lookup of the stored position per winning key (a correlated MAX: at most one
-    row, NULL when there is none), so the cost follows the batch, not the table."""
-    statements = [
+    """5. A lookup of the newest stored position per winning key (a correlated MAX over the
+    stored rows and deleted keys: at most one row, NULL when there is none), so the cost
+    follows the batch, not the table. The number of stale winners goes to v_rows."""
+    return (
+        "-- 5. Never regress: a winner not newer than what is stored for its key is stale.\n"
         f"UPDATE {ctx.rel.stage} s SET _action = '{Action.STALE}', _reason = s._action\n"
         f"WHERE {WINNERS} AND s._source_pos IS NOT NULL\n"
-        f"  AND s._source_pos <= (SELECT MAX(t._source_pos) FROM {relation} t WHERE {key_match(ctx.d, ctx.keys, 't', 's')});"
-        for relation in ctx.rel.held(ctx.table)
-    ]
-    return "-- 5. Never regress: a winner not newer than what is stored for its key is stale.\n" + "\n".join(statements)
+        f"  AND s._source_pos <= (SELECT MAX(k._source_pos)\n"
+        f"                        FROM {stored_positions(ctx)}\n"
+        f"                        WHERE {key_match(ctx.d, ctx.keys, 'k', 's')});\n"
+        "GET DIAGNOSTICS v_rows := ROW_COUNT;"
+    )
 
 
 def tied_changes_sql(ctx: TableSql) -> str:
@@ -145,7 +159,8 @@ def tied_changes_sql(ctx: TableSql) -> str:
     the same transaction (a compressed MySQL transaction shares one position), in Kafka
     order. What stays stale at a tie is a re-sent copy of the stored event (the same
     values, or a delete of a key deleted there). Stale winners are rare (replays), so
-    this runs only when there are some; `_reason` holds the action they had."""
+    this runs only when there are some (v_rows, from `stale_sql`); `_reason` holds the
+    action they had."""
     d, q, rel, table = ctx.d, ctx.q, ctx.rel, ctx.table
     stage, target, deleted = rel.stage, rel.target, rel.deleted
     differs = " OR ".join(d.differs(f"t.{q(c.target_name)}", f"s.{q(c.target_name)}", c.sql_type) for c in table.value_columns)
@@ -171,7 +186,6 @@ def tied_changes_sql(ctx: TableSql) -> str:
         "--    change of the same transaction (compressed MySQL binlog): it applies, in Kafka\n"
         "--    order. A re-sent copy of the stored event stays stale. (One statement per case:\n"
         "--    Redshift takes no correlated subquery under an OR.)\n"
-        f"SELECT COUNT(*) INTO v_rows FROM {stage} WHERE _action = '{Action.STALE}';\n"
         "IF v_rows > 0 THEN\n"
         f"{updates}\n"
         "END IF;"

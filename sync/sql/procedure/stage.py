@@ -9,9 +9,9 @@ from __future__ import annotations
 from sync.config import ColumnConfig
 from sync.sql import schemas
 from sync.sql.dialect import quote_literal
-from sync.sql.envelope import source_sql
+from sync.sql.envelope import position_fields, source_sql
 from sync.sql.procedure.batch import batch_sql
-from sync.sql.procedure.classify import SOURCE_TS_MS_RANGE, classification_checks, first_match, lookup
+from sync.sql.procedure.classify import SOURCE_TS_MS_RANGE, action_of, classification_checks, first_match, lookup
 from sync.sql.procedure.context import APPLIED, Action, TableSql
 from sync.sql.procedure.fields import (
     drift_image_sql,
@@ -20,6 +20,7 @@ from sync.sql.procedure.fields import (
     key_alias,
     mark_alias,
     merged_levels,
+    placeholder_sql,
     raw_alias,
     raw_field_sql,
     read_as_text,
@@ -27,7 +28,7 @@ from sync.sql.procedure.fields import (
     unavailable_sql,
 )
 from sync.sql.procedure.ordering import rank_order
-from sync.sql.procedure.text import indent, subquery
+from sync.sql.procedure.text import extended, indent, packed, subquery
 from sync.sql.semantic import DecodeSql, check_column, decode_sql
 from sync.sql.types import SqlType
 
@@ -42,7 +43,17 @@ def _fields_level(ctx: TableSql) -> str:
     """Level 3: source time and position, and every field as JSON, each navigated once;
     everything above reads these columns."""
     d, table, q = ctx.d, ctx.table, ctx.q
-    source = source_sql(d, table, "f.src")
+    # The text of each field the source position is made of, named once below this level.
+    batch, named = batch_sql(ctx), {}
+    levels: list[dict[str, str]] = []
+    for i, field in enumerate(position_fields(table)):
+        text = d.text_levels(d.json_get("f.src", field), f"p{i}")
+        if text is not None:
+            levels = merged_levels([DecodeSql(levels), DecodeSql(text[0])])
+            named[field] = text[1]
+    for values in levels:
+        batch = extended(d, batch, values)
+    source = source_sql(d, table, "f.src", named)
     raw_lines = [f"{source.ts_ms} AS source_ts_ms", f"{source.position} AS source_pos"]
     for col in table.key_columns:
         raw_lines.append(f"{raw_field_sql(d, 'f.img', col)} AS {q(image_alias(col))}")
@@ -53,7 +64,7 @@ def _fields_level(ctx: TableSql) -> str:
         f"SELECT {_record_columns('f.payload', 'f.raw_value', 'f.env', 'f.img', 'f.op')},\n"
         + ",\n".join("       " + line for line in raw_lines)
         + "\n"
-        + subquery(d, batch_sql(ctx), "f")
+        + subquery(d, batch, "f")
     )
 
 
@@ -65,30 +76,36 @@ def _typed_level(ctx: TableSql) -> str:
     d, table, q = ctx.d, ctx.table, ctx.q
     decoded: list[DecodeSql] = []
 
-    def decode(col: ColumnConfig, raw: str, alias: str) -> str:
+    def decode(col: ColumnConfig, raw: str, alias: str) -> DecodeSql:
         check_column(col, table.name)
         if read_as_text(d, col):
-            return d.text_to_char(raw, col.sql_type)
+            return DecodeSql([], d.text_to_char(raw, col.sql_type), raw)
         result = decode_sql(d, col, raw, alias)
         decoded.append(result)
-        return result.value
+        return result
 
     field_lines = []
     # Intermediate values are named by column position: short, and unique within 63 characters.
     for i, col in enumerate(table.key_columns):
-        from_image = decode(col, f"f.{q(image_alias(col))}", f"i{i}")
-        from_key = decode(col, f"f.{q(key_alias(col))}", f"k{i}")
+        from_image = decode(col, f"f.{q(image_alias(col))}", f"i{i}").value
+        from_key = decode(col, f"f.{q(key_alias(col))}", f"k{i}").value
         field_lines.append(f"COALESCE({from_image},\n         {from_key}) AS {q(col.target_name)}")
-    marks: dict[str, str] = {}  # alias -> SQL: the field holds the TOAST placeholder
+    # The field holds the TOAST placeholder, by level: where its text is (the raw field, or
+    # the text a decode named) -> alias -> SQL.
+    marks: dict[int, dict[str, str]] = {}
     unavailable = []
     for i, col in enumerate(table.value_columns):
         raw = f"f.{q(raw_alias(col))}"
-        value = decode(col, raw, f"v{i}")
+        result = decode(col, raw, f"v{i}")
+        value = result.value
         field_lines.append(f"{raw} AS {q(raw_alias(col))}")
         if toastable(col):
             # 3. (TOAST) the placeholder keeps the stored value: NULL here, filled in later.
             mark = f"f.{q(mark_alias(col))}"
-            marks[mark_alias(col)] = unavailable_sql(d, raw, col)
+            if result.text is None:
+                marks.setdefault(0, {})[mark_alias(col)] = unavailable_sql(d, raw, col)
+            else:
+                marks.setdefault(len(result.levels), {})[mark_alias(col)] = placeholder_sql(result.text)
             value = f"CASE WHEN {mark} THEN NULL ELSE {value} END"
             unavailable.append(f"CASE WHEN {mark} THEN {quote_literal(col.target_name + '|')} ELSE '' END")
             field_lines.append(f"{mark} AS {q(mark_alias(col))}")
@@ -100,17 +117,12 @@ def _typed_level(ctx: TableSql) -> str:
     # it twice: on PostgreSQL the conversion would otherwise run twice per record.
     source_ts_ms = d.cast_json("f.source_ts_ms", _BIGINT)
     intermediate = merged_levels(decoded)
-    if marks:
-        intermediate = intermediate or [{}]
-        intermediate[0] = {**marks, **intermediate[0]}
+    for depth, named in sorted(marks.items()):
+        intermediate += [{} for _ in range(depth + 1 - len(intermediate))]
+        intermediate[depth] = {**named, **intermediate[depth]}
     level = _fields_level(ctx)
     for values in intermediate:
-        level = (
-            "SELECT f.*,\n"
-            + ",\n".join(f"       {expr} AS {q(alias)}" for alias, expr in values.items())
-            + "\n"
-            + subquery(d, level, "f")
-        )
+        level = extended(d, level, values)
     return (
         f"SELECT {_record_columns('f.payload', 'f.raw_value', 'f.env', 'f.img', 'f.op', 'f.source_pos')},\n"
         f"       {source_ts_ms} AS source_ts_ms,\n"
@@ -138,7 +150,7 @@ def _carried(ctx: TableSql, source_ts_ms: str = "t.source_ts_ms") -> str:
         "t.drift_img",
         *[f"t.{ctx.q(col.target_name)}" for col in ctx.table.columns],
     ]
-    return ",\n".join("       " + name for name in names)
+    return "       " + packed(names, " " * 7)
 
 
 def _classified_level(ctx: TableSql) -> str:
@@ -161,10 +173,9 @@ def _classified_level(ctx: TableSql) -> str:
     lo, hi = SOURCE_TS_MS_RANGE
     # The source time only where it is one (the conversion above would raise otherwise).
     bounded_ts = f"CASE WHEN t.source_ts_ms BETWEEN {lo} AND {hi} THEN t.source_ts_ms END AS source_ts_ms"
-    actions = [quote_literal(chk.action) for chk in checks]
     return (
         f"SELECT\n{_carried(ctx, bounded_ts)},\n"
-        f"{indent(lookup('t.check_no', actions, quote_literal(Action.UPSERT)), 7)} AS action,\n"
+        f"{indent(action_of('t.check_no', checks), 7)} AS action,\n"
         f"{indent(lookup('t.check_no', [chk.reason for chk in checks], 'NULL'), 7)} AS reason,\n"
         f"       CASE WHEN {keeps_payload} THEN t.payload END AS quarantine_payload\n" + subquery(d, classified, "t")
     )
@@ -203,11 +214,6 @@ def stage_insert_sql(ctx: TableSql) -> str:
     }
     columns, selected = schemas.ordered(d, schemas.stage(table), values, quoted=True)
     return (
-        f"INSERT INTO {ctx.rel.stage} (\n"
-        + indent(",\n".join(columns), 2)
-        + "\n)\nSELECT "
-        + ",\n       ".join(selected)
-        + "\n"
-        + subquery(d, _classified_level(ctx), "c")
-        + ";"
+        f"INSERT INTO {ctx.rel.stage} (\n  {packed(columns, '  ')}\n)\n"
+        f"SELECT {packed(selected, ' ' * 7)}\n" + subquery(d, _classified_level(ctx), "c") + ";"
     )

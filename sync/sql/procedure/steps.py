@@ -20,12 +20,10 @@ from sync.sql.procedure.bookkeeping import (
     empty_stage_sql,
     outcome_counts_sql,
     quarantine_sql,
-    replay_count_sql,
     replayed_sql,
     run_log_row_sql,
     session_settings_sql,
     single_flight_sql,
-    watermark_after_sql,
     watermark_before_sql,
 )
 from sync.sql.procedure.context import CALL_TIME, OUTCOMES, Action, TableSql
@@ -62,7 +60,6 @@ VARIABLES = {
         Variable(CALL_TIME, "timestamp"),
         Variable("v_since", "timestamp"),
         Variable("v_wm_before", schemas.LONG_TEXT),
-        Variable("v_wm_after", schemas.LONG_TEXT),
         Variable("v_read", "bigint", "0"),
         *(Variable(f"v_{name}", "bigint", "0") for name in OUTCOMES),
         Variable("v_rows", "bigint", "0"),
@@ -140,7 +137,9 @@ class Step:
 def stage_sql(ctx: TableSql) -> str:
     return (
         "-- 2./3. Records past the watermark (refresh_time only prunes), classified, typed\n"
-        "--       and ranked per key, into the stage. Everything below reads the stage only.\n" + stage_insert_sql(ctx)
+        "--       and ranked per key, into the stage. Everything below reads the stage only.\n"
+        + stage_insert_sql(ctx)
+        + "\nGET DIAGNOSTICS v_read := ROW_COUNT;"
     )
 
 
@@ -156,6 +155,11 @@ def apply_batch_sql(ctx: TableSql) -> str:
 ALL_STATES = facts(*Action)
 # Steps 3 to 7 over the stage, in output order (run when the batch has records).
 APPLY_STEPS = (
+    Step(
+        batch_counts_sql,
+        ("v_drift", "v_positionless", "v_unavailable", "v_truncates", "v_truncate_pos", "v_truncate_ts"),
+        reads=facts("_drift_img _source_pos _source_ts _action _unavailable", Action.UPSERT, Action.DELETE, Action.TRUNCATE),
+    ),
     Step(
         redundant_tombstones_sql,
         ("v_positionless",),
@@ -184,7 +188,13 @@ APPLY_STEPS = (
         reads=RANKED | facts("_unavailable values"),
         writes=facts("_action _reason", Action.QUARANTINE),
     ),
-    Step(stale_sql, (), _source_order, reads=RANKED | facts("_source_pos values"), writes=facts("_action _reason", Action.STALE)),
+    Step(
+        stale_sql,
+        ("v_rows",),
+        _source_order,
+        reads=RANKED | facts("_source_pos values"),
+        writes=facts("_action _reason", Action.STALE),
+    ),
     Step(
         tied_changes_sql,
         ("v_rows",),
@@ -208,7 +218,7 @@ APPLY_STEPS = (
     ),
     Step(
         truncate_sql,
-        ("v_rows", "v_truncate_pos", "v_truncate_ts", CALL_TIME),
+        ("v_truncates", "v_truncate_pos", "v_truncate_ts", CALL_TIME),
         lambda ctx: ctx.table.on_truncate == "delete",
         reads=RANKED | facts(KAFKA, "_kafka_timestamp _source_pos _source_ts _rank_pos values", Action.TRUNCATE),
         writes=facts("_action", Action.TRUNCATED),
@@ -241,19 +251,12 @@ APPLY_STEPS = (
 SYNC_STEPS = (
     Step(session_settings_sql, (), lambda ctx: bool(ctx.d.session_settings)),
     Step(single_flight_sql, (CALL_TIME,)),
-    Step(watermark_before_sql, ("v_since", "v_wm_before")),
+    Step(watermark_before_sql, ("v_since", "v_replayed", "v_wm_before")),
     Step(bound_sql, ("v_since", "v_until_time", "v_until_partition", "v_until_offset")),
-    Step(replay_count_sql, ("v_replayed",)),
-    Step(stage_sql, ("v_since", "v_until_time", "v_until_partition", "v_until_offset", "v_replayed"), writes=STAGE),
-    Step(
-        batch_counts_sql,
-        ("v_read", "v_drift", "v_positionless", "v_unavailable"),
-        reads=facts("_drift_img _source_pos _action _unavailable", Action.UPSERT, Action.DELETE),
-    ),
+    Step(stage_sql, ("v_since", "v_until_time", "v_until_partition", "v_until_offset", "v_replayed", "v_read"), writes=STAGE),
     Step(analyze_stage_sql, ("v_read",), lambda ctx: ctx.d.analyze_stage, reads=facts("_action _rn values")),
     Step(apply_batch_sql, ("v_read",)),
-    Step(watermark_after_sql, ("v_wm_after",)),
-    Step(run_log_row_sql, (CALL_TIME, "v_read", *(f"v_{name}" for name in OUTCOMES), "v_wm_before", "v_wm_after", "v_lag")),
+    Step(run_log_row_sql, (CALL_TIME, "v_read", *(f"v_{name}" for name in OUTCOMES), "v_wm_before", "v_lag")),
 )
 
 

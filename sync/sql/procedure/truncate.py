@@ -105,13 +105,11 @@ def truncate_sql(ctx: TableSql) -> str:
     across partitions, and every stored row precedes it."""
     stage = ctx.rel.stage
     lines = [
-        "-- Truncate events (on_truncate = 'delete'): the newest truncate's source position",
-        "-- decides what precedes it; without one, Kafka order does.",
-        "SELECT COUNT(*), MAX(_source_pos), MAX(_source_ts) INTO v_rows, v_truncate_pos, v_truncate_ts\n"
-        f"FROM {stage}\nWHERE _action = '{Action.TRUNCATE}';",
+        "-- Truncate events (on_truncate = 'delete', counted with the batch): the newest",
+        "-- truncate's source position decides what precedes it; without one, Kafka order does.",
     ]
     if not ctx.source_order:
-        return "\n".join([*lines, "IF v_rows > 0 THEN", indent(_by_kafka_order_sql(ctx), 2), "END IF;"])
+        return "\n".join([*lines, "IF v_truncates > 0 THEN", indent(_by_kafka_order_sql(ctx), 2), "END IF;"])
     voids = (
         f"UPDATE {stage} SET _action = '{Action.TRUNCATED}'\n"
         f"WHERE _rn = 1 AND _action IN {APPLIED} AND (_rank_pos IS NULL OR _rank_pos < v_truncate_pos);\n"
@@ -119,10 +117,10 @@ def truncate_sql(ctx: TableSql) -> str:
         "-- so a replay of those events stays stale.\n" + _record_voided_sql(ctx)
     )
     lines += [
-        "IF v_rows > 0 AND v_truncate_pos IS NOT NULL THEN",
+        "IF v_truncates > 0 AND v_truncate_pos IS NOT NULL THEN",
         indent(_clear_older_sql(ctx), 2),
         indent(voids, 2),
-        "ELSIF v_rows > 0 THEN",
+        "ELSIF v_truncates > 0 THEN",
         indent(_by_kafka_order_sql(ctx), 2),
         "END IF;",
     ]
