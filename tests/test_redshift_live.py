@@ -273,3 +273,13 @@ def test_json_parse_rejects_only_what_can_json_parse_rejects(rs):
     for text in ['{"a": 1, "a": 2}', '{"a": 1}', "[1, 2", '"x"']:
         if wh.scalar("SELECT CAN_JSON_PARSE(%s)", (text,)):
             wh.scalar("SELECT JSON_SERIALIZE(JSON_PARSE(%s))", (text,))
+
+
+def test_doctor_verify_on_real_redshift():
+    # The same scenarios `redshift-sync doctor --verify` runs on a user's warehouse.
+    from sync.operations.verify import verify
+    from sync.operations.verify_scenarios import SCENARIOS
+    from sync.warehouse import connect
+
+    report = verify(lambda: connect(DSN), SCENARIOS, lambda _: None)
+    assert report.engine == "redshift" and report.failed == []

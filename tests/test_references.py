@@ -34,6 +34,7 @@ TEXTS = (
 # Files the docs show a documented command creating in the reader's checkout.
 CREATED_BY_COMMANDS = {
     "migrations/versions/20261124_e0d1883b176d_customer_discount_longer_names.py": "`redshift-sync revision` in docs/operations.md",
+    "migrations/versions/20261126_15beec27d6c6_redshift_sync_upgrade.py": "`redshift-sync revision` in docs/operations.md",
 }
 _LINK = re.compile(r"\]\(([^)\s]+)\)")
 _CODE = re.compile(r"`([^`\n]+)`")

@@ -745,3 +745,73 @@ def package_backfill(
 
 if __name__ == "__main__":
     main()
+
+
+@app.command()
+@handle_errors
+def doctor(
+    config: ConfigOpt = None,
+    dsn: DsnOpt = None,
+    verify: Annotated[
+        bool,
+        typer.Option("--verify", help="Also run the behaviours of docs/redshift.md in a scratch schema, dropped afterwards."),
+    ] = False,
+    report: Annotated[Optional[Path], typer.Option(metavar="FILE", help="Write the --verify report as JSON here.")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the checks (and the --verify report) as JSON.")] = False,
+) -> None:
+    """Check the pipeline file, the warehouse, its isolation level and the deployed revision (exit 1 on a failure)."""
+    from sync.cli.report import print_checks, print_verify
+    from sync.operations.doctor import CheckState, as_dicts, run_checks
+
+    checks = run_checks(config, dsn, lambda pipeline, path: revisions_config(None, dsn, pipeline, path))
+    verified = None
+    if verify:
+        from sync.operations.verify import verify as run_verify
+        from sync.operations.verify_scenarios import SCENARIOS
+
+        verified = run_verify(lambda: connect(dsn), SCENARIOS, _progress)
+        if report is not None:
+            report.write_text(json.dumps(verified.as_dict(), indent=2, default=str) + "\n")
+    if as_json:
+        print_json({"checks": as_dicts(checks), "verify": verified.as_dict() if verified else None})
+    else:
+        print_checks(checks, console)
+        if verified:
+            print_verify(verified, console)
+            if report is not None:
+                console.print(f"report written to {report}", highlight=False)
+    if any(c.state is CheckState.FAILED for c in checks) or (verified and verified.failed):
+        raise typer.Exit(1)
+
+
+@app.command()
+@handle_errors
+def init(
+    folder: Annotated[Path, typer.Argument(metavar="FOLDER", help="The project folder (created if missing).")] = Path("."),
+    example: Annotated[
+        Optional[str], typer.Option(metavar="NAME", help="Start from a bundled example pipeline (salesdb, ...), with its events.")
+    ] = None,
+    sample: Annotated[
+        Optional[Path], typer.Option(metavar="FILE", help="Start from sample messages of one topic (as `infer` reads them).")
+    ] = None,
+    table: Annotated[Optional[str], typer.Option(metavar="TABLE", help="With --sample: the target table's name.")] = None,
+    topic: Annotated[
+        Optional[str], typer.Option(metavar="TOPIC", help="With --sample: the topic the messages come from.")
+    ] = None,
+) -> None:
+    """Write a new project: pipeline.toml and its revisions folder, from an example or a sample."""
+    from sync.operations.init import InitRefused, Sample, init_project
+
+    if sample is not None and not (table and topic):
+        raise CliError("--sample needs --table and --topic")
+    samples = [Sample(sample, table or "", topic or "")] if sample is not None else []
+    try:
+        written = init_project(folder, example, samples)
+    except InitRefused as exc:
+        raise CliError(str(exc)) from None
+    for path in written:
+        console.print(f"wrote {path}{'/' if path.is_dir() else ''}", highlight=False, markup=False)
+    where = "" if folder.resolve() == Path.cwd().resolve() else f"cd {folder} && "
+    console.print(
+        f"next: {where}redshift-sync revision -m initial && redshift-sync deploy", highlight=False, markup=False, soft_wrap=True
+    )

@@ -162,3 +162,28 @@ def print_reconcile(report: Any, out: Console) -> None:
         if len(report.differences) > 50:
             out.print(f"  ... {len(report.differences) - 50} more in the JSON report")
     out.print("[green]clean[/green]" if report.clean else "[red]unexplained differences[/red]")
+
+
+_MARKS = {"ok": "ok", "failed": "FAILED", "skipped": "skipped", "verified": "verified", "not applicable": "n/a"}
+
+
+def print_checks(checks: list[Any], out: Console) -> None:
+    """`doctor`: one line per check, its state and what it found (or what to do)."""
+    for c in checks:
+        out.print(f"{_MARKS[c.state]:>8}  {c.name}: {c.detail}", highlight=False, markup=False, soft_wrap=True)
+
+
+def print_verify(report: Any, out: Console) -> None:
+    """`doctor --verify`: each row of docs/redshift.md with its verdict."""
+    out.print(f"\nverify on {report.engine} (isolation level: {report.isolation_level})", highlight=False, markup=False)
+    for name, value in report.settings.items():
+        out.print(f"  setting {name} = {value}", highlight=False, markup=False)
+    for o in report.outcomes:
+        detail = f": {o.detail}" if o.detail else ""
+        out.print(f"{_MARKS[o.verdict]:>8}  row {o.row:>2}  {o.title}{detail}", highlight=False, markup=False, soft_wrap=True)
+    counts = {v: sum(1 for o in report.outcomes if o.verdict == v) for v in ("verified", "failed", "not applicable")}
+    out.print(
+        f"{counts['verified']} verified, {counts['failed']} failed, {counts['not applicable']} not applicable",
+        highlight=False,
+        markup=False,
+    )

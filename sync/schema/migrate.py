@@ -191,6 +191,28 @@ class Revision:
         for obj in self._objects("after", table, ("stream", "index")):
             self._run(obj.sql)
 
+    def recreate_stage(self, table: str) -> None:
+        """The stage as this state's procedure reads it. It is empty between runs (every
+        run empties it before it commits), so it is dropped and created again, under the
+        table's lock: a scheduled CALL waits for this revision's transaction and then runs
+        the procedure it replaces."""
+        d = self._dialect(self.after)
+        assert self.after is not None
+        n = table_names(self.after, self.after.table(table))
+        self._run(f"LOCK TABLE {d.qualified(n.schema, n.watermark)}{d.lock_mode};")
+        for obj in self._objects("after", table, ("table",)):
+            if obj.name == n.stage:
+                self._run(f"DROP TABLE IF EXISTS {d.qualified(n.schema, n.stage)};")
+                self._run(obj.sql)
+
+    def restyle_watermark(self, table: str) -> None:
+        """The watermark's distribution style as the generator renders it now (Redshift:
+        ALTER DISTSTYLE, outside a transaction block; PostgreSQL has none: no-op)."""
+        assert self.after is not None
+        action = self._dialect(self.after).alter_diststyle("watermark")
+        if action is not None:
+            self._outside_transaction(self._alter(self.after, table, ("watermark",), action))
+
     def add_column(self, table: str, column: str) -> None:
         """ADD COLUMN on the target and the stage, one statement each (Redshift's rule),
         then the column filled for the stored rows from the records that wrote them, which

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 
 from sync.config import ColumnConfig, Pipeline, TableConfig
 from sync.schema.state import Drift, State, drifted_objects, pipeline_of
+from sync.sql.names import TableNames
 
 
 class RevisionRefused(ValueError):
@@ -122,23 +123,40 @@ def _table_problems(old: TableConfig, new: TableConfig) -> list[str]:
     return problems
 
 
-def _drift_ops(drifts: list[Drift], plan: RevisionPlan) -> tuple[bool, list[str]]:
-    """Operations for objects of one table the generator now renders differently.
-    Returns (procedure drifted, dialects whose stream must be re-created)."""
-    procedure = False
-    streams: list[str] = []
+@dataclass
+class TableDrift:
+    """What the generator now renders differently for one table, as revision operations."""
+
+    procedure: bool = False
+    streams: list[str] = field(default_factory=list)  # dialects whose stream is re-created
+    stage: bool = False  # the stage (empty between runs) is re-created
+    watermark: bool = False  # the watermark's table attributes are changed in place
+
+    def any(self) -> bool:
+        return self.procedure or self.stage or self.watermark or bool(self.streams)
+
+
+def _drift_ops(table: TableConfig, drifts: list[Drift], plan: RevisionPlan) -> TableDrift:
+    """Operations for objects of one table the generator now renders differently."""
+    found = TableDrift()
+    names = TableNames("", table.name)
     for d in drifts:
+        name = d.label.rsplit(".", 1)[-1]
         if d.kind == "procedure":
-            procedure = True
+            found.procedure = True
         elif d.kind in ("stream", "index") and d.generated:
-            if d.dialect not in streams:
-                streams.append(d.dialect)
+            if d.dialect not in found.streams:
+                found.streams.append(d.dialect)
+        elif d.kind == "table" and d.generated and name == names.stage:
+            found.stage = True
+        elif d.kind == "table" and d.generated and name == names.watermark:
+            found.watermark = True
         else:
             plan.warnings.append(
                 f"the generator now renders {d.label} ({d.dialect}) differently from the last revision; existing "
                 "tables are not altered automatically: add the ALTER statements to this revision by hand"
             )
-    return procedure, streams
+    return found
 
 
 def _table_ops(old: TableConfig, new: TableConfig, drifts: list[Drift], plan: RevisionPlan) -> None:
@@ -154,9 +172,10 @@ def _table_ops(old: TableConfig, new: TableConfig, drifts: list[Drift], plan: Re
     ]
     sort_changed = [c.target_name for c in old.sortkey_columns] != [c.target_name for c in new.sortkey_columns]
     dist_changed = old.distkey_column.target_name != new.distkey_column.target_name
-    procedure_drift, streams = _drift_ops(drifts, plan)
+    drift = _drift_ops(new, drifts, plan)
+    streams = drift.streams
     changed = old.model_dump() != new.model_dump()
-    if not (changed or procedure_drift or streams):
+    if not (changed or drift.any()):
         return
 
     up, down = plan.upgrade, plan.downgrade
@@ -173,6 +192,11 @@ def _table_ops(old: TableConfig, new: TableConfig, drifts: list[Drift], plan: Re
             "its topic from offset 0, which the watermark makes harmless"
         )
         up.append(_call("recreate_stream", t, dialect))
+    if drift.stage:
+        up.append("# the generator's stage layout changed: the stage is empty between runs")
+        up.append(_call("recreate_stage", t))
+    if drift.watermark:
+        up.append(_call("restyle_watermark", t))
     up.append(_call("replace_procedure", t))
 
     down += [_call("add_column", t, c) for c in removed]

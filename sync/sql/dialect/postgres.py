@@ -88,6 +88,10 @@ class PostgresDialect:
     copy_reads_s3 = False
     # What the stream relation is, as DROP names it.
     stream_relation = "TABLE"
+    # The database's default isolation level (`doctor`), as one value.
+    isolation_level_sql = "SELECT current_setting('default_transaction_isolation')"
+    # Settings the generated SQL depends on, reported as a new session has them.
+    verified_settings: tuple[str, ...] = ("TimeZone",)
     # Table attributes of the control tables, by table: none here.
     control_table_attributes: dict[str, str] = {}
     # How a column type is spelled, by family (the family's own name where not listed);
@@ -355,6 +359,10 @@ class PostgresDialect:
 
     def alter_distkey(self, distkey: str) -> str | None:
         """The ALTER TABLE action that sets a table's distribution key; None where tables have none."""
+        return None
+
+    def alter_diststyle(self, control_table: str) -> str | None:
+        """How a control table's distribution style is changed in place (None: no such style)."""
         return None
 
 

@@ -30,6 +30,9 @@ Values (the capabilities block):
   and ALL is for slowly changing tables: c_choosing_dist_sort), the run log sorted by its
   start time.
 - `type_names`: super and varbyte(n) (PostgreSQL: jsonb and bytea).
+- `isolation_level_sql`: the database's level, Serializable or Snapshot Isolation, from
+  STV_DB_ISOLATION_LEVEL (r_STV_DB_ISOLATION_LEVEL), set per database.
+- `verified_settings`: the time zone and the two settings the procedures set (`doctor`).
 - `json_casts`: SUPER casts, which return NULL on error (cast_super_null_on_error), so
   no helper functions: text through `_super_text` (bounded by VARCHAR's limit), booleans
   also from 0 and 1, zoned timestamps at UTC, base64 validated before TO_VARBYTE.
@@ -55,7 +58,8 @@ Fragments (methods):
 - `parquet_stage_type`, `from_parquet_stage`: JSON is staged as text and parsed (COPY
   loads a Parquet string into SUPER as a SUPER string).
 - `drop_procedure`: no IF EXISTS in Redshift's DROP PROCEDURE.
-- `table_attributes`, `alter_sortkey`, `alter_distkey`: DISTKEY, SORTKEY and BACKUP NO.
+- `table_attributes`, `alter_sortkey`, `alter_distkey`, `alter_diststyle`: DISTKEY, SORTKEY,
+  BACKUP NO and a control table's DISTSTYLE.
 
 Everything else the generator emits is one text for both engines.
 """
@@ -95,6 +99,8 @@ class RedshiftDialect(PostgresDialect):
     copy_reads_s3 = True
     stream_relation = "MATERIALIZED VIEW"
     control_table_attributes = {"watermark": "\nDISTSTYLE AUTO", "run_log": "\nSORTKEY (started_at)"}
+    isolation_level_sql = "SELECT TRIM(isolation_level) FROM stv_db_isolation_level WHERE TRIM(db_name) = current_database()"
+    verified_settings = ("timezone", "enable_case_sensitive_identifier", "cast_super_null_on_error")
     type_names = {**PostgresDialect.type_names, "super": "super", "varbyte": "varbyte({limit})"}
     # SUPER casts return NULL on error (cast_super_null_on_error = ON), which the generator
     # turns into a quarantine reason instead of a silent NULL. Text is the value read by
@@ -293,3 +299,8 @@ class RedshiftDialect(PostgresDialect):
 
     def alter_distkey(self, distkey: str) -> str | None:
         return f"ALTER DISTKEY {quote_ident(distkey)}"
+
+    def alter_diststyle(self, control_table: str) -> str | None:
+        # ALTER TABLE ... ALTER DISTSTYLE { EVEN | ALL | AUTO | KEY ... } (r_ALTER_TABLE).
+        attributes = self.control_table_attributes.get(control_table, "").split()
+        return f"ALTER DISTSTYLE {attributes[1]}" if attributes[:1] == ["DISTSTYLE"] else None

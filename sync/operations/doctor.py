@@ -1,0 +1,70 @@
+"""`redshift-sync doctor`: is everything in place for the pipeline to run? Each check is ok or
+failed with what to do; `--verify` adds the warehouse behaviours of docs/redshift.md
+(`sync.operations.verify`)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from enum import StrEnum
+from pathlib import Path
+from typing import Any
+
+from sync.config import ConfigError, Pipeline, load_pipeline
+from sync.warehouse import Warehouse, WarehouseError, connect
+
+
+class CheckState(StrEnum):
+    OK = "ok"
+    FAILED = "failed"
+    SKIPPED = "skipped"
+
+
+@dataclass
+class Check:
+    name: str
+    state: CheckState
+    detail: str
+
+
+def run_checks(config: Path | None, dsn: str | None, revisions: Callable[[Pipeline, Path], Any]) -> list[Check]:
+    """The pipeline file, the warehouse, its isolation level, and the deployed revision
+    against the pipeline file (`revisions` gives the alembic configuration)."""
+    checks: list[Check] = []
+    try:
+        pipeline, path = load_pipeline(config)
+        checks.append(Check("pipeline file", CheckState.OK, f"{path}: {len(pipeline.tables)} table(s)"))
+    except (ConfigError, FileNotFoundError) as exc:
+        pipeline, path = None, None
+        checks.append(Check("pipeline file", CheckState.FAILED, str(exc)))
+    try:
+        wh: Warehouse | None = connect(dsn)
+    except WarehouseError as exc:
+        wh = None
+        checks.append(Check("warehouse", CheckState.FAILED, str(exc)))
+    if wh is None:
+        checks.append(Check("deployed revision", CheckState.SKIPPED, "no warehouse"))
+        return checks
+    try:
+        version = wh.scalar("SELECT version()")
+        checks.append(Check("warehouse", CheckState.OK, f"{wh.dialect.name}: {str(version).split(',')[0]}"))
+        level = wh.scalar(wh.dialect.isolation_level_sql)
+        checks.append(Check("isolation level", CheckState.OK, str(level)))
+        if pipeline is None or path is None:
+            checks.append(Check("deployed revision", CheckState.SKIPPED, "no pipeline file"))
+        else:
+            from sync.schema.revisions import deployment_problem
+
+            problem = deployment_problem(wh, revisions(pipeline, path), pipeline)
+            checks.append(
+                Check("deployed revision", CheckState.FAILED, problem)
+                if problem
+                else Check("deployed revision", CheckState.OK, "the database is at the pipeline file's revision")
+            )
+    finally:
+        wh.close()
+    return checks
+
+
+def as_dicts(checks: list[Check]) -> list[dict[str, str]]:
+    return [asdict(c) for c in checks]
