@@ -34,15 +34,15 @@ def test_the_operation_is_bounded_once_then_read_by_name():
     sql = batch_sql(ONE)
     assert_lines(
         sql,
-        '(CASE WHEN JSON_SIZE(f.env."op") <= 65535 THEN f.env."op" END) AS "b__op"',
-        "CASE WHEN IS_VARCHAR(f.b__op) THEN f.b__op::varchar(65535)"
-        ' WHEN f.b__op IS NOT NULL THEN JSON_SERIALIZE(f.b__op) END AS "x__op"',
-        "f.x__op AS op,",
-        'CASE WHEN f.x__op = \'d\' THEN f.env."before" ELSE f.env."after" END AS img,',
+        '(CASE WHEN JSON_SIZE(f.env."op") <= 65535 THEN f.env."op" END) AS "b__o0"',
+        "CASE WHEN IS_VARCHAR(f.b__o0) THEN f.b__o0::varchar(65535)"
+        ' WHEN f.b__o0 IS NOT NULL THEN JSON_SERIALIZE(f.b__o0) END AS "x__o0"',
+        "f.x__o0 AS op,",
+        'CASE WHEN f.x__o0 = \'d\' THEN f.env."before" ELSE f.env."after" END AS img,',
     )
     assert sql.count("JSON_SIZE") == 1
     # PostgreSQL reads the member as text in place: nothing to bound.
-    assert "b__op" not in batch_sql(table_sql(ONE_COLUMN, dialect="postgres"))
+    assert "b__o0" not in batch_sql(table_sql(ONE_COLUMN, dialect="postgres"))
 
 
 def test_records_being_replayed_join_the_batch_without_a_kafka_key():

@@ -141,11 +141,21 @@ def column_position(d: PostgresDialect, text: str) -> str:
     return f"COALESCE({d.lpad_number(number, POS_WIDTH)}, RPAD({digits}, {POS_WIDTH}, '0'))"
 
 
-def envelope_sql(d: PostgresDialect, table: TableConfig, env: str, op_text: str | None = None) -> EnvelopeSql:
-    """Operation, row image and source block of the unwrapped message `env` (`op_text`:
-    the text of its `op` field, where the caller computed it already)."""
+def envelope_fields(table: TableConfig) -> list[str]:
+    """The fields of the message whose text the operation is made of."""
+    return {"debezium": ["op"], "debezium-unwrap": ["__deleted", "__op"]}.get(table.format, [])
+
+
+def envelope_sql(d: PostgresDialect, table: TableConfig, env: str, named: Mapping[str, str] | None = None) -> EnvelopeSql:
+    """Operation, row image and source block of the unwrapped message `env` (`named`: the
+    text of fields of `envelope_fields` computed by the caller already, by field name)."""
+    named = named or {}
+
+    def text(name: str) -> str:
+        return named.get(name) or d.json_get_text(env, name)
+
     if table.format == "debezium":
-        op = op_text or d.json_get_text(env, "op")
+        op = text("op")
         image = f"CASE WHEN {op} = 'd' THEN {d.json_get(env, 'before')} ELSE {d.json_get(env, 'after')} END"
         return EnvelopeSql(op, image, d.json_get(env, "source"))
     if table.format == "row":
@@ -154,10 +164,9 @@ def envelope_sql(d: PostgresDialect, table: TableConfig, env: str, op_text: str 
         return EnvelopeSql(f"CASE WHEN {d.json_is_object(env)} THEN 'r' END", env, env)
     # debezium-unwrap (ExtractNewRecordState): the row itself, plus __deleted/__op/...
     # A tombstone (no value, or JSON null in the SMT's `tombstone` mode) has no op.
-    deleted = d.json_get_text(env, "__deleted")
     op = (
         f"CASE WHEN {d.json_is_object(env)} THEN\n"
-        f"  CASE WHEN {deleted} = 'true' THEN 'd' ELSE COALESCE({d.json_get_text(env, '__op')}, 'u') END\nEND"
+        f"  CASE WHEN {text('__deleted')} = 'true' THEN 'd' ELSE COALESCE({text('__op')}, 'u') END\nEND"
     )
     return EnvelopeSql(op, env, env)
 

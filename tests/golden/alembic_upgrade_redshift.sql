@@ -316,15 +316,15 @@ BEGIN
                     FROM (
                       SELECT f.kafka_partition, f.kafka_offset, f.kafka_timestamp, f.refresh_time,
                              f.payload, f.raw_value, f.env, f.key_env,
-                             f.x__op AS op,
-                             CASE WHEN f.x__op = 'd' THEN f.env."before" ELSE f.env."after" END AS img,
+                             f.x__o0 AS op,
+                             CASE WHEN f.x__o0 = 'd' THEN f.env."before" ELSE f.env."after" END AS img,
                              f.env."source" AS src
                       FROM (
                         SELECT f.*,
-                               CASE WHEN IS_VARCHAR(f.b__op) THEN f.b__op::varchar(65535) WHEN f.b__op IS NOT NULL THEN JSON_SERIALIZE(f.b__op) END AS "x__op"
+                               CASE WHEN IS_VARCHAR(f.b__o0) THEN f.b__o0::varchar(65535) WHEN f.b__o0 IS NOT NULL THEN JSON_SERIALIZE(f.b__o0) END AS "x__o0"
                         FROM (
                           SELECT f.*,
-                                 (CASE WHEN JSON_SIZE(f.env."op") <= 65535 THEN f.env."op" END) AS "b__op"
+                                 (CASE WHEN JSON_SIZE(f.env."op") <= 65535 THEN f.env."op" END) AS "b__o0"
                           FROM (
                             SELECT s.kafka_partition, s.kafka_offset, s.kafka_timestamp, s.refresh_time,
                                    s.payload, s.raw_value,
@@ -833,7 +833,7 @@ BEGIN
                f."j__total" AS "j__total",
                CAST(f."j__total" AS decimal(12,2)) AS "total",
                f."j__placed_at" AS "j__placed_at",
-               CASE WHEN CASE WHEN IS_VARCHAR((CASE WHEN JSON_SIZE(f."j__placed_at") <= 65535 THEN f."j__placed_at" END)) THEN (CASE WHEN JSON_SIZE(f."j__placed_at") <= 65535 THEN f."j__placed_at" END)::varchar(65535) WHEN (CASE WHEN JSON_SIZE(f."j__placed_at") <= 65535 THEN f."j__placed_at" END) IS NOT NULL THEN JSON_SERIALIZE((CASE WHEN JSON_SIZE(f."j__placed_at") <= 65535 THEN f."j__placed_at" END)) END ~ '[T ][0-9]{2}:[0-9]{2}.*(Z|[+-][0-9]{2}(:?[0-9]{2})?)$' THEN CAST(f."j__placed_at" AS timestamptz) AT TIME ZONE 'UTC' ELSE CAST(f."j__placed_at" AS timestamp) END AS "placed_at",
+               CASE WHEN f.x__v3 ~ '[T ][0-9]{2}:[0-9]{2}.*(Z|[+-][0-9]{2}(:?[0-9]{2})?)$' THEN CAST(f."j__placed_at" AS timestamptz) AT TIME ZONE 'UTC' ELSE CAST(f."j__placed_at" AS timestamp) END AS "placed_at",
                NULLIF('|' || CASE WHEN f."u__customer_id" THEN 'customer_id|' ELSE '' END || CASE WHEN f."u__status" THEN 'status|' ELSE '' END, '|') AS unavailable,
                CASE WHEN f.op IN ('c', 'r', 'u') AND IS_OBJECT(f.img) AND NOT (f."ji__order_id" IS NOT NULL AND f."j__customer_id" IS NOT NULL AND f."j__status" IS NOT NULL AND f."j__total" IS NOT NULL AND f."j__placed_at" IS NOT NULL AND GET_NUMBER_ATTRIBUTES(f.img) = 5) THEN f.img END AS drift_img
         FROM (
@@ -843,11 +843,13 @@ BEGIN
           FROM (
             SELECT f.*,
                    CASE WHEN IS_VARCHAR(f.b__v0) THEN f.b__v0::varchar(65535) WHEN f.b__v0 IS NOT NULL THEN JSON_SERIALIZE(f.b__v0) END AS "x__v0",
-                   CASE WHEN IS_VARCHAR(f.b__v1) THEN f.b__v1::varchar(65535) WHEN f.b__v1 IS NOT NULL THEN JSON_SERIALIZE(f.b__v1) END AS "x__v1"
+                   CASE WHEN IS_VARCHAR(f.b__v1) THEN f.b__v1::varchar(65535) WHEN f.b__v1 IS NOT NULL THEN JSON_SERIALIZE(f.b__v1) END AS "x__v1",
+                   CASE WHEN IS_VARCHAR(f.b__v3) THEN f.b__v3::varchar(65535) WHEN f.b__v3 IS NOT NULL THEN JSON_SERIALIZE(f.b__v3) END AS "x__v3"
             FROM (
               SELECT f.*,
                      (CASE WHEN JSON_SIZE(f."j__customer_id") <= 65535 THEN f."j__customer_id" END) AS "b__v0",
-                     (CASE WHEN JSON_SIZE(f."j__status") <= 65535 THEN f."j__status" END) AS "b__v1"
+                     (CASE WHEN JSON_SIZE(f."j__status") <= 65535 THEN f."j__status" END) AS "b__v1",
+                     (CASE WHEN JSON_SIZE(f."j__placed_at") <= 65535 THEN f."j__placed_at" END) AS "b__v3"
               FROM (
                 SELECT f.kafka_partition, f.kafka_offset, f.kafka_timestamp, f.refresh_time, f.payload, f.raw_value, f.env, f.img, f.op,
                        f.src."ts_ms" AS source_ts_ms,
@@ -871,15 +873,15 @@ BEGIN
                     FROM (
                       SELECT f.kafka_partition, f.kafka_offset, f.kafka_timestamp, f.refresh_time,
                              f.payload, f.raw_value, f.env, f.key_env,
-                             f.x__op AS op,
-                             CASE WHEN f.x__op = 'd' THEN f.env."before" ELSE f.env."after" END AS img,
+                             f.x__o0 AS op,
+                             CASE WHEN f.x__o0 = 'd' THEN f.env."before" ELSE f.env."after" END AS img,
                              f.env."source" AS src
                       FROM (
                         SELECT f.*,
-                               CASE WHEN IS_VARCHAR(f.b__op) THEN f.b__op::varchar(65535) WHEN f.b__op IS NOT NULL THEN JSON_SERIALIZE(f.b__op) END AS "x__op"
+                               CASE WHEN IS_VARCHAR(f.b__o0) THEN f.b__o0::varchar(65535) WHEN f.b__o0 IS NOT NULL THEN JSON_SERIALIZE(f.b__o0) END AS "x__o0"
                         FROM (
                           SELECT f.*,
-                                 (CASE WHEN JSON_SIZE(f.env."op") <= 65535 THEN f.env."op" END) AS "b__op"
+                                 (CASE WHEN JSON_SIZE(f.env."op") <= 65535 THEN f.env."op" END) AS "b__o0"
                           FROM (
                             SELECT s.kafka_partition, s.kafka_offset, s.kafka_timestamp, s.refresh_time,
                                    s.payload, s.raw_value,

@@ -255,15 +255,15 @@ BEGIN
                     FROM (
                       SELECT f.kafka_partition, f.kafka_offset, f.kafka_timestamp, f.refresh_time,
                              f.payload, f.raw_value, f.env, f.key_env,
-                             f.x__op AS op,
-                             CASE WHEN f.x__op = 'd' THEN f.env."before" ELSE f.env."after" END AS img,
+                             f.x__o0 AS op,
+                             CASE WHEN f.x__o0 = 'd' THEN f.env."before" ELSE f.env."after" END AS img,
                              f.env."source" AS src
                       FROM (
                         SELECT f.*,
-                               CASE WHEN IS_VARCHAR(f.b__op) THEN f.b__op::varchar(65535) WHEN f.b__op IS NOT NULL THEN JSON_SERIALIZE(f.b__op) END AS "x__op"
+                               CASE WHEN IS_VARCHAR(f.b__o0) THEN f.b__o0::varchar(65535) WHEN f.b__o0 IS NOT NULL THEN JSON_SERIALIZE(f.b__o0) END AS "x__o0"
                         FROM (
                           SELECT f.*,
-                                 (CASE WHEN JSON_SIZE(f.env."op") <= 65535 THEN f.env."op" END) AS "b__op"
+                                 (CASE WHEN JSON_SIZE(f.env."op") <= 65535 THEN f.env."op" END) AS "b__o0"
                           FROM (
                             SELECT s.kafka_partition, s.kafka_offset, s.kafka_timestamp, s.refresh_time,
                                    s.payload, s.raw_value,

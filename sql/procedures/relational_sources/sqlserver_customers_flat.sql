@@ -272,31 +272,41 @@ BEGIN
                       SELECT f.kafka_partition, f.kafka_offset, f.kafka_timestamp, f.refresh_time,
                              f.payload, f.raw_value, f.env, f.key_env,
                              CASE WHEN IS_OBJECT(f.env) THEN
-                        CASE WHEN CASE WHEN IS_VARCHAR((CASE WHEN JSON_SIZE(f.env."__deleted") <= 65535 THEN f.env."__deleted" END)) THEN (CASE WHEN JSON_SIZE(f.env."__deleted") <= 65535 THEN f.env."__deleted" END)::varchar(65535) WHEN (CASE WHEN JSON_SIZE(f.env."__deleted") <= 65535 THEN f.env."__deleted" END) IS NOT NULL THEN JSON_SERIALIZE((CASE WHEN JSON_SIZE(f.env."__deleted") <= 65535 THEN f.env."__deleted" END)) END = 'true' THEN 'd' ELSE COALESCE(CASE WHEN IS_VARCHAR((CASE WHEN JSON_SIZE(f.env."__op") <= 65535 THEN f.env."__op" END)) THEN (CASE WHEN JSON_SIZE(f.env."__op") <= 65535 THEN f.env."__op" END)::varchar(65535) WHEN (CASE WHEN JSON_SIZE(f.env."__op") <= 65535 THEN f.env."__op" END) IS NOT NULL THEN JSON_SERIALIZE((CASE WHEN JSON_SIZE(f.env."__op") <= 65535 THEN f.env."__op" END)) END, 'u') END
+                        CASE WHEN f.x__o0 = 'true' THEN 'd' ELSE COALESCE(f.x__o1, 'u') END
                       END AS op,
                              f.env AS img,
                              f.env AS src
                       FROM (
-                        SELECT s.kafka_partition, s.kafka_offset, s.kafka_timestamp, s.refresh_time,
-                               s.payload, s.raw_value,
-                               CASE WHEN IS_OBJECT(s.payload."schema") THEN s.payload."payload" ELSE s.payload END AS env,
-                               CASE WHEN IS_OBJECT(s.key_payload."schema") THEN s.key_payload."payload" ELSE s.key_payload END AS key_env
-                        FROM "sources"."sqlserver_customers_flat__stream" s
-                        LEFT JOIN "sources"."sqlserver_customers_flat__watermark" w ON w.kafka_partition = s.kafka_partition
-                        WHERE s.refresh_time >= v_since
-                          AND s.kafka_offset > COALESCE(w.last_offset, -1)
-                          AND (s.refresh_time < v_until_time
-                               OR (s.refresh_time = v_until_time
-                                   AND (s.kafka_partition < v_until_partition
-                                        OR (s.kafka_partition = v_until_partition AND s.kafka_offset <= v_until_offset))))
-                        UNION ALL
-                        -- Quarantined records being replayed (at or below the watermark: already read once).
-                        SELECT r.kafka_partition, r.kafka_offset, r.kafka_timestamp, r.run_started_at,
-                               r.payload, r.raw_value,
-                               CASE WHEN IS_OBJECT(r.payload."schema") THEN r.payload."payload" ELSE r.payload END AS env,
-                               CAST(NULL AS super) AS key_env
-                        FROM "sources"."sync_quarantine" r
-                        WHERE v_replayed > 0 AND r.table_name = 'sqlserver_customers_flat' AND r.handled = 'replaying'
+                        SELECT f.*,
+                               CASE WHEN IS_VARCHAR(f.b__o0) THEN f.b__o0::varchar(65535) WHEN f.b__o0 IS NOT NULL THEN JSON_SERIALIZE(f.b__o0) END AS "x__o0",
+                               CASE WHEN IS_VARCHAR(f.b__o1) THEN f.b__o1::varchar(65535) WHEN f.b__o1 IS NOT NULL THEN JSON_SERIALIZE(f.b__o1) END AS "x__o1"
+                        FROM (
+                          SELECT f.*,
+                                 (CASE WHEN JSON_SIZE(f.env."__deleted") <= 65535 THEN f.env."__deleted" END) AS "b__o0",
+                                 (CASE WHEN JSON_SIZE(f.env."__op") <= 65535 THEN f.env."__op" END) AS "b__o1"
+                          FROM (
+                            SELECT s.kafka_partition, s.kafka_offset, s.kafka_timestamp, s.refresh_time,
+                                   s.payload, s.raw_value,
+                                   CASE WHEN IS_OBJECT(s.payload."schema") THEN s.payload."payload" ELSE s.payload END AS env,
+                                   CASE WHEN IS_OBJECT(s.key_payload."schema") THEN s.key_payload."payload" ELSE s.key_payload END AS key_env
+                            FROM "sources"."sqlserver_customers_flat__stream" s
+                            LEFT JOIN "sources"."sqlserver_customers_flat__watermark" w ON w.kafka_partition = s.kafka_partition
+                            WHERE s.refresh_time >= v_since
+                              AND s.kafka_offset > COALESCE(w.last_offset, -1)
+                              AND (s.refresh_time < v_until_time
+                                   OR (s.refresh_time = v_until_time
+                                       AND (s.kafka_partition < v_until_partition
+                                            OR (s.kafka_partition = v_until_partition AND s.kafka_offset <= v_until_offset))))
+                            UNION ALL
+                            -- Quarantined records being replayed (at or below the watermark: already read once).
+                            SELECT r.kafka_partition, r.kafka_offset, r.kafka_timestamp, r.run_started_at,
+                                   r.payload, r.raw_value,
+                                   CASE WHEN IS_OBJECT(r.payload."schema") THEN r.payload."payload" ELSE r.payload END AS env,
+                                   CAST(NULL AS super) AS key_env
+                            FROM "sources"."sync_quarantine" r
+                            WHERE v_replayed > 0 AND r.table_name = 'sqlserver_customers_flat' AND r.handled = 'replaying'
+                          ) f
+                        ) f
                       ) f
                     ) f
                   ) f

@@ -209,8 +209,8 @@ class PostgresDialect:
         the JSON value itself (here: char and varchar members are read as text already)."""
         return None
 
-    def cast_text(self, text: str, t: SqlType) -> str:
-        """A value's text named by `text_levels` in a char/varchar column."""
+    def cast_text(self, raw: str, text: str, t: SqlType) -> str:
+        """`cast_json` of the JSON value `raw` whose text `text_levels` named `text`."""
         raise NotImplementedError("text is not named here: see text_levels")
 
     def text_to_char(self, text_expr: str, t: SqlType) -> str:

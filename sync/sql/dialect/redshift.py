@@ -41,8 +41,8 @@ Fragments (methods):
 - `json_get`, `json_get_text`, `json_is_null`, `json_is_object`, `json_is_string`,
   `json_number_text`: PartiQL navigation and the IS_* type functions instead of jsonb
   operators; text through `_super_text`.
-- `text_levels`, `cast_text`: a char/varchar field's text named once in the stage query
-  (JSON_SIZE once per value), and the cast that reads it by name.
+- `text_levels`, `cast_text`: a field's text named once in the stage query (JSON_SIZE
+  once per value), and the casts (char, varchar, timestamp) that read it by name.
 - `differs`: no IS DISTINCT FROM; SUPER values compare as serialized text.
 - `helper_functions`: none (the casts above need none).
 - `base64_to_hex`, `hex_to_bigint`, `epoch_days_to_date`: FROM_VARBYTE/TO_VARBYTE,
@@ -168,9 +168,9 @@ class RedshiftDialect(PostgresDialect):
         bounded, text = f"b__{alias}", f"x__{alias}"
         return [{bounded: self._bounded(raw)}, {text: self._text_of(f"f.{bounded}")}], f"f.{text}"
 
-    def cast_text(self, text: str, t: SqlType) -> str:
-        """`cast_json` to a char/varchar column of a value whose text is named (`text_levels`)."""
-        return self.json_casts[t.family].format(**{**self._cast_arguments(text, t), "text": text})
+    def cast_text(self, raw: str, text: str, t: SqlType) -> str:
+        """`cast_json` of the value `raw` whose text is named (`text_levels`)."""
+        return self.json_casts[t.family].format(**{**self._cast_arguments(raw, t), "text": text})
 
     def _bounded(self, expr: str) -> str:
         """The SUPER value when its JSON text fits a VARCHAR, else NULL."""

@@ -4,8 +4,9 @@ quarantined records being replayed, each with its envelope read once."""
 from __future__ import annotations
 
 from sync.sql.dialect import quote_literal
-from sync.sql.envelope import envelope_sql, unwrap_schema
+from sync.sql.envelope import envelope_fields, envelope_sql, unwrap_schema
 from sync.sql.procedure.context import READ_ORDER, TableSql
+from sync.sql.procedure.fields import named_texts
 from sync.sql.procedure.text import extended, indent, subquery
 
 
@@ -48,11 +49,11 @@ def batch_sql(ctx: TableSql) -> str:
         "           AND (s.kafka_partition < v_until_partition\n"
         "                OR (s.kafka_partition = v_until_partition AND s.kafka_offset <= v_until_offset))))\n" + replay_sql(ctx)
     )
-    # The text of the operation, named once where the dialect bounds it first.
-    op_text = d.text_levels(d.json_get("f.env", "op"), "op") if ctx.table.format == "debezium" else None
-    for values in op_text[0] if op_text else []:
+    # The text of the fields the operation is made of, named once where the dialect bounds it first.
+    levels, named = named_texts(d, "f.env", envelope_fields(ctx.table), "o")
+    for values in levels:
         level1 = extended(d, level1, values)
-    env = envelope_sql(d, ctx.table, "f.env", op_text[1] if op_text else None)
+    env = envelope_sql(d, ctx.table, "f.env", named)
     # Level 2: operation, row image and source block, each read once.
     return (
         "SELECT f.kafka_partition, f.kafka_offset, f.kafka_timestamp, f.refresh_time,\n"

@@ -92,3 +92,17 @@ def placeholder_sql(text: str) -> str:
 def unavailable_sql(d: PostgresDialect, raw: str, col: ColumnConfig) -> str:
     """`placeholder_sql` of the field `raw`."""
     return placeholder_sql(raw if read_as_text(d, col) else d.json_number_text(raw))
+
+
+def named_texts(d: PostgresDialect, obj: str, fields: list[str], prefix: str) -> tuple[list[dict[str, str]], dict[str, str]]:
+    """The text of each of the `fields` of the JSON object `obj`, named once where the
+    dialect names texts (`text_levels`): the levels that compute them, and the name of each
+    field's text (no levels and no names where the dialect reads a member as text in place)."""
+    levels: list[DecodeSql] = []
+    named = {}
+    for i, field in enumerate(fields):
+        text = d.text_levels(d.json_get(obj, field), f"{prefix}{i}")
+        if text is not None:
+            levels.append(DecodeSql(text[0]))
+            named[field] = text[1]
+    return merged_levels(levels), named

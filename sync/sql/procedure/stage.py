@@ -20,6 +20,7 @@ from sync.sql.procedure.fields import (
     key_alias,
     mark_alias,
     merged_levels,
+    named_texts,
     placeholder_sql,
     raw_alias,
     raw_field_sql,
@@ -44,13 +45,8 @@ def _fields_level(ctx: TableSql) -> str:
     everything above reads these columns."""
     d, table, q = ctx.d, ctx.table, ctx.q
     # The text of each field the source position is made of, named once below this level.
-    batch, named = batch_sql(ctx), {}
-    levels: list[dict[str, str]] = []
-    for i, field in enumerate(position_fields(table)):
-        text = d.text_levels(d.json_get("f.src", field), f"p{i}")
-        if text is not None:
-            levels = merged_levels([DecodeSql(levels), DecodeSql(text[0])])
-            named[field] = text[1]
+    batch = batch_sql(ctx)
+    levels, named = named_texts(d, "f.src", position_fields(table), "p")
     for values in levels:
         batch = extended(d, batch, values)
     source = source_sql(d, table, "f.src", named)
