@@ -26,6 +26,7 @@ from backfill.compat import try_cast
 from sync.config import ColumnConfig, TableConfig
 from sync.debezium.decode import UndecodableValue, decode_for_column
 from sync.debezium.vocabulary import EPOCH_UNITS, NUMBER_PATTERN, TIME_UNITS, ZONED_PATTERN, Semantic, field_reason, key_reason
+from sync.sql.dialect import LOADABLE_FLOAT_RANGES
 from sync.sql.semantic import MAX_EPOCH_DAYS, MAX_EPOCH_SECONDS, MIN_EPOCH_DAYS, MIN_EPOCH_SECONDS
 from sync.sql.types import INTEGER_BOUNDS, SqlType
 
@@ -130,8 +131,18 @@ def plain_value(raw: Column, dtype: T.DataType, sql_type: SqlType, exact: Column
         return F.when(F.abs(rounded) < F.lit(10) ** (p - s), try_cast(rounded, T.DecimalType(p, s)))
     if f in ("real", "double"):
         if isinstance(dtype, T.StringType):
-            return F.when(raw.rlike(NUMBER_PATTERN), try_cast(F.trim(raw), spark_type(sql_type)))
-        return try_cast(raw, spark_type(sql_type)) if isinstance(dtype, T.NumericType) else F.lit(None).cast(spark_type(sql_type))
+            n = F.when(raw.rlike(NUMBER_PATTERN), try_cast(F.trim(raw), T.DoubleType()))
+            # A zero only when the digits say so: text that underflows also reads as 0.0.
+            zero = (n == 0) & (F.regexp_replace(F.regexp_replace(raw, "[eE].*$", ""), "[^1-9]", "") == "")
+        elif isinstance(dtype, T.NumericType):
+            n = try_cast(raw, T.DoubleType())
+            zero = n == 0
+        else:
+            return F.lit(None).cast(spark_type(sql_type))
+        # Within the magnitudes every warehouse stores (`conform_float`); NaN and infinity are not.
+        largest, smallest = (float(limit) for limit in LOADABLE_FLOAT_RANGES[f])
+        in_range = (F.abs(n) <= largest) & (zero | (F.abs(n) >= smallest))
+        return F.when(~F.isnan(n) & in_range, n.cast(spark_type(sql_type)))
     if f == "boolean":
         if isinstance(dtype, T.BooleanType):
             return raw

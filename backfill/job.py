@@ -30,20 +30,7 @@ from backfill.stage import DATA, MANIFEST, REJECTS, STAGE_VERSION, SUMMARY, Hado
 from backfill.transform import Prepared, prepare  # noqa: E402
 from backfill.write import write_rejects, write_stage  # noqa: E402
 from sync.config import Pipeline, TableConfig, load_pipeline, parse_pipeline  # noqa: E402
-
-
-def parse_time(text: str | None) -> datetime | None:
-    """ISO 8601; a zone is converted to UTC (target timestamps are UTC)."""
-    if not text:
-        return None
-    try:
-        value = datetime.fromisoformat(text.replace("Z", "+00:00"))
-    except ValueError:
-        raise ValueError(f"--snapshot-time {text!r} is not an ISO 8601 time like 2024-05-01T00:00:00Z") from None
-    if value.tzinfo is not None:
-        value = value.astimezone(timezone.utc).replace(tzinfo=None)
-    return value
-
+from sync.times import parse_utc  # noqa: E402
 
 VALUES = ("debezium", "decoded")
 
@@ -102,12 +89,14 @@ def stage_snapshot(
     output: str,
 ) -> dict:
     """Prepare the snapshot and write the run folder; returns the summary."""
+    folder = HadoopFolder(spark, output)
+    for name in (SUMMARY, MANIFEST, REJECTS):  # first: a folder used before is incomplete until the end
+        folder.delete(name)
     prepared = run(spark, table, snapshot, fmt, snapshot_time, values)
     write_stage(prepared.rows, join(output, DATA))
     rejected = prepared.rejected()
     if rejected:  # writing them evaluates the snapshot again
         write_rejects(prepared.rejects, join(output, REJECTS))
-    folder = HadoopFolder(spark, output)
     parts = folder.parts(DATA)
     folder.write_json(MANIFEST, manifest(parts))
     summary = {
@@ -116,7 +105,7 @@ def stage_snapshot(
         "schema": pipeline.schema,
         "fingerprint": table_fingerprint(pipeline, table),
         "columns": prepared.rows.columns,
-        "staged": spark.read.parquet(join(output, DATA)).count(),
+        "staged": spark.read.parquet(*[url for url, _ in parts]).count() if parts else 0,  # the listed files
         "rejected": rejected,
         "notes": prepared.notes,
         "snapshot": snapshot,
@@ -148,7 +137,14 @@ def main(argv: list[str] | None = None) -> int:
     pipeline = load_config(spark, args.config)
     table = pipeline.table(args.table)
     summary = stage_snapshot(
-        spark, pipeline, table, args.snapshot, args.format, parse_time(args.snapshot_time), args.values, args.output
+        spark,
+        pipeline,
+        table,
+        args.snapshot,
+        args.format,
+        parse_utc(args.snapshot_time, "--snapshot-time"),
+        args.values,
+        args.output,
     )
     print(json.dumps(summary, default=str))
     return 0

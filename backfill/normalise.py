@@ -7,6 +7,7 @@
   _source_ts        source commit time (timestamp, UTC), NULL when unknown
   _source_pos       ordering position, the same zero-padded text as the SQL path
   _kafka_partition, _kafka_offset   where the record came from, NULL when unknown
+  _kafka_timestamp  the record's Kafka timestamp (a record line's `timestamp`), else NULL
   _reason           why the record cannot be applied (the procedure's wording), else NULL
   _record           the original record as text, kept for the rejects output
 
@@ -64,6 +65,7 @@ def _snapshot_rows(
         (position if position is not None else F.lit(None)).cast("string").alias("_source_pos"),
         F.lit(None).cast("long").alias("_kafka_partition"),
         F.lit(None).cast("long").alias("_kafka_offset"),
+        F.lit(None).cast(T.TimestampNTZType()).alias("_kafka_timestamp"),
         F.lit(None).cast("string").alias("_reason"),
         record.alias("_record"),
     )
@@ -237,13 +239,15 @@ POSITIONS = {
 
 
 def _strings(*names: str) -> T.StructType:
-    return T.StructType([T.StructField(n, T.StringType()) for n in names])
+    """String fields of these names, each once (a field may feed several columns)."""
+    return T.StructType([T.StructField(n, T.StringType()) for n in dict.fromkeys(names)])
 
 
 RECORD_SCHEMA = T.StructType(
     [
         T.StructField("partition", T.LongType()),
         T.StructField("offset", T.LongType()),
+        T.StructField("timestamp", T.StringType()),
         T.StructField("key", T.StringType()),
         T.StructField("value", T.StringType()),
         T.StructField("op", T.StringType()),
@@ -261,9 +265,9 @@ def _unwrap_schema(json_text: Column) -> Column:
 
 
 def event_lines(lines: DataFrame) -> DataFrame:
-    """Lines of Kafka records -> value, key, partition, offset. A line is either our record
-    wrapper {"partition","offset","key","value"} or the message value itself (the S3 sink
-    writes values only). Without an explicit offset, a record's offset is the file's start
+    """Lines of Kafka records -> value, key, partition, offset, timestamp. A line is either
+    our record wrapper {"partition","offset","timestamp","key","value"} or the message
+    value itself (the S3 sink writes values only: no timestamp). Without an explicit offset, a record's offset is the file's start
     offset plus the number of records of its partition before it in the file: exact for
     the S3 sink layout, and the offsets `ingest` would assign to the same file."""
     rec = F.from_json(F.col("line"), RECORD_SCHEMA)
@@ -276,18 +280,27 @@ def event_lines(lines: DataFrame) -> DataFrame:
         F.when(is_wrapper, rec["value"]).otherwise(F.col("line")).alias("value"),
         F.when(is_wrapper, rec["key"]).alias("key"),
         F.when(is_wrapper, rec["offset"]).alias("explicit_offset"),
+        F.when(is_wrapper, epoch_ms(rec["timestamp"])).alias("_kafka_timestamp"),
         partition.alias("_kafka_partition"),
     )
     in_file = Window.partitionBy("file", "_kafka_partition").orderBy("pos")
     offset = F.coalesce(F.col("explicit_offset"), F.col("start_offset") + F.row_number().over(in_file) - 1)
     return with_partition.select(
-        F.col("line").alias("_record"), "value", "key", "_kafka_partition", offset.cast("long").alias("_kafka_offset")
+        F.col("line").alias("_record"),
+        "value",
+        "key",
+        "_kafka_partition",
+        offset.cast("long").alias("_kafka_offset"),
+        "_kafka_timestamp",
     )
 
 
 def debezium_events(records: DataFrame, table: TableConfig) -> DataFrame:
-    """Kafka records (value/key JSON text, partition, offset) -> normalised events, for
-    the table's `format` (full envelope with or without the schema wrapper, or unwrapped)."""
+    """Kafka records (value/key JSON text, partition, offset, optionally the Kafka
+    timestamp) -> normalised events, for the table's `format` (full envelope with or
+    without the schema wrapper, or unwrapped)."""
+    known = "_kafka_timestamp" in records.columns
+    kafka_timestamp = F.col("_kafka_timestamp") if known else F.lit(None).cast(T.TimestampNTZType())
     value = F.col("value")
     valid_json = F.get_json_object(value, "$").isNotNull() | (F.trim(value) == "null") | value.isNull()
     env = _unwrap_schema(value)
@@ -369,6 +382,7 @@ def debezium_events(records: DataFrame, table: TableConfig) -> DataFrame:
         position.alias("_source_pos"),
         "_kafka_partition",
         "_kafka_offset",
+        kafka_timestamp.alias("_kafka_timestamp"),
         reason.alias("_reason"),
         "_record",
     )

@@ -41,13 +41,15 @@ def row_checksum(columns: list[ColumnConfig]) -> Column:
 
 
 def with_buckets(rows: DataFrame, table: TableConfig, buckets: int, checksum: list[ColumnConfig]) -> DataFrame:
-    """Live snapshot rows (deletes dropped) with key_text, bucket and checksum."""
+    """Live snapshot rows (deletes dropped) with key_text, bucket, checksum and where they
+    sit in the source (`_source_pos`, `_source_ts`: `sync/sql/handover.py` compares them)."""
     live = rows.where(~F.col("_delete"))
     text = key_text(table)
     return live.select(
         text.alias("key_text"),
         F.pmod(hash_number(text), F.lit(buckets)).alias("bucket"),
         row_checksum(checksum).alias("checksum"),
+        "_source_pos",
         "_source_ts",
     )
 

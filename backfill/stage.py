@@ -5,8 +5,12 @@
     manifest.json         the Redshift COPY manifest of data/ (Parquet needs content_length)
     summary.json          table, pipeline fingerprint, counts, snapshot time, notes
 
-`redshift-sync backfill --staged <run folder>` loads it and refuses a stage written for
-another table or another version of its pipeline (the fingerprint differs).
+The job removes the summary and manifest (and rejects) a previous run left before it writes
+anything, and writes the manifest then the summary last: a folder without a summary is a
+run that did not finish. `redshift-sync backfill --staged <run folder>` loads exactly the
+files the manifest lists, after checking them against it and the summary
+(`sync/operations/run_folder.py`), and refuses a stage written for another table or another
+version of its pipeline (the fingerprint differs).
 
 The job writes through Hadoop's FileSystem, so the same code writes to S3 on EMR and
 Glue (EMRFS, `s3://`) and to a local folder.
@@ -71,6 +75,11 @@ class HadoopFolder:
             if name.startswith("part-") and status.getLen() > 0:
                 found.append((status.getPath().toString(), int(status.getLen())))
         return sorted(found)
+
+    def delete(self, name: str) -> None:
+        """Remove a file or subfolder of the run folder, if there is one."""
+        path = self._path(name)
+        path.getFileSystem(self._conf).delete(path, True)
 
     def write_json(self, name: str, value: dict) -> None:
         path = self._path(name)

@@ -30,11 +30,19 @@ class Prepared:
 
 
 def latest_per_key(df: DataFrame, table: TableConfig) -> DataFrame:
-    """One row per key: the latest by source position, then Kafka partition and offset
-    (as the procedure orders), then source time; ROW_NUMBER, so a tie never yields two."""
+    """One row per key: the latest by source position, then Kafka order as the procedure
+    orders (offsets within a partition; across partitions, which a key's records span once
+    the topic's partition count grew, the Kafka time, then partition and offset), then
+    source time; ROW_NUMBER, so a tie never yields two. The Kafka time is the newest Kafka
+    timestamp of the key's records in its partition up to the record: monotone along the
+    partition like the procedure's (which takes every record of the partition in the
+    batch), without sorting a whole Kafka partition on one executor."""
     keys = [F.col(c.target_name) for c in table.key_columns]
+    along = Window.partitionBy(*keys, "_kafka_partition").orderBy("_kafka_offset")
+    kafka_time = F.max("_kafka_timestamp").over(along.rowsBetween(Window.unboundedPreceding, Window.currentRow))
     order = [F.col("_source_pos").desc_nulls_last()] if table.order_by != "kafka" else []
     order += [
+        F.col("_kafka_time").desc_nulls_last(),
         F.col("_kafka_partition").desc_nulls_last(),
         F.col("_kafka_offset").desc_nulls_last(),
         F.col("_source_ts").desc_nulls_last(),
@@ -42,7 +50,8 @@ def latest_per_key(df: DataFrame, table: TableConfig) -> DataFrame:
         F.xxhash64(*[F.col(c.target_name) for c in table.columns]).desc(),
     ]
     w = Window.partitionBy(*keys).orderBy(*order)
-    return df.withColumn("_rn", F.row_number().over(w)).where(F.col("_rn") == 1).drop("_rn")
+    ranked = df.withColumn("_kafka_time", kafka_time).withColumn("_rn", F.row_number().over(w))
+    return ranked.where(F.col("_rn") == 1).drop("_rn", "_kafka_time")
 
 
 def prepare(normalised: DataFrame, table: TableConfig, notes: list[str] | None = None) -> Prepared:

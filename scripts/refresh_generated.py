@@ -6,7 +6,8 @@
 - the STATE (model and SQL fingerprints) of the example pipeline's first revision, so the
   repository's own migration history describes what the generator renders today (before a
   release; once released, a generator change becomes a new revision instead);
-- the golden files of the test suite (UPDATE_GOLDEN=1 on the tests that keep them).
+- the golden files of the test suite, and the conflict matrix of docs/redshift.md
+  (UPDATE_GOLDEN=1 on the tests that keep them).
 
 Review the diff afterwards: it is the change the generator makes to users' warehouses.
 """
@@ -28,7 +29,14 @@ from sync.config import parse_pipeline  # noqa: E402
 from sync.schema.state import state_for  # noqa: E402
 from sync.sql.render import render_files, write_files  # noqa: E402
 
-GOLDEN_TESTS = ["tests/test_migrations_sql.py", "tests/test_backfill_sql.py", "tests/test_column_fill.py"]
+GOLDEN_TESTS = [
+    "tests/test_migrations_sql.py",
+    "tests/test_backfill_sql.py",
+    "tests/test_column_fill.py",
+    "tests/test_conflict_matrix.py",
+    "tests/test_freshness.py",
+    "tests/test_cost.py",
+]
 
 
 def refresh_procedures() -> None:

@@ -23,20 +23,24 @@ CONFIG_ENV_VAR = "REDSHIFT_SYNC_CONFIG"
 
 # Target-side names: lower-case, so Redshift's case folding can never change them.
 TARGET_NAME = re.compile(r"^[a-z][a-z0-9_]{0,62}$")
-# Source field names as Debezium emits them: letters, digits, _ and $ (MySQL allows $).
-SOURCE_FIELD = re.compile(r"^[A-Za-z_][A-Za-z0-9_$]{0,126}$")
+# Source field names as Debezium's JSON converter emits them: the source's column names,
+# unchanged (no Avro name adjustment), so letters of any script, digits, _ and $ (MySQL
+# allows $). Every use quotes them (a JSON key literal, a quoted PartiQL step); Redshift
+# keeps at most 127 bytes of an identifier (r_names), hence the byte limit.
+SOURCE_FIELD = re.compile(r"^[^\W\d][\w$]*$")
+FIELD_NAME_BYTES = 127
 # Kafka topic names: [a-zA-Z0-9._-], at most 249 characters.
 TOPIC = re.compile(r"^[A-Za-z0-9._-]{1,249}$")
 ARN = re.compile(r"^arn:aws[a-z-]*:[a-z0-9-]+:[a-z0-9-]*:\d{12}:[A-Za-z0-9/_.:+=@-]+$")
 BROKERS = re.compile(r"^[A-Za-z0-9.-]+:\d{1,5}(,[A-Za-z0-9.-]+:\d{1,5})*$")
 
 # order_by = "column:<field>": a column of the row orders a query-based (format = "row") topic.
-COLUMN_ORDER = re.compile(r"^column:([A-Za-z_][A-Za-z0-9_$]{0,126})$")
+COLUMN_ORDER = re.compile(r"^column:([^\W\d][\w$]*)$")
 # What an order column may be: the JDBC source connector's timestamp or incrementing column.
 ORDER_COLUMN_FAMILIES = ("timestamp", "timestamptz", "date", "smallint", "integer", "bigint", "char", "varchar")
 
 # Names the generator uses for its own objects; a table may not take them.
-RESERVED_TABLE_NAMES = {"sync_run_log", "sync_quarantine", "sync_schema_drift", "alembic_version"}
+RESERVED_TABLE_NAMES = {"sync_run_log", "sync_quarantine", "sync_schema_drift", "sync_mv_refresh_history", "alembic_version"}
 METADATA_PREFIX = "_"
 
 
@@ -124,8 +128,11 @@ class ColumnConfig(_Model):
     @field_validator("name")
     @classmethod
     def _source_name(cls, v: str) -> str:
-        if not SOURCE_FIELD.match(v):
-            raise ValueError(f"field name {v!r} is not allowed: letters, digits, _ and $, starting with a letter or _")
+        if not SOURCE_FIELD.match(v) or len(v.encode()) > FIELD_NAME_BYTES:
+            raise ValueError(
+                f"field name {v!r} is not allowed: letters (of any script), digits, _ and $, starting with a letter "
+                f"or _, at most {FIELD_NAME_BYTES} bytes in UTF-8"
+            )
         return v
 
     @field_validator("type")
@@ -172,6 +179,10 @@ class TableConfig(_Model):
     distkey: str | None = None
     sortkey: list[str] = []
     columns: list[ColumnConfig]
+    # Gaps in the topic's offsets that lose no record: "transaction-markers" (an exactly-once
+    # producer's commit marker, one offset per transaction), "compacted" (cleanup.policy =
+    # compact: any gap). How the tool reads the topic, not what it deploys: revisions leave it out.
+    offset_gaps: Annotated[Literal["none", "transaction-markers", "compacted"], Field(exclude=True)] = "none"
 
     @field_validator("name")
     @classmethod
@@ -209,8 +220,8 @@ class TableConfig(_Model):
         seen_source: set[str] = set()
         seen_target: set[str] = set()
         for col in self.columns:
-            if col.name in seen_source:
-                raise ValueError(f"columns: field {col.name!r} is listed twice")
+            if col.name in seen_source and col.name in self.primary_key:
+                raise ValueError(f"columns: key field {col.name!r} is listed twice")
             if col.target_name in seen_target:
                 raise ValueError(f"columns: target column {col.target_name!r} is used twice")
             seen_source.add(col.name)
@@ -273,10 +284,10 @@ class TableConfig(_Model):
         return next((c for c in self.columns if c.name == column.group(1)), None)
 
     def column_by_any_name(self, name: str) -> ColumnConfig | None:
-        for col in self.columns:
-            if name in (col.name, col.target_name):
-                return col
-        return None
+        """The column with this target name, else the first one read from this field (a
+        field may feed several columns, e.g. while its type changes)."""
+        by_target = (c for c in self.columns if c.target_name == name)
+        return next(by_target, None) or next((c for c in self.columns if c.name == name), None)
 
     @property
     def key_columns(self) -> list[ColumnConfig]:
@@ -312,6 +323,12 @@ class OperationsSection(_Model):
     versions: str | None = None
     # Run-log, schema-drift and handled quarantine rows older than this are pruned.
     retention_days: Annotated[int, Field(ge=1, le=36500)] = 30
+    # Attempts of a transaction stopped by a serialization conflict (Redshift error 1023,
+    # SQLSTATE 40001) before the command fails; 1 turns retrying off.
+    conflict_attempts: Annotated[int, Field(ge=1, le=20)] = 4
+    # A table whose runs read records and applied none, every one older than what is stored,
+    # this many runs in a row, is reported as an ordering break (reset-positions).
+    ordering_break_runs: Annotated[int, Field(ge=1, le=1000)] = 3
 
 
 # Sections outside the warehouse model (see schema_state: revisions do not record them).
@@ -332,10 +349,30 @@ class BackfillSection(_Model):
         return v
 
 
+class HeartbeatSection(_Model):
+    """`[heartbeat]`: the connector's heartbeat topic (Debezium's `heartbeat.interval.ms`
+    sends to `__debezium-heartbeat.<topic.prefix>` by default); the generator makes its
+    stream relation, and `status` and the Lambda tell an idle table from a dead connector."""
+
+    topic: str
+    # A heartbeat older than this means capture is down; a table whose records have waited
+    # longer (or whose view has not refreshed for this long while the heartbeat's did) is
+    # stalled. How the tool reads the heartbeat, not what it deploys: revisions leave it out.
+    stale_after_seconds: Annotated[int, Field(ge=1, le=86400 * 7, exclude=True)] = 300
+
+    @field_validator("topic")
+    @classmethod
+    def _topic(cls, v: str) -> str:
+        if not TOPIC.match(v):
+            raise ValueError(f"topic {v!r} is not a Kafka topic name ([A-Za-z0-9._-], 1-249 characters)")
+        return v
+
+
 class Pipeline(_Model):
     pipeline: PipelineSection = PipelineSection()
     operations: OperationsSection = OperationsSection()
     source: SourceSection
+    heartbeat: HeartbeatSection | None = None
     # Not part of the warehouse model (recorded revision states leave it out).
     backfill: Annotated[BackfillSection, Field(exclude=True)] = BackfillSection()
     tables: list[TableConfig]
@@ -352,6 +389,8 @@ class Pipeline(_Model):
         dupe_topics = sorted({n for n in topics if topics.count(n) > 1})
         if dupe_topics:
             raise ValueError(f"tables: topic {', '.join(dupe_topics)} used by more than one table")
+        if self.heartbeat is not None and self.heartbeat.topic in topics:
+            raise ValueError(f"heartbeat: topic {self.heartbeat.topic!r} is a table's topic")
         return self
 
     @property

@@ -14,6 +14,15 @@ from pathlib import Path
 PACKAGE_DIR = Path(__file__).resolve().parent
 
 
+def relative_to_cwd(path: Path) -> str:
+    """`path` relative to the working directory when it is below it, else as given: what
+    people and committed files see does not depend on where a checkout lives."""
+    try:
+        return str(path.resolve().relative_to(Path.cwd().resolve()))
+    except ValueError:
+        return str(path)
+
+
 def bundled(name: str) -> Path:
     """The folder `name` (migrations | examples): inside the installed package, else at
     the top of the checkout."""

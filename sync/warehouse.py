@@ -3,20 +3,29 @@
 A DSN picks the engine: `postgresql://...` (unix-socket URLs included) or
 `redshift+redshift_connector://user:password@host:5439/db`. No DSN means the embedded
 PostgreSQL. Both connections run in autocommit, so a CALL is its own transaction.
+Connecting gives up after `connect_timeout` seconds (a DSN parameter of both, else
+$REDSHIFT_SYNC_CONNECT_TIMEOUT, else 20): a server that accepts and never answers must
+not hang a command.
 """
 
 from __future__ import annotations
 
 import os
+import threading
+import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
-from urllib.parse import unquote, urlsplit
+from urllib.parse import SplitResult, parse_qsl, unquote, urlencode, urlsplit
 
 from sync.sql.dialect import PostgresDialect, dialect_for
 
 DSN_ENV_VAR = "REDSHIFT_SYNC_DSN"
+CONNECT_TIMEOUT_ENV = "REDSHIFT_SYNC_CONNECT_TIMEOUT"
+DEFAULT_CONNECT_TIMEOUT = 20  # seconds; libpq and redshift_connector wait forever by default
+SLOW_CONNECT_SECONDS = 1.0
 
 
 class WarehouseError(RuntimeError):
@@ -37,6 +46,7 @@ class Warehouse:
     dsn: str
     _conn: Any  # psycopg's connection, or redshift_connector's
     driver: str = "psycopg"  # "psycopg" | "redshift_connector"
+    where: str = ""  # for people: "the embedded PostgreSQL in <folder>", "Redshift at host:port/db"
 
     def execute(self, sql: str, params: Sequence[Any] | None = None) -> int:
         """Runs one statement; returns the rows it changed (INSERT/UPDATE/DELETE), else -1."""
@@ -119,9 +129,11 @@ class Warehouse:
     @contextmanager
     def transaction(self) -> Iterator[Warehouse]:
         """An explicit transaction on this connection: committed when the block ends,
-        rolled back when it raises (the block's error is the one that propagates)."""
+        rolled back when it raises (the block's error is the one that propagates). A
+        commit the server refuses (a serialization failure found at commit, a connection
+        lost) is a WarehouseError too."""
         if self.driver == "psycopg":
-            with self._conn.transaction():
+            with self._driver_errors(), self._conn.transaction():
                 yield self
             return
         self.execute("BEGIN")
@@ -188,50 +200,114 @@ def resolve_dsn(dsn: str | None) -> str | None:
     return dsn or os.environ.get(DSN_ENV_VAR) or None
 
 
-def _connect_postgres(dsn: str) -> Any:
+def connect_timeout(given: str | None) -> int | None:
+    """Seconds to wait for a connection: the DSN's `connect_timeout`, else
+    $REDSHIFT_SYNC_CONNECT_TIMEOUT, else the default; 0 leaves it to the driver (psycopg:
+    130 s; redshift_connector: no limit)."""
+    text = given or os.environ.get(CONNECT_TIMEOUT_ENV)
+    if not text:
+        return DEFAULT_CONNECT_TIMEOUT
+    try:
+        seconds = int(text)
+    except ValueError:
+        raise WarehouseError(f"connect_timeout {text!r} is not a whole number of seconds") from None
+    return seconds if seconds > 0 else None
+
+
+@contextmanager
+def _opening(engine: str, where: str, timeout: int | None, on_slow: Callable[[str], None] | None) -> Iterator[None]:
+    """Around a driver's connect: `on_slow` hears "connecting to host:port ..." once a second
+    has passed; a failure becomes a WarehouseError naming the engine and the endpoint."""
+    timer = threading.Timer(SLOW_CONNECT_SECONDS, on_slow, [f"connecting to {where} ..."]) if on_slow else None
+    if timer:
+        timer.daemon = True
+        timer.start()
+    started = time.monotonic()
+    try:
+        yield
+    except Exception as exc:
+        waited = time.monotonic() - started
+        reason = _describe(exc)
+        if timeout is not None and waited >= timeout:
+            reason = f"no answer within {timeout} s (set connect_timeout=SECONDS in the DSN, or ${CONNECT_TIMEOUT_ENV})"
+        raise WarehouseError(f"cannot connect to {engine} at {where}: {reason}") from exc
+    finally:
+        if timer:
+            timer.cancel()
+
+
+def _connect_postgres(dsn: str, on_slow: Callable[[str], None] | None) -> Any:
     import psycopg
+    from psycopg.conninfo import conninfo_to_dict
 
     url = dsn.replace("postgresql+psycopg2://", "postgresql://").replace("postgresql+psycopg://", "postgresql://")
     try:
-        return psycopg.connect(url, autocommit=True)
+        params = conninfo_to_dict(url)
     except psycopg.Error as exc:
-        raise WarehouseError(f"cannot connect to PostgreSQL: {_describe(exc)}") from exc
+        raise WarehouseError(f"cannot read the PostgreSQL DSN: {_describe(exc)}") from exc
+    timeout = connect_timeout(params.get("connect_timeout"))
+    where = f"{params.get('host') or 'localhost'}:{params.get('port') or 5432}"
+    with _opening("PostgreSQL", where, timeout, on_slow):
+        conn = psycopg.connect(url, autocommit=True, connect_timeout=timeout or 0)
+    return conn, f"PostgreSQL at {where}/{params.get('dbname') or params.get('user') or ''}"
 
 
-def _connect_redshift(dsn: str) -> Any:
-    import redshift_connector
-
+def _redshift_parts(dsn: str) -> tuple[SplitResult, str | None]:
+    """The DSN's parts, and its connect_timeout (a setting of this tool, not of the driver)."""
     # urlsplit() does not take '_' in a scheme (redshift+redshift_connector): split the rest.
     parts = urlsplit("redshift://" + dsn.split("://", 1)[1])
-    try:
+    query = parse_qsl(parts.query, keep_blank_values=True)
+    timeout = next((v for k, v in query if k == "connect_timeout"), None)
+    return parts._replace(query=urlencode([(k, v) for k, v in query if k != "connect_timeout"])), timeout
+
+
+def _connect_redshift(dsn: str, on_slow: Callable[[str], None] | None) -> Any:
+    import redshift_connector
+
+    parts, given = _redshift_parts(dsn)
+    timeout = connect_timeout(given)
+    where = f"{parts.hostname}:{parts.port or 5439}"
+    with _opening("Redshift", where, timeout, on_slow):
         conn = redshift_connector.connect(
             host=parts.hostname,
             port=parts.port or 5439,
             database=(parts.path or "/dev").lstrip("/") or "dev",
             user=unquote(parts.username or ""),
             password=unquote(parts.password or ""),
+            timeout=timeout,
         )
-    except Exception as exc:
-        raise WarehouseError(f"cannot connect to Redshift: {exc}") from exc
+    # redshift_connector keeps `timeout` as the socket's timeout for every later read: a
+    # CALL or a COPY may run for minutes, so only the connect is bounded.
+    conn._usock.settimeout(None)
     conn.autocommit = True
-    return conn
+    return conn, f"Redshift at {where}{parts.path or '/dev'}"
 
 
-def connect(dsn: str | None = None) -> Warehouse:
-    """Connect to the DSN given, else REDSHIFT_SYNC_DSN, else the embedded PostgreSQL."""
+def connect(dsn: str | None = None, on_slow: Callable[[str], None] | None = None, pipeline_file: Path | None = None) -> Warehouse:
+    """Connect to the DSN given, else REDSHIFT_SYNC_DSN, else the embedded PostgreSQL of
+    `pipeline_file` (sync.local.embedded.data_dir). `on_slow` hears "connecting to
+    host:port ..." when connecting takes over a second."""
     resolved = resolve_dsn(dsn)
+    embedded_dir = None
     if resolved is None:
         from sync.local import embedded
 
-        resolved = embedded.start()
+        embedded_dir = embedded.data_dir(pipeline_file)
+        resolved = embedded.start(embedded_dir)
     name = dialect_of(resolved)
     if name == "redshift":
-        return Warehouse(dialect_for(name), resolved, _connect_redshift(resolved), "redshift_connector")
-    return Warehouse(dialect_for(name), resolved, _connect_postgres(resolved))
+        conn, where = _connect_redshift(resolved, on_slow)
+        return Warehouse(dialect_for(name), resolved, conn, "redshift_connector", where)
+    conn, where = _connect_postgres(resolved, on_slow)
+    if embedded_dir is not None:
+        from sync.resources import relative_to_cwd
+
+        where = f"the embedded PostgreSQL in {relative_to_cwd(embedded_dir)}"
+    return Warehouse(dialect_for(name), resolved, conn, where=where)
 
 
 def sqlalchemy_url(dsn: str) -> str:
     """The same DSN spelled for SQLAlchemy (alembic)."""
     if dialect_of(dsn) == "postgres":
         return "postgresql+psycopg://" + dsn.split("://", 1)[1]
-    return dsn
+    return dsn.split("://", 1)[0] + "://" + _redshift_parts(dsn)[0].geturl().split("://", 1)[1]

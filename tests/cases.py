@@ -229,3 +229,32 @@ def zoned_text(dt: datetime, digits: str, offset_seconds: int) -> str:
     zone = "Z" if off == 0 else f"{'+' if off > 0 else '-'}{abs(off) // 3600:02d}:{abs(off) // 60 % 60:02d}"
     zone += f":{abs(off) % 60:02d}" if off % 60 else ""
     return dt.strftime("%Y-%m-%dT%H:%M:%S") + (f".{digits}" if digits else "") + zone
+
+
+# (column type, JSON number text, stored on PostgreSQL, stored on Redshift): the float range
+# limits of each engine (`float_ranges` of its dialect). The texts are how Java prints the
+# extremes (Float.MAX_VALUE 3.4028235E38, Float.MIN_NORMAL 1.17549435E-38, Float.MIN_VALUE
+# 1.4E-45, Double.MAX_VALUE, Double.MIN_NORMAL, Double.MIN_VALUE): Debezium's JSON converter
+# writes a FLOAT32/FLOAT64 field through Jackson, which prints Java's Float/Double.toString.
+# PostgreSQL stores every number that does not round to infinity or to zero (subnormals
+# too); Redshift documents REAL as "a range of around 1E-37 to 1E+37" and DOUBLE PRECISION
+# "around 1E-307 to 1E+308" (Numeric types, Floating-Point types). Every text is one a Java
+# float or double prints (a JSON reader that parses numbers as doubles, like Spark's, reads
+# them exactly).
+FLOAT_RANGE_CASES = [
+    ("real", "3.4028235E38", True, False),
+    ("real", "-3.4028235E38", True, False),
+    ("real", "1.17549435E-38", True, False),
+    ("real", "1.4E-45", True, False),
+    ("real", "9.999999E36", True, True),
+    ("real", "1.0E-37", True, True),
+    ("real", "0.0", True, True),
+    ("real", "3.4028236E38", False, False),  # rounds to infinity
+    ("real", "5.0E-46", False, False),  # rounds to zero
+    ("double", "1.7976931348623157E308", True, False),
+    ("double", "1.0E308", True, True),
+    ("double", "2.2250738585072014E-308", True, False),
+    ("double", "4.9E-324", True, False),
+    ("double", "1.0E-307", True, True),
+    ("double", "1.8E308", False, False),
+]

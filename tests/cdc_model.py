@@ -28,7 +28,9 @@ The rules, in order (contract steps 3-5):
 - a non-key field present and not null that does not convert to its column type:
   ("field", field) (a missing field is NULL; deletes are not checked);
 - per key, the latest event wins: by source position when `order_by` is a source order
-  (events without a position rank below those with one), then partition, then offset;
+  (events without a position rank below those with one), then Kafka order: offset within
+  a partition; across partitions the newest `timestamp` (ms) of the record's partition up
+  to it, then partition, then offset;
   that also makes replays and older positions no-ops (step 5);
 - hard mode: a winning delete removes the key; soft mode: the row stays with
   `_deleted = True` and its last values: each field from the delete's before image where
@@ -36,8 +38,9 @@ The rules, in order (contract steps 3-5):
   image, as PostgreSQL's REPLICA IDENTITY DEFAULT sends it, keeps the row's values).
 
 Preconditions (outside them the result legitimately depends on batch boundaries): with
-`order_by = "kafka"`, a key stays in one partition (Kafka's partitioning guarantees it);
-with a source order, every applicable event carries a well-formed position and two
+`order_by = "kafka"`, a key's records in two partitions (a topic whose partition count
+grew) carry timestamps, and a partition's clock never steps back across a batch boundary
+(the sync takes the newest timestamp of the batch only); with a source order, every applicable event carries a well-formed position and two
 different events of one key never share a position (replayed duplicates are the same
 event). Conversions are modelled for the integer types, decimal, real/double, boolean
 and varchar; other types (and semantic types) raise `Unmodelled`.
@@ -371,8 +374,8 @@ def classify(record: Mapping[str, Any], table: TableConfig) -> Decision:
     return ("delete" if op == "d" else "upsert"), (key, row, pos)
 
 
-def _order(record: Mapping[str, Any], pos: tuple | None, table: TableConfig) -> tuple:
-    kafka = (int(record["partition"]), int(record["offset"]))
+def _order(record: Mapping[str, Any], pos: tuple | None, table: TableConfig, time: int) -> tuple:
+    kafka = (time, int(record["partition"]), int(record["offset"]))
     if table.order_by == "kafka":
         return kafka
     return (pos is not None, pos or (), *kafka)
@@ -391,13 +394,16 @@ class TopicModel:
         self.table = table
         self._events: dict[tuple, list[tuple[tuple, str, dict]]] = {}
         self._quarantine: dict[tuple[int, int], tuple[str, str | None]] = {}
+        self._time: dict[int, int] = {}  # partition -> its newest timestamp so far (ms)
 
     def add(self, records: Iterable[Mapping[str, Any]]) -> TopicModel:
         for record in records:
             action, detail = classify(record, self.table)
+            partition = int(record["partition"])
+            time = self._time[partition] = max(self._time.get(partition, 0), record.get("timestamp") or 0)
             if action in ("upsert", "delete"):
                 key, row, pos = detail
-                self._events.setdefault(key, []).append((_order(record, pos, self.table), action, row))
+                self._events.setdefault(key, []).append((_order(record, pos, self.table, time), action, row))
             elif action == "quarantine":
                 self._quarantine[(int(record["partition"]), int(record["offset"]))] = detail
         return self

@@ -58,6 +58,24 @@ def database_dsn(pg_server_dsn: str) -> Iterator[str]:
 
 
 @pytest.fixture
+def whole_relation_predicate_locks(pg_server_dsn: str) -> Iterator[None]:
+    """PostgreSQL's SERIALIZABLE as Redshift's: every predicate lock covers its whole
+    relation at once (`max_pred_locks_per_relation = 0`; the manual: "how many pages or
+    tuples of a single relation can be predicate-locked before the lock is promoted to
+    covering the whole relation"), since Redshift detects conflicts per table. Only on
+    the server the harness started."""
+    if os.environ.get("REDSHIFT_SYNC_TEST_DSN"):
+        pytest.skip("the harness did not start this server: its settings are not the test's to change")
+    admin = connect(pg_server_dsn)
+    admin.execute("ALTER SYSTEM SET max_pred_locks_per_relation = 0")
+    admin.execute("SELECT pg_reload_conf()")
+    yield
+    admin.execute("ALTER SYSTEM RESET max_pred_locks_per_relation")
+    admin.execute("SELECT pg_reload_conf()")
+    admin.close()
+
+
+@pytest.fixture
 def wh(database_dsn: str) -> Iterator[Warehouse]:
     conn = connect(database_dsn)
     yield conn

@@ -62,26 +62,38 @@ event-flattening.adoc, all in the debezium/debezium repository):
   tombstone (null value: no position, no source time) and the connector's own tombstone
   is dropped ("convert delete event to tombstone record and skip the following
   tombstone", ExtractNewRecordStateTest).
-- Kafka: the key is the JSON object of the key columns (`schemas.enable=false`); a key
-  always hashes to the same partition, so a partition holds a key's events in order.
+- Kafka: the key is the JSON object of the key columns (`schemas.enable=false`), sent to
+  partition `toPositive(murmur2(keyBytes)) % numPartitions` (Kafka's default partitioner,
+  tests/kafka_partitioner.py), so a partition holds a key's events in order while the
+  partition count stays. Knob `grow_to`/`grow_at`: the topic grows and the producer maps
+  the key's later records with the new count ("The default partitioner's mapping logic
+  ... changes when the partition count increases", KAFKA-20030): they may land in
+  another, lower or higher, partition. Each record carries a timestamp: CreateTime is the
+  producer's clock when it sends (non-decreasing in delivery order here; knob `clock`:
+  1 ms per record, or one ms per transaction, so records of other partitions tie), or
+  LogAppendTime (`timestamp_type = "L"`), the broker's clock at append, which in this
+  sequential delivery runs the same way. Not generated: a timestamp tie between two
+  records of ONE key in two partitions (the growth falls between transactions when the
+  clock ticks per transaction), a clock that steps back (tests/test_partition_increase.py
+  pins both).
 - At-least-once: "if the connector stops unexpectedly ... the connector restarts from the
   last recorded offset" and re-sends what follows (DOC-PG/DOC-MY "when things go wrong"):
   a restart re-sends the emitted events from any earlier event, mid-transaction included
   (MySQL offsets count the events and rows to skip), in order, at new Kafka offsets.
 
 Not generated: truncates (skipped by default, `skipped.operations=t`), incremental
-snapshots, several connectors on one topic, partition-count changes, MySQL failovers.
+snapshots, several connectors on one topic, MySQL failovers.
 """
 
 from __future__ import annotations
 
 import json
-import zlib
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
 from sync.debezium.events import lsn_text
+from tests.kafka_partitioner import json_key, partition_for
 
 KEY_FIELDS = ("ID", "REGION")
 Key = tuple[int, str]
@@ -166,6 +178,15 @@ class Connector:
     resnapshot_at: int | None = None
     lost: int = 0
     restart_null_commit: bool = False  # PostgreSQL: a restart forgets the last commit LSN
+    # The topic grows to `grow_to` partitions; the producer uses the new count from the
+    # delivered record `grow_at` on (`clock = "transaction"`: from the first record of a
+    # transaction or run at or after it).
+    grow_to: int | None = None
+    grow_at: int = 0
+    # The record timestamp: "record": the producer's clock moves 1 ms per record; a
+    # "transaction" (or run) is sent within one ms, so records of partitions tie.
+    clock: Literal["record", "transaction"] = "record"
+    timestamp_type: Literal["C", "L"] = "C"  # CreateTime (producer) or LogAppendTime (broker)
 
 
 @dataclass(frozen=True)
@@ -377,8 +398,8 @@ def emit(history: History, connector: Connector) -> list[Event]:
 
 
 def partition_of(key: Key, partitions: int) -> int:
-    text = json.dumps(dict(zip(KEY_FIELDS, key)), sort_keys=True)
-    return zlib.crc32(text.encode()) % partitions
+    """Kafka's default partitioner over the key's JsonConverter bytes."""
+    return partition_for(json_key(dict(zip(KEY_FIELDS, key))), partitions)
 
 
 def sequence(event: Event) -> str:
@@ -438,6 +459,9 @@ def emitted_records(events: Sequence[Event], connector: Connector) -> list[Event
 # ---- delivery: at-least-once, with restarts ---------------------------------------------
 
 
+KAFKA_TS = 1_800_000_000_000  # the producer's clock (ms) before the first record
+
+
 @dataclass(frozen=True)
 class Restart:
     """The connector stops after sending emitted record `stop - 1` (of the emission list)
@@ -476,18 +500,26 @@ def deliver(events: Sequence[Event], connector: Connector, restarts: Sequence[Re
         runs.append((start, r.stop))
         start = r.resume
     runs.append((start, len(events)))
-    offsets = [0] * connector.partitions
+    c = connector
+    offsets = [0] * max(c.partitions, c.grow_to or 0)
+    partitions, ms = c.partitions, 0
     out = Delivery([], [], runs)
     for n, (first, end) in enumerate(runs):
-        forgets = n > 0 and connector.restart_null_commit and connector.source == "postgres"
+        forgets = n > 0 and c.restart_null_commit and c.source == "postgres"
         fresh_txn = events[first].txn if forgets and first < end else None
         for i in range(first, end):
             event = events[i]
+            # A new ms: every record, or (clock "transaction") the first of a transaction or run.
+            starts = i == first or event.txn != events[i - 1].txn
+            ms += 1 if c.clock == "record" or starts else 0
+            if c.grow_to is not None and len(out.records) >= c.grow_at and (c.clock == "record" or starts):
+                partitions = c.grow_to
             if fresh_txn is not None and event.txn == fresh_txn and event.op != "r":
                 event = replace(event, commit=None)
-            key, value = encode(event, connector)
-            p = partition_of(event.key, connector.partitions)
-            out.records.append({"partition": p, "offset": offsets[p], "key": key, "value": value})
+            key, value = encode(event, c)
+            p = partition_of(event.key, partitions)
+            timestamp = {"timestamp": KAFKA_TS + ms, "timestamp_type": c.timestamp_type}
+            out.records.append({"partition": p, "offset": offsets[p], **timestamp, "key": key, "value": value})
             out.sent.append(i)
             offsets[p] += 1
     return out

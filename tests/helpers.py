@@ -10,7 +10,9 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from sync.aws import lambda_handler
 from sync.config import Pipeline, parse_pipeline
+from sync.local.data_api import LocalDataApi
 from sync.local.stream import IngestResult, ingest_records, parse_line
 from sync.operations.runner import RunSummary, sync
 from sync.sql.dialect import dialect_for
@@ -59,6 +61,20 @@ def fresh_database(server_dsn: str, name: str) -> Iterator[str]:
         yield dsn_for_database(server_dsn, name)
     finally:
         run(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+def at_isolation_level(dsn: str, level: str) -> None:
+    """Make `level` the default of every transaction on the DSN's database, as Redshift
+    sets one isolation level per database (`ALTER DATABASE ... ISOLATION LEVEL`)."""
+    from urllib.parse import urlsplit
+
+    if level not in ("serializable", "repeatable read", "read committed"):
+        raise ValueError(level)
+    admin = connect(dsn)
+    try:
+        admin.execute(f"ALTER DATABASE \"{urlsplit(dsn).path.lstrip('/')}\" SET default_transaction_isolation = '{level}'")
+    finally:
+        admin.close()
 
 
 def ingest(wh: Warehouse, pipeline: Pipeline, table: str, records: list[dict[str, Any]]) -> IngestResult:
@@ -121,3 +137,46 @@ def assert_lines(sql: str, *expected: str) -> None:
     present = {line.strip() for line in sql.splitlines()}
     missing = [line for line in expected if line not in present]
     assert not missing, "lines not in the SQL:\n" + "\n".join(missing) + "\n--- SQL:\n" + sql
+
+
+def fail_first_writes(wh: Warehouse, relation: str, times: int) -> None:
+    """The first `times` statements that write `relation` (schema-qualified) fail with a
+    serialization failure the engine raises (SQLSTATE 40001, "could not serialize access"),
+    as when a concurrent transaction closed a cycle; the transaction rolls back whole. The
+    count is a sequence, which a rollback does not undo."""
+    wh.execute("CREATE SEQUENCE public.injected_conflicts")
+    wh.execute(
+        "CREATE FUNCTION public.inject_conflict() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN "
+        f"IF nextval('public.injected_conflicts') <= {int(times)} THEN "
+        "RAISE EXCEPTION 'could not serialize access due to read/write dependencies among transactions' "
+        "USING ERRCODE = 'serialization_failure'; END IF; RETURN NULL; END $$"
+    )
+    wh.execute(
+        f"CREATE TRIGGER inject_conflict BEFORE INSERT OR UPDATE OR DELETE ON {relation} "
+        "FOR EACH STATEMENT EXECUTE FUNCTION public.inject_conflict()"
+    )
+
+
+def local_lambda(monkeypatch: Any, config: Path, dsn: str) -> None:
+    """The Lambda handler set to run `config` through the local Data API on `dsn`: short
+    polls and timeouts, one attempt per table."""
+    settings = {
+        "REDSHIFT_SYNC_CONFIG": str(config),
+        "REDSHIFT_SYNC_WORKGROUP": "local",
+        "REDSHIFT_SYNC_POLL_SECONDS": "0.05",
+        "REDSHIFT_SYNC_DEADLINE_MARGIN_SECONDS": "2",
+        "REDSHIFT_SYNC_CONNECT_TIMEOUT_SECONDS": "0.2",
+        "REDSHIFT_SYNC_READ_TIMEOUT_SECONDS": "0.5",
+        "REDSHIFT_SYNC_SDK_ATTEMPTS": "1",
+        "REDSHIFT_SYNC_MIN_CALL_SECONDS": "0",
+        "REDSHIFT_SYNC_MAX_ATTEMPTS": "1",
+    }
+    for name, value in settings.items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.delenv("REDSHIFT_SYNC_DSN", raising=False)
+    monkeypatch.setattr(lambda_handler, "client_factory", lambda timeouts: LocalDataApi(dsn))
+
+
+def metric_lines(out: str) -> dict[str, dict]:
+    """The handler's Embedded Metric Format lines in `out`, by table."""
+    return {line["Table"]: line for line in map(json.loads, out.splitlines()) if "_aws" in line}

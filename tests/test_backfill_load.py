@@ -6,7 +6,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from sync.operations.backfill import copy_parquet_into
+from sync.operations.backfill import copy_parquet_into, part_files
 from sync.warehouse import WarehouseError
 
 
@@ -84,7 +84,7 @@ def test_an_empty_target_loads_without_its_index_and_gets_its_primary_key_back(d
     before = primary_key(wh)
     messages: list[str] = []
     snapshot_parts(tmp_path, ["C1", "C2", "C3"])
-    counts = load_and_merge(wh, pipeline, table, tmp_path, messages.append)
+    counts = load_and_merge(wh, pipeline, table, part_files(tmp_path), messages.append)
     assert counts["loaded"] == 3
     assert primary_key(wh) == before == [("customer_pkey", "PRIMARY KEY (customer_id)")]
     assert any("without its primary-key index" in m for m in messages)
@@ -96,7 +96,7 @@ def test_an_empty_target_loads_without_its_index_and_gets_its_primary_key_back(d
     second = tmp_path / "second"
     second.mkdir()
     snapshot_parts(second, ["C4"])
-    assert load_and_merge(wh, pipeline, table, second, messages.append)["loaded"] == 1
+    assert load_and_merge(wh, pipeline, table, part_files(second), messages.append)["loaded"] == 1
     assert not any("without its primary-key index" in m for m in messages)
     assert wh.scalar("SELECT COUNT(*) FROM cdc.customer") == 4
 
@@ -107,7 +107,7 @@ def test_a_stage_that_breaks_the_primary_key_rolls_the_whole_load_back(deployed,
     wh, pipeline = deployed
     snapshot_parts(tmp_path, ["C1", "C1"])  # the Spark job never writes this; the key still holds
     with pytest.raises(WarehouseError):
-        load_and_merge(wh, pipeline, pipeline.table("customer"), tmp_path, lambda _: None)
+        load_and_merge(wh, pipeline, pipeline.table("customer"), part_files(tmp_path), lambda _: None)
     assert wh.scalar("SELECT COUNT(*) FROM cdc.customer") == 0
     assert primary_key(wh) == [("customer_pkey", "PRIMARY KEY (customer_id)")]
 
@@ -118,5 +118,5 @@ def test_a_stage_left_with_an_older_shape_is_made_anew(deployed, tmp_path):
     wh, pipeline = deployed
     wh.execute("CREATE TABLE cdc.customer__backfill (customer_id varchar(8))")  # e.g. before a revision
     snapshot_parts(tmp_path, ["C1"])
-    assert load_and_merge(wh, pipeline, pipeline.table("customer"), tmp_path, lambda _: None)["loaded"] == 1
+    assert load_and_merge(wh, pipeline, pipeline.table("customer"), part_files(tmp_path), lambda _: None)["loaded"] == 1
     assert wh.query("SELECT customer_id, name FROM cdc.customer") == [("C1", "name C1")]

@@ -6,7 +6,8 @@ key -> the table after the merge. Run twice: the second run must change nothing.
 
 A second test draws whole stream histories (tombstone-only deletes, rows without source
 times, Kafka timestamps at or after the commit, snapshot times tied to commit times) and
-checks the contract itself: whatever the stream did after the snapshot survives it."""
+checks the contract itself: whatever the stream did after the snapshot survives it, and
+reconcile explains every difference the merge leaves."""
 
 from __future__ import annotations
 
@@ -16,8 +17,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from sync.operations.backfill import merge_stage
+from sync.operations.reconcile import compare_rows, warehouse_rows
 from sync.sql.backfill_merge import BackfillSql
+from sync.sql.buckets import ReconcileSql, row_checksum
 from sync.sql.dialect import dialect_for
+from sync.sql.handover import Stamp
 
 T0 = datetime(2024, 1, 1)
 KEYS = ["K0", "K1", "K2"]
@@ -133,6 +137,18 @@ def test_merge_matches_the_model(deployed, state, stage):
     assert wh.scalar("SELECT COUNT(*) FROM cdc.customer__backfill") == 0
 
 
+def unexplained(wh, pipeline, stage: dict, snapshot_time: datetime) -> list:
+    """The differences reconcile, comparing `stage` (the snapshot's live rows) with the
+    warehouse over the name column, does not explain: it must explain what the merge left."""
+    table = pipeline.table("customer")
+    names = [table.column_by_any_name("name")]
+    rec = ReconcileSql(dialect_for("postgres", "cdc"), pipeline, table, 1, names)
+    checksum = f'SELECT {row_checksum(rec.d, names, "v")} FROM (SELECT CAST(%s AS varchar(256)) AS "name") v'
+    snap = {k: (wh.scalar(checksum, (name,)), Stamp(pos, ts)) for k, (name, ts, pos, _) in stage.items()}
+    diffs = compare_rows(snap, warehouse_rows(wh, rec, [0]), snapshot_time, True)
+    return [d for d in diffs if not d.explained]
+
+
 # ---- whole histories: the contract itself ---------------------------------------------
 # A commit: key, delete?, commit minute, whether the event carries its source time (an
 # unwrap row without add.fields, or a tombstone-only delete, does not), and how many
@@ -183,6 +199,8 @@ def test_no_snapshot_undoes_what_the_stream_did_after_it(deployed, history, snap
         elif k in last_commit:  # the stream's last change is at or before the snapshot
             stream_name = state[k][1]
             assert rows.get(k) in (stream_name, truth_at_snapshot.get(k)), f"{k}: neither the stream's nor the snapshot's"
+
+    assert not unexplained(wh, pipeline, stage, at(snapshot_minute)), "reconcile pages on a correct handover"
 
     before = wh.query("SELECT * FROM cdc.customer ORDER BY 1"), wh.query("SELECT * FROM cdc.customer__deleted ORDER BY 1")
     merge(wh, sql, stage)

@@ -19,10 +19,11 @@ from datetime import datetime
 import pytest
 
 from sync.config import parse_pipeline
-from sync.operations.backfill import StageMismatch, run_staged
+from sync.operations.run_folder import StageMismatch, run_staged
 from sync.operations.runner import deploy
 from tests.helpers import EXAMPLES
 from tests.spark_envs import clean_env, spark_venv
+from tests.spark_submit import build_artifact, driver_python, submit_command, submit_env
 
 pytestmark = [pytest.mark.slow, pytest.mark.spark]
 
@@ -46,65 +47,20 @@ WIRE_ROW = {
 @pytest.fixture(scope="module")
 def staged_run(tmp_path_factory) -> dict:
     """Build the artifact, run it with spark-submit, return the run folder and its output."""
-    from typer.testing import CliRunner
-
-    from sync.cli.app import app
-
     tmp = tmp_path_factory.mktemp("cluster")
     dist = tmp / "dist"
-    built = CliRunner().invoke(app, ["package-backfill", "--out", str(dist), "--config", str(PIPELINE)])
-    assert built.exit_code == 0, built.output
+    build_artifact(dist, PIPELINE)
     python = spark_venv("3.5.6", with_project=False)  # PySpark alone: Glue 5.1's Spark
-    deps = tmp / "driver-packages"
-    subprocess.run(
-        [
-            str(python),
-            "-m",
-            "pip",
-            "install",
-            "-q",
-            "--disable-pip-version-check",
-            "--target",
-            str(deps),
-            "-r",
-            str(dist / "requirements.txt"),
-        ],
-        check=True,
-        env=clean_env(),
-    )
-    driver = tmp / "driver-python"  # the driver sees the requirements; the executors do not
-    driver.write_text(f'#!/bin/sh\nPYTHONPATH="$PYTHONPATH:{deps}" exec "{python}" "$@"\n')
-    driver.chmod(0o755)
+    driver = driver_python(python, dist, tmp)  # the driver sees the requirements; the executors do not
     snapshot = tmp / "products.jsonl"
     snapshot.write_text(json.dumps(WIRE_ROW) + "\n")
     run = tmp / "run"
+    job_args = ["--table", "products", "--snapshot", str(snapshot), "--format", "json"]
+    job_args += ["--snapshot-time", "2024-05-01T12:00:00Z", "--output", str(run)]
     submit = subprocess.run(
-        [
-            str(python.parent / "spark-submit"),
-            "--master",
-            "local[2]",
-            "--py-files",
-            str(dist / "redshift_sync.zip"),
-            "--conf",
-            f"spark.pyspark.python={python}",
-            "--conf",
-            f"spark.pyspark.driver.python={driver}",
-            str(dist / "job.py"),
-            "--config",
-            str(dist / "pipeline.toml"),
-            "--table",
-            "products",
-            "--snapshot",
-            str(snapshot),
-            "--format",
-            "json",
-            "--snapshot-time",
-            "2024-05-01T12:00:00Z",
-            "--output",
-            str(run),
-        ],
+        submit_command(python, driver, dist, "local[2]", job_args, {}),
         cwd=tmp,
-        env=clean_env(PYSPARK_PYTHON=str(python), PYSPARK_DRIVER_PYTHON=str(driver), SPARK_LOCAL_IP="127.0.0.1"),
+        env=submit_env(python, driver),
         capture_output=True,
         text=True,
         timeout=600,

@@ -100,14 +100,14 @@ def test_profile_times_every_statement_of_one_real_call(database_dsn, capsys):
         f"{stage} SET _source_pos",
         f'{stage} s SET "name"',
         f'{stage} s SET "mktsegment"',
-        'INSERT INTO "cdc"."sync_schema_drift"',
-        'INSERT INTO "cdc"."sync_quarantine"',
+        'INSERT INTO "cdc"."customer__drift"',
+        'INSERT INTO "cdc"."customer__quarantine"',
         "SELECT x.refresh_time, x.kafka_partition",
         "v_until_time := COALESCE",
         f"{stage} s SET _action = 'quarantine'",
         f"{stage} s SET _action = s._reason",
         "v_until_time := TIMESTAMP '1900-01-01",
-        'UPDATE "cdc"."sync_quarantine"',
+        'UPDATE "cdc"."customer__quarantine"',
     )
     expected = [" ".join(t.split())[:90] for t in texts[1:] if not t.startswith(guarded)]
     assert [r.label for r in results] == expected

@@ -355,6 +355,51 @@ def test_dashboard_and_alarms_watch_the_handlers_metrics():
     assert stack.properties("LagAlarm")["Threshold"] == "600"
 
 
+# A table's run that read nothing, as the handler hands it to metric_line.
+QUIET_RUN = {
+    "table": "t",
+    "status": "ok",
+    "events_read": 0,
+    "upserted": 0,
+    "deleted": 0,
+    "quarantined": 0,
+    "attempts": 1,
+    "duration_seconds": 0.1,
+    "lag_seconds": None,
+}
+STALLED = {"state": "stalled", "source_alive_seconds": 12.0, "lag_seconds": 900.0}
+BREAK = {"message": "t: ordering break: ... Run `redshift-sync reset-positions --table t --yes`"}
+
+
+@pytest.mark.parametrize(
+    ("found", "alarm", "metric", "value", "threshold"),
+    [
+        ({"freshness": STALLED}, "HeartbeatAlarm", "HeartbeatAgeSeconds", 12.0, "420"),
+        ({"freshness": STALLED}, "StalledAlarm", "Stalled", 1, 1),
+        ({"ordering_break": BREAK}, "OrderingBreakAlarm", "OrderingBreak", 1, 1),
+        ({"lost_records": [{"missing": 5, "message": "t: records lost"}] * 2}, "RecordsLostAlarm", "RecordsLost", 10, 1),
+    ],
+)
+def test_the_health_alarms_and_widgets_watch_the_handlers_metrics(found, alarm, metric, value, threshold):
+    stack = Stack(DEPLOY / "lambda.yaml", **LAMBDA_VALUES, MetricsNamespace="Acme/Sync", HeartbeatAlarmSeconds="420")
+    body = json.loads(stack.properties("Dashboard")["DashboardBody"])
+    expressions = " ".join(m[0]["expression"] for w in body["widgets"] for m in w["properties"]["metrics"])
+    line = lambda_handler.metric_line({**QUIET_RUN, **found}, "Acme/Sync", 0)
+    assert metric in {m["Name"] for m in line["_aws"]["CloudWatchMetrics"][0]["Metrics"]} and line[metric] == value
+    assert f'{{Acme/Sync,Table}} MetricName="{metric}"' in expressions
+    props = stack.properties(alarm)
+    assert (props["Namespace"], props["MetricName"], props["Threshold"]) == ("Acme/Sync", metric, threshold)
+    assert "Dimensions" not in props and props["TreatMissingData"] == "notBreaching"
+
+
+def test_the_health_properties_of_a_metric_line():
+    line = lambda_handler.metric_line({**QUIET_RUN, "freshness": STALLED, "ordering_break": BREAK}, "NS", 0)
+    assert (line["freshness"], line["CaptureDown"], line["WaitingSeconds"]) == ("stalled", 0, 900.0)
+    assert "reset-positions --table t" in line["ordering_break"]
+    quiet = lambda_handler.metric_line(QUIET_RUN, "NS", 0)  # no [heartbeat], no check: no metric
+    assert not {"HeartbeatAgeSeconds", "Stalled", "OrderingBreak", "RecordsLost"} & set(quiet)
+
+
 def resolved_policies() -> list[tuple[str, dict]]:
     out = []
     for params in (

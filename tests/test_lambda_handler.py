@@ -16,7 +16,7 @@ from sync.local.data_api import LocalDataApi
 from sync.local.stream import ingest_file
 from sync.operations.runner import RUN_LOG_COLUMNS, SUMMARY_COLUMNS, status
 from sync.sql import schemas
-from tests.helpers import EXAMPLES
+from tests.helpers import EXAMPLES, fail_first_writes
 
 EVENTS = EXAMPLES / "salesdb" / "events"
 
@@ -369,3 +369,36 @@ def test_a_poisoned_record_is_isolated_and_the_rest_syncs_through_the_data_api(l
     sqls = [c["QueryString"] for c in calls(api)]
     assert any('"incremental_sync_customer"(0)' in s for s in sqls)
     assert any('"isolate_record_customer"(' in s for s in sqls)
+
+
+@pytest.mark.parametrize("mode", ["data-api", "redshift_connector"])
+def test_conflict_retries_are_counted_in_the_summary_and_the_emf_metrics(loaded, api, env, database_dsn, capsys, mode):
+    """A CALL stopped by a serialization failure the engine raised (SQLSTATE 40001) rolled
+    back whole and runs again; the retry shows in the table's summary, as the
+    ConflictRetries metric, and in the invocation's log line."""
+    wh, pipeline, ingested = loaded
+    if mode == "redshift_connector":
+        env.delenv("REDSHIFT_SYNC_WORKGROUP")
+        env.setenv("REDSHIFT_SYNC_DSN", database_dsn)
+    fail_first_writes(wh, "cdc.sync_run_log", times=1)  # the CALL's last write
+    (run,) = lambda_handler.handler({"tables": ["customer"]}, Context())["tables"]
+
+    assert (run["status"], run["attempts"], run["retries"], run["events_read"]) == ("ok", 2, 1, ingested["customer"])
+    metric, run_line = [json.loads(line) for line in capsys.readouterr().out.splitlines()[-2:]]
+    assert "ConflictRetries" in [m["Name"] for m in metric["_aws"]["CloudWatchMetrics"][0]["Metrics"]]
+    assert (metric["ConflictRetries"], metric["Attempts"]) == (1, 2)
+    assert run_line["run"]["conflict_retries"] == 1
+    assert pending(wh, pipeline)["customer"] == 0
+
+
+def test_record_isolation_through_the_data_api_runs_a_stopped_call_again(loaded, api):
+    """A bounded CALL of record isolation stopped by a serialization failure is run again,
+    not taken for the end of the isolation."""
+    wh, pipeline, ingested = loaded
+    wh.execute('ALTER TABLE cdc."customer" ADD CONSTRAINT no_globex CHECK ("name" <> \'Globex\')')
+    fail_first_writes(wh, "cdc.sync_run_log", times=1)  # the first bounded CALL that applies
+    (run,) = lambda_handler.handler({"tables": ["customer"]}, Context())["tables"]
+    assert run["status"] == "ok", run["error"]
+    assert run["retries"] == 1 and len(run["isolated"]) == 1 and "no_globex" in run["isolated"][0]
+    assert wh.scalar('SELECT COUNT(*) FROM cdc."customer"') == ingested["customer"] - 1
+    assert pending(wh, pipeline)["customer"] == 0

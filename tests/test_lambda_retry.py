@@ -9,7 +9,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from sync.aws.data_api import RateLimit
-from sync.aws.retry import RetryPolicy, is_serialization_conflict, is_throttled, is_transient
+from sync.aws.retry import is_throttled, is_transient
+from sync.operations.conflicts import RetryPolicy, is_serialization_conflict
 
 CONFLICTS = [
     "ERROR: 1023 DETAIL: Serializable isolation violation on table - 100167, transactions forming the cycle are: 1, 2",

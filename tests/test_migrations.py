@@ -235,7 +235,7 @@ def offline_sql(cfg, target: str) -> str:
         (
             '{ name = "MKTSEGMENT", type = "varchar(64)" }',
             '{ name = "MKTSEGMENT", type = "integer" }',
-            r"column mktsegment: varchar\(64\) -> integer: Redshift changes a column type in place only to widen a VARCHAR",
+            r"column mktsegment: varchar\(64\) -> integer: A revision changes a type only to one that holds every value",
         ),
         (
             '{ name = "NAME", type = "varchar(256)" }',
@@ -256,7 +256,8 @@ def test_changes_redshift_cannot_make_in_place_are_refused(project, old, new, ex
     before = sorted(os.listdir(project / "migrations" / "versions"))
     with pytest.raises(RevisionRefused, match=expected) as refused:
         write_revision(cfg, pipeline, ORIGIN, "refused")
-    assert "Safe path: add a " in str(refused.value) and "backfill" in str(refused.value)
+    message = str(refused.value)
+    assert ("Safe path: add a " in message and "backfill" in message) or "Safe path: list the field a second time" in message
     assert sorted(os.listdir(project / "migrations" / "versions")) == before
 
 
@@ -287,7 +288,7 @@ def test_new_table_comes_with_all_its_objects_and_goes_on_downgrade(project, upg
         ),
         "supplier table",
     )
-    assert written.plan.upgrade == ['r.create_table("supplier")']
+    assert written.plan.upgrade == ["r.drop_views()", 'r.create_table("supplier")', "r.replace_views()"]
     deploy(cfg, pipeline)
     made = {n for (_, n, _) in names(catalog(wh))}
     assert {
@@ -296,8 +297,11 @@ def test_new_table_comes_with_all_its_objects_and_goes_on_downgrade(project, upg
         "supplier__stage",
         "supplier__watermark",
         "supplier__deleted",
+        "supplier__quarantine",
+        "supplier__drift",
         "incremental_sync_supplier",
     } <= made
+    assert "supplier__quarantine" in wh.scalar("SELECT pg_get_viewdef('cdc.sync_quarantine'::regclass)")
     command.downgrade(cfg, "-1")
     assert not any("supplier" in n for (_, n, _) in names(catalog(wh)))
     assert wh.relation_exists("cdc", "customer")

@@ -126,7 +126,9 @@ def test_every_operation_renders_redshift_sql_that_parses(tmp_path, monkeypatch)
     )
     written = write_revision(cfg, make_pipeline(changed), "pipeline.toml", "every kind of change")
     assert written is not None and written.plan.upgrade == [
+        "r.drop_views()",
         'r.drop_table("items")',
+        "r.replace_views()",
         'r.add_column("lines", "qty")',
         'r.widen_column("lines", "sku")',
         'r.alter_sortkey("lines")',

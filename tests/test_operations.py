@@ -158,17 +158,17 @@ def test_prune_removes_control_rows_past_the_retention(deployed):
     sync_one(wh, pipeline, "orders")
     wh.execute("UPDATE cdc.sync_run_log SET started_at = started_at - INTERVAL '40 days'")
     wh.execute(
-        "INSERT INTO cdc.sync_schema_drift VALUES ('customer', LOCALTIMESTAMP - INTERVAL '40 days', 'unknown', 'X', 1),"
+        "INSERT INTO cdc.customer__drift VALUES ('customer', LOCALTIMESTAMP - INTERVAL '40 days', 'unknown', 'X', 1),"
         " ('customer', LOCALTIMESTAMP, 'unknown', 'Y', 1)"
     )
     wh.execute(
-        "INSERT INTO cdc.sync_quarantine (table_name, kafka_partition, kafka_offset, reason, handled, handled_at) VALUES "
+        "INSERT INTO cdc.customer__quarantine (table_name, kafka_partition, kafka_offset, reason, handled, handled_at) VALUES "
         "('customer', 0, 1, 'r', 'replayed', LOCALTIMESTAMP - INTERVAL '40 days'),"
         "('customer', 0, 2, 'r', 'discarded', LOCALTIMESTAMP - INTERVAL '40 days'),"
         "('customer', 0, 3, 'r', 'discarded', LOCALTIMESTAMP),"
         "('customer', 0, 4, 'r', NULL, NULL)"
     )
-    wh.execute("UPDATE cdc.sync_quarantine SET run_started_at = LOCALTIMESTAMP - INTERVAL '400 days'")
+    wh.execute("UPDATE cdc.customer__quarantine SET run_started_at = LOCALTIMESTAMP - INTERVAL '400 days'")
     result = prune(wh, pipeline)
     assert (result.retention_days, result.run_log, result.schema_drift, result.quarantine) == (30, 2, 1, 2)
     # Each table keeps its newest run (status shows it); waiting records are never pruned.
@@ -209,7 +209,7 @@ def test_query_runs_sql_on_the_warehouse(deployed, tmp_path, database_dsn):
     assert out.returncode == 0 and json.loads(out.stdout) == []
     out = cli(
         "query",
-        "INSERT INTO cdc.sync_schema_drift VALUES ('customer', LOCALTIMESTAMP, 'unknown', 'X', 1)",
+        "INSERT INTO cdc.customer__drift VALUES ('customer', LOCALTIMESTAMP, 'unknown', 'X', 1)",
         cwd=tmp_path,
         dsn=database_dsn,
     )

@@ -50,7 +50,7 @@ def test_records_being_replayed_join_the_batch_without_a_kafka_key():
         replay_sql(ONE),
         "UNION ALL",
         "CAST(NULL AS super) AS key_env",
-        'FROM "cdc"."sync_quarantine" r',
+        'FROM "cdc"."tag__quarantine" r',
         "WHERE v_replayed > 0 AND r.table_name = 'tag' AND r.handled = 'replaying'",
     )
 

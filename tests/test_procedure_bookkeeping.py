@@ -29,7 +29,7 @@ def test_one_statement_reads_the_watermark_its_summary_and_the_records_being_rep
     assert_lines(
         watermark_before_sql(ONE),
         "SELECT MAX(r.last_refresh_time),",
-        "(SELECT COUNT(*) FROM \"cdc\".\"sync_quarantine\" WHERE table_name = 'tag' AND handled = 'replaying'),",
+        "(SELECT COUNT(*) FROM \"cdc\".\"tag__quarantine\" WHERE table_name = 'tag' AND handled = 'replaying'),",
         "INTO v_since, v_replayed, v_wm_before",
         'FROM "cdc"."tag__watermark" r) r;',
     )

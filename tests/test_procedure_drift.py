@@ -12,7 +12,7 @@ def test_drift_counts_the_fields_of_the_images_set_aside():
     assert_lines(
         drift_sql(ONE),
         "IF v_drift > 0 THEN",
-        'INSERT INTO "cdc"."sync_schema_drift" (table_name, run_started_at, kind, field, events)',
+        'INSERT INTO "cdc"."tag__drift" (table_name, run_started_at, kind, field, events)',
         "SELECT s._drift_img AS img, COUNT(*) OVER () AS images",
         ") x0, UNPIVOT x0.img AS x_value AT x_field",
         "UNION ALL SELECT 'id', 1, 0, 0) u",

@@ -4,6 +4,7 @@ composite-key table: one behaviour per line."""
 from __future__ import annotations
 
 from sync.sql.procedure.ordering import (
+    kafka_order,
     positionless_position_sql,
     rank_order,
     replay_stale_sql,
@@ -17,7 +18,8 @@ ONE, COMPOSITE = table_sql(ONE_COLUMN), table_sql(COMPOSITE_KEY)
 
 
 def test_a_key_ranks_newest_first_by_position_then_kafka_order():
-    assert rank_order("p", "k", "o") == "p DESC NULLS LAST, k DESC, o DESC"
+    assert rank_order("p", kafka_order("t", "k", "o")) == "p DESC NULLS LAST, t DESC NULLS LAST, k DESC, o DESC"
+    assert kafka_order("t", "k", "o", newest_first=False) == "t ASC NULLS FIRST, k, o"
 
 
 def test_a_winner_not_newer_than_the_stored_row_or_deleted_key_is_stale():
@@ -56,11 +58,13 @@ def test_positionless_events_take_the_newest_position_before_them_then_rank_agai
     assert_lines(
         sql,
         "IF v_positionless > 0 THEN",
-        'MAX(x._source_pos) OVER (PARTITION BY x."order_id", x."line_no"',
-        "ORDER BY x._kafka_partition, x._kafka_offset ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW) AS rank_pos",
+        'MAX(x._source_pos) OVER (PARTITION BY x."order_id", x."line_no"'
+        " ORDER BY x._kafka_time ASC NULLS FIRST, x._kafka_partition, x._kafka_offset",
+        "ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW) AS rank_pos",
+        "FROM (SELECT z.*, MAX(z._kafka_timestamp) OVER (PARTITION BY z._kafka_partition ORDER BY z._kafka_offset",
         "AND t._source_pos IS NOT NULL AND (s._rank_pos IS NULL OR s._rank_pos < t._source_pos);",
-        'ROW_NUMBER() OVER (PARTITION BY x."order_id", x."line_no"'
-        " ORDER BY x._rank_pos DESC NULLS LAST, x._kafka_partition DESC, x._kafka_offset DESC) AS rn",
+        'ROW_NUMBER() OVER (PARTITION BY x."order_id", x."line_no" ORDER BY x._rank_pos DESC NULLS LAST,'
+        " x._kafka_time DESC NULLS LAST, x._kafka_partition DESC, x._kafka_offset DESC) AS rn",
     )
     assert sql.count("SET _rank_pos = t._source_pos") == 1  # soft mode: the target only
     assert rerank_sql(ONE).count("SET _rank_pos = t._source_pos") == 2  # row, then deleted key
@@ -81,6 +85,7 @@ def test_kafka_order_a_replayed_record_older_than_the_stored_one_is_stale():
         "IF v_replayed > 0 THEN",
         'AND EXISTS (SELECT 1 FROM "cdc"."tag__watermark" w'
         " WHERE w.kafka_partition = s._kafka_partition AND s._kafka_offset <= w.last_offset)",
-        "AND (t._kafka_partition > s._kafka_partition",
+        "AND (t._kafka_partition = s._kafka_partition AND t._kafka_offset > s._kafka_offset",
+        'LEFT JOIN "cdc"."tag__stream" m ON m.kafka_partition = t._kafka_partition AND m.kafka_offset = t._kafka_offset',
     )
     assert sql.count("EXISTS (SELECT 1 FROM") == 3  # the watermark, the row, the deleted key

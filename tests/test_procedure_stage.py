@@ -15,7 +15,7 @@ def test_each_key_ranks_its_upserts_and_deletes_newest_first():
         'INSERT INTO "cdc"."line__stage" (',
         "ROW_NUMBER() OVER (",
         "PARTITION BY CASE WHEN c.action IN ('upsert', 'delete') THEN 1 ELSE 0 END, c.\"order_id\", c.\"line_no\"",
-        "ORDER BY c.source_pos DESC NULLS LAST, c.kafka_partition DESC, c.kafka_offset DESC),",
+        "ORDER BY c.source_pos DESC NULLS LAST, c.kafka_time DESC NULLS LAST, c.kafka_partition DESC, c.kafka_offset DESC),",
     )
 
 
@@ -23,7 +23,7 @@ def test_kafka_order_ranks_by_partition_and_offset_and_has_no_rank_position():
     sql = stage_insert_sql(table_sql(ONE_COLUMN, order_by="kafka"))
     assert_lines(
         sql,
-        "ORDER BY c.kafka_partition DESC, c.kafka_offset DESC),",
+        "ORDER BY c.kafka_time DESC NULLS LAST, c.kafka_partition DESC, c.kafka_offset DESC),",
         'c.source_pos, NULL, c."id", c.unavailable, c.quarantine_payload,',
     )
 
@@ -52,7 +52,7 @@ def test_a_toast_placeholder_is_marked_once_and_leaves_the_value_null():
         stage_insert_sql(COMPOSITE),
         'f."u__note" AS "u__note",',
         "NULLIF('|' || CASE WHEN f.\"u__note\" THEN 'note|' ELSE '' END, '|') AS unavailable,",
-        "CASE WHEN t.check_no IN (1, 3, 4, 6, 7, 8, 9, 10, 11) OR t.unavailable IS NOT NULL THEN t.payload END AS quarantine_payload",
+        "CASE WHEN t.check_no IN (1, 3, 4, 6, 7, 8, 9, 10, 11) OR t.unavailable IS NOT NULL THEN t.payload END AS quarantine_payload,",
     )
     assert "unavailable IS NOT NULL THEN t.payload" not in stage_insert_sql(ONE)  # nothing TOAST-able
 

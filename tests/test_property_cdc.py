@@ -16,16 +16,18 @@ and the generator's knobs (`Knobs`): restarts, compression, re-snapshots.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from decimal import Decimal
 
 import pytest
 from hypothesis import given, note, settings
 from hypothesis import strategies as st
 
+from sync.operations.quarantine import Selection, replay
 from sync.operations.runner import deploy
 from sync.warehouse import connect
 from tests.delivery import (
+    KAFKA_TS,
     Change,
     Connector,
     History,
@@ -51,7 +53,7 @@ delete_mode = "{delete_mode}"
 columns = [
   {{ name = "ID", type = "integer", target = "id" }},
   {{ name = "REGION", type = "varchar(8)", target = "region" }},
-  {{ name = "NAME", type = "varchar(32)" }},
+  {{ name = "NAME", type = "varchar({name_width})" }},
   {{ name = "AMOUNT", type = "decimal(10,2)" }},
 ]
 """
@@ -68,6 +70,7 @@ class Knobs:
     resnapshot: bool | str = True
     initial_snapshot: bool = True
     restart_null_commit: bool = True  # PostgreSQL, with at most one restart (see delivery_model)
+    grow: bool | str = True  # the topic's partition count grows (keys re-hashed)
 
 
 @dataclass(frozen=True)
@@ -77,9 +80,13 @@ class Mode:
     format: str  # delivery.Format
     delete_mode: str = "hard"
     knobs: Knobs = Knobs()
+    # NAME is varchar(3) until the history is delivered (longer names are quarantined), then
+    # widened, and the quarantine replayed (`quarantine replay`).
+    replay: bool = False
 
 
-BASELINE = Knobs(restarts=0, compressed=False, resnapshot=False, initial_snapshot=False, restart_null_commit=False)
+BASELINE = Knobs(restarts=0, compressed=False, resnapshot=False, initial_snapshot=False, restart_null_commit=False, grow=False)
+GROW = Knobs(grow="always")
 MODES = {
     "kafka_debezium": Mode(None, "kafka", "debezium"),
     "kafka_unwrap_rewrite": Mode(None, "kafka", "unwrap-rewrite"),
@@ -94,9 +101,20 @@ MODES = {
     "mysql_unwrap_tombstone": Mode("mysql", "mysql-binlog", "unwrap-tombstone"),
     "mysql_compressed": Mode("mysql", "mysql-binlog", "debezium", knobs=Knobs(compressed="always")),
     "mariadb_debezium": Mode("mariadb", "mysql-binlog", "debezium"),
+    # Replays that tie with the stored row (a compressed transaction), or precede it in
+    # Kafka order. No restarts with compression (a known limit: tests/delivery_model.py).
+    "mysql_compressed_replay": Mode(
+        "mysql", "mysql-binlog", "debezium", knobs=Knobs(restarts=0, compressed="always"), replay=True
+    ),
+    "pg_debezium_replay": Mode("postgres", "postgres-lsn", "debezium", knobs=Knobs(restart_null_commit=False), replay=True),
+    "kafka_debezium_replay": Mode(None, "kafka", "debezium", knobs=Knobs(compressed=False), replay=True),
     "sqlserver_debezium": Mode("sqlserver", "sqlserver-lsn", "debezium"),
     "oracle_unwrap_rewrite": Mode("oracle", "oracle-scn", "unwrap-rewrite", "soft"),
     "db2_unwrap_tombstone": Mode("db2", "db2-lsn", "unwrap-tombstone"),
+    # The topic's partition count grows mid-history: a key's later records in another partition.
+    "kafka_grow": Mode(None, "kafka", "debezium", knobs=GROW),
+    "kafka_unwrap_tombstone_grow": Mode(None, "kafka", "unwrap-tombstone", knobs=GROW),
+    "pg_unwrap_tombstone_grow": Mode("postgres", "postgres-lsn", "unwrap-tombstone", "soft", knobs=GROW),
     # What the sync handled before delivery behaviours were modelled: no restarts, no ties,
     # no re-snapshots, the full envelope.
     "pg_baseline": Mode("postgres", "postgres-lsn", "debezium", knobs=BASELINE),
@@ -204,6 +222,19 @@ def draw_connector(data, mode: Mode, history: History, initial_snapshot: bool) -
     )
 
 
+def draw_kafka(data, knobs: Knobs, connector: Connector, emitted: int) -> Connector:
+    """The topic and the producer: the partition count may grow at a drawn record, the
+    clock ticks per record or per transaction, CreateTime or LogAppendTime."""
+    grow = _maybe(data, knobs.grow)
+    return replace(
+        connector,
+        grow_to=connector.partitions + data.draw(st.integers(1, 2)) if grow else None,
+        grow_at=data.draw(_middle_first(0, emitted)) if grow else 0,
+        clock=data.draw(st.sampled_from(["record", "transaction"])),
+        timestamp_type=data.draw(st.sampled_from(["C", "L"])),
+    )
+
+
 def draw_restarts(data, knobs: Knobs, connector: Connector, emitted: int) -> list[Restart]:
     limit = 1 if connector.restart_null_commit else knobs.restarts
     restarts, start = [], 0
@@ -229,14 +260,28 @@ class Warehouse:
     def __repr__(self) -> str:
         return "Warehouse()"
 
-    def pipeline(self, mode_name: str):
+    def pipeline(self, mode_name: str, wide: bool = False):
+        """The mode's pipeline (deployed on first use); `wide`: NAME as varchar(32) in a
+        replay mode (not deployed)."""
+        m = MODES[mode_name]
+        fmt = "debezium" if m.format == "debezium" else "debezium-unwrap"
+        width = 3 if m.replay and not wide else 32
+        toml = TABLE.format(mode=mode_name, format=fmt, order=m.order, delete_mode=m.delete_mode, name_width=width)
+        if wide:
+            return make_pipeline(toml)
         if mode_name not in self.pipelines:
-            m = MODES[mode_name]
-            fmt = "debezium" if m.format == "debezium" else "debezium-unwrap"
-            pipeline = make_pipeline(TABLE.format(mode=mode_name, format=fmt, order=m.order, delete_mode=m.delete_mode))
+            pipeline = make_pipeline(toml)
             deploy(self.wh, pipeline, "test")
             self.pipelines[mode_name] = pipeline
         return self.pipelines[mode_name]
+
+    def set_name_width(self, mode_name: str, table: str, width: int):
+        """NAME of the target and the stage as varchar(`width`), and the procedure for it."""
+        for relation in (table, f"{table}__stage"):
+            self.wh.execute(f'ALTER TABLE cdc."{relation}" ALTER COLUMN name TYPE varchar({width})')
+        pipeline = self.pipeline(mode_name, wide=True) if width == 32 else self.pipeline(mode_name)
+        deploy(self.wh, pipeline, "test")
+        return pipeline
 
 
 @pytest.fixture(scope="module")
@@ -308,7 +353,8 @@ def describe(history, connector, restarts, delivery, cuts) -> str:
                 f"{(v.get('after') or v.get('before') or v).get('NAME')!r} {_position(v)}"
             )
         )
-        lines.append(f"  #{i} p{r['partition']}@{r['offset']} emitted #{sent} key {tuple(r['key'].values())}: {what}")
+        at = f"p{r['partition']}@{r['offset']} t+{r['timestamp'] - KAFKA_TS}{r['timestamp_type']}"
+        lines.append(f"  #{i} {at} emitted #{sent} key {tuple(r['key'].values())}: {what}")
     return "\n".join(lines)
 
 
@@ -325,7 +371,10 @@ def check_delivery(
     restarts: list[Restart],
     cuts: list[int],
     report=note,
+    widen=None,
 ) -> None:
+    """`widen` (replay modes): widens NAME and returns the pipeline for it; the quarantine
+    is then replayed."""
     delivery = deliver(emit(history, connector), connector, restarts)
     records = delivery.records
     report(describe(history, connector, restarts, delivery, cuts))
@@ -339,6 +388,12 @@ def check_delivery(
         model.add(records[lo:hi])
         assert _target(wh, table, soft) == _model_rows(model), f"after records {lo}..{hi - 1}"
         assert set(wh.query("SELECT kafka_partition, kafka_offset FROM cdc.sync_quarantine")) == set(model.quarantine())
+    if widen is not None:
+        pipeline = widen()
+        result = replay(wh, pipeline, Selection(table))
+        assert result.replayed == len(model.quarantine()) and result.quarantined_again == []
+        model.replay(pipeline.table(table))
+        assert _target(wh, table, soft) == _model_rows(model), "after the quarantine replay"
     # The outside contract: once the last re-sent suffix is delivered to its end, the
     # target is the source's final state (soft mode: its live rows).
     live = {k: v for k, v in _target(wh, table, soft).items() if not v[2]}
@@ -362,13 +417,18 @@ def test_delivery(warehouse, mode_name, initial, drawn, data):
     pipeline = warehouse.pipeline(mode_name)
     table = f"t_{mode_name}"
     _reset(wh, table)
+    widen = None
+    if mode.replay:
+        pipeline = warehouse.set_name_width(mode_name, table, 3)
+        widen = lambda: warehouse.set_name_width(mode_name, table, 32)  # noqa: E731
     snapshot = mode.knobs.initial_snapshot and data.draw(st.booleans(), label="initial snapshot")
     history = build_history(initial if snapshot else [], drawn)
     connector = draw_connector(data, mode, history, snapshot)
     emitted = len(emitted_records(emit(history, connector), connector))
+    connector = draw_kafka(data, mode.knobs, connector, emitted)
     restarts = draw_restarts(data, mode.knobs, connector, emitted)
     cuts = data.draw(st.lists(st.integers(1, max(emitted - 1, 1)), max_size=4), label="cuts")
-    check_delivery(wh, pipeline, table, mode, history, connector, restarts, cuts)
+    check_delivery(wh, pipeline, table, mode, history, connector, restarts, cuts, widen=widen)
 
 
 # ---- named deliveries: the smallest case of each behaviour ---------------------------------
@@ -379,6 +439,7 @@ def _w(key, name: str, cents: int = 100) -> Change:
 
 
 A, B = (1, "eu"), (2, "us")
+MOVES = (1, "us")  # Kafka's partitioner: partition 2 of 3, partition 0 of 4
 EXAMPLES = {
     # MySQL binlog_transaction_compression: both changes carry one file/pos, row 0; the
     # second arrives in the next batch and must still apply (a tie is not older).
@@ -446,6 +507,23 @@ EXAMPLES = {
         "db2_unwrap_tombstone",
         History(((_w(B, "b"),), (_w(A, "a"),), (_w(A, "lost"),))),
         Connector(source="db2", format="unwrap-tombstone", resnapshot_at=3, lost=1),
+        [],
+        [],
+    ),
+    # The topic grows from 3 to 4 partitions before the tombstone-only delete, which lands
+    # in a lower partition than the key's insert and update, in the same batch: it deletes.
+    "partition_increase_tombstone_only_delete": (
+        "pg_unwrap_tombstone_grow",
+        History(((_w(MOVES, "a"),), (_w(MOVES, "b"),), (Change("delete", MOVES),))),
+        Connector(source="postgres", format="unwrap-tombstone", partitions=3, grow_to=4, grow_at=2),
+        [],
+        [],
+    ),
+    # Kafka order: the update in the lower, new partition is newer than the insert.
+    "partition_increase_kafka_order": (
+        "kafka_grow",
+        History(((_w(MOVES, "a"),), (_w(MOVES, "b"),))),
+        Connector(source="postgres", partitions=3, grow_to=4, grow_at=1),
         [],
         [],
     ),

@@ -22,6 +22,7 @@ from sync.sql.dialect import RedshiftDialect, dialect_for
 from sync.sql.names import SCHEMA_DRIFT, table_names
 from sync.sql.objects import pipeline_objects
 from sync.warehouse import WarehouseError
+from tests.cases import FLOAT_RANGE_CASES
 from tests.helpers import make_pipeline
 from tests.test_redshift_total_casts import TYPED, typed_records
 
@@ -273,6 +274,32 @@ def test_json_parse_rejects_only_what_can_json_parse_rejects(rs):
     for text in ['{"a": 1, "a": 2}', '{"a": 1}', "[1, 2", '"x"']:
         if wh.scalar("SELECT CAN_JSON_PARSE(%s)", (text,)):
             wh.scalar("SELECT JSON_SERIALIZE(JSON_PARSE(%s))", (text,))
+
+
+def test_float_values_outside_the_documented_range_are_quarantined(rs):
+    # Row 16, r_Numeric_types201: REAL "a range of around 1E-37 to 1E+37", DOUBLE PRECISION
+    # "around 1E-307 to 1E+308". Java's extremes (tests/cases.py FLOAT_RANGE_CASES): those
+    # inside are stored, the rest quarantined, and the CALL succeeds.
+    wh, schema = rs
+    pipeline = deploy(
+        wh,
+        '[[tables]]\nname = "floats"\ntopic = "floats"\nprimary_key = ["id"]\n'
+        'columns = [{ name = "id", type = "integer" }, { name = "r", type = "real" }, { name = "d", type = "double" }]\n',
+        schema,
+    )
+    n = table_names(pipeline, pipeline.table("floats"))
+    column = {"real": "r", "double": "d"}
+    for i, (typ, text, _, _) in enumerate(FLOAT_RANGE_CASES):
+        value = f'{{"before": null, "after": {{"id": {i}, "{column[typ]}": {text}}}, "source": {{"ts_ms": 1}}, "op": "c"}}'
+        wh.execute(
+            f'INSERT INTO "{n.schema}"."{n.stream}" VALUES (0, %s, \'C\', GETDATE(), NULL, NULL, '
+            "TIMESTAMP '2026-01-01 00:00:00', JSON_PARSE(%s), NULL, JSON_PARSE(%s))",
+            (i, value, json.dumps({"id": i})),
+        )
+    (run,) = sync(wh, pipeline, ["floats"])
+    assert run.status == "ok", run.error
+    stored = {i for (i,) in wh.query(f'SELECT id FROM "{schema}"."floats"')}
+    assert stored == {i for i, (_, _, _, on_redshift) in enumerate(FLOAT_RANGE_CASES) if on_redshift}
 
 
 def test_doctor_verify_on_real_redshift():

@@ -75,6 +75,6 @@ def test_doctor_through_the_cli_before_and_after_deploy(database_dsn, tmp_path):
     report = tmp_path / "verify.json"
     after = run("doctor", "--verify", "--report", str(report), *common)
     assert after.returncode == 0, after.stdout + after.stderr
-    assert "10 verified, 0 failed, 5 not applicable" in after.stdout
+    assert "12 verified, 0 failed, 5 not applicable" in after.stdout
     rows = {o["row"]: o["verdict"] for o in json.loads(report.read_text())["outcomes"]}
     assert sorted(rows) == sorted(_doc_rows())

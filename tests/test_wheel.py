@@ -10,11 +10,13 @@ import os
 import subprocess
 import sys
 import venv
+import zipfile
 from pathlib import Path
 
 import pytest
 
 from tests.helpers import REPO
+from tests.test_without_spark import write_run_folder
 
 
 def sh(*args: str, cwd: Path, env: dict | None = None, timeout: int = 600) -> subprocess.CompletedProcess:
@@ -33,6 +35,13 @@ def installed(tmp_path_factory) -> Path:
     bin_dir = root / "venv" / "bin"
     sh(str(bin_dir / "python"), "-m", "pip", "install", "-q", str(wheel), cwd=root)
     return bin_dir
+
+
+def test_the_wheel_adds_no_top_level_package_but_its_own(tmp_path):
+    sh(sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(tmp_path), str(REPO), cwd=tmp_path)
+    (wheel,) = tmp_path.glob("redshift_sync-*.whl")
+    names = zipfile.ZipFile(wheel).namelist()
+    assert {n.split("/")[0] for n in names if ".dist-info/" not in n} == {"sync", "backfill"}  # no `benchmarks`
 
 
 @pytest.mark.slow
@@ -65,6 +74,25 @@ def test_installed_wheel_runs_every_command_outside_the_checkout(installed, tmp_
     assert customer["status"] == "ok" and customer["upserted"] == 5
     (status, _) = json.loads(sh(rs, "status", "--json", cwd=work, env=db).stdout)
     assert status["target_rows"] == 5 and status["pending"] == 0
+
+    # No spark extra: the warehouse side of a cluster's backfill imports nothing from PySpark
+    # (the PostgreSQL load reads the Parquet with pyarrow, which this venv lacks), and the
+    # commands that run Spark say what to install.
+    write_run_folder(tmp_path / "run", work / "pipeline.toml")
+    snapshot = str(examples / "salesdb" / "snapshots" / "customer-20231114T221321Z.jsonl")
+    for args, says in [
+        (
+            ["backfill", "--table", "customer", "--staged", str(tmp_path / "run")],
+            "reads Parquet with pyarrow, which is not installed",
+        ),
+        (
+            ["reconcile", "--table", "customer", "--snapshot", snapshot, "--format", "json"],
+            "runs PySpark, which is not installed",
+        ),
+    ]:
+        done = subprocess.run([rs, *args], capture_output=True, text=True, cwd=work, env=db)
+        assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr
+        assert says in " ".join(done.stderr.split())
 
     demo = sh(rs, "demo", cwd=work, env=env)  # the embedded warehouse of the installed pgserver
     assert "demo finished" in demo.stdout and "Globex Corporation" in demo.stdout

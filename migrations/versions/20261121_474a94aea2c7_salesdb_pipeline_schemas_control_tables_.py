@@ -116,48 +116,56 @@ STATE = {'origin': 'examples/salesdb/pipeline.toml',
                                'function cdc.sync_to_timetz': '8771e2cdbc61c9e4',
                                'function cdc.sync_parse_json': 'd768c0452e7f1e66',
                                'table cdc.sync_run_log': '0a269eef36d296e9',
-                               'table cdc.sync_quarantine': 'fe87cc1c8b31caa2',
-                               'table cdc.sync_schema_drift': 'bd84f37af68971f1',
                                'stream cdc.customer__stream': '573054b10f6f95d0',
                                'index cdc.customer__s_pos': '5d7b0c34c314c869',
                                'index cdc.customer__s_rt': 'd2a13e5d32be9391',
                                'table cdc.customer': 'aac48db1c2fee353',
                                'table cdc.customer__stage': 'b4c19373a894a78e',
                                'table cdc.customer__watermark': 'e0c738c44e76125e',
+                               'table cdc.customer__quarantine': '1e9d69928b16ba3f',
+                               'table cdc.customer__drift': 'bb71656643501c29',
                                'table cdc.customer__deleted': '5b0c9bafc66f8a89',
-                               'procedure cdc.incremental_sync_customer(bigint)': '66874497cff416e9',
+                               'procedure cdc.incremental_sync_customer(bigint)': 'ed7131facb4b4d9e',
                                'procedure cdc.incremental_sync_customer': '8585d9dbeae8823c',
-                               'procedure cdc.isolate_record_customer(text)': 'ced1ef82b505c779',
+                               'procedure cdc.isolate_record_customer(text)': 'cbd4886f073b331c',
                                'stream cdc.orders__stream': '5597b9f3ffb411c8',
                                'index cdc.orders__s_pos': 'e5a408c5189e9a3b',
                                'index cdc.orders__s_rt': '2d247237af65095a',
                                'table cdc.orders': '273fb427f8fde440',
                                'table cdc.orders__stage': 'e96d697f91de6f61',
                                'table cdc.orders__watermark': 'c678cec43a299d02',
-                               'procedure cdc.incremental_sync_orders(bigint)': '919a9fa4ffa1e4ed',
+                               'table cdc.orders__quarantine': 'c304ad905efc3ba3',
+                               'table cdc.orders__drift': 'ee9085118bae9f82',
+                               'procedure cdc.incremental_sync_orders(bigint)': '5438808579178c2b',
                                'procedure cdc.incremental_sync_orders': 'c4f46eaa302bc6f2',
-                               'procedure cdc.isolate_record_orders(text)': '348b98590fdad52c'},
+                               'procedure cdc.isolate_record_orders(text)': '890112ec7eb3bb3e',
+                               'view cdc.sync_quarantine': '471d61941a3c43cf',
+                               'view cdc.sync_schema_drift': '4f458d7253dae8f9'},
                   'redshift': {'setting cdc.session': '28ef23ac96213b6f',
                                'schema cdc.cdc': '82d7c4039e54b208',
                                'external_schema msk_cdc.msk_cdc': '565a439532bed358',
                                'table cdc.sync_run_log': '5a6537552f72c0b4',
-                               'table cdc.sync_quarantine': 'df5d1b3b281a1725',
-                               'table cdc.sync_schema_drift': 'bd84f37af68971f1',
                                'stream cdc.customer__stream': '7f3e39a8457097a0',
                                'table cdc.customer': '6e87d5d4a5ec2f96',
                                'table cdc.customer__stage': 'aa332d397bc59ddb',
                                'table cdc.customer__watermark': 'bcb0d79bfb6be41d',
+                               'table cdc.customer__quarantine': '326dc8ae15fb3790',
+                               'table cdc.customer__drift': 'bb71656643501c29',
                                'table cdc.customer__deleted': '31cf3778bc703443',
-                               'procedure cdc.incremental_sync_customer(bigint)': '73f05b56d6fee4be',
+                               'procedure cdc.incremental_sync_customer(bigint)': '5f3ae1f8df60bc47',
                                'procedure cdc.incremental_sync_customer': '8585d9dbeae8823c',
-                               'procedure cdc.isolate_record_customer(varchar)': '7db72936e5e2fd3f',
+                               'procedure cdc.isolate_record_customer(varchar)': '3e4e2fbc08c55776',
                                'stream cdc.orders__stream': 'cf4ba8bb80858d1a',
                                'table cdc.orders': '5599f3cc4a001697',
                                'table cdc.orders__stage': 'd8a561a3868c167f',
                                'table cdc.orders__watermark': '1888959841ee8c29',
-                               'procedure cdc.incremental_sync_orders(bigint)': '24c62663b89731ba',
+                               'table cdc.orders__quarantine': '16c3314a7a668e62',
+                               'table cdc.orders__drift': 'ee9085118bae9f82',
+                               'procedure cdc.incremental_sync_orders(bigint)': '62ea509bd549aaba',
                                'procedure cdc.incremental_sync_orders': 'c4f46eaa302bc6f2',
-                               'procedure cdc.isolate_record_orders(varchar)': '373e459200eacf05'}}}
+                               'procedure cdc.isolate_record_orders(varchar)': '1feab117c6ff08d9',
+                               'view cdc.sync_quarantine': '6c4e1e47f304c6ae',
+                               'view cdc.sync_schema_drift': '120957a8a616c9d2'}}}
 
 
 def upgrade() -> None:
@@ -166,11 +174,13 @@ def upgrade() -> None:
     r.create_pipeline()
     r.create_table("customer")
     r.create_table("orders")
+    r.replace_views()
 
 
 def downgrade() -> None:
     """Downgrade schema."""
     r = Revision.down(STATE, down_revision)
+    r.drop_views()
     r.drop_table("orders")
     r.drop_table("customer")
     r.drop_pipeline()

@@ -44,8 +44,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from sync.aws.retry import RetryPolicy, is_throttled, is_transient, jittered_delay
+from sync.aws.retry import is_throttled, is_transient
 from sync.config import Pipeline
+from sync.operations.conflicts import RetryPolicy, jittered_delay, retry_conflicts
 from sync.operations.isolation import CallFailed, is_data_error, isolate
 from sync.operations.runner import (
     SUMMARY_COLUMNS,
@@ -516,17 +517,30 @@ def run_to_end(session: Session, sql: str, name: str) -> str:
 
 
 def isolate_table(
-    session: Session, pipeline: Pipeline, table: str, failed: RunSummary, baseline: dict[str, str | None] | None
+    session: Session,
+    pipeline: Pipeline,
+    table: str,
+    failed: RunSummary,
+    baseline: dict[str, str | None] | None,
+    policy: RetryPolicy | None = None,
 ) -> RunSummary:
     """Record isolation (sync/operations/isolation.py) for a table whose CALL failed on a record's
     data: bounded CALLs, one at a time, within the deadline; the failing records are
-    quarantined with the engine's error and the rest applied. The summary adds up the
-    run-log rows this invocation wrote for the table."""
+    quarantined with the engine's error and the rest applied. A statement stopped by a
+    serialization conflict is run again (`policy`). The summary adds up the run-log rows
+    this invocation wrote for the table."""
     name = f"{statement_name(pipeline, table)}.isolate"
+    policy = policy or RetryPolicy()
+    retried = [0]
+
+    def retrying(sql: str, what: str) -> None:
+        retried[0] += retry_conflicts(
+            policy, lambda: run_to_end(session, sql, what), session.sleep, session.deadline.allows_request
+        )[1]
 
     def call(limit: int) -> None:
         try:
-            run_to_end(session, call_sql(pipeline, table, limit), name)
+            retrying(call_sql(pipeline, table, limit), name)
         except StatementFailed as exc:
             if is_data_error(str(exc)):
                 raise CallFailed(str(exc)) from None
@@ -539,7 +553,7 @@ def isolate_table(
         # The Data API's parameters are not used (the local one has none): a literal, with
         # the reason cut to what the quarantine keeps and backslashes left out.
         reason = quote_literal(error.replace("\\", "/")[:1000])
-        run_to_end(session, isolate_sql(pipeline, table).replace("%s", reason), f"{name}.quarantine")
+        retrying(isolate_sql(pipeline, table).replace("%s", reason), f"{name}.quarantine")
 
     started = session.clock()
     try:
@@ -548,10 +562,12 @@ def isolate_table(
         rows = query(session, applied_runs_sql(pipeline, table, since), f"{name}.run-log")
     except DataApiError as exc:
         failed.error = f"{failed.error}\nrecord isolation stopped: {exc}"
+        failed.retries += retried[0]
         return failed
     applied = [summary_from_row(table, schemas.as_row(SUMMARY_COLUMNS, r), 0.0) for r in rows]
     summary = combined_summary(table, failed, applied, result)
     summary.duration_seconds += session.clock() - started
+    summary.retries = retried[0]
     return summary
 
 

@@ -32,10 +32,14 @@ from pathlib import Path
 from typing import Any
 
 from sync.aws import data_api
-from sync.aws.retry import RetryPolicy
 from sync.config import CONFIG_ENV_VAR, ConfigError, Pipeline, load_pipeline
+from sync.operations.conflicts import RetryPolicy
+from sync.operations.freshness import STALLED_STATES, Freshness, table_freshness
 from sync.operations.isolation import is_data_error
+from sync.operations.loss import lost_records
+from sync.operations.ordering import ordering_breaks
 from sync.operations.runner import RunSummary, selected_tables, sync_table, unfinished_summary
+from sync.sql.dialect import dialect_for
 from sync.warehouse import DSN_ENV_VAR, Warehouse, connect
 
 # The pipeline file sits at the root of the zip, next to the package.
@@ -177,23 +181,17 @@ def remaining_time(context: Any) -> Callable[[], int]:
 
 def sync_with_connector(
     wh: Warehouse, pipeline: Pipeline, tables: list[str], settings: Settings, remaining_ms: Callable[[], int]
-) -> list[tuple[RunSummary, int]]:
-    """CALL each table in turn on one autocommit connection, retrying serialization conflicts."""
+) -> list[RunSummary]:
+    """CALL each table in turn on one autocommit connection, retrying serialization conflicts
+    while the deadline margin allows (`sync_table`, with record isolation on a data error)."""
     out = []
     for table in tables:
-        attempts = 0
-        while True:
-            if remaining_ms() < settings.polling.margin_ms:
-                run = unfinished_summary(
-                    table, data_api.NOT_STARTED, 0.0, f"not started: {remaining_ms()} ms of Lambda time left"
-                )
-                break
-            attempts += 1
-            run = sync_table(wh, pipeline, table)  # with record isolation on a data error
-            if run.status == "ok" or not settings.policy.should_retry(attempts, run.error):
-                break
-            time.sleep(settings.policy.delay(attempts))
-        out.append((run, attempts))
+        if remaining_ms() < settings.polling.margin_ms:
+            out.append(
+                unfinished_summary(table, data_api.NOT_STARTED, 0.0, f"not started: {remaining_ms()} ms of Lambda time left")
+            )
+            continue
+        out.append(sync_table(wh, pipeline, table, settings.policy, lambda: remaining_ms() >= settings.polling.margin_ms))
     return out
 
 
@@ -205,11 +203,15 @@ def metric_line(run: dict, namespace: str, timestamp_ms: int) -> dict:
         "Deleted": (run["deleted"], "Count"),
         "Quarantined": (run["quarantined"], "Count"),
         "Attempts": (run["attempts"], "Count"),
+        "ConflictRetries": (run.get("retries"), "Count"),
         "Failed": (1 if run["status"] in FAILING else 0, "Count"),
         "NotStarted": (1 if run["status"] == data_api.NOT_STARTED else 0, "Count"),
         "ApiRetries": (run.get("api_retries"), "Count"),
         "DurationSeconds": (round(run["duration_seconds"], 3), "Seconds"),
         "LagSeconds": (run["lag_seconds"], "Seconds"),
+        **freshness_metrics(run.get("freshness")),
+        "OrderingBreak": (None if "ordering_break" not in run else int(run["ordering_break"] is not None), "Count"),
+        "RecordsLost": (None if "lost_records" not in run else sum(g["missing"] for g in run["lost_records"]), "Count"),
     }
     present = {name: vu for name, vu in values.items() if vu[0] is not None}
     line: dict[str, Any] = {
@@ -228,17 +230,75 @@ def metric_line(run: dict, namespace: str, timestamp_ms: int) -> dict:
     }
     line.update({name: value for name, (value, _) in present.items()})
     line.update({k: run[k] for k in ("status", "error", "watermark_after", "statement_id") if run.get(k) is not None})
+    if run.get("freshness"):
+        line["freshness"] = run["freshness"]["state"]
+    if run.get("ordering_break"):
+        line["ordering_break"] = run["ordering_break"]["message"]
+    if run.get("lost_records"):
+        line["lost_records"] = [g["message"] for g in run["lost_records"]]
     return line
 
 
+def freshness_metrics(freshness: dict | None) -> dict[str, tuple[Any, str]]:
+    """A table's freshness ([heartbeat]) as metrics: the heartbeat's age, how long its
+    oldest record has waited, and 1/0 for stalled (source alive, data not moving) and
+    capture down."""
+    if not freshness:
+        return {}
+    state = Freshness(freshness["state"])
+    return {
+        "HeartbeatAgeSeconds": (freshness["source_alive_seconds"], "Seconds"),
+        "WaitingSeconds": (freshness["lag_seconds"], "Seconds"),
+        "Stalled": (1 if state in STALLED_STATES else 0, "Count"),
+        "CaptureDown": (1 if state == Freshness.CAPTURE_DOWN else 0, "Count"),
+    }
+
+
+def _by_table(tables: list[str], found: list[Any]) -> dict[str, list[dict]]:
+    """Each table's findings, an empty list for a table checked with none."""
+    out: dict[str, list[dict]] = {t: [] for t in tables}
+    for item in found:
+        out[item.table].append(item.as_dict())
+    return out
+
+
+def with_health(table_runs: list[dict], query: Callable[[str], list[tuple]], pipeline: Pipeline, dialect: Any) -> None:
+    """Adds to each table's run, after the calls: its freshness ([heartbeat]), whether its
+    last runs found every record stale (`ordering_break`: None or the break), and the
+    offsets its view never held (`lost_records`, unless its topic is compacted). A check
+    that cannot be read is logged, never a failed invocation."""
+    tables = [r["table"] for r in table_runs]
+    checks = {
+        "freshness": lambda: {f.table: f.as_dict() for f in table_freshness(query, dialect, pipeline, tables)},
+        "ordering_break": lambda: {
+            **{t: None for t in tables if pipeline.table(t).order_by != "kafka"},
+            **{b.table: b.as_dict() for b in ordering_breaks(query, dialect, pipeline, tables)},
+        },
+        "lost_records": lambda: _by_table(
+            [t for t in tables if pipeline.table(t).offset_gaps != "compacted"], lost_records(query, dialect, pipeline, tables)
+        ),
+    }
+    for key, check in checks.items():
+        try:
+            found = check()
+        except Exception as exc:  # DataApiError, warehouse errors: the sync itself is done
+            print(json.dumps({"warning": f"{key.replace('_', ' ')} could not be read: {exc}"}), flush=True)
+            continue
+        for run in table_runs:
+            if run["table"] in found:
+                run[key] = found[run["table"]]
+
+
 def run_line(table_runs: list[dict], remaining_ms: int) -> dict:
-    """The invocation in one log line: tables per status, Data API requests retried, time left."""
+    """The invocation in one log line: tables per status, transactions and Data API requests
+    retried, time left."""
     statuses: dict[str, int] = {}
     for run in table_runs:
         statuses[run["status"]] = statuses.get(run["status"], 0) + 1
     return {
         "tables": len(table_runs),
         **statuses,
+        "conflict_retries": sum(r["retries"] for r in table_runs),
         "api_retries": sum(r["api_retries"] for r in table_runs),
         "remaining_ms": remaining_ms,
     }
@@ -270,8 +330,10 @@ def handler(event: Any, context: Any) -> dict:
         for table, run in by_table.items():
             # A CALL that ran and failed on a record's data: isolate the record, apply the rest.
             if run.status == "failed" and calls_by_table[table].last_status == "FAILED" and is_data_error(run.error or ""):
-                by_table[table] = data_api.isolate_table(session, pipeline, table, run, baseline)
+                by_table[table] = data_api.isolate_table(session, pipeline, table, run, baseline, settings.policy)
         runs = [by_table[t] for t in tables]
+        for run in runs:  # the CALL's own conflicts, before those of record isolation
+            run.retries += max(calls_by_table[run.table].attempts - 1, 0)
         details = [
             {
                 "attempts": calls_by_table[t].attempts,
@@ -280,17 +342,24 @@ def handler(event: Any, context: Any) -> dict:
             }
             for t in tables
         ]
+        table_runs = [{**run.as_dict(), **extra} for run, extra in zip(runs, details)]
+        name = f"redshift-sync.{pipeline.schema}.health"
+        engine = dialect_for(getattr(session.client, "engine_dialect", "redshift"), pipeline.schema)
+        with_health(table_runs, lambda sql: data_api.query(session, sql, name), pipeline, engine)
     else:
         mode = "redshift_connector"
         wh = connect(settings.dsn)
         try:
-            results = sync_with_connector(wh, pipeline, tables, settings, remaining_ms)
+            runs = sync_with_connector(wh, pipeline, tables, settings, remaining_ms)
+            details = [
+                {"attempts": 0 if r.status == data_api.NOT_STARTED else 1 + r.retries, "api_retries": 0, "statement_id": None}
+                for r in runs
+            ]
+            table_runs = [{**run.as_dict(), **extra} for run, extra in zip(runs, details)]
+            with_health(table_runs, wh.query, pipeline, wh.dialect.bind_schema(pipeline.schema))
         finally:
             wh.close()
-        runs = [r for r, _ in results]
-        details = [{"attempts": n, "api_retries": 0, "statement_id": None} for _, n in results]
 
-    table_runs = [{**run.as_dict(), **extra} for run, extra in zip(runs, details)]
     now_ms = int(time.time() * 1000)
     for run in table_runs:
         print(json.dumps(metric_line(run, settings.namespace, now_ms), default=str), flush=True)

@@ -134,6 +134,7 @@ BACKFILL_ZIP = "redshift_sync.zip"
 BACKFILL_ENTRY = "job.py"
 BACKFILL_REQUIREMENTS = "requirements.txt"
 GLUE_MODULES = "additional-python-modules.txt"
+BACKFILL_LOGGING = "log4j2.properties"  # errors only: -Dlog4j2.configurationFile=<it> (docs/backfill-on-aws.md)
 # What the job's driver imports beyond PySpark and the standard library. Executors import
 # only PySpark and the project's pure-Python code (their UDFs use the standard library).
 DRIVER_PACKAGES = ("pydantic",)
@@ -177,13 +178,14 @@ def build_backfill_bundle(out: Path, config: Path, progress: Callable[[str], Non
     out.mkdir(parents=True, exist_ok=True)
     _write_zip(out / BACKFILL_ZIP, entries)
     (out / BACKFILL_ENTRY).write_bytes((root / "backfill" / "job.py").read_bytes())
+    (out / BACKFILL_LOGGING).write_bytes((root / "backfill" / BACKFILL_LOGGING).read_bytes())
     (out / PACKAGED_CONFIG_NAME).write_bytes(config.read_bytes())
     reqs = _dependency_closure(DRIVER_PACKAGES)
     (out / BACKFILL_REQUIREMENTS).write_text("".join(r + "\n" for r in reqs))
     (out / GLUE_MODULES).write_text(",".join(reqs) + "\n")
     progress(
-        f"wrote {out}: {BACKFILL_ZIP} ({len(entries)} files), {BACKFILL_ENTRY}, {PACKAGED_CONFIG_NAME}, "
+        f"wrote {out}: {BACKFILL_ZIP} ({len(entries)} files), {BACKFILL_ENTRY}, {BACKFILL_LOGGING}, {PACKAGED_CONFIG_NAME}, "
         f"{BACKFILL_REQUIREMENTS} and {GLUE_MODULES} ({', '.join(reqs)})"
     )
-    files = (BACKFILL_ZIP, BACKFILL_ENTRY, PACKAGED_CONFIG_NAME, BACKFILL_REQUIREMENTS, GLUE_MODULES)
+    files = (BACKFILL_ZIP, BACKFILL_ENTRY, PACKAGED_CONFIG_NAME, BACKFILL_REQUIREMENTS, GLUE_MODULES, BACKFILL_LOGGING)
     return BackfillBundle(out, files, tuple(reqs))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import json
+import signal
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -12,9 +13,13 @@ from typing import Annotated, Any, Optional
 import typer
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
-from sync.cli.report import print_backfill, print_pruned, print_reconcile, print_runs, print_status
+from sync.cli.report import print_backfill, print_cost, print_freshness, print_pruned, print_reconcile, print_runs, print_status
 from sync.config import ConfigError, Pipeline, load_pipeline
+from sync.extras import MissingExtra, require_spark
+from sync.resources import relative_to_cwd
+from sync.times import parse_utc
 from sync.warehouse import Warehouse, WarehouseError, connect
 
 app = typer.Typer(
@@ -22,26 +27,55 @@ app = typer.Typer(
     no_args_is_help=True,
     help="Keep Redshift tables in sync with operational databases (Debezium CDC from MSK).",
     pretty_exceptions_enable=False,
+    rich_markup_mode=None,  # help is plain text: `[[tables]]` and `[backfill] iam_role` are not markup
 )
-# Wide enough for the summary tables when the output is a pipe or a CI log.
-console = Console(width=None if sys.stdout.isatty() else 120)
-err_console = Console(stderr=True, width=None if sys.stderr.isatty() else 120)
+
+
+def _print_version(given: bool) -> None:
+    if given:
+        from importlib.metadata import version
+
+        sys.stdout.write(f"redshift-sync {version('redshift-sync')}\n")
+        raise typer.Exit()
+
+
+@app.callback()
+def _options(
+    _version: Annotated[
+        bool, typer.Option("--version", callback=_print_version, is_eager=True, help="Print the version and exit.")
+    ] = False,
+) -> None:
+    """Options before the command (the app's help is the Typer's)."""
+
+
+# Wide enough for the summary tables when the output is a pipe or a CI log. No Rich markup:
+# messages carry `[backfill]`, `redshift-sync[spark]`, JSON values; colour comes as Text styles.
+console = Console(width=None if sys.stdout.isatty() else 120, markup=False)
+err_console = Console(stderr=True, width=None if sys.stderr.isatty() else 120, markup=False)
+
+
+def warn(message: str, **options: Any) -> None:
+    err_console.print(Text.assemble(("warning:", "yellow"), " ", message), highlight=False, **options)
+
 
 ConfigOpt = Annotated[
     Optional[Path],
-    typer.Option("--config", "-c", help="Pipeline file (default ./pipeline.toml, or $REDSHIFT_SYNC_CONFIG)."),
+    typer.Option("--config", "-c", help="Pipeline file (default ./pipeline.toml, or $REDSHIFT_SYNC_CONFIG).", metavar="PATH"),
 ]
 DsnOpt = Annotated[
     Optional[str],
     typer.Option(
         "--dsn",
         help="postgresql://... or redshift+redshift_connector://... (default $REDSHIFT_SYNC_DSN, else the embedded PostgreSQL).",
+        metavar="DSN",
     ),
 ]
 VersionsOpt = Annotated[
     Optional[Path],
     typer.Option(
-        "--versions", help="Revisions folder (default: version_locations of ./alembic.ini, else ./migrations/versions)."
+        "--versions",
+        help="Revisions folder (default: version_locations of ./alembic.ini, else ./migrations/versions).",
+        metavar="DIR",
     ),
 ]
 
@@ -62,11 +96,16 @@ def handle_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
         try:
             return fn(*args, **kwargs)
         except ConfigError as exc:
-            err_console.print(f"[red]error:[/red] {exc}", highlight=False, soft_wrap=True)
+            err_console.print(Text.assemble(("error:", "red"), " ", str(exc)), soft_wrap=True)
             raise typer.Exit(2) from None
-        except (WarehouseError, CliError, FileNotFoundError, ValueError) as exc:
-            err_console.print(f"[red]error:[/red] {exc}", highlight=False, soft_wrap=True)
+        except (WarehouseError, CliError, MissingExtra, FileNotFoundError, ValueError) as exc:
+            err_console.print(Text.assemble(("error:", "red"), " ", str(exc)), soft_wrap=True)
             raise typer.Exit(getattr(exc, "code", 1)) from None
+        except KeyboardInterrupt as exc:
+            # Every CALL, load and revision is one transaction: the one in progress rolled
+            # back. A command that had finished some of them says which (its message).
+            err_console.print(f"interrupted: {str(exc) or 'nothing of this run was applied'}", style="yellow", soft_wrap=True)
+            raise typer.Exit(130) from None
 
     return wrapper
 
@@ -75,17 +114,10 @@ def open_pipeline(config: Path | None) -> tuple[Pipeline, Path]:
     return load_pipeline(config)
 
 
-def origin_of(path: Path) -> str:
-    """How generated SQL names its pipeline file: relative to the working directory when
-    possible, so committed output does not depend on where the checkout lives."""
-    try:
-        return str(path.resolve().relative_to(Path.cwd().resolve()))
-    except ValueError:
-        return str(path)
-
-
-def open_warehouse(dsn: str | None) -> Warehouse:
-    return connect(dsn)
+def open_warehouse(dsn: str | None, pipeline_file: Path | None = None) -> Warehouse:
+    """A connection (without a DSN: the embedded PostgreSQL next to the pipeline file); a
+    line on stderr when connecting takes over a second."""
+    return connect(dsn, on_slow=_progress, pipeline_file=pipeline_file)
 
 
 def revisions_config(versions: Path | None, dsn: str | None, pipeline: Pipeline, path: Path, **kwargs: Any) -> Any:
@@ -107,7 +139,7 @@ def connect_checked(pipeline: Pipeline, path: Path, dsn: str | None) -> Warehous
     (see `open_checked`)."""
     from sync.schema.revisions import deployment_problem
 
-    wh = open_warehouse(dsn)
+    wh = open_warehouse(dsn, path)
     try:
         problem = deployment_problem(wh, revisions_config(None, dsn, pipeline, path), pipeline)
     except BaseException:
@@ -115,7 +147,7 @@ def connect_checked(pipeline: Pipeline, path: Path, dsn: str | None) -> Warehous
         raise
     if problem:
         wh.close()
-        raise CliError(problem)
+        raise CliError(f"{problem}\n(warehouse: {wh.where})")
     return wh
 
 
@@ -127,9 +159,10 @@ def print_json(value: Any) -> None:
 @handle_errors
 def generate(
     config: ConfigOpt = None,
-    dsn: DsnOpt = None,
-    dialect: Annotated[str, typer.Option(help="redshift | postgres")] = "redshift",
-    out: Annotated[Optional[Path], typer.Option(help="Write one file per table into this folder instead of printing.")] = None,
+    dialect: Annotated[str, typer.Option(help="redshift | postgres", metavar="DIALECT")] = "redshift",
+    out: Annotated[
+        Optional[Path], typer.Option(help="Write one file per table into this folder instead of printing.", metavar="DIR")
+    ] = None,
 ) -> None:
     """Print (or write) the SQL of every warehouse object of the pipeline."""
     from sync.sql.dialect import dialect_for
@@ -137,9 +170,9 @@ def generate(
     from sync.sql.render import render_files, write_files
 
     pipeline, path = open_pipeline(config)
-    files = render_files(pipeline, dialect, origin_of(path))
+    files = render_files(pipeline, dialect, relative_to_cwd(path))
     for warning in auto_refresh_requirements(pipeline, dialect_for(dialect)):
-        err_console.print(f"[yellow]warning:[/yellow] {warning}", highlight=False)
+        warn(warning)
     if out is None:
         sys.stdout.write("\n".join(files.values()))
         return
@@ -156,9 +189,12 @@ def deploy(
     sql: Annotated[
         bool, typer.Option("--sql", help="Print the upgrade script for review instead of running it (nothing connects).")
     ] = False,
-    dialect: Annotated[str, typer.Option(help="With --sql: redshift | postgres.")] = "redshift",
+    dialect: Annotated[str, typer.Option(help="With --sql: redshift | postgres.", metavar="DIALECT")] = "redshift",
     since: Annotated[
-        Optional[str], typer.Option("--from", help="With --sql: the revision the database is at (default: an empty database).")
+        Optional[str],
+        typer.Option(
+            "--from", help="With --sql: the revision the database is at (default: an empty database).", metavar="REVISION"
+        ),
     ] = None,
 ) -> None:
     """Upgrade the warehouse to the last revision (`alembic upgrade head`; idempotent)."""
@@ -172,9 +208,12 @@ def deploy(
             raise CliError(f"--dialect {dialect!r}: use {' or '.join(DIALECTS)}")
         offline_sql(revisions_config(versions, None, pipeline, path, output_buffer=sys.stdout), pipeline, dialect, since)
         return
+    probe = open_warehouse(dsn, path)  # an unreachable warehouse is named before alembic starts
+    probe.close()
+    err_console.print(f"warehouse: {probe.where}", style="dim", highlight=False)
     result = run_deploy(revisions_config(versions, dsn, pipeline, path), pipeline)
     for warning in result.warnings:
-        err_console.print(f"[yellow]warning:[/yellow] {warning}", highlight=False)
+        warn(warning)
     if not result.applied:
         console.print(f"already at revision {result.head}: nothing to do")
     for label in result.applied:
@@ -184,34 +223,42 @@ def deploy(
 @app.command()
 @handle_errors
 def ingest(
-    table: Annotated[str, typer.Option("--table", "-t", help="Pipeline table whose stream receives the records.")],
     file: Annotated[
-        Path, typer.Option("--file", "-f", help="JSON lines: {partition, offset, timestamp, key, value} or kcat -J output.")
+        Path,
+        typer.Option(
+            "--file", "-f", help="JSON lines: {partition, offset, timestamp, key, value} or kcat -J output.", metavar="FILE"
+        ),
     ],
+    table: Annotated[
+        Optional[str], typer.Option("--table", "-t", help="Pipeline table whose stream receives the records.", metavar="TABLE")
+    ] = None,
+    heartbeat: Annotated[bool, typer.Option("--heartbeat", help="Into the heartbeat topic's stream ([heartbeat]).")] = False,
     config: ConfigOpt = None,
     dsn: DsnOpt = None,
 ) -> None:
-    """Append one refresh of Kafka records to a table's local stream (embedded warehouse)."""
-    from sync.local.stream import ingest_file
+    """Append one refresh of Kafka records to a table's (or the heartbeat's) local stream (embedded warehouse)."""
+    from sync.local.stream import check_events_file, ingest_file
 
+    if (table is None) == (not heartbeat):
+        raise CliError("give either --table TABLE or --heartbeat")
+    check_events_file(file)  # a wrong path is the first thing to say, before the warehouse
     pipeline, _, wh = open_checked(config, dsn)
     try:
         result = ingest_file(wh, pipeline, table, file)
     finally:
         wh.close()
     parts = ", ".join(f"partition {p}: offsets {a}-{b}" for p, (a, b) in sorted(result.partitions.items()))
-    console.print(f"ingested {result.records} record(s) into {table} ({parts or 'none'})")
+    console.print(f"ingested {result.records} record(s) into {result.table} ({parts or 'none'})", highlight=False)
     if result.tombstones:
         console.print(f"  {result.tombstones} tombstone(s) (null value)")
     if result.unparseable_values:
-        console.print(
-            f"  [yellow]{result.unparseable_values} value(s) are not JSON: kept raw, sync will quarantine them[/yellow]"
-        )
+        console.print(f"  {result.unparseable_values} value(s) are not JSON: kept raw, sync will quarantine them", style="yellow")
     if result.malformed_lines:
         lines = ", ".join(str(n) for n in result.malformed_lines[:20]) + (", ..." if len(result.malformed_lines) > 20 else "")
         console.print(
-            f"  [yellow]{len(result.malformed_lines)} line(s) were not record objects (line {lines}): "
-            "ingested whole as values, sync will quarantine them[/yellow]",
+            f"  {len(result.malformed_lines)} line(s) were not record objects (line {lines}): "
+            "ingested whole as values, sync will quarantine them",
+            style="yellow",
             highlight=False,
         )
 
@@ -219,7 +266,9 @@ def ingest(
 @app.command("sync")
 @handle_errors
 def sync_cmd(
-    table: Annotated[Optional[list[str]], typer.Option("--table", "-t", help="Only these tables (repeatable).")] = None,
+    table: Annotated[
+        Optional[list[str]], typer.Option("--table", "-t", help="Only these tables (repeatable).", metavar="TABLE")
+    ] = None,
     config: ConfigOpt = None,
     dsn: DsnOpt = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the run summaries as JSON.")] = False,
@@ -237,13 +286,19 @@ def sync_cmd(
             # One CALL cannot report as it goes: a spinner (on a terminal) names the table.
             with err_console.status(f"syncing {name} ({i}/{len(names)})", spinner="dots"):
                 runs.append(sync_table(wh, pipeline, name))
+        print_run_warnings(wh, pipeline, names)
         # Retention after a clean run only: a failed call may have left the connection broken.
         pruned = None
         if all(r.status == "ok" for r in runs):
             try:
                 pruned = prune(wh, pipeline)
             except Exception as exc:  # the sync itself is done: its summary still prints
-                err_console.print(f"[yellow]warning:[/yellow] pruning the control tables failed: {exc}", highlight=False)
+                warn(f"pruning the control tables failed: {exc}")
+    except KeyboardInterrupt:
+        if not runs:
+            raise
+        done = ", ".join(r.table for r in runs)
+        raise KeyboardInterrupt(f"{done} synced before it (committed); nothing after that was applied") from None
     finally:
         wh.close()
     if as_json:
@@ -264,21 +319,54 @@ def status(
     as_json: Annotated[bool, typer.Option("--json", help="Print the status as JSON.")] = False,
 ) -> None:
     """Watermarks, pending records, last run, lag, waiting quarantine and current schema drift per table."""
+    from sync.operations.cost import call_durations, statement_time
+    from sync.operations.freshness import table_freshness
+    from sync.operations.loss import lost_records
+    from sync.operations.ordering import ordering_breaks
     from sync.operations.recovery import regression_warnings
     from sync.operations.runner import status as run_status
 
     pipeline, _, wh = open_checked(config, dsn)
+    if not as_json:
+        err_console.print(f"warehouse: {wh.where}", style="dim", highlight=False)
     try:
         rows = run_status(wh, pipeline)
-        warnings = list(regression_warnings(wh, pipeline, [s.table for s in rows if s.deployed]))
+        deployed = [s.table for s in rows if s.deployed]
+        d = wh.dialect.bind_schema(pipeline.schema)
+        breaks = {b.table: b for b in ordering_breaks(wh.query, d, pipeline, deployed)}
+        lost = lost_records(wh.query, d, pipeline, deployed)
+        warnings = [
+            *regression_warnings(wh, pipeline, deployed),
+            *(b.message() for b in breaks.values()),
+            *(gap.message() for gap in lost),
+        ]
+        fresh = table_freshness(wh.query, d, pipeline, deployed)
+        durations = call_durations(wh.query, d, pipeline, deployed)
+        statements = statement_time(wh.query, d, pipeline, deployed)
     finally:
         wh.close()
+    by_table = {f.table: f.as_dict() for f in fresh}
     if as_json:
-        print_json([{**r.as_dict(), "warnings": [w for w in warnings if w.startswith(f"{r.table}:")]} for r in rows])
+        print_json(
+            [
+                {
+                    **r.as_dict(),
+                    "freshness": by_table.get(r.table),
+                    "ordering_break": breaks[r.table].as_dict() if r.table in breaks else None,
+                    "lost_records": [gap.as_dict() for gap in lost if gap.table == r.table],
+                    "call_seconds": durations[r.table].as_dict() if r.table in durations else None,
+                    "statement_seconds": statements[r.table].as_dict() if statements and r.table in statements else None,
+                    "warnings": [w for w in warnings if w.startswith(f"{r.table}:")],
+                }
+                for r in rows
+            ]
+        )
         return
     print_status(rows, console)
+    print_freshness(fresh, console)
+    print_cost(durations, statements, console)
     for line in warnings:
-        console.print(f"  [yellow]{line}[/yellow]", highlight=False, soft_wrap=True)
+        console.print(f"  {line}", style="yellow", highlight=False, soft_wrap=True)
 
 
 @app.command()
@@ -294,48 +382,61 @@ def demo(
     run_demo(console, dsn=dsn, config=config, skip_spark=skip_spark)
 
 
-FormatOpt = Annotated[str, typer.Option("--format", help="parquet | json | csv | debezium | s3-sink")]
+FormatOpt = Annotated[str, typer.Option("--format", help="parquet | json | csv | debezium | s3-sink", metavar="FORMAT")]
 SnapshotTimeOpt = Annotated[
     Optional[str],
-    typer.Option("--snapshot-time", help="When the snapshot was taken (ISO 8601); needed unless rows carry _source_ts."),
+    typer.Option(
+        "--snapshot-time", help="When the snapshot was taken (ISO 8601); needed unless rows carry _source_ts.", metavar="TIME"
+    ),
 ]
 
 
 def _progress(message: str) -> None:
-    err_console.print(f"[dim]{message}[/dim]", highlight=False)
+    err_console.print(message, style="dim", highlight=False)
 
 
 @app.command()
 @handle_errors
 def backfill(
-    table: Annotated[str, typer.Option("--table", "-t", help="Pipeline table to backfill.")],
+    table: Annotated[str, typer.Option("--table", "-t", help="Pipeline table to backfill.", metavar="TABLE")],
     snapshot: Annotated[
-        Optional[str], typer.Option("--snapshot", help="Snapshot path (local, or s3:// downloaded with boto3).")
+        Optional[str], typer.Option("--snapshot", help="Snapshot path (local, or s3:// downloaded with boto3).", metavar="PATH")
     ] = None,
     staged: Annotated[
         Optional[str],
-        typer.Option("--staged", help="Load the run folder a cluster's backfill job wrote (s3:// or local), no Spark here."),
+        typer.Option(
+            "--staged",
+            help="Load the run folder a cluster's backfill job wrote (s3:// or local), no Spark here.",
+            metavar="FOLDER",
+        ),
     ] = None,
     fmt: FormatOpt = "parquet",
     snapshot_time: SnapshotTimeOpt = None,
     staging: Annotated[
-        Optional[str], typer.Option("--staging", help="s3://bucket/prefix/ for the Parquet COPY (Redshift).")
+        Optional[str], typer.Option("--staging", help="s3://bucket/prefix/ for the Parquet COPY (Redshift).", metavar="S3_URL")
     ] = None,
-    iam_role: Annotated[Optional[str], typer.Option("--iam-role", help="Role for COPY (default: [backfill] iam_role).")] = None,
+    iam_role: Annotated[
+        Optional[str], typer.Option("--iam-role", help="Role for COPY (default: [backfill] iam_role).", metavar="ROLE_ARN")
+    ] = None,
     config: ConfigOpt = None,
     dsn: DsnOpt = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the result as JSON.")] = False,
     values: Annotated[
-        str, typer.Option("--values", help="debezium (wire encoding: base64 decimals, epoch days) | decoded (a plain export).")
+        str,
+        typer.Option(
+            "--values", help="debezium (wire encoding: base64 decimals, epoch days) | decoded (a plain export).", metavar="KIND"
+        ),
     ] = "debezium",
 ) -> None:
     """Load a snapshot into a table without overwriting newer stream changes (PySpark)."""
-    from backfill.job import parse_time
-    from sync.operations.backfill import run_backfill, run_staged
+    from sync.operations.backfill import run_backfill
+    from sync.operations.run_folder import run_staged
 
     if (snapshot is None) == (staged is None):
         raise ValueError("give either --snapshot (run Spark here) or --staged (load what a cluster's job wrote)")
-    when = parse_time(snapshot_time)
+    when = parse_utc(snapshot_time, "--snapshot-time")
+    if snapshot is not None:
+        require_spark("backfill --snapshot")
     pipeline, _, wh = open_checked(config, dsn)
     role = iam_role or pipeline.backfill.iam_role
     try:
@@ -367,31 +468,37 @@ def backfill(
 @app.command()
 @handle_errors
 def reconcile(
-    table: Annotated[str, typer.Option("--table", "-t", help="Pipeline table to compare.")],
-    snapshot: Annotated[str, typer.Option("--snapshot", help="Snapshot path (local, or s3://).")],
+    table: Annotated[str, typer.Option("--table", "-t", help="Pipeline table to compare.", metavar="TABLE")],
+    snapshot: Annotated[str, typer.Option("--snapshot", help="Snapshot path (local, or s3://).", metavar="PATH")],
     fmt: FormatOpt = "parquet",
     snapshot_time: SnapshotTimeOpt = None,
-    buckets: Annotated[int, typer.Option("--buckets", help="Key buckets (hash of the key mod N).")] = 64,
-    checksum: Annotated[Optional[str], typer.Option("--checksum", help="Compare these columns too: col,col,...")] = None,
-    report_path: Annotated[Optional[Path], typer.Option("--report", help="Write the JSON report here.")] = None,
+    buckets: Annotated[int, typer.Option("--buckets", help="Key buckets (hash of the key mod N).", metavar="N")] = 64,
+    checksum: Annotated[
+        Optional[str], typer.Option("--checksum", help="Compare these columns too: col,col,...", metavar="COLUMNS")
+    ] = None,
+    report_path: Annotated[Optional[Path], typer.Option("--report", help="Write the JSON report here.", metavar="FILE")] = None,
     config: ConfigOpt = None,
     dsn: DsnOpt = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the report as JSON (as --report writes it).")] = False,
 ) -> None:
     """Compare a snapshot with the warehouse; exit 1 on any difference the stream does not explain."""
-    from backfill.job import parse_time
     from sync.operations.reconcile import run_reconcile
 
-    when = parse_time(snapshot_time)
+    when = parse_utc(snapshot_time, "--snapshot-time")
+    require_spark("reconcile (it reads the snapshot)")
     columns = [c.strip() for c in checksum.split(",") if c.strip()] if checksum else []
     pipeline, _, wh = open_checked(config, dsn)
     try:
         report = run_reconcile(wh, pipeline, table, snapshot, fmt, when, buckets, columns, progress=_progress)
     finally:
         wh.close()
-    print_reconcile(report, console)
+    if as_json:
+        print_json(report.as_dict())
+    else:
+        print_reconcile(report, console)
     if report_path is not None:
         report_path.write_text(json.dumps(report.as_dict(), indent=2, default=str) + "\n", encoding="utf-8")
-        console.print(f"report written to {report_path}", highlight=False)
+        (err_console if as_json else console).print(f"report written to {report_path}", highlight=False)
     if not report.clean:
         raise typer.Exit(1)
 
@@ -399,7 +506,7 @@ def reconcile(
 @app.command()
 @handle_errors
 def revision(
-    message: Annotated[str, typer.Option("--message", "-m", help="What the revision does.")],
+    message: Annotated[str, typer.Option("--message", "-m", help="What the revision does.", metavar="TEXT")],
     config: ConfigOpt = None,
     versions: VersionsOpt = None,
 ) -> None:
@@ -407,7 +514,7 @@ def revision(
     from sync.schema.revisions import write_revision
 
     pipeline, path = open_pipeline(config)
-    written = write_revision(revisions_config(versions, None, pipeline, path), pipeline, origin_of(path), message)
+    written = write_revision(revisions_config(versions, None, pipeline, path), pipeline, relative_to_cwd(path), message)
     if written is None:
         console.print("nothing to do: the pipeline file matches the last revision")
         return
@@ -415,19 +522,23 @@ def revision(
     for line in written.plan.upgrade:
         console.print(f"  {line}", highlight=False)
     for warning in written.plan.warnings:
-        err_console.print(f"[yellow]warning:[/yellow] {warning}", highlight=False)
+        warn(warning)
 
 
 @app.command()
 @handle_errors
 def infer(
     sample: Annotated[
-        Path, typer.Option("--sample", "-s", help="JSON lines of Debezium messages with schemas (schemas.enable=true).")
+        Path,
+        typer.Option(
+            "--sample", "-s", help="JSON lines of Debezium messages with schemas (schemas.enable=true).", metavar="FILE"
+        ),
     ],
-    table: Annotated[str, typer.Option("--table", "-t", help="Name of the target table.")],
-    topic: Annotated[str, typer.Option("--topic", help="The Kafka topic the messages come from.")],
+    table: Annotated[str, typer.Option("--table", "-t", help="Name of the target table.", metavar="TABLE")],
+    topic: Annotated[str, typer.Option("--topic", help="The Kafka topic the messages come from.", metavar="TOPIC")],
     primary_key: Annotated[
-        Optional[list[str]], typer.Option("--primary-key", help="Key field(s) when the sample has no key schema (repeatable).")
+        Optional[list[str]],
+        typer.Option("--primary-key", help="Key field(s) when the sample has no key schema (repeatable).", metavar="FIELD"),
     ] = None,
 ) -> None:
     """Print a ready [[tables]] block inferred from sample messages' Connect schemas."""
@@ -442,7 +553,8 @@ def prune_cmd(
     config: ConfigOpt = None,
     dsn: DsnOpt = None,
     days: Annotated[
-        Optional[int], typer.Option("--days", min=1, help="Keep this many days (default: [operations] retention_days, 30).")
+        Optional[int],
+        typer.Option("--days", min=1, help="Keep this many days (default: [operations] retention_days, 30).", metavar="N"),
     ] = None,
     stream: Annotated[
         bool,
@@ -466,33 +578,30 @@ def prune_cmd(
     )
     for table, count in pruned.stream.items():
         console.print(f"  stream of {table}: {count} record(s) already read and superseded", highlight=False)
+    if pruned.heartbeat is not None:
+        console.print(f"  heartbeat stream: {pruned.heartbeat} record(s) older than the newest", highlight=False)
 
 
 quarantine_app = typer.Typer(
     no_args_is_help=True,
+    rich_markup_mode=None,
     help="Records that could not be applied: list them, replay them once the cause is fixed, or discard them.",
 )
 app.add_typer(quarantine_app, name="quarantine")
 
-QTableOpt = Annotated[str, typer.Option("--table", "-t", help="Pipeline table.")]
-ReasonOpt = Annotated[Optional[str], typer.Option("--reason", help="Only records whose reason contains this text.")]
-BeforeOpt = Annotated[Optional[str], typer.Option("--before", help="Only records quarantined before this time (ISO 8601, UTC).")]
+QTableOpt = Annotated[str, typer.Option("--table", "-t", help="Pipeline table.", metavar="TABLE")]
+ReasonOpt = Annotated[
+    Optional[str], typer.Option("--reason", help="Only records whose reason contains this text.", metavar="TEXT")
+]
+BeforeOpt = Annotated[
+    Optional[str], typer.Option("--before", help="Only records quarantined before this time (ISO 8601, UTC).", metavar="TIME")
+]
 
 
 def _selection(table: str, reason: str | None, before: str | None) -> Any:
-    from datetime import datetime, timezone
-
     from sync.operations.quarantine import Selection
 
-    when = None
-    if before:
-        try:
-            when = datetime.fromisoformat(before.replace("Z", "+00:00"))
-        except ValueError:
-            raise CliError(f"--before {before!r} is not an ISO 8601 time like 2026-11-24T08:00:00Z") from None
-        if when.tzinfo is not None:
-            when = when.astimezone(timezone.utc).replace(tzinfo=None)
-    return Selection(table, reason, when)
+    return Selection(table, reason, parse_utc(before, "--before"))
 
 
 @quarantine_app.command("list")
@@ -502,7 +611,7 @@ def quarantine_list(
     reason: ReasonOpt = None,
     before: BeforeOpt = None,
     include_handled: Annotated[bool, typer.Option("--all", help="Also records already replayed or discarded.")] = False,
-    limit: Annotated[int, typer.Option("--limit", min=1, help="At most this many records.")] = 50,
+    limit: Annotated[int, typer.Option("--limit", min=1, help="At most this many records.", metavar="N")] = 50,
     config: ConfigOpt = None,
     dsn: DsnOpt = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the records as JSON.")] = False,
@@ -562,7 +671,7 @@ def quarantine_replay(
         highlight=False,
     )
     for why, count in result.quarantined_again:
-        console.print(f"  [yellow]{count} failed again[/yellow]: {why}", highlight=False)
+        console.print(Text.assemble("  ", (f"{count} failed again", "yellow"), f": {why}"), highlight=False)
 
 
 @quarantine_app.command("discard")
@@ -571,8 +680,11 @@ def quarantine_discard(
     table: QTableOpt,
     reason: ReasonOpt = None,
     before: BeforeOpt = None,
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="Say how many records it would discard; change nothing.")] = False,
+    yes: Annotated[bool, typer.Option("--yes", help="Do not ask first (it asks only on a terminal).")] = False,
     config: ConfigOpt = None,
     dsn: DsnOpt = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the result as JSON.")] = False,
 ) -> None:
     """Mark waiting records discarded: they are kept, as handled, until retention prunes them."""
     from sync.operations.quarantine import discard
@@ -580,21 +692,41 @@ def quarantine_discard(
     sel = _selection(table, reason, before)
     pipeline, _, wh = open_checked(config, dsn)
     try:
-        count = discard(wh, pipeline, sel)
+        waiting = discard(wh, pipeline, sel, apply=False)
+        ask = not (dry_run or yes) and waiting > 0 and sys.stdin.isatty()
+        if ask and not typer.confirm(f"discard {waiting} waiting record(s) of {table}?"):
+            dry_run = True  # answered no: nothing changes
+        count = 0 if dry_run else discard(wh, pipeline, sel)
     finally:
         wh.close()
-    console.print(f"discarded {count} record(s) of {table}", highlight=False)
+    if as_json:
+        print_json({"table": table, "matching": waiting, "discarded": count, "applied": not dry_run})
+    elif dry_run:
+        console.print(f"would discard {waiting} record(s) of {table}; nothing was changed", highlight=False)
+    else:
+        console.print(f"discarded {count} record(s) of {table}", highlight=False)
 
 
 @app.command()
 @handle_errors
 def query(
-    sql: Annotated[str, typer.Argument(help="One SQL statement.")],
+    sql: Annotated[str, typer.Argument(metavar="SQL", help="One SQL statement.")],
+    config: Annotated[
+        Optional[Path],
+        typer.Option(
+            "--config",
+            "-c",
+            help="Without --dsn: the embedded warehouse of this pipeline file (default ./pipeline.toml).",
+            metavar="PATH",
+        ),
+    ] = None,
     dsn: DsnOpt = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the rows as JSON objects.")] = False,
 ) -> None:
     """Run one SQL statement on the warehouse (the embedded one by default) and print the result."""
-    wh = open_warehouse(dsn)
+    from sync.config import resolve_config_path
+
+    wh = open_warehouse(dsn, resolve_config_path(config))
     try:
         columns, rows, count = wh.run(sql)
     finally:
@@ -612,16 +744,31 @@ def query(
 
 
 def main() -> None:
-    app()
+    """The console script. A hang-up or SIGTERM (the terminal closed, a CI job cancelled)
+    ends the command as an exit does, so the connection closes (the statement in progress
+    rolls back) and the embedded PostgreSQL this process started is stopped."""
+    from sync.local import embedded
+
+    def end(signum: int, _frame: Any) -> None:
+        raise SystemExit(128 + signum)
+
+    for signum in (signal.SIGHUP, signal.SIGTERM):
+        signal.signal(signum, end)
+    try:
+        app()
+    finally:
+        embedded.stop()
 
 
 @app.command("package-lambda")
 @handle_errors
 def package_lambda(
-    out: Annotated[Path, typer.Option("--out", "-o", help="Where to write the zip.")] = Path("dist/lambda.zip"),
+    out: Annotated[Path, typer.Option("--out", "-o", help="Where to write the zip.", metavar="PATH")] = Path("dist/lambda.zip"),
     config: ConfigOpt = None,
-    python_version: Annotated[str, typer.Option(help="Python of the Lambda runtime (python3.12 -> 3.12).")] = "3.12",
-    arch: Annotated[str, typer.Option(help="Lambda architecture: x86_64 | arm64.")] = "x86_64",
+    python_version: Annotated[
+        str, typer.Option(help="Python of the Lambda runtime (python3.12 -> 3.12).", metavar="VERSION")
+    ] = "3.12",
+    arch: Annotated[str, typer.Option(help="Lambda architecture: x86_64 | arm64.", metavar="ARCH")] = "x86_64",
     with_connector: Annotated[
         bool, typer.Option(help="Also bundle redshift-connector (for REDSHIFT_SYNC_DSN mode instead of the Data API).")
     ] = False,
@@ -649,7 +796,24 @@ def print_regression_warnings(wh: Warehouse, pipeline: Pipeline, tables: list[st
     except WarehouseError as exc:  # the check must not keep the sync from running
         lines = [f"could not check for records below the watermark: {exc}"]
     for line in lines:
-        err_console.print(f"[yellow]warning:[/yellow] {line}", highlight=False, soft_wrap=True)
+        warn(line, soft_wrap=True)
+
+
+def print_run_warnings(wh: Warehouse, pipeline: Pipeline, tables: list[str]) -> None:
+    """After the runs, on stderr: tables whose last runs found every record stale (an
+    ordering break), and records lost before they were read."""
+    from sync.operations.loss import lost_records
+    from sync.operations.ordering import ordering_breaks
+
+    d = wh.dialect.bind_schema(pipeline.schema)
+    lines = []
+    for what, check in (("ordering breaks", ordering_breaks), ("records lost before they were read", lost_records)):
+        try:
+            lines += [found.message() for found in check(wh.query, d, pipeline, tables)]
+        except WarehouseError as exc:  # a check must not hide the runs' own summary
+            lines.append(f"could not check for {what}: {exc}")
+    for line in lines:
+        warn(line, soft_wrap=True)
 
 
 YesOpt = Annotated[bool, typer.Option("--yes", help="Do it (without --yes: say what it would change, and change nothing).")]
@@ -657,8 +821,8 @@ YesOpt = Annotated[bool, typer.Option("--yes", help="Do it (without --yes: say w
 
 def run_recovery(command: Callable[..., Any], table: str, yes: bool, config: Path | None, dsn: str | None) -> Any:
     """One recovery command of sync/operations/recovery.py on one table (applied only with --yes)."""
-    pipeline, _ = open_pipeline(config)
-    wh = open_warehouse(dsn)
+    pipeline, path = open_pipeline(config)
+    wh = open_warehouse(dsn, path)
     try:
         return command(wh, pipeline, table, apply=yes)
     finally:
@@ -668,23 +832,44 @@ def run_recovery(command: Callable[..., Any], table: str, yes: bool, config: Pat
 @app.command("reset-positions")
 @handle_errors
 def reset_positions(
-    table: Annotated[str, typer.Option("--table", "-t", help="Pipeline table whose stored source positions are cleared.")],
+    table: Annotated[
+        str, typer.Option("--table", "-t", help="Pipeline table whose stored source positions are cleared.", metavar="TABLE")
+    ],
+    reread_from: Annotated[
+        Optional[str],
+        typer.Option(
+            "--reread-from",
+            metavar="WATERMARK",
+            help="A watermark (partition:offset,...; `status` prints it): the next sync reads again the records after it, "
+            "which the stored positions made stale.",
+        ),
+    ] = None,
     yes: YesOpt = False,
     config: ConfigOpt = None,
     dsn: DsnOpt = None,
 ) -> None:
     """After a MySQL failover, RESET MASTER or a restore of the source database: clear the stored source positions so that new events apply."""
+    from functools import partial
+
+    from sync.operations.recovery import parse_watermark
     from sync.operations.recovery import reset_positions as run_reset
 
-    result = run_recovery(run_reset, table, yes, config, dsn)
+    reread = parse_watermark(reread_from) if reread_from is not None else None
+    if reread_from is not None and not reread:
+        raise CliError(f"--reread-from {reread_from!r} is not a watermark like 0:17,1:5 (partition:offset, comma-separated)")
+    result = run_recovery(partial(run_reset, reread_from=reread), table, yes, config, dsn)
     what = f"{result.target_rows} row(s) of {table}" + (
         f" and {result.deleted_keys} deleted key(s)" if result.deleted_keys is not None else ""
     )
     if result.applied:
-        console.print(f"cleared the stored source positions of {what}; logged as reset-positions", highlight=False)
+        again = f"; the next sync reads again the records after {reread_from}" if reread else ""
+        console.print(
+            f"cleared the stored source positions of {what}{again}; logged as reset-positions", highlight=False, soft_wrap=True
+        )
         return
+    again = f", and moves the watermark back so that the next sync reads again the records after {reread_from}" if reread else ""
     raise CliError(
-        f"reset-positions clears the stored source positions of {what}, so that events whose positions "
+        f"reset-positions clears the stored source positions of {what}{again}, so that events whose positions "
         "restarted lower (a MySQL failover, RESET MASTER) are no longer stale.\n"
         "Risk: until a key stores a new position, a replay of an older event of it (a restarted connector "
         "re-sending what it sent before) overwrites its newer row.\n"
@@ -695,7 +880,7 @@ def reset_positions(
 @app.command("rebase-offsets")
 @handle_errors
 def rebase_offsets(
-    table: Annotated[str, typer.Option("--table", "-t", help="Pipeline table whose watermark is re-based.")],
+    table: Annotated[str, typer.Option("--table", "-t", help="Pipeline table whose watermark is re-based.", metavar="TABLE")],
     yes: YesOpt = False,
     config: ConfigOpt = None,
     dsn: DsnOpt = None,
@@ -732,7 +917,9 @@ def rebase_offsets(
 @app.command("package-backfill")
 @handle_errors
 def package_backfill(
-    out: Annotated[Path, typer.Option("--out", "-o", help="Folder to write the cluster artifact into.")] = Path("dist/backfill"),
+    out: Annotated[Path, typer.Option("--out", "-o", help="Folder to write the cluster artifact into.", metavar="PATH")] = Path(
+        "dist/backfill"
+    ),
     config: ConfigOpt = None,
 ) -> None:
     """Build what a Spark cluster (EMR, EMR Serverless, Glue) needs to run the backfill job."""

@@ -2,15 +2,16 @@
 
 from __future__ import annotations
 
-import importlib.util
 import time
 from pathlib import Path
 
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 from sync.cli.report import print_status
 from sync.config import load_pipeline
+from sync.extras import SPARK_INSTALL, installed
 from sync.local.stream import ingest_file
 from sync.operations.runner import deploy, status, sync
 from sync.resources import bundled
@@ -42,7 +43,7 @@ def _fresh_database(console: Console, dsn: str | None) -> Warehouse:
         admin.close()
     prefix, _, query = base.partition("?")
     demo_dsn = prefix.rsplit("/", 1)[0] + "/" + DEMO_DATABASE + (("?" + query) if query else "")
-    console.print(f"[dim]embedded PostgreSQL, database {DEMO_DATABASE}[/dim]")
+    console.print(f"embedded PostgreSQL, database {DEMO_DATABASE}", style="dim")
     return connect(demo_dsn)
 
 
@@ -62,10 +63,10 @@ def run_demo(console: Console, dsn: str | None = None, config: Path | None = Non
                 "database without it (or drop --dsn to use the embedded warehouse)"
             )
         result = deploy(wh, pipeline, str(path))
-        console.rule("[bold]1. deploy")
+        console.rule(Text("1. deploy", style="bold"))
         console.print(f"{len(result.created)} objects created for tables: {', '.join(t.name for t in pipeline.tables)}")
 
-        console.rule("[bold]2. ingest and sync, batch by batch")
+        console.rule(Text("2. ingest and sync, batch by batch", style="bold"))
         events_dir = path.parent / "events"
         for table, file, what in BATCHES:
             ing = ingest_file(wh, pipeline, table, events_dir / file)
@@ -79,7 +80,7 @@ def run_demo(console: Console, dsn: str | None = None, config: Path | None = Non
         again = sync(wh, pipeline)
         console.print(f"sync again with nothing new: read {sum(r.events_read for r in again)} events, nothing changed")
 
-        console.rule("[bold]3. target tables")
+        console.rule(Text("3. target tables", style="bold"))
         schema = quote_ident(pipeline.schema)
         grid = Table("customer_id", "name", "mktsegment", "_source_pos (binlog file.pos.row)")
         for r in _rows(wh, f'SELECT customer_id, name, mktsegment, _source_pos FROM {schema}."customer" ORDER BY 1'):
@@ -90,22 +91,19 @@ def run_demo(console: Console, dsn: str | None = None, config: Path | None = Non
             grid.add_row(*(str(v) for v in r))
         console.print(grid)
 
-        console.rule("[bold]4. status")
+        console.rule(Text("4. status", style="bold"))
         print_status(status(wh, pipeline), console)
 
         if not skip_spark:
             _backfill_and_reconcile(console, wh, pipeline)
     finally:
         wh.close()
-    console.rule(f"[bold green]demo finished in {time.perf_counter() - started:.1f} s")
+    console.rule(Text(f"demo finished in {time.perf_counter() - started:.1f} s", style="bold green"))
 
 
 def _backfill_and_reconcile(console: Console, wh: Warehouse, pipeline) -> None:
-    if importlib.util.find_spec("pyspark") is None:
-        console.print(
-            "[yellow]backfill and reconcile skipped: PySpark is not installed "
-            "(pip install 'redshift-sync[spark]', and a Java 17+ runtime)[/yellow]"
-        )
+    if not installed("pyspark"):
+        console.print(f"backfill and reconcile skipped: PySpark is not installed ({SPARK_INSTALL})", style="yellow")
         return
     from sync.cli.demo_backfill import run as run_backfill_demo
 

@@ -8,6 +8,7 @@ from pathlib import Path
 
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 from sync.cli.report import print_reconcile
 from sync.config import Pipeline
@@ -19,17 +20,17 @@ SNAPSHOT_TIME = "2023-11-14T22:13:21.500Z"  # see examples/salesdb/snapshots/mak
 
 
 def run(console: Console, wh: Warehouse, pipeline: Pipeline, example_dir: Path) -> None:
-    from backfill.job import parse_time
     from backfill.session import local_session
     from sync.operations.backfill import run_backfill
     from sync.operations.reconcile import run_reconcile
+    from sync.times import parse_utc
 
     snapshot = str(example_dir / SNAPSHOT)
-    when = parse_time(SNAPSHOT_TIME)
-    console.rule("[bold]5. backfill an older snapshot behind the stream (PySpark)")
+    when = parse_utc(SNAPSHOT_TIME, "--snapshot-time")
+    console.rule(Text("5. backfill an older snapshot behind the stream (PySpark)", style="bold"))
     started = time.perf_counter()
     spark = local_session("local[2]", shuffle_partitions=2)
-    console.print(f"[dim]Spark {spark.version} started in {time.perf_counter() - started:.1f} s[/dim]")
+    console.print(f"Spark {spark.version} started in {time.perf_counter() - started:.1f} s", style="dim")
     console.print(f"snapshot {SNAPSHOT} taken at {SNAPSHOT_TIME}: 8 customers, older than most stream events")
     result = run_backfill(
         wh,
@@ -39,11 +40,11 @@ def run(console: Console, wh: Warehouse, pipeline: Pipeline, example_dir: Path) 
         "json",
         when,
         spark=spark,
-        progress=lambda m: console.print(f"[dim]  {m}[/dim]", highlight=False),
+        progress=lambda m: console.print(f"  {m}", style="dim", highlight=False),
     )
     console.print(
         f"loaded {result.loaded} (C001 was older in the stream; C201, C202 the stream never carried), "
-        f"kept {result.kept_newer} newer stream rows, kept {result.kept_deleted} keys the stream deleted later",
+        f"kept {result.kept_newer} rows the target had as new or newer, kept {result.kept_deleted} keys the stream deleted later",
         highlight=False,
     )
     schema = quote_ident(pipeline.schema)
@@ -55,7 +56,7 @@ def run(console: Console, wh: Warehouse, pipeline: Pipeline, example_dir: Path) 
     again = run_backfill(wh, pipeline, "customer", snapshot, "json", when, spark=spark)
     console.print(f"the same backfill again: loaded {again.loaded}, nothing changed")
 
-    console.rule("[bold]6. reconcile the table against the snapshot")
+    console.rule(Text("6. reconcile the table against the snapshot", style="bold"))
     report = run_reconcile(
         wh, pipeline, "customer", snapshot, "json", when, buckets=4, checksum=["name", "mktsegment"], spark=spark
     )

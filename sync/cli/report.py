@@ -7,6 +7,10 @@ from typing import Any
 
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
+
+from sync.operations.freshness import Freshness
+from sync.operations.unknown_values import UnknownValues
 
 
 def readable_seconds(seconds: float | None) -> str:
@@ -42,7 +46,7 @@ def print_runs(runs: list[Any], out: Console, err: Console) -> None:
     for r in runs:
         grid.add_row(
             r.table,
-            "[green]ok[/green]" if r.status == "ok" else f"[red]{r.status}[/red]",
+            Text(r.status, style="green" if r.status == "ok" else "red"),
             str(r.events_read),
             str(r.upserted),
             str(r.deleted),
@@ -55,21 +59,29 @@ def print_runs(runs: list[Any], out: Console, err: Console) -> None:
         )
     out.print(grid)
     for r in runs:
+        if r.retries:
+            err.print(
+                Text(f"{r.table}: {r.retries} transaction(s) stopped by a serialization conflict, run again", style="yellow"),
+                highlight=False,
+            )
         for error in r.isolated:
             first_line = error.splitlines()[0] if error else ""
             err.print(
-                f"[yellow]{r.table}: one record isolated[/yellow] (quarantined; the warehouse could not apply it): {first_line}",
-                highlight=False,
+                Text.assemble(
+                    (f"{r.table}: one record isolated", "yellow"),
+                    f" (quarantined; the warehouse could not apply it): {first_line}",
+                ),
             )
         if r.error:
-            err.print(f"[red]{r.table} failed:[/red] {r.error}", highlight=False)
+            err.print(Text.assemble((f"{r.table} failed:", "red"), f" {r.error}"))
 
 
 def print_pruned(pruned: Any, err: Console) -> None:
     if pruned.run_log or pruned.schema_drift or pruned.quarantine:
         err.print(
-            f"[dim]pruned past {pruned.retention_days} day(s): {pruned.run_log} run-log, {pruned.schema_drift} "
-            f"schema-drift and {pruned.quarantine} handled quarantine row(s)[/dim]",
+            f"pruned past {pruned.retention_days} day(s): {pruned.run_log} run-log, {pruned.schema_drift} "
+            f"schema-drift and {pruned.quarantine} handled quarantine row(s)",
+            style="dim",
             highlight=False,
         )
 
@@ -81,7 +93,7 @@ def print_status(rows: list[Any], out: Console) -> None:
         grid.add_column(col, justify="left" if col in ("table", "watermarks", "last run") else "right")
     for s in rows:
         if not s.deployed:
-            grid.add_row(s.table, "-", "-", "[yellow]not deployed[/yellow]", "-", "-", "-", "-")
+            grid.add_row(s.table, "-", "-", Text("not deployed", style="yellow"), "-", "-", "-", "-")
             continue
         wm = ",".join(f"{p}:{o}" for p, o in s.watermarks.items()) or "-"
         lag = s.last_run.get("lag_seconds") if s.last_run else None
@@ -104,12 +116,56 @@ def print_status(rows: list[Any], out: Console) -> None:
         for kind, name, count in s.schema_drift:
             what = "field not in the pipeline file" if kind == "unknown" else "configured field absent from events"
             out.print(f"  {s.table}: {what}: {name} ({count} event(s))", highlight=False)
+        for column, count in s.unknown_values:
+            out.print(f"  {UnknownValues(s.table, column, count).describe()}", highlight=False)
+
+
+def print_freshness(rows: list[Any], out: Console) -> None:
+    """Per table ([heartbeat]): the state, the heartbeat's age, the newest record, the last
+    run that applied one, and what waits."""
+    if not rows:
+        return
+    grid = Table(title="freshness", title_justify="left")
+    for col in ("table", "state", "heartbeat", "last event", "last applied", "waiting", "lag"):
+        grid.add_column(col, justify="right" if col in ("heartbeat", "waiting", "lag") else "left")
+    for f in rows:
+        colour = "green" if f.state in (Freshness.CURRENT, Freshness.IDLE) else "red"
+        grid.add_row(
+            f.table,
+            Text(str(f.state), style=colour),
+            "never" if f.source_alive_seconds is None else f"{readable_seconds(f.source_alive_seconds)} ago",
+            (f.last_event_at or "never")[:19],
+            (f.last_applied_at or "never")[:19],
+            str(f.pending),
+            readable_seconds(f.lag_seconds),
+        )
+    out.print(grid)
+
+
+def print_cost(durations: dict[str, Any], statements: dict[str, Any] | None, out: Console) -> None:
+    """Per table: its recent CALL durations (run log) and, on Redshift, the time its
+    statements ran and queued (SYS_QUERY_HISTORY)."""
+    if not durations:
+        return
+    grid = Table(title="cost", title_justify="left")
+    columns = ["table", "runs", "CALL p50", "CALL p95", "since"]
+    if statements is not None:
+        columns += ["CALLs (24 h)", "statements ran", "queued"]
+    for col in columns:
+        grid.add_column(col, justify="left" if col in ("table", "since") else "right")
+    for table, c in durations.items():
+        row = [table, str(c.runs), readable_seconds(c.p50_seconds), readable_seconds(c.p95_seconds), (c.since or "-")[:19]]
+        if statements is not None:
+            st = statements[table]
+            row += [str(st.calls), readable_seconds(st.execution_seconds), readable_seconds(st.queue_seconds)]
+        grid.add_row(*row)
+    out.print(grid)
 
 
 def print_backfill(result: Any, table: str, out: Console) -> None:
     """The counts of one backfill, its notes and a sample of the rows it rejected."""
     grid = Table(title=f"backfill {table}", title_justify="left")
-    for col in ("staged", "loaded", "deleted", "kept: newer in stream", "kept: deleted by stream", "rejected", "time s"):
+    for col in ("staged", "loaded", "deleted", "kept: target as new or newer", "kept: deleted by stream", "rejected", "time s"):
         grid.add_column(col, justify="right")
     grid.add_row(
         f"{result.staged:,}",
@@ -122,9 +178,9 @@ def print_backfill(result: Any, table: str, out: Console) -> None:
     )
     out.print(grid)
     for note in result.notes:
-        out.print(f"  [cyan]note[/cyan] {note}", highlight=False)
+        out.print(Text.assemble("  ", ("note", "cyan"), f" {note}"))
     for sample in result.rejects_sample:
-        out.print(f"  [yellow]rejected[/yellow] {sample['reason']}: {str(sample['record'])[:120]}", highlight=False)
+        out.print(Text.assemble("  ", ("rejected", "yellow"), f" {sample['reason']}: {str(sample['record'])[:120]}"))
     if result.rejects_path:
         out.print(f"  all {result.rejected} rejected rows, with their reason: {result.rejects_path}", highlight=False)
 
@@ -153,15 +209,20 @@ def print_reconcile(report: Any, out: Console) -> None:
     )
     out.print(grid)
     if report.differences:
-        keys = Table("key", "difference", "explained", "why", "snapshot _source_ts", "warehouse _source_ts")
+        keys = Table("key", "difference", "explained", "why", "snapshot time", "warehouse time")
         for d in report.differences[:50]:
             keys.add_row(
-                d.key, d.kind, "yes" if d.explained else "[red]no[/red]", d.why, d.snapshot_ts or "-", d.warehouse_ts or "-"
+                d.key,
+                d.kind,
+                "yes" if d.explained else Text("no", style="red"),
+                d.why,
+                d.snapshot_ts or "-",
+                d.warehouse_ts or "-",
             )
         out.print(keys)
         if len(report.differences) > 50:
             out.print(f"  ... {len(report.differences) - 50} more in the JSON report")
-    out.print("[green]clean[/green]" if report.clean else "[red]unexplained differences[/red]")
+    out.print(Text("clean", style="green") if report.clean else Text("unexplained differences", style="red"))
 
 
 _MARKS = {"ok": "ok", "failed": "FAILED", "skipped": "skipped", "verified": "verified", "not applicable": "n/a"}

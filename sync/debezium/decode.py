@@ -38,6 +38,7 @@ import base64
 import binascii
 import json
 import re
+from collections.abc import Mapping
 from datetime import date, datetime, time, timedelta, timezone
 from decimal import ROUND_HALF_UP, Context, Decimal, InvalidOperation
 from typing import Any
@@ -58,6 +59,8 @@ EPOCH_DATE = date(1970, 1, 1)
 MIN_DATETIME = datetime(1, 1, 1)
 MAX_DATETIME = datetime(9999, 12, 31, 23, 59, 59, 999999)
 MAX_DECIMAL_DIGITS = 38
+# Per float family, the (largest, smallest nonzero) magnitudes a column stores, as decimal text.
+FloatRanges = Mapping[str, tuple[str, str]]
 MAX_DECIMAL_BYTES = 16  # 10**38 - 1 < 2**127: two's complement in 16 bytes
 # Exact arithmetic for 38 digits whatever the caller's decimal context.
 _EXACT = Context(prec=100, rounding=ROUND_HALF_UP)
@@ -252,11 +255,28 @@ def conform_decimal(value: Decimal, precision: int, scale: int) -> Decimal:
     return rounded
 
 
-def decode_for_column(semantic: str | None, scale: int | None, column_type: str, json_value: Any) -> Any:
+def conform_float(value: Decimal, family: str, float_ranges: FloatRanges | None = None) -> float:
+    """A number in a real/double column: stored when its magnitude is within the engine's
+    (largest, smallest nonzero) limits, both inclusive (`float_ranges` of a dialect; by
+    default those every supported engine stores, `sync.sql.dialect.LOADABLE_FLOAT_RANGES`),
+    else undecodable, as in the SQL."""
+    from sync.sql.dialect import LOADABLE_FLOAT_RANGES
+
+    largest, smallest = (Decimal(limit) for limit in (float_ranges or LOADABLE_FLOAT_RANGES)[family])
+    magnitude = value.copy_abs()
+    if magnitude > largest or (value != 0 and magnitude < smallest):
+        raise UndecodableValue(f"{value} is outside the {family} range")
+    return float(value)
+
+
+def decode_for_column(
+    semantic: str | None, scale: int | None, column_type: str, json_value: Any, float_ranges: FloatRanges | None = None
+) -> Any:
     """What the generated SQL stores in a column of `column_type` (a pipeline-file type
     such as "decimal(12,2)" or "timestamptz") for a field declared with `semantic`:
-    `decode_value`, then landed in the type as the SQL lands it. Fields without a semantic
-    type are returned unchanged."""
+    `decode_value`, then landed in the type as the SQL lands it (reals and doubles within
+    `float_ranges`, see `conform_float`). Fields without a semantic type are returned
+    unchanged."""
     from sync.sql.types import parse_type
 
     if semantic is None:
@@ -268,7 +288,7 @@ def decode_for_column(semantic: str | None, scale: int | None, column_type: str,
     if isinstance(decoded, Decimal):
         if t.family == "decimal":
             return conform_decimal(decoded, t.precision or 18, t.scale or 0)
-        return float(decoded)
+        return conform_float(decoded, t.family, float_ranges)
     if isinstance(decoded, datetime):
         if t.family == "timestamptz":
             return decoded.replace(tzinfo=timezone.utc)

@@ -145,6 +145,10 @@ def _error_text(exc: psycopg.Error) -> str:
 class LocalDataApi:
     """The Data API client calls, run on the PostgreSQL at `dsn`."""
 
+    # The SQL dialect of the engine behind the client (the service's is Redshift's): the
+    # few statements that differ between engines are rendered for it.
+    engine_dialect = "postgres"
+
     def __init__(
         self,
         dsn: str,

@@ -11,6 +11,7 @@ from __future__ import annotations
 import glob
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import warnings
@@ -24,8 +25,15 @@ class EmbeddedWarehouseError(RuntimeError):
     pass
 
 
-def data_dir() -> Path:
-    return Path(os.environ.get(HOME_ENV_VAR, DEFAULT_HOME)) / "pgdata"
+def data_dir(pipeline_file: Path | None = None) -> Path:
+    """$REDSHIFT_SYNC_HOME/pgdata, else .redshift-sync/pgdata next to the pipeline file (the
+    current folder without one): the warehouse belongs to its pipeline, wherever the
+    command runs from."""
+    home = os.environ.get(HOME_ENV_VAR)
+    if home:
+        return Path(home) / "pgdata"
+    folder = pipeline_file.resolve().parent if pipeline_file is not None else Path.cwd()
+    return folder / DEFAULT_HOME / "pgdata"
 
 
 _servers: dict[str, object] = {}
@@ -91,6 +99,21 @@ def _start_with_path_postgres(path: Path) -> str:
             capture_output=True,
         )
     return f"postgresql://postgres@/postgres?host={socket_dir}"
+
+
+def stop() -> None:
+    """Stop the embedded servers this process started (pgserver would at exit), with Ctrl-C,
+    hang-up and SIGTERM held off meanwhile: an interrupted stop printed a traceback and
+    could leave the server running. A server other processes still use keeps running."""
+    held = (signal.SIGINT, signal.SIGHUP, signal.SIGTERM)
+    previous = [signal.signal(s, signal.SIG_IGN) for s in held]
+    try:
+        while _servers:
+            _, server = _servers.popitem()
+            server.cleanup()  # type: ignore[attr-defined]
+    finally:
+        for s, handler in zip(held, previous):
+            signal.signal(s, handler)
 
 
 def start(path: Path | None = None) -> str:

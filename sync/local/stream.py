@@ -21,13 +21,19 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
-from sync.config import Pipeline
-from sync.sql.names import table_names
+from sync.config import ConfigError, Pipeline
+from sync.sql import schemas
+from sync.sql.names import HEARTBEAT_STREAM, REFRESH_HISTORY, table_names
 from sync.warehouse import Warehouse, WarehouseError
 
+# The status SYS_MV_REFRESH_HISTORY gives an incremental refresh (SVL_MV_REFRESH_STATUS).
+REFRESHED = "Refresh successfully updated MV incrementally"
 BIGINT_MAX = 2**63 - 1  # the stream's partition and offset columns
 TIMESTAMP_MIN_MS, TIMESTAMP_MAX_MS = -62_135_596_800_000, 253_402_300_799_999  # 0001-01-01 .. 9999-12-31
 RECORD_KEYS = {"partition", "offset", "timestamp", "key", "value", "headers", "timestamp_type"}
+# kafka_timestamp_type as Redshift's streaming relation writes it: C = CreateTime (set by
+# the producer), L = LogAppendTime (set by the broker), U = none.
+TIMESTAMP_TYPES = ("C", "L", "U")
 KCAT_KEYS = {
     "topic",
     "partition",
@@ -52,6 +58,7 @@ class KafkaRecord:
     value: bytes | None
     headers: Any = None
     lineno: int | None = None  # the input line it came from
+    timestamp_type: str = "C"  # the stream's kafka_timestamp_type (TIMESTAMP_TYPES)
 
 
 @dataclass
@@ -131,16 +138,37 @@ def parse_line(line: bytes, lineno: int) -> tuple[KafkaRecord, bool]:
             isinstance(timestamp, bool) or not isinstance(timestamp, int) or not TIMESTAMP_MIN_MS <= timestamp <= TIMESTAMP_MAX_MS
         ):
             raise ValueError(f"line {lineno}: timestamp must be epoch milliseconds (years 1-9999), got {timestamp!r}")
+        timestamp_type = "C" if kcat else obj.get("timestamp_type", "C")
+        if not (isinstance(timestamp_type, str) and timestamp_type in TIMESTAMP_TYPES):
+            raise ValueError(f"line {lineno}: timestamp_type must be one of {', '.join(TIMESTAMP_TYPES)}, got {timestamp_type!r}")
         value = obj.get("payload" if kcat else "value")
-        return KafkaRecord(
-            partition, offset, timestamp, _to_bytes(obj.get("key")), _to_bytes(value), obj.get("headers"), lineno
-        ), True
+        key, headers = _to_bytes(obj.get("key")), obj.get("headers")
+        return KafkaRecord(partition, offset, timestamp, key, _to_bytes(value), headers, lineno, timestamp_type), True
     return KafkaRecord(0, None, None, None, line, lineno=lineno), isinstance(obj, dict)
+
+
+# jsonb holds a number as numeric: "up to 131072 digits before the decimal point; up to
+# 16383 digits after the decimal point" (PostgreSQL, Numeric Types). JSON has no limit.
+NUMERIC_INTEGER_DIGITS, NUMERIC_FRACTION_DIGITS = 131072, 16383
+
+
+def _numbers_fit_jsonb(value: Any) -> bool:
+    """Every number of a `loads_exact` result is one jsonb can hold (an integer of more
+    digits than numeric holds is refused by the JSON parser already)."""
+    if isinstance(value, Decimal):
+        fraction_digits = -int(value.as_tuple().exponent)
+        return fraction_digits <= NUMERIC_FRACTION_DIGITS and (value.is_zero() or value.adjusted() < NUMERIC_INTEGER_DIGITS)
+    if isinstance(value, dict):
+        return all(_numbers_fit_jsonb(v) for v in value.values())
+    if isinstance(value, list):
+        return all(_numbers_fit_jsonb(v) for v in value)
+    return True
 
 
 def parse_value(value: bytes | None) -> ParsedValue:
     """What the streaming MV stores: parsed JSON, or the raw bytes when it does not parse.
-    PostgreSQL's jsonb cannot hold NUL characters, so such values stay raw as well."""
+    PostgreSQL's jsonb cannot hold NUL characters or a number beyond numeric's range, so
+    such values stay raw as well (the procedure quarantines them)."""
     if value is None:
         return ParsedValue(None, None)
     try:
@@ -148,6 +176,8 @@ def parse_value(value: bytes | None) -> ParsedValue:
         parsed = loads_exact(text)
         dumped = dumps_exact(parsed)
         dumped.encode("utf-8")  # lone surrogates from \ud800 escapes cannot be stored
+        if not _numbers_fit_jsonb(parsed):
+            return ParsedValue(None, value)
     except (UnicodeError, ValueError, RecursionError):
         return ParsedValue(None, value)
     if "\\u0000" in dumped or "\x00" in dumped:
@@ -164,24 +194,33 @@ def read_records(path: Path) -> Iterator[tuple[KafkaRecord, bool]]:
             yield parse_line(line, lineno)
 
 
+def stream_of(pipeline: Pipeline, table_name: str | None) -> tuple[str, str, str]:
+    """(schema, relation, label) of a table's stream, or (None) of the heartbeat topic's."""
+    if table_name is not None:
+        names = table_names(pipeline, pipeline.table(table_name))
+        return names.schema, names.stream, table_name
+    if pipeline.heartbeat is None:
+        raise ConfigError("the pipeline file has no [heartbeat] section: there is no heartbeat stream to ingest into")
+    return pipeline.schema, HEARTBEAT_STREAM, f"the heartbeat ({pipeline.heartbeat.topic})"
+
+
 def ingest_records(
-    wh: Warehouse, pipeline: Pipeline, table_name: str, records: Iterable[tuple[KafkaRecord, bool]]
+    wh: Warehouse, pipeline: Pipeline, table_name: str | None, records: Iterable[tuple[KafkaRecord, bool]]
 ) -> IngestResult:
+    """One refresh of `records` into a table's stream (None: the heartbeat topic's)."""
     if wh.dialect.streaming_ingestion:
         raise WarehouseError(
             "ingest writes the local stream relation of the embedded warehouse; on Redshift the streaming "
             "materialized view reads the topic itself (REFRESH MATERIALIZED VIEW, or AUTO REFRESH YES)"
         )
-    table = pipeline.table(table_name)
-    names = table_names(pipeline, table)
-    if not wh.relation_exists(names.schema, names.stream):
+    schema, name, label = stream_of(pipeline, table_name)
+    if not wh.relation_exists(schema, name):
         raise WarehouseError(
-            f"{names.schema}.{names.stream}, the stream of table {table.name}, does not exist in this database: "
-            "run `redshift-sync deploy` first"
+            f"{schema}.{name}, the stream of {label}, does not exist in this database: run `redshift-sync deploy` first"
         )
     d = wh.dialect
-    stream = d.qualified(names.schema, names.stream)
-    result = IngestResult(table.name)
+    stream = d.qualified(schema, name)
+    result = IngestResult(label)
     with wh.transaction():
         # Serialises writers so offsets and refresh_time increase with commit order;
         # readers (the procedure) are not blocked.
@@ -213,7 +252,7 @@ def ingest_records(
                     (
                         record.partition,
                         offset,
-                        "C",
+                        record.timestamp_type,
                         ts,
                         record.key,
                         headers,
@@ -231,10 +270,25 @@ def ingest_records(
                     min(first, offset),
                     max(result.partitions.get(record.partition, (offset, offset))[1], offset),
                 )
+        if wh.relation_exists(schema, REFRESH_HISTORY):  # a refresh, also one that read nothing
+            values = ", ".join(["%s"] * len(schemas.REFRESH_HISTORY))
+            wh.execute(
+                f"INSERT INTO {d.qualified(schema, REFRESH_HISTORY)} ({', '.join(schemas.names(schemas.REFRESH_HISTORY))}) "
+                f"VALUES ({values})",
+                (schema, name, REFRESHED, refresh_time),
+            )
     return result
 
 
-def ingest_file(wh: Warehouse, pipeline: Pipeline, table_name: str, path: Path) -> IngestResult:
+def check_events_file(path: Path) -> None:
+    """Stop before anything connects when `path` is not a file to read."""
+    if path.is_dir():
+        raise FileNotFoundError(f"events file {str(path)!r} is a folder: give one JSON-lines file")
     if not path.exists():
         raise FileNotFoundError(f"events file {str(path)!r} not found")
+
+
+def ingest_file(wh: Warehouse, pipeline: Pipeline, table_name: str | None, path: Path) -> IngestResult:
+    """The file's records into the table's stream relation (None: the heartbeat's)."""
+    check_events_file(path)
     return ingest_records(wh, pipeline, table_name, read_records(path))

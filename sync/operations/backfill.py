@@ -1,4 +1,5 @@
-"""`redshift-sync backfill`: run the Spark transforms locally, load the stage, merge.
+"""`redshift-sync backfill`: run the Spark transforms locally, load the stage, merge
+(a cluster's run folder: `run_folder.py`).
 
 PostgreSQL: the Parquet part files Spark wrote are streamed one record batch at a time
 into `COPY <stage> FROM STDIN` (nothing is collected on the driver). Redshift: the part
@@ -24,6 +25,8 @@ from datetime import datetime
 from pathlib import Path
 
 from sync.config import Pipeline, TableConfig
+from sync.extras import require_pyarrow
+from sync.operations.conflicts import conflict_policy, retry_conflicts
 from sync.sql.backfill_merge import BackfillSql
 from sync.warehouse import Warehouse, WarehouseError
 
@@ -36,8 +39,9 @@ class BackfillResult:
     staged: int = 0  # rows after latest-per-key
     loaded: int = 0  # rows written to the target
     deleted: int = 0  # snapshot deletes applied
-    kept_newer: int = 0  # target rows the stream wrote after the snapshot row
+    kept_newer: int = 0  # target rows as new as the snapshot row or newer (the stream's, or an earlier backfill's)
     kept_deleted: int = 0  # keys the stream deleted after the snapshot row
+    retries: int = 0  # load-and-merge transactions stopped by a serialization conflict and run again
     rejected: int = 0
     rejects_path: str | None = None
     rejects_sample: list[dict] = field(default_factory=list)
@@ -54,6 +58,7 @@ def part_files(directory: Path) -> list[Path]:
 
 def copy_parquet_into(wh: Warehouse, stage_sql_name: str, files: list[Path], progress: Progress) -> int:
     """Stream Parquet files into COPY FROM STDIN (CSV), one record batch at a time."""
+    require_pyarrow("loading a backfill stage into PostgreSQL")
     import pyarrow.csv as pacsv
     import pyarrow.parquet as pq
 
@@ -104,17 +109,19 @@ def load_and_merge(
     wh: Warehouse,
     pipeline: Pipeline,
     table: TableConfig,
-    stage_dir: Path | None,
+    files: list[Path],
     progress: Progress,
     staging: str | None = None,
     iam_role: str | None = None,
     manifest_url: str | None = None,
+    check_rows: Callable[[int], None] | None = None,
 ) -> dict[str, int]:
-    """Load the staged Parquet and merge it; returns the merge's counts. PostgreSQL reads
-    the part files of `stage_dir`; Redshift COPYs `manifest_url` (a stage a cluster wrote)
-    or uploads the part files to `staging` first and removes them afterwards."""
+    """Load the staged Parquet and merge it; returns the merge's counts (and `retries`: the
+    transactions stopped by a serialization conflict and run again). PostgreSQL reads the
+    Parquet `files`; Redshift COPYs `manifest_url` (a stage a cluster wrote) or uploads the
+    files to `staging` first and removes them afterwards. `check_rows` sees the number of
+    rows loaded before the merge, and may refuse them (raise: nothing is changed)."""
     sql = BackfillSql(wh.dialect.bind_schema(pipeline.schema), pipeline, table)
-    files = part_files(stage_dir) if stage_dir is not None else []
     staged_s3 = None
     if sql.d.copy_reads_s3:
         if not iam_role or not (staging or manifest_url):
@@ -134,7 +141,8 @@ def load_and_merge(
             manifest_url = staged_s3.manifest_url
     wh.execute(sql.drop_stage_table())
     wh.execute(sql.stage_table())
-    try:
+
+    def load_merge_once() -> dict[str, int]:
         with wh.transaction():
             wh.execute(sql.lock())
             wh.execute(sql.clear_stage())
@@ -142,6 +150,8 @@ def load_and_merge(
                 wh.execute(sql.copy_from_s3(manifest_url, iam_role or ""))
             else:
                 copy_parquet_into(wh, sql.stage, files, progress)
+            if check_rows is not None:
+                check_rows(int(wh.scalar(sql.count_stage())))
             primary_key = empty_target_primary_key(wh, sql)
             if primary_key:
                 progress("the target is empty: loading it without its primary-key index")
@@ -150,6 +160,12 @@ def load_and_merge(
             if primary_key:
                 wh.execute(sql.add_primary_key(primary_key))
                 progress(f"rebuilt the primary key {primary_key}")
+        return counts
+
+    try:
+        # One transaction, run again whole after a serialization conflict.
+        counts, retries = retry_conflicts(conflict_policy(pipeline), load_merge_once)
+        counts["retries"] = retries
     finally:
         if staged_s3 is not None:
             s3.delete_keys(client, staged_s3.bucket, staged_s3.keys)
@@ -249,7 +265,7 @@ def run_backfill(
             empty = dict.fromkeys(prepared.rejects.columns)
             result.rejects_sample = [{**empty, **r} for r in first_json_lines(target, 5)]
         progress(f"prepared the latest row per key; {result.rejected} rejected")
-        counts = load_and_merge(wh, pipeline, table, stage_dir, progress, staging, iam_role)
+        counts = load_and_merge(wh, pipeline, table, part_files(stage_dir), progress, staging, iam_role)
     return merged(result, counts, started, progress)
 
 
@@ -258,100 +274,11 @@ def merged(result: BackfillResult, counts: dict[str, int], started: float, progr
     result.loaded = counts.get("loaded", 0)
     result.deleted = counts.get("deleted", 0)
     result.kept_newer = counts.get("kept_newer", 0)
+    result.retries = counts.get("retries", 0)
     result.kept_deleted = counts.get("kept_deleted", 0)
     result.seconds = time.perf_counter() - started
     progress(
         f"merged: {result.staged:,} staged, {result.loaded:,} loaded, {result.deleted:,} deleted, "
-        f"{result.kept_newer:,} kept (newer in the stream), {result.kept_deleted:,} kept deleted"
+        f"{result.kept_newer:,} kept (the target's row is as new or newer), {result.kept_deleted:,} kept deleted"
     )
     return result
-
-
-# ---- a stage a cluster wrote (backfill/stage.py) -------------------------------------
-
-
-class StageMismatch(ValueError):
-    """The run folder was written for another table or another version of the pipeline."""
-
-
-def read_summary(staged: str) -> dict:
-    from backfill.stage import SUMMARY, join
-
-    url = join(staged, SUMMARY)
-    try:
-        if staged.startswith("s3://"):
-            from sync.aws import s3
-
-            bucket, key = s3.parse_s3_url(url)
-            text = s3.client().get_object(Bucket=bucket, Key=key)["Body"].read().decode()
-        else:
-            text = Path(url).read_text(encoding="utf-8")
-    except Exception as exc:  # a missing object or file, named with the URL
-        raise FileNotFoundError(
-            f"{url} cannot be read ({type(exc).__name__}): is {staged} the --output folder of a finished backfill job?"
-        ) from exc
-    return json.loads(text)
-
-
-def check_stage(summary: dict, pipeline: Pipeline, table_name: str | None, staged: str) -> TableConfig:
-    """The table the stage is for, once it is sure the stage fits this pipeline file."""
-    from backfill.stage import STAGE_VERSION, table_fingerprint
-
-    name = summary.get("table")
-    if table_name is not None and name != table_name:
-        raise StageMismatch(f"{staged} holds a backfill of table {name!r}, not {table_name!r}")
-    if summary.get("stage_version") != STAGE_VERSION:
-        raise StageMismatch(f"{staged} is a stage of version {summary.get('stage_version')!r}; this tool reads {STAGE_VERSION}")
-    table = pipeline.table(name)
-    expected = table_fingerprint(pipeline, table)
-    if summary.get("schema") != pipeline.schema or summary.get("fingerprint") != expected:
-        raise StageMismatch(
-            f"{staged} was written for another version of table {name!r} (schema {summary.get('schema')!r}, "
-            f"fingerprint {summary.get('fingerprint')}); this pipeline file's is schema {pipeline.schema!r}, "
-            f"fingerprint {expected}: run the backfill job again with this pipeline file"
-        )
-    return table
-
-
-def run_staged(
-    wh: Warehouse,
-    pipeline: Pipeline,
-    staged: str,
-    table_name: str | None = None,
-    iam_role: str | None = None,
-    progress: Progress = lambda _: None,
-) -> BackfillResult:
-    """Load and merge a run folder a backfill job wrote on a cluster (no Spark here).
-    Redshift COPYs its manifest; PostgreSQL reads its Parquet (downloaded from S3 first)."""
-    from backfill.stage import DATA, MANIFEST, REJECTS, join
-
-    started = time.perf_counter()
-    summary = read_summary(staged)
-    table = check_stage(summary, pipeline, table_name, staged)
-    result = BackfillResult(table.name, rejected=int(summary.get("rejected") or 0), notes=list(summary.get("notes") or []))
-    if result.rejected:
-        result.rejects_path = join(staged, REJECTS)
-    progress(
-        f"stage of {table.name}: {summary.get('staged', 0):,} rows, {result.rejected:,} rejected, "
-        f"snapshot {summary.get('snapshot')} at {summary.get('snapshot_time') or 'its rows’ own source times'}"
-    )
-    if wh.dialect.copy_reads_s3:
-        if not staged.startswith("s3://"):
-            raise ValueError(f"Redshift's COPY reads from S3: {staged} is not an s3:// URL")
-        counts = load_and_merge(wh, pipeline, table, None, progress, iam_role=iam_role, manifest_url=join(staged, MANIFEST))
-        return merged(result, counts, started, progress)
-    work = Path(tempfile.mkdtemp(prefix=f"rs-staged-{table.name}-"))
-    try:
-        if staged.startswith("s3://"):
-            from sync.aws import s3
-
-            s3.download_prefix(s3.client(), join(staged, DATA), work, progress)
-            data = work
-        else:
-            data = Path(staged) / DATA
-            if result.rejected:
-                result.rejects_sample = first_json_lines(Path(staged) / REJECTS, 5)
-        counts = load_and_merge(wh, pipeline, table, data, progress)
-    finally:
-        shutil.rmtree(work, ignore_errors=True)
-    return merged(result, counts, started, progress)

@@ -12,13 +12,15 @@ marked `replayed`, discarded ones `discarded`, each with the time (`handled_at`)
 from __future__ import annotations
 
 import json
+import time
 from dataclasses import asdict, dataclass
 from datetime import datetime
 
-from sync.config import Pipeline
-from sync.operations.runner import RunSummary, call_procedure
+from sync.config import Pipeline, TableConfig
+from sync.operations.conflicts import conflict_policy, retry_conflicts
+from sync.operations.runner import RunSummary, call_sql, logged_run
 from sync.sql import schemas
-from sync.sql.dialect import quote_ident
+from sync.sql.dialect import PostgresDialect, quote_ident
 from sync.sql.names import QUARANTINE, RUN_LOG, table_names
 from sync.warehouse import Warehouse, WarehouseError
 
@@ -139,37 +141,79 @@ class ReplayResult:
 def replay(wh: Warehouse, pipeline: Pipeline, sel: Selection) -> ReplayResult:
     """Mark the selected waiting records and run the table's procedure, in one transaction:
     either they are all replayed (applied, stale, superseded or quarantined again) or,
-    when the call fails, nothing changes."""
-    table = pipeline.table(sel.table)
+    when the call fails, nothing changes. A transaction stopped by a serialization conflict
+    is run again (`[operations] conflict_attempts`); `run.retries` counts those."""
+    result, retries = retry_conflicts(conflict_policy(pipeline), lambda: _replay_once(wh, pipeline, sel))
+    result.run.retries += retries
+    return result
+
+
+@dataclass(frozen=True)
+class ReplaySql:
+    """A replay: one transaction of `lock`, `mark` (the selection's parameters) and the
+    table's CALL; after it commits, `again` (parameters: the table name, twice) reads
+    what failed again, outside the transaction (it reads the shared run log)."""
+
+    lock: str
+    mark: str
+    again: str
+
+
+def replay_sql(d: PostgresDialect, pipeline: Pipeline, table: TableConfig, where: str) -> ReplaySql:
     names = table_names(pipeline, table)
-    d = wh.dialect.bind_schema(pipeline.schema)
-    quarantine = _quarantine(pipeline)
-    where, params = sel.where()
-    with wh.transaction():
+    quarantine = d.qualified(names.schema, names.quarantine)
+    return ReplaySql(
         # The procedure's own lock first: no sync runs between the marking and the call.
-        wh.execute(f"LOCK TABLE {d.qualified(names.schema, names.watermark)}{d.lock_mode}")
-        marked = wh.execute(f"UPDATE {quarantine} SET handled = 'replaying' WHERE {where}", params)
-        run = call_procedure(wh, pipeline, table.name)
-        if run.status != "ok":
-            raise WarehouseError(f"replay of {table.name} rolled back, nothing changed: {run.error}")
-        # Replayed records that failed again: quarantined anew by this very run.
-        again = wh.query(
+        lock=f"LOCK TABLE {d.qualified(names.schema, names.watermark)}{d.lock_mode}",
+        mark=f"UPDATE {quarantine} SET handled = 'replaying' WHERE {where}",
+        # Replayed records that failed again: quarantined anew by the replay's run.
+        again=(
             f"SELECT q.reason, COUNT(*) FROM {quarantine} q WHERE q.table_name = %s AND q.handled IS NULL\n"
             f"  AND q.run_started_at = (SELECT MAX(started_at) FROM {d.qualified(names.schema, RUN_LOG)}\n"
             "                          WHERE table_name = %s AND backend_pid = PG_BACKEND_PID())\n"
             f"  AND EXISTS (SELECT 1 FROM {quarantine} o WHERE o.table_name = q.table_name AND o.handled = 'replayed'\n"
             "              AND o.kafka_partition = q.kafka_partition AND o.kafka_offset = q.kafka_offset)\n"
-            "GROUP BY q.reason ORDER BY 2 DESC, 1",
-            (table.name, table.name),
-        )
+            "GROUP BY q.reason ORDER BY 2 DESC, 1"
+        ),
+    )
+
+
+def _replay_once(wh: Warehouse, pipeline: Pipeline, sel: Selection) -> ReplayResult:
+    table = pipeline.table(sel.table)
+    where, params = sel.where()
+    sql = replay_sql(wh.dialect.bind_schema(pipeline.schema), pipeline, table, where)
+    started = time.perf_counter()
+    with wh.transaction():
+        wh.execute(sql.lock)
+        marked = wh.execute(sql.mark, params)
+        try:
+            wh.execute(call_sql(pipeline, table.name))
+        except WarehouseError as exc:
+            raise WarehouseError(f"replay of {table.name} rolled back, nothing changed: {exc}", exc.sqlstate) from exc
+    run = logged_run(wh, pipeline, table.name, time.perf_counter() - started)
+    again = wh.query(sql.again, (table.name, table.name))
     return ReplayResult(table.name, max(marked, 0), run, [(str(r), int(n)) for r, n in again])
 
 
-def discard(wh: Warehouse, pipeline: Pipeline, sel: Selection) -> int:
-    """Mark the selected waiting records discarded (kept until retention prunes them)."""
-    pipeline.table(sel.table)
+def discard_sql(d: PostgresDialect, pipeline: Pipeline, table: TableConfig, where: str) -> list[str]:
+    """One transaction: the procedure's lock first, then the marking (parameters: the selection's)."""
+    names = table_names(pipeline, table)
+    return [
+        f"LOCK TABLE {d.qualified(names.schema, names.watermark)}{d.lock_mode}",
+        f"UPDATE {d.qualified(names.schema, names.quarantine)} SET handled = 'discarded', handled_at = {d.now()} WHERE {where}",
+    ]
+
+
+def discard(wh: Warehouse, pipeline: Pipeline, sel: Selection, apply: bool = True) -> int:
+    """Mark the selected waiting records discarded (kept until retention prunes them); with
+    `apply` false only count them."""
     where, params = sel.where()
-    now = wh.dialect.bind_schema(pipeline.schema).now()
-    return max(
-        wh.execute(f"UPDATE {_quarantine(pipeline)} SET handled = 'discarded', handled_at = {now} WHERE {where}", params), 0
-    )
+    table = pipeline.table(sel.table)
+    d = wh.dialect.bind_schema(pipeline.schema)
+    if not apply:
+        names = table_names(pipeline, table)
+        return int(wh.scalar(f"SELECT COUNT(*) FROM {d.qualified(names.schema, names.quarantine)} WHERE {where}", params) or 0)
+    lock, mark = discard_sql(d, pipeline, table, where)
+    with wh.transaction():
+        wh.execute(lock)
+        return max(wh.execute(mark, params), 0)

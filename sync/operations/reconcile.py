@@ -3,7 +3,8 @@
 Counts (and optional checksums) per key bucket on both sides; the buckets that differ are
 opened up to name the keys: missing in the warehouse, extra in the warehouse, or changed.
 A difference the stream explains (the warehouse row, or its delete, is newer than the
-snapshot row) is reported apart and is not an error.
+snapshot row, or of unknown age, by the rule the backfill's merge keeps it by:
+`sync/sql/handover.py`) is reported apart and is not an error.
 """
 
 from __future__ import annotations
@@ -12,23 +13,32 @@ import typing as t
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from datetime import datetime
+from enum import StrEnum
 
 from sync.config import ColumnConfig, Pipeline, TableConfig
 from sync.sql.buckets import ReconcileSql
+from sync.sql.handover import STREAMS, Recency, Stamp, recency
 from sync.warehouse import Warehouse
 
 Progress = Callable[[str], None]
 MAX_LISTED = 1000  # keys listed per kind in the report
 
 
+class Difference(StrEnum):
+    MISSING = "missing"  # live in the snapshot, absent or deleted in the warehouse
+    EXTRA = "extra"  # live in the warehouse, absent from the snapshot
+    CHANGED = "changed"  # live in both, checksums differ
+
+
 @dataclass
 class KeyDiff:
     key: str
-    kind: str  # missing | extra | changed
+    kind: Difference
     explained: bool
     why: str
     snapshot_ts: str | None = None
     warehouse_ts: str | None = None
+    columns: list[str] = field(default_factory=list)  # changed: the checksum columns whose values differ
 
 
 @dataclass
@@ -77,32 +87,97 @@ def _ts(v: t.Any) -> str | None:
     return None if v is None else str(v)
 
 
+# Why a difference is there, by its kind and the warehouse side's recency (handover.py).
+WHY = {
+    Difference.MISSING: (
+        "deleted by the stream after the snapshot",
+        "deleted by the stream, at an unknown time",
+        "not in the warehouse",
+    ),
+    Difference.EXTRA: (
+        "written by the stream after the snapshot",
+        "written by the stream, at an unknown time",
+        "not in the snapshot",
+    ),
+    Difference.CHANGED: (
+        "changed by the stream after the snapshot",
+        "changed by the stream, at an unknown time",
+        "values differ",
+    ),
+}
+
+
+def _diff(key: str, kind: Difference, held: Stamp | None, snap: Stamp) -> KeyDiff:
+    """A difference, explained when the stream's side is newer than the snapshot's or of
+    unknown age: the backfill's merge keeps the warehouse's side for the same reason."""
+    age = recency(held, snap) if held is not None else None
+    newer, unknown, real = WHY[kind]
+    why = newer if age is Recency.NEWER else unknown if age is Recency.UNKNOWN else real
+    shown = None if kind is Difference.EXTRA else _ts(snap.time)  # an extra key's is the cutoff
+    return KeyDiff(key, kind, age in STREAMS, why, shown, _ts(held.time) if held else None)
+
+
 def compare_rows(
-    snapshot: dict[str, tuple[str, datetime | None]],
-    warehouse: dict[str, tuple[str | None, datetime | None, bool]],
+    snapshot: dict[str, tuple[str, Stamp]],
+    warehouse: dict[str, tuple[str | None, Stamp, bool]],
     cutoff: datetime | None,
     use_checksum: bool,
 ) -> list[KeyDiff]:
-    """Keys of the mismatched buckets: snapshot key -> (checksum, source ts); warehouse key
-    -> (checksum, source ts, deleted). `cutoff` is the snapshot time for keys the snapshot
-    does not have."""
+    """Keys of the mismatched buckets: snapshot key -> (checksum, stamp); warehouse key ->
+    (checksum, stamp, deleted), its stamp's time the one the merge dates it by. `cutoff`
+    is the snapshot time for keys the snapshot does not have."""
     diffs: list[KeyDiff] = []
     for key in sorted(set(snapshot) | set(warehouse)):
         s = snapshot.get(key)
         w = warehouse.get(key)
         if s is not None and (w is None or w[2]):
-            newer = w is not None and w[1] is not None and s[1] is not None and w[1] > s[1]
-            why = "deleted by the stream after the snapshot" if newer else "not in the warehouse"
-            diffs.append(KeyDiff(key, "missing", newer, why, _ts(s[1]), _ts(w[1]) if w else None))
+            diffs.append(_diff(key, Difference.MISSING, w[1] if w else None, s[1]))
         elif s is None and w is not None and not w[2]:
-            newer = w[1] is not None and cutoff is not None and w[1] > cutoff
-            why = "written by the stream after the snapshot" if newer else "not in the snapshot"
-            diffs.append(KeyDiff(key, "extra", newer, why, None, _ts(w[1])))
+            diffs.append(_diff(key, Difference.EXTRA, w[1], Stamp(None, cutoff)))
         elif s is not None and w is not None and use_checksum and s[0] != w[0]:
-            newer = w[1] is not None and s[1] is not None and w[1] > s[1]
-            why = "changed by the stream after the snapshot" if newer else "values differ"
-            diffs.append(KeyDiff(key, "changed", newer, why, _ts(s[1]), _ts(w[1])))
+            diffs.append(_diff(key, Difference.CHANGED, w[1], s[1]))
     return diffs
+
+
+def warehouse_rows(wh: Warehouse, sql: ReconcileSql, buckets: list[int]) -> dict[str, tuple[str | None, Stamp, bool]]:
+    """The warehouse's keys of `buckets`, as `compare_rows` takes them."""
+    rows: dict[str, tuple[str | None, Stamp, bool]] = {}
+    for key, chk, pos, held_time, deleted in wh.query(sql.bucket_rows(buckets)):
+        if key not in rows or not deleted:  # a live row wins over a remembered delete
+            rows[key] = (chk, Stamp(pos, held_time), bool(deleted))
+    return rows
+
+
+def name_changed_columns(
+    wh: Warehouse,
+    pipeline: Pipeline,
+    table: TableConfig,
+    rows: t.Any,
+    buckets: int,
+    mismatched: list[int],
+    cols: list[ColumnConfig],
+    differences: list[KeyDiff],
+) -> None:
+    """Name the columns of each unexplained changed key whose values differ: the row
+    checksums of the mismatched buckets again, one checksum column at a time."""
+    from pyspark.sql import functions as F
+
+    from backfill.reconcile import with_buckets
+
+    changed = {d.key: d for d in differences if d.kind == "changed" and not d.explained}
+    if not changed:
+        return
+    for col in cols:
+        sql = ReconcileSql(wh.dialect.bind_schema(pipeline.schema), pipeline, table, buckets, [col])
+        stored = {key: chk for key, chk, *_, deleted in wh.query(sql.bucket_rows(mismatched)) if not deleted}
+        keyed = with_buckets(rows, table, buckets, [col]).where(F.col("bucket").isin(mismatched))
+        for r in keyed.select("key_text", "checksum").toLocalIterator():
+            diff = changed.get(r["key_text"])
+            if diff is not None and stored.get(r["key_text"]) != r["checksum"]:
+                diff.columns.append(col.target_name)
+    for diff in changed.values():
+        if diff.columns:
+            diff.why = f"values differ in {', '.join(diff.columns)}"
 
 
 def run_reconcile(
@@ -142,16 +217,14 @@ def run_reconcile(
         if mismatched:
             progress(f"{len(mismatched)} bucket(s) differ; listing their keys")
             snap_rows = {
-                r["key_text"]: (r["checksum"], r["_source_ts"])
+                r["key_text"]: (r["checksum"], Stamp(r["_source_pos"], r["_source_ts"]))
                 for r in keyed.where(F.col("bucket").isin(mismatched))
-                .select("key_text", "checksum", "_source_ts")
+                .select("key_text", "checksum", "_source_pos", "_source_ts")
                 .toLocalIterator()
             }
-            wh_rows: dict[str, tuple] = {}
-            for key, chk, ts, deleted in wh.query(sql.bucket_rows(mismatched)):
-                if key not in wh_rows or not deleted:  # a live row wins over a remembered delete
-                    wh_rows[key] = (chk, ts, bool(deleted))
+            wh_rows = warehouse_rows(wh, sql, mismatched)
             cutoff = snapshot_time or keyed.agg(F.max("_source_ts")).first()[0]
             report.differences = compare_rows(snap_rows, wh_rows, cutoff, bool(cols))
+            name_changed_columns(wh, pipeline, table, prepared.rows, buckets, mismatched, cols, report.differences)
         keyed.unpersist()
     return report

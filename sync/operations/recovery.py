@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from sync.config import ConfigError, Pipeline, TableConfig
+from sync.operations.conflicts import conflict_policy, retry_conflicts
 from sync.sql import recovery as sql
 from sync.sql import schemas
 from sync.sql.dialect import PostgresDialect
@@ -54,16 +55,44 @@ class PositionReset:
     target_rows: int  # rows whose stored position was (or would be) cleared
     deleted_keys: int | None  # the same in the deleted-keys table (None: soft deletes)
     applied: bool
+    reread_from: dict[int, int] | None = None  # the watermark the next sync reads again from
 
 
-def reset_positions(wh: Warehouse, pipeline: Pipeline, table_name: str, apply: bool) -> PositionReset:
+def parse_watermark(text: str | None) -> dict[int, int] | None:
+    """A watermark as the run log writes it ("0:17,1:5"; "" or None: no partition read
+    yet) as partition -> offset; None when it is not one (a list cut short: "(+N more)")."""
+    out: dict[int, int] = {}
+    for item in filter(None, (text or "").split(",")):
+        partition, sep, offset = item.strip().partition(":")
+        if not (sep and partition.isdigit() and offset.lstrip("-").isdigit()):
+            return None
+        out[int(partition)] = int(offset)
+    return out
+
+
+def reset_positions(
+    wh: Warehouse, pipeline: Pipeline, table_name: str, apply: bool, reread_from: dict[int, int] | None = None
+) -> PositionReset:
     """Clear the source positions stored in the target and the deleted-keys table, in one
-    transaction under the procedure's lock, and log it."""
+    transaction under the procedure's lock, and log it (run again after a serialization
+    conflict, `[operations] conflict_attempts`). With `reread_from` (a watermark), the
+    watermark moves back to it too, so that the next sync applies the records read since
+    then, which the stored positions made stale (partitions it does not name are read from
+    their first record)."""
     if pipeline.table(table_name).order_by == "kafka":
         raise ConfigError(f'table {table_name!r} has order_by = "kafka": it stores no source positions to reset')
+    return retry_conflicts(conflict_policy(pipeline), lambda: _reset_positions(wh, pipeline, table_name, apply, reread_from))[0]
+
+
+def _reset_positions(
+    wh: Warehouse, pipeline: Pipeline, table_name: str, apply: bool, reread_from: dict[int, int] | None
+) -> PositionReset:
     with _recovery(wh, pipeline, table_name, apply) as (table, d, started):
         if apply:
+            watermark_before = wh.scalar(sql.watermark_text_sql(d, pipeline, table))
             counts = [wh.execute(stmt) for stmt in sql.reset_positions_sql(d, pipeline, table)]
+            if reread_from is not None:
+                _rewind(wh, pipeline, table, d, reread_from)
             watermark = wh.scalar(sql.watermark_text_sql(d, pipeline, table))
             wh.execute(
                 sql.run_log_sql(
@@ -72,7 +101,7 @@ def reset_positions(wh: Warehouse, pipeline: Pipeline, table_name: str, apply: b
                     table,
                     sql.RESET_POSITIONS,
                     started,
-                    watermark,
+                    watermark_before,
                     watermark,
                     upserted=counts[0],
                     deleted=sum(counts[1:]),
@@ -80,7 +109,23 @@ def reset_positions(wh: Warehouse, pipeline: Pipeline, table_name: str, apply: b
             )
         else:
             counts = [int(wh.scalar(stmt)) for stmt in sql.positioned_rows_sql(d, pipeline, table)]
-    return PositionReset(table.name, counts[0], counts[1] if len(counts) > 1 else None, apply)
+    return PositionReset(table.name, counts[0], counts[1] if len(counts) > 1 else None, apply, reread_from)
+
+
+def _rewind(wh: Warehouse, pipeline: Pipeline, table: TableConfig, d: PostgresDialect, reread_from: dict[int, int]) -> None:
+    """The watermark back to `reread_from`; every partition the watermark holds and
+    `reread_from` does not name is read from its first record."""
+    held = {
+        int(p)
+        for (p,) in wh.query(
+            f"SELECT kafka_partition FROM {d.qualified(pipeline.schema, table_names(pipeline, table).watermark)}"
+        )
+    }
+    after = {p: -1 for p in held} | reread_from
+    first = wh.scalar(sql.first_refresh_sql(d, pipeline, table, after))
+    if first is not None:
+        for stmt in sql.rewind_sql(d, pipeline, table, sql.rebased_since(first), after):
+            wh.execute(stmt)
 
 
 @dataclass
@@ -129,7 +174,12 @@ class OffsetRebase:
 def rebase_offsets(wh: Warehouse, pipeline: Pipeline, table_name: str, apply: bool) -> OffsetRebase:
     """Move the watermark so that the next sync reads exactly the records refreshed after
     it (and never again the older ones): every partition from the first such refresh,
-    from just before its first new offset (offset 0 for a partition with none yet)."""
+    from just before its first new offset (offset 0 for a partition with none yet). Run
+    again after a serialization conflict (`[operations] conflict_attempts`)."""
+    return retry_conflicts(conflict_policy(pipeline), lambda: _rebase_offsets(wh, pipeline, table_name, apply))[0]
+
+
+def _rebase_offsets(wh: Warehouse, pipeline: Pipeline, table_name: str, apply: bool) -> OffsetRebase:
     with _recovery(wh, pipeline, table_name, apply) as (table, d, started):
         rows = [schemas.as_row(sql.WATERMARK_ROW, r) for r in wh.query(sql.watermark_rows_sql(d, pipeline, table))]
         before = {r["kafka_partition"]: (r["last_offset"], r["last_refresh_time"]) for r in rows}

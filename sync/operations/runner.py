@@ -8,12 +8,21 @@ from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
 from sync.config import Pipeline, TableConfig
+from sync.operations.conflicts import (
+    SERIALIZATION_FAILURE,
+    RetryPolicy,
+    conflict_policy,
+    is_serialization_conflict,
+    retry_conflicts,
+)
 from sync.operations.isolation import CallFailed, Isolation, is_data_error, isolate
+from sync.operations.unknown_values import unknown_values
 from sync.sql import schemas
 from sync.sql.dialect import PostgresDialect, quote_ident, quote_literal
-from sync.sql.names import QUARANTINE, RUN_LOG, SCHEMA_DRIFT, table_names
+from sync.sql.names import HEARTBEAT_STREAM, QUARANTINE, REFRESH_HISTORY, RUN_LOG, SCHEMA_DRIFT, table_names
 from sync.sql.objects import SqlObject, pipeline_objects
 from sync.sql.procedure import pending_condition
+from sync.sql.recovery import lock_sql
 from sync.warehouse import Warehouse, WarehouseError
 
 
@@ -71,6 +80,10 @@ class RunSummary:
     isolated: list[str] = field(default_factory=list)
     # A failed call failed on a record's data (record isolation may follow).
     data_error: bool = False
+    # A failed call was stopped by a serialization conflict (it rolled back whole).
+    conflict: bool = False
+    # Transactions of this run stopped by a serialization conflict and run again.
+    retries: int = 0
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -105,15 +118,16 @@ def applied_runs_sql(pipeline: Pipeline, table_name: str, since: str | None) -> 
     )
 
 
-def pending_sql(pipeline: Pipeline, table_name: str) -> str:
-    """How many records the table's next sync reads: the procedure's own pending
-    condition, with its refresh-time bound (v_since) computed from the watermark."""
+def pending_sql(pipeline: Pipeline, table_name: str, select: str = "COUNT(*)") -> str:
+    """`select` over the records the table's next sync reads (the stream `s`; how many, by
+    default): the procedure's own pending condition, with its refresh-time bound (v_since)
+    computed from the watermark."""
     n = table_names(pipeline, pipeline.table(table_name))
     qs = quote_ident(n.schema)
     wm = f"{qs}.{quote_ident(n.watermark)}"
     since = f"(SELECT COALESCE(MAX(last_refresh_time), TIMESTAMP '1900-01-01 00:00:00') FROM {wm})"
     return (
-        f"SELECT COUNT(*) FROM {qs}.{quote_ident(n.stream)} s LEFT JOIN {wm} w "
+        f"SELECT {select} FROM {qs}.{quote_ident(n.stream)} s LEFT JOIN {wm} w "
         f"ON w.kafka_partition = s.kafka_partition WHERE {pending_condition().replace('v_since', since)}"
     )
 
@@ -133,28 +147,40 @@ def unfinished_summary(table_name: str, status: str, duration: float, error: str
 
 
 def call_procedure(wh: Warehouse, pipeline: Pipeline, table_name: str, max_records: int | None = None) -> RunSummary:
-    """CALL incremental_sync_<table>() and read back the run-log row it wrote."""
+    """CALL incremental_sync_<table>() and read back the run-log row it wrote. The CALL runs
+    in a transaction that takes the procedure's lock first: at REPEATABLE READ and
+    SERIALIZABLE a transaction's snapshot starts at its first statement, and a CALL made on
+    its own starts it before the procedure's LOCK, so two overlapping calls of one table
+    would conflict on the watermark (PostgreSQL, "LOCK": "the LOCK TABLE command must be
+    executed before any SELECT or data modification statement" at those levels)."""
     table = pipeline.table(table_name)
     names = table_names(pipeline, table)
     started = time.perf_counter()
     try:
-        wh.execute(call_sql(pipeline, table.name, max_records))
+        with wh.transaction():
+            wh.execute(lock_sql(wh.dialect.bind_schema(pipeline.schema), pipeline, table))
+            wh.execute(call_sql(pipeline, table.name, max_records))
     except WarehouseError as exc:
         message = str(exc)
         if "does not exist" in message:
             message += f"\n(has `redshift-sync deploy` run for this pipeline on this database? schema {names.schema!r})"
         summary = unfinished_summary(table.name, "failed", time.perf_counter() - started, message)
         summary.data_error = is_data_error(str(exc), exc.sqlstate)
+        summary.conflict = is_serialization_conflict(str(exc), exc.sqlstate)
         return summary
-    duration = time.perf_counter() - started
+    return logged_run(wh, pipeline, table.name, time.perf_counter() - started)
+
+
+def logged_run(wh: Warehouse, pipeline: Pipeline, table_name: str, duration: float) -> RunSummary:
+    """The run-log row this session's last CALL of the table wrote, as a RunSummary."""
     row = wh.query(
-        f"SELECT {RUN_LOG_COLUMNS} FROM {quote_ident(names.schema)}.{quote_ident(RUN_LOG)} "
+        f"SELECT {RUN_LOG_COLUMNS} FROM {quote_ident(pipeline.schema)}.{quote_ident(RUN_LOG)} "
         "WHERE table_name = %s AND backend_pid = PG_BACKEND_PID() ORDER BY run_id DESC LIMIT 1",
-        (table.name,),
+        (table_name,),
     )
     if not row:
-        return unfinished_summary(table.name, "failed", duration, "the procedure finished but wrote no run-log row")
-    return summary_from_row(table.name, schemas.as_row(SUMMARY_COLUMNS, row[0]), duration)
+        return unfinished_summary(table_name, "failed", duration, "the procedure finished but wrote no run-log row")
+    return summary_from_row(table_name, schemas.as_row(SUMMARY_COLUMNS, row[0]), duration)
 
 
 def selected_tables(pipeline: Pipeline, tables: Sequence[str] | None = None) -> list[str]:
@@ -170,33 +196,60 @@ def sync(wh: Warehouse, pipeline: Pipeline, tables: Sequence[str] | None = None)
     return [sync_table(wh, pipeline, name) for name in selected_tables(pipeline, tables)]
 
 
-def sync_table(wh: Warehouse, pipeline: Pipeline, table_name: str) -> RunSummary:
-    """One table's sync. A CALL that fails on a record's data is followed by record
-    isolation (sync/operations/isolation.py): the failing records are quarantined with the engine's
+def sync_table(
+    wh: Warehouse,
+    pipeline: Pipeline,
+    table_name: str,
+    policy: RetryPolicy | None = None,
+    may_retry: Callable[[], bool] = lambda: True,
+) -> RunSummary:
+    """One table's sync. A CALL stopped by a serialization conflict rolled back whole and is
+    run again (`policy`, by default `[operations] conflict_attempts`; `may_retry` can stop
+    it). A CALL that fails on a record's data is followed by record isolation
+    (sync/operations/isolation.py): the failing records are quarantined with the engine's
     error and everything else is applied in this run; the summary adds up every call."""
-    first = call_procedure(wh, pipeline, table_name)
+    policy = policy or conflict_policy(pipeline)
+    attempts = 0
+    while True:
+        attempts += 1
+        first = call_procedure(wh, pipeline, table_name)
+        if not (first.conflict and policy.should_retry(attempts, first.error, SERIALIZATION_FAILURE) and may_retry()):
+            break
+        time.sleep(policy.delay(attempts))
+    first.retries = attempts - 1
     if first.status != "failed" or not first.data_error:
         return first
     applied: list[RunSummary] = []
+    retried = [first.retries]
 
-    def call(limit: int) -> None:
+    def bounded(limit: int) -> RunSummary:
         run = call_procedure(wh, pipeline, table_name, limit)
         if run.status == "failed":
             if run.data_error:
                 raise CallFailed(run.error or "")
-            raise WarehouseError(run.error or "the call failed")
+            raise WarehouseError(run.error or "the call failed", SERIALIZATION_FAILURE if run.conflict else None)
+        return run
+
+    def call(limit: int) -> None:
+        run, n = retry_conflicts(policy, lambda: bounded(limit), may_retry=may_retry)
+        retried[0] += n
         applied.append(run)
+
+    def quarantine_first(error: str) -> None:
+        retried[0] += retry_conflicts(
+            policy, lambda: wh.execute(isolate_sql(pipeline, table_name), (error,)), may_retry=may_retry
+        )[1]
 
     started = time.perf_counter()
     try:
-        result = isolate(
-            call,
-            lambda: int(wh.scalar(pending_sql(pipeline, table_name))),
-            lambda error: wh.execute(isolate_sql(pipeline, table_name), (error,)),
-        )
+        result = isolate(call, lambda: int(wh.scalar(pending_sql(pipeline, table_name))), quarantine_first)
     except WarehouseError as exc:
-        return unfinished_summary(table_name, "failed", first.duration_seconds + time.perf_counter() - started, str(exc))
-    return combined_summary(table_name, first, applied, result)
+        failed = unfinished_summary(table_name, "failed", first.duration_seconds + time.perf_counter() - started, str(exc))
+        failed.retries = retried[0]
+        return failed
+    total = combined_summary(table_name, first, applied, result)
+    total.retries = retried[0]
+    return total
 
 
 def combined_summary(table_name: str, first: RunSummary, applied: list[RunSummary], result: Isolation) -> RunSummary:
@@ -234,11 +287,14 @@ class TableStatus:
     schema_drift: list[tuple[str, str, int]] = field(default_factory=list)
     # (reason, records) the streaming ingestion skipped without an error (Redshift).
     stream_errors: list[tuple[str, int]] = field(default_factory=list)
+    # (column, rows) stored rows whose value is unknown (sync.operations.unknown_values).
+    unknown_values: list[tuple[str, int]] = field(default_factory=list)
 
     def as_dict(self) -> dict:
         out = asdict(self)
         out["quarantine_reasons"] = [{"reason": r, "records": n} for r, n in self.quarantine_reasons]
         out["schema_drift"] = [{"kind": k, "field": f, "events": n} for k, f, n in self.schema_drift]
+        out["unknown_values"] = [{"column": c, "rows": n} for c, n in self.unknown_values]
         return out
 
 
@@ -310,6 +366,7 @@ def status(wh: Warehouse, pipeline: Pipeline) -> list[TableStatus]:
                 [(str(a), int(b)) for a, b in reasons],
                 drift,
                 [(str(r), int(c)) for r, c in skipped],
+                [(u.column, u.rows) for u in unknown_values(wh, pipeline, table.name)],
             )
         )
     return out
@@ -322,6 +379,7 @@ class PruneResult:
     schema_drift: int
     quarantine: int
     stream: dict[str, int] = field(default_factory=dict)  # table -> stream records deleted (prune --stream)
+    heartbeat: int | None = None  # heartbeat records deleted (prune --stream with [heartbeat])
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -345,25 +403,80 @@ def stream_prune_sql(pipeline: Pipeline, table: TableConfig, d: PostgresDialect,
     )
 
 
-def prune(wh: Warehouse, pipeline: Pipeline, days: int | None = None, stream: bool = False) -> PruneResult:
-    """Delete control-table rows older than the retention (`[operations] retention_days`):
-    run-log rows (each table keeps its newest, which `status` shows), schema-drift rows,
-    and quarantined records already replayed or discarded. Waiting records are never pruned.
-    With `stream`, also the stream records nothing needs any more (`stream_prune_sql`)."""
-    days = days if days is not None else pipeline.operations.retention_days
-    d = wh.dialect.bind_schema(pipeline.schema)
+def heartbeat_prune_sql(pipeline: Pipeline, d: PostgresDialect, cutoff: str) -> list[str]:
+    """The heartbeat records refreshed before the cutoff but each partition's newest (its
+    age is all freshness reads), and locally the refreshes `ingest` recorded before the
+    cutoff but each relation's newest. Nothing without [heartbeat]."""
+    if pipeline.heartbeat is None:
+        return []
+    hb = d.qualified(pipeline.schema, HEARTBEAT_STREAM)
+    statements = [
+        f"DELETE FROM {hb}\nWHERE {hb}.refresh_time < {cutoff}\n"
+        f"  AND {hb}.kafka_offset < (SELECT MAX(h.kafka_offset) FROM {hb} h WHERE h.kafka_partition = {hb}.kafka_partition)"
+    ]
+    if not d.streaming_ingestion:  # Redshift keeps its own SYS_MV_REFRESH_HISTORY
+        rh = d.qualified(pipeline.schema, REFRESH_HISTORY)
+        statements.append(
+            f"DELETE FROM {rh}\nWHERE {rh}.end_time < {cutoff}\n"
+            f"  AND {rh}.end_time < (SELECT MAX(r.end_time) FROM {rh} r WHERE r.mv_name = {rh}.mv_name)"
+        )
+    return statements
+
+
+@dataclass(frozen=True)
+class PruneSql:
+    """A prune's transactions. Each takes its lock first (docs/redshift.md, "Concurrency
+    and isolation"): the run log's own, then per table the watermark its procedure locks
+    first, so a prune and a CALL of the table never overlap."""
+
+    run_log: list[str]
+    tables: dict[str, list[str]]
+    heartbeat: list[str]  # prune --stream with [heartbeat]: `heartbeat_prune_sql`
+
+
+def prune_sql(d: PostgresDialect, pipeline: Pipeline, days: int, stream: bool = False) -> PruneSql:
+    """Run-log rows older than `days` (each table keeps its newest, which `status` shows);
+    per table, schema-drift rows, quarantined records already replayed or discarded and,
+    with `stream`, the stream records nothing needs any more (`stream_prune_sql`)."""
     cutoff = f"{d.now()} - INTERVAL '{int(days)} days'"
-    qual = lambda name: d.qualified(pipeline.schema, name)  # noqa: E731
+    run_log = d.qualified(pipeline.schema, RUN_LOG)
+    tables = {}
+    for t in pipeline.tables:
+        n = table_names(pipeline, t)
+        tables[t.name] = [
+            f"LOCK TABLE {d.qualified(n.schema, n.watermark)}{d.lock_mode}",
+            f"DELETE FROM {d.qualified(n.schema, n.schema_drift)} WHERE run_started_at < {cutoff}",
+            f"DELETE FROM {d.qualified(n.schema, n.quarantine)} WHERE handled IN ('replayed', 'discarded') AND handled_at < {cutoff}",
+            *([stream_prune_sql(pipeline, t, d, cutoff)] if stream else []),
+        ]
+    return PruneSql(
+        [
+            f"LOCK TABLE {run_log}{d.lock_mode}",
+            f"DELETE FROM {run_log} WHERE started_at < {cutoff}\n"
+            f"  AND run_id NOT IN (SELECT MAX(run_id) FROM {run_log} GROUP BY table_name)",
+        ],
+        tables,
+        heartbeat_prune_sql(pipeline, d, cutoff) if stream else [],
+    )
+
+
+def prune(wh: Warehouse, pipeline: Pipeline, days: int | None = None, stream: bool = False) -> PruneResult:
+    """Delete control-table rows older than the retention (`[operations] retention_days`,
+    `prune_sql`), one transaction for the run log and one per table. Waiting records are
+    never pruned."""
+    days = days if days is not None else pipeline.operations.retention_days
+    sql = prune_sql(wh.dialect.bind_schema(pipeline.schema), pipeline, days, stream)
     with wh.transaction():
-        run_log = wh.execute(
-            f"DELETE FROM {qual(RUN_LOG)} WHERE started_at < {cutoff}\n"
-            f"  AND run_id NOT IN (SELECT MAX(run_id) FROM {qual(RUN_LOG)} GROUP BY table_name)"
-        )
-        drift = wh.execute(f"DELETE FROM {qual(SCHEMA_DRIFT)} WHERE run_started_at < {cutoff}")
-        quarantine = wh.execute(
-            f"DELETE FROM {qual(QUARANTINE)} WHERE handled IN ('replayed', 'discarded') AND handled_at < {cutoff}"
-        )
-        streams = (
-            {t.name: max(wh.execute(stream_prune_sql(pipeline, t, d, cutoff)), 0) for t in pipeline.tables} if stream else {}
-        )
-    return PruneResult(days, max(run_log, 0), max(drift, 0), max(quarantine, 0), streams)
+        run_log = [max(wh.execute(statement), 0) for statement in sql.run_log][-1]
+    result = PruneResult(days, run_log, 0, 0)
+    for table, statements in sql.tables.items():
+        with wh.transaction():
+            counts = [max(wh.execute(statement), 0) for statement in statements][1:]
+        result.schema_drift += counts[0]
+        result.quarantine += counts[1]
+        if stream:
+            result.stream[table] = counts[2]
+    if sql.heartbeat:
+        with wh.transaction():
+            result.heartbeat = [max(wh.execute(statement), 0) for statement in sql.heartbeat][0]
+    return result

@@ -196,6 +196,35 @@ def watermark_distribution(s: Scratch) -> None:
     assert str(style).upper().startswith("AUTO"), f"the watermark's distribution style is {style}"
 
 
+FLOATS = """
+[[tables]]
+name = "floats"
+topic = "db.public.floats"
+primary_key = ["id"]
+order_by = "mysql-binlog"
+columns = [{ name = "id", type = "integer" }, { name = "r", type = "real" }, { name = "d", type = "double" }]
+"""
+
+
+def float_ranges(s: Scratch) -> None:
+    pipeline, cs = s.deploy(FLOATS), ChangeStream(["id"], MySqlSource(table="floats"))
+    inside = {"id": 1, "r": 1e30, "d": 1e300}
+    # Past REAL's largest value, and below its smallest (rounds to zero), on every engine.
+    outside = [{"id": 2, "r": 1e39, "d": 1.0}, {"id": 3, "r": 1e-50, "d": 1.0}]
+    run = s.feed(pipeline, "floats", [cs.insert(r) for r in (inside, *outside)])
+    assert (run.upserted, run.quarantined) == (1, 2), f"upserted {run.upserted}, quarantined {run.quarantined}"
+
+
+def varchar_widened_in_place(s: Scratch) -> None:
+    table = s.name("widen")
+    s.wh.execute(f"CREATE TABLE {table} (v varchar(8))")
+    s.wh.execute(f"INSERT INTO {table} VALUES ('12345678')")
+    s.wh.execute(f"ALTER TABLE {table} ALTER COLUMN v TYPE varchar(16)")  # autocommit: no transaction block
+    s.wh.execute(f"INSERT INTO {table} VALUES ('1234567890123456')")
+    got = sorted(r[0] for r in s.wh.query(f"SELECT v FROM {table}"))
+    assert got == ["12345678", "1234567890123456"], got
+
+
 SCENARIOS = (
     Scenario(1, "REGEXP_SUBSTR without a match is NULL after NULLIF", regexp_without_a_match),
     Scenario(2, "JSON text past VARCHAR's limit reads as NULL, not an error", json_text_over_varchar),
@@ -212,4 +241,6 @@ SCENARIOS = (
     Scenario(13, "COPY of Parquet text into SUPER", parquet_into_super),
     Scenario(14, "the procedure pins UTC and restores the caller's time zone", procedure_pins_utc),
     Scenario(15, "the watermark is DISTSTYLE AUTO", watermark_distribution),
+    Scenario(16, "reals and doubles outside the engine's range are quarantined", float_ranges),
+    Scenario(17, "a VARCHAR is widened in place", varchar_widened_in_place),
 )

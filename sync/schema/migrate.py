@@ -18,12 +18,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from sync.config import Pipeline
+from sync.config import METADATA_PREFIX, Pipeline
 from sync.schema.state import State, pipeline_of
+from sync.sql import schemas
 from sync.sql.column_fill import column_fill_sql
 from sync.sql.dialect import PostgresDialect, dialect_for, quote_literal
-from sync.sql.names import SCHEMA_DRIFT, table_names
-from sync.sql.objects import SqlObject, pipeline_objects
+from sync.sql.names import table_names
+from sync.sql.objects import SHARED_VIEWS, SqlObject, control_table_sql, heartbeat_objects, pipeline_objects
 
 SQLALCHEMY_DIALECTS = {"redshift": "redshift", "postgresql": "postgres"}
 
@@ -116,6 +117,7 @@ class Revision:
             "procedure": d.drop_procedure(name, obj.arguments),
             "function": f"DROP FUNCTION IF EXISTS {name};",
             "external_schema": f"DROP SCHEMA IF EXISTS {d.q(obj.name)};",
+            "view": f"DROP VIEW IF EXISTS {name};",
             "schema": f"DROP SCHEMA IF EXISTS {d.q(obj.name)};",
         }.get(obj.kind)  # indexes go with their table
         if statement:
@@ -129,9 +131,56 @@ class Revision:
 
     # -- the pipeline's shared objects
     def create_pipeline(self) -> None:
-        """Schema, external schema (Redshift), helper functions (PostgreSQL), run log, quarantine."""
+        """Schema, external schema (Redshift), helper functions (PostgreSQL), run log; the
+        shared views come with `replace_views`, once the tables exist."""
         for obj in self._objects("after", None):
+            if obj.kind != "view":
+                self._run(obj.sql)
+
+    def replace_views(self) -> None:
+        """The shared views over every table's quarantine and schema-drift tables."""
+        for obj in self._objects("after", None, ("view",)):
             self._run(obj.sql)
+
+    def drop_views(self) -> None:
+        """Before tables go (PostgreSQL refuses to drop a table a view reads)."""
+        for obj in self._objects("before", None, ("view",)):
+            self._drop(obj)
+
+    def separate_control_tables(self) -> None:
+        """From one quarantine and one schema-drift table every table's procedure read and
+        wrote (two tables' CALLs could stop each other with a serialization conflict) to
+        one of each per table: the rows move to their table's own, and the shared names
+        become views over them (docs/redshift.md, "Concurrency and isolation")."""
+        self._move_control_rows(self.after, to_shared=False)
+
+    def join_control_tables(self) -> None:
+        """The reverse of `separate_control_tables`."""
+        self._move_control_rows(self.before, to_shared=True)
+
+    def _move_control_rows(self, pipeline: Pipeline | None, to_shared: bool) -> None:
+        assert pipeline is not None
+        d = self._dialect(pipeline)
+        if to_shared:
+            self.drop_views()
+            for view, _, cols in SHARED_VIEWS:
+                self._run(control_table_sql(d, pipeline.schema, view, cols))
+        for table in pipeline.tables:
+            n = table_names(pipeline, table)
+            for view, attr, cols in SHARED_VIEWS:
+                own, shared = d.qualified(n.schema, getattr(n, attr)), d.qualified(pipeline.schema, view)
+                if not to_shared:
+                    self._run(control_table_sql(d, n.schema, getattr(n, attr), cols))
+                columns = ", ".join(schemas.names(cols))
+                source, target = (own, shared) if to_shared else (shared, own)
+                where = "" if to_shared else f" WHERE table_name = {quote_literal(table.name)}"
+                self._run(f"INSERT INTO {target} ({columns}) SELECT {columns} FROM {source}{where};")
+                if to_shared:
+                    self._run(f"DROP TABLE {own};")
+        if not to_shared:
+            for view, _, _ in SHARED_VIEWS:
+                self._run(f"DROP TABLE {d.qualified(pipeline.schema, view)};")
+            self.replace_views()
 
     def drop_pipeline(self) -> None:
         """Drops what create_pipeline made. The schema is dropped without CASCADE: objects
@@ -142,6 +191,15 @@ class Revision:
     def replace_functions(self) -> None:
         for obj in self._objects("after", None, ("function",)):
             self._run(obj.sql)
+
+    def create_heartbeat(self) -> None:
+        """The heartbeat topic's stream relation ([heartbeat] added or its topic changed)."""
+        for obj in heartbeat_objects(self._dialect(self.after), self.after):
+            self._run(obj.sql)
+
+    def drop_heartbeat(self) -> None:
+        for obj in reversed(heartbeat_objects(self._dialect(self.before), self.before)):
+            self._drop(obj)
 
     def recreate_source(self) -> None:
         """Where the warehouse reads the topics itself (Redshift): the external schema
@@ -154,9 +212,9 @@ class Revision:
         for table in common:
             for obj in self._objects("before", table, ("stream",)):
                 self._drop(obj)
-        for obj in self._objects("before", None, ("external_schema",)):
+        for obj in reversed(self._objects("before", None, ("external_schema", "stream"))):  # the heartbeat's too
             self._drop(obj)
-        for obj in self._objects("after", None, ("external_schema",)):
+        for obj in self._objects("after", None, ("external_schema", "stream")):
             self._run(obj.sql)
         for table in common:
             for obj in self._objects("after", table, ("stream",)):
@@ -179,7 +237,8 @@ class Revision:
             self._run(obj.sql)
         d = self._dialect(self.after)
         assert self.after is not None
-        self._run(f"DELETE FROM {d.qualified(self.after.schema, SCHEMA_DRIFT)} WHERE table_name = {quote_literal(table)};")
+        n = table_names(self.after, self.after.table(table))
+        self._run(f"DELETE FROM {d.qualified(n.schema, n.schema_drift)} WHERE table_name = {quote_literal(table)};")
 
     def recreate_stream(self, table: str, dialect: str) -> None:
         """Only on `dialect`. A re-created streaming MV re-reads its topic from offset 0;
@@ -232,13 +291,30 @@ class Revision:
             self._run(sql)
 
     def widen_column(self, table: str, column: str) -> None:
-        """A longer VARCHAR on the target and the stage, outside a transaction block."""
-        assert self.after is not None
-        col = self.after.table(table).column_by_any_name(column)
-        assert col is not None, f"{table}.{column} is not in this revision's state"
+        """A wider type (`sync.sql.types.widens`) on the target and the stage, every value
+        kept. In place where the engine alters the type (`in_place_widenings`), outside a
+        transaction block (Redshift refuses ALTER COLUMN TYPE in one); elsewhere copied into
+        a new column, in the revision's transaction: ADD COLUMN, UPDATE, DROP COLUMN, RENAME
+        COLUMN (the column moves to the end of the table; the generated SQL names columns)."""
+        assert self.before is not None and self.after is not None
+        old = self.before.table(table).column_by_any_name(column)
+        new = self.after.table(table).column_by_any_name(column)
+        assert old is not None and new is not None, f"{table}.{column} is not in both states of this revision"
         d = self._dialect(self.after)
-        action = f"ALTER COLUMN {d.q(column)} TYPE {d.type_sql(col.sql_type)}"
-        self._outside_transaction(self._alter(self.after, table, ("target", "stage"), action))
+        type_sql = d.type_sql(new.sql_type)
+        if old.sql_type.family in d.in_place_widenings:
+            self._outside_transaction(
+                self._alter(self.after, table, ("target", "stage"), f"ALTER COLUMN {d.q(column)} TYPE {type_sql}")
+            )
+            return
+        n = table_names(self.after, self.after.table(table))
+        copy = d.q(f"{METADATA_PREFIX}widening_{column}")  # '_': no configured column is named so
+        for relation in (n.target, n.stage):
+            name = d.qualified(n.schema, relation)
+            self._run(f"ALTER TABLE {name} ADD COLUMN {copy} {type_sql};")
+            self._run(f"UPDATE {name} SET {copy} = {d.q(column)};")
+            self._run(f"ALTER TABLE {name} DROP COLUMN {d.q(column)};")
+            self._run(f"ALTER TABLE {name} RENAME COLUMN {copy} TO {d.q(column)};")
 
     def alter_sortkey(self, table: str) -> None:
         """Redshift re-sorts in the background; PostgreSQL has no sort key (no-op)."""

@@ -2,9 +2,10 @@
 recorded and the pipeline file now, as the exact operations of its upgrade and downgrade.
 
 Pure: states in, lines of Python for the revision file out (calls on a
-`sync.schema.migrate.Revision`, which renders each operation's SQL from the generator). A change
-Redshift cannot make in place is refused as a whole, with the safe manual path, so no
-revision ever applies half of a pipeline change.
+`sync.schema.migrate.Revision`, which renders each operation's SQL from the generator). A type
+change is made only when it widens (`sync.sql.types.widens`): every stored value is kept. A
+change that cannot be made without loss is refused as a whole, with the safe manual path, so
+no revision ever applies half of a pipeline change.
 """
 
 from __future__ import annotations
@@ -14,7 +15,13 @@ from dataclasses import dataclass, field
 
 from sync.config import ColumnConfig, Pipeline, TableConfig
 from sync.schema.state import Drift, State, drifted_objects, pipeline_of
-from sync.sql.names import TableNames
+from sync.sql.dialect import DIALECTS
+from sync.sql.names import QUARANTINE, SCHEMA_DRIFT, TableNames
+from sync.sql.types import widens
+
+# The shared control tables of earlier revisions, and the per-table ones that replace them.
+SHARED_CONTROL_TABLES = (f".{QUARANTINE}", f".{SCHEMA_DRIFT}")
+PER_TABLE_CONTROL_TABLES = ("__quarantine", "__drift")
 
 
 class RevisionRefused(ValueError):
@@ -44,9 +51,13 @@ def _keys(table: TableConfig) -> str:
     return ", ".join(f"{c.target_name} {_type(c)}" for c in table.key_columns)
 
 
-def _is_varchar_widening(old: ColumnConfig, new: ColumnConfig) -> bool:
-    a, b = old.sql_type, new.sql_type
-    return a.family == b.family == "varchar" and (b.byte_limit or 0) > (a.byte_limit or 0)
+def _widened(old: ColumnConfig, new: ColumnConfig) -> bool:
+    return _type(old) != _type(new) and widens(old.sql_type, new.sql_type)
+
+
+def _copied_somewhere(old: ColumnConfig) -> bool:
+    """Some engine widens the column by copying it into a new one (not in place)."""
+    return any(old.sql_type.family not in d.in_place_widenings for d in DIALECTS.values())
 
 
 NEW_TABLE_PATH = (
@@ -54,9 +65,16 @@ NEW_TABLE_PATH = (
     "the old table or a snapshot (`INSERT INTO new SELECT ... FROM old`), switch readers, then remove the "
     "old table from the pipeline file (a later revision)."
 )
+WIDENINGS = (
+    "A revision changes a type only to one that holds every value unchanged: a longer varchar, more decimal "
+    "digits at the same scale, smallint -> integer/bigint, integer -> bigint, real -> double precision."
+)
 NEW_COLUMN_PATH = (
-    "Safe path: add a column with a new target name and the new type (one revision), backfill it "
-    "(`UPDATE ... SET new = CAST(old AS ...)`), switch readers, then remove the old column from the "
+    "Safe path: list the field a second time with a new target name and the new type "
+    '(`{{ name = "{field}", target = "{column}_v2", type = "{new}" }}`, one revision: the new column is filled '
+    "from the records the stream still holds), copy the older rows by hand "
+    '(`UPDATE <table> SET "{column}_v2" = CAST("{column}" AS {new}) WHERE "{column}_v2" IS NULL AND "{column}" IS NOT NULL`, '
+    "after checking that every stored value converts), switch readers, then remove the old column from the "
     "pipeline file (a later revision)."
 )
 
@@ -91,6 +109,19 @@ def _source_ops(old: Pipeline, new: Pipeline, plan: RevisionPlan) -> None:
     plan.downgrade += [note, _call("recreate_source")]
 
 
+def _heartbeat_ops(old: Pipeline, new: Pipeline, plan: RevisionPlan) -> None:
+    """[heartbeat] added, removed or pointed at another topic: its stream relation."""
+    before, after = (p.heartbeat.topic if p.heartbeat else None for p in (old, new))
+    if before == after:
+        return
+    if before is not None:
+        plan.upgrade.append(_call("drop_heartbeat"))
+        plan.downgrade.append(_call("create_heartbeat"))
+    if after is not None:
+        plan.upgrade.append(_call("create_heartbeat"))
+        plan.downgrade.insert(0, _call("drop_heartbeat"))
+
+
 def _table_problems(old: TableConfig, new: TableConfig) -> list[str]:
     t = new.name
     problems = []
@@ -111,14 +142,19 @@ def _table_problems(old: TableConfig, new: TableConfig) -> list[str]:
         )
     old_cols = {c.target_name: c for c in old.columns}
     keys = {c.target_name for c in new.key_columns} | {c.target_name for c in old.key_columns}
+    sortkeys = {c.target_name for c in new.sortkey_columns} | {c.target_name for c in old.sortkey_columns}
     for col in new.columns:
         before = old_cols.get(col.target_name)
         if before is None or col.target_name in keys or _type(before) == _type(col):
             continue
-        if not _is_varchar_widening(before, col):
+        if not widens(before.sql_type, col.sql_type):
+            path = NEW_COLUMN_PATH.format(field=col.name, column=col.target_name, new=_type(col))
+            problems.append(f"table {t}, column {col.target_name}: {_type(before)} -> {_type(col)}: {WIDENINGS} {path}")
+        elif _copied_somewhere(before) and col.target_name in sortkeys:
             problems.append(
-                f"table {t}, column {col.target_name}: {_type(before)} -> {_type(col)}: Redshift changes a column "
-                f"type in place only to widen a VARCHAR. {NEW_COLUMN_PATH}"
+                f"table {t}, column {col.target_name}: {_type(before)} -> {_type(col)} is made by copying the column "
+                "into a new one on Redshift, which cannot drop a SORTKEY column (r_ALTER_TABLE). Safe path: take the "
+                "column out of `sortkey` (one revision), change its type (a second), then put it back (a third)."
             )
     return problems
 
@@ -165,11 +201,7 @@ def _table_ops(old: TableConfig, new: TableConfig, drifts: list[Drift], plan: Re
     new_cols = {c.target_name: c for c in new.columns}
     added = [c.target_name for c in new.columns if c.target_name not in old_cols]
     removed = [c.target_name for c in old.columns if c.target_name not in new_cols]
-    widened = [
-        name
-        for name, c in new_cols.items()
-        if name in old_cols and _type(old_cols[name]) != _type(c) and _is_varchar_widening(old_cols[name], c)
-    ]
+    widened = [name for name, c in new_cols.items() if name in old_cols and _widened(old_cols[name], c)]
     sort_changed = [c.target_name for c in old.sortkey_columns] != [c.target_name for c in new.sortkey_columns]
     dist_changed = old.distkey_column.target_name != new.distkey_column.target_name
     drift = _drift_ops(new, drifts, plan)
@@ -210,7 +242,7 @@ def _table_ops(old: TableConfig, new: TableConfig, drifts: list[Drift], plan: Re
     if dist_changed:
         down.append(_call("alter_distkey", t))
     for c in widened:
-        down.append(f"# {t}.{c} stays {_type(new_cols[c])}: Redshift cannot narrow a VARCHAR in place")
+        down.append(f"# {t}.{c} stays {_type(new_cols[c])}: the values written since may not fit {_type(old_cols[c])}")
     if streams:
         down.append(f"# {t}'s stream is not re-created: the generator's earlier definition is not kept")
     down.append(_call("replace_procedure", t))
@@ -221,8 +253,12 @@ def plan_revision(old: State | None, new: State) -> RevisionPlan:
     plan = RevisionPlan()
     new_p = pipeline_of(new)
     if old is None:
-        plan.upgrade = [_call("create_pipeline"), *(_call("create_table", t.name) for t in new_p.tables)]
-        plan.downgrade = [*(_call("drop_table", t.name) for t in reversed(new_p.tables)), _call("drop_pipeline")]
+        plan.upgrade = [_call("create_pipeline"), *(_call("create_table", t.name) for t in new_p.tables), _call("replace_views")]
+        plan.downgrade = [
+            _call("drop_views"),
+            *(_call("drop_table", t.name) for t in reversed(new_p.tables)),
+            _call("drop_pipeline"),
+        ]
         return plan
 
     old_p = pipeline_of(old)
@@ -239,20 +275,31 @@ def plan_revision(old: State | None, new: State) -> RevisionPlan:
         )
 
     _source_ops(old_p, new_p, plan)
+    _heartbeat_ops(old_p, new_p, plan)
     drifts = drifted_objects(old)
     shared = [d for d in drifts if d.table is None]
     if any(d.kind == "function" for d in shared):
         plan.upgrade.append("# the generator's helper functions changed")
         plan.upgrade.append(_call("replace_functions"))
         plan.downgrade.append(_call("replace_functions"))
+    views = any(d.kind == "view" for d in shared)
+    if any(d.kind == "table" and not d.generated and d.label.endswith(SHARED_CONTROL_TABLES) for d in shared):
+        plan.upgrade.append("# one quarantine and one schema-drift table per table; the shared names become views")
+        plan.upgrade.append(_call("separate_control_tables"))
+        plan.downgrade.append(_call("join_control_tables"))
+        drifts = [d for d in drifts if not (d.kind == "table" and d.label.endswith(PER_TABLE_CONTROL_TABLES))]
+        views = False  # made by the separation
     for d in shared:
-        if d.kind not in ("function", "setting"):
+        if d.kind not in ("function", "setting", "view") and not d.label.endswith(SHARED_CONTROL_TABLES):
             plan.warnings.append(
                 f"the generator now renders {d.label} ({d.dialect}) differently from the last revision"
                 f"{'' if d.generated else ' (it is no longer generated)'}; existing objects are not altered "
                 "automatically: add the statements to this revision by hand"
             )
 
+    tables_change = old_tables.keys() != new_tables.keys()
+    if tables_change:  # the views read every table's control tables
+        plan.upgrade.append(_call("drop_views"))
     for name in old_tables.keys() - new_tables.keys():
         plan.upgrade.append(_call("drop_table", name))
         plan.downgrade.append(_call("create_table", name))
@@ -262,6 +309,11 @@ def plan_revision(old: State | None, new: State) -> RevisionPlan:
         if table.name not in old_tables:
             plan.upgrade.append(_call("create_table", table.name))
             plan.downgrade.insert(0, _call("drop_table", table.name))
+    if tables_change or views:
+        plan.upgrade.append(_call("replace_views"))
+        if tables_change:
+            plan.downgrade.insert(0, _call("drop_views"))
+        plan.downgrade.append(_call("replace_views"))
     for table in new_p.tables:
         if table.name in old_tables:
             mine = [d for d in drifts if d.table == table.name]

@@ -46,7 +46,7 @@ def database_url(config: Any, offline: bool) -> str:
         return OFFLINE_POSTGRES_URL
     from sync.local import embedded
 
-    return sqlalchemy_url(embedded.start())
+    return sqlalchemy_url(embedded.start(embedded.data_dir(pipeline_file(config))))
 
 
 def pipeline_file(config: Any) -> Path:
@@ -218,13 +218,35 @@ def deploy(cfg: Any, pipeline: Pipeline) -> DeployResult:
     cfg.attributes["on_version_apply"] = _collect(applied)
     try:
         command.upgrade(cfg, "head")
+    except KeyboardInterrupt:
+        if not applied:
+            raise
+        raise KeyboardInterrupt(
+            f"applied {', '.join(applied)} before it (committed); the revision in progress was rolled back"
+        ) from None
     except (SQLAlchemyError, CommandError) as exc:
         cause = getattr(exc, "orig", None) or exc
+        reason = str(cause).strip().splitlines()[0]
+        if isinstance(exc, SQLAlchemyError) and getattr(exc, "statement", None) is None and not applied:
+            raise WarehouseError(f"cannot connect to the warehouse, nothing was deployed: {reason}") from exc
         done = f"; applied before it: {', '.join(applied)}" if applied else ""
-        raise WarehouseError(
-            f"upgrade stopped, the failing revision was rolled back{done}: {str(cause).strip().splitlines()[0]}"
-        ) from exc
+        raise WarehouseError(f"upgrade stopped, the failing revision was rolled back{done}: {reason}") from exc
+    if applied and (dsn or not cfg.get_main_option("sqlalchemy.url")):  # the database upgraded (None: embedded)
+        warnings += _unknown_values(dsn, pipeline)
     return DeployResult(applied, rev, warnings)
+
+
+def _unknown_values(dsn: str | None, pipeline: Pipeline) -> list[str]:
+    """What the upgrade could not know: stored rows whose value is unknown (an added column
+    whose records carry the TOAST placeholder)."""
+    from sync.operations.unknown_values import unknown_values
+    from sync.warehouse import connect
+
+    wh = connect(dsn)
+    try:
+        return [u.describe() for t in pipeline.tables for u in unknown_values(wh, pipeline, t.name)]
+    finally:
+        wh.close()
 
 
 def _collect(applied: list[str]) -> Callable[..., None]:
@@ -282,7 +304,7 @@ def deployment_problem(wh: Any, cfg: Any, pipeline: Pipeline) -> str | None:
     except CommandError:
         return (
             f"this database is at revision {rev}, which {versions_dir(cfg)} does not hold: point the tool at the "
-            f"pipeline's revisions folder ([operations] versions in the pipeline file, ${VERSIONS_ENV_VAR} or --versions)"
+            f"pipeline's revisions folder ([operations] versions in the pipeline file, or ${VERSIONS_ENV_VAR})"
         )
     if state is None or same_model(state, pipeline):
         return None

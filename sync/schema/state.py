@@ -44,7 +44,9 @@ def fingerprints(pipeline: Pipeline, origin: str) -> dict[str, dict[str, str]]:
 def warehouse_model(pipeline: Pipeline) -> dict[str, Any]:
     """The pipeline as revisions record it: everything but the operational settings
     (revisions folder, retention), which change how the tool runs, not the warehouse."""
-    return pipeline.model_dump(mode="json", by_alias=True, exclude=set(OPERATIONAL_SECTIONS))
+    # A pipeline without [heartbeat] is recorded as before the section existed.
+    absent = {"heartbeat"} if pipeline.heartbeat is None else set()
+    return pipeline.model_dump(mode="json", by_alias=True, exclude=set(OPERATIONAL_SECTIONS) | absent)
 
 
 def state_for(pipeline: Pipeline, origin: str) -> State:

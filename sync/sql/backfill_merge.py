@@ -1,12 +1,13 @@
 """SQL of the backfill's load and merge: a stage shaped like the Parquet the Spark job
 writes (target columns in order, then source metadata), and the watermark-aware merge.
 
-Merge rule (README, "backfill and reconcile"): a snapshot row never overwrites a row the stream wrote
-with a newer source time (or a later source position, when both rows have one), and never
-resurrects a key the stream deleted after it. A delete without a source time (a
-tombstone-only delete, Debezium's default since 2.5) is dated by its Kafka timestamp, an
-upper bound of its commit time; a row or stage row whose time is unknown is never
-replaced. Rows the stream already supersedes are removed from the stage first; the rest
+Merge rule (README, "backfill and reconcile"; `sync/sql/handover.py` defines which side is
+newer, and reconcile explains differences by the same rule): a snapshot row never
+overwrites a row the stream wrote with a newer source time (or a later source position,
+when both rows have one), and never resurrects a key the stream deleted after it. A delete
+without a source time (a tombstone-only delete, Debezium's default since 2.5) is dated by
+its Kafka timestamp, an upper bound of its commit time; a row or stage row whose time is
+unknown is never replaced. Rows the stream already supersedes are removed from the stage first; the rest
 replace their key. Running the same backfill again finds every row superseded (equal or
 unknown time), so it changes nothing.
 
@@ -23,6 +24,7 @@ from sync.config import Pipeline, TableConfig
 from sync.sql import schemas
 from sync.sql.apply import insert_deleted_keys_sql, key_match, soft_delete_sql
 from sync.sql.dialect import PostgresDialect
+from sync.sql.handover import DELETE_TIME, ROW_TIME, held_time_sql, kept_sql
 from sync.sql.names import table_names
 
 
@@ -58,19 +60,6 @@ class BackfillSql:
     def _key_match(self, a: str, b: str) -> str:
         return key_match(self.d, self.keys, a, b)
 
-    @staticmethod
-    def _newer(held: str, s: str, held_time: str) -> str:
-        """True when the row `held` (target row or deleted key) is at least as new as stage
-        row `s`: by source position when both have one, else by time (`held_time`, the
-        held row's source time or an upper bound of it). When either time is unknown the
-        held row is kept: the stream brings every later change of that key itself, so
-        keeping it never loses one, while replacing it could undo a newer change."""
-        return (
-            f"CASE WHEN {s}._source_pos IS NOT NULL AND {held}._source_pos IS NOT NULL\n"
-            f"       THEN {s}._source_pos <= {held}._source_pos\n"
-            f"       ELSE COALESCE({held_time} >= {s}._source_ts, true) END"
-        )
-
     def stage_table(self) -> str:
         d = self.d
         lines = [f"{d.q(c.target_name)} {d.parquet_stage_type(c.sql_type)}" for c in self.table.columns]
@@ -95,6 +84,9 @@ class BackfillSql:
             "-- for the whole load); only the backfill and the procedure write it.\n"
             f"LOCK TABLE {', '.join(tables)}{self.d.lock_mode};"
         )
+
+    def count_stage(self) -> str:
+        return f"SELECT COUNT(*) FROM {self.stage};"
 
     def clear_stage(self) -> str:
         return f"{self.d.empty_table} {self.stage};"
@@ -125,12 +117,12 @@ class BackfillSql:
         # Redshift's DELETE takes no alias for its table: the conditions name it in full.
         d, q = self.d, self.d.q
         steps = [
-            Step(f"SELECT COUNT(*) FROM {self.stage};", count="staged", query=True),
+            Step(self.count_stage(), count="staged", query=True),
             Step(
                 "-- Rows the stream wrote at or after the snapshot row's source time stay, and so do\n"
                 "-- rows of unknown age (the stream carries every later change of their key).\n"
                 f"DELETE FROM {self.stage}\nUSING {self.target} t\nWHERE {self._key_match('t', self.stage)}\n"
-                f"  AND {self._newer('t', self.stage, 't._source_ts')};",
+                f"  AND {kept_sql('t', self.stage, held_time_sql('t', ROW_TIME))};",
                 count="kept_newer",
             ),
         ]
@@ -141,7 +133,7 @@ class BackfillSql:
                     "-- delete has no source time: its Kafka timestamp, set when the delete was\n"
                     "-- produced, is an upper bound of its commit time.\n"
                     f"DELETE FROM {self.stage}\nUSING {self.deleted} t\nWHERE {self._key_match('t', self.stage)}\n"
-                    f"  AND {self._newer('t', self.stage, 'COALESCE(t._source_ts, t._kafka_timestamp)')};",
+                    f"  AND {kept_sql('t', self.stage, held_time_sql('t', DELETE_TIME))};",
                     count="kept_deleted",
                 ),
             ]

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from sync.config import ColumnConfig, Pipeline, TableConfig
 from sync.sql.dialect import PostgresDialect
+from sync.sql.handover import DELETE_TIME, ROW_TIME, held_time_sql
 from sync.sql.names import table_names
 from sync.sql.types import SqlType
 
@@ -93,19 +94,21 @@ class ReconcileSql:
         )
 
     def bucket_rows(self, buckets: list[int]) -> str:
-        """Every key of the given buckets: key text, checksum, source time, and whether it
-        is deleted (soft-deleted row, or a remembered hard delete)."""
+        """Every key of the given buckets: key text, checksum, source position, the time
+        the backfill's merge dates it by (`sync/sql/handover.py`), and whether it is
+        deleted (soft-deleted row, or a remembered hard delete)."""
         ids = ", ".join(str(int(x)) for x in buckets) or "-1"
         b_t = bucket(self.d, self.table, "t", self.buckets)
         chk = row_checksum(self.d, self.checksum, "t")
         deleted_flag = "t._deleted" if self.soft else "FALSE"
+        key = key_text(self.d, self.table, "t")
         sql = (
-            f"SELECT {key_text(self.d, self.table, 't')} AS key_text, {chk} AS checksum, t._source_ts, {deleted_flag} AS deleted\n"
-            f"FROM {self.target} t\nWHERE {b_t} IN ({ids})"
+            f"SELECT {key} AS key_text, {chk} AS checksum, t._source_pos, {held_time_sql('t', ROW_TIME)} AS held_time,"
+            f" {deleted_flag} AS deleted\nFROM {self.target} t\nWHERE {b_t} IN ({ids})"
         )
         if not self.soft:
             sql += (
-                f"\nUNION ALL\nSELECT {key_text(self.d, self.table, 't')}, NULL, t._source_ts, TRUE\n"
+                f"\nUNION ALL\nSELECT {key}, NULL, t._source_pos, {held_time_sql('t', DELETE_TIME)}, TRUE\n"
                 f"FROM {self.deleted} t\nWHERE {b_t} IN ({ids})"
             )
         return sql + ";"

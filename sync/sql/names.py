@@ -7,8 +7,16 @@ from dataclasses import dataclass
 from sync.config import Pipeline, TableConfig
 
 RUN_LOG = "sync_run_log"
+# Views over every table's quarantine and schema-drift tables (TableNames.quarantine,
+# .schema_drift): what users, `status` and the Lambda read. Each procedure writes and
+# reads only its own table's, so two tables' CALLs share no table they both read and
+# write (docs/redshift.md, "Concurrency and isolation").
 QUARANTINE = "sync_quarantine"
 SCHEMA_DRIFT = "sync_schema_drift"
+# The heartbeat topic's stream relation ([heartbeat]); no table name has "__".
+HEARTBEAT_STREAM = "sync_heartbeat__stream"
+# PostgreSQL only: the refreshes `ingest` made, shaped like Redshift's SYS_MV_REFRESH_HISTORY.
+REFRESH_HISTORY = "sync_mv_refresh_history"
 
 
 @dataclass(frozen=True)
@@ -38,6 +46,14 @@ class TableNames:
     @property
     def deleted_keys(self) -> str:
         return f"{self.table}__deleted"
+
+    @property
+    def quarantine(self) -> str:
+        return f"{self.table}__quarantine"
+
+    @property
+    def schema_drift(self) -> str:
+        return f"{self.table}__drift"
 
     @property
     def procedure(self) -> str:

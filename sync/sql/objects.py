@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from sync.config import Pipeline, TableConfig
 from sync.sql import schemas
 from sync.sql.dialect import PostgresDialect, dialect_for, quote_literal
-from sync.sql.names import QUARANTINE, RUN_LOG, SCHEMA_DRIFT, table_names
+from sync.sql.names import HEARTBEAT_STREAM, QUARANTINE, REFRESH_HISTORY, RUN_LOG, SCHEMA_DRIFT, table_names
 from sync.sql.procedure import isolate_record_sql, procedure_sql, scheduled_procedure_sql
 
 # A quoted identifier keeps its case only when this is true (r_enable_case_sensitive_identifier).
@@ -22,7 +22,8 @@ def auto_refresh_requirements(pipeline: Pipeline, d: PostgresDialect) -> list[st
     """What the cluster or workgroup must be set up with before the streaming views work.
     The procedures set what they need for their own session; a materialized view's AUTO
     REFRESH runs in no session of ours, and AWS recommends the parameter group for it."""
-    topics = [t.topic for t in pipeline.tables if t.topic != t.topic.lower()]
+    heartbeat = [pipeline.heartbeat.topic] if pipeline.heartbeat else []
+    topics = [t for t in [*(t.topic for t in pipeline.tables), *heartbeat] if t != t.lower()]
     if not topics or not d.streaming_ingestion:
         return []
     return [
@@ -38,7 +39,7 @@ def auto_refresh_requirements(pipeline: Pipeline, d: PostgresDialect) -> list[st
 
 @dataclass(frozen=True)
 class SqlObject:
-    kind: str  # setting | schema | external_schema | function | table | index | stream | procedure
+    kind: str  # setting | schema | external_schema | function | table | index | stream | procedure | view
     schema: str
     name: str
     sql: str
@@ -77,8 +78,10 @@ def _external_schema(d: PostgresDialect, pipeline: Pipeline) -> str:
     return "\n".join(lines) + ";"
 
 
-def _stream_objects(d: PostgresDialect, pipeline: Pipeline, table: TableConfig) -> list[SqlObject]:
-    n = table_names(pipeline, table)
+def _stream_objects(d: PostgresDialect, pipeline: Pipeline, topic: str, stream: str, table: str | None) -> list[SqlObject]:
+    """The stream relation of one topic: a table's (`table` names it) or the heartbeat's."""
+    schema = pipeline.schema
+    prefix = stream.removesuffix("__stream")
     if d.streaming_ingestion:
         # Kept trivial: errors in a streaming MV block ingestion, and a re-created MV
         # re-reads the topic from offset 0. Records that do not parse keep their raw value;
@@ -87,11 +90,11 @@ def _stream_objects(d: PostgresDialect, pipeline: Pipeline, table: TableConfig) 
         needs = (
             "-- The topic name has upper-case letters: AUTO REFRESH needs\n"
             f"-- {CASE_SETTING} = true in the parameter group (docs/redshift.md).\n"
-            if table.topic != table.topic.lower()
+            if topic != topic.lower()
             else ""
         )
         sql = (
-            f"CREATE MATERIALIZED VIEW {d.qualified(n.schema, n.stream)}\n"
+            f"CREATE MATERIALIZED VIEW {d.qualified(schema, stream)}\n"
             f"{needs}AUTO REFRESH YES\n"
             "AS\n"
             "SELECT kafka_partition,\n"
@@ -104,26 +107,26 @@ def _stream_objects(d: PostgresDialect, pipeline: Pipeline, table: TableConfig) 
             "       JSON_PARSE(CASE WHEN CAN_JSON_PARSE(kafka_value) THEN kafka_value END) AS payload,\n"
             "       CASE WHEN kafka_value IS NOT NULL AND NOT CAN_JSON_PARSE(kafka_value) THEN kafka_value END AS raw_value,\n"
             "       JSON_PARSE(CASE WHEN CAN_JSON_PARSE(kafka_key) THEN kafka_key END) AS key_payload\n"
-            f"FROM {d.qualified(pipeline.source.external_schema, table.topic)};"
+            f"FROM {d.qualified(pipeline.source.external_schema, topic)};"
         )
-        return [SqlObject("stream", n.schema, n.stream, sql, table.name, check_exists=True)]
+        return [SqlObject("stream", schema, stream, sql, table, check_exists=True)]
     lines = schemas.definitions(d, schemas.STREAM)
-    stream = d.qualified(n.schema, n.stream)
+    relation = d.qualified(schema, stream)
     return [
-        SqlObject("stream", n.schema, n.stream, _create_table(d, n.schema, n.stream, lines), table.name),
+        SqlObject("stream", schema, stream, _create_table(d, schema, stream, lines), table),
         SqlObject(
             "index",
-            n.schema,
-            f"{table.name}__s_pos",
-            f"CREATE INDEX IF NOT EXISTS {d.q(table.name + '__s_pos')} ON {stream} (kafka_partition, kafka_offset);",
-            table.name,
+            schema,
+            f"{prefix}__s_pos",
+            f"CREATE INDEX IF NOT EXISTS {d.q(prefix + '__s_pos')} ON {relation} (kafka_partition, kafka_offset);",
+            table,
         ),
         SqlObject(
             "index",
-            n.schema,
-            f"{table.name}__s_rt",
-            f"CREATE INDEX IF NOT EXISTS {d.q(table.name + '__s_rt')} ON {stream} (refresh_time);",
-            table.name,
+            schema,
+            f"{prefix}__s_rt",
+            f"CREATE INDEX IF NOT EXISTS {d.q(prefix + '__s_rt')} ON {relation} (refresh_time);",
+            table,
         ),
     ]
 
@@ -151,10 +154,11 @@ def table_objects(d: PostgresDialect, pipeline: Pipeline, table: TableConfig, or
         d.control_table_attributes.get("watermark", ""),
     )
     objects = [
-        *_stream_objects(d, pipeline, table),
+        *_stream_objects(d, pipeline, table.topic, n.stream, table.name),
         SqlObject("table", n.schema, n.target, target, table.name),
         SqlObject("table", n.schema, n.stage, stage, table.name),
         SqlObject("table", n.schema, n.watermark, watermark, table.name),
+        *control_tables(d, pipeline, table),
     ]
     if table.delete_mode == "hard":
         deleted_lines = [*schemas.definitions(d, schemas.deleted_keys(table), quoted=True), pk]
@@ -201,22 +205,60 @@ def shared_objects(d: PostgresDialect, pipeline: Pipeline) -> list[SqlObject]:
         schemas.definitions(d, schemas.RUN_LOG),
         d.control_table_attributes.get("run_log", ""),
     )
-    quarantine = _create_table(
-        d,
-        schema,
-        QUARANTINE,
-        schemas.definitions(d, schemas.QUARANTINE),
-    )
-    schema_drift = _create_table(
-        d,
-        schema,
-        SCHEMA_DRIFT,
-        schemas.definitions(d, schemas.SCHEMA_DRIFT),
-    )
     objects.append(SqlObject("table", schema, RUN_LOG, run_log))
-    objects.append(SqlObject("table", schema, QUARANTINE, quarantine))
-    objects.append(SqlObject("table", schema, SCHEMA_DRIFT, schema_drift))
+    return objects + heartbeat_objects(d, pipeline)
+
+
+def heartbeat_objects(d: PostgresDialect, pipeline: Pipeline) -> list[SqlObject]:
+    """The heartbeat topic's stream relation and, on PostgreSQL, the refresh history
+    `ingest` writes (Redshift keeps its own): nothing without `[heartbeat]`."""
+    if pipeline.heartbeat is None:
+        return []
+    objects = _stream_objects(d, pipeline, pipeline.heartbeat.topic, HEARTBEAT_STREAM, None)
+    if not d.streaming_ingestion:
+        lines = schemas.definitions(d, schemas.REFRESH_HISTORY)
+        objects.append(
+            SqlObject("table", pipeline.schema, REFRESH_HISTORY, _create_table(d, pipeline.schema, REFRESH_HISTORY, lines))
+        )
     return objects
+
+
+# The per-table control tables behind each shared view, and their columns.
+SHARED_VIEWS = ((QUARANTINE, "quarantine", schemas.QUARANTINE), (SCHEMA_DRIFT, "schema_drift", schemas.SCHEMA_DRIFT))
+
+
+def control_tables(d: PostgresDialect, pipeline: Pipeline, table: TableConfig) -> list[SqlObject]:
+    """The table's own quarantine and schema-drift tables (its procedure's only)."""
+    n = table_names(pipeline, table)
+    return [
+        SqlObject(
+            "table",
+            n.schema,
+            getattr(n, attr),
+            control_table_sql(d, n.schema, getattr(n, attr), cols),
+            table.name,
+        )
+        for _, attr, cols in SHARED_VIEWS
+    ]
+
+
+def control_table_sql(d: PostgresDialect, schema: str, name: str, columns: tuple[schemas.Column, ...]) -> str:
+    return _create_table(d, schema, name, schemas.definitions(d, columns))
+
+
+def shared_views(d: PostgresDialect, pipeline: Pipeline) -> list[SqlObject]:
+    """`sync_quarantine` and `sync_schema_drift`: every table's rows, for users, `status`
+    and the Lambda (created after the tables, re-created when a table comes or goes)."""
+    out = []
+    for view, attr, cols in SHARED_VIEWS:
+        columns = ", ".join(schemas.names(cols))
+        selects = "\nUNION ALL\n".join(
+            f"SELECT {columns} FROM {d.qualified(pipeline.schema, getattr(table_names(pipeline, t), attr))}"
+            for t in pipeline.tables
+        )
+        sql = f"CREATE OR REPLACE VIEW {d.qualified(pipeline.schema, view)} AS\n{selects}{d.view_binding};"
+        out.append(SqlObject("view", pipeline.schema, view, sql, replaceable=True))
+    return out
 
 
 def pipeline_objects(pipeline: Pipeline, dialect: str, origin: str) -> list[SqlObject]:
@@ -224,4 +266,4 @@ def pipeline_objects(pipeline: Pipeline, dialect: str, origin: str) -> list[SqlO
     objects = shared_objects(d, pipeline)
     for table in pipeline.tables:
         objects.extend(table_objects(d, pipeline, table, origin))
-    return objects
+    return objects + shared_views(d, pipeline)

@@ -116,6 +116,46 @@ def new_records_sql(d: PostgresDialect, pipeline: Pipeline, table: TableConfig) 
     )
 
 
+def offset_ranges(offsets: dict[int, tuple[int, int | None]]) -> str:
+    """A condition on the stream `s`: per partition, offsets after the first bound (and up
+    to the second, when given)."""
+    parts = [
+        f"(s.kafka_partition = {int(p)} AND s.kafka_offset > {int(after)}"
+        + (f" AND s.kafka_offset <= {int(upto)})" if upto is not None else ")")
+        for p, (after, upto) in sorted(offsets.items())
+    ]
+    return "(" + " OR ".join(parts) + ")" if parts else "FALSE"
+
+
+def first_refresh_sql(d: PostgresDialect, pipeline: Pipeline, table: TableConfig, after: dict[int, int]) -> str:
+    """When the first record after `after` (partition -> offset) was refreshed."""
+    n = table_names(pipeline, table)
+    ranges = offset_ranges({p: (o, None) for p, o in after.items()})
+    return f"SELECT MIN(s.refresh_time)\nFROM {d.qualified(n.schema, n.stream)} s\nWHERE {ranges};"
+
+
+def rewind_sql(d: PostgresDialect, pipeline: Pipeline, table: TableConfig, since: datetime, after: dict[int, int]) -> list[str]:
+    """The watermark moved back so that the next sync reads again every record after
+    `after` (partition -> offset), refreshed at or after `since`: every row's refresh bound
+    no later than `since` (the procedure reads from the newest one), and each partition's
+    offset back to `after` (never forward)."""
+    n = table_names(pipeline, table)
+    q = d.q
+    wm = d.qualified(n.schema, n.watermark)
+    at = timestamp_literal(since)
+    statements = [
+        "-- Every partition reads again from the refresh of the first record to read again.\n"
+        f"UPDATE {wm}\nSET {q('last_refresh_time')} = {at}, {q('updated_at')} = {d.now()}\n"
+        f"WHERE {q('last_refresh_time')} > {at};"
+    ]
+    statements += [
+        f"UPDATE {wm}\nSET {q('last_offset')} = {int(offset)}\n"
+        f"WHERE {q('kafka_partition')} = {int(partition)} AND {q('last_offset')} > {int(offset)};"
+        for partition, offset in sorted(after.items())
+    ]
+    return statements
+
+
 def rebased_since(first_refresh: datetime) -> datetime:
     """The refresh time every watermark row gets: one microsecond (the resolution of a
     timestamp) before the first refresh holding new records. The procedure reads

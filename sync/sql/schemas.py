@@ -237,3 +237,11 @@ SCHEMA_DRIFT = (
     Column("field", "varchar(256)", "NOT NULL"),
     Column("events", "bigint", "NOT NULL"),
 )
+# PostgreSQL only: one row per `ingest` (a refresh), the columns of Redshift's
+# SYS_MV_REFRESH_HISTORY that freshness reads, so one query reads either.
+REFRESH_HISTORY = (
+    Column("schema_name", "varchar(128)", "NOT NULL"),
+    Column("mv_name", "varchar(128)", "NOT NULL"),
+    Column("status", "varchar(256)", "NOT NULL"),
+    Column("end_time", "timestamp", "NOT NULL"),
+)

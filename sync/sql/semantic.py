@@ -233,7 +233,8 @@ def _land(d: PostgresDialect, kind: str, expr: str, t: SqlType) -> str:
     if kind == "decimal":
         if t.family == "decimal":
             return d.text_to_decimal(expr, t.precision or 18, t.scale or 0)
-        return f"CAST({expr} AS {d.type_sql(t)})"
+        # Up to 38 digits fit a double on both engines; a real only within its range.
+        return d.total_cast(d.float_in_range(f"CAST({expr} AS double precision)", t), expr, d.type_sql(t))
     return expr
 
 

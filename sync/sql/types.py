@@ -61,6 +61,10 @@ CHAR_MAX = 4096
 VARBYTE_MAX = 16_777_216
 VARBYTE_DEFAULT = 64_000
 
+# Type changes that keep every value exactly, besides a longer varchar and more decimal
+# digits at the same scale (`widens`).
+WIDER_FAMILIES = {"smallint": ("integer", "bigint"), "integer": ("bigint",), "real": ("double",)}
+
 _TYPE = re.compile(r"^\s*([a-z][a-z0-9 ]*?)\s*(?:\(\s*([0-9a-z]+)\s*(?:,\s*([0-9]+)\s*)?\))?\s*$")
 
 
@@ -96,6 +100,17 @@ class SqlType:
         if self.length is not None:
             return f"{self.family}({self.length})"
         return self.family
+
+
+def widens(old: SqlType, new: SqlType) -> bool:
+    """True when every value of `old` is a value of `new`, unchanged: a longer varchar, more
+    decimal digits at the same scale, smallint -> integer/bigint, integer -> bigint,
+    real -> double."""
+    if old.family == new.family == "varchar":
+        return (new.byte_limit or 0) > (old.byte_limit or 0)
+    if old.family == new.family == "decimal":
+        return new.scale == old.scale and (new.precision or 0) > (old.precision or 0)
+    return new.family in WIDER_FAMILIES.get(old.family, ())
 
 
 @functools.lru_cache(maxsize=None)  # called per value by the backfill's Spark UDFs

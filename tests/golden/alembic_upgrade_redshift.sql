@@ -39,27 +39,6 @@ CREATE TABLE IF NOT EXISTS "cdc"."sync_run_log" (
 )
 SORTKEY (started_at);
 
-CREATE TABLE IF NOT EXISTS "cdc"."sync_quarantine" (
-  table_name varchar(127) NOT NULL,
-  kafka_partition bigint,
-  kafka_offset bigint,
-  kafka_timestamp timestamp,
-  reason varchar(1024) NOT NULL,
-  payload super,
-  raw_value varbyte(16777216),
-  run_started_at timestamp,
-  handled varchar(16),
-  handled_at timestamp
-);
-
-CREATE TABLE IF NOT EXISTS "cdc"."sync_schema_drift" (
-  table_name varchar(127) NOT NULL,
-  run_started_at timestamp NOT NULL,
-  kind varchar(16) NOT NULL,
-  field varchar(256) NOT NULL,
-  events bigint NOT NULL
-);
-
 CREATE MATERIALIZED VIEW "cdc"."customer__stream"
 -- The topic name has upper-case letters: AUTO REFRESH needs
 -- enable_case_sensitive_identifier = true in the parameter group (docs/redshift.md).
@@ -124,6 +103,27 @@ CREATE TABLE IF NOT EXISTS "cdc"."customer__watermark" (
 )
 DISTSTYLE AUTO;
 
+CREATE TABLE IF NOT EXISTS "cdc"."customer__quarantine" (
+  table_name varchar(127) NOT NULL,
+  kafka_partition bigint,
+  kafka_offset bigint,
+  kafka_timestamp timestamp,
+  reason varchar(1024) NOT NULL,
+  payload super,
+  raw_value varbyte(16777216),
+  run_started_at timestamp,
+  handled varchar(16),
+  handled_at timestamp
+);
+
+CREATE TABLE IF NOT EXISTS "cdc"."customer__drift" (
+  table_name varchar(127) NOT NULL,
+  run_started_at timestamp NOT NULL,
+  kind varchar(16) NOT NULL,
+  field varchar(256) NOT NULL,
+  events bigint NOT NULL
+);
+
 CREATE TABLE IF NOT EXISTS "cdc"."customer__deleted" (
   "customer_id" varchar(64) NOT NULL,
   "_source_ts" timestamp,
@@ -176,7 +176,7 @@ BEGIN
   v_started := CAST(TO_TIMESTAMP(TIMEOFDAY(), 'Dy Mon DD HH24:MI:SS.US YYYY') AS timestamp);
   -- The watermark, its summary for the run log, and the quarantined records being replayed.
   SELECT MAX(r.last_refresh_time),
-         (SELECT COUNT(*) FROM "cdc"."sync_quarantine" WHERE table_name = 'customer' AND handled = 'replaying'),
+         (SELECT COUNT(*) FROM "cdc"."customer__quarantine" WHERE table_name = 'customer' AND handled = 'replaying'),
          LISTAGG(CASE WHEN r.pos__ <= 65503 THEN r.item__ END, ',') WITHIN GROUP (ORDER BY r.order__)
          || CASE WHEN COUNT(CASE WHEN r.pos__ > 65503 THEN 1 END) > 0 THEN ' (+' || CAST(COUNT(CASE WHEN r.pos__ > 65503 THEN 1 END) AS varchar(20)) || ' more)' ELSE '' END
   INTO v_since, v_replayed, v_wm_before
@@ -212,7 +212,7 @@ BEGIN
          CASE WHEN OCTET_LENGTH(c.op) <= 64 THEN c.op ELSE SUBSTRING(c.op, 1, 16) END, c.action, c.reason,
          ROW_NUMBER() OVER (
            PARTITION BY CASE WHEN c.action IN ('upsert', 'delete') THEN 1 ELSE 0 END, c."customer_id"
-           ORDER BY c.source_pos DESC NULLS LAST, c.kafka_partition DESC, c.kafka_offset DESC),
+           ORDER BY c.source_pos DESC NULLS LAST, c.kafka_time DESC NULLS LAST, c.kafka_partition DESC, c.kafka_offset DESC),
          (TIMESTAMP 'epoch' + (c.source_ts_ms / 1000) * INTERVAL '1 second' + (c.source_ts_ms % 1000) * INTERVAL '1 millisecond'),
          c.source_pos, c.source_pos, c."customer_id", c."name", c."mktsegment", c.unavailable, c.quarantine_payload,
          CASE WHEN c.action = 'quarantine' THEN c.raw_value END, c.drift_img
@@ -243,7 +243,9 @@ BEGIN
              WHEN 12 THEN NULL
              ELSE NULL
            END AS reason,
-           CASE WHEN t.check_no IN (1, 3, 4, 6, 7, 8, 9, 10, 11) OR t.unavailable IS NOT NULL THEN t.payload END AS quarantine_payload
+           CASE WHEN t.check_no IN (1, 3, 4, 6, 7, 8, 9, 10, 11) OR t.unavailable IS NOT NULL THEN t.payload END AS quarantine_payload,
+           MAX(t.kafka_timestamp) OVER (PARTITION BY t.kafka_partition ORDER BY t.kafka_offset
+             ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW) AS kafka_time
     FROM (
       SELECT
              t.kafka_partition, t.kafka_offset, t.kafka_timestamp, t.refresh_time, t.raw_value, t.op, t.source_ts_ms,
@@ -344,7 +346,7 @@ BEGIN
                                    r.payload, r.raw_value,
                                    CASE WHEN IS_OBJECT(r.payload."schema") THEN r.payload."payload" ELSE r.payload END AS env,
                                    CAST(NULL AS super) AS key_env
-                            FROM "cdc"."sync_quarantine" r
+                            FROM "cdc"."customer__quarantine" r
                             WHERE v_replayed > 0 AND r.table_name = 'customer' AND r.handled = 'replaying'
                           ) f
                         ) f
@@ -379,9 +381,11 @@ BEGIN
     IF v_positionless > 0 THEN
       UPDATE "cdc"."customer__stage" s SET _rank_pos = r.rank_pos
       FROM (SELECT x._kafka_partition, x._kafka_offset,
-                   MAX(x._source_pos) OVER (PARTITION BY x."customer_id"
-                     ORDER BY x._kafka_partition, x._kafka_offset ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW) AS rank_pos
-            FROM "cdc"."customer__stage" x
+                   MAX(x._source_pos) OVER (PARTITION BY x."customer_id" ORDER BY x._kafka_time ASC NULLS FIRST, x._kafka_partition, x._kafka_offset
+                     ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW) AS rank_pos
+            FROM (SELECT z.*, MAX(z._kafka_timestamp) OVER (PARTITION BY z._kafka_partition ORDER BY z._kafka_offset
+                    ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW) AS _kafka_time
+                  FROM "cdc"."customer__stage" z) x
             WHERE x._action IN ('upsert', 'delete')
               AND EXISTS (SELECT 1 FROM "cdc"."customer__stage" y WHERE y._source_pos IS NULL AND y._action IN ('upsert', 'delete') AND y."customer_id" = x."customer_id")) r
       WHERE s._source_pos IS NULL AND s._action IN ('upsert', 'delete')
@@ -402,8 +406,10 @@ BEGIN
         AND t._source_pos IS NOT NULL AND (s._rank_pos IS NULL OR s._rank_pos < t._source_pos);
       UPDATE "cdc"."customer__stage" s SET _rn = r.rn
       FROM (SELECT x._kafka_partition, x._kafka_offset,
-                   ROW_NUMBER() OVER (PARTITION BY x."customer_id" ORDER BY x._rank_pos DESC NULLS LAST, x._kafka_partition DESC, x._kafka_offset DESC) AS rn
-            FROM "cdc"."customer__stage" x
+                   ROW_NUMBER() OVER (PARTITION BY x."customer_id" ORDER BY x._rank_pos DESC NULLS LAST, x._kafka_time DESC NULLS LAST, x._kafka_partition DESC, x._kafka_offset DESC) AS rn
+            FROM (SELECT z.*, MAX(z._kafka_timestamp) OVER (PARTITION BY z._kafka_partition ORDER BY z._kafka_offset
+                    ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW) AS _kafka_time
+                  FROM "cdc"."customer__stage" z) x
             WHERE x._action IN ('upsert', 'delete')
               AND EXISTS (SELECT 1 FROM "cdc"."customer__stage" y WHERE y._source_pos IS NULL AND y._action IN ('upsert', 'delete') AND y."customer_id" = x."customer_id")) r
       WHERE s._kafka_partition = r._kafka_partition AND s._kafka_offset = r._kafka_offset;
@@ -450,9 +456,23 @@ BEGIN
     GET DIAGNOSTICS v_rows := ROW_COUNT;
     -- 5. A stale winner at exactly the stored position that changes something is another
     --    change of the same transaction (compressed MySQL binlog): it applies, in Kafka
-    --    order. A re-sent copy of the stored event stays stale. (One statement per case:
-    --    Redshift takes no correlated subquery under an OR.)
+    --    order. A re-sent copy of the stored event stays stale, and so does a replayed
+    --    record earlier in Kafka order than the record that wrote what is stored (its
+    --    `_reason` cleared). (One statement per case: Redshift takes no correlated
+    --    subquery under an OR.)
     IF v_rows > 0 THEN
+      IF v_replayed > 0 THEN
+        UPDATE "cdc"."customer__stage" s SET _reason = NULL
+        WHERE s._rn = 1 AND s._action = 'stale' AND s._reason IS NOT NULL
+          AND EXISTS (SELECT 1 FROM "cdc"."customer__watermark" w WHERE w.kafka_partition = s._kafka_partition AND s._kafka_offset <= w.last_offset)
+          AND EXISTS (SELECT 1 FROM "cdc"."customer" t WHERE t."customer_id" = s."customer_id" AND t._source_pos = s._source_pos
+            AND (s._kafka_partition < t._kafka_partition OR (s._kafka_partition = t._kafka_partition AND s._kafka_offset < t._kafka_offset)));
+        UPDATE "cdc"."customer__stage" s SET _reason = NULL
+        WHERE s._rn = 1 AND s._action = 'stale' AND s._reason IS NOT NULL
+          AND EXISTS (SELECT 1 FROM "cdc"."customer__watermark" w WHERE w.kafka_partition = s._kafka_partition AND s._kafka_offset <= w.last_offset)
+          AND EXISTS (SELECT 1 FROM "cdc"."customer__deleted" t WHERE t."customer_id" = s."customer_id" AND t._source_pos = s._source_pos
+            AND (s._kafka_partition < t._kafka_partition OR (s._kafka_partition = t._kafka_partition AND s._kafka_offset < t._kafka_offset)));
+      END IF;
       UPDATE "cdc"."customer__stage" s SET _action = s._reason, _reason = NULL
       WHERE s._rn = 1 AND s._action = 'stale' AND s._reason = 'upsert'
         AND EXISTS (SELECT 1 FROM "cdc"."customer" t WHERE t."customer_id" = s."customer_id" AND t._source_pos = s._source_pos
@@ -502,7 +522,7 @@ BEGIN
     -- 6. Schema drift: unknown fields in the row images, configured fields missing from them
     --    (only images set aside by the stage query can have either).
     IF v_drift > 0 THEN
-      INSERT INTO "cdc"."sync_schema_drift" (table_name, run_started_at, kind, field, events)
+      INSERT INTO "cdc"."customer__drift" (table_name, run_started_at, kind, field, events)
       SELECT 'customer', v_started,
              CASE WHEN k.configured = 1 THEN 'missing' ELSE 'unknown' END, k.field,
              CASE WHEN k.configured = 1 THEN k.images - k.seen ELSE k.seen END
@@ -523,14 +543,14 @@ BEGIN
     END IF;
     -- 3. Records that cannot be applied are kept with the raw value and the reason.
     IF v_quarantined > 0 THEN
-      INSERT INTO "cdc"."sync_quarantine" (table_name, kafka_partition, kafka_offset, kafka_timestamp, reason, payload, raw_value, run_started_at)
+      INSERT INTO "cdc"."customer__quarantine" (table_name, kafka_partition, kafka_offset, kafka_timestamp, reason, payload, raw_value, run_started_at)
       SELECT 'customer', _kafka_partition, _kafka_offset, _kafka_timestamp, _reason, _payload, _raw_value, v_started
       FROM "cdc"."customer__stage"
       WHERE _action = 'quarantine';
     END IF;
     -- Replayed records are recorded as such; one that failed again was quarantined anew above.
     IF v_replayed > 0 THEN
-      UPDATE "cdc"."sync_quarantine" SET handled = 'replayed', handled_at = v_started
+      UPDATE "cdc"."customer__quarantine" SET handled = 'replayed', handled_at = v_started
       WHERE table_name = 'customer' AND handled = 'replaying';
     END IF;
     -- 7. Advance the per-partition watermark in the same transaction (never back: replayed
@@ -598,7 +618,7 @@ BEGIN
           AND s.kafka_offset > COALESCE(w.last_offset, -1)) x
   WHERE x.read_no = 1;
   IF v_partition IS NOT NULL THEN
-    INSERT INTO "cdc"."sync_quarantine" (table_name, kafka_partition, kafka_offset, kafka_timestamp, reason, payload, raw_value, run_started_at)
+    INSERT INTO "cdc"."customer__quarantine" (table_name, kafka_partition, kafka_offset, kafka_timestamp, reason, payload, raw_value, run_started_at)
     SELECT 'customer', s.kafka_partition, s.kafka_offset, s.kafka_timestamp, CASE WHEN OCTET_LENGTH('the warehouse could not apply this record: ' || COALESCE(p_reason, 'no error text')) <= 1000 THEN 'the warehouse could not apply this record: ' || COALESCE(p_reason, 'no error text') ELSE SUBSTRING('the warehouse could not apply this record: ' || COALESCE(p_reason, 'no error text'), 1, 250) END, s.payload, s.raw_value, v_started
     FROM "cdc"."customer__stream" s
     WHERE s.kafka_partition = v_partition AND s.kafka_offset = v_offset AND s.refresh_time = v_refresh_time;
@@ -686,6 +706,27 @@ CREATE TABLE IF NOT EXISTS "cdc"."orders__watermark" (
 )
 DISTSTYLE AUTO;
 
+CREATE TABLE IF NOT EXISTS "cdc"."orders__quarantine" (
+  table_name varchar(127) NOT NULL,
+  kafka_partition bigint,
+  kafka_offset bigint,
+  kafka_timestamp timestamp,
+  reason varchar(1024) NOT NULL,
+  payload super,
+  raw_value varbyte(16777216),
+  run_started_at timestamp,
+  handled varchar(16),
+  handled_at timestamp
+);
+
+CREATE TABLE IF NOT EXISTS "cdc"."orders__drift" (
+  table_name varchar(127) NOT NULL,
+  run_started_at timestamp NOT NULL,
+  kind varchar(16) NOT NULL,
+  field varchar(256) NOT NULL,
+  events bigint NOT NULL
+);
+
 CREATE OR REPLACE PROCEDURE "cdc"."incremental_sync_orders"(p_max_records bigint)
 AS $$
 -- Generated by redshift-sync from examples/salesdb/pipeline.toml (table orders, topic salesdb.salesdb.ORDERS).
@@ -725,7 +766,7 @@ BEGIN
   v_started := CAST(TO_TIMESTAMP(TIMEOFDAY(), 'Dy Mon DD HH24:MI:SS.US YYYY') AS timestamp);
   -- The watermark, its summary for the run log, and the quarantined records being replayed.
   SELECT MAX(r.last_refresh_time),
-         (SELECT COUNT(*) FROM "cdc"."sync_quarantine" WHERE table_name = 'orders' AND handled = 'replaying'),
+         (SELECT COUNT(*) FROM "cdc"."orders__quarantine" WHERE table_name = 'orders' AND handled = 'replaying'),
          LISTAGG(CASE WHEN r.pos__ <= 65503 THEN r.item__ END, ',') WITHIN GROUP (ORDER BY r.order__)
          || CASE WHEN COUNT(CASE WHEN r.pos__ > 65503 THEN 1 END) > 0 THEN ' (+' || CAST(COUNT(CASE WHEN r.pos__ > 65503 THEN 1 END) AS varchar(20)) || ' more)' ELSE '' END
   INTO v_since, v_replayed, v_wm_before
@@ -761,7 +802,7 @@ BEGIN
          CASE WHEN OCTET_LENGTH(c.op) <= 64 THEN c.op ELSE SUBSTRING(c.op, 1, 16) END, c.action, c.reason,
          ROW_NUMBER() OVER (
            PARTITION BY CASE WHEN c.action IN ('upsert', 'delete') THEN 1 ELSE 0 END, c."order_id"
-           ORDER BY c.source_pos DESC NULLS LAST, c.kafka_partition DESC, c.kafka_offset DESC),
+           ORDER BY c.source_pos DESC NULLS LAST, c.kafka_time DESC NULLS LAST, c.kafka_partition DESC, c.kafka_offset DESC),
          (TIMESTAMP 'epoch' + (c.source_ts_ms / 1000) * INTERVAL '1 second' + (c.source_ts_ms % 1000) * INTERVAL '1 millisecond'),
          c.source_pos, c.source_pos, c."order_id", c."customer_id", c."status", c."total", c."placed_at", c.unavailable,
          c.quarantine_payload, CASE WHEN c.action = 'quarantine' THEN c.raw_value END, c.drift_img
@@ -794,7 +835,9 @@ BEGIN
              WHEN 14 THEN NULL
              ELSE NULL
            END AS reason,
-           CASE WHEN t.check_no IN (1, 3, 4, 6, 7, 8, 9, 10, 11, 12, 13) OR t.unavailable IS NOT NULL THEN t.payload END AS quarantine_payload
+           CASE WHEN t.check_no IN (1, 3, 4, 6, 7, 8, 9, 10, 11, 12, 13) OR t.unavailable IS NOT NULL THEN t.payload END AS quarantine_payload,
+           MAX(t.kafka_timestamp) OVER (PARTITION BY t.kafka_partition ORDER BY t.kafka_offset
+             ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW) AS kafka_time
     FROM (
       SELECT
              t.kafka_partition, t.kafka_offset, t.kafka_timestamp, t.refresh_time, t.raw_value, t.op, t.source_ts_ms,
@@ -901,7 +944,7 @@ BEGIN
                                    r.payload, r.raw_value,
                                    CASE WHEN IS_OBJECT(r.payload."schema") THEN r.payload."payload" ELSE r.payload END AS env,
                                    CAST(NULL AS super) AS key_env
-                            FROM "cdc"."sync_quarantine" r
+                            FROM "cdc"."orders__quarantine" r
                             WHERE v_replayed > 0 AND r.table_name = 'orders' AND r.handled = 'replaying'
                           ) f
                         ) f
@@ -936,9 +979,11 @@ BEGIN
     IF v_positionless > 0 THEN
       UPDATE "cdc"."orders__stage" s SET _rank_pos = r.rank_pos
       FROM (SELECT x._kafka_partition, x._kafka_offset,
-                   MAX(x._source_pos) OVER (PARTITION BY x."order_id"
-                     ORDER BY x._kafka_partition, x._kafka_offset ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW) AS rank_pos
-            FROM "cdc"."orders__stage" x
+                   MAX(x._source_pos) OVER (PARTITION BY x."order_id" ORDER BY x._kafka_time ASC NULLS FIRST, x._kafka_partition, x._kafka_offset
+                     ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW) AS rank_pos
+            FROM (SELECT z.*, MAX(z._kafka_timestamp) OVER (PARTITION BY z._kafka_partition ORDER BY z._kafka_offset
+                    ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW) AS _kafka_time
+                  FROM "cdc"."orders__stage" z) x
             WHERE x._action IN ('upsert', 'delete')
               AND EXISTS (SELECT 1 FROM "cdc"."orders__stage" y WHERE y._source_pos IS NULL AND y._action IN ('upsert', 'delete') AND y."order_id" = x."order_id")) r
       WHERE s._source_pos IS NULL AND s._action IN ('upsert', 'delete')
@@ -952,8 +997,10 @@ BEGIN
         AND t._source_pos IS NOT NULL AND (s._rank_pos IS NULL OR s._rank_pos < t._source_pos);
       UPDATE "cdc"."orders__stage" s SET _rn = r.rn
       FROM (SELECT x._kafka_partition, x._kafka_offset,
-                   ROW_NUMBER() OVER (PARTITION BY x."order_id" ORDER BY x._rank_pos DESC NULLS LAST, x._kafka_partition DESC, x._kafka_offset DESC) AS rn
-            FROM "cdc"."orders__stage" x
+                   ROW_NUMBER() OVER (PARTITION BY x."order_id" ORDER BY x._rank_pos DESC NULLS LAST, x._kafka_time DESC NULLS LAST, x._kafka_partition DESC, x._kafka_offset DESC) AS rn
+            FROM (SELECT z.*, MAX(z._kafka_timestamp) OVER (PARTITION BY z._kafka_partition ORDER BY z._kafka_offset
+                    ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW) AS _kafka_time
+                  FROM "cdc"."orders__stage" z) x
             WHERE x._action IN ('upsert', 'delete')
               AND EXISTS (SELECT 1 FROM "cdc"."orders__stage" y WHERE y._source_pos IS NULL AND y._action IN ('upsert', 'delete') AND y."order_id" = x."order_id")) r
       WHERE s._kafka_partition = r._kafka_partition AND s._kafka_offset = r._kafka_offset;
@@ -999,9 +1046,18 @@ BEGIN
     GET DIAGNOSTICS v_rows := ROW_COUNT;
     -- 5. A stale winner at exactly the stored position that changes something is another
     --    change of the same transaction (compressed MySQL binlog): it applies, in Kafka
-    --    order. A re-sent copy of the stored event stays stale. (One statement per case:
-    --    Redshift takes no correlated subquery under an OR.)
+    --    order. A re-sent copy of the stored event stays stale, and so does a replayed
+    --    record earlier in Kafka order than the record that wrote what is stored (its
+    --    `_reason` cleared). (One statement per case: Redshift takes no correlated
+    --    subquery under an OR.)
     IF v_rows > 0 THEN
+      IF v_replayed > 0 THEN
+        UPDATE "cdc"."orders__stage" s SET _reason = NULL
+        WHERE s._rn = 1 AND s._action = 'stale' AND s._reason IS NOT NULL
+          AND EXISTS (SELECT 1 FROM "cdc"."orders__watermark" w WHERE w.kafka_partition = s._kafka_partition AND s._kafka_offset <= w.last_offset)
+          AND EXISTS (SELECT 1 FROM "cdc"."orders" t WHERE t."order_id" = s."order_id" AND t._source_pos = s._source_pos
+            AND (s._kafka_partition < t._kafka_partition OR (s._kafka_partition = t._kafka_partition AND s._kafka_offset < t._kafka_offset)));
+      END IF;
       UPDATE "cdc"."orders__stage" s SET _action = s._reason, _reason = NULL
       WHERE s._rn = 1 AND s._action = 'stale' AND s._reason = 'upsert'
         AND EXISTS (SELECT 1 FROM "cdc"."orders" t WHERE t."order_id" = s."order_id" AND t._source_pos = s._source_pos
@@ -1080,7 +1136,7 @@ BEGIN
     -- 6. Schema drift: unknown fields in the row images, configured fields missing from them
     --    (only images set aside by the stage query can have either).
     IF v_drift > 0 THEN
-      INSERT INTO "cdc"."sync_schema_drift" (table_name, run_started_at, kind, field, events)
+      INSERT INTO "cdc"."orders__drift" (table_name, run_started_at, kind, field, events)
       SELECT 'orders', v_started,
              CASE WHEN k.configured = 1 THEN 'missing' ELSE 'unknown' END, k.field,
              CASE WHEN k.configured = 1 THEN k.images - k.seen ELSE k.seen END
@@ -1103,14 +1159,14 @@ BEGIN
     END IF;
     -- 3. Records that cannot be applied are kept with the raw value and the reason.
     IF v_quarantined > 0 THEN
-      INSERT INTO "cdc"."sync_quarantine" (table_name, kafka_partition, kafka_offset, kafka_timestamp, reason, payload, raw_value, run_started_at)
+      INSERT INTO "cdc"."orders__quarantine" (table_name, kafka_partition, kafka_offset, kafka_timestamp, reason, payload, raw_value, run_started_at)
       SELECT 'orders', _kafka_partition, _kafka_offset, _kafka_timestamp, _reason, _payload, _raw_value, v_started
       FROM "cdc"."orders__stage"
       WHERE _action = 'quarantine';
     END IF;
     -- Replayed records are recorded as such; one that failed again was quarantined anew above.
     IF v_replayed > 0 THEN
-      UPDATE "cdc"."sync_quarantine" SET handled = 'replayed', handled_at = v_started
+      UPDATE "cdc"."orders__quarantine" SET handled = 'replayed', handled_at = v_started
       WHERE table_name = 'orders' AND handled = 'replaying';
     END IF;
     -- 7. Advance the per-partition watermark in the same transaction (never back: replayed
@@ -1178,7 +1234,7 @@ BEGIN
           AND s.kafka_offset > COALESCE(w.last_offset, -1)) x
   WHERE x.read_no = 1;
   IF v_partition IS NOT NULL THEN
-    INSERT INTO "cdc"."sync_quarantine" (table_name, kafka_partition, kafka_offset, kafka_timestamp, reason, payload, raw_value, run_started_at)
+    INSERT INTO "cdc"."orders__quarantine" (table_name, kafka_partition, kafka_offset, kafka_timestamp, reason, payload, raw_value, run_started_at)
     SELECT 'orders', s.kafka_partition, s.kafka_offset, s.kafka_timestamp, CASE WHEN OCTET_LENGTH('the warehouse could not apply this record: ' || COALESCE(p_reason, 'no error text')) <= 1000 THEN 'the warehouse could not apply this record: ' || COALESCE(p_reason, 'no error text') ELSE SUBSTRING('the warehouse could not apply this record: ' || COALESCE(p_reason, 'no error text'), 1, 250) END, s.payload, s.raw_value, v_started
     FROM "cdc"."orders__stream" s
     WHERE s.kafka_partition = v_partition AND s.kafka_offset = v_offset AND s.refresh_time = v_refresh_time;
@@ -1196,6 +1252,18 @@ BEGIN
 END;
 $$ LANGUAGE plpgsql
 SET timezone TO 'UTC';
+
+CREATE OR REPLACE VIEW "cdc"."sync_quarantine" AS
+SELECT table_name, kafka_partition, kafka_offset, kafka_timestamp, reason, payload, raw_value, run_started_at, handled, handled_at FROM "cdc"."customer__quarantine"
+UNION ALL
+SELECT table_name, kafka_partition, kafka_offset, kafka_timestamp, reason, payload, raw_value, run_started_at, handled, handled_at FROM "cdc"."orders__quarantine"
+WITH NO SCHEMA BINDING;
+
+CREATE OR REPLACE VIEW "cdc"."sync_schema_drift" AS
+SELECT table_name, run_started_at, kind, field, events FROM "cdc"."customer__drift"
+UNION ALL
+SELECT table_name, run_started_at, kind, field, events FROM "cdc"."orders__drift"
+WITH NO SCHEMA BINDING;
 
 INSERT INTO alembic_version (version_num) VALUES ('474a94aea2c7');
 

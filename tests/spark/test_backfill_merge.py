@@ -183,3 +183,20 @@ def test_cli_backfill_parquet_and_spark_submit_job(deployed, spark, tmp_path):
         "_delete",
     ]
     assert sorted(r["customer_id"] for r in staged.collect()) == ["P1", "P2"]
+
+
+def test_a_repeated_backfill_does_not_call_its_own_rows_newer_in_the_stream(deployed, spark, tmp_path):
+    from rich.console import Console
+
+    from sync.cli.report import print_backfill
+
+    wh, pipeline = deployed
+    snap = write_snapshot(tmp_path / "snap.jsonl", SNAPSHOT)
+    run_backfill(wh, pipeline, "customer", snap, "json", SNAPSHOT_TIME, spark=spark)
+    said: list[str] = []
+    again = run_backfill(wh, pipeline, "customer", snap, "json", SNAPSHOT_TIME, spark=spark, progress=said.append)
+    out = Console(record=True, width=200, markup=False)
+    print_backfill(again, "customer", out)
+    text = "\n".join(said) + out.export_text()
+    assert again.kept_newer == 4 and "stream" not in text.replace("deleted by stream", "")
+    assert "4 kept (the target's row is as new or newer)" in text and "kept: target as new or newer" in text

@@ -29,9 +29,9 @@ AFTER = datetime(2024, 5, 1, 12, 5, 0, tzinfo=timezone.utc)  # the stream's Kafk
 BEFORE = datetime(2024, 5, 1, 11, 0, 0, tzinfo=timezone.utc)
 
 
-def pipeline_for(mode: str):
-    return make_pipeline(
-        f"""
+def tables_for(mode: str) -> str:
+    """The [[tables]] TOML of the item table in delete mode `mode`."""
+    return f"""
 [[tables]]
 name = "item"
 topic = "shop.item"
@@ -43,7 +43,10 @@ columns = [
   {{ name = "name", type = "varchar(64)" }},
 ]
 """
-    )
+
+
+def pipeline_for(mode: str):
+    return make_pipeline(tables_for(mode))
 
 
 def ms(when: datetime) -> int:

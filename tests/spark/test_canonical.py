@@ -66,7 +66,7 @@ def test_spark_and_postgres_agree(wh, spark, data):
     for r in data:
         wh.execute(f'INSERT INTO cdc."things" ({", ".join(cols)}) VALUES ({", ".join(["%s"] * len(cols))})', r)
     sql = ReconcileSql(dialect_for("postgres", "cdc"), PIPELINE, TABLE, 7, list(TABLE.columns))
-    in_sql = {k: (c, ts is None) for k, c, ts, _ in wh.query(sql.bucket_rows(list(range(7))))}
+    in_sql = {k: (c, ts is None) for k, c, _pos, ts, _ in wh.query(sql.bucket_rows(list(range(7))))}
 
     from pyspark.sql import types as T
 

@@ -103,3 +103,28 @@ def test_snapshot_rows_that_cannot_load_are_counted_as_rejected(loaded, tmp_path
     code, report = reconcile(wh, str(snap), tmp_path)
     assert code == 1
     assert (report["snapshot_rows"], report["warehouse_rows"], report["rejected"]) == (4, 4, 2)
+
+
+def test_a_changed_row_names_the_columns_whose_values_differ(loaded, tmp_path):
+    wh, _, snap = loaded
+    wh.execute("UPDATE cdc.customer SET mktsegment = 'CHANGED' WHERE customer_id = 'C3'")
+    wh.execute("UPDATE cdc.customer SET name = 'Renamed', mktsegment = 'CHANGED' WHERE customer_id = 'A1'")
+    code, report = reconcile(wh, snap, tmp_path, "--checksum", "name,mktsegment")
+    assert code == 1
+    named = {d["key"]: (d["why"], d["columns"]) for d in report["differences"]}
+    assert named == {
+        "A1": ("values differ in name, mktsegment", ["name", "mktsegment"]),
+        "C3": ("values differ in mktsegment", ["mktsegment"]),
+    }
+
+
+def test_reconcile_json_prints_the_report_it_writes(loaded, tmp_path):
+    wh, _, snap = loaded
+    wh.execute("UPDATE cdc.customer SET mktsegment = 'CHANGED' WHERE customer_id = 'C3'")
+    out = tmp_path / "report.json"
+    args = ["reconcile", "--table", "customer", "--snapshot", snap, "--format", "json", "--snapshot-time"]
+    args += [SNAPSHOT_TIME.isoformat(), "--checksum", "mktsegment", "--report", str(out), "--config", CONFIG, "--dsn", wh.dsn]
+    result = CliRunner().invoke(app, [*args, "--json"])
+    assert result.exit_code == 1
+    assert json.loads(result.stdout) == json.loads(out.read_text())
+    assert json.loads(result.stdout)["unexplained"] == 1

@@ -6,6 +6,7 @@ the rejects and their reasons. One Spark job per table of cases."""
 from __future__ import annotations
 
 import json
+import struct
 from datetime import date, datetime, time
 from decimal import Decimal
 
@@ -17,10 +18,11 @@ from pyspark.sql import types as T
 
 from backfill.conform import conform
 from backfill.normalise import debezium_events, flat_rows, json_rows
-from sync.debezium.decode import UndecodableValue
+from sync.debezium.decode import UndecodableValue, conform_float
 from tests.cases import (
     DATE,
     DEC,
+    FLOAT_RANGE_CASES,
     JSON_T,
     MAX38,
     MTIME,
@@ -281,3 +283,45 @@ def test_property_spark_decodes_like_the_reference(spark, picks):
     table = _pipeline(PROPERTY_GROUPS)
     rows = [(i, k, value) for i, (k, value) in enumerate(picks)]
     _check(table, PROPERTY_GROUPS, rows, _collect(spark, table, rows))
+
+
+def test_plain_floats_keep_to_the_range_every_engine_stores(spark):
+    """A real/double field as Java prints its extremes (tests/cases.py FLOAT_RANGE_CASES):
+    the backfill keeps what every warehouse stores (the files may be loaded into either)
+    and rejects the rest with the procedure's reason, like the reference decoder."""
+    table = make_pipeline(
+        '[[tables]]\nname = "f"\ntopic = "f"\nprimary_key = ["id"]\n'
+        'columns = [{ name = "id", type = "integer" }, { name = "r", type = "real" }, { name = "d", type = "double" }]\n'
+    ).table("f")
+    column = {"real": "r", "double": "d"}
+    lines = [f'{{"id": {i}, "{column[typ]}": {text}}}' for i, (typ, text, _, _) in enumerate(FLOAT_RANGE_CASES)]
+    df = json_rows(spark.createDataFrame([(line,) for line in lines], "value string"), table, F.lit(None))
+    got = {
+        r["id"]: r
+        for r in conform(df, table)
+        .select("id", "_reason", F.col("r").cast("double").alias("r"), F.col("d").cast("string").alias("d"))
+        .collect()
+    }
+    for i, (typ, text, _, _) in enumerate(FLOAT_RANGE_CASES):
+        name = column[typ]
+        try:
+            want = conform_float(Decimal(text), typ)
+        except UndecodableValue:
+            assert got[i]["_reason"] == f"field {name} does not convert to {typ}", text
+            continue
+        assert got[i]["_reason"] is None, text
+        stored = float(got[i][name])
+        assert stored == (struct.unpack("f", struct.pack("f", want))[0] if typ == "real" else want), text
+
+
+def test_a_field_feeding_two_columns_fills_both(spark):
+    """A field listed twice (its type changing: docs/operations.md) lands in each column
+    with that column's conversion (a JSON snapshot)."""
+    table = make_pipeline(
+        '[[tables]]\nname = "t"\ntopic = "t"\nprimary_key = ["id"]\ncolumns = [{ name = "id", type = "integer" }, '
+        '{ name = "n", type = "integer" }, { name = "n", target = "n_text", type = "varchar(20)" }]\n'
+    ).table("t")
+    lines = ['{"id": 1, "n": 7}', '{"id": 2, "n": "x"}']
+    df = json_rows(spark.createDataFrame([(line,) for line in lines], "value string"), table, F.lit(None))
+    got = sorted(tuple(r) for r in conform(df, table).select("id", "n", "n_text", "_reason").collect())
+    assert got == [(1, 7, "7", None), (2, None, "x", "field n does not convert to integer")]

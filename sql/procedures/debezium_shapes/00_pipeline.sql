@@ -34,23 +34,54 @@ CREATE TABLE IF NOT EXISTS "cdc"."sync_run_log" (
 )
 SORTKEY (started_at);
 
-CREATE TABLE IF NOT EXISTS "cdc"."sync_quarantine" (
-  table_name varchar(127) NOT NULL,
-  kafka_partition bigint,
-  kafka_offset bigint,
-  kafka_timestamp timestamp,
-  reason varchar(1024) NOT NULL,
-  payload super,
-  raw_value varbyte(16777216),
-  run_started_at timestamp,
-  handled varchar(16),
-  handled_at timestamp
-);
+CREATE OR REPLACE VIEW "cdc"."sync_quarantine" AS
+SELECT table_name, kafka_partition, kafka_offset, kafka_timestamp, reason, payload, raw_value, run_started_at, handled, handled_at FROM "cdc"."my__quarantine"
+UNION ALL
+SELECT table_name, kafka_partition, kafka_offset, kafka_timestamp, reason, payload, raw_value, run_started_at, handled, handled_at FROM "cdc"."my_schema__quarantine"
+UNION ALL
+SELECT table_name, kafka_partition, kafka_offset, kafka_timestamp, reason, payload, raw_value, run_started_at, handled, handled_at FROM "cdc"."pg__quarantine"
+UNION ALL
+SELECT table_name, kafka_partition, kafka_offset, kafka_timestamp, reason, payload, raw_value, run_started_at, handled, handled_at FROM "cdc"."pg_kafka__quarantine"
+UNION ALL
+SELECT table_name, kafka_partition, kafka_offset, kafka_timestamp, reason, payload, raw_value, run_started_at, handled, handled_at FROM "cdc"."rw__quarantine"
+UNION ALL
+SELECT table_name, kafka_partition, kafka_offset, kafka_timestamp, reason, payload, raw_value, run_started_at, handled, handled_at FROM "cdc"."ts__quarantine"
+UNION ALL
+SELECT table_name, kafka_partition, kafka_offset, kafka_timestamp, reason, payload, raw_value, run_started_at, handled, handled_at FROM "cdc"."ts_lsn__quarantine"
+UNION ALL
+SELECT table_name, kafka_partition, kafka_offset, kafka_timestamp, reason, payload, raw_value, run_started_at, handled, handled_at FROM "cdc"."soft__quarantine"
+UNION ALL
+SELECT table_name, kafka_partition, kafka_offset, kafka_timestamp, reason, payload, raw_value, run_started_at, handled, handled_at FROM "cdc"."keep__quarantine"
+UNION ALL
+SELECT table_name, kafka_partition, kafka_offset, kafka_timestamp, reason, payload, raw_value, run_started_at, handled, handled_at FROM "cdc"."wipe__quarantine"
+UNION ALL
+SELECT table_name, kafka_partition, kafka_offset, kafka_timestamp, reason, payload, raw_value, run_started_at, handled, handled_at FROM "cdc"."toast__quarantine"
+UNION ALL
+SELECT table_name, kafka_partition, kafka_offset, kafka_timestamp, reason, payload, raw_value, run_started_at, handled, handled_at FROM "cdc"."blobs__quarantine"
+WITH NO SCHEMA BINDING;
 
-CREATE TABLE IF NOT EXISTS "cdc"."sync_schema_drift" (
-  table_name varchar(127) NOT NULL,
-  run_started_at timestamp NOT NULL,
-  kind varchar(16) NOT NULL,
-  field varchar(256) NOT NULL,
-  events bigint NOT NULL
-);
+CREATE OR REPLACE VIEW "cdc"."sync_schema_drift" AS
+SELECT table_name, run_started_at, kind, field, events FROM "cdc"."my__drift"
+UNION ALL
+SELECT table_name, run_started_at, kind, field, events FROM "cdc"."my_schema__drift"
+UNION ALL
+SELECT table_name, run_started_at, kind, field, events FROM "cdc"."pg__drift"
+UNION ALL
+SELECT table_name, run_started_at, kind, field, events FROM "cdc"."pg_kafka__drift"
+UNION ALL
+SELECT table_name, run_started_at, kind, field, events FROM "cdc"."rw__drift"
+UNION ALL
+SELECT table_name, run_started_at, kind, field, events FROM "cdc"."ts__drift"
+UNION ALL
+SELECT table_name, run_started_at, kind, field, events FROM "cdc"."ts_lsn__drift"
+UNION ALL
+SELECT table_name, run_started_at, kind, field, events FROM "cdc"."soft__drift"
+UNION ALL
+SELECT table_name, run_started_at, kind, field, events FROM "cdc"."keep__drift"
+UNION ALL
+SELECT table_name, run_started_at, kind, field, events FROM "cdc"."wipe__drift"
+UNION ALL
+SELECT table_name, run_started_at, kind, field, events FROM "cdc"."toast__drift"
+UNION ALL
+SELECT table_name, run_started_at, kind, field, events FROM "cdc"."blobs__drift"
+WITH NO SCHEMA BINDING;

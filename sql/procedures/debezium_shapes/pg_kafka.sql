@@ -68,6 +68,27 @@ CREATE TABLE IF NOT EXISTS "cdc"."pg_kafka__watermark" (
 )
 DISTSTYLE AUTO;
 
+CREATE TABLE IF NOT EXISTS "cdc"."pg_kafka__quarantine" (
+  table_name varchar(127) NOT NULL,
+  kafka_partition bigint,
+  kafka_offset bigint,
+  kafka_timestamp timestamp,
+  reason varchar(1024) NOT NULL,
+  payload super,
+  raw_value varbyte(16777216),
+  run_started_at timestamp,
+  handled varchar(16),
+  handled_at timestamp
+);
+
+CREATE TABLE IF NOT EXISTS "cdc"."pg_kafka__drift" (
+  table_name varchar(127) NOT NULL,
+  run_started_at timestamp NOT NULL,
+  kind varchar(16) NOT NULL,
+  field varchar(256) NOT NULL,
+  events bigint NOT NULL
+);
+
 CREATE TABLE IF NOT EXISTS "cdc"."pg_kafka__deleted" (
   "id" integer NOT NULL,
   "_source_ts" timestamp,
@@ -120,7 +141,7 @@ BEGIN
   v_started := CAST(TO_TIMESTAMP(TIMEOFDAY(), 'Dy Mon DD HH24:MI:SS.US YYYY') AS timestamp);
   -- The watermark, its summary for the run log, and the quarantined records being replayed.
   SELECT MAX(r.last_refresh_time),
-         (SELECT COUNT(*) FROM "cdc"."sync_quarantine" WHERE table_name = 'pg_kafka' AND handled = 'replaying'),
+         (SELECT COUNT(*) FROM "cdc"."pg_kafka__quarantine" WHERE table_name = 'pg_kafka' AND handled = 'replaying'),
          LISTAGG(CASE WHEN r.pos__ <= 65503 THEN r.item__ END, ',') WITHIN GROUP (ORDER BY r.order__)
          || CASE WHEN COUNT(CASE WHEN r.pos__ > 65503 THEN 1 END) > 0 THEN ' (+' || CAST(COUNT(CASE WHEN r.pos__ > 65503 THEN 1 END) AS varchar(20)) || ' more)' ELSE '' END
   INTO v_since, v_replayed, v_wm_before
@@ -155,7 +176,7 @@ BEGIN
          CASE WHEN OCTET_LENGTH(c.op) <= 64 THEN c.op ELSE SUBSTRING(c.op, 1, 16) END, c.action, c.reason,
          ROW_NUMBER() OVER (
            PARTITION BY CASE WHEN c.action IN ('upsert', 'delete') THEN 1 ELSE 0 END, c."id"
-           ORDER BY c.kafka_partition DESC, c.kafka_offset DESC),
+           ORDER BY c.kafka_time DESC NULLS LAST, c.kafka_partition DESC, c.kafka_offset DESC),
          (TIMESTAMP 'epoch' + (c.source_ts_ms / 1000) * INTERVAL '1 second' + (c.source_ts_ms % 1000) * INTERVAL '1 millisecond'),
          c.source_pos, NULL, c."id", c."name", c."bio", c.unavailable, c.quarantine_payload,
          CASE WHEN c.action = 'quarantine' THEN c.raw_value END, c.drift_img
@@ -186,7 +207,9 @@ BEGIN
              WHEN 12 THEN NULL
              ELSE NULL
            END AS reason,
-           CASE WHEN t.check_no IN (1, 3, 4, 6, 7, 8, 9, 10, 11) OR t.unavailable IS NOT NULL THEN t.payload END AS quarantine_payload
+           CASE WHEN t.check_no IN (1, 3, 4, 6, 7, 8, 9, 10, 11) OR t.unavailable IS NOT NULL THEN t.payload END AS quarantine_payload,
+           MAX(t.kafka_timestamp) OVER (PARTITION BY t.kafka_partition ORDER BY t.kafka_offset
+             ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW) AS kafka_time
     FROM (
       SELECT
              t.kafka_partition, t.kafka_offset, t.kafka_timestamp, t.refresh_time, t.raw_value, t.op, t.source_ts_ms,
@@ -273,7 +296,7 @@ BEGIN
                                r.payload, r.raw_value,
                                CASE WHEN IS_OBJECT(r.payload."schema") THEN r.payload."payload" ELSE r.payload END AS env,
                                CAST(NULL AS super) AS key_env
-                        FROM "cdc"."sync_quarantine" r
+                        FROM "cdc"."pg_kafka__quarantine" r
                         WHERE v_replayed > 0 AND r.table_name = 'pg_kafka' AND r.handled = 'replaying'
                       ) f
                     ) f
@@ -336,11 +359,19 @@ BEGIN
       UPDATE "cdc"."pg_kafka__stage" s SET _action = 'stale'
       WHERE s._rn = 1 AND s._action IN ('upsert', 'delete')
         AND EXISTS (SELECT 1 FROM "cdc"."pg_kafka__watermark" w WHERE w.kafka_partition = s._kafka_partition AND s._kafka_offset <= w.last_offset)
-        AND (EXISTS (SELECT 1 FROM "cdc"."pg_kafka" t WHERE t."id" = s."id"
-                AND (t._kafka_partition > s._kafka_partition
-                     OR (t._kafka_partition = s._kafka_partition AND t._kafka_offset > s._kafka_offset))) OR EXISTS (SELECT 1 FROM "cdc"."pg_kafka__deleted" t WHERE t."id" = s."id"
-                AND (t._kafka_partition > s._kafka_partition
-                     OR (t._kafka_partition = s._kafka_partition AND t._kafka_offset > s._kafka_offset))));
+        AND (EXISTS (SELECT 1 FROM "cdc"."pg_kafka" t
+                  LEFT JOIN "cdc"."pg_kafka__stream" m ON m.kafka_partition = t._kafka_partition AND m.kafka_offset = t._kafka_offset
+                WHERE t."id" = s."id"
+                  AND (t._kafka_partition = s._kafka_partition AND t._kafka_offset > s._kafka_offset
+                   OR t._kafka_partition <> s._kafka_partition
+                      AND (m.kafka_timestamp > s._kafka_timestamp
+                           OR (COALESCE(m.kafka_timestamp = s._kafka_timestamp, true) AND t._kafka_partition > s._kafka_partition))))
+             OR EXISTS (SELECT 1 FROM "cdc"."pg_kafka__deleted" t
+                WHERE t."id" = s."id"
+                  AND (t._kafka_partition = s._kafka_partition AND t._kafka_offset > s._kafka_offset
+                   OR t._kafka_partition <> s._kafka_partition
+                      AND (t._kafka_timestamp > s._kafka_timestamp
+                           OR (COALESCE(t._kafka_timestamp = s._kafka_timestamp, true) AND t._kafka_partition > s._kafka_partition)))));
     END IF;
     SELECT COUNT(CASE WHEN _rn = 1 AND _action = 'upsert' THEN 1 END),
            COUNT(CASE WHEN _rn = 1 AND _action = 'delete' THEN 1 END),
@@ -374,7 +405,7 @@ BEGIN
     -- 6. Schema drift: unknown fields in the row images, configured fields missing from them
     --    (only images set aside by the stage query can have either).
     IF v_drift > 0 THEN
-      INSERT INTO "cdc"."sync_schema_drift" (table_name, run_started_at, kind, field, events)
+      INSERT INTO "cdc"."pg_kafka__drift" (table_name, run_started_at, kind, field, events)
       SELECT 'pg_kafka', v_started,
              CASE WHEN k.configured = 1 THEN 'missing' ELSE 'unknown' END, k.field,
              CASE WHEN k.configured = 1 THEN k.images - k.seen ELSE k.seen END
@@ -395,14 +426,14 @@ BEGIN
     END IF;
     -- 3. Records that cannot be applied are kept with the raw value and the reason.
     IF v_quarantined > 0 THEN
-      INSERT INTO "cdc"."sync_quarantine" (table_name, kafka_partition, kafka_offset, kafka_timestamp, reason, payload, raw_value, run_started_at)
+      INSERT INTO "cdc"."pg_kafka__quarantine" (table_name, kafka_partition, kafka_offset, kafka_timestamp, reason, payload, raw_value, run_started_at)
       SELECT 'pg_kafka', _kafka_partition, _kafka_offset, _kafka_timestamp, _reason, _payload, _raw_value, v_started
       FROM "cdc"."pg_kafka__stage"
       WHERE _action = 'quarantine';
     END IF;
     -- Replayed records are recorded as such; one that failed again was quarantined anew above.
     IF v_replayed > 0 THEN
-      UPDATE "cdc"."sync_quarantine" SET handled = 'replayed', handled_at = v_started
+      UPDATE "cdc"."pg_kafka__quarantine" SET handled = 'replayed', handled_at = v_started
       WHERE table_name = 'pg_kafka' AND handled = 'replaying';
     END IF;
     -- 7. Advance the per-partition watermark in the same transaction (never back: replayed
@@ -470,7 +501,7 @@ BEGIN
           AND s.kafka_offset > COALESCE(w.last_offset, -1)) x
   WHERE x.read_no = 1;
   IF v_partition IS NOT NULL THEN
-    INSERT INTO "cdc"."sync_quarantine" (table_name, kafka_partition, kafka_offset, kafka_timestamp, reason, payload, raw_value, run_started_at)
+    INSERT INTO "cdc"."pg_kafka__quarantine" (table_name, kafka_partition, kafka_offset, kafka_timestamp, reason, payload, raw_value, run_started_at)
     SELECT 'pg_kafka', s.kafka_partition, s.kafka_offset, s.kafka_timestamp, CASE WHEN OCTET_LENGTH('the warehouse could not apply this record: ' || COALESCE(p_reason, 'no error text')) <= 1000 THEN 'the warehouse could not apply this record: ' || COALESCE(p_reason, 'no error text') ELSE SUBSTRING('the warehouse could not apply this record: ' || COALESCE(p_reason, 'no error text'), 1, 250) END, s.payload, s.raw_value, v_started
     FROM "cdc"."pg_kafka__stream" s
     WHERE s.kafka_partition = v_partition AND s.kafka_offset = v_offset AND s.refresh_time = v_refresh_time;

@@ -34,23 +34,26 @@ CREATE TABLE IF NOT EXISTS "sources"."sync_run_log" (
 )
 SORTKEY (started_at);
 
-CREATE TABLE IF NOT EXISTS "sources"."sync_quarantine" (
-  table_name varchar(127) NOT NULL,
-  kafka_partition bigint,
-  kafka_offset bigint,
-  kafka_timestamp timestamp,
-  reason varchar(1024) NOT NULL,
-  payload super,
-  raw_value varbyte(16777216),
-  run_started_at timestamp,
-  handled varchar(16),
-  handled_at timestamp
-);
+CREATE OR REPLACE VIEW "sources"."sync_quarantine" AS
+SELECT table_name, kafka_partition, kafka_offset, kafka_timestamp, reason, payload, raw_value, run_started_at, handled, handled_at FROM "sources"."sqlserver_customers__quarantine"
+UNION ALL
+SELECT table_name, kafka_partition, kafka_offset, kafka_timestamp, reason, payload, raw_value, run_started_at, handled, handled_at FROM "sources"."sqlserver_customers_flat__quarantine"
+UNION ALL
+SELECT table_name, kafka_partition, kafka_offset, kafka_timestamp, reason, payload, raw_value, run_started_at, handled, handled_at FROM "sources"."oracle_customers__quarantine"
+UNION ALL
+SELECT table_name, kafka_partition, kafka_offset, kafka_timestamp, reason, payload, raw_value, run_started_at, handled, handled_at FROM "sources"."db2_customers__quarantine"
+UNION ALL
+SELECT table_name, kafka_partition, kafka_offset, kafka_timestamp, reason, payload, raw_value, run_started_at, handled, handled_at FROM "sources"."mariadb_customers__quarantine"
+WITH NO SCHEMA BINDING;
 
-CREATE TABLE IF NOT EXISTS "sources"."sync_schema_drift" (
-  table_name varchar(127) NOT NULL,
-  run_started_at timestamp NOT NULL,
-  kind varchar(16) NOT NULL,
-  field varchar(256) NOT NULL,
-  events bigint NOT NULL
-);
+CREATE OR REPLACE VIEW "sources"."sync_schema_drift" AS
+SELECT table_name, run_started_at, kind, field, events FROM "sources"."sqlserver_customers__drift"
+UNION ALL
+SELECT table_name, run_started_at, kind, field, events FROM "sources"."sqlserver_customers_flat__drift"
+UNION ALL
+SELECT table_name, run_started_at, kind, field, events FROM "sources"."oracle_customers__drift"
+UNION ALL
+SELECT table_name, run_started_at, kind, field, events FROM "sources"."db2_customers__drift"
+UNION ALL
+SELECT table_name, run_started_at, kind, field, events FROM "sources"."mariadb_customers__drift"
+WITH NO SCHEMA BINDING;

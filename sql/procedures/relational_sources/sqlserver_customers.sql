@@ -72,6 +72,27 @@ CREATE TABLE IF NOT EXISTS "sources"."sqlserver_customers__watermark" (
 )
 DISTSTYLE AUTO;
 
+CREATE TABLE IF NOT EXISTS "sources"."sqlserver_customers__quarantine" (
+  table_name varchar(127) NOT NULL,
+  kafka_partition bigint,
+  kafka_offset bigint,
+  kafka_timestamp timestamp,
+  reason varchar(1024) NOT NULL,
+  payload super,
+  raw_value varbyte(16777216),
+  run_started_at timestamp,
+  handled varchar(16),
+  handled_at timestamp
+);
+
+CREATE TABLE IF NOT EXISTS "sources"."sqlserver_customers__drift" (
+  table_name varchar(127) NOT NULL,
+  run_started_at timestamp NOT NULL,
+  kind varchar(16) NOT NULL,
+  field varchar(256) NOT NULL,
+  events bigint NOT NULL
+);
+
 CREATE TABLE IF NOT EXISTS "sources"."sqlserver_customers__deleted" (
   "id" integer NOT NULL,
   "_source_ts" timestamp,
@@ -124,7 +145,7 @@ BEGIN
   v_started := CAST(TO_TIMESTAMP(TIMEOFDAY(), 'Dy Mon DD HH24:MI:SS.US YYYY') AS timestamp);
   -- The watermark, its summary for the run log, and the quarantined records being replayed.
   SELECT MAX(r.last_refresh_time),
-         (SELECT COUNT(*) FROM "sources"."sync_quarantine" WHERE table_name = 'sqlserver_customers' AND handled = 'replaying'),
+         (SELECT COUNT(*) FROM "sources"."sqlserver_customers__quarantine" WHERE table_name = 'sqlserver_customers' AND handled = 'replaying'),
          LISTAGG(CASE WHEN r.pos__ <= 65503 THEN r.item__ END, ',') WITHIN GROUP (ORDER BY r.order__)
          || CASE WHEN COUNT(CASE WHEN r.pos__ > 65503 THEN 1 END) > 0 THEN ' (+' || CAST(COUNT(CASE WHEN r.pos__ > 65503 THEN 1 END) AS varchar(20)) || ' more)' ELSE '' END
   INTO v_since, v_replayed, v_wm_before
@@ -160,7 +181,7 @@ BEGIN
          CASE WHEN OCTET_LENGTH(c.op) <= 64 THEN c.op ELSE SUBSTRING(c.op, 1, 16) END, c.action, c.reason,
          ROW_NUMBER() OVER (
            PARTITION BY CASE WHEN c.action IN ('upsert', 'delete') THEN 1 ELSE 0 END, c."id"
-           ORDER BY c.source_pos DESC NULLS LAST, c.kafka_partition DESC, c.kafka_offset DESC),
+           ORDER BY c.source_pos DESC NULLS LAST, c.kafka_time DESC NULLS LAST, c.kafka_partition DESC, c.kafka_offset DESC),
          (TIMESTAMP 'epoch' + (c.source_ts_ms / 1000) * INTERVAL '1 second' + (c.source_ts_ms % 1000) * INTERVAL '1 millisecond'),
          c.source_pos, c.source_pos, c."id", c."first_name", c."last_name", c."email", c.unavailable, c.quarantine_payload,
          CASE WHEN c.action = 'quarantine' THEN c.raw_value END, c.drift_img
@@ -192,7 +213,9 @@ BEGIN
              WHEN 13 THEN NULL
              ELSE NULL
            END AS reason,
-           CASE WHEN t.check_no IN (1, 3, 4, 6, 7, 8, 9, 10, 11, 12) OR t.unavailable IS NOT NULL THEN t.payload END AS quarantine_payload
+           CASE WHEN t.check_no IN (1, 3, 4, 6, 7, 8, 9, 10, 11, 12) OR t.unavailable IS NOT NULL THEN t.payload END AS quarantine_payload,
+           MAX(t.kafka_timestamp) OVER (PARTITION BY t.kafka_partition ORDER BY t.kafka_offset
+             ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW) AS kafka_time
     FROM (
       SELECT
              t.kafka_partition, t.kafka_offset, t.kafka_timestamp, t.refresh_time, t.raw_value, t.op, t.source_ts_ms,
@@ -297,7 +320,7 @@ BEGIN
                                    r.payload, r.raw_value,
                                    CASE WHEN IS_OBJECT(r.payload."schema") THEN r.payload."payload" ELSE r.payload END AS env,
                                    CAST(NULL AS super) AS key_env
-                            FROM "sources"."sync_quarantine" r
+                            FROM "sources"."sqlserver_customers__quarantine" r
                             WHERE v_replayed > 0 AND r.table_name = 'sqlserver_customers' AND r.handled = 'replaying'
                           ) f
                         ) f
@@ -332,9 +355,11 @@ BEGIN
     IF v_positionless > 0 THEN
       UPDATE "sources"."sqlserver_customers__stage" s SET _rank_pos = r.rank_pos
       FROM (SELECT x._kafka_partition, x._kafka_offset,
-                   MAX(x._source_pos) OVER (PARTITION BY x."id"
-                     ORDER BY x._kafka_partition, x._kafka_offset ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW) AS rank_pos
-            FROM "sources"."sqlserver_customers__stage" x
+                   MAX(x._source_pos) OVER (PARTITION BY x."id" ORDER BY x._kafka_time ASC NULLS FIRST, x._kafka_partition, x._kafka_offset
+                     ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW) AS rank_pos
+            FROM (SELECT z.*, MAX(z._kafka_timestamp) OVER (PARTITION BY z._kafka_partition ORDER BY z._kafka_offset
+                    ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW) AS _kafka_time
+                  FROM "sources"."sqlserver_customers__stage" z) x
             WHERE x._action IN ('upsert', 'delete')
               AND EXISTS (SELECT 1 FROM "sources"."sqlserver_customers__stage" y WHERE y._source_pos IS NULL AND y._action IN ('upsert', 'delete') AND y."id" = x."id")) r
       WHERE s._source_pos IS NULL AND s._action IN ('upsert', 'delete')
@@ -355,8 +380,10 @@ BEGIN
         AND t._source_pos IS NOT NULL AND (s._rank_pos IS NULL OR s._rank_pos < t._source_pos);
       UPDATE "sources"."sqlserver_customers__stage" s SET _rn = r.rn
       FROM (SELECT x._kafka_partition, x._kafka_offset,
-                   ROW_NUMBER() OVER (PARTITION BY x."id" ORDER BY x._rank_pos DESC NULLS LAST, x._kafka_partition DESC, x._kafka_offset DESC) AS rn
-            FROM "sources"."sqlserver_customers__stage" x
+                   ROW_NUMBER() OVER (PARTITION BY x."id" ORDER BY x._rank_pos DESC NULLS LAST, x._kafka_time DESC NULLS LAST, x._kafka_partition DESC, x._kafka_offset DESC) AS rn
+            FROM (SELECT z.*, MAX(z._kafka_timestamp) OVER (PARTITION BY z._kafka_partition ORDER BY z._kafka_offset
+                    ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW) AS _kafka_time
+                  FROM "sources"."sqlserver_customers__stage" z) x
             WHERE x._action IN ('upsert', 'delete')
               AND EXISTS (SELECT 1 FROM "sources"."sqlserver_customers__stage" y WHERE y._source_pos IS NULL AND y._action IN ('upsert', 'delete') AND y."id" = x."id")) r
       WHERE s._kafka_partition = r._kafka_partition AND s._kafka_offset = r._kafka_offset;
@@ -411,9 +438,23 @@ BEGIN
     GET DIAGNOSTICS v_rows := ROW_COUNT;
     -- 5. A stale winner at exactly the stored position that changes something is another
     --    change of the same transaction (compressed MySQL binlog): it applies, in Kafka
-    --    order. A re-sent copy of the stored event stays stale. (One statement per case:
-    --    Redshift takes no correlated subquery under an OR.)
+    --    order. A re-sent copy of the stored event stays stale, and so does a replayed
+    --    record earlier in Kafka order than the record that wrote what is stored (its
+    --    `_reason` cleared). (One statement per case: Redshift takes no correlated
+    --    subquery under an OR.)
     IF v_rows > 0 THEN
+      IF v_replayed > 0 THEN
+        UPDATE "sources"."sqlserver_customers__stage" s SET _reason = NULL
+        WHERE s._rn = 1 AND s._action = 'stale' AND s._reason IS NOT NULL
+          AND EXISTS (SELECT 1 FROM "sources"."sqlserver_customers__watermark" w WHERE w.kafka_partition = s._kafka_partition AND s._kafka_offset <= w.last_offset)
+          AND EXISTS (SELECT 1 FROM "sources"."sqlserver_customers" t WHERE t."id" = s."id" AND t._source_pos = s._source_pos
+            AND (s._kafka_partition < t._kafka_partition OR (s._kafka_partition = t._kafka_partition AND s._kafka_offset < t._kafka_offset)));
+        UPDATE "sources"."sqlserver_customers__stage" s SET _reason = NULL
+        WHERE s._rn = 1 AND s._action = 'stale' AND s._reason IS NOT NULL
+          AND EXISTS (SELECT 1 FROM "sources"."sqlserver_customers__watermark" w WHERE w.kafka_partition = s._kafka_partition AND s._kafka_offset <= w.last_offset)
+          AND EXISTS (SELECT 1 FROM "sources"."sqlserver_customers__deleted" t WHERE t."id" = s."id" AND t._source_pos = s._source_pos
+            AND (s._kafka_partition < t._kafka_partition OR (s._kafka_partition = t._kafka_partition AND s._kafka_offset < t._kafka_offset)));
+      END IF;
       UPDATE "sources"."sqlserver_customers__stage" s SET _action = s._reason, _reason = NULL
       WHERE s._rn = 1 AND s._action = 'stale' AND s._reason = 'upsert'
         AND EXISTS (SELECT 1 FROM "sources"."sqlserver_customers" t WHERE t."id" = s."id" AND t._source_pos = s._source_pos
@@ -463,7 +504,7 @@ BEGIN
     -- 6. Schema drift: unknown fields in the row images, configured fields missing from them
     --    (only images set aside by the stage query can have either).
     IF v_drift > 0 THEN
-      INSERT INTO "sources"."sync_schema_drift" (table_name, run_started_at, kind, field, events)
+      INSERT INTO "sources"."sqlserver_customers__drift" (table_name, run_started_at, kind, field, events)
       SELECT 'sqlserver_customers', v_started,
              CASE WHEN k.configured = 1 THEN 'missing' ELSE 'unknown' END, k.field,
              CASE WHEN k.configured = 1 THEN k.images - k.seen ELSE k.seen END
@@ -485,14 +526,14 @@ BEGIN
     END IF;
     -- 3. Records that cannot be applied are kept with the raw value and the reason.
     IF v_quarantined > 0 THEN
-      INSERT INTO "sources"."sync_quarantine" (table_name, kafka_partition, kafka_offset, kafka_timestamp, reason, payload, raw_value, run_started_at)
+      INSERT INTO "sources"."sqlserver_customers__quarantine" (table_name, kafka_partition, kafka_offset, kafka_timestamp, reason, payload, raw_value, run_started_at)
       SELECT 'sqlserver_customers', _kafka_partition, _kafka_offset, _kafka_timestamp, _reason, _payload, _raw_value, v_started
       FROM "sources"."sqlserver_customers__stage"
       WHERE _action = 'quarantine';
     END IF;
     -- Replayed records are recorded as such; one that failed again was quarantined anew above.
     IF v_replayed > 0 THEN
-      UPDATE "sources"."sync_quarantine" SET handled = 'replayed', handled_at = v_started
+      UPDATE "sources"."sqlserver_customers__quarantine" SET handled = 'replayed', handled_at = v_started
       WHERE table_name = 'sqlserver_customers' AND handled = 'replaying';
     END IF;
     -- 7. Advance the per-partition watermark in the same transaction (never back: replayed
@@ -560,7 +601,7 @@ BEGIN
           AND s.kafka_offset > COALESCE(w.last_offset, -1)) x
   WHERE x.read_no = 1;
   IF v_partition IS NOT NULL THEN
-    INSERT INTO "sources"."sync_quarantine" (table_name, kafka_partition, kafka_offset, kafka_timestamp, reason, payload, raw_value, run_started_at)
+    INSERT INTO "sources"."sqlserver_customers__quarantine" (table_name, kafka_partition, kafka_offset, kafka_timestamp, reason, payload, raw_value, run_started_at)
     SELECT 'sqlserver_customers', s.kafka_partition, s.kafka_offset, s.kafka_timestamp, CASE WHEN OCTET_LENGTH('the warehouse could not apply this record: ' || COALESCE(p_reason, 'no error text')) <= 1000 THEN 'the warehouse could not apply this record: ' || COALESCE(p_reason, 'no error text') ELSE SUBSTRING('the warehouse could not apply this record: ' || COALESCE(p_reason, 'no error text'), 1, 250) END, s.payload, s.raw_value, v_started
     FROM "sources"."sqlserver_customers__stream" s
     WHERE s.kafka_partition = v_partition AND s.kafka_offset = v_offset AND s.refresh_time = v_refresh_time;

@@ -10,13 +10,26 @@ branches on the engine's name.
 
 from __future__ import annotations
 
+from decimal import Decimal
+
 from sync.sql.dialect.postgres import ZONED_TEXT, PostgresDialect, quote_ident, quote_literal
 from sync.sql.dialect.redshift import RedshiftDialect
 
 DIALECTS: dict[str, type[PostgresDialect]] = {"postgres": PostgresDialect, "redshift": RedshiftDialect}
 
+# The real/double magnitudes every engine stores: what a backfill's files hold, since they
+# may be loaded into either (a value outside is a rejected row, not a failed COPY).
+LOADABLE_FLOAT_RANGES = {
+    family: (
+        min((d.float_ranges[family][0] for d in DIALECTS.values()), key=Decimal),
+        max((d.float_ranges[family][1] for d in DIALECTS.values()), key=Decimal),
+    )
+    for family in PostgresDialect.float_ranges
+}
+
 __all__ = [
     "DIALECTS",
+    "LOADABLE_FLOAT_RANGES",
     "ZONED_TEXT",
     "PostgresDialect",
     "RedshiftDialect",

@@ -39,10 +39,6 @@ def quote_literal(value: str) -> str:
     return "'" + value.replace("'", "''") + "'"
 
 
-# Magnitudes real/double hold (largest, smallest normal): a number outside them converts
-# to NULL (and is quarantined) instead of failing the cast.
-FLOAT_RANGES = {"real": ("3.4028234e38", "1.1754944e-38"), "double": ("1.7976931348623157e308", "2.2250738585072014e-308")}
-
 _TEMPORAL = ("date", "timestamp", "timestamptz", "time", "timetz")
 
 
@@ -92,8 +88,13 @@ class PostgresDialect:
     isolation_level_sql = "SELECT current_setting('default_transaction_isolation')"
     # Settings the generated SQL depends on, reported as a new session has them.
     verified_settings: tuple[str, ...] = ("TimeZone",)
+    # Ends CREATE VIEW of the shared views over every table's control tables.
+    view_binding = ""
     # Table attributes of the control tables, by table: none here.
     control_table_attributes: dict[str, str] = {}
+    # The families whose widening (`sync.sql.types.widens`) ALTER COLUMN TYPE makes in place;
+    # a revision widens the others by copying into a new column (`sync.schema.migrate`).
+    in_place_widenings: tuple[str, ...] = ("varchar", "smallint", "integer", "decimal", "real")
     # How a column type is spelled, by family (the family's own name where not listed);
     # templates over the type's {precision}, {scale} and byte {limit}.
     type_names = {
@@ -103,6 +104,18 @@ class PostgresDialect:
         "varchar": "varchar({limit})",
         "super": "jsonb",
         "varbyte": "bytea",
+    }
+    # The magnitudes a real/double column stores, (largest, smallest nonzero), both
+    # inclusive: a number outside them converts to NULL (and is quarantined) instead of
+    # failing the cast. PostgreSQL rounds a number to the nearest IEEE 754 value and refuses
+    # only what rounds to infinity or to zero (float4in/float8in; subnormals are stored):
+    # the limits are the 17-digit decimals just inside the halfway points past the largest
+    # finite value (2^128 - 2^103, 2^1024 - 2^970) and below the smallest subnormal
+    # (2^-150, 2^-1075), so Java's Float.MAX_VALUE (3.4028235E38), Float.MIN_NORMAL
+    # (1.17549435E-38) and Float.MIN_VALUE (1.4E-45) are stored.
+    float_ranges = {
+        "real": ("3.4028235677973366e38", "7.0064923216240854e-46"),
+        "double": ("1.7976931348623158e308", "2.4703282292062328e-324"),
     }
     # How a JSON value converts to each column type: a helper function (`helper_functions`,
     # in the pipeline {schema}) that returns NULL for a value that does not convert or fit,
@@ -186,7 +199,7 @@ class PostgresDialect:
     def _cast_arguments(self, expr: str, t: SqlType) -> dict[str, object]:
         """The values the `json_casts` templates refer to."""
         lo, hi = INTEGER_BOUNDS.get(t.family, (None, None))
-        max_abs, min_abs = FLOAT_RANGES.get(t.family, (None, None))
+        max_abs, min_abs = self.float_ranges.get(t.family, (None, None))
         return {
             "expr": expr,
             "type": self.type_sql(t),
@@ -199,6 +212,12 @@ class PostgresDialect:
             "max_abs": max_abs,
             "min_abs": min_abs,
         }
+
+    def float_in_range(self, number: str, t: SqlType) -> str:
+        """True when the number (an expression of a numeric type) is one a column of the
+        real/double type `t` stores on this engine (`float_ranges`)."""
+        largest, smallest = self.float_ranges[t.family]
+        return f"(ABS({number}) <= {largest} AND ({number} = 0 OR ABS({number}) >= {smallest}))"
 
     def json_number_text(self, expr: str) -> str:
         return f"{self.helper('text')}({expr})"

@@ -26,16 +26,25 @@ Values (the capabilities block):
   materialized view per topic (materialized-view-streaming-ingestion).
 - `copy_reads_s3`: on: COPY loads the backfill's Parquet from S3 (no COPY FROM STDIN).
 - `stream_relation`: MATERIALIZED VIEW, the streaming view (what a revision drops).
+- `view_binding`: WITH NO SCHEMA BINDING, a late-binding view (r_CREATE_VIEW): the shared
+  views over every table's quarantine and drift tables do not hold those tables, so a
+  revision can drop or re-create one of them without dropping the view first.
 - `control_table_attributes`: the watermark DISTSTYLE AUTO (it is written by every run,
   and ALL is for slowly changing tables: c_choosing_dist_sort), the run log sorted by its
   start time.
+- `in_place_widenings`: VARCHAR only: ALTER COLUMN TYPE "changes the size of a column
+  defined as a VARCHAR data type" (r_ALTER_TABLE), and not in a transaction block.
 - `type_names`: super and varbyte(n) (PostgreSQL: jsonb and bytea).
+- `float_ranges`: what the Numeric types page documents, narrower than IEEE 754: REAL
+  "a range of around 1E-37 to 1E+37", DOUBLE PRECISION "around 1E-307 to 1E+308"
+  (r_Numeric_types201, Floating-Point types).
 - `isolation_level_sql`: the database's level, Serializable or Snapshot Isolation, from
   STV_DB_ISOLATION_LEVEL (r_STV_DB_ISOLATION_LEVEL), set per database.
 - `verified_settings`: the time zone and the two settings the procedures set (`doctor`).
 - `json_casts`: SUPER casts, which return NULL on error (cast_super_null_on_error), so
   no helper functions: text through `_super_text` (bounded by VARCHAR's limit), booleans
-  also from 0 and 1, zoned timestamps at UTC, base64 validated before TO_VARBYTE.
+  also from 0 and 1, zoned timestamps at UTC, base64 validated before TO_VARBYTE, reals
+  and doubles only within `float_ranges`.
 
 Fragments (methods):
 - `json_get`, `json_get_text`, `json_is_null`, `json_is_object`, `json_is_string`,
@@ -96,12 +105,20 @@ class RedshiftDialect(PostgresDialect):
     indexed_primary_key = False  # informational only: no index to maintain
     key_byte_limit = None  # no index entry to fit
     streaming_ingestion = True
+    view_binding = "\nWITH NO SCHEMA BINDING"
     copy_reads_s3 = True
     stream_relation = "MATERIALIZED VIEW"
     control_table_attributes = {"watermark": "\nDISTSTYLE AUTO", "run_log": "\nSORTKEY (started_at)"}
     isolation_level_sql = "SELECT TRIM(isolation_level) FROM stv_db_isolation_level WHERE TRIM(db_name) = current_database()"
     verified_settings = ("timezone", "enable_case_sensitive_identifier", "cast_super_null_on_error")
+    # ALTER COLUMN TYPE "changes the size of a column defined as a VARCHAR data type" only
+    # (r_ALTER_TABLE): other widenings copy into a new column.
+    in_place_widenings = ("varchar",)
     type_names = {**PostgresDialect.type_names, "super": "super", "varbyte": "varbyte({limit})"}
+    # Numeric types, Floating-Point types: REAL "has a precision of about 6 digits, and a
+    # range of around 1E-37 to 1E+37"; DOUBLE PRECISION "a range of around 1E-307 to
+    # 1E+308". A value outside is quarantined, never handed to a cast that might fail.
+    float_ranges = {"real": ("1e37", "1e-37"), "double": ("1e308", "1e-307")}
     # SUPER casts return NULL on error (cast_super_null_on_error = ON), which the generator
     # turns into a quarantine reason instead of a silent NULL. Text is the value read by
     # `_super_text`, no longer than the column holds; a boolean may also be 0 or 1; zoned
@@ -114,6 +131,8 @@ class RedshiftDialect(PostgresDialect):
         "char": "CAST(CASE WHEN OCTET_LENGTH({text}) <= {limit} THEN {text} END AS {type})",
         "varchar": "CAST(CASE WHEN OCTET_LENGTH({text}) <= {limit} THEN {text} END AS {type})",
         "super": "{expr}",
+        "real": "CAST(CASE WHEN {in_range} THEN {expr} END AS {type})",
+        "double": "CAST(CASE WHEN {in_range} THEN {expr} END AS {type})",
         "varbyte": (
             "TO_VARBYTE(CASE WHEN IS_VARCHAR({expr}) AND {bounded_text} ~ {base64} AND LENGTH({bounded_text}) <= {base64_chars}"
             " THEN {bounded_text} END, 'base64')"
@@ -135,6 +154,7 @@ class RedshiftDialect(PostgresDialect):
             "base64": quote_literal(BASE64_PATTERN),
             "base64_chars": 4 * -(-limit // 3) if limit else None,
             "zoned": quote_literal(ZONED_TEXT),
+            "in_range": self.float_in_range(f"CAST({expr} AS double precision)", t) if t.family in self.float_ranges else None,
         }
 
     def helper_functions(self, schema: str) -> list[tuple[str, str]]:

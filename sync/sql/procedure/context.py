@@ -10,7 +10,7 @@ from functools import cached_property
 
 from sync.config import Pipeline, TableConfig
 from sync.sql.dialect import PostgresDialect
-from sync.sql.names import QUARANTINE, RUN_LOG, SCHEMA_DRIFT, table_names
+from sync.sql.names import RUN_LOG, table_names
 
 
 class Action(StrEnum):
@@ -58,7 +58,7 @@ def positionless(prefix: str = "") -> str:
 
 @dataclass(frozen=True)
 class Relations:
-    """The qualified names of a table's relations and of the shared control tables."""
+    """The qualified names of a table's relations and of the shared run log."""
 
     target: str
     stage: str
@@ -76,7 +76,7 @@ class Relations:
 
 def relations(d: PostgresDialect, pipeline: Pipeline, table: TableConfig) -> Relations:
     n = table_names(pipeline, table)
-    names = (n.target, n.stage, n.stream, n.watermark, n.deleted_keys, QUARANTINE, RUN_LOG, SCHEMA_DRIFT)
+    names = (n.target, n.stage, n.stream, n.watermark, n.deleted_keys, n.quarantine, RUN_LOG, n.schema_drift)
     return Relations(*(d.qualified(n.schema, name) for name in names))
 
 

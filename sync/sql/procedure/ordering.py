@@ -7,22 +7,76 @@ from __future__ import annotations
 from sync.sql.apply import key_match
 from sync.sql.dialect import PostgresDialect
 from sync.sql.procedure.context import APPLIED, WINNERS, Action, TableSql, positionless
+from sync.sql.procedure.text import indent
 
 
-def rank_order(position: str, partition: str, offset: str) -> str:
-    """4. The order of a key's events, newest first: source position, then Kafka order."""
-    return f"{position} DESC NULLS LAST, {partition} DESC, {offset} DESC"
+def kafka_time(record: str) -> str:
+    """A record's Kafka time (stream columns `record`kafka_partition, ...; `_` for the
+    stage's): the newest Kafka timestamp of its partition up to it. It never decreases
+    along a partition, so Kafka order across partitions, (Kafka time, partition, offset),
+    keeps each partition's offset order even where a producer's clock stepped back. Over
+    a batch: every record of it, so the stage insert and the stage agree."""
+    return (
+        f"MAX({record}kafka_timestamp) OVER (PARTITION BY {record}kafka_partition ORDER BY {record}kafka_offset\n"
+        "  ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW)"
+    )
+
+
+def kafka_order(time: str, partition: str, offset: str, newest_first: bool = True) -> str:
+    """Kafka order: offsets within a partition; across partitions the Kafka time (see
+    `kafka_time`; a record without one is the oldest), then partition and offset: Kafka
+    orders nothing across partitions, the producer's timestamp is the only evidence."""
+    if newest_first:
+        return f"{time} DESC NULLS LAST, {partition} DESC, {offset} DESC"
+    return f"{time} ASC NULLS FIRST, {partition}, {offset}"
+
+
+def rank_order(position: str, kafka: str) -> str:
+    """4. The order of a key's events, newest first: source position, then `kafka`
+    (Kafka order, newest first)."""
+    return f"{position} DESC NULLS LAST, {kafka}"
+
+
+def kafka_earlier(a: str, b: str) -> str:
+    """The record of the row `a` is earlier in Kafka order than the record of the row `b`
+    (both carry `_kafka_partition`, `_kafka_offset`; NULL, so false, when either lacks them)."""
+    return (
+        f"({a}._kafka_partition < {b}._kafka_partition"
+        f" OR ({a}._kafka_partition = {b}._kafka_partition AND {a}._kafka_offset < {b}._kafka_offset))"
+    )
+
+
+def kafka_later(a: str, a_time: str, b: str, b_time: str) -> str:
+    """Record `a` (its `_kafka_partition`, `_kafka_offset`, and Kafka timestamp `a_time`)
+    is later in Kafka order than `b`: by offset in one partition; across partitions by
+    timestamp, then partition (a tie, or a time unknown)."""
+    return (
+        f"({a}._kafka_partition = {b}._kafka_partition AND {a}._kafka_offset > {b}._kafka_offset\n"
+        f" OR {a}._kafka_partition <> {b}._kafka_partition\n"
+        f"    AND ({a_time} > {b_time}\n"
+        f"         OR (COALESCE({a_time} = {b_time}, true) AND {a}._kafka_partition > {b}._kafka_partition)))"
+    )
+
+
+def replayed(ctx: TableSql, row: str = "s") -> str:
+    """The stage row `row` is a replayed quarantined record: at or below its partition's
+    watermark (the stream's records of a batch are above it)."""
+    return (
+        f"EXISTS (SELECT 1 FROM {ctx.rel.watermark} w"
+        f" WHERE w.kafka_partition = {row}._kafka_partition AND {row}._kafka_offset <= w.last_offset)"
+    )
 
 
 def stored_rows(d: PostgresDialect, target: str, keys: list[str], wanted: str) -> str:
     """One stored row per key of the target rows matching `wanted` (a condition on the
     stage row `x` and the target row `t`), the newest when the key is stored more than once:
     a primary key is not enforced on Redshift, and an UPDATE ... FROM that matches a row
-    twice must not depend on which match wins."""
+    twice must not depend on which match wins (stored rows keep no Kafka time: between
+    copies of one key, partition and offset only make the choice deterministic)."""
     key_list = ", ".join(f"t.{d.q(k)}" for k in keys)
     return (
         f"(SELECT * FROM (SELECT t.*, ROW_NUMBER() OVER (PARTITION BY {key_list}\n"
-        f"          ORDER BY {rank_order('t._source_pos', 't._kafka_partition', 't._kafka_offset')}) AS stored_rn__\n"
+        f"          ORDER BY {rank_order('t._source_pos', 't._kafka_partition DESC, t._kafka_offset DESC')}) AS stored_rn__\n"
         f"        FROM {target} t WHERE {wanted}) o\n"
         "      WHERE o.stored_rn__ = 1)"
     )
@@ -31,7 +85,9 @@ def stored_rows(d: PostgresDialect, target: str, keys: list[str], wanted: str) -
 def rerank_sql(ctx: TableSql) -> str:
     """Events without a source position (tombstones, PostgreSQL incremental-snapshot
     reads) come after the row stored for their key, whatever the batch replays before
-    them: their rank is raised to the stored position and their keys are ranked again."""
+    them: their rank is raised to the stored position and their keys are ranked again.
+    "Before" is Kafka order (`kafka_order`): a key's records span two partitions once
+    the topic's partition count grows."""
     d, q, rel, keys = ctx.d, ctx.q, ctx.rel, ctx.keys
     stage = rel.stage
 
@@ -43,36 +99,35 @@ def rerank_sql(ctx: TableSql) -> str:
         "    AND t._source_pos IS NOT NULL AND (s._rank_pos IS NULL OR s._rank_pos < t._source_pos);\n"
         for relation in rel.held(ctx.table)
     )
-    order = rank_order("x._rank_pos", "x._kafka_partition", "x._kafka_offset")
+    oldest_first = kafka_order("x._kafka_time", "x._kafka_partition", "x._kafka_offset", newest_first=False)
+    order = rank_order("x._rank_pos", kafka_order("x._kafka_time", "x._kafka_partition", "x._kafka_offset"))
     key_list = ", ".join("x." + q(k) for k in keys)
     same_key_positionless = f"EXISTS (SELECT 1 FROM {stage} y WHERE {positionless('y.')} AND {key_match(d, keys, 'y', 'x')})"
-
-    def ranked(window: str) -> str:
-        """The batch's upserts and deletes of keys with a positionless event, with `window`."""
-        return (
-            "  FROM (SELECT x._kafka_partition, x._kafka_offset,\n"
-            f"{window}"
-            f"        FROM {stage} x\n"
-            f"        WHERE x._action IN {APPLIED}\n"
-            f"          AND {same_key_positionless}) r\n"
-        )
-
-    newest_before = (
-        f"               MAX(x._source_pos) OVER (PARTITION BY {key_list}\n"
-        "                 ORDER BY x._kafka_partition, x._kafka_offset ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW) AS rank_pos\n"
+    # The events of keys with a positionless one, with their Kafka time (over the whole stage).
+    events = (
+        f"FROM (SELECT z.*, {indent(kafka_time('z._'), 14).lstrip()} AS _kafka_time\n"
+        f"              FROM {stage} z) x\n"
+        f"        WHERE x._action IN {APPLIED}\n"
+        f"          AND {same_key_positionless}) r\n"
     )
-    row_number = f"               ROW_NUMBER() OVER (PARTITION BY {key_list} ORDER BY {order}) AS rn\n"
     return (
         "-- 4. Events without a source position: each takes the newest position seen before it\n"
         "--    for its key in Kafka order (so it supersedes what precedes it and loses to what\n"
         "--    follows), and ranks after what is stored for its key (row or deleted key).\n"
         "IF v_positionless > 0 THEN\n"
-        f"  UPDATE {stage} s SET _rank_pos = r.rank_pos\n" + ranked(newest_before) + f"  WHERE {positionless('s.')}\n"
+        f"  UPDATE {stage} s SET _rank_pos = r.rank_pos\n"
+        f"  FROM (SELECT x._kafka_partition, x._kafka_offset,\n"
+        f"               MAX(x._source_pos) OVER (PARTITION BY {key_list} ORDER BY {oldest_first}\n"
+        "                 ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW) AS rank_pos\n"
+        f"        {events}"
+        f"  WHERE {positionless('s.')}\n"
         "    AND s._kafka_partition = r._kafka_partition AND s._kafka_offset = r._kafka_offset;\n"
         + raise_to_stored
         + f"  UPDATE {stage} s SET _rn = r.rn\n"
-        + ranked(row_number)
-        + "  WHERE s._kafka_partition = r._kafka_partition AND s._kafka_offset = r._kafka_offset;\n"
+        f"  FROM (SELECT x._kafka_partition, x._kafka_offset,\n"
+        f"               ROW_NUMBER() OVER (PARTITION BY {key_list} ORDER BY {order}) AS rn\n"
+        f"        {events}"
+        "  WHERE s._kafka_partition = r._kafka_partition AND s._kafka_offset = r._kafka_offset;\n"
         "END IF;"
     )
 
@@ -175,6 +230,16 @@ def tied_changes_sql(ctx: TableSql) -> str:
             (Action.UPSERT, target, f"(t._deleted{' OR ' + differs if differs else ''})"),
             (Action.DELETE, target, "NOT t._deleted"),
         ]
+    # A replayed record was read before at its own offset: at a tie, when that is earlier
+    # in Kafka order than the record that wrote what is stored, the replay is the older.
+    replays = "\n".join(
+        f"    UPDATE {stage} s SET _reason = NULL\n"
+        f"    WHERE s._rn = 1 AND s._action = '{Action.STALE}' AND s._reason IS NOT NULL\n"
+        f"      AND {replayed(ctx)}\n"
+        f"      AND EXISTS (SELECT 1 FROM {relation} t WHERE {tied}\n"
+        f"        AND {kafka_earlier('s', 't')});"
+        for relation in rel.held(table)
+    )
     updates = "\n".join(
         f"  UPDATE {stage} s SET _action = s._reason, _reason = NULL\n"
         f"  WHERE s._rn = 1 AND s._action = '{Action.STALE}' AND s._reason = '{action}'\n"
@@ -184,9 +249,12 @@ def tied_changes_sql(ctx: TableSql) -> str:
     return (
         "-- 5. A stale winner at exactly the stored position that changes something is another\n"
         "--    change of the same transaction (compressed MySQL binlog): it applies, in Kafka\n"
-        "--    order. A re-sent copy of the stored event stays stale. (One statement per case:\n"
-        "--    Redshift takes no correlated subquery under an OR.)\n"
+        "--    order. A re-sent copy of the stored event stays stale, and so does a replayed\n"
+        "--    record earlier in Kafka order than the record that wrote what is stored (its\n"
+        "--    `_reason` cleared). (One statement per case: Redshift takes no correlated\n"
+        "--    subquery under an OR.)\n"
         "IF v_rows > 0 THEN\n"
+        f"  IF v_replayed > 0 THEN\n{replays}\n  END IF;\n"
         f"{updates}\n"
         "END IF;"
     )
@@ -206,13 +274,22 @@ def positionless_position_sql(ctx: TableSql) -> str:
 def replay_stale_sql(ctx: TableSql) -> str:
     """Kafka order (no source position): a replayed winner older in Kafka order than the
     row stored, or the delete remembered, for its key is stale. A replayed record is one
-    at or below its partition's watermark (records of the stream are above it)."""
+    at or below its partition's watermark (records of the stream are above it). A stored
+    row's Kafka timestamp is its record's in the stream; a deleted key keeps its own."""
     rel = ctx.rel
     match = key_match(ctx.d, ctx.keys, "t", "s")
-    newer = " OR ".join(
-        f"EXISTS (SELECT 1 FROM {relation} t WHERE {match}\n"
-        "            AND (t._kafka_partition > s._kafka_partition\n"
-        "                 OR (t._kafka_partition = s._kafka_partition AND t._kafka_offset > s._kafka_offset)))"
+    stored = {
+        rel.target: (
+            f"{rel.target} t\n              LEFT JOIN {rel.stream} m"
+            " ON m.kafka_partition = t._kafka_partition AND m.kafka_offset = t._kafka_offset",
+            "m.kafka_timestamp",
+        ),
+        rel.deleted: (f"{rel.deleted} t", "t._kafka_timestamp"),
+    }
+    newer = "\n         OR ".join(
+        f"EXISTS (SELECT 1 FROM {stored[relation][0]}\n"
+        f"            WHERE {match}\n"
+        f"              AND {indent(kafka_later('t', stored[relation][1], 's', 's._kafka_timestamp'), 14).lstrip()})"
         for relation in rel.held(ctx.table)
     )
     return (
@@ -220,7 +297,7 @@ def replay_stale_sql(ctx: TableSql) -> str:
         "IF v_replayed > 0 THEN\n"
         f"  UPDATE {rel.stage} s SET _action = '{Action.STALE}'\n"
         f"  WHERE {WINNERS}\n"
-        f"    AND EXISTS (SELECT 1 FROM {rel.watermark} w WHERE w.kafka_partition = s._kafka_partition AND s._kafka_offset <= w.last_offset)\n"
+        f"    AND {replayed(ctx)}\n"
         f"    AND ({newer});\n"
         "END IF;"
     )

@@ -28,7 +28,7 @@ from sync.sql.procedure.fields import (
     toastable,
     unavailable_sql,
 )
-from sync.sql.procedure.ordering import rank_order
+from sync.sql.procedure.ordering import kafka_order, kafka_time, rank_order
 from sync.sql.procedure.text import extended, indent, packed, subquery
 from sync.sql.semantic import DecodeSql, check_column, decode_sql
 from sync.sql.types import SqlType
@@ -173,7 +173,8 @@ def _classified_level(ctx: TableSql) -> str:
         f"SELECT\n{_carried(ctx, bounded_ts)},\n"
         f"{indent(action_of('t.check_no', checks), 7)} AS action,\n"
         f"{indent(lookup('t.check_no', [chk.reason for chk in checks], 'NULL'), 7)} AS reason,\n"
-        f"       CASE WHEN {keeps_payload} THEN t.payload END AS quarantine_payload\n" + subquery(d, classified, "t")
+        f"       CASE WHEN {keeps_payload} THEN t.payload END AS quarantine_payload,\n"
+        f"       {indent(kafka_time('t.'), 7).lstrip()} AS kafka_time\n" + subquery(d, classified, "t")
     )
 
 
@@ -182,12 +183,13 @@ def stage_insert_sql(ctx: TableSql) -> str:
     converts its fields to the column types and ranks it within its key."""
     d, table, q = ctx.d, ctx.table, ctx.q
     key_list = ", ".join(f"c.{q(k)}" for k in ctx.keys)
+    newest = kafka_order("c.kafka_time", "c.kafka_partition", "c.kafka_offset")
     if ctx.source_order:
         # Events without a source position rank last here; the rare batches that hold
         # them are ranked again after the stage is written (`rerank_sql`).
-        order, rank_pos = rank_order("c.source_pos", "c.kafka_partition", "c.kafka_offset"), "c.source_pos"
+        order, rank_pos = rank_order("c.source_pos", newest), "c.source_pos"
     else:
-        order, rank_pos = "c.kafka_partition DESC, c.kafka_offset DESC", "NULL"
+        order, rank_pos = newest, "NULL"
     values = {
         "_kafka_partition": "c.kafka_partition",
         "_kafka_offset": "c.kafka_offset",

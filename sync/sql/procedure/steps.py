@@ -171,7 +171,7 @@ APPLY_STEPS = (
         rerank_sql,
         ("v_positionless",),
         _source_order,
-        reads=RANKED | STORED | facts("_rank_pos values"),
+        reads=RANKED | STORED | facts("_kafka_timestamp _rank_pos values"),
         writes=facts("_rank_pos _rn"),
     ),
     Step(
@@ -197,9 +197,9 @@ APPLY_STEPS = (
     ),
     Step(
         tied_changes_sql,
-        ("v_rows",),
+        ("v_rows", "v_replayed"),
         _source_order,
-        reads=facts("_rn _action _reason _source_pos values", Action.STALE),
+        reads=facts(KAFKA, "_rn _action _reason _source_pos values", Action.STALE),
         writes=facts("_action _reason", Action.UPSERT, Action.DELETE),
     ),
     Step(
@@ -213,7 +213,7 @@ APPLY_STEPS = (
         replay_stale_sql,
         ("v_replayed",),
         lambda ctx: not ctx.source_order,
-        reads=RANKED | facts(KAFKA, "values"),
+        reads=RANKED | facts(KAFKA, "_kafka_timestamp values"),
         writes=facts("_action", Action.STALE),
     ),
     Step(

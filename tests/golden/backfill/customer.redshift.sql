@@ -77,10 +77,10 @@ FROM (SELECT MOD(STRTOL(SUBSTRING(MD5(CAST(t."customer_id" AS varchar(65535))), 
 GROUP BY b.bucket
 ORDER BY b.bucket;
 
-SELECT CAST(t."customer_id" AS varchar(65535)) AS key_text, MD5(COALESCE(MD5(CAST(t."customer_id" AS varchar(65535))), 'N') || COALESCE(MD5(CAST(t."name" AS varchar(65535))), 'N') || COALESCE(MD5(CAST(t."mktsegment" AS varchar(65535))), 'N')) AS checksum, t._source_ts, FALSE AS deleted
+SELECT CAST(t."customer_id" AS varchar(65535)) AS key_text, MD5(COALESCE(MD5(CAST(t."customer_id" AS varchar(65535))), 'N') || COALESCE(MD5(CAST(t."name" AS varchar(65535))), 'N') || COALESCE(MD5(CAST(t."mktsegment" AS varchar(65535))), 'N')) AS checksum, t._source_pos, t._source_ts AS held_time, FALSE AS deleted
 FROM "cdc"."customer" t
 WHERE MOD(STRTOL(SUBSTRING(MD5(CAST(t."customer_id" AS varchar(65535))), 1, 8), 16), 64) IN (3, 5)
 UNION ALL
-SELECT CAST(t."customer_id" AS varchar(65535)), NULL, t._source_ts, TRUE
+SELECT CAST(t."customer_id" AS varchar(65535)), NULL, t._source_pos, COALESCE(t._source_ts, t._kafka_timestamp), TRUE
 FROM "cdc"."customer__deleted" t
 WHERE MOD(STRTOL(SUBSTRING(MD5(CAST(t."customer_id" AS varchar(65535))), 1, 8), 16), 64) IN (3, 5);

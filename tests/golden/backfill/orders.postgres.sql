@@ -76,6 +76,6 @@ FROM (SELECT MOD(('x' || lpad(SUBSTRING(MD5(CAST(t."order_id" AS varchar(64))), 
 GROUP BY b.bucket
 ORDER BY b.bucket;
 
-SELECT CAST(t."order_id" AS varchar(64)) AS key_text, MD5(COALESCE(MD5(CAST(t."order_id" AS varchar(64))), 'N') || COALESCE(MD5(CAST(t."customer_id" AS varchar(65535))), 'N') || COALESCE(MD5(CAST(t."status" AS varchar(65535))), 'N') || COALESCE(MD5(CAST(t."total" AS varchar(64))), 'N') || COALESCE(MD5(TO_CHAR(t."placed_at", 'YYYY-MM-DD HH24:MI:SS.US')), 'N')) AS checksum, t._source_ts, t._deleted AS deleted
+SELECT CAST(t."order_id" AS varchar(64)) AS key_text, MD5(COALESCE(MD5(CAST(t."order_id" AS varchar(64))), 'N') || COALESCE(MD5(CAST(t."customer_id" AS varchar(65535))), 'N') || COALESCE(MD5(CAST(t."status" AS varchar(65535))), 'N') || COALESCE(MD5(CAST(t."total" AS varchar(64))), 'N') || COALESCE(MD5(TO_CHAR(t."placed_at", 'YYYY-MM-DD HH24:MI:SS.US')), 'N')) AS checksum, t._source_pos, t._source_ts AS held_time, t._deleted AS deleted
 FROM "cdc"."orders" t
 WHERE MOD(('x' || lpad(SUBSTRING(MD5(CAST(t."order_id" AS varchar(64))), 1, 8), 16, '0'))::bit(64)::bigint, 64) IN (3, 5);
