@@ -12,7 +12,7 @@
   _record           the original record as text, kept for the rejects output
 
 The position and the envelope rules mirror `sync/sql/envelope.py` and the classification
-of `sync/sql/procedure.py`, so the backfill picks the same winner per key as the stream.
+of `sync/sql/procedure/`, so the backfill picks the same winner per key as the stream.
 """
 
 from __future__ import annotations

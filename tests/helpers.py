@@ -15,6 +15,8 @@ from sync.config import Pipeline, parse_pipeline
 from sync.local.data_api import LocalDataApi
 from sync.local.stream import IngestResult, ingest_records, parse_line
 from sync.operations.runner import RunSummary, sync
+from sync.sql.dialect import dialect_for
+from sync.sql.procedure import TableSql
 from sync.warehouse import Warehouse, connect
 
 REPO = Path(__file__).resolve().parent.parent
@@ -95,6 +97,46 @@ def feed(wh: Warehouse, pipeline: Pipeline, table: str, records: list[dict[str, 
     """Ingest the records as one refresh of the stream, then sync the table once."""
     ingest(wh, pipeline, table, records)
     return sync_one(wh, pipeline, table)
+
+
+# The two tables the procedure modules' SQL is pinned for: one column (the key alone),
+# and a composite key with a TOAST-able value, soft deletes and truncates.
+ONE_COLUMN = """
+[[tables]]
+name = "tag"
+topic = "shop.tag"
+primary_key = ["id"]
+order_by = "postgres-lsn"
+columns = [{ name = "id", type = "integer" }]
+"""
+COMPOSITE_KEY = """
+[[tables]]
+name = "line"
+topic = "shop.line"
+primary_key = ["order_id", "line_no"]
+order_by = "mysql-binlog"
+delete_mode = "soft"
+on_truncate = "delete"
+columns = [
+  { name = "order_id", type = "integer" },
+  { name = "line_no", type = "smallint" },
+  { name = "note", type = "varchar(100)" },
+]
+"""
+
+
+def table_sql(tables_toml: str, dialect: str = "redshift", **changes: Any) -> TableSql:
+    """The procedure context of the pipeline's one table (its settings changed by `changes`)."""
+    pipeline = make_pipeline(tables_toml)
+    (table,) = pipeline.tables
+    return TableSql(dialect_for(dialect, pipeline.schema), pipeline, table.model_copy(update=changes))
+
+
+def assert_lines(sql: str, *expected: str) -> None:
+    """Each expected line is a line of `sql` (indentation aside): one behaviour per line."""
+    present = {line.strip() for line in sql.splitlines()}
+    missing = [line for line in expected if line not in present]
+    assert not missing, "lines not in the SQL:\n" + "\n".join(missing) + "\n--- SQL:\n" + sql
 
 
 def fail_first_writes(wh: Warehouse, relation: str, times: int) -> None:

@@ -157,6 +157,7 @@ COMMON_PATH = {
     "v_quarantined": 0,
     "v_drift": 0,
     "v_rows": 0,
+    "v_truncates": 0,
     "v_truncate_pos": None,
     "v_partition": None,
 }

@@ -15,7 +15,7 @@ from sync.debezium.events import ChangeStream, PostgresSource
 from sync.operations.runner import deploy
 from sync.sql.dialect import dialect_for
 from sync.sql.objects import pipeline_objects
-from sync.sql.procedure import schema_drift_sql, stage_insert_sql, toast_sql
+from sync.sql.procedure import TableSql, schema_drift_sql, stage_insert_sql, toast_sql
 from tests.helpers import EXAMPLES, feed
 
 EXAMPLE = "inventory_pg"
@@ -34,9 +34,10 @@ def test_redshift_statements_parse(name):
     # The statements of the procedure body that carry the Debezium logic parse too.
     d = dialect_for("redshift", pipeline.schema)
     for table in pipeline.tables:
-        statements = [stage_insert_sql(d, pipeline, table), *schema_drift_sql(d, pipeline, table).split(";\n")]
+        ctx = TableSql(d, pipeline, table)
+        statements = [stage_insert_sql(ctx), *schema_drift_sql(ctx).split(";\n")]
         if any(c.sql_type.family in ("varchar", "super") for c in table.value_columns):  # the statements between IF ... END IF
-            lines = toast_sql(d, pipeline, table).splitlines()
+            lines = toast_sql(ctx).splitlines()
             statements += "\n".join(ln for ln in lines if not ln.strip().startswith(("IF ", "END IF", "--"))).split(";\n")
         for sql in statements:
             if "UNPIVOT" not in sql:  # PartiQL object unpivoting is beyond sqlglot's grammar

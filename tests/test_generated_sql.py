@@ -13,7 +13,7 @@ from sqlglot import exp
 
 from sync.config import parse_pipeline
 from sync.sql.dialect import dialect_for
-from sync.sql.procedure import APPLY_STEPS, SYNC_STEPS, apply_batch_sql
+from sync.sql.procedure import APPLY_STEPS, SYNC_STEPS, TableSql, apply_batch_sql
 from sync.sql.render import render_files
 from sync.sql.statements import body_sql_statements, procedure_body, split_statements
 from tests.helpers import EXAMPLES, REPO
@@ -118,10 +118,11 @@ def test_each_step_of_the_procedure_declares_the_variables_it_uses(dialect: str)
         pipeline = parse_pipeline(tomllib.loads(pipeline_path.read_text()))
         d = dialect_for(dialect, pipeline.schema)
         for table in pipeline.tables:
+            ctx = TableSql(d, pipeline, table)
             for step in (*SYNC_STEPS, *APPLY_STEPS):
-                if step.sql is apply_batch_sql or not step.applies(d, table):
+                if step.sql is apply_batch_sql or not step.applies(ctx):
                     continue  # the block around APPLY_STEPS: each of them is checked itself
-                used = set(re.findall(r"\bv_[a-z_]+\b", step.sql(d, pipeline, table)))
+                used = set(re.findall(r"\bv_[a-z_]+\b", step.sql(ctx)))
                 assert used <= set(step.uses), f"{table.name}: {step.sql.__name__} uses {sorted(used - set(step.uses))}"
                 checked += 1
     assert checked > 100

@@ -128,6 +128,16 @@ def unparen(node: exp.Expression) -> exp.Expression:
     return node
 
 
+def named(st: Statement, node: exp.Expression) -> exp.Expression:
+    """What a column of the statement named `b__...` or `x__...` (a value bounded, or its
+    text, at a level of its own) stands for: the expression the statement names so."""
+    node = unparen(node)
+    if isinstance(node, exp.Column) and node.name.startswith(("b__", "x__")):
+        (definition,) = {a.this for a in st.tree.find_all(exp.Alias) if a.alias == node.name}
+        return unparen(definition)
+    return node
+
+
 def ancestors(node: exp.Expression):
     parent = node.parent
     while parent is not None:
@@ -177,7 +187,7 @@ def test_every_json_serialize_is_bounded_by_json_size(path: Path):
     for st, node in anonymous(path, "JSON_SERIALIZE"):
         seen += 1
         (arg,) = node.expressions
-        arg = unparen(arg)
+        arg = named(st, arg)
         assert isinstance(arg, exp.Case) and len(arg.args["ifs"]) == 1 and arg.args.get("default") is None, where(st, node)
         cond, value = arg.args["ifs"][0].this, arg.args["ifs"][0].args["true"]
         assert isinstance(cond, exp.LTE) and cond.expression.is_int and int(cond.expression.this) <= 65535, where(st, node)
@@ -191,7 +201,7 @@ def test_every_json_serialize_is_bounded_by_json_size(path: Path):
         branch = cast.parent
         if isinstance(branch, exp.If) and "IS_VARCHAR" in branch.this.sql("redshift").upper() and branch.args.get("true") is cast:
             strings += 1
-            arg = unparen(cast.this)
+            arg = named(st, cast.this)
             assert isinstance(arg, exp.Case) and "JSON_SIZE" in arg.args["ifs"][0].this.sql("redshift"), where(st, cast)
     assert strings
 

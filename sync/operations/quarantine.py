@@ -3,7 +3,7 @@ discard it, and keep a record of either.
 
 A replay marks the chosen records `replaying` and calls the table's procedure in the same
 transaction; the procedure reads them with the stream's new records (see
-`sync.sql.procedure.replay_sql`), so they go through the same classification, ordering and
+`sync.sql.procedure.batch.replay_sql`), so they go through the same classification, ordering and
 staleness rules as any record: one older than the row stored for its key is stale, one
 that still fails is quarantined again with its new reason. The records replayed are
 marked `replayed`, discarded ones `discarded`, each with the time (`handled_at`).

@@ -6,6 +6,7 @@ Each function returns SQL expressions over the unwrapped message `env` (JSON) fo
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from sync.config import TableConfig
@@ -140,10 +141,21 @@ def column_position(d: PostgresDialect, text: str) -> str:
     return f"COALESCE({d.lpad_number(number, POS_WIDTH)}, RPAD({digits}, {POS_WIDTH}, '0'))"
 
 
-def envelope_sql(d: PostgresDialect, table: TableConfig, env: str) -> EnvelopeSql:
-    """Operation, row image and source block of the unwrapped message `env`."""
+def envelope_fields(table: TableConfig) -> list[str]:
+    """The fields of the message whose text the operation is made of."""
+    return {"debezium": ["op"], "debezium-unwrap": ["__deleted", "__op"]}.get(table.format, [])
+
+
+def envelope_sql(d: PostgresDialect, table: TableConfig, env: str, named: Mapping[str, str] | None = None) -> EnvelopeSql:
+    """Operation, row image and source block of the unwrapped message `env` (`named`: the
+    text of fields of `envelope_fields` computed by the caller already, by field name)."""
+    named = named or {}
+
+    def text(name: str) -> str:
+        return named.get(name) or d.json_get_text(env, name)
+
     if table.format == "debezium":
-        op = d.json_get_text(env, "op")
+        op = text("op")
         image = f"CASE WHEN {op} = 'd' THEN {d.json_get(env, 'before')} ELSE {d.json_get(env, 'after')} END"
         return EnvelopeSql(op, image, d.json_get(env, "source"))
     if table.format == "row":
@@ -152,10 +164,9 @@ def envelope_sql(d: PostgresDialect, table: TableConfig, env: str) -> EnvelopeSq
         return EnvelopeSql(f"CASE WHEN {d.json_is_object(env)} THEN 'r' END", env, env)
     # debezium-unwrap (ExtractNewRecordState): the row itself, plus __deleted/__op/...
     # A tombstone (no value, or JSON null in the SMT's `tombstone` mode) has no op.
-    deleted = d.json_get_text(env, "__deleted")
     op = (
         f"CASE WHEN {d.json_is_object(env)} THEN\n"
-        f"  CASE WHEN {deleted} = 'true' THEN 'd' ELSE COALESCE({d.json_get_text(env, '__op')}, 'u') END\nEND"
+        f"  CASE WHEN {text('__deleted')} = 'true' THEN 'd' ELSE COALESCE({text('__op')}, 'u') END\nEND"
     )
     return EnvelopeSql(op, env, env)
 
@@ -178,20 +189,30 @@ _POSITIONS = {
 }
 
 
-def source_sql(d: PostgresDialect, table: TableConfig, source: str) -> SourceSql:
+def position_fields(table: TableConfig) -> list[str]:
+    """The fields of the `source` object whose text the position is made of."""
+    if table.order_column is not None:
+        return [table.order_column.name]
+    prefix = "" if table.format == "debezium" else "__"
+    return [prefix + name for name in POSITION_FIELDS.get(table.order_by, ())]
+
+
+def source_sql(d: PostgresDialect, table: TableConfig, source: str, named: Mapping[str, str] | None = None) -> SourceSql:
     """Source time and ordering position, read from the `source` object of `envelope_sql`
     (the `source` block; the row itself for unwrapped messages, whose fields carry `__`,
-    and for rows, ordered by a column of their own)."""
+    and for rows, ordered by a column of their own). `named`: the text of fields of
+    `position_fields` computed by the caller already, by field name."""
     prefix = "" if table.format == "debezium" else "__"
+    named = named or {}
 
     def text(name: str) -> str:
-        return d.json_get_text(source, prefix + name)
+        return named.get(name) or d.json_get_text(source, name)
 
     order_column = table.order_column
     if order_column is not None:
-        position = column_position(d, d.json_get_text(source, order_column.name))
+        position = column_position(d, text(order_column.name))
     elif table.order_by in POSITION_FIELDS:
-        position = _POSITIONS[table.order_by](d, *(text(f) for f in POSITION_FIELDS[table.order_by]))
+        position = _POSITIONS[table.order_by](d, *(text(prefix + f) for f in POSITION_FIELDS[table.order_by]))
     else:
         position = "NULL"
     if table.format == "row":  # a row carries no commit time

@@ -55,6 +55,7 @@ TARGET_FAMILIES = {
 class DecodeSql:
     levels: list[dict[str, str]] = field(default_factory=list)  # alias -> expression, per level
     value: str = "NULL"
+    text: str | None = None  # the value's text, named in the levels, where it is
 
 
 def natural_kind(semantic: str) -> str | None:
@@ -242,6 +243,11 @@ def decode_sql(d: PostgresDialect, col: ColumnConfig, raw: str, alias: str) -> D
     semantic, t = col.semantic, col.sql_type
     kind = natural_kind(semantic) if semantic else None
     if kind is None:
+        # The casts that read the value's text: computed once where the dialect names it.
+        named = d.text_levels(raw, alias) if t.family in ("char", "varchar", "timestamp") else None
+        if named:
+            levels, text = named
+            return DecodeSql(levels, d.cast_text(raw, text, t), text)
         return DecodeSql([], d.cast_json(raw, t))
     integer = d.cast_json(raw, _BIGINT)
     # The integer in its range, or NULL: what the arithmetic below reads (level 1).

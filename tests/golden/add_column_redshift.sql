@@ -20,25 +20,33 @@ FROM (
            ORDER BY c.source_pos DESC NULLS LAST, c._kafka_partition DESC, c._kafka_offset DESC) AS rn
   FROM (
     SELECT f.kafka_partition AS _kafka_partition, f.kafka_offset AS _kafka_offset, f.source_pos, f.settled,
-           CAST(CASE WHEN OCTET_LENGTH(CASE WHEN IS_VARCHAR((CASE WHEN JSON_SIZE(f."j__customer_id") <= 65535 THEN f."j__customer_id" END)) THEN (CASE WHEN JSON_SIZE(f."j__customer_id") <= 65535 THEN f."j__customer_id" END)::varchar(65535) WHEN (CASE WHEN JSON_SIZE(f."j__customer_id") <= 65535 THEN f."j__customer_id" END) IS NOT NULL THEN JSON_SERIALIZE((CASE WHEN JSON_SIZE(f."j__customer_id") <= 65535 THEN f."j__customer_id" END)) END) <= 64 THEN CASE WHEN IS_VARCHAR((CASE WHEN JSON_SIZE(f."j__customer_id") <= 65535 THEN f."j__customer_id" END)) THEN (CASE WHEN JSON_SIZE(f."j__customer_id") <= 65535 THEN f."j__customer_id" END)::varchar(65535) WHEN (CASE WHEN JSON_SIZE(f."j__customer_id") <= 65535 THEN f."j__customer_id" END) IS NOT NULL THEN JSON_SERIALIZE((CASE WHEN JSON_SIZE(f."j__customer_id") <= 65535 THEN f."j__customer_id" END)) END END AS varchar(64)) AS "customer_id",
+           CAST(CASE WHEN OCTET_LENGTH(f.x__c0) <= 64 THEN f.x__c0 END AS varchar(64)) AS "customer_id",
            CAST(f."j__discount_pct" AS decimal(5,2)) AS value
     FROM (
-      SELECT f.kafka_partition, f.kafka_offset, f.settled,
-             lpad(REGEXP_SUBSTR(CASE WHEN IS_VARCHAR((CASE WHEN JSON_SIZE(f.src."file") <= 65535 THEN f.src."file" END)) THEN (CASE WHEN JSON_SIZE(f.src."file") <= 65535 THEN f.src."file" END)::varchar(65535) WHEN (CASE WHEN JSON_SIZE(f.src."file") <= 65535 THEN f.src."file" END) IS NOT NULL THEN JSON_SERIALIZE((CASE WHEN JSON_SIZE(f.src."file") <= 65535 THEN f.src."file" END)) END, '[0-9]*$'), 20, '0') || '.' || lpad(CASE WHEN IS_VARCHAR((CASE WHEN JSON_SIZE(f.src."pos") <= 65535 THEN f.src."pos" END)) THEN (CASE WHEN JSON_SIZE(f.src."pos") <= 65535 THEN f.src."pos" END)::varchar(65535) WHEN (CASE WHEN JSON_SIZE(f.src."pos") <= 65535 THEN f.src."pos" END) IS NOT NULL THEN JSON_SERIALIZE((CASE WHEN JSON_SIZE(f.src."pos") <= 65535 THEN f.src."pos" END)) END, 20, '0') || '.' || lpad(COALESCE(CASE WHEN IS_VARCHAR((CASE WHEN JSON_SIZE(f.src."row") <= 65535 THEN f.src."row" END)) THEN (CASE WHEN JSON_SIZE(f.src."row") <= 65535 THEN f.src."row" END)::varchar(65535) WHEN (CASE WHEN JSON_SIZE(f.src."row") <= 65535 THEN f.src."row" END) IS NOT NULL THEN JSON_SERIALIZE((CASE WHEN JSON_SIZE(f.src."row") <= 65535 THEN f.src."row" END)) END, ''), 20, '0') AS source_pos,
-             f.img."CUST_ID" AS "j__customer_id",
-             f.img."DISCOUNT_PCT" AS "j__discount_pct"
+      SELECT f.*,
+             CASE WHEN IS_VARCHAR(f.b__c0) THEN f.b__c0::varchar(65535) WHEN f.b__c0 IS NOT NULL THEN JSON_SERIALIZE(f.b__c0) END AS "x__c0"
       FROM (
-        SELECT f.kafka_partition, f.kafka_offset, f.settled,
-               CASE WHEN CASE WHEN IS_VARCHAR((CASE WHEN JSON_SIZE(f.env."op") <= 65535 THEN f.env."op" END)) THEN (CASE WHEN JSON_SIZE(f.env."op") <= 65535 THEN f.env."op" END)::varchar(65535) WHEN (CASE WHEN JSON_SIZE(f.env."op") <= 65535 THEN f.env."op" END) IS NOT NULL THEN JSON_SERIALIZE((CASE WHEN JSON_SIZE(f.env."op") <= 65535 THEN f.env."op" END)) END = 'd' THEN f.env."before" ELSE f.env."after" END AS img,
-               f.env."source" AS src
+        SELECT f.*,
+               (CASE WHEN JSON_SIZE(f."j__customer_id") <= 65535 THEN f."j__customer_id" END) AS "b__c0"
         FROM (
-          SELECT s.kafka_partition, s.kafka_offset,
-                 CASE WHEN IS_OBJECT(s.payload."schema") THEN s.payload."payload" ELSE s.payload END AS env,
-                 CASE WHEN s.kafka_offset <= w.last_offset AND q.kafka_offset IS NULL THEN 1 ELSE 0 END AS settled
-          FROM "cdc"."customer__stream" s
-          LEFT JOIN "cdc"."customer__watermark" w ON w.kafka_partition = s.kafka_partition
-          LEFT JOIN (SELECT DISTINCT kafka_partition, kafka_offset FROM "cdc"."sync_quarantine" WHERE table_name = 'customer') q
-            ON q.kafka_partition = s.kafka_partition AND q.kafka_offset = s.kafka_offset
+          SELECT f.kafka_partition, f.kafka_offset, f.settled,
+                 lpad(REGEXP_SUBSTR(CASE WHEN IS_VARCHAR((CASE WHEN JSON_SIZE(f.src."file") <= 65535 THEN f.src."file" END)) THEN (CASE WHEN JSON_SIZE(f.src."file") <= 65535 THEN f.src."file" END)::varchar(65535) WHEN (CASE WHEN JSON_SIZE(f.src."file") <= 65535 THEN f.src."file" END) IS NOT NULL THEN JSON_SERIALIZE((CASE WHEN JSON_SIZE(f.src."file") <= 65535 THEN f.src."file" END)) END, '[0-9]*$'), 20, '0') || '.' || lpad(CASE WHEN IS_VARCHAR((CASE WHEN JSON_SIZE(f.src."pos") <= 65535 THEN f.src."pos" END)) THEN (CASE WHEN JSON_SIZE(f.src."pos") <= 65535 THEN f.src."pos" END)::varchar(65535) WHEN (CASE WHEN JSON_SIZE(f.src."pos") <= 65535 THEN f.src."pos" END) IS NOT NULL THEN JSON_SERIALIZE((CASE WHEN JSON_SIZE(f.src."pos") <= 65535 THEN f.src."pos" END)) END, 20, '0') || '.' || lpad(COALESCE(CASE WHEN IS_VARCHAR((CASE WHEN JSON_SIZE(f.src."row") <= 65535 THEN f.src."row" END)) THEN (CASE WHEN JSON_SIZE(f.src."row") <= 65535 THEN f.src."row" END)::varchar(65535) WHEN (CASE WHEN JSON_SIZE(f.src."row") <= 65535 THEN f.src."row" END) IS NOT NULL THEN JSON_SERIALIZE((CASE WHEN JSON_SIZE(f.src."row") <= 65535 THEN f.src."row" END)) END, ''), 20, '0') AS source_pos,
+                 f.img."CUST_ID" AS "j__customer_id",
+                 f.img."DISCOUNT_PCT" AS "j__discount_pct"
+          FROM (
+            SELECT f.kafka_partition, f.kafka_offset, f.settled,
+                   CASE WHEN CASE WHEN IS_VARCHAR((CASE WHEN JSON_SIZE(f.env."op") <= 65535 THEN f.env."op" END)) THEN (CASE WHEN JSON_SIZE(f.env."op") <= 65535 THEN f.env."op" END)::varchar(65535) WHEN (CASE WHEN JSON_SIZE(f.env."op") <= 65535 THEN f.env."op" END) IS NOT NULL THEN JSON_SERIALIZE((CASE WHEN JSON_SIZE(f.env."op") <= 65535 THEN f.env."op" END)) END = 'd' THEN f.env."before" ELSE f.env."after" END AS img,
+                   f.env."source" AS src
+            FROM (
+              SELECT s.kafka_partition, s.kafka_offset,
+                     CASE WHEN IS_OBJECT(s.payload."schema") THEN s.payload."payload" ELSE s.payload END AS env,
+                     CASE WHEN s.kafka_offset <= w.last_offset AND q.kafka_offset IS NULL THEN 1 ELSE 0 END AS settled
+              FROM "cdc"."customer__stream" s
+              LEFT JOIN "cdc"."customer__watermark" w ON w.kafka_partition = s.kafka_partition
+              LEFT JOIN (SELECT DISTINCT kafka_partition, kafka_offset FROM "cdc"."sync_quarantine" WHERE table_name = 'customer') q
+                ON q.kafka_partition = s.kafka_partition AND q.kafka_offset = s.kafka_offset
+            ) f
+          ) f
         ) f
       ) f
     ) f

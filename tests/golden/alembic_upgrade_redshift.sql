@@ -146,7 +146,6 @@ DECLARE
   v_started timestamp;
   v_since timestamp;
   v_wm_before varchar(65535);
-  v_wm_after varchar(65535);
   v_read bigint := 0;
   v_upserted bigint := 0;
   v_deleted bigint := 0;
@@ -175,10 +174,12 @@ BEGIN
   --    is locked: on Redshift every LOCK is exclusive, and the target stays readable.
   LOCK TABLE "cdc"."customer__watermark";
   v_started := CAST(TO_TIMESTAMP(TIMEOFDAY(), 'Dy Mon DD HH24:MI:SS.US YYYY') AS timestamp);
-  -- The watermark summary lists as many partitions as fit the run log's text column.
-  SELECT MAX(r.last_refresh_time), LISTAGG(CASE WHEN r.pos__ <= 65503 THEN r.item__ END, ',') WITHIN GROUP (ORDER BY r.order__)
+  -- The watermark, its summary for the run log, and the quarantined records being replayed.
+  SELECT MAX(r.last_refresh_time),
+         (SELECT COUNT(*) FROM "cdc"."customer__quarantine" WHERE table_name = 'customer' AND handled = 'replaying'),
+         LISTAGG(CASE WHEN r.pos__ <= 65503 THEN r.item__ END, ',') WITHIN GROUP (ORDER BY r.order__)
          || CASE WHEN COUNT(CASE WHEN r.pos__ > 65503 THEN 1 END) > 0 THEN ' (+' || CAST(COUNT(CASE WHEN r.pos__ > 65503 THEN 1 END) AS varchar(20)) || ' more)' ELSE '' END
-  INTO v_since, v_wm_before
+  INTO v_since, v_replayed, v_wm_before
   FROM (SELECT r.*, CAST(r.kafka_partition AS varchar(20)) || ':' || CAST(r.last_offset AS varchar(20)) AS item__, r.kafka_partition AS order__,
                SUM(OCTET_LENGTH(CAST(r.kafka_partition AS varchar(20)) || ':' || CAST(r.last_offset AS varchar(20))) + 1) OVER (ORDER BY r.kafka_partition ROWS UNBOUNDED PRECEDING) AS pos__
         FROM "cdc"."customer__watermark" r) r;
@@ -200,79 +201,31 @@ BEGIN
     WHERE x.read_no = p_max_records;
     v_until_time := COALESCE(v_until_time, TIMESTAMP '9999-12-31 00:00:00');
   END IF;
-  -- Quarantined records marked for replay in this transaction (`quarantine replay`).
-  SELECT COUNT(*) INTO v_replayed FROM "cdc"."customer__quarantine"
-  WHERE table_name = 'customer' AND handled = 'replaying';
   -- 2./3. Records past the watermark (refresh_time only prunes), classified, typed
   --       and ranked per key, into the stage. Everything below reads the stage only.
   INSERT INTO "cdc"."customer__stage" (
-    "_kafka_partition",
-    "_kafka_offset",
-    "_kafka_timestamp",
-    "_refresh_time",
-    "_op",
-    "_action",
-    "_reason",
-    "_rn",
-    "_source_ts",
-    "_source_pos",
-    "_rank_pos",
-    "customer_id",
-    "name",
-    "mktsegment",
-    "_unavailable",
-    "_payload",
-    "_raw_value",
-    "_drift_img"
+    "_kafka_partition", "_kafka_offset", "_kafka_timestamp", "_refresh_time", "_op", "_action", "_reason", "_rn",
+    "_source_ts", "_source_pos", "_rank_pos", "customer_id", "name", "mktsegment", "_unavailable", "_payload",
+    "_raw_value", "_drift_img"
   )
-  SELECT c.kafka_partition,
-         c.kafka_offset,
-         c.kafka_timestamp,
-         c.refresh_time,
-         CASE WHEN OCTET_LENGTH(c.op) <= 64 THEN c.op ELSE SUBSTRING(c.op, 1, 16) END,
-         c.action,
-         c.reason,
+  SELECT c.kafka_partition, c.kafka_offset, c.kafka_timestamp, c.refresh_time,
+         CASE WHEN OCTET_LENGTH(c.op) <= 64 THEN c.op ELSE SUBSTRING(c.op, 1, 16) END, c.action, c.reason,
          ROW_NUMBER() OVER (
            PARTITION BY CASE WHEN c.action IN ('upsert', 'delete') THEN 1 ELSE 0 END, c."customer_id"
            ORDER BY c.source_pos DESC NULLS LAST, c.kafka_time DESC NULLS LAST, c.kafka_partition DESC, c.kafka_offset DESC),
          (TIMESTAMP 'epoch' + (c.source_ts_ms / 1000) * INTERVAL '1 second' + (c.source_ts_ms % 1000) * INTERVAL '1 millisecond'),
-         c.source_pos,
-         c.source_pos,
-         c."customer_id",
-         c."name",
-         c."mktsegment",
-         c.unavailable,
-         c.quarantine_payload,
-         CASE WHEN c.action = 'quarantine' THEN c.raw_value END,
-         c.drift_img
+         c.source_pos, c.source_pos, c."customer_id", c."name", c."mktsegment", c.unavailable, c.quarantine_payload,
+         CASE WHEN c.action = 'quarantine' THEN c.raw_value END, c.drift_img
   FROM (
     SELECT
-           t.kafka_partition,
-           t.kafka_offset,
-           t.kafka_timestamp,
-           t.refresh_time,
-           t.raw_value,
-           t.op,
-           CASE WHEN t.source_ts_ms BETWEEN 0 AND 253402300799999 THEN t.source_ts_ms END AS source_ts_ms,
-           t.source_pos,
-           t.unavailable,
-           t.drift_img,
-           t."customer_id",
-           t."name",
-           t."mktsegment",
-           CASE t.check_no
-             WHEN 1 THEN 'quarantine'
-             WHEN 2 THEN 'tombstone'
-             WHEN 3 THEN 'quarantine'
-             WHEN 4 THEN 'quarantine'
-             WHEN 5 THEN 'truncate'
-             WHEN 6 THEN 'quarantine'
-             WHEN 7 THEN 'quarantine'
-             WHEN 8 THEN 'quarantine'
-             WHEN 9 THEN 'quarantine'
-             WHEN 10 THEN 'quarantine'
-             WHEN 11 THEN 'quarantine'
-             WHEN 12 THEN 'delete'
+           t.kafka_partition, t.kafka_offset, t.kafka_timestamp, t.refresh_time, t.raw_value, t.op,
+           CASE WHEN t.source_ts_ms BETWEEN 0 AND 253402300799999 THEN t.source_ts_ms END AS source_ts_ms, t.source_pos,
+           t.unavailable, t.drift_img, t."customer_id", t."name", t."mktsegment",
+           CASE
+             WHEN t.check_no IN (1, 3, 4, 6, 7, 8, 9, 10, 11) THEN 'quarantine'
+             WHEN t.check_no = 2 THEN 'tombstone'
+             WHEN t.check_no = 5 THEN 'truncate'
+             WHEN t.check_no = 12 THEN 'delete'
              ELSE 'upsert'
            END AS action,
            CASE t.check_no
@@ -295,19 +248,8 @@ BEGIN
              ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW) AS kafka_time
     FROM (
       SELECT
-             t.kafka_partition,
-             t.kafka_offset,
-             t.kafka_timestamp,
-             t.refresh_time,
-             t.raw_value,
-             t.op,
-             t.source_ts_ms,
-             t.source_pos,
-             t.unavailable,
-             t.drift_img,
-             t."customer_id",
-             t."name",
-             t."mktsegment",
+             t.kafka_partition, t.kafka_offset, t.kafka_timestamp, t.refresh_time, t.raw_value, t.op, t.source_ts_ms,
+             t.source_pos, t.unavailable, t.drift_img, t."customer_id", t."name", t."mktsegment",
              t.payload,
              t.has_source_ts,
              CASE
@@ -329,68 +271,97 @@ BEGIN
         SELECT f.kafka_partition, f.kafka_offset, f.kafka_timestamp, f.refresh_time, f.payload, f.raw_value, f.env, f.img, f.op, f.source_pos,
                CAST(f.source_ts_ms AS bigint) AS source_ts_ms,
                NOT (f.source_ts_ms IS NULL) AS has_source_ts,
-               COALESCE(CAST(CASE WHEN OCTET_LENGTH(CASE WHEN IS_VARCHAR((CASE WHEN JSON_SIZE(f."ji__customer_id") <= 65535 THEN f."ji__customer_id" END)) THEN (CASE WHEN JSON_SIZE(f."ji__customer_id") <= 65535 THEN f."ji__customer_id" END)::varchar(65535) WHEN (CASE WHEN JSON_SIZE(f."ji__customer_id") <= 65535 THEN f."ji__customer_id" END) IS NOT NULL THEN JSON_SERIALIZE((CASE WHEN JSON_SIZE(f."ji__customer_id") <= 65535 THEN f."ji__customer_id" END)) END) <= 64 THEN CASE WHEN IS_VARCHAR((CASE WHEN JSON_SIZE(f."ji__customer_id") <= 65535 THEN f."ji__customer_id" END)) THEN (CASE WHEN JSON_SIZE(f."ji__customer_id") <= 65535 THEN f."ji__customer_id" END)::varchar(65535) WHEN (CASE WHEN JSON_SIZE(f."ji__customer_id") <= 65535 THEN f."ji__customer_id" END) IS NOT NULL THEN JSON_SERIALIZE((CASE WHEN JSON_SIZE(f."ji__customer_id") <= 65535 THEN f."ji__customer_id" END)) END END AS varchar(64)),
-                 CAST(CASE WHEN OCTET_LENGTH(CASE WHEN IS_VARCHAR((CASE WHEN JSON_SIZE(f."jk__customer_id") <= 65535 THEN f."jk__customer_id" END)) THEN (CASE WHEN JSON_SIZE(f."jk__customer_id") <= 65535 THEN f."jk__customer_id" END)::varchar(65535) WHEN (CASE WHEN JSON_SIZE(f."jk__customer_id") <= 65535 THEN f."jk__customer_id" END) IS NOT NULL THEN JSON_SERIALIZE((CASE WHEN JSON_SIZE(f."jk__customer_id") <= 65535 THEN f."jk__customer_id" END)) END) <= 64 THEN CASE WHEN IS_VARCHAR((CASE WHEN JSON_SIZE(f."jk__customer_id") <= 65535 THEN f."jk__customer_id" END)) THEN (CASE WHEN JSON_SIZE(f."jk__customer_id") <= 65535 THEN f."jk__customer_id" END)::varchar(65535) WHEN (CASE WHEN JSON_SIZE(f."jk__customer_id") <= 65535 THEN f."jk__customer_id" END) IS NOT NULL THEN JSON_SERIALIZE((CASE WHEN JSON_SIZE(f."jk__customer_id") <= 65535 THEN f."jk__customer_id" END)) END END AS varchar(64))) AS "customer_id",
+               COALESCE(CAST(CASE WHEN OCTET_LENGTH(f.x__i0) <= 64 THEN f.x__i0 END AS varchar(64)),
+                 CAST(CASE WHEN OCTET_LENGTH(f.x__k0) <= 64 THEN f.x__k0 END AS varchar(64))) AS "customer_id",
                f."j__name" AS "j__name",
                f."u__name" AS "u__name",
-               CASE WHEN f."u__name" THEN NULL ELSE CAST(CASE WHEN OCTET_LENGTH(CASE WHEN IS_VARCHAR((CASE WHEN JSON_SIZE(f."j__name") <= 65535 THEN f."j__name" END)) THEN (CASE WHEN JSON_SIZE(f."j__name") <= 65535 THEN f."j__name" END)::varchar(65535) WHEN (CASE WHEN JSON_SIZE(f."j__name") <= 65535 THEN f."j__name" END) IS NOT NULL THEN JSON_SERIALIZE((CASE WHEN JSON_SIZE(f."j__name") <= 65535 THEN f."j__name" END)) END) <= 256 THEN CASE WHEN IS_VARCHAR((CASE WHEN JSON_SIZE(f."j__name") <= 65535 THEN f."j__name" END)) THEN (CASE WHEN JSON_SIZE(f."j__name") <= 65535 THEN f."j__name" END)::varchar(65535) WHEN (CASE WHEN JSON_SIZE(f."j__name") <= 65535 THEN f."j__name" END) IS NOT NULL THEN JSON_SERIALIZE((CASE WHEN JSON_SIZE(f."j__name") <= 65535 THEN f."j__name" END)) END END AS varchar(256)) END AS "name",
+               CASE WHEN f."u__name" THEN NULL ELSE CAST(CASE WHEN OCTET_LENGTH(f.x__v0) <= 256 THEN f.x__v0 END AS varchar(256)) END AS "name",
                f."j__mktsegment" AS "j__mktsegment",
                f."u__mktsegment" AS "u__mktsegment",
-               CASE WHEN f."u__mktsegment" THEN NULL ELSE CAST(CASE WHEN OCTET_LENGTH(CASE WHEN IS_VARCHAR((CASE WHEN JSON_SIZE(f."j__mktsegment") <= 65535 THEN f."j__mktsegment" END)) THEN (CASE WHEN JSON_SIZE(f."j__mktsegment") <= 65535 THEN f."j__mktsegment" END)::varchar(65535) WHEN (CASE WHEN JSON_SIZE(f."j__mktsegment") <= 65535 THEN f."j__mktsegment" END) IS NOT NULL THEN JSON_SERIALIZE((CASE WHEN JSON_SIZE(f."j__mktsegment") <= 65535 THEN f."j__mktsegment" END)) END) <= 64 THEN CASE WHEN IS_VARCHAR((CASE WHEN JSON_SIZE(f."j__mktsegment") <= 65535 THEN f."j__mktsegment" END)) THEN (CASE WHEN JSON_SIZE(f."j__mktsegment") <= 65535 THEN f."j__mktsegment" END)::varchar(65535) WHEN (CASE WHEN JSON_SIZE(f."j__mktsegment") <= 65535 THEN f."j__mktsegment" END) IS NOT NULL THEN JSON_SERIALIZE((CASE WHEN JSON_SIZE(f."j__mktsegment") <= 65535 THEN f."j__mktsegment" END)) END END AS varchar(64)) END AS "mktsegment",
+               CASE WHEN f."u__mktsegment" THEN NULL ELSE CAST(CASE WHEN OCTET_LENGTH(f.x__v1) <= 64 THEN f.x__v1 END AS varchar(64)) END AS "mktsegment",
                NULLIF('|' || CASE WHEN f."u__name" THEN 'name|' ELSE '' END || CASE WHEN f."u__mktsegment" THEN 'mktsegment|' ELSE '' END, '|') AS unavailable,
                CASE WHEN f.op IN ('c', 'r', 'u') AND IS_OBJECT(f.img) AND NOT (f."ji__customer_id" IS NOT NULL AND f."j__name" IS NOT NULL AND f."j__mktsegment" IS NOT NULL AND GET_NUMBER_ATTRIBUTES(f.img) = 3) THEN f.img END AS drift_img
         FROM (
           SELECT f.*,
-                 COALESCE(CASE WHEN IS_VARCHAR((CASE WHEN JSON_SIZE(f."j__name") <= 65535 THEN f."j__name" END)) THEN (CASE WHEN JSON_SIZE(f."j__name") <= 65535 THEN f."j__name" END)::varchar(65535) WHEN (CASE WHEN JSON_SIZE(f."j__name") <= 65535 THEN f."j__name" END) IS NOT NULL THEN JSON_SERIALIZE((CASE WHEN JSON_SIZE(f."j__name") <= 65535 THEN f."j__name" END)) END IN ('__debezium_unavailable_value', 'X19kZWJleml1bV91bmF2YWlsYWJsZV92YWx1ZQ==', '["__debezium_unavailable_value"]'), false) AS "u__name",
-                 COALESCE(CASE WHEN IS_VARCHAR((CASE WHEN JSON_SIZE(f."j__mktsegment") <= 65535 THEN f."j__mktsegment" END)) THEN (CASE WHEN JSON_SIZE(f."j__mktsegment") <= 65535 THEN f."j__mktsegment" END)::varchar(65535) WHEN (CASE WHEN JSON_SIZE(f."j__mktsegment") <= 65535 THEN f."j__mktsegment" END) IS NOT NULL THEN JSON_SERIALIZE((CASE WHEN JSON_SIZE(f."j__mktsegment") <= 65535 THEN f."j__mktsegment" END)) END IN ('__debezium_unavailable_value', 'X19kZWJleml1bV91bmF2YWlsYWJsZV92YWx1ZQ==', '["__debezium_unavailable_value"]'), false) AS "u__mktsegment"
+                 COALESCE(f.x__v0 IN ('__debezium_unavailable_value', 'X19kZWJleml1bV91bmF2YWlsYWJsZV92YWx1ZQ==', '["__debezium_unavailable_value"]'), false) AS "u__name",
+                 COALESCE(f.x__v1 IN ('__debezium_unavailable_value', 'X19kZWJleml1bV91bmF2YWlsYWJsZV92YWx1ZQ==', '["__debezium_unavailable_value"]'), false) AS "u__mktsegment"
           FROM (
-            SELECT f.kafka_partition, f.kafka_offset, f.kafka_timestamp, f.refresh_time, f.payload, f.raw_value, f.env, f.img, f.op,
-                   f.src."ts_ms" AS source_ts_ms,
-                   lpad(REGEXP_SUBSTR(CASE WHEN IS_VARCHAR((CASE WHEN JSON_SIZE(f.src."file") <= 65535 THEN f.src."file" END)) THEN (CASE WHEN JSON_SIZE(f.src."file") <= 65535 THEN f.src."file" END)::varchar(65535) WHEN (CASE WHEN JSON_SIZE(f.src."file") <= 65535 THEN f.src."file" END) IS NOT NULL THEN JSON_SERIALIZE((CASE WHEN JSON_SIZE(f.src."file") <= 65535 THEN f.src."file" END)) END, '[0-9]*$'), 20, '0') || '.' || lpad(CASE WHEN IS_VARCHAR((CASE WHEN JSON_SIZE(f.src."pos") <= 65535 THEN f.src."pos" END)) THEN (CASE WHEN JSON_SIZE(f.src."pos") <= 65535 THEN f.src."pos" END)::varchar(65535) WHEN (CASE WHEN JSON_SIZE(f.src."pos") <= 65535 THEN f.src."pos" END) IS NOT NULL THEN JSON_SERIALIZE((CASE WHEN JSON_SIZE(f.src."pos") <= 65535 THEN f.src."pos" END)) END, 20, '0') || '.' || lpad(COALESCE(CASE WHEN IS_VARCHAR((CASE WHEN JSON_SIZE(f.src."row") <= 65535 THEN f.src."row" END)) THEN (CASE WHEN JSON_SIZE(f.src."row") <= 65535 THEN f.src."row" END)::varchar(65535) WHEN (CASE WHEN JSON_SIZE(f.src."row") <= 65535 THEN f.src."row" END) IS NOT NULL THEN JSON_SERIALIZE((CASE WHEN JSON_SIZE(f.src."row") <= 65535 THEN f.src."row" END)) END, ''), 20, '0') AS source_pos,
-                   f.img."CUST_ID" AS "ji__customer_id",
-                   CASE WHEN IS_OBJECT(f.key_env) THEN f.key_env."CUST_ID" ELSE f.key_env END AS "jk__customer_id",
-                   f.img."NAME" AS "j__name",
-                   f.img."MKTSEGMENT" AS "j__mktsegment"
+            SELECT f.*,
+                   CASE WHEN IS_VARCHAR(f.b__i0) THEN f.b__i0::varchar(65535) WHEN f.b__i0 IS NOT NULL THEN JSON_SERIALIZE(f.b__i0) END AS "x__i0",
+                   CASE WHEN IS_VARCHAR(f.b__k0) THEN f.b__k0::varchar(65535) WHEN f.b__k0 IS NOT NULL THEN JSON_SERIALIZE(f.b__k0) END AS "x__k0",
+                   CASE WHEN IS_VARCHAR(f.b__v0) THEN f.b__v0::varchar(65535) WHEN f.b__v0 IS NOT NULL THEN JSON_SERIALIZE(f.b__v0) END AS "x__v0",
+                   CASE WHEN IS_VARCHAR(f.b__v1) THEN f.b__v1::varchar(65535) WHEN f.b__v1 IS NOT NULL THEN JSON_SERIALIZE(f.b__v1) END AS "x__v1"
             FROM (
-              SELECT e.kafka_partition, e.kafka_offset, e.kafka_timestamp, e.refresh_time,
-                     e.payload, e.raw_value, e.env, e.key_env,
-                     CASE WHEN IS_VARCHAR((CASE WHEN JSON_SIZE(e.env."op") <= 65535 THEN e.env."op" END)) THEN (CASE WHEN JSON_SIZE(e.env."op") <= 65535 THEN e.env."op" END)::varchar(65535) WHEN (CASE WHEN JSON_SIZE(e.env."op") <= 65535 THEN e.env."op" END) IS NOT NULL THEN JSON_SERIALIZE((CASE WHEN JSON_SIZE(e.env."op") <= 65535 THEN e.env."op" END)) END AS op,
-                     CASE WHEN CASE WHEN IS_VARCHAR((CASE WHEN JSON_SIZE(e.env."op") <= 65535 THEN e.env."op" END)) THEN (CASE WHEN JSON_SIZE(e.env."op") <= 65535 THEN e.env."op" END)::varchar(65535) WHEN (CASE WHEN JSON_SIZE(e.env."op") <= 65535 THEN e.env."op" END) IS NOT NULL THEN JSON_SERIALIZE((CASE WHEN JSON_SIZE(e.env."op") <= 65535 THEN e.env."op" END)) END = 'd' THEN e.env."before" ELSE e.env."after" END AS img,
-                     e.env."source" AS src
+              SELECT f.*,
+                     (CASE WHEN JSON_SIZE(f."ji__customer_id") <= 65535 THEN f."ji__customer_id" END) AS "b__i0",
+                     (CASE WHEN JSON_SIZE(f."jk__customer_id") <= 65535 THEN f."jk__customer_id" END) AS "b__k0",
+                     (CASE WHEN JSON_SIZE(f."j__name") <= 65535 THEN f."j__name" END) AS "b__v0",
+                     (CASE WHEN JSON_SIZE(f."j__mktsegment") <= 65535 THEN f."j__mktsegment" END) AS "b__v1"
               FROM (
-                SELECT s.kafka_partition, s.kafka_offset, s.kafka_timestamp, s.refresh_time,
-                       s.payload, s.raw_value,
-                       CASE WHEN IS_OBJECT(s.payload."schema") THEN s.payload."payload" ELSE s.payload END AS env,
-                       CASE WHEN IS_OBJECT(s.key_payload."schema") THEN s.key_payload."payload" ELSE s.key_payload END AS key_env
-                FROM "cdc"."customer__stream" s
-                LEFT JOIN "cdc"."customer__watermark" w ON w.kafka_partition = s.kafka_partition
-                WHERE s.refresh_time >= v_since
-                  AND s.kafka_offset > COALESCE(w.last_offset, -1)
-                  AND (s.refresh_time < v_until_time
-                       OR (s.refresh_time = v_until_time
-                           AND (s.kafka_partition < v_until_partition
-                                OR (s.kafka_partition = v_until_partition AND s.kafka_offset <= v_until_offset))))
-                UNION ALL
-                -- Quarantined records being replayed (at or below the watermark: already read once).
-                SELECT r.kafka_partition, r.kafka_offset, r.kafka_timestamp, r.run_started_at,
-                       r.payload, r.raw_value,
-                       CASE WHEN IS_OBJECT(r.payload."schema") THEN r.payload."payload" ELSE r.payload END AS env,
-                       CAST(NULL AS super) AS key_env
-                FROM "cdc"."customer__quarantine" r
-                WHERE v_replayed > 0 AND r.table_name = 'customer' AND r.handled = 'replaying'
-              ) e
+                SELECT f.kafka_partition, f.kafka_offset, f.kafka_timestamp, f.refresh_time, f.payload, f.raw_value, f.env, f.img, f.op,
+                       f.src."ts_ms" AS source_ts_ms,
+                       lpad(REGEXP_SUBSTR(f.x__p0, '[0-9]*$'), 20, '0') || '.' || lpad(f.x__p1, 20, '0') || '.' || lpad(COALESCE(f.x__p2, ''), 20, '0') AS source_pos,
+                       f.img."CUST_ID" AS "ji__customer_id",
+                       CASE WHEN IS_OBJECT(f.key_env) THEN f.key_env."CUST_ID" ELSE f.key_env END AS "jk__customer_id",
+                       f.img."NAME" AS "j__name",
+                       f.img."MKTSEGMENT" AS "j__mktsegment"
+                FROM (
+                  SELECT f.*,
+                         CASE WHEN IS_VARCHAR(f.b__p0) THEN f.b__p0::varchar(65535) WHEN f.b__p0 IS NOT NULL THEN JSON_SERIALIZE(f.b__p0) END AS "x__p0",
+                         CASE WHEN IS_VARCHAR(f.b__p1) THEN f.b__p1::varchar(65535) WHEN f.b__p1 IS NOT NULL THEN JSON_SERIALIZE(f.b__p1) END AS "x__p1",
+                         CASE WHEN IS_VARCHAR(f.b__p2) THEN f.b__p2::varchar(65535) WHEN f.b__p2 IS NOT NULL THEN JSON_SERIALIZE(f.b__p2) END AS "x__p2"
+                  FROM (
+                    SELECT f.*,
+                           (CASE WHEN JSON_SIZE(f.src."file") <= 65535 THEN f.src."file" END) AS "b__p0",
+                           (CASE WHEN JSON_SIZE(f.src."pos") <= 65535 THEN f.src."pos" END) AS "b__p1",
+                           (CASE WHEN JSON_SIZE(f.src."row") <= 65535 THEN f.src."row" END) AS "b__p2"
+                    FROM (
+                      SELECT f.kafka_partition, f.kafka_offset, f.kafka_timestamp, f.refresh_time,
+                             f.payload, f.raw_value, f.env, f.key_env,
+                             f.x__o0 AS op,
+                             CASE WHEN f.x__o0 = 'd' THEN f.env."before" ELSE f.env."after" END AS img,
+                             f.env."source" AS src
+                      FROM (
+                        SELECT f.*,
+                               CASE WHEN IS_VARCHAR(f.b__o0) THEN f.b__o0::varchar(65535) WHEN f.b__o0 IS NOT NULL THEN JSON_SERIALIZE(f.b__o0) END AS "x__o0"
+                        FROM (
+                          SELECT f.*,
+                                 (CASE WHEN JSON_SIZE(f.env."op") <= 65535 THEN f.env."op" END) AS "b__o0"
+                          FROM (
+                            SELECT s.kafka_partition, s.kafka_offset, s.kafka_timestamp, s.refresh_time,
+                                   s.payload, s.raw_value,
+                                   CASE WHEN IS_OBJECT(s.payload."schema") THEN s.payload."payload" ELSE s.payload END AS env,
+                                   CASE WHEN IS_OBJECT(s.key_payload."schema") THEN s.key_payload."payload" ELSE s.key_payload END AS key_env
+                            FROM "cdc"."customer__stream" s
+                            LEFT JOIN "cdc"."customer__watermark" w ON w.kafka_partition = s.kafka_partition
+                            WHERE s.refresh_time >= v_since
+                              AND s.kafka_offset > COALESCE(w.last_offset, -1)
+                              AND (s.refresh_time < v_until_time
+                                   OR (s.refresh_time = v_until_time
+                                       AND (s.kafka_partition < v_until_partition
+                                            OR (s.kafka_partition = v_until_partition AND s.kafka_offset <= v_until_offset))))
+                            UNION ALL
+                            -- Quarantined records being replayed (at or below the watermark: already read once).
+                            SELECT r.kafka_partition, r.kafka_offset, r.kafka_timestamp, r.run_started_at,
+                                   r.payload, r.raw_value,
+                                   CASE WHEN IS_OBJECT(r.payload."schema") THEN r.payload."payload" ELSE r.payload END AS env,
+                                   CAST(NULL AS super) AS key_env
+                            FROM "cdc"."customer__quarantine" r
+                            WHERE v_replayed > 0 AND r.table_name = 'customer' AND r.handled = 'replaying'
+                          ) f
+                        ) f
+                      ) f
+                    ) f
+                  ) f
+                ) f
+              ) f
             ) f
           ) f
         ) f
       ) t
     ) t
   ) c;
-  SELECT COUNT(*),
-         COUNT(_drift_img),
-         COUNT(CASE WHEN _source_pos IS NULL AND _action IN ('upsert', 'delete') THEN 1 END),
-         COUNT(CASE WHEN _unavailable IS NOT NULL THEN 1 END)
-  INTO v_read, v_drift, v_positionless, v_unavailable
-  FROM "cdc"."customer__stage";
+  GET DIAGNOSTICS v_read := ROW_COUNT;
   -- Fresh statistics for a large stage, refilled every run: without them the planner
   -- takes it for empty and joins it to itself row by row (20k events: 13 s, not 1 s).
   -- The columns the joins and filters use are enough (a quarter of the full cost).
@@ -398,6 +369,12 @@ BEGIN
     ANALYZE "cdc"."customer__stage" (_action, _rn, "customer_id");
   END IF;
   IF v_read > 0 THEN
+    -- What the batch needs of the rarely needed steps.
+    SELECT COUNT(_drift_img),
+           COUNT(CASE WHEN _source_pos IS NULL AND _action IN ('upsert', 'delete') THEN 1 END),
+           COUNT(CASE WHEN _unavailable IS NOT NULL THEN 1 END)
+    INTO v_drift, v_positionless, v_unavailable
+    FROM "cdc"."customer__stage";
     -- 4. Events without a source position: each takes the newest position seen before it
     --    for its key in Kafka order (so it supersedes what precedes it and loses to what
     --    follows), and ranks after what is stored for its key (row or deleted key).
@@ -472,17 +449,17 @@ BEGIN
     -- 5. Never regress: a winner not newer than what is stored for its key is stale.
     UPDATE "cdc"."customer__stage" s SET _action = 'stale', _reason = s._action
     WHERE s._rn = 1 AND s._action IN ('upsert', 'delete') AND s._source_pos IS NOT NULL
-      AND s._source_pos <= (SELECT MAX(t._source_pos) FROM "cdc"."customer" t WHERE t."customer_id" = s."customer_id");
-    UPDATE "cdc"."customer__stage" s SET _action = 'stale', _reason = s._action
-    WHERE s._rn = 1 AND s._action IN ('upsert', 'delete') AND s._source_pos IS NOT NULL
-      AND s._source_pos <= (SELECT MAX(t._source_pos) FROM "cdc"."customer__deleted" t WHERE t."customer_id" = s."customer_id");
+      AND s._source_pos <= (SELECT MAX(k._source_pos)
+                            FROM (SELECT t."customer_id", t._source_pos FROM "cdc"."customer" t
+                                   UNION ALL SELECT t."customer_id", t._source_pos FROM "cdc"."customer__deleted" t) k
+                            WHERE k."customer_id" = s."customer_id");
+    GET DIAGNOSTICS v_rows := ROW_COUNT;
     -- 5. A stale winner at exactly the stored position that changes something is another
     --    change of the same transaction (compressed MySQL binlog): it applies, in Kafka
     --    order. A re-sent copy of the stored event stays stale, and so does a replayed
     --    record earlier in Kafka order than the record that wrote what is stored (its
     --    `_reason` cleared). (One statement per case: Redshift takes no correlated
     --    subquery under an OR.)
-    SELECT COUNT(*) INTO v_rows FROM "cdc"."customer__stage" WHERE _action = 'stale';
     IF v_rows > 0 THEN
       IF v_replayed > 0 THEN
         UPDATE "cdc"."customer__stage" s SET _reason = NULL
@@ -591,17 +568,16 @@ BEGIN
     -- The stage is empty between runs (DELETE, not TRUNCATE: TRUNCATE would commit).
     DELETE FROM "cdc"."customer__stage";
   END IF;
-  SELECT LISTAGG(CASE WHEN r.pos__ <= 65503 THEN r.item__ END, ',') WITHIN GROUP (ORDER BY r.order__)
-         || CASE WHEN COUNT(CASE WHEN r.pos__ > 65503 THEN 1 END) > 0 THEN ' (+' || CAST(COUNT(CASE WHEN r.pos__ > 65503 THEN 1 END) AS varchar(20)) || ' more)' ELSE '' END
-  INTO v_wm_after
-  FROM (SELECT r.*, CAST(r.kafka_partition AS varchar(20)) || ':' || CAST(r.last_offset AS varchar(20)) AS item__, r.kafka_partition AS order__,
-               SUM(OCTET_LENGTH(CAST(r.kafka_partition AS varchar(20)) || ':' || CAST(r.last_offset AS varchar(20))) + 1) OVER (ORDER BY r.kafka_partition ROWS UNBOUNDED PRECEDING) AS pos__
-        FROM "cdc"."customer__watermark" r) r;
   -- 8. One run-log row per call, also when nothing was new (9.).
   INSERT INTO "cdc"."sync_run_log" (table_name, backend_pid, started_at, finished_at, events_read, upserted, deleted,
     quarantined, tombstones, stale, superseded, truncates, watermark_before, watermark_after, lag_seconds, status)
-  VALUES ('customer', PG_BACKEND_PID(), v_started, CAST(TO_TIMESTAMP(TIMEOFDAY(), 'Dy Mon DD HH24:MI:SS.US YYYY') AS timestamp), v_read, v_upserted, v_deleted,
-    v_quarantined, v_tombstones, v_stale, v_superseded, v_truncates, v_wm_before, v_wm_after, v_lag, 'ok');
+  SELECT 'customer', PG_BACKEND_PID(), v_started, CAST(TO_TIMESTAMP(TIMEOFDAY(), 'Dy Mon DD HH24:MI:SS.US YYYY') AS timestamp), v_read, v_upserted, v_deleted,
+    v_quarantined, v_tombstones, v_stale, v_superseded, v_truncates, v_wm_before,
+    LISTAGG(CASE WHEN r.pos__ <= 65503 THEN r.item__ END, ',') WITHIN GROUP (ORDER BY r.order__)
+         || CASE WHEN COUNT(CASE WHEN r.pos__ > 65503 THEN 1 END) > 0 THEN ' (+' || CAST(COUNT(CASE WHEN r.pos__ > 65503 THEN 1 END) AS varchar(20)) || ' more)' ELSE '' END, v_lag, 'ok'
+  FROM (SELECT r.*, CAST(r.kafka_partition AS varchar(20)) || ':' || CAST(r.last_offset AS varchar(20)) AS item__, r.kafka_partition AS order__,
+               SUM(OCTET_LENGTH(CAST(r.kafka_partition AS varchar(20)) || ':' || CAST(r.last_offset AS varchar(20))) + 1) OVER (ORDER BY r.kafka_partition ROWS UNBOUNDED PRECEDING) AS pos__
+        FROM "cdc"."customer__watermark" r) r;
 END;
 $$ LANGUAGE plpgsql
 SET timezone TO 'UTC';
@@ -760,7 +736,6 @@ DECLARE
   v_started timestamp;
   v_since timestamp;
   v_wm_before varchar(65535);
-  v_wm_after varchar(65535);
   v_read bigint := 0;
   v_upserted bigint := 0;
   v_deleted bigint := 0;
@@ -789,10 +764,12 @@ BEGIN
   --    is locked: on Redshift every LOCK is exclusive, and the target stays readable.
   LOCK TABLE "cdc"."orders__watermark";
   v_started := CAST(TO_TIMESTAMP(TIMEOFDAY(), 'Dy Mon DD HH24:MI:SS.US YYYY') AS timestamp);
-  -- The watermark summary lists as many partitions as fit the run log's text column.
-  SELECT MAX(r.last_refresh_time), LISTAGG(CASE WHEN r.pos__ <= 65503 THEN r.item__ END, ',') WITHIN GROUP (ORDER BY r.order__)
+  -- The watermark, its summary for the run log, and the quarantined records being replayed.
+  SELECT MAX(r.last_refresh_time),
+         (SELECT COUNT(*) FROM "cdc"."orders__quarantine" WHERE table_name = 'orders' AND handled = 'replaying'),
+         LISTAGG(CASE WHEN r.pos__ <= 65503 THEN r.item__ END, ',') WITHIN GROUP (ORDER BY r.order__)
          || CASE WHEN COUNT(CASE WHEN r.pos__ > 65503 THEN 1 END) > 0 THEN ' (+' || CAST(COUNT(CASE WHEN r.pos__ > 65503 THEN 1 END) AS varchar(20)) || ' more)' ELSE '' END
-  INTO v_since, v_wm_before
+  INTO v_since, v_replayed, v_wm_before
   FROM (SELECT r.*, CAST(r.kafka_partition AS varchar(20)) || ':' || CAST(r.last_offset AS varchar(20)) AS item__, r.kafka_partition AS order__,
                SUM(OCTET_LENGTH(CAST(r.kafka_partition AS varchar(20)) || ':' || CAST(r.last_offset AS varchar(20))) + 1) OVER (ORDER BY r.kafka_partition ROWS UNBOUNDED PRECEDING) AS pos__
         FROM "cdc"."orders__watermark" r) r;
@@ -814,87 +791,31 @@ BEGIN
     WHERE x.read_no = p_max_records;
     v_until_time := COALESCE(v_until_time, TIMESTAMP '9999-12-31 00:00:00');
   END IF;
-  -- Quarantined records marked for replay in this transaction (`quarantine replay`).
-  SELECT COUNT(*) INTO v_replayed FROM "cdc"."orders__quarantine"
-  WHERE table_name = 'orders' AND handled = 'replaying';
   -- 2./3. Records past the watermark (refresh_time only prunes), classified, typed
   --       and ranked per key, into the stage. Everything below reads the stage only.
   INSERT INTO "cdc"."orders__stage" (
-    "_kafka_partition",
-    "_kafka_offset",
-    "_kafka_timestamp",
-    "_refresh_time",
-    "_op",
-    "_action",
-    "_reason",
-    "_rn",
-    "_source_ts",
-    "_source_pos",
-    "_rank_pos",
-    "order_id",
-    "customer_id",
-    "status",
-    "total",
-    "placed_at",
-    "_unavailable",
-    "_payload",
-    "_raw_value",
-    "_drift_img"
+    "_kafka_partition", "_kafka_offset", "_kafka_timestamp", "_refresh_time", "_op", "_action", "_reason", "_rn",
+    "_source_ts", "_source_pos", "_rank_pos", "order_id", "customer_id", "status", "total", "placed_at", "_unavailable",
+    "_payload", "_raw_value", "_drift_img"
   )
-  SELECT c.kafka_partition,
-         c.kafka_offset,
-         c.kafka_timestamp,
-         c.refresh_time,
-         CASE WHEN OCTET_LENGTH(c.op) <= 64 THEN c.op ELSE SUBSTRING(c.op, 1, 16) END,
-         c.action,
-         c.reason,
+  SELECT c.kafka_partition, c.kafka_offset, c.kafka_timestamp, c.refresh_time,
+         CASE WHEN OCTET_LENGTH(c.op) <= 64 THEN c.op ELSE SUBSTRING(c.op, 1, 16) END, c.action, c.reason,
          ROW_NUMBER() OVER (
            PARTITION BY CASE WHEN c.action IN ('upsert', 'delete') THEN 1 ELSE 0 END, c."order_id"
            ORDER BY c.source_pos DESC NULLS LAST, c.kafka_time DESC NULLS LAST, c.kafka_partition DESC, c.kafka_offset DESC),
          (TIMESTAMP 'epoch' + (c.source_ts_ms / 1000) * INTERVAL '1 second' + (c.source_ts_ms % 1000) * INTERVAL '1 millisecond'),
-         c.source_pos,
-         c.source_pos,
-         c."order_id",
-         c."customer_id",
-         c."status",
-         c."total",
-         c."placed_at",
-         c.unavailable,
-         c.quarantine_payload,
-         CASE WHEN c.action = 'quarantine' THEN c.raw_value END,
-         c.drift_img
+         c.source_pos, c.source_pos, c."order_id", c."customer_id", c."status", c."total", c."placed_at", c.unavailable,
+         c.quarantine_payload, CASE WHEN c.action = 'quarantine' THEN c.raw_value END, c.drift_img
   FROM (
     SELECT
-           t.kafka_partition,
-           t.kafka_offset,
-           t.kafka_timestamp,
-           t.refresh_time,
-           t.raw_value,
-           t.op,
-           CASE WHEN t.source_ts_ms BETWEEN 0 AND 253402300799999 THEN t.source_ts_ms END AS source_ts_ms,
-           t.source_pos,
-           t.unavailable,
-           t.drift_img,
-           t."order_id",
-           t."customer_id",
-           t."status",
-           t."total",
-           t."placed_at",
-           CASE t.check_no
-             WHEN 1 THEN 'quarantine'
-             WHEN 2 THEN 'tombstone'
-             WHEN 3 THEN 'quarantine'
-             WHEN 4 THEN 'quarantine'
-             WHEN 5 THEN 'truncate'
-             WHEN 6 THEN 'quarantine'
-             WHEN 7 THEN 'quarantine'
-             WHEN 8 THEN 'quarantine'
-             WHEN 9 THEN 'quarantine'
-             WHEN 10 THEN 'quarantine'
-             WHEN 11 THEN 'quarantine'
-             WHEN 12 THEN 'quarantine'
-             WHEN 13 THEN 'quarantine'
-             WHEN 14 THEN 'delete'
+           t.kafka_partition, t.kafka_offset, t.kafka_timestamp, t.refresh_time, t.raw_value, t.op,
+           CASE WHEN t.source_ts_ms BETWEEN 0 AND 253402300799999 THEN t.source_ts_ms END AS source_ts_ms, t.source_pos,
+           t.unavailable, t.drift_img, t."order_id", t."customer_id", t."status", t."total", t."placed_at",
+           CASE
+             WHEN t.check_no IN (1, 3, 4, 6, 7, 8, 9, 10, 11, 12, 13) THEN 'quarantine'
+             WHEN t.check_no = 2 THEN 'tombstone'
+             WHEN t.check_no = 5 THEN 'truncate'
+             WHEN t.check_no = 14 THEN 'delete'
              ELSE 'upsert'
            END AS action,
            CASE t.check_no
@@ -919,21 +840,8 @@ BEGIN
              ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW) AS kafka_time
     FROM (
       SELECT
-             t.kafka_partition,
-             t.kafka_offset,
-             t.kafka_timestamp,
-             t.refresh_time,
-             t.raw_value,
-             t.op,
-             t.source_ts_ms,
-             t.source_pos,
-             t.unavailable,
-             t.drift_img,
-             t."order_id",
-             t."customer_id",
-             t."status",
-             t."total",
-             t."placed_at",
+             t.kafka_partition, t.kafka_offset, t.kafka_timestamp, t.refresh_time, t.raw_value, t.op, t.source_ts_ms,
+             t.source_pos, t.unavailable, t.drift_img, t."order_id", t."customer_id", t."status", t."total", t."placed_at",
              t.payload,
              t.has_source_ts,
              CASE
@@ -961,70 +869,97 @@ BEGIN
                  CAST(f."jk__order_id" AS bigint)) AS "order_id",
                f."j__customer_id" AS "j__customer_id",
                f."u__customer_id" AS "u__customer_id",
-               CASE WHEN f."u__customer_id" THEN NULL ELSE CAST(CASE WHEN OCTET_LENGTH(CASE WHEN IS_VARCHAR((CASE WHEN JSON_SIZE(f."j__customer_id") <= 65535 THEN f."j__customer_id" END)) THEN (CASE WHEN JSON_SIZE(f."j__customer_id") <= 65535 THEN f."j__customer_id" END)::varchar(65535) WHEN (CASE WHEN JSON_SIZE(f."j__customer_id") <= 65535 THEN f."j__customer_id" END) IS NOT NULL THEN JSON_SERIALIZE((CASE WHEN JSON_SIZE(f."j__customer_id") <= 65535 THEN f."j__customer_id" END)) END) <= 64 THEN CASE WHEN IS_VARCHAR((CASE WHEN JSON_SIZE(f."j__customer_id") <= 65535 THEN f."j__customer_id" END)) THEN (CASE WHEN JSON_SIZE(f."j__customer_id") <= 65535 THEN f."j__customer_id" END)::varchar(65535) WHEN (CASE WHEN JSON_SIZE(f."j__customer_id") <= 65535 THEN f."j__customer_id" END) IS NOT NULL THEN JSON_SERIALIZE((CASE WHEN JSON_SIZE(f."j__customer_id") <= 65535 THEN f."j__customer_id" END)) END END AS varchar(64)) END AS "customer_id",
+               CASE WHEN f."u__customer_id" THEN NULL ELSE CAST(CASE WHEN OCTET_LENGTH(f.x__v0) <= 64 THEN f.x__v0 END AS varchar(64)) END AS "customer_id",
                f."j__status" AS "j__status",
                f."u__status" AS "u__status",
-               CASE WHEN f."u__status" THEN NULL ELSE CAST(CASE WHEN OCTET_LENGTH(CASE WHEN IS_VARCHAR((CASE WHEN JSON_SIZE(f."j__status") <= 65535 THEN f."j__status" END)) THEN (CASE WHEN JSON_SIZE(f."j__status") <= 65535 THEN f."j__status" END)::varchar(65535) WHEN (CASE WHEN JSON_SIZE(f."j__status") <= 65535 THEN f."j__status" END) IS NOT NULL THEN JSON_SERIALIZE((CASE WHEN JSON_SIZE(f."j__status") <= 65535 THEN f."j__status" END)) END) <= 16 THEN CASE WHEN IS_VARCHAR((CASE WHEN JSON_SIZE(f."j__status") <= 65535 THEN f."j__status" END)) THEN (CASE WHEN JSON_SIZE(f."j__status") <= 65535 THEN f."j__status" END)::varchar(65535) WHEN (CASE WHEN JSON_SIZE(f."j__status") <= 65535 THEN f."j__status" END) IS NOT NULL THEN JSON_SERIALIZE((CASE WHEN JSON_SIZE(f."j__status") <= 65535 THEN f."j__status" END)) END END AS varchar(16)) END AS "status",
+               CASE WHEN f."u__status" THEN NULL ELSE CAST(CASE WHEN OCTET_LENGTH(f.x__v1) <= 16 THEN f.x__v1 END AS varchar(16)) END AS "status",
                f."j__total" AS "j__total",
                CAST(f."j__total" AS decimal(12,2)) AS "total",
                f."j__placed_at" AS "j__placed_at",
-               CASE WHEN CASE WHEN IS_VARCHAR((CASE WHEN JSON_SIZE(f."j__placed_at") <= 65535 THEN f."j__placed_at" END)) THEN (CASE WHEN JSON_SIZE(f."j__placed_at") <= 65535 THEN f."j__placed_at" END)::varchar(65535) WHEN (CASE WHEN JSON_SIZE(f."j__placed_at") <= 65535 THEN f."j__placed_at" END) IS NOT NULL THEN JSON_SERIALIZE((CASE WHEN JSON_SIZE(f."j__placed_at") <= 65535 THEN f."j__placed_at" END)) END ~ '[T ][0-9]{2}:[0-9]{2}.*(Z|[+-][0-9]{2}(:?[0-9]{2})?)$' THEN CAST(f."j__placed_at" AS timestamptz) AT TIME ZONE 'UTC' ELSE CAST(f."j__placed_at" AS timestamp) END AS "placed_at",
+               CASE WHEN f.x__v3 ~ '[T ][0-9]{2}:[0-9]{2}.*(Z|[+-][0-9]{2}(:?[0-9]{2})?)$' THEN CAST(f."j__placed_at" AS timestamptz) AT TIME ZONE 'UTC' ELSE CAST(f."j__placed_at" AS timestamp) END AS "placed_at",
                NULLIF('|' || CASE WHEN f."u__customer_id" THEN 'customer_id|' ELSE '' END || CASE WHEN f."u__status" THEN 'status|' ELSE '' END, '|') AS unavailable,
                CASE WHEN f.op IN ('c', 'r', 'u') AND IS_OBJECT(f.img) AND NOT (f."ji__order_id" IS NOT NULL AND f."j__customer_id" IS NOT NULL AND f."j__status" IS NOT NULL AND f."j__total" IS NOT NULL AND f."j__placed_at" IS NOT NULL AND GET_NUMBER_ATTRIBUTES(f.img) = 5) THEN f.img END AS drift_img
         FROM (
           SELECT f.*,
-                 COALESCE(CASE WHEN IS_VARCHAR((CASE WHEN JSON_SIZE(f."j__customer_id") <= 65535 THEN f."j__customer_id" END)) THEN (CASE WHEN JSON_SIZE(f."j__customer_id") <= 65535 THEN f."j__customer_id" END)::varchar(65535) WHEN (CASE WHEN JSON_SIZE(f."j__customer_id") <= 65535 THEN f."j__customer_id" END) IS NOT NULL THEN JSON_SERIALIZE((CASE WHEN JSON_SIZE(f."j__customer_id") <= 65535 THEN f."j__customer_id" END)) END IN ('__debezium_unavailable_value', 'X19kZWJleml1bV91bmF2YWlsYWJsZV92YWx1ZQ==', '["__debezium_unavailable_value"]'), false) AS "u__customer_id",
-                 COALESCE(CASE WHEN IS_VARCHAR((CASE WHEN JSON_SIZE(f."j__status") <= 65535 THEN f."j__status" END)) THEN (CASE WHEN JSON_SIZE(f."j__status") <= 65535 THEN f."j__status" END)::varchar(65535) WHEN (CASE WHEN JSON_SIZE(f."j__status") <= 65535 THEN f."j__status" END) IS NOT NULL THEN JSON_SERIALIZE((CASE WHEN JSON_SIZE(f."j__status") <= 65535 THEN f."j__status" END)) END IN ('__debezium_unavailable_value', 'X19kZWJleml1bV91bmF2YWlsYWJsZV92YWx1ZQ==', '["__debezium_unavailable_value"]'), false) AS "u__status"
+                 COALESCE(f.x__v0 IN ('__debezium_unavailable_value', 'X19kZWJleml1bV91bmF2YWlsYWJsZV92YWx1ZQ==', '["__debezium_unavailable_value"]'), false) AS "u__customer_id",
+                 COALESCE(f.x__v1 IN ('__debezium_unavailable_value', 'X19kZWJleml1bV91bmF2YWlsYWJsZV92YWx1ZQ==', '["__debezium_unavailable_value"]'), false) AS "u__status"
           FROM (
-            SELECT f.kafka_partition, f.kafka_offset, f.kafka_timestamp, f.refresh_time, f.payload, f.raw_value, f.env, f.img, f.op,
-                   f.src."ts_ms" AS source_ts_ms,
-                   lpad(REGEXP_SUBSTR(CASE WHEN IS_VARCHAR((CASE WHEN JSON_SIZE(f.src."file") <= 65535 THEN f.src."file" END)) THEN (CASE WHEN JSON_SIZE(f.src."file") <= 65535 THEN f.src."file" END)::varchar(65535) WHEN (CASE WHEN JSON_SIZE(f.src."file") <= 65535 THEN f.src."file" END) IS NOT NULL THEN JSON_SERIALIZE((CASE WHEN JSON_SIZE(f.src."file") <= 65535 THEN f.src."file" END)) END, '[0-9]*$'), 20, '0') || '.' || lpad(CASE WHEN IS_VARCHAR((CASE WHEN JSON_SIZE(f.src."pos") <= 65535 THEN f.src."pos" END)) THEN (CASE WHEN JSON_SIZE(f.src."pos") <= 65535 THEN f.src."pos" END)::varchar(65535) WHEN (CASE WHEN JSON_SIZE(f.src."pos") <= 65535 THEN f.src."pos" END) IS NOT NULL THEN JSON_SERIALIZE((CASE WHEN JSON_SIZE(f.src."pos") <= 65535 THEN f.src."pos" END)) END, 20, '0') || '.' || lpad(COALESCE(CASE WHEN IS_VARCHAR((CASE WHEN JSON_SIZE(f.src."row") <= 65535 THEN f.src."row" END)) THEN (CASE WHEN JSON_SIZE(f.src."row") <= 65535 THEN f.src."row" END)::varchar(65535) WHEN (CASE WHEN JSON_SIZE(f.src."row") <= 65535 THEN f.src."row" END) IS NOT NULL THEN JSON_SERIALIZE((CASE WHEN JSON_SIZE(f.src."row") <= 65535 THEN f.src."row" END)) END, ''), 20, '0') AS source_pos,
-                   f.img."ORDER_ID" AS "ji__order_id",
-                   CASE WHEN IS_OBJECT(f.key_env) THEN f.key_env."ORDER_ID" ELSE f.key_env END AS "jk__order_id",
-                   f.img."CUST_ID" AS "j__customer_id",
-                   f.img."STATUS" AS "j__status",
-                   f.img."TOTAL" AS "j__total",
-                   f.img."PLACED_AT" AS "j__placed_at"
+            SELECT f.*,
+                   CASE WHEN IS_VARCHAR(f.b__v0) THEN f.b__v0::varchar(65535) WHEN f.b__v0 IS NOT NULL THEN JSON_SERIALIZE(f.b__v0) END AS "x__v0",
+                   CASE WHEN IS_VARCHAR(f.b__v1) THEN f.b__v1::varchar(65535) WHEN f.b__v1 IS NOT NULL THEN JSON_SERIALIZE(f.b__v1) END AS "x__v1",
+                   CASE WHEN IS_VARCHAR(f.b__v3) THEN f.b__v3::varchar(65535) WHEN f.b__v3 IS NOT NULL THEN JSON_SERIALIZE(f.b__v3) END AS "x__v3"
             FROM (
-              SELECT e.kafka_partition, e.kafka_offset, e.kafka_timestamp, e.refresh_time,
-                     e.payload, e.raw_value, e.env, e.key_env,
-                     CASE WHEN IS_VARCHAR((CASE WHEN JSON_SIZE(e.env."op") <= 65535 THEN e.env."op" END)) THEN (CASE WHEN JSON_SIZE(e.env."op") <= 65535 THEN e.env."op" END)::varchar(65535) WHEN (CASE WHEN JSON_SIZE(e.env."op") <= 65535 THEN e.env."op" END) IS NOT NULL THEN JSON_SERIALIZE((CASE WHEN JSON_SIZE(e.env."op") <= 65535 THEN e.env."op" END)) END AS op,
-                     CASE WHEN CASE WHEN IS_VARCHAR((CASE WHEN JSON_SIZE(e.env."op") <= 65535 THEN e.env."op" END)) THEN (CASE WHEN JSON_SIZE(e.env."op") <= 65535 THEN e.env."op" END)::varchar(65535) WHEN (CASE WHEN JSON_SIZE(e.env."op") <= 65535 THEN e.env."op" END) IS NOT NULL THEN JSON_SERIALIZE((CASE WHEN JSON_SIZE(e.env."op") <= 65535 THEN e.env."op" END)) END = 'd' THEN e.env."before" ELSE e.env."after" END AS img,
-                     e.env."source" AS src
+              SELECT f.*,
+                     (CASE WHEN JSON_SIZE(f."j__customer_id") <= 65535 THEN f."j__customer_id" END) AS "b__v0",
+                     (CASE WHEN JSON_SIZE(f."j__status") <= 65535 THEN f."j__status" END) AS "b__v1",
+                     (CASE WHEN JSON_SIZE(f."j__placed_at") <= 65535 THEN f."j__placed_at" END) AS "b__v3"
               FROM (
-                SELECT s.kafka_partition, s.kafka_offset, s.kafka_timestamp, s.refresh_time,
-                       s.payload, s.raw_value,
-                       CASE WHEN IS_OBJECT(s.payload."schema") THEN s.payload."payload" ELSE s.payload END AS env,
-                       CASE WHEN IS_OBJECT(s.key_payload."schema") THEN s.key_payload."payload" ELSE s.key_payload END AS key_env
-                FROM "cdc"."orders__stream" s
-                LEFT JOIN "cdc"."orders__watermark" w ON w.kafka_partition = s.kafka_partition
-                WHERE s.refresh_time >= v_since
-                  AND s.kafka_offset > COALESCE(w.last_offset, -1)
-                  AND (s.refresh_time < v_until_time
-                       OR (s.refresh_time = v_until_time
-                           AND (s.kafka_partition < v_until_partition
-                                OR (s.kafka_partition = v_until_partition AND s.kafka_offset <= v_until_offset))))
-                UNION ALL
-                -- Quarantined records being replayed (at or below the watermark: already read once).
-                SELECT r.kafka_partition, r.kafka_offset, r.kafka_timestamp, r.run_started_at,
-                       r.payload, r.raw_value,
-                       CASE WHEN IS_OBJECT(r.payload."schema") THEN r.payload."payload" ELSE r.payload END AS env,
-                       CAST(NULL AS super) AS key_env
-                FROM "cdc"."orders__quarantine" r
-                WHERE v_replayed > 0 AND r.table_name = 'orders' AND r.handled = 'replaying'
-              ) e
+                SELECT f.kafka_partition, f.kafka_offset, f.kafka_timestamp, f.refresh_time, f.payload, f.raw_value, f.env, f.img, f.op,
+                       f.src."ts_ms" AS source_ts_ms,
+                       lpad(REGEXP_SUBSTR(f.x__p0, '[0-9]*$'), 20, '0') || '.' || lpad(f.x__p1, 20, '0') || '.' || lpad(COALESCE(f.x__p2, ''), 20, '0') AS source_pos,
+                       f.img."ORDER_ID" AS "ji__order_id",
+                       CASE WHEN IS_OBJECT(f.key_env) THEN f.key_env."ORDER_ID" ELSE f.key_env END AS "jk__order_id",
+                       f.img."CUST_ID" AS "j__customer_id",
+                       f.img."STATUS" AS "j__status",
+                       f.img."TOTAL" AS "j__total",
+                       f.img."PLACED_AT" AS "j__placed_at"
+                FROM (
+                  SELECT f.*,
+                         CASE WHEN IS_VARCHAR(f.b__p0) THEN f.b__p0::varchar(65535) WHEN f.b__p0 IS NOT NULL THEN JSON_SERIALIZE(f.b__p0) END AS "x__p0",
+                         CASE WHEN IS_VARCHAR(f.b__p1) THEN f.b__p1::varchar(65535) WHEN f.b__p1 IS NOT NULL THEN JSON_SERIALIZE(f.b__p1) END AS "x__p1",
+                         CASE WHEN IS_VARCHAR(f.b__p2) THEN f.b__p2::varchar(65535) WHEN f.b__p2 IS NOT NULL THEN JSON_SERIALIZE(f.b__p2) END AS "x__p2"
+                  FROM (
+                    SELECT f.*,
+                           (CASE WHEN JSON_SIZE(f.src."file") <= 65535 THEN f.src."file" END) AS "b__p0",
+                           (CASE WHEN JSON_SIZE(f.src."pos") <= 65535 THEN f.src."pos" END) AS "b__p1",
+                           (CASE WHEN JSON_SIZE(f.src."row") <= 65535 THEN f.src."row" END) AS "b__p2"
+                    FROM (
+                      SELECT f.kafka_partition, f.kafka_offset, f.kafka_timestamp, f.refresh_time,
+                             f.payload, f.raw_value, f.env, f.key_env,
+                             f.x__o0 AS op,
+                             CASE WHEN f.x__o0 = 'd' THEN f.env."before" ELSE f.env."after" END AS img,
+                             f.env."source" AS src
+                      FROM (
+                        SELECT f.*,
+                               CASE WHEN IS_VARCHAR(f.b__o0) THEN f.b__o0::varchar(65535) WHEN f.b__o0 IS NOT NULL THEN JSON_SERIALIZE(f.b__o0) END AS "x__o0"
+                        FROM (
+                          SELECT f.*,
+                                 (CASE WHEN JSON_SIZE(f.env."op") <= 65535 THEN f.env."op" END) AS "b__o0"
+                          FROM (
+                            SELECT s.kafka_partition, s.kafka_offset, s.kafka_timestamp, s.refresh_time,
+                                   s.payload, s.raw_value,
+                                   CASE WHEN IS_OBJECT(s.payload."schema") THEN s.payload."payload" ELSE s.payload END AS env,
+                                   CASE WHEN IS_OBJECT(s.key_payload."schema") THEN s.key_payload."payload" ELSE s.key_payload END AS key_env
+                            FROM "cdc"."orders__stream" s
+                            LEFT JOIN "cdc"."orders__watermark" w ON w.kafka_partition = s.kafka_partition
+                            WHERE s.refresh_time >= v_since
+                              AND s.kafka_offset > COALESCE(w.last_offset, -1)
+                              AND (s.refresh_time < v_until_time
+                                   OR (s.refresh_time = v_until_time
+                                       AND (s.kafka_partition < v_until_partition
+                                            OR (s.kafka_partition = v_until_partition AND s.kafka_offset <= v_until_offset))))
+                            UNION ALL
+                            -- Quarantined records being replayed (at or below the watermark: already read once).
+                            SELECT r.kafka_partition, r.kafka_offset, r.kafka_timestamp, r.run_started_at,
+                                   r.payload, r.raw_value,
+                                   CASE WHEN IS_OBJECT(r.payload."schema") THEN r.payload."payload" ELSE r.payload END AS env,
+                                   CAST(NULL AS super) AS key_env
+                            FROM "cdc"."orders__quarantine" r
+                            WHERE v_replayed > 0 AND r.table_name = 'orders' AND r.handled = 'replaying'
+                          ) f
+                        ) f
+                      ) f
+                    ) f
+                  ) f
+                ) f
+              ) f
             ) f
           ) f
         ) f
       ) t
     ) t
   ) c;
-  SELECT COUNT(*),
-         COUNT(_drift_img),
-         COUNT(CASE WHEN _source_pos IS NULL AND _action IN ('upsert', 'delete') THEN 1 END),
-         COUNT(CASE WHEN _unavailable IS NOT NULL THEN 1 END)
-  INTO v_read, v_drift, v_positionless, v_unavailable
-  FROM "cdc"."orders__stage";
+  GET DIAGNOSTICS v_read := ROW_COUNT;
   -- Fresh statistics for a large stage, refilled every run: without them the planner
   -- takes it for empty and joins it to itself row by row (20k events: 13 s, not 1 s).
   -- The columns the joins and filters use are enough (a quarter of the full cost).
@@ -1032,6 +967,12 @@ BEGIN
     ANALYZE "cdc"."orders__stage" (_action, _rn, "order_id");
   END IF;
   IF v_read > 0 THEN
+    -- What the batch needs of the rarely needed steps.
+    SELECT COUNT(_drift_img),
+           COUNT(CASE WHEN _source_pos IS NULL AND _action IN ('upsert', 'delete') THEN 1 END),
+           COUNT(CASE WHEN _unavailable IS NOT NULL THEN 1 END)
+    INTO v_drift, v_positionless, v_unavailable
+    FROM "cdc"."orders__stage";
     -- 4. Events without a source position: each takes the newest position seen before it
     --    for its key in Kafka order (so it supersedes what precedes it and loses to what
     --    follows), and ranks after what is stored for its key (row or deleted key).
@@ -1099,14 +1040,16 @@ BEGIN
     -- 5. Never regress: a winner not newer than what is stored for its key is stale.
     UPDATE "cdc"."orders__stage" s SET _action = 'stale', _reason = s._action
     WHERE s._rn = 1 AND s._action IN ('upsert', 'delete') AND s._source_pos IS NOT NULL
-      AND s._source_pos <= (SELECT MAX(t._source_pos) FROM "cdc"."orders" t WHERE t."order_id" = s."order_id");
+      AND s._source_pos <= (SELECT MAX(k._source_pos)
+                            FROM "cdc"."orders" k
+                            WHERE k."order_id" = s."order_id");
+    GET DIAGNOSTICS v_rows := ROW_COUNT;
     -- 5. A stale winner at exactly the stored position that changes something is another
     --    change of the same transaction (compressed MySQL binlog): it applies, in Kafka
     --    order. A re-sent copy of the stored event stays stale, and so does a replayed
     --    record earlier in Kafka order than the record that wrote what is stored (its
     --    `_reason` cleared). (One statement per case: Redshift takes no correlated
     --    subquery under an OR.)
-    SELECT COUNT(*) INTO v_rows FROM "cdc"."orders__stage" WHERE _action = 'stale';
     IF v_rows > 0 THEN
       IF v_replayed > 0 THEN
         UPDATE "cdc"."orders__stage" s SET _reason = NULL
@@ -1241,17 +1184,16 @@ BEGIN
     -- The stage is empty between runs (DELETE, not TRUNCATE: TRUNCATE would commit).
     DELETE FROM "cdc"."orders__stage";
   END IF;
-  SELECT LISTAGG(CASE WHEN r.pos__ <= 65503 THEN r.item__ END, ',') WITHIN GROUP (ORDER BY r.order__)
-         || CASE WHEN COUNT(CASE WHEN r.pos__ > 65503 THEN 1 END) > 0 THEN ' (+' || CAST(COUNT(CASE WHEN r.pos__ > 65503 THEN 1 END) AS varchar(20)) || ' more)' ELSE '' END
-  INTO v_wm_after
-  FROM (SELECT r.*, CAST(r.kafka_partition AS varchar(20)) || ':' || CAST(r.last_offset AS varchar(20)) AS item__, r.kafka_partition AS order__,
-               SUM(OCTET_LENGTH(CAST(r.kafka_partition AS varchar(20)) || ':' || CAST(r.last_offset AS varchar(20))) + 1) OVER (ORDER BY r.kafka_partition ROWS UNBOUNDED PRECEDING) AS pos__
-        FROM "cdc"."orders__watermark" r) r;
   -- 8. One run-log row per call, also when nothing was new (9.).
   INSERT INTO "cdc"."sync_run_log" (table_name, backend_pid, started_at, finished_at, events_read, upserted, deleted,
     quarantined, tombstones, stale, superseded, truncates, watermark_before, watermark_after, lag_seconds, status)
-  VALUES ('orders', PG_BACKEND_PID(), v_started, CAST(TO_TIMESTAMP(TIMEOFDAY(), 'Dy Mon DD HH24:MI:SS.US YYYY') AS timestamp), v_read, v_upserted, v_deleted,
-    v_quarantined, v_tombstones, v_stale, v_superseded, v_truncates, v_wm_before, v_wm_after, v_lag, 'ok');
+  SELECT 'orders', PG_BACKEND_PID(), v_started, CAST(TO_TIMESTAMP(TIMEOFDAY(), 'Dy Mon DD HH24:MI:SS.US YYYY') AS timestamp), v_read, v_upserted, v_deleted,
+    v_quarantined, v_tombstones, v_stale, v_superseded, v_truncates, v_wm_before,
+    LISTAGG(CASE WHEN r.pos__ <= 65503 THEN r.item__ END, ',') WITHIN GROUP (ORDER BY r.order__)
+         || CASE WHEN COUNT(CASE WHEN r.pos__ > 65503 THEN 1 END) > 0 THEN ' (+' || CAST(COUNT(CASE WHEN r.pos__ > 65503 THEN 1 END) AS varchar(20)) || ' more)' ELSE '' END, v_lag, 'ok'
+  FROM (SELECT r.*, CAST(r.kafka_partition AS varchar(20)) || ':' || CAST(r.last_offset AS varchar(20)) AS item__, r.kafka_partition AS order__,
+               SUM(OCTET_LENGTH(CAST(r.kafka_partition AS varchar(20)) || ':' || CAST(r.last_offset AS varchar(20))) + 1) OVER (ORDER BY r.kafka_partition ROWS UNBOUNDED PRECEDING) AS pos__
+        FROM "cdc"."orders__watermark" r) r;
 END;
 $$ LANGUAGE plpgsql
 SET timezone TO 'UTC';

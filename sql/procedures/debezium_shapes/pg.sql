@@ -111,7 +111,6 @@ DECLARE
   v_started timestamp;
   v_since timestamp;
   v_wm_before varchar(65535);
-  v_wm_after varchar(65535);
   v_read bigint := 0;
   v_upserted bigint := 0;
   v_deleted bigint := 0;
@@ -140,10 +139,12 @@ BEGIN
   --    is locked: on Redshift every LOCK is exclusive, and the target stays readable.
   LOCK TABLE "cdc"."pg__watermark";
   v_started := CAST(TO_TIMESTAMP(TIMEOFDAY(), 'Dy Mon DD HH24:MI:SS.US YYYY') AS timestamp);
-  -- The watermark summary lists as many partitions as fit the run log's text column.
-  SELECT MAX(r.last_refresh_time), LISTAGG(CASE WHEN r.pos__ <= 65503 THEN r.item__ END, ',') WITHIN GROUP (ORDER BY r.order__)
+  -- The watermark, its summary for the run log, and the quarantined records being replayed.
+  SELECT MAX(r.last_refresh_time),
+         (SELECT COUNT(*) FROM "cdc"."pg__quarantine" WHERE table_name = 'pg' AND handled = 'replaying'),
+         LISTAGG(CASE WHEN r.pos__ <= 65503 THEN r.item__ END, ',') WITHIN GROUP (ORDER BY r.order__)
          || CASE WHEN COUNT(CASE WHEN r.pos__ > 65503 THEN 1 END) > 0 THEN ' (+' || CAST(COUNT(CASE WHEN r.pos__ > 65503 THEN 1 END) AS varchar(20)) || ' more)' ELSE '' END
-  INTO v_since, v_wm_before
+  INTO v_since, v_replayed, v_wm_before
   FROM (SELECT r.*, CAST(r.kafka_partition AS varchar(20)) || ':' || CAST(r.last_offset AS varchar(20)) AS item__, r.kafka_partition AS order__,
                SUM(OCTET_LENGTH(CAST(r.kafka_partition AS varchar(20)) || ':' || CAST(r.last_offset AS varchar(20))) + 1) OVER (ORDER BY r.kafka_partition ROWS UNBOUNDED PRECEDING) AS pos__
         FROM "cdc"."pg__watermark" r) r;
@@ -165,79 +166,30 @@ BEGIN
     WHERE x.read_no = p_max_records;
     v_until_time := COALESCE(v_until_time, TIMESTAMP '9999-12-31 00:00:00');
   END IF;
-  -- Quarantined records marked for replay in this transaction (`quarantine replay`).
-  SELECT COUNT(*) INTO v_replayed FROM "cdc"."pg__quarantine"
-  WHERE table_name = 'pg' AND handled = 'replaying';
   -- 2./3. Records past the watermark (refresh_time only prunes), classified, typed
   --       and ranked per key, into the stage. Everything below reads the stage only.
   INSERT INTO "cdc"."pg__stage" (
-    "_kafka_partition",
-    "_kafka_offset",
-    "_kafka_timestamp",
-    "_refresh_time",
-    "_op",
-    "_action",
-    "_reason",
-    "_rn",
-    "_source_ts",
-    "_source_pos",
-    "_rank_pos",
-    "id",
-    "name",
-    "bio",
-    "_unavailable",
-    "_payload",
-    "_raw_value",
-    "_drift_img"
+    "_kafka_partition", "_kafka_offset", "_kafka_timestamp", "_refresh_time", "_op", "_action", "_reason", "_rn",
+    "_source_ts", "_source_pos", "_rank_pos", "id", "name", "bio", "_unavailable", "_payload", "_raw_value", "_drift_img"
   )
-  SELECT c.kafka_partition,
-         c.kafka_offset,
-         c.kafka_timestamp,
-         c.refresh_time,
-         CASE WHEN OCTET_LENGTH(c.op) <= 64 THEN c.op ELSE SUBSTRING(c.op, 1, 16) END,
-         c.action,
-         c.reason,
+  SELECT c.kafka_partition, c.kafka_offset, c.kafka_timestamp, c.refresh_time,
+         CASE WHEN OCTET_LENGTH(c.op) <= 64 THEN c.op ELSE SUBSTRING(c.op, 1, 16) END, c.action, c.reason,
          ROW_NUMBER() OVER (
            PARTITION BY CASE WHEN c.action IN ('upsert', 'delete') THEN 1 ELSE 0 END, c."id"
            ORDER BY c.source_pos DESC NULLS LAST, c.kafka_time DESC NULLS LAST, c.kafka_partition DESC, c.kafka_offset DESC),
          (TIMESTAMP 'epoch' + (c.source_ts_ms / 1000) * INTERVAL '1 second' + (c.source_ts_ms % 1000) * INTERVAL '1 millisecond'),
-         c.source_pos,
-         c.source_pos,
-         c."id",
-         c."name",
-         c."bio",
-         c.unavailable,
-         c.quarantine_payload,
-         CASE WHEN c.action = 'quarantine' THEN c.raw_value END,
-         c.drift_img
+         c.source_pos, c.source_pos, c."id", c."name", c."bio", c.unavailable, c.quarantine_payload,
+         CASE WHEN c.action = 'quarantine' THEN c.raw_value END, c.drift_img
   FROM (
     SELECT
-           t.kafka_partition,
-           t.kafka_offset,
-           t.kafka_timestamp,
-           t.refresh_time,
-           t.raw_value,
-           t.op,
-           CASE WHEN t.source_ts_ms BETWEEN 0 AND 253402300799999 THEN t.source_ts_ms END AS source_ts_ms,
-           t.source_pos,
-           t.unavailable,
-           t.drift_img,
-           t."id",
-           t."name",
-           t."bio",
-           CASE t.check_no
-             WHEN 1 THEN 'quarantine'
-             WHEN 2 THEN 'tombstone'
-             WHEN 3 THEN 'quarantine'
-             WHEN 4 THEN 'quarantine'
-             WHEN 5 THEN 'truncate'
-             WHEN 6 THEN 'quarantine'
-             WHEN 7 THEN 'quarantine'
-             WHEN 8 THEN 'quarantine'
-             WHEN 9 THEN 'quarantine'
-             WHEN 10 THEN 'quarantine'
-             WHEN 11 THEN 'quarantine'
-             WHEN 12 THEN 'delete'
+           t.kafka_partition, t.kafka_offset, t.kafka_timestamp, t.refresh_time, t.raw_value, t.op,
+           CASE WHEN t.source_ts_ms BETWEEN 0 AND 253402300799999 THEN t.source_ts_ms END AS source_ts_ms, t.source_pos,
+           t.unavailable, t.drift_img, t."id", t."name", t."bio",
+           CASE
+             WHEN t.check_no IN (1, 3, 4, 6, 7, 8, 9, 10, 11) THEN 'quarantine'
+             WHEN t.check_no = 2 THEN 'tombstone'
+             WHEN t.check_no = 5 THEN 'truncate'
+             WHEN t.check_no = 12 THEN 'delete'
              ELSE 'upsert'
            END AS action,
            CASE t.check_no
@@ -260,19 +212,8 @@ BEGIN
              ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW) AS kafka_time
     FROM (
       SELECT
-             t.kafka_partition,
-             t.kafka_offset,
-             t.kafka_timestamp,
-             t.refresh_time,
-             t.raw_value,
-             t.op,
-             t.source_ts_ms,
-             t.source_pos,
-             t.unavailable,
-             t.drift_img,
-             t."id",
-             t."name",
-             t."bio",
+             t.kafka_partition, t.kafka_offset, t.kafka_timestamp, t.refresh_time, t.raw_value, t.op, t.source_ts_ms,
+             t.source_pos, t.unavailable, t.drift_img, t."id", t."name", t."bio",
              t.payload,
              t.has_source_ts,
              CASE
@@ -298,64 +239,87 @@ BEGIN
                  CAST(f."jk__id" AS integer)) AS "id",
                f."j__name" AS "j__name",
                f."u__name" AS "u__name",
-               CASE WHEN f."u__name" THEN NULL ELSE CAST(CASE WHEN OCTET_LENGTH(CASE WHEN IS_VARCHAR((CASE WHEN JSON_SIZE(f."j__name") <= 65535 THEN f."j__name" END)) THEN (CASE WHEN JSON_SIZE(f."j__name") <= 65535 THEN f."j__name" END)::varchar(65535) WHEN (CASE WHEN JSON_SIZE(f."j__name") <= 65535 THEN f."j__name" END) IS NOT NULL THEN JSON_SERIALIZE((CASE WHEN JSON_SIZE(f."j__name") <= 65535 THEN f."j__name" END)) END) <= 64 THEN CASE WHEN IS_VARCHAR((CASE WHEN JSON_SIZE(f."j__name") <= 65535 THEN f."j__name" END)) THEN (CASE WHEN JSON_SIZE(f."j__name") <= 65535 THEN f."j__name" END)::varchar(65535) WHEN (CASE WHEN JSON_SIZE(f."j__name") <= 65535 THEN f."j__name" END) IS NOT NULL THEN JSON_SERIALIZE((CASE WHEN JSON_SIZE(f."j__name") <= 65535 THEN f."j__name" END)) END END AS varchar(64)) END AS "name",
+               CASE WHEN f."u__name" THEN NULL ELSE CAST(CASE WHEN OCTET_LENGTH(f.x__v0) <= 64 THEN f.x__v0 END AS varchar(64)) END AS "name",
                f."j__bio" AS "j__bio",
                f."u__bio" AS "u__bio",
-               CASE WHEN f."u__bio" THEN NULL ELSE CAST(CASE WHEN OCTET_LENGTH(CASE WHEN IS_VARCHAR((CASE WHEN JSON_SIZE(f."j__bio") <= 65535 THEN f."j__bio" END)) THEN (CASE WHEN JSON_SIZE(f."j__bio") <= 65535 THEN f."j__bio" END)::varchar(65535) WHEN (CASE WHEN JSON_SIZE(f."j__bio") <= 65535 THEN f."j__bio" END) IS NOT NULL THEN JSON_SERIALIZE((CASE WHEN JSON_SIZE(f."j__bio") <= 65535 THEN f."j__bio" END)) END) <= 256 THEN CASE WHEN IS_VARCHAR((CASE WHEN JSON_SIZE(f."j__bio") <= 65535 THEN f."j__bio" END)) THEN (CASE WHEN JSON_SIZE(f."j__bio") <= 65535 THEN f."j__bio" END)::varchar(65535) WHEN (CASE WHEN JSON_SIZE(f."j__bio") <= 65535 THEN f."j__bio" END) IS NOT NULL THEN JSON_SERIALIZE((CASE WHEN JSON_SIZE(f."j__bio") <= 65535 THEN f."j__bio" END)) END END AS varchar(256)) END AS "bio",
+               CASE WHEN f."u__bio" THEN NULL ELSE CAST(CASE WHEN OCTET_LENGTH(f.x__v1) <= 256 THEN f.x__v1 END AS varchar(256)) END AS "bio",
                NULLIF('|' || CASE WHEN f."u__name" THEN 'name|' ELSE '' END || CASE WHEN f."u__bio" THEN 'bio|' ELSE '' END, '|') AS unavailable,
                CASE WHEN f.op IN ('c', 'r', 'u') AND IS_OBJECT(f.img) AND NOT (f."ji__id" IS NOT NULL AND f."j__name" IS NOT NULL AND f."j__bio" IS NOT NULL AND GET_NUMBER_ATTRIBUTES(f.img) = 3) THEN f.img END AS drift_img
         FROM (
           SELECT f.*,
-                 COALESCE(CASE WHEN IS_VARCHAR((CASE WHEN JSON_SIZE(f."j__name") <= 65535 THEN f."j__name" END)) THEN (CASE WHEN JSON_SIZE(f."j__name") <= 65535 THEN f."j__name" END)::varchar(65535) WHEN (CASE WHEN JSON_SIZE(f."j__name") <= 65535 THEN f."j__name" END) IS NOT NULL THEN JSON_SERIALIZE((CASE WHEN JSON_SIZE(f."j__name") <= 65535 THEN f."j__name" END)) END IN ('__debezium_unavailable_value', 'X19kZWJleml1bV91bmF2YWlsYWJsZV92YWx1ZQ==', '["__debezium_unavailable_value"]'), false) AS "u__name",
-                 COALESCE(CASE WHEN IS_VARCHAR((CASE WHEN JSON_SIZE(f."j__bio") <= 65535 THEN f."j__bio" END)) THEN (CASE WHEN JSON_SIZE(f."j__bio") <= 65535 THEN f."j__bio" END)::varchar(65535) WHEN (CASE WHEN JSON_SIZE(f."j__bio") <= 65535 THEN f."j__bio" END) IS NOT NULL THEN JSON_SERIALIZE((CASE WHEN JSON_SIZE(f."j__bio") <= 65535 THEN f."j__bio" END)) END IN ('__debezium_unavailable_value', 'X19kZWJleml1bV91bmF2YWlsYWJsZV92YWx1ZQ==', '["__debezium_unavailable_value"]'), false) AS "u__bio"
+                 COALESCE(f.x__v0 IN ('__debezium_unavailable_value', 'X19kZWJleml1bV91bmF2YWlsYWJsZV92YWx1ZQ==', '["__debezium_unavailable_value"]'), false) AS "u__name",
+                 COALESCE(f.x__v1 IN ('__debezium_unavailable_value', 'X19kZWJleml1bV91bmF2YWlsYWJsZV92YWx1ZQ==', '["__debezium_unavailable_value"]'), false) AS "u__bio"
           FROM (
-            SELECT f.kafka_partition, f.kafka_offset, f.kafka_timestamp, f.refresh_time, f.payload, f.raw_value, f.env, f.img, f.op,
-                   f.src."ts_ms" AS source_ts_ms,
-                   CASE WHEN COALESCE(NULLIF(NULLIF(REGEXP_SUBSTR(CASE WHEN IS_VARCHAR((CASE WHEN JSON_SIZE(f.src."sequence") <= 65535 THEN f.src."sequence" END)) THEN (CASE WHEN JSON_SIZE(f.src."sequence") <= 65535 THEN f.src."sequence" END)::varchar(65535) WHEN (CASE WHEN JSON_SIZE(f.src."sequence") <= 65535 THEN f.src."sequence" END) IS NOT NULL THEN JSON_SERIALIZE((CASE WHEN JSON_SIZE(f.src."sequence") <= 65535 THEN f.src."sequence" END)) END, '([0-9]+)"?[]]$', 1, 1, 'e'), ''), ''), CASE WHEN IS_VARCHAR((CASE WHEN JSON_SIZE(f.src."lsn") <= 65535 THEN f.src."lsn" END)) THEN (CASE WHEN JSON_SIZE(f.src."lsn") <= 65535 THEN f.src."lsn" END)::varchar(65535) WHEN (CASE WHEN JSON_SIZE(f.src."lsn") <= 65535 THEN f.src."lsn" END) IS NOT NULL THEN JSON_SERIALIZE((CASE WHEN JSON_SIZE(f.src."lsn") <= 65535 THEN f.src."lsn" END)) END) IS NOT NULL THEN lpad(COALESCE(NULLIF(NULLIF(REGEXP_SUBSTR(CASE WHEN IS_VARCHAR((CASE WHEN JSON_SIZE(f.src."sequence") <= 65535 THEN f.src."sequence" END)) THEN (CASE WHEN JSON_SIZE(f.src."sequence") <= 65535 THEN f.src."sequence" END)::varchar(65535) WHEN (CASE WHEN JSON_SIZE(f.src."sequence") <= 65535 THEN f.src."sequence" END) IS NOT NULL THEN JSON_SERIALIZE((CASE WHEN JSON_SIZE(f.src."sequence") <= 65535 THEN f.src."sequence" END)) END, '^[[]"?([0-9]*)', 1, 1, 'e'), ''), ''), COALESCE(NULLIF(NULLIF(REGEXP_SUBSTR(CASE WHEN IS_VARCHAR((CASE WHEN JSON_SIZE(f.src."sequence") <= 65535 THEN f.src."sequence" END)) THEN (CASE WHEN JSON_SIZE(f.src."sequence") <= 65535 THEN f.src."sequence" END)::varchar(65535) WHEN (CASE WHEN JSON_SIZE(f.src."sequence") <= 65535 THEN f.src."sequence" END) IS NOT NULL THEN JSON_SERIALIZE((CASE WHEN JSON_SIZE(f.src."sequence") <= 65535 THEN f.src."sequence" END)) END, '([0-9]+)"?[]]$', 1, 1, 'e'), ''), ''), CASE WHEN IS_VARCHAR((CASE WHEN JSON_SIZE(f.src."lsn") <= 65535 THEN f.src."lsn" END)) THEN (CASE WHEN JSON_SIZE(f.src."lsn") <= 65535 THEN f.src."lsn" END)::varchar(65535) WHEN (CASE WHEN JSON_SIZE(f.src."lsn") <= 65535 THEN f.src."lsn" END) IS NOT NULL THEN JSON_SERIALIZE((CASE WHEN JSON_SIZE(f.src."lsn") <= 65535 THEN f.src."lsn" END)) END)), 20, '0') || '.' || lpad(COALESCE(NULLIF(NULLIF(REGEXP_SUBSTR(CASE WHEN IS_VARCHAR((CASE WHEN JSON_SIZE(f.src."sequence") <= 65535 THEN f.src."sequence" END)) THEN (CASE WHEN JSON_SIZE(f.src."sequence") <= 65535 THEN f.src."sequence" END)::varchar(65535) WHEN (CASE WHEN JSON_SIZE(f.src."sequence") <= 65535 THEN f.src."sequence" END) IS NOT NULL THEN JSON_SERIALIZE((CASE WHEN JSON_SIZE(f.src."sequence") <= 65535 THEN f.src."sequence" END)) END, '([0-9]+)"?[]]$', 1, 1, 'e'), ''), ''), CASE WHEN IS_VARCHAR((CASE WHEN JSON_SIZE(f.src."lsn") <= 65535 THEN f.src."lsn" END)) THEN (CASE WHEN JSON_SIZE(f.src."lsn") <= 65535 THEN f.src."lsn" END)::varchar(65535) WHEN (CASE WHEN JSON_SIZE(f.src."lsn") <= 65535 THEN f.src."lsn" END) IS NOT NULL THEN JSON_SERIALIZE((CASE WHEN JSON_SIZE(f.src."lsn") <= 65535 THEN f.src."lsn" END)) END), 20, '0') END AS source_pos,
-                   f.img."id" AS "ji__id",
-                   CASE WHEN IS_OBJECT(f.key_env) THEN f.key_env."id" ELSE f.key_env END AS "jk__id",
-                   f.img."name" AS "j__name",
-                   f.img."bio" AS "j__bio"
+            SELECT f.*,
+                   CASE WHEN IS_VARCHAR(f.b__v0) THEN f.b__v0::varchar(65535) WHEN f.b__v0 IS NOT NULL THEN JSON_SERIALIZE(f.b__v0) END AS "x__v0",
+                   CASE WHEN IS_VARCHAR(f.b__v1) THEN f.b__v1::varchar(65535) WHEN f.b__v1 IS NOT NULL THEN JSON_SERIALIZE(f.b__v1) END AS "x__v1"
             FROM (
-              SELECT e.kafka_partition, e.kafka_offset, e.kafka_timestamp, e.refresh_time,
-                     e.payload, e.raw_value, e.env, e.key_env,
-                     CASE WHEN IS_VARCHAR((CASE WHEN JSON_SIZE(e.env."op") <= 65535 THEN e.env."op" END)) THEN (CASE WHEN JSON_SIZE(e.env."op") <= 65535 THEN e.env."op" END)::varchar(65535) WHEN (CASE WHEN JSON_SIZE(e.env."op") <= 65535 THEN e.env."op" END) IS NOT NULL THEN JSON_SERIALIZE((CASE WHEN JSON_SIZE(e.env."op") <= 65535 THEN e.env."op" END)) END AS op,
-                     CASE WHEN CASE WHEN IS_VARCHAR((CASE WHEN JSON_SIZE(e.env."op") <= 65535 THEN e.env."op" END)) THEN (CASE WHEN JSON_SIZE(e.env."op") <= 65535 THEN e.env."op" END)::varchar(65535) WHEN (CASE WHEN JSON_SIZE(e.env."op") <= 65535 THEN e.env."op" END) IS NOT NULL THEN JSON_SERIALIZE((CASE WHEN JSON_SIZE(e.env."op") <= 65535 THEN e.env."op" END)) END = 'd' THEN e.env."before" ELSE e.env."after" END AS img,
-                     e.env."source" AS src
+              SELECT f.*,
+                     (CASE WHEN JSON_SIZE(f."j__name") <= 65535 THEN f."j__name" END) AS "b__v0",
+                     (CASE WHEN JSON_SIZE(f."j__bio") <= 65535 THEN f."j__bio" END) AS "b__v1"
               FROM (
-                SELECT s.kafka_partition, s.kafka_offset, s.kafka_timestamp, s.refresh_time,
-                       s.payload, s.raw_value,
-                       CASE WHEN IS_OBJECT(s.payload."schema") THEN s.payload."payload" ELSE s.payload END AS env,
-                       CASE WHEN IS_OBJECT(s.key_payload."schema") THEN s.key_payload."payload" ELSE s.key_payload END AS key_env
-                FROM "cdc"."pg__stream" s
-                LEFT JOIN "cdc"."pg__watermark" w ON w.kafka_partition = s.kafka_partition
-                WHERE s.refresh_time >= v_since
-                  AND s.kafka_offset > COALESCE(w.last_offset, -1)
-                  AND (s.refresh_time < v_until_time
-                       OR (s.refresh_time = v_until_time
-                           AND (s.kafka_partition < v_until_partition
-                                OR (s.kafka_partition = v_until_partition AND s.kafka_offset <= v_until_offset))))
-                UNION ALL
-                -- Quarantined records being replayed (at or below the watermark: already read once).
-                SELECT r.kafka_partition, r.kafka_offset, r.kafka_timestamp, r.run_started_at,
-                       r.payload, r.raw_value,
-                       CASE WHEN IS_OBJECT(r.payload."schema") THEN r.payload."payload" ELSE r.payload END AS env,
-                       CAST(NULL AS super) AS key_env
-                FROM "cdc"."pg__quarantine" r
-                WHERE v_replayed > 0 AND r.table_name = 'pg' AND r.handled = 'replaying'
-              ) e
+                SELECT f.kafka_partition, f.kafka_offset, f.kafka_timestamp, f.refresh_time, f.payload, f.raw_value, f.env, f.img, f.op,
+                       f.src."ts_ms" AS source_ts_ms,
+                       CASE WHEN COALESCE(NULLIF(NULLIF(REGEXP_SUBSTR(f.x__p0, '([0-9]+)"?[]]$', 1, 1, 'e'), ''), ''), f.x__p1) IS NOT NULL THEN lpad(COALESCE(NULLIF(NULLIF(REGEXP_SUBSTR(f.x__p0, '^[[]"?([0-9]*)', 1, 1, 'e'), ''), ''), COALESCE(NULLIF(NULLIF(REGEXP_SUBSTR(f.x__p0, '([0-9]+)"?[]]$', 1, 1, 'e'), ''), ''), f.x__p1)), 20, '0') || '.' || lpad(COALESCE(NULLIF(NULLIF(REGEXP_SUBSTR(f.x__p0, '([0-9]+)"?[]]$', 1, 1, 'e'), ''), ''), f.x__p1), 20, '0') END AS source_pos,
+                       f.img."id" AS "ji__id",
+                       CASE WHEN IS_OBJECT(f.key_env) THEN f.key_env."id" ELSE f.key_env END AS "jk__id",
+                       f.img."name" AS "j__name",
+                       f.img."bio" AS "j__bio"
+                FROM (
+                  SELECT f.*,
+                         CASE WHEN IS_VARCHAR(f.b__p0) THEN f.b__p0::varchar(65535) WHEN f.b__p0 IS NOT NULL THEN JSON_SERIALIZE(f.b__p0) END AS "x__p0",
+                         CASE WHEN IS_VARCHAR(f.b__p1) THEN f.b__p1::varchar(65535) WHEN f.b__p1 IS NOT NULL THEN JSON_SERIALIZE(f.b__p1) END AS "x__p1"
+                  FROM (
+                    SELECT f.*,
+                           (CASE WHEN JSON_SIZE(f.src."sequence") <= 65535 THEN f.src."sequence" END) AS "b__p0",
+                           (CASE WHEN JSON_SIZE(f.src."lsn") <= 65535 THEN f.src."lsn" END) AS "b__p1"
+                    FROM (
+                      SELECT f.kafka_partition, f.kafka_offset, f.kafka_timestamp, f.refresh_time,
+                             f.payload, f.raw_value, f.env, f.key_env,
+                             f.x__o0 AS op,
+                             CASE WHEN f.x__o0 = 'd' THEN f.env."before" ELSE f.env."after" END AS img,
+                             f.env."source" AS src
+                      FROM (
+                        SELECT f.*,
+                               CASE WHEN IS_VARCHAR(f.b__o0) THEN f.b__o0::varchar(65535) WHEN f.b__o0 IS NOT NULL THEN JSON_SERIALIZE(f.b__o0) END AS "x__o0"
+                        FROM (
+                          SELECT f.*,
+                                 (CASE WHEN JSON_SIZE(f.env."op") <= 65535 THEN f.env."op" END) AS "b__o0"
+                          FROM (
+                            SELECT s.kafka_partition, s.kafka_offset, s.kafka_timestamp, s.refresh_time,
+                                   s.payload, s.raw_value,
+                                   CASE WHEN IS_OBJECT(s.payload."schema") THEN s.payload."payload" ELSE s.payload END AS env,
+                                   CASE WHEN IS_OBJECT(s.key_payload."schema") THEN s.key_payload."payload" ELSE s.key_payload END AS key_env
+                            FROM "cdc"."pg__stream" s
+                            LEFT JOIN "cdc"."pg__watermark" w ON w.kafka_partition = s.kafka_partition
+                            WHERE s.refresh_time >= v_since
+                              AND s.kafka_offset > COALESCE(w.last_offset, -1)
+                              AND (s.refresh_time < v_until_time
+                                   OR (s.refresh_time = v_until_time
+                                       AND (s.kafka_partition < v_until_partition
+                                            OR (s.kafka_partition = v_until_partition AND s.kafka_offset <= v_until_offset))))
+                            UNION ALL
+                            -- Quarantined records being replayed (at or below the watermark: already read once).
+                            SELECT r.kafka_partition, r.kafka_offset, r.kafka_timestamp, r.run_started_at,
+                                   r.payload, r.raw_value,
+                                   CASE WHEN IS_OBJECT(r.payload."schema") THEN r.payload."payload" ELSE r.payload END AS env,
+                                   CAST(NULL AS super) AS key_env
+                            FROM "cdc"."pg__quarantine" r
+                            WHERE v_replayed > 0 AND r.table_name = 'pg' AND r.handled = 'replaying'
+                          ) f
+                        ) f
+                      ) f
+                    ) f
+                  ) f
+                ) f
+              ) f
             ) f
           ) f
         ) f
       ) t
     ) t
   ) c;
-  SELECT COUNT(*),
-         COUNT(_drift_img),
-         COUNT(CASE WHEN _source_pos IS NULL AND _action IN ('upsert', 'delete') THEN 1 END),
-         COUNT(CASE WHEN _unavailable IS NOT NULL THEN 1 END)
-  INTO v_read, v_drift, v_positionless, v_unavailable
-  FROM "cdc"."pg__stage";
+  GET DIAGNOSTICS v_read := ROW_COUNT;
   -- Fresh statistics for a large stage, refilled every run: without them the planner
   -- takes it for empty and joins it to itself row by row (20k events: 13 s, not 1 s).
   -- The columns the joins and filters use are enough (a quarter of the full cost).
@@ -363,6 +327,12 @@ BEGIN
     ANALYZE "cdc"."pg__stage" (_action, _rn, "id");
   END IF;
   IF v_read > 0 THEN
+    -- What the batch needs of the rarely needed steps.
+    SELECT COUNT(_drift_img),
+           COUNT(CASE WHEN _source_pos IS NULL AND _action IN ('upsert', 'delete') THEN 1 END),
+           COUNT(CASE WHEN _unavailable IS NOT NULL THEN 1 END)
+    INTO v_drift, v_positionless, v_unavailable
+    FROM "cdc"."pg__stage";
     -- 4. Events without a source position: each takes the newest position seen before it
     --    for its key in Kafka order (so it supersedes what precedes it and loses to what
     --    follows), and ranks after what is stored for its key (row or deleted key).
@@ -437,17 +407,17 @@ BEGIN
     -- 5. Never regress: a winner not newer than what is stored for its key is stale.
     UPDATE "cdc"."pg__stage" s SET _action = 'stale', _reason = s._action
     WHERE s._rn = 1 AND s._action IN ('upsert', 'delete') AND s._source_pos IS NOT NULL
-      AND s._source_pos <= (SELECT MAX(t._source_pos) FROM "cdc"."pg" t WHERE t."id" = s."id");
-    UPDATE "cdc"."pg__stage" s SET _action = 'stale', _reason = s._action
-    WHERE s._rn = 1 AND s._action IN ('upsert', 'delete') AND s._source_pos IS NOT NULL
-      AND s._source_pos <= (SELECT MAX(t._source_pos) FROM "cdc"."pg__deleted" t WHERE t."id" = s."id");
+      AND s._source_pos <= (SELECT MAX(k._source_pos)
+                            FROM (SELECT t."id", t._source_pos FROM "cdc"."pg" t
+                                   UNION ALL SELECT t."id", t._source_pos FROM "cdc"."pg__deleted" t) k
+                            WHERE k."id" = s."id");
+    GET DIAGNOSTICS v_rows := ROW_COUNT;
     -- 5. A stale winner at exactly the stored position that changes something is another
     --    change of the same transaction (compressed MySQL binlog): it applies, in Kafka
     --    order. A re-sent copy of the stored event stays stale, and so does a replayed
     --    record earlier in Kafka order than the record that wrote what is stored (its
     --    `_reason` cleared). (One statement per case: Redshift takes no correlated
     --    subquery under an OR.)
-    SELECT COUNT(*) INTO v_rows FROM "cdc"."pg__stage" WHERE _action = 'stale';
     IF v_rows > 0 THEN
       IF v_replayed > 0 THEN
         UPDATE "cdc"."pg__stage" s SET _reason = NULL
@@ -556,17 +526,16 @@ BEGIN
     -- The stage is empty between runs (DELETE, not TRUNCATE: TRUNCATE would commit).
     DELETE FROM "cdc"."pg__stage";
   END IF;
-  SELECT LISTAGG(CASE WHEN r.pos__ <= 65503 THEN r.item__ END, ',') WITHIN GROUP (ORDER BY r.order__)
-         || CASE WHEN COUNT(CASE WHEN r.pos__ > 65503 THEN 1 END) > 0 THEN ' (+' || CAST(COUNT(CASE WHEN r.pos__ > 65503 THEN 1 END) AS varchar(20)) || ' more)' ELSE '' END
-  INTO v_wm_after
-  FROM (SELECT r.*, CAST(r.kafka_partition AS varchar(20)) || ':' || CAST(r.last_offset AS varchar(20)) AS item__, r.kafka_partition AS order__,
-               SUM(OCTET_LENGTH(CAST(r.kafka_partition AS varchar(20)) || ':' || CAST(r.last_offset AS varchar(20))) + 1) OVER (ORDER BY r.kafka_partition ROWS UNBOUNDED PRECEDING) AS pos__
-        FROM "cdc"."pg__watermark" r) r;
   -- 8. One run-log row per call, also when nothing was new (9.).
   INSERT INTO "cdc"."sync_run_log" (table_name, backend_pid, started_at, finished_at, events_read, upserted, deleted,
     quarantined, tombstones, stale, superseded, truncates, watermark_before, watermark_after, lag_seconds, status)
-  VALUES ('pg', PG_BACKEND_PID(), v_started, CAST(TO_TIMESTAMP(TIMEOFDAY(), 'Dy Mon DD HH24:MI:SS.US YYYY') AS timestamp), v_read, v_upserted, v_deleted,
-    v_quarantined, v_tombstones, v_stale, v_superseded, v_truncates, v_wm_before, v_wm_after, v_lag, 'ok');
+  SELECT 'pg', PG_BACKEND_PID(), v_started, CAST(TO_TIMESTAMP(TIMEOFDAY(), 'Dy Mon DD HH24:MI:SS.US YYYY') AS timestamp), v_read, v_upserted, v_deleted,
+    v_quarantined, v_tombstones, v_stale, v_superseded, v_truncates, v_wm_before,
+    LISTAGG(CASE WHEN r.pos__ <= 65503 THEN r.item__ END, ',') WITHIN GROUP (ORDER BY r.order__)
+         || CASE WHEN COUNT(CASE WHEN r.pos__ > 65503 THEN 1 END) > 0 THEN ' (+' || CAST(COUNT(CASE WHEN r.pos__ > 65503 THEN 1 END) AS varchar(20)) || ' more)' ELSE '' END, v_lag, 'ok'
+  FROM (SELECT r.*, CAST(r.kafka_partition AS varchar(20)) || ':' || CAST(r.last_offset AS varchar(20)) AS item__, r.kafka_partition AS order__,
+               SUM(OCTET_LENGTH(CAST(r.kafka_partition AS varchar(20)) || ':' || CAST(r.last_offset AS varchar(20))) + 1) OVER (ORDER BY r.kafka_partition ROWS UNBOUNDED PRECEDING) AS pos__
+        FROM "cdc"."pg__watermark" r) r;
 END;
 $$ LANGUAGE plpgsql
 SET timezone TO 'UTC';

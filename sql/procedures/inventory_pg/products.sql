@@ -125,7 +125,6 @@ DECLARE
   v_started timestamp;
   v_since timestamp;
   v_wm_before varchar(65535);
-  v_wm_after varchar(65535);
   v_read bigint := 0;
   v_upserted bigint := 0;
   v_deleted bigint := 0;
@@ -154,10 +153,12 @@ BEGIN
   --    is locked: on Redshift every LOCK is exclusive, and the target stays readable.
   LOCK TABLE "inventory"."products__watermark";
   v_started := CAST(TO_TIMESTAMP(TIMEOFDAY(), 'Dy Mon DD HH24:MI:SS.US YYYY') AS timestamp);
-  -- The watermark summary lists as many partitions as fit the run log's text column.
-  SELECT MAX(r.last_refresh_time), LISTAGG(CASE WHEN r.pos__ <= 65503 THEN r.item__ END, ',') WITHIN GROUP (ORDER BY r.order__)
+  -- The watermark, its summary for the run log, and the quarantined records being replayed.
+  SELECT MAX(r.last_refresh_time),
+         (SELECT COUNT(*) FROM "inventory"."products__quarantine" WHERE table_name = 'products' AND handled = 'replaying'),
+         LISTAGG(CASE WHEN r.pos__ <= 65503 THEN r.item__ END, ',') WITHIN GROUP (ORDER BY r.order__)
          || CASE WHEN COUNT(CASE WHEN r.pos__ > 65503 THEN 1 END) > 0 THEN ' (+' || CAST(COUNT(CASE WHEN r.pos__ > 65503 THEN 1 END) AS varchar(20)) || ' more)' ELSE '' END
-  INTO v_since, v_wm_before
+  INTO v_since, v_replayed, v_wm_before
   FROM (SELECT r.*, CAST(r.kafka_partition AS varchar(20)) || ':' || CAST(r.last_offset AS varchar(20)) AS item__, r.kafka_partition AS order__,
                SUM(OCTET_LENGTH(CAST(r.kafka_partition AS varchar(20)) || ':' || CAST(r.last_offset AS varchar(20))) + 1) OVER (ORDER BY r.kafka_partition ROWS UNBOUNDED PRECEDING) AS pos__
         FROM "inventory"."products__watermark" r) r;
@@ -179,107 +180,33 @@ BEGIN
     WHERE x.read_no = p_max_records;
     v_until_time := COALESCE(v_until_time, TIMESTAMP '9999-12-31 00:00:00');
   END IF;
-  -- Quarantined records marked for replay in this transaction (`quarantine replay`).
-  SELECT COUNT(*) INTO v_replayed FROM "inventory"."products__quarantine"
-  WHERE table_name = 'products' AND handled = 'replaying';
   -- 2./3. Records past the watermark (refresh_time only prunes), classified, typed
   --       and ranked per key, into the stage. Everything below reads the stage only.
   INSERT INTO "inventory"."products__stage" (
-    "_kafka_partition",
-    "_kafka_offset",
-    "_kafka_timestamp",
-    "_refresh_time",
-    "_op",
-    "_action",
-    "_reason",
-    "_rn",
-    "_source_ts",
-    "_source_pos",
-    "_rank_pos",
-    "id",
-    "sku",
-    "description",
-    "price",
-    "weight",
-    "released",
-    "updated_at",
-    "published_at",
-    "attributes",
-    "in_stock",
-    "_unavailable",
-    "_payload",
-    "_raw_value",
-    "_drift_img"
+    "_kafka_partition", "_kafka_offset", "_kafka_timestamp", "_refresh_time", "_op", "_action", "_reason", "_rn",
+    "_source_ts", "_source_pos", "_rank_pos", "id", "sku", "description", "price", "weight", "released", "updated_at",
+    "published_at", "attributes", "in_stock", "_unavailable", "_payload", "_raw_value", "_drift_img"
   )
-  SELECT c.kafka_partition,
-         c.kafka_offset,
-         c.kafka_timestamp,
-         c.refresh_time,
-         CASE WHEN OCTET_LENGTH(c.op) <= 64 THEN c.op ELSE SUBSTRING(c.op, 1, 16) END,
-         c.action,
-         c.reason,
+  SELECT c.kafka_partition, c.kafka_offset, c.kafka_timestamp, c.refresh_time,
+         CASE WHEN OCTET_LENGTH(c.op) <= 64 THEN c.op ELSE SUBSTRING(c.op, 1, 16) END, c.action, c.reason,
          ROW_NUMBER() OVER (
            PARTITION BY CASE WHEN c.action IN ('upsert', 'delete') THEN 1 ELSE 0 END, c."id"
            ORDER BY c.source_pos DESC NULLS LAST, c.kafka_time DESC NULLS LAST, c.kafka_partition DESC, c.kafka_offset DESC),
          (TIMESTAMP 'epoch' + (c.source_ts_ms / 1000) * INTERVAL '1 second' + (c.source_ts_ms % 1000) * INTERVAL '1 millisecond'),
-         c.source_pos,
-         c.source_pos,
-         c."id",
-         c."sku",
-         c."description",
-         c."price",
-         c."weight",
-         c."released",
-         c."updated_at",
-         c."published_at",
-         c."attributes",
-         c."in_stock",
-         c.unavailable,
-         c.quarantine_payload,
-         CASE WHEN c.action = 'quarantine' THEN c.raw_value END,
-         c.drift_img
+         c.source_pos, c.source_pos, c."id", c."sku", c."description", c."price", c."weight", c."released", c."updated_at",
+         c."published_at", c."attributes", c."in_stock", c.unavailable, c.quarantine_payload,
+         CASE WHEN c.action = 'quarantine' THEN c.raw_value END, c.drift_img
   FROM (
     SELECT
-           t.kafka_partition,
-           t.kafka_offset,
-           t.kafka_timestamp,
-           t.refresh_time,
-           t.raw_value,
-           t.op,
-           CASE WHEN t.source_ts_ms BETWEEN 0 AND 253402300799999 THEN t.source_ts_ms END AS source_ts_ms,
-           t.source_pos,
-           t.unavailable,
-           t.drift_img,
-           t."id",
-           t."sku",
-           t."description",
-           t."price",
-           t."weight",
-           t."released",
-           t."updated_at",
-           t."published_at",
-           t."attributes",
-           t."in_stock",
-           CASE t.check_no
-             WHEN 1 THEN 'quarantine'
-             WHEN 2 THEN 'tombstone'
-             WHEN 3 THEN 'quarantine'
-             WHEN 4 THEN 'quarantine'
-             WHEN 5 THEN 'truncate'
-             WHEN 6 THEN 'quarantine'
-             WHEN 7 THEN 'quarantine'
-             WHEN 8 THEN 'quarantine'
-             WHEN 9 THEN 'quarantine'
-             WHEN 10 THEN 'quarantine'
-             WHEN 11 THEN 'quarantine'
-             WHEN 12 THEN 'quarantine'
-             WHEN 13 THEN 'quarantine'
-             WHEN 14 THEN 'quarantine'
-             WHEN 15 THEN 'quarantine'
-             WHEN 16 THEN 'quarantine'
-             WHEN 17 THEN 'quarantine'
-             WHEN 18 THEN 'quarantine'
-             WHEN 19 THEN 'delete'
+           t.kafka_partition, t.kafka_offset, t.kafka_timestamp, t.refresh_time, t.raw_value, t.op,
+           CASE WHEN t.source_ts_ms BETWEEN 0 AND 253402300799999 THEN t.source_ts_ms END AS source_ts_ms, t.source_pos,
+           t.unavailable, t.drift_img, t."id", t."sku", t."description", t."price", t."weight", t."released", t."updated_at",
+           t."published_at", t."attributes", t."in_stock",
+           CASE
+             WHEN t.check_no IN (1, 3, 4, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18) THEN 'quarantine'
+             WHEN t.check_no = 2 THEN 'tombstone'
+             WHEN t.check_no = 5 THEN 'truncate'
+             WHEN t.check_no = 19 THEN 'delete'
              ELSE 'upsert'
            END AS action,
            CASE t.check_no
@@ -309,26 +236,9 @@ BEGIN
              ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW) AS kafka_time
     FROM (
       SELECT
-             t.kafka_partition,
-             t.kafka_offset,
-             t.kafka_timestamp,
-             t.refresh_time,
-             t.raw_value,
-             t.op,
-             t.source_ts_ms,
-             t.source_pos,
-             t.unavailable,
-             t.drift_img,
-             t."id",
-             t."sku",
-             t."description",
-             t."price",
-             t."weight",
-             t."released",
-             t."updated_at",
-             t."published_at",
-             t."attributes",
-             t."in_stock",
+             t.kafka_partition, t.kafka_offset, t.kafka_timestamp, t.refresh_time, t.raw_value, t.op, t.source_ts_ms,
+             t.source_pos, t.unavailable, t.drift_img, t."id", t."sku", t."description", t."price", t."weight", t."released",
+             t."updated_at", t."published_at", t."attributes", t."in_stock",
              t.payload,
              t.has_source_ts,
              CASE
@@ -361,10 +271,10 @@ BEGIN
                  CAST(f."jk__id" AS integer)) AS "id",
                f."j__sku" AS "j__sku",
                f."u__sku" AS "u__sku",
-               CASE WHEN f."u__sku" THEN NULL ELSE CAST(CASE WHEN OCTET_LENGTH(CASE WHEN IS_VARCHAR((CASE WHEN JSON_SIZE(f."j__sku") <= 65535 THEN f."j__sku" END)) THEN (CASE WHEN JSON_SIZE(f."j__sku") <= 65535 THEN f."j__sku" END)::varchar(65535) WHEN (CASE WHEN JSON_SIZE(f."j__sku") <= 65535 THEN f."j__sku" END) IS NOT NULL THEN JSON_SERIALIZE((CASE WHEN JSON_SIZE(f."j__sku") <= 65535 THEN f."j__sku" END)) END) <= 32 THEN CASE WHEN IS_VARCHAR((CASE WHEN JSON_SIZE(f."j__sku") <= 65535 THEN f."j__sku" END)) THEN (CASE WHEN JSON_SIZE(f."j__sku") <= 65535 THEN f."j__sku" END)::varchar(65535) WHEN (CASE WHEN JSON_SIZE(f."j__sku") <= 65535 THEN f."j__sku" END) IS NOT NULL THEN JSON_SERIALIZE((CASE WHEN JSON_SIZE(f."j__sku") <= 65535 THEN f."j__sku" END)) END END AS varchar(32)) END AS "sku",
+               CASE WHEN f."u__sku" THEN NULL ELSE CAST(CASE WHEN OCTET_LENGTH(f.x__v0) <= 32 THEN f.x__v0 END AS varchar(32)) END AS "sku",
                f."j__description" AS "j__description",
                f."u__description" AS "u__description",
-               CASE WHEN f."u__description" THEN NULL ELSE CAST(CASE WHEN OCTET_LENGTH(CASE WHEN IS_VARCHAR((CASE WHEN JSON_SIZE(f."j__description") <= 65535 THEN f."j__description" END)) THEN (CASE WHEN JSON_SIZE(f."j__description") <= 65535 THEN f."j__description" END)::varchar(65535) WHEN (CASE WHEN JSON_SIZE(f."j__description") <= 65535 THEN f."j__description" END) IS NOT NULL THEN JSON_SERIALIZE((CASE WHEN JSON_SIZE(f."j__description") <= 65535 THEN f."j__description" END)) END) <= 65535 THEN CASE WHEN IS_VARCHAR((CASE WHEN JSON_SIZE(f."j__description") <= 65535 THEN f."j__description" END)) THEN (CASE WHEN JSON_SIZE(f."j__description") <= 65535 THEN f."j__description" END)::varchar(65535) WHEN (CASE WHEN JSON_SIZE(f."j__description") <= 65535 THEN f."j__description" END) IS NOT NULL THEN JSON_SERIALIZE((CASE WHEN JSON_SIZE(f."j__description") <= 65535 THEN f."j__description" END)) END END AS varchar(65535)) END AS "description",
+               CASE WHEN f."u__description" THEN NULL ELSE CAST(CASE WHEN OCTET_LENGTH(f.x__v1) <= 65535 THEN f.x__v1 END AS varchar(65535)) END AS "description",
                f."j__price" AS "j__price",
                CAST(CASE WHEN ABS(CAST(CASE WHEN LENGTH(LTRIM(SPLIT_PART(REPLACE(f.t__v2, '-', ''), '.', 1), '0')) <= 10 THEN f.t__v2 END AS decimal(38,2))) <= 9999999999.99 THEN CAST(CASE WHEN LENGTH(LTRIM(SPLIT_PART(REPLACE(f.t__v2, '-', ''), '.', 1), '0')) <= 10 THEN f.t__v2 END AS decimal(38,2)) END AS decimal(12,2)) AS "price",
                f."j__weight" AS "j__weight",
@@ -408,12 +318,16 @@ BEGIN
                          ABS(f.n__v3 * 72057594037927935 - STRTOL(SUBSTRING(f.h__v3, 19, 14), 16)) AS "c__v3"
                   FROM (
                     SELECT f.*,
+                           COALESCE(f.x__v0 IN ('__debezium_unavailable_value', 'X19kZWJleml1bV91bmF2YWlsYWJsZV92YWx1ZQ==', '["__debezium_unavailable_value"]'), false) AS "u__sku",
+                           COALESCE(f.x__v1 IN ('__debezium_unavailable_value', 'X19kZWJleml1bV91bmF2YWlsYWJsZV92YWx1ZQ==', '["__debezium_unavailable_value"]'), false) AS "u__description",
                            CASE WHEN LENGTH(f.x__v2) <= 32 THEN LPAD(f.x__v2, 32, CASE WHEN SUBSTRING(f.x__v2, 1, 1) >= '8' THEN 'f' ELSE '0' END) END AS "h__v2",
                            CASE WHEN SUBSTRING(f.x__v2, 1, 1) >= '8' THEN 1 ELSE 0 END AS "n__v2",
                            CASE WHEN LENGTH(f.x__v3) <= 32 THEN LPAD(f.x__v3, 32, CASE WHEN SUBSTRING(f.x__v3, 1, 1) >= '8' THEN 'f' ELSE '0' END) END AS "h__v3",
                            CASE WHEN SUBSTRING(f.x__v3, 1, 1) >= '8' THEN 1 ELSE 0 END AS "n__v3"
                     FROM (
                       SELECT f.*,
+                             CASE WHEN IS_VARCHAR(f.b__v0) THEN f.b__v0::varchar(65535) WHEN f.b__v0 IS NOT NULL THEN JSON_SERIALIZE(f.b__v0) END AS "x__v0",
+                             CASE WHEN IS_VARCHAR(f.b__v1) THEN f.b__v1::varchar(65535) WHEN f.b__v1 IS NOT NULL THEN JSON_SERIALIZE(f.b__v1) END AS "x__v1",
                              FROM_VARBYTE(TO_VARBYTE(f.s__v2, 'base64'), 'hex') AS "x__v2",
                              FROM_VARBYTE(TO_VARBYTE(f.s__v3, 'base64'), 'hex') AS "x__v3",
                              CAST(CASE WHEN f.z__v6 IS NOT NULL THEN SUBSTRING(f.z__v6, 1, 4) END AS integer) AS "y__v6",
@@ -424,9 +338,9 @@ BEGIN
                              CASE WHEN f.z__v6 LIKE '%Z' THEN 0 ELSE CASE WHEN SUBSTRING(f.z__v6, LENGTH(f.z__v6) - 5 - (CASE WHEN SUBSTRING(f.z__v6, LENGTH(f.z__v6) - 5, 1) = ':' THEN 3 ELSE 0 END), 1) = '-' THEN -1 ELSE 1 END * (CAST(CASE WHEN NOT f.z__v6 LIKE '%Z' THEN SUBSTRING(f.z__v6, LENGTH(f.z__v6) - 4 - (CASE WHEN SUBSTRING(f.z__v6, LENGTH(f.z__v6) - 5, 1) = ':' THEN 3 ELSE 0 END), 2) END AS integer) * 3600 + CAST(CASE WHEN NOT f.z__v6 LIKE '%Z' THEN SUBSTRING(f.z__v6, LENGTH(f.z__v6) - 1 - (CASE WHEN SUBSTRING(f.z__v6, LENGTH(f.z__v6) - 5, 1) = ':' THEN 3 ELSE 0 END), 2) END AS integer) * 60 + COALESCE(CAST(CASE WHEN NOT f.z__v6 LIKE '%Z' AND SUBSTRING(f.z__v6, LENGTH(f.z__v6) - 5, 1) = ':' THEN SUBSTRING(f.z__v6, LENGTH(f.z__v6) - 1, 2) END AS integer), 0)) END AS "off__v6"
                       FROM (
                         SELECT f.*,
-                               COALESCE(CASE WHEN IS_VARCHAR((CASE WHEN JSON_SIZE(f."j__sku") <= 65535 THEN f."j__sku" END)) THEN (CASE WHEN JSON_SIZE(f."j__sku") <= 65535 THEN f."j__sku" END)::varchar(65535) WHEN (CASE WHEN JSON_SIZE(f."j__sku") <= 65535 THEN f."j__sku" END) IS NOT NULL THEN JSON_SERIALIZE((CASE WHEN JSON_SIZE(f."j__sku") <= 65535 THEN f."j__sku" END)) END IN ('__debezium_unavailable_value', 'X19kZWJleml1bV91bmF2YWlsYWJsZV92YWx1ZQ==', '["__debezium_unavailable_value"]'), false) AS "u__sku",
-                               COALESCE(CASE WHEN IS_VARCHAR((CASE WHEN JSON_SIZE(f."j__description") <= 65535 THEN f."j__description" END)) THEN (CASE WHEN JSON_SIZE(f."j__description") <= 65535 THEN f."j__description" END)::varchar(65535) WHEN (CASE WHEN JSON_SIZE(f."j__description") <= 65535 THEN f."j__description" END) IS NOT NULL THEN JSON_SERIALIZE((CASE WHEN JSON_SIZE(f."j__description") <= 65535 THEN f."j__description" END)) END IN ('__debezium_unavailable_value', 'X19kZWJleml1bV91bmF2YWlsYWJsZV92YWx1ZQ==', '["__debezium_unavailable_value"]'), false) AS "u__description",
                                COALESCE(CASE WHEN IS_VARCHAR((CASE WHEN JSON_SIZE(f."j__attributes") <= 65535 THEN f."j__attributes" END)) THEN (CASE WHEN JSON_SIZE(f."j__attributes") <= 65535 THEN f."j__attributes" END)::varchar(65535) WHEN (CASE WHEN JSON_SIZE(f."j__attributes") <= 65535 THEN f."j__attributes" END) IS NOT NULL THEN JSON_SERIALIZE((CASE WHEN JSON_SIZE(f."j__attributes") <= 65535 THEN f."j__attributes" END)) END IN ('__debezium_unavailable_value', 'X19kZWJleml1bV91bmF2YWlsYWJsZV92YWx1ZQ==', '["__debezium_unavailable_value"]'), false) AS "u__attributes",
+                               (CASE WHEN JSON_SIZE(f."j__sku") <= 65535 THEN f."j__sku" END) AS "b__v0",
+                               (CASE WHEN JSON_SIZE(f."j__description") <= 65535 THEN f."j__description" END) AS "b__v1",
                                CASE WHEN IS_VARCHAR(f."j__price") AND CASE WHEN IS_VARCHAR((CASE WHEN JSON_SIZE(f."j__price") <= 65535 THEN f."j__price" END)) THEN (CASE WHEN JSON_SIZE(f."j__price") <= 65535 THEN f."j__price" END)::varchar(65535) WHEN (CASE WHEN JSON_SIZE(f."j__price") <= 65535 THEN f."j__price" END) IS NOT NULL THEN JSON_SERIALIZE((CASE WHEN JSON_SIZE(f."j__price") <= 65535 THEN f."j__price" END)) END ~ '^([A-Za-z0-9+/]{4})*([A-Za-z0-9+/]{2}==|[A-Za-z0-9+/]{3}=)?$' AND LENGTH(CASE WHEN IS_VARCHAR((CASE WHEN JSON_SIZE(f."j__price") <= 65535 THEN f."j__price" END)) THEN (CASE WHEN JSON_SIZE(f."j__price") <= 65535 THEN f."j__price" END)::varchar(65535) WHEN (CASE WHEN JSON_SIZE(f."j__price") <= 65535 THEN f."j__price" END) IS NOT NULL THEN JSON_SERIALIZE((CASE WHEN JSON_SIZE(f."j__price") <= 65535 THEN f."j__price" END)) END) BETWEEN 4 AND 24 THEN CASE WHEN IS_VARCHAR((CASE WHEN JSON_SIZE(f."j__price") <= 65535 THEN f."j__price" END)) THEN (CASE WHEN JSON_SIZE(f."j__price") <= 65535 THEN f."j__price" END)::varchar(65535) WHEN (CASE WHEN JSON_SIZE(f."j__price") <= 65535 THEN f."j__price" END) IS NOT NULL THEN JSON_SERIALIZE((CASE WHEN JSON_SIZE(f."j__price") <= 65535 THEN f."j__price" END)) END END AS "s__v2",
                                CASE WHEN IS_VARCHAR(f."j__weight"."value") AND CASE WHEN IS_VARCHAR((CASE WHEN JSON_SIZE(f."j__weight"."value") <= 65535 THEN f."j__weight"."value" END)) THEN (CASE WHEN JSON_SIZE(f."j__weight"."value") <= 65535 THEN f."j__weight"."value" END)::varchar(65535) WHEN (CASE WHEN JSON_SIZE(f."j__weight"."value") <= 65535 THEN f."j__weight"."value" END) IS NOT NULL THEN JSON_SERIALIZE((CASE WHEN JSON_SIZE(f."j__weight"."value") <= 65535 THEN f."j__weight"."value" END)) END ~ '^([A-Za-z0-9+/]{4})*([A-Za-z0-9+/]{2}==|[A-Za-z0-9+/]{3}=)?$' AND LENGTH(CASE WHEN IS_VARCHAR((CASE WHEN JSON_SIZE(f."j__weight"."value") <= 65535 THEN f."j__weight"."value" END)) THEN (CASE WHEN JSON_SIZE(f."j__weight"."value") <= 65535 THEN f."j__weight"."value" END)::varchar(65535) WHEN (CASE WHEN JSON_SIZE(f."j__weight"."value") <= 65535 THEN f."j__weight"."value" END) IS NOT NULL THEN JSON_SERIALIZE((CASE WHEN JSON_SIZE(f."j__weight"."value") <= 65535 THEN f."j__weight"."value" END)) END) BETWEEN 4 AND 24 THEN CASE WHEN IS_VARCHAR((CASE WHEN JSON_SIZE(f."j__weight"."value") <= 65535 THEN f."j__weight"."value" END)) THEN (CASE WHEN JSON_SIZE(f."j__weight"."value") <= 65535 THEN f."j__weight"."value" END)::varchar(65535) WHEN (CASE WHEN JSON_SIZE(f."j__weight"."value") <= 65535 THEN f."j__weight"."value" END) IS NOT NULL THEN JSON_SERIALIZE((CASE WHEN JSON_SIZE(f."j__weight"."value") <= 65535 THEN f."j__weight"."value" END)) END END AS "s__v3",
                                CAST(f."j__weight"."scale" AS integer) AS "k__v3",
@@ -436,7 +350,7 @@ BEGIN
                         FROM (
                           SELECT f.kafka_partition, f.kafka_offset, f.kafka_timestamp, f.refresh_time, f.payload, f.raw_value, f.env, f.img, f.op,
                                  f.src."ts_ms" AS source_ts_ms,
-                                 CASE WHEN COALESCE(NULLIF(NULLIF(REGEXP_SUBSTR(CASE WHEN IS_VARCHAR((CASE WHEN JSON_SIZE(f.src."sequence") <= 65535 THEN f.src."sequence" END)) THEN (CASE WHEN JSON_SIZE(f.src."sequence") <= 65535 THEN f.src."sequence" END)::varchar(65535) WHEN (CASE WHEN JSON_SIZE(f.src."sequence") <= 65535 THEN f.src."sequence" END) IS NOT NULL THEN JSON_SERIALIZE((CASE WHEN JSON_SIZE(f.src."sequence") <= 65535 THEN f.src."sequence" END)) END, '([0-9]+)"?[]]$', 1, 1, 'e'), ''), ''), CASE WHEN IS_VARCHAR((CASE WHEN JSON_SIZE(f.src."lsn") <= 65535 THEN f.src."lsn" END)) THEN (CASE WHEN JSON_SIZE(f.src."lsn") <= 65535 THEN f.src."lsn" END)::varchar(65535) WHEN (CASE WHEN JSON_SIZE(f.src."lsn") <= 65535 THEN f.src."lsn" END) IS NOT NULL THEN JSON_SERIALIZE((CASE WHEN JSON_SIZE(f.src."lsn") <= 65535 THEN f.src."lsn" END)) END) IS NOT NULL THEN lpad(COALESCE(NULLIF(NULLIF(REGEXP_SUBSTR(CASE WHEN IS_VARCHAR((CASE WHEN JSON_SIZE(f.src."sequence") <= 65535 THEN f.src."sequence" END)) THEN (CASE WHEN JSON_SIZE(f.src."sequence") <= 65535 THEN f.src."sequence" END)::varchar(65535) WHEN (CASE WHEN JSON_SIZE(f.src."sequence") <= 65535 THEN f.src."sequence" END) IS NOT NULL THEN JSON_SERIALIZE((CASE WHEN JSON_SIZE(f.src."sequence") <= 65535 THEN f.src."sequence" END)) END, '^[[]"?([0-9]*)', 1, 1, 'e'), ''), ''), COALESCE(NULLIF(NULLIF(REGEXP_SUBSTR(CASE WHEN IS_VARCHAR((CASE WHEN JSON_SIZE(f.src."sequence") <= 65535 THEN f.src."sequence" END)) THEN (CASE WHEN JSON_SIZE(f.src."sequence") <= 65535 THEN f.src."sequence" END)::varchar(65535) WHEN (CASE WHEN JSON_SIZE(f.src."sequence") <= 65535 THEN f.src."sequence" END) IS NOT NULL THEN JSON_SERIALIZE((CASE WHEN JSON_SIZE(f.src."sequence") <= 65535 THEN f.src."sequence" END)) END, '([0-9]+)"?[]]$', 1, 1, 'e'), ''), ''), CASE WHEN IS_VARCHAR((CASE WHEN JSON_SIZE(f.src."lsn") <= 65535 THEN f.src."lsn" END)) THEN (CASE WHEN JSON_SIZE(f.src."lsn") <= 65535 THEN f.src."lsn" END)::varchar(65535) WHEN (CASE WHEN JSON_SIZE(f.src."lsn") <= 65535 THEN f.src."lsn" END) IS NOT NULL THEN JSON_SERIALIZE((CASE WHEN JSON_SIZE(f.src."lsn") <= 65535 THEN f.src."lsn" END)) END)), 20, '0') || '.' || lpad(COALESCE(NULLIF(NULLIF(REGEXP_SUBSTR(CASE WHEN IS_VARCHAR((CASE WHEN JSON_SIZE(f.src."sequence") <= 65535 THEN f.src."sequence" END)) THEN (CASE WHEN JSON_SIZE(f.src."sequence") <= 65535 THEN f.src."sequence" END)::varchar(65535) WHEN (CASE WHEN JSON_SIZE(f.src."sequence") <= 65535 THEN f.src."sequence" END) IS NOT NULL THEN JSON_SERIALIZE((CASE WHEN JSON_SIZE(f.src."sequence") <= 65535 THEN f.src."sequence" END)) END, '([0-9]+)"?[]]$', 1, 1, 'e'), ''), ''), CASE WHEN IS_VARCHAR((CASE WHEN JSON_SIZE(f.src."lsn") <= 65535 THEN f.src."lsn" END)) THEN (CASE WHEN JSON_SIZE(f.src."lsn") <= 65535 THEN f.src."lsn" END)::varchar(65535) WHEN (CASE WHEN JSON_SIZE(f.src."lsn") <= 65535 THEN f.src."lsn" END) IS NOT NULL THEN JSON_SERIALIZE((CASE WHEN JSON_SIZE(f.src."lsn") <= 65535 THEN f.src."lsn" END)) END), 20, '0') END AS source_pos,
+                                 CASE WHEN COALESCE(NULLIF(NULLIF(REGEXP_SUBSTR(f.x__p0, '([0-9]+)"?[]]$', 1, 1, 'e'), ''), ''), f.x__p1) IS NOT NULL THEN lpad(COALESCE(NULLIF(NULLIF(REGEXP_SUBSTR(f.x__p0, '^[[]"?([0-9]*)', 1, 1, 'e'), ''), ''), COALESCE(NULLIF(NULLIF(REGEXP_SUBSTR(f.x__p0, '([0-9]+)"?[]]$', 1, 1, 'e'), ''), ''), f.x__p1)), 20, '0') || '.' || lpad(COALESCE(NULLIF(NULLIF(REGEXP_SUBSTR(f.x__p0, '([0-9]+)"?[]]$', 1, 1, 'e'), ''), ''), f.x__p1), 20, '0') END AS source_pos,
                                  f.img."id" AS "ji__id",
                                  CASE WHEN IS_OBJECT(f.key_env) THEN f.key_env."id" ELSE f.key_env END AS "jk__id",
                                  f.img."Sku" AS "j__sku",
@@ -449,33 +363,51 @@ BEGIN
                                  f.img."attributes" AS "j__attributes",
                                  f.img."in_stock" AS "j__in_stock"
                           FROM (
-                            SELECT e.kafka_partition, e.kafka_offset, e.kafka_timestamp, e.refresh_time,
-                                   e.payload, e.raw_value, e.env, e.key_env,
-                                   CASE WHEN IS_VARCHAR((CASE WHEN JSON_SIZE(e.env."op") <= 65535 THEN e.env."op" END)) THEN (CASE WHEN JSON_SIZE(e.env."op") <= 65535 THEN e.env."op" END)::varchar(65535) WHEN (CASE WHEN JSON_SIZE(e.env."op") <= 65535 THEN e.env."op" END) IS NOT NULL THEN JSON_SERIALIZE((CASE WHEN JSON_SIZE(e.env."op") <= 65535 THEN e.env."op" END)) END AS op,
-                                   CASE WHEN CASE WHEN IS_VARCHAR((CASE WHEN JSON_SIZE(e.env."op") <= 65535 THEN e.env."op" END)) THEN (CASE WHEN JSON_SIZE(e.env."op") <= 65535 THEN e.env."op" END)::varchar(65535) WHEN (CASE WHEN JSON_SIZE(e.env."op") <= 65535 THEN e.env."op" END) IS NOT NULL THEN JSON_SERIALIZE((CASE WHEN JSON_SIZE(e.env."op") <= 65535 THEN e.env."op" END)) END = 'd' THEN e.env."before" ELSE e.env."after" END AS img,
-                                   e.env."source" AS src
+                            SELECT f.*,
+                                   CASE WHEN IS_VARCHAR(f.b__p0) THEN f.b__p0::varchar(65535) WHEN f.b__p0 IS NOT NULL THEN JSON_SERIALIZE(f.b__p0) END AS "x__p0",
+                                   CASE WHEN IS_VARCHAR(f.b__p1) THEN f.b__p1::varchar(65535) WHEN f.b__p1 IS NOT NULL THEN JSON_SERIALIZE(f.b__p1) END AS "x__p1"
                             FROM (
-                              SELECT s.kafka_partition, s.kafka_offset, s.kafka_timestamp, s.refresh_time,
-                                     s.payload, s.raw_value,
-                                     CASE WHEN IS_OBJECT(s.payload."schema") THEN s.payload."payload" ELSE s.payload END AS env,
-                                     CASE WHEN IS_OBJECT(s.key_payload."schema") THEN s.key_payload."payload" ELSE s.key_payload END AS key_env
-                              FROM "inventory"."products__stream" s
-                              LEFT JOIN "inventory"."products__watermark" w ON w.kafka_partition = s.kafka_partition
-                              WHERE s.refresh_time >= v_since
-                                AND s.kafka_offset > COALESCE(w.last_offset, -1)
-                                AND (s.refresh_time < v_until_time
-                                     OR (s.refresh_time = v_until_time
-                                         AND (s.kafka_partition < v_until_partition
-                                              OR (s.kafka_partition = v_until_partition AND s.kafka_offset <= v_until_offset))))
-                              UNION ALL
-                              -- Quarantined records being replayed (at or below the watermark: already read once).
-                              SELECT r.kafka_partition, r.kafka_offset, r.kafka_timestamp, r.run_started_at,
-                                     r.payload, r.raw_value,
-                                     CASE WHEN IS_OBJECT(r.payload."schema") THEN r.payload."payload" ELSE r.payload END AS env,
-                                     CAST(NULL AS super) AS key_env
-                              FROM "inventory"."products__quarantine" r
-                              WHERE v_replayed > 0 AND r.table_name = 'products' AND r.handled = 'replaying'
-                            ) e
+                              SELECT f.*,
+                                     (CASE WHEN JSON_SIZE(f.src."sequence") <= 65535 THEN f.src."sequence" END) AS "b__p0",
+                                     (CASE WHEN JSON_SIZE(f.src."lsn") <= 65535 THEN f.src."lsn" END) AS "b__p1"
+                              FROM (
+                                SELECT f.kafka_partition, f.kafka_offset, f.kafka_timestamp, f.refresh_time,
+                                       f.payload, f.raw_value, f.env, f.key_env,
+                                       f.x__o0 AS op,
+                                       CASE WHEN f.x__o0 = 'd' THEN f.env."before" ELSE f.env."after" END AS img,
+                                       f.env."source" AS src
+                                FROM (
+                                  SELECT f.*,
+                                         CASE WHEN IS_VARCHAR(f.b__o0) THEN f.b__o0::varchar(65535) WHEN f.b__o0 IS NOT NULL THEN JSON_SERIALIZE(f.b__o0) END AS "x__o0"
+                                  FROM (
+                                    SELECT f.*,
+                                           (CASE WHEN JSON_SIZE(f.env."op") <= 65535 THEN f.env."op" END) AS "b__o0"
+                                    FROM (
+                                      SELECT s.kafka_partition, s.kafka_offset, s.kafka_timestamp, s.refresh_time,
+                                             s.payload, s.raw_value,
+                                             CASE WHEN IS_OBJECT(s.payload."schema") THEN s.payload."payload" ELSE s.payload END AS env,
+                                             CASE WHEN IS_OBJECT(s.key_payload."schema") THEN s.key_payload."payload" ELSE s.key_payload END AS key_env
+                                      FROM "inventory"."products__stream" s
+                                      LEFT JOIN "inventory"."products__watermark" w ON w.kafka_partition = s.kafka_partition
+                                      WHERE s.refresh_time >= v_since
+                                        AND s.kafka_offset > COALESCE(w.last_offset, -1)
+                                        AND (s.refresh_time < v_until_time
+                                             OR (s.refresh_time = v_until_time
+                                                 AND (s.kafka_partition < v_until_partition
+                                                      OR (s.kafka_partition = v_until_partition AND s.kafka_offset <= v_until_offset))))
+                                      UNION ALL
+                                      -- Quarantined records being replayed (at or below the watermark: already read once).
+                                      SELECT r.kafka_partition, r.kafka_offset, r.kafka_timestamp, r.run_started_at,
+                                             r.payload, r.raw_value,
+                                             CASE WHEN IS_OBJECT(r.payload."schema") THEN r.payload."payload" ELSE r.payload END AS env,
+                                             CAST(NULL AS super) AS key_env
+                                      FROM "inventory"."products__quarantine" r
+                                      WHERE v_replayed > 0 AND r.table_name = 'products' AND r.handled = 'replaying'
+                                    ) f
+                                  ) f
+                                ) f
+                              ) f
+                            ) f
                           ) f
                         ) f
                       ) f
@@ -489,12 +421,7 @@ BEGIN
       ) t
     ) t
   ) c;
-  SELECT COUNT(*),
-         COUNT(_drift_img),
-         COUNT(CASE WHEN _source_pos IS NULL AND _action IN ('upsert', 'delete') THEN 1 END),
-         COUNT(CASE WHEN _unavailable IS NOT NULL THEN 1 END)
-  INTO v_read, v_drift, v_positionless, v_unavailable
-  FROM "inventory"."products__stage";
+  GET DIAGNOSTICS v_read := ROW_COUNT;
   -- Fresh statistics for a large stage, refilled every run: without them the planner
   -- takes it for empty and joins it to itself row by row (20k events: 13 s, not 1 s).
   -- The columns the joins and filters use are enough (a quarter of the full cost).
@@ -502,6 +429,15 @@ BEGIN
     ANALYZE "inventory"."products__stage" (_action, _rn, "id");
   END IF;
   IF v_read > 0 THEN
+    -- What the batch needs of the rarely needed steps.
+    SELECT COUNT(_drift_img),
+           COUNT(CASE WHEN _source_pos IS NULL AND _action IN ('upsert', 'delete') THEN 1 END),
+           COUNT(CASE WHEN _unavailable IS NOT NULL THEN 1 END),
+           COUNT(CASE WHEN _action = 'truncate' THEN 1 END),
+           MAX(CASE WHEN _action = 'truncate' THEN _source_pos END),
+           MAX(CASE WHEN _action = 'truncate' THEN _source_ts END)
+    INTO v_drift, v_positionless, v_unavailable, v_truncates, v_truncate_pos, v_truncate_ts
+    FROM "inventory"."products__stage";
     -- 4. Events without a source position: each takes the newest position seen before it
     --    for its key in Kafka order (so it supersedes what precedes it and loses to what
     --    follows), and ranks after what is stored for its key (row or deleted key).
@@ -584,17 +520,17 @@ BEGIN
     -- 5. Never regress: a winner not newer than what is stored for its key is stale.
     UPDATE "inventory"."products__stage" s SET _action = 'stale', _reason = s._action
     WHERE s._rn = 1 AND s._action IN ('upsert', 'delete') AND s._source_pos IS NOT NULL
-      AND s._source_pos <= (SELECT MAX(t._source_pos) FROM "inventory"."products" t WHERE t."id" = s."id");
-    UPDATE "inventory"."products__stage" s SET _action = 'stale', _reason = s._action
-    WHERE s._rn = 1 AND s._action IN ('upsert', 'delete') AND s._source_pos IS NOT NULL
-      AND s._source_pos <= (SELECT MAX(t._source_pos) FROM "inventory"."products__deleted" t WHERE t."id" = s."id");
+      AND s._source_pos <= (SELECT MAX(k._source_pos)
+                            FROM (SELECT t."id", t._source_pos FROM "inventory"."products" t
+                                   UNION ALL SELECT t."id", t._source_pos FROM "inventory"."products__deleted" t) k
+                            WHERE k."id" = s."id");
+    GET DIAGNOSTICS v_rows := ROW_COUNT;
     -- 5. A stale winner at exactly the stored position that changes something is another
     --    change of the same transaction (compressed MySQL binlog): it applies, in Kafka
     --    order. A re-sent copy of the stored event stays stale, and so does a replayed
     --    record earlier in Kafka order than the record that wrote what is stored (its
     --    `_reason` cleared). (One statement per case: Redshift takes no correlated
     --    subquery under an OR.)
-    SELECT COUNT(*) INTO v_rows FROM "inventory"."products__stage" WHERE _action = 'stale';
     IF v_rows > 0 THEN
       IF v_replayed > 0 THEN
         UPDATE "inventory"."products__stage" s SET _reason = NULL
@@ -625,12 +561,9 @@ BEGIN
       UPDATE "inventory"."products__stage" SET _source_pos = _rank_pos
       WHERE _rn = 1 AND _action IN ('upsert', 'delete') AND _source_pos IS NULL;
     END IF;
-    -- Truncate events (on_truncate = 'delete'): the newest truncate's source position
-    -- decides what precedes it; without one, Kafka order does.
-    SELECT COUNT(*), MAX(_source_pos), MAX(_source_ts) INTO v_rows, v_truncate_pos, v_truncate_ts
-    FROM "inventory"."products__stage"
-    WHERE _action = 'truncate';
-    IF v_rows > 0 AND v_truncate_pos IS NOT NULL THEN
+    -- Truncate events (on_truncate = 'delete', counted with the batch): the newest
+    -- truncate's source position decides what precedes it; without one, Kafka order does.
+    IF v_truncates > 0 AND v_truncate_pos IS NOT NULL THEN
       INSERT INTO "inventory"."products__deleted" ("id", _source_ts, _source_pos, _kafka_partition, _kafka_offset, _deleted_at)
       SELECT t."id", v_truncate_ts, v_truncate_pos, NULL, NULL, v_started
       FROM "inventory"."products" t
@@ -647,7 +580,7 @@ BEGIN
       FROM "inventory"."products__stage" s
       WHERE s._rn = 1 AND s._action = 'truncated' AND NOT EXISTS (SELECT 1 FROM "inventory"."products" t WHERE t."id" = s."id")
         AND NOT EXISTS (SELECT 1 FROM "inventory"."products__deleted" k WHERE k."id" = s."id");
-    ELSIF v_rows > 0 THEN
+    ELSIF v_truncates > 0 THEN
       DELETE FROM "inventory"."products";
       UPDATE "inventory"."products__stage" s SET _action = 'truncated'
       WHERE s._rn = 1 AND s._action IN ('upsert', 'delete')
@@ -740,17 +673,16 @@ BEGIN
     -- The stage is empty between runs (DELETE, not TRUNCATE: TRUNCATE would commit).
     DELETE FROM "inventory"."products__stage";
   END IF;
-  SELECT LISTAGG(CASE WHEN r.pos__ <= 65503 THEN r.item__ END, ',') WITHIN GROUP (ORDER BY r.order__)
-         || CASE WHEN COUNT(CASE WHEN r.pos__ > 65503 THEN 1 END) > 0 THEN ' (+' || CAST(COUNT(CASE WHEN r.pos__ > 65503 THEN 1 END) AS varchar(20)) || ' more)' ELSE '' END
-  INTO v_wm_after
-  FROM (SELECT r.*, CAST(r.kafka_partition AS varchar(20)) || ':' || CAST(r.last_offset AS varchar(20)) AS item__, r.kafka_partition AS order__,
-               SUM(OCTET_LENGTH(CAST(r.kafka_partition AS varchar(20)) || ':' || CAST(r.last_offset AS varchar(20))) + 1) OVER (ORDER BY r.kafka_partition ROWS UNBOUNDED PRECEDING) AS pos__
-        FROM "inventory"."products__watermark" r) r;
   -- 8. One run-log row per call, also when nothing was new (9.).
   INSERT INTO "inventory"."sync_run_log" (table_name, backend_pid, started_at, finished_at, events_read, upserted, deleted,
     quarantined, tombstones, stale, superseded, truncates, watermark_before, watermark_after, lag_seconds, status)
-  VALUES ('products', PG_BACKEND_PID(), v_started, CAST(TO_TIMESTAMP(TIMEOFDAY(), 'Dy Mon DD HH24:MI:SS.US YYYY') AS timestamp), v_read, v_upserted, v_deleted,
-    v_quarantined, v_tombstones, v_stale, v_superseded, v_truncates, v_wm_before, v_wm_after, v_lag, 'ok');
+  SELECT 'products', PG_BACKEND_PID(), v_started, CAST(TO_TIMESTAMP(TIMEOFDAY(), 'Dy Mon DD HH24:MI:SS.US YYYY') AS timestamp), v_read, v_upserted, v_deleted,
+    v_quarantined, v_tombstones, v_stale, v_superseded, v_truncates, v_wm_before,
+    LISTAGG(CASE WHEN r.pos__ <= 65503 THEN r.item__ END, ',') WITHIN GROUP (ORDER BY r.order__)
+         || CASE WHEN COUNT(CASE WHEN r.pos__ > 65503 THEN 1 END) > 0 THEN ' (+' || CAST(COUNT(CASE WHEN r.pos__ > 65503 THEN 1 END) AS varchar(20)) || ' more)' ELSE '' END, v_lag, 'ok'
+  FROM (SELECT r.*, CAST(r.kafka_partition AS varchar(20)) || ':' || CAST(r.last_offset AS varchar(20)) AS item__, r.kafka_partition AS order__,
+               SUM(OCTET_LENGTH(CAST(r.kafka_partition AS varchar(20)) || ':' || CAST(r.last_offset AS varchar(20))) + 1) OVER (ORDER BY r.kafka_partition ROWS UNBOUNDED PRECEDING) AS pos__
+        FROM "inventory"."products__watermark" r) r;
 END;
 $$ LANGUAGE plpgsql
 SET timezone TO 'UTC';

@@ -113,7 +113,6 @@ DECLARE
   v_started timestamp;
   v_since timestamp;
   v_wm_before varchar(65535);
-  v_wm_after varchar(65535);
   v_read bigint := 0;
   v_upserted bigint := 0;
   v_deleted bigint := 0;
@@ -142,10 +141,12 @@ BEGIN
   --    is locked: on Redshift every LOCK is exclusive, and the target stays readable.
   LOCK TABLE "pagila"."payment__watermark";
   v_started := CAST(TO_TIMESTAMP(TIMEOFDAY(), 'Dy Mon DD HH24:MI:SS.US YYYY') AS timestamp);
-  -- The watermark summary lists as many partitions as fit the run log's text column.
-  SELECT MAX(r.last_refresh_time), LISTAGG(CASE WHEN r.pos__ <= 65503 THEN r.item__ END, ',') WITHIN GROUP (ORDER BY r.order__)
+  -- The watermark, its summary for the run log, and the quarantined records being replayed.
+  SELECT MAX(r.last_refresh_time),
+         (SELECT COUNT(*) FROM "pagila"."payment__quarantine" WHERE table_name = 'payment' AND handled = 'replaying'),
+         LISTAGG(CASE WHEN r.pos__ <= 65503 THEN r.item__ END, ',') WITHIN GROUP (ORDER BY r.order__)
          || CASE WHEN COUNT(CASE WHEN r.pos__ > 65503 THEN 1 END) > 0 THEN ' (+' || CAST(COUNT(CASE WHEN r.pos__ > 65503 THEN 1 END) AS varchar(20)) || ' more)' ELSE '' END
-  INTO v_since, v_wm_before
+  INTO v_since, v_replayed, v_wm_before
   FROM (SELECT r.*, CAST(r.kafka_partition AS varchar(20)) || ':' || CAST(r.last_offset AS varchar(20)) AS item__, r.kafka_partition AS order__,
                SUM(OCTET_LENGTH(CAST(r.kafka_partition AS varchar(20)) || ':' || CAST(r.last_offset AS varchar(20))) + 1) OVER (ORDER BY r.kafka_partition ROWS UNBOUNDED PRECEDING) AS pos__
         FROM "pagila"."payment__watermark" r) r;
@@ -167,83 +168,31 @@ BEGIN
     WHERE x.read_no = p_max_records;
     v_until_time := COALESCE(v_until_time, TIMESTAMP '9999-12-31 00:00:00');
   END IF;
-  -- Quarantined records marked for replay in this transaction (`quarantine replay`).
-  SELECT COUNT(*) INTO v_replayed FROM "pagila"."payment__quarantine"
-  WHERE table_name = 'payment' AND handled = 'replaying';
   -- 2./3. Records past the watermark (refresh_time only prunes), classified, typed
   --       and ranked per key, into the stage. Everything below reads the stage only.
   INSERT INTO "pagila"."payment__stage" (
-    "_kafka_partition",
-    "_kafka_offset",
-    "_kafka_timestamp",
-    "_refresh_time",
-    "_op",
-    "_action",
-    "_reason",
-    "_rn",
-    "_source_ts",
-    "_source_pos",
-    "_rank_pos",
-    "payment_id",
-    "customer_id",
-    "amount",
-    "payment_date",
-    "_unavailable",
-    "_payload",
-    "_raw_value",
-    "_drift_img"
+    "_kafka_partition", "_kafka_offset", "_kafka_timestamp", "_refresh_time", "_op", "_action", "_reason", "_rn",
+    "_source_ts", "_source_pos", "_rank_pos", "payment_id", "customer_id", "amount", "payment_date", "_unavailable",
+    "_payload", "_raw_value", "_drift_img"
   )
-  SELECT c.kafka_partition,
-         c.kafka_offset,
-         c.kafka_timestamp,
-         c.refresh_time,
-         CASE WHEN OCTET_LENGTH(c.op) <= 64 THEN c.op ELSE SUBSTRING(c.op, 1, 16) END,
-         c.action,
-         c.reason,
+  SELECT c.kafka_partition, c.kafka_offset, c.kafka_timestamp, c.refresh_time,
+         CASE WHEN OCTET_LENGTH(c.op) <= 64 THEN c.op ELSE SUBSTRING(c.op, 1, 16) END, c.action, c.reason,
          ROW_NUMBER() OVER (
            PARTITION BY CASE WHEN c.action IN ('upsert', 'delete') THEN 1 ELSE 0 END, c."payment_id"
            ORDER BY c.source_pos DESC NULLS LAST, c.kafka_time DESC NULLS LAST, c.kafka_partition DESC, c.kafka_offset DESC),
          (TIMESTAMP 'epoch' + (c.source_ts_ms / 1000) * INTERVAL '1 second' + (c.source_ts_ms % 1000) * INTERVAL '1 millisecond'),
-         c.source_pos,
-         c.source_pos,
-         c."payment_id",
-         c."customer_id",
-         c."amount",
-         c."payment_date",
-         c.unavailable,
-         c.quarantine_payload,
-         CASE WHEN c.action = 'quarantine' THEN c.raw_value END,
-         c.drift_img
+         c.source_pos, c.source_pos, c."payment_id", c."customer_id", c."amount", c."payment_date", c.unavailable,
+         c.quarantine_payload, CASE WHEN c.action = 'quarantine' THEN c.raw_value END, c.drift_img
   FROM (
     SELECT
-           t.kafka_partition,
-           t.kafka_offset,
-           t.kafka_timestamp,
-           t.refresh_time,
-           t.raw_value,
-           t.op,
-           CASE WHEN t.source_ts_ms BETWEEN 0 AND 253402300799999 THEN t.source_ts_ms END AS source_ts_ms,
-           t.source_pos,
-           t.unavailable,
-           t.drift_img,
-           t."payment_id",
-           t."customer_id",
-           t."amount",
-           t."payment_date",
-           CASE t.check_no
-             WHEN 1 THEN 'quarantine'
-             WHEN 2 THEN 'tombstone'
-             WHEN 3 THEN 'quarantine'
-             WHEN 4 THEN 'quarantine'
-             WHEN 5 THEN 'truncate'
-             WHEN 6 THEN 'quarantine'
-             WHEN 7 THEN 'quarantine'
-             WHEN 8 THEN 'quarantine'
-             WHEN 9 THEN 'quarantine'
-             WHEN 10 THEN 'quarantine'
-             WHEN 11 THEN 'quarantine'
-             WHEN 12 THEN 'quarantine'
-             WHEN 13 THEN 'delete'
+           t.kafka_partition, t.kafka_offset, t.kafka_timestamp, t.refresh_time, t.raw_value, t.op,
+           CASE WHEN t.source_ts_ms BETWEEN 0 AND 253402300799999 THEN t.source_ts_ms END AS source_ts_ms, t.source_pos,
+           t.unavailable, t.drift_img, t."payment_id", t."customer_id", t."amount", t."payment_date",
+           CASE
+             WHEN t.check_no IN (1, 3, 4, 6, 7, 8, 9, 10, 11, 12) THEN 'quarantine'
+             WHEN t.check_no = 2 THEN 'tombstone'
+             WHEN t.check_no = 5 THEN 'truncate'
+             WHEN t.check_no = 13 THEN 'delete'
              ELSE 'upsert'
            END AS action,
            CASE t.check_no
@@ -267,20 +216,8 @@ BEGIN
              ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW) AS kafka_time
     FROM (
       SELECT
-             t.kafka_partition,
-             t.kafka_offset,
-             t.kafka_timestamp,
-             t.refresh_time,
-             t.raw_value,
-             t.op,
-             t.source_ts_ms,
-             t.source_pos,
-             t.unavailable,
-             t.drift_img,
-             t."payment_id",
-             t."customer_id",
-             t."amount",
-             t."payment_date",
+             t.kafka_partition, t.kafka_offset, t.kafka_timestamp, t.refresh_time, t.raw_value, t.op, t.source_ts_ms,
+             t.source_pos, t.unavailable, t.drift_img, t."payment_id", t."customer_id", t."amount", t."payment_date",
              t.payload,
              t.has_source_ts,
              CASE
@@ -319,51 +256,55 @@ BEGIN
           FROM (
             SELECT f.kafka_partition, f.kafka_offset, f.kafka_timestamp, f.refresh_time, f.payload, f.raw_value, f.env, f.img, f.op,
                    CAST(NULL AS super) AS source_ts_ms,
-                   COALESCE(lpad(NULLIF(REGEXP_SUBSTR(CASE WHEN IS_VARCHAR((CASE WHEN JSON_SIZE(f.src."payment_id") <= 65535 THEN f.src."payment_id" END)) THEN (CASE WHEN JSON_SIZE(f.src."payment_id") <= 65535 THEN f.src."payment_id" END)::varchar(65535) WHEN (CASE WHEN JSON_SIZE(f.src."payment_id") <= 65535 THEN f.src."payment_id" END) IS NOT NULL THEN JSON_SERIALIZE((CASE WHEN JSON_SIZE(f.src."payment_id") <= 65535 THEN f.src."payment_id" END)) END, '^([0-9]{1,20})$', 1, 1, 'e'), ''), 20, '0'), RPAD(TRANSLATE(NULLIF(REGEXP_SUBSTR(CASE WHEN IS_VARCHAR((CASE WHEN JSON_SIZE(f.src."payment_id") <= 65535 THEN f.src."payment_id" END)) THEN (CASE WHEN JSON_SIZE(f.src."payment_id") <= 65535 THEN f.src."payment_id" END)::varchar(65535) WHEN (CASE WHEN JSON_SIZE(f.src."payment_id") <= 65535 THEN f.src."payment_id" END) IS NOT NULL THEN JSON_SERIALIZE((CASE WHEN JSON_SIZE(f.src."payment_id") <= 65535 THEN f.src."payment_id" END)) END, '^([0-9]{4}-[0-9]{2}-[0-9]{2}[T ][0-9]{2}:[0-9]{2}:[0-9]{2}([.][0-9]+)?)Z?$', 1, 1, 'e'), ''), '-:T .', ''), 20, '0')) AS source_pos,
+                   COALESCE(lpad(NULLIF(REGEXP_SUBSTR(f.x__p0, '^([0-9]{1,20})$', 1, 1, 'e'), ''), 20, '0'), RPAD(TRANSLATE(NULLIF(REGEXP_SUBSTR(f.x__p0, '^([0-9]{4}-[0-9]{2}-[0-9]{2}[T ][0-9]{2}:[0-9]{2}:[0-9]{2}([.][0-9]+)?)Z?$', 1, 1, 'e'), ''), '-:T .', ''), 20, '0')) AS source_pos,
                    f.img."payment_id" AS "ji__payment_id",
                    CASE WHEN IS_OBJECT(f.key_env) THEN f.key_env."payment_id" ELSE f.key_env END AS "jk__payment_id",
                    f.img."customer_id" AS "j__customer_id",
                    f.img."amount" AS "j__amount",
                    f.img."payment_date" AS "j__payment_date"
             FROM (
-              SELECT e.kafka_partition, e.kafka_offset, e.kafka_timestamp, e.refresh_time,
-                     e.payload, e.raw_value, e.env, e.key_env,
-                     CASE WHEN IS_OBJECT(e.env) THEN 'r' END AS op,
-                     e.env AS img,
-                     e.env AS src
+              SELECT f.*,
+                     CASE WHEN IS_VARCHAR(f.b__p0) THEN f.b__p0::varchar(65535) WHEN f.b__p0 IS NOT NULL THEN JSON_SERIALIZE(f.b__p0) END AS "x__p0"
               FROM (
-                SELECT s.kafka_partition, s.kafka_offset, s.kafka_timestamp, s.refresh_time,
-                       s.payload, s.raw_value,
-                       CASE WHEN IS_OBJECT(s.payload."schema") THEN s.payload."payload" ELSE s.payload END AS env,
-                       CASE WHEN IS_OBJECT(s.key_payload."schema") THEN s.key_payload."payload" ELSE s.key_payload END AS key_env
-                FROM "pagila"."payment__stream" s
-                LEFT JOIN "pagila"."payment__watermark" w ON w.kafka_partition = s.kafka_partition
-                WHERE s.refresh_time >= v_since
-                  AND s.kafka_offset > COALESCE(w.last_offset, -1)
-                  AND (s.refresh_time < v_until_time
-                       OR (s.refresh_time = v_until_time
-                           AND (s.kafka_partition < v_until_partition
-                                OR (s.kafka_partition = v_until_partition AND s.kafka_offset <= v_until_offset))))
-                UNION ALL
-                -- Quarantined records being replayed (at or below the watermark: already read once).
-                SELECT r.kafka_partition, r.kafka_offset, r.kafka_timestamp, r.run_started_at,
-                       r.payload, r.raw_value,
-                       CASE WHEN IS_OBJECT(r.payload."schema") THEN r.payload."payload" ELSE r.payload END AS env,
-                       CAST(NULL AS super) AS key_env
-                FROM "pagila"."payment__quarantine" r
-                WHERE v_replayed > 0 AND r.table_name = 'payment' AND r.handled = 'replaying'
-              ) e
+                SELECT f.*,
+                       (CASE WHEN JSON_SIZE(f.src."payment_id") <= 65535 THEN f.src."payment_id" END) AS "b__p0"
+                FROM (
+                  SELECT f.kafka_partition, f.kafka_offset, f.kafka_timestamp, f.refresh_time,
+                         f.payload, f.raw_value, f.env, f.key_env,
+                         CASE WHEN IS_OBJECT(f.env) THEN 'r' END AS op,
+                         f.env AS img,
+                         f.env AS src
+                  FROM (
+                    SELECT s.kafka_partition, s.kafka_offset, s.kafka_timestamp, s.refresh_time,
+                           s.payload, s.raw_value,
+                           CASE WHEN IS_OBJECT(s.payload."schema") THEN s.payload."payload" ELSE s.payload END AS env,
+                           CASE WHEN IS_OBJECT(s.key_payload."schema") THEN s.key_payload."payload" ELSE s.key_payload END AS key_env
+                    FROM "pagila"."payment__stream" s
+                    LEFT JOIN "pagila"."payment__watermark" w ON w.kafka_partition = s.kafka_partition
+                    WHERE s.refresh_time >= v_since
+                      AND s.kafka_offset > COALESCE(w.last_offset, -1)
+                      AND (s.refresh_time < v_until_time
+                           OR (s.refresh_time = v_until_time
+                               AND (s.kafka_partition < v_until_partition
+                                    OR (s.kafka_partition = v_until_partition AND s.kafka_offset <= v_until_offset))))
+                    UNION ALL
+                    -- Quarantined records being replayed (at or below the watermark: already read once).
+                    SELECT r.kafka_partition, r.kafka_offset, r.kafka_timestamp, r.run_started_at,
+                           r.payload, r.raw_value,
+                           CASE WHEN IS_OBJECT(r.payload."schema") THEN r.payload."payload" ELSE r.payload END AS env,
+                           CAST(NULL AS super) AS key_env
+                    FROM "pagila"."payment__quarantine" r
+                    WHERE v_replayed > 0 AND r.table_name = 'payment' AND r.handled = 'replaying'
+                  ) f
+                ) f
+              ) f
             ) f
           ) f
         ) f
       ) t
     ) t
   ) c;
-  SELECT COUNT(*),
-         COUNT(_drift_img),
-         COUNT(CASE WHEN _source_pos IS NULL AND _action IN ('upsert', 'delete') THEN 1 END)
-  INTO v_read, v_drift, v_positionless
-  FROM "pagila"."payment__stage";
+  GET DIAGNOSTICS v_read := ROW_COUNT;
   -- Fresh statistics for a large stage, refilled every run: without them the planner
   -- takes it for empty and joins it to itself row by row (20k events: 13 s, not 1 s).
   -- The columns the joins and filters use are enough (a quarter of the full cost).
@@ -371,6 +312,11 @@ BEGIN
     ANALYZE "pagila"."payment__stage" (_action, _rn, "payment_id");
   END IF;
   IF v_read > 0 THEN
+    -- What the batch needs of the rarely needed steps.
+    SELECT COUNT(_drift_img),
+           COUNT(CASE WHEN _source_pos IS NULL AND _action IN ('upsert', 'delete') THEN 1 END)
+    INTO v_drift, v_positionless
+    FROM "pagila"."payment__stage";
     -- 4. Events without a source position: each takes the newest position seen before it
     --    for its key in Kafka order (so it supersedes what precedes it and loses to what
     --    follows), and ranks after what is stored for its key (row or deleted key).
@@ -413,17 +359,17 @@ BEGIN
     -- 5. Never regress: a winner not newer than what is stored for its key is stale.
     UPDATE "pagila"."payment__stage" s SET _action = 'stale', _reason = s._action
     WHERE s._rn = 1 AND s._action IN ('upsert', 'delete') AND s._source_pos IS NOT NULL
-      AND s._source_pos <= (SELECT MAX(t._source_pos) FROM "pagila"."payment" t WHERE t."payment_id" = s."payment_id");
-    UPDATE "pagila"."payment__stage" s SET _action = 'stale', _reason = s._action
-    WHERE s._rn = 1 AND s._action IN ('upsert', 'delete') AND s._source_pos IS NOT NULL
-      AND s._source_pos <= (SELECT MAX(t._source_pos) FROM "pagila"."payment__deleted" t WHERE t."payment_id" = s."payment_id");
+      AND s._source_pos <= (SELECT MAX(k._source_pos)
+                            FROM (SELECT t."payment_id", t._source_pos FROM "pagila"."payment" t
+                                   UNION ALL SELECT t."payment_id", t._source_pos FROM "pagila"."payment__deleted" t) k
+                            WHERE k."payment_id" = s."payment_id");
+    GET DIAGNOSTICS v_rows := ROW_COUNT;
     -- 5. A stale winner at exactly the stored position that changes something is another
     --    change of the same transaction (compressed MySQL binlog): it applies, in Kafka
     --    order. A re-sent copy of the stored event stays stale, and so does a replayed
     --    record earlier in Kafka order than the record that wrote what is stored (its
     --    `_reason` cleared). (One statement per case: Redshift takes no correlated
     --    subquery under an OR.)
-    SELECT COUNT(*) INTO v_rows FROM "pagila"."payment__stage" WHERE _action = 'stale';
     IF v_rows > 0 THEN
       IF v_replayed > 0 THEN
         UPDATE "pagila"."payment__stage" s SET _reason = NULL
@@ -533,17 +479,16 @@ BEGIN
     -- The stage is empty between runs (DELETE, not TRUNCATE: TRUNCATE would commit).
     DELETE FROM "pagila"."payment__stage";
   END IF;
-  SELECT LISTAGG(CASE WHEN r.pos__ <= 65503 THEN r.item__ END, ',') WITHIN GROUP (ORDER BY r.order__)
-         || CASE WHEN COUNT(CASE WHEN r.pos__ > 65503 THEN 1 END) > 0 THEN ' (+' || CAST(COUNT(CASE WHEN r.pos__ > 65503 THEN 1 END) AS varchar(20)) || ' more)' ELSE '' END
-  INTO v_wm_after
-  FROM (SELECT r.*, CAST(r.kafka_partition AS varchar(20)) || ':' || CAST(r.last_offset AS varchar(20)) AS item__, r.kafka_partition AS order__,
-               SUM(OCTET_LENGTH(CAST(r.kafka_partition AS varchar(20)) || ':' || CAST(r.last_offset AS varchar(20))) + 1) OVER (ORDER BY r.kafka_partition ROWS UNBOUNDED PRECEDING) AS pos__
-        FROM "pagila"."payment__watermark" r) r;
   -- 8. One run-log row per call, also when nothing was new (9.).
   INSERT INTO "pagila"."sync_run_log" (table_name, backend_pid, started_at, finished_at, events_read, upserted, deleted,
     quarantined, tombstones, stale, superseded, truncates, watermark_before, watermark_after, lag_seconds, status)
-  VALUES ('payment', PG_BACKEND_PID(), v_started, CAST(TO_TIMESTAMP(TIMEOFDAY(), 'Dy Mon DD HH24:MI:SS.US YYYY') AS timestamp), v_read, v_upserted, v_deleted,
-    v_quarantined, v_tombstones, v_stale, v_superseded, v_truncates, v_wm_before, v_wm_after, v_lag, 'ok');
+  SELECT 'payment', PG_BACKEND_PID(), v_started, CAST(TO_TIMESTAMP(TIMEOFDAY(), 'Dy Mon DD HH24:MI:SS.US YYYY') AS timestamp), v_read, v_upserted, v_deleted,
+    v_quarantined, v_tombstones, v_stale, v_superseded, v_truncates, v_wm_before,
+    LISTAGG(CASE WHEN r.pos__ <= 65503 THEN r.item__ END, ',') WITHIN GROUP (ORDER BY r.order__)
+         || CASE WHEN COUNT(CASE WHEN r.pos__ > 65503 THEN 1 END) > 0 THEN ' (+' || CAST(COUNT(CASE WHEN r.pos__ > 65503 THEN 1 END) AS varchar(20)) || ' more)' ELSE '' END, v_lag, 'ok'
+  FROM (SELECT r.*, CAST(r.kafka_partition AS varchar(20)) || ':' || CAST(r.last_offset AS varchar(20)) AS item__, r.kafka_partition AS order__,
+               SUM(OCTET_LENGTH(CAST(r.kafka_partition AS varchar(20)) || ':' || CAST(r.last_offset AS varchar(20))) + 1) OVER (ORDER BY r.kafka_partition ROWS UNBOUNDED PRECEDING) AS pos__
+        FROM "pagila"."payment__watermark" r) r;
 END;
 $$ LANGUAGE plpgsql
 SET timezone TO 'UTC';

@@ -229,6 +229,16 @@ class PostgresDialect:
     def json_number_text(self, expr: str) -> str:
         return f"{self.helper('text')}({expr})"
 
+    def text_levels(self, raw: str, alias: str) -> tuple[list[dict[str, str]], str] | None:
+        """A JSON value's text computed once in the levels of a query (alias -> expression over
+        the row `f`, per level), and the name that refers to it; None where the casts read
+        the JSON value itself (here: char and varchar members are read as text already)."""
+        return None
+
+    def cast_text(self, raw: str, text: str, t: SqlType) -> str:
+        """`cast_json` of the JSON value `raw` whose text `text_levels` named `text`."""
+        raise NotImplementedError("text is not named here: see text_levels")
+
     def text_to_char(self, text_expr: str, t: SqlType) -> str:
         """A member read as text (`text_fields`) in a char/varchar column, NULL when it does
         not fit (the same rule as `cast_json`). The length test is inside the cast's
@@ -308,20 +318,28 @@ class PostgresDialect:
     # The longest text a string aggregate may return (LISTAGG fails past VARCHAR's limit).
     string_agg_max_bytes = 65535
 
-    def bounded_list(self, item: str, separator: str, order_by: str, relation: str, extra: str = "") -> str:
-        """SELECT [extra,] the items of `relation` joined in order, as many as fit
-        `string_agg_max_bytes` bytes, followed by ' (+N more)' when some do not. `item`,
-        `order_by` and `extra` are expressions over the relation's columns (alias r)."""
+    def bounded_list_parts(self, item: str, separator: str, order_by: str, relation: str) -> tuple[str, str]:
+        """The items of `relation` joined in order, as many as fit `string_agg_max_bytes`
+        bytes, followed by ' (+N more)' when some do not: the aggregate (laid out for a
+        SELECT list) and the FROM clause it reads. `item` and `order_by` are expressions over
+        the relation's columns (alias r)."""
         limit = self.string_agg_max_bytes - 32  # room for the ' (+N more)' suffix
         listed = self.string_agg(f"CASE WHEN r.pos__ <= {limit} THEN r.item__ END", separator, "r.order__")
         more = f"COUNT(CASE WHEN r.pos__ > {limit} THEN 1 END)"
-        return (
-            f"SELECT {extra + ', ' if extra else ''}{listed}\n"
-            f"       || CASE WHEN {more} > 0 THEN ' (+' || CAST({more} AS varchar(20)) || ' more)' ELSE '' END\n"
+        value = f"{listed}\n       || CASE WHEN {more} > 0 THEN ' (+' || CAST({more} AS varchar(20)) || ' more)' ELSE '' END"
+        source = (
             f"FROM (SELECT r.*, {item} AS item__, {order_by} AS order__,\n"
             f"             SUM(OCTET_LENGTH({item}) + {len(separator.encode())}) OVER (ORDER BY {order_by} ROWS UNBOUNDED PRECEDING) AS pos__\n"
             f"      FROM {relation} r) r"
         )
+        return value, source
+
+    def bounded_list(self, item: str, separator: str, order_by: str, relation: str, extra: str = "", into: str = "") -> str:
+        """SELECT [extra,] the bounded list of `bounded_list_parts` (`extra`: expressions over
+        the relation's rows r); a PL/pgSQL statement selects them INTO the variables `into`."""
+        value, source = self.bounded_list_parts(item, separator, order_by, relation)
+        selected = ",\n       ".join([extra, value] if extra else [value])
+        return f"SELECT {selected}\n" + (f"INTO {into}\n" if into else "") + source
 
     def epoch_ms_to_timestamp(self, expr: str) -> str:
         """Exact for the whole bigint range: whole seconds and the millisecond remainder

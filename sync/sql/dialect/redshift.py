@@ -53,6 +53,8 @@ Fragments (methods):
 - `json_get`, `json_get_text`, `json_is_null`, `json_is_object`, `json_is_string`,
   `json_number_text`: PartiQL navigation and the IS_* type functions instead of jsonb
   operators; text through `_super_text`.
+- `text_levels`, `cast_text`: a field's text named once in the stage query (JSON_SIZE
+  once per value), and the casts (char, varchar, timestamp) that read it by name.
 - `differs`: no IS DISTINCT FROM; SUPER values compare as serialized text.
 - `helper_functions`: none (the casts above need none).
 - `base64_to_hex`, `hex_to_bigint`, `epoch_days_to_date`: FROM_VARBYTE/TO_VARBYTE,
@@ -179,11 +181,24 @@ class RedshiftDialect(PostgresDialect):
         16,000,000 bytes (r_enable_large_strings_opt_in), more than the VARCHAR cast takes:
         the value is bounded with JSON_SIZE first, inside both conversions' argument. Such a
         record is quarantined as not converting instead of failing the CALL."""
-        bounded = self._bounded(expr)
+        return self._text_of(self._bounded(expr))
+
+    def _text_of(self, bounded: str) -> str:
+        """`_super_text` of a value already bounded (`_bounded`)."""
         return (
             f"CASE WHEN IS_VARCHAR({bounded}) THEN {bounded}::varchar({VARCHAR_MAX})"
             f" WHEN {bounded} IS NOT NULL THEN JSON_SERIALIZE({bounded}) END"
         )
+
+    def text_levels(self, raw: str, alias: str) -> tuple[list[dict[str, str]], str] | None:
+        """The value bounded at one level (one JSON_SIZE), its text at the next: what the
+        char/varchar cast and the TOAST placeholder test read, by name."""
+        bounded, text = f"b__{alias}", f"x__{alias}"
+        return [{bounded: self._bounded(raw)}, {text: self._text_of(f"f.{bounded}")}], f"f.{text}"
+
+    def cast_text(self, raw: str, text: str, t: SqlType) -> str:
+        """`cast_json` of the value `raw` whose text is named (`text_levels`)."""
+        return self.json_casts[t.family].format(**{**self._cast_arguments(raw, t), "text": text})
 
     def _bounded(self, expr: str) -> str:
         """The SUPER value when its JSON text fits a VARCHAR, else NULL."""

@@ -1,0 +1,81 @@
+"""The records of a run: those of the stream past the watermark (up to a bound), with the
+quarantined records being replayed, each with its envelope read once."""
+
+from __future__ import annotations
+
+from sync.sql.dialect import quote_literal
+from sync.sql.envelope import envelope_fields, envelope_sql, unwrap_schema
+from sync.sql.procedure.context import READ_ORDER, TableSql
+from sync.sql.procedure.fields import named_texts
+from sync.sql.procedure.text import extended, indent, subquery
+
+
+def pending_condition() -> str:
+    """Records of the stream `s` past the watermark `w` (LEFT JOINed on the partition).
+    `refresh_time` only prunes: at or after the newest refresh read so far (a bounded run
+    may stop inside a refresh), so the offsets decide."""
+    return "s.refresh_time >= v_since\n  AND s.kafka_offset > COALESCE(w.last_offset, -1)"
+
+
+def pending_in_order_sql(ctx: TableSql, columns: str, into: str, rank: str) -> str:
+    """SELECT `columns` of the `rank`-th pending record in READ_ORDER INTO `into` (no row,
+    so NULLs, when there are fewer)."""
+    return (
+        f"SELECT {columns}\n"
+        f"INTO {into}\n"
+        f"FROM (SELECT s.*, ROW_NUMBER() OVER (ORDER BY {READ_ORDER}) AS read_no\n"
+        f"      FROM {ctx.rel.stream} s\n"
+        f"      LEFT JOIN {ctx.rel.watermark} w ON w.kafka_partition = s.kafka_partition\n"
+        f"      WHERE {indent(pending_condition(), 6).lstrip()}) x\n"
+        f"WHERE x.read_no = {rank}"
+    )
+
+
+def batch_sql(ctx: TableSql) -> str:
+    """The records of this run (past the watermark) with their operation, row image
+    (`img`), Kafka key (`key_env`) and source block (`src`)."""
+    d = ctx.d
+    # Level 1: records past the watermark, with the schemas.enable wrapper removed.
+    level1 = (
+        "SELECT s.kafka_partition, s.kafka_offset, s.kafka_timestamp, s.refresh_time,\n"
+        "       s.payload, s.raw_value,\n"
+        f"       {unwrap_schema(d, 's.payload')} AS env,\n"
+        f"       {unwrap_schema(d, 's.key_payload')} AS key_env\n"
+        f"FROM {ctx.rel.stream} s\n"
+        f"LEFT JOIN {ctx.rel.watermark} w ON w.kafka_partition = s.kafka_partition\n"
+        f"WHERE {pending_condition()}\n"
+        "  AND (s.refresh_time < v_until_time\n"
+        "       OR (s.refresh_time = v_until_time\n"
+        "           AND (s.kafka_partition < v_until_partition\n"
+        "                OR (s.kafka_partition = v_until_partition AND s.kafka_offset <= v_until_offset))))\n" + replay_sql(ctx)
+    )
+    # The text of the fields the operation is made of, named once where the dialect bounds it first.
+    levels, named = named_texts(d, "f.env", envelope_fields(ctx.table), "o")
+    for values in levels:
+        level1 = extended(d, level1, values)
+    env = envelope_sql(d, ctx.table, "f.env", named)
+    # Level 2: operation, row image and source block, each read once.
+    return (
+        "SELECT f.kafka_partition, f.kafka_offset, f.kafka_timestamp, f.refresh_time,\n"
+        "       f.payload, f.raw_value, f.env, f.key_env,\n"
+        f"       {env.op} AS op,\n"
+        f"       {env.image} AS img,\n"
+        f"       {env.source} AS src\n" + subquery(d, level1, "f")
+    )
+
+
+def replay_sql(ctx: TableSql) -> str:
+    """Quarantined records that `redshift-sync quarantine replay` marked for this run: read
+    with the stream's records, so the same classification and merge rules apply to them.
+    The quarantine keeps the value, not the Kafka key: a replayed key comes from the value."""
+    d = ctx.d
+    return (
+        "UNION ALL\n"
+        "-- Quarantined records being replayed (at or below the watermark: already read once).\n"
+        "SELECT r.kafka_partition, r.kafka_offset, r.kafka_timestamp, r.run_started_at,\n"
+        "       r.payload, r.raw_value,\n"
+        f"       {unwrap_schema(d, 'r.payload')} AS env,\n"
+        f"       CAST(NULL AS {d.json_type}) AS key_env\n"
+        f"FROM {ctx.rel.quarantine} r\n"
+        f"WHERE v_replayed > 0 AND r.table_name = {quote_literal(ctx.table.name)} AND r.handled = 'replaying'"
+    )

@@ -1,0 +1,201 @@
+"""1./7./8. What surrounds the merge: session settings, the single-flight lock, the
+watermark (read, bound, advanced), the batch's counts, the quarantine, the run log, and
+the stage emptied for the next call."""
+
+from __future__ import annotations
+
+from sync.sql import schemas
+from sync.sql.dialect import quote_literal
+from sync.sql.procedure.batch import pending_in_order_sql
+from sync.sql.procedure.context import CALL_TIME, OUTCOMES, UNBOUNDED, WATERMARK_ITEM, Action, TableSql, positionless
+from sync.sql.procedure.fields import has_toast
+from sync.sql.procedure.text import indent, wrapped
+
+
+def session_settings_sql(ctx: TableSql) -> str:
+    return "\n".join(["-- 10. Session settings this procedure needs.", *ctx.d.session_settings])
+
+
+def single_flight_sql(ctx: TableSql) -> str:
+    lock = f"LOCK TABLE {ctx.rel.watermark}{ctx.d.lock_mode};"
+    comment = (
+        "-- 1. Single flight: a second call (or a backfill) waits here until the first commits,\n"
+        "--    then sees its watermark, so no record is applied twice. Only the control table\n"
+        "--    is locked: on Redshift every LOCK is exclusive, and the target stays readable.\n"
+    )
+    return f"{comment}{lock}\n{CALL_TIME} := {ctx.d.now()};"
+
+
+def watermark_before_sql(ctx: TableSql) -> str:
+    """The watermark as the run starts: the newest refresh read (what the stream is pruned
+    by), the run log's summary of it (as many partitions as fit the run log's text column)
+    and the quarantined records marked for replay in this transaction (`quarantine replay`),
+    in one statement."""
+    replaying = f"(SELECT COUNT(*) FROM {ctx.rel.quarantine} WHERE table_name = {quote_literal(ctx.table.name)} AND handled = 'replaying')"
+    summary = ctx.d.bounded_list(
+        WATERMARK_ITEM,
+        ",",
+        "r.kafka_partition",
+        ctx.rel.watermark,
+        extra=f"MAX(r.last_refresh_time),\n       {replaying}",
+        into="v_since, v_replayed, v_wm_before",
+    )
+    return (
+        "-- The watermark, its summary for the run log, and the quarantined records being replayed.\n"
+        + summary
+        + ";\nv_since := COALESCE(v_since, TIMESTAMP '1900-01-01 00:00:00');"
+    )
+
+
+def bound_sql(ctx: TableSql) -> str:
+    first = pending_in_order_sql(
+        ctx,
+        "x.refresh_time, x.kafka_partition, x.kafka_offset",
+        "v_until_time, v_until_partition, v_until_offset",
+        "p_max_records",
+    )
+    return (
+        "-- A bounded run (record isolation by the caller) reads the first p_max_records pending\n"
+        "-- records in (refresh_time, partition, offset) order: a prefix of every partition\n"
+        "-- (0: none, which tells a failure of the procedure itself from one of a record).\n"
+        f"v_until_time := {UNBOUNDED};\n"
+        "IF p_max_records < 1 THEN\n"
+        "  v_until_time := TIMESTAMP '1900-01-01 00:00:00';\n"
+        "ELSIF p_max_records IS NOT NULL THEN\n"
+        + indent(f"{first};\nv_until_time := COALESCE(v_until_time, {UNBOUNDED});", 2)
+        + "\nEND IF;"
+    )
+
+
+def batch_counts_sql(ctx: TableSql) -> str:
+    """One pass over a batch with records tells which of the rarely needed steps it needs,
+    and where its newest truncate is (truncate events keep their state to the end)."""
+    counted = {"v_drift": "COUNT(_drift_img)"}
+    if ctx.source_order:
+        counted["v_positionless"] = f"COUNT(CASE WHEN {positionless()} THEN 1 END)"
+    if has_toast(ctx.table):
+        counted["v_unavailable"] = "COUNT(CASE WHEN _unavailable IS NOT NULL THEN 1 END)"
+    if ctx.table.on_truncate == "delete":
+        truncate = f"_action = '{Action.TRUNCATE}'"
+        counted["v_truncates"] = OUTCOMES["truncates"]
+        counted["v_truncate_pos"] = f"MAX(CASE WHEN {truncate} THEN _source_pos END)"
+        counted["v_truncate_ts"] = f"MAX(CASE WHEN {truncate} THEN _source_ts END)"
+    return (
+        "-- What the batch needs of the rarely needed steps.\n"
+        + "SELECT "
+        + ",\n       ".join(counted.values())
+        + f"\nINTO {', '.join(counted)}\nFROM {ctx.rel.stage};"
+    )
+
+
+def analyze_stage_sql(ctx: TableSql) -> str:
+    keys = ", ".join(ctx.q(k) for k in ctx.keys)
+    return (
+        "-- Fresh statistics for a large stage, refilled every run: without them the planner\n"
+        "-- takes it for empty and joins it to itself row by row (20k events: 13 s, not 1 s).\n"
+        "-- The columns the joins and filters use are enough (a quarter of the full cost).\n"
+        f"IF v_read > 1000 THEN\n  ANALYZE {ctx.rel.stage} (_action, _rn, {keys});\nEND IF;"
+    )
+
+
+def outcome_counts_sql(ctx: TableSql) -> str:
+    """What the batch comes to, for the run log: each count, and the lag."""
+    values = [*OUTCOMES.values(), ctx.d.seconds_between(CALL_TIME, "MAX(_kafka_timestamp)")]
+    into = [*(f"v_{name}" for name in OUTCOMES), "v_lag"]
+    return "SELECT " + ",\n       ".join(values) + f"\nINTO {', '.join(into)}\nFROM {ctx.rel.stage};"
+
+
+def quarantine_insert_sql(ctx: TableSql, values: dict[str, str], record: str, rest: str) -> str:
+    """3. A record into the quarantine, with `values` (reason, payload, raw value) and its
+    Kafka coordinates from the columns `record` prefixes (`s.`: the stream's, `_`: the
+    stage's)."""
+    kafka = {name: record + name for name in ("kafka_partition", "kafka_offset", "kafka_timestamp")}
+    values = {"table_name": quote_literal(ctx.table.name), **kafka, **values, "run_started_at": CALL_TIME}
+    return schemas.insert_select_sql(ctx.d, ctx.rel.quarantine, schemas.QUARANTINE, values, rest)
+
+
+def quarantine_sql(ctx: TableSql) -> str:
+    stage_values = {"reason": "_reason", "payload": "_payload", "raw_value": "_raw_value"}
+    rest = f"FROM {ctx.rel.stage}\nWHERE _action = '{Action.QUARANTINE}';"
+    return (
+        "-- 3. Records that cannot be applied are kept with the raw value and the reason.\n"
+        "IF v_quarantined > 0 THEN\n" + indent(quarantine_insert_sql(ctx, stage_values, "_", rest), 2) + "\nEND IF;"
+    )
+
+
+def replayed_sql(ctx: TableSql) -> str:
+    return (
+        "-- Replayed records are recorded as such; one that failed again was quarantined anew above.\n"
+        "IF v_replayed > 0 THEN\n"
+        f"  UPDATE {ctx.rel.quarantine} SET handled = 'replayed', handled_at = {CALL_TIME}\n"
+        f"  WHERE table_name = {quote_literal(ctx.table.name)} AND handled = 'replaying';\n"
+        "END IF;"
+    )
+
+
+def advance_watermark_sql(ctx: TableSql) -> str:
+    wm, now = ctx.rel.watermark, CALL_TIME
+    batch = (
+        "(SELECT _kafka_partition, MAX(_kafka_offset) AS last_offset, MAX(_refresh_time) AS last_refresh_time\n"
+        f"      FROM {ctx.rel.stage} GROUP BY _kafka_partition) b"
+    )
+    first_seen = {
+        "kafka_partition": "b._kafka_partition",
+        "last_offset": "b.last_offset",
+        "last_refresh_time": "b.last_refresh_time",
+        "updated_at": now,
+    }
+    return (
+        "-- 7. Advance the per-partition watermark in the same transaction (never back: replayed\n"
+        "--    records lie below it).\n"
+        f"UPDATE {wm} w SET last_offset = b.last_offset, last_refresh_time = b.last_refresh_time, updated_at = {now}\n"
+        f"FROM {batch}\n"
+        "WHERE w.kafka_partition = b._kafka_partition AND b.last_offset > w.last_offset;\n"
+        "-- Partitions seen for the first time (aggregated first: one probe per partition).\n"
+        + schemas.insert_select_sql(
+            ctx.d,
+            wm,
+            schemas.WATERMARK,
+            first_seen,
+            f"FROM {batch}\nWHERE NOT EXISTS (SELECT 1 FROM {wm} w WHERE w.kafka_partition = b._kafka_partition);",
+        )
+    )
+
+
+def empty_stage_sql(ctx: TableSql) -> str:
+    return f"-- The stage is empty between runs (DELETE, not TRUNCATE: TRUNCATE would commit).\nDELETE FROM {ctx.rel.stage};"
+
+
+def run_log_insert_sql(ctx: TableSql, values: dict[str, str], breaks: tuple[int, ...] = (7,), rest: str = "") -> str:
+    """8. The run-log row of a call: `values` by column name (counts, watermarks, lag,
+    status), with the call's identity and times; SELECTed over `rest` (a FROM clause) when
+    given, else one row of VALUES."""
+    values = {
+        "table_name": quote_literal(ctx.table.name),
+        "backend_pid": "PG_BACKEND_PID()",
+        "started_at": CALL_TIME,
+        "finished_at": ctx.d.now(),
+        **values,
+    }
+    columns, selected = schemas.ordered(ctx.d, schemas.RUN_LOG, values)
+    insert = f"INSERT INTO {ctx.rel.run_log} ({wrapped(columns, (7,))})\n"
+    if rest:
+        return insert + f"SELECT {wrapped(selected, breaks)}\n{rest};"
+    return insert + f"VALUES ({wrapped(selected, breaks)});"
+
+
+def run_log_row_sql(ctx: TableSql) -> str:
+    """8. One run-log row per call, also when nothing was new (9.), with the watermark as
+    the call leaves it, read in the same statement."""
+    watermark_after, source = ctx.d.bounded_list_parts(WATERMARK_ITEM, ",", "r.kafka_partition", ctx.rel.watermark)
+    values = {
+        "events_read": "v_read",
+        **{name: f"v_{name}" for name in OUTCOMES},
+        "watermark_before": "v_wm_before",
+        "watermark_after": watermark_after,
+        "lag_seconds": "v_lag",
+        "status": "'ok'",
+    }
+    return "-- 8. One run-log row per call, also when nothing was new (9.).\n" + run_log_insert_sql(
+        ctx, values, breaks=(7, 13), rest=source
+    )

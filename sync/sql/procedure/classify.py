@@ -1,0 +1,121 @@
+"""The classification of a typed record: ordered rules (first match wins) that give each
+record of the batch its action and, for a quarantined one, its reason."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from sync.config import TableConfig
+from sync.debezium.vocabulary import Reason, field_reason, key_reason
+from sync.sql.dialect import PostgresDialect, quote_literal
+from sync.sql.procedure.context import Action
+from sync.sql.procedure.fields import mark_alias, raw_alias, raw_is_null, toastable
+
+# source.ts_ms values that are a time (1970-01-01 to 9999-12-31 23:59:59.999): outside
+# them (a nanosecond clock, garbage) the conversion would raise, so the record is
+# quarantined and its conversion reads NULL.
+SOURCE_TS_MS_RANGE = (0, 253402300799999)
+
+
+@dataclass(frozen=True)
+class Check:
+    """One classification rule: records matching `condition` get `action` and `reason`."""
+
+    condition: str
+    action: Action
+    reason: str  # SQL expression
+
+
+def _key_checks(d: PostgresDialect, table: TableConfig) -> list[Check]:
+    """Keys: present, convertible, and (where the warehouse indexes them) short enough."""
+    q = d.q
+    checks = [
+        Check(
+            f"t.{q(col.target_name)} IS NULL", Action.QUARANTINE, quote_literal(key_reason(col.name, col.semantic, col.sql_type))
+        )
+        for col in table.key_columns
+    ]
+    if d.key_byte_limit is not None:
+        # An index entry of the primary key has a size limit (PostgreSQL's btree: about
+        # 2.7 kB); a longer key would fail the whole CALL on every run.
+        texts = [c for c in table.key_columns if c.sql_type.family in ("char", "varchar")]
+        widths = [f"OCTET_LENGTH(t.{q(c.target_name)})" for c in texts]
+        fixed = 16 * (len(table.key_columns) - len(widths))
+        if widths and sum(c.sql_type.byte_limit for c in texts) + fixed > d.key_byte_limit:
+            checks.append(
+                Check(
+                    f"{' + '.join(widths)} > {d.key_byte_limit - fixed}",
+                    Action.QUARANTINE,
+                    quote_literal(f"primary key is longer than the {d.key_byte_limit} bytes a warehouse index entry holds"),
+                )
+            )
+    return checks
+
+
+def classification_checks(d: PostgresDialect, table: TableConfig) -> list[Check]:
+    """Ordered rules over the typed record `t`; the first match decides."""
+    q = d.q
+    key_present = " AND ".join(f"t.{q(c.target_name)} IS NOT NULL" for c in table.key_columns)
+    checks = [Check("t.raw_value IS NOT NULL", Action.QUARANTINE, quote_literal(Reason.NOT_JSON))]
+    if table.format == "debezium-unwrap":
+        checks.append(Check(f"{d.json_is_null('t.env')} AND {key_present}", Action.DELETE, "NULL"))
+    checks += [
+        Check(d.json_is_null("t.env"), Action.TOMBSTONE, "NULL"),
+        Check(f"NOT {d.json_is_object('t.env')}", Action.QUARANTINE, quote_literal(Reason.NOT_OBJECT)),
+        Check("t.op IS NULL", Action.QUARANTINE, quote_literal(Reason.NO_OP)),
+        Check("t.op = 't'", Action.TRUNCATE, "NULL"),
+        Check("t.op NOT IN ('c', 'r', 'u', 'd')", Action.QUARANTINE, f"'unknown op \"' || {d.prefix_bytes('t.op', 64)} || '\"'"),
+        # A c/r/u event without an after image would otherwise become a row of NULLs.
+        Check(
+            f"t.op <> 'd' AND ({d.json_is_null('t.img')} OR NOT {d.json_is_object('t.img')})",
+            Action.QUARANTINE,
+            "'no row image: after is missing or not an object'",
+        ),
+        *_key_checks(d, table),
+    ]
+    lo, hi = SOURCE_TS_MS_RANGE
+    checks.append(
+        Check(
+            f"t.has_source_ts AND (t.source_ts_ms IS NULL OR t.source_ts_ms NOT BETWEEN {lo} AND {hi})",
+            Action.QUARANTINE,
+            "'source time (ts_ms) is not milliseconds since the epoch between 1970 and 9999'",
+        )
+    )
+    for col in table.value_columns:
+        raw = f"t.{q(raw_alias(col))}"
+        keeps_stored = f" AND NOT t.{q(mark_alias(col))}" if toastable(col) else ""
+        checks.append(
+            Check(
+                f"t.op <> 'd' AND NOT {raw_is_null(d, raw, col)} AND t.{q(col.target_name)} IS NULL{keeps_stored}",
+                Action.QUARANTINE,
+                quote_literal(field_reason(col.name, col.semantic, col.sql_type)),
+            )
+        )
+    checks.append(Check("t.op = 'd'", Action.DELETE, "NULL"))
+    return checks
+
+
+def first_match(checks: list[Check]) -> str:
+    """The number (1, 2, ...) of the first check that matches, 0 when none does: the
+    checks run once per record, and action and reason are looked up from the number."""
+    lines = ["CASE"]
+    lines += [f"  WHEN {chk.condition} THEN {i}" for i, chk in enumerate(checks, start=1)]
+    lines += ["  ELSE 0", "END"]
+    return "\n".join(lines)
+
+
+def lookup(number: str, values: list[str], default: str) -> str:
+    """values[n - 1] for the check numbered n (see `first_match`), else `default`."""
+    lines = [f"CASE {number}", *[f"  WHEN {i} THEN {v}" for i, v in enumerate(values, start=1)], f"  ELSE {default}", "END"]
+    return "\n".join(lines)
+
+
+def action_of(number: str, checks: list[Check]) -> str:
+    """The action of the check numbered `number` (see `first_match`), upsert when none
+    matched: one line per action."""
+    numbers: dict[Action, list[str]] = {}
+    for i, chk in enumerate(checks, start=1):
+        numbers.setdefault(chk.action, []).append(str(i))
+    tests = {action: f"IN ({', '.join(n)})" if len(n) > 1 else f"= {n[0]}" for action, n in numbers.items()}
+    lines = ["CASE", *[f"  WHEN {number} {test} THEN '{action}'" for action, test in tests.items()]]
+    return "\n".join([*lines, f"  ELSE '{Action.UPSERT}'", "END"])

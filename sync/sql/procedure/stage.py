@@ -1,0 +1,217 @@
+"""2./3. The stage query: one INSERT ... SELECT that reads every record of the batch,
+navigates each field once, converts it to its column type, classifies the record and
+ranks it within its key. Its levels, innermost first: the batch (`batch_sql`), the
+fields as JSON, intermediate decoded values, the typed record, its check number, its
+action and reason, and the ranked stage row."""
+
+from __future__ import annotations
+
+from sync.config import ColumnConfig
+from sync.sql import schemas
+from sync.sql.dialect import quote_literal
+from sync.sql.envelope import position_fields, source_sql
+from sync.sql.procedure.batch import batch_sql
+from sync.sql.procedure.classify import SOURCE_TS_MS_RANGE, action_of, classification_checks, first_match, lookup
+from sync.sql.procedure.context import APPLIED, Action, TableSql
+from sync.sql.procedure.fields import (
+    drift_image_sql,
+    image_alias,
+    kafka_key_field_sql,
+    key_alias,
+    mark_alias,
+    merged_levels,
+    named_texts,
+    placeholder_sql,
+    raw_alias,
+    raw_field_sql,
+    read_as_text,
+    toastable,
+    unavailable_sql,
+)
+from sync.sql.procedure.ordering import kafka_order, kafka_time, rank_order
+from sync.sql.procedure.text import extended, indent, packed, subquery
+from sync.sql.semantic import DecodeSql, check_column, decode_sql
+from sync.sql.types import SqlType
+
+_BIGINT = SqlType("bigint")  # source.ts_ms: milliseconds since the epoch
+
+
+def _record_columns(*extra: str) -> str:
+    return ", ".join(["f.kafka_partition", "f.kafka_offset", "f.kafka_timestamp", "f.refresh_time", *extra])
+
+
+def _fields_level(ctx: TableSql) -> str:
+    """Level 3: source time and position, and every field as JSON, each navigated once;
+    everything above reads these columns."""
+    d, table, q = ctx.d, ctx.table, ctx.q
+    # The text of each field the source position is made of, named once below this level.
+    batch = batch_sql(ctx)
+    levels, named = named_texts(d, "f.src", position_fields(table), "p")
+    for values in levels:
+        batch = extended(d, batch, values)
+    source = source_sql(d, table, "f.src", named)
+    raw_lines = [f"{source.ts_ms} AS source_ts_ms", f"{source.position} AS source_pos"]
+    for col in table.key_columns:
+        raw_lines.append(f"{raw_field_sql(d, 'f.img', col)} AS {q(image_alias(col))}")
+        raw_lines.append(f"{kafka_key_field_sql(d, table, col)} AS {q(key_alias(col))}")
+    for col in table.value_columns:
+        raw_lines.append(f"{raw_field_sql(d, 'f.img', col)} AS {q(raw_alias(col))}")
+    return (
+        f"SELECT {_record_columns('f.payload', 'f.raw_value', 'f.env', 'f.img', 'f.op')},\n"
+        + ",\n".join("       " + line for line in raw_lines)
+        + "\n"
+        + subquery(d, batch, "f")
+    )
+
+
+def _typed_level(ctx: TableSql) -> str:
+    """Level 4: each field decoded/converted to its column type (NULL when it does not
+    convert; the classification tells that apart from a real NULL). Keys fall back to the
+    Kafka key. Semantic types may need intermediate values, and TOAST placeholders are
+    marked once per field: levels between 3 and 4, built here."""
+    d, table, q = ctx.d, ctx.table, ctx.q
+    decoded: list[DecodeSql] = []
+
+    def decode(col: ColumnConfig, raw: str, alias: str) -> DecodeSql:
+        check_column(col, table.name)
+        if read_as_text(d, col):
+            return DecodeSql([], d.text_to_char(raw, col.sql_type), raw)
+        result = decode_sql(d, col, raw, alias)
+        decoded.append(result)
+        return result
+
+    field_lines = []
+    # Intermediate values are named by column position: short, and unique within 63 characters.
+    for i, col in enumerate(table.key_columns):
+        from_image = decode(col, f"f.{q(image_alias(col))}", f"i{i}").value
+        from_key = decode(col, f"f.{q(key_alias(col))}", f"k{i}").value
+        field_lines.append(f"COALESCE({from_image},\n         {from_key}) AS {q(col.target_name)}")
+    # The field holds the TOAST placeholder, by level: where its text is (the raw field, or
+    # the text a decode named) -> alias -> SQL.
+    marks: dict[int, dict[str, str]] = {}
+    unavailable = []
+    for i, col in enumerate(table.value_columns):
+        raw = f"f.{q(raw_alias(col))}"
+        result = decode(col, raw, f"v{i}")
+        value = result.value
+        field_lines.append(f"{raw} AS {q(raw_alias(col))}")
+        if toastable(col):
+            # 3. (TOAST) the placeholder keeps the stored value: NULL here, filled in later.
+            mark = f"f.{q(mark_alias(col))}"
+            if result.text is None:
+                marks.setdefault(0, {})[mark_alias(col)] = unavailable_sql(d, raw, col)
+            else:
+                marks.setdefault(len(result.levels), {})[mark_alias(col)] = placeholder_sql(result.text)
+            value = f"CASE WHEN {mark} THEN NULL ELSE {value} END"
+            unavailable.append(f"CASE WHEN {mark} THEN {quote_literal(col.target_name + '|')} ELSE '' END")
+            field_lines.append(f"{mark} AS {q(mark_alias(col))}")
+        field_lines.append(f"{value} AS {q(col.target_name)}")
+    unavailable_list = "NULLIF('|' || " + " || ".join(unavailable) + ", '|')" if unavailable else "NULL"
+    field_lines.append(f"{unavailable_list} AS unavailable")
+    field_lines.append(f"{drift_image_sql(d, table)} AS drift_img")
+    # source.ts_ms as a number here; it becomes a timestamp in the outer SELECT, which reads
+    # it twice: on PostgreSQL the conversion would otherwise run twice per record.
+    source_ts_ms = d.cast_json("f.source_ts_ms", _BIGINT)
+    intermediate = merged_levels(decoded)
+    for depth, named in sorted(marks.items()):
+        intermediate += [{} for _ in range(depth + 1 - len(intermediate))]
+        intermediate[depth] = {**named, **intermediate[depth]}
+    level = _fields_level(ctx)
+    for values in intermediate:
+        level = extended(d, level, values)
+    return (
+        f"SELECT {_record_columns('f.payload', 'f.raw_value', 'f.env', 'f.img', 'f.op', 'f.source_pos')},\n"
+        f"       {source_ts_ms} AS source_ts_ms,\n"
+        f"       NOT {d.json_is_null('f.source_ts_ms')} AS has_source_ts,\n"
+        + ",\n".join("       " + line for line in field_lines)
+        + "\n"
+        + subquery(d, level, "f")
+    )
+
+
+def _carried(ctx: TableSql, source_ts_ms: str = "t.source_ts_ms") -> str:
+    """What the stage needs of the typed record `t`, one per line: the JSON values
+    (envelope, image) stay behind, and the payload is kept for quarantined records only,
+    so the sort above does not carry it."""
+    names = [
+        "t.kafka_partition",
+        "t.kafka_offset",
+        "t.kafka_timestamp",
+        "t.refresh_time",
+        "t.raw_value",
+        "t.op",
+        source_ts_ms,
+        "t.source_pos",
+        "t.unavailable",
+        "t.drift_img",
+        *[f"t.{ctx.q(col.target_name)}" for col in ctx.table.columns],
+    ]
+    return "       " + packed(names, " " * 7)
+
+
+def _classified_level(ctx: TableSql) -> str:
+    """Levels 5 and 6: the number of the record's first matching check, then its action,
+    its reason and (for a record that may end in the quarantine) its payload."""
+    d, table = ctx.d, ctx.table
+    checks = classification_checks(d, table)
+    classified = (
+        f"SELECT\n{_carried(ctx)},\n"
+        "       t.payload,\n"
+        "       t.has_source_ts,\n"
+        f"{indent(first_match(checks), 7)} AS check_no\n" + subquery(d, _typed_level(ctx), "t")
+    )
+    quarantined = ", ".join(str(i) for i, chk in enumerate(checks, start=1) if chk.action == Action.QUARANTINE)
+    # The payload is kept for quarantined records, and for records with a TOAST
+    # placeholder (quarantined later when no earlier value is known).
+    keeps_payload = f"t.check_no IN ({quarantined})" + (
+        " OR t.unavailable IS NOT NULL" if any(toastable(c) for c in table.value_columns) else ""
+    )
+    lo, hi = SOURCE_TS_MS_RANGE
+    # The source time only where it is one (the conversion above would raise otherwise).
+    bounded_ts = f"CASE WHEN t.source_ts_ms BETWEEN {lo} AND {hi} THEN t.source_ts_ms END AS source_ts_ms"
+    return (
+        f"SELECT\n{_carried(ctx, bounded_ts)},\n"
+        f"{indent(action_of('t.check_no', checks), 7)} AS action,\n"
+        f"{indent(lookup('t.check_no', [chk.reason for chk in checks], 'NULL'), 7)} AS reason,\n"
+        f"       CASE WHEN {keeps_payload} THEN t.payload END AS quarantine_payload,\n"
+        f"       {indent(kafka_time('t.'), 7).lstrip()} AS kafka_time\n" + subquery(d, classified, "t")
+    )
+
+
+def stage_insert_sql(ctx: TableSql) -> str:
+    """One INSERT ... SELECT that reads every record past the watermark, classifies it,
+    converts its fields to the column types and ranks it within its key."""
+    d, table, q = ctx.d, ctx.table, ctx.q
+    key_list = ", ".join(f"c.{q(k)}" for k in ctx.keys)
+    newest = kafka_order("c.kafka_time", "c.kafka_partition", "c.kafka_offset")
+    if ctx.source_order:
+        # Events without a source position rank last here; the rare batches that hold
+        # them are ranked again after the stage is written (`rerank_sql`).
+        order, rank_pos = rank_order("c.source_pos", newest), "c.source_pos"
+    else:
+        order, rank_pos = newest, "NULL"
+    values = {
+        "_kafka_partition": "c.kafka_partition",
+        "_kafka_offset": "c.kafka_offset",
+        "_kafka_timestamp": "c.kafka_timestamp",
+        "_refresh_time": "c.refresh_time",
+        "_op": d.prefix_bytes("c.op", 64),
+        "_action": "c.action",
+        "_reason": "c.reason",
+        # 4. Latest event per key wins; ROW_NUMBER, never RANK: a tie must not yield two rows.
+        "_rn": f"ROW_NUMBER() OVER (\n         PARTITION BY CASE WHEN c.action IN {APPLIED} THEN 1 ELSE 0 END, {key_list}\n"
+        f"         ORDER BY {order})",
+        "_source_ts": d.epoch_ms_to_timestamp("c.source_ts_ms"),
+        "_source_pos": "c.source_pos",
+        "_rank_pos": rank_pos,
+        **{col.target_name: f"c.{q(col.target_name)}" for col in table.columns},
+        "_unavailable": "c.unavailable",
+        "_payload": "c.quarantine_payload",
+        "_raw_value": f"CASE WHEN c.action = '{Action.QUARANTINE}' THEN c.raw_value END",
+        "_drift_img": "c.drift_img",
+    }
+    columns, selected = schemas.ordered(d, schemas.stage(table), values, quoted=True)
+    return (
+        f"INSERT INTO {ctx.rel.stage} (\n  {packed(columns, '  ')}\n)\n"
+        f"SELECT {packed(selected, ' ' * 7)}\n" + subquery(d, _classified_level(ctx), "c") + ";"
+    )

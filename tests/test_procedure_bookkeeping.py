@@ -1,0 +1,83 @@
+"""What surrounds the merge (sync/sql/procedure/bookkeeping.py): lock, watermark, counts,
+quarantine, run log; pinned for a one-column and a composite-key table."""
+
+from __future__ import annotations
+
+from sync.sql.procedure.bookkeeping import (
+    advance_watermark_sql,
+    batch_counts_sql,
+    bound_sql,
+    outcome_counts_sql,
+    quarantine_sql,
+    run_log_row_sql,
+    single_flight_sql,
+    watermark_before_sql,
+)
+from tests.helpers import COMPOSITE_KEY, ONE_COLUMN, assert_lines, table_sql
+
+ONE, COMPOSITE = table_sql(ONE_COLUMN), table_sql(COMPOSITE_KEY)
+
+
+def test_the_watermark_is_locked_then_the_clock_read_once():
+    assert single_flight_sql(ONE).splitlines()[-2:] == [
+        'LOCK TABLE "cdc"."tag__watermark";',
+        "v_started := CAST(TO_TIMESTAMP(TIMEOFDAY(), 'Dy Mon DD HH24:MI:SS.US YYYY') AS timestamp);",
+    ]
+
+
+def test_one_statement_reads_the_watermark_its_summary_and_the_records_being_replayed():
+    assert_lines(
+        watermark_before_sql(ONE),
+        "SELECT MAX(r.last_refresh_time),",
+        "(SELECT COUNT(*) FROM \"cdc\".\"tag__quarantine\" WHERE table_name = 'tag' AND handled = 'replaying'),",
+        "INTO v_since, v_replayed, v_wm_before",
+        'FROM "cdc"."tag__watermark" r) r;',
+    )
+
+
+def test_a_bounded_run_stops_at_the_nth_pending_record():
+    assert_lines(bound_sql(ONE), "IF p_max_records < 1 THEN", "WHERE x.read_no = p_max_records;")
+
+
+def test_the_batch_counts_tell_the_rare_steps_it_needs():
+    assert_lines(batch_counts_sql(ONE), "INTO v_drift, v_positionless")
+    assert_lines(
+        batch_counts_sql(COMPOSITE),
+        "MAX(CASE WHEN _action = 'truncate' THEN _source_pos END),",
+        "INTO v_drift, v_positionless, v_unavailable, v_truncates, v_truncate_pos, v_truncate_ts",
+    )
+    assert_lines(batch_counts_sql(table_sql(ONE_COLUMN, order_by="kafka")), "INTO v_drift")
+
+
+def test_the_outcomes_and_the_lag_are_counted_in_one_pass():
+    assert_lines(
+        outcome_counts_sql(COMPOSITE),
+        "COUNT(CASE WHEN _action IN ('stale', 'truncated') THEN 1 END),",
+        "DATEDIFF(microsecond, MAX(_kafka_timestamp), v_started) / 1000000.0",
+        'FROM "cdc"."line__stage";',
+    )
+
+
+def test_quarantined_records_keep_their_kafka_coordinates():
+    assert_lines(
+        quarantine_sql(ONE),
+        "SELECT 'tag', _kafka_partition, _kafka_offset, _kafka_timestamp, _reason, _payload, _raw_value, v_started",
+        "WHERE _action = 'quarantine';",
+    )
+
+
+def test_the_watermark_advances_never_back():
+    assert_lines(
+        advance_watermark_sql(COMPOSITE),
+        "WHERE w.kafka_partition = b._kafka_partition AND b.last_offset > w.last_offset;",
+        'WHERE NOT EXISTS (SELECT 1 FROM "cdc"."line__watermark" w WHERE w.kafka_partition = b._kafka_partition);',
+    )
+
+
+def test_one_run_log_row_per_call_with_the_watermark_it_leaves():
+    assert_lines(
+        run_log_row_sql(ONE),
+        "v_quarantined, v_tombstones, v_stale, v_superseded, v_truncates, v_wm_before,",
+        "LISTAGG(CASE WHEN r.pos__ <= 65503 THEN r.item__ END, ',') WITHIN GROUP (ORDER BY r.order__)",
+        'FROM "cdc"."tag__watermark" r) r;',
+    )

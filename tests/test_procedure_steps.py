@@ -1,0 +1,87 @@
+"""The stage contract (sync/sql/procedure/steps.py): each step declares the stage columns
+and record states (`Action`) it reads and writes. Walked in output order, no step may
+read what only a later step writes; and what a step's SQL names of the stage, it declares."""
+
+from __future__ import annotations
+
+import re
+import tomllib
+
+import pytest
+
+from sync.config import parse_pipeline
+from sync.sql.dialect import dialect_for
+from sync.sql.procedure.context import Action, TableSql
+from sync.sql.procedure.steps import APPLY_STEPS, STAGE, SYNC_STEPS, Step, apply_batch_sql
+from tests.helpers import COMPOSITE_KEY, EXAMPLES, ONE_COLUMN, table_sql
+
+COLUMNS = sorted(STAGE - set(Action) - {"values"})
+
+
+def walk(steps: tuple[Step, ...], ctx: TableSql) -> list[Step]:
+    """The steps a table's procedure runs, in output order, APPLY_STEPS in their place."""
+    order: list[Step] = []
+    for step in steps:
+        if step.sql is apply_batch_sql:
+            order += walk(APPLY_STEPS, ctx)
+        elif step.applies(ctx):
+            order.append(step)
+    return order
+
+
+def read_before_written(steps: list[Step]) -> list[str]:
+    """The reads of a stage column or state that no earlier step wrote and a later one does."""
+    found, written = [], set()
+    for i, step in enumerate(steps):
+        later = set().union(*(s.writes for s in steps[i + 1 :]))
+        found += [f"{step.sql.__name__} reads {name}" for name in sorted((step.reads - written) & later)]
+        written |= step.writes
+    return found
+
+
+def _tables() -> list[TableSql]:
+    tables = [table_sql(ONE_COLUMN), table_sql(COMPOSITE_KEY), table_sql(ONE_COLUMN, order_by="kafka", on_truncate="delete")]
+    for path in sorted(EXAMPLES.glob("*/pipeline.toml")):
+        pipeline = parse_pipeline(tomllib.loads(path.read_text()))
+        for dialect in ("redshift", "postgres"):
+            tables += [TableSql(dialect_for(dialect, pipeline.schema), pipeline, t) for t in pipeline.tables]
+    return tables
+
+
+TABLES = _tables()
+
+
+@pytest.mark.parametrize("ctx", TABLES, ids=lambda ctx: f"{ctx.d.name}-{ctx.table.name}-{ctx.table.order_by}")
+def test_no_step_reads_what_only_a_later_step_writes(ctx: TableSql):
+    assert read_before_written(walk(SYNC_STEPS, ctx)) == []
+
+
+def test_a_misordered_step_list_is_found():
+    """The same walk over the steps with the tie rule moved before the stale rule (which
+    sets the `stale` state it reads), and the batch counts before the stage INSERT."""
+    ctx = table_sql(COMPOSITE_KEY)
+    steps = walk(SYNC_STEPS, ctx)
+    names = [s.sql.__name__ for s in steps]
+    stale, tied = names.index("stale_sql"), names.index("tied_changes_sql")
+    swapped = list(steps)
+    swapped[stale], swapped[tied] = steps[tied], steps[stale]
+    assert read_before_written(swapped) == ["tied_changes_sql reads stale"]
+    counts, stage = names.index("batch_counts_sql"), names.index("stage_sql")
+    early = [*steps[:stage], steps[counts], steps[stage], *steps[counts + 1 :]]
+    assert read_before_written(early) == [
+        f"batch_counts_sql reads {name}"
+        for name in sorted(
+            ["_action", "_drift_img", "_source_pos", "_source_ts", "_unavailable", Action.DELETE, Action.TRUNCATE, Action.UPSERT]
+        )
+    ]
+
+
+@pytest.mark.parametrize("ctx", TABLES[:3], ids=["one-column", "composite-key", "kafka-order"])
+def test_each_step_declares_the_stage_columns_and_states_its_sql_names(ctx: TableSql):
+    for step in walk(SYNC_STEPS, ctx):
+        sql = step.sql(ctx)
+        named = {c for c in COLUMNS if re.search(rf"\b{c}\b", sql)}
+        named |= {a for a in Action if f"'{a}'" in sql}
+        assert named <= step.reads | step.writes, (
+            f"{step.sql.__name__} does not declare {sorted(named - step.reads - step.writes)}"
+        )
