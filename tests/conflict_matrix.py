@@ -32,7 +32,7 @@ from sqlglot import exp
 
 from sync.config import Pipeline, TableConfig, parse_pipeline
 from sync.operations.quarantine import Selection, discard_sql, replay_sql
-from sync.operations.runner import call_sql, isolate_sql, prune_sql
+from sync.operations.runner import call_result_sql, call_sql, isolate_sql, prune_sql
 from sync.sql import recovery
 from sync.sql.backfill_merge import BackfillSql
 from sync.sql.dialect import dialect_for, quote_literal
@@ -83,6 +83,15 @@ def _table_name(node: exp.Table) -> str | None:
     return f"{node.db}.{node.name}" if node.db else None
 
 
+def _written(node: exp.Table) -> frozenset[str]:
+    """The relation a statement writes; none for an unqualified one, which the SQL uses only
+    for a temporary table: "Temporary tables are created in a separate session-specific
+    schema" (CREATE TABLE, https://docs.aws.amazon.com/redshift/latest/dg/r_CREATE_TABLE_NEW.html),
+    so no other transaction can read or write it."""
+    name = _table_name(node)
+    return frozenset({name} if name else ())
+
+
 def _tables(tree: exp.Expression, schemas: set[str], skip: exp.Expression | None = None) -> set[str]:
     ctes = {cte.alias for cte in tree.find_all(exp.CTE)}
     out = set()
@@ -110,9 +119,13 @@ def statement_access(sql: str, schemas: set[str], procedures: dict[tuple[str, bo
     tree = sqlglot.parse_one(sql, read="redshift")
     if isinstance(tree, exp.Insert):
         target = tree.this.this if isinstance(tree.this, exp.Schema) else tree.this
-        return Access(reads=frozenset(_tables(tree, schemas, skip=target)), writes=frozenset({_table_name(target)}))
+        return Access(reads=frozenset(_tables(tree, schemas, skip=target)), writes=_written(target))
     if isinstance(tree, (exp.Update, exp.Delete)):
-        return Access(reads=frozenset(_tables(tree, schemas)), writes=frozenset({_table_name(tree.this)}))
+        return Access(reads=frozenset(_tables(tree, schemas)), writes=_written(tree.this))
+    if isinstance(tree, exp.Create) and tree.expression is None:  # a table of the session's own
+        return Access(writes=_written(tree.this.this if isinstance(tree.this, exp.Schema) else tree.this))
+    if isinstance(tree, exp.Drop):
+        return Access(writes=frozenset().union(*(_written(t) for t in tree.args["tables"])))
     if isinstance(tree, exp.Create):  # the streaming materialized view: its refresh writes it
         return Access(reads=frozenset(_tables(tree.expression, schemas)), writes=frozenset({_table_name(tree.this)}))
     if isinstance(tree, (exp.Select, exp.Union)):
@@ -171,13 +184,14 @@ def _runtime_sql(pipeline: Pipeline, table: TableConfig, kind: str) -> list[str]
     """The statements of one table's operation, as the command runs them on Redshift."""
     d = dialect_for("redshift", pipeline.schema)
     where, params = Selection(table.name).where()
-    if kind == "sync":  # the procedure's lock first, in the CALL's transaction (runner.call_procedure)
-        return [recovery.lock_sql(d, pipeline, table), call_sql(pipeline, table.name)]
+    if kind == "sync":  # the procedure's lock first, the CALL and its result (runner.call_procedure)
+        return [recovery.lock_sql(d, pipeline, table), call_sql(pipeline, table.name), call_result_sql(table.name)]
     if kind == "isolate":
         return [_bind(isolate_sql(pipeline, table.name), ["the engine's error"])]
-    if kind == "replay":  # what failed again is read after the commit
+    if kind == "replay":  # the CALL's result and what failed again, in its transaction
         r = replay_sql(d, pipeline, table, where)
-        return [r.lock, _bind(r.mark, params), call_sql(pipeline, table.name)]
+        again = _bind(r.again, [table.name, table.name])
+        return [r.lock, _bind(r.mark, params), call_sql(pipeline, table.name), call_result_sql(table.name), again]
     if kind == "discard":
         return [_bind(sql, params) for sql in discard_sql(d, pipeline, table, where)]
     if kind == "prune":

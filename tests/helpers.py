@@ -180,3 +180,15 @@ def local_lambda(monkeypatch: Any, config: Path, dsn: str) -> None:
 def metric_lines(out: str) -> dict[str, dict]:
     """The handler's Embedded Metric Format lines in `out`, by table."""
     return {line["Table"]: line for line in map(json.loads, out.splitlines()) if "_aws" in line}
+
+
+def data_api_calls(api: Any) -> list[dict]:
+    """The statements of a (local) Data API that CALL a procedure, as DescribeStatement
+    shows them, each with its CALL as QueryString (a batch lists its statements in
+    SubStatements)."""
+    out = []
+    for st in api.statements():
+        text = next((s["QueryString"] for s in st.get("SubStatements", [st]) if s["QueryString"].startswith("CALL")), None)
+        if text is not None:
+            out.append({**st, "QueryString": text})
+    return out

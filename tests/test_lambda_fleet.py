@@ -5,7 +5,7 @@ load.
 The Data API limits each operation's request rate and the number of active statements
 ("Quotas for Amazon Redshift Data API",
 https://docs.aws.amazon.com/redshift/latest/mgmt/amazon-redshift-limits.html); past them it
-answers `ThrottlingException` or, for ExecuteStatement, `ActiveStatementsExceededException`
+answers `ThrottlingException` or, for (Batch)ExecuteStatement, `ActiveStatementsExceededException`
 ("The number of active statements exceeds the limit", botocore's redshift-data service
 model). Neither may fail a table, start a second CALL of a table, or lose a batch."""
 
@@ -23,7 +23,7 @@ from sync.config import load_pipeline
 from sync.local.data_api import LocalDataApi
 from sync.local.stream import KafkaRecord, ingest_records
 from sync.operations.runner import deploy
-from tests.helpers import pipeline_toml
+from tests.helpers import data_api_calls, pipeline_toml
 
 TABLES = 200
 
@@ -106,9 +106,8 @@ def call_intervals(api: LocalDataApi) -> dict[str, list[tuple]]:
     """Each table's CALL statements as (submitted, ended), from DescribeStatement's CreatedAt
     and the UpdatedAt of the statement's final status."""
     out = defaultdict(list)
-    for st in api.statements():
-        if st["QueryString"].startswith("CALL"):
-            out[st["QueryString"]].append((st["CreatedAt"], st["UpdatedAt"], st["Status"]))
+    for st in data_api_calls(api):
+        out[st["QueryString"]].append((st["CreatedAt"], st["UpdatedAt"], st["Status"]))
     return out
 
 
@@ -121,6 +120,7 @@ def test_200_tables_under_throttling_end_ok_or_not_started_and_nothing_is_lost(m
     api = use(LocalDataApi(database_dsn, max_active_statements=12, seed=16), monkeypatch)
     with api:
         api.throttle("ExecuteStatement", 0.25)
+        api.throttle("BatchExecuteStatement", 0.25)  # the CALLs
         api.throttle("DescribeStatement", 0.3)
         api.throttle("GetStatementResult", 0.3)
         for slow in ("t007", "t100", "t150"):
@@ -140,8 +140,8 @@ def test_200_tables_under_throttling_end_ok_or_not_started_and_nothing_is_lost(m
     ]
     assert left_ms > 0  # returned before its deadline
     # The service really refused requests, for both reasons, and the handler retried them.
-    assert api.refused["ExecuteStatement:ThrottlingException"] > 0
-    assert api.refused["ExecuteStatement:ActiveStatementsExceededException"] > 0
+    assert api.refused["BatchExecuteStatement:ThrottlingException"] > 0
+    assert api.refused["BatchExecuteStatement:ActiveStatementsExceededException"] > 0
     assert api.refused["DescribeStatement:ThrottlingException"] > 0
     assert sum(t["api_retries"] for t in runs.values()) > 0
     # No CALL of a table ran twice at once: each one ended before the next was submitted.
@@ -166,9 +166,9 @@ def test_tables_not_started_in_time_go_first_next_time(make_fleet, database_dsn,
         assert skipped and len(skipped) < len(batches) and not first["ok"]
         for t in first["tables"]:
             assert t["status"] in ("ok", "not started") and (t["status"] == "ok") == (t["table"] not in skipped)
-        before = len(api.statements())
+        before = len(data_api_calls(api))
         lambda_handler.handler({}, Context(seconds=60))
-        order = [st["QueryString"] for st in api.statements()[before:] if st["QueryString"].startswith("CALL")]
+        order = [st["QueryString"] for st in data_api_calls(api)[before:]]
 
     took_first = {sql.split('"incremental_sync_')[1].rstrip('"()') for sql in order[: len(skipped)]}
     assert took_first == set(skipped)

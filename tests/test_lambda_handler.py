@@ -16,7 +16,7 @@ from sync.local.data_api import LocalDataApi
 from sync.local.stream import ingest_file
 from sync.operations.runner import RUN_LOG_COLUMNS, SUMMARY_COLUMNS, status
 from sync.sql import schemas
-from tests.helpers import EXAMPLES, fail_first_writes
+from tests.helpers import EXAMPLES, data_api_calls, fail_first_writes
 
 EVENTS = EXAMPLES / "salesdb" / "events"
 
@@ -77,10 +77,6 @@ def latest_run_log(wh, table: str) -> dict:
     return schemas.as_row(SUMMARY_COLUMNS, row[0])
 
 
-def calls(api: LocalDataApi) -> list[dict]:
-    return [s for s in api.statements() if s["QueryString"].startswith("CALL")]
-
-
 def test_every_table_syncs_and_the_summary_is_the_run_log(loaded, api, capsys):
     wh, pipeline, ingested = loaded
     summary = lambda_handler.handler({"version": "0", "detail-type": "Scheduled Event"}, Context())
@@ -115,7 +111,7 @@ def test_event_tables_syncs_only_those(loaded, api):
 
     assert [t["table"] for t in summary["tables"]] == ["customer"]
     assert pending(wh, pipeline) == {"customer": 0, "orders": ingested["orders"]}
-    assert [c["QueryString"] for c in calls(api)] == ['CALL "cdc"."incremental_sync_customer"()']
+    assert [c["QueryString"] for c in data_api_calls(api)] == ['CALL "cdc"."incremental_sync_customer"()']
 
 
 def test_unknown_table_fails_before_anything_runs(loaded, api):
@@ -168,7 +164,7 @@ def test_a_serialization_conflict_is_retried(loaded, api):
     runs = {t["table"]: t for t in summary["tables"]}
     assert runs["customer"]["attempts"] == 2 and runs["orders"]["attempts"] == 1
     assert runs["customer"]["events_read"] == ingested["customer"]
-    customer_calls = [c for c in calls(api) if "customer" in c["QueryString"]]
+    customer_calls = [c for c in data_api_calls(api) if "customer" in c["QueryString"]]
     assert [c["Status"] for c in customer_calls] == ["FAILED", "FINISHED"]
     assert customer_calls[0]["Error"].startswith("ERROR: 1023")
 
@@ -179,7 +175,7 @@ def test_retries_are_bounded(loaded, api, env):
     with pytest.raises(lambda_handler.SyncFailed, match="orders failed: ERROR: 1023") as info:
         lambda_handler.handler({"tables": ["orders"]}, Context())
     assert info.value.summary["tables"][0]["attempts"] == 3
-    assert len(calls(api)) == 3
+    assert len(data_api_calls(api)) == 3
 
 
 def test_overlapping_invocations_apply_every_event_once(loaded, api):
@@ -283,7 +279,7 @@ def test_data_api_mode_retries_a_real_serialization_failure(loaded, api):
     summary = lambda_handler.handler({"tables": ["customer"]}, Context())
     (run,) = summary["tables"]
     assert (run["status"], run["attempts"], run["events_read"]) == ("ok", 2, ingested["customer"])
-    assert "could not serialize access" in calls(api)[0]["Error"]
+    assert "could not serialize access" in data_api_calls(api)[0]["Error"]
 
 
 def test_a_throttled_describe_never_cancels_a_running_call(loaded, api):
@@ -296,7 +292,7 @@ def test_a_throttled_describe_never_cancels_a_running_call(loaded, api):
 
     assert [(t["table"], t["status"]) for t in summary["tables"]] == [("customer", "ok"), ("orders", "ok")]
     assert api.refused["DescribeStatement:ThrottlingException"] > 0
-    assert [c["Status"] for c in calls(api)] == ["FINISHED", "FINISHED"]
+    assert [c["Status"] for c in data_api_calls(api)] == ["FINISHED", "FINISHED"]
     assert pending(wh, pipeline) == {"customer": 0, "orders": 0}
 
 
@@ -366,7 +362,7 @@ def test_a_poisoned_record_is_isolated_and_the_rest_syncs_through_the_data_api(l
     assert "could not apply this record" in reason and "no_globex" in reason
     assert pending(wh, pipeline)["customer"] == 0
     # every bounded CALL went through the Data API, one at a time
-    sqls = [c["QueryString"] for c in calls(api)]
+    sqls = [c["QueryString"] for c in data_api_calls(api)]
     assert any('"incremental_sync_customer"(0)' in s for s in sqls)
     assert any('"isolate_record_customer"(' in s for s in sqls)
 
@@ -402,3 +398,49 @@ def test_record_isolation_through_the_data_api_runs_a_stopped_call_again(loaded,
     assert run["retries"] == 1 and len(run["isolated"]) == 1 and "no_globex" in run["isolated"][0]
     assert wh.scalar('SELECT COUNT(*) FROM cdc."customer"') == ingested["customer"] - 1
     assert pending(wh, pipeline)["customer"] == 0
+
+
+@pytest.mark.parametrize("level", ["serializable", "repeatable read"])
+def test_a_data_api_call_takes_the_table_lock_before_its_snapshot(loaded, api, env, database_dsn, level, request):
+    """BatchExecuteStatement: "The SQL statements are run as a single transaction"
+    (botocore's redshift-data model). The CALL's batch starts with the procedure's own lock,
+    so a CALL that waited for a sync of the same table takes its snapshot after that sync
+    committed ("A database snapshot is created within a transaction on the first occurrence
+    of most SELECT statements, DML commands ...", c_serial_isolation); a CALL sent alone
+    takes it before the procedure's LOCK, reads the watermark as it was, and is stopped by a
+    serialization conflict. At both of Redshift's levels, with retrying turned off."""
+    from sync.operations.runner import call_sql, sync_table
+    from sync.sql.recovery import lock_sql
+    from sync.warehouse import connect
+    from tests.helpers import at_isolation_level
+
+    wh, pipeline, _ = loaded
+    sync_table(wh, pipeline, "customer")  # the watermark rows exist: the next sync updates them
+    ingested = ingest_file(wh, pipeline, "customer", EVENTS / "customer-2.jsonl").records
+    request.getfixturevalue("whole_relation_predicate_locks")
+    at_isolation_level(database_dsn, level)
+    env.setenv("REDSHIFT_SYNC_MAX_ATTEMPTS", "1")
+    holder = connect(database_dsn)
+    summary: list[dict] = []
+
+    def invoke() -> None:
+        try:
+            summary.append(lambda_handler.handler({"tables": ["customer"]}, Context()))
+        except lambda_handler.SyncFailed as exc:
+            summary.append(exc.summary)
+
+    lambda_run = threading.Thread(target=invoke)
+    with holder.transaction():  # another sync of the table, holding its lock
+        holder.execute(lock_sql(holder.dialect.bind_schema(pipeline.schema), pipeline, pipeline.table("customer")))
+        holder.execute(call_sql(pipeline, "customer"))
+        lambda_run.start()
+        deadline = time.monotonic() + 30
+        while not any(c["Status"] == "STARTED" for c in data_api_calls(api)) and time.monotonic() < deadline:
+            time.sleep(0.02)
+        time.sleep(0.3)  # the Lambda's CALL is waiting for the lock
+    lambda_run.join(60)
+    holder.close()
+
+    (run,) = summary[0]["tables"]
+    assert (run["status"], run["attempts"], run["events_read"]) == ("ok", 1, 0), run.get("error")
+    assert ingested > 0 and pending(wh, pipeline)["customer"] == 0

@@ -20,8 +20,22 @@ from tests.helpers import EXAMPLES
 
 NOW = dt.datetime(2026, 1, 1, tzinfo=dt.timezone.utc)
 SECRET = "arn:aws:secretsmanager:us-east-1:123456789012:secret:redshift-sync-AbCdEf"
-CALL_CUSTOMER = 'CALL "cdc"."incremental_sync_customer"()'
 CALL_ORDERS = 'CALL "cdc"."incremental_sync_orders"()'
+SUMMARY = (
+    "events_read, upserted, deleted, quarantined, tombstones, stale, superseded, truncates, "
+    "watermark_before, watermark_after, lag_seconds, status"
+)
+
+
+def call_batch(table: str) -> list[str]:
+    """A table's CALL as one BatchExecuteStatement ("The SQL statements are run as a single
+    transaction"): the procedure's lock first, the CALL, and the run-log row the call left in
+    the session's temporary table."""
+    return [
+        f'LOCK TABLE "cdc"."{table}__watermark"',
+        f'CALL "cdc"."incremental_sync_{table}"()',
+        f"SELECT {SUMMARY} FROM \"sync_call_result\" WHERE table_name = '{table}'",
+    ]
 
 
 def run_log_sql(matches: str) -> str:
@@ -47,6 +61,7 @@ def last_runs_sql(tables: str) -> str:
 
 
 def record(table: str, read: int, upserted: int, lag: float | None) -> list[dict]:
+    """A run-log row as GetStatementResult returns it: its table, then the summary's columns."""
     longs = [{"longValue": v} for v in (read, upserted, 0, 0, 0, 0, 0, 0)]
     return [
         {"stringValue": table},
@@ -124,12 +139,19 @@ def expect_last_runs(stub, where: dict, tables: str, *rows: list) -> None:
     expect_query(stub, where, last_runs_sql(tables), "redshift-sync.cdc.last-runs", "s-0", list(rows))
 
 
-def expect_call(stub, where: dict, sql: str, table: str, sid: str) -> None:
+def expect_call(stub, where: dict, table: str, sid: str) -> None:
     stub.add_response(
-        "execute_statement",
+        "batch_execute_statement",
         {"Id": sid, "CreatedAt": NOW},
-        {**where, "Sql": sql, "StatementName": f"redshift-sync.cdc.{table}", "ClientToken": ANY},
+        {**where, "Sqls": call_batch(table), "StatementName": f"redshift-sync.cdc.{table}", "ClientToken": ANY},
     )
+
+
+def expect_result(stub, sid: str, row: list[dict]) -> None:
+    """The row of the batch's third statement: "A suffix indicates the number of the SQL
+    statement. For example, d9b6c0c9-0747-4bf4-b142-e8883122f766:2 ... the second SQL
+    statement of a batch query" (GetStatementResult, Id)."""
+    stub.add_response("get_statement_result", {"Records": [row[1:]]}, {"Id": f"{sid}:3"})
 
 
 def test_serverless_with_a_secret(client, monkeypatch):
@@ -146,23 +168,16 @@ def test_serverless_with_a_secret(client, monkeypatch):
         [{"stringValue": "customer"}, {"stringValue": "2026-01-01 11:00:00"}],
         [{"stringValue": "orders"}, {"stringValue": "2026-01-01 10:00:00"}],
     )
-    expect_call(stub, where, CALL_ORDERS, "orders", "s-2")
-    expect_call(stub, where, CALL_CUSTOMER, "customer", "s-1")
+    expect_call(stub, where, "orders", "s-2")
+    expect_call(stub, where, "customer", "s-1")
     stub.add_response("describe_statement", finished("s-2", 102), {"Id": "s-2"})
+    expect_result(stub, "s-2", record("orders", 11, 7, None))
     stub.add_response("describe_statement", finished("s-1", 101), {"Id": "s-1"})
-    matches = (
-        "(r.table_name = 'orders' AND r.backend_pid = 102 AND r.started_at > CAST('2026-01-01 10:00:00' AS timestamp))\n"
-        "     OR (r.table_name = 'customer' AND r.backend_pid = 101 AND r.started_at > CAST('2026-01-01 11:00:00' AS timestamp))"
-    )
-    expect_query(
-        stub,
-        where,
-        run_log_sql(matches),
-        "redshift-sync.cdc.run-log",
-        "s-3",
-        [record("customer", 5, 4, 2.5)],
-        [record("orders", 11, 7, None)],
-    )
+    # customer's result cannot be read: its run-log row is looked up instead, by session and
+    # newer than its last run.
+    stub.add_client_error("get_statement_result", "ResourceNotFoundException", "gone", expected_params={"Id": "s-1:3"})
+    matches = "(r.table_name = 'customer' AND r.backend_pid = 101 AND r.started_at > CAST('2026-01-01 11:00:00' AS timestamp))"
+    expect_query(stub, where, run_log_sql(matches), "redshift-sync.cdc.run-log", "s-3", [record("customer", 5, 4, 2.5)])
 
     summary = lambda_handler.handler({}, Context(60_000))
 
@@ -179,19 +194,12 @@ def test_cluster_with_a_database_user_retries_a_conflict(client, monkeypatch):
     monkeypatch.setenv("REDSHIFT_SYNC_DB_USER", "sync_user")
     where = {"ClusterIdentifier": "prod-cluster", "Database": "dev", "DbUser": "sync_user"}
     expect_last_runs(stub, where, "'orders'")
-    expect_call(stub, where, CALL_ORDERS, "orders", "s-1")
+    expect_call(stub, where, "orders", "s-1")
     stub.add_response("describe_statement", serialization_conflict("s-1"), {"Id": "s-1"})
-    expect_call(stub, where, CALL_ORDERS, "orders", "s-2")
+    expect_call(stub, where, "orders", "s-2")
     stub.add_response("describe_statement", {"Id": "s-2", "Status": "STARTED", "RedshiftPid": 7}, {"Id": "s-2"})
     stub.add_response("describe_statement", finished("s-2", 7), {"Id": "s-2"})
-    expect_query(
-        stub,
-        where,
-        run_log_sql("(r.table_name = 'orders' AND r.backend_pid = 7)"),
-        "redshift-sync.cdc.run-log",
-        "s-3",
-        [record("orders", 3, 3, 0.5)],
-    )
+    expect_result(stub, "s-2", record("orders", 3, 3, 0.5))
 
     (run,) = lambda_handler.handler({"tables": ["orders"]}, Context(60_000))["tables"]
     assert (run["status"], run["attempts"], run["statement_id"], run["events_read"]) == ("ok", 2, "s-2", 3)
@@ -205,7 +213,7 @@ def customer_started_then_deadline(client, monkeypatch) -> tuple[Stubber, Contex
     monkeypatch.setenv("REDSHIFT_SYNC_SECRET_ARN", SECRET)
     where = {"ClusterIdentifier": "prod-cluster", "Database": "dev", "SecretArn": SECRET}
     expect_last_runs(stub, where, "'customer'")
-    expect_call(stub, where, CALL_CUSTOMER, "customer", "s-1")
+    expect_call(stub, where, "customer", "s-1")
     stub.add_response("describe_statement", {"Id": "s-1", "Status": "STARTED"}, {"Id": "s-1"})
     context = Context(60_000)
     real.meta.events.register(
@@ -247,23 +255,23 @@ def test_a_refused_statement_fails_its_table_and_the_others_go_on(client, monkey
     where = {"ClusterIdentifier": "prod-cluster", "Database": "dev", "SecretArn": SECRET}
     expect_last_runs(stub, where, "'customer', 'orders'")
     stub.add_client_error(
-        "execute_statement",
+        "batch_execute_statement",
         "ValidationException",
         "Database dev does not exist.",
-        expected_params={**where, "Sql": CALL_CUSTOMER, "StatementName": "redshift-sync.cdc.customer", "ClientToken": ANY},
+        expected_params={
+            **where,
+            "Sqls": call_batch("customer"),
+            "StatementName": "redshift-sync.cdc.customer",
+            "ClientToken": ANY,
+        },
     )
-    expect_call(stub, where, CALL_ORDERS, "orders", "s-2")
+    expect_call(stub, where, "orders", "s-2")
     stub.add_response("describe_statement", finished("s-2", 9), {"Id": "s-2"})
-    expect_query(
-        stub,
-        where,
-        run_log_sql("(r.table_name = 'orders' AND r.backend_pid = 9)"),
-        "redshift-sync.cdc.run-log",
-        "s-3",
-        [record("orders", 2, 2, 1.0)],
-    )
+    expect_result(stub, "s-2", record("orders", 2, 2, 1.0))
 
-    with pytest.raises(lambda_handler.SyncFailed, match="customer failed: ExecuteStatement refused.*ValidationException") as info:
+    with pytest.raises(
+        lambda_handler.SyncFailed, match="customer failed: BatchExecuteStatement refused.*ValidationException"
+    ) as info:
         lambda_handler.handler({}, Context(60_000))
     runs = {t["table"]: t for t in info.value.summary["tables"]}
     assert (runs["customer"]["status"], runs["customer"]["attempts"]) == ("failed", 1)
@@ -281,24 +289,22 @@ def test_a_throttled_execute_is_sent_again_with_the_same_client_token(client, mo
     where = {"ClusterIdentifier": "prod-cluster", "Database": "dev", "SecretArn": SECRET}
     tokens: list[str] = []
     real.meta.events.register(
-        "before-parameter-build.redshift-data.ExecuteStatement",
-        lambda params, **_: tokens.append(params.get("ClientToken")) if "CALL" in params["Sql"] else None,
+        "before-parameter-build.redshift-data.BatchExecuteStatement",
+        lambda params, **_: tokens.append(params.get("ClientToken")) if CALL_ORDERS in params["Sqls"] else None,
     )
     expect_last_runs(stub, where, "'orders'")
-    call = {**where, "Sql": CALL_ORDERS, "StatementName": "redshift-sync.cdc.orders", "ClientToken": ANY}
-    stub.add_client_error("execute_statement", "ThrottlingException", "Rate exceeded", expected_params=call)
+    call = {**where, "Sqls": call_batch("orders"), "StatementName": "redshift-sync.cdc.orders", "ClientToken": ANY}
+    stub.add_client_error("batch_execute_statement", "ThrottlingException", "Rate exceeded", expected_params=call)
     stub.add_client_error(
-        "execute_statement",
+        "batch_execute_statement",
         "ActiveStatementsExceededException",
         "Active statements exceeded the allowed quota.",
         expected_params=call,
     )
-    expect_call(stub, where, CALL_ORDERS, "orders", "s-1")
+    expect_call(stub, where, "orders", "s-1")
     stub.add_client_error("describe_statement", "ThrottlingException", "Rate exceeded", expected_params={"Id": "s-1"})
     stub.add_response("describe_statement", finished("s-1", 0), {"Id": "s-1"})  # RedshiftPid 0: unknown
-    expect_query(
-        stub, where, run_log_sql("(r.table_name = 'orders')"), "redshift-sync.cdc.run-log", "s-3", [record("orders", 2, 2, 1.0)]
-    )
+    expect_result(stub, "s-1", record("orders", 2, 2, 1.0))
 
     (run,) = lambda_handler.handler({"tables": ["orders"]}, Context(60_000))["tables"]
     assert (run["status"], run["attempts"], run["api_retries"], run["events_read"]) == ("ok", 1, 3, 2)
@@ -314,8 +320,8 @@ def test_a_run_log_read_past_the_deadline_is_cancelled_and_every_table_still_rep
     where = {"ClusterIdentifier": "prod-cluster", "Database": "dev", "SecretArn": SECRET}
     target = data_api.DataApiTarget(database="dev", cluster="prod-cluster", secret_arn=SECRET)
     calls = [
-        data_api.Call("customer", CALL_CUSTOMER, state="finished", statement_id="s-1", pid=101, first_submitted=0.0),
-        data_api.Call("orders", CALL_ORDERS, state="failed", error="ERROR: boom", first_submitted=0.0),
+        data_api.Call("customer", call_batch("customer"), state="finished", statement_id="s-1", pid=101, first_submitted=0.0),
+        data_api.Call("orders", call_batch("orders"), state="failed", error="ERROR: boom", first_submitted=0.0),
     ]
     stub.add_response(
         "execute_statement",

@@ -37,21 +37,14 @@ def _offsets(text: str | None) -> dict[int, int]:
 @pytest.mark.slow
 @pytest.mark.parametrize(
     "level",
-    [
-        None,
-        pytest.param(
-            "serializable",
-            marks=pytest.mark.xfail(
-                reason="a read-only anomaly: a caller's read of its run-log row after its CALL, in a transaction of its "
-                "own, is read before another caller's CALL that read the stream before the writer's refresh committed"
-            ),
-        ),
-        "repeatable read",
-    ],
+    [None, "serializable", "repeatable read"],
 )
 def test_concurrent_callers_and_writer_apply_every_record_once(database_dsn, tmp_path, reliability_counts, level, request):
     """At the server's default level, and at both of Redshift's (see test_fleet_isolation.py):
-    no call is stopped by a serialization conflict, none even retried."""
+    no call is stopped by a serialization conflict, none even retried. Each caller reads its
+    call's run-log row inside the call's transaction, from the session's temporary table;
+    read from the run log in a transaction of its own, it completed a read-only anomaly with
+    another caller's CALL and the writer's refresh, which SERIALIZABLE stopped."""
     if level:
         request.getfixturevalue("whole_relation_predicate_locks")
         at_isolation_level(database_dsn, level)

@@ -1,7 +1,12 @@
 """Call the procedures through the Redshift Data API (boto3 `redshift-data`), for a fleet.
 
-One `ExecuteStatement` per `CALL` (never a batch: a batch is one transaction, and a
-procedure called inside a transaction block may not COMMIT or TRUNCATE). The Data API has
+One `BatchExecuteStatement` per `CALL` (`call_statements`), one transaction ("The SQL
+statements are run as a single transaction", BatchExecuteStatement): the procedure's own
+lock first, the CALL, and the read of the run-log row the call left in the session's
+temporary result table, so the call is lock-ordered like every other operation on the
+table and its counts are read without reading the shared run log (docs/redshift.md,
+"Concurrency and isolation"). The procedure never COMMITs or TRUNCATEs, so it may run
+inside a transaction block. The Data API has
 per-operation request-rate quotas and a limit on active statements ("Quotas for Amazon
 Redshift Data API", https://docs.aws.amazon.com/redshift/latest/mgmt/amazon-redshift-limits.html),
 so the handler never submits the fleet in one burst:
@@ -25,14 +30,17 @@ plus the time to report, is left. The loop stops submitting `Pacing.min_call_sec
 before the deadline margin; tables not started by then are reported `not started`, and
 `last_runs` orders the next invocation oldest-run first, so they go first.
 
-The counts come from the run log the procedure writes: one SELECT for all tables that may
-have committed, matched on the session (`backend_pid` = `RedshiftPid` of the CALL) when the
-Data API reports one, and always on rows newer than the table's last run before this
-invocation. `RedshiftPid` can be 0 (awslabs/amazon-redshift-utils#515): 0 means unknown.
+The counts come from the batch's last statement (GetStatementResult of `<Id>:3`: "A suffix
+indicates the number of the SQL statement"). Only a call whose outcome was not told (its
+result unread in time, a cancel without ABORTED, a request never answered) is looked up
+in the run log the procedure writes: one SELECT for all of them, matched on the session
+(`backend_pid` = `RedshiftPid` of the CALL) when the Data API reports one, and always on
+rows newer than the table's last run before this invocation. `RedshiftPid` can be 0
+(awslabs/amazon-redshift-utils#515): 0 means unknown.
 
-The client is any object with boto3's four methods (`execute_statement`,
-`describe_statement`, `cancel_statement`, `get_statement_result`) and the same request and
-response shapes: `sync.local.data_api.LocalDataApi` runs them on PostgreSQL.
+The client is any object with boto3's five methods (`execute_statement`,
+`batch_execute_statement`, `describe_statement`, `cancel_statement`,
+`get_statement_result`) and the same request and response shapes: `sync.local.data_api.LocalDataApi` runs them on PostgreSQL.
 """
 
 from __future__ import annotations
@@ -42,7 +50,7 @@ import time
 import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from sync.aws.retry import is_throttled, is_transient
 from sync.config import Pipeline
@@ -51,7 +59,7 @@ from sync.operations.isolation import CallFailed, is_data_error, isolate
 from sync.operations.runner import (
     SUMMARY_COLUMNS,
     RunSummary,
-    applied_runs_sql,
+    call_result_sql,
     call_sql,
     combined_summary,
     isolate_sql,
@@ -60,9 +68,11 @@ from sync.operations.runner import (
     unfinished_summary,
 )
 from sync.sql import schemas
-from sync.sql.dialect import quote_ident, quote_literal
+from sync.sql.dialect import PostgresDialect, dialect_for, quote_ident, quote_literal
 from sync.sql.names import RUN_LOG
+from sync.sql.recovery import lock_sql
 
+T = TypeVar("T")
 TERMINAL = ("FINISHED", "FAILED", "ABORTED")
 REPORT_MS = 1_000  # Lambda time kept, at the least, to print the summary and metrics
 NOT_STARTED = "not started"
@@ -106,6 +116,13 @@ class DataApiTarget:
             params["DbUser"] = self.db_user
         if client_token:
             params["ClientToken"] = client_token
+        return params
+
+    def batch_request(self, sqls: list[str], statement_name: str, client_token: str | None = None) -> dict[str, Any]:
+        """BatchExecuteStatement's parameters: `request`'s, with `Sqls` for `Sql`."""
+        params: dict[str, Any] = self.request("", statement_name, client_token)
+        del params["Sql"]
+        params["Sqls"] = sqls
         return params
 
 
@@ -230,7 +247,7 @@ class Call:
     """One table's CALL across its attempts."""
 
     table: str
-    sql: str
+    sqls: list[str]  # one transaction (`call_statements`)
     attempts: int = 0  # statements submitted (each conflict retry is a new statement)
     # waiting (to be submitted) | running | finished | failed | cancelled | not started | unknown
     state: str = "waiting"
@@ -248,6 +265,7 @@ class Call:
     first_submitted: float | None = None
     ended: float | None = None
     history: list[str] = field(default_factory=list)  # the errors of earlier attempts
+    result: dict[str, Any] | None = None  # the run-log row the finished CALL left, by column
 
     def duration(self, now: float) -> float:
         if self.first_submitted is None:
@@ -257,6 +275,19 @@ class Call:
 
 def statement_name(pipeline: Pipeline, table: str) -> str:
     return f"redshift-sync.{pipeline.schema}.{table}"
+
+
+def engine_dialect(session: Session, pipeline: Pipeline) -> PostgresDialect:
+    """The dialect of the engine behind the client: Redshift's, or the local Data API's."""
+    return dialect_for(getattr(session.client, "engine_dialect", "redshift"), pipeline.schema)
+
+
+def call_statements(d: PostgresDialect, pipeline: Pipeline, table: str, max_records: int | None = None) -> list[str]:
+    """One table's CALL as one transaction: the procedure's lock first (the order every
+    operation on the table takes), the CALL, and the run-log row it left for this session
+    (`call_result_sql`), the last statement's result."""
+    lock = lock_sql(d, pipeline, pipeline.table(table)).removesuffix(";")
+    return [lock, call_sql(pipeline, table, max_records), call_result_sql(table)]
 
 
 def settle(call: Call, desc: dict, policy: RetryPolicy, now: float, rng: random.Random | None) -> None:
@@ -284,7 +315,8 @@ def run_calls(session: Session, pipeline: Pipeline, tables: Sequence[str], polic
     retry conflicts, and at the deadline margin cancel what runs and report what never started."""
     policy = policy or RetryPolicy()
     deadline, polling, pacing, clock = session.deadline, session.polling, session.pacing, session.clock
-    calls = [Call(t, call_sql(pipeline, t)) for t in tables]
+    d = engine_dialect(session, pipeline)
+    calls = [Call(t, call_statements(d, pipeline, t)) for t in tables]
     start = clock()
     execute, describe = RateLimit(pacing.execute_per_second, start), RateLimit(pacing.describe_per_second, start)
     while True:
@@ -328,18 +360,18 @@ def _submit(session: Session, pipeline: Pipeline, call: Call, now: float, execut
     if call.client_token is None:  # a new statement; a refused one is sent again with its token
         call.client_token, call.attempts = str(uuid.uuid4()), call.attempts + 1
     try:
-        response = session.client.execute_statement(
-            **session.target.request(call.sql, statement_name(pipeline, call.table), call.client_token)
+        response = session.client.batch_execute_statement(
+            **session.target.batch_request(call.sqls, statement_name(pipeline, call.table), call.client_token)
         )
     except Exception as exc:
         if not is_transient(exc):  # permissions, validation: this table fails, the others go on
-            call.state, call.error, call.ended = "failed", f"ExecuteStatement refused: {exc}", now
+            call.state, call.error, call.ended = "failed", f"BatchExecuteStatement refused: {exc}", now
             call.client_token = None
             return
         call.refused, call.api_retries = call.refused + 1, call.api_retries + 1
         call.maybe_submitted = call.maybe_submitted or not is_throttled(exc)
         call.submit_at = now + session.pacing.backoff(call.refused, session.rng)
-        call.error = f"ExecuteStatement not accepted yet: {exc}"
+        call.error = f"BatchExecuteStatement not accepted yet: {exc}"
         if is_throttled(exc):
             execute.pause(call.submit_at)
         return
@@ -368,10 +400,22 @@ def _poll(session: Session, call: Call, policy: RetryPolicy, now: float, describ
     call.refused = 0
     if desc["Status"] in TERMINAL:
         settle(call, desc, policy, now, session.rng)
+        if call.state == "finished":
+            call.result = _call_result(session, call)
         return
     call.last_status = desc["Status"]
     call.poll_interval = min(call.poll_interval * 1.5, session.polling.max_seconds)
     call.poll_at = now + call.poll_interval
+
+
+def _call_result(session: Session, call: Call) -> dict[str, Any] | None:
+    """The run-log row a finished CALL left (its batch's last statement), by column; None
+    when it cannot be read in time: the run log settles it (`summaries`)."""
+    try:
+        rows = last_rows(session, call.statement_id or "", len(call.sqls), call.table)
+    except Exception:  # DataApiError, botocore errors
+        return None
+    return schemas.as_row(SUMMARY_COLUMNS, rows[0]) if rows else None
 
 
 def _not_started(waiting: Sequence[Call], left_ms: int, now: float) -> None:
@@ -392,7 +436,9 @@ def _at_deadline(session: Session, calls: list[Call], policy: RetryPolicy, now: 
     _not_started([c for c in calls if c.state == "waiting" and not c.maybe_submitted], left_ms, now)
     for call in unanswered:  # the service may have started it: only the run log can tell
         call.state, call.ended = "unknown", now
-        call.error = f"ExecuteStatement was not answered before the deadline ({call.error}); the run log tells whether it ran"
+        call.error = (
+            f"BatchExecuteStatement was not answered before the deadline ({call.error}); the run log tells whether it ran"
+        )
     for call in (c for c in calls if c.state == "running"):
         if not deadline.allows_request():
             call.state, call.ended = "unknown", now
@@ -500,10 +546,25 @@ def run_batch(session: Session, statements: list[str], name: str) -> list[int]:
     """Run statements as one transaction (BatchExecuteStatement: "The SQL statements are run
     as a single transaction"); each one's row count (ResultRows, -1 where none). Fails and
     is cancelled as `run_to_end`."""
-    params = session.target.request("", name, str(uuid.uuid4()))
-    del params["Sql"]
-    desc = _finish(session, lambda: session.client.batch_execute_statement(Sqls=statements, **params)["Id"], name)
-    return [int(sub.get("ResultRows", -1)) for sub in desc["SubStatements"]]
+    return [int(sub.get("ResultRows", -1)) for sub in _run_batch(session, statements, name)["SubStatements"]]
+
+
+def _run_batch(session: Session, statements: list[str], name: str) -> dict:
+    params = session.target.batch_request(statements, name, str(uuid.uuid4()))
+    return _finish(session, lambda: session.client.batch_execute_statement(**params)["Id"], name)
+
+
+def batch_result(session: Session, statements: list[str], name: str) -> list[tuple]:
+    """Run statements as one transaction, as `run_batch`; the rows of the last one."""
+    return last_rows(session, _run_batch(session, statements, name)["Id"], len(statements), name)
+
+
+def last_rows(session: Session, batch_id: str, statements: int, name: str) -> list[tuple]:
+    """The rows (one page) of a finished batch's last statement: GetStatementResult of
+    `<Id>:<n>`, "A suffix indicates the number of the SQL statement"."""
+    last = f"{batch_id}:{statements}"
+    page = _request(session, lambda: session.client.get_statement_result(Id=last), f"{name} GetStatementResult")
+    return [tuple(decode_field(f) for f in record) for record in page["Records"]]
 
 
 def _finish(session: Session, submit: Callable[[], str], name: str) -> dict:
@@ -532,34 +593,32 @@ def _finish(session: Session, submit: Callable[[], str], name: str) -> dict:
 
 
 def isolate_table(
-    session: Session,
-    pipeline: Pipeline,
-    table: str,
-    failed: RunSummary,
-    baseline: dict[str, str | None] | None,
-    policy: RetryPolicy | None = None,
+    session: Session, pipeline: Pipeline, table: str, failed: RunSummary, policy: RetryPolicy | None = None
 ) -> RunSummary:
     """Record isolation (sync/operations/isolation.py) for a table whose CALL failed on a record's
-    data: bounded CALLs, one at a time, within the deadline; the failing records are
-    quarantined with the engine's error and the rest applied. A statement stopped by a
-    serialization conflict is run again (`policy`). The summary adds up the run-log rows
-    this invocation wrote for the table."""
+    data: bounded CALLs, one at a time, within the deadline, each a batch with the table's
+    lock first (`call_statements`); the failing records are quarantined with the engine's
+    error and the rest applied. A statement stopped by a serialization conflict is run
+    again (`policy`). The summary adds up the run-log rows the bounded CALLs left."""
     name = f"{statement_name(pipeline, table)}.isolate"
     policy = policy or RetryPolicy()
+    d = engine_dialect(session, pipeline)
     retried = [0]
+    applied: list[RunSummary] = []
 
-    def retrying(sql: str, what: str) -> None:
-        retried[0] += retry_conflicts(
-            policy, lambda: run_to_end(session, sql, what), session.sleep, session.deadline.allows_request
-        )[1]
+    def retrying(attempt: Callable[[], T]) -> T:
+        value, n = retry_conflicts(policy, attempt, session.sleep, session.deadline.allows_request)
+        retried[0] += n
+        return value
 
     def call(limit: int) -> None:
         try:
-            retrying(call_sql(pipeline, table, limit), name)
+            rows = retrying(lambda: batch_result(session, call_statements(d, pipeline, table, limit), name))
         except StatementFailed as exc:
             if is_data_error(str(exc)):
                 raise CallFailed(str(exc)) from None
             raise
+        applied.extend(summary_from_row(table, schemas.as_row(SUMMARY_COLUMNS, r), 0.0) for r in rows)
 
     def pending() -> int:
         return int(query(session, pending_sql(pipeline, table), f"{name}.pending")[0][0])
@@ -568,18 +627,17 @@ def isolate_table(
         # The Data API's parameters are not used (the local one has none): a literal, with
         # the reason cut to what the quarantine keeps and backslashes left out.
         reason = quote_literal(error.replace("\\", "/")[:1000])
-        retrying(isolate_sql(pipeline, table).replace("%s", reason), f"{name}.quarantine")
+        lock = call_statements(d, pipeline, table)[0]
+        quarantined = [lock, isolate_sql(pipeline, table).replace("%s", reason)]
+        retrying(lambda: run_batch(session, quarantined, f"{name}.quarantine"))
 
     started = session.clock()
     try:
         result = isolate(call, pending, quarantine_first)
-        since = baseline.get(table) if baseline else None
-        rows = query(session, applied_runs_sql(pipeline, table, since), f"{name}.run-log")
     except DataApiError as exc:
         failed.error = f"{failed.error}\nrecord isolation stopped: {exc}"
         failed.retries += retried[0]
         return failed
-    applied = [summary_from_row(table, schemas.as_row(SUMMARY_COLUMNS, r), 0.0) for r in rows]
     summary = combined_summary(table, failed, applied, result)
     summary.duration_seconds += session.clock() - started
     summary.retries = retried[0]
@@ -654,7 +712,7 @@ def summaries(
     """One RunSummary per call, in order: counts from the run log for every call that may
     have committed (finished, or cancelled or unknown when describes did not tell). When the
     run log cannot be read (in time), the finished calls say so: every call gets its summary."""
-    asked = [c for c in calls if _may_have_committed(c, baseline)]
+    asked = [c for c in calls if c.result is None and _may_have_committed(c, baseline)]
     rows: dict[str, dict] = {}
     unread: str | None = None
     if asked:
@@ -667,7 +725,9 @@ def summaries(
     now = session.clock()
     out = []
     for call in calls:
-        if call in asked and call.table in rows:
+        if call.result is not None:
+            out.append(summary_from_row(call.table, call.result, call.duration(now)))
+        elif call in asked and call.table in rows:
             out.append(summary_from_row(call.table, rows[call.table], call.duration(now)))
         elif call.state == "finished" and unread:
             out.append(unfinished_summary(call.table, "unknown", call.duration(now), f"the procedure finished, but {unread}"))

@@ -41,7 +41,6 @@ from sync.operations.isolation import is_data_error
 from sync.operations.loss import lost_records
 from sync.operations.ordering import ordering_breaks
 from sync.operations.runner import RunSummary, in_transaction, selected_tables, sync_table, unfinished_summary
-from sync.sql.dialect import dialect_for
 from sync.warehouse import DSN_ENV_VAR, Warehouse, connect
 
 # The pipeline file sits at the root of the zip, next to the package.
@@ -333,7 +332,7 @@ def maintenance_run(settings: Settings, pipeline: Pipeline, remaining_ms: Callab
         mode = "data-api"
         session = data_session(settings, settings.target, remaining_ms)
         name = f"redshift-sync.{pipeline.schema}.maintenance"
-        engine = dialect_for(getattr(session.client, "engine_dialect", "redshift"), pipeline.schema)
+        engine = data_api.engine_dialect(session, pipeline)
         result = maintenance.maintain(
             pipeline,
             engine,
@@ -381,7 +380,7 @@ def handler(event: Any, context: Any) -> dict:
         for table, run in by_table.items():
             # A CALL that ran and failed on a record's data: isolate the record, apply the rest.
             if run.status == "failed" and calls_by_table[table].last_status == "FAILED" and is_data_error(run.error or ""):
-                by_table[table] = data_api.isolate_table(session, pipeline, table, run, baseline, settings.policy)
+                by_table[table] = data_api.isolate_table(session, pipeline, table, run, settings.policy)
         runs = [by_table[t] for t in tables]
         for run in runs:  # the CALL's own conflicts, before those of record isolation
             run.retries += max(calls_by_table[run.table].attempts - 1, 0)
@@ -395,7 +394,7 @@ def handler(event: Any, context: Any) -> dict:
         ]
         table_runs = [{**run.as_dict(), **extra} for run, extra in zip(runs, details)]
         name = f"redshift-sync.{pipeline.schema}.health"
-        engine = dialect_for(getattr(session.client, "engine_dialect", "redshift"), pipeline.schema)
+        engine = data_api.engine_dialect(session, pipeline)
         with_health(table_runs, lambda sql: data_api.query(session, sql, name), pipeline, engine)
     else:
         mode = "redshift_connector"

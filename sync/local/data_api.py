@@ -18,6 +18,7 @@ fail with a given error code, as the service does under load.
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import decimal
 import random
@@ -79,6 +80,15 @@ class LocalDataApiError(ClientError):
 
 
 @dataclass
+class _Result:
+    """What one statement returned: its columns (None: no result set), rows and row count."""
+
+    columns: list[dict] | None
+    rows: list[tuple]
+    count: int
+
+
+@dataclass
 class _Statement:
     id: str
     params: dict[str, Any]
@@ -92,7 +102,7 @@ class _Statement:
     columns: list[dict] | None = None
     rows: list[tuple] = field(default_factory=list)
     result_rows: int = -1
-    sub_rows: list[int] | None = None  # a batch's row count per statement
+    subs: list[_Result] | None = None  # a batch's statements' results, in order
     cancel_requested: bool = False
     conn: Any = None
     lock: threading.Lock = field(default_factory=threading.Lock)
@@ -149,6 +159,29 @@ def _end_with_error(st: _Statement, exc: psycopg.Error) -> None:
     with st.lock:
         cancelled = st.cancel_requested and isinstance(exc, psycopg.errors.QueryCanceled)
         st.move("ABORTED" if cancelled else "FAILED", _error_text(exc))
+
+
+def _run_sql(cur: Any, sql: str) -> _Result:
+    cur.execute(sql)
+    if cur.description is None:
+        return _Result(None, [], cur.rowcount)
+    rows = cur.fetchall()
+    columns = [
+        {
+            "name": c.name,
+            "label": c.name,
+            "typeName": TYPE_NAMES.get(c.type_code, str(c.type_code)),
+            "nullable": 1,
+            "isSigned": False,
+            "isCaseSensitive": False,
+            "isCurrency": False,
+            "length": 0,
+            "precision": c.precision or 0,
+            "scale": c.scale or 0,
+        }
+        for c in cur.description
+    ]
+    return _Result(columns, rows, len(rows))
 
 
 class LocalDataApi:
@@ -317,10 +350,17 @@ class LocalDataApi:
                 "ResultSize": sum(len(str(v)) for row in st.rows for v in row) if st.status == "FINISHED" else -1,
                 "RedshiftQueryId": 0,
             }
-            if st.sub_rows is not None:
+            if "Sqls" in st.params:  # a batch's statements share its status (one transaction)
+                subs = st.subs or [_Result(None, [], -1)] * len(st.params["Sqls"])
                 out["SubStatements"] = [
-                    {"Id": f"{st.id}:{n}", "Status": st.status, "ResultRows": rows, "QueryString": sql}
-                    for n, (sql, rows) in enumerate(zip(st.params["Sqls"], st.sub_rows), 1)
+                    {
+                        "Id": f"{st.id}:{n}",
+                        "Status": st.status,
+                        "ResultRows": sub.count,
+                        "HasResultSet": sub.columns is not None,
+                        "QueryString": sql,
+                    }
+                    for n, (sql, sub) in enumerate(zip(st.params["Sqls"], subs), 1)
                 ]
             if st.pid is not None:
                 out["RedshiftPid"] = st.pid
@@ -348,22 +388,28 @@ class LocalDataApi:
     def get_statement_result(self, *, Id: str, NextToken: str | None = None) -> dict:
         op = "GetStatementResult"
         self._refuse(op)
-        st = self._get(Id, op)
+        # A batch's statement is the batch's Id with a suffix: "d9b6...:2 has a suffix of :2
+        # that indicates the second SQL statement of a batch query" (GetStatementResult, Id).
+        statement_id, _, number = Id.partition(":")
+        st = self._get(statement_id, op)
         with st.lock:
             if st.status != "FINISHED":
                 raise LocalDataApiError("ValidationException", f"Query is in {st.status} state, not FINISHED", op)
-            if st.columns is None:
+            if (st.subs is None) != (not number) or (number and not 1 <= int(number) <= len(st.subs or [])):
+                raise LocalDataApiError("ResourceNotFoundException", f"Query does not exist: {Id}", op)
+            result = st.subs[int(number) - 1] if st.subs is not None else _Result(st.columns, st.rows, st.result_rows)
+            if result.columns is None:
                 raise LocalDataApiError(
                     "ValidationException", "Query does not have result. Please check query status with DescribeStatement.", op
                 )
             start = int(NextToken or 0)
-            page = st.rows[start : start + self.page_size]
+            page = result.rows[start : start + self.page_size]
             out = {
                 "Records": [[_field(v) for v in row] for row in page],
-                "ColumnMetadata": st.columns,
-                "TotalNumRows": len(st.rows),
+                "ColumnMetadata": result.columns,
+                "TotalNumRows": len(result.rows),
             }
-            if start + self.page_size < len(st.rows):
+            if start + self.page_size < len(result.rows):
                 out["NextToken"] = str(start + self.page_size)
         return out
 
@@ -408,56 +454,27 @@ class LocalDataApi:
             st.done.set()
 
     def _execute(self, st: _Statement, conn: Any) -> None:
-        if "Sqls" in st.params:
-            return self._execute_batch(st, conn)
-        injected = self._take_injection(st.params["Sql"])
+        sqls = st.params["Sqls"] if "Sqls" in st.params else [st.params["Sql"]]
+        injected = self._take_injection(";\n".join(sqls))
         if injected is not None and injected.error is not None:
             with st.lock:
                 st.move("FAILED", injected.error)
             return
         try:
-            with conn.cursor() as cur:
+            # A batch is one transaction: "The SQL statements are run as a single
+            # transaction" (BatchExecuteStatement).
+            with conn.transaction() if "Sqls" in st.params else contextlib.nullcontext(), conn.cursor() as cur:
                 if injected is not None:
                     cur.execute("SELECT pg_sleep(%s)", (injected.delay,))
-                cur.execute(st.params["Sql"])
-                columns = rows = None
-                if cur.description is not None:
-                    rows = cur.fetchall()
-                    columns = [
-                        {
-                            "name": c.name,
-                            "label": c.name,
-                            "typeName": TYPE_NAMES.get(c.type_code, str(c.type_code)),
-                            "nullable": 1,
-                            "isSigned": False,
-                            "isCaseSensitive": False,
-                            "isCurrency": False,
-                            "length": 0,
-                            "precision": c.precision or 0,
-                            "scale": c.scale or 0,
-                        }
-                        for c in cur.description
-                    ]
-                count = len(rows) if rows is not None else max(cur.rowcount, 0)
+                results = [_run_sql(cur, sql) for sql in sqls]
         except psycopg.Error as exc:
             _end_with_error(st, exc)
             return
         with st.lock:
-            st.columns, st.rows, st.result_rows = columns, rows or [], count
-            st.move("FINISHED")
-
-    def _execute_batch(self, st: _Statement, conn: Any) -> None:
-        try:
-            with conn.transaction(), conn.cursor() as cur:
-                counts = []
-                for sql in st.params["Sqls"]:
-                    cur.execute(sql)
-                    counts.append(cur.rowcount)
-        except psycopg.Error as exc:
-            _end_with_error(st, exc)
-            return
-        with st.lock:
-            st.sub_rows = counts
+            if "Sqls" in st.params:
+                st.subs = results
+            else:
+                st.columns, st.rows, st.result_rows = results[0].columns, results[0].rows, max(results[0].count, 0)
             st.move("FINISHED")
 
     def _keep_cancelling(self, st: _Statement) -> None:

@@ -18,10 +18,10 @@ from datetime import datetime
 
 from sync.config import Pipeline, TableConfig
 from sync.operations.conflicts import conflict_policy, retry_conflicts
-from sync.operations.runner import RunSummary, call_sql, logged_run
+from sync.operations.runner import RunSummary, call_result, call_result_sql, call_sql
 from sync.sql import schemas
 from sync.sql.dialect import PostgresDialect, quote_ident
-from sync.sql.names import QUARANTINE, RUN_LOG, table_names
+from sync.sql.names import CALL_RESULT, QUARANTINE, table_names
 from sync.warehouse import Warehouse, WarehouseError
 
 
@@ -150,9 +150,10 @@ def replay(wh: Warehouse, pipeline: Pipeline, sel: Selection) -> ReplayResult:
 
 @dataclass(frozen=True)
 class ReplaySql:
-    """A replay: one transaction of `lock`, `mark` (the selection's parameters) and the
-    table's CALL; after it commits, `again` (parameters: the table name, twice) reads
-    what failed again, outside the transaction (it reads the shared run log)."""
+    """A replay: one transaction of `lock`, `mark` (the selection's parameters), the
+    table's CALL, its result (`call_result_sql`) and `again` (parameters: the table name,
+    twice), what failed again: besides the session's result table, only the table's own
+    relations are read, never the shared run log."""
 
     lock: str
     mark: str
@@ -169,8 +170,7 @@ def replay_sql(d: PostgresDialect, pipeline: Pipeline, table: TableConfig, where
         # Replayed records that failed again: quarantined anew by the replay's run.
         again=(
             f"SELECT q.reason, COUNT(*) FROM {quarantine} q WHERE q.table_name = %s AND q.handled IS NULL\n"
-            f"  AND q.run_started_at = (SELECT MAX(started_at) FROM {d.qualified(names.schema, RUN_LOG)}\n"
-            "                          WHERE table_name = %s AND backend_pid = PG_BACKEND_PID())\n"
+            f"  AND q.run_started_at = (SELECT started_at FROM {quote_ident(CALL_RESULT)} WHERE table_name = %s)\n"
             f"  AND EXISTS (SELECT 1 FROM {quarantine} o WHERE o.table_name = q.table_name AND o.handled = 'replayed'\n"
             "              AND o.kafka_partition = q.kafka_partition AND o.kafka_offset = q.kafka_offset)\n"
             "GROUP BY q.reason ORDER BY 2 DESC, 1"
@@ -188,10 +188,11 @@ def _replay_once(wh: Warehouse, pipeline: Pipeline, sel: Selection) -> ReplayRes
         marked = wh.execute(sql.mark, params)
         try:
             wh.execute(call_sql(pipeline, table.name))
+            result = wh.query(call_result_sql(table.name))
         except WarehouseError as exc:
             raise WarehouseError(f"replay of {table.name} rolled back, nothing changed: {exc}", exc.sqlstate) from exc
-    run = logged_run(wh, pipeline, table.name, time.perf_counter() - started)
-    again = wh.query(sql.again, (table.name, table.name))
+        run = call_result(table.name, result, time.perf_counter() - started)
+        again = wh.query(sql.again, (table.name, table.name))
     return ReplayResult(table.name, max(marked, 0), run, [(str(r), int(n)) for r, n in again])
 
 

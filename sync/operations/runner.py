@@ -19,7 +19,7 @@ from sync.operations.isolation import CallFailed, Isolation, is_data_error, isol
 from sync.operations.unknown_values import unknown_values
 from sync.sql import schemas
 from sync.sql.dialect import PostgresDialect, quote_ident, quote_literal
-from sync.sql.names import HEARTBEAT_STREAM, QUARANTINE, REFRESH_HISTORY, RUN_LOG, SCHEMA_DRIFT, table_names
+from sync.sql.names import CALL_RESULT, HEARTBEAT_STREAM, QUARANTINE, REFRESH_HISTORY, RUN_LOG, SCHEMA_DRIFT, table_names
 from sync.sql.objects import SqlObject, pipeline_objects
 from sync.sql.procedure import pending_condition
 from sync.sql.recovery import lock_sql
@@ -109,15 +109,6 @@ def isolate_sql(pipeline: Pipeline, table_name: str) -> str:
     return f"CALL {quote_ident(names.schema)}.{quote_ident(names.isolate_procedure)}(%s)"
 
 
-def applied_runs_sql(pipeline: Pipeline, table_name: str, since: str | None) -> str:
-    """The run-log rows of calls of the table that applied, started after `since`."""
-    after = f" AND started_at > CAST({quote_literal(since)} AS timestamp)" if since else ""
-    return (
-        f"SELECT {RUN_LOG_COLUMNS} FROM {quote_ident(pipeline.schema)}.{quote_ident(RUN_LOG)} "
-        f"WHERE table_name = {quote_literal(table_name)} AND status = 'ok'{after} ORDER BY run_id"
-    )
-
-
 def pending_sql(pipeline: Pipeline, table_name: str, select: str = "COUNT(*)") -> str:
     """`select` over the records the table's next sync reads (the stream `s`; how many, by
     default): the procedure's own pending condition, with its refresh-time bound (v_since)
@@ -152,7 +143,8 @@ def call_procedure(wh: Warehouse, pipeline: Pipeline, table_name: str, max_recor
     SERIALIZABLE a transaction's snapshot starts at its first statement, and a CALL made on
     its own starts it before the procedure's LOCK, so two overlapping calls of one table
     would conflict on the watermark (PostgreSQL, "LOCK": "the LOCK TABLE command must be
-    executed before any SELECT or data modification statement" at those levels)."""
+    executed before any SELECT or data modification statement" at those levels). The row
+    is read in the same transaction, from the session's result table (`call_result_sql`)."""
     table = pipeline.table(table_name)
     names = table_names(pipeline, table)
     started = time.perf_counter()
@@ -160,6 +152,7 @@ def call_procedure(wh: Warehouse, pipeline: Pipeline, table_name: str, max_recor
         with wh.transaction():
             wh.execute(lock_sql(wh.dialect.bind_schema(pipeline.schema), pipeline, table))
             wh.execute(call_sql(pipeline, table.name, max_records))
+            row = wh.query(call_result_sql(table.name))
     except WarehouseError as exc:
         message = str(exc)
         if "does not exist" in message:
@@ -168,19 +161,21 @@ def call_procedure(wh: Warehouse, pipeline: Pipeline, table_name: str, max_recor
         summary.data_error = is_data_error(str(exc), exc.sqlstate)
         summary.conflict = is_serialization_conflict(str(exc), exc.sqlstate)
         return summary
-    return logged_run(wh, pipeline, table.name, time.perf_counter() - started)
+    return call_result(table.name, row, time.perf_counter() - started)
 
 
-def logged_run(wh: Warehouse, pipeline: Pipeline, table_name: str, duration: float) -> RunSummary:
-    """The run-log row this session's last CALL of the table wrote, as a RunSummary."""
-    row = wh.query(
-        f"SELECT {RUN_LOG_COLUMNS} FROM {quote_ident(pipeline.schema)}.{quote_ident(RUN_LOG)} "
-        "WHERE table_name = %s AND backend_pid = PG_BACKEND_PID() ORDER BY run_id DESC LIMIT 1",
-        (table_name,),
-    )
-    if not row:
-        return unfinished_summary(table_name, "failed", duration, "the procedure finished but wrote no run-log row")
-    return summary_from_row(table_name, schemas.as_row(SUMMARY_COLUMNS, row[0]), duration)
+def call_result_sql(table_name: str) -> str:
+    """The run-log row the session's last sync call of the table left in the session's
+    temporary result table (sync/sql/procedure/call_result.py), read in the call's own
+    transaction: never the shared run log, which every table's call writes."""
+    return f"SELECT {RUN_LOG_COLUMNS} FROM {quote_ident(CALL_RESULT)} WHERE table_name = {quote_literal(table_name)}"
+
+
+def call_result(table_name: str, rows: Sequence[Sequence[Any]], duration: float) -> RunSummary:
+    """The summary of a call from `call_result_sql`'s rows."""
+    if not rows:
+        return unfinished_summary(table_name, "failed", duration, "the procedure finished but left no run-log row")
+    return summary_from_row(table_name, schemas.as_row(SUMMARY_COLUMNS, rows[0]), duration)
 
 
 def selected_tables(pipeline: Pipeline, tables: Sequence[str] | None = None) -> list[str]:

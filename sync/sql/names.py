@@ -7,6 +7,9 @@ from dataclasses import dataclass
 from sync.config import Pipeline, TableConfig
 
 RUN_LOG = "sync_run_log"
+# The session's temporary table in which a sync call leaves its run-log row for its
+# caller, who reads it in the call's own transaction (sync/sql/procedure/call_result.py).
+CALL_RESULT = "sync_call_result"
 # Views over every table's quarantine and schema-drift tables (TableNames.quarantine,
 # .schema_drift): what users, `status` and the Lambda read. Each procedure writes and
 # reads only its own table's, so two tables' CALLs share no table they both read and

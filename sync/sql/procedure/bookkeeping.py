@@ -166,10 +166,12 @@ def empty_stage_sql(ctx: TableSql) -> str:
     return f"-- The stage is empty between runs (DELETE, not TRUNCATE: TRUNCATE would commit).\nDELETE FROM {ctx.rel.stage};"
 
 
-def run_log_insert_sql(ctx: TableSql, values: dict[str, str], breaks: tuple[int, ...] = (7,), rest: str = "") -> str:
+def run_log_insert_sql(
+    ctx: TableSql, values: dict[str, str], breaks: tuple[int, ...] = (7,), rest: str = "", into: str = ""
+) -> str:
     """8. The run-log row of a call: `values` by column name (counts, watermarks, lag,
     status), with the call's identity and times; SELECTed over `rest` (a FROM clause) when
-    given, else one row of VALUES."""
+    given, else one row of VALUES; into the run log, or the relation `into`."""
     values = {
         "table_name": quote_literal(ctx.table.name),
         "backend_pid": "PG_BACKEND_PID()",
@@ -178,15 +180,16 @@ def run_log_insert_sql(ctx: TableSql, values: dict[str, str], breaks: tuple[int,
         **values,
     }
     columns, selected = schemas.ordered(ctx.d, schemas.RUN_LOG, values)
-    insert = f"INSERT INTO {ctx.rel.run_log} ({wrapped(columns, (7,))})\n"
+    insert = f"INSERT INTO {into or ctx.rel.run_log} ({wrapped(columns, (7,))})\n"
     if rest:
         return insert + f"SELECT {wrapped(selected, breaks)}\n{rest};"
     return insert + f"VALUES ({wrapped(selected, breaks)});"
 
 
-def run_log_row_sql(ctx: TableSql) -> str:
+def run_log_row_sql(ctx: TableSql, into: str = "", prepare: str = "") -> str:
     """8. One run-log row per call, also when nothing was new (9.), with the watermark as
-    the call leaves it, read in the same statement."""
+    the call leaves it, read in the same statement (into the run log, or `into` after the
+    statements `prepare`)."""
     watermark_after, source = ctx.d.bounded_list_parts(WATERMARK_ITEM, ",", "r.kafka_partition", ctx.rel.watermark)
     values = {
         "events_read": "v_read",
@@ -196,6 +199,8 @@ def run_log_row_sql(ctx: TableSql) -> str:
         "lag_seconds": "v_lag",
         "status": "'ok'",
     }
-    return "-- 8. One run-log row per call, also when nothing was new (9.).\n" + run_log_insert_sql(
-        ctx, values, breaks=(7, 13), rest=source
+    return (
+        "-- 8. One run-log row per call, also when nothing was new (9.).\n"
+        + prepare
+        + run_log_insert_sql(ctx, values, breaks=(7, 13), rest=source, into=into)
     )

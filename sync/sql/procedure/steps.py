@@ -21,11 +21,11 @@ from sync.sql.procedure.bookkeeping import (
     outcome_counts_sql,
     quarantine_sql,
     replayed_sql,
-    run_log_row_sql,
     session_settings_sql,
     single_flight_sql,
     watermark_before_sql,
 )
+from sync.sql.procedure.call_result import call_result_sql
 from sync.sql.procedure.context import CALL_TIME, OUTCOMES, Action, TableSql
 from sync.sql.procedure.drift import drift_sql
 from sync.sql.procedure.fields import has_toast
@@ -256,7 +256,7 @@ SYNC_STEPS = (
     Step(stage_sql, ("v_since", "v_until_time", "v_until_partition", "v_until_offset", "v_replayed", "v_read"), writes=STAGE),
     Step(analyze_stage_sql, ("v_read",), lambda ctx: ctx.d.analyze_stage, reads=facts("_action _rn values")),
     Step(apply_batch_sql, ("v_read",)),
-    Step(run_log_row_sql, (CALL_TIME, "v_read", *(f"v_{name}" for name in OUTCOMES), "v_wm_before", "v_lag")),
+    Step(call_result_sql, (CALL_TIME, "v_read", *(f"v_{name}" for name in OUTCOMES), "v_wm_before", "v_lag")),
 )
 
 

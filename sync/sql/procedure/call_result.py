@@ -1,0 +1,42 @@
+"""8. The run-log row a sync call leaves for its caller, in a temporary table of the
+session (`CALL_RESULT`), copied from there into the shared run log.
+
+The caller reads the row back inside the call's own transaction, before it commits. Reading
+the shared run log instead would conflict: every table's call writes it, and Redshift at
+SERIALIZABLE tracks reads and writes per table ("Isolation levels in Amazon Redshift",
+c_serial_isolation), so a read of it in the call's transaction forms a cycle with any other
+table's call, and a read in a transaction of its own forms PostgreSQL's read-only anomaly
+with a call and the stream's writer. A temporary table is the session's alone: "Temporary
+tables are created in a separate session-specific schema"; "the temporary schema becomes
+the first schema in the search path, so the temporary table takes precedence over the
+permanent table" (CREATE TABLE, r_CREATE_TABLE_NEW), and AWS names it as the way a
+procedure returns a result set (stored-procedure-result-set). No other session can write
+it, so it takes part in no conflict (PostgreSQL takes no predicate locks on it either).
+"""
+
+from __future__ import annotations
+
+from sync.sql import schemas
+from sync.sql.names import CALL_RESULT
+from sync.sql.procedure.bookkeeping import run_log_row_sql
+from sync.sql.procedure.context import TableSql
+from sync.sql.procedure.text import wrapped
+
+# The run-log columns but its identity, which only the shared run log numbers.
+RESULT_COLUMNS = tuple(c for c in schemas.RUN_LOG if c.name != "run_id")
+
+
+def call_result_sql(ctx: TableSql) -> str:
+    """The session's result table made anew (DROP, not DELETE: a Redshift DELETE leaves its
+    rows marked for deletion), the run-log row into it, then from there into the run log."""
+    result = ctx.d.q(CALL_RESULT)
+    definitions = wrapped(schemas.definitions(ctx.d, RESULT_COLUMNS), (4, 11))
+    prepare = (
+        "--    Left for the caller in a temporary table: it never reads the run log (call_result.py).\n"
+        f"DROP TABLE IF EXISTS {result};\nCREATE TEMP TABLE {result} ({definitions});\n"
+    )
+    columns = wrapped(schemas.names(RESULT_COLUMNS), (7,))
+    return (
+        run_log_row_sql(ctx, into=result, prepare=prepare)
+        + f"\nINSERT INTO {ctx.rel.run_log} ({columns})\nSELECT * FROM {result};"
+    )
