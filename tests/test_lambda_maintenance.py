@@ -14,6 +14,7 @@ and automatic VACUUM DELETE runs "during periods of reduced load".
 from __future__ import annotations
 
 import json
+import os
 
 import pytest
 
@@ -154,3 +155,46 @@ def test_a_local_batch_is_one_transaction(synced, api):  # noqa: F811
     failed = api.batch_execute_statement(WorkgroupName="local", Database="dev", Sqls=[insert, "SELECT 1 / 0"])
     assert api.wait(failed["Id"]) == "FAILED" and "division by zero" in api.describe_statement(Id=failed["Id"])["Error"]
     assert wh.query("SELECT COUNT(*) FROM cdc.sync_run_log")[0][0] == count  # the first statement rolled back
+
+
+def test_a_user_who_may_not_read_the_statistics_is_told_what_to_grant(synced, env, database_dsn):  # noqa: F811
+    """ "SVV_TABLE_INFO is visible only to superusers ... To permit a user to query the view,
+    grant SELECT permission on SVV_TABLE_INFO to the user" (r_SVV_TABLE_INFO). A maintenance
+    run by such a user still prunes, vacuums nothing and says what to grant, without failing
+    the invocation; `doctor` fails its check with the same words. PostgreSQL's statistics
+    view, revoked from PUBLIC in the test's database, stands for it."""
+    from sync.config import load_pipeline
+    from sync.operations.doctor import CheckState, stage_statistics_check
+    from sync.warehouse import connect
+
+    wh = synced
+    user = f"sync_user_{os.getpid()}"
+    dsn = database_dsn.replace("postgresql://postgres:", f"postgresql://{user}:", 1)
+    assert dsn != database_dsn
+    wh.execute(f'CREATE ROLE "{user}" LOGIN')
+    try:
+        wh.execute(f'GRANT USAGE ON SCHEMA cdc TO "{user}"')
+        wh.execute(f'GRANT ALL ON ALL TABLES IN SCHEMA cdc TO "{user}"')
+        wh.execute("REVOKE SELECT ON pg_catalog.pg_stat_user_tables FROM PUBLIC")
+        env.delenv("REDSHIFT_SYNC_WORKGROUP")
+        env.setenv("REDSHIFT_SYNC_DSN", dsn)
+        grant = f'GRANT SELECT ON pg_stat_user_tables TO "{user}"'
+
+        summary = lambda_handler.handler({"maintenance": True}, Context())
+
+        m = summary["maintenance"]
+        assert summary["ok"] and m["check_error"] is None and grant in m["check_denied"], m
+        assert m["vacuums"] == [] and m["pruned_rows"] >= 1
+        pipeline, _ = load_pipeline()
+        as_user = connect(dsn)
+        check = stage_statistics_check(as_user, pipeline)
+        assert check.state == CheckState.FAILED and grant in check.detail
+
+        wh.execute(f'GRANT SELECT ON pg_catalog.pg_stat_user_tables TO "{user}"')
+        assert stage_statistics_check(as_user, pipeline).state == CheckState.OK
+        as_user.close()
+        m = lambda_handler.handler({"maintenance": True}, Context())["maintenance"]
+        assert m["check_denied"] is None and m["stages_checked"] == 2
+    finally:
+        wh.execute(f'DROP OWNED BY "{user}"')
+        wh.execute(f'DROP ROLE "{user}"')

@@ -23,13 +23,17 @@ from typing import Any
 from sync.aws.data_api import DataApiError, StatementFailed
 from sync.config import Pipeline
 from sync.operations.runner import PruneResult, prune_with
-from sync.sql.dialect import PostgresDialect
+from sync.sql.dialect import PostgresDialect, quote_ident
 from sync.sql.names import table_names
 from sync.warehouse import WarehouseError
 
 # Redshift's refusal of a second VACUUM: "VACUUM is running HINT: re-execute after other
 # vacuum finished" (as reported in dbt-labs/dbt-core#639).
 VACUUM_BUSY = re.compile(r"vacuum is running|other vacuum|another vacuum", re.IGNORECASE)
+# A statement refused for want of a privilege: SQLSTATE 42501 insufficient_privilege, or
+# (the Data API gives no SQLSTATE) the engine's words for it.
+INSUFFICIENT_PRIVILEGE = "42501"
+PERMISSION_DENIED = re.compile(r"permission denied", re.IGNORECASE)
 STATEMENT_ERRORS = (DataApiError, WarehouseError)
 
 
@@ -53,6 +57,7 @@ class Maintenance:
     prune_error: str | None = None
     stages_checked: int = 0
     check_error: str | None = None
+    check_denied: str | None = None  # the user may not read the statistics: what to grant (not a failure)
     vacuums: list[StageVacuum] = field(default_factory=list)
 
     @property
@@ -89,6 +94,26 @@ def dead_rows_sql(d: PostgresDialect, pipeline: Pipeline) -> list[str]:
     ]
 
 
+def stage_check_denied(d: PostgresDialect, exc: Exception, user: str | None) -> str | None:
+    """When the stage check failed because the user may not read the dialect's statistics
+    view (Redshift: "SVV_TABLE_INFO is visible only to superusers", r_SVV_TABLE_INFO), what
+    to do about it; None for any other error."""
+    if getattr(exc, "sqlstate", None) != INSUFFICIENT_PRIVILEGE and not PERMISSION_DENIED.search(str(exc)):
+        return None
+    grantee = quote_ident(user) if user else "<the sync user>"
+    return (
+        f"{user or 'the sync user'} may not read {d.dead_rows_view}, so no stage is vacuumed; "
+        f"a superuser grants it: GRANT SELECT ON {d.dead_rows_view} TO {grantee}"
+    )
+
+
+def current_user(query: Callable[[str], list[tuple]]) -> str | None:
+    try:
+        return str(query("SELECT current_user")[0][0])
+    except STATEMENT_ERRORS:
+        return None
+
+
 def maintain(
     pipeline: Pipeline,
     d: PostgresDialect,
@@ -109,7 +134,9 @@ def maintain(
     try:
         dead = [(str(name), int(rows or 0)) for sql in dead_rows_sql(d, pipeline) for name, rows in query(sql)]
     except STATEMENT_ERRORS as exc:
-        out.check_error = str(exc)
+        # Not readable by this user: no vacuum, reported with the grant, not a failure.
+        out.check_denied = stage_check_denied(d, exc, current_user(query))
+        out.check_error = None if out.check_denied else str(exc)
         return out
     out.stages_checked = len(dead)
     threshold = pipeline.operations.stage_vacuum_rows
@@ -140,6 +167,7 @@ def metric_line(result: Maintenance, namespace: str, timestamp_ms: int) -> dict:
         "PrunedRows": result.pruned_rows,
         "StagesVacuumed": result.count(VacuumOutcome.VACUUMED),
         "VacuumsSkipped": result.count(VacuumOutcome.SKIPPED),
+        "VacuumCheckDenied": int(result.check_denied is not None),
         "MaintenanceFailed": int(result.failed),
     }
     return {

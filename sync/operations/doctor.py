@@ -28,8 +28,9 @@ class Check:
 
 
 def run_checks(config: Path | None, dsn: str | None, revisions: Callable[[Pipeline, Path], Any]) -> list[Check]:
-    """The pipeline file, the warehouse, its isolation level, and the deployed revision
-    against the pipeline file (`revisions` gives the alembic configuration)."""
+    """The pipeline file, the warehouse, its isolation level, the deployed revision against
+    the pipeline file (`revisions` gives the alembic configuration), and the statistics the
+    maintenance run reads."""
     checks: list[Check] = []
     try:
         pipeline, path = load_pipeline(config)
@@ -61,9 +62,26 @@ def run_checks(config: Path | None, dsn: str | None, revisions: Callable[[Pipeli
                 if problem
                 else Check("deployed revision", CheckState.OK, "the database is at the pipeline file's revision")
             )
+            checks.append(stage_statistics_check(wh, pipeline))
     finally:
         wh.close()
     return checks
+
+
+def stage_statistics_check(wh: Warehouse, pipeline: Pipeline) -> Check:
+    """Whether this user can read what the Lambda's maintenance run reads to find the stages
+    to vacuum (sync/aws/maintenance.py): on Redshift SVV_TABLE_INFO, "visible only to
+    superusers" unless granted (r_SVV_TABLE_INFO)."""
+    from sync.aws.maintenance import dead_rows_sql, stage_check_denied
+
+    name = "stage vacuum statistics"
+    d = wh.dialect.bind_schema(pipeline.schema)
+    try:
+        for sql in dead_rows_sql(d, pipeline):
+            wh.query(sql)
+    except WarehouseError as exc:
+        return Check(name, CheckState.FAILED, stage_check_denied(d, exc, wh.scalar("SELECT current_user")) or str(exc))
+    return Check(name, CheckState.OK, f"{d.dead_rows_view} is readable: the maintenance run finds the stages to vacuum")
 
 
 def as_dicts(checks: list[Check]) -> list[dict[str, str]]:

@@ -88,6 +88,7 @@ class PostgresDialect:
     isolation_level_sql = "SELECT current_setting('default_transaction_isolation')"
     # Each listed table's deleted rows not yet reclaimed: (name, rows) over {schema} and
     # {tables}, literals; statistics, so approximate.
+    dead_rows_view = "pg_stat_user_tables"
     dead_rows_sql = (
         "SELECT relname::text, n_dead_tup FROM pg_stat_user_tables WHERE schemaname = {schema} AND relname IN ({tables})"
     )

@@ -113,6 +113,9 @@ class RedshiftDialect(PostgresDialect):
     stream_relation = "MATERIALIZED VIEW"
     control_table_attributes = {"watermark": "\nDISTSTYLE AUTO", "run_log": "\nSORTKEY (started_at)"}
     isolation_level_sql = "SELECT TRIM(isolation_level) FROM stv_db_isolation_level WHERE TRIM(db_name) = current_database()"
+    # "SVV_TABLE_INFO is visible only to superusers ... To permit a user to query the view,
+    # grant SELECT permission on SVV_TABLE_INFO to the user" (r_SVV_TABLE_INFO).
+    dead_rows_view = "svv_table_info"
     dead_rows_sql = (
         'SELECT TRIM("table"), tbl_rows - estimated_visible_rows FROM svv_table_info '
         'WHERE TRIM("schema") = {schema} AND TRIM("table") IN ({tables})'
