@@ -297,3 +297,23 @@ def test_tables_without_a_route_keep_their_generated_sql_byte_for_byte():
 def test_routes_that_cannot_work_are_refused_with_the_setting_named(tables, message):
     with pytest.raises(ConfigError, match=re.escape(message)):
         make_pipeline(tables)
+
+
+def test_a_table_joining_a_topic_replaces_the_procedures_of_its_tables_and_keeps_the_view():
+    """The first table of a topic decides whose records are whose: when another table joins
+    the topic its procedure is replaced; the shared view stays (a re-created view re-reads
+    the topic from its start)."""
+    from sync.schema.plan import RevisionRefused, plan_revision
+    from sync.schema.state import state_for
+
+    customer_only = WHOLE_DATABASE.split('[[tables]]\nname = "orders"')[0]
+    old = state_for(make_pipeline(customer_only), "pipeline.toml")
+    plan = plan_revision(old, state_for(make_pipeline(WHOLE_DATABASE), "pipeline.toml"))
+    assert 'r.create_table("orders")' in plan.upgrade
+    assert 'r.replace_procedure("customer")' in plan.upgrade
+    assert not [op for op in plan.upgrade if "stream" in op]
+    # Another table first on the topic would rename the view: refused, with the safe path.
+    orders, customer = WHOLE_DATABASE.split('[[tables]]\nname = "orders"')[1], customer_only
+    reordered = make_pipeline('[[tables]]\nname = "orders"' + orders + customer)
+    with pytest.raises(RevisionRefused, match="keep customer the first table reading topic shop.all"):
+        plan_revision(old, state_for(reordered, "pipeline.toml"))
