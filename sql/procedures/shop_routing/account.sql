@@ -189,33 +189,31 @@ BEGIN
            CASE WHEN t.source_ts_ms BETWEEN 0 AND 253402300799999 THEN t.source_ts_ms END AS source_ts_ms, t.source_pos,
            t.unavailable, t.drift_img, t."source_table", t."id", t."email", t.route_source,
            CASE
-             WHEN t.check_no IN (1, 5) THEN 'tombstone'
-             WHEN t.check_no = 2 THEN 'routed'
-             WHEN t.check_no = 3 THEN 'unmatched'
-             WHEN t.check_no IN (4, 6, 7, 9, 10, 11, 12, 13, 14) THEN 'quarantine'
-             WHEN t.check_no = 8 THEN 'truncate'
-             WHEN t.check_no = 15 THEN 'delete'
+             WHEN t.check_no IN (1, 4) THEN 'tombstone'
+             WHEN t.check_no = 2 THEN 'unmatched'
+             WHEN t.check_no IN (3, 5, 6, 8, 9, 10, 11, 12, 13) THEN 'quarantine'
+             WHEN t.check_no = 7 THEN 'truncate'
+             WHEN t.check_no = 14 THEN 'delete'
              ELSE 'upsert'
            END AS action,
            CASE t.check_no
              WHEN 1 THEN NULL
-             WHEN 2 THEN NULL
-             WHEN 3 THEN t.route_source
-             WHEN 4 THEN 'value is not valid JSON'
-             WHEN 5 THEN NULL
-             WHEN 6 THEN 'value is not a JSON object'
-             WHEN 7 THEN 'no op field: not a Debezium change event'
-             WHEN 8 THEN NULL
-             WHEN 9 THEN 'unknown op "' || CASE WHEN OCTET_LENGTH(t.op) <= 64 THEN t.op ELSE SUBSTRING(t.op, 1, 16) END || '"'
-             WHEN 10 THEN 'no row image: after is missing or not an object'
-             WHEN 11 THEN 'primary key field __dbz__sourceIdentifier is missing or not a varchar(255)'
-             WHEN 12 THEN 'primary key field id is missing or not a integer'
-             WHEN 13 THEN 'source time (ts_ms) is not milliseconds since the epoch between 1970 and 9999'
-             WHEN 14 THEN 'field email does not convert to varchar(256)'
-             WHEN 15 THEN NULL
+             WHEN 2 THEN t.route_source
+             WHEN 3 THEN 'value is not valid JSON'
+             WHEN 4 THEN NULL
+             WHEN 5 THEN 'value is not a JSON object'
+             WHEN 6 THEN 'no op field: not a Debezium change event'
+             WHEN 7 THEN NULL
+             WHEN 8 THEN 'unknown op "' || CASE WHEN OCTET_LENGTH(t.op) <= 64 THEN t.op ELSE SUBSTRING(t.op, 1, 16) END || '"'
+             WHEN 9 THEN 'no row image: after is missing or not an object'
+             WHEN 10 THEN 'primary key field __dbz__sourceIdentifier is missing or not a varchar(255)'
+             WHEN 11 THEN 'primary key field id is missing or not a integer'
+             WHEN 12 THEN 'source time (ts_ms) is not milliseconds since the epoch between 1970 and 9999'
+             WHEN 13 THEN 'field email does not convert to varchar(256)'
+             WHEN 14 THEN NULL
              ELSE NULL
            END AS reason,
-           CASE WHEN t.check_no IN (4, 6, 7, 9, 10, 11, 12, 13, 14) OR t.unavailable IS NOT NULL THEN t.payload END AS quarantine_payload,
+           CASE WHEN t.check_no IN (3, 5, 6, 8, 9, 10, 11, 12, 13) OR t.unavailable IS NOT NULL THEN t.payload END AS quarantine_payload,
            MAX(t.kafka_timestamp) OVER (PARTITION BY t.kafka_partition ORDER BY t.kafka_offset
              ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW) AS kafka_time
     FROM (
@@ -226,20 +224,19 @@ BEGIN
              t.has_source_ts,
              CASE
                WHEN t.raw_value IS NULL AND (t.env IS NULL) THEN 1
-               WHEN t.routed_to = 'other' THEN 2
-               WHEN IS_OBJECT(t.env) AND NOT COALESCE(t.routed_to = 'own', false) THEN 3
-               WHEN t.raw_value IS NOT NULL THEN 4
-               WHEN (t.env IS NULL) THEN 5
-               WHEN NOT IS_OBJECT(t.env) THEN 6
-               WHEN t.op IS NULL THEN 7
-               WHEN t.op = 't' THEN 8
-               WHEN t.op NOT IN ('c', 'r', 'u', 'd') THEN 9
-               WHEN t.op <> 'd' AND ((t.img IS NULL) OR NOT IS_OBJECT(t.img)) THEN 10
-               WHEN t."source_table" IS NULL THEN 11
-               WHEN t."id" IS NULL THEN 12
-               WHEN t.has_source_ts AND (t.source_ts_ms IS NULL OR t.source_ts_ms NOT BETWEEN 0 AND 253402300799999) THEN 13
-               WHEN t.op <> 'd' AND NOT (t."j__email" IS NULL) AND t."email" IS NULL AND NOT t."u__email" THEN 14
-               WHEN t.op = 'd' THEN 15
+               WHEN IS_OBJECT(t.env) AND NOT COALESCE(t.routed_to = 'own', false) THEN 2
+               WHEN t.raw_value IS NOT NULL THEN 3
+               WHEN (t.env IS NULL) THEN 4
+               WHEN NOT IS_OBJECT(t.env) THEN 5
+               WHEN t.op IS NULL THEN 6
+               WHEN t.op = 't' THEN 7
+               WHEN t.op NOT IN ('c', 'r', 'u', 'd') THEN 8
+               WHEN t.op <> 'd' AND ((t.img IS NULL) OR NOT IS_OBJECT(t.img)) THEN 9
+               WHEN t."source_table" IS NULL THEN 10
+               WHEN t."id" IS NULL THEN 11
+               WHEN t.has_source_ts AND (t.source_ts_ms IS NULL OR t.source_ts_ms NOT BETWEEN 0 AND 253402300799999) THEN 12
+               WHEN t.op <> 'd' AND NOT (t."j__email" IS NULL) AND t."email" IS NULL AND NOT t."u__email" THEN 13
+               WHEN t.op = 'd' THEN 14
                ELSE 0
              END AS check_no
       FROM (

@@ -117,9 +117,10 @@ def routing_checks(ctx: TableSql) -> list[Check]:
     d, own = ctx.d, f"t.{ROUTED_TO} = 'own'"
     if not counts_unmatched(ctx):
         return [Check(f"t.{ROUTED_TO} IS NULL", Action.ROUTED, "NULL")]
+    others = len(_deciding(ctx)) > 1
     return [
         Check(f"t.raw_value IS NULL AND {d.json_is_null('t.env')}", Action.TOMBSTONE, "NULL"),
-        Check(f"t.{ROUTED_TO} = 'other'", Action.ROUTED, "NULL"),
+        *([Check(f"t.{ROUTED_TO} = 'other'", Action.ROUTED, "NULL")] if others else []),
         Check(f"{d.json_is_object('t.env')} AND NOT COALESCE({own}, false)", Action.UNMATCHED, f"t.{ROUTE_SOURCE}"),
     ]
 
