@@ -140,6 +140,12 @@ def test_two_tables_over_a_whole_database_topic_each_with_its_own_watermark(wh):
     # The audit_log records no table selects: counted once, by the first table of the topic.
     assert drift(wh, "customer") == [("unmatched", "db=shop,table=audit_log", 2)]
     assert drift(wh, "orders") == []
+    # ... dated with the run's start: the count joins the run-log row of the run (docs/debezium.md)
+    joined = wh.query(
+        "SELECT r.events_read, d.events FROM cdc.sync_run_log r JOIN cdc.customer__drift d "
+        "ON d.table_name = r.table_name AND d.run_started_at = r.started_at AND d.kind = 'unmatched'"
+    )
+    assert joined == [(8, 2)]
 
 
 def test_records_matching_no_table_are_counted_in_status_never_dropped(wh):
