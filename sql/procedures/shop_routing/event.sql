@@ -274,12 +274,12 @@ BEGIN
                            (CASE WHEN JSON_SIZE(f.src."__lsn") <= 65535 THEN f.src."__lsn" END) AS "b__p1"
                     FROM (
                       SELECT f.kafka_partition, f.kafka_offset, f.kafka_timestamp, f.refresh_time,
-                             f.payload, f.raw_value, f.env, f.key_env,
+                             f.payload, f.raw_value, f.env, CASE WHEN f.x__r0 IN ('events_2025', 'events_2026') THEN f.key_env END AS key_env,
                              CASE WHEN IS_OBJECT(f.env) THEN
                         CASE WHEN f.x__o0 = 'true' THEN 'd' ELSE COALESCE(f.x__o1, 'u') END
                       END AS op,
-                             f.env AS img,
-                             f.env AS src,
+                             CASE WHEN f.x__r0 IN ('events_2025', 'events_2026') THEN f.env END AS img,
+                             CASE WHEN f.x__r0 IN ('events_2025', 'events_2026') THEN f.env END AS src,
                              CASE WHEN f.x__r0 IN ('events_2025', 'events_2026') THEN 'own' END AS routed_to,
                              CASE WHEN OCTET_LENGTH('__table=' || COALESCE(f.x__r0, '')) <= 256 THEN '__table=' || COALESCE(f.x__r0, '') ELSE SUBSTRING('__table=' || COALESCE(f.x__r0, ''), 1, 64) END AS route_source
                       FROM (

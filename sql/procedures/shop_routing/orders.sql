@@ -281,10 +281,10 @@ BEGIN
                                      (CASE WHEN JSON_SIZE(f.src."row") <= 65535 THEN f.src."row" END) AS "b__p2"
                               FROM (
                                 SELECT f.kafka_partition, f.kafka_offset, f.kafka_timestamp, f.refresh_time,
-                                       f.payload, f.raw_value, f.env, f.key_env,
+                                       f.payload, f.raw_value, f.env, CASE WHEN f.x__r0 = 'shop' AND f.x__r1 = 'orders' THEN f.key_env END AS key_env,
                                        f.x__o0 AS op,
-                                       CASE WHEN f.x__o0 = 'd' THEN f.env."before" ELSE f.env."after" END AS img,
-                                       f.env."source" AS src,
+                                       CASE WHEN f.x__r0 = 'shop' AND f.x__r1 = 'orders' THEN CASE WHEN f.x__o0 = 'd' THEN f.env."before" ELSE f.env."after" END END AS img,
+                                       CASE WHEN f.x__r0 = 'shop' AND f.x__r1 = 'orders' THEN f.env."source" END AS src,
                                        CASE WHEN f.x__r0 = 'shop' AND f.x__r1 = 'orders' THEN 'own' END AS routed_to
                                 FROM (
                                   SELECT f.*,

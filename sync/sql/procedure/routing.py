@@ -12,6 +12,8 @@ before (no check, no column), so the SQL of such tables does not change."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from sync.config import TableConfig
 from sync.sql import schemas
 from sync.sql.dialect import quote_literal
@@ -71,13 +73,30 @@ def _match(table: TableConfig, texts: dict[str, str]) -> str:
     return " AND ".join(tests)
 
 
-def route_columns_sql(ctx: TableSql, level: str, env: str) -> tuple[str, list[str]]:
+@dataclass(frozen=True)
+class RouteColumns:
+    """The batch's level with the routes' fields read (`level`), the columns the next level
+    adds (`lines`), and the condition of the table's own records over `level` (`own`)."""
+
+    level: str
+    lines: list[str]
+    own: str | None = None
+
+    def only_own(self, expr: str, alias: str = "") -> str:
+        """`expr` for the table's own records, NULL for the others (nothing above reads their
+        image, key or source block, so no field of theirs is decoded)."""
+        if self.own is None:
+            return expr
+        return f"CASE WHEN {self.own} THEN {expr} END" + (f" AS {alias}" if alias else "")
+
+
+def route_columns_sql(ctx: TableSql, level: str, env: str) -> RouteColumns:
     """The batch's level `level` extended with the text of each field the routes select on
     (named once where the dialect names texts), and the lines of the columns the next
     level adds: `routed_to` and, for the first table of the topic, `route_source`
     (`db=...,table=...`, at most SOURCE_BYTES bytes)."""
     if not routed(ctx):
-        return level, []
+        return RouteColumns(level, [])
     d = ctx.d
     obj = env if _unwrapped(ctx.table) else d.json_get(env, "source")
     fields = _fields(ctx)
@@ -93,7 +112,7 @@ def route_columns_sql(ctx: TableSql, level: str, env: str) -> tuple[str, list[st
             f"{quote_literal(('' if i == 0 else ',') + f + '=')} || COALESCE({texts[f]}, '')" for i, f in enumerate(fields)
         )
         lines.append(f"{d.prefix_bytes(source, SOURCE_BYTES)} AS {ROUTE_SOURCE}")
-    return level, lines
+    return RouteColumns(level, lines, own)
 
 
 def carried_columns(ctx: TableSql, prefix: str, final: bool = False) -> list[str]:
