@@ -16,6 +16,7 @@ from typing import Annotated, Literal, get_args
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from sync.debezium.vocabulary import Semantic
+from sync.route import RouteConfig
 from sync.sql.types import SqlType, parse_type
 
 DEFAULT_CONFIG_PATH = "pipeline.toml"
@@ -183,6 +184,8 @@ class TableConfig(_Model):
     # producer's commit marker, one offset per transaction), "compacted" (cleanup.policy =
     # compact: any gap). How the tool reads the topic, not what it deploys: revisions leave it out.
     offset_gaps: Annotated[Literal["none", "transaction-markers", "compacted"], Field(exclude=True)] = "none"
+    # Which records of the topic are this table's (sync.route): set when tables share a topic.
+    route: RouteConfig | None = None
 
     @field_validator("name")
     @classmethod
@@ -249,7 +252,22 @@ class TableConfig(_Model):
             if self.column_by_any_name(key) is None:
                 raise ValueError(f"sortkey: {key!r} is not a column of table {self.name!r}")
         self._check_row_order()
+        self._check_route()
         return self
+
+    def _check_route(self) -> None:
+        route = self.route
+        if route is None:
+            return
+        if route.field is not None and self.format == "debezium":
+            raise ValueError("route: field selects on an unwrapped record; a full envelope routes by db, schema and table")
+        if self.format == "row" and any(route.source_values):
+            raise ValueError("route: a row topic has no source block; route by field and values")
+        if route.key_field is not None and route.key_field not in self.primary_key:
+            raise ValueError(
+                f"route: key_field {route.key_field!r} (the field the routing SMT adds to the Kafka key) "
+                "is not in primary_key: a sharded table keeps it in the key"
+            )
 
     def _check_row_order(self) -> None:
         """format = "row" has no source block: Kafka order, or a column of the row."""
@@ -389,9 +407,14 @@ class Pipeline(_Model):
         if dupes:
             raise ValueError(f"tables: {', '.join(dupes)} defined more than once")
         topics = [t.topic for t in self.tables]
-        dupe_topics = sorted({n for n in topics if topics.count(n) > 1})
-        if dupe_topics:
-            raise ValueError(f"tables: topic {', '.join(dupe_topics)} used by more than one table")
+        unrouted = sorted({t.topic for t in self.tables if t.route is None and topics.count(t.topic) > 1})
+        if unrouted:
+            raise ValueError(f"tables: topic {', '.join(unrouted)} is read by more than one table: give each of them a route")
+        mixed = sorted({t.topic for t in self.tables if len({s.format for s in self.sharing(t)}) > 1})
+        if mixed:
+            raise ValueError(
+                f"tables: the tables reading topic {', '.join(mixed)} give different formats; one topic has one format"
+            )
         if self.heartbeat is not None and self.heartbeat.topic in topics:
             raise ValueError(f"heartbeat: topic {self.heartbeat.topic!r} is a table's topic")
         return self
@@ -399,6 +422,12 @@ class Pipeline(_Model):
     @property
     def schema(self) -> str:
         return self.pipeline.schema_name
+
+    def sharing(self, table: TableConfig) -> list[TableConfig]:
+        """The tables reading the topic of `table` (itself included), in file order: the
+        first one owns the streaming view they share, so its name stays what a table
+        alone on the topic had."""
+        return [t for t in self.tables if t.topic == table.topic]
 
     def table(self, name: str) -> TableConfig:
         for t in self.tables:

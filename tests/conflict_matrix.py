@@ -36,6 +36,7 @@ from sync.operations.runner import call_result_sql, call_sql, isolate_sql, prune
 from sync.sql import recovery
 from sync.sql.backfill_merge import BackfillSql
 from sync.sql.dialect import dialect_for, quote_literal
+from sync.sql.names import table_names
 from sync.sql.statements import body_sql_statements, procedure_body, split_statements
 from tests.helpers import EXAMPLES, REPO
 
@@ -234,7 +235,8 @@ def operations(example: str) -> tuple[Operation, ...]:
             if kind == "reset-positions" and table.order_by == "kafka":
                 continue  # refused: no positions stored
             if kind == "refresh":
-                stream = f"{pipeline.schema}.{table.name}__stream"
+                # A view several tables share is refreshed once: each table's refresh is its.
+                stream = f"{pipeline.schema}.{table_names(pipeline, table).stream}"
                 access = statement_access(views[stream], schemas, procedures)
             else:
                 access = transaction_access(_runtime_sql(pipeline, table, kind), schemas, procedures)

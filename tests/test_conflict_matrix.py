@@ -86,3 +86,23 @@ def test_the_documented_matrix_is_the_computed_one():
     if os.environ.get("UPDATE_GOLDEN"):
         document(matrix)
     assert documented() == matrix, "docs/redshift.md shows another matrix: rerun with UPDATE_GOLDEN=1 and review the diff"
+
+
+def test_a_shared_streaming_view_is_pruned_under_the_lock_of_every_table_reading_it():
+    """Two tables over one topic read one view (AWS: one streaming materialized view per
+    topic). Its prune reads both tables' watermarks and targets while their CALLs read the
+    view it deletes from and write their targets: a read-write cycle, serialized by taking
+    every sharing table's lock first, in one order."""
+    from dataclasses import replace
+
+    ops = {op.name: op for op in operations("shop_routing")}
+    view = "shop.customer__stream"
+    assert ops["refresh customer"].access.writes == ops["refresh orders"].access.writes == {view}
+    prune = ops["prune customer"].access
+    assert prune.locks_first == ("shop.customer__watermark", "shop.orders__watermark")
+    assert view in prune.writes and view not in ops["prune orders"].access.writes
+    call = ops["sync orders"].access
+    assert view in call.reads
+    assert verdict(prune, call).why == "serialized by LOCK shop.orders__watermark"
+    # Without the other table's lock the pair is a cycle Redshift stops with error 1023.
+    assert not verdict(replace(prune, locks_first=prune.locks_first[:1]), call).safe

@@ -11,6 +11,14 @@ from rich.text import Text
 
 from sync.operations.freshness import Freshness
 from sync.operations.unknown_values import UnknownValues
+from sync.sql.procedure.routing import UNMATCHED_KIND
+
+# What a schema-drift row of each kind says in `status` (sync.sql.procedure.drift, .routing).
+DRIFT_KINDS = {
+    "unknown": "field not in the pipeline file",
+    "missing": "configured field absent from events",
+    UNMATCHED_KIND: "records of the topic no table's route selects",
+}
 
 
 def readable_seconds(seconds: float | None) -> str:
@@ -114,7 +122,7 @@ def print_status(rows: list[Any], out: Console) -> None:
         for reason, count in s.stream_errors:
             out.print(f"  {s.table}: {count} record(s) skipped by streaming ingestion: {reason}", highlight=False)
         for kind, name, count in s.schema_drift:
-            what = "field not in the pipeline file" if kind == "unknown" else "configured field absent from events"
+            what = DRIFT_KINDS.get(kind, kind)
             out.print(f"  {s.table}: {what}: {name} ({count} event(s))", highlight=False)
         for column, count in s.unknown_values:
             out.print(f"  {UnknownValues(s.table, column, count).describe()}", highlight=False)

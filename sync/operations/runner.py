@@ -385,17 +385,24 @@ def stream_prune_sql(pipeline: Pipeline, table: TableConfig, d: PostgresDialect,
     watermark of their partition (applied, or quarantined with their value kept), refreshed
     before the cutoff, and not the record that wrote a stored row (which a revision adding
     a column reads again). Redshift's DELETE takes a streaming materialized view; the
-    watermark, not the relation, says what was read, so a later refresh is not affected."""
+    watermark, not the relation, says what was read, so a later refresh is not affected.
+    A view several tables share (`Pipeline.sharing`) keeps what any of them still needs:
+    below the lowest of their watermarks, and no stored row of any of them."""
     n = table_names(pipeline, table)
-    stream, wm, target = (d.qualified(n.schema, x) for x in (n.stream, n.watermark, n.target))
+    stream = d.qualified(n.schema, n.stream)
     # Redshift's DELETE takes no alias: the stream is named in full in the conditions.
-    return (
-        f"DELETE FROM {stream}\n"
-        f"WHERE {stream}.refresh_time < {cutoff}\n"
-        f"  AND {stream}.kafka_offset <= (SELECT MAX(w.last_offset) FROM {wm} w WHERE w.kafka_partition = {stream}.kafka_partition)\n"
-        f"  AND NOT EXISTS (SELECT 1 FROM {target} t\n"
-        f"                  WHERE t._kafka_partition = {stream}.kafka_partition AND t._kafka_offset = {stream}.kafka_offset)"
-    )
+    read, stored = [], []
+    for t in pipeline.sharing(table):
+        m = table_names(pipeline, t)
+        wm, target = d.qualified(m.schema, m.watermark), d.qualified(m.schema, m.target)
+        read.append(
+            f"  AND {stream}.kafka_offset <= (SELECT MAX(w.last_offset) FROM {wm} w WHERE w.kafka_partition = {stream}.kafka_partition)\n"
+        )
+        stored.append(
+            f"  AND NOT EXISTS (SELECT 1 FROM {target} t\n"
+            f"                  WHERE t._kafka_partition = {stream}.kafka_partition AND t._kafka_offset = {stream}.kafka_offset)"
+        )
+    return f"DELETE FROM {stream}\nWHERE {stream}.refresh_time < {cutoff}\n" + "".join(read) + "\n".join(stored)
 
 
 def heartbeat_prune_sql(pipeline: Pipeline, d: PostgresDialect, cutoff: str) -> list[str]:
@@ -438,11 +445,15 @@ def prune_sql(d: PostgresDialect, pipeline: Pipeline, days: int, stream: bool = 
     tables = {}
     for t in pipeline.tables:
         n = table_names(pipeline, t)
+        # The stream relation is pruned with the table that owns it: a shared view under
+        # the locks of every table reading it, taken in one global order (by name).
+        prunes_stream = stream and n.stream_owner == t.name
+        locked = sorted(table_names(pipeline, s).watermark for s in pipeline.sharing(t)) if prunes_stream else [n.watermark]
         tables[t.name] = [
-            f"LOCK TABLE {d.qualified(n.schema, n.watermark)}{d.lock_mode}",
+            f"LOCK TABLE {', '.join(d.qualified(n.schema, w) for w in locked)}{d.lock_mode}",
             f"DELETE FROM {d.qualified(n.schema, n.schema_drift)} WHERE run_started_at < {cutoff}",
             f"DELETE FROM {d.qualified(n.schema, n.quarantine)} WHERE handled IN ('replayed', 'discarded') AND handled_at < {cutoff}",
-            *([stream_prune_sql(pipeline, t, d, cutoff)] if stream else []),
+            *([stream_prune_sql(pipeline, t, d, cutoff)] if prunes_stream else []),
         ]
     return PruneSql(
         [
@@ -488,7 +499,7 @@ def prune_with(
         counts = run(statements)[1:]
         result.schema_drift += counts[0]
         result.quarantine += counts[1]
-        if stream:
+        if len(counts) > 2:
             result.stream[table] = counts[2]
     if sql.heartbeat:
         result.heartbeat = run(sql.heartbeat)[0]

@@ -14,6 +14,7 @@ import json
 from dataclasses import dataclass, field
 
 from sync.config import ColumnConfig, Pipeline, TableConfig
+from sync.schema.shared_topics import sharing_drifts, sharing_problems
 from sync.schema.state import Drift, State, drifted_objects, pipeline_of
 from sync.sql.dialect import DIALECTS
 from sync.sql.names import QUARANTINE, SCHEMA_DRIFT, TableNames
@@ -264,7 +265,7 @@ def plan_revision(old: State | None, new: State) -> RevisionPlan:
     old_p = pipeline_of(old)
     old_tables = {t.name: t for t in old_p.tables}
     new_tables = {t.name: t for t in new_p.tables}
-    problems = _pipeline_problems(old_p, new_p)
+    problems = _pipeline_problems(old_p, new_p) + sharing_problems(old_p, new_p)
     for name, table in new_tables.items():
         if name in old_tables:
             problems += _table_problems(old_tables[name], table)
@@ -316,6 +317,6 @@ def plan_revision(old: State | None, new: State) -> RevisionPlan:
         plan.downgrade.append(_call("replace_views"))
     for table in new_p.tables:
         if table.name in old_tables:
-            mine = [d for d in drifts if d.table == table.name]
+            mine = [d for d in drifts if d.table == table.name] + sharing_drifts(old_p, new_p, table)
             _table_ops(old_tables[table.name], table, mine, plan)
     return plan

@@ -45,8 +45,13 @@ def warehouse_model(pipeline: Pipeline) -> dict[str, Any]:
     """The pipeline as revisions record it: everything but the operational settings
     (revisions folder, retention), which change how the tool runs, not the warehouse."""
     # A pipeline without [heartbeat] is recorded as before the section existed.
-    absent = {"heartbeat"} if pipeline.heartbeat is None else set()
-    return pipeline.model_dump(mode="json", by_alias=True, exclude=set(OPERATIONAL_SECTIONS) | absent)
+    # A pipeline without [heartbeat], and a table without a route, are recorded as before
+    # the section (the key) existed.
+    exclude: dict[str, Any] = dict.fromkeys(OPERATIONAL_SECTIONS | ({"heartbeat"} if pipeline.heartbeat is None else set()), True)
+    unrouted = {i: {"route"} for i, t in enumerate(pipeline.tables) if t.route is None}
+    if unrouted:
+        exclude["tables"] = unrouted
+    return pipeline.model_dump(mode="json", by_alias=True, exclude=exclude)
 
 
 def state_for(pipeline: Pipeline, origin: str) -> State:

@@ -28,6 +28,9 @@ class TableNames:
 
     schema: str
     table: str
+    # The table whose name the topic's streaming view takes: the first of the tables that
+    # share the topic (`Pipeline.sharing`), else the table itself.
+    stream_owner: str | None = None
 
     @property
     def target(self) -> str:
@@ -35,8 +38,9 @@ class TableNames:
 
     @property
     def stream(self) -> str:
-        """The streaming MV on Redshift; a local table filled by `ingest` on PostgreSQL."""
-        return f"{self.table}__stream"
+        """The streaming MV on Redshift; a local table filled by `ingest` on PostgreSQL.
+        One per topic: AWS's streaming ingestion reads the whole topic into each view."""
+        return f"{self.stream_owner or self.table}__stream"
 
     @property
     def stage(self) -> str:
@@ -68,4 +72,10 @@ class TableNames:
 
 
 def table_names(pipeline: Pipeline, table: TableConfig) -> TableNames:
-    return TableNames(pipeline.schema, table.name)
+    return TableNames(pipeline.schema, table.name, stream_owner(pipeline, table))
+
+
+def stream_owner(pipeline: Pipeline, table: TableConfig) -> str:
+    """The table whose name the streaming view of `table`'s topic takes (`Pipeline.sharing`)."""
+    sharing = pipeline.sharing(table)
+    return sharing[0].name if table in sharing else table.name

@@ -154,7 +154,8 @@ def table_objects(d: PostgresDialect, pipeline: Pipeline, table: TableConfig, or
         d.control_table_attributes.get("watermark", ""),
     )
     objects = [
-        *_stream_objects(d, pipeline, table.topic, n.stream, table.name),
+        # One streaming view per topic: the first table reading it creates it.
+        *(_stream_objects(d, pipeline, table.topic, n.stream, table.name) if n.stream_owner == table.name else []),
         SqlObject("table", n.schema, n.target, target, table.name),
         SqlObject("table", n.schema, n.stage, stage, table.name),
         SqlObject("table", n.schema, n.watermark, watermark, table.name),

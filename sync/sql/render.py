@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from sync.config import Pipeline
+from sync.config import Pipeline, TableConfig
+from sync.sql.names import stream_owner
 from sync.sql.objects import SqlObject, pipeline_objects
 
 SHARED_FILE = "00_pipeline.sql"
@@ -32,11 +33,17 @@ def render_files(pipeline: Pipeline, dialect: str, origin: str) -> dict[str, str
             _header(
                 origin,
                 dialect,
-                f"Table {table.name}: topic {table.topic}, stream relation, target, stage, "
+                f"Table {table.name}: topic {table.topic}, {_stream_of(pipeline, table)}, target, stage, "
                 f"watermark and incremental_sync_{table.name}().",
             ),
         )
     return files
+
+
+def _stream_of(pipeline: Pipeline, table: TableConfig) -> str:
+    """How the header names the table's stream relation: its own, or the one it shares."""
+    owner = stream_owner(pipeline, table)
+    return "stream relation" if owner == table.name else f"the stream relation of {owner} (shared)"
 
 
 def _render(objects: list[SqlObject], header: str) -> str:

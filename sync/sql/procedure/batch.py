@@ -7,6 +7,7 @@ from sync.sql.dialect import quote_literal
 from sync.sql.envelope import envelope_fields, envelope_sql, unwrap_schema
 from sync.sql.procedure.context import READ_ORDER, TableSql
 from sync.sql.procedure.fields import named_texts
+from sync.sql.procedure.routing import route_columns_sql
 from sync.sql.procedure.text import extended, indent, subquery
 
 
@@ -54,13 +55,18 @@ def batch_sql(ctx: TableSql) -> str:
     for values in levels:
         level1 = extended(d, level1, values)
     env = envelope_sql(d, ctx.table, "f.env", named)
+    # Tables sharing a topic: whose record it is (sync.sql.procedure.routing).
+    routes = route_columns_sql(ctx, level1, "f.env")
     # Level 2: operation, row image and source block, each read once.
     return (
         "SELECT f.kafka_partition, f.kafka_offset, f.kafka_timestamp, f.refresh_time,\n"
-        "       f.payload, f.raw_value, f.env, f.key_env,\n"
+        f"       f.payload, f.raw_value, f.env, {routes.only_own('f.key_env', 'key_env')},\n"
         f"       {env.op} AS op,\n"
-        f"       {env.image} AS img,\n"
-        f"       {env.source} AS src\n" + subquery(d, level1, "f")
+        f"       {routes.only_own(env.image)} AS img,\n"
+        f"       {routes.only_own(env.source)} AS src"
+        + "".join(f",\n       {line}" for line in routes.lines)
+        + "\n"
+        + subquery(d, routes.level, "f")
     )
 
 

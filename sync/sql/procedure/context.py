@@ -23,6 +23,8 @@ class Action(StrEnum):
     TRUNCATE = "truncate"  # a truncate event (op 't')
     TRUNCATED = "truncated"  # a winner a newer truncate voids
     STALE = "stale"  # a winner not newer than what is stored for its key
+    ROUTED = "routed"  # a record of another table sharing the topic (sync.sql.procedure.routing)
+    UNMATCHED = "unmatched"  # a change event no table sharing the topic selects
 
 
 # Read order of the stream for bounded runs and record isolation: a prefix of it is a

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from sync.config import ColumnConfig, TableConfig
 from sync.debezium.vocabulary import TOAST_PLACEHOLDER_TEXTS
+from sync.route import image_columns, image_key_columns
 from sync.sql.dialect import PostgresDialect, quote_literal
 from sync.sql.semantic import DecodeSql
 
@@ -42,9 +43,9 @@ def drift_image_sql(d: PostgresDialect, table: TableConfig) -> str:
     """6. The row image of a c/r/u event whose fields differ from the configured ones, else
     NULL: the schema-drift statement reads only these. An image with every configured
     field (non-null) and nothing else has no drift; anything else is checked in full."""
-    present = [f"f.{d.q(image_alias(c))} IS NOT NULL" for c in table.key_columns]
+    present = [f"f.{d.q(image_alias(c))} IS NOT NULL" for c in image_key_columns(table)]
     present += [f"f.{d.q(raw_alias(c))} IS NOT NULL" for c in table.value_columns]
-    exact = " AND ".join([*present, d.object_has_only_keys("f.img", [c.name for c in table.columns])])
+    exact = " AND ".join([*present, d.object_has_only_keys("f.img", [c.name for c in image_columns(table)])])
     return f"CASE WHEN f.op IN ('c', 'r', 'u') AND {d.json_is_object('f.img')} AND NOT ({exact}) THEN f.img END"
 
 

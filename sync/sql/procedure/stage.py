@@ -29,6 +29,7 @@ from sync.sql.procedure.fields import (
     unavailable_sql,
 )
 from sync.sql.procedure.ordering import kafka_order, kafka_time, rank_order
+from sync.sql.procedure.routing import carried_columns, own_drift_image, routing_checks
 from sync.sql.procedure.text import extended, indent, packed, subquery
 from sync.sql.semantic import DecodeSql, check_column, decode_sql
 from sync.sql.types import SqlType
@@ -50,7 +51,7 @@ def _fields_level(ctx: TableSql) -> str:
     for values in levels:
         batch = extended(d, batch, values)
     source = source_sql(d, table, "f.src", named)
-    raw_lines = [f"{source.ts_ms} AS source_ts_ms", f"{source.position} AS source_pos"]
+    raw_lines = [f"{source.ts_ms} AS source_ts_ms", f"{source.position} AS source_pos", *carried_columns(ctx, "f.")]
     for col in table.key_columns:
         raw_lines.append(f"{raw_field_sql(d, 'f.img', col)} AS {q(image_alias(col))}")
         raw_lines.append(f"{kafka_key_field_sql(d, table, col)} AS {q(key_alias(col))}")
@@ -120,7 +121,7 @@ def _typed_level(ctx: TableSql) -> str:
     for values in intermediate:
         level = extended(d, level, values)
     return (
-        f"SELECT {_record_columns('f.payload', 'f.raw_value', 'f.env', 'f.img', 'f.op', 'f.source_pos')},\n"
+        f"SELECT {_record_columns('f.payload', 'f.raw_value', 'f.env', 'f.img', 'f.op', 'f.source_pos', *carried_columns(ctx, 'f.'))},\n"
         f"       {source_ts_ms} AS source_ts_ms,\n"
         f"       NOT {d.json_is_null('f.source_ts_ms')} AS has_source_ts,\n"
         + ",\n".join("       " + line for line in field_lines)
@@ -145,6 +146,7 @@ def _carried(ctx: TableSql, source_ts_ms: str = "t.source_ts_ms") -> str:
         "t.unavailable",
         "t.drift_img",
         *[f"t.{ctx.q(col.target_name)}" for col in ctx.table.columns],
+        *carried_columns(ctx, "t.", final=True),
     ]
     return "       " + packed(names, " " * 7)
 
@@ -153,7 +155,7 @@ def _classified_level(ctx: TableSql) -> str:
     """Levels 5 and 6: the number of the record's first matching check, then its action,
     its reason and (for a record that may end in the quarantine) its payload."""
     d, table = ctx.d, ctx.table
-    checks = classification_checks(d, table)
+    checks = routing_checks(ctx) + classification_checks(d, table)
     classified = (
         f"SELECT\n{_carried(ctx)},\n"
         "       t.payload,\n"
@@ -208,7 +210,7 @@ def stage_insert_sql(ctx: TableSql) -> str:
         "_unavailable": "c.unavailable",
         "_payload": "c.quarantine_payload",
         "_raw_value": f"CASE WHEN c.action = '{Action.QUARANTINE}' THEN c.raw_value END",
-        "_drift_img": "c.drift_img",
+        "_drift_img": own_drift_image(ctx, "c.drift_img"),
     }
     columns, selected = schemas.ordered(d, schemas.stage(table), values, quoted=True)
     return (

@@ -37,6 +37,7 @@ from sync.sql.procedure.ordering import (
     stale_sql,
     tied_changes_sql,
 )
+from sync.sql.procedure.routing import counts_unmatched, unmatched_sql
 from sync.sql.procedure.stage import stage_insert_sql
 from sync.sql.procedure.text import indent
 from sync.sql.procedure.toast import toast_sql, unknown_toast_sql
@@ -95,6 +96,8 @@ STAGE = facts(
     Action.QUARANTINE,
     Action.TOMBSTONE,
     Action.TRUNCATE,
+    Action.ROUTED,
+    Action.UNMATCHED,
 )
 KAFKA = "_kafka_partition _kafka_offset"
 RANKED = facts("_rn _action", Action.UPSERT, Action.DELETE)  # the winners of each key
@@ -238,6 +241,7 @@ APPLY_STEPS = (
     ),
     Step(apply_soft_sql, (CALL_TIME,), _soft, reads=RANKED | facts(KAFKA, "_source_ts _source_pos values")),
     Step(drift_sql, ("v_drift", CALL_TIME), reads=facts("_drift_img")),
+    Step(unmatched_sql, (CALL_TIME,), counts_unmatched, reads=facts("_action _payload", Action.UNMATCHED)),
     Step(
         quarantine_sql,
         ("v_quarantined", CALL_TIME),
