@@ -21,6 +21,7 @@ from sync.sql import schemas
 from sync.sql.dialect import PostgresDialect, quote_ident, quote_literal
 from sync.sql.names import HEARTBEAT_STREAM, QUARANTINE, REFRESH_HISTORY, RUN_LOG, SCHEMA_DRIFT, table_names
 from sync.sql.objects import SqlObject, pipeline_objects
+from sync.sql.policy import has_policies
 from sync.sql.procedure import pending_condition
 from sync.sql.recovery import lock_sql
 from sync.warehouse import Warehouse, WarehouseError
@@ -393,13 +394,22 @@ def stream_prune_sql(pipeline: Pipeline, table: TableConfig, d: PostgresDialect,
     watermark, not the relation, says what was read, so a later refresh is not affected."""
     n = table_names(pipeline, table)
     stream, wm, target = (d.qualified(n.schema, x) for x in (n.stream, n.watermark, n.target))
+    # Column policies: the writing records go too (they hold the clear values), at the cost
+    # of the column fills that would have read them.
+    writers = (
+        ""
+        if has_policies(table)
+        else (
+            f"\n  AND NOT EXISTS (SELECT 1 FROM {target} t\n"
+            f"                  WHERE t._kafka_partition = {stream}.kafka_partition AND t._kafka_offset = {stream}.kafka_offset)"
+        )
+    )
     # Redshift's DELETE takes no alias: the stream is named in full in the conditions.
     return (
         f"DELETE FROM {stream}\n"
         f"WHERE {stream}.refresh_time < {cutoff}\n"
-        f"  AND {stream}.kafka_offset <= (SELECT MAX(w.last_offset) FROM {wm} w WHERE w.kafka_partition = {stream}.kafka_partition)\n"
-        f"  AND NOT EXISTS (SELECT 1 FROM {target} t\n"
-        f"                  WHERE t._kafka_partition = {stream}.kafka_partition AND t._kafka_offset = {stream}.kafka_offset)"
+        f"  AND {stream}.kafka_offset <= (SELECT MAX(w.last_offset) FROM {wm} w WHERE w.kafka_partition = {stream}.kafka_partition)"
+        + writers
     )
 
 
