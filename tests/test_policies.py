@@ -17,6 +17,8 @@ import shutil
 from pathlib import Path
 
 import pytest
+import sqlglot
+from sqlglot import exp
 from typer.testing import CliRunner
 
 from sync.cli.app import app
@@ -347,3 +349,105 @@ def test_a_new_column_with_a_policy_is_filled_from_the_stream_and_converted(proj
     assert 'add_column("customers", "email")' in cli("revision", "-m", "email, hashed")
     cli("deploy")
     assert wh.query("SELECT email FROM crm.customers") == [(keyed(SECRET, "alice@example.com"),)]
+
+
+# ---- the Redshift rendering (golden file sql/procedures/customers_pii/, parsed with sqlglot) ----
+
+
+def redshift_statements() -> tuple:
+    from tests.test_redshift_rules import rendering
+
+    return rendering(EXAMPLE)
+
+
+def projections(statement) -> dict[str, exp.Expression]:
+    """The first expression under each alias of a parsed statement (innermost levels last)."""
+    found: dict[str, exp.Expression] = {}
+    for alias in statement.tree.find_all(exp.Alias):
+        found.setdefault(alias.alias, alias.this)
+    return found
+
+
+def stage_insert(table: str):
+    (stage,) = [s for s in redshift_statements() if s.in_procedure and s.sql.startswith(f'INSERT INTO "crm"."{table}__stage"')]
+    return stage
+
+
+def test_redshift_hash_is_sha2_nested_over_the_key_variable():
+    """SHA2(string, bits): "a text representation of the hexadecimal value of the
+    checksum" (https://docs.aws.amazon.com/redshift/latest/dg/SHA2.html). The typed email
+    is SHA2(key || ':' || SHA2(key || ':' || value, 256), 256), the key a variable."""
+    email = projections(stage_insert("customers"))["email"]
+    outer = email if isinstance(email, exp.SHA2) else None
+    assert outer is not None, email.sql("redshift")
+    inner = list(outer.this.find_all(exp.SHA2))
+    assert len(inner) == 1 and outer.args["length"].this == inner[0].args["length"].this == "256"
+    for sha in (outer, inner[0]):
+        assert sha.this.sql("redshift").startswith("v_policy_key || ':' || ")
+    ip = projections(stage_insert("logins"))["ip_address"]
+    assert isinstance(ip, exp.SHA2) and "v_policy_key" in ip.sql("redshift")
+
+
+def test_redshift_mask_is_a_constant_of_the_column_type_and_drop_is_no_column():
+    cols = projections(stage_insert("customers"))
+    assert "CAST('****' AS VARCHAR(32))" in cols["phone"].sql("redshift")
+    assert "CAST('0' AS INTEGER)" in cols["birth_year"].sql("redshift")
+    creates = [s for s in redshift_statements() if s.sql.startswith('CREATE TABLE IF NOT EXISTS "crm"."customers')]
+    assert creates and all('"ssn"' not in s.sql for s in creates)
+    assert all(
+        "ssn" not in c.sql("redshift") for c in projections(stage_insert("customers")).values() if isinstance(c, exp.Column)
+    )
+
+
+def test_redshift_quarantine_payload_is_redacted_with_object_transform():
+    """OBJECT_TRANSFORM(input SET path, value, ...): "path and value pairs to modify an
+    exiting path or add a new path" (https://docs.aws.amazon.com/redshift/latest/dg/r_object_transform_function.html).
+    Both row images of the envelope, every policy field; a raw value is never kept."""
+    stage = stage_insert("customers")
+    payload = projections(stage)["quarantine_payload"].sql("redshift")
+    for image in ("after", "before"):
+        assert f"""'"{image}"."email"', SHA2(v_policy_key""" in payload
+        assert f"""'"{image}"."phone"', CASE WHEN NOT""" in payload
+        assert f"""'"{image}"."ssn"', NULL""" in payload
+    assert "OBJECT_TRANSFORM(t.env" in payload
+    assert "c.raw_value" not in stage.sql  # the stage's _raw_value is NULL
+    (isolate,) = [
+        s
+        for s in redshift_statements()
+        if s.in_procedure
+        and s.sql.startswith('INSERT INTO "crm"."customers__quarantine"')
+        and "s.kafka_offset = v_offset" in s.sql
+    ]
+    assert "OBJECT_TRANSFORM(s.env" in isolate.sql and "s.raw_value" not in isolate.sql
+
+
+def test_redshift_procedures_with_policies_run_as_their_owner_and_read_the_key_table():
+    """CREATE PROCEDURE ... LANGUAGE plpgsql [SECURITY INVOKER | SECURITY DEFINER] [SET ...]
+    (https://docs.aws.amazon.com/redshift/latest/dg/r_CREATE_PROCEDURE.html)."""
+    text = (REPO / "sql" / "procedures" / "customers_pii" / "customers.sql").read_text()
+    assert text.count("$$ LANGUAGE plpgsql\nSECURITY DEFINER\nSET timezone TO 'UTC';") == 2  # sync(bigint), isolate
+    assert 'FROM "crm"."sync_policy_key" WHERE key_id = (SELECT MAX(key_id) FROM "crm"."sync_policy_key")' in text
+    plain = (REPO / "sql" / "procedures" / "salesdb" / "customer.sql").read_text()
+    assert "SECURITY DEFINER" not in plain and "policy" not in plain
+
+
+def test_redshift_upgrade_script_of_a_policy_revision_converts_with_the_key_table(project):
+    """`deploy --sql` prints the reviewable Redshift script: the stored values converted
+    with the newest key, read from the key table in the statement, never written into it."""
+    path = project / "pipeline.toml"
+    text = path.read_text()
+    path.write_text(text.replace(', policy = "hash" },    # joinable', " },    # joinable"))
+    cli("revision", "-m", "crm")
+    (written,) = (project / "versions").glob("*.py")
+    first = re.search(r"^revision: str = '(\w+)'", written.read_text(), re.M).group(1)
+    path.write_text(text)
+    cli("revision", "-m", "email hashed")
+    script = cli("deploy", "--sql", "--dialect", "redshift", "--from", first)
+    (update,) = [s for s in script.split(";") if s.strip().startswith('UPDATE "crm"."customers" SET')]
+    assert 'SET "email" = SHA2((SELECT secret FROM "crm"."sync_policy_key"' in update
+    parsed = sqlglot.parse_one(update, read="redshift")
+    assert isinstance(parsed, exp.Update) and len(list(parsed.find_all(exp.SHA2))) == 2
+    (redact,) = [s for s in script.split(";") if s.strip().startswith('UPDATE "crm"."customers__quarantine"')]
+    assert "OBJECT_TRANSFORM" in redact and "raw_value = NULL" in redact
+    sqlglot.parse_one(redact, read="redshift")
+    assert SECRET not in script
