@@ -18,13 +18,18 @@ from pathlib import Path
 
 import pytest
 import sqlglot
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from sqlglot import exp
 from typer.testing import CliRunner
 
 from sync.cli.app import app
-from sync.config import ConfigError, load_pipeline, parse_pipeline
+from sync.config import MASKABLE_FAMILIES, ConfigError, load_pipeline, parse_pipeline
 from sync.debezium.events import ChangeStream, MySqlSource, write_jsonl
+from sync.sql.dialect import dialect_for
 from sync.sql.objects import pipeline_objects
+from sync.sql.policy import hash_sql, mask_literal
+from sync.sql.types import parse_type
 from sync.warehouse import Warehouse
 
 REPO = Path(__file__).resolve().parent.parent
@@ -451,3 +456,39 @@ def test_redshift_upgrade_script_of_a_policy_revision_converts_with_the_key_tabl
     assert "OBJECT_TRANSFORM" in redact and "raw_value = NULL" in redact
     sqlglot.parse_one(redact, read="redshift")
     assert SECRET not in script
+
+
+@pytest.mark.parametrize("family", MASKABLE_FAMILIES)
+def test_every_maskable_type_has_a_mask_both_engines_take(family, wh):
+    """The mask of each type is a constant of that type: PostgreSQL evaluates it, and
+    sqlglot reads the Redshift text as a cast to the same type."""
+    t = parse_type({"char": "char(2)", "varchar": "varchar(3)", "decimal": "decimal(12,2)"}.get(family, family))
+    pg = mask_literal(dialect_for("postgres", "crm"), t)
+    assert wh.scalar(f"SELECT {pg} IS NOT NULL")
+    if family in ("char", "varchar"):
+        assert wh.scalar(f"SELECT {pg}").rstrip() == "*" * min(4, t.length or 4)
+    redshift = sqlglot.parse_one(f"SELECT {mask_literal(dialect_for('redshift', 'crm'), t)}", read="redshift")
+    assert isinstance(redshift.expressions[0], exp.Cast)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(value=st.text(min_size=0, max_size=40), secret=st.text(min_size=32, max_size=64))
+def test_the_hash_postgres_computes_is_the_documented_construction(wh, value, secret):
+    """Any text (quotes, non-ASCII, NUL excepted: PostgreSQL text holds none): the SQL
+    hash equals SHA-256(key || ':' || SHA-256(key || ':' || value)) over UTF-8, hex."""
+    value, secret = value.replace("\x00", ""), secret.replace("\x00", "") or "k"
+    d = dialect_for("postgres", "crm")
+    sql = f"SELECT {hash_sql(d, 'CAST(%(v)s AS text)', 'CAST(%(k)s AS text)')}"
+    assert wh.scalar(sql, {"v": value, "k": secret}) == keyed(secret, value)
+
+
+def test_a_schemas_enable_envelope_is_stored_unwrapped_and_redacted(project, wh):
+    """JsonConverter with schemas.enable=true wraps each value as {"schema", "payload"}
+    (https://debezium.io/documentation/reference/stable/configuration/avro.html): the
+    quarantine keeps the envelope, redacted, without the wrapper."""
+    deploy_with_key()
+    s = ChangeStream(["id"], MySqlSource(db="crm", table="customers"), with_schema=True)
+    assert ingest_sync(project, [s.insert({**ALICE, "country": "USA"})])["quarantined"] == 1
+    (payload,) = wh.query("SELECT payload FROM crm.sync_quarantine")[0]
+    assert "schema" not in payload and payload["after"]["email"] == keyed(SECRET, "alice@example.com")
+    assert not any(v in every_written_table(wh) for v in CLEAR)
