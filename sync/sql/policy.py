@@ -84,8 +84,8 @@ def hash_sql(d: PostgresDialect, value: str, key: str = KEY_VARIABLE) -> str:
 
 def mask_literal(d: PostgresDialect, t: SqlType) -> str:
     text = MASKS[t.family]
-    if t.family in ("char", "varchar"):
-        text = text[: min(len(text), t.length or len(text))]
+    if t.byte_limit is not None:  # char(1) by default: the mask fits the column, never cut by a cast
+        text = text[: t.byte_limit]
     return f"CAST({quote_literal(text)} AS {d.type_sql(t)})"
 
 
