@@ -26,6 +26,7 @@ from typer.testing import CliRunner
 from sync.cli.app import app
 from sync.config import MASKABLE_FAMILIES, ConfigError, load_pipeline, parse_pipeline
 from sync.debezium.events import ChangeStream, MySqlSource, write_jsonl
+from sync.sql.column_fill import column_fill_sql
 from sync.sql.dialect import dialect_for
 from sync.sql.objects import pipeline_objects
 from sync.sql.policy import hash_sql, mask_literal
@@ -349,11 +350,21 @@ def test_a_new_column_with_a_policy_is_filled_from_the_stream_and_converted(proj
     assert email in text
     path.write_text(text.replace(email, ""))
     deploy_with_key()
-    ingest_sync(project, [customers().insert(ALICE)])
+    s = customers()
+    ingest_sync(project, [s.insert(ALICE), s.insert({**ALICE, "id": 2, "country": "USA"})])  # the second: quarantined
     path.write_text(text)
     assert 'add_column("customers", "email")' in cli("revision", "-m", "email, hashed")
     cli("deploy")
     assert wh.query("SELECT email FROM crm.customers") == [(keyed(SECRET, "alice@example.com"),)]
+    (payload,) = wh.query("SELECT payload FROM crm.sync_quarantine")[0]
+    assert payload["after"]["email"] == keyed(SECRET, "alice@example.com")
+    assert not any(v in every_written_table(wh) for v in CLEAR)
+    # The fill itself writes the policy's value (no clear value in the target, even inside
+    # the revision's transaction): the Redshift statement hashes with the key table's key.
+    pipeline, _ = load_pipeline(path)
+    table = pipeline.table("customers")
+    fill = column_fill_sql(dialect_for("redshift", "crm"), pipeline, table, table.column_by_any_name("email"))
+    assert 'SHA2((SELECT secret FROM "crm"."sync_policy_key"' in fill and SECRET not in fill
 
 
 # ---- the Redshift rendering (golden file sql/procedures/customers_pii/, parsed with sqlglot) ----

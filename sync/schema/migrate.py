@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from sync.config import METADATA_PREFIX, Pipeline, Policy
+from sync.config import METADATA_PREFIX, ColumnConfig, Pipeline, Policy
 from sync.schema.state import State, pipeline_of
 from sync.sql import schemas
 from sync.sql.column_fill import column_fill_sql
@@ -284,9 +284,12 @@ class Revision:
         d = self._dialect(self.after)
         for sql in self._alter(self.after, table, ("target", "stage"), f"ADD COLUMN {d.q(column)} {d.type_sql(col.sql_type)}"):
             self._run(sql)
+        if col.policy is not None:  # filled with the policy's values: the key table first, then the key
+            self._run(key_table_sql(d, self.after))
+            self._require_key(col, table)
         self._run(column_fill_sql(d, self.after, config, col))
-        if col.policy is not None:  # filled from the stream in clear: converted in the same transaction
-            self.apply_policy(table, column)
+        if col.policy is not None:  # the quarantined records hold the new field in clear
+            self._run(quarantine_redaction_sql(d, self.after, config, col.name))
 
     def apply_policy(self, table: str, column: str) -> None:
         """A column policy on a stored column: the key table made (if new), then the stored
@@ -298,15 +301,23 @@ class Revision:
         assert col is not None and col.policy is not None, f"{table}.{column} has no policy in this revision's state"
         d = self._dialect(self.after)
         self._run(key_table_sql(d, self.after))
-        ctx = self._op.get_context()
-        if col.policy == Policy.HASH and not ctx.as_sql:
-            keys = ctx.connection.exec_driver_sql(f"SELECT COUNT(*) FROM {key_table(d, self.after)}").scalar()
-            if not keys:
-                raise RuntimeError(
-                    f"{table}.{column}: policy = 'hash' needs a key: run redshift-sync policy rotate-key, then deploy"
-                )
+        self._require_key(col, table)
         for sql in conversion_sql(d, self.after, config, col):
             self._run(sql)
+
+    def _require_key(self, col: ColumnConfig, table: str) -> None:
+        """A hash needs a key (a NULL key hashes to NULL): online, a warehouse without one
+        stops the revision here; the --sql script cannot check."""
+        assert self.after is not None
+        ctx = self._op.get_context()
+        if col.policy == Policy.HASH and not ctx.as_sql:
+            keys = ctx.connection.exec_driver_sql(
+                f"SELECT COUNT(*) FROM {key_table(self._dialect(self.after), self.after)}"
+            ).scalar()
+            if not keys:
+                raise RuntimeError(
+                    f"{table}.{col.target_name}: policy = 'hash' needs a key: run redshift-sync policy rotate-key, then deploy"
+                )
 
     def drop_column(self, table: str, column: str) -> None:
         d = self._dialect(self.before)
