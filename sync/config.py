@@ -10,10 +10,20 @@ from __future__ import annotations
 import os
 import re
 import tomllib
+from enum import StrEnum
 from pathlib import Path
 from typing import Annotated, Literal, get_args
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SerializerFunctionWrapHandler,
+    ValidationError,
+    field_validator,
+    model_serializer,
+    model_validator,
+)
 
 from sync.debezium.vocabulary import Semantic
 from sync.route import RouteConfig
@@ -43,6 +53,36 @@ ORDER_COLUMN_FAMILIES = ("timestamp", "timestamptz", "date", "smallint", "intege
 # Names the generator uses for its own objects; a table may not take them.
 RESERVED_TABLE_NAMES = {"sync_run_log", "sync_quarantine", "sync_schema_drift", "sync_mv_refresh_history", "alembic_version"}
 METADATA_PREFIX = "_"
+
+
+class Policy(StrEnum):
+    """A column policy: what of a field's value may land in the warehouse."""
+
+    HASH = "hash"  # keyed SHA-256 (hex), the key held by the warehouse
+    MASK = "mask"  # a fixed value of the column's type
+    DROP = "drop"  # not loaded at all
+
+
+# A keyed hash is 64 hexadecimal characters.
+HASH_LENGTH = 64
+# The column families a mask has a fixed value for (sync.sql.policy.MASKS).
+MASKABLE_FAMILIES = (
+    "smallint", "integer", "bigint", "decimal", "real", "double", "boolean",
+    "char", "varchar", "date", "timestamp", "timestamptz", "time", "timetz",
+)  # fmt: skip
+
+
+def check_policy(policy: Policy, sql_type: SqlType, field: str) -> None:
+    """Raise ValueError when the column's type cannot hold what the policy stores."""
+    if policy == Policy.HASH and not (
+        sql_type.family == "varchar" and (sql_type.length is None or sql_type.length >= HASH_LENGTH)
+    ):
+        raise ValueError(
+            f"column {field!r}: policy = 'hash' stores {HASH_LENGTH} hexadecimal characters; declare the "
+            f"column as text: type = 'varchar({HASH_LENGTH})' or longer (a number field is read as its text)"
+        )
+    if policy == Policy.MASK and sql_type.family not in MASKABLE_FAMILIES:
+        raise ValueError(f"column {field!r}: policy = 'mask' has no fixed value for type {sql_type}; use 'hash' or 'drop'")
 
 
 class ConfigError(Exception):
@@ -125,6 +165,22 @@ class ColumnConfig(_Model):
     target: str | None = None
     semantic: str | None = None
     scale: int | None = None  # Decimal: the scale declared in the Connect schema
+    # What lands in the warehouse (sync.sql.policy): the keyed hash, a fixed mask, or nothing.
+    policy: Policy | None = None
+
+    @model_serializer(mode="wrap")
+    def _without_policy(self, handler: SerializerFunctionWrapHandler) -> dict:
+        """A column without a policy is recorded as before policies existed."""
+        data = handler(self)
+        if data.get("policy") is None:
+            data.pop("policy", None)
+        return data
+
+    @model_validator(mode="after")
+    def _policy_fits(self) -> ColumnConfig:
+        if self.policy is not None:
+            check_policy(self.policy, self.sql_type, self.name)
+        return self
 
     @field_validator("name")
     @classmethod
@@ -186,6 +242,37 @@ class TableConfig(_Model):
     offset_gaps: Annotated[Literal["none", "transaction-markers", "compacted"], Field(exclude=True)] = "none"
     # Which records of the topic are this table's (sync.route): set when tables share a topic.
     route: RouteConfig | None = None
+    # Fields never loaded (columns with policy = "drop"): known, so schema drift does not
+    # report them, and redacted from the quarantine's payloads (sync.sql.policy).
+    dropped: list[str] = []
+
+    @model_validator(mode="before")
+    @classmethod
+    def _split_dropped(cls, data: object) -> object:
+        """A column with policy = "drop" is not a column of the warehouse: its field name
+        moves to `dropped`, so nothing that builds tables or statements ever sees it."""
+        if not isinstance(data, dict) or not isinstance(data.get("columns"), list):
+            return data
+        drop = [c for c in data["columns"] if isinstance(c, dict) and c.get("policy") == Policy.DROP]
+        if not drop:
+            return data
+        kept = [c for c in data["columns"] if c not in drop]
+        return {**data, "columns": kept, "dropped": [*data.get("dropped", []), *(c.get("name") for c in drop)]}
+
+    @model_serializer(mode="wrap")
+    def _without_dropped(self, handler: SerializerFunctionWrapHandler) -> dict:
+        """A table without dropped fields is recorded as before policies existed."""
+        data = handler(self)
+        if not data.get("dropped"):
+            data.pop("dropped", None)
+        return data
+
+    @field_validator("dropped")
+    @classmethod
+    def _dropped_names(cls, v: list[str]) -> list[str]:
+        for name in v:
+            ColumnConfig._source_name(name)
+        return v
 
     @field_validator("name")
     @classmethod
@@ -237,8 +324,16 @@ class TableConfig(_Model):
                         "(reserved for metadata columns); set target = '...'"
                     )
         for key in self.primary_key:
+            if key in self.dropped:
+                raise ValueError(f"primary_key: {key!r} has policy = 'drop'; a key field is always loaded")
             if key not in seen_source:
                 raise ValueError(f"primary_key: {key!r} is not one of the columns' field names")
+        for col in self.key_columns:
+            if col.policy is not None:
+                raise ValueError(
+                    f"columns: key field {col.name!r} has policy = '{col.policy}'; the key identifies the row (a mask "
+                    "would merge rows, and a key rotation would orphan them): pseudonymize it at the source instead"
+                )
         if self.distkey is not None:
             dist = self.column_by_any_name(self.distkey)
             if dist is None:

@@ -160,6 +160,7 @@ COMMON_PATH = {
     "v_truncates": 0,
     "v_truncate_pos": None,
     "v_partition": None,
+    "v_policy_key": "a key",  # column policies: a key is in place
 }
 IDLE_PATH = {**COMMON_PATH, "v_read": 0}
 

@@ -559,7 +559,9 @@ def prune_cmd(
     stream: Annotated[
         bool,
         typer.Option(
-            "--stream", help="Also delete stream records already read that wrote no stored row (the streaming MV on Redshift)."
+            "--stream",
+            help="Also delete stream records already read that wrote no stored row (the streaming MV on Redshift; "
+            "tables with column policies: those too).",
         ),
     ] = False,
 ) -> None:
@@ -588,6 +590,45 @@ quarantine_app = typer.Typer(
     help="Records that could not be applied: list them, replay them once the cause is fixed, or discard them.",
 )
 app.add_typer(quarantine_app, name="quarantine")
+
+policy_app = typer.Typer(
+    no_args_is_help=True,
+    rich_markup_mode=None,
+    help="Column policies (policy = hash | mask | drop): the hash key the warehouse holds.",
+)
+app.add_typer(policy_app, name="policy")
+
+
+@policy_app.command("rotate-key")
+@handle_errors
+def policy_rotate_key(
+    secret_env: Annotated[
+        Optional[str],
+        typer.Option("--secret-env", help="Take the key from this environment variable (default: a random one).", metavar="VAR"),
+    ] = None,
+    config: ConfigOpt = None,
+    dsn: DsnOpt = None,
+) -> None:
+    """Add a new hash key; new values hash with it, stored hashes keep theirs (README, "Column policies")."""
+    import os
+
+    from sync.operations.policy_key import KeyRefused, rotate_key
+
+    secret = None
+    if secret_env is not None:
+        secret = os.environ.get(secret_env)
+        if not secret:
+            raise CliError(f"--secret-env {secret_env}: the variable is not set")
+    pipeline, _, wh = open_checked(config, dsn)
+    try:
+        rotated = rotate_key(wh, pipeline, secret)
+    except KeyRefused as exc:
+        raise CliError(str(exc)) from None
+    finally:
+        wh.close()
+    origin = "generated" if rotated.generated else f"from ${secret_env}"
+    console.print(f"policy key {rotated.key_id} in use ({origin}); values stored before keep their hashes", highlight=False)
+
 
 QTableOpt = Annotated[str, typer.Option("--table", "-t", help="Pipeline table.", metavar="TABLE")]
 ReasonOpt = Annotated[

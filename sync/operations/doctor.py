@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from sync.config import ConfigError, Pipeline, load_pipeline
+from sync.sql.policy import KEY_TABLE, any_policies, key_table
 from sync.warehouse import Warehouse, WarehouseError, connect
 
 
@@ -63,6 +64,8 @@ def run_checks(config: Path | None, dsn: str | None, revisions: Callable[[Pipeli
                 else Check("deployed revision", CheckState.OK, "the database is at the pipeline file's revision")
             )
             checks.append(stage_statistics_check(wh, pipeline))
+            if any_policies(pipeline) and not problem:
+                checks.append(policy_key_check(wh, pipeline))
     finally:
         wh.close()
     return checks
@@ -82,6 +85,15 @@ def stage_statistics_check(wh: Warehouse, pipeline: Pipeline) -> Check:
     except WarehouseError as exc:
         return Check(name, CheckState.FAILED, stage_check_denied(d, exc, wh.scalar("SELECT current_user")) or str(exc))
     return Check(name, CheckState.OK, f"{d.dead_rows_view} is readable: the maintenance run finds the stages to vacuum")
+def policy_key_check(wh: Warehouse, pipeline: Pipeline) -> Check:
+    """Column policies: a hash key is in place (else every sync of those tables stops)."""
+    try:
+        keys = wh.scalar(f"SELECT COUNT(*) FROM {key_table(wh.dialect, pipeline)}")
+    except WarehouseError as exc:
+        return Check("policy key", CheckState.FAILED, f"cannot read {pipeline.schema}.{KEY_TABLE} (only its owner can): {exc}")
+    if not keys:
+        return Check("policy key", CheckState.FAILED, "no key yet: run redshift-sync policy rotate-key")
+    return Check("policy key", CheckState.OK, f"{keys} key(s); the newest hashes new values")
 
 
 def as_dicts(checks: list[Check]) -> list[dict[str, str]]:

@@ -16,7 +16,7 @@ import time
 from dataclasses import asdict, dataclass
 from datetime import datetime
 
-from sync.config import Pipeline, TableConfig
+from sync.config import Pipeline, Policy, TableConfig
 from sync.operations.conflicts import conflict_policy, retry_conflicts
 from sync.operations.runner import RunSummary, call_result, call_result_sql, call_sql
 from sync.sql import schemas
@@ -143,6 +143,13 @@ def replay(wh: Warehouse, pipeline: Pipeline, sel: Selection) -> ReplayResult:
     either they are all replayed (applied, stale, superseded or quarantined again) or,
     when the call fails, nothing changes. A transaction stopped by a serialization conflict
     is run again (`[operations] conflict_attempts`); `run.retries` counts those."""
+    hashed = [c.name for c in pipeline.table(sel.table).columns if c.policy == Policy.HASH]
+    if hashed:
+        raise ValueError(
+            f"table {sel.table}: its quarantined records hold the keyed hash of {', '.join(hashed)} (column policies "
+            "store no clear value), and a replay would hash the hash. Re-send the records from the source instead: "
+            "reset the watermark below them while the topic retains them, or backfill the table"
+        )
     result, retries = retry_conflicts(conflict_policy(pipeline), lambda: _replay_once(wh, pipeline, sel))
     result.run.retries += retries
     return result

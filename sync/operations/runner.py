@@ -21,6 +21,7 @@ from sync.sql import schemas
 from sync.sql.dialect import PostgresDialect, quote_ident, quote_literal
 from sync.sql.names import CALL_RESULT, HEARTBEAT_STREAM, QUARANTINE, REFRESH_HISTORY, RUN_LOG, SCHEMA_DRIFT, table_names
 from sync.sql.objects import SqlObject, pipeline_objects
+from sync.sql.policy import has_policies
 from sync.sql.procedure import pending_condition
 from sync.sql.recovery import lock_sql
 from sync.warehouse import Warehouse, WarehouseError
@@ -391,18 +392,21 @@ def stream_prune_sql(pipeline: Pipeline, table: TableConfig, d: PostgresDialect,
     n = table_names(pipeline, table)
     stream = d.qualified(n.schema, n.stream)
     # Redshift's DELETE takes no alias: the stream is named in full in the conditions.
+    # Column policies: the records that wrote stored rows go too (they hold the clear
+    # values), at the cost of the column fills that would have read them.
     read, stored = [], []
     for t in pipeline.sharing(table):
         m = table_names(pipeline, t)
         wm, target = d.qualified(m.schema, m.watermark), d.qualified(m.schema, m.target)
         read.append(
-            f"  AND {stream}.kafka_offset <= (SELECT MAX(w.last_offset) FROM {wm} w WHERE w.kafka_partition = {stream}.kafka_partition)\n"
+            f"\n  AND {stream}.kafka_offset <= (SELECT MAX(w.last_offset) FROM {wm} w WHERE w.kafka_partition = {stream}.kafka_partition)"
         )
-        stored.append(
-            f"  AND NOT EXISTS (SELECT 1 FROM {target} t\n"
-            f"                  WHERE t._kafka_partition = {stream}.kafka_partition AND t._kafka_offset = {stream}.kafka_offset)"
-        )
-    return f"DELETE FROM {stream}\nWHERE {stream}.refresh_time < {cutoff}\n" + "".join(read) + "\n".join(stored)
+        if not has_policies(t):
+            stored.append(
+                f"\n  AND NOT EXISTS (SELECT 1 FROM {target} t\n"
+                f"                  WHERE t._kafka_partition = {stream}.kafka_partition AND t._kafka_offset = {stream}.kafka_offset)"
+            )
+    return f"DELETE FROM {stream}\nWHERE {stream}.refresh_time < {cutoff}" + "".join(read) + "".join(stored)
 
 
 def heartbeat_prune_sql(pipeline: Pipeline, d: PostgresDialect, cutoff: str) -> list[str]:

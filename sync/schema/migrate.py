@@ -18,13 +18,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from sync.config import METADATA_PREFIX, Pipeline
+from sync.config import METADATA_PREFIX, ColumnConfig, Pipeline, Policy
 from sync.schema.state import State, pipeline_of
 from sync.sql import schemas
 from sync.sql.column_fill import column_fill_sql
 from sync.sql.dialect import PostgresDialect, dialect_for, quote_literal
 from sync.sql.names import table_names
 from sync.sql.objects import SHARED_VIEWS, SqlObject, control_table_sql, heartbeat_objects, pipeline_objects
+from sync.sql.policy import conversion_sql, key_table, key_table_sql, quarantine_redaction_sql
 
 SQLALCHEMY_DIALECTS = {"redshift": "redshift", "postgresql": "postgres"}
 
@@ -283,12 +284,51 @@ class Revision:
         d = self._dialect(self.after)
         for sql in self._alter(self.after, table, ("target", "stage"), f"ADD COLUMN {d.q(column)} {d.type_sql(col.sql_type)}"):
             self._run(sql)
+        if col.policy is not None:  # filled with the policy's values: the key table first, then the key
+            self._run(key_table_sql(d, self.after))
+            self._require_key(col, table)
         self._run(column_fill_sql(d, self.after, config, col))
+        if col.policy is not None:  # the quarantined records hold the new field in clear
+            self._run(quarantine_redaction_sql(d, self.after, config, col.name))
+
+    def apply_policy(self, table: str, column: str) -> None:
+        """A column policy on a stored column: the key table made (if new), then the stored
+        values and the quarantined records converted (`sync.sql.policy.conversion_sql`).
+        A hash needs a key: online, a warehouse without one stops here."""
+        assert self.after is not None
+        config = self.after.table(table)
+        col = config.column_by_any_name(column)
+        assert col is not None and col.policy is not None, f"{table}.{column} has no policy in this revision's state"
+        d = self._dialect(self.after)
+        self._run(key_table_sql(d, self.after))
+        self._require_key(col, table)
+        for sql in conversion_sql(d, self.after, config, col):
+            self._run(sql)
+
+    def _require_key(self, col: ColumnConfig, table: str) -> None:
+        """A hash needs a key (a NULL key hashes to NULL): online, a warehouse without one
+        stops the revision here; the --sql script cannot check."""
+        assert self.after is not None
+        ctx = self._op.get_context()
+        if col.policy == Policy.HASH and not ctx.as_sql:
+            keys = ctx.connection.exec_driver_sql(
+                f"SELECT COUNT(*) FROM {key_table(self._dialect(self.after), self.after)}"
+            ).scalar()
+            if not keys:
+                raise RuntimeError(
+                    f"{table}.{col.target_name}: policy = 'hash' needs a key: run redshift-sync policy rotate-key, then deploy"
+                )
 
     def drop_column(self, table: str, column: str) -> None:
         d = self._dialect(self.before)
         for sql in self._alter(self.before, table, ("target", "stage"), f"DROP COLUMN {d.q(column)}"):
             self._run(sql)
+        assert self.before is not None
+        col = self.before.table(table).column_by_any_name(column)
+        after = self.after.table(table) if self.after and table in {t.name for t in self.after.tables} else None
+        if col is not None and after is not None and col.name in after.dropped:  # policy = "drop"
+            self._run(key_table_sql(d, self.after))
+            self._run(quarantine_redaction_sql(d, self.after, after, col.name))
 
     def widen_column(self, table: str, column: str) -> None:
         """A wider type (`sync.sql.types.widens`) on the target and the stage, every value

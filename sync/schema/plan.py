@@ -18,6 +18,7 @@ from sync.schema.shared_topics import sharing_drifts, sharing_problems
 from sync.schema.state import Drift, State, drifted_objects, pipeline_of
 from sync.sql.dialect import DIALECTS
 from sync.sql.names import QUARANTINE, SCHEMA_DRIFT, TableNames
+from sync.sql.policy import KEY_TABLE
 from sync.sql.types import widens
 
 # The shared control tables of earlier revisions, and the per-table ones that replace them.
@@ -123,6 +124,20 @@ def _heartbeat_ops(old: Pipeline, new: Pipeline, plan: RevisionPlan) -> None:
         plan.downgrade.insert(0, _call("drop_heartbeat"))
 
 
+def policy_problems(old: TableConfig, new: TableConfig) -> list[str]:
+    """A column's policy may be added, never changed or removed: stored values cannot go
+    back to clear, nor from one policy's value to another's."""
+    old_cols = {c.target_name: c for c in old.columns}
+    return [
+        f"table {new.name}, column {c.target_name}: policy {old_cols[c.target_name].policy} -> {c.policy or 'none'}: the "
+        "stored values hold the old policy's values and the clear ones are not stored anywhere. Safe path: list the "
+        "field a second time with a new target name and the new policy (one revision), backfill it, switch readers, "
+        "then remove the old column (a later revision)."
+        for c in new.columns
+        if c.target_name in old_cols and old_cols[c.target_name].policy not in (None, c.policy)
+    ]
+
+
 def _table_problems(old: TableConfig, new: TableConfig) -> list[str]:
     t = new.name
     problems = []
@@ -136,6 +151,7 @@ def _table_problems(old: TableConfig, new: TableConfig) -> list[str]:
             f"table {t}: delete_mode {old.delete_mode} -> {new.delete_mode} changes the target's columns and the "
             f"deleted-keys table and needs a decision about deleted rows. {NEW_TABLE_PATH}"
         )
+    problems += policy_problems(old, new)
     if _keys(old) != _keys(new):
         problems.append(
             f"table {t}: primary key ({_keys(old)}) -> ({_keys(new)}): Redshift cannot drop, retype or add key "
@@ -214,6 +230,10 @@ def _table_ops(old: TableConfig, new: TableConfig, drifts: list[Drift], plan: Re
     up, down = plan.upgrade, plan.downgrade
     up += [_call("add_column", t, c) for c in added]
     up += [_call("widen_column", t, c) for c in widened]
+    # A policy added to a stored column converts its stored values (the clear ones are gone).
+    policed = [name for name, c in new_cols.items() if name in old_cols and c.policy and not old_cols[name].policy]
+    up += [_call("apply_policy", t, c) for c in policed]
+    down += [f"# {t}.{c} keeps its converted values: the clear ones are not stored anywhere" for c in policed]
     if sort_changed:
         up.append(_call("alter_sortkey", t))
     up += [_call("drop_column", t, c) for c in removed]
@@ -291,6 +311,8 @@ def plan_revision(old: State | None, new: State) -> RevisionPlan:
         drifts = [d for d in drifts if not (d.kind == "table" and d.label.endswith(PER_TABLE_CONTROL_TABLES))]
         views = False  # made by the separation
     for d in shared:
+        if d.label.endswith(f".{KEY_TABLE}"):  # made by apply_policy / add_column when a policy comes
+            continue
         if d.kind not in ("function", "setting", "view") and not d.label.endswith(SHARED_CONTROL_TABLES):
             plan.warnings.append(
                 f"the generator now renders {d.label} ({d.dialect}) differently from the last revision"

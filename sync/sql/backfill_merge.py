@@ -26,6 +26,7 @@ from sync.sql.apply import insert_deleted_keys_sql, key_match, soft_delete_sql
 from sync.sql.dialect import PostgresDialect
 from sync.sql.handover import DELETE_TIME, ROW_TIME, held_time_sql, kept_sql
 from sync.sql.names import table_names
+from sync.sql.policy import newest_key_sql, policy_value_sql
 
 
 @dataclass(frozen=True)
@@ -56,6 +57,7 @@ class BackfillSql:
         self.soft = table.delete_mode == "soft"
         self.keys = [c.target_name for c in table.key_columns]
         self.columns = [c.target_name for c in table.columns]
+        self.key = newest_key_sql(d, pipeline)  # column policies: the hash key
 
     def _key_match(self, a: str, b: str) -> str:
         return key_match(self.d, self.keys, a, b)
@@ -138,7 +140,11 @@ class BackfillSql:
                 ),
             ]
         now = d.now()
-        staged = {c.target_name: d.from_parquet_stage(f"s.{q(c.target_name)}", c.sql_type) for c in self.table.columns}
+        # Column policies: a snapshot's clear values are converted on their way into the target.
+        staged = {
+            c.target_name: policy_value_sql(d, c, d.from_parquet_stage(f"s.{q(c.target_name)}", c.sql_type), self.key)
+            for c in self.table.columns
+        }
         position = schemas.row_values(d, schemas.POSITION, "s")
 
         def load(deleted: str | None) -> str:

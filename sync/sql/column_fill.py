@@ -27,6 +27,7 @@ from sync.sql.apply import key_match
 from sync.sql.dialect import PostgresDialect, quote_literal
 from sync.sql.envelope import envelope_sql, source_sql, unwrap_schema
 from sync.sql.names import QUARANTINE, table_names
+from sync.sql.policy import newest_key_sql, policy_value_sql
 from sync.sql.procedure import kafka_earlier, rank_order, raw_field_sql, read_as_text, toastable, unavailable_sql
 from sync.sql.semantic import check_column, decode_sql
 
@@ -116,7 +117,7 @@ def column_fill_sql(d: PostgresDialect, pipeline: Pipeline, table: TableConfig, 
         _nest(
             d,
             f"SELECT f.kafka_partition AS _kafka_partition, f.kafka_offset AS _kafka_offset, f.source_pos, f.settled,\n{key_values},\n"
-            f"       {values[col.target_name]} AS value",
+            f"       {policy_value_sql(d, col, values[col.target_name], newest_key_sql(d, pipeline))} AS value",
             level,
         )
         + carries

@@ -12,6 +12,7 @@ from sync.config import Pipeline, TableConfig
 from sync.sql import schemas
 from sync.sql.dialect import PostgresDialect, dialect_for, quote_literal
 from sync.sql.names import HEARTBEAT_STREAM, QUARANTINE, REFRESH_HISTORY, RUN_LOG, SCHEMA_DRIFT, table_names
+from sync.sql.policy import KEY_TABLE, any_policies, key_table_sql
 from sync.sql.procedure import isolate_record_sql, procedure_sql, scheduled_procedure_sql
 
 # A quoted identifier keeps its case only when this is true (r_enable_case_sensitive_identifier).
@@ -207,6 +208,8 @@ def shared_objects(d: PostgresDialect, pipeline: Pipeline) -> list[SqlObject]:
         d.control_table_attributes.get("run_log", ""),
     )
     objects.append(SqlObject("table", schema, RUN_LOG, run_log))
+    if any_policies(pipeline):  # column policies: the hash keys
+        objects.append(SqlObject("table", schema, KEY_TABLE, key_table_sql(d, pipeline)))
     return objects + heartbeat_objects(d, pipeline)
 
 

@@ -182,6 +182,19 @@ class PostgresDialect:
         """A bare JSON value (not a member) as text, like `json_get_text` gives a member."""
         return f"({expr} #>> '{{}}')"
 
+    def sha256_hex(self, text: str) -> str:
+        """SHA-256 of a text's UTF-8 bytes, as 64 hexadecimal characters (NULL stays NULL)."""
+        return f"encode(sha256(convert_to({text}, 'UTF8')), 'hex')"
+
+    def json_with_members(self, expr: str, members: list[tuple[list[str], str]]) -> str:
+        """The JSON object `expr` with the member at each path set to a text value (JSON
+        null for NULL) where the path exists; a missing path stays missing (jsonb_set's
+        create_if_missing = false)."""
+        for path, value in members:
+            literal = quote_literal("{" + ",".join(path) + "}")
+            expr = f"jsonb_set({expr}, {literal},\n  COALESCE(to_jsonb(CAST({value} AS text)), 'null'::jsonb), false)"
+        return expr
+
     def helper(self, name: str) -> str:
         """PostgreSQL has no SUPER-style null-on-error casts; deploy creates small helper
         functions (sync_<name>) in the pipeline schema that return NULL instead of raising."""

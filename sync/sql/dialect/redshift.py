@@ -70,6 +70,8 @@ Fragments (methods):
 - `parquet_stage_type`, `from_parquet_stage`: JSON is staged as text and parsed (COPY
   loads a Parquet string into SUPER as a SUPER string).
 - `drop_procedure`: no IF EXISTS in Redshift's DROP PROCEDURE.
+- `sha256_hex`, `json_with_members`: SHA2(text, 256) and OBJECT_TRANSFORM ... SET
+  (column policies: the keyed hash, and redacted quarantine payloads).
 - `table_attributes`, `alter_sortkey`, `alter_distkey`, `alter_diststyle`: DISTKEY, SORTKEY,
   BACKUP NO and a control table's DISTSTYLE.
 
@@ -212,6 +214,16 @@ class RedshiftDialect(PostgresDialect):
 
     def json_is_object(self, expr: str) -> str:
         return f"IS_OBJECT({expr})"
+
+    def sha256_hex(self, text: str) -> str:
+        # SHA2(string, bits): "a text representation of the hexadecimal value of the checksum".
+        return f"SHA2({text}, 256)"
+
+    def json_with_members(self, expr: str, members: list[tuple[list[str], str]]) -> str:
+        # OBJECT_TRANSFORM(input SET path, value, ...): paths are double-quoted steps joined
+        # by periods; SET modifies an existing path "or adds a new path" (here with NULL).
+        sets = ",\n    ".join(f"{quote_literal('.'.join(quote_ident(p) for p in path))}, {value}" for path, value in members)
+        return f"OBJECT_TRANSFORM({expr}\n  SET {sets})"
 
     def differs(self, a: str, b: str, t: SqlType) -> str:
         # No IS DISTINCT FROM; SUPER values compare as their serialized text, which only

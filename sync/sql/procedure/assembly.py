@@ -6,7 +6,9 @@ from __future__ import annotations
 from sync.config import Pipeline, TableConfig
 from sync.sql import schemas
 from sync.sql.dialect import PostgresDialect
+from sync.sql.envelope import unwrap_schema
 from sync.sql.names import table_names
+from sync.sql.policy import has_policies, key_check_sql, key_declaration, redacted_sql
 from sync.sql.procedure.batch import pending_in_order_sql
 from sync.sql.procedure.bookkeeping import quarantine_insert_sql, run_log_insert_sql
 from sync.sql.procedure.context import CALL_TIME, OUTCOMES, TableSql
@@ -22,8 +24,9 @@ from sync.sql.procedure.text import indent
 PINNED_SETTING = "SET timezone TO 'UTC'"
 
 
-def plpgsql_procedure(signature: str, comment: str, declarations: list[str], body: list[str]) -> str:
-    """CREATE OR REPLACE PROCEDURE with its header comment, declarations and body."""
+def plpgsql_procedure(signature: str, comment: str, declarations: list[str], body: list[str], definer: bool = False) -> str:
+    """CREATE OR REPLACE PROCEDURE with its header comment, declarations and body
+    (`definer`: runs with its owner's privileges, SECURITY DEFINER)."""
     return (
         f"CREATE OR REPLACE PROCEDURE {signature}\n"
         "AS $$\n"
@@ -32,6 +35,7 @@ def plpgsql_procedure(signature: str, comment: str, declarations: list[str], bod
         + "BEGIN\n"
         + indent("\n".join(body), 2)
         + "\nEND;\n$$ LANGUAGE plpgsql\n"
+        + ("SECURITY DEFINER\n" if definer else "")
         + PINNED_SETTING
         + ";"
     )
@@ -43,12 +47,17 @@ def _origin(origin: str, table: TableConfig) -> str:
 
 def procedure_sql(d: PostgresDialect, pipeline: Pipeline, table: TableConfig, origin: str) -> str:
     n = table_names(pipeline, table)
+    declarations = declare(d, [*SYNC_STEPS, *APPLY_STEPS])
+    policies = has_policies(table)
+    if policies:  # column policies: the hash key, read with the watermark, as the owner
+        declarations = [*declarations, key_declaration()]
     return plpgsql_procedure(
         f"{d.qualified(n.schema, n.procedure)}(p_max_records bigint)",
         _origin(origin, table) + "Merges new records of the topic into the target (p_max_records NULL: all of them);\n"
         "see the README, 'How a sync works: the procedure contract'.",
-        declare(d, [*SYNC_STEPS, *APPLY_STEPS]),
+        declarations,
         [steps_sql(TableSql(d, pipeline, table), SYNC_STEPS)],
+        definer=policies,
     )
 
 
@@ -76,11 +85,19 @@ def isolate_record_sql(d: PostgresDialect, pipeline: Pipeline, table: TableConfi
         ctx, "x.kafka_partition, x.kafka_offset, x.refresh_time", "v_partition, v_offset, v_refresh_time", "1"
     )
     reason = d.prefix_bytes("'the warehouse could not apply this record: ' || COALESCE(p_reason, 'no error text')", 1000)
+    policies = has_policies(table)
+    record = (
+        {"payload": redacted_sql(d, table, "s.env"), "raw_value": "NULL"}
+        if policies
+        else {"payload": "s.payload", "raw_value": "s.raw_value"}
+    )
+    # Column policies: the envelope (redacted above) instead of the payload.
+    source = f"(SELECT x.*, {unwrap_schema(d, 'x.payload')} AS env FROM {stream} x)" if policies else stream
     quarantined = quarantine_insert_sql(
         ctx,
-        {"reason": reason, "payload": "s.payload", "raw_value": "s.raw_value"},
+        {"reason": reason, **record},
         "s.",
-        f"FROM {stream} s\n"
+        f"FROM {source} s\n"
         "WHERE s.kafka_partition = v_partition AND s.kafka_offset = v_offset AND s.refresh_time = v_refresh_time;",
     )
     first_seen = {
@@ -110,6 +127,7 @@ def isolate_record_sql(d: PostgresDialect, pipeline: Pipeline, table: TableConfi
         breaks=(7, 13),
     )
     body = [
+        *([key_check_sql(d, pipeline, table)] if policies else []),
         "-- 1. Single flight, as in the sync itself.",
         f"LOCK TABLE {wm}{d.lock_mode};",
         f"{CALL_TIME} := {d.now()};",
@@ -122,11 +140,12 @@ def isolate_record_sql(d: PostgresDialect, pipeline: Pipeline, table: TableConfi
     ]
     declarations = [
         VARIABLES[name].declaration(d) for name in (CALL_TIME, "v_since", "v_partition", "v_offset", "v_refresh_time")
-    ]
+    ] + ([key_declaration()] if policies else [])
     return plpgsql_procedure(
         f"{d.qualified(n.schema, n.isolate_procedure)}(p_reason {d.long_text_type})",
         _origin(origin, table) + "Quarantines the first pending record, which the caller found to make the engine\n"
         "raise, with the engine's error text, and moves the watermark past it.",
         declarations,
         body,
+        definer=policies,
     )

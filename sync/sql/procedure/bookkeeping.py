@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from sync.sql import schemas
 from sync.sql.dialect import quote_literal
+from sync.sql.policy import key_read
 from sync.sql.procedure.batch import pending_in_order_sql
 from sync.sql.procedure.context import CALL_TIME, OUTCOMES, UNBOUNDED, WATERMARK_ITEM, Action, TableSql, positionless
 from sync.sql.procedure.fields import has_toast
@@ -32,18 +33,21 @@ def watermark_before_sql(ctx: TableSql) -> str:
     and the quarantined records marked for replay in this transaction (`quarantine replay`),
     in one statement."""
     replaying = f"(SELECT COUNT(*) FROM {ctx.rel.quarantine} WHERE table_name = {quote_literal(ctx.table.name)} AND handled = 'replaying')"
+    key = key_read(ctx.d, ctx.pipeline, ctx.table)  # column policies: the hash key, in the same statement
     summary = ctx.d.bounded_list(
         WATERMARK_ITEM,
         ",",
         "r.kafka_partition",
         ctx.rel.watermark,
-        extra=f"MAX(r.last_refresh_time),\n       {replaying}",
-        into="v_since, v_replayed, v_wm_before",
+        extra=f"MAX(r.last_refresh_time),\n       {replaying}" + (f",\n       {key[0]}" if key else ""),
+        into="v_since, v_replayed, " + (f"{key[1]}, " if key else "") + "v_wm_before",
     )
     return (
-        "-- The watermark, its summary for the run log, and the quarantined records being replayed.\n"
+        "-- The watermark, its summary for the run log, and the quarantined records being replayed"
+        + (" (and the\n-- column policies' hash key: without one, the call stops here).\n" if key else ".\n")
         + summary
         + ";\nv_since := COALESCE(v_since, TIMESTAMP '1900-01-01 00:00:00');"
+        + (f"\n{key[2]}" if key else "")
     )
 
 

@@ -3,9 +3,9 @@ configured fields the images lack, counted per run."""
 
 from __future__ import annotations
 
-from sync.route import image_columns
 from sync.sql import schemas
 from sync.sql.dialect import quote_literal
+from sync.sql.policy import known_fields
 from sync.sql.procedure.context import CALL_TIME, TableSql
 from sync.sql.procedure.text import indent, wrapped
 
@@ -20,7 +20,7 @@ def schema_drift_sql(ctx: TableSql) -> str:
     d, table = ctx.d, ctx.table
     images = f"SELECT s._drift_img AS img, COUNT(*) OVER () AS images\nFROM {ctx.rel.stage} s\nWHERE s._drift_img IS NOT NULL"
     keys_join, field = d.object_keys_join("x0.img", "x")
-    configured = "".join(f"\n            UNION ALL SELECT {quote_literal(c.name)}, 1, 0, 0" for c in image_columns(table))
+    configured = "".join(f"\n            UNION ALL SELECT {quote_literal(name)}, 1, 0, 0" for name in known_fields(table))
     drift = {
         "table_name": quote_literal(table.name),
         "run_started_at": CALL_TIME,

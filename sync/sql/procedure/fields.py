@@ -6,8 +6,9 @@ from __future__ import annotations
 
 from sync.config import ColumnConfig, TableConfig
 from sync.debezium.vocabulary import TOAST_PLACEHOLDER_TEXTS
-from sync.route import image_columns, image_key_columns
+from sync.route import image_key_columns
 from sync.sql.dialect import PostgresDialect, quote_literal
+from sync.sql.policy import known_fields, redacted_image_sql
 from sync.sql.semantic import DecodeSql
 
 TOASTABLE_FAMILIES = ("char", "varchar", "super", "varbyte")
@@ -45,8 +46,9 @@ def drift_image_sql(d: PostgresDialect, table: TableConfig) -> str:
     field (non-null) and nothing else has no drift; anything else is checked in full."""
     present = [f"f.{d.q(image_alias(c))} IS NOT NULL" for c in image_key_columns(table)]
     present += [f"f.{d.q(raw_alias(c))} IS NOT NULL" for c in table.value_columns]
-    exact = " AND ".join([*present, d.object_has_only_keys("f.img", [c.name for c in image_columns(table)])])
-    return f"CASE WHEN f.op IN ('c', 'r', 'u') AND {d.json_is_object('f.img')} AND NOT ({exact}) THEN f.img END"
+    exact = " AND ".join([*present, d.object_has_only_keys("f.img", known_fields(table))])
+    image = redacted_image_sql(d, table, "f.img")  # column policies: no clear value in the stage
+    return f"CASE WHEN f.op IN ('c', 'r', 'u') AND {d.json_is_object('f.img')} AND NOT ({exact}) THEN {image} END"
 
 
 def toastable(col: ColumnConfig) -> bool:

@@ -10,6 +10,7 @@ from sync.config import ColumnConfig
 from sync.sql import schemas
 from sync.sql.dialect import quote_literal
 from sync.sql.envelope import position_fields, source_sql
+from sync.sql.policy import has_policies, policy_value_sql, redacted_sql
 from sync.sql.procedure.batch import batch_sql
 from sync.sql.procedure.classify import SOURCE_TS_MS_RANGE, action_of, classification_checks, first_match, lookup
 from sync.sql.procedure.context import APPLIED, Action, TableSql
@@ -106,7 +107,7 @@ def _typed_level(ctx: TableSql) -> str:
             value = f"CASE WHEN {mark} THEN NULL ELSE {value} END"
             unavailable.append(f"CASE WHEN {mark} THEN {quote_literal(col.target_name + '|')} ELSE '' END")
             field_lines.append(f"{mark} AS {q(mark_alias(col))}")
-        field_lines.append(f"{value} AS {q(col.target_name)}")
+        field_lines.append(f"{policy_value_sql(d, col, value)} AS {q(col.target_name)}")
     unavailable_list = "NULLIF('|' || " + " || ".join(unavailable) + ", '|')" if unavailable else "NULL"
     field_lines.append(f"{unavailable_list} AS unavailable")
     field_lines.append(f"{drift_image_sql(d, table)} AS drift_img")
@@ -158,8 +159,7 @@ def _classified_level(ctx: TableSql) -> str:
     checks = routing_checks(ctx) + classification_checks(d, table)
     classified = (
         f"SELECT\n{_carried(ctx)},\n"
-        "       t.payload,\n"
-        "       t.has_source_ts,\n"
+        "       t.payload,\n" + ("       t.env,\n" if has_policies(table) else "") + "       t.has_source_ts,\n"
         f"{indent(first_match(checks), 7)} AS check_no\n" + subquery(d, _typed_level(ctx), "t")
     )
     quarantined = ", ".join(str(i) for i, chk in enumerate(checks, start=1) if chk.action == Action.QUARANTINE)
@@ -168,6 +168,8 @@ def _classified_level(ctx: TableSql) -> str:
     keeps_payload = f"t.check_no IN ({quarantined})" + (
         " OR t.unavailable IS NOT NULL" if any(toastable(c) for c in table.value_columns) else ""
     )
+    # Column policies: the envelope, redacted, instead of the payload.
+    payload = indent(redacted_sql(d, table, "t.env"), 7).lstrip() if has_policies(table) else "t.payload"
     lo, hi = SOURCE_TS_MS_RANGE
     # The source time only where it is one (the conversion above would raise otherwise).
     bounded_ts = f"CASE WHEN t.source_ts_ms BETWEEN {lo} AND {hi} THEN t.source_ts_ms END AS source_ts_ms"
@@ -175,7 +177,7 @@ def _classified_level(ctx: TableSql) -> str:
         f"SELECT\n{_carried(ctx, bounded_ts)},\n"
         f"{indent(action_of('t.check_no', checks), 7)} AS action,\n"
         f"{indent(lookup('t.check_no', [chk.reason for chk in checks], 'NULL'), 7)} AS reason,\n"
-        f"       CASE WHEN {keeps_payload} THEN t.payload END AS quarantine_payload,\n"
+        f"       CASE WHEN {keeps_payload} THEN {payload} END AS quarantine_payload,\n"
         f"       {indent(kafka_time('t.'), 7).lstrip()} AS kafka_time\n" + subquery(d, classified, "t")
     )
 
@@ -209,7 +211,8 @@ def stage_insert_sql(ctx: TableSql) -> str:
         **{col.target_name: f"c.{q(col.target_name)}" for col in table.columns},
         "_unavailable": "c.unavailable",
         "_payload": "c.quarantine_payload",
-        "_raw_value": f"CASE WHEN c.action = '{Action.QUARANTINE}' THEN c.raw_value END",
+        # A raw value that did not parse cannot be redacted: not kept under column policies.
+        "_raw_value": "NULL" if has_policies(table) else f"CASE WHEN c.action = '{Action.QUARANTINE}' THEN c.raw_value END",
         "_drift_img": own_drift_image(ctx, "c.drift_img"),
     }
     columns, selected = schemas.ordered(d, schemas.stage(table), values, quoted=True)

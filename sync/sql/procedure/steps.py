@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 from sync.sql import schemas
 from sync.sql.dialect import PostgresDialect
+from sync.sql.policy import KEY_VARIABLE
 from sync.sql.procedure.apply import apply_hard_sql, apply_soft_sql, delete_values_sql
 from sync.sql.procedure.bookkeeping import (
     advance_watermark_sql,
@@ -255,9 +256,14 @@ APPLY_STEPS = (
 SYNC_STEPS = (
     Step(session_settings_sql, (), lambda ctx: bool(ctx.d.session_settings)),
     Step(single_flight_sql, (CALL_TIME,)),
-    Step(watermark_before_sql, ("v_since", "v_replayed", "v_wm_before")),
+    # KEY_VARIABLE: declared by the procedure of a table with column policies (sync.sql.policy).
+    Step(watermark_before_sql, ("v_since", "v_replayed", "v_wm_before", KEY_VARIABLE)),
     Step(bound_sql, ("v_since", "v_until_time", "v_until_partition", "v_until_offset")),
-    Step(stage_sql, ("v_since", "v_until_time", "v_until_partition", "v_until_offset", "v_replayed", "v_read"), writes=STAGE),
+    Step(
+        stage_sql,
+        ("v_since", "v_until_time", "v_until_partition", "v_until_offset", "v_replayed", "v_read", KEY_VARIABLE),
+        writes=STAGE,
+    ),
     Step(analyze_stage_sql, ("v_read",), lambda ctx: ctx.d.analyze_stage, reads=facts("_action _rn values")),
     Step(apply_batch_sql, ("v_read",)),
     Step(call_result_sql, (CALL_TIME, "v_read", *(f"v_{name}" for name in OUTCOMES), "v_wm_before", "v_lag")),
