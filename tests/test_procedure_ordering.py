@@ -115,3 +115,13 @@ def test_kafka_order_a_replayed_record_older_than_the_stored_one_is_stale():
         'LEFT JOIN "cdc"."tag__stream" m ON m.kafka_partition = t._kafka_partition AND m.kafka_offset = t._kafka_offset',
     )
     assert sql.count("EXISTS (SELECT 1 FROM") == 3  # the watermark, the row, the deleted key
+
+
+def test_a_super_value_at_a_tie_is_serialized_once_per_side():
+    # JSON_SERIALIZE raises past VARCHAR's limit: each side is bounded first, once.
+    with_doc = ONE_COLUMN.replace(
+        'columns = [{ name = "id", type = "integer" }]',
+        'columns = [{ name = "id", type = "integer" }, { name = "doc", type = "super" }]',
+    )
+    sql = tied_changes_sql(table_sql(with_doc))
+    assert sql.count('JSON_SIZE(t."doc")') == 1 and sql.count('JSON_SIZE(x."doc")') == 1

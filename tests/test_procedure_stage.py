@@ -3,8 +3,16 @@ composite-key table: one behaviour per line."""
 
 from __future__ import annotations
 
+import tomllib
+
+import pytest
+
+from sync.config import parse_pipeline
+from sync.sql.dialect import dialect_for
+from sync.sql.procedure import TableSql
 from sync.sql.procedure.stage import stage_insert_sql
-from tests.helpers import COMPOSITE_KEY, ONE_COLUMN, assert_lines, table_sql
+from tests.helpers import COMPOSITE_KEY, EXAMPLES, ONE_COLUMN, assert_lines, table_sql
+from tests.procedure_shape import _arguments
 
 ONE, COMPOSITE = table_sql(ONE_COLUMN), table_sql(COMPOSITE_KEY)
 
@@ -94,3 +102,17 @@ def test_the_action_of_each_check_number_one_line_per_action():
         "WHEN t.check_no = 10 THEN 'delete'",
         "ELSE 'upsert'",
     )
+
+
+def _example_table(example: str, name: str) -> TableSql:
+    pipeline = parse_pipeline(tomllib.loads((EXAMPLES / example / "pipeline.toml").read_text()))
+    return TableSql(dialect_for("redshift", pipeline.schema), pipeline, pipeline.table(name))
+
+
+@pytest.mark.parametrize(("example", "table"), [("inventory_pg", "products"), ("debezium_shapes", "blobs")])
+def test_every_value_is_bounded_with_json_size_once(example, table):
+    # AWS, JSON_SIZE: "functionally identical to OCTET_LENGTH(JSON_SERIALIZE)": each call
+    # serializes the value again. Semantic decodes (decimals, zoned timestamps, JSON),
+    # varbyte and super fields read the field's text named once, as text fields do.
+    sizes = _arguments(stage_insert_sql(_example_table(example, table)), "JSON_SIZE")
+    assert sizes and all(sizes.count(a) == 1 for a in sizes), sorted(a for a in set(sizes) if sizes.count(a) > 1)

@@ -123,14 +123,19 @@ def _spaces(line: str, quote: str | None) -> tuple[list[tuple[int, int]], str | 
 def _cut(line: str, width: int) -> int | None:
     """Where `line` breaks to fit `width` (None: nowhere it may): the best kind of break
     (`_BREAKS`), late in the line and little nested in parentheses (a level deeper weighs
-    as much as `_NESTING` characters earlier)."""
+    as much as `_NESTING` characters earlier); else as early as it may."""
     start = len(line) - len(line.lstrip(" "))
-    spaces = [(depth, i) for depth, i in _spaces(line, None)[0] if start < i <= width]
+    spaces = [(depth, i) for depth, i in _spaces(line, None)[0] if start < i]
     for before, after in _BREAKS:
-        fits = [(i - _NESTING * depth, i) for depth, i in spaces if line.startswith(before, i + 1) or line[:i].endswith(after)]
+        fits = [
+            (i - _NESTING * depth, i)
+            for depth, i in spaces
+            if i <= width and (line.startswith(before, i + 1) or line[:i].endswith(after))
+        ]
         if fits:
             return max(fits)[1]
-    return None
+    # Nothing fits (a long literal): the first break after it.
+    return spaces[0][1] if spaces else None
 
 
 def wrap_long_lines(text: str, width: int = 160) -> str:
