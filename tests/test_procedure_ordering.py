@@ -43,7 +43,7 @@ def test_a_tied_winner_applies_when_it_changes_something():
     assert_lines(
         sql,
         "MAX(CASE WHEN x._reason = 'upsert' AND (t.deleted__) OR x._reason = 'delete' AND NOT t.deleted__ THEN 1 ELSE 0 END) AS changes,",
-        'UNION ALL SELECT t."id", t._source_pos, t._kafka_partition, t._kafka_offset, true FROM "cdc"."tag__deleted" t'
+        'UNION ALL SELECT t."id", t._source_pos, t._kafka_partition, t._kafka_offset, t._kafka_timestamp, true FROM "cdc"."tag__deleted" t'
         ' WHERE EXISTS (SELECT 1 FROM "cdc"."tag__stage" y WHERE y._rn = 1 AND y._action = \'stale\' AND y."id" = t."id"'
         " AND y._source_pos = t._source_pos)) t",
         'ON t."id" = x."id" AND t._source_pos = x._source_pos',
@@ -61,8 +61,12 @@ def test_a_tied_winner_applies_when_it_changes_something():
 def test_a_replayed_tie_older_in_kafka_order_than_the_stored_record_stays_stale():
     assert_lines(
         tied_changes_sql(ONE),
-        "MAX(CASE WHEN x._kafka_offset <= w.last_offset AND (x._kafka_partition < t._kafka_partition"
-        " OR (x._kafka_partition = t._kafka_partition AND x._kafka_offset < t._kafka_offset)) THEN 1 ELSE 0 END) AS older_replay",
+        # Kafka order as the ranking and the Kafka-order replay rule judge it: offsets within a
+        # partition, the Kafka time across partitions (a stored row's is its record's), then the partition.
+        "MAX(CASE WHEN x._kafka_offset <= w.last_offset AND (t._kafka_partition = x._kafka_partition AND t._kafka_offset > x._kafka_offset"
+        " OR t._kafka_partition <> x._kafka_partition AND (t.kafka_time__ > x._kafka_timestamp"
+        " OR (COALESCE(t.kafka_time__ = x._kafka_timestamp, true) AND t._kafka_partition > x._kafka_partition))) THEN 1 ELSE 0 END)"
+        " AS older_replay",
         'LEFT JOIN "cdc"."tag__watermark" w ON w.kafka_partition = x._kafka_partition',
     )
 

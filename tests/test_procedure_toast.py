@@ -22,7 +22,8 @@ def test_a_placeholder_takes_the_newest_earlier_value_of_the_batch():
         # A column taken from the batch leaves the list; one only stored stays in it.
         "_unavailable = '|' || CASE WHEN s._unavailable LIKE '%|note|%' AND u.rn0 IS NULL THEN 'note|' ELSE '' END",
     )
-    assert sql.count("UPDATE ") == 1  # one statement, one CASE per column
+    # One statement completes every column (one CASE each); one more quarantines what it could not.
+    assert sql.count("UPDATE ") == 2 and sql.count("IF v_unavailable > 0 THEN") == 1
 
 
 def test_else_the_stored_value_of_the_newest_stored_row():

@@ -235,8 +235,7 @@ BEGIN
   checked AS (
     SELECT t.kafka_partition, t.kafka_offset, t.kafka_timestamp, t.refresh_time, t.raw_value, t.op, t.source_ts_ms,
            t.source_pos, t.unavailable, t.drift_img, t."id", t."name", t."bio",
-           t.payload,
-           t.has_source_ts,
+           t.payload, t.has_source_ts,
            CASE
              WHEN t.raw_value IS NOT NULL THEN 1
              WHEN (t.env IS NULL) THEN 2
@@ -358,8 +357,6 @@ BEGIN
           WHERE o.stored_rn__ = 1) t ON t."id" = w."id"
             WHERE w._rn = 1 AND w._action = 'upsert' AND w._unavailable IS NOT NULL) u
       WHERE s._rn = 1 AND s._action = 'upsert' AND s._unavailable IS NOT NULL AND u."id" = s."id";
-    END IF;
-    IF v_unavailable > 0 THEN
       UPDATE "cdc"."pg__stage" s SET _action = 'quarantine',
           _reason = SUBSTRING('no earlier value is known for the TOAST placeholder (__debezium_unavailable_value) in ' || BTRIM(s._unavailable, '|'), 1, 1000)
       WHERE s._rn = 1 AND s._action = 'upsert' AND s._unavailable <> '|'
@@ -383,13 +380,15 @@ BEGIN
                    MAX(CASE WHEN x._reason = 'upsert' AND (t.deleted__ OR (t."name" <> x."name" OR (t."name" IS NULL) <> (x."name" IS NULL))
                        OR (t."bio" <> x."bio" OR (t."bio" IS NULL) <> (x."bio" IS NULL))) OR x._reason = 'delete' AND NOT t.deleted__ THEN 1
                        ELSE 0 END) AS changes,
-                   MAX(CASE WHEN x._kafka_offset <= w.last_offset AND (x._kafka_partition < t._kafka_partition OR (x._kafka_partition = t._kafka_partition
-                       AND x._kafka_offset < t._kafka_offset)) THEN 1 ELSE 0 END) AS older_replay
+                   MAX(CASE WHEN x._kafka_offset <= w.last_offset AND (t._kafka_partition = x._kafka_partition AND t._kafka_offset > x._kafka_offset
+                       OR t._kafka_partition <> x._kafka_partition AND (t.kafka_time__ > x._kafka_timestamp
+                       OR (COALESCE(t.kafka_time__ = x._kafka_timestamp, true) AND t._kafka_partition > x._kafka_partition))) THEN 1 ELSE 0 END) AS older_replay
             FROM "cdc"."pg__stage" x
-            JOIN (SELECT t."id", t._source_pos, t._kafka_partition, t._kafka_offset, false AS deleted__, t."name",
-                t."bio" FROM "cdc"."pg" t WHERE EXISTS (SELECT 1 FROM "cdc"."pg__stage" y WHERE y._rn = 1 AND y._action = 'stale' AND y."id" = t."id"
+            JOIN (SELECT t."id", t._source_pos, t._kafka_partition, t._kafka_offset, m.kafka_timestamp AS kafka_time__, false AS deleted__, t."name",
+                t."bio" FROM "cdc"."pg" t LEFT JOIN "cdc"."pg__stream" m ON m.kafka_partition = t._kafka_partition
+                AND m.kafka_offset = t._kafka_offset WHERE EXISTS (SELECT 1 FROM "cdc"."pg__stage" y WHERE y._rn = 1 AND y._action = 'stale' AND y."id" = t."id"
                 AND y._source_pos = t._source_pos)
-                        UNION ALL SELECT t."id", t._source_pos, t._kafka_partition, t._kafka_offset, true, NULL,
+                        UNION ALL SELECT t."id", t._source_pos, t._kafka_partition, t._kafka_offset, t._kafka_timestamp, true, NULL,
                             NULL FROM "cdc"."pg__deleted" t WHERE EXISTS (SELECT 1 FROM "cdc"."pg__stage" y WHERE y._rn = 1 AND y._action = 'stale'
                             AND y."id" = t."id" AND y._source_pos = t._source_pos)) t
               ON t."id" = x."id" AND t._source_pos = x._source_pos

@@ -223,8 +223,7 @@ BEGIN
   checked AS (
     SELECT t.kafka_partition, t.kafka_offset, t.kafka_timestamp, t.refresh_time, t.raw_value, t.op, t.source_ts_ms,
            t.source_pos, t.unavailable, t.drift_img, t."id", t."name", t."bio",
-           t.payload,
-           t.has_source_ts,
+           t.payload, t.has_source_ts,
            CASE
              WHEN t.raw_value IS NOT NULL THEN 1
              WHEN (t.env IS NULL) THEN 2
@@ -311,8 +310,6 @@ BEGIN
           WHERE o.stored_rn__ = 1) t ON t."id" = w."id"
             WHERE w._rn = 1 AND w._action = 'upsert' AND w._unavailable IS NOT NULL) u
       WHERE s._rn = 1 AND s._action = 'upsert' AND s._unavailable IS NOT NULL AND u."id" = s."id";
-    END IF;
-    IF v_unavailable > 0 THEN
       UPDATE "cdc"."pg_kafka__stage" s SET _action = 'quarantine',
           _reason = SUBSTRING('no earlier value is known for the TOAST placeholder (__debezium_unavailable_value) in ' || BTRIM(s._unavailable, '|'), 1, 1000)
       WHERE s._rn = 1 AND s._action = 'upsert' AND s._unavailable <> '|'

@@ -220,8 +220,7 @@ BEGIN
   checked AS (
     SELECT t.kafka_partition, t.kafka_offset, t.kafka_timestamp, t.refresh_time, t.raw_value, t.op, t.source_ts_ms,
            t.source_pos, t.unavailable, t.drift_img, t."move_id", t."product_id", t."quantity", t."moved_at",
-           t.payload,
-           t.has_source_ts,
+           t.payload, t.has_source_ts,
            CASE
              WHEN t.raw_value IS NOT NULL THEN 1
              WHEN (t.env IS NULL) AND t."move_id" IS NOT NULL THEN 2
@@ -377,12 +376,15 @@ BEGIN
                        OR (t."quantity" <> x."quantity" OR (t."quantity" IS NULL) <> (x."quantity" IS NULL))
                        OR (t."moved_at" <> x."moved_at" OR (t."moved_at" IS NULL) <> (x."moved_at" IS NULL))) OR x._reason = 'delete' AND NOT t.deleted__ THEN 1
                        ELSE 0 END) AS changes,
-                   MAX(CASE WHEN x._kafka_offset <= w.last_offset AND (x._kafka_partition < t._kafka_partition OR (x._kafka_partition = t._kafka_partition
-                       AND x._kafka_offset < t._kafka_offset)) THEN 1 ELSE 0 END) AS older_replay
+                   MAX(CASE WHEN x._kafka_offset <= w.last_offset AND (t._kafka_partition = x._kafka_partition AND t._kafka_offset > x._kafka_offset
+                       OR t._kafka_partition <> x._kafka_partition AND (t.kafka_time__ > x._kafka_timestamp
+                       OR (COALESCE(t.kafka_time__ = x._kafka_timestamp, true) AND t._kafka_partition > x._kafka_partition))) THEN 1 ELSE 0 END) AS older_replay
             FROM "inventory"."stock_moves__stage" x
-            JOIN (SELECT t."move_id", t._source_pos, t._kafka_partition, t._kafka_offset, t._deleted AS deleted__, t."product_id", t."quantity",
-                t."moved_at" FROM "inventory"."stock_moves" t WHERE EXISTS (SELECT 1 FROM "inventory"."stock_moves__stage" y WHERE y._rn = 1
-                AND y._action = 'stale' AND y."move_id" = t."move_id" AND y._source_pos = t._source_pos)) t
+            JOIN (SELECT t."move_id", t._source_pos, t._kafka_partition, t._kafka_offset, m.kafka_timestamp AS kafka_time__, t._deleted AS deleted__,
+                t."product_id", t."quantity",
+                t."moved_at" FROM "inventory"."stock_moves" t LEFT JOIN "inventory"."stock_moves__stream" m ON m.kafka_partition = t._kafka_partition
+                AND m.kafka_offset = t._kafka_offset WHERE EXISTS (SELECT 1 FROM "inventory"."stock_moves__stage" y WHERE y._rn = 1 AND y._action = 'stale'
+                AND y."move_id" = t."move_id" AND y._source_pos = t._source_pos)) t
               ON t."move_id" = x."move_id" AND t._source_pos = x._source_pos
             LEFT JOIN "inventory"."stock_moves__watermark" w ON w.kafka_partition = x._kafka_partition
             WHERE x._rn = 1 AND x._action = 'stale'

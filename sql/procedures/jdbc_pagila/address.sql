@@ -266,8 +266,7 @@ BEGIN
     SELECT t.kafka_partition, t.kafka_offset, t.kafka_timestamp, t.refresh_time, t.raw_value, t.op, t.source_ts_ms,
            t.source_pos, t.unavailable, t.drift_img, t."address_id", t."address", t."address2", t."district", t."city_id",
            t."postal_code", t."phone", t."last_update",
-           t.payload,
-           t.has_source_ts,
+           t.payload, t.has_source_ts,
            CASE
              WHEN t.raw_value IS NOT NULL THEN 1
              WHEN (t.env IS NULL) THEN 2
@@ -420,8 +419,6 @@ BEGIN
           WHERE o.stored_rn__ = 1) t ON t."address_id" = w."address_id"
             WHERE w._rn = 1 AND w._action = 'upsert' AND w._unavailable IS NOT NULL) u
       WHERE s._rn = 1 AND s._action = 'upsert' AND s._unavailable IS NOT NULL AND u."address_id" = s."address_id";
-    END IF;
-    IF v_unavailable > 0 THEN
       UPDATE "pagila"."address__stage" s SET _action = 'quarantine',
           _reason = SUBSTRING('no earlier value is known for the TOAST placeholder (__debezium_unavailable_value) in ' || BTRIM(s._unavailable, '|'), 1, 1000)
       WHERE s._rn = 1 AND s._action = 'upsert' AND s._unavailable <> '|'
@@ -450,15 +447,17 @@ BEGIN
                        OR (t."phone" <> x."phone" OR (t."phone" IS NULL) <> (x."phone" IS NULL))
                        OR (t."last_update" <> x."last_update" OR (t."last_update" IS NULL) <> (x."last_update" IS NULL))) OR x._reason = 'delete'
                        AND NOT t.deleted__ THEN 1 ELSE 0 END) AS changes,
-                   MAX(CASE WHEN x._kafka_offset <= w.last_offset AND (x._kafka_partition < t._kafka_partition OR (x._kafka_partition = t._kafka_partition
-                       AND x._kafka_offset < t._kafka_offset)) THEN 1 ELSE 0 END) AS older_replay
+                   MAX(CASE WHEN x._kafka_offset <= w.last_offset AND (t._kafka_partition = x._kafka_partition AND t._kafka_offset > x._kafka_offset
+                       OR t._kafka_partition <> x._kafka_partition AND (t.kafka_time__ > x._kafka_timestamp
+                       OR (COALESCE(t.kafka_time__ = x._kafka_timestamp, true) AND t._kafka_partition > x._kafka_partition))) THEN 1 ELSE 0 END) AS older_replay
             FROM "pagila"."address__stage" x
-            JOIN (SELECT t."address_id", t._source_pos, t._kafka_partition, t._kafka_offset, false AS deleted__, t."address", t."address2", t."district",
-                t."city_id", t."postal_code", t."phone",
-                t."last_update" FROM "pagila"."address" t WHERE EXISTS (SELECT 1 FROM "pagila"."address__stage" y WHERE y._rn = 1 AND y._action = 'stale'
+            JOIN (SELECT t."address_id", t._source_pos, t._kafka_partition, t._kafka_offset, m.kafka_timestamp AS kafka_time__, false AS deleted__, t."address",
+                t."address2", t."district", t."city_id", t."postal_code", t."phone",
+                t."last_update" FROM "pagila"."address" t LEFT JOIN "pagila"."address__stream" m ON m.kafka_partition = t._kafka_partition
+                AND m.kafka_offset = t._kafka_offset WHERE EXISTS (SELECT 1 FROM "pagila"."address__stage" y WHERE y._rn = 1 AND y._action = 'stale'
                 AND y."address_id" = t."address_id" AND y._source_pos = t._source_pos)
-                        UNION ALL SELECT t."address_id", t._source_pos, t._kafka_partition, t._kafka_offset, true, NULL, NULL, NULL, NULL, NULL, NULL,
-                            NULL FROM "pagila"."address__deleted" t WHERE EXISTS (SELECT 1 FROM "pagila"."address__stage" y WHERE y._rn = 1
+                        UNION ALL SELECT t."address_id", t._source_pos, t._kafka_partition, t._kafka_offset, t._kafka_timestamp, true, NULL, NULL, NULL, NULL,
+                            NULL, NULL, NULL FROM "pagila"."address__deleted" t WHERE EXISTS (SELECT 1 FROM "pagila"."address__stage" y WHERE y._rn = 1
                             AND y._action = 'stale' AND y."address_id" = t."address_id" AND y._source_pos = t._source_pos)) t
               ON t."address_id" = x."address_id" AND t._source_pos = x._source_pos
             LEFT JOIN "pagila"."address__watermark" w ON w.kafka_partition = x._kafka_partition

@@ -219,8 +219,7 @@ BEGIN
   checked AS (
     SELECT t.kafka_partition, t.kafka_offset, t.kafka_timestamp, t.refresh_time, t.raw_value, t.op, t.source_ts_ms,
            t.source_pos, t.unavailable, t.drift_img, t."payment_id", t."customer_id", t."amount", t."payment_date",
-           t.payload,
-           t.has_source_ts,
+           t.payload, t.has_source_ts,
            CASE
              WHEN t.raw_value IS NOT NULL THEN 1
              WHEN (t.env IS NULL) THEN 2
@@ -342,13 +341,16 @@ BEGIN
                        AND (t.deleted__ OR (t."customer_id" <> x."customer_id" OR (t."customer_id" IS NULL) <> (x."customer_id" IS NULL))
                        OR (t."amount" <> x."amount" OR (t."amount" IS NULL) <> (x."amount" IS NULL)) OR (t."payment_date" <> x."payment_date"
                        OR (t."payment_date" IS NULL) <> (x."payment_date" IS NULL))) OR x._reason = 'delete' AND NOT t.deleted__ THEN 1 ELSE 0 END) AS changes,
-                   MAX(CASE WHEN x._kafka_offset <= w.last_offset AND (x._kafka_partition < t._kafka_partition OR (x._kafka_partition = t._kafka_partition
-                       AND x._kafka_offset < t._kafka_offset)) THEN 1 ELSE 0 END) AS older_replay
+                   MAX(CASE WHEN x._kafka_offset <= w.last_offset AND (t._kafka_partition = x._kafka_partition AND t._kafka_offset > x._kafka_offset
+                       OR t._kafka_partition <> x._kafka_partition AND (t.kafka_time__ > x._kafka_timestamp
+                       OR (COALESCE(t.kafka_time__ = x._kafka_timestamp, true) AND t._kafka_partition > x._kafka_partition))) THEN 1 ELSE 0 END) AS older_replay
             FROM "pagila"."payment__stage" x
-            JOIN (SELECT t."payment_id", t._source_pos, t._kafka_partition, t._kafka_offset, false AS deleted__, t."customer_id", t."amount",
-                t."payment_date" FROM "pagila"."payment" t WHERE EXISTS (SELECT 1 FROM "pagila"."payment__stage" y WHERE y._rn = 1 AND y._action = 'stale'
+            JOIN (SELECT t."payment_id", t._source_pos, t._kafka_partition, t._kafka_offset, m.kafka_timestamp AS kafka_time__, false AS deleted__,
+                t."customer_id", t."amount",
+                t."payment_date" FROM "pagila"."payment" t LEFT JOIN "pagila"."payment__stream" m ON m.kafka_partition = t._kafka_partition
+                AND m.kafka_offset = t._kafka_offset WHERE EXISTS (SELECT 1 FROM "pagila"."payment__stage" y WHERE y._rn = 1 AND y._action = 'stale'
                 AND y."payment_id" = t."payment_id" AND y._source_pos = t._source_pos)
-                        UNION ALL SELECT t."payment_id", t._source_pos, t._kafka_partition, t._kafka_offset, true, NULL, NULL,
+                        UNION ALL SELECT t."payment_id", t._source_pos, t._kafka_partition, t._kafka_offset, t._kafka_timestamp, true, NULL, NULL,
                             NULL FROM "pagila"."payment__deleted" t WHERE EXISTS (SELECT 1 FROM "pagila"."payment__stage" y WHERE y._rn = 1
                             AND y._action = 'stale' AND y."payment_id" = t."payment_id" AND y._source_pos = t._source_pos)) t
               ON t."payment_id" = x."payment_id" AND t._source_pos = x._source_pos

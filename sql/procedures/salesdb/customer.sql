@@ -243,8 +243,7 @@ BEGIN
   checked AS (
     SELECT t.kafka_partition, t.kafka_offset, t.kafka_timestamp, t.refresh_time, t.raw_value, t.op, t.source_ts_ms,
            t.source_pos, t.unavailable, t.drift_img, t."customer_id", t."name", t."mktsegment",
-           t.payload,
-           t.has_source_ts,
+           t.payload, t.has_source_ts,
            CASE
              WHEN t.raw_value IS NOT NULL THEN 1
              WHEN (t.env IS NULL) THEN 2
@@ -370,8 +369,6 @@ BEGIN
           WHERE o.stored_rn__ = 1) t ON t."customer_id" = w."customer_id"
             WHERE w._rn = 1 AND w._action = 'upsert' AND w._unavailable IS NOT NULL) u
       WHERE s._rn = 1 AND s._action = 'upsert' AND s._unavailable IS NOT NULL AND u."customer_id" = s."customer_id";
-    END IF;
-    IF v_unavailable > 0 THEN
       UPDATE "cdc"."customer__stage" s SET _action = 'quarantine',
           _reason = SUBSTRING('no earlier value is known for the TOAST placeholder (__debezium_unavailable_value) in ' || BTRIM(s._unavailable, '|'), 1, 1000)
       WHERE s._rn = 1 AND s._action = 'upsert' AND s._unavailable <> '|'
@@ -395,13 +392,15 @@ BEGIN
                    MAX(CASE WHEN x._reason = 'upsert' AND (t.deleted__ OR (t."name" <> x."name" OR (t."name" IS NULL) <> (x."name" IS NULL))
                        OR (t."mktsegment" <> x."mktsegment" OR (t."mktsegment" IS NULL) <> (x."mktsegment" IS NULL))) OR x._reason = 'delete'
                        AND NOT t.deleted__ THEN 1 ELSE 0 END) AS changes,
-                   MAX(CASE WHEN x._kafka_offset <= w.last_offset AND (x._kafka_partition < t._kafka_partition OR (x._kafka_partition = t._kafka_partition
-                       AND x._kafka_offset < t._kafka_offset)) THEN 1 ELSE 0 END) AS older_replay
+                   MAX(CASE WHEN x._kafka_offset <= w.last_offset AND (t._kafka_partition = x._kafka_partition AND t._kafka_offset > x._kafka_offset
+                       OR t._kafka_partition <> x._kafka_partition AND (t.kafka_time__ > x._kafka_timestamp
+                       OR (COALESCE(t.kafka_time__ = x._kafka_timestamp, true) AND t._kafka_partition > x._kafka_partition))) THEN 1 ELSE 0 END) AS older_replay
             FROM "cdc"."customer__stage" x
-            JOIN (SELECT t."customer_id", t._source_pos, t._kafka_partition, t._kafka_offset, false AS deleted__, t."name",
-                t."mktsegment" FROM "cdc"."customer" t WHERE EXISTS (SELECT 1 FROM "cdc"."customer__stage" y WHERE y._rn = 1 AND y._action = 'stale'
+            JOIN (SELECT t."customer_id", t._source_pos, t._kafka_partition, t._kafka_offset, m.kafka_timestamp AS kafka_time__, false AS deleted__, t."name",
+                t."mktsegment" FROM "cdc"."customer" t LEFT JOIN "cdc"."customer__stream" m ON m.kafka_partition = t._kafka_partition
+                AND m.kafka_offset = t._kafka_offset WHERE EXISTS (SELECT 1 FROM "cdc"."customer__stage" y WHERE y._rn = 1 AND y._action = 'stale'
                 AND y."customer_id" = t."customer_id" AND y._source_pos = t._source_pos)
-                        UNION ALL SELECT t."customer_id", t._source_pos, t._kafka_partition, t._kafka_offset, true, NULL,
+                        UNION ALL SELECT t."customer_id", t._source_pos, t._kafka_partition, t._kafka_offset, t._kafka_timestamp, true, NULL,
                             NULL FROM "cdc"."customer__deleted" t WHERE EXISTS (SELECT 1 FROM "cdc"."customer__stage" y WHERE y._rn = 1 AND y._action = 'stale'
                             AND y."customer_id" = t."customer_id" AND y._source_pos = t._source_pos)) t
               ON t."customer_id" = x."customer_id" AND t._source_pos = x._source_pos

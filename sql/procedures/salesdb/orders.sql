@@ -237,8 +237,7 @@ BEGIN
   checked AS (
     SELECT t.kafka_partition, t.kafka_offset, t.kafka_timestamp, t.refresh_time, t.raw_value, t.op, t.source_ts_ms,
            t.source_pos, t.unavailable, t.drift_img, t."order_id", t."customer_id", t."status", t."total", t."placed_at",
-           t.payload,
-           t.has_source_ts,
+           t.payload, t.has_source_ts,
            CASE
              WHEN t.raw_value IS NOT NULL THEN 1
              WHEN (t.env IS NULL) THEN 2
@@ -365,8 +364,6 @@ BEGIN
           WHERE o.stored_rn__ = 1) t ON t."order_id" = w."order_id"
             WHERE w._rn = 1 AND w._action = 'upsert' AND w._unavailable IS NOT NULL) u
       WHERE s._rn = 1 AND s._action = 'upsert' AND s._unavailable IS NOT NULL AND u."order_id" = s."order_id";
-    END IF;
-    IF v_unavailable > 0 THEN
       UPDATE "cdc"."orders__stage" s SET _action = 'quarantine',
           _reason = SUBSTRING('no earlier value is known for the TOAST placeholder (__debezium_unavailable_value) in ' || BTRIM(s._unavailable, '|'), 1, 1000)
       WHERE s._rn = 1 AND s._action = 'upsert' AND s._unavailable <> '|'
@@ -392,11 +389,14 @@ BEGIN
                        OR (t."total" <> x."total" OR (t."total" IS NULL) <> (x."total" IS NULL))
                        OR (t."placed_at" <> x."placed_at" OR (t."placed_at" IS NULL) <> (x."placed_at" IS NULL))) OR x._reason = 'delete' AND NOT t.deleted__
                        THEN 1 ELSE 0 END) AS changes,
-                   MAX(CASE WHEN x._kafka_offset <= w.last_offset AND (x._kafka_partition < t._kafka_partition OR (x._kafka_partition = t._kafka_partition
-                       AND x._kafka_offset < t._kafka_offset)) THEN 1 ELSE 0 END) AS older_replay
+                   MAX(CASE WHEN x._kafka_offset <= w.last_offset AND (t._kafka_partition = x._kafka_partition AND t._kafka_offset > x._kafka_offset
+                       OR t._kafka_partition <> x._kafka_partition AND (t.kafka_time__ > x._kafka_timestamp
+                       OR (COALESCE(t.kafka_time__ = x._kafka_timestamp, true) AND t._kafka_partition > x._kafka_partition))) THEN 1 ELSE 0 END) AS older_replay
             FROM "cdc"."orders__stage" x
-            JOIN (SELECT t."order_id", t._source_pos, t._kafka_partition, t._kafka_offset, t._deleted AS deleted__, t."customer_id", t."status", t."total",
-                t."placed_at" FROM "cdc"."orders" t WHERE EXISTS (SELECT 1 FROM "cdc"."orders__stage" y WHERE y._rn = 1 AND y._action = 'stale'
+            JOIN (SELECT t."order_id", t._source_pos, t._kafka_partition, t._kafka_offset, m.kafka_timestamp AS kafka_time__, t._deleted AS deleted__,
+                t."customer_id", t."status", t."total",
+                t."placed_at" FROM "cdc"."orders" t LEFT JOIN "cdc"."orders__stream" m ON m.kafka_partition = t._kafka_partition
+                AND m.kafka_offset = t._kafka_offset WHERE EXISTS (SELECT 1 FROM "cdc"."orders__stage" y WHERE y._rn = 1 AND y._action = 'stale'
                 AND y."order_id" = t."order_id" AND y._source_pos = t._source_pos)) t
               ON t."order_id" = x."order_id" AND t._source_pos = x._source_pos
             LEFT JOIN "cdc"."orders__watermark" w ON w.kafka_partition = x._kafka_partition

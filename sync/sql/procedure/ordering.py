@@ -48,15 +48,16 @@ def kafka_earlier(a: str, b: str) -> str:
     )
 
 
-def kafka_later(a: str, a_time: str, b: str, b_time: str) -> str:
+def kafka_later(a: str, a_time: str, b: str, b_time: str, lines: bool = True) -> str:
     """Record `a` (its `_kafka_partition`, `_kafka_offset`, and Kafka timestamp `a_time`)
     is later in Kafka order than `b`: by offset in one partition; across partitions by
-    timestamp, then partition (a tie, or a time unknown)."""
+    timestamp, then partition (a tie, or a time unknown). On several lines, or on one."""
+    breaks = ("\n ", "\n    ", "\n         ") if lines else (" ", " ", " ")
     return (
-        f"({a}._kafka_partition = {b}._kafka_partition AND {a}._kafka_offset > {b}._kafka_offset\n"
-        f" OR {a}._kafka_partition <> {b}._kafka_partition\n"
-        f"    AND ({a_time} > {b_time}\n"
-        f"         OR (COALESCE({a_time} = {b_time}, true) AND {a}._kafka_partition > {b}._kafka_partition)))"
+        f"({a}._kafka_partition = {b}._kafka_partition AND {a}._kafka_offset > {b}._kafka_offset{breaks[0]}"
+        f"OR {a}._kafka_partition <> {b}._kafka_partition{breaks[1]}"
+        f"AND ({a_time} > {b_time}{breaks[2]}"
+        f"OR (COALESCE({a_time} = {b_time}, true) AND {a}._kafka_partition > {b}._kafka_partition)))"
     )
 
 
@@ -264,21 +265,26 @@ def tied_changes_sql(ctx: TableSql) -> str:
         f"y._rn = 1 AND y._action = '{Action.STALE}' AND {key_match(d, keys, 'y', 't')} AND y._source_pos = t._source_pos"
     )
     stored_columns = ", ".join([*(f"t.{q(k)}" for k in keys), "t._source_pos", "t._kafka_partition", "t._kafka_offset"])
+    # A stored row's Kafka time is its record's in the stream; a deleted key keeps its own.
     branches = [
-        f"SELECT {stored_columns}, {'t._deleted' if not ctx.hard_deletes else 'false'} AS deleted__"
+        f"SELECT {stored_columns}, m.kafka_timestamp AS kafka_time__, {'t._deleted' if not ctx.hard_deletes else 'false'} AS deleted__"
         + "".join(f", t.{v}" for v in values)
-        + f" FROM {rel.target} t WHERE EXISTS (SELECT 1 FROM {stage} y WHERE {tied_stale})"
+        + f" FROM {rel.target} t LEFT JOIN {rel.stream} m ON m.kafka_partition = t._kafka_partition AND m.kafka_offset = t._kafka_offset"
+        f" WHERE EXISTS (SELECT 1 FROM {stage} y WHERE {tied_stale})"
     ]
     if ctx.hard_deletes:
         branches.append(
-            f"SELECT {stored_columns}, true" + ", NULL" * len(values) + f" FROM {rel.deleted} t"
+            f"SELECT {stored_columns}, t._kafka_timestamp, true" + ", NULL" * len(values) + f" FROM {rel.deleted} t"
             f" WHERE EXISTS (SELECT 1 FROM {stage} y WHERE {tied_stale})"
         )
     changes_upsert = "t.deleted__" + (f" OR {differs}" if differs else "")
     changes = f"x._reason = '{Action.UPSERT}' AND ({changes_upsert}) OR x._reason = '{Action.DELETE}' AND NOT t.deleted__"
     # A replayed record was read before at its own offset: at a tie, when that is earlier
     # in Kafka order than the record that wrote what is stored, the replay is the older.
-    older_replay = f"x._kafka_offset <= w.last_offset AND {kafka_earlier('x', 't')}"
+    # Kafka order as everywhere (`kafka_later`): offsets within a partition, the Kafka time
+    # across partitions, then the partition.
+    later = kafka_later("t", "t.kafka_time__", "x", "x._kafka_timestamp", lines=False)
+    older_replay = f"x._kafka_offset <= w.last_offset AND {later}"
     record = ", ".join([*(f"x.{q(k)}" for k in keys), "x._kafka_partition", "x._kafka_offset"])
     union = "\n                    UNION ALL ".join(branches)
     return (

@@ -165,8 +165,7 @@ def _classified_step(ctx: TableSql) -> Chain:
     chain.add(
         "checked",
         f"SELECT {_carried(ctx).lstrip()},\n"
-        "       t.payload,\n"
-        "       t.has_source_ts,\n"
+        "       t.payload, t.has_source_ts,\n"
         f"{indent(first_match(checks), 7)} AS check_no\n"
         f"FROM {chain.last} t",
     )

@@ -10,6 +10,7 @@ from sync.sql.dialect import quote_literal
 from sync.sql.procedure.context import Action, TableSql
 from sync.sql.procedure.fields import toastable
 from sync.sql.procedure.ordering import stored_rows
+from sync.sql.procedure.text import indent
 
 
 def upsert_winner(row: str = "s") -> str:
@@ -62,6 +63,7 @@ def toast_sql(ctx: TableSql) -> str:
         f"        LEFT JOIN {stored_rows(d, ctx.rel.target, keys, placeholders)} t ON {key_match(d, keys, 't', 'w')}\n"
         f"        WHERE {upsert_winner('w')} AND w._unavailable IS NOT NULL) u\n"
         f"  WHERE {upsert_winner()} AND s._unavailable IS NOT NULL AND {key_match(d, keys, 'u', 's')};\n"
+        f"{indent(unknown_toast_sql(ctx), 2)}\n"
         "END IF;"
     )
 
@@ -69,13 +71,11 @@ def toast_sql(ctx: TableSql) -> str:
 def unknown_toast_sql(ctx: TableSql) -> str:
     """3. (TOAST) A winner whose placeholder found no earlier value (none in the batch, no
     stored row) cannot be applied faithfully: quarantined with its payload, never a silent
-    NULL. A backfill, then a quarantine replay, brings it in."""
+    NULL. A backfill, then a quarantine replay, brings it in. Part of `toast_sql`."""
     same_key = key_match(ctx.d, ctx.keys, "t", "s")
     return (
-        "IF v_unavailable > 0 THEN\n"
-        f"  UPDATE {ctx.rel.stage} s SET _action = '{Action.QUARANTINE}', _reason = SUBSTRING("
+        f"UPDATE {ctx.rel.stage} s SET _action = '{Action.QUARANTINE}', _reason = SUBSTRING("
         f"'no earlier value is known for the TOAST placeholder ({TOAST_PLACEHOLDER}) in ' || BTRIM(s._unavailable, '|'), 1, 1000)\n"
-        f"  WHERE {upsert_winner()} AND s._unavailable <> '|'\n"
-        f"    AND NOT EXISTS (SELECT 1 FROM {ctx.rel.target} t WHERE {same_key});\n"
-        "END IF;"
+        f"WHERE {upsert_winner()} AND s._unavailable <> '|'\n"
+        f"  AND NOT EXISTS (SELECT 1 FROM {ctx.rel.target} t WHERE {same_key});"
     )
