@@ -34,8 +34,8 @@ def test_the_operation_is_bounded_once_then_read_by_name():
     sql = batch_sql(ONE)
     assert_lines(
         sql,
-        '(CASE WHEN JSON_SIZE(f.env."op") <= 65535 THEN f.env."op" END) AS "b__o0"',
-        "CASE WHEN IS_VARCHAR(f.b__o0) THEN f.b__o0::varchar(65535)"
+        'SELECT f.*, (CASE WHEN JSON_SIZE(f.env."op") <= 65535 THEN f.env."op" END) AS "b__o0"',
+        "SELECT f.*, CASE WHEN IS_VARCHAR(f.b__o0) THEN f.b__o0::varchar(65535)"
         ' WHEN f.b__o0 IS NOT NULL THEN JSON_SERIALIZE(f.b__o0) END AS "x__o0"',
         "f.x__o0 AS op,",
         'CASE WHEN f.x__o0 = \'d\' THEN f.env."before" ELSE f.env."after" END AS img,',

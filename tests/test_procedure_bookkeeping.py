@@ -31,7 +31,9 @@ def test_one_statement_reads_the_watermark_its_summary_and_the_records_being_rep
         "SELECT MAX(r.last_refresh_time),",
         "(SELECT COUNT(*) FROM \"cdc\".\"tag__quarantine\" WHERE table_name = 'tag' AND handled = 'replaying'),",
         "INTO v_since, v_replayed, v_wm_before",
-        'FROM "cdc"."tag__watermark" r) r;',
+        "FROM (SELECT r.*, SUM(OCTET_LENGTH(r.item__) + 1) OVER (ORDER BY r.order__ ROWS UNBOUNDED PRECEDING) AS pos__",
+        "FROM (SELECT r.*, CAST(r.kafka_partition AS varchar(20)) || ':' || CAST(r.last_offset AS varchar(20)) AS item__,"
+        ' r.kafka_partition AS order__ FROM "cdc"."tag__watermark" r) r) r;',
     )
 
 
@@ -43,7 +45,7 @@ def test_the_batch_counts_tell_the_rare_steps_it_needs():
     assert_lines(batch_counts_sql(ONE), "INTO v_drift, v_positionless")
     assert_lines(
         batch_counts_sql(COMPOSITE),
-        "MAX(CASE WHEN _action = 'truncate' THEN _source_pos END),",
+        "MAX(CASE WHEN _action = 'truncate' THEN _source_pos END), MAX(CASE WHEN _action = 'truncate' THEN _source_ts END)",
         "INTO v_drift, v_positionless, v_unavailable, v_truncates, v_truncate_pos, v_truncate_ts",
     )
     assert_lines(batch_counts_sql(table_sql(ONE_COLUMN, order_by="kafka")), "INTO v_drift")
@@ -52,8 +54,8 @@ def test_the_batch_counts_tell_the_rare_steps_it_needs():
 def test_the_outcomes_and_the_lag_are_counted_in_one_pass():
     assert_lines(
         outcome_counts_sql(COMPOSITE),
-        "COUNT(CASE WHEN _action IN ('stale', 'truncated') THEN 1 END),",
-        "DATEDIFF(microsecond, MAX(_kafka_timestamp), v_started) / 1000000.0",
+        "COUNT(CASE WHEN _action IN ('stale', 'truncated') THEN 1 END), COUNT(CASE WHEN _rn > 1 AND _action IN ('upsert', 'delete') THEN 1 END),",
+        "COUNT(CASE WHEN _action = 'truncate' THEN 1 END), DATEDIFF(microsecond, MAX(_kafka_timestamp), v_started) / 1000000.0",
         'FROM "cdc"."line__stage";',
     )
 
@@ -79,5 +81,7 @@ def test_one_run_log_row_per_call_with_the_watermark_it_leaves():
         run_log_row_sql(ONE),
         "v_quarantined, v_tombstones, v_stale, v_superseded, v_truncates, v_wm_before,",
         "LISTAGG(CASE WHEN r.pos__ <= 65503 THEN r.item__ END, ',') WITHIN GROUP (ORDER BY r.order__)",
-        'FROM "cdc"."tag__watermark" r) r;',
+        "|| COALESCE(' (+' || CAST(NULLIF(COUNT(CASE WHEN r.pos__ > 65503 THEN 1 END), 0) AS varchar(20)) || ' more)', ''), v_lag, 'ok'",
+        "FROM (SELECT r.*, CAST(r.kafka_partition AS varchar(20)) || ':' || CAST(r.last_offset AS varchar(20)) AS item__,"
+        ' r.kafka_partition AS order__ FROM "cdc"."tag__watermark" r) r) r;',
     )

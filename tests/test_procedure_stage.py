@@ -3,8 +3,16 @@ composite-key table: one behaviour per line."""
 
 from __future__ import annotations
 
+import tomllib
+
+import pytest
+
+from sync.config import parse_pipeline
+from sync.sql.dialect import dialect_for
+from sync.sql.procedure import TableSql
 from sync.sql.procedure.stage import stage_insert_sql
-from tests.helpers import COMPOSITE_KEY, ONE_COLUMN, assert_lines, table_sql
+from tests.helpers import COMPOSITE_KEY, EXAMPLES, ONE_COLUMN, assert_lines, table_sql
+from tests.procedure_shape import _arguments
 
 ONE, COMPOSITE = table_sql(ONE_COLUMN), table_sql(COMPOSITE_KEY)
 
@@ -31,16 +39,14 @@ def test_kafka_order_ranks_by_partition_and_offset_and_has_no_rank_position():
 def test_a_key_falls_back_to_the_kafka_key():
     assert_lines(
         stage_insert_sql(ONE),
-        'COALESCE(CAST(f."ji__id" AS integer),',
-        'CAST(f."jk__id" AS integer)) AS "id",',
+        'COALESCE(CAST(f."ji__id" AS integer), CAST(f."jk__id" AS integer)) AS "id", NULL AS unavailable,',
     )
 
 
 def test_the_source_time_is_kept_only_where_it_is_one():
     assert_lines(
         stage_insert_sql(ONE),
-        "CAST(f.source_ts_ms AS bigint) AS source_ts_ms,",
-        "NOT (f.source_ts_ms IS NULL) AS has_source_ts,",
+        "CAST(f.source_ts_ms AS bigint) AS source_ts_ms, NOT (f.source_ts_ms IS NULL) AS has_source_ts,",
     )
     assert "CASE WHEN t.source_ts_ms BETWEEN 0 AND 253402300799999 THEN t.source_ts_ms END AS source_ts_ms," in stage_insert_sql(
         ONE
@@ -50,7 +56,8 @@ def test_the_source_time_is_kept_only_where_it_is_one():
 def test_a_toast_placeholder_is_marked_once_and_leaves_the_value_null():
     assert_lines(
         stage_insert_sql(COMPOSITE),
-        'f."u__note" AS "u__note",',
+        'COALESCE(CAST(f."ji__line_no" AS smallint), CAST(f."jk__line_no" AS smallint)) AS "line_no", f."j__note" AS "j__note",'
+        ' f."u__note" AS "u__note",',
         "NULLIF('|' || CASE WHEN f.\"u__note\" THEN 'note|' ELSE '' END, '|') AS unavailable,",
         "CASE WHEN t.check_no IN (1, 3, 4, 6, 7, 8, 9, 10, 11) OR t.unavailable IS NOT NULL THEN t.payload END AS quarantine_payload,",
     )
@@ -65,8 +72,8 @@ def test_a_text_field_is_bounded_once_then_cast_and_tested_for_the_placeholder_b
     sql = stage_insert_sql(COMPOSITE)
     assert_lines(
         sql,
-        '(CASE WHEN JSON_SIZE(f."j__note") <= 65535 THEN f."j__note" END) AS "b__v0"',
-        "CASE WHEN IS_VARCHAR(f.b__v0) THEN f.b__v0::varchar(65535)"
+        'SELECT f.*, (CASE WHEN JSON_SIZE(f."j__note") <= 65535 THEN f."j__note" END) AS "b__v0"',
+        "SELECT f.*, CASE WHEN IS_VARCHAR(f.b__v0) THEN f.b__v0::varchar(65535)"
         ' WHEN f.b__v0 IS NOT NULL THEN JSON_SERIALIZE(f.b__v0) END AS "x__v0"',
         "COALESCE(f.x__v0 IN ('__debezium_unavailable_value', 'X19kZWJleml1bV91bmF2YWlsYWJsZV92YWx1ZQ==',"
         ' \'["__debezium_unavailable_value"]\'), false) AS "u__note"',
@@ -95,3 +102,17 @@ def test_the_action_of_each_check_number_one_line_per_action():
         "WHEN t.check_no = 10 THEN 'delete'",
         "ELSE 'upsert'",
     )
+
+
+def _example_table(example: str, name: str) -> TableSql:
+    pipeline = parse_pipeline(tomllib.loads((EXAMPLES / example / "pipeline.toml").read_text()))
+    return TableSql(dialect_for("redshift", pipeline.schema), pipeline, pipeline.table(name))
+
+
+@pytest.mark.parametrize(("example", "table"), [("inventory_pg", "products"), ("debezium_shapes", "blobs")])
+def test_every_value_is_bounded_with_json_size_once(example, table):
+    # AWS, JSON_SIZE: "functionally identical to OCTET_LENGTH(JSON_SERIALIZE)": each call
+    # serializes the value again. Semantic decodes (decimals, zoned timestamps, JSON),
+    # varbyte and super fields read the field's text named once, as text fields do.
+    sizes = _arguments(stage_insert_sql(_example_table(example, table)), "JSON_SIZE")
+    assert sizes and all(sizes.count(a) == 1 for a in sizes), sorted(a for a in set(sizes) if sizes.count(a) > 1)

@@ -85,6 +85,8 @@ def stage_statistics_check(wh: Warehouse, pipeline: Pipeline) -> Check:
     except WarehouseError as exc:
         return Check(name, CheckState.FAILED, stage_check_denied(d, exc, wh.scalar("SELECT current_user")) or str(exc))
     return Check(name, CheckState.OK, f"{d.dead_rows_view} is readable: the maintenance run finds the stages to vacuum")
+
+
 def policy_key_check(wh: Warehouse, pipeline: Pipeline) -> Check:
     """Column policies: a hash key is in place (else every sync of those tables stops)."""
     try:

@@ -99,10 +99,13 @@ def policy_value_sql(d: PostgresDialect, col: ColumnConfig, value: str, key: str
     return value
 
 
-def _redacted_text(d: PostgresDialect, policy: Policy, col_type: SqlType | None, obj: str, name: str, key: str) -> str:
-    """What stands in a payload for the policy field `name` of the row image `obj`."""
+def _redacted_text(
+    d: PostgresDialect, policy: Policy, col_type: SqlType | None, obj: str, name: str, key: str, text: str | None = None
+) -> str:
+    """What stands in a payload for the policy field `name` of the row image `obj` (`text`:
+    the field's text where a step before named it once)."""
     if policy == Policy.HASH:
-        return hash_sql(d, d.json_get_text(obj, name), key)
+        return hash_sql(d, text or d.json_get_text(obj, name), key)
     if policy == Policy.MASK and col_type is not None:
         return f"CASE WHEN NOT {d.json_is_null(d.json_get(obj, name))} THEN {quote_literal(MASKS[col_type.family])} END"
     return "NULL"
@@ -120,10 +123,14 @@ def redacted_sql(
     key: str = KEY_VARIABLE,
     images: list[tuple[str, ...]] | None = None,
     only: str | None = None,
+    texts: dict[tuple[str, ...], str] | None = None,
+    blank: bool = False,
 ) -> str:
     """The envelope `env` (schemas.enable wrapper removed) with every policy field of its
     row images replaced (PostgreSQL: jsonb_set, which leaves a missing path alone; Redshift:
-    OBJECT_TRANSFORM ... SET, which adds a missing path, here with a NULL)."""
+    OBJECT_TRANSFORM ... SET, which adds a missing path, here with a NULL). `texts`: the
+    text of a hashed field by its path, named once before (`hashed_texts`); `blank`: every
+    policy field NULL (a copy that only its field names are read from)."""
     fields: list[tuple[str, Policy, SqlType | None]] = [(c.name, c.policy, c.sql_type) for c in table.columns if c.policy]
     fields += [(name, Policy.DROP, None) for name in table.dropped]
     fields = [f for f in fields if only is None or f[0] == only]
@@ -133,13 +140,38 @@ def redacted_sql(
         for step in image:
             obj = d.json_get(obj, step)
         for name, policy, col_type in fields:
-            pairs.append(([*image, name], _redacted_text(d, policy, col_type, obj, name, key)))
+            path = (*image, name)
+            text = (texts or {}).get(path)
+            pairs.append(([*path], "NULL" if blank else _redacted_text(d, policy, col_type, obj, name, key, text)))
     return d.json_with_members(env, pairs) if pairs else env
 
 
 def redacted_image_sql(d: PostgresDialect, table: TableConfig, img: str) -> str:
-    """A row image `img` with its policy fields replaced (the schema-drift step's copy)."""
-    return redacted_sql(d, table, img, images=[()]) if has_policies(table) else img
+    """A row image `img` with its policy fields NULL (the schema-drift step's copy, of
+    which only the field names are read)."""
+    return redacted_sql(d, table, img, images=[()], blank=True) if has_policies(table) else img
+
+
+def hashed_texts(d: PostgresDialect, table: TableConfig, env: str) -> tuple[list[dict[str, str]], dict[tuple[str, ...], str]]:
+    """The text of each hashed field of the envelope's row images, named once where the
+    dialect names texts: the levels that compute them (over `f`), and each path's column
+    name (empty where the dialect reads a member as text in place)."""
+    levels: list[dict[str, str]] = []
+    names: dict[tuple[str, ...], str] = {}
+    hashed = [c.name for c in table.columns if c.policy == Policy.HASH]
+    for n, image in enumerate(_image_paths(table)):
+        obj = env
+        for step in image:
+            obj = d.json_get(obj, step)
+        for i, name in enumerate(hashed):
+            text = d.text_levels(d.json_get(obj, name), f"h{n}_{i}")
+            if text is None:
+                continue
+            for depth, values in enumerate(text[0]):
+                levels += [{} for _ in range(depth + 1 - len(levels))]
+                levels[depth].update(values)
+            names[(*image, name)] = text[1].removeprefix("f.")
+    return levels, names
 
 
 def known_fields(table: TableConfig) -> list[str]:

@@ -41,6 +41,8 @@ TWO_56, TWO_112 = 2**56, 2**112
 HI_LIMIT = (10**MAX_DECIMAL_DIGITS - 1) // TWO_112
 LOW_LIMIT = 10**MAX_DECIMAL_DIGITS - 1 - HI_LIMIT * TWO_112
 
+# Column types whose conversion (or TOAST placeholder test) reads the field's text.
+NAMED_TEXT_FAMILIES = ("char", "varchar", "timestamp", "varbyte", "super")
 # Which column types each decoded kind may land in.
 TARGET_FAMILIES = {
     "timestamp": ("timestamp", "timestamptz", "date"),
@@ -117,12 +119,22 @@ def _epoch_range(per_second: int) -> tuple[int, int]:
     return lo, hi
 
 
+def _text(d: PostgresDialect, raw: str, alias: str) -> tuple[list[dict[str, str]], str, bool]:
+    """The text of the JSON value `raw`: the levels that name it where the dialect names
+    texts (`text_levels`: JSON_SIZE once per value), and whether it is named; else the
+    text in place."""
+    named = d.text_levels(raw, f"{alias}t")
+    if named is None:
+        return [], d.json_number_text(raw), False
+    return named[0], named[1], True
+
+
 def _zoned_levels(d: PostgresDialect, raw: str, alias: str) -> tuple[list[dict[str, str]], str]:
     """ISO-8601 text with 0-9 fraction digits and Z, +hh:mm or +hh:mm:ss -> UTC timestamp.
     The fraction is truncated to microseconds; the offset is subtracted. Level 1 keeps the
     text only when it matches the pattern; level 2 reads its numbers (digits there, by the
     pattern) and checks the calendar date, so the timestamp cast only sees real dates."""
-    text = d.json_number_text(raw)
+    text_levels, text, _ = _text(d, raw, alias)
     z, y, mo, dd = (f"{p}__{alias}" for p in ("z", "y", "mo", "dd"))
     valid = f"f.{z} IS NOT NULL"
 
@@ -161,7 +173,7 @@ def _zoned_levels(d: PostgresDialect, raw: str, alias: str) -> tuple[list[dict[s
     local = d.text_to_timestamp(f"CASE WHEN {real_date} THEN REPLACE(SUBSTRING(f.{z}, 1, 19), 'T', ' ') END")
     value = f"{local} + f.us__{alias} * INTERVAL '1 microsecond' - f.off__{alias} * INTERVAL '1 second'"
     level1 = {z: f"CASE WHEN {d.json_is_string(raw)} AND {text} ~ {d.lit(ZONED_PATTERN)} THEN {text} END"}
-    return [level1, level2], value
+    return [*text_levels, level1, level2], value
 
 
 def _decimal_levels(d: PostgresDialect, b64_json: str, alias: str, scale: str | int) -> list[dict[str, str]]:
@@ -169,7 +181,7 @@ def _decimal_levels(d: PostgresDialect, b64_json: str, alias: str, scale: str | 
     step per level so that no expression is evaluated twice. `scale` is the column's
     (a number) or an expression over the previous level (VariableScaleDecimal); a
     negative scale appends zeros ('1234500' for 12345 at scale -2)."""
-    text = d.json_number_text(b64_json)
+    text_levels, text, _ = _text(d, b64_json, alias)
     s, x, h, n = f"s__{alias}", f"x__{alias}", f"h__{alias}", f"n__{alias}"
     a, b, c, low, m, g = (f"{p}__{alias}" for p in "abclmg")
     # The base64 text when it is base64 of 1 to 16 bytes, else NULL: all TO_VARBYTE sees.
@@ -213,6 +225,7 @@ def _decimal_levels(d: PostgresDialect, b64_json: str, alias: str, scale: str | 
         branches = f"{point} {shifted}"
     decimal_text = f"CASE {branches} END"
     return [
+        *text_levels,
         {s: valid_b64},
         {x: d.base64_to_hex(f"f.{s}")},
         {h: padded, n: sign},
@@ -244,7 +257,7 @@ def decode_sql(d: PostgresDialect, col: ColumnConfig, raw: str, alias: str) -> D
     kind = natural_kind(semantic) if semantic else None
     if kind is None:
         # The casts that read the value's text: computed once where the dialect names it.
-        named = d.text_levels(raw, alias) if t.family in ("char", "varchar", "timestamp") else None
+        named = d.text_levels(raw, alias) if t.family in NAMED_TEXT_FAMILIES else None
         if named:
             levels, text = named
             return DecodeSql(levels, d.cast_text(raw, text, t), text)
@@ -267,13 +280,14 @@ def decode_sql(d: PostgresDialect, col: ColumnConfig, raw: str, alias: str) -> D
         levels, value = _zoned_levels(d, raw, alias)
         return DecodeSql(levels, _land(d, kind, value, t))
     if semantic == Semantic.JSON:
+        levels, text, named = _text(d, raw, alias)
         if t.family == "super":
-            text = d.json_number_text(raw)
-            return DecodeSql([], f"CASE WHEN {d.json_is_string(raw)} THEN {d.parse_json_text(text)} END")
+            value = f"CASE WHEN {d.json_is_string(raw)} THEN {d.parse_json_text(text)} END"
+            return DecodeSql(levels, value, text if named else None)
         # The JSON text itself, when it is JSON (invalid text is quarantined, as for SUPER).
-        text = d.json_number_text(raw)
         valid = f"{d.json_is_string(raw)} AND {d.parse_json_text(text)} IS NOT NULL"
-        return DecodeSql([], f"CASE WHEN {valid} THEN {d.cast_json(raw, t)} END")
+        value = d.cast_text(raw, text, t) if named else d.cast_json(raw, t)
+        return DecodeSql(levels, f"CASE WHEN {valid} THEN {value} END", text if named else None)
     if semantic == Semantic.DECIMAL:
         levels = _decimal_levels(d, raw, alias, col.scale or 0)
         return DecodeSql(levels, _land(d, kind, f"f.t__{alias}", t))

@@ -143,28 +143,11 @@ AS $$
 -- Merges new records of the topic into the target (p_max_records NULL: all of them);
 -- see the README, 'How a sync works: the procedure contract'.
 DECLARE
-  v_started timestamp;
-  v_since timestamp;
-  v_wm_before varchar(65535);
-  v_read bigint := 0;
-  v_upserted bigint := 0;
-  v_deleted bigint := 0;
-  v_quarantined bigint := 0;
-  v_tombstones bigint := 0;
-  v_stale bigint := 0;
-  v_superseded bigint := 0;
-  v_truncates bigint := 0;
-  v_rows bigint := 0;
-  v_positionless bigint := 0;
-  v_unavailable bigint := 0;
-  v_drift bigint := 0;
-  v_replayed bigint := 0;
-  v_lag double precision;
-  v_until_time timestamp;
-  v_until_partition bigint;
-  v_until_offset bigint;
-  v_truncate_pos varchar(64);
-  v_truncate_ts timestamp;
+  v_started timestamp; v_since timestamp; v_wm_before varchar(65535); v_read bigint := 0; v_upserted bigint := 0;
+  v_deleted bigint := 0; v_quarantined bigint := 0; v_tombstones bigint := 0; v_stale bigint := 0;
+  v_superseded bigint := 0; v_truncates bigint := 0; v_rows bigint := 0; v_positionless bigint := 0;
+  v_unavailable bigint := 0; v_drift bigint := 0; v_replayed bigint := 0; v_lag double precision; v_until_time timestamp;
+  v_until_partition bigint; v_until_offset bigint; v_truncate_pos varchar(64); v_truncate_ts timestamp;
 BEGIN
   -- 10. Session settings this procedure needs.
   SET enable_case_sensitive_identifier TO true;
@@ -178,11 +161,11 @@ BEGIN
   SELECT MAX(r.last_refresh_time),
          (SELECT COUNT(*) FROM "cdc"."customer__quarantine" WHERE table_name = 'customer' AND handled = 'replaying'),
          LISTAGG(CASE WHEN r.pos__ <= 65503 THEN r.item__ END, ',') WITHIN GROUP (ORDER BY r.order__)
-         || CASE WHEN COUNT(CASE WHEN r.pos__ > 65503 THEN 1 END) > 0 THEN ' (+' || CAST(COUNT(CASE WHEN r.pos__ > 65503 THEN 1 END) AS varchar(20)) || ' more)' ELSE '' END
+         || COALESCE(' (+' || CAST(NULLIF(COUNT(CASE WHEN r.pos__ > 65503 THEN 1 END), 0) AS varchar(20)) || ' more)', '')
   INTO v_since, v_replayed, v_wm_before
-  FROM (SELECT r.*, CAST(r.kafka_partition AS varchar(20)) || ':' || CAST(r.last_offset AS varchar(20)) AS item__, r.kafka_partition AS order__,
-               SUM(OCTET_LENGTH(CAST(r.kafka_partition AS varchar(20)) || ':' || CAST(r.last_offset AS varchar(20))) + 1) OVER (ORDER BY r.kafka_partition ROWS UNBOUNDED PRECEDING) AS pos__
-        FROM "cdc"."customer__watermark" r) r;
+  FROM (SELECT r.*, SUM(OCTET_LENGTH(r.item__) + 1) OVER (ORDER BY r.order__ ROWS UNBOUNDED PRECEDING) AS pos__
+        FROM (SELECT r.*, CAST(r.kafka_partition AS varchar(20)) || ':' || CAST(r.last_offset AS varchar(20)) AS item__,
+            r.kafka_partition AS order__ FROM "cdc"."customer__watermark" r) r) r;
   v_since := COALESCE(v_since, TIMESTAMP '1900-01-01 00:00:00');
   -- A bounded run (record isolation by the caller) reads the first p_max_records pending
   -- records in (refresh_time, partition, offset) order: a prefix of every partition
@@ -208,17 +191,110 @@ BEGIN
     "_source_ts", "_source_pos", "_rank_pos", "customer_id", "name", "mktsegment", "_unavailable", "_payload",
     "_raw_value", "_drift_img"
   )
-  SELECT c.kafka_partition, c.kafka_offset, c.kafka_timestamp, c.refresh_time,
-         CASE WHEN OCTET_LENGTH(c.op) <= 64 THEN c.op ELSE SUBSTRING(c.op, 1, 16) END, c.action, c.reason,
-         ROW_NUMBER() OVER (
-           PARTITION BY CASE WHEN c.action IN ('upsert', 'delete') THEN 1 ELSE 0 END, c."customer_id"
-           ORDER BY c.source_pos DESC NULLS LAST, c.kafka_time DESC NULLS LAST, c.kafka_partition DESC, c.kafka_offset DESC),
-         (TIMESTAMP 'epoch' + (c.source_ts_ms / 1000) * INTERVAL '1 second' + (c.source_ts_ms % 1000) * INTERVAL '1 millisecond'),
-         c.source_pos, c.source_pos, c."customer_id", c."name", c."mktsegment", c.unavailable, c.quarantine_payload,
-         CASE WHEN c.action = 'quarantine' THEN c.raw_value END, c.drift_img
-  FROM (
-    SELECT
-           t.kafka_partition, t.kafka_offset, t.kafka_timestamp, t.refresh_time, t.raw_value, t.op,
+  WITH batch AS (
+    SELECT s.kafka_partition, s.kafka_offset, s.kafka_timestamp, s.refresh_time,
+           s.payload, s.raw_value,
+           CASE WHEN IS_OBJECT(s.payload."schema") THEN s.payload."payload" ELSE s.payload END AS env,
+           CASE WHEN IS_OBJECT(s.key_payload."schema") THEN s.key_payload."payload" ELSE s.key_payload END AS key_env
+    FROM "cdc"."customer__stream" s
+    LEFT JOIN "cdc"."customer__watermark" w ON w.kafka_partition = s.kafka_partition
+    WHERE s.refresh_time >= v_since
+      AND s.kafka_offset > COALESCE(w.last_offset, -1)
+      AND (s.refresh_time < v_until_time
+           OR (s.refresh_time = v_until_time
+               AND (s.kafka_partition < v_until_partition
+                    OR (s.kafka_partition = v_until_partition AND s.kafka_offset <= v_until_offset))))
+    UNION ALL
+    -- Quarantined records being replayed (at or below the watermark: already read once).
+    SELECT r.kafka_partition, r.kafka_offset, r.kafka_timestamp, r.run_started_at,
+           r.payload, r.raw_value,
+           CASE WHEN IS_OBJECT(r.payload."schema") THEN r.payload."payload" ELSE r.payload END AS env,
+           CAST(NULL AS super) AS key_env
+    FROM "cdc"."customer__quarantine" r
+    WHERE v_replayed > 0 AND r.table_name = 'customer' AND r.handled = 'replaying'),
+  batch_1 AS (
+    SELECT f.*, (CASE WHEN JSON_SIZE(f.env."op") <= 65535 THEN f.env."op" END) AS "b__o0"
+    FROM batch f),
+  batch_2 AS (
+    SELECT f.*, CASE WHEN IS_VARCHAR(f.b__o0) THEN f.b__o0::varchar(65535) WHEN f.b__o0 IS NOT NULL THEN JSON_SERIALIZE(f.b__o0) END AS "x__o0"
+    FROM batch_1 f),
+  envelope AS (
+    SELECT f.kafka_partition, f.kafka_offset, f.kafka_timestamp, f.refresh_time,
+           f.payload, f.raw_value, f.env, f.key_env,
+           f.x__o0 AS op,
+           CASE WHEN f.x__o0 = 'd' THEN f.env."before" ELSE f.env."after" END AS img,
+           f.env."source" AS src
+    FROM batch_2 f),
+  envelope_1 AS (
+    SELECT f.*, (CASE WHEN JSON_SIZE(f.src."file") <= 65535 THEN f.src."file" END) AS "b__p0",
+           (CASE WHEN JSON_SIZE(f.src."pos") <= 65535 THEN f.src."pos" END) AS "b__p1",
+           (CASE WHEN JSON_SIZE(f.src."row") <= 65535 THEN f.src."row" END) AS "b__p2"
+    FROM envelope f),
+  envelope_2 AS (
+    SELECT f.*, CASE WHEN IS_VARCHAR(f.b__p0) THEN f.b__p0::varchar(65535) WHEN f.b__p0 IS NOT NULL THEN JSON_SERIALIZE(f.b__p0) END AS "x__p0",
+           CASE WHEN IS_VARCHAR(f.b__p1) THEN f.b__p1::varchar(65535) WHEN f.b__p1 IS NOT NULL THEN JSON_SERIALIZE(f.b__p1) END AS "x__p1",
+           CASE WHEN IS_VARCHAR(f.b__p2) THEN f.b__p2::varchar(65535) WHEN f.b__p2 IS NOT NULL THEN JSON_SERIALIZE(f.b__p2) END AS "x__p2"
+    FROM envelope_1 f),
+  fields AS (
+    SELECT f.kafka_partition, f.kafka_offset, f.kafka_timestamp, f.refresh_time, f.payload, f.raw_value, f.env, f.img, f.op, f.src."ts_ms" AS source_ts_ms,
+           lpad(REGEXP_SUBSTR(f.x__p0, '[0-9]*$'), 20, '0') || '.' || lpad(f.x__p1, 20, '0') || '.' || lpad(COALESCE(f.x__p2, ''), 20, '0') AS source_pos,
+           f.img."CUST_ID" AS "ji__customer_id", CASE WHEN IS_OBJECT(f.key_env) THEN f.key_env."CUST_ID" ELSE f.key_env END AS "jk__customer_id",
+           f.img."NAME" AS "j__name", f.img."MKTSEGMENT" AS "j__mktsegment"
+    FROM envelope_2 f),
+  fields_1 AS (
+    SELECT f.*, (CASE WHEN JSON_SIZE(f."ji__customer_id") <= 65535 THEN f."ji__customer_id" END) AS "b__i0",
+           (CASE WHEN JSON_SIZE(f."jk__customer_id") <= 65535 THEN f."jk__customer_id" END) AS "b__k0",
+           (CASE WHEN JSON_SIZE(f."j__name") <= 65535 THEN f."j__name" END) AS "b__v0",
+           (CASE WHEN JSON_SIZE(f."j__mktsegment") <= 65535 THEN f."j__mktsegment" END) AS "b__v1"
+    FROM fields f),
+  fields_2 AS (
+    SELECT f.*, CASE WHEN IS_VARCHAR(f.b__i0) THEN f.b__i0::varchar(65535) WHEN f.b__i0 IS NOT NULL THEN JSON_SERIALIZE(f.b__i0) END AS "x__i0",
+           CASE WHEN IS_VARCHAR(f.b__k0) THEN f.b__k0::varchar(65535) WHEN f.b__k0 IS NOT NULL THEN JSON_SERIALIZE(f.b__k0) END AS "x__k0",
+           CASE WHEN IS_VARCHAR(f.b__v0) THEN f.b__v0::varchar(65535) WHEN f.b__v0 IS NOT NULL THEN JSON_SERIALIZE(f.b__v0) END AS "x__v0",
+           CASE WHEN IS_VARCHAR(f.b__v1) THEN f.b__v1::varchar(65535) WHEN f.b__v1 IS NOT NULL THEN JSON_SERIALIZE(f.b__v1) END AS "x__v1"
+    FROM fields_1 f),
+  fields_3 AS (
+    SELECT f.*,
+           COALESCE(f.x__v0 IN ('__debezium_unavailable_value', 'X19kZWJleml1bV91bmF2YWlsYWJsZV92YWx1ZQ==', '["__debezium_unavailable_value"]'),
+               false) AS "u__name",
+           COALESCE(f.x__v1 IN ('__debezium_unavailable_value', 'X19kZWJleml1bV91bmF2YWlsYWJsZV92YWx1ZQ==', '["__debezium_unavailable_value"]'),
+               false) AS "u__mktsegment"
+    FROM fields_2 f),
+  typed AS (
+    SELECT f.kafka_partition, f.kafka_offset, f.kafka_timestamp, f.refresh_time, f.payload, f.raw_value, f.env, f.img, f.op, f.source_pos,
+           CAST(f.source_ts_ms AS bigint) AS source_ts_ms, NOT (f.source_ts_ms IS NULL) AS has_source_ts,
+           COALESCE(CAST(CASE WHEN OCTET_LENGTH(f.x__i0) <= 64 THEN f.x__i0 END AS varchar(64)), CAST(CASE WHEN OCTET_LENGTH(f.x__k0) <= 64
+               THEN f.x__k0 END AS varchar(64))) AS "customer_id",
+           f."j__name" AS "j__name", f."u__name" AS "u__name",
+           CASE WHEN f."u__name" THEN NULL ELSE CAST(CASE WHEN OCTET_LENGTH(f.x__v0) <= 256 THEN f.x__v0 END AS varchar(256)) END AS "name",
+           f."j__mktsegment" AS "j__mktsegment", f."u__mktsegment" AS "u__mktsegment",
+           CASE WHEN f."u__mktsegment" THEN NULL ELSE CAST(CASE WHEN OCTET_LENGTH(f.x__v1) <= 64 THEN f.x__v1 END AS varchar(64)) END AS "mktsegment",
+           NULLIF('|' || CASE WHEN f."u__name" THEN 'name|' ELSE '' END || CASE WHEN f."u__mktsegment" THEN 'mktsegment|' ELSE '' END, '|') AS unavailable,
+           CASE WHEN f.op IN ('c', 'r', 'u') AND IS_OBJECT(f.img) AND NOT (f."ji__customer_id" IS NOT NULL AND f."j__name" IS NOT NULL
+               AND f."j__mktsegment" IS NOT NULL AND GET_NUMBER_ATTRIBUTES(f.img) = 3) THEN f.img END AS drift_img
+    FROM fields_3 f),
+  checked AS (
+    SELECT t.kafka_partition, t.kafka_offset, t.kafka_timestamp, t.refresh_time, t.raw_value, t.op, t.source_ts_ms,
+           t.source_pos, t.unavailable, t.drift_img, t."customer_id", t."name", t."mktsegment",
+           t.payload, t.has_source_ts,
+           CASE
+             WHEN t.raw_value IS NOT NULL THEN 1
+             WHEN (t.env IS NULL) THEN 2
+             WHEN NOT IS_OBJECT(t.env) THEN 3
+             WHEN t.op IS NULL THEN 4
+             WHEN t.op = 't' THEN 5
+             WHEN t.op NOT IN ('c', 'r', 'u', 'd') THEN 6
+             WHEN t.op <> 'd' AND ((t.img IS NULL) OR NOT IS_OBJECT(t.img)) THEN 7
+             WHEN t."customer_id" IS NULL THEN 8
+             WHEN t.has_source_ts AND (t.source_ts_ms IS NULL OR t.source_ts_ms NOT BETWEEN 0 AND 253402300799999) THEN 9
+             WHEN t.op <> 'd' AND NOT (t."j__name" IS NULL) AND t."name" IS NULL AND NOT t."u__name" THEN 10
+             WHEN t.op <> 'd' AND NOT (t."j__mktsegment" IS NULL) AND t."mktsegment" IS NULL AND NOT t."u__mktsegment" THEN 11
+             WHEN t.op = 'd' THEN 12
+             ELSE 0
+           END AS check_no
+    FROM typed t),
+  classified AS (
+    SELECT t.kafka_partition, t.kafka_offset, t.kafka_timestamp, t.refresh_time, t.raw_value, t.op,
            CASE WHEN t.source_ts_ms BETWEEN 0 AND 253402300799999 THEN t.source_ts_ms END AS source_ts_ms, t.source_pos,
            t.unavailable, t.drift_img, t."customer_id", t."name", t."mktsegment",
            CASE
@@ -230,137 +306,28 @@ BEGIN
            END AS action,
            CASE t.check_no
              WHEN 1 THEN 'value is not valid JSON'
-             WHEN 2 THEN NULL
              WHEN 3 THEN 'value is not a JSON object'
              WHEN 4 THEN 'no op field: not a Debezium change event'
-             WHEN 5 THEN NULL
              WHEN 6 THEN 'unknown op "' || CASE WHEN OCTET_LENGTH(t.op) <= 64 THEN t.op ELSE SUBSTRING(t.op, 1, 16) END || '"'
              WHEN 7 THEN 'no row image: after is missing or not an object'
              WHEN 8 THEN 'primary key field CUST_ID is missing or not a varchar(64)'
              WHEN 9 THEN 'source time (ts_ms) is not milliseconds since the epoch between 1970 and 9999'
              WHEN 10 THEN 'field NAME does not convert to varchar(256)'
              WHEN 11 THEN 'field MKTSEGMENT does not convert to varchar(64)'
-             WHEN 12 THEN NULL
-             ELSE NULL
            END AS reason,
            CASE WHEN t.check_no IN (1, 3, 4, 6, 7, 8, 9, 10, 11) OR t.unavailable IS NOT NULL THEN t.payload END AS quarantine_payload,
            MAX(t.kafka_timestamp) OVER (PARTITION BY t.kafka_partition ORDER BY t.kafka_offset
              ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW) AS kafka_time
-    FROM (
-      SELECT
-             t.kafka_partition, t.kafka_offset, t.kafka_timestamp, t.refresh_time, t.raw_value, t.op, t.source_ts_ms,
-             t.source_pos, t.unavailable, t.drift_img, t."customer_id", t."name", t."mktsegment",
-             t.payload,
-             t.has_source_ts,
-             CASE
-               WHEN t.raw_value IS NOT NULL THEN 1
-               WHEN (t.env IS NULL) THEN 2
-               WHEN NOT IS_OBJECT(t.env) THEN 3
-               WHEN t.op IS NULL THEN 4
-               WHEN t.op = 't' THEN 5
-               WHEN t.op NOT IN ('c', 'r', 'u', 'd') THEN 6
-               WHEN t.op <> 'd' AND ((t.img IS NULL) OR NOT IS_OBJECT(t.img)) THEN 7
-               WHEN t."customer_id" IS NULL THEN 8
-               WHEN t.has_source_ts AND (t.source_ts_ms IS NULL OR t.source_ts_ms NOT BETWEEN 0 AND 253402300799999) THEN 9
-               WHEN t.op <> 'd' AND NOT (t."j__name" IS NULL) AND t."name" IS NULL AND NOT t."u__name" THEN 10
-               WHEN t.op <> 'd' AND NOT (t."j__mktsegment" IS NULL) AND t."mktsegment" IS NULL AND NOT t."u__mktsegment" THEN 11
-               WHEN t.op = 'd' THEN 12
-               ELSE 0
-             END AS check_no
-      FROM (
-        SELECT f.kafka_partition, f.kafka_offset, f.kafka_timestamp, f.refresh_time, f.payload, f.raw_value, f.env, f.img, f.op, f.source_pos,
-               CAST(f.source_ts_ms AS bigint) AS source_ts_ms,
-               NOT (f.source_ts_ms IS NULL) AS has_source_ts,
-               COALESCE(CAST(CASE WHEN OCTET_LENGTH(f.x__i0) <= 64 THEN f.x__i0 END AS varchar(64)),
-                 CAST(CASE WHEN OCTET_LENGTH(f.x__k0) <= 64 THEN f.x__k0 END AS varchar(64))) AS "customer_id",
-               f."j__name" AS "j__name",
-               f."u__name" AS "u__name",
-               CASE WHEN f."u__name" THEN NULL ELSE CAST(CASE WHEN OCTET_LENGTH(f.x__v0) <= 256 THEN f.x__v0 END AS varchar(256)) END AS "name",
-               f."j__mktsegment" AS "j__mktsegment",
-               f."u__mktsegment" AS "u__mktsegment",
-               CASE WHEN f."u__mktsegment" THEN NULL ELSE CAST(CASE WHEN OCTET_LENGTH(f.x__v1) <= 64 THEN f.x__v1 END AS varchar(64)) END AS "mktsegment",
-               NULLIF('|' || CASE WHEN f."u__name" THEN 'name|' ELSE '' END || CASE WHEN f."u__mktsegment" THEN 'mktsegment|' ELSE '' END, '|') AS unavailable,
-               CASE WHEN f.op IN ('c', 'r', 'u') AND IS_OBJECT(f.img) AND NOT (f."ji__customer_id" IS NOT NULL AND f."j__name" IS NOT NULL AND f."j__mktsegment" IS NOT NULL AND GET_NUMBER_ATTRIBUTES(f.img) = 3) THEN f.img END AS drift_img
-        FROM (
-          SELECT f.*,
-                 COALESCE(f.x__v0 IN ('__debezium_unavailable_value', 'X19kZWJleml1bV91bmF2YWlsYWJsZV92YWx1ZQ==', '["__debezium_unavailable_value"]'), false) AS "u__name",
-                 COALESCE(f.x__v1 IN ('__debezium_unavailable_value', 'X19kZWJleml1bV91bmF2YWlsYWJsZV92YWx1ZQ==', '["__debezium_unavailable_value"]'), false) AS "u__mktsegment"
-          FROM (
-            SELECT f.*,
-                   CASE WHEN IS_VARCHAR(f.b__i0) THEN f.b__i0::varchar(65535) WHEN f.b__i0 IS NOT NULL THEN JSON_SERIALIZE(f.b__i0) END AS "x__i0",
-                   CASE WHEN IS_VARCHAR(f.b__k0) THEN f.b__k0::varchar(65535) WHEN f.b__k0 IS NOT NULL THEN JSON_SERIALIZE(f.b__k0) END AS "x__k0",
-                   CASE WHEN IS_VARCHAR(f.b__v0) THEN f.b__v0::varchar(65535) WHEN f.b__v0 IS NOT NULL THEN JSON_SERIALIZE(f.b__v0) END AS "x__v0",
-                   CASE WHEN IS_VARCHAR(f.b__v1) THEN f.b__v1::varchar(65535) WHEN f.b__v1 IS NOT NULL THEN JSON_SERIALIZE(f.b__v1) END AS "x__v1"
-            FROM (
-              SELECT f.*,
-                     (CASE WHEN JSON_SIZE(f."ji__customer_id") <= 65535 THEN f."ji__customer_id" END) AS "b__i0",
-                     (CASE WHEN JSON_SIZE(f."jk__customer_id") <= 65535 THEN f."jk__customer_id" END) AS "b__k0",
-                     (CASE WHEN JSON_SIZE(f."j__name") <= 65535 THEN f."j__name" END) AS "b__v0",
-                     (CASE WHEN JSON_SIZE(f."j__mktsegment") <= 65535 THEN f."j__mktsegment" END) AS "b__v1"
-              FROM (
-                SELECT f.kafka_partition, f.kafka_offset, f.kafka_timestamp, f.refresh_time, f.payload, f.raw_value, f.env, f.img, f.op,
-                       f.src."ts_ms" AS source_ts_ms,
-                       lpad(REGEXP_SUBSTR(f.x__p0, '[0-9]*$'), 20, '0') || '.' || lpad(f.x__p1, 20, '0') || '.' || lpad(COALESCE(f.x__p2, ''), 20, '0') AS source_pos,
-                       f.img."CUST_ID" AS "ji__customer_id",
-                       CASE WHEN IS_OBJECT(f.key_env) THEN f.key_env."CUST_ID" ELSE f.key_env END AS "jk__customer_id",
-                       f.img."NAME" AS "j__name",
-                       f.img."MKTSEGMENT" AS "j__mktsegment"
-                FROM (
-                  SELECT f.*,
-                         CASE WHEN IS_VARCHAR(f.b__p0) THEN f.b__p0::varchar(65535) WHEN f.b__p0 IS NOT NULL THEN JSON_SERIALIZE(f.b__p0) END AS "x__p0",
-                         CASE WHEN IS_VARCHAR(f.b__p1) THEN f.b__p1::varchar(65535) WHEN f.b__p1 IS NOT NULL THEN JSON_SERIALIZE(f.b__p1) END AS "x__p1",
-                         CASE WHEN IS_VARCHAR(f.b__p2) THEN f.b__p2::varchar(65535) WHEN f.b__p2 IS NOT NULL THEN JSON_SERIALIZE(f.b__p2) END AS "x__p2"
-                  FROM (
-                    SELECT f.*,
-                           (CASE WHEN JSON_SIZE(f.src."file") <= 65535 THEN f.src."file" END) AS "b__p0",
-                           (CASE WHEN JSON_SIZE(f.src."pos") <= 65535 THEN f.src."pos" END) AS "b__p1",
-                           (CASE WHEN JSON_SIZE(f.src."row") <= 65535 THEN f.src."row" END) AS "b__p2"
-                    FROM (
-                      SELECT f.kafka_partition, f.kafka_offset, f.kafka_timestamp, f.refresh_time,
-                             f.payload, f.raw_value, f.env, f.key_env,
-                             f.x__o0 AS op,
-                             CASE WHEN f.x__o0 = 'd' THEN f.env."before" ELSE f.env."after" END AS img,
-                             f.env."source" AS src
-                      FROM (
-                        SELECT f.*,
-                               CASE WHEN IS_VARCHAR(f.b__o0) THEN f.b__o0::varchar(65535) WHEN f.b__o0 IS NOT NULL THEN JSON_SERIALIZE(f.b__o0) END AS "x__o0"
-                        FROM (
-                          SELECT f.*,
-                                 (CASE WHEN JSON_SIZE(f.env."op") <= 65535 THEN f.env."op" END) AS "b__o0"
-                          FROM (
-                            SELECT s.kafka_partition, s.kafka_offset, s.kafka_timestamp, s.refresh_time,
-                                   s.payload, s.raw_value,
-                                   CASE WHEN IS_OBJECT(s.payload."schema") THEN s.payload."payload" ELSE s.payload END AS env,
-                                   CASE WHEN IS_OBJECT(s.key_payload."schema") THEN s.key_payload."payload" ELSE s.key_payload END AS key_env
-                            FROM "cdc"."customer__stream" s
-                            LEFT JOIN "cdc"."customer__watermark" w ON w.kafka_partition = s.kafka_partition
-                            WHERE s.refresh_time >= v_since
-                              AND s.kafka_offset > COALESCE(w.last_offset, -1)
-                              AND (s.refresh_time < v_until_time
-                                   OR (s.refresh_time = v_until_time
-                                       AND (s.kafka_partition < v_until_partition
-                                            OR (s.kafka_partition = v_until_partition AND s.kafka_offset <= v_until_offset))))
-                            UNION ALL
-                            -- Quarantined records being replayed (at or below the watermark: already read once).
-                            SELECT r.kafka_partition, r.kafka_offset, r.kafka_timestamp, r.run_started_at,
-                                   r.payload, r.raw_value,
-                                   CASE WHEN IS_OBJECT(r.payload."schema") THEN r.payload."payload" ELSE r.payload END AS env,
-                                   CAST(NULL AS super) AS key_env
-                            FROM "cdc"."customer__quarantine" r
-                            WHERE v_replayed > 0 AND r.table_name = 'customer' AND r.handled = 'replaying'
-                          ) f
-                        ) f
-                      ) f
-                    ) f
-                  ) f
-                ) f
-              ) f
-            ) f
-          ) f
-        ) f
-      ) t
-    ) t
-  ) c;
+    FROM checked t)
+  SELECT c.kafka_partition, c.kafka_offset, c.kafka_timestamp, c.refresh_time,
+         CASE WHEN OCTET_LENGTH(c.op) <= 64 THEN c.op ELSE SUBSTRING(c.op, 1, 16) END, c.action, c.reason,
+         ROW_NUMBER() OVER (
+           PARTITION BY CASE WHEN c.action IN ('upsert', 'delete') THEN 1 ELSE 0 END, c."customer_id"
+           ORDER BY c.source_pos DESC NULLS LAST, c.kafka_time DESC NULLS LAST, c.kafka_partition DESC, c.kafka_offset DESC),
+         (TIMESTAMP 'epoch' + (c.source_ts_ms / 1000) * INTERVAL '1 second' + (c.source_ts_ms % 1000) * INTERVAL '1 millisecond'),
+         c.source_pos, c.source_pos, c."customer_id", c."name", c."mktsegment", c.unavailable, c.quarantine_payload,
+         CASE WHEN c.action = 'quarantine' THEN c.raw_value END, c.drift_img
+  FROM classified c;
   GET DIAGNOSTICS v_read := ROW_COUNT;
   -- Fresh statistics for a large stage, refilled every run: without them the planner
   -- takes it for empty and joins it to itself row by row (20k events: 13 s, not 1 s).
@@ -370,8 +337,7 @@ BEGIN
   END IF;
   IF v_read > 0 THEN
     -- What the batch needs of the rarely needed steps.
-    SELECT COUNT(_drift_img),
-           COUNT(CASE WHEN _source_pos IS NULL AND _action IN ('upsert', 'delete') THEN 1 END),
+    SELECT COUNT(_drift_img), COUNT(CASE WHEN _source_pos IS NULL AND _action IN ('upsert', 'delete') THEN 1 END),
            COUNT(CASE WHEN _unavailable IS NOT NULL THEN 1 END)
     INTO v_drift, v_positionless, v_unavailable
     FROM "cdc"."customer__stage";
@@ -379,70 +345,65 @@ BEGIN
     --    for its key in Kafka order (so it supersedes what precedes it and loses to what
     --    follows), and ranks after what is stored for its key (row or deleted key).
     IF v_positionless > 0 THEN
-      UPDATE "cdc"."customer__stage" s SET _rank_pos = r.rank_pos
-      FROM (SELECT x._kafka_partition, x._kafka_offset,
+      UPDATE "cdc"."customer__stage" s SET _rank_pos = CASE WHEN r.stored_pos > r.rank_pos OR r.rank_pos IS NULL
+                                         THEN COALESCE(r.stored_pos, r.rank_pos) ELSE r.rank_pos END
+      FROM (SELECT x.*, t._source_pos AS stored_pos,
                    MAX(x._source_pos) OVER (PARTITION BY x."customer_id" ORDER BY x._kafka_time ASC NULLS FIRST, x._kafka_partition, x._kafka_offset
                      ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW) AS rank_pos
             FROM (SELECT z.*, MAX(z._kafka_timestamp) OVER (PARTITION BY z._kafka_partition ORDER BY z._kafka_offset
                     ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW) AS _kafka_time
                   FROM "cdc"."customer__stage" z) x
+            LEFT JOIN (SELECT * FROM (SELECT k.*, ROW_NUMBER() OVER (PARTITION BY "customer_id"
+                      ORDER BY _source_pos DESC NULLS LAST, _kafka_partition DESC, _kafka_offset DESC) AS stored_rn__
+                    FROM (SELECT t."customer_id", t._source_pos, t._kafka_partition, t._kafka_offset FROM "cdc"."customer" t
+                        WHERE EXISTS (SELECT 1 FROM "cdc"."customer__stage" y WHERE y._source_pos IS NULL AND y._action IN ('upsert', 'delete')
+                            AND y."customer_id" = t."customer_id")
+                        UNION ALL SELECT t."customer_id", t._source_pos, t._kafka_partition, t._kafka_offset FROM "cdc"."customer__deleted" t
+                        WHERE EXISTS (SELECT 1 FROM "cdc"."customer__stage" y WHERE y._source_pos IS NULL AND y._action IN ('upsert', 'delete')
+                            AND y."customer_id" = t."customer_id")) k) o
+               WHERE o.stored_rn__ = 1) t ON t."customer_id" = x."customer_id"
             WHERE x._action IN ('upsert', 'delete')
-              AND EXISTS (SELECT 1 FROM "cdc"."customer__stage" y WHERE y._source_pos IS NULL AND y._action IN ('upsert', 'delete') AND y."customer_id" = x."customer_id")) r
-      WHERE s._source_pos IS NULL AND s._action IN ('upsert', 'delete')
-        AND s._kafka_partition = r._kafka_partition AND s._kafka_offset = r._kafka_offset;
-      UPDATE "cdc"."customer__stage" s SET _rank_pos = t._source_pos
-      FROM (SELECT * FROM (SELECT t.*, ROW_NUMBER() OVER (PARTITION BY t."customer_id"
-              ORDER BY t._source_pos DESC NULLS LAST, t._kafka_partition DESC, t._kafka_offset DESC) AS stored_rn__
-            FROM "cdc"."customer" t WHERE EXISTS (SELECT 1 FROM "cdc"."customer__stage" y WHERE y._source_pos IS NULL AND y._action IN ('upsert', 'delete') AND y."customer_id" = t."customer_id")) o
-          WHERE o.stored_rn__ = 1) t
-      WHERE s._source_pos IS NULL AND s._action IN ('upsert', 'delete') AND t."customer_id" = s."customer_id"
-        AND t._source_pos IS NOT NULL AND (s._rank_pos IS NULL OR s._rank_pos < t._source_pos);
-      UPDATE "cdc"."customer__stage" s SET _rank_pos = t._source_pos
-      FROM (SELECT * FROM (SELECT t.*, ROW_NUMBER() OVER (PARTITION BY t."customer_id"
-              ORDER BY t._source_pos DESC NULLS LAST, t._kafka_partition DESC, t._kafka_offset DESC) AS stored_rn__
-            FROM "cdc"."customer__deleted" t WHERE EXISTS (SELECT 1 FROM "cdc"."customer__stage" y WHERE y._source_pos IS NULL AND y._action IN ('upsert', 'delete') AND y."customer_id" = t."customer_id")) o
-          WHERE o.stored_rn__ = 1) t
-      WHERE s._source_pos IS NULL AND s._action IN ('upsert', 'delete') AND t."customer_id" = s."customer_id"
-        AND t._source_pos IS NOT NULL AND (s._rank_pos IS NULL OR s._rank_pos < t._source_pos);
+              AND EXISTS (SELECT 1 FROM "cdc"."customer__stage" y WHERE y._source_pos IS NULL AND y._action IN ('upsert', 'delete')
+                  AND y."customer_id" = x."customer_id")) r
+      WHERE s._source_pos IS NULL AND s._action IN ('upsert', 'delete') AND s."customer_id" = r."customer_id" AND s._kafka_partition = r._kafka_partition
+          AND s._kafka_offset = r._kafka_offset;
       UPDATE "cdc"."customer__stage" s SET _rn = r.rn
-      FROM (SELECT x._kafka_partition, x._kafka_offset,
-                   ROW_NUMBER() OVER (PARTITION BY x."customer_id" ORDER BY x._rank_pos DESC NULLS LAST, x._kafka_time DESC NULLS LAST, x._kafka_partition DESC, x._kafka_offset DESC) AS rn
+      FROM (SELECT x.*, ROW_NUMBER() OVER (PARTITION BY x."customer_id" ORDER BY x._rank_pos DESC NULLS LAST, x._kafka_time DESC NULLS LAST,
+          x._kafka_partition DESC, x._kafka_offset DESC) AS rn
             FROM (SELECT z.*, MAX(z._kafka_timestamp) OVER (PARTITION BY z._kafka_partition ORDER BY z._kafka_offset
                     ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW) AS _kafka_time
                   FROM "cdc"."customer__stage" z) x
             WHERE x._action IN ('upsert', 'delete')
-              AND EXISTS (SELECT 1 FROM "cdc"."customer__stage" y WHERE y._source_pos IS NULL AND y._action IN ('upsert', 'delete') AND y."customer_id" = x."customer_id")) r
-      WHERE s._kafka_partition = r._kafka_partition AND s._kafka_offset = r._kafka_offset;
+              AND EXISTS (SELECT 1 FROM "cdc"."customer__stage" y WHERE y._source_pos IS NULL AND y._action IN ('upsert', 'delete')
+                  AND y."customer_id" = x."customer_id")) r
+      WHERE s."customer_id" = r."customer_id" AND s._kafka_partition = r._kafka_partition AND s._kafka_offset = r._kafka_offset;
     END IF;
     -- 3. (TOAST) Unchanged out-of-line values arrive as a placeholder and keep what is known.
     IF v_unavailable > 0 THEN
-      UPDATE "cdc"."customer__stage" s SET "name" = p."name", _unavailable = REPLACE(s._unavailable, '|name|', '|')
-      FROM "cdc"."customer__stage" p,
-           (SELECT "customer_id", MIN(_rn) AS rn FROM "cdc"."customer__stage"
-            WHERE _action = 'upsert' AND _rn > 1 AND COALESCE(_unavailable, '') NOT LIKE '%|name|%'
-            GROUP BY "customer_id") m
-      WHERE s._rn = 1 AND s._action = 'upsert' AND s._unavailable LIKE '%|name|%'
-        AND m."customer_id" = s."customer_id" AND p."customer_id" = s."customer_id" AND p._rn = m.rn AND p._action = 'upsert';
-      UPDATE "cdc"."customer__stage" s SET "mktsegment" = p."mktsegment", _unavailable = REPLACE(s._unavailable, '|mktsegment|', '|')
-      FROM "cdc"."customer__stage" p,
-           (SELECT "customer_id", MIN(_rn) AS rn FROM "cdc"."customer__stage"
-            WHERE _action = 'upsert' AND _rn > 1 AND COALESCE(_unavailable, '') NOT LIKE '%|mktsegment|%'
-            GROUP BY "customer_id") m
-      WHERE s._rn = 1 AND s._action = 'upsert' AND s._unavailable LIKE '%|mktsegment|%'
-        AND m."customer_id" = s."customer_id" AND p."customer_id" = s."customer_id" AND p._rn = m.rn AND p._action = 'upsert';
-      UPDATE "cdc"."customer__stage" s SET "name" = CASE WHEN s._unavailable LIKE '%|name|%' THEN t."name" ELSE s."name" END,
-             "mktsegment" = CASE WHEN s._unavailable LIKE '%|mktsegment|%' THEN t."mktsegment" ELSE s."mktsegment" END
-      FROM (SELECT * FROM (SELECT t.*, ROW_NUMBER() OVER (PARTITION BY t."customer_id"
-                ORDER BY t._source_pos DESC NULLS LAST, t._kafka_partition DESC, t._kafka_offset DESC) AS stored_rn__
-              FROM "cdc"."customer" t WHERE EXISTS (SELECT 1 FROM "cdc"."customer__stage" x WHERE x._rn = 1 AND x._action = 'upsert' AND x._unavailable IS NOT NULL AND x."customer_id" = t."customer_id")) o
-            WHERE o.stored_rn__ = 1) t
-      WHERE s._rn = 1 AND s._action = 'upsert' AND s._unavailable IS NOT NULL
-        AND t."customer_id" = s."customer_id";
-    END IF;
-    IF v_unavailable > 0 THEN
+      UPDATE "cdc"."customer__stage" s SET "name" = CASE WHEN s._unavailable NOT LIKE '%|name|%' THEN s."name" WHEN u.rn0 IS NOT NULL THEN u.batch0
+          WHEN u.stored THEN u.stored0 ELSE s."name" END,
+             "mktsegment" = CASE WHEN s._unavailable NOT LIKE '%|mktsegment|%' THEN s."mktsegment" WHEN u.rn1 IS NOT NULL THEN u.batch1 WHEN u.stored
+                 THEN u.stored1 ELSE s."mktsegment" END,
+             _unavailable = '|' || CASE WHEN s._unavailable LIKE '%|name|%' AND u.rn0 IS NULL THEN 'name|' ELSE '' END || CASE
+                 WHEN s._unavailable LIKE '%|mktsegment|%' AND u.rn1 IS NULL THEN 'mktsegment|' ELSE '' END
+      FROM (SELECT w."customer_id", t.stored_rn__ IS NOT NULL AS stored, m.rn0, p0."name" AS batch0, t."name" AS stored0, m.rn1, p1."mktsegment" AS batch1,
+          t."mktsegment" AS stored1
+            FROM "cdc"."customer__stage" w
+            LEFT JOIN (SELECT "customer_id",
+                        MIN(CASE WHEN COALESCE(_unavailable, '') NOT LIKE '%|name|%' THEN _rn END) AS rn0,
+                        MIN(CASE WHEN COALESCE(_unavailable, '') NOT LIKE '%|mktsegment|%' THEN _rn END) AS rn1
+                       FROM "cdc"."customer__stage" WHERE _action = 'upsert' AND _rn > 1 GROUP BY "customer_id") m ON m."customer_id" = w."customer_id"
+            LEFT JOIN "cdc"."customer__stage" p0 ON p0."customer_id" = w."customer_id" AND p0._rn = m.rn0 AND p0._action = 'upsert'
+            LEFT JOIN "cdc"."customer__stage" p1 ON p1."customer_id" = w."customer_id" AND p1._rn = m.rn1 AND p1._action = 'upsert'
+            LEFT JOIN (SELECT * FROM (SELECT t.*, ROW_NUMBER() OVER (PARTITION BY t."customer_id"
+              ORDER BY t._source_pos DESC NULLS LAST, t._kafka_partition DESC, t._kafka_offset DESC) AS stored_rn__
+            FROM "cdc"."customer" t WHERE EXISTS (SELECT 1 FROM "cdc"."customer__stage" x WHERE x._rn = 1 AND x._action = 'upsert'
+                AND x._unavailable IS NOT NULL AND x."customer_id" = t."customer_id")) o
+          WHERE o.stored_rn__ = 1) t ON t."customer_id" = w."customer_id"
+            WHERE w._rn = 1 AND w._action = 'upsert' AND w._unavailable IS NOT NULL) u
+      WHERE s._rn = 1 AND s._action = 'upsert' AND s._unavailable IS NOT NULL AND u."customer_id" = s."customer_id";
       UPDATE "cdc"."customer__stage" s SET _action = 'quarantine',
-             _reason = SUBSTRING('no earlier value is known for the TOAST placeholder (__debezium_unavailable_value) in '
-                                 || BTRIM(s._unavailable, '|'), 1, 1000)
+          _reason = SUBSTRING('no earlier value is known for the TOAST placeholder (__debezium_unavailable_value) in ' || BTRIM(s._unavailable, '|'), 1, 1000)
       WHERE s._rn = 1 AND s._action = 'upsert' AND s._unavailable <> '|'
         AND NOT EXISTS (SELECT 1 FROM "cdc"."customer" t WHERE t."customer_id" = s."customer_id");
     END IF;
@@ -457,32 +418,31 @@ BEGIN
     -- 5. A stale winner at exactly the stored position that changes something is another
     --    change of the same transaction (compressed MySQL binlog): it applies, in Kafka
     --    order. A re-sent copy of the stored event stays stale, and so does a replayed
-    --    record earlier in Kafka order than the record that wrote what is stored (its
-    --    `_reason` cleared). (One statement per case: Redshift takes no correlated
-    --    subquery under an OR.)
+    --    record earlier in Kafka order than the record that wrote what is stored.
     IF v_rows > 0 THEN
-      IF v_replayed > 0 THEN
-        UPDATE "cdc"."customer__stage" s SET _reason = NULL
-        WHERE s._rn = 1 AND s._action = 'stale' AND s._reason IS NOT NULL
-          AND EXISTS (SELECT 1 FROM "cdc"."customer__watermark" w WHERE w.kafka_partition = s._kafka_partition AND s._kafka_offset <= w.last_offset)
-          AND EXISTS (SELECT 1 FROM "cdc"."customer" t WHERE t."customer_id" = s."customer_id" AND t._source_pos = s._source_pos
-            AND (s._kafka_partition < t._kafka_partition OR (s._kafka_partition = t._kafka_partition AND s._kafka_offset < t._kafka_offset)));
-        UPDATE "cdc"."customer__stage" s SET _reason = NULL
-        WHERE s._rn = 1 AND s._action = 'stale' AND s._reason IS NOT NULL
-          AND EXISTS (SELECT 1 FROM "cdc"."customer__watermark" w WHERE w.kafka_partition = s._kafka_partition AND s._kafka_offset <= w.last_offset)
-          AND EXISTS (SELECT 1 FROM "cdc"."customer__deleted" t WHERE t."customer_id" = s."customer_id" AND t._source_pos = s._source_pos
-            AND (s._kafka_partition < t._kafka_partition OR (s._kafka_partition = t._kafka_partition AND s._kafka_offset < t._kafka_offset)));
-      END IF;
       UPDATE "cdc"."customer__stage" s SET _action = s._reason, _reason = NULL
-      WHERE s._rn = 1 AND s._action = 'stale' AND s._reason = 'upsert'
-        AND EXISTS (SELECT 1 FROM "cdc"."customer" t WHERE t."customer_id" = s."customer_id" AND t._source_pos = s._source_pos
-          AND ((t."name" <> s."name" OR (t."name" IS NULL) <> (s."name" IS NULL)) OR (t."mktsegment" <> s."mktsegment" OR (t."mktsegment" IS NULL) <> (s."mktsegment" IS NULL))));
-      UPDATE "cdc"."customer__stage" s SET _action = s._reason, _reason = NULL
-      WHERE s._rn = 1 AND s._action = 'stale' AND s._reason = 'upsert'
-        AND EXISTS (SELECT 1 FROM "cdc"."customer__deleted" t WHERE t."customer_id" = s."customer_id" AND t._source_pos = s._source_pos);
-      UPDATE "cdc"."customer__stage" s SET _action = s._reason, _reason = NULL
-      WHERE s._rn = 1 AND s._action = 'stale' AND s._reason = 'delete'
-        AND EXISTS (SELECT 1 FROM "cdc"."customer" t WHERE t."customer_id" = s."customer_id" AND t._source_pos = s._source_pos);
+      FROM (SELECT x."customer_id", x._kafka_partition, x._kafka_offset,
+                   MAX(CASE WHEN x._reason = 'upsert' AND (t.deleted__ OR (t."name" <> x."name" OR (t."name" IS NULL) <> (x."name" IS NULL))
+                       OR (t."mktsegment" <> x."mktsegment" OR (t."mktsegment" IS NULL) <> (x."mktsegment" IS NULL))) OR x._reason = 'delete'
+                       AND NOT t.deleted__ THEN 1 ELSE 0 END) AS changes,
+                   MAX(CASE WHEN x._kafka_offset <= w.last_offset AND (t._kafka_partition = x._kafka_partition AND t._kafka_offset > x._kafka_offset
+                       OR t._kafka_partition <> x._kafka_partition AND (t.kafka_time__ > x._kafka_timestamp
+                       OR (COALESCE(t.kafka_time__ = x._kafka_timestamp, true) AND t._kafka_partition > x._kafka_partition))) THEN 1 ELSE 0 END) AS older_replay
+            FROM "cdc"."customer__stage" x
+            JOIN (SELECT t."customer_id", t._source_pos, t._kafka_partition, t._kafka_offset, m.kafka_timestamp AS kafka_time__, false AS deleted__, t."name",
+                t."mktsegment" FROM "cdc"."customer" t LEFT JOIN "cdc"."customer__stream" m ON m.kafka_partition = t._kafka_partition
+                AND m.kafka_offset = t._kafka_offset WHERE EXISTS (SELECT 1 FROM "cdc"."customer__stage" y WHERE y._rn = 1 AND y._action = 'stale'
+                AND y."customer_id" = t."customer_id" AND y._source_pos = t._source_pos)
+                        UNION ALL SELECT t."customer_id", t._source_pos, t._kafka_partition, t._kafka_offset, t._kafka_timestamp, true, NULL,
+                            NULL FROM "cdc"."customer__deleted" t WHERE EXISTS (SELECT 1 FROM "cdc"."customer__stage" y WHERE y._rn = 1 AND y._action = 'stale'
+                            AND y."customer_id" = t."customer_id" AND y._source_pos = t._source_pos)) t
+              ON t."customer_id" = x."customer_id" AND t._source_pos = x._source_pos
+            LEFT JOIN "cdc"."customer__watermark" w ON w.kafka_partition = x._kafka_partition
+            WHERE x._rn = 1 AND x._action = 'stale'
+            GROUP BY x."customer_id", x._kafka_partition, x._kafka_offset) c
+      WHERE s._rn = 1 AND s._action = 'stale' AND c."customer_id" = s."customer_id"
+        AND s._kafka_partition = c._kafka_partition AND s._kafka_offset = c._kafka_offset
+        AND c.changes = 1 AND c.older_replay = 0;
     END IF;
     -- A winner without a source position was never stale; it is recorded at the position
     -- it ranked by, so replays of what it superseded stay stale.
@@ -490,14 +450,10 @@ BEGIN
       UPDATE "cdc"."customer__stage" SET _source_pos = _rank_pos
       WHERE _rn = 1 AND _action IN ('upsert', 'delete') AND _source_pos IS NULL;
     END IF;
-    SELECT COUNT(CASE WHEN _rn = 1 AND _action = 'upsert' THEN 1 END),
-           COUNT(CASE WHEN _rn = 1 AND _action = 'delete' THEN 1 END),
-           COUNT(CASE WHEN _action = 'quarantine' THEN 1 END),
-           COUNT(CASE WHEN _action = 'tombstone' THEN 1 END),
-           COUNT(CASE WHEN _action IN ('stale', 'truncated') THEN 1 END),
-           COUNT(CASE WHEN _rn > 1 AND _action IN ('upsert', 'delete') THEN 1 END),
-           COUNT(CASE WHEN _action = 'truncate' THEN 1 END),
-           DATEDIFF(microsecond, MAX(_kafka_timestamp), v_started) / 1000000.0
+    SELECT COUNT(CASE WHEN _rn = 1 AND _action = 'upsert' THEN 1 END), COUNT(CASE WHEN _rn = 1 AND _action = 'delete' THEN 1 END),
+           COUNT(CASE WHEN _action = 'quarantine' THEN 1 END), COUNT(CASE WHEN _action = 'tombstone' THEN 1 END),
+           COUNT(CASE WHEN _action IN ('stale', 'truncated') THEN 1 END), COUNT(CASE WHEN _rn > 1 AND _action IN ('upsert', 'delete') THEN 1 END),
+           COUNT(CASE WHEN _action = 'truncate' THEN 1 END), DATEDIFF(microsecond, MAX(_kafka_timestamp), v_started) / 1000000.0
     INTO v_upserted, v_deleted, v_quarantined, v_tombstones, v_stale, v_superseded, v_truncates, v_lag
     FROM "cdc"."customer__stage";
     -- 6. Apply: remove the current row of every key with a winning event (the join is
@@ -528,15 +484,14 @@ BEGIN
              CASE WHEN k.configured = 1 THEN k.images - k.seen ELSE k.seen END
       FROM (SELECT u.field, MAX(u.configured) AS configured, SUM(u.seen) AS seen,
                    MAX(MAX(u.images)) OVER () AS images
-            FROM (SELECT CASE WHEN OCTET_LENGTH(CAST(x_field AS varchar(65535))) <= 256 THEN CAST(x_field AS varchar(65535)) ELSE SUBSTRING(CAST(x_field AS varchar(65535)), 1, 64) END AS field, 0 AS configured, 1 AS seen, x0.images
+            FROM (SELECT CASE WHEN OCTET_LENGTH(CAST(x_field AS varchar(65535))) <= 256 THEN CAST(x_field AS varchar(65535))
+                ELSE SUBSTRING(CAST(x_field AS varchar(65535)), 1, 64) END AS field, 0 AS configured, 1 AS seen, x0.images
                   FROM (
                     SELECT s._drift_img AS img, COUNT(*) OVER () AS images
                     FROM "cdc"."customer__stage" s
                     WHERE s._drift_img IS NOT NULL
                   ) x0, UNPIVOT x0.img AS x_value AT x_field
-                  UNION ALL SELECT 'CUST_ID', 1, 0, 0
-                  UNION ALL SELECT 'NAME', 1, 0, 0
-                  UNION ALL SELECT 'MKTSEGMENT', 1, 0, 0) u
+                  UNION ALL SELECT 'CUST_ID', 1, 0, 0 UNION ALL SELECT 'NAME', 1, 0, 0 UNION ALL SELECT 'MKTSEGMENT', 1, 0, 0) u
             GROUP BY u.field) k
       WHERE (k.configured = 1 AND k.seen < k.images)
          OR (k.configured = 0 AND SUBSTRING(k.field, 1, 2) <> '__');  -- '__' fields: unwrap metadata
@@ -579,10 +534,10 @@ BEGIN
   SELECT 'customer', PG_BACKEND_PID(), v_started, CAST(TO_TIMESTAMP(TIMEOFDAY(), 'Dy Mon DD HH24:MI:SS.US YYYY') AS timestamp), v_read, v_upserted, v_deleted,
     v_quarantined, v_tombstones, v_stale, v_superseded, v_truncates, v_wm_before,
     LISTAGG(CASE WHEN r.pos__ <= 65503 THEN r.item__ END, ',') WITHIN GROUP (ORDER BY r.order__)
-         || CASE WHEN COUNT(CASE WHEN r.pos__ > 65503 THEN 1 END) > 0 THEN ' (+' || CAST(COUNT(CASE WHEN r.pos__ > 65503 THEN 1 END) AS varchar(20)) || ' more)' ELSE '' END, v_lag, 'ok'
-  FROM (SELECT r.*, CAST(r.kafka_partition AS varchar(20)) || ':' || CAST(r.last_offset AS varchar(20)) AS item__, r.kafka_partition AS order__,
-               SUM(OCTET_LENGTH(CAST(r.kafka_partition AS varchar(20)) || ':' || CAST(r.last_offset AS varchar(20))) + 1) OVER (ORDER BY r.kafka_partition ROWS UNBOUNDED PRECEDING) AS pos__
-        FROM "cdc"."customer__watermark" r) r;
+         || COALESCE(' (+' || CAST(NULLIF(COUNT(CASE WHEN r.pos__ > 65503 THEN 1 END), 0) AS varchar(20)) || ' more)', ''), v_lag, 'ok'
+  FROM (SELECT r.*, SUM(OCTET_LENGTH(r.item__) + 1) OVER (ORDER BY r.order__ ROWS UNBOUNDED PRECEDING) AS pos__
+        FROM (SELECT r.*, CAST(r.kafka_partition AS varchar(20)) || ':' || CAST(r.last_offset AS varchar(20)) AS item__,
+            r.kafka_partition AS order__ FROM "cdc"."customer__watermark" r) r) r;
   INSERT INTO "cdc"."sync_run_log" (table_name, backend_pid, started_at, finished_at, events_read, upserted, deleted,
     quarantined, tombstones, stale, superseded, truncates, watermark_before, watermark_after, lag_seconds, status)
   SELECT * FROM "sync_call_result";
@@ -606,11 +561,7 @@ AS $$
 -- Quarantines the first pending record, which the caller found to make the engine
 -- raise, with the engine's error text, and moves the watermark past it.
 DECLARE
-  v_started timestamp;
-  v_since timestamp;
-  v_partition bigint;
-  v_offset bigint;
-  v_refresh_time timestamp;
+  v_started timestamp; v_since timestamp; v_partition bigint; v_offset bigint; v_refresh_time timestamp;
 BEGIN
   -- 1. Single flight, as in the sync itself.
   LOCK TABLE "cdc"."customer__watermark";
@@ -627,7 +578,10 @@ BEGIN
   WHERE x.read_no = 1;
   IF v_partition IS NOT NULL THEN
     INSERT INTO "cdc"."customer__quarantine" (table_name, kafka_partition, kafka_offset, kafka_timestamp, reason, payload, raw_value, run_started_at)
-    SELECT 'customer', s.kafka_partition, s.kafka_offset, s.kafka_timestamp, CASE WHEN OCTET_LENGTH('the warehouse could not apply this record: ' || COALESCE(p_reason, 'no error text')) <= 1000 THEN 'the warehouse could not apply this record: ' || COALESCE(p_reason, 'no error text') ELSE SUBSTRING('the warehouse could not apply this record: ' || COALESCE(p_reason, 'no error text'), 1, 250) END, s.payload, s.raw_value, v_started
+    SELECT 'customer', s.kafka_partition, s.kafka_offset, s.kafka_timestamp, CASE
+        WHEN OCTET_LENGTH('the warehouse could not apply this record: ' || COALESCE(p_reason, 'no error text')) <= 1000
+        THEN 'the warehouse could not apply this record: ' || COALESCE(p_reason, 'no error text')
+        ELSE SUBSTRING('the warehouse could not apply this record: ' || COALESCE(p_reason, 'no error text'), 1, 250) END, s.payload, s.raw_value, v_started
     FROM "cdc"."customer__stream" s
     WHERE s.kafka_partition = v_partition AND s.kafka_offset = v_offset AND s.refresh_time = v_refresh_time;
     UPDATE "cdc"."customer__watermark" SET last_offset = v_offset, last_refresh_time = v_refresh_time, updated_at = v_started
@@ -741,28 +695,11 @@ AS $$
 -- Merges new records of the topic into the target (p_max_records NULL: all of them);
 -- see the README, 'How a sync works: the procedure contract'.
 DECLARE
-  v_started timestamp;
-  v_since timestamp;
-  v_wm_before varchar(65535);
-  v_read bigint := 0;
-  v_upserted bigint := 0;
-  v_deleted bigint := 0;
-  v_quarantined bigint := 0;
-  v_tombstones bigint := 0;
-  v_stale bigint := 0;
-  v_superseded bigint := 0;
-  v_truncates bigint := 0;
-  v_rows bigint := 0;
-  v_positionless bigint := 0;
-  v_unavailable bigint := 0;
-  v_drift bigint := 0;
-  v_replayed bigint := 0;
-  v_lag double precision;
-  v_until_time timestamp;
-  v_until_partition bigint;
-  v_until_offset bigint;
-  v_truncate_pos varchar(64);
-  v_truncate_ts timestamp;
+  v_started timestamp; v_since timestamp; v_wm_before varchar(65535); v_read bigint := 0; v_upserted bigint := 0;
+  v_deleted bigint := 0; v_quarantined bigint := 0; v_tombstones bigint := 0; v_stale bigint := 0;
+  v_superseded bigint := 0; v_truncates bigint := 0; v_rows bigint := 0; v_positionless bigint := 0;
+  v_unavailable bigint := 0; v_drift bigint := 0; v_replayed bigint := 0; v_lag double precision; v_until_time timestamp;
+  v_until_partition bigint; v_until_offset bigint; v_truncate_pos varchar(64); v_truncate_ts timestamp;
 BEGIN
   -- 10. Session settings this procedure needs.
   SET enable_case_sensitive_identifier TO true;
@@ -776,11 +713,11 @@ BEGIN
   SELECT MAX(r.last_refresh_time),
          (SELECT COUNT(*) FROM "cdc"."orders__quarantine" WHERE table_name = 'orders' AND handled = 'replaying'),
          LISTAGG(CASE WHEN r.pos__ <= 65503 THEN r.item__ END, ',') WITHIN GROUP (ORDER BY r.order__)
-         || CASE WHEN COUNT(CASE WHEN r.pos__ > 65503 THEN 1 END) > 0 THEN ' (+' || CAST(COUNT(CASE WHEN r.pos__ > 65503 THEN 1 END) AS varchar(20)) || ' more)' ELSE '' END
+         || COALESCE(' (+' || CAST(NULLIF(COUNT(CASE WHEN r.pos__ > 65503 THEN 1 END), 0) AS varchar(20)) || ' more)', '')
   INTO v_since, v_replayed, v_wm_before
-  FROM (SELECT r.*, CAST(r.kafka_partition AS varchar(20)) || ':' || CAST(r.last_offset AS varchar(20)) AS item__, r.kafka_partition AS order__,
-               SUM(OCTET_LENGTH(CAST(r.kafka_partition AS varchar(20)) || ':' || CAST(r.last_offset AS varchar(20))) + 1) OVER (ORDER BY r.kafka_partition ROWS UNBOUNDED PRECEDING) AS pos__
-        FROM "cdc"."orders__watermark" r) r;
+  FROM (SELECT r.*, SUM(OCTET_LENGTH(r.item__) + 1) OVER (ORDER BY r.order__ ROWS UNBOUNDED PRECEDING) AS pos__
+        FROM (SELECT r.*, CAST(r.kafka_partition AS varchar(20)) || ':' || CAST(r.last_offset AS varchar(20)) AS item__,
+            r.kafka_partition AS order__ FROM "cdc"."orders__watermark" r) r) r;
   v_since := COALESCE(v_since, TIMESTAMP '1900-01-01 00:00:00');
   -- A bounded run (record isolation by the caller) reads the first p_max_records pending
   -- records in (refresh_time, partition, offset) order: a prefix of every partition
@@ -806,17 +743,114 @@ BEGIN
     "_source_ts", "_source_pos", "_rank_pos", "order_id", "customer_id", "status", "total", "placed_at", "_unavailable",
     "_payload", "_raw_value", "_drift_img"
   )
-  SELECT c.kafka_partition, c.kafka_offset, c.kafka_timestamp, c.refresh_time,
-         CASE WHEN OCTET_LENGTH(c.op) <= 64 THEN c.op ELSE SUBSTRING(c.op, 1, 16) END, c.action, c.reason,
-         ROW_NUMBER() OVER (
-           PARTITION BY CASE WHEN c.action IN ('upsert', 'delete') THEN 1 ELSE 0 END, c."order_id"
-           ORDER BY c.source_pos DESC NULLS LAST, c.kafka_time DESC NULLS LAST, c.kafka_partition DESC, c.kafka_offset DESC),
-         (TIMESTAMP 'epoch' + (c.source_ts_ms / 1000) * INTERVAL '1 second' + (c.source_ts_ms % 1000) * INTERVAL '1 millisecond'),
-         c.source_pos, c.source_pos, c."order_id", c."customer_id", c."status", c."total", c."placed_at", c.unavailable,
-         c.quarantine_payload, CASE WHEN c.action = 'quarantine' THEN c.raw_value END, c.drift_img
-  FROM (
-    SELECT
-           t.kafka_partition, t.kafka_offset, t.kafka_timestamp, t.refresh_time, t.raw_value, t.op,
+  WITH batch AS (
+    SELECT s.kafka_partition, s.kafka_offset, s.kafka_timestamp, s.refresh_time,
+           s.payload, s.raw_value,
+           CASE WHEN IS_OBJECT(s.payload."schema") THEN s.payload."payload" ELSE s.payload END AS env,
+           CASE WHEN IS_OBJECT(s.key_payload."schema") THEN s.key_payload."payload" ELSE s.key_payload END AS key_env
+    FROM "cdc"."orders__stream" s
+    LEFT JOIN "cdc"."orders__watermark" w ON w.kafka_partition = s.kafka_partition
+    WHERE s.refresh_time >= v_since
+      AND s.kafka_offset > COALESCE(w.last_offset, -1)
+      AND (s.refresh_time < v_until_time
+           OR (s.refresh_time = v_until_time
+               AND (s.kafka_partition < v_until_partition
+                    OR (s.kafka_partition = v_until_partition AND s.kafka_offset <= v_until_offset))))
+    UNION ALL
+    -- Quarantined records being replayed (at or below the watermark: already read once).
+    SELECT r.kafka_partition, r.kafka_offset, r.kafka_timestamp, r.run_started_at,
+           r.payload, r.raw_value,
+           CASE WHEN IS_OBJECT(r.payload."schema") THEN r.payload."payload" ELSE r.payload END AS env,
+           CAST(NULL AS super) AS key_env
+    FROM "cdc"."orders__quarantine" r
+    WHERE v_replayed > 0 AND r.table_name = 'orders' AND r.handled = 'replaying'),
+  batch_1 AS (
+    SELECT f.*, (CASE WHEN JSON_SIZE(f.env."op") <= 65535 THEN f.env."op" END) AS "b__o0"
+    FROM batch f),
+  batch_2 AS (
+    SELECT f.*, CASE WHEN IS_VARCHAR(f.b__o0) THEN f.b__o0::varchar(65535) WHEN f.b__o0 IS NOT NULL THEN JSON_SERIALIZE(f.b__o0) END AS "x__o0"
+    FROM batch_1 f),
+  envelope AS (
+    SELECT f.kafka_partition, f.kafka_offset, f.kafka_timestamp, f.refresh_time,
+           f.payload, f.raw_value, f.env, f.key_env,
+           f.x__o0 AS op,
+           CASE WHEN f.x__o0 = 'd' THEN f.env."before" ELSE f.env."after" END AS img,
+           f.env."source" AS src
+    FROM batch_2 f),
+  envelope_1 AS (
+    SELECT f.*, (CASE WHEN JSON_SIZE(f.src."file") <= 65535 THEN f.src."file" END) AS "b__p0",
+           (CASE WHEN JSON_SIZE(f.src."pos") <= 65535 THEN f.src."pos" END) AS "b__p1",
+           (CASE WHEN JSON_SIZE(f.src."row") <= 65535 THEN f.src."row" END) AS "b__p2"
+    FROM envelope f),
+  envelope_2 AS (
+    SELECT f.*, CASE WHEN IS_VARCHAR(f.b__p0) THEN f.b__p0::varchar(65535) WHEN f.b__p0 IS NOT NULL THEN JSON_SERIALIZE(f.b__p0) END AS "x__p0",
+           CASE WHEN IS_VARCHAR(f.b__p1) THEN f.b__p1::varchar(65535) WHEN f.b__p1 IS NOT NULL THEN JSON_SERIALIZE(f.b__p1) END AS "x__p1",
+           CASE WHEN IS_VARCHAR(f.b__p2) THEN f.b__p2::varchar(65535) WHEN f.b__p2 IS NOT NULL THEN JSON_SERIALIZE(f.b__p2) END AS "x__p2"
+    FROM envelope_1 f),
+  fields AS (
+    SELECT f.kafka_partition, f.kafka_offset, f.kafka_timestamp, f.refresh_time, f.payload, f.raw_value, f.env, f.img, f.op, f.src."ts_ms" AS source_ts_ms,
+           lpad(REGEXP_SUBSTR(f.x__p0, '[0-9]*$'), 20, '0') || '.' || lpad(f.x__p1, 20, '0') || '.' || lpad(COALESCE(f.x__p2, ''), 20, '0') AS source_pos,
+           f.img."ORDER_ID" AS "ji__order_id", CASE WHEN IS_OBJECT(f.key_env) THEN f.key_env."ORDER_ID" ELSE f.key_env END AS "jk__order_id",
+           f.img."CUST_ID" AS "j__customer_id", f.img."STATUS" AS "j__status", f.img."TOTAL" AS "j__total", f.img."PLACED_AT" AS "j__placed_at"
+    FROM envelope_2 f),
+  fields_1 AS (
+    SELECT f.*, (CASE WHEN JSON_SIZE(f."j__customer_id") <= 65535 THEN f."j__customer_id" END) AS "b__v0",
+           (CASE WHEN JSON_SIZE(f."j__status") <= 65535 THEN f."j__status" END) AS "b__v1",
+           (CASE WHEN JSON_SIZE(f."j__placed_at") <= 65535 THEN f."j__placed_at" END) AS "b__v3"
+    FROM fields f),
+  fields_2 AS (
+    SELECT f.*, CASE WHEN IS_VARCHAR(f.b__v0) THEN f.b__v0::varchar(65535) WHEN f.b__v0 IS NOT NULL THEN JSON_SERIALIZE(f.b__v0) END AS "x__v0",
+           CASE WHEN IS_VARCHAR(f.b__v1) THEN f.b__v1::varchar(65535) WHEN f.b__v1 IS NOT NULL THEN JSON_SERIALIZE(f.b__v1) END AS "x__v1",
+           CASE WHEN IS_VARCHAR(f.b__v3) THEN f.b__v3::varchar(65535) WHEN f.b__v3 IS NOT NULL THEN JSON_SERIALIZE(f.b__v3) END AS "x__v3"
+    FROM fields_1 f),
+  fields_3 AS (
+    SELECT f.*,
+           COALESCE(f.x__v0 IN ('__debezium_unavailable_value', 'X19kZWJleml1bV91bmF2YWlsYWJsZV92YWx1ZQ==', '["__debezium_unavailable_value"]'),
+               false) AS "u__customer_id",
+           COALESCE(f.x__v1 IN ('__debezium_unavailable_value', 'X19kZWJleml1bV91bmF2YWlsYWJsZV92YWx1ZQ==', '["__debezium_unavailable_value"]'),
+               false) AS "u__status"
+    FROM fields_2 f),
+  typed AS (
+    SELECT f.kafka_partition, f.kafka_offset, f.kafka_timestamp, f.refresh_time, f.payload, f.raw_value, f.env, f.img, f.op, f.source_pos,
+           CAST(f.source_ts_ms AS bigint) AS source_ts_ms, NOT (f.source_ts_ms IS NULL) AS has_source_ts,
+           COALESCE(CAST(f."ji__order_id" AS bigint), CAST(f."jk__order_id" AS bigint)) AS "order_id", f."j__customer_id" AS "j__customer_id",
+           f."u__customer_id" AS "u__customer_id",
+           CASE WHEN f."u__customer_id" THEN NULL ELSE CAST(CASE WHEN OCTET_LENGTH(f.x__v0) <= 64 THEN f.x__v0 END AS varchar(64)) END AS "customer_id",
+           f."j__status" AS "j__status", f."u__status" AS "u__status",
+           CASE WHEN f."u__status" THEN NULL ELSE CAST(CASE WHEN OCTET_LENGTH(f.x__v1) <= 16 THEN f.x__v1 END AS varchar(16)) END AS "status",
+           f."j__total" AS "j__total", CAST(f."j__total" AS decimal(12,2)) AS "total", f."j__placed_at" AS "j__placed_at",
+           CASE WHEN f.x__v3 ~ '[T ][0-9]{2}:[0-9]{2}.*(Z|[+-][0-9]{2}(:?[0-9]{2})?)$' THEN CAST(f."j__placed_at" AS timestamptz) AT TIME ZONE 'UTC'
+               ELSE CAST(f."j__placed_at" AS timestamp) END AS "placed_at",
+           NULLIF('|' || CASE WHEN f."u__customer_id" THEN 'customer_id|' ELSE '' END || CASE WHEN f."u__status" THEN 'status|'
+               ELSE '' END, '|') AS unavailable,
+           CASE WHEN f.op IN ('c', 'r', 'u') AND IS_OBJECT(f.img) AND NOT (f."ji__order_id" IS NOT NULL AND f."j__customer_id" IS NOT NULL
+               AND f."j__status" IS NOT NULL AND f."j__total" IS NOT NULL AND f."j__placed_at" IS NOT NULL AND GET_NUMBER_ATTRIBUTES(f.img) = 5)
+               THEN f.img END AS drift_img
+    FROM fields_3 f),
+  checked AS (
+    SELECT t.kafka_partition, t.kafka_offset, t.kafka_timestamp, t.refresh_time, t.raw_value, t.op, t.source_ts_ms,
+           t.source_pos, t.unavailable, t.drift_img, t."order_id", t."customer_id", t."status", t."total", t."placed_at",
+           t.payload, t.has_source_ts,
+           CASE
+             WHEN t.raw_value IS NOT NULL THEN 1
+             WHEN (t.env IS NULL) THEN 2
+             WHEN NOT IS_OBJECT(t.env) THEN 3
+             WHEN t.op IS NULL THEN 4
+             WHEN t.op = 't' THEN 5
+             WHEN t.op NOT IN ('c', 'r', 'u', 'd') THEN 6
+             WHEN t.op <> 'd' AND ((t.img IS NULL) OR NOT IS_OBJECT(t.img)) THEN 7
+             WHEN t."order_id" IS NULL THEN 8
+             WHEN t.has_source_ts AND (t.source_ts_ms IS NULL OR t.source_ts_ms NOT BETWEEN 0 AND 253402300799999) THEN 9
+             WHEN t.op <> 'd' AND NOT (t."j__customer_id" IS NULL) AND t."customer_id" IS NULL AND NOT t."u__customer_id" THEN 10
+             WHEN t.op <> 'd' AND NOT (t."j__status" IS NULL) AND t."status" IS NULL AND NOT t."u__status" THEN 11
+             WHEN t.op <> 'd' AND NOT (t."j__total" IS NULL) AND t."total" IS NULL THEN 12
+             WHEN t.op <> 'd' AND NOT (t."j__placed_at" IS NULL) AND t."placed_at" IS NULL THEN 13
+             WHEN t.op = 'd' THEN 14
+             ELSE 0
+           END AS check_no
+    FROM typed t),
+  classified AS (
+    SELECT t.kafka_partition, t.kafka_offset, t.kafka_timestamp, t.refresh_time, t.raw_value, t.op,
            CASE WHEN t.source_ts_ms BETWEEN 0 AND 253402300799999 THEN t.source_ts_ms END AS source_ts_ms, t.source_pos,
            t.unavailable, t.drift_img, t."order_id", t."customer_id", t."status", t."total", t."placed_at",
            CASE
@@ -828,10 +862,8 @@ BEGIN
            END AS action,
            CASE t.check_no
              WHEN 1 THEN 'value is not valid JSON'
-             WHEN 2 THEN NULL
              WHEN 3 THEN 'value is not a JSON object'
              WHEN 4 THEN 'no op field: not a Debezium change event'
-             WHEN 5 THEN NULL
              WHEN 6 THEN 'unknown op "' || CASE WHEN OCTET_LENGTH(t.op) <= 64 THEN t.op ELSE SUBSTRING(t.op, 1, 16) END || '"'
              WHEN 7 THEN 'no row image: after is missing or not an object'
              WHEN 8 THEN 'primary key field ORDER_ID is missing or not a bigint'
@@ -840,133 +872,20 @@ BEGIN
              WHEN 11 THEN 'field STATUS does not convert to varchar(16)'
              WHEN 12 THEN 'field TOTAL does not convert to decimal(12,2)'
              WHEN 13 THEN 'field PLACED_AT does not convert to timestamp'
-             WHEN 14 THEN NULL
-             ELSE NULL
            END AS reason,
            CASE WHEN t.check_no IN (1, 3, 4, 6, 7, 8, 9, 10, 11, 12, 13) OR t.unavailable IS NOT NULL THEN t.payload END AS quarantine_payload,
            MAX(t.kafka_timestamp) OVER (PARTITION BY t.kafka_partition ORDER BY t.kafka_offset
              ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW) AS kafka_time
-    FROM (
-      SELECT
-             t.kafka_partition, t.kafka_offset, t.kafka_timestamp, t.refresh_time, t.raw_value, t.op, t.source_ts_ms,
-             t.source_pos, t.unavailable, t.drift_img, t."order_id", t."customer_id", t."status", t."total", t."placed_at",
-             t.payload,
-             t.has_source_ts,
-             CASE
-               WHEN t.raw_value IS NOT NULL THEN 1
-               WHEN (t.env IS NULL) THEN 2
-               WHEN NOT IS_OBJECT(t.env) THEN 3
-               WHEN t.op IS NULL THEN 4
-               WHEN t.op = 't' THEN 5
-               WHEN t.op NOT IN ('c', 'r', 'u', 'd') THEN 6
-               WHEN t.op <> 'd' AND ((t.img IS NULL) OR NOT IS_OBJECT(t.img)) THEN 7
-               WHEN t."order_id" IS NULL THEN 8
-               WHEN t.has_source_ts AND (t.source_ts_ms IS NULL OR t.source_ts_ms NOT BETWEEN 0 AND 253402300799999) THEN 9
-               WHEN t.op <> 'd' AND NOT (t."j__customer_id" IS NULL) AND t."customer_id" IS NULL AND NOT t."u__customer_id" THEN 10
-               WHEN t.op <> 'd' AND NOT (t."j__status" IS NULL) AND t."status" IS NULL AND NOT t."u__status" THEN 11
-               WHEN t.op <> 'd' AND NOT (t."j__total" IS NULL) AND t."total" IS NULL THEN 12
-               WHEN t.op <> 'd' AND NOT (t."j__placed_at" IS NULL) AND t."placed_at" IS NULL THEN 13
-               WHEN t.op = 'd' THEN 14
-               ELSE 0
-             END AS check_no
-      FROM (
-        SELECT f.kafka_partition, f.kafka_offset, f.kafka_timestamp, f.refresh_time, f.payload, f.raw_value, f.env, f.img, f.op, f.source_pos,
-               CAST(f.source_ts_ms AS bigint) AS source_ts_ms,
-               NOT (f.source_ts_ms IS NULL) AS has_source_ts,
-               COALESCE(CAST(f."ji__order_id" AS bigint),
-                 CAST(f."jk__order_id" AS bigint)) AS "order_id",
-               f."j__customer_id" AS "j__customer_id",
-               f."u__customer_id" AS "u__customer_id",
-               CASE WHEN f."u__customer_id" THEN NULL ELSE CAST(CASE WHEN OCTET_LENGTH(f.x__v0) <= 64 THEN f.x__v0 END AS varchar(64)) END AS "customer_id",
-               f."j__status" AS "j__status",
-               f."u__status" AS "u__status",
-               CASE WHEN f."u__status" THEN NULL ELSE CAST(CASE WHEN OCTET_LENGTH(f.x__v1) <= 16 THEN f.x__v1 END AS varchar(16)) END AS "status",
-               f."j__total" AS "j__total",
-               CAST(f."j__total" AS decimal(12,2)) AS "total",
-               f."j__placed_at" AS "j__placed_at",
-               CASE WHEN f.x__v3 ~ '[T ][0-9]{2}:[0-9]{2}.*(Z|[+-][0-9]{2}(:?[0-9]{2})?)$' THEN CAST(f."j__placed_at" AS timestamptz) AT TIME ZONE 'UTC' ELSE CAST(f."j__placed_at" AS timestamp) END AS "placed_at",
-               NULLIF('|' || CASE WHEN f."u__customer_id" THEN 'customer_id|' ELSE '' END || CASE WHEN f."u__status" THEN 'status|' ELSE '' END, '|') AS unavailable,
-               CASE WHEN f.op IN ('c', 'r', 'u') AND IS_OBJECT(f.img) AND NOT (f."ji__order_id" IS NOT NULL AND f."j__customer_id" IS NOT NULL AND f."j__status" IS NOT NULL AND f."j__total" IS NOT NULL AND f."j__placed_at" IS NOT NULL AND GET_NUMBER_ATTRIBUTES(f.img) = 5) THEN f.img END AS drift_img
-        FROM (
-          SELECT f.*,
-                 COALESCE(f.x__v0 IN ('__debezium_unavailable_value', 'X19kZWJleml1bV91bmF2YWlsYWJsZV92YWx1ZQ==', '["__debezium_unavailable_value"]'), false) AS "u__customer_id",
-                 COALESCE(f.x__v1 IN ('__debezium_unavailable_value', 'X19kZWJleml1bV91bmF2YWlsYWJsZV92YWx1ZQ==', '["__debezium_unavailable_value"]'), false) AS "u__status"
-          FROM (
-            SELECT f.*,
-                   CASE WHEN IS_VARCHAR(f.b__v0) THEN f.b__v0::varchar(65535) WHEN f.b__v0 IS NOT NULL THEN JSON_SERIALIZE(f.b__v0) END AS "x__v0",
-                   CASE WHEN IS_VARCHAR(f.b__v1) THEN f.b__v1::varchar(65535) WHEN f.b__v1 IS NOT NULL THEN JSON_SERIALIZE(f.b__v1) END AS "x__v1",
-                   CASE WHEN IS_VARCHAR(f.b__v3) THEN f.b__v3::varchar(65535) WHEN f.b__v3 IS NOT NULL THEN JSON_SERIALIZE(f.b__v3) END AS "x__v3"
-            FROM (
-              SELECT f.*,
-                     (CASE WHEN JSON_SIZE(f."j__customer_id") <= 65535 THEN f."j__customer_id" END) AS "b__v0",
-                     (CASE WHEN JSON_SIZE(f."j__status") <= 65535 THEN f."j__status" END) AS "b__v1",
-                     (CASE WHEN JSON_SIZE(f."j__placed_at") <= 65535 THEN f."j__placed_at" END) AS "b__v3"
-              FROM (
-                SELECT f.kafka_partition, f.kafka_offset, f.kafka_timestamp, f.refresh_time, f.payload, f.raw_value, f.env, f.img, f.op,
-                       f.src."ts_ms" AS source_ts_ms,
-                       lpad(REGEXP_SUBSTR(f.x__p0, '[0-9]*$'), 20, '0') || '.' || lpad(f.x__p1, 20, '0') || '.' || lpad(COALESCE(f.x__p2, ''), 20, '0') AS source_pos,
-                       f.img."ORDER_ID" AS "ji__order_id",
-                       CASE WHEN IS_OBJECT(f.key_env) THEN f.key_env."ORDER_ID" ELSE f.key_env END AS "jk__order_id",
-                       f.img."CUST_ID" AS "j__customer_id",
-                       f.img."STATUS" AS "j__status",
-                       f.img."TOTAL" AS "j__total",
-                       f.img."PLACED_AT" AS "j__placed_at"
-                FROM (
-                  SELECT f.*,
-                         CASE WHEN IS_VARCHAR(f.b__p0) THEN f.b__p0::varchar(65535) WHEN f.b__p0 IS NOT NULL THEN JSON_SERIALIZE(f.b__p0) END AS "x__p0",
-                         CASE WHEN IS_VARCHAR(f.b__p1) THEN f.b__p1::varchar(65535) WHEN f.b__p1 IS NOT NULL THEN JSON_SERIALIZE(f.b__p1) END AS "x__p1",
-                         CASE WHEN IS_VARCHAR(f.b__p2) THEN f.b__p2::varchar(65535) WHEN f.b__p2 IS NOT NULL THEN JSON_SERIALIZE(f.b__p2) END AS "x__p2"
-                  FROM (
-                    SELECT f.*,
-                           (CASE WHEN JSON_SIZE(f.src."file") <= 65535 THEN f.src."file" END) AS "b__p0",
-                           (CASE WHEN JSON_SIZE(f.src."pos") <= 65535 THEN f.src."pos" END) AS "b__p1",
-                           (CASE WHEN JSON_SIZE(f.src."row") <= 65535 THEN f.src."row" END) AS "b__p2"
-                    FROM (
-                      SELECT f.kafka_partition, f.kafka_offset, f.kafka_timestamp, f.refresh_time,
-                             f.payload, f.raw_value, f.env, f.key_env,
-                             f.x__o0 AS op,
-                             CASE WHEN f.x__o0 = 'd' THEN f.env."before" ELSE f.env."after" END AS img,
-                             f.env."source" AS src
-                      FROM (
-                        SELECT f.*,
-                               CASE WHEN IS_VARCHAR(f.b__o0) THEN f.b__o0::varchar(65535) WHEN f.b__o0 IS NOT NULL THEN JSON_SERIALIZE(f.b__o0) END AS "x__o0"
-                        FROM (
-                          SELECT f.*,
-                                 (CASE WHEN JSON_SIZE(f.env."op") <= 65535 THEN f.env."op" END) AS "b__o0"
-                          FROM (
-                            SELECT s.kafka_partition, s.kafka_offset, s.kafka_timestamp, s.refresh_time,
-                                   s.payload, s.raw_value,
-                                   CASE WHEN IS_OBJECT(s.payload."schema") THEN s.payload."payload" ELSE s.payload END AS env,
-                                   CASE WHEN IS_OBJECT(s.key_payload."schema") THEN s.key_payload."payload" ELSE s.key_payload END AS key_env
-                            FROM "cdc"."orders__stream" s
-                            LEFT JOIN "cdc"."orders__watermark" w ON w.kafka_partition = s.kafka_partition
-                            WHERE s.refresh_time >= v_since
-                              AND s.kafka_offset > COALESCE(w.last_offset, -1)
-                              AND (s.refresh_time < v_until_time
-                                   OR (s.refresh_time = v_until_time
-                                       AND (s.kafka_partition < v_until_partition
-                                            OR (s.kafka_partition = v_until_partition AND s.kafka_offset <= v_until_offset))))
-                            UNION ALL
-                            -- Quarantined records being replayed (at or below the watermark: already read once).
-                            SELECT r.kafka_partition, r.kafka_offset, r.kafka_timestamp, r.run_started_at,
-                                   r.payload, r.raw_value,
-                                   CASE WHEN IS_OBJECT(r.payload."schema") THEN r.payload."payload" ELSE r.payload END AS env,
-                                   CAST(NULL AS super) AS key_env
-                            FROM "cdc"."orders__quarantine" r
-                            WHERE v_replayed > 0 AND r.table_name = 'orders' AND r.handled = 'replaying'
-                          ) f
-                        ) f
-                      ) f
-                    ) f
-                  ) f
-                ) f
-              ) f
-            ) f
-          ) f
-        ) f
-      ) t
-    ) t
-  ) c;
+    FROM checked t)
+  SELECT c.kafka_partition, c.kafka_offset, c.kafka_timestamp, c.refresh_time,
+         CASE WHEN OCTET_LENGTH(c.op) <= 64 THEN c.op ELSE SUBSTRING(c.op, 1, 16) END, c.action, c.reason,
+         ROW_NUMBER() OVER (
+           PARTITION BY CASE WHEN c.action IN ('upsert', 'delete') THEN 1 ELSE 0 END, c."order_id"
+           ORDER BY c.source_pos DESC NULLS LAST, c.kafka_time DESC NULLS LAST, c.kafka_partition DESC, c.kafka_offset DESC),
+         (TIMESTAMP 'epoch' + (c.source_ts_ms / 1000) * INTERVAL '1 second' + (c.source_ts_ms % 1000) * INTERVAL '1 millisecond'),
+         c.source_pos, c.source_pos, c."order_id", c."customer_id", c."status", c."total", c."placed_at", c.unavailable,
+         c.quarantine_payload, CASE WHEN c.action = 'quarantine' THEN c.raw_value END, c.drift_img
+  FROM classified c;
   GET DIAGNOSTICS v_read := ROW_COUNT;
   -- Fresh statistics for a large stage, refilled every run: without them the planner
   -- takes it for empty and joins it to itself row by row (20k events: 13 s, not 1 s).
@@ -976,8 +895,7 @@ BEGIN
   END IF;
   IF v_read > 0 THEN
     -- What the batch needs of the rarely needed steps.
-    SELECT COUNT(_drift_img),
-           COUNT(CASE WHEN _source_pos IS NULL AND _action IN ('upsert', 'delete') THEN 1 END),
+    SELECT COUNT(_drift_img), COUNT(CASE WHEN _source_pos IS NULL AND _action IN ('upsert', 'delete') THEN 1 END),
            COUNT(CASE WHEN _unavailable IS NOT NULL THEN 1 END)
     INTO v_drift, v_positionless, v_unavailable
     FROM "cdc"."orders__stage";
@@ -985,63 +903,62 @@ BEGIN
     --    for its key in Kafka order (so it supersedes what precedes it and loses to what
     --    follows), and ranks after what is stored for its key (row or deleted key).
     IF v_positionless > 0 THEN
-      UPDATE "cdc"."orders__stage" s SET _rank_pos = r.rank_pos
-      FROM (SELECT x._kafka_partition, x._kafka_offset,
+      UPDATE "cdc"."orders__stage" s SET _rank_pos = CASE WHEN r.stored_pos > r.rank_pos OR r.rank_pos IS NULL
+                                         THEN COALESCE(r.stored_pos, r.rank_pos) ELSE r.rank_pos END
+      FROM (SELECT x.*, t._source_pos AS stored_pos,
                    MAX(x._source_pos) OVER (PARTITION BY x."order_id" ORDER BY x._kafka_time ASC NULLS FIRST, x._kafka_partition, x._kafka_offset
                      ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW) AS rank_pos
             FROM (SELECT z.*, MAX(z._kafka_timestamp) OVER (PARTITION BY z._kafka_partition ORDER BY z._kafka_offset
                     ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW) AS _kafka_time
                   FROM "cdc"."orders__stage" z) x
+            LEFT JOIN (SELECT * FROM (SELECT k.*, ROW_NUMBER() OVER (PARTITION BY "order_id"
+                      ORDER BY _source_pos DESC NULLS LAST, _kafka_partition DESC, _kafka_offset DESC) AS stored_rn__
+                    FROM (SELECT t."order_id", t._source_pos, t._kafka_partition, t._kafka_offset FROM "cdc"."orders" t
+                        WHERE EXISTS (SELECT 1 FROM "cdc"."orders__stage" y WHERE y._source_pos IS NULL AND y._action IN ('upsert', 'delete')
+                            AND y."order_id" = t."order_id")) k) o
+               WHERE o.stored_rn__ = 1) t ON t."order_id" = x."order_id"
             WHERE x._action IN ('upsert', 'delete')
-              AND EXISTS (SELECT 1 FROM "cdc"."orders__stage" y WHERE y._source_pos IS NULL AND y._action IN ('upsert', 'delete') AND y."order_id" = x."order_id")) r
-      WHERE s._source_pos IS NULL AND s._action IN ('upsert', 'delete')
-        AND s._kafka_partition = r._kafka_partition AND s._kafka_offset = r._kafka_offset;
-      UPDATE "cdc"."orders__stage" s SET _rank_pos = t._source_pos
-      FROM (SELECT * FROM (SELECT t.*, ROW_NUMBER() OVER (PARTITION BY t."order_id"
-              ORDER BY t._source_pos DESC NULLS LAST, t._kafka_partition DESC, t._kafka_offset DESC) AS stored_rn__
-            FROM "cdc"."orders" t WHERE EXISTS (SELECT 1 FROM "cdc"."orders__stage" y WHERE y._source_pos IS NULL AND y._action IN ('upsert', 'delete') AND y."order_id" = t."order_id")) o
-          WHERE o.stored_rn__ = 1) t
-      WHERE s._source_pos IS NULL AND s._action IN ('upsert', 'delete') AND t."order_id" = s."order_id"
-        AND t._source_pos IS NOT NULL AND (s._rank_pos IS NULL OR s._rank_pos < t._source_pos);
+              AND EXISTS (SELECT 1 FROM "cdc"."orders__stage" y WHERE y._source_pos IS NULL AND y._action IN ('upsert', 'delete')
+                  AND y."order_id" = x."order_id")) r
+      WHERE s._source_pos IS NULL AND s._action IN ('upsert', 'delete') AND s."order_id" = r."order_id" AND s._kafka_partition = r._kafka_partition
+          AND s._kafka_offset = r._kafka_offset;
       UPDATE "cdc"."orders__stage" s SET _rn = r.rn
-      FROM (SELECT x._kafka_partition, x._kafka_offset,
-                   ROW_NUMBER() OVER (PARTITION BY x."order_id" ORDER BY x._rank_pos DESC NULLS LAST, x._kafka_time DESC NULLS LAST, x._kafka_partition DESC, x._kafka_offset DESC) AS rn
+      FROM (SELECT x.*, ROW_NUMBER() OVER (PARTITION BY x."order_id" ORDER BY x._rank_pos DESC NULLS LAST, x._kafka_time DESC NULLS LAST,
+          x._kafka_partition DESC, x._kafka_offset DESC) AS rn
             FROM (SELECT z.*, MAX(z._kafka_timestamp) OVER (PARTITION BY z._kafka_partition ORDER BY z._kafka_offset
                     ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW) AS _kafka_time
                   FROM "cdc"."orders__stage" z) x
             WHERE x._action IN ('upsert', 'delete')
-              AND EXISTS (SELECT 1 FROM "cdc"."orders__stage" y WHERE y._source_pos IS NULL AND y._action IN ('upsert', 'delete') AND y."order_id" = x."order_id")) r
-      WHERE s._kafka_partition = r._kafka_partition AND s._kafka_offset = r._kafka_offset;
+              AND EXISTS (SELECT 1 FROM "cdc"."orders__stage" y WHERE y._source_pos IS NULL AND y._action IN ('upsert', 'delete')
+                  AND y."order_id" = x."order_id")) r
+      WHERE s."order_id" = r."order_id" AND s._kafka_partition = r._kafka_partition AND s._kafka_offset = r._kafka_offset;
     END IF;
     -- 3. (TOAST) Unchanged out-of-line values arrive as a placeholder and keep what is known.
     IF v_unavailable > 0 THEN
-      UPDATE "cdc"."orders__stage" s SET "customer_id" = p."customer_id", _unavailable = REPLACE(s._unavailable, '|customer_id|', '|')
-      FROM "cdc"."orders__stage" p,
-           (SELECT "order_id", MIN(_rn) AS rn FROM "cdc"."orders__stage"
-            WHERE _action = 'upsert' AND _rn > 1 AND COALESCE(_unavailable, '') NOT LIKE '%|customer_id|%'
-            GROUP BY "order_id") m
-      WHERE s._rn = 1 AND s._action = 'upsert' AND s._unavailable LIKE '%|customer_id|%'
-        AND m."order_id" = s."order_id" AND p."order_id" = s."order_id" AND p._rn = m.rn AND p._action = 'upsert';
-      UPDATE "cdc"."orders__stage" s SET "status" = p."status", _unavailable = REPLACE(s._unavailable, '|status|', '|')
-      FROM "cdc"."orders__stage" p,
-           (SELECT "order_id", MIN(_rn) AS rn FROM "cdc"."orders__stage"
-            WHERE _action = 'upsert' AND _rn > 1 AND COALESCE(_unavailable, '') NOT LIKE '%|status|%'
-            GROUP BY "order_id") m
-      WHERE s._rn = 1 AND s._action = 'upsert' AND s._unavailable LIKE '%|status|%'
-        AND m."order_id" = s."order_id" AND p."order_id" = s."order_id" AND p._rn = m.rn AND p._action = 'upsert';
-      UPDATE "cdc"."orders__stage" s SET "customer_id" = CASE WHEN s._unavailable LIKE '%|customer_id|%' THEN t."customer_id" ELSE s."customer_id" END,
-             "status" = CASE WHEN s._unavailable LIKE '%|status|%' THEN t."status" ELSE s."status" END
-      FROM (SELECT * FROM (SELECT t.*, ROW_NUMBER() OVER (PARTITION BY t."order_id"
-                ORDER BY t._source_pos DESC NULLS LAST, t._kafka_partition DESC, t._kafka_offset DESC) AS stored_rn__
-              FROM "cdc"."orders" t WHERE EXISTS (SELECT 1 FROM "cdc"."orders__stage" x WHERE x._rn = 1 AND x._action = 'upsert' AND x._unavailable IS NOT NULL AND x."order_id" = t."order_id")) o
-            WHERE o.stored_rn__ = 1) t
-      WHERE s._rn = 1 AND s._action = 'upsert' AND s._unavailable IS NOT NULL
-        AND t."order_id" = s."order_id";
-    END IF;
-    IF v_unavailable > 0 THEN
+      UPDATE "cdc"."orders__stage" s SET "customer_id" = CASE WHEN s._unavailable NOT LIKE '%|customer_id|%' THEN s."customer_id" WHEN u.rn0 IS NOT NULL
+          THEN u.batch0 WHEN u.stored THEN u.stored0 ELSE s."customer_id" END,
+             "status" = CASE WHEN s._unavailable NOT LIKE '%|status|%' THEN s."status" WHEN u.rn1 IS NOT NULL THEN u.batch1 WHEN u.stored THEN u.stored1
+                 ELSE s."status" END,
+             _unavailable = '|' || CASE WHEN s._unavailable LIKE '%|customer_id|%' AND u.rn0 IS NULL THEN 'customer_id|' ELSE '' END || CASE
+                 WHEN s._unavailable LIKE '%|status|%' AND u.rn1 IS NULL THEN 'status|' ELSE '' END
+      FROM (SELECT w."order_id", t.stored_rn__ IS NOT NULL AS stored, m.rn0, p0."customer_id" AS batch0, t."customer_id" AS stored0, m.rn1,
+          p1."status" AS batch1, t."status" AS stored1
+            FROM "cdc"."orders__stage" w
+            LEFT JOIN (SELECT "order_id",
+                        MIN(CASE WHEN COALESCE(_unavailable, '') NOT LIKE '%|customer_id|%' THEN _rn END) AS rn0,
+                        MIN(CASE WHEN COALESCE(_unavailable, '') NOT LIKE '%|status|%' THEN _rn END) AS rn1
+                       FROM "cdc"."orders__stage" WHERE _action = 'upsert' AND _rn > 1 GROUP BY "order_id") m ON m."order_id" = w."order_id"
+            LEFT JOIN "cdc"."orders__stage" p0 ON p0."order_id" = w."order_id" AND p0._rn = m.rn0 AND p0._action = 'upsert'
+            LEFT JOIN "cdc"."orders__stage" p1 ON p1."order_id" = w."order_id" AND p1._rn = m.rn1 AND p1._action = 'upsert'
+            LEFT JOIN (SELECT * FROM (SELECT t.*, ROW_NUMBER() OVER (PARTITION BY t."order_id"
+              ORDER BY t._source_pos DESC NULLS LAST, t._kafka_partition DESC, t._kafka_offset DESC) AS stored_rn__
+            FROM "cdc"."orders" t WHERE EXISTS (SELECT 1 FROM "cdc"."orders__stage" x WHERE x._rn = 1 AND x._action = 'upsert' AND x._unavailable IS NOT NULL
+                AND x."order_id" = t."order_id")) o
+          WHERE o.stored_rn__ = 1) t ON t."order_id" = w."order_id"
+            WHERE w._rn = 1 AND w._action = 'upsert' AND w._unavailable IS NOT NULL) u
+      WHERE s._rn = 1 AND s._action = 'upsert' AND s._unavailable IS NOT NULL AND u."order_id" = s."order_id";
       UPDATE "cdc"."orders__stage" s SET _action = 'quarantine',
-             _reason = SUBSTRING('no earlier value is known for the TOAST placeholder (__debezium_unavailable_value) in '
-                                 || BTRIM(s._unavailable, '|'), 1, 1000)
+          _reason = SUBSTRING('no earlier value is known for the TOAST placeholder (__debezium_unavailable_value) in ' || BTRIM(s._unavailable, '|'), 1, 1000)
       WHERE s._rn = 1 AND s._action = 'upsert' AND s._unavailable <> '|'
         AND NOT EXISTS (SELECT 1 FROM "cdc"."orders" t WHERE t."order_id" = s."order_id");
     END IF;
@@ -1055,25 +972,32 @@ BEGIN
     -- 5. A stale winner at exactly the stored position that changes something is another
     --    change of the same transaction (compressed MySQL binlog): it applies, in Kafka
     --    order. A re-sent copy of the stored event stays stale, and so does a replayed
-    --    record earlier in Kafka order than the record that wrote what is stored (its
-    --    `_reason` cleared). (One statement per case: Redshift takes no correlated
-    --    subquery under an OR.)
+    --    record earlier in Kafka order than the record that wrote what is stored.
     IF v_rows > 0 THEN
-      IF v_replayed > 0 THEN
-        UPDATE "cdc"."orders__stage" s SET _reason = NULL
-        WHERE s._rn = 1 AND s._action = 'stale' AND s._reason IS NOT NULL
-          AND EXISTS (SELECT 1 FROM "cdc"."orders__watermark" w WHERE w.kafka_partition = s._kafka_partition AND s._kafka_offset <= w.last_offset)
-          AND EXISTS (SELECT 1 FROM "cdc"."orders" t WHERE t."order_id" = s."order_id" AND t._source_pos = s._source_pos
-            AND (s._kafka_partition < t._kafka_partition OR (s._kafka_partition = t._kafka_partition AND s._kafka_offset < t._kafka_offset)));
-      END IF;
       UPDATE "cdc"."orders__stage" s SET _action = s._reason, _reason = NULL
-      WHERE s._rn = 1 AND s._action = 'stale' AND s._reason = 'upsert'
-        AND EXISTS (SELECT 1 FROM "cdc"."orders" t WHERE t."order_id" = s."order_id" AND t._source_pos = s._source_pos
-          AND (t._deleted OR (t."customer_id" <> s."customer_id" OR (t."customer_id" IS NULL) <> (s."customer_id" IS NULL)) OR (t."status" <> s."status" OR (t."status" IS NULL) <> (s."status" IS NULL)) OR (t."total" <> s."total" OR (t."total" IS NULL) <> (s."total" IS NULL)) OR (t."placed_at" <> s."placed_at" OR (t."placed_at" IS NULL) <> (s."placed_at" IS NULL))));
-      UPDATE "cdc"."orders__stage" s SET _action = s._reason, _reason = NULL
-      WHERE s._rn = 1 AND s._action = 'stale' AND s._reason = 'delete'
-        AND EXISTS (SELECT 1 FROM "cdc"."orders" t WHERE t."order_id" = s."order_id" AND t._source_pos = s._source_pos
-          AND NOT t._deleted);
+      FROM (SELECT x."order_id", x._kafka_partition, x._kafka_offset,
+                   MAX(CASE WHEN x._reason = 'upsert'
+                       AND (t.deleted__ OR (t."customer_id" <> x."customer_id" OR (t."customer_id" IS NULL) <> (x."customer_id" IS NULL))
+                       OR (t."status" <> x."status" OR (t."status" IS NULL) <> (x."status" IS NULL))
+                       OR (t."total" <> x."total" OR (t."total" IS NULL) <> (x."total" IS NULL))
+                       OR (t."placed_at" <> x."placed_at" OR (t."placed_at" IS NULL) <> (x."placed_at" IS NULL))) OR x._reason = 'delete' AND NOT t.deleted__
+                       THEN 1 ELSE 0 END) AS changes,
+                   MAX(CASE WHEN x._kafka_offset <= w.last_offset AND (t._kafka_partition = x._kafka_partition AND t._kafka_offset > x._kafka_offset
+                       OR t._kafka_partition <> x._kafka_partition AND (t.kafka_time__ > x._kafka_timestamp
+                       OR (COALESCE(t.kafka_time__ = x._kafka_timestamp, true) AND t._kafka_partition > x._kafka_partition))) THEN 1 ELSE 0 END) AS older_replay
+            FROM "cdc"."orders__stage" x
+            JOIN (SELECT t."order_id", t._source_pos, t._kafka_partition, t._kafka_offset, m.kafka_timestamp AS kafka_time__, t._deleted AS deleted__,
+                t."customer_id", t."status", t."total",
+                t."placed_at" FROM "cdc"."orders" t LEFT JOIN "cdc"."orders__stream" m ON m.kafka_partition = t._kafka_partition
+                AND m.kafka_offset = t._kafka_offset WHERE EXISTS (SELECT 1 FROM "cdc"."orders__stage" y WHERE y._rn = 1 AND y._action = 'stale'
+                AND y."order_id" = t."order_id" AND y._source_pos = t._source_pos)) t
+              ON t."order_id" = x."order_id" AND t._source_pos = x._source_pos
+            LEFT JOIN "cdc"."orders__watermark" w ON w.kafka_partition = x._kafka_partition
+            WHERE x._rn = 1 AND x._action = 'stale'
+            GROUP BY x."order_id", x._kafka_partition, x._kafka_offset) c
+      WHERE s._rn = 1 AND s._action = 'stale' AND c."order_id" = s."order_id"
+        AND s._kafka_partition = c._kafka_partition AND s._kafka_offset = c._kafka_offset
+        AND c.changes = 1 AND c.older_replay = 0;
     END IF;
     -- A winner without a source position was never stale; it is recorded at the position
     -- it ranked by, so replays of what it superseded stay stale.
@@ -1081,14 +1005,10 @@ BEGIN
       UPDATE "cdc"."orders__stage" SET _source_pos = _rank_pos
       WHERE _rn = 1 AND _action IN ('upsert', 'delete') AND _source_pos IS NULL;
     END IF;
-    SELECT COUNT(CASE WHEN _rn = 1 AND _action = 'upsert' THEN 1 END),
-           COUNT(CASE WHEN _rn = 1 AND _action = 'delete' THEN 1 END),
-           COUNT(CASE WHEN _action = 'quarantine' THEN 1 END),
-           COUNT(CASE WHEN _action = 'tombstone' THEN 1 END),
-           COUNT(CASE WHEN _action IN ('stale', 'truncated') THEN 1 END),
-           COUNT(CASE WHEN _rn > 1 AND _action IN ('upsert', 'delete') THEN 1 END),
-           COUNT(CASE WHEN _action = 'truncate' THEN 1 END),
-           DATEDIFF(microsecond, MAX(_kafka_timestamp), v_started) / 1000000.0
+    SELECT COUNT(CASE WHEN _rn = 1 AND _action = 'upsert' THEN 1 END), COUNT(CASE WHEN _rn = 1 AND _action = 'delete' THEN 1 END),
+           COUNT(CASE WHEN _action = 'quarantine' THEN 1 END), COUNT(CASE WHEN _action = 'tombstone' THEN 1 END),
+           COUNT(CASE WHEN _action IN ('stale', 'truncated') THEN 1 END), COUNT(CASE WHEN _rn > 1 AND _action IN ('upsert', 'delete') THEN 1 END),
+           COUNT(CASE WHEN _action = 'truncate' THEN 1 END), DATEDIFF(microsecond, MAX(_kafka_timestamp), v_started) / 1000000.0
     INTO v_upserted, v_deleted, v_quarantined, v_tombstones, v_stale, v_superseded, v_truncates, v_lag
     FROM "cdc"."orders__stage";
     -- A delete whose before image holds only the key (REPLICA IDENTITY DEFAULT, unwrap
@@ -1111,7 +1031,8 @@ BEGIN
            "placed_at" = COALESCE(s."placed_at", t."placed_at")
     FROM (SELECT * FROM (SELECT t.*, ROW_NUMBER() OVER (PARTITION BY t."order_id"
               ORDER BY t._source_pos DESC NULLS LAST, t._kafka_partition DESC, t._kafka_offset DESC) AS stored_rn__
-            FROM "cdc"."orders" t WHERE EXISTS (SELECT 1 FROM "cdc"."orders__stage" x WHERE x._rn = 1 AND x._action = 'delete' AND x."order_id" = t."order_id")) o
+            FROM "cdc"."orders" t WHERE EXISTS (SELECT 1 FROM "cdc"."orders__stage" x WHERE x._rn = 1 AND x._action = 'delete'
+                AND x."order_id" = t."order_id")) o
           WHERE o.stored_rn__ = 1) t
     WHERE s._rn = 1 AND s._action = 'delete' AND t."order_id" = s."order_id"
       AND NOT EXISTS (SELECT 1 FROM "cdc"."orders__stage" x WHERE x._action = 'upsert' AND x._rn > 1 AND x."order_id" = s."order_id");
@@ -1121,8 +1042,10 @@ BEGIN
     USING "cdc"."orders__stage" _s
     WHERE _s._rn = 1 AND _s._action = 'upsert'
       AND "cdc"."orders"."order_id" = _s."order_id";
-    INSERT INTO "cdc"."orders" ("order_id", "customer_id", "status", "total", "placed_at", "_source_ts", "_source_pos", "_kafka_partition", "_kafka_offset", "_synced_at", "_deleted")
-    SELECT s."order_id", s."customer_id", s."status", s."total", s."placed_at", s._source_ts, s._source_pos, s._kafka_partition, s._kafka_offset, v_started, false
+    INSERT INTO "cdc"."orders" ("order_id", "customer_id", "status", "total", "placed_at", "_source_ts", "_source_pos", "_kafka_partition", "_kafka_offset",
+        "_synced_at", "_deleted")
+    SELECT s."order_id", s."customer_id", s."status", s."total", s."placed_at", s._source_ts, s._source_pos, s._kafka_partition, s._kafka_offset, v_started,
+        false
     FROM "cdc"."orders__stage" s
     WHERE s._rn = 1 AND s._action = 'upsert';
     -- A delete keeps the row's last values, completed above.
@@ -1132,12 +1055,15 @@ BEGIN
            "total" = s."total",
            "placed_at" = s."placed_at",
            _source_ts = s._source_ts, _source_pos = s._source_pos,
-           _kafka_partition = s._kafka_partition, _kafka_offset = s._kafka_offset, _synced_at = CAST(TO_TIMESTAMP(TIMEOFDAY(), 'Dy Mon DD HH24:MI:SS.US YYYY') AS timestamp)
+           _kafka_partition = s._kafka_partition, _kafka_offset = s._kafka_offset,
+               _synced_at = CAST(TO_TIMESTAMP(TIMEOFDAY(), 'Dy Mon DD HH24:MI:SS.US YYYY') AS timestamp)
     FROM "cdc"."orders__stage" s
     WHERE s._rn = 1 AND s._action = 'delete'
       AND t."order_id" = s."order_id";
-    INSERT INTO "cdc"."orders" ("order_id", "customer_id", "status", "total", "placed_at", "_source_ts", "_source_pos", "_kafka_partition", "_kafka_offset", "_synced_at", "_deleted")
-    SELECT s."order_id", s."customer_id", s."status", s."total", s."placed_at", s._source_ts, s._source_pos, s._kafka_partition, s._kafka_offset, v_started, true
+    INSERT INTO "cdc"."orders" ("order_id", "customer_id", "status", "total", "placed_at", "_source_ts", "_source_pos", "_kafka_partition", "_kafka_offset",
+        "_synced_at", "_deleted")
+    SELECT s."order_id", s."customer_id", s."status", s."total", s."placed_at", s._source_ts, s._source_pos, s._kafka_partition, s._kafka_offset, v_started,
+        true
     FROM "cdc"."orders__stage" s
     WHERE s._rn = 1 AND s._action = 'delete'
       AND NOT EXISTS (SELECT 1 FROM "cdc"."orders" t WHERE t."order_id" = s."order_id");
@@ -1150,17 +1076,15 @@ BEGIN
              CASE WHEN k.configured = 1 THEN k.images - k.seen ELSE k.seen END
       FROM (SELECT u.field, MAX(u.configured) AS configured, SUM(u.seen) AS seen,
                    MAX(MAX(u.images)) OVER () AS images
-            FROM (SELECT CASE WHEN OCTET_LENGTH(CAST(x_field AS varchar(65535))) <= 256 THEN CAST(x_field AS varchar(65535)) ELSE SUBSTRING(CAST(x_field AS varchar(65535)), 1, 64) END AS field, 0 AS configured, 1 AS seen, x0.images
+            FROM (SELECT CASE WHEN OCTET_LENGTH(CAST(x_field AS varchar(65535))) <= 256 THEN CAST(x_field AS varchar(65535))
+                ELSE SUBSTRING(CAST(x_field AS varchar(65535)), 1, 64) END AS field, 0 AS configured, 1 AS seen, x0.images
                   FROM (
                     SELECT s._drift_img AS img, COUNT(*) OVER () AS images
                     FROM "cdc"."orders__stage" s
                     WHERE s._drift_img IS NOT NULL
                   ) x0, UNPIVOT x0.img AS x_value AT x_field
-                  UNION ALL SELECT 'ORDER_ID', 1, 0, 0
-                  UNION ALL SELECT 'CUST_ID', 1, 0, 0
-                  UNION ALL SELECT 'STATUS', 1, 0, 0
-                  UNION ALL SELECT 'TOTAL', 1, 0, 0
-                  UNION ALL SELECT 'PLACED_AT', 1, 0, 0) u
+                  UNION ALL SELECT 'ORDER_ID', 1, 0, 0 UNION ALL SELECT 'CUST_ID', 1, 0, 0 UNION ALL SELECT 'STATUS', 1, 0, 0
+                  UNION ALL SELECT 'TOTAL', 1, 0, 0 UNION ALL SELECT 'PLACED_AT', 1, 0, 0) u
             GROUP BY u.field) k
       WHERE (k.configured = 1 AND k.seen < k.images)
          OR (k.configured = 0 AND SUBSTRING(k.field, 1, 2) <> '__');  -- '__' fields: unwrap metadata
@@ -1203,10 +1127,10 @@ BEGIN
   SELECT 'orders', PG_BACKEND_PID(), v_started, CAST(TO_TIMESTAMP(TIMEOFDAY(), 'Dy Mon DD HH24:MI:SS.US YYYY') AS timestamp), v_read, v_upserted, v_deleted,
     v_quarantined, v_tombstones, v_stale, v_superseded, v_truncates, v_wm_before,
     LISTAGG(CASE WHEN r.pos__ <= 65503 THEN r.item__ END, ',') WITHIN GROUP (ORDER BY r.order__)
-         || CASE WHEN COUNT(CASE WHEN r.pos__ > 65503 THEN 1 END) > 0 THEN ' (+' || CAST(COUNT(CASE WHEN r.pos__ > 65503 THEN 1 END) AS varchar(20)) || ' more)' ELSE '' END, v_lag, 'ok'
-  FROM (SELECT r.*, CAST(r.kafka_partition AS varchar(20)) || ':' || CAST(r.last_offset AS varchar(20)) AS item__, r.kafka_partition AS order__,
-               SUM(OCTET_LENGTH(CAST(r.kafka_partition AS varchar(20)) || ':' || CAST(r.last_offset AS varchar(20))) + 1) OVER (ORDER BY r.kafka_partition ROWS UNBOUNDED PRECEDING) AS pos__
-        FROM "cdc"."orders__watermark" r) r;
+         || COALESCE(' (+' || CAST(NULLIF(COUNT(CASE WHEN r.pos__ > 65503 THEN 1 END), 0) AS varchar(20)) || ' more)', ''), v_lag, 'ok'
+  FROM (SELECT r.*, SUM(OCTET_LENGTH(r.item__) + 1) OVER (ORDER BY r.order__ ROWS UNBOUNDED PRECEDING) AS pos__
+        FROM (SELECT r.*, CAST(r.kafka_partition AS varchar(20)) || ':' || CAST(r.last_offset AS varchar(20)) AS item__,
+            r.kafka_partition AS order__ FROM "cdc"."orders__watermark" r) r) r;
   INSERT INTO "cdc"."sync_run_log" (table_name, backend_pid, started_at, finished_at, events_read, upserted, deleted,
     quarantined, tombstones, stale, superseded, truncates, watermark_before, watermark_after, lag_seconds, status)
   SELECT * FROM "sync_call_result";
@@ -1230,11 +1154,7 @@ AS $$
 -- Quarantines the first pending record, which the caller found to make the engine
 -- raise, with the engine's error text, and moves the watermark past it.
 DECLARE
-  v_started timestamp;
-  v_since timestamp;
-  v_partition bigint;
-  v_offset bigint;
-  v_refresh_time timestamp;
+  v_started timestamp; v_since timestamp; v_partition bigint; v_offset bigint; v_refresh_time timestamp;
 BEGIN
   -- 1. Single flight, as in the sync itself.
   LOCK TABLE "cdc"."orders__watermark";
@@ -1251,7 +1171,10 @@ BEGIN
   WHERE x.read_no = 1;
   IF v_partition IS NOT NULL THEN
     INSERT INTO "cdc"."orders__quarantine" (table_name, kafka_partition, kafka_offset, kafka_timestamp, reason, payload, raw_value, run_started_at)
-    SELECT 'orders', s.kafka_partition, s.kafka_offset, s.kafka_timestamp, CASE WHEN OCTET_LENGTH('the warehouse could not apply this record: ' || COALESCE(p_reason, 'no error text')) <= 1000 THEN 'the warehouse could not apply this record: ' || COALESCE(p_reason, 'no error text') ELSE SUBSTRING('the warehouse could not apply this record: ' || COALESCE(p_reason, 'no error text'), 1, 250) END, s.payload, s.raw_value, v_started
+    SELECT 'orders', s.kafka_partition, s.kafka_offset, s.kafka_timestamp, CASE
+        WHEN OCTET_LENGTH('the warehouse could not apply this record: ' || COALESCE(p_reason, 'no error text')) <= 1000
+        THEN 'the warehouse could not apply this record: ' || COALESCE(p_reason, 'no error text')
+        ELSE SUBSTRING('the warehouse could not apply this record: ' || COALESCE(p_reason, 'no error text'), 1, 250) END, s.payload, s.raw_value, v_started
     FROM "cdc"."orders__stream" s
     WHERE s.kafka_partition = v_partition AND s.kafka_offset = v_offset AND s.refresh_time = v_refresh_time;
     UPDATE "cdc"."orders__watermark" SET last_offset = v_offset, last_refresh_time = v_refresh_time, updated_at = v_started

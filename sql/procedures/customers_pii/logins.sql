@@ -110,28 +110,11 @@ AS $$
 -- Merges new records of the topic into the target (p_max_records NULL: all of them);
 -- see the README, 'How a sync works: the procedure contract'.
 DECLARE
-  v_started timestamp;
-  v_since timestamp;
-  v_wm_before varchar(65535);
-  v_read bigint := 0;
-  v_upserted bigint := 0;
-  v_deleted bigint := 0;
-  v_quarantined bigint := 0;
-  v_tombstones bigint := 0;
-  v_stale bigint := 0;
-  v_superseded bigint := 0;
-  v_truncates bigint := 0;
-  v_rows bigint := 0;
-  v_positionless bigint := 0;
-  v_unavailable bigint := 0;
-  v_drift bigint := 0;
-  v_replayed bigint := 0;
-  v_lag double precision;
-  v_until_time timestamp;
-  v_until_partition bigint;
-  v_until_offset bigint;
-  v_truncate_pos varchar(64);
-  v_truncate_ts timestamp;
+  v_started timestamp; v_since timestamp; v_wm_before varchar(65535); v_read bigint := 0; v_upserted bigint := 0;
+  v_deleted bigint := 0; v_quarantined bigint := 0; v_tombstones bigint := 0; v_stale bigint := 0;
+  v_superseded bigint := 0; v_truncates bigint := 0; v_rows bigint := 0; v_positionless bigint := 0;
+  v_unavailable bigint := 0; v_drift bigint := 0; v_replayed bigint := 0; v_lag double precision; v_until_time timestamp;
+  v_until_partition bigint; v_until_offset bigint; v_truncate_pos varchar(64); v_truncate_ts timestamp;
   v_policy_key varchar(256);
 BEGIN
   -- 10. Session settings this procedure needs.
@@ -148,11 +131,11 @@ BEGIN
          (SELECT COUNT(*) FROM "crm"."logins__quarantine" WHERE table_name = 'logins' AND handled = 'replaying'),
          (SELECT secret FROM "crm"."sync_policy_key" WHERE key_id = (SELECT MAX(key_id) FROM "crm"."sync_policy_key")),
          LISTAGG(CASE WHEN r.pos__ <= 65503 THEN r.item__ END, ',') WITHIN GROUP (ORDER BY r.order__)
-         || CASE WHEN COUNT(CASE WHEN r.pos__ > 65503 THEN 1 END) > 0 THEN ' (+' || CAST(COUNT(CASE WHEN r.pos__ > 65503 THEN 1 END) AS varchar(20)) || ' more)' ELSE '' END
+         || COALESCE(' (+' || CAST(NULLIF(COUNT(CASE WHEN r.pos__ > 65503 THEN 1 END), 0) AS varchar(20)) || ' more)', '')
   INTO v_since, v_replayed, v_policy_key, v_wm_before
-  FROM (SELECT r.*, CAST(r.kafka_partition AS varchar(20)) || ':' || CAST(r.last_offset AS varchar(20)) AS item__, r.kafka_partition AS order__,
-               SUM(OCTET_LENGTH(CAST(r.kafka_partition AS varchar(20)) || ':' || CAST(r.last_offset AS varchar(20))) + 1) OVER (ORDER BY r.kafka_partition ROWS UNBOUNDED PRECEDING) AS pos__
-        FROM "crm"."logins__watermark" r) r;
+  FROM (SELECT r.*, SUM(OCTET_LENGTH(r.item__) + 1) OVER (ORDER BY r.order__ ROWS UNBOUNDED PRECEDING) AS pos__
+        FROM (SELECT r.*, CAST(r.kafka_partition AS varchar(20)) || ':' || CAST(r.last_offset AS varchar(20)) AS item__,
+            r.kafka_partition AS order__ FROM "crm"."logins__watermark" r) r) r;
   v_since := COALESCE(v_since, TIMESTAMP '1900-01-01 00:00:00');
   IF v_policy_key IS NULL THEN
     RAISE EXCEPTION 'no column policy key in crm.sync_policy_key: run redshift-sync policy rotate-key';
@@ -181,19 +164,109 @@ BEGIN
     "_source_ts", "_source_pos", "_rank_pos", "login_id", "customer_id", "ip_address", "logged_in_at", "_unavailable",
     "_payload", "_raw_value", "_drift_img"
   )
-  SELECT c.kafka_partition, c.kafka_offset, c.kafka_timestamp, c.refresh_time,
-         CASE WHEN OCTET_LENGTH(c.op) <= 64 THEN c.op ELSE SUBSTRING(c.op, 1, 16) END, c.action, c.reason,
-         ROW_NUMBER() OVER (
-           PARTITION BY CASE WHEN c.action IN ('upsert', 'delete') THEN 1 ELSE 0 END, c."login_id"
-           ORDER BY c.kafka_time DESC NULLS LAST, c.kafka_partition DESC, c.kafka_offset DESC),
-         (TIMESTAMP 'epoch' + (c.source_ts_ms / 1000) * INTERVAL '1 second' + (c.source_ts_ms % 1000) * INTERVAL '1 millisecond'),
-         c.source_pos, NULL, c."login_id", c."customer_id", c."ip_address", c."logged_in_at", c.unavailable,
-         c.quarantine_payload, NULL, c.drift_img
-  FROM (
-    SELECT
-           t.kafka_partition, t.kafka_offset, t.kafka_timestamp, t.refresh_time, t.raw_value, t.op,
+  WITH batch AS (
+    SELECT s.kafka_partition, s.kafka_offset, s.kafka_timestamp, s.refresh_time,
+           s.payload, s.raw_value,
+           CASE WHEN IS_OBJECT(s.payload."schema") THEN s.payload."payload" ELSE s.payload END AS env,
+           CASE WHEN IS_OBJECT(s.key_payload."schema") THEN s.key_payload."payload" ELSE s.key_payload END AS key_env
+    FROM "crm"."logins__stream" s
+    LEFT JOIN "crm"."logins__watermark" w ON w.kafka_partition = s.kafka_partition
+    WHERE s.refresh_time >= v_since
+      AND s.kafka_offset > COALESCE(w.last_offset, -1)
+      AND (s.refresh_time < v_until_time
+           OR (s.refresh_time = v_until_time
+               AND (s.kafka_partition < v_until_partition
+                    OR (s.kafka_partition = v_until_partition AND s.kafka_offset <= v_until_offset))))
+    UNION ALL
+    -- Quarantined records being replayed (at or below the watermark: already read once).
+    SELECT r.kafka_partition, r.kafka_offset, r.kafka_timestamp, r.run_started_at,
+           r.payload, r.raw_value,
+           CASE WHEN IS_OBJECT(r.payload."schema") THEN r.payload."payload" ELSE r.payload END AS env,
+           CAST(NULL AS super) AS key_env
+    FROM "crm"."logins__quarantine" r
+    WHERE v_replayed > 0 AND r.table_name = 'logins' AND r.handled = 'replaying'),
+  batch_1 AS (
+    SELECT f.*, (CASE WHEN JSON_SIZE(f.env."__deleted") <= 65535 THEN f.env."__deleted" END) AS "b__o0",
+           (CASE WHEN JSON_SIZE(f.env."__op") <= 65535 THEN f.env."__op" END) AS "b__o1"
+    FROM batch f),
+  batch_2 AS (
+    SELECT f.*, CASE WHEN IS_VARCHAR(f.b__o0) THEN f.b__o0::varchar(65535) WHEN f.b__o0 IS NOT NULL THEN JSON_SERIALIZE(f.b__o0) END AS "x__o0",
+           CASE WHEN IS_VARCHAR(f.b__o1) THEN f.b__o1::varchar(65535) WHEN f.b__o1 IS NOT NULL THEN JSON_SERIALIZE(f.b__o1) END AS "x__o1"
+    FROM batch_1 f),
+  envelope AS (
+    SELECT f.kafka_partition, f.kafka_offset, f.kafka_timestamp, f.refresh_time,
+           f.payload, f.raw_value, f.env, f.key_env,
+           CASE WHEN IS_OBJECT(f.env) THEN
+      CASE WHEN f.x__o0 = 'true' THEN 'd' ELSE COALESCE(f.x__o1, 'u') END
+    END AS op,
+           f.env AS img,
+           f.env AS src
+    FROM batch_2 f),
+  fields AS (
+    SELECT f.kafka_partition, f.kafka_offset, f.kafka_timestamp, f.refresh_time, f.payload, f.raw_value, f.env, f.img, f.op,
+           f.src."__source_ts_ms" AS source_ts_ms, NULL AS source_pos, f.img."login_id" AS "ji__login_id",
+           CASE WHEN IS_OBJECT(f.key_env) THEN f.key_env."login_id" ELSE f.key_env END AS "jk__login_id", f.img."customer_id" AS "j__customer_id",
+           f.img."ip_address" AS "j__ip_address", f.img."logged_in_at" AS "j__logged_in_at"
+    FROM envelope f),
+  fields_1 AS (
+    SELECT f.*, (CASE WHEN JSON_SIZE(f."j__ip_address") <= 65535 THEN f."j__ip_address" END) AS "b__v1",
+           CASE WHEN CAST(f."j__logged_in_at" AS bigint) BETWEEN -62135596800000 AND 253402300799999 THEN CAST(f."j__logged_in_at" AS bigint) END AS "e__v2"
+    FROM fields f),
+  fields_2 AS (
+    SELECT f.*, CASE WHEN IS_VARCHAR(f.b__v1) THEN f.b__v1::varchar(65535) WHEN f.b__v1 IS NOT NULL THEN JSON_SERIALIZE(f.b__v1) END AS "x__v1"
+    FROM fields_1 f),
+  fields_3 AS (
+    SELECT f.*,
+           COALESCE(f.x__v1 IN ('__debezium_unavailable_value', 'X19kZWJleml1bV91bmF2YWlsYWJsZV92YWx1ZQ==', '["__debezium_unavailable_value"]'),
+               false) AS "u__ip_address"
+    FROM fields_2 f),
+  typed AS (
+    SELECT f.kafka_partition, f.kafka_offset, f.kafka_timestamp, f.refresh_time, f.payload, f.raw_value, f.env, f.img, f.op, f.source_pos,
+           CAST(f.source_ts_ms AS bigint) AS source_ts_ms, NOT (f.source_ts_ms IS NULL) AS has_source_ts,
+           COALESCE(CAST(f."ji__login_id" AS bigint), CAST(f."jk__login_id" AS bigint)) AS "login_id", f."j__customer_id" AS "j__customer_id",
+           CAST(f."j__customer_id" AS bigint) AS "customer_id", f."j__ip_address" AS "j__ip_address", f."u__ip_address" AS "u__ip_address",
+           CASE WHEN f."u__ip_address" THEN NULL ELSE CAST(CASE WHEN OCTET_LENGTH(f.x__v1) <= 64 THEN f.x__v1 END AS varchar(64)) END AS "ip_address",
+           f."j__logged_in_at" AS "j__logged_in_at",
+           TIMESTAMP '1970-01-01 00:00:00' + (f.e__v2 / 1000) * INTERVAL '1 second' + (f.e__v2 % 1000) * 1000 * INTERVAL '1 microsecond' AS "logged_in_at",
+           NULLIF('|' || CASE WHEN f."u__ip_address" THEN 'ip_address|' ELSE '' END, '|') AS unavailable,
+           CASE WHEN f.op IN ('c', 'r', 'u') AND IS_OBJECT(f.img) AND NOT (f."ji__login_id" IS NOT NULL AND f."j__customer_id" IS NOT NULL
+               AND f."j__ip_address" IS NOT NULL AND f."j__logged_in_at" IS NOT NULL AND GET_NUMBER_ATTRIBUTES(f.img) = 4) THEN OBJECT_TRANSFORM(f.img
+      SET '"ip_address"', NULL) END AS drift_img
+    FROM fields_3 f),
+  hashed_1 AS (
+    SELECT f.*, (CASE WHEN JSON_SIZE(f.env."ip_address") <= 65535 THEN f.env."ip_address" END) AS "b__h0_0"
+    FROM typed f),
+  hashed_2 AS (
+    SELECT f.*, CASE WHEN IS_VARCHAR(f.b__h0_0) THEN f.b__h0_0::varchar(65535) WHEN f.b__h0_0 IS NOT NULL THEN JSON_SERIALIZE(f.b__h0_0) END AS "x__h0_0"
+    FROM hashed_1 f),
+  checked AS (
+    SELECT t.kafka_partition, t.kafka_offset, t.kafka_timestamp, t.refresh_time, t.raw_value, t.op, t.source_ts_ms,
+           t.source_pos, t.unavailable, t.drift_img, t."login_id", t."customer_id", t."ip_address", t."logged_in_at",
+           t.payload, t.env, t.x__h0_0, t.has_source_ts,
+           CASE
+             WHEN t.raw_value IS NOT NULL THEN 1
+             WHEN (t.env IS NULL) AND t."login_id" IS NOT NULL THEN 2
+             WHEN (t.env IS NULL) THEN 3
+             WHEN NOT IS_OBJECT(t.env) THEN 4
+             WHEN t.op IS NULL THEN 5
+             WHEN t.op = 't' THEN 6
+             WHEN t.op NOT IN ('c', 'r', 'u', 'd') THEN 7
+             WHEN t.op <> 'd' AND ((t.img IS NULL) OR NOT IS_OBJECT(t.img)) THEN 8
+             WHEN t."login_id" IS NULL THEN 9
+             WHEN t.has_source_ts AND (t.source_ts_ms IS NULL OR t.source_ts_ms NOT BETWEEN 0 AND 253402300799999) THEN 10
+             WHEN t.op <> 'd' AND NOT (t."j__customer_id" IS NULL) AND t."customer_id" IS NULL THEN 11
+             WHEN t.op <> 'd' AND NOT (t."j__ip_address" IS NULL) AND t."ip_address" IS NULL AND NOT t."u__ip_address" THEN 12
+             WHEN t.op <> 'd' AND NOT (t."j__logged_in_at" IS NULL) AND t."logged_in_at" IS NULL THEN 13
+             WHEN t.op = 'd' THEN 14
+             ELSE 0
+           END AS check_no
+    FROM hashed_2 t),
+  classified AS (
+    SELECT t.kafka_partition, t.kafka_offset, t.kafka_timestamp, t.refresh_time, t.raw_value, t.op,
            CASE WHEN t.source_ts_ms BETWEEN 0 AND 253402300799999 THEN t.source_ts_ms END AS source_ts_ms, t.source_pos,
-           t.unavailable, t.drift_img, t."login_id", t."customer_id", t."ip_address", t."logged_in_at",
+           t.unavailable, t.drift_img, t."login_id", t."customer_id",
+           SHA2(v_policy_key || ':' || SHA2(v_policy_key || ':' || (t."ip_address"), 256), 256) AS "ip_address",
+           t."logged_in_at",
            CASE
              WHEN t.check_no IN (1, 4, 5, 7, 8, 9, 10, 11, 12, 13) THEN 'quarantine'
              WHEN t.check_no IN (2, 14) THEN 'delete'
@@ -203,11 +276,8 @@ BEGIN
            END AS action,
            CASE t.check_no
              WHEN 1 THEN 'value is not valid JSON'
-             WHEN 2 THEN NULL
-             WHEN 3 THEN NULL
              WHEN 4 THEN 'value is not a JSON object'
              WHEN 5 THEN 'no op field: not a Debezium change event'
-             WHEN 6 THEN NULL
              WHEN 7 THEN 'unknown op "' || CASE WHEN OCTET_LENGTH(t.op) <= 64 THEN t.op ELSE SUBSTRING(t.op, 1, 16) END || '"'
              WHEN 8 THEN 'no row image: after is missing or not an object'
              WHEN 9 THEN 'primary key field login_id is missing or not a bigint'
@@ -215,120 +285,21 @@ BEGIN
              WHEN 11 THEN 'field customer_id does not convert to bigint'
              WHEN 12 THEN 'field ip_address does not convert to varchar(64)'
              WHEN 13 THEN 'field logged_in_at does not convert from io.debezium.time.Timestamp to timestamp'
-             WHEN 14 THEN NULL
-             ELSE NULL
            END AS reason,
            CASE WHEN t.check_no IN (1, 4, 5, 7, 8, 9, 10, 11, 12, 13) OR t.unavailable IS NOT NULL THEN OBJECT_TRANSFORM(t.env
-             SET '"ip_address"', SHA2(v_policy_key || ':' || SHA2(v_policy_key || ':' || (CASE WHEN IS_VARCHAR((CASE WHEN JSON_SIZE(t.env."ip_address") <= 65535 THEN t.env."ip_address" END)) THEN (CASE WHEN JSON_SIZE(t.env."ip_address") <= 65535 THEN t.env."ip_address" END)::varchar(65535) WHEN (CASE WHEN JSON_SIZE(t.env."ip_address") <= 65535 THEN t.env."ip_address" END) IS NOT NULL THEN JSON_SERIALIZE((CASE WHEN JSON_SIZE(t.env."ip_address") <= 65535 THEN t.env."ip_address" END)) END), 256), 256)) END AS quarantine_payload,
+             SET '"ip_address"', SHA2(v_policy_key || ':' || SHA2(v_policy_key || ':' || (t.x__h0_0), 256), 256)) END AS quarantine_payload,
            MAX(t.kafka_timestamp) OVER (PARTITION BY t.kafka_partition ORDER BY t.kafka_offset
              ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW) AS kafka_time
-    FROM (
-      SELECT
-             t.kafka_partition, t.kafka_offset, t.kafka_timestamp, t.refresh_time, t.raw_value, t.op, t.source_ts_ms,
-             t.source_pos, t.unavailable, t.drift_img, t."login_id", t."customer_id", t."ip_address", t."logged_in_at",
-             t.payload,
-             t.env,
-             t.has_source_ts,
-             CASE
-               WHEN t.raw_value IS NOT NULL THEN 1
-               WHEN (t.env IS NULL) AND t."login_id" IS NOT NULL THEN 2
-               WHEN (t.env IS NULL) THEN 3
-               WHEN NOT IS_OBJECT(t.env) THEN 4
-               WHEN t.op IS NULL THEN 5
-               WHEN t.op = 't' THEN 6
-               WHEN t.op NOT IN ('c', 'r', 'u', 'd') THEN 7
-               WHEN t.op <> 'd' AND ((t.img IS NULL) OR NOT IS_OBJECT(t.img)) THEN 8
-               WHEN t."login_id" IS NULL THEN 9
-               WHEN t.has_source_ts AND (t.source_ts_ms IS NULL OR t.source_ts_ms NOT BETWEEN 0 AND 253402300799999) THEN 10
-               WHEN t.op <> 'd' AND NOT (t."j__customer_id" IS NULL) AND t."customer_id" IS NULL THEN 11
-               WHEN t.op <> 'd' AND NOT (t."j__ip_address" IS NULL) AND t."ip_address" IS NULL AND NOT t."u__ip_address" THEN 12
-               WHEN t.op <> 'd' AND NOT (t."j__logged_in_at" IS NULL) AND t."logged_in_at" IS NULL THEN 13
-               WHEN t.op = 'd' THEN 14
-               ELSE 0
-             END AS check_no
-      FROM (
-        SELECT f.kafka_partition, f.kafka_offset, f.kafka_timestamp, f.refresh_time, f.payload, f.raw_value, f.env, f.img, f.op, f.source_pos,
-               CAST(f.source_ts_ms AS bigint) AS source_ts_ms,
-               NOT (f.source_ts_ms IS NULL) AS has_source_ts,
-               COALESCE(CAST(f."ji__login_id" AS bigint),
-                 CAST(f."jk__login_id" AS bigint)) AS "login_id",
-               f."j__customer_id" AS "j__customer_id",
-               CAST(f."j__customer_id" AS bigint) AS "customer_id",
-               f."j__ip_address" AS "j__ip_address",
-               f."u__ip_address" AS "u__ip_address",
-               SHA2(v_policy_key || ':' || SHA2(v_policy_key || ':' || (CASE WHEN f."u__ip_address" THEN NULL ELSE CAST(CASE WHEN OCTET_LENGTH(f.x__v1) <= 64 THEN f.x__v1 END AS varchar(64)) END), 256), 256) AS "ip_address",
-               f."j__logged_in_at" AS "j__logged_in_at",
-               TIMESTAMP '1970-01-01 00:00:00' + (f.e__v2 / 1000) * INTERVAL '1 second' + (f.e__v2 % 1000) * 1000 * INTERVAL '1 microsecond' AS "logged_in_at",
-               NULLIF('|' || CASE WHEN f."u__ip_address" THEN 'ip_address|' ELSE '' END, '|') AS unavailable,
-               CASE WHEN f.op IN ('c', 'r', 'u') AND IS_OBJECT(f.img) AND NOT (f."ji__login_id" IS NOT NULL AND f."j__customer_id" IS NOT NULL AND f."j__ip_address" IS NOT NULL AND f."j__logged_in_at" IS NOT NULL AND GET_NUMBER_ATTRIBUTES(f.img) = 4) THEN OBJECT_TRANSFORM(f.img
-          SET '"ip_address"', SHA2(v_policy_key || ':' || SHA2(v_policy_key || ':' || (CASE WHEN IS_VARCHAR((CASE WHEN JSON_SIZE(f.img."ip_address") <= 65535 THEN f.img."ip_address" END)) THEN (CASE WHEN JSON_SIZE(f.img."ip_address") <= 65535 THEN f.img."ip_address" END)::varchar(65535) WHEN (CASE WHEN JSON_SIZE(f.img."ip_address") <= 65535 THEN f.img."ip_address" END) IS NOT NULL THEN JSON_SERIALIZE((CASE WHEN JSON_SIZE(f.img."ip_address") <= 65535 THEN f.img."ip_address" END)) END), 256), 256)) END AS drift_img
-        FROM (
-          SELECT f.*,
-                 COALESCE(f.x__v1 IN ('__debezium_unavailable_value', 'X19kZWJleml1bV91bmF2YWlsYWJsZV92YWx1ZQ==', '["__debezium_unavailable_value"]'), false) AS "u__ip_address"
-          FROM (
-            SELECT f.*,
-                   CASE WHEN IS_VARCHAR(f.b__v1) THEN f.b__v1::varchar(65535) WHEN f.b__v1 IS NOT NULL THEN JSON_SERIALIZE(f.b__v1) END AS "x__v1"
-            FROM (
-              SELECT f.*,
-                     (CASE WHEN JSON_SIZE(f."j__ip_address") <= 65535 THEN f."j__ip_address" END) AS "b__v1",
-                     CASE WHEN CAST(f."j__logged_in_at" AS bigint) BETWEEN -62135596800000 AND 253402300799999 THEN CAST(f."j__logged_in_at" AS bigint) END AS "e__v2"
-              FROM (
-                SELECT f.kafka_partition, f.kafka_offset, f.kafka_timestamp, f.refresh_time, f.payload, f.raw_value, f.env, f.img, f.op,
-                       f.src."__source_ts_ms" AS source_ts_ms,
-                       NULL AS source_pos,
-                       f.img."login_id" AS "ji__login_id",
-                       CASE WHEN IS_OBJECT(f.key_env) THEN f.key_env."login_id" ELSE f.key_env END AS "jk__login_id",
-                       f.img."customer_id" AS "j__customer_id",
-                       f.img."ip_address" AS "j__ip_address",
-                       f.img."logged_in_at" AS "j__logged_in_at"
-                FROM (
-                  SELECT f.kafka_partition, f.kafka_offset, f.kafka_timestamp, f.refresh_time,
-                         f.payload, f.raw_value, f.env, f.key_env,
-                         CASE WHEN IS_OBJECT(f.env) THEN
-                    CASE WHEN f.x__o0 = 'true' THEN 'd' ELSE COALESCE(f.x__o1, 'u') END
-                  END AS op,
-                         f.env AS img,
-                         f.env AS src
-                  FROM (
-                    SELECT f.*,
-                           CASE WHEN IS_VARCHAR(f.b__o0) THEN f.b__o0::varchar(65535) WHEN f.b__o0 IS NOT NULL THEN JSON_SERIALIZE(f.b__o0) END AS "x__o0",
-                           CASE WHEN IS_VARCHAR(f.b__o1) THEN f.b__o1::varchar(65535) WHEN f.b__o1 IS NOT NULL THEN JSON_SERIALIZE(f.b__o1) END AS "x__o1"
-                    FROM (
-                      SELECT f.*,
-                             (CASE WHEN JSON_SIZE(f.env."__deleted") <= 65535 THEN f.env."__deleted" END) AS "b__o0",
-                             (CASE WHEN JSON_SIZE(f.env."__op") <= 65535 THEN f.env."__op" END) AS "b__o1"
-                      FROM (
-                        SELECT s.kafka_partition, s.kafka_offset, s.kafka_timestamp, s.refresh_time,
-                               s.payload, s.raw_value,
-                               CASE WHEN IS_OBJECT(s.payload."schema") THEN s.payload."payload" ELSE s.payload END AS env,
-                               CASE WHEN IS_OBJECT(s.key_payload."schema") THEN s.key_payload."payload" ELSE s.key_payload END AS key_env
-                        FROM "crm"."logins__stream" s
-                        LEFT JOIN "crm"."logins__watermark" w ON w.kafka_partition = s.kafka_partition
-                        WHERE s.refresh_time >= v_since
-                          AND s.kafka_offset > COALESCE(w.last_offset, -1)
-                          AND (s.refresh_time < v_until_time
-                               OR (s.refresh_time = v_until_time
-                                   AND (s.kafka_partition < v_until_partition
-                                        OR (s.kafka_partition = v_until_partition AND s.kafka_offset <= v_until_offset))))
-                        UNION ALL
-                        -- Quarantined records being replayed (at or below the watermark: already read once).
-                        SELECT r.kafka_partition, r.kafka_offset, r.kafka_timestamp, r.run_started_at,
-                               r.payload, r.raw_value,
-                               CASE WHEN IS_OBJECT(r.payload."schema") THEN r.payload."payload" ELSE r.payload END AS env,
-                               CAST(NULL AS super) AS key_env
-                        FROM "crm"."logins__quarantine" r
-                        WHERE v_replayed > 0 AND r.table_name = 'logins' AND r.handled = 'replaying'
-                      ) f
-                    ) f
-                  ) f
-                ) f
-              ) f
-            ) f
-          ) f
-        ) f
-      ) t
-    ) t
-  ) c;
+    FROM checked t)
+  SELECT c.kafka_partition, c.kafka_offset, c.kafka_timestamp, c.refresh_time,
+         CASE WHEN OCTET_LENGTH(c.op) <= 64 THEN c.op ELSE SUBSTRING(c.op, 1, 16) END, c.action, c.reason,
+         ROW_NUMBER() OVER (
+           PARTITION BY CASE WHEN c.action IN ('upsert', 'delete') THEN 1 ELSE 0 END, c."login_id"
+           ORDER BY c.kafka_time DESC NULLS LAST, c.kafka_partition DESC, c.kafka_offset DESC),
+         (TIMESTAMP 'epoch' + (c.source_ts_ms / 1000) * INTERVAL '1 second' + (c.source_ts_ms % 1000) * INTERVAL '1 millisecond'),
+         c.source_pos, NULL, c."login_id", c."customer_id", c."ip_address", c."logged_in_at", c.unavailable,
+         c.quarantine_payload, NULL, c.drift_img
+  FROM classified c;
   GET DIAGNOSTICS v_read := ROW_COUNT;
   -- Fresh statistics for a large stage, refilled every run: without them the planner
   -- takes it for empty and joins it to itself row by row (20k events: 13 s, not 1 s).
@@ -338,31 +309,29 @@ BEGIN
   END IF;
   IF v_read > 0 THEN
     -- What the batch needs of the rarely needed steps.
-    SELECT COUNT(_drift_img),
-           COUNT(CASE WHEN _unavailable IS NOT NULL THEN 1 END)
+    SELECT COUNT(_drift_img), COUNT(CASE WHEN _unavailable IS NOT NULL THEN 1 END)
     INTO v_drift, v_unavailable
     FROM "crm"."logins__stage";
     -- 3. (TOAST) Unchanged out-of-line values arrive as a placeholder and keep what is known.
     IF v_unavailable > 0 THEN
-      UPDATE "crm"."logins__stage" s SET "ip_address" = p."ip_address", _unavailable = REPLACE(s._unavailable, '|ip_address|', '|')
-      FROM "crm"."logins__stage" p,
-           (SELECT "login_id", MIN(_rn) AS rn FROM "crm"."logins__stage"
-            WHERE _action = 'upsert' AND _rn > 1 AND COALESCE(_unavailable, '') NOT LIKE '%|ip_address|%'
-            GROUP BY "login_id") m
-      WHERE s._rn = 1 AND s._action = 'upsert' AND s._unavailable LIKE '%|ip_address|%'
-        AND m."login_id" = s."login_id" AND p."login_id" = s."login_id" AND p._rn = m.rn AND p._action = 'upsert';
-      UPDATE "crm"."logins__stage" s SET "ip_address" = CASE WHEN s._unavailable LIKE '%|ip_address|%' THEN t."ip_address" ELSE s."ip_address" END
-      FROM (SELECT * FROM (SELECT t.*, ROW_NUMBER() OVER (PARTITION BY t."login_id"
-                ORDER BY t._source_pos DESC NULLS LAST, t._kafka_partition DESC, t._kafka_offset DESC) AS stored_rn__
-              FROM "crm"."logins" t WHERE EXISTS (SELECT 1 FROM "crm"."logins__stage" x WHERE x._rn = 1 AND x._action = 'upsert' AND x._unavailable IS NOT NULL AND x."login_id" = t."login_id")) o
-            WHERE o.stored_rn__ = 1) t
-      WHERE s._rn = 1 AND s._action = 'upsert' AND s._unavailable IS NOT NULL
-        AND t."login_id" = s."login_id";
-    END IF;
-    IF v_unavailable > 0 THEN
+      UPDATE "crm"."logins__stage" s SET "ip_address" = CASE WHEN s._unavailable NOT LIKE '%|ip_address|%' THEN s."ip_address" WHEN u.rn0 IS NOT NULL
+          THEN u.batch0 WHEN u.stored THEN u.stored0 ELSE s."ip_address" END,
+             _unavailable = '|' || CASE WHEN s._unavailable LIKE '%|ip_address|%' AND u.rn0 IS NULL THEN 'ip_address|' ELSE '' END
+      FROM (SELECT w."login_id", t.stored_rn__ IS NOT NULL AS stored, m.rn0, p0."ip_address" AS batch0, t."ip_address" AS stored0
+            FROM "crm"."logins__stage" w
+            LEFT JOIN (SELECT "login_id",
+                        MIN(CASE WHEN COALESCE(_unavailable, '') NOT LIKE '%|ip_address|%' THEN _rn END) AS rn0
+                       FROM "crm"."logins__stage" WHERE _action = 'upsert' AND _rn > 1 GROUP BY "login_id") m ON m."login_id" = w."login_id"
+            LEFT JOIN "crm"."logins__stage" p0 ON p0."login_id" = w."login_id" AND p0._rn = m.rn0 AND p0._action = 'upsert'
+            LEFT JOIN (SELECT * FROM (SELECT t.*, ROW_NUMBER() OVER (PARTITION BY t."login_id"
+              ORDER BY t._source_pos DESC NULLS LAST, t._kafka_partition DESC, t._kafka_offset DESC) AS stored_rn__
+            FROM "crm"."logins" t WHERE EXISTS (SELECT 1 FROM "crm"."logins__stage" x WHERE x._rn = 1 AND x._action = 'upsert' AND x._unavailable IS NOT NULL
+                AND x."login_id" = t."login_id")) o
+          WHERE o.stored_rn__ = 1) t ON t."login_id" = w."login_id"
+            WHERE w._rn = 1 AND w._action = 'upsert' AND w._unavailable IS NOT NULL) u
+      WHERE s._rn = 1 AND s._action = 'upsert' AND s._unavailable IS NOT NULL AND u."login_id" = s."login_id";
       UPDATE "crm"."logins__stage" s SET _action = 'quarantine',
-             _reason = SUBSTRING('no earlier value is known for the TOAST placeholder (__debezium_unavailable_value) in '
-                                 || BTRIM(s._unavailable, '|'), 1, 1000)
+          _reason = SUBSTRING('no earlier value is known for the TOAST placeholder (__debezium_unavailable_value) in ' || BTRIM(s._unavailable, '|'), 1, 1000)
       WHERE s._rn = 1 AND s._action = 'upsert' AND s._unavailable <> '|'
         AND NOT EXISTS (SELECT 1 FROM "crm"."logins" t WHERE t."login_id" = s."login_id");
     END IF;
@@ -385,14 +354,10 @@ BEGIN
                       AND (t._kafka_timestamp > s._kafka_timestamp
                            OR (COALESCE(t._kafka_timestamp = s._kafka_timestamp, true) AND t._kafka_partition > s._kafka_partition)))));
     END IF;
-    SELECT COUNT(CASE WHEN _rn = 1 AND _action = 'upsert' THEN 1 END),
-           COUNT(CASE WHEN _rn = 1 AND _action = 'delete' THEN 1 END),
-           COUNT(CASE WHEN _action = 'quarantine' THEN 1 END),
-           COUNT(CASE WHEN _action = 'tombstone' THEN 1 END),
-           COUNT(CASE WHEN _action IN ('stale', 'truncated') THEN 1 END),
-           COUNT(CASE WHEN _rn > 1 AND _action IN ('upsert', 'delete') THEN 1 END),
-           COUNT(CASE WHEN _action = 'truncate' THEN 1 END),
-           DATEDIFF(microsecond, MAX(_kafka_timestamp), v_started) / 1000000.0
+    SELECT COUNT(CASE WHEN _rn = 1 AND _action = 'upsert' THEN 1 END), COUNT(CASE WHEN _rn = 1 AND _action = 'delete' THEN 1 END),
+           COUNT(CASE WHEN _action = 'quarantine' THEN 1 END), COUNT(CASE WHEN _action = 'tombstone' THEN 1 END),
+           COUNT(CASE WHEN _action IN ('stale', 'truncated') THEN 1 END), COUNT(CASE WHEN _rn > 1 AND _action IN ('upsert', 'delete') THEN 1 END),
+           COUNT(CASE WHEN _action = 'truncate' THEN 1 END), DATEDIFF(microsecond, MAX(_kafka_timestamp), v_started) / 1000000.0
     INTO v_upserted, v_deleted, v_quarantined, v_tombstones, v_stale, v_superseded, v_truncates, v_lag
     FROM "crm"."logins__stage";
     -- 6. Apply: remove the current row of every key with a winning event (the join is
@@ -410,7 +375,8 @@ BEGIN
     SELECT s."login_id", s._source_ts, s._source_pos, s._kafka_partition, s._kafka_offset, s._kafka_timestamp, v_started
     FROM "crm"."logins__stage" s
     WHERE s._rn = 1 AND s._action = 'delete';
-    INSERT INTO "crm"."logins" ("login_id", "customer_id", "ip_address", "logged_in_at", "_source_ts", "_source_pos", "_kafka_partition", "_kafka_offset", "_synced_at")
+    INSERT INTO "crm"."logins" ("login_id", "customer_id", "ip_address", "logged_in_at", "_source_ts", "_source_pos", "_kafka_partition", "_kafka_offset",
+        "_synced_at")
     SELECT s."login_id", s."customer_id", s."ip_address", s."logged_in_at", s._source_ts, s._source_pos, s._kafka_partition, s._kafka_offset, v_started
     FROM "crm"."logins__stage" s
     WHERE s._rn = 1 AND s._action = 'upsert';
@@ -423,15 +389,14 @@ BEGIN
              CASE WHEN k.configured = 1 THEN k.images - k.seen ELSE k.seen END
       FROM (SELECT u.field, MAX(u.configured) AS configured, SUM(u.seen) AS seen,
                    MAX(MAX(u.images)) OVER () AS images
-            FROM (SELECT CASE WHEN OCTET_LENGTH(CAST(x_field AS varchar(65535))) <= 256 THEN CAST(x_field AS varchar(65535)) ELSE SUBSTRING(CAST(x_field AS varchar(65535)), 1, 64) END AS field, 0 AS configured, 1 AS seen, x0.images
+            FROM (SELECT CASE WHEN OCTET_LENGTH(CAST(x_field AS varchar(65535))) <= 256 THEN CAST(x_field AS varchar(65535))
+                ELSE SUBSTRING(CAST(x_field AS varchar(65535)), 1, 64) END AS field, 0 AS configured, 1 AS seen, x0.images
                   FROM (
                     SELECT s._drift_img AS img, COUNT(*) OVER () AS images
                     FROM "crm"."logins__stage" s
                     WHERE s._drift_img IS NOT NULL
                   ) x0, UNPIVOT x0.img AS x_value AT x_field
-                  UNION ALL SELECT 'login_id', 1, 0, 0
-                  UNION ALL SELECT 'customer_id', 1, 0, 0
-                  UNION ALL SELECT 'ip_address', 1, 0, 0
+                  UNION ALL SELECT 'login_id', 1, 0, 0 UNION ALL SELECT 'customer_id', 1, 0, 0 UNION ALL SELECT 'ip_address', 1, 0, 0
                   UNION ALL SELECT 'logged_in_at', 1, 0, 0) u
             GROUP BY u.field) k
       WHERE (k.configured = 1 AND k.seen < k.images)
@@ -475,10 +440,10 @@ BEGIN
   SELECT 'logins', PG_BACKEND_PID(), v_started, CAST(TO_TIMESTAMP(TIMEOFDAY(), 'Dy Mon DD HH24:MI:SS.US YYYY') AS timestamp), v_read, v_upserted, v_deleted,
     v_quarantined, v_tombstones, v_stale, v_superseded, v_truncates, v_wm_before,
     LISTAGG(CASE WHEN r.pos__ <= 65503 THEN r.item__ END, ',') WITHIN GROUP (ORDER BY r.order__)
-         || CASE WHEN COUNT(CASE WHEN r.pos__ > 65503 THEN 1 END) > 0 THEN ' (+' || CAST(COUNT(CASE WHEN r.pos__ > 65503 THEN 1 END) AS varchar(20)) || ' more)' ELSE '' END, v_lag, 'ok'
-  FROM (SELECT r.*, CAST(r.kafka_partition AS varchar(20)) || ':' || CAST(r.last_offset AS varchar(20)) AS item__, r.kafka_partition AS order__,
-               SUM(OCTET_LENGTH(CAST(r.kafka_partition AS varchar(20)) || ':' || CAST(r.last_offset AS varchar(20))) + 1) OVER (ORDER BY r.kafka_partition ROWS UNBOUNDED PRECEDING) AS pos__
-        FROM "crm"."logins__watermark" r) r;
+         || COALESCE(' (+' || CAST(NULLIF(COUNT(CASE WHEN r.pos__ > 65503 THEN 1 END), 0) AS varchar(20)) || ' more)', ''), v_lag, 'ok'
+  FROM (SELECT r.*, SUM(OCTET_LENGTH(r.item__) + 1) OVER (ORDER BY r.order__ ROWS UNBOUNDED PRECEDING) AS pos__
+        FROM (SELECT r.*, CAST(r.kafka_partition AS varchar(20)) || ':' || CAST(r.last_offset AS varchar(20)) AS item__,
+            r.kafka_partition AS order__ FROM "crm"."logins__watermark" r) r) r;
   INSERT INTO "crm"."sync_run_log" (table_name, backend_pid, started_at, finished_at, events_read, upserted, deleted,
     quarantined, tombstones, stale, superseded, truncates, watermark_before, watermark_after, lag_seconds, status)
   SELECT * FROM "sync_call_result";
@@ -503,11 +468,7 @@ AS $$
 -- Quarantines the first pending record, which the caller found to make the engine
 -- raise, with the engine's error text, and moves the watermark past it.
 DECLARE
-  v_started timestamp;
-  v_since timestamp;
-  v_partition bigint;
-  v_offset bigint;
-  v_refresh_time timestamp;
+  v_started timestamp; v_since timestamp; v_partition bigint; v_offset bigint; v_refresh_time timestamp;
   v_policy_key varchar(256);
 BEGIN
   -- Column policies: the newest hash key (readable by the procedure's owner only).
@@ -530,8 +491,14 @@ BEGIN
   WHERE x.read_no = 1;
   IF v_partition IS NOT NULL THEN
     INSERT INTO "crm"."logins__quarantine" (table_name, kafka_partition, kafka_offset, kafka_timestamp, reason, payload, raw_value, run_started_at)
-    SELECT 'logins', s.kafka_partition, s.kafka_offset, s.kafka_timestamp, CASE WHEN OCTET_LENGTH('the warehouse could not apply this record: ' || COALESCE(p_reason, 'no error text')) <= 1000 THEN 'the warehouse could not apply this record: ' || COALESCE(p_reason, 'no error text') ELSE SUBSTRING('the warehouse could not apply this record: ' || COALESCE(p_reason, 'no error text'), 1, 250) END, OBJECT_TRANSFORM(s.env
-      SET '"ip_address"', SHA2(v_policy_key || ':' || SHA2(v_policy_key || ':' || (CASE WHEN IS_VARCHAR((CASE WHEN JSON_SIZE(s.env."ip_address") <= 65535 THEN s.env."ip_address" END)) THEN (CASE WHEN JSON_SIZE(s.env."ip_address") <= 65535 THEN s.env."ip_address" END)::varchar(65535) WHEN (CASE WHEN JSON_SIZE(s.env."ip_address") <= 65535 THEN s.env."ip_address" END) IS NOT NULL THEN JSON_SERIALIZE((CASE WHEN JSON_SIZE(s.env."ip_address") <= 65535 THEN s.env."ip_address" END)) END), 256), 256)), NULL, v_started
+    SELECT 'logins', s.kafka_partition, s.kafka_offset, s.kafka_timestamp, CASE
+        WHEN OCTET_LENGTH('the warehouse could not apply this record: ' || COALESCE(p_reason, 'no error text')) <= 1000
+        THEN 'the warehouse could not apply this record: ' || COALESCE(p_reason, 'no error text')
+        ELSE SUBSTRING('the warehouse could not apply this record: ' || COALESCE(p_reason, 'no error text'), 1, 250) END, OBJECT_TRANSFORM(s.env
+      SET '"ip_address"', SHA2(v_policy_key || ':' || SHA2(v_policy_key || ':' || (CASE
+          WHEN IS_VARCHAR((CASE WHEN JSON_SIZE(s.env."ip_address") <= 65535 THEN s.env."ip_address" END)) THEN (CASE WHEN JSON_SIZE(s.env."ip_address") <= 65535
+          THEN s.env."ip_address" END)::varchar(65535) WHEN (CASE WHEN JSON_SIZE(s.env."ip_address") <= 65535 THEN s.env."ip_address" END) IS NOT NULL
+          THEN JSON_SERIALIZE((CASE WHEN JSON_SIZE(s.env."ip_address") <= 65535 THEN s.env."ip_address" END)) END), 256), 256)), NULL, v_started
     FROM (SELECT x.*, CASE WHEN IS_OBJECT(x.payload."schema") THEN x.payload."payload" ELSE x.payload END AS env FROM "crm"."logins__stream" x) s
     WHERE s.kafka_partition = v_partition AND s.kafka_offset = v_offset AND s.refresh_time = v_refresh_time;
     UPDATE "crm"."logins__watermark" SET last_offset = v_offset, last_refresh_time = v_refresh_time, updated_at = v_started

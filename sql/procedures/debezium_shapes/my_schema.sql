@@ -108,28 +108,11 @@ AS $$
 -- Merges new records of the topic into the target (p_max_records NULL: all of them);
 -- see the README, 'How a sync works: the procedure contract'.
 DECLARE
-  v_started timestamp;
-  v_since timestamp;
-  v_wm_before varchar(65535);
-  v_read bigint := 0;
-  v_upserted bigint := 0;
-  v_deleted bigint := 0;
-  v_quarantined bigint := 0;
-  v_tombstones bigint := 0;
-  v_stale bigint := 0;
-  v_superseded bigint := 0;
-  v_truncates bigint := 0;
-  v_rows bigint := 0;
-  v_positionless bigint := 0;
-  v_unavailable bigint := 0;
-  v_drift bigint := 0;
-  v_replayed bigint := 0;
-  v_lag double precision;
-  v_until_time timestamp;
-  v_until_partition bigint;
-  v_until_offset bigint;
-  v_truncate_pos varchar(64);
-  v_truncate_ts timestamp;
+  v_started timestamp; v_since timestamp; v_wm_before varchar(65535); v_read bigint := 0; v_upserted bigint := 0;
+  v_deleted bigint := 0; v_quarantined bigint := 0; v_tombstones bigint := 0; v_stale bigint := 0;
+  v_superseded bigint := 0; v_truncates bigint := 0; v_rows bigint := 0; v_positionless bigint := 0;
+  v_unavailable bigint := 0; v_drift bigint := 0; v_replayed bigint := 0; v_lag double precision; v_until_time timestamp;
+  v_until_partition bigint; v_until_offset bigint; v_truncate_pos varchar(64); v_truncate_ts timestamp;
 BEGIN
   -- 10. Session settings this procedure needs.
   SET enable_case_sensitive_identifier TO true;
@@ -143,11 +126,11 @@ BEGIN
   SELECT MAX(r.last_refresh_time),
          (SELECT COUNT(*) FROM "cdc"."my_schema__quarantine" WHERE table_name = 'my_schema' AND handled = 'replaying'),
          LISTAGG(CASE WHEN r.pos__ <= 65503 THEN r.item__ END, ',') WITHIN GROUP (ORDER BY r.order__)
-         || CASE WHEN COUNT(CASE WHEN r.pos__ > 65503 THEN 1 END) > 0 THEN ' (+' || CAST(COUNT(CASE WHEN r.pos__ > 65503 THEN 1 END) AS varchar(20)) || ' more)' ELSE '' END
+         || COALESCE(' (+' || CAST(NULLIF(COUNT(CASE WHEN r.pos__ > 65503 THEN 1 END), 0) AS varchar(20)) || ' more)', '')
   INTO v_since, v_replayed, v_wm_before
-  FROM (SELECT r.*, CAST(r.kafka_partition AS varchar(20)) || ':' || CAST(r.last_offset AS varchar(20)) AS item__, r.kafka_partition AS order__,
-               SUM(OCTET_LENGTH(CAST(r.kafka_partition AS varchar(20)) || ':' || CAST(r.last_offset AS varchar(20))) + 1) OVER (ORDER BY r.kafka_partition ROWS UNBOUNDED PRECEDING) AS pos__
-        FROM "cdc"."my_schema__watermark" r) r;
+  FROM (SELECT r.*, SUM(OCTET_LENGTH(r.item__) + 1) OVER (ORDER BY r.order__ ROWS UNBOUNDED PRECEDING) AS pos__
+        FROM (SELECT r.*, CAST(r.kafka_partition AS varchar(20)) || ':' || CAST(r.last_offset AS varchar(20)) AS item__,
+            r.kafka_partition AS order__ FROM "cdc"."my_schema__watermark" r) r) r;
   v_since := COALESCE(v_since, TIMESTAMP '1900-01-01 00:00:00');
   -- A bounded run (record isolation by the caller) reads the first p_max_records pending
   -- records in (refresh_time, partition, offset) order: a prefix of every partition
@@ -172,17 +155,104 @@ BEGIN
     "_kafka_partition", "_kafka_offset", "_kafka_timestamp", "_refresh_time", "_op", "_action", "_reason", "_rn",
     "_source_ts", "_source_pos", "_rank_pos", "id", "name", "bio", "_unavailable", "_payload", "_raw_value", "_drift_img"
   )
-  SELECT c.kafka_partition, c.kafka_offset, c.kafka_timestamp, c.refresh_time,
-         CASE WHEN OCTET_LENGTH(c.op) <= 64 THEN c.op ELSE SUBSTRING(c.op, 1, 16) END, c.action, c.reason,
-         ROW_NUMBER() OVER (
-           PARTITION BY CASE WHEN c.action IN ('upsert', 'delete') THEN 1 ELSE 0 END, c."id"
-           ORDER BY c.source_pos DESC NULLS LAST, c.kafka_time DESC NULLS LAST, c.kafka_partition DESC, c.kafka_offset DESC),
-         (TIMESTAMP 'epoch' + (c.source_ts_ms / 1000) * INTERVAL '1 second' + (c.source_ts_ms % 1000) * INTERVAL '1 millisecond'),
-         c.source_pos, c.source_pos, c."id", c."name", c."bio", c.unavailable, c.quarantine_payload,
-         CASE WHEN c.action = 'quarantine' THEN c.raw_value END, c.drift_img
-  FROM (
-    SELECT
-           t.kafka_partition, t.kafka_offset, t.kafka_timestamp, t.refresh_time, t.raw_value, t.op,
+  WITH batch AS (
+    SELECT s.kafka_partition, s.kafka_offset, s.kafka_timestamp, s.refresh_time,
+           s.payload, s.raw_value,
+           CASE WHEN IS_OBJECT(s.payload."schema") THEN s.payload."payload" ELSE s.payload END AS env,
+           CASE WHEN IS_OBJECT(s.key_payload."schema") THEN s.key_payload."payload" ELSE s.key_payload END AS key_env
+    FROM "cdc"."my_schema__stream" s
+    LEFT JOIN "cdc"."my_schema__watermark" w ON w.kafka_partition = s.kafka_partition
+    WHERE s.refresh_time >= v_since
+      AND s.kafka_offset > COALESCE(w.last_offset, -1)
+      AND (s.refresh_time < v_until_time
+           OR (s.refresh_time = v_until_time
+               AND (s.kafka_partition < v_until_partition
+                    OR (s.kafka_partition = v_until_partition AND s.kafka_offset <= v_until_offset))))
+    UNION ALL
+    -- Quarantined records being replayed (at or below the watermark: already read once).
+    SELECT r.kafka_partition, r.kafka_offset, r.kafka_timestamp, r.run_started_at,
+           r.payload, r.raw_value,
+           CASE WHEN IS_OBJECT(r.payload."schema") THEN r.payload."payload" ELSE r.payload END AS env,
+           CAST(NULL AS super) AS key_env
+    FROM "cdc"."my_schema__quarantine" r
+    WHERE v_replayed > 0 AND r.table_name = 'my_schema' AND r.handled = 'replaying'),
+  batch_1 AS (
+    SELECT f.*, (CASE WHEN JSON_SIZE(f.env."op") <= 65535 THEN f.env."op" END) AS "b__o0"
+    FROM batch f),
+  batch_2 AS (
+    SELECT f.*, CASE WHEN IS_VARCHAR(f.b__o0) THEN f.b__o0::varchar(65535) WHEN f.b__o0 IS NOT NULL THEN JSON_SERIALIZE(f.b__o0) END AS "x__o0"
+    FROM batch_1 f),
+  envelope AS (
+    SELECT f.kafka_partition, f.kafka_offset, f.kafka_timestamp, f.refresh_time,
+           f.payload, f.raw_value, f.env, f.key_env,
+           f.x__o0 AS op,
+           CASE WHEN f.x__o0 = 'd' THEN f.env."before" ELSE f.env."after" END AS img,
+           f.env."source" AS src
+    FROM batch_2 f),
+  envelope_1 AS (
+    SELECT f.*, (CASE WHEN JSON_SIZE(f.src."file") <= 65535 THEN f.src."file" END) AS "b__p0",
+           (CASE WHEN JSON_SIZE(f.src."pos") <= 65535 THEN f.src."pos" END) AS "b__p1",
+           (CASE WHEN JSON_SIZE(f.src."row") <= 65535 THEN f.src."row" END) AS "b__p2"
+    FROM envelope f),
+  envelope_2 AS (
+    SELECT f.*, CASE WHEN IS_VARCHAR(f.b__p0) THEN f.b__p0::varchar(65535) WHEN f.b__p0 IS NOT NULL THEN JSON_SERIALIZE(f.b__p0) END AS "x__p0",
+           CASE WHEN IS_VARCHAR(f.b__p1) THEN f.b__p1::varchar(65535) WHEN f.b__p1 IS NOT NULL THEN JSON_SERIALIZE(f.b__p1) END AS "x__p1",
+           CASE WHEN IS_VARCHAR(f.b__p2) THEN f.b__p2::varchar(65535) WHEN f.b__p2 IS NOT NULL THEN JSON_SERIALIZE(f.b__p2) END AS "x__p2"
+    FROM envelope_1 f),
+  fields AS (
+    SELECT f.kafka_partition, f.kafka_offset, f.kafka_timestamp, f.refresh_time, f.payload, f.raw_value, f.env, f.img, f.op, f.src."ts_ms" AS source_ts_ms,
+           lpad(REGEXP_SUBSTR(f.x__p0, '[0-9]*$'), 20, '0') || '.' || lpad(f.x__p1, 20, '0') || '.' || lpad(COALESCE(f.x__p2, ''), 20, '0') AS source_pos,
+           f.img."id" AS "ji__id", CASE WHEN IS_OBJECT(f.key_env) THEN f.key_env."id" ELSE f.key_env END AS "jk__id", f.img."name" AS "j__name",
+           f.img."bio" AS "j__bio"
+    FROM envelope_2 f),
+  fields_1 AS (
+    SELECT f.*, (CASE WHEN JSON_SIZE(f."j__name") <= 65535 THEN f."j__name" END) AS "b__v0",
+           (CASE WHEN JSON_SIZE(f."j__bio") <= 65535 THEN f."j__bio" END) AS "b__v1"
+    FROM fields f),
+  fields_2 AS (
+    SELECT f.*, CASE WHEN IS_VARCHAR(f.b__v0) THEN f.b__v0::varchar(65535) WHEN f.b__v0 IS NOT NULL THEN JSON_SERIALIZE(f.b__v0) END AS "x__v0",
+           CASE WHEN IS_VARCHAR(f.b__v1) THEN f.b__v1::varchar(65535) WHEN f.b__v1 IS NOT NULL THEN JSON_SERIALIZE(f.b__v1) END AS "x__v1"
+    FROM fields_1 f),
+  fields_3 AS (
+    SELECT f.*,
+           COALESCE(f.x__v0 IN ('__debezium_unavailable_value', 'X19kZWJleml1bV91bmF2YWlsYWJsZV92YWx1ZQ==', '["__debezium_unavailable_value"]'),
+               false) AS "u__name",
+           COALESCE(f.x__v1 IN ('__debezium_unavailable_value', 'X19kZWJleml1bV91bmF2YWlsYWJsZV92YWx1ZQ==', '["__debezium_unavailable_value"]'),
+               false) AS "u__bio"
+    FROM fields_2 f),
+  typed AS (
+    SELECT f.kafka_partition, f.kafka_offset, f.kafka_timestamp, f.refresh_time, f.payload, f.raw_value, f.env, f.img, f.op, f.source_pos,
+           CAST(f.source_ts_ms AS bigint) AS source_ts_ms, NOT (f.source_ts_ms IS NULL) AS has_source_ts,
+           COALESCE(CAST(f."ji__id" AS integer), CAST(f."jk__id" AS integer)) AS "id", f."j__name" AS "j__name", f."u__name" AS "u__name",
+           CASE WHEN f."u__name" THEN NULL ELSE CAST(CASE WHEN OCTET_LENGTH(f.x__v0) <= 64 THEN f.x__v0 END AS varchar(64)) END AS "name",
+           f."j__bio" AS "j__bio", f."u__bio" AS "u__bio",
+           CASE WHEN f."u__bio" THEN NULL ELSE CAST(CASE WHEN OCTET_LENGTH(f.x__v1) <= 256 THEN f.x__v1 END AS varchar(256)) END AS "bio",
+           NULLIF('|' || CASE WHEN f."u__name" THEN 'name|' ELSE '' END || CASE WHEN f."u__bio" THEN 'bio|' ELSE '' END, '|') AS unavailable,
+           CASE WHEN f.op IN ('c', 'r', 'u') AND IS_OBJECT(f.img) AND NOT (f."ji__id" IS NOT NULL AND f."j__name" IS NOT NULL AND f."j__bio" IS NOT NULL
+               AND GET_NUMBER_ATTRIBUTES(f.img) = 3) THEN f.img END AS drift_img
+    FROM fields_3 f),
+  checked AS (
+    SELECT t.kafka_partition, t.kafka_offset, t.kafka_timestamp, t.refresh_time, t.raw_value, t.op, t.source_ts_ms,
+           t.source_pos, t.unavailable, t.drift_img, t."id", t."name", t."bio",
+           t.payload, t.has_source_ts,
+           CASE
+             WHEN t.raw_value IS NOT NULL THEN 1
+             WHEN (t.env IS NULL) THEN 2
+             WHEN NOT IS_OBJECT(t.env) THEN 3
+             WHEN t.op IS NULL THEN 4
+             WHEN t.op = 't' THEN 5
+             WHEN t.op NOT IN ('c', 'r', 'u', 'd') THEN 6
+             WHEN t.op <> 'd' AND ((t.img IS NULL) OR NOT IS_OBJECT(t.img)) THEN 7
+             WHEN t."id" IS NULL THEN 8
+             WHEN t.has_source_ts AND (t.source_ts_ms IS NULL OR t.source_ts_ms NOT BETWEEN 0 AND 253402300799999) THEN 9
+             WHEN t.op <> 'd' AND NOT (t."j__name" IS NULL) AND t."name" IS NULL AND NOT t."u__name" THEN 10
+             WHEN t.op <> 'd' AND NOT (t."j__bio" IS NULL) AND t."bio" IS NULL AND NOT t."u__bio" THEN 11
+             WHEN t.op = 'd' THEN 12
+             ELSE 0
+           END AS check_no
+    FROM typed t),
+  classified AS (
+    SELECT t.kafka_partition, t.kafka_offset, t.kafka_timestamp, t.refresh_time, t.raw_value, t.op,
            CASE WHEN t.source_ts_ms BETWEEN 0 AND 253402300799999 THEN t.source_ts_ms END AS source_ts_ms, t.source_pos,
            t.unavailable, t.drift_img, t."id", t."name", t."bio",
            CASE
@@ -194,133 +264,28 @@ BEGIN
            END AS action,
            CASE t.check_no
              WHEN 1 THEN 'value is not valid JSON'
-             WHEN 2 THEN NULL
              WHEN 3 THEN 'value is not a JSON object'
              WHEN 4 THEN 'no op field: not a Debezium change event'
-             WHEN 5 THEN NULL
              WHEN 6 THEN 'unknown op "' || CASE WHEN OCTET_LENGTH(t.op) <= 64 THEN t.op ELSE SUBSTRING(t.op, 1, 16) END || '"'
              WHEN 7 THEN 'no row image: after is missing or not an object'
              WHEN 8 THEN 'primary key field id is missing or not a integer'
              WHEN 9 THEN 'source time (ts_ms) is not milliseconds since the epoch between 1970 and 9999'
              WHEN 10 THEN 'field name does not convert to varchar(64)'
              WHEN 11 THEN 'field bio does not convert to varchar(256)'
-             WHEN 12 THEN NULL
-             ELSE NULL
            END AS reason,
            CASE WHEN t.check_no IN (1, 3, 4, 6, 7, 8, 9, 10, 11) OR t.unavailable IS NOT NULL THEN t.payload END AS quarantine_payload,
            MAX(t.kafka_timestamp) OVER (PARTITION BY t.kafka_partition ORDER BY t.kafka_offset
              ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW) AS kafka_time
-    FROM (
-      SELECT
-             t.kafka_partition, t.kafka_offset, t.kafka_timestamp, t.refresh_time, t.raw_value, t.op, t.source_ts_ms,
-             t.source_pos, t.unavailable, t.drift_img, t."id", t."name", t."bio",
-             t.payload,
-             t.has_source_ts,
-             CASE
-               WHEN t.raw_value IS NOT NULL THEN 1
-               WHEN (t.env IS NULL) THEN 2
-               WHEN NOT IS_OBJECT(t.env) THEN 3
-               WHEN t.op IS NULL THEN 4
-               WHEN t.op = 't' THEN 5
-               WHEN t.op NOT IN ('c', 'r', 'u', 'd') THEN 6
-               WHEN t.op <> 'd' AND ((t.img IS NULL) OR NOT IS_OBJECT(t.img)) THEN 7
-               WHEN t."id" IS NULL THEN 8
-               WHEN t.has_source_ts AND (t.source_ts_ms IS NULL OR t.source_ts_ms NOT BETWEEN 0 AND 253402300799999) THEN 9
-               WHEN t.op <> 'd' AND NOT (t."j__name" IS NULL) AND t."name" IS NULL AND NOT t."u__name" THEN 10
-               WHEN t.op <> 'd' AND NOT (t."j__bio" IS NULL) AND t."bio" IS NULL AND NOT t."u__bio" THEN 11
-               WHEN t.op = 'd' THEN 12
-               ELSE 0
-             END AS check_no
-      FROM (
-        SELECT f.kafka_partition, f.kafka_offset, f.kafka_timestamp, f.refresh_time, f.payload, f.raw_value, f.env, f.img, f.op, f.source_pos,
-               CAST(f.source_ts_ms AS bigint) AS source_ts_ms,
-               NOT (f.source_ts_ms IS NULL) AS has_source_ts,
-               COALESCE(CAST(f."ji__id" AS integer),
-                 CAST(f."jk__id" AS integer)) AS "id",
-               f."j__name" AS "j__name",
-               f."u__name" AS "u__name",
-               CASE WHEN f."u__name" THEN NULL ELSE CAST(CASE WHEN OCTET_LENGTH(f.x__v0) <= 64 THEN f.x__v0 END AS varchar(64)) END AS "name",
-               f."j__bio" AS "j__bio",
-               f."u__bio" AS "u__bio",
-               CASE WHEN f."u__bio" THEN NULL ELSE CAST(CASE WHEN OCTET_LENGTH(f.x__v1) <= 256 THEN f.x__v1 END AS varchar(256)) END AS "bio",
-               NULLIF('|' || CASE WHEN f."u__name" THEN 'name|' ELSE '' END || CASE WHEN f."u__bio" THEN 'bio|' ELSE '' END, '|') AS unavailable,
-               CASE WHEN f.op IN ('c', 'r', 'u') AND IS_OBJECT(f.img) AND NOT (f."ji__id" IS NOT NULL AND f."j__name" IS NOT NULL AND f."j__bio" IS NOT NULL AND GET_NUMBER_ATTRIBUTES(f.img) = 3) THEN f.img END AS drift_img
-        FROM (
-          SELECT f.*,
-                 COALESCE(f.x__v0 IN ('__debezium_unavailable_value', 'X19kZWJleml1bV91bmF2YWlsYWJsZV92YWx1ZQ==', '["__debezium_unavailable_value"]'), false) AS "u__name",
-                 COALESCE(f.x__v1 IN ('__debezium_unavailable_value', 'X19kZWJleml1bV91bmF2YWlsYWJsZV92YWx1ZQ==', '["__debezium_unavailable_value"]'), false) AS "u__bio"
-          FROM (
-            SELECT f.*,
-                   CASE WHEN IS_VARCHAR(f.b__v0) THEN f.b__v0::varchar(65535) WHEN f.b__v0 IS NOT NULL THEN JSON_SERIALIZE(f.b__v0) END AS "x__v0",
-                   CASE WHEN IS_VARCHAR(f.b__v1) THEN f.b__v1::varchar(65535) WHEN f.b__v1 IS NOT NULL THEN JSON_SERIALIZE(f.b__v1) END AS "x__v1"
-            FROM (
-              SELECT f.*,
-                     (CASE WHEN JSON_SIZE(f."j__name") <= 65535 THEN f."j__name" END) AS "b__v0",
-                     (CASE WHEN JSON_SIZE(f."j__bio") <= 65535 THEN f."j__bio" END) AS "b__v1"
-              FROM (
-                SELECT f.kafka_partition, f.kafka_offset, f.kafka_timestamp, f.refresh_time, f.payload, f.raw_value, f.env, f.img, f.op,
-                       f.src."ts_ms" AS source_ts_ms,
-                       lpad(REGEXP_SUBSTR(f.x__p0, '[0-9]*$'), 20, '0') || '.' || lpad(f.x__p1, 20, '0') || '.' || lpad(COALESCE(f.x__p2, ''), 20, '0') AS source_pos,
-                       f.img."id" AS "ji__id",
-                       CASE WHEN IS_OBJECT(f.key_env) THEN f.key_env."id" ELSE f.key_env END AS "jk__id",
-                       f.img."name" AS "j__name",
-                       f.img."bio" AS "j__bio"
-                FROM (
-                  SELECT f.*,
-                         CASE WHEN IS_VARCHAR(f.b__p0) THEN f.b__p0::varchar(65535) WHEN f.b__p0 IS NOT NULL THEN JSON_SERIALIZE(f.b__p0) END AS "x__p0",
-                         CASE WHEN IS_VARCHAR(f.b__p1) THEN f.b__p1::varchar(65535) WHEN f.b__p1 IS NOT NULL THEN JSON_SERIALIZE(f.b__p1) END AS "x__p1",
-                         CASE WHEN IS_VARCHAR(f.b__p2) THEN f.b__p2::varchar(65535) WHEN f.b__p2 IS NOT NULL THEN JSON_SERIALIZE(f.b__p2) END AS "x__p2"
-                  FROM (
-                    SELECT f.*,
-                           (CASE WHEN JSON_SIZE(f.src."file") <= 65535 THEN f.src."file" END) AS "b__p0",
-                           (CASE WHEN JSON_SIZE(f.src."pos") <= 65535 THEN f.src."pos" END) AS "b__p1",
-                           (CASE WHEN JSON_SIZE(f.src."row") <= 65535 THEN f.src."row" END) AS "b__p2"
-                    FROM (
-                      SELECT f.kafka_partition, f.kafka_offset, f.kafka_timestamp, f.refresh_time,
-                             f.payload, f.raw_value, f.env, f.key_env,
-                             f.x__o0 AS op,
-                             CASE WHEN f.x__o0 = 'd' THEN f.env."before" ELSE f.env."after" END AS img,
-                             f.env."source" AS src
-                      FROM (
-                        SELECT f.*,
-                               CASE WHEN IS_VARCHAR(f.b__o0) THEN f.b__o0::varchar(65535) WHEN f.b__o0 IS NOT NULL THEN JSON_SERIALIZE(f.b__o0) END AS "x__o0"
-                        FROM (
-                          SELECT f.*,
-                                 (CASE WHEN JSON_SIZE(f.env."op") <= 65535 THEN f.env."op" END) AS "b__o0"
-                          FROM (
-                            SELECT s.kafka_partition, s.kafka_offset, s.kafka_timestamp, s.refresh_time,
-                                   s.payload, s.raw_value,
-                                   CASE WHEN IS_OBJECT(s.payload."schema") THEN s.payload."payload" ELSE s.payload END AS env,
-                                   CASE WHEN IS_OBJECT(s.key_payload."schema") THEN s.key_payload."payload" ELSE s.key_payload END AS key_env
-                            FROM "cdc"."my_schema__stream" s
-                            LEFT JOIN "cdc"."my_schema__watermark" w ON w.kafka_partition = s.kafka_partition
-                            WHERE s.refresh_time >= v_since
-                              AND s.kafka_offset > COALESCE(w.last_offset, -1)
-                              AND (s.refresh_time < v_until_time
-                                   OR (s.refresh_time = v_until_time
-                                       AND (s.kafka_partition < v_until_partition
-                                            OR (s.kafka_partition = v_until_partition AND s.kafka_offset <= v_until_offset))))
-                            UNION ALL
-                            -- Quarantined records being replayed (at or below the watermark: already read once).
-                            SELECT r.kafka_partition, r.kafka_offset, r.kafka_timestamp, r.run_started_at,
-                                   r.payload, r.raw_value,
-                                   CASE WHEN IS_OBJECT(r.payload."schema") THEN r.payload."payload" ELSE r.payload END AS env,
-                                   CAST(NULL AS super) AS key_env
-                            FROM "cdc"."my_schema__quarantine" r
-                            WHERE v_replayed > 0 AND r.table_name = 'my_schema' AND r.handled = 'replaying'
-                          ) f
-                        ) f
-                      ) f
-                    ) f
-                  ) f
-                ) f
-              ) f
-            ) f
-          ) f
-        ) f
-      ) t
-    ) t
-  ) c;
+    FROM checked t)
+  SELECT c.kafka_partition, c.kafka_offset, c.kafka_timestamp, c.refresh_time,
+         CASE WHEN OCTET_LENGTH(c.op) <= 64 THEN c.op ELSE SUBSTRING(c.op, 1, 16) END, c.action, c.reason,
+         ROW_NUMBER() OVER (
+           PARTITION BY CASE WHEN c.action IN ('upsert', 'delete') THEN 1 ELSE 0 END, c."id"
+           ORDER BY c.source_pos DESC NULLS LAST, c.kafka_time DESC NULLS LAST, c.kafka_partition DESC, c.kafka_offset DESC),
+         (TIMESTAMP 'epoch' + (c.source_ts_ms / 1000) * INTERVAL '1 second' + (c.source_ts_ms % 1000) * INTERVAL '1 millisecond'),
+         c.source_pos, c.source_pos, c."id", c."name", c."bio", c.unavailable, c.quarantine_payload,
+         CASE WHEN c.action = 'quarantine' THEN c.raw_value END, c.drift_img
+  FROM classified c;
   GET DIAGNOSTICS v_read := ROW_COUNT;
   -- Fresh statistics for a large stage, refilled every run: without them the planner
   -- takes it for empty and joins it to itself row by row (20k events: 13 s, not 1 s).
@@ -330,8 +295,7 @@ BEGIN
   END IF;
   IF v_read > 0 THEN
     -- What the batch needs of the rarely needed steps.
-    SELECT COUNT(_drift_img),
-           COUNT(CASE WHEN _source_pos IS NULL AND _action IN ('upsert', 'delete') THEN 1 END),
+    SELECT COUNT(_drift_img), COUNT(CASE WHEN _source_pos IS NULL AND _action IN ('upsert', 'delete') THEN 1 END),
            COUNT(CASE WHEN _unavailable IS NOT NULL THEN 1 END)
     INTO v_drift, v_positionless, v_unavailable
     FROM "cdc"."my_schema__stage";
@@ -339,70 +303,62 @@ BEGIN
     --    for its key in Kafka order (so it supersedes what precedes it and loses to what
     --    follows), and ranks after what is stored for its key (row or deleted key).
     IF v_positionless > 0 THEN
-      UPDATE "cdc"."my_schema__stage" s SET _rank_pos = r.rank_pos
-      FROM (SELECT x._kafka_partition, x._kafka_offset,
+      UPDATE "cdc"."my_schema__stage" s SET _rank_pos = CASE WHEN r.stored_pos > r.rank_pos OR r.rank_pos IS NULL
+                                         THEN COALESCE(r.stored_pos, r.rank_pos) ELSE r.rank_pos END
+      FROM (SELECT x.*, t._source_pos AS stored_pos,
                    MAX(x._source_pos) OVER (PARTITION BY x."id" ORDER BY x._kafka_time ASC NULLS FIRST, x._kafka_partition, x._kafka_offset
                      ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW) AS rank_pos
             FROM (SELECT z.*, MAX(z._kafka_timestamp) OVER (PARTITION BY z._kafka_partition ORDER BY z._kafka_offset
                     ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW) AS _kafka_time
                   FROM "cdc"."my_schema__stage" z) x
+            LEFT JOIN (SELECT * FROM (SELECT k.*, ROW_NUMBER() OVER (PARTITION BY "id"
+                      ORDER BY _source_pos DESC NULLS LAST, _kafka_partition DESC, _kafka_offset DESC) AS stored_rn__
+                    FROM (SELECT t."id", t._source_pos, t._kafka_partition, t._kafka_offset FROM "cdc"."my_schema" t
+                        WHERE EXISTS (SELECT 1 FROM "cdc"."my_schema__stage" y WHERE y._source_pos IS NULL AND y._action IN ('upsert', 'delete')
+                            AND y."id" = t."id")
+                        UNION ALL SELECT t."id", t._source_pos, t._kafka_partition, t._kafka_offset FROM "cdc"."my_schema__deleted" t
+                        WHERE EXISTS (SELECT 1 FROM "cdc"."my_schema__stage" y WHERE y._source_pos IS NULL AND y._action IN ('upsert', 'delete')
+                            AND y."id" = t."id")) k) o
+               WHERE o.stored_rn__ = 1) t ON t."id" = x."id"
             WHERE x._action IN ('upsert', 'delete')
               AND EXISTS (SELECT 1 FROM "cdc"."my_schema__stage" y WHERE y._source_pos IS NULL AND y._action IN ('upsert', 'delete') AND y."id" = x."id")) r
-      WHERE s._source_pos IS NULL AND s._action IN ('upsert', 'delete')
-        AND s._kafka_partition = r._kafka_partition AND s._kafka_offset = r._kafka_offset;
-      UPDATE "cdc"."my_schema__stage" s SET _rank_pos = t._source_pos
-      FROM (SELECT * FROM (SELECT t.*, ROW_NUMBER() OVER (PARTITION BY t."id"
-              ORDER BY t._source_pos DESC NULLS LAST, t._kafka_partition DESC, t._kafka_offset DESC) AS stored_rn__
-            FROM "cdc"."my_schema" t WHERE EXISTS (SELECT 1 FROM "cdc"."my_schema__stage" y WHERE y._source_pos IS NULL AND y._action IN ('upsert', 'delete') AND y."id" = t."id")) o
-          WHERE o.stored_rn__ = 1) t
-      WHERE s._source_pos IS NULL AND s._action IN ('upsert', 'delete') AND t."id" = s."id"
-        AND t._source_pos IS NOT NULL AND (s._rank_pos IS NULL OR s._rank_pos < t._source_pos);
-      UPDATE "cdc"."my_schema__stage" s SET _rank_pos = t._source_pos
-      FROM (SELECT * FROM (SELECT t.*, ROW_NUMBER() OVER (PARTITION BY t."id"
-              ORDER BY t._source_pos DESC NULLS LAST, t._kafka_partition DESC, t._kafka_offset DESC) AS stored_rn__
-            FROM "cdc"."my_schema__deleted" t WHERE EXISTS (SELECT 1 FROM "cdc"."my_schema__stage" y WHERE y._source_pos IS NULL AND y._action IN ('upsert', 'delete') AND y."id" = t."id")) o
-          WHERE o.stored_rn__ = 1) t
-      WHERE s._source_pos IS NULL AND s._action IN ('upsert', 'delete') AND t."id" = s."id"
-        AND t._source_pos IS NOT NULL AND (s._rank_pos IS NULL OR s._rank_pos < t._source_pos);
+      WHERE s._source_pos IS NULL AND s._action IN ('upsert', 'delete') AND s."id" = r."id" AND s._kafka_partition = r._kafka_partition
+          AND s._kafka_offset = r._kafka_offset;
       UPDATE "cdc"."my_schema__stage" s SET _rn = r.rn
-      FROM (SELECT x._kafka_partition, x._kafka_offset,
-                   ROW_NUMBER() OVER (PARTITION BY x."id" ORDER BY x._rank_pos DESC NULLS LAST, x._kafka_time DESC NULLS LAST, x._kafka_partition DESC, x._kafka_offset DESC) AS rn
+      FROM (SELECT x.*, ROW_NUMBER() OVER (PARTITION BY x."id" ORDER BY x._rank_pos DESC NULLS LAST, x._kafka_time DESC NULLS LAST, x._kafka_partition DESC,
+          x._kafka_offset DESC) AS rn
             FROM (SELECT z.*, MAX(z._kafka_timestamp) OVER (PARTITION BY z._kafka_partition ORDER BY z._kafka_offset
                     ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW) AS _kafka_time
                   FROM "cdc"."my_schema__stage" z) x
             WHERE x._action IN ('upsert', 'delete')
               AND EXISTS (SELECT 1 FROM "cdc"."my_schema__stage" y WHERE y._source_pos IS NULL AND y._action IN ('upsert', 'delete') AND y."id" = x."id")) r
-      WHERE s._kafka_partition = r._kafka_partition AND s._kafka_offset = r._kafka_offset;
+      WHERE s."id" = r."id" AND s._kafka_partition = r._kafka_partition AND s._kafka_offset = r._kafka_offset;
     END IF;
     -- 3. (TOAST) Unchanged out-of-line values arrive as a placeholder and keep what is known.
     IF v_unavailable > 0 THEN
-      UPDATE "cdc"."my_schema__stage" s SET "name" = p."name", _unavailable = REPLACE(s._unavailable, '|name|', '|')
-      FROM "cdc"."my_schema__stage" p,
-           (SELECT "id", MIN(_rn) AS rn FROM "cdc"."my_schema__stage"
-            WHERE _action = 'upsert' AND _rn > 1 AND COALESCE(_unavailable, '') NOT LIKE '%|name|%'
-            GROUP BY "id") m
-      WHERE s._rn = 1 AND s._action = 'upsert' AND s._unavailable LIKE '%|name|%'
-        AND m."id" = s."id" AND p."id" = s."id" AND p._rn = m.rn AND p._action = 'upsert';
-      UPDATE "cdc"."my_schema__stage" s SET "bio" = p."bio", _unavailable = REPLACE(s._unavailable, '|bio|', '|')
-      FROM "cdc"."my_schema__stage" p,
-           (SELECT "id", MIN(_rn) AS rn FROM "cdc"."my_schema__stage"
-            WHERE _action = 'upsert' AND _rn > 1 AND COALESCE(_unavailable, '') NOT LIKE '%|bio|%'
-            GROUP BY "id") m
-      WHERE s._rn = 1 AND s._action = 'upsert' AND s._unavailable LIKE '%|bio|%'
-        AND m."id" = s."id" AND p."id" = s."id" AND p._rn = m.rn AND p._action = 'upsert';
-      UPDATE "cdc"."my_schema__stage" s SET "name" = CASE WHEN s._unavailable LIKE '%|name|%' THEN t."name" ELSE s."name" END,
-             "bio" = CASE WHEN s._unavailable LIKE '%|bio|%' THEN t."bio" ELSE s."bio" END
-      FROM (SELECT * FROM (SELECT t.*, ROW_NUMBER() OVER (PARTITION BY t."id"
-                ORDER BY t._source_pos DESC NULLS LAST, t._kafka_partition DESC, t._kafka_offset DESC) AS stored_rn__
-              FROM "cdc"."my_schema" t WHERE EXISTS (SELECT 1 FROM "cdc"."my_schema__stage" x WHERE x._rn = 1 AND x._action = 'upsert' AND x._unavailable IS NOT NULL AND x."id" = t."id")) o
-            WHERE o.stored_rn__ = 1) t
-      WHERE s._rn = 1 AND s._action = 'upsert' AND s._unavailable IS NOT NULL
-        AND t."id" = s."id";
-    END IF;
-    IF v_unavailable > 0 THEN
+      UPDATE "cdc"."my_schema__stage" s SET "name" = CASE WHEN s._unavailable NOT LIKE '%|name|%' THEN s."name" WHEN u.rn0 IS NOT NULL THEN u.batch0
+          WHEN u.stored THEN u.stored0 ELSE s."name" END,
+             "bio" = CASE WHEN s._unavailable NOT LIKE '%|bio|%' THEN s."bio" WHEN u.rn1 IS NOT NULL THEN u.batch1 WHEN u.stored THEN u.stored1
+                 ELSE s."bio" END,
+             _unavailable = '|' || CASE WHEN s._unavailable LIKE '%|name|%' AND u.rn0 IS NULL THEN 'name|' ELSE '' END || CASE
+                 WHEN s._unavailable LIKE '%|bio|%' AND u.rn1 IS NULL THEN 'bio|' ELSE '' END
+      FROM (SELECT w."id", t.stored_rn__ IS NOT NULL AS stored, m.rn0, p0."name" AS batch0, t."name" AS stored0, m.rn1, p1."bio" AS batch1, t."bio" AS stored1
+            FROM "cdc"."my_schema__stage" w
+            LEFT JOIN (SELECT "id",
+                        MIN(CASE WHEN COALESCE(_unavailable, '') NOT LIKE '%|name|%' THEN _rn END) AS rn0,
+                        MIN(CASE WHEN COALESCE(_unavailable, '') NOT LIKE '%|bio|%' THEN _rn END) AS rn1
+                       FROM "cdc"."my_schema__stage" WHERE _action = 'upsert' AND _rn > 1 GROUP BY "id") m ON m."id" = w."id"
+            LEFT JOIN "cdc"."my_schema__stage" p0 ON p0."id" = w."id" AND p0._rn = m.rn0 AND p0._action = 'upsert'
+            LEFT JOIN "cdc"."my_schema__stage" p1 ON p1."id" = w."id" AND p1._rn = m.rn1 AND p1._action = 'upsert'
+            LEFT JOIN (SELECT * FROM (SELECT t.*, ROW_NUMBER() OVER (PARTITION BY t."id"
+              ORDER BY t._source_pos DESC NULLS LAST, t._kafka_partition DESC, t._kafka_offset DESC) AS stored_rn__
+            FROM "cdc"."my_schema" t WHERE EXISTS (SELECT 1 FROM "cdc"."my_schema__stage" x WHERE x._rn = 1 AND x._action = 'upsert'
+                AND x._unavailable IS NOT NULL AND x."id" = t."id")) o
+          WHERE o.stored_rn__ = 1) t ON t."id" = w."id"
+            WHERE w._rn = 1 AND w._action = 'upsert' AND w._unavailable IS NOT NULL) u
+      WHERE s._rn = 1 AND s._action = 'upsert' AND s._unavailable IS NOT NULL AND u."id" = s."id";
       UPDATE "cdc"."my_schema__stage" s SET _action = 'quarantine',
-             _reason = SUBSTRING('no earlier value is known for the TOAST placeholder (__debezium_unavailable_value) in '
-                                 || BTRIM(s._unavailable, '|'), 1, 1000)
+          _reason = SUBSTRING('no earlier value is known for the TOAST placeholder (__debezium_unavailable_value) in ' || BTRIM(s._unavailable, '|'), 1, 1000)
       WHERE s._rn = 1 AND s._action = 'upsert' AND s._unavailable <> '|'
         AND NOT EXISTS (SELECT 1 FROM "cdc"."my_schema" t WHERE t."id" = s."id");
     END IF;
@@ -417,32 +373,31 @@ BEGIN
     -- 5. A stale winner at exactly the stored position that changes something is another
     --    change of the same transaction (compressed MySQL binlog): it applies, in Kafka
     --    order. A re-sent copy of the stored event stays stale, and so does a replayed
-    --    record earlier in Kafka order than the record that wrote what is stored (its
-    --    `_reason` cleared). (One statement per case: Redshift takes no correlated
-    --    subquery under an OR.)
+    --    record earlier in Kafka order than the record that wrote what is stored.
     IF v_rows > 0 THEN
-      IF v_replayed > 0 THEN
-        UPDATE "cdc"."my_schema__stage" s SET _reason = NULL
-        WHERE s._rn = 1 AND s._action = 'stale' AND s._reason IS NOT NULL
-          AND EXISTS (SELECT 1 FROM "cdc"."my_schema__watermark" w WHERE w.kafka_partition = s._kafka_partition AND s._kafka_offset <= w.last_offset)
-          AND EXISTS (SELECT 1 FROM "cdc"."my_schema" t WHERE t."id" = s."id" AND t._source_pos = s._source_pos
-            AND (s._kafka_partition < t._kafka_partition OR (s._kafka_partition = t._kafka_partition AND s._kafka_offset < t._kafka_offset)));
-        UPDATE "cdc"."my_schema__stage" s SET _reason = NULL
-        WHERE s._rn = 1 AND s._action = 'stale' AND s._reason IS NOT NULL
-          AND EXISTS (SELECT 1 FROM "cdc"."my_schema__watermark" w WHERE w.kafka_partition = s._kafka_partition AND s._kafka_offset <= w.last_offset)
-          AND EXISTS (SELECT 1 FROM "cdc"."my_schema__deleted" t WHERE t."id" = s."id" AND t._source_pos = s._source_pos
-            AND (s._kafka_partition < t._kafka_partition OR (s._kafka_partition = t._kafka_partition AND s._kafka_offset < t._kafka_offset)));
-      END IF;
       UPDATE "cdc"."my_schema__stage" s SET _action = s._reason, _reason = NULL
-      WHERE s._rn = 1 AND s._action = 'stale' AND s._reason = 'upsert'
-        AND EXISTS (SELECT 1 FROM "cdc"."my_schema" t WHERE t."id" = s."id" AND t._source_pos = s._source_pos
-          AND ((t."name" <> s."name" OR (t."name" IS NULL) <> (s."name" IS NULL)) OR (t."bio" <> s."bio" OR (t."bio" IS NULL) <> (s."bio" IS NULL))));
-      UPDATE "cdc"."my_schema__stage" s SET _action = s._reason, _reason = NULL
-      WHERE s._rn = 1 AND s._action = 'stale' AND s._reason = 'upsert'
-        AND EXISTS (SELECT 1 FROM "cdc"."my_schema__deleted" t WHERE t."id" = s."id" AND t._source_pos = s._source_pos);
-      UPDATE "cdc"."my_schema__stage" s SET _action = s._reason, _reason = NULL
-      WHERE s._rn = 1 AND s._action = 'stale' AND s._reason = 'delete'
-        AND EXISTS (SELECT 1 FROM "cdc"."my_schema" t WHERE t."id" = s."id" AND t._source_pos = s._source_pos);
+      FROM (SELECT x."id", x._kafka_partition, x._kafka_offset,
+                   MAX(CASE WHEN x._reason = 'upsert' AND (t.deleted__ OR (t."name" <> x."name" OR (t."name" IS NULL) <> (x."name" IS NULL))
+                       OR (t."bio" <> x."bio" OR (t."bio" IS NULL) <> (x."bio" IS NULL))) OR x._reason = 'delete' AND NOT t.deleted__ THEN 1
+                       ELSE 0 END) AS changes,
+                   MAX(CASE WHEN x._kafka_offset <= w.last_offset AND (t._kafka_partition = x._kafka_partition AND t._kafka_offset > x._kafka_offset
+                       OR t._kafka_partition <> x._kafka_partition AND (t.kafka_time__ > x._kafka_timestamp
+                       OR (COALESCE(t.kafka_time__ = x._kafka_timestamp, true) AND t._kafka_partition > x._kafka_partition))) THEN 1 ELSE 0 END) AS older_replay
+            FROM "cdc"."my_schema__stage" x
+            JOIN (SELECT t."id", t._source_pos, t._kafka_partition, t._kafka_offset, m.kafka_timestamp AS kafka_time__, false AS deleted__, t."name",
+                t."bio" FROM "cdc"."my_schema" t LEFT JOIN "cdc"."my_schema__stream" m ON m.kafka_partition = t._kafka_partition
+                AND m.kafka_offset = t._kafka_offset WHERE EXISTS (SELECT 1 FROM "cdc"."my_schema__stage" y WHERE y._rn = 1 AND y._action = 'stale'
+                AND y."id" = t."id" AND y._source_pos = t._source_pos)
+                        UNION ALL SELECT t."id", t._source_pos, t._kafka_partition, t._kafka_offset, t._kafka_timestamp, true, NULL,
+                            NULL FROM "cdc"."my_schema__deleted" t WHERE EXISTS (SELECT 1 FROM "cdc"."my_schema__stage" y WHERE y._rn = 1
+                            AND y._action = 'stale' AND y."id" = t."id" AND y._source_pos = t._source_pos)) t
+              ON t."id" = x."id" AND t._source_pos = x._source_pos
+            LEFT JOIN "cdc"."my_schema__watermark" w ON w.kafka_partition = x._kafka_partition
+            WHERE x._rn = 1 AND x._action = 'stale'
+            GROUP BY x."id", x._kafka_partition, x._kafka_offset) c
+      WHERE s._rn = 1 AND s._action = 'stale' AND c."id" = s."id"
+        AND s._kafka_partition = c._kafka_partition AND s._kafka_offset = c._kafka_offset
+        AND c.changes = 1 AND c.older_replay = 0;
     END IF;
     -- A winner without a source position was never stale; it is recorded at the position
     -- it ranked by, so replays of what it superseded stay stale.
@@ -450,14 +405,10 @@ BEGIN
       UPDATE "cdc"."my_schema__stage" SET _source_pos = _rank_pos
       WHERE _rn = 1 AND _action IN ('upsert', 'delete') AND _source_pos IS NULL;
     END IF;
-    SELECT COUNT(CASE WHEN _rn = 1 AND _action = 'upsert' THEN 1 END),
-           COUNT(CASE WHEN _rn = 1 AND _action = 'delete' THEN 1 END),
-           COUNT(CASE WHEN _action = 'quarantine' THEN 1 END),
-           COUNT(CASE WHEN _action = 'tombstone' THEN 1 END),
-           COUNT(CASE WHEN _action IN ('stale', 'truncated') THEN 1 END),
-           COUNT(CASE WHEN _rn > 1 AND _action IN ('upsert', 'delete') THEN 1 END),
-           COUNT(CASE WHEN _action = 'truncate' THEN 1 END),
-           DATEDIFF(microsecond, MAX(_kafka_timestamp), v_started) / 1000000.0
+    SELECT COUNT(CASE WHEN _rn = 1 AND _action = 'upsert' THEN 1 END), COUNT(CASE WHEN _rn = 1 AND _action = 'delete' THEN 1 END),
+           COUNT(CASE WHEN _action = 'quarantine' THEN 1 END), COUNT(CASE WHEN _action = 'tombstone' THEN 1 END),
+           COUNT(CASE WHEN _action IN ('stale', 'truncated') THEN 1 END), COUNT(CASE WHEN _rn > 1 AND _action IN ('upsert', 'delete') THEN 1 END),
+           COUNT(CASE WHEN _action = 'truncate' THEN 1 END), DATEDIFF(microsecond, MAX(_kafka_timestamp), v_started) / 1000000.0
     INTO v_upserted, v_deleted, v_quarantined, v_tombstones, v_stale, v_superseded, v_truncates, v_lag
     FROM "cdc"."my_schema__stage";
     -- 6. Apply: remove the current row of every key with a winning event (the join is
@@ -488,15 +439,14 @@ BEGIN
              CASE WHEN k.configured = 1 THEN k.images - k.seen ELSE k.seen END
       FROM (SELECT u.field, MAX(u.configured) AS configured, SUM(u.seen) AS seen,
                    MAX(MAX(u.images)) OVER () AS images
-            FROM (SELECT CASE WHEN OCTET_LENGTH(CAST(x_field AS varchar(65535))) <= 256 THEN CAST(x_field AS varchar(65535)) ELSE SUBSTRING(CAST(x_field AS varchar(65535)), 1, 64) END AS field, 0 AS configured, 1 AS seen, x0.images
+            FROM (SELECT CASE WHEN OCTET_LENGTH(CAST(x_field AS varchar(65535))) <= 256 THEN CAST(x_field AS varchar(65535))
+                ELSE SUBSTRING(CAST(x_field AS varchar(65535)), 1, 64) END AS field, 0 AS configured, 1 AS seen, x0.images
                   FROM (
                     SELECT s._drift_img AS img, COUNT(*) OVER () AS images
                     FROM "cdc"."my_schema__stage" s
                     WHERE s._drift_img IS NOT NULL
                   ) x0, UNPIVOT x0.img AS x_value AT x_field
-                  UNION ALL SELECT 'id', 1, 0, 0
-                  UNION ALL SELECT 'name', 1, 0, 0
-                  UNION ALL SELECT 'bio', 1, 0, 0) u
+                  UNION ALL SELECT 'id', 1, 0, 0 UNION ALL SELECT 'name', 1, 0, 0 UNION ALL SELECT 'bio', 1, 0, 0) u
             GROUP BY u.field) k
       WHERE (k.configured = 1 AND k.seen < k.images)
          OR (k.configured = 0 AND SUBSTRING(k.field, 1, 2) <> '__');  -- '__' fields: unwrap metadata
@@ -539,10 +489,10 @@ BEGIN
   SELECT 'my_schema', PG_BACKEND_PID(), v_started, CAST(TO_TIMESTAMP(TIMEOFDAY(), 'Dy Mon DD HH24:MI:SS.US YYYY') AS timestamp), v_read, v_upserted, v_deleted,
     v_quarantined, v_tombstones, v_stale, v_superseded, v_truncates, v_wm_before,
     LISTAGG(CASE WHEN r.pos__ <= 65503 THEN r.item__ END, ',') WITHIN GROUP (ORDER BY r.order__)
-         || CASE WHEN COUNT(CASE WHEN r.pos__ > 65503 THEN 1 END) > 0 THEN ' (+' || CAST(COUNT(CASE WHEN r.pos__ > 65503 THEN 1 END) AS varchar(20)) || ' more)' ELSE '' END, v_lag, 'ok'
-  FROM (SELECT r.*, CAST(r.kafka_partition AS varchar(20)) || ':' || CAST(r.last_offset AS varchar(20)) AS item__, r.kafka_partition AS order__,
-               SUM(OCTET_LENGTH(CAST(r.kafka_partition AS varchar(20)) || ':' || CAST(r.last_offset AS varchar(20))) + 1) OVER (ORDER BY r.kafka_partition ROWS UNBOUNDED PRECEDING) AS pos__
-        FROM "cdc"."my_schema__watermark" r) r;
+         || COALESCE(' (+' || CAST(NULLIF(COUNT(CASE WHEN r.pos__ > 65503 THEN 1 END), 0) AS varchar(20)) || ' more)', ''), v_lag, 'ok'
+  FROM (SELECT r.*, SUM(OCTET_LENGTH(r.item__) + 1) OVER (ORDER BY r.order__ ROWS UNBOUNDED PRECEDING) AS pos__
+        FROM (SELECT r.*, CAST(r.kafka_partition AS varchar(20)) || ':' || CAST(r.last_offset AS varchar(20)) AS item__,
+            r.kafka_partition AS order__ FROM "cdc"."my_schema__watermark" r) r) r;
   INSERT INTO "cdc"."sync_run_log" (table_name, backend_pid, started_at, finished_at, events_read, upserted, deleted,
     quarantined, tombstones, stale, superseded, truncates, watermark_before, watermark_after, lag_seconds, status)
   SELECT * FROM "sync_call_result";
@@ -566,11 +516,7 @@ AS $$
 -- Quarantines the first pending record, which the caller found to make the engine
 -- raise, with the engine's error text, and moves the watermark past it.
 DECLARE
-  v_started timestamp;
-  v_since timestamp;
-  v_partition bigint;
-  v_offset bigint;
-  v_refresh_time timestamp;
+  v_started timestamp; v_since timestamp; v_partition bigint; v_offset bigint; v_refresh_time timestamp;
 BEGIN
   -- 1. Single flight, as in the sync itself.
   LOCK TABLE "cdc"."my_schema__watermark";
@@ -587,7 +533,10 @@ BEGIN
   WHERE x.read_no = 1;
   IF v_partition IS NOT NULL THEN
     INSERT INTO "cdc"."my_schema__quarantine" (table_name, kafka_partition, kafka_offset, kafka_timestamp, reason, payload, raw_value, run_started_at)
-    SELECT 'my_schema', s.kafka_partition, s.kafka_offset, s.kafka_timestamp, CASE WHEN OCTET_LENGTH('the warehouse could not apply this record: ' || COALESCE(p_reason, 'no error text')) <= 1000 THEN 'the warehouse could not apply this record: ' || COALESCE(p_reason, 'no error text') ELSE SUBSTRING('the warehouse could not apply this record: ' || COALESCE(p_reason, 'no error text'), 1, 250) END, s.payload, s.raw_value, v_started
+    SELECT 'my_schema', s.kafka_partition, s.kafka_offset, s.kafka_timestamp, CASE
+        WHEN OCTET_LENGTH('the warehouse could not apply this record: ' || COALESCE(p_reason, 'no error text')) <= 1000
+        THEN 'the warehouse could not apply this record: ' || COALESCE(p_reason, 'no error text')
+        ELSE SUBSTRING('the warehouse could not apply this record: ' || COALESCE(p_reason, 'no error text'), 1, 250) END, s.payload, s.raw_value, v_started
     FROM "cdc"."my_schema__stream" s
     WHERE s.kafka_partition = v_partition AND s.kafka_offset = v_offset AND s.refresh_time = v_refresh_time;
     UPDATE "cdc"."my_schema__watermark" SET last_offset = v_offset, last_refresh_time = v_refresh_time, updated_at = v_started

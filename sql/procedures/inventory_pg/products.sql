@@ -122,28 +122,11 @@ AS $$
 -- Merges new records of the topic into the target (p_max_records NULL: all of them);
 -- see the README, 'How a sync works: the procedure contract'.
 DECLARE
-  v_started timestamp;
-  v_since timestamp;
-  v_wm_before varchar(65535);
-  v_read bigint := 0;
-  v_upserted bigint := 0;
-  v_deleted bigint := 0;
-  v_quarantined bigint := 0;
-  v_tombstones bigint := 0;
-  v_stale bigint := 0;
-  v_superseded bigint := 0;
-  v_truncates bigint := 0;
-  v_rows bigint := 0;
-  v_positionless bigint := 0;
-  v_unavailable bigint := 0;
-  v_drift bigint := 0;
-  v_replayed bigint := 0;
-  v_lag double precision;
-  v_until_time timestamp;
-  v_until_partition bigint;
-  v_until_offset bigint;
-  v_truncate_pos varchar(64);
-  v_truncate_ts timestamp;
+  v_started timestamp; v_since timestamp; v_wm_before varchar(65535); v_read bigint := 0; v_upserted bigint := 0;
+  v_deleted bigint := 0; v_quarantined bigint := 0; v_tombstones bigint := 0; v_stale bigint := 0;
+  v_superseded bigint := 0; v_truncates bigint := 0; v_rows bigint := 0; v_positionless bigint := 0;
+  v_unavailable bigint := 0; v_drift bigint := 0; v_replayed bigint := 0; v_lag double precision; v_until_time timestamp;
+  v_until_partition bigint; v_until_offset bigint; v_truncate_pos varchar(64); v_truncate_ts timestamp;
 BEGIN
   -- 10. Session settings this procedure needs.
   SET enable_case_sensitive_identifier TO true;
@@ -157,11 +140,11 @@ BEGIN
   SELECT MAX(r.last_refresh_time),
          (SELECT COUNT(*) FROM "inventory"."products__quarantine" WHERE table_name = 'products' AND handled = 'replaying'),
          LISTAGG(CASE WHEN r.pos__ <= 65503 THEN r.item__ END, ',') WITHIN GROUP (ORDER BY r.order__)
-         || CASE WHEN COUNT(CASE WHEN r.pos__ > 65503 THEN 1 END) > 0 THEN ' (+' || CAST(COUNT(CASE WHEN r.pos__ > 65503 THEN 1 END) AS varchar(20)) || ' more)' ELSE '' END
+         || COALESCE(' (+' || CAST(NULLIF(COUNT(CASE WHEN r.pos__ > 65503 THEN 1 END), 0) AS varchar(20)) || ' more)', '')
   INTO v_since, v_replayed, v_wm_before
-  FROM (SELECT r.*, CAST(r.kafka_partition AS varchar(20)) || ':' || CAST(r.last_offset AS varchar(20)) AS item__, r.kafka_partition AS order__,
-               SUM(OCTET_LENGTH(CAST(r.kafka_partition AS varchar(20)) || ':' || CAST(r.last_offset AS varchar(20))) + 1) OVER (ORDER BY r.kafka_partition ROWS UNBOUNDED PRECEDING) AS pos__
-        FROM "inventory"."products__watermark" r) r;
+  FROM (SELECT r.*, SUM(OCTET_LENGTH(r.item__) + 1) OVER (ORDER BY r.order__ ROWS UNBOUNDED PRECEDING) AS pos__
+        FROM (SELECT r.*, CAST(r.kafka_partition AS varchar(20)) || ':' || CAST(r.last_offset AS varchar(20)) AS item__,
+            r.kafka_partition AS order__ FROM "inventory"."products__watermark" r) r) r;
   v_since := COALESCE(v_since, TIMESTAMP '1900-01-01 00:00:00');
   -- A bounded run (record isolation by the caller) reads the first p_max_records pending
   -- records in (refresh_time, partition, offset) order: a prefix of every partition
@@ -187,18 +170,223 @@ BEGIN
     "_source_ts", "_source_pos", "_rank_pos", "id", "sku", "description", "price", "weight", "released", "updated_at",
     "published_at", "attributes", "in_stock", "_unavailable", "_payload", "_raw_value", "_drift_img"
   )
-  SELECT c.kafka_partition, c.kafka_offset, c.kafka_timestamp, c.refresh_time,
-         CASE WHEN OCTET_LENGTH(c.op) <= 64 THEN c.op ELSE SUBSTRING(c.op, 1, 16) END, c.action, c.reason,
-         ROW_NUMBER() OVER (
-           PARTITION BY CASE WHEN c.action IN ('upsert', 'delete') THEN 1 ELSE 0 END, c."id"
-           ORDER BY c.source_pos DESC NULLS LAST, c.kafka_time DESC NULLS LAST, c.kafka_partition DESC, c.kafka_offset DESC),
-         (TIMESTAMP 'epoch' + (c.source_ts_ms / 1000) * INTERVAL '1 second' + (c.source_ts_ms % 1000) * INTERVAL '1 millisecond'),
-         c.source_pos, c.source_pos, c."id", c."sku", c."description", c."price", c."weight", c."released", c."updated_at",
-         c."published_at", c."attributes", c."in_stock", c.unavailable, c.quarantine_payload,
-         CASE WHEN c.action = 'quarantine' THEN c.raw_value END, c.drift_img
-  FROM (
-    SELECT
-           t.kafka_partition, t.kafka_offset, t.kafka_timestamp, t.refresh_time, t.raw_value, t.op,
+  WITH batch AS (
+    SELECT s.kafka_partition, s.kafka_offset, s.kafka_timestamp, s.refresh_time,
+           s.payload, s.raw_value,
+           CASE WHEN IS_OBJECT(s.payload."schema") THEN s.payload."payload" ELSE s.payload END AS env,
+           CASE WHEN IS_OBJECT(s.key_payload."schema") THEN s.key_payload."payload" ELSE s.key_payload END AS key_env
+    FROM "inventory"."products__stream" s
+    LEFT JOIN "inventory"."products__watermark" w ON w.kafka_partition = s.kafka_partition
+    WHERE s.refresh_time >= v_since
+      AND s.kafka_offset > COALESCE(w.last_offset, -1)
+      AND (s.refresh_time < v_until_time
+           OR (s.refresh_time = v_until_time
+               AND (s.kafka_partition < v_until_partition
+                    OR (s.kafka_partition = v_until_partition AND s.kafka_offset <= v_until_offset))))
+    UNION ALL
+    -- Quarantined records being replayed (at or below the watermark: already read once).
+    SELECT r.kafka_partition, r.kafka_offset, r.kafka_timestamp, r.run_started_at,
+           r.payload, r.raw_value,
+           CASE WHEN IS_OBJECT(r.payload."schema") THEN r.payload."payload" ELSE r.payload END AS env,
+           CAST(NULL AS super) AS key_env
+    FROM "inventory"."products__quarantine" r
+    WHERE v_replayed > 0 AND r.table_name = 'products' AND r.handled = 'replaying'),
+  batch_1 AS (
+    SELECT f.*, (CASE WHEN JSON_SIZE(f.env."op") <= 65535 THEN f.env."op" END) AS "b__o0"
+    FROM batch f),
+  batch_2 AS (
+    SELECT f.*, CASE WHEN IS_VARCHAR(f.b__o0) THEN f.b__o0::varchar(65535) WHEN f.b__o0 IS NOT NULL THEN JSON_SERIALIZE(f.b__o0) END AS "x__o0"
+    FROM batch_1 f),
+  envelope AS (
+    SELECT f.kafka_partition, f.kafka_offset, f.kafka_timestamp, f.refresh_time,
+           f.payload, f.raw_value, f.env, f.key_env,
+           f.x__o0 AS op,
+           CASE WHEN f.x__o0 = 'd' THEN f.env."before" ELSE f.env."after" END AS img,
+           f.env."source" AS src
+    FROM batch_2 f),
+  envelope_1 AS (
+    SELECT f.*, (CASE WHEN JSON_SIZE(f.src."sequence") <= 65535 THEN f.src."sequence" END) AS "b__p0",
+           (CASE WHEN JSON_SIZE(f.src."lsn") <= 65535 THEN f.src."lsn" END) AS "b__p1"
+    FROM envelope f),
+  envelope_2 AS (
+    SELECT f.*, CASE WHEN IS_VARCHAR(f.b__p0) THEN f.b__p0::varchar(65535) WHEN f.b__p0 IS NOT NULL THEN JSON_SERIALIZE(f.b__p0) END AS "x__p0",
+           CASE WHEN IS_VARCHAR(f.b__p1) THEN f.b__p1::varchar(65535) WHEN f.b__p1 IS NOT NULL THEN JSON_SERIALIZE(f.b__p1) END AS "x__p1"
+    FROM envelope_1 f),
+  fields AS (
+    SELECT f.kafka_partition, f.kafka_offset, f.kafka_timestamp, f.refresh_time, f.payload, f.raw_value, f.env, f.img, f.op, f.src."ts_ms" AS source_ts_ms,
+           CASE WHEN COALESCE(NULLIF(NULLIF(REGEXP_SUBSTR(f.x__p0, '([0-9]+)"?[]]$', 1, 1, 'e'), ''), ''), f.x__p1) IS NOT NULL
+               THEN lpad(COALESCE(NULLIF(NULLIF(REGEXP_SUBSTR(f.x__p0, '^[[]"?([0-9]*)', 1, 1, 'e'), ''), ''),
+               COALESCE(NULLIF(NULLIF(REGEXP_SUBSTR(f.x__p0, '([0-9]+)"?[]]$', 1, 1, 'e'), ''), ''), f.x__p1)), 20,
+               '0') || '.' || lpad(COALESCE(NULLIF(NULLIF(REGEXP_SUBSTR(f.x__p0, '([0-9]+)"?[]]$', 1, 1, 'e'), ''), ''), f.x__p1), 20, '0') END AS source_pos,
+           f.img."id" AS "ji__id", CASE WHEN IS_OBJECT(f.key_env) THEN f.key_env."id" ELSE f.key_env END AS "jk__id", f.img."Sku" AS "j__sku",
+           f.img."description" AS "j__description", f.img."price" AS "j__price", f.img."weight" AS "j__weight", f.img."released" AS "j__released",
+           f.img."updated_at" AS "j__updated_at", f.img."published_at" AS "j__published_at", f.img."attributes" AS "j__attributes",
+           f.img."in_stock" AS "j__in_stock"
+    FROM envelope_2 f),
+  fields_1 AS (
+    SELECT f.*, (CASE WHEN JSON_SIZE(f."j__sku") <= 65535 THEN f."j__sku" END) AS "b__v0",
+           (CASE WHEN JSON_SIZE(f."j__description") <= 65535 THEN f."j__description" END) AS "b__v1",
+           (CASE WHEN JSON_SIZE(f."j__price") <= 65535 THEN f."j__price" END) AS "b__v2t",
+           (CASE WHEN JSON_SIZE(f."j__weight"."value") <= 65535 THEN f."j__weight"."value" END) AS "b__v3t",
+           CAST(f."j__weight"."scale" AS integer) AS "k__v3",
+           CASE WHEN CAST(f."j__released" AS bigint) BETWEEN -719162 AND 2932896 THEN CAST(f."j__released" AS bigint) END AS "e__v4",
+           CASE WHEN CAST(f."j__updated_at" AS bigint) BETWEEN -62135596800000000 AND 253402300799999999 THEN CAST(f."j__updated_at" AS bigint) END AS "e__v5",
+           (CASE WHEN JSON_SIZE(f."j__published_at") <= 65535 THEN f."j__published_at" END) AS "b__v6t",
+           (CASE WHEN JSON_SIZE(f."j__attributes") <= 65535 THEN f."j__attributes" END) AS "b__v7t"
+    FROM fields f),
+  fields_2 AS (
+    SELECT f.*, CASE WHEN IS_VARCHAR(f.b__v0) THEN f.b__v0::varchar(65535) WHEN f.b__v0 IS NOT NULL THEN JSON_SERIALIZE(f.b__v0) END AS "x__v0",
+           CASE WHEN IS_VARCHAR(f.b__v1) THEN f.b__v1::varchar(65535) WHEN f.b__v1 IS NOT NULL THEN JSON_SERIALIZE(f.b__v1) END AS "x__v1",
+           CASE WHEN IS_VARCHAR(f.b__v2t) THEN f.b__v2t::varchar(65535) WHEN f.b__v2t IS NOT NULL THEN JSON_SERIALIZE(f.b__v2t) END AS "x__v2t",
+           CASE WHEN IS_VARCHAR(f.b__v3t) THEN f.b__v3t::varchar(65535) WHEN f.b__v3t IS NOT NULL THEN JSON_SERIALIZE(f.b__v3t) END AS "x__v3t",
+           CASE WHEN IS_VARCHAR(f.b__v6t) THEN f.b__v6t::varchar(65535) WHEN f.b__v6t IS NOT NULL THEN JSON_SERIALIZE(f.b__v6t) END AS "x__v6t",
+           CASE WHEN IS_VARCHAR(f.b__v7t) THEN f.b__v7t::varchar(65535) WHEN f.b__v7t IS NOT NULL THEN JSON_SERIALIZE(f.b__v7t) END AS "x__v7t"
+    FROM fields_1 f),
+  fields_3 AS (
+    SELECT f.*,
+           COALESCE(f.x__v0 IN ('__debezium_unavailable_value', 'X19kZWJleml1bV91bmF2YWlsYWJsZV92YWx1ZQ==', '["__debezium_unavailable_value"]'),
+               false) AS "u__sku",
+           COALESCE(f.x__v1 IN ('__debezium_unavailable_value', 'X19kZWJleml1bV91bmF2YWlsYWJsZV92YWx1ZQ==', '["__debezium_unavailable_value"]'),
+               false) AS "u__description",
+           COALESCE(f.x__v7t IN ('__debezium_unavailable_value', 'X19kZWJleml1bV91bmF2YWlsYWJsZV92YWx1ZQ==', '["__debezium_unavailable_value"]'),
+               false) AS "u__attributes",
+           CASE WHEN IS_VARCHAR(f."j__price") AND f.x__v2t ~ '^([A-Za-z0-9+/]{4})*([A-Za-z0-9+/]{2}==|[A-Za-z0-9+/]{3}=)?$' AND LENGTH(f.x__v2t) BETWEEN 4
+               AND 24 THEN f.x__v2t END AS "s__v2",
+           CASE WHEN IS_VARCHAR(f."j__weight"."value") AND f.x__v3t ~ '^([A-Za-z0-9+/]{4})*([A-Za-z0-9+/]{2}==|[A-Za-z0-9+/]{3}=)?$'
+               AND LENGTH(f.x__v3t) BETWEEN 4 AND 24 THEN f.x__v3t END AS "s__v3",
+           CASE WHEN IS_VARCHAR(f."j__published_at")
+               AND f.x__v6t ~ '^[0-9]{4}-[0-9]{2}-[0-9]{2}T([01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9]([.][0-9]{1,9})?(Z|[+-][01][0-9]:[0-5][0-9](:[0-5][0-9])?)$'
+               THEN f.x__v6t END AS "z__v6"
+    FROM fields_2 f),
+  fields_4 AS (
+    SELECT f.*, FROM_VARBYTE(TO_VARBYTE(f.s__v2, 'base64'), 'hex') AS "x__v2", FROM_VARBYTE(TO_VARBYTE(f.s__v3, 'base64'), 'hex') AS "x__v3",
+           CAST(CASE WHEN f.z__v6 IS NOT NULL THEN SUBSTRING(f.z__v6, 1, 4) END AS integer) AS "y__v6",
+           CAST(CASE WHEN f.z__v6 IS NOT NULL THEN SUBSTRING(f.z__v6, 6, 2) END AS integer) AS "mo__v6",
+           CAST(CASE WHEN f.z__v6 IS NOT NULL THEN SUBSTRING(f.z__v6, 9, 2) END AS integer) AS "dd__v6",
+           CAST(CASE WHEN f.z__v6 IS NOT NULL
+               THEN RPAD(SUBSTRING(COALESCE(NULLIF(REGEXP_SUBSTR(f.z__v6, '^.{19}[.]([0-9]{1,9})', 1, 1, 'e'), ''), ''), 1, 6), 6,
+               '0') END AS integer) AS "us__v6",
+           CAST(CASE WHEN f.z__v6 IS NOT NULL THEN SUBSTRING(f.z__v6, 12, 2) END AS integer) * 3600 + CAST(CASE WHEN f.z__v6 IS NOT NULL
+               THEN SUBSTRING(f.z__v6, 15, 2) END AS integer) * 60 + CAST(CASE WHEN f.z__v6 IS NOT NULL
+               THEN SUBSTRING(f.z__v6, 18, 2) END AS integer) AS "sod__v6",
+           CASE WHEN f.z__v6 LIKE '%Z' THEN 0 ELSE CASE
+               WHEN SUBSTRING(f.z__v6, LENGTH(f.z__v6) - 5 - (CASE WHEN SUBSTRING(f.z__v6, LENGTH(f.z__v6) - 5, 1) = ':' THEN 3 ELSE 0 END), 1) = '-' THEN -1
+               ELSE 1 END * (CAST(CASE WHEN NOT f.z__v6 LIKE '%Z'
+               THEN SUBSTRING(f.z__v6, LENGTH(f.z__v6) - 4 - (CASE WHEN SUBSTRING(f.z__v6, LENGTH(f.z__v6) - 5, 1) = ':' THEN 3
+               ELSE 0 END), 2) END AS integer) * 3600 + CAST(CASE WHEN NOT f.z__v6 LIKE '%Z'
+               THEN SUBSTRING(f.z__v6, LENGTH(f.z__v6) - 1 - (CASE WHEN SUBSTRING(f.z__v6, LENGTH(f.z__v6) - 5, 1) = ':' THEN 3
+               ELSE 0 END), 2) END AS integer) * 60 + COALESCE(CAST(CASE WHEN NOT f.z__v6 LIKE '%Z' AND SUBSTRING(f.z__v6, LENGTH(f.z__v6) - 5, 1) = ':'
+               THEN SUBSTRING(f.z__v6, LENGTH(f.z__v6) - 1, 2) END AS integer), 0)) END AS "off__v6"
+    FROM fields_3 f),
+  fields_5 AS (
+    SELECT f.*, CASE WHEN LENGTH(f.x__v2) <= 32 THEN LPAD(f.x__v2, 32, CASE WHEN SUBSTRING(f.x__v2, 1, 1) >= '8' THEN 'f' ELSE '0' END) END AS "h__v2",
+           CASE WHEN SUBSTRING(f.x__v2, 1, 1) >= '8' THEN 1 ELSE 0 END AS "n__v2",
+           CASE WHEN LENGTH(f.x__v3) <= 32 THEN LPAD(f.x__v3, 32, CASE WHEN SUBSTRING(f.x__v3, 1, 1) >= '8' THEN 'f' ELSE '0' END) END AS "h__v3",
+           CASE WHEN SUBSTRING(f.x__v3, 1, 1) >= '8' THEN 1 ELSE 0 END AS "n__v3"
+    FROM fields_4 f),
+  fields_6 AS (
+    SELECT f.*, ABS(f.n__v2 * 65535 - STRTOL(SUBSTRING(f.h__v2, 1, 4), 16)) AS "a__v2",
+           ABS(f.n__v2 * 72057594037927935 - STRTOL(SUBSTRING(f.h__v2, 5, 14), 16)) AS "b__v2",
+           ABS(f.n__v2 * 72057594037927935 - STRTOL(SUBSTRING(f.h__v2, 19, 14), 16)) AS "c__v2",
+           ABS(f.n__v3 * 65535 - STRTOL(SUBSTRING(f.h__v3, 1, 4), 16)) AS "a__v3",
+           ABS(f.n__v3 * 72057594037927935 - STRTOL(SUBSTRING(f.h__v3, 5, 14), 16)) AS "b__v3",
+           ABS(f.n__v3 * 72057594037927935 - STRTOL(SUBSTRING(f.h__v3, 19, 14), 16)) AS "c__v3"
+    FROM fields_5 f),
+  fields_7 AS (
+    SELECT f.*, CAST(f.b__v2 AS decimal(38,0)) * 72057594037927936 + f.c__v2 + f.n__v2 AS "l__v2",
+           CAST(f.b__v3 AS decimal(38,0)) * 72057594037927936 + f.c__v3 + f.n__v3 AS "l__v3"
+    FROM fields_6 f),
+  fields_8 AS (
+    SELECT f.*,
+           CAST(CAST(CASE WHEN f.a__v2 < 19259 OR (f.a__v2 = 19259 AND f.l__v2 <= 1554801477754702131171195550171135)
+               THEN f.a__v2 END AS decimal(38,0)) * 5192296858534827628530496329220096 + f.l__v2 AS varchar(40)) AS "m__v2",
+           CAST(CAST(CASE WHEN f.a__v3 < 19259 OR (f.a__v3 = 19259 AND f.l__v3 <= 1554801477754702131171195550171135)
+               THEN f.a__v3 END AS decimal(38,0)) * 5192296858534827628530496329220096 + f.l__v3 AS varchar(40)) AS "m__v3"
+    FROM fields_7 f),
+  fields_9 AS (
+    SELECT f.*, LPAD(f.m__v2, GREATEST(LENGTH(f.m__v2), LEAST(2, 38) + 1), '0') AS "g__v2",
+           LPAD(f.m__v3, GREATEST(LENGTH(f.m__v3), LEAST(f.k__v3, 38) + 1), '0') AS "g__v3"
+    FROM fields_8 f),
+  fields_10 AS (
+    SELECT f.*,
+           CASE WHEN f.g__v2 IS NOT NULL AND 2 BETWEEN 0 AND 38
+               THEN (CASE WHEN f.n__v2 = 1 THEN '-' ELSE '' END) || SUBSTRING(f.g__v2, 1, LENGTH(f.g__v2) - 2) || (CASE WHEN 2 > 0
+               THEN '.' || SUBSTRING(f.g__v2, LENGTH(f.g__v2) - 2 + 1) ELSE '' END) END AS "t__v2",
+           CASE WHEN f.g__v3 IS NOT NULL AND f.k__v3 BETWEEN 0 AND 38
+               THEN (CASE WHEN f.n__v3 = 1 THEN '-' ELSE '' END) || SUBSTRING(f.g__v3, 1, LENGTH(f.g__v3) - f.k__v3) || (CASE WHEN f.k__v3 > 0
+               THEN '.' || SUBSTRING(f.g__v3, LENGTH(f.g__v3) - f.k__v3 + 1) ELSE '' END) WHEN f.g__v3 IS NOT NULL AND f.k__v3 BETWEEN -38 AND -1
+               AND (f.m__v3 = '0' OR LENGTH(f.m__v3) + GREATEST(-GREATEST(f.k__v3, -38), 0) <= 38)
+               THEN (CASE WHEN f.n__v3 = 1 THEN '-' ELSE '' END) || RPAD(f.m__v3, LENGTH(f.m__v3) + GREATEST(-GREATEST(f.k__v3, -38), 0), '0') END AS "t__v3"
+    FROM fields_9 f),
+  typed AS (
+    SELECT f.kafka_partition, f.kafka_offset, f.kafka_timestamp, f.refresh_time, f.payload, f.raw_value, f.env, f.img, f.op, f.source_pos,
+           CAST(f.source_ts_ms AS bigint) AS source_ts_ms, NOT (f.source_ts_ms IS NULL) AS has_source_ts,
+           COALESCE(CAST(f."ji__id" AS integer), CAST(f."jk__id" AS integer)) AS "id", f."j__sku" AS "j__sku", f."u__sku" AS "u__sku",
+           CASE WHEN f."u__sku" THEN NULL ELSE CAST(CASE WHEN OCTET_LENGTH(f.x__v0) <= 32 THEN f.x__v0 END AS varchar(32)) END AS "sku",
+           f."j__description" AS "j__description", f."u__description" AS "u__description",
+           CASE WHEN f."u__description" THEN NULL ELSE CAST(CASE WHEN OCTET_LENGTH(f.x__v1) <= 65535 THEN f.x__v1 END AS varchar(65535)) END AS "description",
+           f."j__price" AS "j__price",
+           CAST(CASE WHEN ABS(CAST(CASE WHEN LENGTH(LTRIM(SPLIT_PART(REPLACE(f.t__v2, '-', ''), '.', 1), '0')) <= 10
+               THEN f.t__v2 END AS decimal(38,2))) <= 9999999999.99 THEN CAST(CASE WHEN LENGTH(LTRIM(SPLIT_PART(REPLACE(f.t__v2, '-', ''), '.', 1), '0')) <= 10
+               THEN f.t__v2 END AS decimal(38,2)) END AS decimal(12,2)) AS "price",
+           f."j__weight" AS "j__weight",
+           CAST(CASE WHEN ABS(CAST(CASE WHEN LENGTH(LTRIM(SPLIT_PART(REPLACE(f.t__v3, '-', ''), '.', 1), '0')) <= 14
+               THEN f.t__v3 END AS decimal(38,6))) <= 99999999999999.999999
+               THEN CAST(CASE WHEN LENGTH(LTRIM(SPLIT_PART(REPLACE(f.t__v3, '-', ''), '.', 1), '0')) <= 14
+               THEN f.t__v3 END AS decimal(38,6)) END AS decimal(20,6)) AS "weight",
+           f."j__released" AS "j__released", CAST(DATEADD(day, CAST(f.e__v4 AS integer), DATE '1970-01-01') AS date) AS "released",
+           f."j__updated_at" AS "j__updated_at",
+           TIMESTAMP '1970-01-01 00:00:00' + (f.e__v5 / 1000000) * INTERVAL '1 second' + (f.e__v5 % 1000000) * 1 * INTERVAL '1 microsecond' AS "updated_at",
+           f."j__published_at" AS "j__published_at",
+           ((CAST(CASE WHEN f.y__v6 >= 1 AND f.mo__v6 BETWEEN 1 AND 12 AND f.dd__v6 BETWEEN 1 AND CASE WHEN f.mo__v6 IN (4, 6, 9, 11) THEN 30 WHEN f.mo__v6 = 2
+               THEN CASE WHEN (f.y__v6 % 4 = 0 AND (f.y__v6 % 100 <> 0 OR f.y__v6 % 400 = 0)) THEN 29 ELSE 28 END ELSE 31 END
+               AND NOT (f.y__v6 = 1 AND f.mo__v6 = 1 AND f.dd__v6 = 1 AND f.sod__v6 < f.off__v6) AND NOT (f.y__v6 = 9999 AND f.mo__v6 = 12 AND f.dd__v6 = 31
+               AND f.sod__v6 - f.off__v6 >= 86400)
+               THEN REPLACE(SUBSTRING(f.z__v6, 1, 19), 'T',
+               ' ') END AS timestamp) + f.us__v6 * INTERVAL '1 microsecond' - f.off__v6 * INTERVAL '1 second') AT TIME ZONE 'UTC') AS "published_at",
+           f."j__attributes" AS "j__attributes", f."u__attributes" AS "u__attributes",
+           CASE WHEN f."u__attributes" THEN NULL ELSE CASE WHEN IS_VARCHAR(f."j__attributes") THEN JSON_PARSE(CASE WHEN CAN_JSON_PARSE(f.x__v7t)
+               THEN f.x__v7t END) END END AS "attributes",
+           f."j__in_stock" AS "j__in_stock",
+           CASE WHEN IS_BOOLEAN(f."j__in_stock") THEN f."j__in_stock"::boolean WHEN IS_INTEGER(f."j__in_stock") AND f."j__in_stock"::int IN (0, 1)
+               THEN f."j__in_stock"::int = 1 END AS "in_stock",
+           NULLIF('|' || CASE WHEN f."u__sku" THEN 'sku|' ELSE '' END || CASE WHEN f."u__description" THEN 'description|' ELSE '' END || CASE
+               WHEN f."u__attributes" THEN 'attributes|' ELSE '' END, '|') AS unavailable,
+           CASE WHEN f.op IN ('c', 'r', 'u') AND IS_OBJECT(f.img) AND NOT (f."ji__id" IS NOT NULL AND f."j__sku" IS NOT NULL AND f."j__description" IS NOT NULL
+               AND f."j__price" IS NOT NULL AND f."j__weight" IS NOT NULL AND f."j__released" IS NOT NULL AND f."j__updated_at" IS NOT NULL
+               AND f."j__published_at" IS NOT NULL AND f."j__attributes" IS NOT NULL AND f."j__in_stock" IS NOT NULL AND GET_NUMBER_ATTRIBUTES(f.img) = 10)
+               THEN f.img END AS drift_img
+    FROM fields_10 f),
+  checked AS (
+    SELECT t.kafka_partition, t.kafka_offset, t.kafka_timestamp, t.refresh_time, t.raw_value, t.op, t.source_ts_ms,
+           t.source_pos, t.unavailable, t.drift_img, t."id", t."sku", t."description", t."price", t."weight", t."released",
+           t."updated_at", t."published_at", t."attributes", t."in_stock",
+           t.payload, t.has_source_ts,
+           CASE
+             WHEN t.raw_value IS NOT NULL THEN 1
+             WHEN (t.env IS NULL) THEN 2
+             WHEN NOT IS_OBJECT(t.env) THEN 3
+             WHEN t.op IS NULL THEN 4
+             WHEN t.op = 't' THEN 5
+             WHEN t.op NOT IN ('c', 'r', 'u', 'd') THEN 6
+             WHEN t.op <> 'd' AND ((t.img IS NULL) OR NOT IS_OBJECT(t.img)) THEN 7
+             WHEN t."id" IS NULL THEN 8
+             WHEN t.has_source_ts AND (t.source_ts_ms IS NULL OR t.source_ts_ms NOT BETWEEN 0 AND 253402300799999) THEN 9
+             WHEN t.op <> 'd' AND NOT (t."j__sku" IS NULL) AND t."sku" IS NULL AND NOT t."u__sku" THEN 10
+             WHEN t.op <> 'd' AND NOT (t."j__description" IS NULL) AND t."description" IS NULL AND NOT t."u__description" THEN 11
+             WHEN t.op <> 'd' AND NOT (t."j__price" IS NULL) AND t."price" IS NULL THEN 12
+             WHEN t.op <> 'd' AND NOT (t."j__weight" IS NULL) AND t."weight" IS NULL THEN 13
+             WHEN t.op <> 'd' AND NOT (t."j__released" IS NULL) AND t."released" IS NULL THEN 14
+             WHEN t.op <> 'd' AND NOT (t."j__updated_at" IS NULL) AND t."updated_at" IS NULL THEN 15
+             WHEN t.op <> 'd' AND NOT (t."j__published_at" IS NULL) AND t."published_at" IS NULL THEN 16
+             WHEN t.op <> 'd' AND NOT (t."j__attributes" IS NULL) AND t."attributes" IS NULL AND NOT t."u__attributes" THEN 17
+             WHEN t.op <> 'd' AND NOT (t."j__in_stock" IS NULL) AND t."in_stock" IS NULL THEN 18
+             WHEN t.op = 'd' THEN 19
+             ELSE 0
+           END AS check_no
+    FROM typed t),
+  classified AS (
+    SELECT t.kafka_partition, t.kafka_offset, t.kafka_timestamp, t.refresh_time, t.raw_value, t.op,
            CASE WHEN t.source_ts_ms BETWEEN 0 AND 253402300799999 THEN t.source_ts_ms END AS source_ts_ms, t.source_pos,
            t.unavailable, t.drift_img, t."id", t."sku", t."description", t."price", t."weight", t."released", t."updated_at",
            t."published_at", t."attributes", t."in_stock",
@@ -211,10 +399,8 @@ BEGIN
            END AS action,
            CASE t.check_no
              WHEN 1 THEN 'value is not valid JSON'
-             WHEN 2 THEN NULL
              WHEN 3 THEN 'value is not a JSON object'
              WHEN 4 THEN 'no op field: not a Debezium change event'
-             WHEN 5 THEN NULL
              WHEN 6 THEN 'unknown op "' || CASE WHEN OCTET_LENGTH(t.op) <= 64 THEN t.op ELSE SUBSTRING(t.op, 1, 16) END || '"'
              WHEN 7 THEN 'no row image: after is missing or not an object'
              WHEN 8 THEN 'primary key field id is missing or not a integer'
@@ -228,199 +414,22 @@ BEGIN
              WHEN 16 THEN 'field published_at does not convert from io.debezium.time.ZonedTimestamp to timestamptz'
              WHEN 17 THEN 'field attributes does not convert from io.debezium.data.Json to super'
              WHEN 18 THEN 'field in_stock does not convert to boolean'
-             WHEN 19 THEN NULL
-             ELSE NULL
            END AS reason,
-           CASE WHEN t.check_no IN (1, 3, 4, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18) OR t.unavailable IS NOT NULL THEN t.payload END AS quarantine_payload,
+           CASE WHEN t.check_no IN (1, 3, 4, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18) OR t.unavailable IS NOT NULL
+               THEN t.payload END AS quarantine_payload,
            MAX(t.kafka_timestamp) OVER (PARTITION BY t.kafka_partition ORDER BY t.kafka_offset
              ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW) AS kafka_time
-    FROM (
-      SELECT
-             t.kafka_partition, t.kafka_offset, t.kafka_timestamp, t.refresh_time, t.raw_value, t.op, t.source_ts_ms,
-             t.source_pos, t.unavailable, t.drift_img, t."id", t."sku", t."description", t."price", t."weight", t."released",
-             t."updated_at", t."published_at", t."attributes", t."in_stock",
-             t.payload,
-             t.has_source_ts,
-             CASE
-               WHEN t.raw_value IS NOT NULL THEN 1
-               WHEN (t.env IS NULL) THEN 2
-               WHEN NOT IS_OBJECT(t.env) THEN 3
-               WHEN t.op IS NULL THEN 4
-               WHEN t.op = 't' THEN 5
-               WHEN t.op NOT IN ('c', 'r', 'u', 'd') THEN 6
-               WHEN t.op <> 'd' AND ((t.img IS NULL) OR NOT IS_OBJECT(t.img)) THEN 7
-               WHEN t."id" IS NULL THEN 8
-               WHEN t.has_source_ts AND (t.source_ts_ms IS NULL OR t.source_ts_ms NOT BETWEEN 0 AND 253402300799999) THEN 9
-               WHEN t.op <> 'd' AND NOT (t."j__sku" IS NULL) AND t."sku" IS NULL AND NOT t."u__sku" THEN 10
-               WHEN t.op <> 'd' AND NOT (t."j__description" IS NULL) AND t."description" IS NULL AND NOT t."u__description" THEN 11
-               WHEN t.op <> 'd' AND NOT (t."j__price" IS NULL) AND t."price" IS NULL THEN 12
-               WHEN t.op <> 'd' AND NOT (t."j__weight" IS NULL) AND t."weight" IS NULL THEN 13
-               WHEN t.op <> 'd' AND NOT (t."j__released" IS NULL) AND t."released" IS NULL THEN 14
-               WHEN t.op <> 'd' AND NOT (t."j__updated_at" IS NULL) AND t."updated_at" IS NULL THEN 15
-               WHEN t.op <> 'd' AND NOT (t."j__published_at" IS NULL) AND t."published_at" IS NULL THEN 16
-               WHEN t.op <> 'd' AND NOT (t."j__attributes" IS NULL) AND t."attributes" IS NULL AND NOT t."u__attributes" THEN 17
-               WHEN t.op <> 'd' AND NOT (t."j__in_stock" IS NULL) AND t."in_stock" IS NULL THEN 18
-               WHEN t.op = 'd' THEN 19
-               ELSE 0
-             END AS check_no
-      FROM (
-        SELECT f.kafka_partition, f.kafka_offset, f.kafka_timestamp, f.refresh_time, f.payload, f.raw_value, f.env, f.img, f.op, f.source_pos,
-               CAST(f.source_ts_ms AS bigint) AS source_ts_ms,
-               NOT (f.source_ts_ms IS NULL) AS has_source_ts,
-               COALESCE(CAST(f."ji__id" AS integer),
-                 CAST(f."jk__id" AS integer)) AS "id",
-               f."j__sku" AS "j__sku",
-               f."u__sku" AS "u__sku",
-               CASE WHEN f."u__sku" THEN NULL ELSE CAST(CASE WHEN OCTET_LENGTH(f.x__v0) <= 32 THEN f.x__v0 END AS varchar(32)) END AS "sku",
-               f."j__description" AS "j__description",
-               f."u__description" AS "u__description",
-               CASE WHEN f."u__description" THEN NULL ELSE CAST(CASE WHEN OCTET_LENGTH(f.x__v1) <= 65535 THEN f.x__v1 END AS varchar(65535)) END AS "description",
-               f."j__price" AS "j__price",
-               CAST(CASE WHEN ABS(CAST(CASE WHEN LENGTH(LTRIM(SPLIT_PART(REPLACE(f.t__v2, '-', ''), '.', 1), '0')) <= 10 THEN f.t__v2 END AS decimal(38,2))) <= 9999999999.99 THEN CAST(CASE WHEN LENGTH(LTRIM(SPLIT_PART(REPLACE(f.t__v2, '-', ''), '.', 1), '0')) <= 10 THEN f.t__v2 END AS decimal(38,2)) END AS decimal(12,2)) AS "price",
-               f."j__weight" AS "j__weight",
-               CAST(CASE WHEN ABS(CAST(CASE WHEN LENGTH(LTRIM(SPLIT_PART(REPLACE(f.t__v3, '-', ''), '.', 1), '0')) <= 14 THEN f.t__v3 END AS decimal(38,6))) <= 99999999999999.999999 THEN CAST(CASE WHEN LENGTH(LTRIM(SPLIT_PART(REPLACE(f.t__v3, '-', ''), '.', 1), '0')) <= 14 THEN f.t__v3 END AS decimal(38,6)) END AS decimal(20,6)) AS "weight",
-               f."j__released" AS "j__released",
-               CAST(DATEADD(day, CAST(f.e__v4 AS integer), DATE '1970-01-01') AS date) AS "released",
-               f."j__updated_at" AS "j__updated_at",
-               TIMESTAMP '1970-01-01 00:00:00' + (f.e__v5 / 1000000) * INTERVAL '1 second' + (f.e__v5 % 1000000) * 1 * INTERVAL '1 microsecond' AS "updated_at",
-               f."j__published_at" AS "j__published_at",
-               ((CAST(CASE WHEN f.y__v6 >= 1 AND f.mo__v6 BETWEEN 1 AND 12 AND f.dd__v6 BETWEEN 1 AND CASE WHEN f.mo__v6 IN (4, 6, 9, 11) THEN 30 WHEN f.mo__v6 = 2 THEN CASE WHEN (f.y__v6 % 4 = 0 AND (f.y__v6 % 100 <> 0 OR f.y__v6 % 400 = 0)) THEN 29 ELSE 28 END ELSE 31 END AND NOT (f.y__v6 = 1 AND f.mo__v6 = 1 AND f.dd__v6 = 1 AND f.sod__v6 < f.off__v6) AND NOT (f.y__v6 = 9999 AND f.mo__v6 = 12 AND f.dd__v6 = 31 AND f.sod__v6 - f.off__v6 >= 86400) THEN REPLACE(SUBSTRING(f.z__v6, 1, 19), 'T', ' ') END AS timestamp) + f.us__v6 * INTERVAL '1 microsecond' - f.off__v6 * INTERVAL '1 second') AT TIME ZONE 'UTC') AS "published_at",
-               f."j__attributes" AS "j__attributes",
-               f."u__attributes" AS "u__attributes",
-               CASE WHEN f."u__attributes" THEN NULL ELSE CASE WHEN IS_VARCHAR(f."j__attributes") THEN JSON_PARSE(CASE WHEN CAN_JSON_PARSE(CASE WHEN IS_VARCHAR((CASE WHEN JSON_SIZE(f."j__attributes") <= 65535 THEN f."j__attributes" END)) THEN (CASE WHEN JSON_SIZE(f."j__attributes") <= 65535 THEN f."j__attributes" END)::varchar(65535) WHEN (CASE WHEN JSON_SIZE(f."j__attributes") <= 65535 THEN f."j__attributes" END) IS NOT NULL THEN JSON_SERIALIZE((CASE WHEN JSON_SIZE(f."j__attributes") <= 65535 THEN f."j__attributes" END)) END) THEN CASE WHEN IS_VARCHAR((CASE WHEN JSON_SIZE(f."j__attributes") <= 65535 THEN f."j__attributes" END)) THEN (CASE WHEN JSON_SIZE(f."j__attributes") <= 65535 THEN f."j__attributes" END)::varchar(65535) WHEN (CASE WHEN JSON_SIZE(f."j__attributes") <= 65535 THEN f."j__attributes" END) IS NOT NULL THEN JSON_SERIALIZE((CASE WHEN JSON_SIZE(f."j__attributes") <= 65535 THEN f."j__attributes" END)) END END) END END AS "attributes",
-               f."j__in_stock" AS "j__in_stock",
-               CASE WHEN IS_BOOLEAN(f."j__in_stock") THEN f."j__in_stock"::boolean WHEN IS_INTEGER(f."j__in_stock") AND f."j__in_stock"::int IN (0, 1) THEN f."j__in_stock"::int = 1 END AS "in_stock",
-               NULLIF('|' || CASE WHEN f."u__sku" THEN 'sku|' ELSE '' END || CASE WHEN f."u__description" THEN 'description|' ELSE '' END || CASE WHEN f."u__attributes" THEN 'attributes|' ELSE '' END, '|') AS unavailable,
-               CASE WHEN f.op IN ('c', 'r', 'u') AND IS_OBJECT(f.img) AND NOT (f."ji__id" IS NOT NULL AND f."j__sku" IS NOT NULL AND f."j__description" IS NOT NULL AND f."j__price" IS NOT NULL AND f."j__weight" IS NOT NULL AND f."j__released" IS NOT NULL AND f."j__updated_at" IS NOT NULL AND f."j__published_at" IS NOT NULL AND f."j__attributes" IS NOT NULL AND f."j__in_stock" IS NOT NULL AND GET_NUMBER_ATTRIBUTES(f.img) = 10) THEN f.img END AS drift_img
-        FROM (
-          SELECT f.*,
-                 CASE WHEN f.g__v2 IS NOT NULL AND 2 BETWEEN 0 AND 38 THEN (CASE WHEN f.n__v2 = 1 THEN '-' ELSE '' END) || SUBSTRING(f.g__v2, 1, LENGTH(f.g__v2) - 2) || (CASE WHEN 2 > 0 THEN '.' || SUBSTRING(f.g__v2, LENGTH(f.g__v2) - 2 + 1) ELSE '' END) END AS "t__v2",
-                 CASE WHEN f.g__v3 IS NOT NULL AND f.k__v3 BETWEEN 0 AND 38 THEN (CASE WHEN f.n__v3 = 1 THEN '-' ELSE '' END) || SUBSTRING(f.g__v3, 1, LENGTH(f.g__v3) - f.k__v3) || (CASE WHEN f.k__v3 > 0 THEN '.' || SUBSTRING(f.g__v3, LENGTH(f.g__v3) - f.k__v3 + 1) ELSE '' END) WHEN f.g__v3 IS NOT NULL AND f.k__v3 BETWEEN -38 AND -1 AND (f.m__v3 = '0' OR LENGTH(f.m__v3) + GREATEST(-GREATEST(f.k__v3, -38), 0) <= 38) THEN (CASE WHEN f.n__v3 = 1 THEN '-' ELSE '' END) || RPAD(f.m__v3, LENGTH(f.m__v3) + GREATEST(-GREATEST(f.k__v3, -38), 0), '0') END AS "t__v3"
-          FROM (
-            SELECT f.*,
-                   LPAD(f.m__v2, GREATEST(LENGTH(f.m__v2), LEAST(2, 38) + 1), '0') AS "g__v2",
-                   LPAD(f.m__v3, GREATEST(LENGTH(f.m__v3), LEAST(f.k__v3, 38) + 1), '0') AS "g__v3"
-            FROM (
-              SELECT f.*,
-                     CAST(CAST(CASE WHEN f.a__v2 < 19259 OR (f.a__v2 = 19259 AND f.l__v2 <= 1554801477754702131171195550171135) THEN f.a__v2 END AS decimal(38,0)) * 5192296858534827628530496329220096 + f.l__v2 AS varchar(40)) AS "m__v2",
-                     CAST(CAST(CASE WHEN f.a__v3 < 19259 OR (f.a__v3 = 19259 AND f.l__v3 <= 1554801477754702131171195550171135) THEN f.a__v3 END AS decimal(38,0)) * 5192296858534827628530496329220096 + f.l__v3 AS varchar(40)) AS "m__v3"
-              FROM (
-                SELECT f.*,
-                       CAST(f.b__v2 AS decimal(38,0)) * 72057594037927936 + f.c__v2 + f.n__v2 AS "l__v2",
-                       CAST(f.b__v3 AS decimal(38,0)) * 72057594037927936 + f.c__v3 + f.n__v3 AS "l__v3"
-                FROM (
-                  SELECT f.*,
-                         ABS(f.n__v2 * 65535 - STRTOL(SUBSTRING(f.h__v2, 1, 4), 16)) AS "a__v2",
-                         ABS(f.n__v2 * 72057594037927935 - STRTOL(SUBSTRING(f.h__v2, 5, 14), 16)) AS "b__v2",
-                         ABS(f.n__v2 * 72057594037927935 - STRTOL(SUBSTRING(f.h__v2, 19, 14), 16)) AS "c__v2",
-                         ABS(f.n__v3 * 65535 - STRTOL(SUBSTRING(f.h__v3, 1, 4), 16)) AS "a__v3",
-                         ABS(f.n__v3 * 72057594037927935 - STRTOL(SUBSTRING(f.h__v3, 5, 14), 16)) AS "b__v3",
-                         ABS(f.n__v3 * 72057594037927935 - STRTOL(SUBSTRING(f.h__v3, 19, 14), 16)) AS "c__v3"
-                  FROM (
-                    SELECT f.*,
-                           COALESCE(f.x__v0 IN ('__debezium_unavailable_value', 'X19kZWJleml1bV91bmF2YWlsYWJsZV92YWx1ZQ==', '["__debezium_unavailable_value"]'), false) AS "u__sku",
-                           COALESCE(f.x__v1 IN ('__debezium_unavailable_value', 'X19kZWJleml1bV91bmF2YWlsYWJsZV92YWx1ZQ==', '["__debezium_unavailable_value"]'), false) AS "u__description",
-                           CASE WHEN LENGTH(f.x__v2) <= 32 THEN LPAD(f.x__v2, 32, CASE WHEN SUBSTRING(f.x__v2, 1, 1) >= '8' THEN 'f' ELSE '0' END) END AS "h__v2",
-                           CASE WHEN SUBSTRING(f.x__v2, 1, 1) >= '8' THEN 1 ELSE 0 END AS "n__v2",
-                           CASE WHEN LENGTH(f.x__v3) <= 32 THEN LPAD(f.x__v3, 32, CASE WHEN SUBSTRING(f.x__v3, 1, 1) >= '8' THEN 'f' ELSE '0' END) END AS "h__v3",
-                           CASE WHEN SUBSTRING(f.x__v3, 1, 1) >= '8' THEN 1 ELSE 0 END AS "n__v3"
-                    FROM (
-                      SELECT f.*,
-                             CASE WHEN IS_VARCHAR(f.b__v0) THEN f.b__v0::varchar(65535) WHEN f.b__v0 IS NOT NULL THEN JSON_SERIALIZE(f.b__v0) END AS "x__v0",
-                             CASE WHEN IS_VARCHAR(f.b__v1) THEN f.b__v1::varchar(65535) WHEN f.b__v1 IS NOT NULL THEN JSON_SERIALIZE(f.b__v1) END AS "x__v1",
-                             FROM_VARBYTE(TO_VARBYTE(f.s__v2, 'base64'), 'hex') AS "x__v2",
-                             FROM_VARBYTE(TO_VARBYTE(f.s__v3, 'base64'), 'hex') AS "x__v3",
-                             CAST(CASE WHEN f.z__v6 IS NOT NULL THEN SUBSTRING(f.z__v6, 1, 4) END AS integer) AS "y__v6",
-                             CAST(CASE WHEN f.z__v6 IS NOT NULL THEN SUBSTRING(f.z__v6, 6, 2) END AS integer) AS "mo__v6",
-                             CAST(CASE WHEN f.z__v6 IS NOT NULL THEN SUBSTRING(f.z__v6, 9, 2) END AS integer) AS "dd__v6",
-                             CAST(CASE WHEN f.z__v6 IS NOT NULL THEN RPAD(SUBSTRING(COALESCE(NULLIF(REGEXP_SUBSTR(f.z__v6, '^.{19}[.]([0-9]{1,9})', 1, 1, 'e'), ''), ''), 1, 6), 6, '0') END AS integer) AS "us__v6",
-                             CAST(CASE WHEN f.z__v6 IS NOT NULL THEN SUBSTRING(f.z__v6, 12, 2) END AS integer) * 3600 + CAST(CASE WHEN f.z__v6 IS NOT NULL THEN SUBSTRING(f.z__v6, 15, 2) END AS integer) * 60 + CAST(CASE WHEN f.z__v6 IS NOT NULL THEN SUBSTRING(f.z__v6, 18, 2) END AS integer) AS "sod__v6",
-                             CASE WHEN f.z__v6 LIKE '%Z' THEN 0 ELSE CASE WHEN SUBSTRING(f.z__v6, LENGTH(f.z__v6) - 5 - (CASE WHEN SUBSTRING(f.z__v6, LENGTH(f.z__v6) - 5, 1) = ':' THEN 3 ELSE 0 END), 1) = '-' THEN -1 ELSE 1 END * (CAST(CASE WHEN NOT f.z__v6 LIKE '%Z' THEN SUBSTRING(f.z__v6, LENGTH(f.z__v6) - 4 - (CASE WHEN SUBSTRING(f.z__v6, LENGTH(f.z__v6) - 5, 1) = ':' THEN 3 ELSE 0 END), 2) END AS integer) * 3600 + CAST(CASE WHEN NOT f.z__v6 LIKE '%Z' THEN SUBSTRING(f.z__v6, LENGTH(f.z__v6) - 1 - (CASE WHEN SUBSTRING(f.z__v6, LENGTH(f.z__v6) - 5, 1) = ':' THEN 3 ELSE 0 END), 2) END AS integer) * 60 + COALESCE(CAST(CASE WHEN NOT f.z__v6 LIKE '%Z' AND SUBSTRING(f.z__v6, LENGTH(f.z__v6) - 5, 1) = ':' THEN SUBSTRING(f.z__v6, LENGTH(f.z__v6) - 1, 2) END AS integer), 0)) END AS "off__v6"
-                      FROM (
-                        SELECT f.*,
-                               COALESCE(CASE WHEN IS_VARCHAR((CASE WHEN JSON_SIZE(f."j__attributes") <= 65535 THEN f."j__attributes" END)) THEN (CASE WHEN JSON_SIZE(f."j__attributes") <= 65535 THEN f."j__attributes" END)::varchar(65535) WHEN (CASE WHEN JSON_SIZE(f."j__attributes") <= 65535 THEN f."j__attributes" END) IS NOT NULL THEN JSON_SERIALIZE((CASE WHEN JSON_SIZE(f."j__attributes") <= 65535 THEN f."j__attributes" END)) END IN ('__debezium_unavailable_value', 'X19kZWJleml1bV91bmF2YWlsYWJsZV92YWx1ZQ==', '["__debezium_unavailable_value"]'), false) AS "u__attributes",
-                               (CASE WHEN JSON_SIZE(f."j__sku") <= 65535 THEN f."j__sku" END) AS "b__v0",
-                               (CASE WHEN JSON_SIZE(f."j__description") <= 65535 THEN f."j__description" END) AS "b__v1",
-                               CASE WHEN IS_VARCHAR(f."j__price") AND CASE WHEN IS_VARCHAR((CASE WHEN JSON_SIZE(f."j__price") <= 65535 THEN f."j__price" END)) THEN (CASE WHEN JSON_SIZE(f."j__price") <= 65535 THEN f."j__price" END)::varchar(65535) WHEN (CASE WHEN JSON_SIZE(f."j__price") <= 65535 THEN f."j__price" END) IS NOT NULL THEN JSON_SERIALIZE((CASE WHEN JSON_SIZE(f."j__price") <= 65535 THEN f."j__price" END)) END ~ '^([A-Za-z0-9+/]{4})*([A-Za-z0-9+/]{2}==|[A-Za-z0-9+/]{3}=)?$' AND LENGTH(CASE WHEN IS_VARCHAR((CASE WHEN JSON_SIZE(f."j__price") <= 65535 THEN f."j__price" END)) THEN (CASE WHEN JSON_SIZE(f."j__price") <= 65535 THEN f."j__price" END)::varchar(65535) WHEN (CASE WHEN JSON_SIZE(f."j__price") <= 65535 THEN f."j__price" END) IS NOT NULL THEN JSON_SERIALIZE((CASE WHEN JSON_SIZE(f."j__price") <= 65535 THEN f."j__price" END)) END) BETWEEN 4 AND 24 THEN CASE WHEN IS_VARCHAR((CASE WHEN JSON_SIZE(f."j__price") <= 65535 THEN f."j__price" END)) THEN (CASE WHEN JSON_SIZE(f."j__price") <= 65535 THEN f."j__price" END)::varchar(65535) WHEN (CASE WHEN JSON_SIZE(f."j__price") <= 65535 THEN f."j__price" END) IS NOT NULL THEN JSON_SERIALIZE((CASE WHEN JSON_SIZE(f."j__price") <= 65535 THEN f."j__price" END)) END END AS "s__v2",
-                               CASE WHEN IS_VARCHAR(f."j__weight"."value") AND CASE WHEN IS_VARCHAR((CASE WHEN JSON_SIZE(f."j__weight"."value") <= 65535 THEN f."j__weight"."value" END)) THEN (CASE WHEN JSON_SIZE(f."j__weight"."value") <= 65535 THEN f."j__weight"."value" END)::varchar(65535) WHEN (CASE WHEN JSON_SIZE(f."j__weight"."value") <= 65535 THEN f."j__weight"."value" END) IS NOT NULL THEN JSON_SERIALIZE((CASE WHEN JSON_SIZE(f."j__weight"."value") <= 65535 THEN f."j__weight"."value" END)) END ~ '^([A-Za-z0-9+/]{4})*([A-Za-z0-9+/]{2}==|[A-Za-z0-9+/]{3}=)?$' AND LENGTH(CASE WHEN IS_VARCHAR((CASE WHEN JSON_SIZE(f."j__weight"."value") <= 65535 THEN f."j__weight"."value" END)) THEN (CASE WHEN JSON_SIZE(f."j__weight"."value") <= 65535 THEN f."j__weight"."value" END)::varchar(65535) WHEN (CASE WHEN JSON_SIZE(f."j__weight"."value") <= 65535 THEN f."j__weight"."value" END) IS NOT NULL THEN JSON_SERIALIZE((CASE WHEN JSON_SIZE(f."j__weight"."value") <= 65535 THEN f."j__weight"."value" END)) END) BETWEEN 4 AND 24 THEN CASE WHEN IS_VARCHAR((CASE WHEN JSON_SIZE(f."j__weight"."value") <= 65535 THEN f."j__weight"."value" END)) THEN (CASE WHEN JSON_SIZE(f."j__weight"."value") <= 65535 THEN f."j__weight"."value" END)::varchar(65535) WHEN (CASE WHEN JSON_SIZE(f."j__weight"."value") <= 65535 THEN f."j__weight"."value" END) IS NOT NULL THEN JSON_SERIALIZE((CASE WHEN JSON_SIZE(f."j__weight"."value") <= 65535 THEN f."j__weight"."value" END)) END END AS "s__v3",
-                               CAST(f."j__weight"."scale" AS integer) AS "k__v3",
-                               CASE WHEN CAST(f."j__released" AS bigint) BETWEEN -719162 AND 2932896 THEN CAST(f."j__released" AS bigint) END AS "e__v4",
-                               CASE WHEN CAST(f."j__updated_at" AS bigint) BETWEEN -62135596800000000 AND 253402300799999999 THEN CAST(f."j__updated_at" AS bigint) END AS "e__v5",
-                               CASE WHEN IS_VARCHAR(f."j__published_at") AND CASE WHEN IS_VARCHAR((CASE WHEN JSON_SIZE(f."j__published_at") <= 65535 THEN f."j__published_at" END)) THEN (CASE WHEN JSON_SIZE(f."j__published_at") <= 65535 THEN f."j__published_at" END)::varchar(65535) WHEN (CASE WHEN JSON_SIZE(f."j__published_at") <= 65535 THEN f."j__published_at" END) IS NOT NULL THEN JSON_SERIALIZE((CASE WHEN JSON_SIZE(f."j__published_at") <= 65535 THEN f."j__published_at" END)) END ~ '^[0-9]{4}-[0-9]{2}-[0-9]{2}T([01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9]([.][0-9]{1,9})?(Z|[+-][01][0-9]:[0-5][0-9](:[0-5][0-9])?)$' THEN CASE WHEN IS_VARCHAR((CASE WHEN JSON_SIZE(f."j__published_at") <= 65535 THEN f."j__published_at" END)) THEN (CASE WHEN JSON_SIZE(f."j__published_at") <= 65535 THEN f."j__published_at" END)::varchar(65535) WHEN (CASE WHEN JSON_SIZE(f."j__published_at") <= 65535 THEN f."j__published_at" END) IS NOT NULL THEN JSON_SERIALIZE((CASE WHEN JSON_SIZE(f."j__published_at") <= 65535 THEN f."j__published_at" END)) END END AS "z__v6"
-                        FROM (
-                          SELECT f.kafka_partition, f.kafka_offset, f.kafka_timestamp, f.refresh_time, f.payload, f.raw_value, f.env, f.img, f.op,
-                                 f.src."ts_ms" AS source_ts_ms,
-                                 CASE WHEN COALESCE(NULLIF(NULLIF(REGEXP_SUBSTR(f.x__p0, '([0-9]+)"?[]]$', 1, 1, 'e'), ''), ''), f.x__p1) IS NOT NULL THEN lpad(COALESCE(NULLIF(NULLIF(REGEXP_SUBSTR(f.x__p0, '^[[]"?([0-9]*)', 1, 1, 'e'), ''), ''), COALESCE(NULLIF(NULLIF(REGEXP_SUBSTR(f.x__p0, '([0-9]+)"?[]]$', 1, 1, 'e'), ''), ''), f.x__p1)), 20, '0') || '.' || lpad(COALESCE(NULLIF(NULLIF(REGEXP_SUBSTR(f.x__p0, '([0-9]+)"?[]]$', 1, 1, 'e'), ''), ''), f.x__p1), 20, '0') END AS source_pos,
-                                 f.img."id" AS "ji__id",
-                                 CASE WHEN IS_OBJECT(f.key_env) THEN f.key_env."id" ELSE f.key_env END AS "jk__id",
-                                 f.img."Sku" AS "j__sku",
-                                 f.img."description" AS "j__description",
-                                 f.img."price" AS "j__price",
-                                 f.img."weight" AS "j__weight",
-                                 f.img."released" AS "j__released",
-                                 f.img."updated_at" AS "j__updated_at",
-                                 f.img."published_at" AS "j__published_at",
-                                 f.img."attributes" AS "j__attributes",
-                                 f.img."in_stock" AS "j__in_stock"
-                          FROM (
-                            SELECT f.*,
-                                   CASE WHEN IS_VARCHAR(f.b__p0) THEN f.b__p0::varchar(65535) WHEN f.b__p0 IS NOT NULL THEN JSON_SERIALIZE(f.b__p0) END AS "x__p0",
-                                   CASE WHEN IS_VARCHAR(f.b__p1) THEN f.b__p1::varchar(65535) WHEN f.b__p1 IS NOT NULL THEN JSON_SERIALIZE(f.b__p1) END AS "x__p1"
-                            FROM (
-                              SELECT f.*,
-                                     (CASE WHEN JSON_SIZE(f.src."sequence") <= 65535 THEN f.src."sequence" END) AS "b__p0",
-                                     (CASE WHEN JSON_SIZE(f.src."lsn") <= 65535 THEN f.src."lsn" END) AS "b__p1"
-                              FROM (
-                                SELECT f.kafka_partition, f.kafka_offset, f.kafka_timestamp, f.refresh_time,
-                                       f.payload, f.raw_value, f.env, f.key_env,
-                                       f.x__o0 AS op,
-                                       CASE WHEN f.x__o0 = 'd' THEN f.env."before" ELSE f.env."after" END AS img,
-                                       f.env."source" AS src
-                                FROM (
-                                  SELECT f.*,
-                                         CASE WHEN IS_VARCHAR(f.b__o0) THEN f.b__o0::varchar(65535) WHEN f.b__o0 IS NOT NULL THEN JSON_SERIALIZE(f.b__o0) END AS "x__o0"
-                                  FROM (
-                                    SELECT f.*,
-                                           (CASE WHEN JSON_SIZE(f.env."op") <= 65535 THEN f.env."op" END) AS "b__o0"
-                                    FROM (
-                                      SELECT s.kafka_partition, s.kafka_offset, s.kafka_timestamp, s.refresh_time,
-                                             s.payload, s.raw_value,
-                                             CASE WHEN IS_OBJECT(s.payload."schema") THEN s.payload."payload" ELSE s.payload END AS env,
-                                             CASE WHEN IS_OBJECT(s.key_payload."schema") THEN s.key_payload."payload" ELSE s.key_payload END AS key_env
-                                      FROM "inventory"."products__stream" s
-                                      LEFT JOIN "inventory"."products__watermark" w ON w.kafka_partition = s.kafka_partition
-                                      WHERE s.refresh_time >= v_since
-                                        AND s.kafka_offset > COALESCE(w.last_offset, -1)
-                                        AND (s.refresh_time < v_until_time
-                                             OR (s.refresh_time = v_until_time
-                                                 AND (s.kafka_partition < v_until_partition
-                                                      OR (s.kafka_partition = v_until_partition AND s.kafka_offset <= v_until_offset))))
-                                      UNION ALL
-                                      -- Quarantined records being replayed (at or below the watermark: already read once).
-                                      SELECT r.kafka_partition, r.kafka_offset, r.kafka_timestamp, r.run_started_at,
-                                             r.payload, r.raw_value,
-                                             CASE WHEN IS_OBJECT(r.payload."schema") THEN r.payload."payload" ELSE r.payload END AS env,
-                                             CAST(NULL AS super) AS key_env
-                                      FROM "inventory"."products__quarantine" r
-                                      WHERE v_replayed > 0 AND r.table_name = 'products' AND r.handled = 'replaying'
-                                    ) f
-                                  ) f
-                                ) f
-                              ) f
-                            ) f
-                          ) f
-                        ) f
-                      ) f
-                    ) f
-                  ) f
-                ) f
-              ) f
-            ) f
-          ) f
-        ) f
-      ) t
-    ) t
-  ) c;
+    FROM checked t)
+  SELECT c.kafka_partition, c.kafka_offset, c.kafka_timestamp, c.refresh_time,
+         CASE WHEN OCTET_LENGTH(c.op) <= 64 THEN c.op ELSE SUBSTRING(c.op, 1, 16) END, c.action, c.reason,
+         ROW_NUMBER() OVER (
+           PARTITION BY CASE WHEN c.action IN ('upsert', 'delete') THEN 1 ELSE 0 END, c."id"
+           ORDER BY c.source_pos DESC NULLS LAST, c.kafka_time DESC NULLS LAST, c.kafka_partition DESC, c.kafka_offset DESC),
+         (TIMESTAMP 'epoch' + (c.source_ts_ms / 1000) * INTERVAL '1 second' + (c.source_ts_ms % 1000) * INTERVAL '1 millisecond'),
+         c.source_pos, c.source_pos, c."id", c."sku", c."description", c."price", c."weight", c."released", c."updated_at",
+         c."published_at", c."attributes", c."in_stock", c.unavailable, c.quarantine_payload,
+         CASE WHEN c.action = 'quarantine' THEN c.raw_value END, c.drift_img
+  FROM classified c;
   GET DIAGNOSTICS v_read := ROW_COUNT;
   -- Fresh statistics for a large stage, refilled every run: without them the planner
   -- takes it for empty and joins it to itself row by row (20k events: 13 s, not 1 s).
@@ -430,90 +439,79 @@ BEGIN
   END IF;
   IF v_read > 0 THEN
     -- What the batch needs of the rarely needed steps.
-    SELECT COUNT(_drift_img),
-           COUNT(CASE WHEN _source_pos IS NULL AND _action IN ('upsert', 'delete') THEN 1 END),
-           COUNT(CASE WHEN _unavailable IS NOT NULL THEN 1 END),
-           COUNT(CASE WHEN _action = 'truncate' THEN 1 END),
-           MAX(CASE WHEN _action = 'truncate' THEN _source_pos END),
-           MAX(CASE WHEN _action = 'truncate' THEN _source_ts END)
+    SELECT COUNT(_drift_img), COUNT(CASE WHEN _source_pos IS NULL AND _action IN ('upsert', 'delete') THEN 1 END),
+           COUNT(CASE WHEN _unavailable IS NOT NULL THEN 1 END), COUNT(CASE WHEN _action = 'truncate' THEN 1 END),
+           MAX(CASE WHEN _action = 'truncate' THEN _source_pos END), MAX(CASE WHEN _action = 'truncate' THEN _source_ts END)
     INTO v_drift, v_positionless, v_unavailable, v_truncates, v_truncate_pos, v_truncate_ts
     FROM "inventory"."products__stage";
     -- 4. Events without a source position: each takes the newest position seen before it
     --    for its key in Kafka order (so it supersedes what precedes it and loses to what
     --    follows), and ranks after what is stored for its key (row or deleted key).
     IF v_positionless > 0 THEN
-      UPDATE "inventory"."products__stage" s SET _rank_pos = r.rank_pos
-      FROM (SELECT x._kafka_partition, x._kafka_offset,
+      UPDATE "inventory"."products__stage" s SET _rank_pos = CASE WHEN r.stored_pos > r.rank_pos OR r.rank_pos IS NULL
+                                         THEN COALESCE(r.stored_pos, r.rank_pos) ELSE r.rank_pos END
+      FROM (SELECT x.*, t._source_pos AS stored_pos,
                    MAX(x._source_pos) OVER (PARTITION BY x."id" ORDER BY x._kafka_time ASC NULLS FIRST, x._kafka_partition, x._kafka_offset
                      ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW) AS rank_pos
             FROM (SELECT z.*, MAX(z._kafka_timestamp) OVER (PARTITION BY z._kafka_partition ORDER BY z._kafka_offset
                     ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW) AS _kafka_time
                   FROM "inventory"."products__stage" z) x
+            LEFT JOIN (SELECT * FROM (SELECT k.*, ROW_NUMBER() OVER (PARTITION BY "id"
+                      ORDER BY _source_pos DESC NULLS LAST, _kafka_partition DESC, _kafka_offset DESC) AS stored_rn__
+                    FROM (SELECT t."id", t._source_pos, t._kafka_partition, t._kafka_offset FROM "inventory"."products" t
+                        WHERE EXISTS (SELECT 1 FROM "inventory"."products__stage" y WHERE y._source_pos IS NULL AND y._action IN ('upsert', 'delete')
+                            AND y."id" = t."id")
+                        UNION ALL SELECT t."id", t._source_pos, t._kafka_partition, t._kafka_offset FROM "inventory"."products__deleted" t
+                        WHERE EXISTS (SELECT 1 FROM "inventory"."products__stage" y WHERE y._source_pos IS NULL AND y._action IN ('upsert', 'delete')
+                            AND y."id" = t."id")) k) o
+               WHERE o.stored_rn__ = 1) t ON t."id" = x."id"
             WHERE x._action IN ('upsert', 'delete')
-              AND EXISTS (SELECT 1 FROM "inventory"."products__stage" y WHERE y._source_pos IS NULL AND y._action IN ('upsert', 'delete') AND y."id" = x."id")) r
-      WHERE s._source_pos IS NULL AND s._action IN ('upsert', 'delete')
-        AND s._kafka_partition = r._kafka_partition AND s._kafka_offset = r._kafka_offset;
-      UPDATE "inventory"."products__stage" s SET _rank_pos = t._source_pos
-      FROM (SELECT * FROM (SELECT t.*, ROW_NUMBER() OVER (PARTITION BY t."id"
-              ORDER BY t._source_pos DESC NULLS LAST, t._kafka_partition DESC, t._kafka_offset DESC) AS stored_rn__
-            FROM "inventory"."products" t WHERE EXISTS (SELECT 1 FROM "inventory"."products__stage" y WHERE y._source_pos IS NULL AND y._action IN ('upsert', 'delete') AND y."id" = t."id")) o
-          WHERE o.stored_rn__ = 1) t
-      WHERE s._source_pos IS NULL AND s._action IN ('upsert', 'delete') AND t."id" = s."id"
-        AND t._source_pos IS NOT NULL AND (s._rank_pos IS NULL OR s._rank_pos < t._source_pos);
-      UPDATE "inventory"."products__stage" s SET _rank_pos = t._source_pos
-      FROM (SELECT * FROM (SELECT t.*, ROW_NUMBER() OVER (PARTITION BY t."id"
-              ORDER BY t._source_pos DESC NULLS LAST, t._kafka_partition DESC, t._kafka_offset DESC) AS stored_rn__
-            FROM "inventory"."products__deleted" t WHERE EXISTS (SELECT 1 FROM "inventory"."products__stage" y WHERE y._source_pos IS NULL AND y._action IN ('upsert', 'delete') AND y."id" = t."id")) o
-          WHERE o.stored_rn__ = 1) t
-      WHERE s._source_pos IS NULL AND s._action IN ('upsert', 'delete') AND t."id" = s."id"
-        AND t._source_pos IS NOT NULL AND (s._rank_pos IS NULL OR s._rank_pos < t._source_pos);
+              AND EXISTS (SELECT 1 FROM "inventory"."products__stage" y WHERE y._source_pos IS NULL AND y._action IN ('upsert', 'delete')
+                  AND y."id" = x."id")) r
+      WHERE s._source_pos IS NULL AND s._action IN ('upsert', 'delete') AND s."id" = r."id" AND s._kafka_partition = r._kafka_partition
+          AND s._kafka_offset = r._kafka_offset;
       UPDATE "inventory"."products__stage" s SET _rn = r.rn
-      FROM (SELECT x._kafka_partition, x._kafka_offset,
-                   ROW_NUMBER() OVER (PARTITION BY x."id" ORDER BY x._rank_pos DESC NULLS LAST, x._kafka_time DESC NULLS LAST, x._kafka_partition DESC, x._kafka_offset DESC) AS rn
+      FROM (SELECT x.*, ROW_NUMBER() OVER (PARTITION BY x."id" ORDER BY x._rank_pos DESC NULLS LAST, x._kafka_time DESC NULLS LAST, x._kafka_partition DESC,
+          x._kafka_offset DESC) AS rn
             FROM (SELECT z.*, MAX(z._kafka_timestamp) OVER (PARTITION BY z._kafka_partition ORDER BY z._kafka_offset
                     ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW) AS _kafka_time
                   FROM "inventory"."products__stage" z) x
             WHERE x._action IN ('upsert', 'delete')
-              AND EXISTS (SELECT 1 FROM "inventory"."products__stage" y WHERE y._source_pos IS NULL AND y._action IN ('upsert', 'delete') AND y."id" = x."id")) r
-      WHERE s._kafka_partition = r._kafka_partition AND s._kafka_offset = r._kafka_offset;
+              AND EXISTS (SELECT 1 FROM "inventory"."products__stage" y WHERE y._source_pos IS NULL AND y._action IN ('upsert', 'delete')
+                  AND y."id" = x."id")) r
+      WHERE s."id" = r."id" AND s._kafka_partition = r._kafka_partition AND s._kafka_offset = r._kafka_offset;
     END IF;
     -- 3. (TOAST) Unchanged out-of-line values arrive as a placeholder and keep what is known.
     IF v_unavailable > 0 THEN
-      UPDATE "inventory"."products__stage" s SET "sku" = p."sku", _unavailable = REPLACE(s._unavailable, '|sku|', '|')
-      FROM "inventory"."products__stage" p,
-           (SELECT "id", MIN(_rn) AS rn FROM "inventory"."products__stage"
-            WHERE _action = 'upsert' AND _rn > 1 AND COALESCE(_unavailable, '') NOT LIKE '%|sku|%'
-            GROUP BY "id") m
-      WHERE s._rn = 1 AND s._action = 'upsert' AND s._unavailable LIKE '%|sku|%'
-        AND m."id" = s."id" AND p."id" = s."id" AND p._rn = m.rn AND p._action = 'upsert';
-      UPDATE "inventory"."products__stage" s SET "description" = p."description", _unavailable = REPLACE(s._unavailable, '|description|', '|')
-      FROM "inventory"."products__stage" p,
-           (SELECT "id", MIN(_rn) AS rn FROM "inventory"."products__stage"
-            WHERE _action = 'upsert' AND _rn > 1 AND COALESCE(_unavailable, '') NOT LIKE '%|description|%'
-            GROUP BY "id") m
-      WHERE s._rn = 1 AND s._action = 'upsert' AND s._unavailable LIKE '%|description|%'
-        AND m."id" = s."id" AND p."id" = s."id" AND p._rn = m.rn AND p._action = 'upsert';
-      UPDATE "inventory"."products__stage" s SET "attributes" = p."attributes", _unavailable = REPLACE(s._unavailable, '|attributes|', '|')
-      FROM "inventory"."products__stage" p,
-           (SELECT "id", MIN(_rn) AS rn FROM "inventory"."products__stage"
-            WHERE _action = 'upsert' AND _rn > 1 AND COALESCE(_unavailable, '') NOT LIKE '%|attributes|%'
-            GROUP BY "id") m
-      WHERE s._rn = 1 AND s._action = 'upsert' AND s._unavailable LIKE '%|attributes|%'
-        AND m."id" = s."id" AND p."id" = s."id" AND p._rn = m.rn AND p._action = 'upsert';
-      UPDATE "inventory"."products__stage" s SET "sku" = CASE WHEN s._unavailable LIKE '%|sku|%' THEN t."sku" ELSE s."sku" END,
-             "description" = CASE WHEN s._unavailable LIKE '%|description|%' THEN t."description" ELSE s."description" END,
-             "attributes" = CASE WHEN s._unavailable LIKE '%|attributes|%' THEN t."attributes" ELSE s."attributes" END
-      FROM (SELECT * FROM (SELECT t.*, ROW_NUMBER() OVER (PARTITION BY t."id"
-                ORDER BY t._source_pos DESC NULLS LAST, t._kafka_partition DESC, t._kafka_offset DESC) AS stored_rn__
-              FROM "inventory"."products" t WHERE EXISTS (SELECT 1 FROM "inventory"."products__stage" x WHERE x._rn = 1 AND x._action = 'upsert' AND x._unavailable IS NOT NULL AND x."id" = t."id")) o
-            WHERE o.stored_rn__ = 1) t
-      WHERE s._rn = 1 AND s._action = 'upsert' AND s._unavailable IS NOT NULL
-        AND t."id" = s."id";
-    END IF;
-    IF v_unavailable > 0 THEN
+      UPDATE "inventory"."products__stage" s SET "sku" = CASE WHEN s._unavailable NOT LIKE '%|sku|%' THEN s."sku" WHEN u.rn0 IS NOT NULL THEN u.batch0
+          WHEN u.stored THEN u.stored0 ELSE s."sku" END,
+             "description" = CASE WHEN s._unavailable NOT LIKE '%|description|%' THEN s."description" WHEN u.rn1 IS NOT NULL THEN u.batch1 WHEN u.stored
+                 THEN u.stored1 ELSE s."description" END,
+             "attributes" = CASE WHEN s._unavailable NOT LIKE '%|attributes|%' THEN s."attributes" WHEN u.rn2 IS NOT NULL THEN u.batch2 WHEN u.stored
+                 THEN u.stored2 ELSE s."attributes" END,
+             _unavailable = '|' || CASE WHEN s._unavailable LIKE '%|sku|%' AND u.rn0 IS NULL THEN 'sku|' ELSE '' END || CASE
+                 WHEN s._unavailable LIKE '%|description|%' AND u.rn1 IS NULL THEN 'description|' ELSE '' END || CASE WHEN s._unavailable LIKE '%|attributes|%'
+                 AND u.rn2 IS NULL THEN 'attributes|' ELSE '' END
+      FROM (SELECT w."id", t.stored_rn__ IS NOT NULL AS stored, m.rn0, p0."sku" AS batch0, t."sku" AS stored0, m.rn1, p1."description" AS batch1,
+          t."description" AS stored1, m.rn2, p2."attributes" AS batch2, t."attributes" AS stored2
+            FROM "inventory"."products__stage" w
+            LEFT JOIN (SELECT "id",
+                        MIN(CASE WHEN COALESCE(_unavailable, '') NOT LIKE '%|sku|%' THEN _rn END) AS rn0,
+                        MIN(CASE WHEN COALESCE(_unavailable, '') NOT LIKE '%|description|%' THEN _rn END) AS rn1,
+                        MIN(CASE WHEN COALESCE(_unavailable, '') NOT LIKE '%|attributes|%' THEN _rn END) AS rn2
+                       FROM "inventory"."products__stage" WHERE _action = 'upsert' AND _rn > 1 GROUP BY "id") m ON m."id" = w."id"
+            LEFT JOIN "inventory"."products__stage" p0 ON p0."id" = w."id" AND p0._rn = m.rn0 AND p0._action = 'upsert'
+            LEFT JOIN "inventory"."products__stage" p1 ON p1."id" = w."id" AND p1._rn = m.rn1 AND p1._action = 'upsert'
+            LEFT JOIN "inventory"."products__stage" p2 ON p2."id" = w."id" AND p2._rn = m.rn2 AND p2._action = 'upsert'
+            LEFT JOIN (SELECT * FROM (SELECT t.*, ROW_NUMBER() OVER (PARTITION BY t."id"
+              ORDER BY t._source_pos DESC NULLS LAST, t._kafka_partition DESC, t._kafka_offset DESC) AS stored_rn__
+            FROM "inventory"."products" t WHERE EXISTS (SELECT 1 FROM "inventory"."products__stage" x WHERE x._rn = 1 AND x._action = 'upsert'
+                AND x._unavailable IS NOT NULL AND x."id" = t."id")) o
+          WHERE o.stored_rn__ = 1) t ON t."id" = w."id"
+            WHERE w._rn = 1 AND w._action = 'upsert' AND w._unavailable IS NOT NULL) u
+      WHERE s._rn = 1 AND s._action = 'upsert' AND s._unavailable IS NOT NULL AND u."id" = s."id";
       UPDATE "inventory"."products__stage" s SET _action = 'quarantine',
-             _reason = SUBSTRING('no earlier value is known for the TOAST placeholder (__debezium_unavailable_value) in '
-                                 || BTRIM(s._unavailable, '|'), 1, 1000)
+          _reason = SUBSTRING('no earlier value is known for the TOAST placeholder (__debezium_unavailable_value) in ' || BTRIM(s._unavailable, '|'), 1, 1000)
       WHERE s._rn = 1 AND s._action = 'upsert' AND s._unavailable <> '|'
         AND NOT EXISTS (SELECT 1 FROM "inventory"."products" t WHERE t."id" = s."id");
     END IF;
@@ -528,32 +526,42 @@ BEGIN
     -- 5. A stale winner at exactly the stored position that changes something is another
     --    change of the same transaction (compressed MySQL binlog): it applies, in Kafka
     --    order. A re-sent copy of the stored event stays stale, and so does a replayed
-    --    record earlier in Kafka order than the record that wrote what is stored (its
-    --    `_reason` cleared). (One statement per case: Redshift takes no correlated
-    --    subquery under an OR.)
+    --    record earlier in Kafka order than the record that wrote what is stored.
     IF v_rows > 0 THEN
-      IF v_replayed > 0 THEN
-        UPDATE "inventory"."products__stage" s SET _reason = NULL
-        WHERE s._rn = 1 AND s._action = 'stale' AND s._reason IS NOT NULL
-          AND EXISTS (SELECT 1 FROM "inventory"."products__watermark" w WHERE w.kafka_partition = s._kafka_partition AND s._kafka_offset <= w.last_offset)
-          AND EXISTS (SELECT 1 FROM "inventory"."products" t WHERE t."id" = s."id" AND t._source_pos = s._source_pos
-            AND (s._kafka_partition < t._kafka_partition OR (s._kafka_partition = t._kafka_partition AND s._kafka_offset < t._kafka_offset)));
-        UPDATE "inventory"."products__stage" s SET _reason = NULL
-        WHERE s._rn = 1 AND s._action = 'stale' AND s._reason IS NOT NULL
-          AND EXISTS (SELECT 1 FROM "inventory"."products__watermark" w WHERE w.kafka_partition = s._kafka_partition AND s._kafka_offset <= w.last_offset)
-          AND EXISTS (SELECT 1 FROM "inventory"."products__deleted" t WHERE t."id" = s."id" AND t._source_pos = s._source_pos
-            AND (s._kafka_partition < t._kafka_partition OR (s._kafka_partition = t._kafka_partition AND s._kafka_offset < t._kafka_offset)));
-      END IF;
       UPDATE "inventory"."products__stage" s SET _action = s._reason, _reason = NULL
-      WHERE s._rn = 1 AND s._action = 'stale' AND s._reason = 'upsert'
-        AND EXISTS (SELECT 1 FROM "inventory"."products" t WHERE t."id" = s."id" AND t._source_pos = s._source_pos
-          AND ((t."sku" <> s."sku" OR (t."sku" IS NULL) <> (s."sku" IS NULL)) OR (t."description" <> s."description" OR (t."description" IS NULL) <> (s."description" IS NULL)) OR (t."price" <> s."price" OR (t."price" IS NULL) <> (s."price" IS NULL)) OR (t."weight" <> s."weight" OR (t."weight" IS NULL) <> (s."weight" IS NULL)) OR (t."released" <> s."released" OR (t."released" IS NULL) <> (s."released" IS NULL)) OR (t."updated_at" <> s."updated_at" OR (t."updated_at" IS NULL) <> (s."updated_at" IS NULL)) OR (t."published_at" <> s."published_at" OR (t."published_at" IS NULL) <> (s."published_at" IS NULL)) OR (JSON_SIZE(t."attributes") > 65535 OR JSON_SIZE(s."attributes") > 65535 OR JSON_SERIALIZE(CASE WHEN JSON_SIZE(t."attributes") <= 65535 THEN t."attributes" END) <> JSON_SERIALIZE(CASE WHEN JSON_SIZE(s."attributes") <= 65535 THEN s."attributes" END) OR (JSON_SERIALIZE(CASE WHEN JSON_SIZE(t."attributes") <= 65535 THEN t."attributes" END) IS NULL) <> (JSON_SERIALIZE(CASE WHEN JSON_SIZE(s."attributes") <= 65535 THEN s."attributes" END) IS NULL)) OR (t."in_stock" <> s."in_stock" OR (t."in_stock" IS NULL) <> (s."in_stock" IS NULL))));
-      UPDATE "inventory"."products__stage" s SET _action = s._reason, _reason = NULL
-      WHERE s._rn = 1 AND s._action = 'stale' AND s._reason = 'upsert'
-        AND EXISTS (SELECT 1 FROM "inventory"."products__deleted" t WHERE t."id" = s."id" AND t._source_pos = s._source_pos);
-      UPDATE "inventory"."products__stage" s SET _action = s._reason, _reason = NULL
-      WHERE s._rn = 1 AND s._action = 'stale' AND s._reason = 'delete'
-        AND EXISTS (SELECT 1 FROM "inventory"."products" t WHERE t."id" = s."id" AND t._source_pos = s._source_pos);
+      FROM (SELECT x."id", x._kafka_partition, x._kafka_offset,
+                   MAX(CASE WHEN x._reason = 'upsert' AND (t.deleted__ OR (t."sku" <> x."sku" OR (t."sku" IS NULL) <> (x."sku" IS NULL))
+                       OR (t."description" <> x."description" OR (t."description" IS NULL) <> (x."description" IS NULL))
+                       OR (t."price" <> x."price" OR (t."price" IS NULL) <> (x."price" IS NULL))
+                       OR (t."weight" <> x."weight" OR (t."weight" IS NULL) <> (x."weight" IS NULL))
+                       OR (t."released" <> x."released" OR (t."released" IS NULL) <> (x."released" IS NULL))
+                       OR (t."updated_at" <> x."updated_at" OR (t."updated_at" IS NULL) <> (x."updated_at" IS NULL)) OR (t."published_at" <> x."published_at"
+                       OR (t."published_at" IS NULL) <> (x."published_at" IS NULL)) OR ((t."attributes" IS NULL) <> (x."attributes" IS NULL)
+                       OR t."attributes" IS NOT NULL
+                       AND NOT COALESCE(JSON_SERIALIZE((CASE WHEN JSON_SIZE(t."attributes") <= 65535 THEN t."attributes" END)) = JSON_SERIALIZE((CASE
+                       WHEN JSON_SIZE(x."attributes") <= 65535 THEN x."attributes" END)), false))
+                       OR (t."in_stock" <> x."in_stock" OR (t."in_stock" IS NULL) <> (x."in_stock" IS NULL))) OR x._reason = 'delete' AND NOT t.deleted__ THEN 1
+                       ELSE 0 END) AS changes,
+                   MAX(CASE WHEN x._kafka_offset <= w.last_offset AND (t._kafka_partition = x._kafka_partition AND t._kafka_offset > x._kafka_offset
+                       OR t._kafka_partition <> x._kafka_partition AND (t.kafka_time__ > x._kafka_timestamp
+                       OR (COALESCE(t.kafka_time__ = x._kafka_timestamp, true) AND t._kafka_partition > x._kafka_partition))) THEN 1 ELSE 0 END) AS older_replay
+            FROM "inventory"."products__stage" x
+            JOIN (SELECT t."id", t._source_pos, t._kafka_partition, t._kafka_offset, m.kafka_timestamp AS kafka_time__, false AS deleted__, t."sku",
+                t."description", t."price", t."weight", t."released", t."updated_at", t."published_at", t."attributes",
+                t."in_stock" FROM "inventory"."products" t LEFT JOIN "inventory"."products__stream" m ON m.kafka_partition = t._kafka_partition
+                AND m.kafka_offset = t._kafka_offset WHERE EXISTS (SELECT 1 FROM "inventory"."products__stage" y WHERE y._rn = 1 AND y._action = 'stale'
+                AND y."id" = t."id" AND y._source_pos = t._source_pos)
+                        UNION ALL SELECT t."id", t._source_pos, t._kafka_partition, t._kafka_offset, t._kafka_timestamp, true, NULL, NULL, NULL, NULL, NULL,
+                            NULL, NULL, NULL,
+                            NULL FROM "inventory"."products__deleted" t WHERE EXISTS (SELECT 1 FROM "inventory"."products__stage" y WHERE y._rn = 1
+                            AND y._action = 'stale' AND y."id" = t."id" AND y._source_pos = t._source_pos)) t
+              ON t."id" = x."id" AND t._source_pos = x._source_pos
+            LEFT JOIN "inventory"."products__watermark" w ON w.kafka_partition = x._kafka_partition
+            WHERE x._rn = 1 AND x._action = 'stale'
+            GROUP BY x."id", x._kafka_partition, x._kafka_offset) c
+      WHERE s._rn = 1 AND s._action = 'stale' AND c."id" = s."id"
+        AND s._kafka_partition = c._kafka_partition AND s._kafka_offset = c._kafka_offset
+        AND c.changes = 1 AND c.older_replay = 0;
     END IF;
     -- A winner without a source position was never stale; it is recorded at the position
     -- it ranked by, so replays of what it superseded stay stale.
@@ -588,14 +596,10 @@ BEGIN
           AND ((x._kafka_partition = s._kafka_partition AND x._kafka_offset > s._kafka_offset)
               OR (x._kafka_partition <> s._kafka_partition AND x._kafka_timestamp > s._kafka_timestamp)));
     END IF;
-    SELECT COUNT(CASE WHEN _rn = 1 AND _action = 'upsert' THEN 1 END),
-           COUNT(CASE WHEN _rn = 1 AND _action = 'delete' THEN 1 END),
-           COUNT(CASE WHEN _action = 'quarantine' THEN 1 END),
-           COUNT(CASE WHEN _action = 'tombstone' THEN 1 END),
-           COUNT(CASE WHEN _action IN ('stale', 'truncated') THEN 1 END),
-           COUNT(CASE WHEN _rn > 1 AND _action IN ('upsert', 'delete') THEN 1 END),
-           COUNT(CASE WHEN _action = 'truncate' THEN 1 END),
-           DATEDIFF(microsecond, MAX(_kafka_timestamp), v_started) / 1000000.0
+    SELECT COUNT(CASE WHEN _rn = 1 AND _action = 'upsert' THEN 1 END), COUNT(CASE WHEN _rn = 1 AND _action = 'delete' THEN 1 END),
+           COUNT(CASE WHEN _action = 'quarantine' THEN 1 END), COUNT(CASE WHEN _action = 'tombstone' THEN 1 END),
+           COUNT(CASE WHEN _action IN ('stale', 'truncated') THEN 1 END), COUNT(CASE WHEN _rn > 1 AND _action IN ('upsert', 'delete') THEN 1 END),
+           COUNT(CASE WHEN _action = 'truncate' THEN 1 END), DATEDIFF(microsecond, MAX(_kafka_timestamp), v_started) / 1000000.0
     INTO v_upserted, v_deleted, v_quarantined, v_tombstones, v_stale, v_superseded, v_truncates, v_lag
     FROM "inventory"."products__stage";
     -- 6. Apply: remove the current row of every key with a winning event (the join is
@@ -613,8 +617,10 @@ BEGIN
     SELECT s."id", s._source_ts, s._source_pos, s._kafka_partition, s._kafka_offset, s._kafka_timestamp, v_started
     FROM "inventory"."products__stage" s
     WHERE s._rn = 1 AND s._action = 'delete';
-    INSERT INTO "inventory"."products" ("id", "sku", "description", "price", "weight", "released", "updated_at", "published_at", "attributes", "in_stock", "_source_ts", "_source_pos", "_kafka_partition", "_kafka_offset", "_synced_at")
-    SELECT s."id", s."sku", s."description", s."price", s."weight", s."released", s."updated_at", s."published_at", s."attributes", s."in_stock", s._source_ts, s._source_pos, s._kafka_partition, s._kafka_offset, v_started
+    INSERT INTO "inventory"."products" ("id", "sku", "description", "price", "weight", "released", "updated_at", "published_at", "attributes", "in_stock",
+        "_source_ts", "_source_pos", "_kafka_partition", "_kafka_offset", "_synced_at")
+    SELECT s."id", s."sku", s."description", s."price", s."weight", s."released", s."updated_at", s."published_at", s."attributes", s."in_stock", s._source_ts,
+        s._source_pos, s._kafka_partition, s._kafka_offset, v_started
     FROM "inventory"."products__stage" s
     WHERE s._rn = 1 AND s._action = 'upsert';
     -- 6. Schema drift: unknown fields in the row images, configured fields missing from them
@@ -626,22 +632,16 @@ BEGIN
              CASE WHEN k.configured = 1 THEN k.images - k.seen ELSE k.seen END
       FROM (SELECT u.field, MAX(u.configured) AS configured, SUM(u.seen) AS seen,
                    MAX(MAX(u.images)) OVER () AS images
-            FROM (SELECT CASE WHEN OCTET_LENGTH(CAST(x_field AS varchar(65535))) <= 256 THEN CAST(x_field AS varchar(65535)) ELSE SUBSTRING(CAST(x_field AS varchar(65535)), 1, 64) END AS field, 0 AS configured, 1 AS seen, x0.images
+            FROM (SELECT CASE WHEN OCTET_LENGTH(CAST(x_field AS varchar(65535))) <= 256 THEN CAST(x_field AS varchar(65535))
+                ELSE SUBSTRING(CAST(x_field AS varchar(65535)), 1, 64) END AS field, 0 AS configured, 1 AS seen, x0.images
                   FROM (
                     SELECT s._drift_img AS img, COUNT(*) OVER () AS images
                     FROM "inventory"."products__stage" s
                     WHERE s._drift_img IS NOT NULL
                   ) x0, UNPIVOT x0.img AS x_value AT x_field
-                  UNION ALL SELECT 'id', 1, 0, 0
-                  UNION ALL SELECT 'Sku', 1, 0, 0
-                  UNION ALL SELECT 'description', 1, 0, 0
-                  UNION ALL SELECT 'price', 1, 0, 0
-                  UNION ALL SELECT 'weight', 1, 0, 0
-                  UNION ALL SELECT 'released', 1, 0, 0
-                  UNION ALL SELECT 'updated_at', 1, 0, 0
-                  UNION ALL SELECT 'published_at', 1, 0, 0
-                  UNION ALL SELECT 'attributes', 1, 0, 0
-                  UNION ALL SELECT 'in_stock', 1, 0, 0) u
+                  UNION ALL SELECT 'id', 1, 0, 0 UNION ALL SELECT 'Sku', 1, 0, 0 UNION ALL SELECT 'description', 1, 0, 0 UNION ALL SELECT 'price', 1, 0, 0
+                  UNION ALL SELECT 'weight', 1, 0, 0 UNION ALL SELECT 'released', 1, 0, 0 UNION ALL SELECT 'updated_at', 1, 0, 0
+                  UNION ALL SELECT 'published_at', 1, 0, 0 UNION ALL SELECT 'attributes', 1, 0, 0 UNION ALL SELECT 'in_stock', 1, 0, 0) u
             GROUP BY u.field) k
       WHERE (k.configured = 1 AND k.seen < k.images)
          OR (k.configured = 0 AND SUBSTRING(k.field, 1, 2) <> '__');  -- '__' fields: unwrap metadata
@@ -684,10 +684,10 @@ BEGIN
   SELECT 'products', PG_BACKEND_PID(), v_started, CAST(TO_TIMESTAMP(TIMEOFDAY(), 'Dy Mon DD HH24:MI:SS.US YYYY') AS timestamp), v_read, v_upserted, v_deleted,
     v_quarantined, v_tombstones, v_stale, v_superseded, v_truncates, v_wm_before,
     LISTAGG(CASE WHEN r.pos__ <= 65503 THEN r.item__ END, ',') WITHIN GROUP (ORDER BY r.order__)
-         || CASE WHEN COUNT(CASE WHEN r.pos__ > 65503 THEN 1 END) > 0 THEN ' (+' || CAST(COUNT(CASE WHEN r.pos__ > 65503 THEN 1 END) AS varchar(20)) || ' more)' ELSE '' END, v_lag, 'ok'
-  FROM (SELECT r.*, CAST(r.kafka_partition AS varchar(20)) || ':' || CAST(r.last_offset AS varchar(20)) AS item__, r.kafka_partition AS order__,
-               SUM(OCTET_LENGTH(CAST(r.kafka_partition AS varchar(20)) || ':' || CAST(r.last_offset AS varchar(20))) + 1) OVER (ORDER BY r.kafka_partition ROWS UNBOUNDED PRECEDING) AS pos__
-        FROM "inventory"."products__watermark" r) r;
+         || COALESCE(' (+' || CAST(NULLIF(COUNT(CASE WHEN r.pos__ > 65503 THEN 1 END), 0) AS varchar(20)) || ' more)', ''), v_lag, 'ok'
+  FROM (SELECT r.*, SUM(OCTET_LENGTH(r.item__) + 1) OVER (ORDER BY r.order__ ROWS UNBOUNDED PRECEDING) AS pos__
+        FROM (SELECT r.*, CAST(r.kafka_partition AS varchar(20)) || ':' || CAST(r.last_offset AS varchar(20)) AS item__,
+            r.kafka_partition AS order__ FROM "inventory"."products__watermark" r) r) r;
   INSERT INTO "inventory"."sync_run_log" (table_name, backend_pid, started_at, finished_at, events_read, upserted, deleted,
     quarantined, tombstones, stale, superseded, truncates, watermark_before, watermark_after, lag_seconds, status)
   SELECT * FROM "sync_call_result";
@@ -711,11 +711,7 @@ AS $$
 -- Quarantines the first pending record, which the caller found to make the engine
 -- raise, with the engine's error text, and moves the watermark past it.
 DECLARE
-  v_started timestamp;
-  v_since timestamp;
-  v_partition bigint;
-  v_offset bigint;
-  v_refresh_time timestamp;
+  v_started timestamp; v_since timestamp; v_partition bigint; v_offset bigint; v_refresh_time timestamp;
 BEGIN
   -- 1. Single flight, as in the sync itself.
   LOCK TABLE "inventory"."products__watermark";
@@ -732,7 +728,10 @@ BEGIN
   WHERE x.read_no = 1;
   IF v_partition IS NOT NULL THEN
     INSERT INTO "inventory"."products__quarantine" (table_name, kafka_partition, kafka_offset, kafka_timestamp, reason, payload, raw_value, run_started_at)
-    SELECT 'products', s.kafka_partition, s.kafka_offset, s.kafka_timestamp, CASE WHEN OCTET_LENGTH('the warehouse could not apply this record: ' || COALESCE(p_reason, 'no error text')) <= 1000 THEN 'the warehouse could not apply this record: ' || COALESCE(p_reason, 'no error text') ELSE SUBSTRING('the warehouse could not apply this record: ' || COALESCE(p_reason, 'no error text'), 1, 250) END, s.payload, s.raw_value, v_started
+    SELECT 'products', s.kafka_partition, s.kafka_offset, s.kafka_timestamp, CASE
+        WHEN OCTET_LENGTH('the warehouse could not apply this record: ' || COALESCE(p_reason, 'no error text')) <= 1000
+        THEN 'the warehouse could not apply this record: ' || COALESCE(p_reason, 'no error text')
+        ELSE SUBSTRING('the warehouse could not apply this record: ' || COALESCE(p_reason, 'no error text'), 1, 250) END, s.payload, s.raw_value, v_started
     FROM "inventory"."products__stream" s
     WHERE s.kafka_partition = v_partition AND s.kafka_offset = v_offset AND s.refresh_time = v_refresh_time;
     UPDATE "inventory"."products__watermark" SET last_offset = v_offset, last_refresh_time = v_refresh_time, updated_at = v_started

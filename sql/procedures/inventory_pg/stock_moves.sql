@@ -98,28 +98,11 @@ AS $$
 -- Merges new records of the topic into the target (p_max_records NULL: all of them);
 -- see the README, 'How a sync works: the procedure contract'.
 DECLARE
-  v_started timestamp;
-  v_since timestamp;
-  v_wm_before varchar(65535);
-  v_read bigint := 0;
-  v_upserted bigint := 0;
-  v_deleted bigint := 0;
-  v_quarantined bigint := 0;
-  v_tombstones bigint := 0;
-  v_stale bigint := 0;
-  v_superseded bigint := 0;
-  v_truncates bigint := 0;
-  v_rows bigint := 0;
-  v_positionless bigint := 0;
-  v_unavailable bigint := 0;
-  v_drift bigint := 0;
-  v_replayed bigint := 0;
-  v_lag double precision;
-  v_until_time timestamp;
-  v_until_partition bigint;
-  v_until_offset bigint;
-  v_truncate_pos varchar(64);
-  v_truncate_ts timestamp;
+  v_started timestamp; v_since timestamp; v_wm_before varchar(65535); v_read bigint := 0; v_upserted bigint := 0;
+  v_deleted bigint := 0; v_quarantined bigint := 0; v_tombstones bigint := 0; v_stale bigint := 0;
+  v_superseded bigint := 0; v_truncates bigint := 0; v_rows bigint := 0; v_positionless bigint := 0;
+  v_unavailable bigint := 0; v_drift bigint := 0; v_replayed bigint := 0; v_lag double precision; v_until_time timestamp;
+  v_until_partition bigint; v_until_offset bigint; v_truncate_pos varchar(64); v_truncate_ts timestamp;
 BEGIN
   -- 10. Session settings this procedure needs.
   SET enable_case_sensitive_identifier TO true;
@@ -133,11 +116,11 @@ BEGIN
   SELECT MAX(r.last_refresh_time),
          (SELECT COUNT(*) FROM "inventory"."stock_moves__quarantine" WHERE table_name = 'stock_moves' AND handled = 'replaying'),
          LISTAGG(CASE WHEN r.pos__ <= 65503 THEN r.item__ END, ',') WITHIN GROUP (ORDER BY r.order__)
-         || CASE WHEN COUNT(CASE WHEN r.pos__ > 65503 THEN 1 END) > 0 THEN ' (+' || CAST(COUNT(CASE WHEN r.pos__ > 65503 THEN 1 END) AS varchar(20)) || ' more)' ELSE '' END
+         || COALESCE(' (+' || CAST(NULLIF(COUNT(CASE WHEN r.pos__ > 65503 THEN 1 END), 0) AS varchar(20)) || ' more)', '')
   INTO v_since, v_replayed, v_wm_before
-  FROM (SELECT r.*, CAST(r.kafka_partition AS varchar(20)) || ':' || CAST(r.last_offset AS varchar(20)) AS item__, r.kafka_partition AS order__,
-               SUM(OCTET_LENGTH(CAST(r.kafka_partition AS varchar(20)) || ':' || CAST(r.last_offset AS varchar(20))) + 1) OVER (ORDER BY r.kafka_partition ROWS UNBOUNDED PRECEDING) AS pos__
-        FROM "inventory"."stock_moves__watermark" r) r;
+  FROM (SELECT r.*, SUM(OCTET_LENGTH(r.item__) + 1) OVER (ORDER BY r.order__ ROWS UNBOUNDED PRECEDING) AS pos__
+        FROM (SELECT r.*, CAST(r.kafka_partition AS varchar(20)) || ':' || CAST(r.last_offset AS varchar(20)) AS item__,
+            r.kafka_partition AS order__ FROM "inventory"."stock_moves__watermark" r) r) r;
   v_since := COALESCE(v_since, TIMESTAMP '1900-01-01 00:00:00');
   -- A bounded run (record isolation by the caller) reads the first p_max_records pending
   -- records in (refresh_time, partition, offset) order: a prefix of every partition
@@ -163,17 +146,101 @@ BEGIN
     "_source_ts", "_source_pos", "_rank_pos", "move_id", "product_id", "quantity", "moved_at", "_unavailable", "_payload",
     "_raw_value", "_drift_img"
   )
-  SELECT c.kafka_partition, c.kafka_offset, c.kafka_timestamp, c.refresh_time,
-         CASE WHEN OCTET_LENGTH(c.op) <= 64 THEN c.op ELSE SUBSTRING(c.op, 1, 16) END, c.action, c.reason,
-         ROW_NUMBER() OVER (
-           PARTITION BY CASE WHEN c.action IN ('upsert', 'delete') THEN 1 ELSE 0 END, c."move_id"
-           ORDER BY c.source_pos DESC NULLS LAST, c.kafka_time DESC NULLS LAST, c.kafka_partition DESC, c.kafka_offset DESC),
-         (TIMESTAMP 'epoch' + (c.source_ts_ms / 1000) * INTERVAL '1 second' + (c.source_ts_ms % 1000) * INTERVAL '1 millisecond'),
-         c.source_pos, c.source_pos, c."move_id", c."product_id", c."quantity", c."moved_at", c.unavailable,
-         c.quarantine_payload, CASE WHEN c.action = 'quarantine' THEN c.raw_value END, c.drift_img
-  FROM (
-    SELECT
-           t.kafka_partition, t.kafka_offset, t.kafka_timestamp, t.refresh_time, t.raw_value, t.op,
+  WITH batch AS (
+    SELECT s.kafka_partition, s.kafka_offset, s.kafka_timestamp, s.refresh_time,
+           s.payload, s.raw_value,
+           CASE WHEN IS_OBJECT(s.payload."schema") THEN s.payload."payload" ELSE s.payload END AS env,
+           CASE WHEN IS_OBJECT(s.key_payload."schema") THEN s.key_payload."payload" ELSE s.key_payload END AS key_env
+    FROM "inventory"."stock_moves__stream" s
+    LEFT JOIN "inventory"."stock_moves__watermark" w ON w.kafka_partition = s.kafka_partition
+    WHERE s.refresh_time >= v_since
+      AND s.kafka_offset > COALESCE(w.last_offset, -1)
+      AND (s.refresh_time < v_until_time
+           OR (s.refresh_time = v_until_time
+               AND (s.kafka_partition < v_until_partition
+                    OR (s.kafka_partition = v_until_partition AND s.kafka_offset <= v_until_offset))))
+    UNION ALL
+    -- Quarantined records being replayed (at or below the watermark: already read once).
+    SELECT r.kafka_partition, r.kafka_offset, r.kafka_timestamp, r.run_started_at,
+           r.payload, r.raw_value,
+           CASE WHEN IS_OBJECT(r.payload."schema") THEN r.payload."payload" ELSE r.payload END AS env,
+           CAST(NULL AS super) AS key_env
+    FROM "inventory"."stock_moves__quarantine" r
+    WHERE v_replayed > 0 AND r.table_name = 'stock_moves' AND r.handled = 'replaying'),
+  batch_1 AS (
+    SELECT f.*, (CASE WHEN JSON_SIZE(f.env."__deleted") <= 65535 THEN f.env."__deleted" END) AS "b__o0",
+           (CASE WHEN JSON_SIZE(f.env."__op") <= 65535 THEN f.env."__op" END) AS "b__o1"
+    FROM batch f),
+  batch_2 AS (
+    SELECT f.*, CASE WHEN IS_VARCHAR(f.b__o0) THEN f.b__o0::varchar(65535) WHEN f.b__o0 IS NOT NULL THEN JSON_SERIALIZE(f.b__o0) END AS "x__o0",
+           CASE WHEN IS_VARCHAR(f.b__o1) THEN f.b__o1::varchar(65535) WHEN f.b__o1 IS NOT NULL THEN JSON_SERIALIZE(f.b__o1) END AS "x__o1"
+    FROM batch_1 f),
+  envelope AS (
+    SELECT f.kafka_partition, f.kafka_offset, f.kafka_timestamp, f.refresh_time,
+           f.payload, f.raw_value, f.env, f.key_env,
+           CASE WHEN IS_OBJECT(f.env) THEN
+      CASE WHEN f.x__o0 = 'true' THEN 'd' ELSE COALESCE(f.x__o1, 'u') END
+    END AS op,
+           f.env AS img,
+           f.env AS src
+    FROM batch_2 f),
+  envelope_1 AS (
+    SELECT f.*, (CASE WHEN JSON_SIZE(f.src."__sequence") <= 65535 THEN f.src."__sequence" END) AS "b__p0",
+           (CASE WHEN JSON_SIZE(f.src."__lsn") <= 65535 THEN f.src."__lsn" END) AS "b__p1"
+    FROM envelope f),
+  envelope_2 AS (
+    SELECT f.*, CASE WHEN IS_VARCHAR(f.b__p0) THEN f.b__p0::varchar(65535) WHEN f.b__p0 IS NOT NULL THEN JSON_SERIALIZE(f.b__p0) END AS "x__p0",
+           CASE WHEN IS_VARCHAR(f.b__p1) THEN f.b__p1::varchar(65535) WHEN f.b__p1 IS NOT NULL THEN JSON_SERIALIZE(f.b__p1) END AS "x__p1"
+    FROM envelope_1 f),
+  fields AS (
+    SELECT f.kafka_partition, f.kafka_offset, f.kafka_timestamp, f.refresh_time, f.payload, f.raw_value, f.env, f.img, f.op,
+           f.src."__source_ts_ms" AS source_ts_ms,
+           CASE WHEN COALESCE(NULLIF(NULLIF(REGEXP_SUBSTR(f.x__p0, '([0-9]+)"?[]]$', 1, 1, 'e'), ''), ''), f.x__p1) IS NOT NULL
+               THEN lpad(COALESCE(NULLIF(NULLIF(REGEXP_SUBSTR(f.x__p0, '^[[]"?([0-9]*)', 1, 1, 'e'), ''), ''),
+               COALESCE(NULLIF(NULLIF(REGEXP_SUBSTR(f.x__p0, '([0-9]+)"?[]]$', 1, 1, 'e'), ''), ''), f.x__p1)), 20,
+               '0') || '.' || lpad(COALESCE(NULLIF(NULLIF(REGEXP_SUBSTR(f.x__p0, '([0-9]+)"?[]]$', 1, 1, 'e'), ''), ''), f.x__p1), 20, '0') END AS source_pos,
+           f.img."move_id" AS "ji__move_id", CASE WHEN IS_OBJECT(f.key_env) THEN f.key_env."move_id" ELSE f.key_env END AS "jk__move_id",
+           f.img."product_id" AS "j__product_id", f.img."quantity" AS "j__quantity", f.img."moved_at" AS "j__moved_at"
+    FROM envelope_2 f),
+  fields_1 AS (
+    SELECT f.*,
+           CASE WHEN CAST(f."j__moved_at" AS bigint) BETWEEN -62135596800000000 AND 253402300799999999 THEN CAST(f."j__moved_at" AS bigint) END AS "e__v2"
+    FROM fields f),
+  typed AS (
+    SELECT f.kafka_partition, f.kafka_offset, f.kafka_timestamp, f.refresh_time, f.payload, f.raw_value, f.env, f.img, f.op, f.source_pos,
+           CAST(f.source_ts_ms AS bigint) AS source_ts_ms, NOT (f.source_ts_ms IS NULL) AS has_source_ts,
+           COALESCE(CAST(f."ji__move_id" AS bigint), CAST(f."jk__move_id" AS bigint)) AS "move_id", f."j__product_id" AS "j__product_id",
+           CAST(f."j__product_id" AS integer) AS "product_id", f."j__quantity" AS "j__quantity", CAST(f."j__quantity" AS integer) AS "quantity",
+           f."j__moved_at" AS "j__moved_at",
+           TIMESTAMP '1970-01-01 00:00:00' + (f.e__v2 / 1000000) * INTERVAL '1 second' + (f.e__v2 % 1000000) * 1 * INTERVAL '1 microsecond' AS "moved_at",
+           NULL AS unavailable,
+           CASE WHEN f.op IN ('c', 'r', 'u') AND IS_OBJECT(f.img) AND NOT (f."ji__move_id" IS NOT NULL AND f."j__product_id" IS NOT NULL
+               AND f."j__quantity" IS NOT NULL AND f."j__moved_at" IS NOT NULL AND GET_NUMBER_ATTRIBUTES(f.img) = 4) THEN f.img END AS drift_img
+    FROM fields_1 f),
+  checked AS (
+    SELECT t.kafka_partition, t.kafka_offset, t.kafka_timestamp, t.refresh_time, t.raw_value, t.op, t.source_ts_ms,
+           t.source_pos, t.unavailable, t.drift_img, t."move_id", t."product_id", t."quantity", t."moved_at",
+           t.payload, t.has_source_ts,
+           CASE
+             WHEN t.raw_value IS NOT NULL THEN 1
+             WHEN (t.env IS NULL) AND t."move_id" IS NOT NULL THEN 2
+             WHEN (t.env IS NULL) THEN 3
+             WHEN NOT IS_OBJECT(t.env) THEN 4
+             WHEN t.op IS NULL THEN 5
+             WHEN t.op = 't' THEN 6
+             WHEN t.op NOT IN ('c', 'r', 'u', 'd') THEN 7
+             WHEN t.op <> 'd' AND ((t.img IS NULL) OR NOT IS_OBJECT(t.img)) THEN 8
+             WHEN t."move_id" IS NULL THEN 9
+             WHEN t.has_source_ts AND (t.source_ts_ms IS NULL OR t.source_ts_ms NOT BETWEEN 0 AND 253402300799999) THEN 10
+             WHEN t.op <> 'd' AND NOT (t."j__product_id" IS NULL) AND t."product_id" IS NULL THEN 11
+             WHEN t.op <> 'd' AND NOT (t."j__quantity" IS NULL) AND t."quantity" IS NULL THEN 12
+             WHEN t.op <> 'd' AND NOT (t."j__moved_at" IS NULL) AND t."moved_at" IS NULL THEN 13
+             WHEN t.op = 'd' THEN 14
+             ELSE 0
+           END AS check_no
+    FROM typed t),
+  classified AS (
+    SELECT t.kafka_partition, t.kafka_offset, t.kafka_timestamp, t.refresh_time, t.raw_value, t.op,
            CASE WHEN t.source_ts_ms BETWEEN 0 AND 253402300799999 THEN t.source_ts_ms END AS source_ts_ms, t.source_pos,
            t.unavailable, t.drift_img, t."move_id", t."product_id", t."quantity", t."moved_at",
            CASE
@@ -185,11 +252,8 @@ BEGIN
            END AS action,
            CASE t.check_no
              WHEN 1 THEN 'value is not valid JSON'
-             WHEN 2 THEN NULL
-             WHEN 3 THEN NULL
              WHEN 4 THEN 'value is not a JSON object'
              WHEN 5 THEN 'no op field: not a Debezium change event'
-             WHEN 6 THEN NULL
              WHEN 7 THEN 'unknown op "' || CASE WHEN OCTET_LENGTH(t.op) <= 64 THEN t.op ELSE SUBSTRING(t.op, 1, 16) END || '"'
              WHEN 8 THEN 'no row image: after is missing or not an object'
              WHEN 9 THEN 'primary key field move_id is missing or not a bigint'
@@ -197,117 +261,20 @@ BEGIN
              WHEN 11 THEN 'field product_id does not convert to integer'
              WHEN 12 THEN 'field quantity does not convert to integer'
              WHEN 13 THEN 'field moved_at does not convert from io.debezium.time.MicroTimestamp to timestamp'
-             WHEN 14 THEN NULL
-             ELSE NULL
            END AS reason,
            CASE WHEN t.check_no IN (1, 4, 5, 7, 8, 9, 10, 11, 12, 13) THEN t.payload END AS quarantine_payload,
            MAX(t.kafka_timestamp) OVER (PARTITION BY t.kafka_partition ORDER BY t.kafka_offset
              ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW) AS kafka_time
-    FROM (
-      SELECT
-             t.kafka_partition, t.kafka_offset, t.kafka_timestamp, t.refresh_time, t.raw_value, t.op, t.source_ts_ms,
-             t.source_pos, t.unavailable, t.drift_img, t."move_id", t."product_id", t."quantity", t."moved_at",
-             t.payload,
-             t.has_source_ts,
-             CASE
-               WHEN t.raw_value IS NOT NULL THEN 1
-               WHEN (t.env IS NULL) AND t."move_id" IS NOT NULL THEN 2
-               WHEN (t.env IS NULL) THEN 3
-               WHEN NOT IS_OBJECT(t.env) THEN 4
-               WHEN t.op IS NULL THEN 5
-               WHEN t.op = 't' THEN 6
-               WHEN t.op NOT IN ('c', 'r', 'u', 'd') THEN 7
-               WHEN t.op <> 'd' AND ((t.img IS NULL) OR NOT IS_OBJECT(t.img)) THEN 8
-               WHEN t."move_id" IS NULL THEN 9
-               WHEN t.has_source_ts AND (t.source_ts_ms IS NULL OR t.source_ts_ms NOT BETWEEN 0 AND 253402300799999) THEN 10
-               WHEN t.op <> 'd' AND NOT (t."j__product_id" IS NULL) AND t."product_id" IS NULL THEN 11
-               WHEN t.op <> 'd' AND NOT (t."j__quantity" IS NULL) AND t."quantity" IS NULL THEN 12
-               WHEN t.op <> 'd' AND NOT (t."j__moved_at" IS NULL) AND t."moved_at" IS NULL THEN 13
-               WHEN t.op = 'd' THEN 14
-               ELSE 0
-             END AS check_no
-      FROM (
-        SELECT f.kafka_partition, f.kafka_offset, f.kafka_timestamp, f.refresh_time, f.payload, f.raw_value, f.env, f.img, f.op, f.source_pos,
-               CAST(f.source_ts_ms AS bigint) AS source_ts_ms,
-               NOT (f.source_ts_ms IS NULL) AS has_source_ts,
-               COALESCE(CAST(f."ji__move_id" AS bigint),
-                 CAST(f."jk__move_id" AS bigint)) AS "move_id",
-               f."j__product_id" AS "j__product_id",
-               CAST(f."j__product_id" AS integer) AS "product_id",
-               f."j__quantity" AS "j__quantity",
-               CAST(f."j__quantity" AS integer) AS "quantity",
-               f."j__moved_at" AS "j__moved_at",
-               TIMESTAMP '1970-01-01 00:00:00' + (f.e__v2 / 1000000) * INTERVAL '1 second' + (f.e__v2 % 1000000) * 1 * INTERVAL '1 microsecond' AS "moved_at",
-               NULL AS unavailable,
-               CASE WHEN f.op IN ('c', 'r', 'u') AND IS_OBJECT(f.img) AND NOT (f."ji__move_id" IS NOT NULL AND f."j__product_id" IS NOT NULL AND f."j__quantity" IS NOT NULL AND f."j__moved_at" IS NOT NULL AND GET_NUMBER_ATTRIBUTES(f.img) = 4) THEN f.img END AS drift_img
-        FROM (
-          SELECT f.*,
-                 CASE WHEN CAST(f."j__moved_at" AS bigint) BETWEEN -62135596800000000 AND 253402300799999999 THEN CAST(f."j__moved_at" AS bigint) END AS "e__v2"
-          FROM (
-            SELECT f.kafka_partition, f.kafka_offset, f.kafka_timestamp, f.refresh_time, f.payload, f.raw_value, f.env, f.img, f.op,
-                   f.src."__source_ts_ms" AS source_ts_ms,
-                   CASE WHEN COALESCE(NULLIF(NULLIF(REGEXP_SUBSTR(f.x__p0, '([0-9]+)"?[]]$', 1, 1, 'e'), ''), ''), f.x__p1) IS NOT NULL THEN lpad(COALESCE(NULLIF(NULLIF(REGEXP_SUBSTR(f.x__p0, '^[[]"?([0-9]*)', 1, 1, 'e'), ''), ''), COALESCE(NULLIF(NULLIF(REGEXP_SUBSTR(f.x__p0, '([0-9]+)"?[]]$', 1, 1, 'e'), ''), ''), f.x__p1)), 20, '0') || '.' || lpad(COALESCE(NULLIF(NULLIF(REGEXP_SUBSTR(f.x__p0, '([0-9]+)"?[]]$', 1, 1, 'e'), ''), ''), f.x__p1), 20, '0') END AS source_pos,
-                   f.img."move_id" AS "ji__move_id",
-                   CASE WHEN IS_OBJECT(f.key_env) THEN f.key_env."move_id" ELSE f.key_env END AS "jk__move_id",
-                   f.img."product_id" AS "j__product_id",
-                   f.img."quantity" AS "j__quantity",
-                   f.img."moved_at" AS "j__moved_at"
-            FROM (
-              SELECT f.*,
-                     CASE WHEN IS_VARCHAR(f.b__p0) THEN f.b__p0::varchar(65535) WHEN f.b__p0 IS NOT NULL THEN JSON_SERIALIZE(f.b__p0) END AS "x__p0",
-                     CASE WHEN IS_VARCHAR(f.b__p1) THEN f.b__p1::varchar(65535) WHEN f.b__p1 IS NOT NULL THEN JSON_SERIALIZE(f.b__p1) END AS "x__p1"
-              FROM (
-                SELECT f.*,
-                       (CASE WHEN JSON_SIZE(f.src."__sequence") <= 65535 THEN f.src."__sequence" END) AS "b__p0",
-                       (CASE WHEN JSON_SIZE(f.src."__lsn") <= 65535 THEN f.src."__lsn" END) AS "b__p1"
-                FROM (
-                  SELECT f.kafka_partition, f.kafka_offset, f.kafka_timestamp, f.refresh_time,
-                         f.payload, f.raw_value, f.env, f.key_env,
-                         CASE WHEN IS_OBJECT(f.env) THEN
-                    CASE WHEN f.x__o0 = 'true' THEN 'd' ELSE COALESCE(f.x__o1, 'u') END
-                  END AS op,
-                         f.env AS img,
-                         f.env AS src
-                  FROM (
-                    SELECT f.*,
-                           CASE WHEN IS_VARCHAR(f.b__o0) THEN f.b__o0::varchar(65535) WHEN f.b__o0 IS NOT NULL THEN JSON_SERIALIZE(f.b__o0) END AS "x__o0",
-                           CASE WHEN IS_VARCHAR(f.b__o1) THEN f.b__o1::varchar(65535) WHEN f.b__o1 IS NOT NULL THEN JSON_SERIALIZE(f.b__o1) END AS "x__o1"
-                    FROM (
-                      SELECT f.*,
-                             (CASE WHEN JSON_SIZE(f.env."__deleted") <= 65535 THEN f.env."__deleted" END) AS "b__o0",
-                             (CASE WHEN JSON_SIZE(f.env."__op") <= 65535 THEN f.env."__op" END) AS "b__o1"
-                      FROM (
-                        SELECT s.kafka_partition, s.kafka_offset, s.kafka_timestamp, s.refresh_time,
-                               s.payload, s.raw_value,
-                               CASE WHEN IS_OBJECT(s.payload."schema") THEN s.payload."payload" ELSE s.payload END AS env,
-                               CASE WHEN IS_OBJECT(s.key_payload."schema") THEN s.key_payload."payload" ELSE s.key_payload END AS key_env
-                        FROM "inventory"."stock_moves__stream" s
-                        LEFT JOIN "inventory"."stock_moves__watermark" w ON w.kafka_partition = s.kafka_partition
-                        WHERE s.refresh_time >= v_since
-                          AND s.kafka_offset > COALESCE(w.last_offset, -1)
-                          AND (s.refresh_time < v_until_time
-                               OR (s.refresh_time = v_until_time
-                                   AND (s.kafka_partition < v_until_partition
-                                        OR (s.kafka_partition = v_until_partition AND s.kafka_offset <= v_until_offset))))
-                        UNION ALL
-                        -- Quarantined records being replayed (at or below the watermark: already read once).
-                        SELECT r.kafka_partition, r.kafka_offset, r.kafka_timestamp, r.run_started_at,
-                               r.payload, r.raw_value,
-                               CASE WHEN IS_OBJECT(r.payload."schema") THEN r.payload."payload" ELSE r.payload END AS env,
-                               CAST(NULL AS super) AS key_env
-                        FROM "inventory"."stock_moves__quarantine" r
-                        WHERE v_replayed > 0 AND r.table_name = 'stock_moves' AND r.handled = 'replaying'
-                      ) f
-                    ) f
-                  ) f
-                ) f
-              ) f
-            ) f
-          ) f
-        ) f
-      ) t
-    ) t
-  ) c;
+    FROM checked t)
+  SELECT c.kafka_partition, c.kafka_offset, c.kafka_timestamp, c.refresh_time,
+         CASE WHEN OCTET_LENGTH(c.op) <= 64 THEN c.op ELSE SUBSTRING(c.op, 1, 16) END, c.action, c.reason,
+         ROW_NUMBER() OVER (
+           PARTITION BY CASE WHEN c.action IN ('upsert', 'delete') THEN 1 ELSE 0 END, c."move_id"
+           ORDER BY c.source_pos DESC NULLS LAST, c.kafka_time DESC NULLS LAST, c.kafka_partition DESC, c.kafka_offset DESC),
+         (TIMESTAMP 'epoch' + (c.source_ts_ms / 1000) * INTERVAL '1 second' + (c.source_ts_ms % 1000) * INTERVAL '1 millisecond'),
+         c.source_pos, c.source_pos, c."move_id", c."product_id", c."quantity", c."moved_at", c.unavailable,
+         c.quarantine_payload, CASE WHEN c.action = 'quarantine' THEN c.raw_value END, c.drift_img
+  FROM classified c;
   GET DIAGNOSTICS v_read := ROW_COUNT;
   -- Fresh statistics for a large stage, refilled every run: without them the planner
   -- takes it for empty and joins it to itself row by row (20k events: 13 s, not 1 s).
@@ -317,8 +284,7 @@ BEGIN
   END IF;
   IF v_read > 0 THEN
     -- What the batch needs of the rarely needed steps.
-    SELECT COUNT(_drift_img),
-           COUNT(CASE WHEN _source_pos IS NULL AND _action IN ('upsert', 'delete') THEN 1 END)
+    SELECT COUNT(_drift_img), COUNT(CASE WHEN _source_pos IS NULL AND _action IN ('upsert', 'delete') THEN 1 END)
     INTO v_drift, v_positionless
     FROM "inventory"."stock_moves__stage";
     -- 3. A tombstone right after a delete event of its key adds nothing (the delete event
@@ -334,47 +300,62 @@ BEGIN
         AND p.prev_op = 'd' AND s."move_id" = p."prev_move_id";
       -- The first record of its partition in this batch: the record before it was read last run.
       UPDATE "inventory"."stock_moves__stage" s SET _action = 'tombstone'
-      FROM "inventory"."stock_moves__watermark" w, "inventory"."stock_moves__stream" a, "inventory"."stock_moves__stream" b
+      FROM "inventory"."stock_moves__watermark" w, "inventory"."stock_moves__stream" a, (SELECT f.kafka_partition, f.kafka_offset, f.refresh_time, f.kafka_key,
+                f.x__d00 = 'true' OR f.x__d10 = 'true' AS deleted
+          FROM (
+            SELECT f.*,
+                   CASE WHEN IS_VARCHAR(f.b__d00) THEN f.b__d00::varchar(65535) WHEN f.b__d00 IS NOT NULL THEN JSON_SERIALIZE(f.b__d00) END AS "x__d00",
+                   CASE WHEN IS_VARCHAR(f.b__d10) THEN f.b__d10::varchar(65535) WHEN f.b__d10 IS NOT NULL THEN JSON_SERIALIZE(f.b__d10) END AS "x__d10"
+            FROM (
+              SELECT f.*,
+                     (CASE WHEN JSON_SIZE(f.payload."__deleted") <= 65535 THEN f.payload."__deleted" END) AS "b__d00",
+                     (CASE WHEN JSON_SIZE(f.payload."payload"."__deleted") <= 65535 THEN f.payload."payload"."__deleted" END) AS "b__d10"
+              FROM (
+                SELECT b.kafka_partition, b.kafka_offset, b.refresh_time, b.kafka_key, b.payload FROM "inventory"."stock_moves__stream" b
+              ) f
+            ) f
+          ) b)
       WHERE s._action = 'delete' AND s._op IS NULL
         AND w.kafka_partition = s._kafka_partition
         AND a.kafka_partition = s._kafka_partition AND a.kafka_offset = s._kafka_offset AND a.refresh_time = s._refresh_time
         AND b.kafka_partition = w.kafka_partition AND b.kafka_offset = w.last_offset AND b.refresh_time = w.last_refresh_time
         AND s._kafka_offset = (SELECT MIN(x._kafka_offset) FROM "inventory"."stock_moves__stage" x WHERE x._kafka_partition = s._kafka_partition)
         AND b.kafka_key = a.kafka_key
-        AND (CASE WHEN IS_VARCHAR((CASE WHEN JSON_SIZE(b.payload."__deleted") <= 65535 THEN b.payload."__deleted" END)) THEN (CASE WHEN JSON_SIZE(b.payload."__deleted") <= 65535 THEN b.payload."__deleted" END)::varchar(65535) WHEN (CASE WHEN JSON_SIZE(b.payload."__deleted") <= 65535 THEN b.payload."__deleted" END) IS NOT NULL THEN JSON_SERIALIZE((CASE WHEN JSON_SIZE(b.payload."__deleted") <= 65535 THEN b.payload."__deleted" END)) END = 'true'
-             OR CASE WHEN IS_VARCHAR((CASE WHEN JSON_SIZE(b.payload."payload"."__deleted") <= 65535 THEN b.payload."payload"."__deleted" END)) THEN (CASE WHEN JSON_SIZE(b.payload."payload"."__deleted") <= 65535 THEN b.payload."payload"."__deleted" END)::varchar(65535) WHEN (CASE WHEN JSON_SIZE(b.payload."payload"."__deleted") <= 65535 THEN b.payload."payload"."__deleted" END) IS NOT NULL THEN JSON_SERIALIZE((CASE WHEN JSON_SIZE(b.payload."payload"."__deleted") <= 65535 THEN b.payload."payload"."__deleted" END)) END = 'true');
+        AND b.deleted;
     END IF;
     -- 4. Events without a source position: each takes the newest position seen before it
     --    for its key in Kafka order (so it supersedes what precedes it and loses to what
     --    follows), and ranks after what is stored for its key (row or deleted key).
     IF v_positionless > 0 THEN
-      UPDATE "inventory"."stock_moves__stage" s SET _rank_pos = r.rank_pos
-      FROM (SELECT x._kafka_partition, x._kafka_offset,
+      UPDATE "inventory"."stock_moves__stage" s SET _rank_pos = CASE WHEN r.stored_pos > r.rank_pos OR r.rank_pos IS NULL
+                                         THEN COALESCE(r.stored_pos, r.rank_pos) ELSE r.rank_pos END
+      FROM (SELECT x.*, t._source_pos AS stored_pos,
                    MAX(x._source_pos) OVER (PARTITION BY x."move_id" ORDER BY x._kafka_time ASC NULLS FIRST, x._kafka_partition, x._kafka_offset
                      ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW) AS rank_pos
             FROM (SELECT z.*, MAX(z._kafka_timestamp) OVER (PARTITION BY z._kafka_partition ORDER BY z._kafka_offset
                     ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW) AS _kafka_time
                   FROM "inventory"."stock_moves__stage" z) x
+            LEFT JOIN (SELECT * FROM (SELECT k.*, ROW_NUMBER() OVER (PARTITION BY "move_id"
+                      ORDER BY _source_pos DESC NULLS LAST, _kafka_partition DESC, _kafka_offset DESC) AS stored_rn__
+                    FROM (SELECT t."move_id", t._source_pos, t._kafka_partition, t._kafka_offset FROM "inventory"."stock_moves" t
+                        WHERE EXISTS (SELECT 1 FROM "inventory"."stock_moves__stage" y WHERE y._source_pos IS NULL AND y._action IN ('upsert', 'delete')
+                            AND y."move_id" = t."move_id")) k) o
+               WHERE o.stored_rn__ = 1) t ON t."move_id" = x."move_id"
             WHERE x._action IN ('upsert', 'delete')
-              AND EXISTS (SELECT 1 FROM "inventory"."stock_moves__stage" y WHERE y._source_pos IS NULL AND y._action IN ('upsert', 'delete') AND y."move_id" = x."move_id")) r
-      WHERE s._source_pos IS NULL AND s._action IN ('upsert', 'delete')
-        AND s._kafka_partition = r._kafka_partition AND s._kafka_offset = r._kafka_offset;
-      UPDATE "inventory"."stock_moves__stage" s SET _rank_pos = t._source_pos
-      FROM (SELECT * FROM (SELECT t.*, ROW_NUMBER() OVER (PARTITION BY t."move_id"
-              ORDER BY t._source_pos DESC NULLS LAST, t._kafka_partition DESC, t._kafka_offset DESC) AS stored_rn__
-            FROM "inventory"."stock_moves" t WHERE EXISTS (SELECT 1 FROM "inventory"."stock_moves__stage" y WHERE y._source_pos IS NULL AND y._action IN ('upsert', 'delete') AND y."move_id" = t."move_id")) o
-          WHERE o.stored_rn__ = 1) t
-      WHERE s._source_pos IS NULL AND s._action IN ('upsert', 'delete') AND t."move_id" = s."move_id"
-        AND t._source_pos IS NOT NULL AND (s._rank_pos IS NULL OR s._rank_pos < t._source_pos);
+              AND EXISTS (SELECT 1 FROM "inventory"."stock_moves__stage" y WHERE y._source_pos IS NULL AND y._action IN ('upsert', 'delete')
+                  AND y."move_id" = x."move_id")) r
+      WHERE s._source_pos IS NULL AND s._action IN ('upsert', 'delete') AND s."move_id" = r."move_id" AND s._kafka_partition = r._kafka_partition
+          AND s._kafka_offset = r._kafka_offset;
       UPDATE "inventory"."stock_moves__stage" s SET _rn = r.rn
-      FROM (SELECT x._kafka_partition, x._kafka_offset,
-                   ROW_NUMBER() OVER (PARTITION BY x."move_id" ORDER BY x._rank_pos DESC NULLS LAST, x._kafka_time DESC NULLS LAST, x._kafka_partition DESC, x._kafka_offset DESC) AS rn
+      FROM (SELECT x.*, ROW_NUMBER() OVER (PARTITION BY x."move_id" ORDER BY x._rank_pos DESC NULLS LAST, x._kafka_time DESC NULLS LAST,
+          x._kafka_partition DESC, x._kafka_offset DESC) AS rn
             FROM (SELECT z.*, MAX(z._kafka_timestamp) OVER (PARTITION BY z._kafka_partition ORDER BY z._kafka_offset
                     ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW) AS _kafka_time
                   FROM "inventory"."stock_moves__stage" z) x
             WHERE x._action IN ('upsert', 'delete')
-              AND EXISTS (SELECT 1 FROM "inventory"."stock_moves__stage" y WHERE y._source_pos IS NULL AND y._action IN ('upsert', 'delete') AND y."move_id" = x."move_id")) r
-      WHERE s._kafka_partition = r._kafka_partition AND s._kafka_offset = r._kafka_offset;
+              AND EXISTS (SELECT 1 FROM "inventory"."stock_moves__stage" y WHERE y._source_pos IS NULL AND y._action IN ('upsert', 'delete')
+                  AND y."move_id" = x."move_id")) r
+      WHERE s."move_id" = r."move_id" AND s._kafka_partition = r._kafka_partition AND s._kafka_offset = r._kafka_offset;
     END IF;
     -- 5. Never regress: a winner not newer than what is stored for its key is stale.
     UPDATE "inventory"."stock_moves__stage" s SET _action = 'stale', _reason = s._action
@@ -386,25 +367,31 @@ BEGIN
     -- 5. A stale winner at exactly the stored position that changes something is another
     --    change of the same transaction (compressed MySQL binlog): it applies, in Kafka
     --    order. A re-sent copy of the stored event stays stale, and so does a replayed
-    --    record earlier in Kafka order than the record that wrote what is stored (its
-    --    `_reason` cleared). (One statement per case: Redshift takes no correlated
-    --    subquery under an OR.)
+    --    record earlier in Kafka order than the record that wrote what is stored.
     IF v_rows > 0 THEN
-      IF v_replayed > 0 THEN
-        UPDATE "inventory"."stock_moves__stage" s SET _reason = NULL
-        WHERE s._rn = 1 AND s._action = 'stale' AND s._reason IS NOT NULL
-          AND EXISTS (SELECT 1 FROM "inventory"."stock_moves__watermark" w WHERE w.kafka_partition = s._kafka_partition AND s._kafka_offset <= w.last_offset)
-          AND EXISTS (SELECT 1 FROM "inventory"."stock_moves" t WHERE t."move_id" = s."move_id" AND t._source_pos = s._source_pos
-            AND (s._kafka_partition < t._kafka_partition OR (s._kafka_partition = t._kafka_partition AND s._kafka_offset < t._kafka_offset)));
-      END IF;
       UPDATE "inventory"."stock_moves__stage" s SET _action = s._reason, _reason = NULL
-      WHERE s._rn = 1 AND s._action = 'stale' AND s._reason = 'upsert'
-        AND EXISTS (SELECT 1 FROM "inventory"."stock_moves" t WHERE t."move_id" = s."move_id" AND t._source_pos = s._source_pos
-          AND (t._deleted OR (t."product_id" <> s."product_id" OR (t."product_id" IS NULL) <> (s."product_id" IS NULL)) OR (t."quantity" <> s."quantity" OR (t."quantity" IS NULL) <> (s."quantity" IS NULL)) OR (t."moved_at" <> s."moved_at" OR (t."moved_at" IS NULL) <> (s."moved_at" IS NULL))));
-      UPDATE "inventory"."stock_moves__stage" s SET _action = s._reason, _reason = NULL
-      WHERE s._rn = 1 AND s._action = 'stale' AND s._reason = 'delete'
-        AND EXISTS (SELECT 1 FROM "inventory"."stock_moves" t WHERE t."move_id" = s."move_id" AND t._source_pos = s._source_pos
-          AND NOT t._deleted);
+      FROM (SELECT x."move_id", x._kafka_partition, x._kafka_offset,
+                   MAX(CASE WHEN x._reason = 'upsert'
+                       AND (t.deleted__ OR (t."product_id" <> x."product_id" OR (t."product_id" IS NULL) <> (x."product_id" IS NULL))
+                       OR (t."quantity" <> x."quantity" OR (t."quantity" IS NULL) <> (x."quantity" IS NULL))
+                       OR (t."moved_at" <> x."moved_at" OR (t."moved_at" IS NULL) <> (x."moved_at" IS NULL))) OR x._reason = 'delete' AND NOT t.deleted__ THEN 1
+                       ELSE 0 END) AS changes,
+                   MAX(CASE WHEN x._kafka_offset <= w.last_offset AND (t._kafka_partition = x._kafka_partition AND t._kafka_offset > x._kafka_offset
+                       OR t._kafka_partition <> x._kafka_partition AND (t.kafka_time__ > x._kafka_timestamp
+                       OR (COALESCE(t.kafka_time__ = x._kafka_timestamp, true) AND t._kafka_partition > x._kafka_partition))) THEN 1 ELSE 0 END) AS older_replay
+            FROM "inventory"."stock_moves__stage" x
+            JOIN (SELECT t."move_id", t._source_pos, t._kafka_partition, t._kafka_offset, m.kafka_timestamp AS kafka_time__, t._deleted AS deleted__,
+                t."product_id", t."quantity",
+                t."moved_at" FROM "inventory"."stock_moves" t LEFT JOIN "inventory"."stock_moves__stream" m ON m.kafka_partition = t._kafka_partition
+                AND m.kafka_offset = t._kafka_offset WHERE EXISTS (SELECT 1 FROM "inventory"."stock_moves__stage" y WHERE y._rn = 1 AND y._action = 'stale'
+                AND y."move_id" = t."move_id" AND y._source_pos = t._source_pos)) t
+              ON t."move_id" = x."move_id" AND t._source_pos = x._source_pos
+            LEFT JOIN "inventory"."stock_moves__watermark" w ON w.kafka_partition = x._kafka_partition
+            WHERE x._rn = 1 AND x._action = 'stale'
+            GROUP BY x."move_id", x._kafka_partition, x._kafka_offset) c
+      WHERE s._rn = 1 AND s._action = 'stale' AND c."move_id" = s."move_id"
+        AND s._kafka_partition = c._kafka_partition AND s._kafka_offset = c._kafka_offset
+        AND c.changes = 1 AND c.older_replay = 0;
     END IF;
     -- A winner without a source position was never stale; it is recorded at the position
     -- it ranked by, so replays of what it superseded stay stale.
@@ -412,14 +399,10 @@ BEGIN
       UPDATE "inventory"."stock_moves__stage" SET _source_pos = _rank_pos
       WHERE _rn = 1 AND _action IN ('upsert', 'delete') AND _source_pos IS NULL;
     END IF;
-    SELECT COUNT(CASE WHEN _rn = 1 AND _action = 'upsert' THEN 1 END),
-           COUNT(CASE WHEN _rn = 1 AND _action = 'delete' THEN 1 END),
-           COUNT(CASE WHEN _action = 'quarantine' THEN 1 END),
-           COUNT(CASE WHEN _action = 'tombstone' THEN 1 END),
-           COUNT(CASE WHEN _action IN ('stale', 'truncated') THEN 1 END),
-           COUNT(CASE WHEN _rn > 1 AND _action IN ('upsert', 'delete') THEN 1 END),
-           COUNT(CASE WHEN _action = 'truncate' THEN 1 END),
-           DATEDIFF(microsecond, MAX(_kafka_timestamp), v_started) / 1000000.0
+    SELECT COUNT(CASE WHEN _rn = 1 AND _action = 'upsert' THEN 1 END), COUNT(CASE WHEN _rn = 1 AND _action = 'delete' THEN 1 END),
+           COUNT(CASE WHEN _action = 'quarantine' THEN 1 END), COUNT(CASE WHEN _action = 'tombstone' THEN 1 END),
+           COUNT(CASE WHEN _action IN ('stale', 'truncated') THEN 1 END), COUNT(CASE WHEN _rn > 1 AND _action IN ('upsert', 'delete') THEN 1 END),
+           COUNT(CASE WHEN _action = 'truncate' THEN 1 END), DATEDIFF(microsecond, MAX(_kafka_timestamp), v_started) / 1000000.0
     INTO v_upserted, v_deleted, v_quarantined, v_tombstones, v_stale, v_superseded, v_truncates, v_lag
     FROM "inventory"."stock_moves__stage";
     -- A delete whose before image holds only the key (REPLICA IDENTITY DEFAULT, unwrap
@@ -440,7 +423,8 @@ BEGIN
            "moved_at" = COALESCE(s."moved_at", t."moved_at")
     FROM (SELECT * FROM (SELECT t.*, ROW_NUMBER() OVER (PARTITION BY t."move_id"
               ORDER BY t._source_pos DESC NULLS LAST, t._kafka_partition DESC, t._kafka_offset DESC) AS stored_rn__
-            FROM "inventory"."stock_moves" t WHERE EXISTS (SELECT 1 FROM "inventory"."stock_moves__stage" x WHERE x._rn = 1 AND x._action = 'delete' AND x."move_id" = t."move_id")) o
+            FROM "inventory"."stock_moves" t WHERE EXISTS (SELECT 1 FROM "inventory"."stock_moves__stage" x WHERE x._rn = 1 AND x._action = 'delete'
+                AND x."move_id" = t."move_id")) o
           WHERE o.stored_rn__ = 1) t
     WHERE s._rn = 1 AND s._action = 'delete' AND t."move_id" = s."move_id"
       AND NOT EXISTS (SELECT 1 FROM "inventory"."stock_moves__stage" x WHERE x._action = 'upsert' AND x._rn > 1 AND x."move_id" = s."move_id");
@@ -450,7 +434,8 @@ BEGIN
     USING "inventory"."stock_moves__stage" _s
     WHERE _s._rn = 1 AND _s._action = 'upsert'
       AND "inventory"."stock_moves"."move_id" = _s."move_id";
-    INSERT INTO "inventory"."stock_moves" ("move_id", "product_id", "quantity", "moved_at", "_source_ts", "_source_pos", "_kafka_partition", "_kafka_offset", "_synced_at", "_deleted")
+    INSERT INTO "inventory"."stock_moves" ("move_id", "product_id", "quantity", "moved_at", "_source_ts", "_source_pos", "_kafka_partition", "_kafka_offset",
+        "_synced_at", "_deleted")
     SELECT s."move_id", s."product_id", s."quantity", s."moved_at", s._source_ts, s._source_pos, s._kafka_partition, s._kafka_offset, v_started, false
     FROM "inventory"."stock_moves__stage" s
     WHERE s._rn = 1 AND s._action = 'upsert';
@@ -460,11 +445,13 @@ BEGIN
            "quantity" = s."quantity",
            "moved_at" = s."moved_at",
            _source_ts = s._source_ts, _source_pos = s._source_pos,
-           _kafka_partition = s._kafka_partition, _kafka_offset = s._kafka_offset, _synced_at = CAST(TO_TIMESTAMP(TIMEOFDAY(), 'Dy Mon DD HH24:MI:SS.US YYYY') AS timestamp)
+           _kafka_partition = s._kafka_partition, _kafka_offset = s._kafka_offset,
+               _synced_at = CAST(TO_TIMESTAMP(TIMEOFDAY(), 'Dy Mon DD HH24:MI:SS.US YYYY') AS timestamp)
     FROM "inventory"."stock_moves__stage" s
     WHERE s._rn = 1 AND s._action = 'delete'
       AND t."move_id" = s."move_id";
-    INSERT INTO "inventory"."stock_moves" ("move_id", "product_id", "quantity", "moved_at", "_source_ts", "_source_pos", "_kafka_partition", "_kafka_offset", "_synced_at", "_deleted")
+    INSERT INTO "inventory"."stock_moves" ("move_id", "product_id", "quantity", "moved_at", "_source_ts", "_source_pos", "_kafka_partition", "_kafka_offset",
+        "_synced_at", "_deleted")
     SELECT s."move_id", s."product_id", s."quantity", s."moved_at", s._source_ts, s._source_pos, s._kafka_partition, s._kafka_offset, v_started, true
     FROM "inventory"."stock_moves__stage" s
     WHERE s._rn = 1 AND s._action = 'delete'
@@ -478,15 +465,14 @@ BEGIN
              CASE WHEN k.configured = 1 THEN k.images - k.seen ELSE k.seen END
       FROM (SELECT u.field, MAX(u.configured) AS configured, SUM(u.seen) AS seen,
                    MAX(MAX(u.images)) OVER () AS images
-            FROM (SELECT CASE WHEN OCTET_LENGTH(CAST(x_field AS varchar(65535))) <= 256 THEN CAST(x_field AS varchar(65535)) ELSE SUBSTRING(CAST(x_field AS varchar(65535)), 1, 64) END AS field, 0 AS configured, 1 AS seen, x0.images
+            FROM (SELECT CASE WHEN OCTET_LENGTH(CAST(x_field AS varchar(65535))) <= 256 THEN CAST(x_field AS varchar(65535))
+                ELSE SUBSTRING(CAST(x_field AS varchar(65535)), 1, 64) END AS field, 0 AS configured, 1 AS seen, x0.images
                   FROM (
                     SELECT s._drift_img AS img, COUNT(*) OVER () AS images
                     FROM "inventory"."stock_moves__stage" s
                     WHERE s._drift_img IS NOT NULL
                   ) x0, UNPIVOT x0.img AS x_value AT x_field
-                  UNION ALL SELECT 'move_id', 1, 0, 0
-                  UNION ALL SELECT 'product_id', 1, 0, 0
-                  UNION ALL SELECT 'quantity', 1, 0, 0
+                  UNION ALL SELECT 'move_id', 1, 0, 0 UNION ALL SELECT 'product_id', 1, 0, 0 UNION ALL SELECT 'quantity', 1, 0, 0
                   UNION ALL SELECT 'moved_at', 1, 0, 0) u
             GROUP BY u.field) k
       WHERE (k.configured = 1 AND k.seen < k.images)
@@ -527,13 +513,14 @@ BEGIN
     truncates bigint, watermark_before varchar(65535), watermark_after varchar(65535), lag_seconds double precision, status varchar(16) NOT NULL);
   INSERT INTO "sync_call_result" (table_name, backend_pid, started_at, finished_at, events_read, upserted, deleted,
     quarantined, tombstones, stale, superseded, truncates, watermark_before, watermark_after, lag_seconds, status)
-  SELECT 'stock_moves', PG_BACKEND_PID(), v_started, CAST(TO_TIMESTAMP(TIMEOFDAY(), 'Dy Mon DD HH24:MI:SS.US YYYY') AS timestamp), v_read, v_upserted, v_deleted,
+  SELECT 'stock_moves', PG_BACKEND_PID(), v_started, CAST(TO_TIMESTAMP(TIMEOFDAY(), 'Dy Mon DD HH24:MI:SS.US YYYY') AS timestamp), v_read, v_upserted,
+      v_deleted,
     v_quarantined, v_tombstones, v_stale, v_superseded, v_truncates, v_wm_before,
     LISTAGG(CASE WHEN r.pos__ <= 65503 THEN r.item__ END, ',') WITHIN GROUP (ORDER BY r.order__)
-         || CASE WHEN COUNT(CASE WHEN r.pos__ > 65503 THEN 1 END) > 0 THEN ' (+' || CAST(COUNT(CASE WHEN r.pos__ > 65503 THEN 1 END) AS varchar(20)) || ' more)' ELSE '' END, v_lag, 'ok'
-  FROM (SELECT r.*, CAST(r.kafka_partition AS varchar(20)) || ':' || CAST(r.last_offset AS varchar(20)) AS item__, r.kafka_partition AS order__,
-               SUM(OCTET_LENGTH(CAST(r.kafka_partition AS varchar(20)) || ':' || CAST(r.last_offset AS varchar(20))) + 1) OVER (ORDER BY r.kafka_partition ROWS UNBOUNDED PRECEDING) AS pos__
-        FROM "inventory"."stock_moves__watermark" r) r;
+         || COALESCE(' (+' || CAST(NULLIF(COUNT(CASE WHEN r.pos__ > 65503 THEN 1 END), 0) AS varchar(20)) || ' more)', ''), v_lag, 'ok'
+  FROM (SELECT r.*, SUM(OCTET_LENGTH(r.item__) + 1) OVER (ORDER BY r.order__ ROWS UNBOUNDED PRECEDING) AS pos__
+        FROM (SELECT r.*, CAST(r.kafka_partition AS varchar(20)) || ':' || CAST(r.last_offset AS varchar(20)) AS item__,
+            r.kafka_partition AS order__ FROM "inventory"."stock_moves__watermark" r) r) r;
   INSERT INTO "inventory"."sync_run_log" (table_name, backend_pid, started_at, finished_at, events_read, upserted, deleted,
     quarantined, tombstones, stale, superseded, truncates, watermark_before, watermark_after, lag_seconds, status)
   SELECT * FROM "sync_call_result";
@@ -557,11 +544,7 @@ AS $$
 -- Quarantines the first pending record, which the caller found to make the engine
 -- raise, with the engine's error text, and moves the watermark past it.
 DECLARE
-  v_started timestamp;
-  v_since timestamp;
-  v_partition bigint;
-  v_offset bigint;
-  v_refresh_time timestamp;
+  v_started timestamp; v_since timestamp; v_partition bigint; v_offset bigint; v_refresh_time timestamp;
 BEGIN
   -- 1. Single flight, as in the sync itself.
   LOCK TABLE "inventory"."stock_moves__watermark";
@@ -578,7 +561,10 @@ BEGIN
   WHERE x.read_no = 1;
   IF v_partition IS NOT NULL THEN
     INSERT INTO "inventory"."stock_moves__quarantine" (table_name, kafka_partition, kafka_offset, kafka_timestamp, reason, payload, raw_value, run_started_at)
-    SELECT 'stock_moves', s.kafka_partition, s.kafka_offset, s.kafka_timestamp, CASE WHEN OCTET_LENGTH('the warehouse could not apply this record: ' || COALESCE(p_reason, 'no error text')) <= 1000 THEN 'the warehouse could not apply this record: ' || COALESCE(p_reason, 'no error text') ELSE SUBSTRING('the warehouse could not apply this record: ' || COALESCE(p_reason, 'no error text'), 1, 250) END, s.payload, s.raw_value, v_started
+    SELECT 'stock_moves', s.kafka_partition, s.kafka_offset, s.kafka_timestamp, CASE
+        WHEN OCTET_LENGTH('the warehouse could not apply this record: ' || COALESCE(p_reason, 'no error text')) <= 1000
+        THEN 'the warehouse could not apply this record: ' || COALESCE(p_reason, 'no error text')
+        ELSE SUBSTRING('the warehouse could not apply this record: ' || COALESCE(p_reason, 'no error text'), 1, 250) END, s.payload, s.raw_value, v_started
     FROM "inventory"."stock_moves__stream" s
     WHERE s.kafka_partition = v_partition AND s.kafka_offset = v_offset AND s.refresh_time = v_refresh_time;
     UPDATE "inventory"."stock_moves__watermark" SET last_offset = v_offset, last_refresh_time = v_refresh_time, updated_at = v_started

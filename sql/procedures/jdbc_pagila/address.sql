@@ -118,28 +118,11 @@ AS $$
 -- Merges new records of the topic into the target (p_max_records NULL: all of them);
 -- see the README, 'How a sync works: the procedure contract'.
 DECLARE
-  v_started timestamp;
-  v_since timestamp;
-  v_wm_before varchar(65535);
-  v_read bigint := 0;
-  v_upserted bigint := 0;
-  v_deleted bigint := 0;
-  v_quarantined bigint := 0;
-  v_tombstones bigint := 0;
-  v_stale bigint := 0;
-  v_superseded bigint := 0;
-  v_truncates bigint := 0;
-  v_rows bigint := 0;
-  v_positionless bigint := 0;
-  v_unavailable bigint := 0;
-  v_drift bigint := 0;
-  v_replayed bigint := 0;
-  v_lag double precision;
-  v_until_time timestamp;
-  v_until_partition bigint;
-  v_until_offset bigint;
-  v_truncate_pos varchar(64);
-  v_truncate_ts timestamp;
+  v_started timestamp; v_since timestamp; v_wm_before varchar(65535); v_read bigint := 0; v_upserted bigint := 0;
+  v_deleted bigint := 0; v_quarantined bigint := 0; v_tombstones bigint := 0; v_stale bigint := 0;
+  v_superseded bigint := 0; v_truncates bigint := 0; v_rows bigint := 0; v_positionless bigint := 0;
+  v_unavailable bigint := 0; v_drift bigint := 0; v_replayed bigint := 0; v_lag double precision; v_until_time timestamp;
+  v_until_partition bigint; v_until_offset bigint; v_truncate_pos varchar(64); v_truncate_ts timestamp;
 BEGIN
   -- 10. Session settings this procedure needs.
   SET enable_case_sensitive_identifier TO true;
@@ -153,11 +136,11 @@ BEGIN
   SELECT MAX(r.last_refresh_time),
          (SELECT COUNT(*) FROM "pagila"."address__quarantine" WHERE table_name = 'address' AND handled = 'replaying'),
          LISTAGG(CASE WHEN r.pos__ <= 65503 THEN r.item__ END, ',') WITHIN GROUP (ORDER BY r.order__)
-         || CASE WHEN COUNT(CASE WHEN r.pos__ > 65503 THEN 1 END) > 0 THEN ' (+' || CAST(COUNT(CASE WHEN r.pos__ > 65503 THEN 1 END) AS varchar(20)) || ' more)' ELSE '' END
+         || COALESCE(' (+' || CAST(NULLIF(COUNT(CASE WHEN r.pos__ > 65503 THEN 1 END), 0) AS varchar(20)) || ' more)', '')
   INTO v_since, v_replayed, v_wm_before
-  FROM (SELECT r.*, CAST(r.kafka_partition AS varchar(20)) || ':' || CAST(r.last_offset AS varchar(20)) AS item__, r.kafka_partition AS order__,
-               SUM(OCTET_LENGTH(CAST(r.kafka_partition AS varchar(20)) || ':' || CAST(r.last_offset AS varchar(20))) + 1) OVER (ORDER BY r.kafka_partition ROWS UNBOUNDED PRECEDING) AS pos__
-        FROM "pagila"."address__watermark" r) r;
+  FROM (SELECT r.*, SUM(OCTET_LENGTH(r.item__) + 1) OVER (ORDER BY r.order__ ROWS UNBOUNDED PRECEDING) AS pos__
+        FROM (SELECT r.*, CAST(r.kafka_partition AS varchar(20)) || ':' || CAST(r.last_offset AS varchar(20)) AS item__,
+            r.kafka_partition AS order__ FROM "pagila"."address__watermark" r) r) r;
   v_since := COALESCE(v_since, TIMESTAMP '1900-01-01 00:00:00');
   -- A bounded run (record isolation by the caller) reads the first p_max_records pending
   -- records in (refresh_time, partition, offset) order: a prefix of every partition
@@ -183,18 +166,130 @@ BEGIN
     "_source_ts", "_source_pos", "_rank_pos", "address_id", "address", "address2", "district", "city_id", "postal_code",
     "phone", "last_update", "_unavailable", "_payload", "_raw_value", "_drift_img"
   )
-  SELECT c.kafka_partition, c.kafka_offset, c.kafka_timestamp, c.refresh_time,
-         CASE WHEN OCTET_LENGTH(c.op) <= 64 THEN c.op ELSE SUBSTRING(c.op, 1, 16) END, c.action, c.reason,
-         ROW_NUMBER() OVER (
-           PARTITION BY CASE WHEN c.action IN ('upsert', 'delete') THEN 1 ELSE 0 END, c."address_id"
-           ORDER BY c.source_pos DESC NULLS LAST, c.kafka_time DESC NULLS LAST, c.kafka_partition DESC, c.kafka_offset DESC),
-         (TIMESTAMP 'epoch' + (c.source_ts_ms / 1000) * INTERVAL '1 second' + (c.source_ts_ms % 1000) * INTERVAL '1 millisecond'),
-         c.source_pos, c.source_pos, c."address_id", c."address", c."address2", c."district", c."city_id", c."postal_code",
-         c."phone", c."last_update", c.unavailable, c.quarantine_payload,
-         CASE WHEN c.action = 'quarantine' THEN c.raw_value END, c.drift_img
-  FROM (
-    SELECT
-           t.kafka_partition, t.kafka_offset, t.kafka_timestamp, t.refresh_time, t.raw_value, t.op,
+  WITH batch AS (
+    SELECT s.kafka_partition, s.kafka_offset, s.kafka_timestamp, s.refresh_time,
+           s.payload, s.raw_value,
+           CASE WHEN IS_OBJECT(s.payload."schema") THEN s.payload."payload" ELSE s.payload END AS env,
+           CASE WHEN IS_OBJECT(s.key_payload."schema") THEN s.key_payload."payload" ELSE s.key_payload END AS key_env
+    FROM "pagila"."address__stream" s
+    LEFT JOIN "pagila"."address__watermark" w ON w.kafka_partition = s.kafka_partition
+    WHERE s.refresh_time >= v_since
+      AND s.kafka_offset > COALESCE(w.last_offset, -1)
+      AND (s.refresh_time < v_until_time
+           OR (s.refresh_time = v_until_time
+               AND (s.kafka_partition < v_until_partition
+                    OR (s.kafka_partition = v_until_partition AND s.kafka_offset <= v_until_offset))))
+    UNION ALL
+    -- Quarantined records being replayed (at or below the watermark: already read once).
+    SELECT r.kafka_partition, r.kafka_offset, r.kafka_timestamp, r.run_started_at,
+           r.payload, r.raw_value,
+           CASE WHEN IS_OBJECT(r.payload."schema") THEN r.payload."payload" ELSE r.payload END AS env,
+           CAST(NULL AS super) AS key_env
+    FROM "pagila"."address__quarantine" r
+    WHERE v_replayed > 0 AND r.table_name = 'address' AND r.handled = 'replaying'),
+  envelope AS (
+    SELECT f.kafka_partition, f.kafka_offset, f.kafka_timestamp, f.refresh_time,
+           f.payload, f.raw_value, f.env, f.key_env,
+           CASE WHEN IS_OBJECT(f.env) THEN 'r' END AS op,
+           f.env AS img,
+           f.env AS src
+    FROM batch f),
+  envelope_1 AS (
+    SELECT f.*, (CASE WHEN JSON_SIZE(f.src."last_update") <= 65535 THEN f.src."last_update" END) AS "b__p0"
+    FROM envelope f),
+  envelope_2 AS (
+    SELECT f.*, CASE WHEN IS_VARCHAR(f.b__p0) THEN f.b__p0::varchar(65535) WHEN f.b__p0 IS NOT NULL THEN JSON_SERIALIZE(f.b__p0) END AS "x__p0"
+    FROM envelope_1 f),
+  fields AS (
+    SELECT f.kafka_partition, f.kafka_offset, f.kafka_timestamp, f.refresh_time, f.payload, f.raw_value, f.env, f.img, f.op,
+           CAST(NULL AS super) AS source_ts_ms,
+           COALESCE(lpad(NULLIF(REGEXP_SUBSTR(f.x__p0, '^([0-9]{1,20})$', 1, 1, 'e'), ''), 20, '0'),
+               RPAD(TRANSLATE(NULLIF(REGEXP_SUBSTR(f.x__p0, '^([0-9]{4}-[0-9]{2}-[0-9]{2}[T ][0-9]{2}:[0-9]{2}:[0-9]{2}([.][0-9]+)?)Z?$', 1, 1, 'e'), ''),
+               '-:T .', ''), 20, '0')) AS source_pos,
+           f.img."address_id" AS "ji__address_id", CASE WHEN IS_OBJECT(f.key_env) THEN f.key_env."address_id" ELSE f.key_env END AS "jk__address_id",
+           f.img."address" AS "j__address", f.img."address2" AS "j__address2", f.img."district" AS "j__district", f.img."city_id" AS "j__city_id",
+           f.img."postal_code" AS "j__postal_code", f.img."phone" AS "j__phone", f.img."last_update" AS "j__last_update"
+    FROM envelope_2 f),
+  fields_1 AS (
+    SELECT f.*, (CASE WHEN JSON_SIZE(f."j__address") <= 65535 THEN f."j__address" END) AS "b__v0",
+           (CASE WHEN JSON_SIZE(f."j__address2") <= 65535 THEN f."j__address2" END) AS "b__v1",
+           (CASE WHEN JSON_SIZE(f."j__district") <= 65535 THEN f."j__district" END) AS "b__v2",
+           (CASE WHEN JSON_SIZE(f."j__postal_code") <= 65535 THEN f."j__postal_code" END) AS "b__v4",
+           (CASE WHEN JSON_SIZE(f."j__phone") <= 65535 THEN f."j__phone" END) AS "b__v5",
+           CASE WHEN CAST(f."j__last_update" AS bigint) BETWEEN -62135596800000 AND 253402300799999 THEN CAST(f."j__last_update" AS bigint) END AS "e__v6"
+    FROM fields f),
+  fields_2 AS (
+    SELECT f.*, CASE WHEN IS_VARCHAR(f.b__v0) THEN f.b__v0::varchar(65535) WHEN f.b__v0 IS NOT NULL THEN JSON_SERIALIZE(f.b__v0) END AS "x__v0",
+           CASE WHEN IS_VARCHAR(f.b__v1) THEN f.b__v1::varchar(65535) WHEN f.b__v1 IS NOT NULL THEN JSON_SERIALIZE(f.b__v1) END AS "x__v1",
+           CASE WHEN IS_VARCHAR(f.b__v2) THEN f.b__v2::varchar(65535) WHEN f.b__v2 IS NOT NULL THEN JSON_SERIALIZE(f.b__v2) END AS "x__v2",
+           CASE WHEN IS_VARCHAR(f.b__v4) THEN f.b__v4::varchar(65535) WHEN f.b__v4 IS NOT NULL THEN JSON_SERIALIZE(f.b__v4) END AS "x__v4",
+           CASE WHEN IS_VARCHAR(f.b__v5) THEN f.b__v5::varchar(65535) WHEN f.b__v5 IS NOT NULL THEN JSON_SERIALIZE(f.b__v5) END AS "x__v5"
+    FROM fields_1 f),
+  fields_3 AS (
+    SELECT f.*,
+           COALESCE(f.x__v0 IN ('__debezium_unavailable_value', 'X19kZWJleml1bV91bmF2YWlsYWJsZV92YWx1ZQ==', '["__debezium_unavailable_value"]'),
+               false) AS "u__address",
+           COALESCE(f.x__v1 IN ('__debezium_unavailable_value', 'X19kZWJleml1bV91bmF2YWlsYWJsZV92YWx1ZQ==', '["__debezium_unavailable_value"]'),
+               false) AS "u__address2",
+           COALESCE(f.x__v2 IN ('__debezium_unavailable_value', 'X19kZWJleml1bV91bmF2YWlsYWJsZV92YWx1ZQ==', '["__debezium_unavailable_value"]'),
+               false) AS "u__district",
+           COALESCE(f.x__v4 IN ('__debezium_unavailable_value', 'X19kZWJleml1bV91bmF2YWlsYWJsZV92YWx1ZQ==', '["__debezium_unavailable_value"]'),
+               false) AS "u__postal_code",
+           COALESCE(f.x__v5 IN ('__debezium_unavailable_value', 'X19kZWJleml1bV91bmF2YWlsYWJsZV92YWx1ZQ==', '["__debezium_unavailable_value"]'),
+               false) AS "u__phone"
+    FROM fields_2 f),
+  typed AS (
+    SELECT f.kafka_partition, f.kafka_offset, f.kafka_timestamp, f.refresh_time, f.payload, f.raw_value, f.env, f.img, f.op, f.source_pos,
+           CAST(f.source_ts_ms AS bigint) AS source_ts_ms, NOT (f.source_ts_ms IS NULL) AS has_source_ts,
+           COALESCE(CAST(f."ji__address_id" AS integer), CAST(f."jk__address_id" AS integer)) AS "address_id", f."j__address" AS "j__address",
+           f."u__address" AS "u__address",
+           CASE WHEN f."u__address" THEN NULL ELSE CAST(CASE WHEN OCTET_LENGTH(f.x__v0) <= 200 THEN f.x__v0 END AS varchar(200)) END AS "address",
+           f."j__address2" AS "j__address2", f."u__address2" AS "u__address2",
+           CASE WHEN f."u__address2" THEN NULL ELSE CAST(CASE WHEN OCTET_LENGTH(f.x__v1) <= 200 THEN f.x__v1 END AS varchar(200)) END AS "address2",
+           f."j__district" AS "j__district", f."u__district" AS "u__district",
+           CASE WHEN f."u__district" THEN NULL ELSE CAST(CASE WHEN OCTET_LENGTH(f.x__v2) <= 80 THEN f.x__v2 END AS varchar(80)) END AS "district",
+           f."j__city_id" AS "j__city_id", CAST(f."j__city_id" AS integer) AS "city_id", f."j__postal_code" AS "j__postal_code",
+           f."u__postal_code" AS "u__postal_code",
+           CASE WHEN f."u__postal_code" THEN NULL ELSE CAST(CASE WHEN OCTET_LENGTH(f.x__v4) <= 40 THEN f.x__v4 END AS varchar(40)) END AS "postal_code",
+           f."j__phone" AS "j__phone", f."u__phone" AS "u__phone",
+           CASE WHEN f."u__phone" THEN NULL ELSE CAST(CASE WHEN OCTET_LENGTH(f.x__v5) <= 80 THEN f.x__v5 END AS varchar(80)) END AS "phone",
+           f."j__last_update" AS "j__last_update",
+           TIMESTAMP '1970-01-01 00:00:00' + (f.e__v6 / 1000) * INTERVAL '1 second' + (f.e__v6 % 1000) * 1000 * INTERVAL '1 microsecond' AS "last_update",
+           NULLIF('|' || CASE WHEN f."u__address" THEN 'address|' ELSE '' END || CASE WHEN f."u__address2" THEN 'address2|' ELSE '' END || CASE
+               WHEN f."u__district" THEN 'district|' ELSE '' END || CASE WHEN f."u__postal_code" THEN 'postal_code|' ELSE '' END || CASE WHEN f."u__phone"
+               THEN 'phone|' ELSE '' END, '|') AS unavailable,
+           CASE WHEN f.op IN ('c', 'r', 'u') AND IS_OBJECT(f.img) AND NOT (f."ji__address_id" IS NOT NULL AND f."j__address" IS NOT NULL
+               AND f."j__address2" IS NOT NULL AND f."j__district" IS NOT NULL AND f."j__city_id" IS NOT NULL AND f."j__postal_code" IS NOT NULL
+               AND f."j__phone" IS NOT NULL AND f."j__last_update" IS NOT NULL AND GET_NUMBER_ATTRIBUTES(f.img) = 8) THEN f.img END AS drift_img
+    FROM fields_3 f),
+  checked AS (
+    SELECT t.kafka_partition, t.kafka_offset, t.kafka_timestamp, t.refresh_time, t.raw_value, t.op, t.source_ts_ms,
+           t.source_pos, t.unavailable, t.drift_img, t."address_id", t."address", t."address2", t."district", t."city_id",
+           t."postal_code", t."phone", t."last_update",
+           t.payload, t.has_source_ts,
+           CASE
+             WHEN t.raw_value IS NOT NULL THEN 1
+             WHEN (t.env IS NULL) THEN 2
+             WHEN NOT IS_OBJECT(t.env) THEN 3
+             WHEN t.op IS NULL THEN 4
+             WHEN t.op = 't' THEN 5
+             WHEN t.op NOT IN ('c', 'r', 'u', 'd') THEN 6
+             WHEN t.op <> 'd' AND ((t.img IS NULL) OR NOT IS_OBJECT(t.img)) THEN 7
+             WHEN t."address_id" IS NULL THEN 8
+             WHEN t.has_source_ts AND (t.source_ts_ms IS NULL OR t.source_ts_ms NOT BETWEEN 0 AND 253402300799999) THEN 9
+             WHEN t.op <> 'd' AND NOT (t."j__address" IS NULL) AND t."address" IS NULL AND NOT t."u__address" THEN 10
+             WHEN t.op <> 'd' AND NOT (t."j__address2" IS NULL) AND t."address2" IS NULL AND NOT t."u__address2" THEN 11
+             WHEN t.op <> 'd' AND NOT (t."j__district" IS NULL) AND t."district" IS NULL AND NOT t."u__district" THEN 12
+             WHEN t.op <> 'd' AND NOT (t."j__city_id" IS NULL) AND t."city_id" IS NULL THEN 13
+             WHEN t.op <> 'd' AND NOT (t."j__postal_code" IS NULL) AND t."postal_code" IS NULL AND NOT t."u__postal_code" THEN 14
+             WHEN t.op <> 'd' AND NOT (t."j__phone" IS NULL) AND t."phone" IS NULL AND NOT t."u__phone" THEN 15
+             WHEN t.op <> 'd' AND NOT (t."j__last_update" IS NULL) AND t."last_update" IS NULL THEN 16
+             WHEN t.op = 'd' THEN 17
+             ELSE 0
+           END AS check_no
+    FROM typed t),
+  classified AS (
+    SELECT t.kafka_partition, t.kafka_offset, t.kafka_timestamp, t.refresh_time, t.raw_value, t.op,
            CASE WHEN t.source_ts_ms BETWEEN 0 AND 253402300799999 THEN t.source_ts_ms END AS source_ts_ms, t.source_pos,
            t.unavailable, t.drift_img, t."address_id", t."address", t."address2", t."district", t."city_id", t."postal_code",
            t."phone", t."last_update",
@@ -207,10 +302,8 @@ BEGIN
            END AS action,
            CASE t.check_no
              WHEN 1 THEN 'value is not valid JSON'
-             WHEN 2 THEN NULL
              WHEN 3 THEN 'value is not a JSON object'
              WHEN 4 THEN 'no op field: not a Debezium change event'
-             WHEN 5 THEN NULL
              WHEN 6 THEN 'unknown op "' || CASE WHEN OCTET_LENGTH(t.op) <= 64 THEN t.op ELSE SUBSTRING(t.op, 1, 16) END || '"'
              WHEN 7 THEN 'no row image: after is missing or not an object'
              WHEN 8 THEN 'primary key field address_id is missing or not a integer'
@@ -222,145 +315,21 @@ BEGIN
              WHEN 14 THEN 'field postal_code does not convert to varchar(40)'
              WHEN 15 THEN 'field phone does not convert to varchar(80)'
              WHEN 16 THEN 'field last_update does not convert from io.debezium.time.Timestamp to timestamp'
-             WHEN 17 THEN NULL
-             ELSE NULL
            END AS reason,
            CASE WHEN t.check_no IN (1, 3, 4, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16) OR t.unavailable IS NOT NULL THEN t.payload END AS quarantine_payload,
            MAX(t.kafka_timestamp) OVER (PARTITION BY t.kafka_partition ORDER BY t.kafka_offset
              ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW) AS kafka_time
-    FROM (
-      SELECT
-             t.kafka_partition, t.kafka_offset, t.kafka_timestamp, t.refresh_time, t.raw_value, t.op, t.source_ts_ms,
-             t.source_pos, t.unavailable, t.drift_img, t."address_id", t."address", t."address2", t."district", t."city_id",
-             t."postal_code", t."phone", t."last_update",
-             t.payload,
-             t.has_source_ts,
-             CASE
-               WHEN t.raw_value IS NOT NULL THEN 1
-               WHEN (t.env IS NULL) THEN 2
-               WHEN NOT IS_OBJECT(t.env) THEN 3
-               WHEN t.op IS NULL THEN 4
-               WHEN t.op = 't' THEN 5
-               WHEN t.op NOT IN ('c', 'r', 'u', 'd') THEN 6
-               WHEN t.op <> 'd' AND ((t.img IS NULL) OR NOT IS_OBJECT(t.img)) THEN 7
-               WHEN t."address_id" IS NULL THEN 8
-               WHEN t.has_source_ts AND (t.source_ts_ms IS NULL OR t.source_ts_ms NOT BETWEEN 0 AND 253402300799999) THEN 9
-               WHEN t.op <> 'd' AND NOT (t."j__address" IS NULL) AND t."address" IS NULL AND NOT t."u__address" THEN 10
-               WHEN t.op <> 'd' AND NOT (t."j__address2" IS NULL) AND t."address2" IS NULL AND NOT t."u__address2" THEN 11
-               WHEN t.op <> 'd' AND NOT (t."j__district" IS NULL) AND t."district" IS NULL AND NOT t."u__district" THEN 12
-               WHEN t.op <> 'd' AND NOT (t."j__city_id" IS NULL) AND t."city_id" IS NULL THEN 13
-               WHEN t.op <> 'd' AND NOT (t."j__postal_code" IS NULL) AND t."postal_code" IS NULL AND NOT t."u__postal_code" THEN 14
-               WHEN t.op <> 'd' AND NOT (t."j__phone" IS NULL) AND t."phone" IS NULL AND NOT t."u__phone" THEN 15
-               WHEN t.op <> 'd' AND NOT (t."j__last_update" IS NULL) AND t."last_update" IS NULL THEN 16
-               WHEN t.op = 'd' THEN 17
-               ELSE 0
-             END AS check_no
-      FROM (
-        SELECT f.kafka_partition, f.kafka_offset, f.kafka_timestamp, f.refresh_time, f.payload, f.raw_value, f.env, f.img, f.op, f.source_pos,
-               CAST(f.source_ts_ms AS bigint) AS source_ts_ms,
-               NOT (f.source_ts_ms IS NULL) AS has_source_ts,
-               COALESCE(CAST(f."ji__address_id" AS integer),
-                 CAST(f."jk__address_id" AS integer)) AS "address_id",
-               f."j__address" AS "j__address",
-               f."u__address" AS "u__address",
-               CASE WHEN f."u__address" THEN NULL ELSE CAST(CASE WHEN OCTET_LENGTH(f.x__v0) <= 200 THEN f.x__v0 END AS varchar(200)) END AS "address",
-               f."j__address2" AS "j__address2",
-               f."u__address2" AS "u__address2",
-               CASE WHEN f."u__address2" THEN NULL ELSE CAST(CASE WHEN OCTET_LENGTH(f.x__v1) <= 200 THEN f.x__v1 END AS varchar(200)) END AS "address2",
-               f."j__district" AS "j__district",
-               f."u__district" AS "u__district",
-               CASE WHEN f."u__district" THEN NULL ELSE CAST(CASE WHEN OCTET_LENGTH(f.x__v2) <= 80 THEN f.x__v2 END AS varchar(80)) END AS "district",
-               f."j__city_id" AS "j__city_id",
-               CAST(f."j__city_id" AS integer) AS "city_id",
-               f."j__postal_code" AS "j__postal_code",
-               f."u__postal_code" AS "u__postal_code",
-               CASE WHEN f."u__postal_code" THEN NULL ELSE CAST(CASE WHEN OCTET_LENGTH(f.x__v4) <= 40 THEN f.x__v4 END AS varchar(40)) END AS "postal_code",
-               f."j__phone" AS "j__phone",
-               f."u__phone" AS "u__phone",
-               CASE WHEN f."u__phone" THEN NULL ELSE CAST(CASE WHEN OCTET_LENGTH(f.x__v5) <= 80 THEN f.x__v5 END AS varchar(80)) END AS "phone",
-               f."j__last_update" AS "j__last_update",
-               TIMESTAMP '1970-01-01 00:00:00' + (f.e__v6 / 1000) * INTERVAL '1 second' + (f.e__v6 % 1000) * 1000 * INTERVAL '1 microsecond' AS "last_update",
-               NULLIF('|' || CASE WHEN f."u__address" THEN 'address|' ELSE '' END || CASE WHEN f."u__address2" THEN 'address2|' ELSE '' END || CASE WHEN f."u__district" THEN 'district|' ELSE '' END || CASE WHEN f."u__postal_code" THEN 'postal_code|' ELSE '' END || CASE WHEN f."u__phone" THEN 'phone|' ELSE '' END, '|') AS unavailable,
-               CASE WHEN f.op IN ('c', 'r', 'u') AND IS_OBJECT(f.img) AND NOT (f."ji__address_id" IS NOT NULL AND f."j__address" IS NOT NULL AND f."j__address2" IS NOT NULL AND f."j__district" IS NOT NULL AND f."j__city_id" IS NOT NULL AND f."j__postal_code" IS NOT NULL AND f."j__phone" IS NOT NULL AND f."j__last_update" IS NOT NULL AND GET_NUMBER_ATTRIBUTES(f.img) = 8) THEN f.img END AS drift_img
-        FROM (
-          SELECT f.*,
-                 COALESCE(f.x__v0 IN ('__debezium_unavailable_value', 'X19kZWJleml1bV91bmF2YWlsYWJsZV92YWx1ZQ==', '["__debezium_unavailable_value"]'), false) AS "u__address",
-                 COALESCE(f.x__v1 IN ('__debezium_unavailable_value', 'X19kZWJleml1bV91bmF2YWlsYWJsZV92YWx1ZQ==', '["__debezium_unavailable_value"]'), false) AS "u__address2",
-                 COALESCE(f.x__v2 IN ('__debezium_unavailable_value', 'X19kZWJleml1bV91bmF2YWlsYWJsZV92YWx1ZQ==', '["__debezium_unavailable_value"]'), false) AS "u__district",
-                 COALESCE(f.x__v4 IN ('__debezium_unavailable_value', 'X19kZWJleml1bV91bmF2YWlsYWJsZV92YWx1ZQ==', '["__debezium_unavailable_value"]'), false) AS "u__postal_code",
-                 COALESCE(f.x__v5 IN ('__debezium_unavailable_value', 'X19kZWJleml1bV91bmF2YWlsYWJsZV92YWx1ZQ==', '["__debezium_unavailable_value"]'), false) AS "u__phone"
-          FROM (
-            SELECT f.*,
-                   CASE WHEN IS_VARCHAR(f.b__v0) THEN f.b__v0::varchar(65535) WHEN f.b__v0 IS NOT NULL THEN JSON_SERIALIZE(f.b__v0) END AS "x__v0",
-                   CASE WHEN IS_VARCHAR(f.b__v1) THEN f.b__v1::varchar(65535) WHEN f.b__v1 IS NOT NULL THEN JSON_SERIALIZE(f.b__v1) END AS "x__v1",
-                   CASE WHEN IS_VARCHAR(f.b__v2) THEN f.b__v2::varchar(65535) WHEN f.b__v2 IS NOT NULL THEN JSON_SERIALIZE(f.b__v2) END AS "x__v2",
-                   CASE WHEN IS_VARCHAR(f.b__v4) THEN f.b__v4::varchar(65535) WHEN f.b__v4 IS NOT NULL THEN JSON_SERIALIZE(f.b__v4) END AS "x__v4",
-                   CASE WHEN IS_VARCHAR(f.b__v5) THEN f.b__v5::varchar(65535) WHEN f.b__v5 IS NOT NULL THEN JSON_SERIALIZE(f.b__v5) END AS "x__v5"
-            FROM (
-              SELECT f.*,
-                     (CASE WHEN JSON_SIZE(f."j__address") <= 65535 THEN f."j__address" END) AS "b__v0",
-                     (CASE WHEN JSON_SIZE(f."j__address2") <= 65535 THEN f."j__address2" END) AS "b__v1",
-                     (CASE WHEN JSON_SIZE(f."j__district") <= 65535 THEN f."j__district" END) AS "b__v2",
-                     (CASE WHEN JSON_SIZE(f."j__postal_code") <= 65535 THEN f."j__postal_code" END) AS "b__v4",
-                     (CASE WHEN JSON_SIZE(f."j__phone") <= 65535 THEN f."j__phone" END) AS "b__v5",
-                     CASE WHEN CAST(f."j__last_update" AS bigint) BETWEEN -62135596800000 AND 253402300799999 THEN CAST(f."j__last_update" AS bigint) END AS "e__v6"
-              FROM (
-                SELECT f.kafka_partition, f.kafka_offset, f.kafka_timestamp, f.refresh_time, f.payload, f.raw_value, f.env, f.img, f.op,
-                       CAST(NULL AS super) AS source_ts_ms,
-                       COALESCE(lpad(NULLIF(REGEXP_SUBSTR(f.x__p0, '^([0-9]{1,20})$', 1, 1, 'e'), ''), 20, '0'), RPAD(TRANSLATE(NULLIF(REGEXP_SUBSTR(f.x__p0, '^([0-9]{4}-[0-9]{2}-[0-9]{2}[T ][0-9]{2}:[0-9]{2}:[0-9]{2}([.][0-9]+)?)Z?$', 1, 1, 'e'), ''), '-:T .', ''), 20, '0')) AS source_pos,
-                       f.img."address_id" AS "ji__address_id",
-                       CASE WHEN IS_OBJECT(f.key_env) THEN f.key_env."address_id" ELSE f.key_env END AS "jk__address_id",
-                       f.img."address" AS "j__address",
-                       f.img."address2" AS "j__address2",
-                       f.img."district" AS "j__district",
-                       f.img."city_id" AS "j__city_id",
-                       f.img."postal_code" AS "j__postal_code",
-                       f.img."phone" AS "j__phone",
-                       f.img."last_update" AS "j__last_update"
-                FROM (
-                  SELECT f.*,
-                         CASE WHEN IS_VARCHAR(f.b__p0) THEN f.b__p0::varchar(65535) WHEN f.b__p0 IS NOT NULL THEN JSON_SERIALIZE(f.b__p0) END AS "x__p0"
-                  FROM (
-                    SELECT f.*,
-                           (CASE WHEN JSON_SIZE(f.src."last_update") <= 65535 THEN f.src."last_update" END) AS "b__p0"
-                    FROM (
-                      SELECT f.kafka_partition, f.kafka_offset, f.kafka_timestamp, f.refresh_time,
-                             f.payload, f.raw_value, f.env, f.key_env,
-                             CASE WHEN IS_OBJECT(f.env) THEN 'r' END AS op,
-                             f.env AS img,
-                             f.env AS src
-                      FROM (
-                        SELECT s.kafka_partition, s.kafka_offset, s.kafka_timestamp, s.refresh_time,
-                               s.payload, s.raw_value,
-                               CASE WHEN IS_OBJECT(s.payload."schema") THEN s.payload."payload" ELSE s.payload END AS env,
-                               CASE WHEN IS_OBJECT(s.key_payload."schema") THEN s.key_payload."payload" ELSE s.key_payload END AS key_env
-                        FROM "pagila"."address__stream" s
-                        LEFT JOIN "pagila"."address__watermark" w ON w.kafka_partition = s.kafka_partition
-                        WHERE s.refresh_time >= v_since
-                          AND s.kafka_offset > COALESCE(w.last_offset, -1)
-                          AND (s.refresh_time < v_until_time
-                               OR (s.refresh_time = v_until_time
-                                   AND (s.kafka_partition < v_until_partition
-                                        OR (s.kafka_partition = v_until_partition AND s.kafka_offset <= v_until_offset))))
-                        UNION ALL
-                        -- Quarantined records being replayed (at or below the watermark: already read once).
-                        SELECT r.kafka_partition, r.kafka_offset, r.kafka_timestamp, r.run_started_at,
-                               r.payload, r.raw_value,
-                               CASE WHEN IS_OBJECT(r.payload."schema") THEN r.payload."payload" ELSE r.payload END AS env,
-                               CAST(NULL AS super) AS key_env
-                        FROM "pagila"."address__quarantine" r
-                        WHERE v_replayed > 0 AND r.table_name = 'address' AND r.handled = 'replaying'
-                      ) f
-                    ) f
-                  ) f
-                ) f
-              ) f
-            ) f
-          ) f
-        ) f
-      ) t
-    ) t
-  ) c;
+    FROM checked t)
+  SELECT c.kafka_partition, c.kafka_offset, c.kafka_timestamp, c.refresh_time,
+         CASE WHEN OCTET_LENGTH(c.op) <= 64 THEN c.op ELSE SUBSTRING(c.op, 1, 16) END, c.action, c.reason,
+         ROW_NUMBER() OVER (
+           PARTITION BY CASE WHEN c.action IN ('upsert', 'delete') THEN 1 ELSE 0 END, c."address_id"
+           ORDER BY c.source_pos DESC NULLS LAST, c.kafka_time DESC NULLS LAST, c.kafka_partition DESC, c.kafka_offset DESC),
+         (TIMESTAMP 'epoch' + (c.source_ts_ms / 1000) * INTERVAL '1 second' + (c.source_ts_ms % 1000) * INTERVAL '1 millisecond'),
+         c.source_pos, c.source_pos, c."address_id", c."address", c."address2", c."district", c."city_id", c."postal_code",
+         c."phone", c."last_update", c.unavailable, c.quarantine_payload,
+         CASE WHEN c.action = 'quarantine' THEN c.raw_value END, c.drift_img
+  FROM classified c;
   GET DIAGNOSTICS v_read := ROW_COUNT;
   -- Fresh statistics for a large stage, refilled every run: without them the planner
   -- takes it for empty and joins it to itself row by row (20k events: 13 s, not 1 s).
@@ -370,8 +339,7 @@ BEGIN
   END IF;
   IF v_read > 0 THEN
     -- What the batch needs of the rarely needed steps.
-    SELECT COUNT(_drift_img),
-           COUNT(CASE WHEN _source_pos IS NULL AND _action IN ('upsert', 'delete') THEN 1 END),
+    SELECT COUNT(_drift_img), COUNT(CASE WHEN _source_pos IS NULL AND _action IN ('upsert', 'delete') THEN 1 END),
            COUNT(CASE WHEN _unavailable IS NOT NULL THEN 1 END)
     INTO v_drift, v_positionless, v_unavailable
     FROM "pagila"."address__stage";
@@ -379,94 +347,80 @@ BEGIN
     --    for its key in Kafka order (so it supersedes what precedes it and loses to what
     --    follows), and ranks after what is stored for its key (row or deleted key).
     IF v_positionless > 0 THEN
-      UPDATE "pagila"."address__stage" s SET _rank_pos = r.rank_pos
-      FROM (SELECT x._kafka_partition, x._kafka_offset,
+      UPDATE "pagila"."address__stage" s SET _rank_pos = CASE WHEN r.stored_pos > r.rank_pos OR r.rank_pos IS NULL
+                                         THEN COALESCE(r.stored_pos, r.rank_pos) ELSE r.rank_pos END
+      FROM (SELECT x.*, t._source_pos AS stored_pos,
                    MAX(x._source_pos) OVER (PARTITION BY x."address_id" ORDER BY x._kafka_time ASC NULLS FIRST, x._kafka_partition, x._kafka_offset
                      ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW) AS rank_pos
             FROM (SELECT z.*, MAX(z._kafka_timestamp) OVER (PARTITION BY z._kafka_partition ORDER BY z._kafka_offset
                     ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW) AS _kafka_time
                   FROM "pagila"."address__stage" z) x
+            LEFT JOIN (SELECT * FROM (SELECT k.*, ROW_NUMBER() OVER (PARTITION BY "address_id"
+                      ORDER BY _source_pos DESC NULLS LAST, _kafka_partition DESC, _kafka_offset DESC) AS stored_rn__
+                    FROM (SELECT t."address_id", t._source_pos, t._kafka_partition, t._kafka_offset FROM "pagila"."address" t
+                        WHERE EXISTS (SELECT 1 FROM "pagila"."address__stage" y WHERE y._source_pos IS NULL AND y._action IN ('upsert', 'delete')
+                            AND y."address_id" = t."address_id")
+                        UNION ALL SELECT t."address_id", t._source_pos, t._kafka_partition, t._kafka_offset FROM "pagila"."address__deleted" t
+                        WHERE EXISTS (SELECT 1 FROM "pagila"."address__stage" y WHERE y._source_pos IS NULL AND y._action IN ('upsert', 'delete')
+                            AND y."address_id" = t."address_id")) k) o
+               WHERE o.stored_rn__ = 1) t ON t."address_id" = x."address_id"
             WHERE x._action IN ('upsert', 'delete')
-              AND EXISTS (SELECT 1 FROM "pagila"."address__stage" y WHERE y._source_pos IS NULL AND y._action IN ('upsert', 'delete') AND y."address_id" = x."address_id")) r
-      WHERE s._source_pos IS NULL AND s._action IN ('upsert', 'delete')
-        AND s._kafka_partition = r._kafka_partition AND s._kafka_offset = r._kafka_offset;
-      UPDATE "pagila"."address__stage" s SET _rank_pos = t._source_pos
-      FROM (SELECT * FROM (SELECT t.*, ROW_NUMBER() OVER (PARTITION BY t."address_id"
-              ORDER BY t._source_pos DESC NULLS LAST, t._kafka_partition DESC, t._kafka_offset DESC) AS stored_rn__
-            FROM "pagila"."address" t WHERE EXISTS (SELECT 1 FROM "pagila"."address__stage" y WHERE y._source_pos IS NULL AND y._action IN ('upsert', 'delete') AND y."address_id" = t."address_id")) o
-          WHERE o.stored_rn__ = 1) t
-      WHERE s._source_pos IS NULL AND s._action IN ('upsert', 'delete') AND t."address_id" = s."address_id"
-        AND t._source_pos IS NOT NULL AND (s._rank_pos IS NULL OR s._rank_pos < t._source_pos);
-      UPDATE "pagila"."address__stage" s SET _rank_pos = t._source_pos
-      FROM (SELECT * FROM (SELECT t.*, ROW_NUMBER() OVER (PARTITION BY t."address_id"
-              ORDER BY t._source_pos DESC NULLS LAST, t._kafka_partition DESC, t._kafka_offset DESC) AS stored_rn__
-            FROM "pagila"."address__deleted" t WHERE EXISTS (SELECT 1 FROM "pagila"."address__stage" y WHERE y._source_pos IS NULL AND y._action IN ('upsert', 'delete') AND y."address_id" = t."address_id")) o
-          WHERE o.stored_rn__ = 1) t
-      WHERE s._source_pos IS NULL AND s._action IN ('upsert', 'delete') AND t."address_id" = s."address_id"
-        AND t._source_pos IS NOT NULL AND (s._rank_pos IS NULL OR s._rank_pos < t._source_pos);
+              AND EXISTS (SELECT 1 FROM "pagila"."address__stage" y WHERE y._source_pos IS NULL AND y._action IN ('upsert', 'delete')
+                  AND y."address_id" = x."address_id")) r
+      WHERE s._source_pos IS NULL AND s._action IN ('upsert', 'delete') AND s."address_id" = r."address_id" AND s._kafka_partition = r._kafka_partition
+          AND s._kafka_offset = r._kafka_offset;
       UPDATE "pagila"."address__stage" s SET _rn = r.rn
-      FROM (SELECT x._kafka_partition, x._kafka_offset,
-                   ROW_NUMBER() OVER (PARTITION BY x."address_id" ORDER BY x._rank_pos DESC NULLS LAST, x._kafka_time DESC NULLS LAST, x._kafka_partition DESC, x._kafka_offset DESC) AS rn
+      FROM (SELECT x.*, ROW_NUMBER() OVER (PARTITION BY x."address_id" ORDER BY x._rank_pos DESC NULLS LAST, x._kafka_time DESC NULLS LAST,
+          x._kafka_partition DESC, x._kafka_offset DESC) AS rn
             FROM (SELECT z.*, MAX(z._kafka_timestamp) OVER (PARTITION BY z._kafka_partition ORDER BY z._kafka_offset
                     ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW) AS _kafka_time
                   FROM "pagila"."address__stage" z) x
             WHERE x._action IN ('upsert', 'delete')
-              AND EXISTS (SELECT 1 FROM "pagila"."address__stage" y WHERE y._source_pos IS NULL AND y._action IN ('upsert', 'delete') AND y."address_id" = x."address_id")) r
-      WHERE s._kafka_partition = r._kafka_partition AND s._kafka_offset = r._kafka_offset;
+              AND EXISTS (SELECT 1 FROM "pagila"."address__stage" y WHERE y._source_pos IS NULL AND y._action IN ('upsert', 'delete')
+                  AND y."address_id" = x."address_id")) r
+      WHERE s."address_id" = r."address_id" AND s._kafka_partition = r._kafka_partition AND s._kafka_offset = r._kafka_offset;
     END IF;
     -- 3. (TOAST) Unchanged out-of-line values arrive as a placeholder and keep what is known.
     IF v_unavailable > 0 THEN
-      UPDATE "pagila"."address__stage" s SET "address" = p."address", _unavailable = REPLACE(s._unavailable, '|address|', '|')
-      FROM "pagila"."address__stage" p,
-           (SELECT "address_id", MIN(_rn) AS rn FROM "pagila"."address__stage"
-            WHERE _action = 'upsert' AND _rn > 1 AND COALESCE(_unavailable, '') NOT LIKE '%|address|%'
-            GROUP BY "address_id") m
-      WHERE s._rn = 1 AND s._action = 'upsert' AND s._unavailable LIKE '%|address|%'
-        AND m."address_id" = s."address_id" AND p."address_id" = s."address_id" AND p._rn = m.rn AND p._action = 'upsert';
-      UPDATE "pagila"."address__stage" s SET "address2" = p."address2", _unavailable = REPLACE(s._unavailable, '|address2|', '|')
-      FROM "pagila"."address__stage" p,
-           (SELECT "address_id", MIN(_rn) AS rn FROM "pagila"."address__stage"
-            WHERE _action = 'upsert' AND _rn > 1 AND COALESCE(_unavailable, '') NOT LIKE '%|address2|%'
-            GROUP BY "address_id") m
-      WHERE s._rn = 1 AND s._action = 'upsert' AND s._unavailable LIKE '%|address2|%'
-        AND m."address_id" = s."address_id" AND p."address_id" = s."address_id" AND p._rn = m.rn AND p._action = 'upsert';
-      UPDATE "pagila"."address__stage" s SET "district" = p."district", _unavailable = REPLACE(s._unavailable, '|district|', '|')
-      FROM "pagila"."address__stage" p,
-           (SELECT "address_id", MIN(_rn) AS rn FROM "pagila"."address__stage"
-            WHERE _action = 'upsert' AND _rn > 1 AND COALESCE(_unavailable, '') NOT LIKE '%|district|%'
-            GROUP BY "address_id") m
-      WHERE s._rn = 1 AND s._action = 'upsert' AND s._unavailable LIKE '%|district|%'
-        AND m."address_id" = s."address_id" AND p."address_id" = s."address_id" AND p._rn = m.rn AND p._action = 'upsert';
-      UPDATE "pagila"."address__stage" s SET "postal_code" = p."postal_code", _unavailable = REPLACE(s._unavailable, '|postal_code|', '|')
-      FROM "pagila"."address__stage" p,
-           (SELECT "address_id", MIN(_rn) AS rn FROM "pagila"."address__stage"
-            WHERE _action = 'upsert' AND _rn > 1 AND COALESCE(_unavailable, '') NOT LIKE '%|postal_code|%'
-            GROUP BY "address_id") m
-      WHERE s._rn = 1 AND s._action = 'upsert' AND s._unavailable LIKE '%|postal_code|%'
-        AND m."address_id" = s."address_id" AND p."address_id" = s."address_id" AND p._rn = m.rn AND p._action = 'upsert';
-      UPDATE "pagila"."address__stage" s SET "phone" = p."phone", _unavailable = REPLACE(s._unavailable, '|phone|', '|')
-      FROM "pagila"."address__stage" p,
-           (SELECT "address_id", MIN(_rn) AS rn FROM "pagila"."address__stage"
-            WHERE _action = 'upsert' AND _rn > 1 AND COALESCE(_unavailable, '') NOT LIKE '%|phone|%'
-            GROUP BY "address_id") m
-      WHERE s._rn = 1 AND s._action = 'upsert' AND s._unavailable LIKE '%|phone|%'
-        AND m."address_id" = s."address_id" AND p."address_id" = s."address_id" AND p._rn = m.rn AND p._action = 'upsert';
-      UPDATE "pagila"."address__stage" s SET "address" = CASE WHEN s._unavailable LIKE '%|address|%' THEN t."address" ELSE s."address" END,
-             "address2" = CASE WHEN s._unavailable LIKE '%|address2|%' THEN t."address2" ELSE s."address2" END,
-             "district" = CASE WHEN s._unavailable LIKE '%|district|%' THEN t."district" ELSE s."district" END,
-             "postal_code" = CASE WHEN s._unavailable LIKE '%|postal_code|%' THEN t."postal_code" ELSE s."postal_code" END,
-             "phone" = CASE WHEN s._unavailable LIKE '%|phone|%' THEN t."phone" ELSE s."phone" END
-      FROM (SELECT * FROM (SELECT t.*, ROW_NUMBER() OVER (PARTITION BY t."address_id"
-                ORDER BY t._source_pos DESC NULLS LAST, t._kafka_partition DESC, t._kafka_offset DESC) AS stored_rn__
-              FROM "pagila"."address" t WHERE EXISTS (SELECT 1 FROM "pagila"."address__stage" x WHERE x._rn = 1 AND x._action = 'upsert' AND x._unavailable IS NOT NULL AND x."address_id" = t."address_id")) o
-            WHERE o.stored_rn__ = 1) t
-      WHERE s._rn = 1 AND s._action = 'upsert' AND s._unavailable IS NOT NULL
-        AND t."address_id" = s."address_id";
-    END IF;
-    IF v_unavailable > 0 THEN
+      UPDATE "pagila"."address__stage" s SET "address" = CASE WHEN s._unavailable NOT LIKE '%|address|%' THEN s."address" WHEN u.rn0 IS NOT NULL THEN u.batch0
+          WHEN u.stored THEN u.stored0 ELSE s."address" END,
+             "address2" = CASE WHEN s._unavailable NOT LIKE '%|address2|%' THEN s."address2" WHEN u.rn1 IS NOT NULL THEN u.batch1 WHEN u.stored THEN u.stored1
+                 ELSE s."address2" END,
+             "district" = CASE WHEN s._unavailable NOT LIKE '%|district|%' THEN s."district" WHEN u.rn2 IS NOT NULL THEN u.batch2 WHEN u.stored THEN u.stored2
+                 ELSE s."district" END,
+             "postal_code" = CASE WHEN s._unavailable NOT LIKE '%|postal_code|%' THEN s."postal_code" WHEN u.rn3 IS NOT NULL THEN u.batch3 WHEN u.stored
+                 THEN u.stored3 ELSE s."postal_code" END,
+             "phone" = CASE WHEN s._unavailable NOT LIKE '%|phone|%' THEN s."phone" WHEN u.rn4 IS NOT NULL THEN u.batch4 WHEN u.stored THEN u.stored4
+                 ELSE s."phone" END,
+             _unavailable = '|' || CASE WHEN s._unavailable LIKE '%|address|%' AND u.rn0 IS NULL THEN 'address|' ELSE '' END || CASE
+                 WHEN s._unavailable LIKE '%|address2|%' AND u.rn1 IS NULL THEN 'address2|' ELSE '' END || CASE WHEN s._unavailable LIKE '%|district|%'
+                 AND u.rn2 IS NULL THEN 'district|' ELSE '' END || CASE WHEN s._unavailable LIKE '%|postal_code|%' AND u.rn3 IS NULL THEN 'postal_code|'
+                 ELSE '' END || CASE WHEN s._unavailable LIKE '%|phone|%' AND u.rn4 IS NULL THEN 'phone|' ELSE '' END
+      FROM (SELECT w."address_id", t.stored_rn__ IS NOT NULL AS stored, m.rn0, p0."address" AS batch0, t."address" AS stored0, m.rn1, p1."address2" AS batch1,
+          t."address2" AS stored1, m.rn2, p2."district" AS batch2, t."district" AS stored2, m.rn3, p3."postal_code" AS batch3, t."postal_code" AS stored3,
+          m.rn4, p4."phone" AS batch4, t."phone" AS stored4
+            FROM "pagila"."address__stage" w
+            LEFT JOIN (SELECT "address_id",
+                        MIN(CASE WHEN COALESCE(_unavailable, '') NOT LIKE '%|address|%' THEN _rn END) AS rn0,
+                        MIN(CASE WHEN COALESCE(_unavailable, '') NOT LIKE '%|address2|%' THEN _rn END) AS rn1,
+                        MIN(CASE WHEN COALESCE(_unavailable, '') NOT LIKE '%|district|%' THEN _rn END) AS rn2,
+                        MIN(CASE WHEN COALESCE(_unavailable, '') NOT LIKE '%|postal_code|%' THEN _rn END) AS rn3,
+                        MIN(CASE WHEN COALESCE(_unavailable, '') NOT LIKE '%|phone|%' THEN _rn END) AS rn4
+                       FROM "pagila"."address__stage" WHERE _action = 'upsert' AND _rn > 1 GROUP BY "address_id") m ON m."address_id" = w."address_id"
+            LEFT JOIN "pagila"."address__stage" p0 ON p0."address_id" = w."address_id" AND p0._rn = m.rn0 AND p0._action = 'upsert'
+            LEFT JOIN "pagila"."address__stage" p1 ON p1."address_id" = w."address_id" AND p1._rn = m.rn1 AND p1._action = 'upsert'
+            LEFT JOIN "pagila"."address__stage" p2 ON p2."address_id" = w."address_id" AND p2._rn = m.rn2 AND p2._action = 'upsert'
+            LEFT JOIN "pagila"."address__stage" p3 ON p3."address_id" = w."address_id" AND p3._rn = m.rn3 AND p3._action = 'upsert'
+            LEFT JOIN "pagila"."address__stage" p4 ON p4."address_id" = w."address_id" AND p4._rn = m.rn4 AND p4._action = 'upsert'
+            LEFT JOIN (SELECT * FROM (SELECT t.*, ROW_NUMBER() OVER (PARTITION BY t."address_id"
+              ORDER BY t._source_pos DESC NULLS LAST, t._kafka_partition DESC, t._kafka_offset DESC) AS stored_rn__
+            FROM "pagila"."address" t WHERE EXISTS (SELECT 1 FROM "pagila"."address__stage" x WHERE x._rn = 1 AND x._action = 'upsert'
+                AND x._unavailable IS NOT NULL AND x."address_id" = t."address_id")) o
+          WHERE o.stored_rn__ = 1) t ON t."address_id" = w."address_id"
+            WHERE w._rn = 1 AND w._action = 'upsert' AND w._unavailable IS NOT NULL) u
+      WHERE s._rn = 1 AND s._action = 'upsert' AND s._unavailable IS NOT NULL AND u."address_id" = s."address_id";
       UPDATE "pagila"."address__stage" s SET _action = 'quarantine',
-             _reason = SUBSTRING('no earlier value is known for the TOAST placeholder (__debezium_unavailable_value) in '
-                                 || BTRIM(s._unavailable, '|'), 1, 1000)
+          _reason = SUBSTRING('no earlier value is known for the TOAST placeholder (__debezium_unavailable_value) in ' || BTRIM(s._unavailable, '|'), 1, 1000)
       WHERE s._rn = 1 AND s._action = 'upsert' AND s._unavailable <> '|'
         AND NOT EXISTS (SELECT 1 FROM "pagila"."address" t WHERE t."address_id" = s."address_id");
     END IF;
@@ -481,32 +435,37 @@ BEGIN
     -- 5. A stale winner at exactly the stored position that changes something is another
     --    change of the same transaction (compressed MySQL binlog): it applies, in Kafka
     --    order. A re-sent copy of the stored event stays stale, and so does a replayed
-    --    record earlier in Kafka order than the record that wrote what is stored (its
-    --    `_reason` cleared). (One statement per case: Redshift takes no correlated
-    --    subquery under an OR.)
+    --    record earlier in Kafka order than the record that wrote what is stored.
     IF v_rows > 0 THEN
-      IF v_replayed > 0 THEN
-        UPDATE "pagila"."address__stage" s SET _reason = NULL
-        WHERE s._rn = 1 AND s._action = 'stale' AND s._reason IS NOT NULL
-          AND EXISTS (SELECT 1 FROM "pagila"."address__watermark" w WHERE w.kafka_partition = s._kafka_partition AND s._kafka_offset <= w.last_offset)
-          AND EXISTS (SELECT 1 FROM "pagila"."address" t WHERE t."address_id" = s."address_id" AND t._source_pos = s._source_pos
-            AND (s._kafka_partition < t._kafka_partition OR (s._kafka_partition = t._kafka_partition AND s._kafka_offset < t._kafka_offset)));
-        UPDATE "pagila"."address__stage" s SET _reason = NULL
-        WHERE s._rn = 1 AND s._action = 'stale' AND s._reason IS NOT NULL
-          AND EXISTS (SELECT 1 FROM "pagila"."address__watermark" w WHERE w.kafka_partition = s._kafka_partition AND s._kafka_offset <= w.last_offset)
-          AND EXISTS (SELECT 1 FROM "pagila"."address__deleted" t WHERE t."address_id" = s."address_id" AND t._source_pos = s._source_pos
-            AND (s._kafka_partition < t._kafka_partition OR (s._kafka_partition = t._kafka_partition AND s._kafka_offset < t._kafka_offset)));
-      END IF;
       UPDATE "pagila"."address__stage" s SET _action = s._reason, _reason = NULL
-      WHERE s._rn = 1 AND s._action = 'stale' AND s._reason = 'upsert'
-        AND EXISTS (SELECT 1 FROM "pagila"."address" t WHERE t."address_id" = s."address_id" AND t._source_pos = s._source_pos
-          AND ((t."address" <> s."address" OR (t."address" IS NULL) <> (s."address" IS NULL)) OR (t."address2" <> s."address2" OR (t."address2" IS NULL) <> (s."address2" IS NULL)) OR (t."district" <> s."district" OR (t."district" IS NULL) <> (s."district" IS NULL)) OR (t."city_id" <> s."city_id" OR (t."city_id" IS NULL) <> (s."city_id" IS NULL)) OR (t."postal_code" <> s."postal_code" OR (t."postal_code" IS NULL) <> (s."postal_code" IS NULL)) OR (t."phone" <> s."phone" OR (t."phone" IS NULL) <> (s."phone" IS NULL)) OR (t."last_update" <> s."last_update" OR (t."last_update" IS NULL) <> (s."last_update" IS NULL))));
-      UPDATE "pagila"."address__stage" s SET _action = s._reason, _reason = NULL
-      WHERE s._rn = 1 AND s._action = 'stale' AND s._reason = 'upsert'
-        AND EXISTS (SELECT 1 FROM "pagila"."address__deleted" t WHERE t."address_id" = s."address_id" AND t._source_pos = s._source_pos);
-      UPDATE "pagila"."address__stage" s SET _action = s._reason, _reason = NULL
-      WHERE s._rn = 1 AND s._action = 'stale' AND s._reason = 'delete'
-        AND EXISTS (SELECT 1 FROM "pagila"."address" t WHERE t."address_id" = s."address_id" AND t._source_pos = s._source_pos);
+      FROM (SELECT x."address_id", x._kafka_partition, x._kafka_offset,
+                   MAX(CASE WHEN x._reason = 'upsert' AND (t.deleted__ OR (t."address" <> x."address" OR (t."address" IS NULL) <> (x."address" IS NULL))
+                       OR (t."address2" <> x."address2" OR (t."address2" IS NULL) <> (x."address2" IS NULL))
+                       OR (t."district" <> x."district" OR (t."district" IS NULL) <> (x."district" IS NULL))
+                       OR (t."city_id" <> x."city_id" OR (t."city_id" IS NULL) <> (x."city_id" IS NULL))
+                       OR (t."postal_code" <> x."postal_code" OR (t."postal_code" IS NULL) <> (x."postal_code" IS NULL))
+                       OR (t."phone" <> x."phone" OR (t."phone" IS NULL) <> (x."phone" IS NULL))
+                       OR (t."last_update" <> x."last_update" OR (t."last_update" IS NULL) <> (x."last_update" IS NULL))) OR x._reason = 'delete'
+                       AND NOT t.deleted__ THEN 1 ELSE 0 END) AS changes,
+                   MAX(CASE WHEN x._kafka_offset <= w.last_offset AND (t._kafka_partition = x._kafka_partition AND t._kafka_offset > x._kafka_offset
+                       OR t._kafka_partition <> x._kafka_partition AND (t.kafka_time__ > x._kafka_timestamp
+                       OR (COALESCE(t.kafka_time__ = x._kafka_timestamp, true) AND t._kafka_partition > x._kafka_partition))) THEN 1 ELSE 0 END) AS older_replay
+            FROM "pagila"."address__stage" x
+            JOIN (SELECT t."address_id", t._source_pos, t._kafka_partition, t._kafka_offset, m.kafka_timestamp AS kafka_time__, false AS deleted__, t."address",
+                t."address2", t."district", t."city_id", t."postal_code", t."phone",
+                t."last_update" FROM "pagila"."address" t LEFT JOIN "pagila"."address__stream" m ON m.kafka_partition = t._kafka_partition
+                AND m.kafka_offset = t._kafka_offset WHERE EXISTS (SELECT 1 FROM "pagila"."address__stage" y WHERE y._rn = 1 AND y._action = 'stale'
+                AND y."address_id" = t."address_id" AND y._source_pos = t._source_pos)
+                        UNION ALL SELECT t."address_id", t._source_pos, t._kafka_partition, t._kafka_offset, t._kafka_timestamp, true, NULL, NULL, NULL, NULL,
+                            NULL, NULL, NULL FROM "pagila"."address__deleted" t WHERE EXISTS (SELECT 1 FROM "pagila"."address__stage" y WHERE y._rn = 1
+                            AND y._action = 'stale' AND y."address_id" = t."address_id" AND y._source_pos = t._source_pos)) t
+              ON t."address_id" = x."address_id" AND t._source_pos = x._source_pos
+            LEFT JOIN "pagila"."address__watermark" w ON w.kafka_partition = x._kafka_partition
+            WHERE x._rn = 1 AND x._action = 'stale'
+            GROUP BY x."address_id", x._kafka_partition, x._kafka_offset) c
+      WHERE s._rn = 1 AND s._action = 'stale' AND c."address_id" = s."address_id"
+        AND s._kafka_partition = c._kafka_partition AND s._kafka_offset = c._kafka_offset
+        AND c.changes = 1 AND c.older_replay = 0;
     END IF;
     -- A winner without a source position was never stale; it is recorded at the position
     -- it ranked by, so replays of what it superseded stay stale.
@@ -514,14 +473,10 @@ BEGIN
       UPDATE "pagila"."address__stage" SET _source_pos = _rank_pos
       WHERE _rn = 1 AND _action IN ('upsert', 'delete') AND _source_pos IS NULL;
     END IF;
-    SELECT COUNT(CASE WHEN _rn = 1 AND _action = 'upsert' THEN 1 END),
-           COUNT(CASE WHEN _rn = 1 AND _action = 'delete' THEN 1 END),
-           COUNT(CASE WHEN _action = 'quarantine' THEN 1 END),
-           COUNT(CASE WHEN _action = 'tombstone' THEN 1 END),
-           COUNT(CASE WHEN _action IN ('stale', 'truncated') THEN 1 END),
-           COUNT(CASE WHEN _rn > 1 AND _action IN ('upsert', 'delete') THEN 1 END),
-           COUNT(CASE WHEN _action = 'truncate' THEN 1 END),
-           DATEDIFF(microsecond, MAX(_kafka_timestamp), v_started) / 1000000.0
+    SELECT COUNT(CASE WHEN _rn = 1 AND _action = 'upsert' THEN 1 END), COUNT(CASE WHEN _rn = 1 AND _action = 'delete' THEN 1 END),
+           COUNT(CASE WHEN _action = 'quarantine' THEN 1 END), COUNT(CASE WHEN _action = 'tombstone' THEN 1 END),
+           COUNT(CASE WHEN _action IN ('stale', 'truncated') THEN 1 END), COUNT(CASE WHEN _rn > 1 AND _action IN ('upsert', 'delete') THEN 1 END),
+           COUNT(CASE WHEN _action = 'truncate' THEN 1 END), DATEDIFF(microsecond, MAX(_kafka_timestamp), v_started) / 1000000.0
     INTO v_upserted, v_deleted, v_quarantined, v_tombstones, v_stale, v_superseded, v_truncates, v_lag
     FROM "pagila"."address__stage";
     -- 6. Apply: remove the current row of every key with a winning event (the join is
@@ -539,8 +494,10 @@ BEGIN
     SELECT s."address_id", s._source_ts, s._source_pos, s._kafka_partition, s._kafka_offset, s._kafka_timestamp, v_started
     FROM "pagila"."address__stage" s
     WHERE s._rn = 1 AND s._action = 'delete';
-    INSERT INTO "pagila"."address" ("address_id", "address", "address2", "district", "city_id", "postal_code", "phone", "last_update", "_source_ts", "_source_pos", "_kafka_partition", "_kafka_offset", "_synced_at")
-    SELECT s."address_id", s."address", s."address2", s."district", s."city_id", s."postal_code", s."phone", s."last_update", s._source_ts, s._source_pos, s._kafka_partition, s._kafka_offset, v_started
+    INSERT INTO "pagila"."address" ("address_id", "address", "address2", "district", "city_id", "postal_code", "phone", "last_update", "_source_ts",
+        "_source_pos", "_kafka_partition", "_kafka_offset", "_synced_at")
+    SELECT s."address_id", s."address", s."address2", s."district", s."city_id", s."postal_code", s."phone", s."last_update", s._source_ts, s._source_pos,
+        s._kafka_partition, s._kafka_offset, v_started
     FROM "pagila"."address__stage" s
     WHERE s._rn = 1 AND s._action = 'upsert';
     -- 6. Schema drift: unknown fields in the row images, configured fields missing from them
@@ -552,20 +509,16 @@ BEGIN
              CASE WHEN k.configured = 1 THEN k.images - k.seen ELSE k.seen END
       FROM (SELECT u.field, MAX(u.configured) AS configured, SUM(u.seen) AS seen,
                    MAX(MAX(u.images)) OVER () AS images
-            FROM (SELECT CASE WHEN OCTET_LENGTH(CAST(x_field AS varchar(65535))) <= 256 THEN CAST(x_field AS varchar(65535)) ELSE SUBSTRING(CAST(x_field AS varchar(65535)), 1, 64) END AS field, 0 AS configured, 1 AS seen, x0.images
+            FROM (SELECT CASE WHEN OCTET_LENGTH(CAST(x_field AS varchar(65535))) <= 256 THEN CAST(x_field AS varchar(65535))
+                ELSE SUBSTRING(CAST(x_field AS varchar(65535)), 1, 64) END AS field, 0 AS configured, 1 AS seen, x0.images
                   FROM (
                     SELECT s._drift_img AS img, COUNT(*) OVER () AS images
                     FROM "pagila"."address__stage" s
                     WHERE s._drift_img IS NOT NULL
                   ) x0, UNPIVOT x0.img AS x_value AT x_field
-                  UNION ALL SELECT 'address_id', 1, 0, 0
-                  UNION ALL SELECT 'address', 1, 0, 0
-                  UNION ALL SELECT 'address2', 1, 0, 0
-                  UNION ALL SELECT 'district', 1, 0, 0
-                  UNION ALL SELECT 'city_id', 1, 0, 0
-                  UNION ALL SELECT 'postal_code', 1, 0, 0
-                  UNION ALL SELECT 'phone', 1, 0, 0
-                  UNION ALL SELECT 'last_update', 1, 0, 0) u
+                  UNION ALL SELECT 'address_id', 1, 0, 0 UNION ALL SELECT 'address', 1, 0, 0 UNION ALL SELECT 'address2', 1, 0, 0
+                  UNION ALL SELECT 'district', 1, 0, 0 UNION ALL SELECT 'city_id', 1, 0, 0 UNION ALL SELECT 'postal_code', 1, 0, 0
+                  UNION ALL SELECT 'phone', 1, 0, 0 UNION ALL SELECT 'last_update', 1, 0, 0) u
             GROUP BY u.field) k
       WHERE (k.configured = 1 AND k.seen < k.images)
          OR (k.configured = 0 AND SUBSTRING(k.field, 1, 2) <> '__');  -- '__' fields: unwrap metadata
@@ -608,10 +561,10 @@ BEGIN
   SELECT 'address', PG_BACKEND_PID(), v_started, CAST(TO_TIMESTAMP(TIMEOFDAY(), 'Dy Mon DD HH24:MI:SS.US YYYY') AS timestamp), v_read, v_upserted, v_deleted,
     v_quarantined, v_tombstones, v_stale, v_superseded, v_truncates, v_wm_before,
     LISTAGG(CASE WHEN r.pos__ <= 65503 THEN r.item__ END, ',') WITHIN GROUP (ORDER BY r.order__)
-         || CASE WHEN COUNT(CASE WHEN r.pos__ > 65503 THEN 1 END) > 0 THEN ' (+' || CAST(COUNT(CASE WHEN r.pos__ > 65503 THEN 1 END) AS varchar(20)) || ' more)' ELSE '' END, v_lag, 'ok'
-  FROM (SELECT r.*, CAST(r.kafka_partition AS varchar(20)) || ':' || CAST(r.last_offset AS varchar(20)) AS item__, r.kafka_partition AS order__,
-               SUM(OCTET_LENGTH(CAST(r.kafka_partition AS varchar(20)) || ':' || CAST(r.last_offset AS varchar(20))) + 1) OVER (ORDER BY r.kafka_partition ROWS UNBOUNDED PRECEDING) AS pos__
-        FROM "pagila"."address__watermark" r) r;
+         || COALESCE(' (+' || CAST(NULLIF(COUNT(CASE WHEN r.pos__ > 65503 THEN 1 END), 0) AS varchar(20)) || ' more)', ''), v_lag, 'ok'
+  FROM (SELECT r.*, SUM(OCTET_LENGTH(r.item__) + 1) OVER (ORDER BY r.order__ ROWS UNBOUNDED PRECEDING) AS pos__
+        FROM (SELECT r.*, CAST(r.kafka_partition AS varchar(20)) || ':' || CAST(r.last_offset AS varchar(20)) AS item__,
+            r.kafka_partition AS order__ FROM "pagila"."address__watermark" r) r) r;
   INSERT INTO "pagila"."sync_run_log" (table_name, backend_pid, started_at, finished_at, events_read, upserted, deleted,
     quarantined, tombstones, stale, superseded, truncates, watermark_before, watermark_after, lag_seconds, status)
   SELECT * FROM "sync_call_result";
@@ -635,11 +588,7 @@ AS $$
 -- Quarantines the first pending record, which the caller found to make the engine
 -- raise, with the engine's error text, and moves the watermark past it.
 DECLARE
-  v_started timestamp;
-  v_since timestamp;
-  v_partition bigint;
-  v_offset bigint;
-  v_refresh_time timestamp;
+  v_started timestamp; v_since timestamp; v_partition bigint; v_offset bigint; v_refresh_time timestamp;
 BEGIN
   -- 1. Single flight, as in the sync itself.
   LOCK TABLE "pagila"."address__watermark";
@@ -656,7 +605,10 @@ BEGIN
   WHERE x.read_no = 1;
   IF v_partition IS NOT NULL THEN
     INSERT INTO "pagila"."address__quarantine" (table_name, kafka_partition, kafka_offset, kafka_timestamp, reason, payload, raw_value, run_started_at)
-    SELECT 'address', s.kafka_partition, s.kafka_offset, s.kafka_timestamp, CASE WHEN OCTET_LENGTH('the warehouse could not apply this record: ' || COALESCE(p_reason, 'no error text')) <= 1000 THEN 'the warehouse could not apply this record: ' || COALESCE(p_reason, 'no error text') ELSE SUBSTRING('the warehouse could not apply this record: ' || COALESCE(p_reason, 'no error text'), 1, 250) END, s.payload, s.raw_value, v_started
+    SELECT 'address', s.kafka_partition, s.kafka_offset, s.kafka_timestamp, CASE
+        WHEN OCTET_LENGTH('the warehouse could not apply this record: ' || COALESCE(p_reason, 'no error text')) <= 1000
+        THEN 'the warehouse could not apply this record: ' || COALESCE(p_reason, 'no error text')
+        ELSE SUBSTRING('the warehouse could not apply this record: ' || COALESCE(p_reason, 'no error text'), 1, 250) END, s.payload, s.raw_value, v_started
     FROM "pagila"."address__stream" s
     WHERE s.kafka_partition = v_partition AND s.kafka_offset = v_offset AND s.refresh_time = v_refresh_time;
     UPDATE "pagila"."address__watermark" SET last_offset = v_offset, last_refresh_time = v_refresh_time, updated_at = v_started

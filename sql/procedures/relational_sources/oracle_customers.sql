@@ -112,28 +112,11 @@ AS $$
 -- Merges new records of the topic into the target (p_max_records NULL: all of them);
 -- see the README, 'How a sync works: the procedure contract'.
 DECLARE
-  v_started timestamp;
-  v_since timestamp;
-  v_wm_before varchar(65535);
-  v_read bigint := 0;
-  v_upserted bigint := 0;
-  v_deleted bigint := 0;
-  v_quarantined bigint := 0;
-  v_tombstones bigint := 0;
-  v_stale bigint := 0;
-  v_superseded bigint := 0;
-  v_truncates bigint := 0;
-  v_rows bigint := 0;
-  v_positionless bigint := 0;
-  v_unavailable bigint := 0;
-  v_drift bigint := 0;
-  v_replayed bigint := 0;
-  v_lag double precision;
-  v_until_time timestamp;
-  v_until_partition bigint;
-  v_until_offset bigint;
-  v_truncate_pos varchar(64);
-  v_truncate_ts timestamp;
+  v_started timestamp; v_since timestamp; v_wm_before varchar(65535); v_read bigint := 0; v_upserted bigint := 0;
+  v_deleted bigint := 0; v_quarantined bigint := 0; v_tombstones bigint := 0; v_stale bigint := 0;
+  v_superseded bigint := 0; v_truncates bigint := 0; v_rows bigint := 0; v_positionless bigint := 0;
+  v_unavailable bigint := 0; v_drift bigint := 0; v_replayed bigint := 0; v_lag double precision; v_until_time timestamp;
+  v_until_partition bigint; v_until_offset bigint; v_truncate_pos varchar(64); v_truncate_ts timestamp;
 BEGIN
   -- 10. Session settings this procedure needs.
   SET enable_case_sensitive_identifier TO true;
@@ -147,11 +130,11 @@ BEGIN
   SELECT MAX(r.last_refresh_time),
          (SELECT COUNT(*) FROM "sources"."oracle_customers__quarantine" WHERE table_name = 'oracle_customers' AND handled = 'replaying'),
          LISTAGG(CASE WHEN r.pos__ <= 65503 THEN r.item__ END, ',') WITHIN GROUP (ORDER BY r.order__)
-         || CASE WHEN COUNT(CASE WHEN r.pos__ > 65503 THEN 1 END) > 0 THEN ' (+' || CAST(COUNT(CASE WHEN r.pos__ > 65503 THEN 1 END) AS varchar(20)) || ' more)' ELSE '' END
+         || COALESCE(' (+' || CAST(NULLIF(COUNT(CASE WHEN r.pos__ > 65503 THEN 1 END), 0) AS varchar(20)) || ' more)', '')
   INTO v_since, v_replayed, v_wm_before
-  FROM (SELECT r.*, CAST(r.kafka_partition AS varchar(20)) || ':' || CAST(r.last_offset AS varchar(20)) AS item__, r.kafka_partition AS order__,
-               SUM(OCTET_LENGTH(CAST(r.kafka_partition AS varchar(20)) || ':' || CAST(r.last_offset AS varchar(20))) + 1) OVER (ORDER BY r.kafka_partition ROWS UNBOUNDED PRECEDING) AS pos__
-        FROM "sources"."oracle_customers__watermark" r) r;
+  FROM (SELECT r.*, SUM(OCTET_LENGTH(r.item__) + 1) OVER (ORDER BY r.order__ ROWS UNBOUNDED PRECEDING) AS pos__
+        FROM (SELECT r.*, CAST(r.kafka_partition AS varchar(20)) || ':' || CAST(r.last_offset AS varchar(20)) AS item__,
+            r.kafka_partition AS order__ FROM "sources"."oracle_customers__watermark" r) r) r;
   v_since := COALESCE(v_since, TIMESTAMP '1900-01-01 00:00:00');
   -- A bounded run (record isolation by the caller) reads the first p_max_records pending
   -- records in (refresh_time, partition, offset) order: a prefix of every partition
@@ -177,17 +160,115 @@ BEGIN
     "_source_ts", "_source_pos", "_rank_pos", "id", "first_name", "last_name", "email", "_unavailable", "_payload",
     "_raw_value", "_drift_img"
   )
-  SELECT c.kafka_partition, c.kafka_offset, c.kafka_timestamp, c.refresh_time,
-         CASE WHEN OCTET_LENGTH(c.op) <= 64 THEN c.op ELSE SUBSTRING(c.op, 1, 16) END, c.action, c.reason,
-         ROW_NUMBER() OVER (
-           PARTITION BY CASE WHEN c.action IN ('upsert', 'delete') THEN 1 ELSE 0 END, c."id"
-           ORDER BY c.source_pos DESC NULLS LAST, c.kafka_time DESC NULLS LAST, c.kafka_partition DESC, c.kafka_offset DESC),
-         (TIMESTAMP 'epoch' + (c.source_ts_ms / 1000) * INTERVAL '1 second' + (c.source_ts_ms % 1000) * INTERVAL '1 millisecond'),
-         c.source_pos, c.source_pos, c."id", c."first_name", c."last_name", c."email", c.unavailable, c.quarantine_payload,
-         CASE WHEN c.action = 'quarantine' THEN c.raw_value END, c.drift_img
-  FROM (
-    SELECT
-           t.kafka_partition, t.kafka_offset, t.kafka_timestamp, t.refresh_time, t.raw_value, t.op,
+  WITH batch AS (
+    SELECT s.kafka_partition, s.kafka_offset, s.kafka_timestamp, s.refresh_time,
+           s.payload, s.raw_value,
+           CASE WHEN IS_OBJECT(s.payload."schema") THEN s.payload."payload" ELSE s.payload END AS env,
+           CASE WHEN IS_OBJECT(s.key_payload."schema") THEN s.key_payload."payload" ELSE s.key_payload END AS key_env
+    FROM "sources"."oracle_customers__stream" s
+    LEFT JOIN "sources"."oracle_customers__watermark" w ON w.kafka_partition = s.kafka_partition
+    WHERE s.refresh_time >= v_since
+      AND s.kafka_offset > COALESCE(w.last_offset, -1)
+      AND (s.refresh_time < v_until_time
+           OR (s.refresh_time = v_until_time
+               AND (s.kafka_partition < v_until_partition
+                    OR (s.kafka_partition = v_until_partition AND s.kafka_offset <= v_until_offset))))
+    UNION ALL
+    -- Quarantined records being replayed (at or below the watermark: already read once).
+    SELECT r.kafka_partition, r.kafka_offset, r.kafka_timestamp, r.run_started_at,
+           r.payload, r.raw_value,
+           CASE WHEN IS_OBJECT(r.payload."schema") THEN r.payload."payload" ELSE r.payload END AS env,
+           CAST(NULL AS super) AS key_env
+    FROM "sources"."oracle_customers__quarantine" r
+    WHERE v_replayed > 0 AND r.table_name = 'oracle_customers' AND r.handled = 'replaying'),
+  batch_1 AS (
+    SELECT f.*, (CASE WHEN JSON_SIZE(f.env."op") <= 65535 THEN f.env."op" END) AS "b__o0"
+    FROM batch f),
+  batch_2 AS (
+    SELECT f.*, CASE WHEN IS_VARCHAR(f.b__o0) THEN f.b__o0::varchar(65535) WHEN f.b__o0 IS NOT NULL THEN JSON_SERIALIZE(f.b__o0) END AS "x__o0"
+    FROM batch_1 f),
+  envelope AS (
+    SELECT f.kafka_partition, f.kafka_offset, f.kafka_timestamp, f.refresh_time,
+           f.payload, f.raw_value, f.env, f.key_env,
+           f.x__o0 AS op,
+           CASE WHEN f.x__o0 = 'd' THEN f.env."before" ELSE f.env."after" END AS img,
+           f.env."source" AS src
+    FROM batch_2 f),
+  envelope_1 AS (
+    SELECT f.*, (CASE WHEN JSON_SIZE(f.src."commit_scn") <= 65535 THEN f.src."commit_scn" END) AS "b__p0",
+           (CASE WHEN JSON_SIZE(f.src."scn") <= 65535 THEN f.src."scn" END) AS "b__p1",
+           (CASE WHEN JSON_SIZE(f.src."txSeq") <= 65535 THEN f.src."txSeq" END) AS "b__p2"
+    FROM envelope f),
+  envelope_2 AS (
+    SELECT f.*, CASE WHEN IS_VARCHAR(f.b__p0) THEN f.b__p0::varchar(65535) WHEN f.b__p0 IS NOT NULL THEN JSON_SERIALIZE(f.b__p0) END AS "x__p0",
+           CASE WHEN IS_VARCHAR(f.b__p1) THEN f.b__p1::varchar(65535) WHEN f.b__p1 IS NOT NULL THEN JSON_SERIALIZE(f.b__p1) END AS "x__p1",
+           CASE WHEN IS_VARCHAR(f.b__p2) THEN f.b__p2::varchar(65535) WHEN f.b__p2 IS NOT NULL THEN JSON_SERIALIZE(f.b__p2) END AS "x__p2"
+    FROM envelope_1 f),
+  fields AS (
+    SELECT f.kafka_partition, f.kafka_offset, f.kafka_timestamp, f.refresh_time, f.payload, f.raw_value, f.env, f.img, f.op, f.src."ts_ms" AS source_ts_ms,
+           lpad(COALESCE(NULLIF(REGEXP_SUBSTR(f.x__p0, '^([0-9]{1,20})$', 1, 1, 'e'), ''), NULLIF(REGEXP_SUBSTR(f.x__p1, '^([0-9]{1,20})$', 1, 1, 'e'), '')),
+               20, '0') || '.' || lpad(NULLIF(REGEXP_SUBSTR(f.x__p1, '^([0-9]{1,20})$', 1, 1, 'e'), ''), 20,
+               '0') || '.' || lpad(COALESCE(NULLIF(REGEXP_SUBSTR(f.x__p2, '^([0-9]{1,20})$', 1, 1, 'e'), ''), ''), 20, '0') AS source_pos,
+           f.img."ID" AS "ji__id", CASE WHEN IS_OBJECT(f.key_env) THEN f.key_env."ID" ELSE f.key_env END AS "jk__id",
+           f.img."FIRST_NAME" AS "j__first_name", f.img."LAST_NAME" AS "j__last_name", f.img."EMAIL" AS "j__email"
+    FROM envelope_2 f),
+  fields_1 AS (
+    SELECT f.*, (CASE WHEN JSON_SIZE(f."j__first_name") <= 65535 THEN f."j__first_name" END) AS "b__v0",
+           (CASE WHEN JSON_SIZE(f."j__last_name") <= 65535 THEN f."j__last_name" END) AS "b__v1",
+           (CASE WHEN JSON_SIZE(f."j__email") <= 65535 THEN f."j__email" END) AS "b__v2"
+    FROM fields f),
+  fields_2 AS (
+    SELECT f.*, CASE WHEN IS_VARCHAR(f.b__v0) THEN f.b__v0::varchar(65535) WHEN f.b__v0 IS NOT NULL THEN JSON_SERIALIZE(f.b__v0) END AS "x__v0",
+           CASE WHEN IS_VARCHAR(f.b__v1) THEN f.b__v1::varchar(65535) WHEN f.b__v1 IS NOT NULL THEN JSON_SERIALIZE(f.b__v1) END AS "x__v1",
+           CASE WHEN IS_VARCHAR(f.b__v2) THEN f.b__v2::varchar(65535) WHEN f.b__v2 IS NOT NULL THEN JSON_SERIALIZE(f.b__v2) END AS "x__v2"
+    FROM fields_1 f),
+  fields_3 AS (
+    SELECT f.*,
+           COALESCE(f.x__v0 IN ('__debezium_unavailable_value', 'X19kZWJleml1bV91bmF2YWlsYWJsZV92YWx1ZQ==', '["__debezium_unavailable_value"]'),
+               false) AS "u__first_name",
+           COALESCE(f.x__v1 IN ('__debezium_unavailable_value', 'X19kZWJleml1bV91bmF2YWlsYWJsZV92YWx1ZQ==', '["__debezium_unavailable_value"]'),
+               false) AS "u__last_name",
+           COALESCE(f.x__v2 IN ('__debezium_unavailable_value', 'X19kZWJleml1bV91bmF2YWlsYWJsZV92YWx1ZQ==', '["__debezium_unavailable_value"]'),
+               false) AS "u__email"
+    FROM fields_2 f),
+  typed AS (
+    SELECT f.kafka_partition, f.kafka_offset, f.kafka_timestamp, f.refresh_time, f.payload, f.raw_value, f.env, f.img, f.op, f.source_pos,
+           CAST(f.source_ts_ms AS bigint) AS source_ts_ms, NOT (f.source_ts_ms IS NULL) AS has_source_ts,
+           COALESCE(CAST(f."ji__id" AS integer), CAST(f."jk__id" AS integer)) AS "id", f."j__first_name" AS "j__first_name",
+           f."u__first_name" AS "u__first_name",
+           CASE WHEN f."u__first_name" THEN NULL ELSE CAST(CASE WHEN OCTET_LENGTH(f.x__v0) <= 255 THEN f.x__v0 END AS varchar(255)) END AS "first_name",
+           f."j__last_name" AS "j__last_name", f."u__last_name" AS "u__last_name",
+           CASE WHEN f."u__last_name" THEN NULL ELSE CAST(CASE WHEN OCTET_LENGTH(f.x__v1) <= 255 THEN f.x__v1 END AS varchar(255)) END AS "last_name",
+           f."j__email" AS "j__email", f."u__email" AS "u__email",
+           CASE WHEN f."u__email" THEN NULL ELSE CAST(CASE WHEN OCTET_LENGTH(f.x__v2) <= 255 THEN f.x__v2 END AS varchar(255)) END AS "email",
+           NULLIF('|' || CASE WHEN f."u__first_name" THEN 'first_name|' ELSE '' END || CASE WHEN f."u__last_name" THEN 'last_name|' ELSE '' END || CASE
+               WHEN f."u__email" THEN 'email|' ELSE '' END, '|') AS unavailable,
+           CASE WHEN f.op IN ('c', 'r', 'u') AND IS_OBJECT(f.img) AND NOT (f."ji__id" IS NOT NULL AND f."j__first_name" IS NOT NULL
+               AND f."j__last_name" IS NOT NULL AND f."j__email" IS NOT NULL AND GET_NUMBER_ATTRIBUTES(f.img) = 4) THEN f.img END AS drift_img
+    FROM fields_3 f),
+  checked AS (
+    SELECT t.kafka_partition, t.kafka_offset, t.kafka_timestamp, t.refresh_time, t.raw_value, t.op, t.source_ts_ms,
+           t.source_pos, t.unavailable, t.drift_img, t."id", t."first_name", t."last_name", t."email",
+           t.payload, t.has_source_ts,
+           CASE
+             WHEN t.raw_value IS NOT NULL THEN 1
+             WHEN (t.env IS NULL) THEN 2
+             WHEN NOT IS_OBJECT(t.env) THEN 3
+             WHEN t.op IS NULL THEN 4
+             WHEN t.op = 't' THEN 5
+             WHEN t.op NOT IN ('c', 'r', 'u', 'd') THEN 6
+             WHEN t.op <> 'd' AND ((t.img IS NULL) OR NOT IS_OBJECT(t.img)) THEN 7
+             WHEN t."id" IS NULL THEN 8
+             WHEN t.has_source_ts AND (t.source_ts_ms IS NULL OR t.source_ts_ms NOT BETWEEN 0 AND 253402300799999) THEN 9
+             WHEN t.op <> 'd' AND NOT (t."j__first_name" IS NULL) AND t."first_name" IS NULL AND NOT t."u__first_name" THEN 10
+             WHEN t.op <> 'd' AND NOT (t."j__last_name" IS NULL) AND t."last_name" IS NULL AND NOT t."u__last_name" THEN 11
+             WHEN t.op <> 'd' AND NOT (t."j__email" IS NULL) AND t."email" IS NULL AND NOT t."u__email" THEN 12
+             WHEN t.op = 'd' THEN 13
+             ELSE 0
+           END AS check_no
+    FROM typed t),
+  classified AS (
+    SELECT t.kafka_partition, t.kafka_offset, t.kafka_timestamp, t.refresh_time, t.raw_value, t.op,
            CASE WHEN t.source_ts_ms BETWEEN 0 AND 253402300799999 THEN t.source_ts_ms END AS source_ts_ms, t.source_pos,
            t.unavailable, t.drift_img, t."id", t."first_name", t."last_name", t."email",
            CASE
@@ -199,10 +280,8 @@ BEGIN
            END AS action,
            CASE t.check_no
              WHEN 1 THEN 'value is not valid JSON'
-             WHEN 2 THEN NULL
              WHEN 3 THEN 'value is not a JSON object'
              WHEN 4 THEN 'no op field: not a Debezium change event'
-             WHEN 5 THEN NULL
              WHEN 6 THEN 'unknown op "' || CASE WHEN OCTET_LENGTH(t.op) <= 64 THEN t.op ELSE SUBSTRING(t.op, 1, 16) END || '"'
              WHEN 7 THEN 'no row image: after is missing or not an object'
              WHEN 8 THEN 'primary key field ID is missing or not a integer'
@@ -210,131 +289,20 @@ BEGIN
              WHEN 10 THEN 'field FIRST_NAME does not convert to varchar(255)'
              WHEN 11 THEN 'field LAST_NAME does not convert to varchar(255)'
              WHEN 12 THEN 'field EMAIL does not convert to varchar(255)'
-             WHEN 13 THEN NULL
-             ELSE NULL
            END AS reason,
            CASE WHEN t.check_no IN (1, 3, 4, 6, 7, 8, 9, 10, 11, 12) OR t.unavailable IS NOT NULL THEN t.payload END AS quarantine_payload,
            MAX(t.kafka_timestamp) OVER (PARTITION BY t.kafka_partition ORDER BY t.kafka_offset
              ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW) AS kafka_time
-    FROM (
-      SELECT
-             t.kafka_partition, t.kafka_offset, t.kafka_timestamp, t.refresh_time, t.raw_value, t.op, t.source_ts_ms,
-             t.source_pos, t.unavailable, t.drift_img, t."id", t."first_name", t."last_name", t."email",
-             t.payload,
-             t.has_source_ts,
-             CASE
-               WHEN t.raw_value IS NOT NULL THEN 1
-               WHEN (t.env IS NULL) THEN 2
-               WHEN NOT IS_OBJECT(t.env) THEN 3
-               WHEN t.op IS NULL THEN 4
-               WHEN t.op = 't' THEN 5
-               WHEN t.op NOT IN ('c', 'r', 'u', 'd') THEN 6
-               WHEN t.op <> 'd' AND ((t.img IS NULL) OR NOT IS_OBJECT(t.img)) THEN 7
-               WHEN t."id" IS NULL THEN 8
-               WHEN t.has_source_ts AND (t.source_ts_ms IS NULL OR t.source_ts_ms NOT BETWEEN 0 AND 253402300799999) THEN 9
-               WHEN t.op <> 'd' AND NOT (t."j__first_name" IS NULL) AND t."first_name" IS NULL AND NOT t."u__first_name" THEN 10
-               WHEN t.op <> 'd' AND NOT (t."j__last_name" IS NULL) AND t."last_name" IS NULL AND NOT t."u__last_name" THEN 11
-               WHEN t.op <> 'd' AND NOT (t."j__email" IS NULL) AND t."email" IS NULL AND NOT t."u__email" THEN 12
-               WHEN t.op = 'd' THEN 13
-               ELSE 0
-             END AS check_no
-      FROM (
-        SELECT f.kafka_partition, f.kafka_offset, f.kafka_timestamp, f.refresh_time, f.payload, f.raw_value, f.env, f.img, f.op, f.source_pos,
-               CAST(f.source_ts_ms AS bigint) AS source_ts_ms,
-               NOT (f.source_ts_ms IS NULL) AS has_source_ts,
-               COALESCE(CAST(f."ji__id" AS integer),
-                 CAST(f."jk__id" AS integer)) AS "id",
-               f."j__first_name" AS "j__first_name",
-               f."u__first_name" AS "u__first_name",
-               CASE WHEN f."u__first_name" THEN NULL ELSE CAST(CASE WHEN OCTET_LENGTH(f.x__v0) <= 255 THEN f.x__v0 END AS varchar(255)) END AS "first_name",
-               f."j__last_name" AS "j__last_name",
-               f."u__last_name" AS "u__last_name",
-               CASE WHEN f."u__last_name" THEN NULL ELSE CAST(CASE WHEN OCTET_LENGTH(f.x__v1) <= 255 THEN f.x__v1 END AS varchar(255)) END AS "last_name",
-               f."j__email" AS "j__email",
-               f."u__email" AS "u__email",
-               CASE WHEN f."u__email" THEN NULL ELSE CAST(CASE WHEN OCTET_LENGTH(f.x__v2) <= 255 THEN f.x__v2 END AS varchar(255)) END AS "email",
-               NULLIF('|' || CASE WHEN f."u__first_name" THEN 'first_name|' ELSE '' END || CASE WHEN f."u__last_name" THEN 'last_name|' ELSE '' END || CASE WHEN f."u__email" THEN 'email|' ELSE '' END, '|') AS unavailable,
-               CASE WHEN f.op IN ('c', 'r', 'u') AND IS_OBJECT(f.img) AND NOT (f."ji__id" IS NOT NULL AND f."j__first_name" IS NOT NULL AND f."j__last_name" IS NOT NULL AND f."j__email" IS NOT NULL AND GET_NUMBER_ATTRIBUTES(f.img) = 4) THEN f.img END AS drift_img
-        FROM (
-          SELECT f.*,
-                 COALESCE(f.x__v0 IN ('__debezium_unavailable_value', 'X19kZWJleml1bV91bmF2YWlsYWJsZV92YWx1ZQ==', '["__debezium_unavailable_value"]'), false) AS "u__first_name",
-                 COALESCE(f.x__v1 IN ('__debezium_unavailable_value', 'X19kZWJleml1bV91bmF2YWlsYWJsZV92YWx1ZQ==', '["__debezium_unavailable_value"]'), false) AS "u__last_name",
-                 COALESCE(f.x__v2 IN ('__debezium_unavailable_value', 'X19kZWJleml1bV91bmF2YWlsYWJsZV92YWx1ZQ==', '["__debezium_unavailable_value"]'), false) AS "u__email"
-          FROM (
-            SELECT f.*,
-                   CASE WHEN IS_VARCHAR(f.b__v0) THEN f.b__v0::varchar(65535) WHEN f.b__v0 IS NOT NULL THEN JSON_SERIALIZE(f.b__v0) END AS "x__v0",
-                   CASE WHEN IS_VARCHAR(f.b__v1) THEN f.b__v1::varchar(65535) WHEN f.b__v1 IS NOT NULL THEN JSON_SERIALIZE(f.b__v1) END AS "x__v1",
-                   CASE WHEN IS_VARCHAR(f.b__v2) THEN f.b__v2::varchar(65535) WHEN f.b__v2 IS NOT NULL THEN JSON_SERIALIZE(f.b__v2) END AS "x__v2"
-            FROM (
-              SELECT f.*,
-                     (CASE WHEN JSON_SIZE(f."j__first_name") <= 65535 THEN f."j__first_name" END) AS "b__v0",
-                     (CASE WHEN JSON_SIZE(f."j__last_name") <= 65535 THEN f."j__last_name" END) AS "b__v1",
-                     (CASE WHEN JSON_SIZE(f."j__email") <= 65535 THEN f."j__email" END) AS "b__v2"
-              FROM (
-                SELECT f.kafka_partition, f.kafka_offset, f.kafka_timestamp, f.refresh_time, f.payload, f.raw_value, f.env, f.img, f.op,
-                       f.src."ts_ms" AS source_ts_ms,
-                       lpad(COALESCE(NULLIF(REGEXP_SUBSTR(f.x__p0, '^([0-9]{1,20})$', 1, 1, 'e'), ''), NULLIF(REGEXP_SUBSTR(f.x__p1, '^([0-9]{1,20})$', 1, 1, 'e'), '')), 20, '0') || '.' || lpad(NULLIF(REGEXP_SUBSTR(f.x__p1, '^([0-9]{1,20})$', 1, 1, 'e'), ''), 20, '0') || '.' || lpad(COALESCE(NULLIF(REGEXP_SUBSTR(f.x__p2, '^([0-9]{1,20})$', 1, 1, 'e'), ''), ''), 20, '0') AS source_pos,
-                       f.img."ID" AS "ji__id",
-                       CASE WHEN IS_OBJECT(f.key_env) THEN f.key_env."ID" ELSE f.key_env END AS "jk__id",
-                       f.img."FIRST_NAME" AS "j__first_name",
-                       f.img."LAST_NAME" AS "j__last_name",
-                       f.img."EMAIL" AS "j__email"
-                FROM (
-                  SELECT f.*,
-                         CASE WHEN IS_VARCHAR(f.b__p0) THEN f.b__p0::varchar(65535) WHEN f.b__p0 IS NOT NULL THEN JSON_SERIALIZE(f.b__p0) END AS "x__p0",
-                         CASE WHEN IS_VARCHAR(f.b__p1) THEN f.b__p1::varchar(65535) WHEN f.b__p1 IS NOT NULL THEN JSON_SERIALIZE(f.b__p1) END AS "x__p1",
-                         CASE WHEN IS_VARCHAR(f.b__p2) THEN f.b__p2::varchar(65535) WHEN f.b__p2 IS NOT NULL THEN JSON_SERIALIZE(f.b__p2) END AS "x__p2"
-                  FROM (
-                    SELECT f.*,
-                           (CASE WHEN JSON_SIZE(f.src."commit_scn") <= 65535 THEN f.src."commit_scn" END) AS "b__p0",
-                           (CASE WHEN JSON_SIZE(f.src."scn") <= 65535 THEN f.src."scn" END) AS "b__p1",
-                           (CASE WHEN JSON_SIZE(f.src."txSeq") <= 65535 THEN f.src."txSeq" END) AS "b__p2"
-                    FROM (
-                      SELECT f.kafka_partition, f.kafka_offset, f.kafka_timestamp, f.refresh_time,
-                             f.payload, f.raw_value, f.env, f.key_env,
-                             f.x__o0 AS op,
-                             CASE WHEN f.x__o0 = 'd' THEN f.env."before" ELSE f.env."after" END AS img,
-                             f.env."source" AS src
-                      FROM (
-                        SELECT f.*,
-                               CASE WHEN IS_VARCHAR(f.b__o0) THEN f.b__o0::varchar(65535) WHEN f.b__o0 IS NOT NULL THEN JSON_SERIALIZE(f.b__o0) END AS "x__o0"
-                        FROM (
-                          SELECT f.*,
-                                 (CASE WHEN JSON_SIZE(f.env."op") <= 65535 THEN f.env."op" END) AS "b__o0"
-                          FROM (
-                            SELECT s.kafka_partition, s.kafka_offset, s.kafka_timestamp, s.refresh_time,
-                                   s.payload, s.raw_value,
-                                   CASE WHEN IS_OBJECT(s.payload."schema") THEN s.payload."payload" ELSE s.payload END AS env,
-                                   CASE WHEN IS_OBJECT(s.key_payload."schema") THEN s.key_payload."payload" ELSE s.key_payload END AS key_env
-                            FROM "sources"."oracle_customers__stream" s
-                            LEFT JOIN "sources"."oracle_customers__watermark" w ON w.kafka_partition = s.kafka_partition
-                            WHERE s.refresh_time >= v_since
-                              AND s.kafka_offset > COALESCE(w.last_offset, -1)
-                              AND (s.refresh_time < v_until_time
-                                   OR (s.refresh_time = v_until_time
-                                       AND (s.kafka_partition < v_until_partition
-                                            OR (s.kafka_partition = v_until_partition AND s.kafka_offset <= v_until_offset))))
-                            UNION ALL
-                            -- Quarantined records being replayed (at or below the watermark: already read once).
-                            SELECT r.kafka_partition, r.kafka_offset, r.kafka_timestamp, r.run_started_at,
-                                   r.payload, r.raw_value,
-                                   CASE WHEN IS_OBJECT(r.payload."schema") THEN r.payload."payload" ELSE r.payload END AS env,
-                                   CAST(NULL AS super) AS key_env
-                            FROM "sources"."oracle_customers__quarantine" r
-                            WHERE v_replayed > 0 AND r.table_name = 'oracle_customers' AND r.handled = 'replaying'
-                          ) f
-                        ) f
-                      ) f
-                    ) f
-                  ) f
-                ) f
-              ) f
-            ) f
-          ) f
-        ) f
-      ) t
-    ) t
-  ) c;
+    FROM checked t)
+  SELECT c.kafka_partition, c.kafka_offset, c.kafka_timestamp, c.refresh_time,
+         CASE WHEN OCTET_LENGTH(c.op) <= 64 THEN c.op ELSE SUBSTRING(c.op, 1, 16) END, c.action, c.reason,
+         ROW_NUMBER() OVER (
+           PARTITION BY CASE WHEN c.action IN ('upsert', 'delete') THEN 1 ELSE 0 END, c."id"
+           ORDER BY c.source_pos DESC NULLS LAST, c.kafka_time DESC NULLS LAST, c.kafka_partition DESC, c.kafka_offset DESC),
+         (TIMESTAMP 'epoch' + (c.source_ts_ms / 1000) * INTERVAL '1 second' + (c.source_ts_ms % 1000) * INTERVAL '1 millisecond'),
+         c.source_pos, c.source_pos, c."id", c."first_name", c."last_name", c."email", c.unavailable, c.quarantine_payload,
+         CASE WHEN c.action = 'quarantine' THEN c.raw_value END, c.drift_img
+  FROM classified c;
   GET DIAGNOSTICS v_read := ROW_COUNT;
   -- Fresh statistics for a large stage, refilled every run: without them the planner
   -- takes it for empty and joins it to itself row by row (20k events: 13 s, not 1 s).
@@ -344,8 +312,7 @@ BEGIN
   END IF;
   IF v_read > 0 THEN
     -- What the batch needs of the rarely needed steps.
-    SELECT COUNT(_drift_img),
-           COUNT(CASE WHEN _source_pos IS NULL AND _action IN ('upsert', 'delete') THEN 1 END),
+    SELECT COUNT(_drift_img), COUNT(CASE WHEN _source_pos IS NULL AND _action IN ('upsert', 'delete') THEN 1 END),
            COUNT(CASE WHEN _unavailable IS NOT NULL THEN 1 END)
     INTO v_drift, v_positionless, v_unavailable
     FROM "sources"."oracle_customers__stage";
@@ -353,78 +320,70 @@ BEGIN
     --    for its key in Kafka order (so it supersedes what precedes it and loses to what
     --    follows), and ranks after what is stored for its key (row or deleted key).
     IF v_positionless > 0 THEN
-      UPDATE "sources"."oracle_customers__stage" s SET _rank_pos = r.rank_pos
-      FROM (SELECT x._kafka_partition, x._kafka_offset,
+      UPDATE "sources"."oracle_customers__stage" s SET _rank_pos = CASE WHEN r.stored_pos > r.rank_pos OR r.rank_pos IS NULL
+                                         THEN COALESCE(r.stored_pos, r.rank_pos) ELSE r.rank_pos END
+      FROM (SELECT x.*, t._source_pos AS stored_pos,
                    MAX(x._source_pos) OVER (PARTITION BY x."id" ORDER BY x._kafka_time ASC NULLS FIRST, x._kafka_partition, x._kafka_offset
                      ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW) AS rank_pos
             FROM (SELECT z.*, MAX(z._kafka_timestamp) OVER (PARTITION BY z._kafka_partition ORDER BY z._kafka_offset
                     ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW) AS _kafka_time
                   FROM "sources"."oracle_customers__stage" z) x
+            LEFT JOIN (SELECT * FROM (SELECT k.*, ROW_NUMBER() OVER (PARTITION BY "id"
+                      ORDER BY _source_pos DESC NULLS LAST, _kafka_partition DESC, _kafka_offset DESC) AS stored_rn__
+                    FROM (SELECT t."id", t._source_pos, t._kafka_partition, t._kafka_offset FROM "sources"."oracle_customers" t
+                        WHERE EXISTS (SELECT 1 FROM "sources"."oracle_customers__stage" y WHERE y._source_pos IS NULL AND y._action IN ('upsert', 'delete')
+                            AND y."id" = t."id")
+                        UNION ALL SELECT t."id", t._source_pos, t._kafka_partition, t._kafka_offset FROM "sources"."oracle_customers__deleted" t
+                        WHERE EXISTS (SELECT 1 FROM "sources"."oracle_customers__stage" y WHERE y._source_pos IS NULL AND y._action IN ('upsert', 'delete')
+                            AND y."id" = t."id")) k) o
+               WHERE o.stored_rn__ = 1) t ON t."id" = x."id"
             WHERE x._action IN ('upsert', 'delete')
-              AND EXISTS (SELECT 1 FROM "sources"."oracle_customers__stage" y WHERE y._source_pos IS NULL AND y._action IN ('upsert', 'delete') AND y."id" = x."id")) r
-      WHERE s._source_pos IS NULL AND s._action IN ('upsert', 'delete')
-        AND s._kafka_partition = r._kafka_partition AND s._kafka_offset = r._kafka_offset;
-      UPDATE "sources"."oracle_customers__stage" s SET _rank_pos = t._source_pos
-      FROM (SELECT * FROM (SELECT t.*, ROW_NUMBER() OVER (PARTITION BY t."id"
-              ORDER BY t._source_pos DESC NULLS LAST, t._kafka_partition DESC, t._kafka_offset DESC) AS stored_rn__
-            FROM "sources"."oracle_customers" t WHERE EXISTS (SELECT 1 FROM "sources"."oracle_customers__stage" y WHERE y._source_pos IS NULL AND y._action IN ('upsert', 'delete') AND y."id" = t."id")) o
-          WHERE o.stored_rn__ = 1) t
-      WHERE s._source_pos IS NULL AND s._action IN ('upsert', 'delete') AND t."id" = s."id"
-        AND t._source_pos IS NOT NULL AND (s._rank_pos IS NULL OR s._rank_pos < t._source_pos);
-      UPDATE "sources"."oracle_customers__stage" s SET _rank_pos = t._source_pos
-      FROM (SELECT * FROM (SELECT t.*, ROW_NUMBER() OVER (PARTITION BY t."id"
-              ORDER BY t._source_pos DESC NULLS LAST, t._kafka_partition DESC, t._kafka_offset DESC) AS stored_rn__
-            FROM "sources"."oracle_customers__deleted" t WHERE EXISTS (SELECT 1 FROM "sources"."oracle_customers__stage" y WHERE y._source_pos IS NULL AND y._action IN ('upsert', 'delete') AND y."id" = t."id")) o
-          WHERE o.stored_rn__ = 1) t
-      WHERE s._source_pos IS NULL AND s._action IN ('upsert', 'delete') AND t."id" = s."id"
-        AND t._source_pos IS NOT NULL AND (s._rank_pos IS NULL OR s._rank_pos < t._source_pos);
+              AND EXISTS (SELECT 1 FROM "sources"."oracle_customers__stage" y WHERE y._source_pos IS NULL AND y._action IN ('upsert', 'delete')
+                  AND y."id" = x."id")) r
+      WHERE s._source_pos IS NULL AND s._action IN ('upsert', 'delete') AND s."id" = r."id" AND s._kafka_partition = r._kafka_partition
+          AND s._kafka_offset = r._kafka_offset;
       UPDATE "sources"."oracle_customers__stage" s SET _rn = r.rn
-      FROM (SELECT x._kafka_partition, x._kafka_offset,
-                   ROW_NUMBER() OVER (PARTITION BY x."id" ORDER BY x._rank_pos DESC NULLS LAST, x._kafka_time DESC NULLS LAST, x._kafka_partition DESC, x._kafka_offset DESC) AS rn
+      FROM (SELECT x.*, ROW_NUMBER() OVER (PARTITION BY x."id" ORDER BY x._rank_pos DESC NULLS LAST, x._kafka_time DESC NULLS LAST, x._kafka_partition DESC,
+          x._kafka_offset DESC) AS rn
             FROM (SELECT z.*, MAX(z._kafka_timestamp) OVER (PARTITION BY z._kafka_partition ORDER BY z._kafka_offset
                     ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW) AS _kafka_time
                   FROM "sources"."oracle_customers__stage" z) x
             WHERE x._action IN ('upsert', 'delete')
-              AND EXISTS (SELECT 1 FROM "sources"."oracle_customers__stage" y WHERE y._source_pos IS NULL AND y._action IN ('upsert', 'delete') AND y."id" = x."id")) r
-      WHERE s._kafka_partition = r._kafka_partition AND s._kafka_offset = r._kafka_offset;
+              AND EXISTS (SELECT 1 FROM "sources"."oracle_customers__stage" y WHERE y._source_pos IS NULL AND y._action IN ('upsert', 'delete')
+                  AND y."id" = x."id")) r
+      WHERE s."id" = r."id" AND s._kafka_partition = r._kafka_partition AND s._kafka_offset = r._kafka_offset;
     END IF;
     -- 3. (TOAST) Unchanged out-of-line values arrive as a placeholder and keep what is known.
     IF v_unavailable > 0 THEN
-      UPDATE "sources"."oracle_customers__stage" s SET "first_name" = p."first_name", _unavailable = REPLACE(s._unavailable, '|first_name|', '|')
-      FROM "sources"."oracle_customers__stage" p,
-           (SELECT "id", MIN(_rn) AS rn FROM "sources"."oracle_customers__stage"
-            WHERE _action = 'upsert' AND _rn > 1 AND COALESCE(_unavailable, '') NOT LIKE '%|first_name|%'
-            GROUP BY "id") m
-      WHERE s._rn = 1 AND s._action = 'upsert' AND s._unavailable LIKE '%|first_name|%'
-        AND m."id" = s."id" AND p."id" = s."id" AND p._rn = m.rn AND p._action = 'upsert';
-      UPDATE "sources"."oracle_customers__stage" s SET "last_name" = p."last_name", _unavailable = REPLACE(s._unavailable, '|last_name|', '|')
-      FROM "sources"."oracle_customers__stage" p,
-           (SELECT "id", MIN(_rn) AS rn FROM "sources"."oracle_customers__stage"
-            WHERE _action = 'upsert' AND _rn > 1 AND COALESCE(_unavailable, '') NOT LIKE '%|last_name|%'
-            GROUP BY "id") m
-      WHERE s._rn = 1 AND s._action = 'upsert' AND s._unavailable LIKE '%|last_name|%'
-        AND m."id" = s."id" AND p."id" = s."id" AND p._rn = m.rn AND p._action = 'upsert';
-      UPDATE "sources"."oracle_customers__stage" s SET "email" = p."email", _unavailable = REPLACE(s._unavailable, '|email|', '|')
-      FROM "sources"."oracle_customers__stage" p,
-           (SELECT "id", MIN(_rn) AS rn FROM "sources"."oracle_customers__stage"
-            WHERE _action = 'upsert' AND _rn > 1 AND COALESCE(_unavailable, '') NOT LIKE '%|email|%'
-            GROUP BY "id") m
-      WHERE s._rn = 1 AND s._action = 'upsert' AND s._unavailable LIKE '%|email|%'
-        AND m."id" = s."id" AND p."id" = s."id" AND p._rn = m.rn AND p._action = 'upsert';
-      UPDATE "sources"."oracle_customers__stage" s SET "first_name" = CASE WHEN s._unavailable LIKE '%|first_name|%' THEN t."first_name" ELSE s."first_name" END,
-             "last_name" = CASE WHEN s._unavailable LIKE '%|last_name|%' THEN t."last_name" ELSE s."last_name" END,
-             "email" = CASE WHEN s._unavailable LIKE '%|email|%' THEN t."email" ELSE s."email" END
-      FROM (SELECT * FROM (SELECT t.*, ROW_NUMBER() OVER (PARTITION BY t."id"
-                ORDER BY t._source_pos DESC NULLS LAST, t._kafka_partition DESC, t._kafka_offset DESC) AS stored_rn__
-              FROM "sources"."oracle_customers" t WHERE EXISTS (SELECT 1 FROM "sources"."oracle_customers__stage" x WHERE x._rn = 1 AND x._action = 'upsert' AND x._unavailable IS NOT NULL AND x."id" = t."id")) o
-            WHERE o.stored_rn__ = 1) t
-      WHERE s._rn = 1 AND s._action = 'upsert' AND s._unavailable IS NOT NULL
-        AND t."id" = s."id";
-    END IF;
-    IF v_unavailable > 0 THEN
+      UPDATE "sources"."oracle_customers__stage" s SET "first_name" = CASE WHEN s._unavailable NOT LIKE '%|first_name|%' THEN s."first_name"
+          WHEN u.rn0 IS NOT NULL THEN u.batch0 WHEN u.stored THEN u.stored0 ELSE s."first_name" END,
+             "last_name" = CASE WHEN s._unavailable NOT LIKE '%|last_name|%' THEN s."last_name" WHEN u.rn1 IS NOT NULL THEN u.batch1 WHEN u.stored
+                 THEN u.stored1 ELSE s."last_name" END,
+             "email" = CASE WHEN s._unavailable NOT LIKE '%|email|%' THEN s."email" WHEN u.rn2 IS NOT NULL THEN u.batch2 WHEN u.stored THEN u.stored2
+                 ELSE s."email" END,
+             _unavailable = '|' || CASE WHEN s._unavailable LIKE '%|first_name|%' AND u.rn0 IS NULL THEN 'first_name|' ELSE '' END || CASE
+                 WHEN s._unavailable LIKE '%|last_name|%' AND u.rn1 IS NULL THEN 'last_name|' ELSE '' END || CASE WHEN s._unavailable LIKE '%|email|%'
+                 AND u.rn2 IS NULL THEN 'email|' ELSE '' END
+      FROM (SELECT w."id", t.stored_rn__ IS NOT NULL AS stored, m.rn0, p0."first_name" AS batch0, t."first_name" AS stored0, m.rn1, p1."last_name" AS batch1,
+          t."last_name" AS stored1, m.rn2, p2."email" AS batch2, t."email" AS stored2
+            FROM "sources"."oracle_customers__stage" w
+            LEFT JOIN (SELECT "id",
+                        MIN(CASE WHEN COALESCE(_unavailable, '') NOT LIKE '%|first_name|%' THEN _rn END) AS rn0,
+                        MIN(CASE WHEN COALESCE(_unavailable, '') NOT LIKE '%|last_name|%' THEN _rn END) AS rn1,
+                        MIN(CASE WHEN COALESCE(_unavailable, '') NOT LIKE '%|email|%' THEN _rn END) AS rn2
+                       FROM "sources"."oracle_customers__stage" WHERE _action = 'upsert' AND _rn > 1 GROUP BY "id") m ON m."id" = w."id"
+            LEFT JOIN "sources"."oracle_customers__stage" p0 ON p0."id" = w."id" AND p0._rn = m.rn0 AND p0._action = 'upsert'
+            LEFT JOIN "sources"."oracle_customers__stage" p1 ON p1."id" = w."id" AND p1._rn = m.rn1 AND p1._action = 'upsert'
+            LEFT JOIN "sources"."oracle_customers__stage" p2 ON p2."id" = w."id" AND p2._rn = m.rn2 AND p2._action = 'upsert'
+            LEFT JOIN (SELECT * FROM (SELECT t.*, ROW_NUMBER() OVER (PARTITION BY t."id"
+              ORDER BY t._source_pos DESC NULLS LAST, t._kafka_partition DESC, t._kafka_offset DESC) AS stored_rn__
+            FROM "sources"."oracle_customers" t WHERE EXISTS (SELECT 1 FROM "sources"."oracle_customers__stage" x WHERE x._rn = 1 AND x._action = 'upsert'
+                AND x._unavailable IS NOT NULL AND x."id" = t."id")) o
+          WHERE o.stored_rn__ = 1) t ON t."id" = w."id"
+            WHERE w._rn = 1 AND w._action = 'upsert' AND w._unavailable IS NOT NULL) u
+      WHERE s._rn = 1 AND s._action = 'upsert' AND s._unavailable IS NOT NULL AND u."id" = s."id";
       UPDATE "sources"."oracle_customers__stage" s SET _action = 'quarantine',
-             _reason = SUBSTRING('no earlier value is known for the TOAST placeholder (__debezium_unavailable_value) in '
-                                 || BTRIM(s._unavailable, '|'), 1, 1000)
+          _reason = SUBSTRING('no earlier value is known for the TOAST placeholder (__debezium_unavailable_value) in ' || BTRIM(s._unavailable, '|'), 1, 1000)
       WHERE s._rn = 1 AND s._action = 'upsert' AND s._unavailable <> '|'
         AND NOT EXISTS (SELECT 1 FROM "sources"."oracle_customers" t WHERE t."id" = s."id");
     END IF;
@@ -439,32 +398,34 @@ BEGIN
     -- 5. A stale winner at exactly the stored position that changes something is another
     --    change of the same transaction (compressed MySQL binlog): it applies, in Kafka
     --    order. A re-sent copy of the stored event stays stale, and so does a replayed
-    --    record earlier in Kafka order than the record that wrote what is stored (its
-    --    `_reason` cleared). (One statement per case: Redshift takes no correlated
-    --    subquery under an OR.)
+    --    record earlier in Kafka order than the record that wrote what is stored.
     IF v_rows > 0 THEN
-      IF v_replayed > 0 THEN
-        UPDATE "sources"."oracle_customers__stage" s SET _reason = NULL
-        WHERE s._rn = 1 AND s._action = 'stale' AND s._reason IS NOT NULL
-          AND EXISTS (SELECT 1 FROM "sources"."oracle_customers__watermark" w WHERE w.kafka_partition = s._kafka_partition AND s._kafka_offset <= w.last_offset)
-          AND EXISTS (SELECT 1 FROM "sources"."oracle_customers" t WHERE t."id" = s."id" AND t._source_pos = s._source_pos
-            AND (s._kafka_partition < t._kafka_partition OR (s._kafka_partition = t._kafka_partition AND s._kafka_offset < t._kafka_offset)));
-        UPDATE "sources"."oracle_customers__stage" s SET _reason = NULL
-        WHERE s._rn = 1 AND s._action = 'stale' AND s._reason IS NOT NULL
-          AND EXISTS (SELECT 1 FROM "sources"."oracle_customers__watermark" w WHERE w.kafka_partition = s._kafka_partition AND s._kafka_offset <= w.last_offset)
-          AND EXISTS (SELECT 1 FROM "sources"."oracle_customers__deleted" t WHERE t."id" = s."id" AND t._source_pos = s._source_pos
-            AND (s._kafka_partition < t._kafka_partition OR (s._kafka_partition = t._kafka_partition AND s._kafka_offset < t._kafka_offset)));
-      END IF;
       UPDATE "sources"."oracle_customers__stage" s SET _action = s._reason, _reason = NULL
-      WHERE s._rn = 1 AND s._action = 'stale' AND s._reason = 'upsert'
-        AND EXISTS (SELECT 1 FROM "sources"."oracle_customers" t WHERE t."id" = s."id" AND t._source_pos = s._source_pos
-          AND ((t."first_name" <> s."first_name" OR (t."first_name" IS NULL) <> (s."first_name" IS NULL)) OR (t."last_name" <> s."last_name" OR (t."last_name" IS NULL) <> (s."last_name" IS NULL)) OR (t."email" <> s."email" OR (t."email" IS NULL) <> (s."email" IS NULL))));
-      UPDATE "sources"."oracle_customers__stage" s SET _action = s._reason, _reason = NULL
-      WHERE s._rn = 1 AND s._action = 'stale' AND s._reason = 'upsert'
-        AND EXISTS (SELECT 1 FROM "sources"."oracle_customers__deleted" t WHERE t."id" = s."id" AND t._source_pos = s._source_pos);
-      UPDATE "sources"."oracle_customers__stage" s SET _action = s._reason, _reason = NULL
-      WHERE s._rn = 1 AND s._action = 'stale' AND s._reason = 'delete'
-        AND EXISTS (SELECT 1 FROM "sources"."oracle_customers" t WHERE t."id" = s."id" AND t._source_pos = s._source_pos);
+      FROM (SELECT x."id", x._kafka_partition, x._kafka_offset,
+                   MAX(CASE WHEN x._reason = 'upsert'
+                       AND (t.deleted__ OR (t."first_name" <> x."first_name" OR (t."first_name" IS NULL) <> (x."first_name" IS NULL))
+                       OR (t."last_name" <> x."last_name" OR (t."last_name" IS NULL) <> (x."last_name" IS NULL))
+                       OR (t."email" <> x."email" OR (t."email" IS NULL) <> (x."email" IS NULL))) OR x._reason = 'delete' AND NOT t.deleted__ THEN 1
+                       ELSE 0 END) AS changes,
+                   MAX(CASE WHEN x._kafka_offset <= w.last_offset AND (t._kafka_partition = x._kafka_partition AND t._kafka_offset > x._kafka_offset
+                       OR t._kafka_partition <> x._kafka_partition AND (t.kafka_time__ > x._kafka_timestamp
+                       OR (COALESCE(t.kafka_time__ = x._kafka_timestamp, true) AND t._kafka_partition > x._kafka_partition))) THEN 1 ELSE 0 END) AS older_replay
+            FROM "sources"."oracle_customers__stage" x
+            JOIN (SELECT t."id", t._source_pos, t._kafka_partition, t._kafka_offset, m.kafka_timestamp AS kafka_time__, false AS deleted__, t."first_name",
+                t."last_name",
+                t."email" FROM "sources"."oracle_customers" t LEFT JOIN "sources"."oracle_customers__stream" m ON m.kafka_partition = t._kafka_partition
+                AND m.kafka_offset = t._kafka_offset WHERE EXISTS (SELECT 1 FROM "sources"."oracle_customers__stage" y WHERE y._rn = 1 AND y._action = 'stale'
+                AND y."id" = t."id" AND y._source_pos = t._source_pos)
+                        UNION ALL SELECT t."id", t._source_pos, t._kafka_partition, t._kafka_offset, t._kafka_timestamp, true, NULL, NULL,
+                            NULL FROM "sources"."oracle_customers__deleted" t WHERE EXISTS (SELECT 1 FROM "sources"."oracle_customers__stage" y WHERE y._rn = 1
+                            AND y._action = 'stale' AND y."id" = t."id" AND y._source_pos = t._source_pos)) t
+              ON t."id" = x."id" AND t._source_pos = x._source_pos
+            LEFT JOIN "sources"."oracle_customers__watermark" w ON w.kafka_partition = x._kafka_partition
+            WHERE x._rn = 1 AND x._action = 'stale'
+            GROUP BY x."id", x._kafka_partition, x._kafka_offset) c
+      WHERE s._rn = 1 AND s._action = 'stale' AND c."id" = s."id"
+        AND s._kafka_partition = c._kafka_partition AND s._kafka_offset = c._kafka_offset
+        AND c.changes = 1 AND c.older_replay = 0;
     END IF;
     -- A winner without a source position was never stale; it is recorded at the position
     -- it ranked by, so replays of what it superseded stay stale.
@@ -472,14 +433,10 @@ BEGIN
       UPDATE "sources"."oracle_customers__stage" SET _source_pos = _rank_pos
       WHERE _rn = 1 AND _action IN ('upsert', 'delete') AND _source_pos IS NULL;
     END IF;
-    SELECT COUNT(CASE WHEN _rn = 1 AND _action = 'upsert' THEN 1 END),
-           COUNT(CASE WHEN _rn = 1 AND _action = 'delete' THEN 1 END),
-           COUNT(CASE WHEN _action = 'quarantine' THEN 1 END),
-           COUNT(CASE WHEN _action = 'tombstone' THEN 1 END),
-           COUNT(CASE WHEN _action IN ('stale', 'truncated') THEN 1 END),
-           COUNT(CASE WHEN _rn > 1 AND _action IN ('upsert', 'delete') THEN 1 END),
-           COUNT(CASE WHEN _action = 'truncate' THEN 1 END),
-           DATEDIFF(microsecond, MAX(_kafka_timestamp), v_started) / 1000000.0
+    SELECT COUNT(CASE WHEN _rn = 1 AND _action = 'upsert' THEN 1 END), COUNT(CASE WHEN _rn = 1 AND _action = 'delete' THEN 1 END),
+           COUNT(CASE WHEN _action = 'quarantine' THEN 1 END), COUNT(CASE WHEN _action = 'tombstone' THEN 1 END),
+           COUNT(CASE WHEN _action IN ('stale', 'truncated') THEN 1 END), COUNT(CASE WHEN _rn > 1 AND _action IN ('upsert', 'delete') THEN 1 END),
+           COUNT(CASE WHEN _action = 'truncate' THEN 1 END), DATEDIFF(microsecond, MAX(_kafka_timestamp), v_started) / 1000000.0
     INTO v_upserted, v_deleted, v_quarantined, v_tombstones, v_stale, v_superseded, v_truncates, v_lag
     FROM "sources"."oracle_customers__stage";
     -- 6. Apply: remove the current row of every key with a winning event (the join is
@@ -497,7 +454,8 @@ BEGIN
     SELECT s."id", s._source_ts, s._source_pos, s._kafka_partition, s._kafka_offset, s._kafka_timestamp, v_started
     FROM "sources"."oracle_customers__stage" s
     WHERE s._rn = 1 AND s._action = 'delete';
-    INSERT INTO "sources"."oracle_customers" ("id", "first_name", "last_name", "email", "_source_ts", "_source_pos", "_kafka_partition", "_kafka_offset", "_synced_at")
+    INSERT INTO "sources"."oracle_customers" ("id", "first_name", "last_name", "email", "_source_ts", "_source_pos", "_kafka_partition", "_kafka_offset",
+        "_synced_at")
     SELECT s."id", s."first_name", s."last_name", s."email", s._source_ts, s._source_pos, s._kafka_partition, s._kafka_offset, v_started
     FROM "sources"."oracle_customers__stage" s
     WHERE s._rn = 1 AND s._action = 'upsert';
@@ -510,15 +468,14 @@ BEGIN
              CASE WHEN k.configured = 1 THEN k.images - k.seen ELSE k.seen END
       FROM (SELECT u.field, MAX(u.configured) AS configured, SUM(u.seen) AS seen,
                    MAX(MAX(u.images)) OVER () AS images
-            FROM (SELECT CASE WHEN OCTET_LENGTH(CAST(x_field AS varchar(65535))) <= 256 THEN CAST(x_field AS varchar(65535)) ELSE SUBSTRING(CAST(x_field AS varchar(65535)), 1, 64) END AS field, 0 AS configured, 1 AS seen, x0.images
+            FROM (SELECT CASE WHEN OCTET_LENGTH(CAST(x_field AS varchar(65535))) <= 256 THEN CAST(x_field AS varchar(65535))
+                ELSE SUBSTRING(CAST(x_field AS varchar(65535)), 1, 64) END AS field, 0 AS configured, 1 AS seen, x0.images
                   FROM (
                     SELECT s._drift_img AS img, COUNT(*) OVER () AS images
                     FROM "sources"."oracle_customers__stage" s
                     WHERE s._drift_img IS NOT NULL
                   ) x0, UNPIVOT x0.img AS x_value AT x_field
-                  UNION ALL SELECT 'ID', 1, 0, 0
-                  UNION ALL SELECT 'FIRST_NAME', 1, 0, 0
-                  UNION ALL SELECT 'LAST_NAME', 1, 0, 0
+                  UNION ALL SELECT 'ID', 1, 0, 0 UNION ALL SELECT 'FIRST_NAME', 1, 0, 0 UNION ALL SELECT 'LAST_NAME', 1, 0, 0
                   UNION ALL SELECT 'EMAIL', 1, 0, 0) u
             GROUP BY u.field) k
       WHERE (k.configured = 1 AND k.seen < k.images)
@@ -526,7 +483,8 @@ BEGIN
     END IF;
     -- 3. Records that cannot be applied are kept with the raw value and the reason.
     IF v_quarantined > 0 THEN
-      INSERT INTO "sources"."oracle_customers__quarantine" (table_name, kafka_partition, kafka_offset, kafka_timestamp, reason, payload, raw_value, run_started_at)
+      INSERT INTO "sources"."oracle_customers__quarantine" (table_name, kafka_partition, kafka_offset, kafka_timestamp, reason, payload, raw_value,
+          run_started_at)
       SELECT 'oracle_customers', _kafka_partition, _kafka_offset, _kafka_timestamp, _reason, _payload, _raw_value, v_started
       FROM "sources"."oracle_customers__stage"
       WHERE _action = 'quarantine';
@@ -559,13 +517,14 @@ BEGIN
     truncates bigint, watermark_before varchar(65535), watermark_after varchar(65535), lag_seconds double precision, status varchar(16) NOT NULL);
   INSERT INTO "sync_call_result" (table_name, backend_pid, started_at, finished_at, events_read, upserted, deleted,
     quarantined, tombstones, stale, superseded, truncates, watermark_before, watermark_after, lag_seconds, status)
-  SELECT 'oracle_customers', PG_BACKEND_PID(), v_started, CAST(TO_TIMESTAMP(TIMEOFDAY(), 'Dy Mon DD HH24:MI:SS.US YYYY') AS timestamp), v_read, v_upserted, v_deleted,
+  SELECT 'oracle_customers', PG_BACKEND_PID(), v_started, CAST(TO_TIMESTAMP(TIMEOFDAY(), 'Dy Mon DD HH24:MI:SS.US YYYY') AS timestamp), v_read, v_upserted,
+      v_deleted,
     v_quarantined, v_tombstones, v_stale, v_superseded, v_truncates, v_wm_before,
     LISTAGG(CASE WHEN r.pos__ <= 65503 THEN r.item__ END, ',') WITHIN GROUP (ORDER BY r.order__)
-         || CASE WHEN COUNT(CASE WHEN r.pos__ > 65503 THEN 1 END) > 0 THEN ' (+' || CAST(COUNT(CASE WHEN r.pos__ > 65503 THEN 1 END) AS varchar(20)) || ' more)' ELSE '' END, v_lag, 'ok'
-  FROM (SELECT r.*, CAST(r.kafka_partition AS varchar(20)) || ':' || CAST(r.last_offset AS varchar(20)) AS item__, r.kafka_partition AS order__,
-               SUM(OCTET_LENGTH(CAST(r.kafka_partition AS varchar(20)) || ':' || CAST(r.last_offset AS varchar(20))) + 1) OVER (ORDER BY r.kafka_partition ROWS UNBOUNDED PRECEDING) AS pos__
-        FROM "sources"."oracle_customers__watermark" r) r;
+         || COALESCE(' (+' || CAST(NULLIF(COUNT(CASE WHEN r.pos__ > 65503 THEN 1 END), 0) AS varchar(20)) || ' more)', ''), v_lag, 'ok'
+  FROM (SELECT r.*, SUM(OCTET_LENGTH(r.item__) + 1) OVER (ORDER BY r.order__ ROWS UNBOUNDED PRECEDING) AS pos__
+        FROM (SELECT r.*, CAST(r.kafka_partition AS varchar(20)) || ':' || CAST(r.last_offset AS varchar(20)) AS item__,
+            r.kafka_partition AS order__ FROM "sources"."oracle_customers__watermark" r) r) r;
   INSERT INTO "sources"."sync_run_log" (table_name, backend_pid, started_at, finished_at, events_read, upserted, deleted,
     quarantined, tombstones, stale, superseded, truncates, watermark_before, watermark_after, lag_seconds, status)
   SELECT * FROM "sync_call_result";
@@ -589,11 +548,7 @@ AS $$
 -- Quarantines the first pending record, which the caller found to make the engine
 -- raise, with the engine's error text, and moves the watermark past it.
 DECLARE
-  v_started timestamp;
-  v_since timestamp;
-  v_partition bigint;
-  v_offset bigint;
-  v_refresh_time timestamp;
+  v_started timestamp; v_since timestamp; v_partition bigint; v_offset bigint; v_refresh_time timestamp;
 BEGIN
   -- 1. Single flight, as in the sync itself.
   LOCK TABLE "sources"."oracle_customers__watermark";
@@ -609,8 +564,12 @@ BEGIN
           AND s.kafka_offset > COALESCE(w.last_offset, -1)) x
   WHERE x.read_no = 1;
   IF v_partition IS NOT NULL THEN
-    INSERT INTO "sources"."oracle_customers__quarantine" (table_name, kafka_partition, kafka_offset, kafka_timestamp, reason, payload, raw_value, run_started_at)
-    SELECT 'oracle_customers', s.kafka_partition, s.kafka_offset, s.kafka_timestamp, CASE WHEN OCTET_LENGTH('the warehouse could not apply this record: ' || COALESCE(p_reason, 'no error text')) <= 1000 THEN 'the warehouse could not apply this record: ' || COALESCE(p_reason, 'no error text') ELSE SUBSTRING('the warehouse could not apply this record: ' || COALESCE(p_reason, 'no error text'), 1, 250) END, s.payload, s.raw_value, v_started
+    INSERT INTO "sources"."oracle_customers__quarantine" (table_name, kafka_partition, kafka_offset, kafka_timestamp, reason, payload, raw_value,
+        run_started_at)
+    SELECT 'oracle_customers', s.kafka_partition, s.kafka_offset, s.kafka_timestamp, CASE
+        WHEN OCTET_LENGTH('the warehouse could not apply this record: ' || COALESCE(p_reason, 'no error text')) <= 1000
+        THEN 'the warehouse could not apply this record: ' || COALESCE(p_reason, 'no error text')
+        ELSE SUBSTRING('the warehouse could not apply this record: ' || COALESCE(p_reason, 'no error text'), 1, 250) END, s.payload, s.raw_value, v_started
     FROM "sources"."oracle_customers__stream" s
     WHERE s.kafka_partition = v_partition AND s.kafka_offset = v_offset AND s.refresh_time = v_refresh_time;
     UPDATE "sources"."oracle_customers__watermark" SET last_offset = v_offset, last_refresh_time = v_refresh_time, updated_at = v_started

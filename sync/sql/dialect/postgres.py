@@ -339,12 +339,11 @@ class PostgresDialect:
         the relation's columns (alias r)."""
         limit = self.string_agg_max_bytes - 32  # room for the ' (+N more)' suffix
         listed = self.string_agg(f"CASE WHEN r.pos__ <= {limit} THEN r.item__ END", separator, "r.order__")
-        more = f"COUNT(CASE WHEN r.pos__ > {limit} THEN 1 END)"
-        value = f"{listed}\n       || CASE WHEN {more} > 0 THEN ' (+' || CAST({more} AS varchar(20)) || ' more)' ELSE '' END"
+        more = f"NULLIF(COUNT(CASE WHEN r.pos__ > {limit} THEN 1 END), 0)"
+        value = f"{listed}\n       || COALESCE(' (+' || CAST({more} AS varchar(20)) || ' more)', '')"
         source = (
-            f"FROM (SELECT r.*, {item} AS item__, {order_by} AS order__,\n"
-            f"             SUM(OCTET_LENGTH({item}) + {len(separator.encode())}) OVER (ORDER BY {order_by} ROWS UNBOUNDED PRECEDING) AS pos__\n"
-            f"      FROM {relation} r) r"
+            f"FROM (SELECT r.*, SUM(OCTET_LENGTH(r.item__) + {len(separator.encode())}) OVER (ORDER BY r.order__ ROWS UNBOUNDED PRECEDING) AS pos__\n"
+            f"      FROM (SELECT r.*, {item} AS item__, {order_by} AS order__ FROM {relation} r) r) r"
         )
         return value, source
 

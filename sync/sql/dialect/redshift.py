@@ -203,7 +203,8 @@ class RedshiftDialect(PostgresDialect):
 
     def cast_text(self, raw: str, text: str, t: SqlType) -> str:
         """`cast_json` of the value `raw` whose text is named (`text_levels`)."""
-        return self.json_casts[t.family].format(**{**self._cast_arguments(raw, t), "text": text})
+        # A string's text is its bounded value as varchar: what the base64 test reads.
+        return self.json_casts[t.family].format(**{**self._cast_arguments(raw, t), "text": text, "bounded_text": text})
 
     def _bounded(self, expr: str) -> str:
         """The SUPER value when its JSON text fits a VARCHAR, else NULL."""
@@ -227,13 +228,10 @@ class RedshiftDialect(PostgresDialect):
 
     def differs(self, a: str, b: str, t: SqlType) -> str:
         # No IS DISTINCT FROM; SUPER values compare as their serialized text, which only
-        # values up to VARCHAR's limit have (a larger one is taken to differ).
+        # values up to VARCHAR's limit have: a larger one (its text NULL) is taken to differ.
         if t.family == "super":
-            limit = 65535
-            too_large = f"JSON_SIZE({a}) > {limit} OR JSON_SIZE({b}) > {limit}"
-            a = f"JSON_SERIALIZE(CASE WHEN JSON_SIZE({a}) <= {limit} THEN {a} END)"
-            b = f"JSON_SERIALIZE(CASE WHEN JSON_SIZE({b}) <= {limit} THEN {b} END)"
-            return f"({too_large} OR {a} <> {b} OR ({a} IS NULL) <> ({b} IS NULL))"
+            same_text = f"JSON_SERIALIZE({self._bounded(a)}) = JSON_SERIALIZE({self._bounded(b)})"
+            return f"(({a} IS NULL) <> ({b} IS NULL) OR {a} IS NOT NULL AND NOT COALESCE({same_text}, false))"
         return f"({a} <> {b} OR ({a} IS NULL) <> ({b} IS NULL))"
 
     def json_number_text(self, expr: str) -> str:

@@ -13,7 +13,7 @@ from sync.sql.procedure.batch import pending_in_order_sql
 from sync.sql.procedure.bookkeeping import quarantine_insert_sql, run_log_insert_sql
 from sync.sql.procedure.context import CALL_TIME, OUTCOMES, TableSql
 from sync.sql.procedure.steps import APPLY_STEPS, SYNC_STEPS, VARIABLES, declare, steps_sql
-from sync.sql.procedure.text import indent
+from sync.sql.procedure.text import indent, packed, wrap_long_lines
 
 # Pinned by CREATE PROCEDURE's SET clause, which sets it when the CALL enters and restores
 # the caller's value when it exits (r_CREATE_PROCEDURE; Redshift's syntax takes one such
@@ -25,13 +25,13 @@ PINNED_SETTING = "SET timezone TO 'UTC'"
 
 
 def plpgsql_procedure(signature: str, comment: str, declarations: list[str], body: list[str], definer: bool = False) -> str:
-    """CREATE OR REPLACE PROCEDURE with its header comment, declarations and body
-    (`definer`: runs with its owner's privileges, SECURITY DEFINER)."""
-    return (
+    """CREATE OR REPLACE PROCEDURE with its header comment, declarations and body, no line
+    of it over 160 characters (`definer`: runs with its owner's privileges, SECURITY DEFINER)."""
+    return wrap_long_lines(
         f"CREATE OR REPLACE PROCEDURE {signature}\n"
         "AS $$\n"
         + "".join(f"-- {line}\n" for line in comment.splitlines())
-        + ("DECLARE\n" + indent("\n".join(declarations), 2) + "\n" if declarations else "")
+        + ("DECLARE\n" + indent(packed(declarations, "", separator=" "), 2) + "\n" if declarations else "")
         + "BEGIN\n"
         + indent("\n".join(body), 2)
         + "\nEND;\n$$ LANGUAGE plpgsql\n"

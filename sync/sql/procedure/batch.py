@@ -8,7 +8,7 @@ from sync.sql.envelope import envelope_fields, envelope_sql, unwrap_schema
 from sync.sql.procedure.context import READ_ORDER, TableSql
 from sync.sql.procedure.fields import named_texts
 from sync.sql.procedure.routing import route_columns_sql
-from sync.sql.procedure.text import extended, indent, subquery
+from sync.sql.procedure.text import Chain, indent
 
 
 def pending_condition() -> str:
@@ -32,12 +32,16 @@ def pending_in_order_sql(ctx: TableSql, columns: str, into: str, rank: str) -> s
     )
 
 
-def batch_sql(ctx: TableSql) -> str:
+def batch_chain(ctx: TableSql) -> Chain:
     """The records of this run (past the watermark) with their operation, row image
-    (`img`), Kafka key (`key_env`) and source block (`src`)."""
+    (`img`), Kafka key (`key_env`) and source block (`src`): the steps `batch` (the
+    records, with the schemas.enable wrapper removed), `batch_<n>` (the text of the
+    fields the operation is made of, named once where the dialect bounds it first) and
+    `envelope` (operation, row image and source block, each read once)."""
     d = ctx.d
-    # Level 1: records past the watermark, with the schemas.enable wrapper removed.
-    level1 = (
+    chain = Chain(d)
+    chain.add(
+        "batch",
         "SELECT s.kafka_partition, s.kafka_offset, s.kafka_timestamp, s.refresh_time,\n"
         "       s.payload, s.raw_value,\n"
         f"       {unwrap_schema(d, 's.payload')} AS env,\n"
@@ -48,26 +52,29 @@ def batch_sql(ctx: TableSql) -> str:
         "  AND (s.refresh_time < v_until_time\n"
         "       OR (s.refresh_time = v_until_time\n"
         "           AND (s.kafka_partition < v_until_partition\n"
-        "                OR (s.kafka_partition = v_until_partition AND s.kafka_offset <= v_until_offset))))\n" + replay_sql(ctx)
+        "                OR (s.kafka_partition = v_until_partition AND s.kafka_offset <= v_until_offset))))\n" + replay_sql(ctx),
     )
-    # The text of the fields the operation is made of, named once where the dialect bounds it first.
     levels, named = named_texts(d, "f.env", envelope_fields(ctx.table), "o")
-    for values in levels:
-        level1 = extended(d, level1, values)
+    chain.extend_levels("batch", levels)
     env = envelope_sql(d, ctx.table, "f.env", named)
     # Tables sharing a topic: whose record it is (sync.sql.procedure.routing).
-    routes = route_columns_sql(ctx, level1, "f.env")
-    # Level 2: operation, row image and source block, each read once.
-    return (
+    routes = route_columns_sql(ctx, chain, "f.env")
+    chain.add(
+        "envelope",
         "SELECT f.kafka_partition, f.kafka_offset, f.kafka_timestamp, f.refresh_time,\n"
         f"       f.payload, f.raw_value, f.env, {routes.only_own('f.key_env', 'key_env')},\n"
         f"       {env.op} AS op,\n"
         f"       {routes.only_own(env.image)} AS img,\n"
         f"       {routes.only_own(env.source)} AS src"
         + "".join(f",\n       {line}" for line in routes.lines)
-        + "\n"
-        + subquery(d, routes.level, "f")
+        + f"\nFROM {chain.last} f",
     )
+    return chain
+
+
+def batch_sql(ctx: TableSql) -> str:
+    """`batch_chain` as the WITH clause of a query."""
+    return batch_chain(ctx).sql()
 
 
 def replay_sql(ctx: TableSql) -> str:

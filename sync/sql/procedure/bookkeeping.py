@@ -10,7 +10,7 @@ from sync.sql.policy import key_read
 from sync.sql.procedure.batch import pending_in_order_sql
 from sync.sql.procedure.context import CALL_TIME, OUTCOMES, UNBOUNDED, WATERMARK_ITEM, Action, TableSql, positionless
 from sync.sql.procedure.fields import has_toast
-from sync.sql.procedure.text import indent, wrapped
+from sync.sql.procedure.text import WIDE, indent, packed, wrapped
 
 
 def session_settings_sql(ctx: TableSql) -> str:
@@ -86,9 +86,7 @@ def batch_counts_sql(ctx: TableSql) -> str:
         counted["v_truncate_ts"] = f"MAX(CASE WHEN {truncate} THEN _source_ts END)"
     return (
         "-- What the batch needs of the rarely needed steps.\n"
-        + "SELECT "
-        + ",\n       ".join(counted.values())
-        + f"\nINTO {', '.join(counted)}\nFROM {ctx.rel.stage};"
+        + f"SELECT {packed(list(counted.values()), ' ' * 7, WIDE)}\nINTO {', '.join(counted)}\nFROM {ctx.rel.stage};"
     )
 
 
@@ -106,7 +104,7 @@ def outcome_counts_sql(ctx: TableSql) -> str:
     """What the batch comes to, for the run log: each count, and the lag."""
     values = [*OUTCOMES.values(), ctx.d.seconds_between(CALL_TIME, "MAX(_kafka_timestamp)")]
     into = [*(f"v_{name}" for name in OUTCOMES), "v_lag"]
-    return "SELECT " + ",\n       ".join(values) + f"\nINTO {', '.join(into)}\nFROM {ctx.rel.stage};"
+    return f"SELECT {packed(values, ' ' * 7, WIDE)}\nINTO {', '.join(into)}\nFROM {ctx.rel.stage};"
 
 
 def quarantine_insert_sql(ctx: TableSql, values: dict[str, str], record: str, rest: str) -> str:

@@ -105,8 +105,10 @@ def first_match(checks: list[Check]) -> str:
 
 
 def lookup(number: str, values: list[str], default: str) -> str:
-    """values[n - 1] for the check numbered n (see `first_match`), else `default`."""
-    lines = [f"CASE {number}", *[f"  WHEN {i} THEN {v}" for i, v in enumerate(values, start=1)], f"  ELSE {default}", "END"]
+    """values[n - 1] for the check numbered n (see `first_match`), else `default`: a check
+    whose value is the default needs no branch, and a NULL default no ELSE."""
+    branches = [f"  WHEN {i} THEN {v}" for i, v in enumerate(values, start=1) if v != default]
+    lines = [f"CASE {number}", *branches, *([f"  ELSE {default}"] if default != "NULL" else []), "END"]
     return "\n".join(lines)
 
 

@@ -7,7 +7,7 @@ from sync.sql import schemas
 from sync.sql.dialect import quote_literal
 from sync.sql.policy import known_fields
 from sync.sql.procedure.context import CALL_TIME, TableSql
-from sync.sql.procedure.text import indent, wrapped
+from sync.sql.procedure.text import WIDE, indent, packed, wrapped
 
 
 def schema_drift_sql(ctx: TableSql) -> str:
@@ -20,7 +20,10 @@ def schema_drift_sql(ctx: TableSql) -> str:
     d, table = ctx.d, ctx.table
     images = f"SELECT s._drift_img AS img, COUNT(*) OVER () AS images\nFROM {ctx.rel.stage} s\nWHERE s._drift_img IS NOT NULL"
     keys_join, field = d.object_keys_join("x0.img", "x")
-    configured = "".join(f"\n            UNION ALL SELECT {quote_literal(name)}, 1, 0, 0" for name in known_fields(table))
+    # The configured fields (and those a policy drops), as many to a line as fit.
+    configured = "\n            " + packed(
+        [f"UNION ALL SELECT {quote_literal(name)}, 1, 0, 0" for name in known_fields(table)], " " * 12, WIDE, separator=" "
+    )
     drift = {
         "table_name": quote_literal(table.name),
         "run_started_at": CALL_TIME,

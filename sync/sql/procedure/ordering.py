@@ -7,7 +7,9 @@ from __future__ import annotations
 from sync.sql.apply import key_match
 from sync.sql.dialect import PostgresDialect
 from sync.sql.procedure.context import APPLIED, WINNERS, Action, TableSql, positionless
-from sync.sql.procedure.text import indent
+from sync.sql.procedure.fields import merged_levels, named_texts
+from sync.sql.procedure.text import extended, indent, subquery
+from sync.sql.semantic import DecodeSql
 
 
 def kafka_time(record: str) -> str:
@@ -46,15 +48,16 @@ def kafka_earlier(a: str, b: str) -> str:
     )
 
 
-def kafka_later(a: str, a_time: str, b: str, b_time: str) -> str:
+def kafka_later(a: str, a_time: str, b: str, b_time: str, lines: bool = True) -> str:
     """Record `a` (its `_kafka_partition`, `_kafka_offset`, and Kafka timestamp `a_time`)
     is later in Kafka order than `b`: by offset in one partition; across partitions by
-    timestamp, then partition (a tie, or a time unknown)."""
+    timestamp, then partition (a tie, or a time unknown). On several lines, or on one."""
+    breaks = ("\n ", "\n    ", "\n         ") if lines else (" ", " ", " ")
     return (
-        f"({a}._kafka_partition = {b}._kafka_partition AND {a}._kafka_offset > {b}._kafka_offset\n"
-        f" OR {a}._kafka_partition <> {b}._kafka_partition\n"
-        f"    AND ({a_time} > {b_time}\n"
-        f"         OR (COALESCE({a_time} = {b_time}, true) AND {a}._kafka_partition > {b}._kafka_partition)))"
+        f"({a}._kafka_partition = {b}._kafka_partition AND {a}._kafka_offset > {b}._kafka_offset{breaks[0]}"
+        f"OR {a}._kafka_partition <> {b}._kafka_partition{breaks[1]}"
+        f"AND ({a_time} > {b_time}{breaks[2]}"
+        f"OR (COALESCE({a_time} = {b_time}, true) AND {a}._kafka_partition > {b}._kafka_partition)))"
     )
 
 
@@ -82,52 +85,70 @@ def stored_rows(d: PostgresDialect, target: str, keys: list[str], wanted: str) -
     )
 
 
+def stored_state(ctx: TableSql, wanted: str) -> str:
+    """What is stored for each key whose rows match `wanted` (a condition on the stored row
+    `t`), one row per key: the newest of its target rows and, in hard mode, of its deleted
+    key (its `_source_pos`, `_kafka_partition`, `_kafka_offset`). A primary key is not
+    enforced on Redshift; between copies of a key, partition and offset make the choice
+    deterministic."""
+    key_list = ", ".join(ctx.q(k) for k in ctx.keys)
+    columns = f"{', '.join(f't.{ctx.q(k)}' for k in ctx.keys)}, t._source_pos, t._kafka_partition, t._kafka_offset"
+    held = "\n                    UNION ALL ".join(
+        f"SELECT {columns} FROM {relation} t\n                    WHERE {wanted}" for relation in ctx.rel.held(ctx.table)
+    )
+    return (
+        f"(SELECT * FROM (SELECT k.*, ROW_NUMBER() OVER (PARTITION BY {key_list}\n"
+        f"                  ORDER BY {rank_order('_source_pos', '_kafka_partition DESC, _kafka_offset DESC')}) AS stored_rn__\n"
+        f"                FROM ({held}) k) o\n"
+        "           WHERE o.stored_rn__ = 1)"
+    )
+
+
 def rerank_sql(ctx: TableSql) -> str:
     """Events without a source position (tombstones, PostgreSQL incremental-snapshot
     reads) come after the row stored for their key, whatever the batch replays before
     them: their rank is raised to the stored position and their keys are ranked again.
     "Before" is Kafka order (`kafka_order`): a key's records span two partitions once
-    the topic's partition count grows."""
+    the topic's partition count grows. Both statements join the stage on the key too
+    (the DISTKEY: collocated on Redshift) besides the record's partition and offset."""
     d, q, rel, keys = ctx.d, ctx.q, ctx.rel, ctx.keys
     stage = rel.stage
-
-    stored_wanted = f"EXISTS (SELECT 1 FROM {stage} y WHERE {positionless('y.')} AND {key_match(d, keys, 'y', 't')})"
-    raise_to_stored = "".join(
-        f"  UPDATE {stage} s SET _rank_pos = t._source_pos\n"
-        f"  FROM {stored_rows(d, relation, keys, stored_wanted)} t\n"
-        f"  WHERE {positionless('s.')} AND {key_match(d, keys, 't', 's')}\n"
-        "    AND t._source_pos IS NOT NULL AND (s._rank_pos IS NULL OR s._rank_pos < t._source_pos);\n"
-        for relation in rel.held(ctx.table)
-    )
+    stored = stored_state(ctx, f"EXISTS (SELECT 1 FROM {stage} y WHERE {positionless('y.')} AND {key_match(d, keys, 'y', 't')})")
     oldest_first = kafka_order("x._kafka_time", "x._kafka_partition", "x._kafka_offset", newest_first=False)
     order = rank_order("x._rank_pos", kafka_order("x._kafka_time", "x._kafka_partition", "x._kafka_offset"))
     key_list = ", ".join("x." + q(k) for k in keys)
-    same_key_positionless = f"EXISTS (SELECT 1 FROM {stage} y WHERE {positionless('y.')} AND {key_match(d, keys, 'y', 'x')})"
+    same_record = (
+        f"{key_match(d, keys, 's', 'r')} AND s._kafka_partition = r._kafka_partition AND s._kafka_offset = r._kafka_offset"
+    )
     # The events of keys with a positionless one, with their Kafka time (over the whole stage).
-    events = (
-        f"FROM (SELECT z.*, {indent(kafka_time('z._'), 14).lstrip()} AS _kafka_time\n"
-        f"              FROM {stage} z) x\n"
-        f"        WHERE x._action IN {APPLIED}\n"
-        f"          AND {same_key_positionless}) r\n"
+    events = f"FROM (SELECT z.*, {indent(kafka_time('z._'), 14).lstrip()} AS _kafka_time\n              FROM {stage} z) x\n"
+    of_keys = (
+        f"WHERE x._action IN {APPLIED}\n"
+        f"          AND EXISTS (SELECT 1 FROM {stage} y WHERE {positionless('y.')} AND {key_match(d, keys, 'y', 'x')})) r\n"
+    )
+    # The newest position before it, raised to the stored one when that is newer.
+    newest_before = (
+        f"MAX(x._source_pos) OVER (PARTITION BY {key_list} ORDER BY {oldest_first}\n"
+        "                 ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW)"
     )
     return (
         "-- 4. Events without a source position: each takes the newest position seen before it\n"
         "--    for its key in Kafka order (so it supersedes what precedes it and loses to what\n"
         "--    follows), and ranks after what is stored for its key (row or deleted key).\n"
         "IF v_positionless > 0 THEN\n"
-        f"  UPDATE {stage} s SET _rank_pos = r.rank_pos\n"
-        f"  FROM (SELECT x._kafka_partition, x._kafka_offset,\n"
-        f"               MAX(x._source_pos) OVER (PARTITION BY {key_list} ORDER BY {oldest_first}\n"
-        "                 ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW) AS rank_pos\n"
+        f"  UPDATE {stage} s SET _rank_pos = CASE WHEN r.stored_pos > r.rank_pos OR r.rank_pos IS NULL\n"
+        "                                     THEN COALESCE(r.stored_pos, r.rank_pos) ELSE r.rank_pos END\n"
+        f"  FROM (SELECT x.*, t._source_pos AS stored_pos,\n"
+        f"               {newest_before} AS rank_pos\n"
         f"        {events}"
-        f"  WHERE {positionless('s.')}\n"
-        "    AND s._kafka_partition = r._kafka_partition AND s._kafka_offset = r._kafka_offset;\n"
-        + raise_to_stored
-        + f"  UPDATE {stage} s SET _rn = r.rn\n"
-        f"  FROM (SELECT x._kafka_partition, x._kafka_offset,\n"
-        f"               ROW_NUMBER() OVER (PARTITION BY {key_list} ORDER BY {order}) AS rn\n"
+        f"        LEFT JOIN {stored} t ON {key_match(d, keys, 't', 'x')}\n"
+        f"        {of_keys}"
+        f"  WHERE {positionless('s.')} AND {same_record};\n"
+        f"  UPDATE {stage} s SET _rn = r.rn\n"
+        f"  FROM (SELECT x.*, ROW_NUMBER() OVER (PARTITION BY {key_list} ORDER BY {order}) AS rn\n"
         f"        {events}"
-        "  WHERE s._kafka_partition = r._kafka_partition AND s._kafka_offset = r._kafka_offset;\n"
+        f"        {of_keys}"
+        f"  WHERE {same_record};\n"
         "END IF;"
     )
 
@@ -140,7 +161,7 @@ def redundant_tombstones_sql(ctx: TableSql) -> str:
     `delete-to-tombstone` modes). The record before a tombstone is in the batch, or, for
     the first record of a partition in the batch, the record at the partition's watermark
     (the last one read), looked up in the stream by offset and refresh time."""
-    d, q, rel, keys = ctx.d, ctx.q, ctx.rel, ctx.keys
+    q, rel, keys = ctx.q, ctx.rel, ctx.keys
     stage, stream = rel.stage, rel.stream
     previous = ",\n".join(
         f"               LAG({q(k)}) OVER (PARTITION BY _kafka_partition ORDER BY _kafka_offset) AS {q('prev_' + k)}"
@@ -149,13 +170,7 @@ def redundant_tombstones_sql(ctx: TableSql) -> str:
     same_key = " AND ".join(f"s.{q(k)} = p.{q('prev_' + k)}" for k in keys)
     tombstone = f"s._action = '{Action.DELETE}' AND s._op IS NULL"
     # b is a delete event: `__deleted` is "true", in the record or in its schemas.enable wrapper.
-    delete_event = (
-        "("
-        + "\n         OR ".join(
-            f"{d.json_get_text(obj, '__deleted')} = 'true'" for obj in ("b.payload", d.json_get("b.payload", "payload"))
-        )
-        + ")"
-    )
+    previous_record, delete_event = _delete_event(ctx)
     return (
         "-- 3. A tombstone right after a delete event of its key adds nothing (the delete event\n"
         "--    carries the position; Debezium's rewrite-with-tombstone mode, and its replays).\n"
@@ -170,7 +185,7 @@ def redundant_tombstones_sql(ctx: TableSql) -> str:
         f"    AND p.prev_op = 'd' AND {same_key};\n"
         "  -- The first record of its partition in this batch: the record before it was read last run.\n"
         f"  UPDATE {stage} s SET _action = '{Action.TOMBSTONE}'\n"
-        f"  FROM {rel.watermark} w, {stream} a, {stream} b\n"
+        f"  FROM {rel.watermark} w, {stream} a, {previous_record}\n"
         f"  WHERE {tombstone}\n"
         "    AND w.kafka_partition = s._kafka_partition\n"
         "    AND a.kafka_partition = s._kafka_partition AND a.kafka_offset = s._kafka_offset AND a.refresh_time = s._refresh_time\n"
@@ -180,6 +195,29 @@ def redundant_tombstones_sql(ctx: TableSql) -> str:
         f"    AND {delete_event};\n"
         "END IF;"
     )
+
+
+def _delete_event(ctx: TableSql) -> tuple[str, str]:
+    """The stream as `b`, and the condition that its record `b` is a delete event of an
+    unwrapped topic: `__deleted` is "true", in the record or in its schemas.enable wrapper.
+    Where the dialect names a field's text (JSON_SIZE once per value), `b` names them."""
+    d, stream = ctx.d, ctx.rel.stream
+
+    def objects(row: str) -> list[str]:
+        return [f"{row}.payload", d.json_get(f"{row}.payload", "payload")]
+
+    named = [named_texts(d, obj, ["__deleted"], f"d{i}") for i, obj in enumerate(objects("f"))]
+    if not any(texts for _, texts in named):
+        texts = [d.json_get_text(obj, "__deleted") for obj in objects("b")]
+        return f"{stream} b", "(" + "\n         OR ".join(f"{t} = 'true'" for t in texts) + ")"
+    level = f"SELECT b.kafka_partition, b.kafka_offset, b.refresh_time, b.kafka_key, b.payload FROM {stream} b"
+    for values in merged_levels([DecodeSql(levels) for levels, _ in named]):
+        level = extended(d, level, values)
+    deleted = " OR ".join(f"{texts['__deleted']} = 'true'" for _, texts in named)
+    return (
+        "(SELECT f.kafka_partition, f.kafka_offset, f.refresh_time, f.kafka_key,\n"
+        f"            {deleted} AS deleted\n" + indent(subquery(d, level, "b"), 6) + ")"
+    ), "b.deleted"
 
 
 def stored_positions(ctx: TableSql) -> str:
@@ -213,49 +251,61 @@ def tied_changes_sql(ctx: TableSql) -> str:
     lookup per winner); those that change something apply after all: another change of
     the same transaction (a compressed MySQL transaction shares one position), in Kafka
     order. What stays stale at a tie is a re-sent copy of the stored event (the same
-    values, or a delete of a key deleted there). Stale winners are rare (replays), so
-    this runs only when there are some (v_rows, from `stale_sql`); `_reason` holds the
-    action they had."""
+    values, or a delete of a key deleted there), and a replayed record earlier in Kafka
+    order than a record that wrote what is stored there. Stale winners are rare (replays),
+    so this runs only when there are some (v_rows, from `stale_sql`); `_reason` holds the
+    action they had. One pass: each stale winner joined with what is stored for its key
+    at its position (`t`: target rows and, in hard mode, deleted keys, `deleted__` telling
+    them apart), the cases aggregated per winner."""
     d, q, rel, table = ctx.d, ctx.q, ctx.rel, ctx.table
-    stage, target, deleted = rel.stage, rel.target, rel.deleted
-    differs = " OR ".join(d.differs(f"t.{q(c.target_name)}", f"s.{q(c.target_name)}", c.sql_type) for c in table.value_columns)
-    tied = f"{key_match(d, ctx.keys, 't', 's')} AND t._source_pos = s._source_pos"
-    # (action it had, relation, what at the same position makes it a change)
+    stage, keys = rel.stage, ctx.keys
+    values = [q(c.target_name) for c in table.value_columns]
+    differs = " OR ".join(d.differs(f"t.{q(c.target_name)}", f"x.{q(c.target_name)}", c.sql_type) for c in table.value_columns)
+    tied_stale = (
+        f"y._rn = 1 AND y._action = '{Action.STALE}' AND {key_match(d, keys, 'y', 't')} AND y._source_pos = t._source_pos"
+    )
+    stored_columns = ", ".join([*(f"t.{q(k)}" for k in keys), "t._source_pos", "t._kafka_partition", "t._kafka_offset"])
+    # A stored row's Kafka time is its record's in the stream; a deleted key keeps its own.
+    branches = [
+        f"SELECT {stored_columns}, m.kafka_timestamp AS kafka_time__, {'t._deleted' if not ctx.hard_deletes else 'false'} AS deleted__"
+        + "".join(f", t.{v}" for v in values)
+        + f" FROM {rel.target} t LEFT JOIN {rel.stream} m ON m.kafka_partition = t._kafka_partition AND m.kafka_offset = t._kafka_offset"
+        f" WHERE EXISTS (SELECT 1 FROM {stage} y WHERE {tied_stale})"
+    ]
     if ctx.hard_deletes:
-        cases = [(Action.UPSERT, deleted, ""), (Action.DELETE, target, "")]
-        if differs:
-            cases.insert(0, (Action.UPSERT, target, f"({differs})"))
-    else:
-        cases = [
-            (Action.UPSERT, target, f"(t._deleted{' OR ' + differs if differs else ''})"),
-            (Action.DELETE, target, "NOT t._deleted"),
-        ]
+        branches.append(
+            f"SELECT {stored_columns}, t._kafka_timestamp, true" + ", NULL" * len(values) + f" FROM {rel.deleted} t"
+            f" WHERE EXISTS (SELECT 1 FROM {stage} y WHERE {tied_stale})"
+        )
+    changes_upsert = "t.deleted__" + (f" OR {differs}" if differs else "")
+    changes = f"x._reason = '{Action.UPSERT}' AND ({changes_upsert}) OR x._reason = '{Action.DELETE}' AND NOT t.deleted__"
     # A replayed record was read before at its own offset: at a tie, when that is earlier
     # in Kafka order than the record that wrote what is stored, the replay is the older.
-    replays = "\n".join(
-        f"    UPDATE {stage} s SET _reason = NULL\n"
-        f"    WHERE s._rn = 1 AND s._action = '{Action.STALE}' AND s._reason IS NOT NULL\n"
-        f"      AND {replayed(ctx)}\n"
-        f"      AND EXISTS (SELECT 1 FROM {relation} t WHERE {tied}\n"
-        f"        AND {kafka_earlier('s', 't')});"
-        for relation in rel.held(table)
-    )
-    updates = "\n".join(
-        f"  UPDATE {stage} s SET _action = s._reason, _reason = NULL\n"
-        f"  WHERE s._rn = 1 AND s._action = '{Action.STALE}' AND s._reason = '{action}'\n"
-        f"    AND EXISTS (SELECT 1 FROM {relation} t WHERE {tied}" + (f"\n      AND {changes});" if changes else ");")
-        for action, relation, changes in cases
-    )
+    # Kafka order as everywhere (`kafka_later`): offsets within a partition, the Kafka time
+    # across partitions, then the partition.
+    later = kafka_later("t", "t.kafka_time__", "x", "x._kafka_timestamp", lines=False)
+    older_replay = f"x._kafka_offset <= w.last_offset AND {later}"
+    record = ", ".join([*(f"x.{q(k)}" for k in keys), "x._kafka_partition", "x._kafka_offset"])
+    union = "\n                    UNION ALL ".join(branches)
     return (
         "-- 5. A stale winner at exactly the stored position that changes something is another\n"
         "--    change of the same transaction (compressed MySQL binlog): it applies, in Kafka\n"
         "--    order. A re-sent copy of the stored event stays stale, and so does a replayed\n"
-        "--    record earlier in Kafka order than the record that wrote what is stored (its\n"
-        "--    `_reason` cleared). (One statement per case: Redshift takes no correlated\n"
-        "--    subquery under an OR.)\n"
+        "--    record earlier in Kafka order than the record that wrote what is stored.\n"
         "IF v_rows > 0 THEN\n"
-        f"  IF v_replayed > 0 THEN\n{replays}\n  END IF;\n"
-        f"{updates}\n"
+        f"  UPDATE {stage} s SET _action = s._reason, _reason = NULL\n"
+        f"  FROM (SELECT {record},\n"
+        f"               MAX(CASE WHEN {changes} THEN 1 ELSE 0 END) AS changes,\n"
+        f"               MAX(CASE WHEN {older_replay} THEN 1 ELSE 0 END) AS older_replay\n"
+        f"        FROM {stage} x\n"
+        f"        JOIN ({union}) t\n"
+        f"          ON {key_match(d, keys, 't', 'x')} AND t._source_pos = x._source_pos\n"
+        f"        LEFT JOIN {rel.watermark} w ON w.kafka_partition = x._kafka_partition\n"
+        f"        WHERE x._rn = 1 AND x._action = '{Action.STALE}'\n"
+        f"        GROUP BY {record}) c\n"
+        f"  WHERE s._rn = 1 AND s._action = '{Action.STALE}' AND {key_match(d, keys, 'c', 's')}\n"
+        "    AND s._kafka_partition = c._kafka_partition AND s._kafka_offset = c._kafka_offset\n"
+        "    AND c.changes = 1 AND c.older_replay = 0;\n"
         "END IF;"
     )
 

@@ -20,7 +20,7 @@ from sync.sql.dialect import quote_literal
 from sync.sql.procedure.classify import Check
 from sync.sql.procedure.context import CALL_TIME, Action, TableSql
 from sync.sql.procedure.fields import named_texts
-from sync.sql.procedure.text import extended, wrapped
+from sync.sql.procedure.text import Chain, wrapped
 
 # The schema-drift kind of records no table of the topic selects (varchar(16)).
 UNMATCHED_KIND = "unmatched"
@@ -75,10 +75,9 @@ def _match(table: TableConfig, texts: dict[str, str]) -> str:
 
 @dataclass(frozen=True)
 class RouteColumns:
-    """The batch's level with the routes' fields read (`level`), the columns the next level
-    adds (`lines`), and the condition of the table's own records over `level` (`own`)."""
+    """The columns the batch's next step adds (`lines`), and the condition of the table's
+    own records over the step before it (`own`)."""
 
-    level: str
     lines: list[str]
     own: str | None = None
 
@@ -90,19 +89,18 @@ class RouteColumns:
         return f"CASE WHEN {self.own} THEN {expr} END" + (f" AS {alias}" if alias else "")
 
 
-def route_columns_sql(ctx: TableSql, level: str, env: str) -> RouteColumns:
-    """The batch's level `level` extended with the text of each field the routes select on
-    (named once where the dialect names texts), and the lines of the columns the next
-    level adds: `routed_to` and, for the first table of the topic, `route_source`
+def route_columns_sql(ctx: TableSql, chain: Chain, env: str) -> RouteColumns:
+    """The batch's `chain` extended with the text of each field the routes select on
+    (named once where the dialect names texts, in steps `route_1`, ...), and the lines of
+    the columns the next step adds: `routed_to` and, for the first table of the topic, `route_source`
     (`db=...,table=...`, at most SOURCE_BYTES bytes)."""
     if not routed(ctx):
-        return RouteColumns(level, [])
+        return RouteColumns([])
     d = ctx.d
     obj = env if _unwrapped(ctx.table) else d.json_get(env, "source")
     fields = _fields(ctx)
     levels, named = named_texts(d, obj, fields, "r")
-    for values in levels:
-        level = extended(d, level, values)
+    chain.extend_levels("route", levels)
     texts = {f: named.get(f) or d.json_get_text(obj, f) for f in fields}
     own, *others = (_match(t, texts) for t in _deciding(ctx))
     other = f" WHEN {' OR '.join(f'({m})' for m in others)} THEN 'other'" if others else ""
@@ -112,7 +110,7 @@ def route_columns_sql(ctx: TableSql, level: str, env: str) -> RouteColumns:
             f"{quote_literal(('' if i == 0 else ',') + f + '=')} || COALESCE({texts[f]}, '')" for i, f in enumerate(fields)
         )
         lines.append(f"{d.prefix_bytes(source, SOURCE_BYTES)} AS {ROUTE_SOURCE}")
-    return RouteColumns(level, lines, own)
+    return RouteColumns(lines, own)
 
 
 def carried_columns(ctx: TableSql, prefix: str, final: bool = False) -> list[str]:

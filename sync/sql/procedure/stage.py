@@ -1,8 +1,9 @@
 """2./3. The stage query: one INSERT ... SELECT that reads every record of the batch,
 navigates each field once, converts it to its column type, classifies the record and
-ranks it within its key. Its levels, innermost first: the batch (`batch_sql`), the
+ranks it within its key. A chain of named steps (a WITH clause, which Redshift takes in
+INSERT INTO ... SELECT: r_WITH_clause): the batch and its envelope (`batch_chain`), the
 fields as JSON, intermediate decoded values, the typed record, its check number, its
-action and reason, and the ranked stage row."""
+action and reason; the SELECT over them ranks each record."""
 
 from __future__ import annotations
 
@@ -10,8 +11,8 @@ from sync.config import ColumnConfig
 from sync.sql import schemas
 from sync.sql.dialect import quote_literal
 from sync.sql.envelope import position_fields, source_sql
-from sync.sql.policy import has_policies, policy_value_sql, redacted_sql
-from sync.sql.procedure.batch import batch_sql
+from sync.sql.policy import has_policies, hashed_texts, policy_value_sql, redacted_sql
+from sync.sql.procedure.batch import batch_chain
 from sync.sql.procedure.classify import SOURCE_TS_MS_RANGE, action_of, classification_checks, first_match, lookup
 from sync.sql.procedure.context import APPLIED, Action, TableSql
 from sync.sql.procedure.fields import (
@@ -31,7 +32,7 @@ from sync.sql.procedure.fields import (
 )
 from sync.sql.procedure.ordering import kafka_order, kafka_time, rank_order
 from sync.sql.procedure.routing import carried_columns, own_drift_image, routing_checks
-from sync.sql.procedure.text import extended, indent, packed, subquery
+from sync.sql.procedure.text import WIDE, Chain, indent, packed
 from sync.sql.semantic import DecodeSql, check_column, decode_sql
 from sync.sql.types import SqlType
 
@@ -42,15 +43,14 @@ def _record_columns(*extra: str) -> str:
     return ", ".join(["f.kafka_partition", "f.kafka_offset", "f.kafka_timestamp", "f.refresh_time", *extra])
 
 
-def _fields_level(ctx: TableSql) -> str:
-    """Level 3: source time and position, and every field as JSON, each navigated once;
-    everything above reads these columns."""
+def _fields_step(ctx: TableSql) -> Chain:
+    """`fields`: source time and position, and every field as JSON, each navigated once;
+    everything after reads these columns."""
     d, table, q = ctx.d, ctx.table, ctx.q
-    # The text of each field the source position is made of, named once below this level.
-    batch = batch_sql(ctx)
+    chain = batch_chain(ctx)
+    # The text of each field the source position is made of, named once before this step.
     levels, named = named_texts(d, "f.src", position_fields(table), "p")
-    for values in levels:
-        batch = extended(d, batch, values)
+    chain.extend_levels("envelope", levels)
     source = source_sql(d, table, "f.src", named)
     raw_lines = [f"{source.ts_ms} AS source_ts_ms", f"{source.position} AS source_pos", *carried_columns(ctx, "f.")]
     for col in table.key_columns:
@@ -58,19 +58,19 @@ def _fields_level(ctx: TableSql) -> str:
         raw_lines.append(f"{kafka_key_field_sql(d, table, col)} AS {q(key_alias(col))}")
     for col in table.value_columns:
         raw_lines.append(f"{raw_field_sql(d, 'f.img', col)} AS {q(raw_alias(col))}")
-    return (
-        f"SELECT {_record_columns('f.payload', 'f.raw_value', 'f.env', 'f.img', 'f.op')},\n"
-        + ",\n".join("       " + line for line in raw_lines)
-        + "\n"
-        + subquery(d, batch, "f")
+    chain.add(
+        "fields",
+        f"SELECT {packed([_record_columns('f.payload', 'f.raw_value', 'f.env', 'f.img', 'f.op'), *raw_lines], ' ' * 7, WIDE)}\n"
+        f"FROM {chain.last} f",
     )
+    return chain
 
 
-def _typed_level(ctx: TableSql) -> str:
-    """Level 4: each field decoded/converted to its column type (NULL when it does not
+def _typed_step(ctx: TableSql) -> Chain:
+    """`typed`: each field decoded/converted to its column type (NULL when it does not
     convert; the classification tells that apart from a real NULL). Keys fall back to the
     Kafka key. Semantic types may need intermediate values, and TOAST placeholders are
-    marked once per field: levels between 3 and 4, built here."""
+    marked once per field: the steps `fields_<n>` before it, built here."""
     d, table, q = ctx.d, ctx.table, ctx.q
     decoded: list[DecodeSql] = []
 
@@ -87,7 +87,7 @@ def _typed_level(ctx: TableSql) -> str:
     for i, col in enumerate(table.key_columns):
         from_image = decode(col, f"f.{q(image_alias(col))}", f"i{i}").value
         from_key = decode(col, f"f.{q(key_alias(col))}", f"k{i}").value
-        field_lines.append(f"COALESCE({from_image},\n         {from_key}) AS {q(col.target_name)}")
+        field_lines.append(f"COALESCE({from_image}, {from_key}) AS {q(col.target_name)}")
     # The field holds the TOAST placeholder, by level: where its text is (the raw field, or
     # the text a decode named) -> alias -> SQL.
     marks: dict[int, dict[str, str]] = {}
@@ -107,7 +107,7 @@ def _typed_level(ctx: TableSql) -> str:
             value = f"CASE WHEN {mark} THEN NULL ELSE {value} END"
             unavailable.append(f"CASE WHEN {mark} THEN {quote_literal(col.target_name + '|')} ELSE '' END")
             field_lines.append(f"{mark} AS {q(mark_alias(col))}")
-        field_lines.append(f"{policy_value_sql(d, col, value)} AS {q(col.target_name)}")
+        field_lines.append(f"{value} AS {q(col.target_name)}")
     unavailable_list = "NULLIF('|' || " + " || ".join(unavailable) + ", '|')" if unavailable else "NULL"
     field_lines.append(f"{unavailable_list} AS unavailable")
     field_lines.append(f"{drift_image_sql(d, table)} AS drift_img")
@@ -118,20 +118,29 @@ def _typed_level(ctx: TableSql) -> str:
     for depth, named in sorted(marks.items()):
         intermediate += [{} for _ in range(depth + 1 - len(intermediate))]
         intermediate[depth] = {**named, **intermediate[depth]}
-    level = _fields_level(ctx)
-    for values in intermediate:
-        level = extended(d, level, values)
-    return (
-        f"SELECT {_record_columns('f.payload', 'f.raw_value', 'f.env', 'f.img', 'f.op', 'f.source_pos', *carried_columns(ctx, 'f.'))},\n"
-        f"       {source_ts_ms} AS source_ts_ms,\n"
-        f"       NOT {d.json_is_null('f.source_ts_ms')} AS has_source_ts,\n"
-        + ",\n".join("       " + line for line in field_lines)
-        + "\n"
-        + subquery(d, level, "f")
+    chain = _fields_step(ctx)
+    chain.extend_levels("fields", intermediate)
+    chain.add(
+        "typed",
+        "SELECT "
+        + packed(
+            [
+                _record_columns(
+                    "f.payload", "f.raw_value", "f.env", "f.img", "f.op", "f.source_pos", *carried_columns(ctx, "f.")
+                ),
+                f"{source_ts_ms} AS source_ts_ms",
+                f"NOT {d.json_is_null('f.source_ts_ms')} AS has_source_ts",
+                *field_lines,
+            ],
+            " " * 7,
+            WIDE,
+        )
+        + f"\nFROM {chain.last} f",
     )
+    return chain
 
 
-def _carried(ctx: TableSql, source_ts_ms: str = "t.source_ts_ms") -> str:
+def _carried(ctx: TableSql, source_ts_ms: str = "t.source_ts_ms", final: bool = False) -> str:
     """What the stage needs of the typed record `t`, one per line: the JSON values
     (envelope, image) stay behind, and the payload is kept for quarantined records only,
     so the sort above does not carry it."""
@@ -146,21 +155,37 @@ def _carried(ctx: TableSql, source_ts_ms: str = "t.source_ts_ms") -> str:
         "t.source_pos",
         "t.unavailable",
         "t.drift_img",
-        *[f"t.{ctx.q(col.target_name)}" for col in ctx.table.columns],
+        *[_column(ctx, col, final) for col in ctx.table.columns],
         *carried_columns(ctx, "t.", final=True),
     ]
     return "       " + packed(names, " " * 7)
 
 
-def _classified_level(ctx: TableSql) -> str:
-    """Levels 5 and 6: the number of the record's first matching check, then its action,
-    its reason and (for a record that may end in the quarantine) its payload."""
+def _column(ctx: TableSql, col: ColumnConfig, final: bool) -> str:
+    """A typed column of `t`; in the last step (`final`) as its column policy stores it
+    (sync.sql.policy), applied to the value named once in `typed`."""
+    name = f"t.{ctx.q(col.target_name)}"
+    stored = policy_value_sql(ctx.d, col, name) if final else name
+    return name if stored == name else f"{stored} AS {ctx.q(col.target_name)}"
+
+
+def _classified_step(ctx: TableSql) -> Chain:
+    """`checked` and `classified`: the number of the record's first matching check, then
+    its action, its reason and (for a record that may end in the quarantine) its payload."""
     d, table = ctx.d, ctx.table
     checks = routing_checks(ctx) + classification_checks(d, table)
-    classified = (
-        f"SELECT\n{_carried(ctx)},\n"
-        "       t.payload,\n" + ("       t.env,\n" if has_policies(table) else "") + "       t.has_source_ts,\n"
-        f"{indent(first_match(checks), 7)} AS check_no\n" + subquery(d, _typed_level(ctx), "t")
+    chain = _typed_step(ctx)
+    # Column policies: the envelope, redacted below instead of the payload, and the text of
+    # each hashed field of its images, named once.
+    levels, hashed = hashed_texts(d, table, "f.env") if has_policies(table) else ([], {})
+    chain.extend_levels("hashed", levels)
+    kept = ["t.env", *(f"t.{name}" for name in hashed.values())] if has_policies(table) else []
+    chain.add(
+        "checked",
+        f"SELECT {_carried(ctx).lstrip()},\n"
+        f"       {', '.join(['t.payload', *kept, 't.has_source_ts'])},\n"
+        f"{indent(first_match(checks), 7)} AS check_no\n"
+        f"FROM {chain.last} t",
     )
     quarantined = ", ".join(str(i) for i, chk in enumerate(checks, start=1) if chk.action == Action.QUARANTINE)
     # The payload is kept for quarantined records, and for records with a TOAST
@@ -169,17 +194,21 @@ def _classified_level(ctx: TableSql) -> str:
         " OR t.unavailable IS NOT NULL" if any(toastable(c) for c in table.value_columns) else ""
     )
     # Column policies: the envelope, redacted, instead of the payload.
-    payload = indent(redacted_sql(d, table, "t.env"), 7).lstrip() if has_policies(table) else "t.payload"
+    texts = {path: f"t.{name}" for path, name in hashed.items()}
+    payload = indent(redacted_sql(d, table, "t.env", texts=texts), 7).lstrip() if has_policies(table) else "t.payload"
     lo, hi = SOURCE_TS_MS_RANGE
     # The source time only where it is one (the conversion above would raise otherwise).
     bounded_ts = f"CASE WHEN t.source_ts_ms BETWEEN {lo} AND {hi} THEN t.source_ts_ms END AS source_ts_ms"
-    return (
-        f"SELECT\n{_carried(ctx, bounded_ts)},\n"
+    chain.add(
+        "classified",
+        f"SELECT {_carried(ctx, bounded_ts, final=True).lstrip()},\n"
         f"{indent(action_of('t.check_no', checks), 7)} AS action,\n"
         f"{indent(lookup('t.check_no', [chk.reason for chk in checks], 'NULL'), 7)} AS reason,\n"
         f"       CASE WHEN {keeps_payload} THEN {payload} END AS quarantine_payload,\n"
-        f"       {indent(kafka_time('t.'), 7).lstrip()} AS kafka_time\n" + subquery(d, classified, "t")
+        f"       {indent(kafka_time('t.'), 7).lstrip()} AS kafka_time\n"
+        f"FROM {chain.last} t",
     )
+    return chain
 
 
 def stage_insert_sql(ctx: TableSql) -> str:
@@ -218,5 +247,7 @@ def stage_insert_sql(ctx: TableSql) -> str:
     columns, selected = schemas.ordered(d, schemas.stage(table), values, quoted=True)
     return (
         f"INSERT INTO {ctx.rel.stage} (\n  {packed(columns, '  ')}\n)\n"
-        f"SELECT {packed(selected, ' ' * 7)}\n" + subquery(d, _classified_level(ctx), "c") + ";"
+        f"{_classified_step(ctx).sql()}\n"
+        f"SELECT {packed(selected, ' ' * 7)}\n"
+        "FROM classified c;"
     )

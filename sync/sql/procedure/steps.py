@@ -41,7 +41,7 @@ from sync.sql.procedure.ordering import (
 from sync.sql.procedure.routing import counts_unmatched, unmatched_sql
 from sync.sql.procedure.stage import stage_insert_sql
 from sync.sql.procedure.text import indent
-from sync.sql.procedure.toast import toast_sql, unknown_toast_sql
+from sync.sql.procedure.toast import toast_sql
 from sync.sql.procedure.truncate import truncate_sql
 
 
@@ -183,14 +183,8 @@ APPLY_STEPS = (
         ("v_unavailable",),
         _has_toast,
         reads=RANKED | STORED | facts("_unavailable values"),
-        writes=facts("_unavailable values"),
-    ),
-    Step(
-        unknown_toast_sql,
-        ("v_unavailable",),
-        _has_toast,
-        reads=RANKED | facts("_unavailable values"),
-        writes=facts("_action _reason", Action.QUARANTINE),
+        # Completes what is known, then quarantines the winners it could not complete.
+        writes=facts("_unavailable values _action _reason", Action.QUARANTINE),
     ),
     Step(
         stale_sql,
@@ -203,7 +197,7 @@ APPLY_STEPS = (
         tied_changes_sql,
         ("v_rows", "v_replayed"),
         _source_order,
-        reads=facts(KAFKA, "_rn _action _reason _source_pos values", Action.STALE),
+        reads=facts(KAFKA, "_kafka_timestamp _rn _action _reason _source_pos values", Action.STALE),
         writes=facts("_action _reason", Action.UPSERT, Action.DELETE),
     ),
     Step(

@@ -12,65 +12,70 @@ from sync.sql.procedure.fields import toastable
 from sync.sql.procedure.ordering import stored_rows
 from sync.sql.procedure.text import indent
 
-UPSERT_WINNER = f"s._rn = 1 AND s._action = '{Action.UPSERT}'"
+
+def upsert_winner(row: str = "s") -> str:
+    """The stage row `row` is the winning upsert of its key."""
+    return f"{row}._rn = 1 AND {row}._action = '{Action.UPSERT}'"
 
 
 def toast_sql(ctx: TableSql) -> str:
     """Winners whose columns carried the TOAST placeholder take the value from the newest
-    earlier event of the batch that had it, else keep the value stored in the target."""
+    earlier event of the batch that had it (the column then leaves `_unavailable`), else
+    keep the value stored in the target: one UPDATE, one CASE per column, over what is
+    known for each such winner (`u`: per column the rank of the newest earlier event that
+    had it and that event's value, and the newest stored row's)."""
     d, q, keys = ctx.d, ctx.q, ctx.keys
-    toast_cols = [c.target_name for c in ctx.table.value_columns if toastable(c)]
-    stage, target = ctx.rel.stage, ctx.rel.target
+    cols = [c.target_name for c in ctx.table.value_columns if toastable(c)]
+    stage = ctx.rel.stage
     key_cols = ", ".join(q(k) for k in keys)
-
-    lines = [
-        "-- 3. (TOAST) Unchanged out-of-line values arrive as a placeholder and keep what is known.",
-        "IF v_unavailable > 0 THEN",
+    marked = [quote_literal(f"%|{c}|%") for c in cols]
+    keep = [
+        f"{q(c)} = CASE WHEN s._unavailable NOT LIKE {mark} THEN s.{q(c)} WHEN u.rn{i} IS NOT NULL THEN u.batch{i}"
+        f" WHEN u.stored THEN u.stored{i} ELSE s.{q(c)} END"
+        for i, (c, mark) in enumerate(zip(cols, marked, strict=True))
     ]
-    for col in toast_cols:
-        mark = quote_literal(f"%|{col}|%")
-        lines.append(
-            indent(
-                f"UPDATE {stage} s SET {q(col)} = p.{q(col)}, _unavailable = REPLACE(s._unavailable, {quote_literal('|' + col + '|')}, '|')\n"
-                f"FROM {stage} p,\n"
-                f"     (SELECT {key_cols}, MIN(_rn) AS rn FROM {stage}\n"
-                f"      WHERE _action = '{Action.UPSERT}' AND _rn > 1 AND COALESCE(_unavailable, '') NOT LIKE {mark}\n"
-                f"      GROUP BY {key_cols}) m\n"
-                f"WHERE {UPSERT_WINNER} AND s._unavailable LIKE {mark}\n"
-                f"  AND {key_match(d, keys, 'm', 's')} AND {key_match(d, keys, 'p', 's')} AND p._rn = m.rn AND p._action = '{Action.UPSERT}';",
-                2,
-            )
-        )
-    keep = ",\n       ".join(
-        f"{q(c)} = CASE WHEN s._unavailable LIKE {quote_literal(f'%|{c}|%')} THEN t.{q(c)} ELSE s.{q(c)} END" for c in toast_cols
+    still = " || ".join(
+        f"CASE WHEN s._unavailable LIKE {mark} AND u.rn{i} IS NULL THEN {quote_literal(c + '|')} ELSE '' END"
+        for i, (c, mark) in enumerate(zip(cols, marked, strict=True))
+    )
+    newest_with = ",\n".join(
+        f"                    MIN(CASE WHEN COALESCE(_unavailable, '') NOT LIKE {mark} THEN _rn END) AS rn{i}"
+        for i, mark in enumerate(marked)
+    )
+    known = ", ".join(f"m.rn{i}, p{i}.{q(c)} AS batch{i}, t.{q(c)} AS stored{i}" for i, c in enumerate(cols))
+    earlier = "".join(
+        f"        LEFT JOIN {stage} p{i} ON {key_match(d, keys, f'p{i}', 'w')} AND p{i}._rn = m.rn{i} AND p{i}._action = '{Action.UPSERT}'\n"
+        for i in range(len(cols))
     )
     placeholders = (
         f"EXISTS (SELECT 1 FROM {stage} x WHERE x._rn = 1 AND x._action = '{Action.UPSERT}' AND x._unavailable IS NOT NULL"
         f" AND {key_match(d, keys, 'x', 't')})"
     )
-    lines.append(
-        indent(
-            f"UPDATE {stage} s SET {keep}\n"
-            f"FROM {stored_rows(d, target, keys, placeholders)} t\n"
-            f"WHERE {UPSERT_WINNER} AND s._unavailable IS NOT NULL\n  AND {key_match(d, keys, 't', 's')};",
-            2,
-        )
+    return (
+        "-- 3. (TOAST) Unchanged out-of-line values arrive as a placeholder and keep what is known.\n"
+        "IF v_unavailable > 0 THEN\n"
+        f"  UPDATE {stage} s SET " + ",\n         ".join(keep) + f",\n         _unavailable = '|' || {still}\n"
+        f"  FROM (SELECT {', '.join(f'w.{q(k)}' for k in keys)}, t.stored_rn__ IS NOT NULL AS stored, {known}\n"
+        f"        FROM {stage} w\n"
+        f"        LEFT JOIN (SELECT {key_cols},\n{newest_with}\n"
+        f"                   FROM {stage} WHERE _action = '{Action.UPSERT}' AND _rn > 1 GROUP BY {key_cols}) m ON {key_match(d, keys, 'm', 'w')}\n"
+        f"{earlier}"
+        f"        LEFT JOIN {stored_rows(d, ctx.rel.target, keys, placeholders)} t ON {key_match(d, keys, 't', 'w')}\n"
+        f"        WHERE {upsert_winner('w')} AND w._unavailable IS NOT NULL) u\n"
+        f"  WHERE {upsert_winner()} AND s._unavailable IS NOT NULL AND {key_match(d, keys, 'u', 's')};\n"
+        f"{indent(unknown_toast_sql(ctx), 2)}\n"
+        "END IF;"
     )
-    lines.append("END IF;")
-    return "\n".join(lines)
 
 
 def unknown_toast_sql(ctx: TableSql) -> str:
     """3. (TOAST) A winner whose placeholder found no earlier value (none in the batch, no
     stored row) cannot be applied faithfully: quarantined with its payload, never a silent
-    NULL. A backfill, then a quarantine replay, brings it in."""
+    NULL. A backfill, then a quarantine replay, brings it in. Part of `toast_sql`."""
     same_key = key_match(ctx.d, ctx.keys, "t", "s")
     return (
-        "IF v_unavailable > 0 THEN\n"
-        f"  UPDATE {ctx.rel.stage} s SET _action = '{Action.QUARANTINE}',\n"
-        f"         _reason = SUBSTRING('no earlier value is known for the TOAST placeholder ({TOAST_PLACEHOLDER}) in '\n"
-        "                             || BTRIM(s._unavailable, '|'), 1, 1000)\n"
-        f"  WHERE {UPSERT_WINNER} AND s._unavailable <> '|'\n"
-        f"    AND NOT EXISTS (SELECT 1 FROM {ctx.rel.target} t WHERE {same_key});\n"
-        "END IF;"
+        f"UPDATE {ctx.rel.stage} s SET _action = '{Action.QUARANTINE}', _reason = SUBSTRING("
+        f"'no earlier value is known for the TOAST placeholder ({TOAST_PLACEHOLDER}) in ' || BTRIM(s._unavailable, '|'), 1, 1000)\n"
+        f"WHERE {upsert_winner()} AND s._unavailable <> '|'\n"
+        f"  AND NOT EXISTS (SELECT 1 FROM {ctx.rel.target} t WHERE {same_key});"
     )
