@@ -248,3 +248,16 @@ def print_verify(report: Any, out: Console) -> None:
         highlight=False,
         markup=False,
     )
+
+
+def print_explanation(result: Any, out: Console) -> None:
+    """`explain`: the key's stored row and remembered delete, its records newest first as
+    ranked, then its quarantined records; each on one line, its verdict (or the stored
+    values) on the next."""
+    key = ", ".join(f"{k}={v}" for k, v in result.key.items())
+    out.print(f"explain {result.table} {key}: {len(result.entries)} entries, newest first as ranked", highlight=False)
+    for e in result.entries:
+        ts = (e.kafka_timestamp or "-")[:23]
+        out.print(f"{e.origin:<17} {e.coordinates:<9} {e.op or '-':<2} {ts:<23} position {e.source_pos or '-'}", highlight=False)
+        detail = ", ".join(f"{k}={v}" for k, v in e.values.items()) if e.values else e.verdict
+        out.print(f"    {detail}", highlight=False, soft_wrap=True)
