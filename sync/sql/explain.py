@@ -127,7 +127,7 @@ class ExplainSql:
         out = [f"CREATE TEMPORARY TABLE {d.q(name)} (LIKE {source})" for name, source in like]
         out.append(f"INSERT INTO {d.q(WATERMARK)} SELECT * FROM {rel.watermark}")
         sealed = {"kafka_partition": "-1", "last_offset": "-1", "last_refresh_time": SEALED_AT, "updated_at": SEALED_AT}
-        out.append(schemas.insert_select_sql(d, d.q(SEALED), schemas.WATERMARK, sealed, ""))
+        out.append(schemas.insert_select_sql(d, d.q(SEALED), schemas.WATERMARK, sealed, "").rstrip())
         for copy, source in [(TARGET, rel.target)] + ([(DELETED, rel.deleted)] if self.ctx.hard_deletes else []):
             out.append(f"INSERT INTO {d.q(copy)} SELECT * FROM {source} t WHERE {self.key_condition('t')}")
         columns = [c.name for c in schemas.QUARANTINE]
