@@ -271,27 +271,38 @@ def _entries(facts: _Facts) -> list[Entry]:
 def explain(wh: Warehouse, pipeline: Pipeline, table_name: str, key: Sequence[str]) -> Explanation:
     """Explains the key (`FIELD=VALUE` items) of the table; writes nothing (its
     transaction is rolled back) and takes no lock on a shared relation."""
+    return explain_keys(wh, pipeline, table_name, [key])[0]
+
+
+def explain_keys(wh: Warehouse, pipeline: Pipeline, table_name: str, keys: Sequence[Sequence[str]]) -> list[Explanation]:
+    """Explains several keys of the table with one run of the steps."""
     table = pipeline.table(table_name)
-    values = key_values(table, key)
-    sql = ExplainSql(wh.dialect.bind_schema(pipeline.schema), pipeline, table, f"explain_{secrets.token_hex(6)}")
-
-    def bound(statement: str) -> list[str] | None:
-        n = statement.count("%s")
-        return values * (n // len(values)) if n else None
-
+    given = [key_values(table, key) for key in keys]
+    d = wh.dialect.bind_schema(pipeline.schema)
+    sql = ExplainSql(d, pipeline, table, f"explain_{secrets.token_hex(6)}", keys=len(given))
     with wh.rolled_back():
-        for statement in [*sql.setup(), sql.procedure_sql(), sql.call_sql()]:
-            wh.execute(statement, bound(statement))
-        records = wh.query(sql.records_sql(), bound(sql.records_sql()))
-        held = [
-            [dict(zip([c.name for c in sql.stored_columns(d)], r, strict=True)) for r in wh.query(s, bound(s))]
-            for d, s in [(False, sql.stored_sql())] + ([(True, sql.stored_sql(True))] if sql.ctx.hard_deletes else [])
-        ]
-        q_columns = ("kafka_partition", "kafka_offset", "kafka_timestamp", "run_started_at", "reason", "handled")
-        quarantine = [dict(zip(q_columns, r, strict=True)) for r in wh.query(sql.quarantine_sql(), bound(sql.quarantine_sql()))]
+        for statement in sql.setup():
+            wh.execute(statement, [v for values in given for v in values] if "%s" in statement else None)
+        wh.execute(sql.procedure_sql())
+        wh.execute(sql.call_sql())
+        return [_explained(wh, sql, values) for values in given]
+
+
+def _explained(wh: Warehouse, sql: ExplainSql, values: list[str]) -> Explanation:
+    """One key's explanation, read from the temporary tables the steps filled."""
+
+    def read(statement: str) -> list[tuple]:
+        return wh.query(statement, values * (statement.count("%s") // len(values)))
+
+    held = [
+        [dict(zip([c.name for c in sql.stored_columns(deleted)], r, strict=True)) for r in read(sql.stored_sql(deleted))]
+        for deleted in ([False, True] if sql.ctx.hard_deletes else [False])
+    ]
+    q_columns = ("kafka_partition", "kafka_offset", "kafka_timestamp", "run_started_at", "reason", "handled")
+    quarantine = [dict(zip(q_columns, r, strict=True)) for r in read(sql.quarantine_sql())]
     stages: dict[str, dict[tuple[int, int], dict[str, Any]]] = {PENDING: {}, RETAINED: {}, QUARANTINED: {}}
     order = []
-    for stage, *rest in records:
+    for stage, *rest in read(sql.records_sql()):
         row = dict(zip(STAGE_COLUMNS, rest, strict=True))
         coordinates = (row["_kafka_partition"], row["_kafka_offset"])
         stages[stage][coordinates] = row
@@ -299,6 +310,6 @@ def explain(wh: Warehouse, pipeline: Pipeline, table_name: str, key: Sequence[st
             order.append(coordinates)
     stored = held[0][0] if held[0] else None
     deleted = held[1][0] if len(held) > 1 and held[1] else None
-    facts = _Facts(table, stages, order, stored, deleted, quarantine)
-    given = dict(zip([c.name for c in table.key_columns], values, strict=True))
-    return Explanation(table.name, given, _entries(facts))
+    facts = _Facts(sql.table, stages, order, stored, deleted, quarantine)
+    key = dict(zip([c.name for c in sql.table.key_columns], values, strict=True))
+    return Explanation(sql.table.name, key, _entries(facts))

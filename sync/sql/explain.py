@@ -96,6 +96,7 @@ class ExplainSql:
     pipeline: Pipeline
     table: TableConfig
     procedure_name: str  # unique per explain: two explains of a table never share one
+    keys: int = 1  # how many keys are explained at once
 
     @cached_property
     def ctx(self) -> TableSql:
@@ -116,6 +117,12 @@ class ExplainSql:
         q = self.d.q
         return " AND ".join(f"{alias}.{q(c.target_name)} = CAST(%s AS {c.sql_type})" for c in self.table.key_columns)
 
+    def keys_condition(self, alias: str) -> str:
+        """The row `alias` is of one of the explained keys (their parameters in turn)."""
+        if self.keys == 1:
+            return self.key_condition(alias)
+        return "(" + "\n    OR ".join(f"({self.key_condition(alias)})" for _ in range(self.keys)) + ")"
+
     def setup(self) -> list[str]:
         """The temporary tables, and the copies of what the steps start from: the
         watermark, the key's stored rows, the table's quarantined records."""
@@ -129,7 +136,7 @@ class ExplainSql:
         sealed = {"kafka_partition": "-1", "last_offset": "-1", "last_refresh_time": SEALED_AT, "updated_at": SEALED_AT}
         out.append(schemas.insert_select_sql(d, d.q(SEALED), schemas.WATERMARK, sealed, "").rstrip())
         for copy, source in [(TARGET, rel.target)] + ([(DELETED, rel.deleted)] if self.ctx.hard_deletes else []):
-            out.append(f"INSERT INTO {d.q(copy)} SELECT * FROM {source} t WHERE {self.key_condition('t')}")
+            out.append(f"INSERT INTO {d.q(copy)} SELECT * FROM {source} t WHERE {self.keys_condition('t')}")
         columns = [c.name for c in schemas.QUARANTINE]
         selected = ["'replaying'" if name == "handled" else f"q.{name}" for name in columns]
         out.append(
@@ -202,6 +209,7 @@ class ExplainSql:
         )
 
     def statements(self) -> list[str]:
-        """Every statement explain runs, in order (the key's values bound by the caller)."""
+        """Every statement explain runs, in order (the key's values bound by the caller; the
+        statements after the CALL run once per key)."""
         out = [*self.setup(), self.procedure_sql(), self.call_sql(), self.records_sql(), self.stored_sql()]
         return out + ([self.stored_sql(deleted=True)] if self.ctx.hard_deletes else []) + [self.quarantine_sql()]
