@@ -28,6 +28,7 @@ from enum import StrEnum
 from typing import Any
 
 from sync.config import ConfigError, Pipeline, TableConfig
+from sync.operations.ordering import readable_position
 from sync.sql.explain import PENDING, QUARANTINED, RETAINED, STAGE_COLUMNS, ExplainSql
 from sync.sql.procedure import Action
 from sync.warehouse import Warehouse
@@ -153,7 +154,7 @@ def _pending_verdict(facts: _Facts, row: dict[str, Any]) -> tuple[Outcome, str]:
     if action == Action.STALE:
         if facts.table.order_by == "kafka":
             return Outcome.STALE, f"stale: older in Kafka order than the stored record {facts.newest_stored()}"
-        return Outcome.STALE, f"stale: not newer than the stored position {facts.stored_pos}"
+        return Outcome.STALE, f"stale: not newer than the stored position {readable_position(facts.stored_pos)}"
     if action == Action.TRUNCATED:
         return Outcome.TRUNCATED, "voided by a newer truncate of the table"
     if action == Action.TOMBSTONE:
@@ -169,14 +170,20 @@ def _pending_verdict(facts: _Facts, row: dict[str, Any]) -> tuple[Outcome, str]:
         by = f"{winner[0]}:{winner[1]}" if winner else "a newer record"
         return Outcome.SUPERSEDED, f"superseded in its batch by {by}"
     if row["_op"] is None and action == Action.DELETE:
-        at = f"placed at position {row['_source_pos']}" if row["_source_pos"] is not None else "with no position stored"
+        at = (
+            f"placed at position {readable_position(row['_source_pos'])}"
+            if row["_source_pos"] is not None
+            else "with no position stored"
+        )
         return Outcome.TOMBSTONE_DELETE, f"tombstone-only delete {at}"
     verdict = f"applied ({action})"
     kept = [c for c in (row["_unavailable"] or "").split("|") if c]
     if kept:
         verdict += f", keeping the stored value of {', '.join(kept)} (TOAST placeholder)"
     if row["_source_pos"] is not None and row["_source_pos"] == facts.stored_pos:
-        verdict += f": another change at the stored position {facts.stored_pos} (one transaction), in Kafka order"
+        verdict += (
+            f": another change at the stored position {readable_position(facts.stored_pos)} (one transaction), in Kafka order"
+        )
     return Outcome.APPLIED, verdict
 
 
@@ -205,11 +212,17 @@ def _read_verdict(facts: _Facts, coordinates: tuple[int, int], row: dict[str, An
     if row["_source_pos"] == stored:
         return (
             Outcome.OLDER,
-            f"read earlier: at the stored position {stored} (a re-sent copy, or a change of its transaction before the stored one)",
+            f"read earlier: at the stored position {readable_position(stored)} (a re-sent copy, or a change of its transaction before the stored one)",
         )
     if row["_source_pos"] < stored:
-        return Outcome.OLDER, f"stale: older than the stored position {stored} (superseded, stale, or applied and since replaced)"
-    return Outcome.OLDER, f"read earlier: newer than the stored position {stored} yet not stored (voided by a truncate)"
+        return (
+            Outcome.OLDER,
+            f"read earlier: older than the stored position {readable_position(stored)} (superseded or stale then, or applied and replaced since)",
+        )
+    return (
+        Outcome.OLDER,
+        f"read earlier: newer than the stored position {readable_position(stored)} yet not stored (voided by a truncate)",
+    )
 
 
 def _entries(facts: _Facts) -> list[Entry]:
