@@ -382,7 +382,10 @@ def status(
 @handle_errors
 def explain(
     table: Annotated[str, typer.Option("--table", "-t", help="Pipeline table.", metavar="TABLE")],
-    key: Annotated[list[str], typer.Option("--key", "-k", help="A key field's value, FIELD=VALUE (repeat for a composite key).")],
+    key: Annotated[
+        list[str],
+        typer.Option("--key", "-k", help="A key field's value, FIELD=VALUE (repeat for a composite key).", metavar="KEY"),
+    ],
     config: ConfigOpt = None,
     dsn: DsnOpt = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the explanation as JSON.")] = False,
