@@ -63,6 +63,7 @@ columns = [
   { name = "id", type = "integer" },
   { name = "body", type = "varchar(1000)" },
 ]
+on_truncate = "delete"
 """
 TOAST = "__debezium_unavailable_value"
 
@@ -266,6 +267,24 @@ def test_a_toast_placeholder_and_a_quarantined_record(cli):
     after = cli.explain("customer", "CUST_ID=C1")
     assert at(after, 0, 0)["verdict"] == f"quarantined: {reason}"
     assert not [e for e in after if e["origin"] == "stored row"]
+
+
+def test_a_record_a_newer_truncate_voids_and_explain_writes_nothing(cli, wh):
+    """A truncate's rule writes the target and the deleted keys: explain's copies take it,
+    the target keeps its row until the sync."""
+    cs = ChangeStream(["id"], PostgresSource(table="notes"))
+    cli.ingest("notes", [cs.insert({"id": 3, "body": "kept"})])
+    cli.sync("notes")
+    cli.ingest("notes", [cs.update(None, {"id": 3, "body": "changed"}), cs.truncate()])
+    entries = cli.explain("notes", "id=3")
+    assert at(entries, 0, 1)["verdict"] == "pending: above the watermark, would be voided by a newer truncate of the table"
+    assert wh.query('SELECT id, body FROM cdc."notes"') == [(3, "kept")]
+    assert wh.query('SELECT COUNT(*) FROM cdc."notes__deleted"') == [(0,)]
+    run = cli.sync("notes")
+    assert (run["stale"], run["truncates"]) == (1, 1)
+    after = cli.explain("notes", "id=3")
+    assert not [e for e in after if e["origin"] == "stored row"]
+    assert stored(after, "remembered delete")["kafka_partition"] is None  # recorded at the truncate's position
 
 
 def test_an_unknown_key_field_is_refused(cli):
