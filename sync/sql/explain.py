@@ -103,7 +103,7 @@ class ExplainSql:
         return TableSql(self.d, self.pipeline, self.table)
 
     def _swapped(self, stage: str, **swaps: str) -> SwappedSql:
-        held = {"target": TARGET, **({"deleted": DELETED} if self.ctx.hard_deletes else {})}
+        held = {"target": self.d.q(TARGET), **({"deleted": self.d.q(DELETED)} if self.ctx.hard_deletes else {})}
         return SwappedSql(self.d, self.pipeline, self.table, tuple({"stage": stage, **held, **swaps}.items()))
 
     @property

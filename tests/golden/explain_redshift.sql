@@ -280,14 +280,14 @@ BEGIN
     UPDATE "explain_pending" s SET _rank_pos = t._source_pos
     FROM (SELECT * FROM (SELECT t.*, ROW_NUMBER() OVER (PARTITION BY t."customer_id"
             ORDER BY t._source_pos DESC NULLS LAST, t._kafka_partition DESC, t._kafka_offset DESC) AS stored_rn__
-          FROM explain_target t WHERE EXISTS (SELECT 1 FROM "explain_pending" y WHERE y._source_pos IS NULL AND y._action IN ('upsert', 'delete') AND y."customer_id" = t."customer_id")) o
+          FROM "explain_target" t WHERE EXISTS (SELECT 1 FROM "explain_pending" y WHERE y._source_pos IS NULL AND y._action IN ('upsert', 'delete') AND y."customer_id" = t."customer_id")) o
         WHERE o.stored_rn__ = 1) t
     WHERE s._source_pos IS NULL AND s._action IN ('upsert', 'delete') AND t."customer_id" = s."customer_id"
       AND t._source_pos IS NOT NULL AND (s._rank_pos IS NULL OR s._rank_pos < t._source_pos);
     UPDATE "explain_pending" s SET _rank_pos = t._source_pos
     FROM (SELECT * FROM (SELECT t.*, ROW_NUMBER() OVER (PARTITION BY t."customer_id"
             ORDER BY t._source_pos DESC NULLS LAST, t._kafka_partition DESC, t._kafka_offset DESC) AS stored_rn__
-          FROM explain_deleted t WHERE EXISTS (SELECT 1 FROM "explain_pending" y WHERE y._source_pos IS NULL AND y._action IN ('upsert', 'delete') AND y."customer_id" = t."customer_id")) o
+          FROM "explain_deleted" t WHERE EXISTS (SELECT 1 FROM "explain_pending" y WHERE y._source_pos IS NULL AND y._action IN ('upsert', 'delete') AND y."customer_id" = t."customer_id")) o
         WHERE o.stored_rn__ = 1) t
     WHERE s._source_pos IS NULL AND s._action IN ('upsert', 'delete') AND t."customer_id" = s."customer_id"
       AND t._source_pos IS NOT NULL AND (s._rank_pos IS NULL OR s._rank_pos < t._source_pos);
@@ -321,7 +321,7 @@ BEGIN
            "mktsegment" = CASE WHEN s._unavailable LIKE '%|mktsegment|%' THEN t."mktsegment" ELSE s."mktsegment" END
     FROM (SELECT * FROM (SELECT t.*, ROW_NUMBER() OVER (PARTITION BY t."customer_id"
               ORDER BY t._source_pos DESC NULLS LAST, t._kafka_partition DESC, t._kafka_offset DESC) AS stored_rn__
-            FROM explain_target t WHERE EXISTS (SELECT 1 FROM "explain_pending" x WHERE x._rn = 1 AND x._action = 'upsert' AND x._unavailable IS NOT NULL AND x."customer_id" = t."customer_id")) o
+            FROM "explain_target" t WHERE EXISTS (SELECT 1 FROM "explain_pending" x WHERE x._rn = 1 AND x._action = 'upsert' AND x._unavailable IS NOT NULL AND x."customer_id" = t."customer_id")) o
           WHERE o.stored_rn__ = 1) t
     WHERE s._rn = 1 AND s._action = 'upsert' AND s._unavailable IS NOT NULL
       AND t."customer_id" = s."customer_id";
@@ -331,14 +331,14 @@ BEGIN
            _reason = SUBSTRING('no earlier value is known for the TOAST placeholder (__debezium_unavailable_value) in '
                                || BTRIM(s._unavailable, '|'), 1, 1000)
     WHERE s._rn = 1 AND s._action = 'upsert' AND s._unavailable <> '|'
-      AND NOT EXISTS (SELECT 1 FROM explain_target t WHERE t."customer_id" = s."customer_id");
+      AND NOT EXISTS (SELECT 1 FROM "explain_target" t WHERE t."customer_id" = s."customer_id");
   END IF;
   -- 5. Never regress: a winner not newer than what is stored for its key is stale.
   UPDATE "explain_pending" s SET _action = 'stale', _reason = s._action
   WHERE s._rn = 1 AND s._action IN ('upsert', 'delete') AND s._source_pos IS NOT NULL
     AND s._source_pos <= (SELECT MAX(k._source_pos)
-                          FROM (SELECT t."customer_id", t._source_pos FROM explain_target t
-                                 UNION ALL SELECT t."customer_id", t._source_pos FROM explain_deleted t) k
+                          FROM (SELECT t."customer_id", t._source_pos FROM "explain_target" t
+                                 UNION ALL SELECT t."customer_id", t._source_pos FROM "explain_deleted" t) k
                           WHERE k."customer_id" = s."customer_id");
   GET DIAGNOSTICS v_rows := ROW_COUNT;
   -- 5. A stale winner at exactly the stored position that changes something is another
@@ -352,24 +352,24 @@ BEGIN
       UPDATE "explain_pending" s SET _reason = NULL
       WHERE s._rn = 1 AND s._action = 'stale' AND s._reason IS NOT NULL
         AND EXISTS (SELECT 1 FROM "explain_watermark" w WHERE w.kafka_partition = s._kafka_partition AND s._kafka_offset <= w.last_offset)
-        AND EXISTS (SELECT 1 FROM explain_target t WHERE t."customer_id" = s."customer_id" AND t._source_pos = s._source_pos
+        AND EXISTS (SELECT 1 FROM "explain_target" t WHERE t."customer_id" = s."customer_id" AND t._source_pos = s._source_pos
           AND (s._kafka_partition < t._kafka_partition OR (s._kafka_partition = t._kafka_partition AND s._kafka_offset < t._kafka_offset)));
       UPDATE "explain_pending" s SET _reason = NULL
       WHERE s._rn = 1 AND s._action = 'stale' AND s._reason IS NOT NULL
         AND EXISTS (SELECT 1 FROM "explain_watermark" w WHERE w.kafka_partition = s._kafka_partition AND s._kafka_offset <= w.last_offset)
-        AND EXISTS (SELECT 1 FROM explain_deleted t WHERE t."customer_id" = s."customer_id" AND t._source_pos = s._source_pos
+        AND EXISTS (SELECT 1 FROM "explain_deleted" t WHERE t."customer_id" = s."customer_id" AND t._source_pos = s._source_pos
           AND (s._kafka_partition < t._kafka_partition OR (s._kafka_partition = t._kafka_partition AND s._kafka_offset < t._kafka_offset)));
     END IF;
     UPDATE "explain_pending" s SET _action = s._reason, _reason = NULL
     WHERE s._rn = 1 AND s._action = 'stale' AND s._reason = 'upsert'
-      AND EXISTS (SELECT 1 FROM explain_target t WHERE t."customer_id" = s."customer_id" AND t._source_pos = s._source_pos
+      AND EXISTS (SELECT 1 FROM "explain_target" t WHERE t."customer_id" = s."customer_id" AND t._source_pos = s._source_pos
         AND ((t."name" <> s."name" OR (t."name" IS NULL) <> (s."name" IS NULL)) OR (t."mktsegment" <> s."mktsegment" OR (t."mktsegment" IS NULL) <> (s."mktsegment" IS NULL))));
     UPDATE "explain_pending" s SET _action = s._reason, _reason = NULL
     WHERE s._rn = 1 AND s._action = 'stale' AND s._reason = 'upsert'
-      AND EXISTS (SELECT 1 FROM explain_deleted t WHERE t."customer_id" = s."customer_id" AND t._source_pos = s._source_pos);
+      AND EXISTS (SELECT 1 FROM "explain_deleted" t WHERE t."customer_id" = s."customer_id" AND t._source_pos = s._source_pos);
     UPDATE "explain_pending" s SET _action = s._reason, _reason = NULL
     WHERE s._rn = 1 AND s._action = 'stale' AND s._reason = 'delete'
-      AND EXISTS (SELECT 1 FROM explain_target t WHERE t."customer_id" = s."customer_id" AND t._source_pos = s._source_pos);
+      AND EXISTS (SELECT 1 FROM "explain_target" t WHERE t."customer_id" = s."customer_id" AND t._source_pos = s._source_pos);
   END IF;
   -- A winner without a source position was never stale; it is recorded at the position
   -- it ranked by, so replays of what it superseded stay stale.
