@@ -36,6 +36,7 @@ GOLDEN_TESTS = [
     "tests/test_conflict_matrix.py",
     "tests/test_freshness.py",
     "tests/test_cost.py",
+    "tests/test_explain_sql.py",
 ]
 
 

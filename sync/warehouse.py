@@ -150,6 +150,26 @@ class Warehouse:
             raise
         self.execute("COMMIT")
 
+    @contextmanager
+    def rolled_back(self) -> Iterator[Warehouse]:
+        """An explicit transaction on this connection that is always rolled back: what the
+        block writes (temporary tables, a temporary procedure) is gone when it ends."""
+        if self.driver == "psycopg":
+            import psycopg
+
+            with self._driver_errors(), self._conn.transaction() as tx:
+                yield self
+                raise psycopg.Rollback(tx)
+            return
+        self.execute("BEGIN")
+        try:
+            yield self
+        finally:
+            try:
+                self.execute("ROLLBACK")
+            except Exception:  # a broken connection: the block's error says more
+                pass
+
     def relation_exists(self, schema: str, name: str) -> bool:
         return bool(
             self.scalar(

@@ -37,15 +37,19 @@ from sync.sql import recovery
 from sync.sql.backfill_merge import BackfillSql
 from sync.sql.dialect import dialect_for, quote_literal
 from sync.sql.names import table_names
+from sync.sql.explain import ExplainSql
 from sync.sql.statements import body_sql_statements, procedure_body, split_statements
 from tests.helpers import EXAMPLES, REPO
 
 PROCEDURES = REPO / "sql" / "procedures"
 EXAMPLE_NAMES = sorted(p.parent.name for p in EXAMPLES.glob("*/pipeline.toml"))
 # Per-table operations, in the order the documentation lists them.
-KINDS = ("sync", "isolate", "replay", "discard", "backfill", "reset-positions", "rebase-offsets", "prune", "refresh")
+KINDS = ("sync", "isolate", "replay", "discard", "backfill", "reset-positions", "rebase-offsets", "prune", "refresh", "explain")
 PRUNE_RUN_LOG = "prune run log"
-_SKIPPED = ("SET ", "ANALYZE ")  # session settings; statistics (no rows read or written)
+# Session settings; statistics (no rows read or written); a session's temporary table
+# (LIKE reads a definition, not rows) and a procedure's definition (its body is read at
+# its CALL).
+_SKIPPED = ("SET ", "ANALYZE ", "CREATE TEMPORARY TABLE ", "CREATE OR REPLACE PROCEDURE ")
 _INTO_VARIABLES = re.compile(r"\s+INTO\s+v_[a-z_]+(?:\s*,\s*v_[a-z_]+)*", re.I)
 _CALL = re.compile(r"^CALL\s+(\S+?)\((.*)\)\s*;?$", re.S)
 _LEADING_COMMENTS = re.compile(r"^(\s*--[^\n]*\n)+")
@@ -105,6 +109,12 @@ def _tables(tree: exp.Expression, schemas: set[str], skip: exp.Expression | None
     return out
 
 
+def _written(node: exp.Table) -> frozenset[str]:
+    """The relation a statement writes; none when it is a session's temporary table."""
+    name = _table_name(node)
+    return frozenset({name} if name else ())
+
+
 def statement_access(sql: str, schemas: set[str], procedures: dict[tuple[str, bool], Access]) -> Access:
     """What one statement locks, reads and writes (a CALL: what the procedure's body does)."""
     sql = _INTO_VARIABLES.sub("", _LEADING_COMMENTS.sub("", sql).strip())
@@ -112,7 +122,8 @@ def statement_access(sql: str, schemas: set[str], procedures: dict[tuple[str, bo
         return Access()
     lock = _LOCK.match(sql)
     if lock:
-        names = tuple(_name(n) for n in lock.group(1).split(","))
+        # A session's temporary table (unqualified) is locked by no other session.
+        names = tuple(name for n in lock.group(1).split(",") if "." in (name := _name(n)))
         return Access(names, names)
     call = _CALL.match(sql)
     if call:
@@ -156,14 +167,20 @@ def _header(statement: str) -> str:
     return statement.split("\n", 1)[0]
 
 
+def _procedure_key(statement: str) -> tuple[str, bool] | None:
+    """(name, takes arguments) of a CREATE PROCEDURE statement, else None."""
+    m = re.match(r"CREATE OR REPLACE PROCEDURE (\S+?)\((.*?)\)\s*$", _header(statement))
+    return (_name(m.group(1)), bool(m.group(2).strip())) if m else None
+
+
 def procedures_of(example: str, schemas: set[str]) -> dict[tuple[str, bool], Access]:
     """Each committed procedure's access, by (name, takes arguments); a body that CALLs
     another procedure is read after it."""
     found = {}
     for statement in committed_statements(example):
-        m = re.match(r"CREATE OR REPLACE PROCEDURE (\S+?)\((.*?)\)\s*$", _header(statement))
-        if m:
-            found[(_name(m.group(1)), bool(m.group(2).strip()))] = body_sql_statements(procedure_body(statement))
+        key = _procedure_key(statement)
+        if key:
+            found[key] = body_sql_statements(procedure_body(statement))
     out: dict[tuple[str, bool], Access] = {}
     while len(out) < len(found):
         for key, body in found.items():
@@ -175,15 +192,35 @@ def procedures_of(example: str, schemas: set[str]) -> dict[tuple[str, bool], Acc
     return out
 
 
+def created(
+    statements: list[str], schemas: set[str], procedures: dict[tuple[str, bool], Access]
+) -> dict[tuple[str, bool], Access]:
+    """The access of the procedures `statements` create (explain's temporary procedure)."""
+    found = {}
+    for statement in statements:
+        key = _procedure_key(statement)
+        if key:
+            found[key] = transaction_access(body_sql_statements(procedure_body(statement)), schemas, procedures)
+    return found
+
+
 def _bind(sql: str, params: list) -> str:
     for value in params:
         sql = sql.replace("%s", quote_literal(str(value)), 1)
     return sql
 
 
+def explain_sql(pipeline: Pipeline, table: TableConfig) -> list[str]:
+    """What `explain` runs on Redshift, in its one (rolled back) transaction, a key bound."""
+    sql = ExplainSql(dialect_for("redshift", pipeline.schema), pipeline, table, "explain_0")
+    return [_bind(s, ["K1"] * s.count("%s")) for s in sql.statements()]
+
+
 def _runtime_sql(pipeline: Pipeline, table: TableConfig, kind: str) -> list[str]:
     """The statements of one table's operation, as the command runs them on Redshift."""
     d = dialect_for("redshift", pipeline.schema)
+    if kind == "explain":
+        return explain_sql(pipeline, table)
     where, params = Selection(table.name).where()
     if kind == "sync":  # the procedure's lock first, the CALL and its result (runner.call_procedure)
         return [recovery.lock_sql(d, pipeline, table), call_sql(pipeline, table.name), call_result_sql(table.name)]
@@ -239,7 +276,8 @@ def operations(example: str) -> tuple[Operation, ...]:
                 stream = f"{pipeline.schema}.{table_names(pipeline, table).stream}"
                 access = statement_access(views[stream], schemas, procedures)
             else:
-                access = transaction_access(_runtime_sql(pipeline, table, kind), schemas, procedures)
+                statements = _runtime_sql(pipeline, table, kind)
+                access = transaction_access(statements, schemas, {**procedures, **created(statements, schemas, procedures)})
             out.append(Operation(f"{kind} {table.name}", kind, table.name, access))
     run_log = prune_sql(dialect_for("redshift", pipeline.schema), pipeline, 30).run_log
     out.append(Operation(PRUNE_RUN_LOG, PRUNE_RUN_LOG, None, transaction_access(run_log, schemas, {})))

@@ -22,13 +22,18 @@ import pytest
 
 from tests.conflict_matrix import (
     EXAMPLE_NAMES,
+    created,
     document,
     documented,
+    example_pipeline,
+    explain_sql,
     lock_order_violations,
     markdown,
     operations,
     pairs,
+    procedures_of,
     statement_access,
+    transaction_access,
     verdict,
 )
 
@@ -79,6 +84,26 @@ def test_the_example_from_the_aws_page_is_a_cycle_and_a_shared_first_lock_serial
 def test_reads_and_writes_are_read_off_the_statement(sql, reads, writes):
     access = statement_access(sql, {"s"}, {})
     assert (set(access.reads), set(access.writes)) == (reads, writes)
+
+
+@pytest.mark.parametrize("example", EXAMPLE_NAMES)
+def test_explain_writes_and_locks_nothing_shared_and_a_shared_stage_would_conflict(example):
+    """explain runs the procedure's steps over temporary tables: were its stage the
+    table's own, the rolled-back write would still form a cycle with the table's CALL
+    (the CALL reads the stage; explain reads the target the CALL writes)."""
+    ops = operations(example)
+    pipeline = example_pipeline(example)
+    schemas = {pipeline.schema, pipeline.source.external_schema}
+    procedures = procedures_of(example, schemas)
+    for op in (o for o in ops if o.kind == "explain"):
+        assert op.access.writes == frozenset() and op.access.locks == (), op
+        sync = next(o for o in ops if o.kind == "sync" and o.table == op.table)
+        assert verdict(op.access, sync.access).safe
+        stage = f'"{pipeline.schema}"."{op.table}__stage"'
+        shared = [s.replace('"explain_pending"', stage) for s in explain_sql(pipeline, pipeline.table(op.table))]
+        access = transaction_access(shared, schemas, {**procedures, **created(shared, schemas, procedures)})
+        assert f"{pipeline.schema}.{op.table}__stage" in access.writes
+        assert not verdict(access, sync.access).safe
 
 
 def test_the_documented_matrix_is_the_computed_one():

@@ -15,7 +15,16 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from sync.cli.report import print_backfill, print_cost, print_freshness, print_pruned, print_reconcile, print_runs, print_status
+from sync.cli.report import (
+    print_backfill,
+    print_cost,
+    print_explanation,
+    print_freshness,
+    print_pruned,
+    print_reconcile,
+    print_runs,
+    print_status,
+)
 from sync.config import ConfigError, Pipeline, load_pipeline
 from sync.extras import MissingExtra, require_spark
 from sync.resources import relative_to_cwd
@@ -367,6 +376,32 @@ def status(
     print_cost(durations, statements, console)
     for line in warnings:
         console.print(f"  {line}", style="yellow", highlight=False, soft_wrap=True)
+
+
+@app.command()
+@handle_errors
+def explain(
+    table: Annotated[str, typer.Option("--table", "-t", help="Pipeline table.", metavar="TABLE")],
+    key: Annotated[
+        list[str],
+        typer.Option("--key", "-k", help="A key field's value, FIELD=VALUE (repeat for a composite key).", metavar="KEY"),
+    ],
+    config: ConfigOpt = None,
+    dsn: DsnOpt = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the explanation as JSON.")] = False,
+) -> None:
+    """Why a key's row looks as it does: its records, quarantine, remembered delete and stored row, each with a verdict."""
+    from sync.operations.explain import explain as explain_key
+
+    pipeline, _, wh = open_checked(config, dsn)
+    try:
+        result = explain_key(wh, pipeline, table, key)
+    finally:
+        wh.close()
+    if as_json:
+        print_json(result.as_dict())
+        return
+    print_explanation(result, console)
 
 
 @app.command()

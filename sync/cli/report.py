@@ -10,6 +10,7 @@ from rich.table import Table
 from rich.text import Text
 
 from sync.operations.freshness import Freshness
+from sync.operations.ordering import readable_position
 from sync.operations.unknown_values import UnknownValues
 from sync.sql.procedure.routing import UNMATCHED_KIND
 
@@ -256,3 +257,17 @@ def print_verify(report: Any, out: Console) -> None:
         highlight=False,
         markup=False,
     )
+
+
+def print_explanation(result: Any, out: Console) -> None:
+    """`explain`: the key's stored row and remembered delete, its records newest first as
+    ranked, then its quarantined records; each on one line, its verdict (or the stored
+    values) on the next."""
+    key = ", ".join(f"{k}={v}" for k, v in result.key.items())
+    out.print(f"explain {result.table} {key}: {len(result.entries)} entries, newest first as ranked", highlight=False)
+    for e in result.entries:
+        ts = (e.kafka_timestamp or "-")[:23]
+        position = readable_position(e.source_pos) if e.source_pos else "-"
+        out.print(f"{e.origin:<17} {e.coordinates:<9} {e.op or '-':<2} {ts:<23} position {position}", highlight=False)
+        detail = ", ".join(f"{k}={v}" for k, v in e.values.items()) if e.values else e.verdict
+        out.print(f"    {detail}", highlight=False, soft_wrap=True)

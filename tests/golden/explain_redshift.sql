@@ -1,0 +1,734 @@
+CREATE TEMPORARY TABLE "explain_pending" (LIKE "cdc"."customer__stage");
+
+CREATE TEMPORARY TABLE "explain_retained" (LIKE "cdc"."customer__stage");
+
+CREATE TEMPORARY TABLE "explain_quarantined" (LIKE "cdc"."customer__stage");
+
+CREATE TEMPORARY TABLE "explain_watermark" (LIKE "cdc"."customer__watermark");
+
+CREATE TEMPORARY TABLE "explain_unread" (LIKE "cdc"."customer__watermark");
+
+CREATE TEMPORARY TABLE "explain_sealed" (LIKE "cdc"."customer__watermark");
+
+CREATE TEMPORARY TABLE "explain_target" (LIKE "cdc"."customer");
+
+CREATE TEMPORARY TABLE "explain_deleted" (LIKE "cdc"."customer__deleted");
+
+CREATE TEMPORARY TABLE "explain_replaying" (LIKE "cdc"."customer__quarantine");
+
+CREATE TEMPORARY TABLE "explain_no_quarantine" (LIKE "cdc"."customer__quarantine");
+
+INSERT INTO "explain_watermark" SELECT * FROM "cdc"."customer__watermark";
+
+INSERT INTO "explain_sealed" (kafka_partition, last_offset, last_refresh_time, updated_at)
+SELECT -1, -1, TIMESTAMP '9999-12-31 00:00:00', TIMESTAMP '9999-12-31 00:00:00';
+
+INSERT INTO "explain_target" SELECT * FROM "cdc"."customer" t WHERE t."customer_id" = CAST('C001' AS varchar(64));
+
+INSERT INTO "explain_deleted" SELECT * FROM "cdc"."customer__deleted" t WHERE t."customer_id" = CAST('C001' AS varchar(64));
+
+INSERT INTO "explain_replaying" (table_name, kafka_partition, kafka_offset, kafka_timestamp, reason, payload, raw_value, run_started_at, handled, handled_at)
+SELECT q.table_name, q.kafka_partition, q.kafka_offset, q.kafka_timestamp, q.reason, q.payload, q.raw_value, q.run_started_at, 'replaying', q.handled_at
+FROM "cdc"."customer__quarantine" q WHERE q.table_name = 'customer';
+
+CREATE OR REPLACE PROCEDURE "cdc"."explain_0"(p_max_records bigint)
+AS $$
+-- redshift-sync explain (table customer): the procedure incremental_sync_customer's steps over
+-- temporary tables, in a transaction that is rolled back.
+DECLARE
+  v_started timestamp; v_since timestamp; v_wm_before varchar(65535); v_read bigint := 0; v_upserted bigint := 0;
+  v_deleted bigint := 0; v_quarantined bigint := 0; v_tombstones bigint := 0; v_stale bigint := 0;
+  v_superseded bigint := 0; v_truncates bigint := 0; v_rows bigint := 0; v_positionless bigint := 0;
+  v_unavailable bigint := 0; v_drift bigint := 0; v_replayed bigint := 0; v_lag double precision; v_until_time timestamp;
+  v_until_partition bigint; v_until_offset bigint; v_truncate_pos varchar(64); v_truncate_ts timestamp;
+BEGIN
+  -- Pending records: the call's reading of the stream, then the rules of the batch.
+  -- 10. Session settings this procedure needs.
+  SET enable_case_sensitive_identifier TO true;
+  SET cast_super_null_on_error TO on;
+  -- 1. Single flight: a second call (or a backfill) waits here until the first commits,
+  --    then sees its watermark, so no record is applied twice. Only the control table
+  --    is locked: on Redshift every LOCK is exclusive, and the target stays readable.
+  LOCK TABLE "explain_watermark";
+  v_started := CAST(TO_TIMESTAMP(TIMEOFDAY(), 'Dy Mon DD HH24:MI:SS.US YYYY') AS timestamp);
+  -- The watermark, its summary for the run log, and the quarantined records being replayed.
+  SELECT MAX(r.last_refresh_time),
+         (SELECT COUNT(*) FROM "cdc"."customer__quarantine" WHERE table_name = 'customer' AND handled = 'replaying'),
+         LISTAGG(CASE WHEN r.pos__ <= 65503 THEN r.item__ END, ',') WITHIN GROUP (ORDER BY r.order__)
+         || COALESCE(' (+' || CAST(NULLIF(COUNT(CASE WHEN r.pos__ > 65503 THEN 1 END), 0) AS varchar(20)) || ' more)', '')
+  INTO v_since, v_replayed, v_wm_before
+  FROM (SELECT r.*, SUM(OCTET_LENGTH(r.item__) + 1) OVER (ORDER BY r.order__ ROWS UNBOUNDED PRECEDING) AS pos__
+        FROM (SELECT r.*, CAST(r.kafka_partition AS varchar(20)) || ':' || CAST(r.last_offset AS varchar(20)) AS item__,
+            r.kafka_partition AS order__ FROM "explain_watermark" r) r) r;
+  v_since := COALESCE(v_since, TIMESTAMP '1900-01-01 00:00:00');
+  -- A bounded run (record isolation by the caller) reads the first p_max_records pending
+  -- records in (refresh_time, partition, offset) order: a prefix of every partition
+  -- (0: none, which tells a failure of the procedure itself from one of a record).
+  v_until_time := TIMESTAMP '9999-12-31 00:00:00';
+  IF p_max_records < 1 THEN
+    v_until_time := TIMESTAMP '1900-01-01 00:00:00';
+  ELSIF p_max_records IS NOT NULL THEN
+    SELECT x.refresh_time, x.kafka_partition, x.kafka_offset
+    INTO v_until_time, v_until_partition, v_until_offset
+    FROM (SELECT s.*, ROW_NUMBER() OVER (ORDER BY s.refresh_time, s.kafka_partition, s.kafka_offset) AS read_no
+          FROM "cdc"."customer__stream" s
+          LEFT JOIN "explain_watermark" w ON w.kafka_partition = s.kafka_partition
+          WHERE s.refresh_time >= v_since
+            AND s.kafka_offset > COALESCE(w.last_offset, -1)) x
+    WHERE x.read_no = p_max_records;
+    v_until_time := COALESCE(v_until_time, TIMESTAMP '9999-12-31 00:00:00');
+  END IF;
+  -- 2./3. Records past the watermark (refresh_time only prunes), classified, typed
+  --       and ranked per key, into the stage. Everything below reads the stage only.
+  INSERT INTO "explain_pending" (
+    "_kafka_partition", "_kafka_offset", "_kafka_timestamp", "_refresh_time", "_op", "_action", "_reason", "_rn",
+    "_source_ts", "_source_pos", "_rank_pos", "customer_id", "name", "mktsegment", "_unavailable", "_payload",
+    "_raw_value", "_drift_img"
+  )
+  WITH batch AS (
+    SELECT s.kafka_partition, s.kafka_offset, s.kafka_timestamp, s.refresh_time,
+           s.payload, s.raw_value,
+           CASE WHEN IS_OBJECT(s.payload."schema") THEN s.payload."payload" ELSE s.payload END AS env,
+           CASE WHEN IS_OBJECT(s.key_payload."schema") THEN s.key_payload."payload" ELSE s.key_payload END AS key_env
+    FROM "cdc"."customer__stream" s
+    LEFT JOIN "explain_watermark" w ON w.kafka_partition = s.kafka_partition
+    WHERE s.refresh_time >= v_since
+      AND s.kafka_offset > COALESCE(w.last_offset, -1)
+      AND (s.refresh_time < v_until_time
+           OR (s.refresh_time = v_until_time
+               AND (s.kafka_partition < v_until_partition
+                    OR (s.kafka_partition = v_until_partition AND s.kafka_offset <= v_until_offset))))
+    UNION ALL
+    -- Quarantined records being replayed (at or below the watermark: already read once).
+    SELECT r.kafka_partition, r.kafka_offset, r.kafka_timestamp, r.run_started_at,
+           r.payload, r.raw_value,
+           CASE WHEN IS_OBJECT(r.payload."schema") THEN r.payload."payload" ELSE r.payload END AS env,
+           CAST(NULL AS super) AS key_env
+    FROM "cdc"."customer__quarantine" r
+    WHERE v_replayed > 0 AND r.table_name = 'customer' AND r.handled = 'replaying'),
+  batch_1 AS (
+    SELECT f.*, (CASE WHEN JSON_SIZE(f.env."op") <= 65535 THEN f.env."op" END) AS "b__o0"
+    FROM batch f),
+  batch_2 AS (
+    SELECT f.*, CASE WHEN IS_VARCHAR(f.b__o0) THEN f.b__o0::varchar(65535) WHEN f.b__o0 IS NOT NULL THEN JSON_SERIALIZE(f.b__o0) END AS "x__o0"
+    FROM batch_1 f),
+  envelope AS (
+    SELECT f.kafka_partition, f.kafka_offset, f.kafka_timestamp, f.refresh_time,
+           f.payload, f.raw_value, f.env, f.key_env,
+           f.x__o0 AS op,
+           CASE WHEN f.x__o0 = 'd' THEN f.env."before" ELSE f.env."after" END AS img,
+           f.env."source" AS src
+    FROM batch_2 f),
+  envelope_1 AS (
+    SELECT f.*, (CASE WHEN JSON_SIZE(f.src."file") <= 65535 THEN f.src."file" END) AS "b__p0",
+           (CASE WHEN JSON_SIZE(f.src."pos") <= 65535 THEN f.src."pos" END) AS "b__p1",
+           (CASE WHEN JSON_SIZE(f.src."row") <= 65535 THEN f.src."row" END) AS "b__p2"
+    FROM envelope f),
+  envelope_2 AS (
+    SELECT f.*, CASE WHEN IS_VARCHAR(f.b__p0) THEN f.b__p0::varchar(65535) WHEN f.b__p0 IS NOT NULL THEN JSON_SERIALIZE(f.b__p0) END AS "x__p0",
+           CASE WHEN IS_VARCHAR(f.b__p1) THEN f.b__p1::varchar(65535) WHEN f.b__p1 IS NOT NULL THEN JSON_SERIALIZE(f.b__p1) END AS "x__p1",
+           CASE WHEN IS_VARCHAR(f.b__p2) THEN f.b__p2::varchar(65535) WHEN f.b__p2 IS NOT NULL THEN JSON_SERIALIZE(f.b__p2) END AS "x__p2"
+    FROM envelope_1 f),
+  fields AS (
+    SELECT f.kafka_partition, f.kafka_offset, f.kafka_timestamp, f.refresh_time, f.payload, f.raw_value, f.env, f.img, f.op, f.src."ts_ms" AS source_ts_ms,
+           lpad(REGEXP_SUBSTR(f.x__p0, '[0-9]*$'), 20, '0') || '.' || lpad(f.x__p1, 20, '0') || '.' || lpad(COALESCE(f.x__p2, ''), 20, '0') AS source_pos,
+           f.img."CUST_ID" AS "ji__customer_id", CASE WHEN IS_OBJECT(f.key_env) THEN f.key_env."CUST_ID" ELSE f.key_env END AS "jk__customer_id",
+           f.img."NAME" AS "j__name", f.img."MKTSEGMENT" AS "j__mktsegment"
+    FROM envelope_2 f),
+  fields_1 AS (
+    SELECT f.*, (CASE WHEN JSON_SIZE(f."ji__customer_id") <= 65535 THEN f."ji__customer_id" END) AS "b__i0",
+           (CASE WHEN JSON_SIZE(f."jk__customer_id") <= 65535 THEN f."jk__customer_id" END) AS "b__k0",
+           (CASE WHEN JSON_SIZE(f."j__name") <= 65535 THEN f."j__name" END) AS "b__v0",
+           (CASE WHEN JSON_SIZE(f."j__mktsegment") <= 65535 THEN f."j__mktsegment" END) AS "b__v1"
+    FROM fields f),
+  fields_2 AS (
+    SELECT f.*, CASE WHEN IS_VARCHAR(f.b__i0) THEN f.b__i0::varchar(65535) WHEN f.b__i0 IS NOT NULL THEN JSON_SERIALIZE(f.b__i0) END AS "x__i0",
+           CASE WHEN IS_VARCHAR(f.b__k0) THEN f.b__k0::varchar(65535) WHEN f.b__k0 IS NOT NULL THEN JSON_SERIALIZE(f.b__k0) END AS "x__k0",
+           CASE WHEN IS_VARCHAR(f.b__v0) THEN f.b__v0::varchar(65535) WHEN f.b__v0 IS NOT NULL THEN JSON_SERIALIZE(f.b__v0) END AS "x__v0",
+           CASE WHEN IS_VARCHAR(f.b__v1) THEN f.b__v1::varchar(65535) WHEN f.b__v1 IS NOT NULL THEN JSON_SERIALIZE(f.b__v1) END AS "x__v1"
+    FROM fields_1 f),
+  fields_3 AS (
+    SELECT f.*,
+           COALESCE(f.x__v0 IN ('__debezium_unavailable_value', 'X19kZWJleml1bV91bmF2YWlsYWJsZV92YWx1ZQ==', '["__debezium_unavailable_value"]'),
+               false) AS "u__name",
+           COALESCE(f.x__v1 IN ('__debezium_unavailable_value', 'X19kZWJleml1bV91bmF2YWlsYWJsZV92YWx1ZQ==', '["__debezium_unavailable_value"]'),
+               false) AS "u__mktsegment"
+    FROM fields_2 f),
+  typed AS (
+    SELECT f.kafka_partition, f.kafka_offset, f.kafka_timestamp, f.refresh_time, f.payload, f.raw_value, f.env, f.img, f.op, f.source_pos,
+           CAST(f.source_ts_ms AS bigint) AS source_ts_ms, NOT (f.source_ts_ms IS NULL) AS has_source_ts,
+           COALESCE(CAST(CASE WHEN OCTET_LENGTH(f.x__i0) <= 64 THEN f.x__i0 END AS varchar(64)), CAST(CASE WHEN OCTET_LENGTH(f.x__k0) <= 64
+               THEN f.x__k0 END AS varchar(64))) AS "customer_id",
+           f."j__name" AS "j__name", f."u__name" AS "u__name",
+           CASE WHEN f."u__name" THEN NULL ELSE CAST(CASE WHEN OCTET_LENGTH(f.x__v0) <= 256 THEN f.x__v0 END AS varchar(256)) END AS "name",
+           f."j__mktsegment" AS "j__mktsegment", f."u__mktsegment" AS "u__mktsegment",
+           CASE WHEN f."u__mktsegment" THEN NULL ELSE CAST(CASE WHEN OCTET_LENGTH(f.x__v1) <= 64 THEN f.x__v1 END AS varchar(64)) END AS "mktsegment",
+           NULLIF('|' || CASE WHEN f."u__name" THEN 'name|' ELSE '' END || CASE WHEN f."u__mktsegment" THEN 'mktsegment|' ELSE '' END, '|') AS unavailable,
+           CASE WHEN f.op IN ('c', 'r', 'u') AND IS_OBJECT(f.img) AND NOT (f."ji__customer_id" IS NOT NULL AND f."j__name" IS NOT NULL
+               AND f."j__mktsegment" IS NOT NULL AND GET_NUMBER_ATTRIBUTES(f.img) = 3) THEN f.img END AS drift_img
+    FROM fields_3 f),
+  checked AS (
+    SELECT t.kafka_partition, t.kafka_offset, t.kafka_timestamp, t.refresh_time, t.raw_value, t.op, t.source_ts_ms,
+           t.source_pos, t.unavailable, t.drift_img, t."customer_id", t."name", t."mktsegment",
+           t.payload, t.has_source_ts,
+           CASE
+             WHEN t.raw_value IS NOT NULL THEN 1
+             WHEN (t.env IS NULL) THEN 2
+             WHEN NOT IS_OBJECT(t.env) THEN 3
+             WHEN t.op IS NULL THEN 4
+             WHEN t.op = 't' THEN 5
+             WHEN t.op NOT IN ('c', 'r', 'u', 'd') THEN 6
+             WHEN t.op <> 'd' AND ((t.img IS NULL) OR NOT IS_OBJECT(t.img)) THEN 7
+             WHEN t."customer_id" IS NULL THEN 8
+             WHEN t.has_source_ts AND (t.source_ts_ms IS NULL OR t.source_ts_ms NOT BETWEEN 0 AND 253402300799999) THEN 9
+             WHEN t.op <> 'd' AND NOT (t."j__name" IS NULL) AND t."name" IS NULL AND NOT t."u__name" THEN 10
+             WHEN t.op <> 'd' AND NOT (t."j__mktsegment" IS NULL) AND t."mktsegment" IS NULL AND NOT t."u__mktsegment" THEN 11
+             WHEN t.op = 'd' THEN 12
+             ELSE 0
+           END AS check_no
+    FROM typed t),
+  classified AS (
+    SELECT t.kafka_partition, t.kafka_offset, t.kafka_timestamp, t.refresh_time, t.raw_value, t.op,
+           CASE WHEN t.source_ts_ms BETWEEN 0 AND 253402300799999 THEN t.source_ts_ms END AS source_ts_ms, t.source_pos,
+           t.unavailable, t.drift_img, t."customer_id", t."name", t."mktsegment",
+           CASE
+             WHEN t.check_no IN (1, 3, 4, 6, 7, 8, 9, 10, 11) THEN 'quarantine'
+             WHEN t.check_no = 2 THEN 'tombstone'
+             WHEN t.check_no = 5 THEN 'truncate'
+             WHEN t.check_no = 12 THEN 'delete'
+             ELSE 'upsert'
+           END AS action,
+           CASE t.check_no
+             WHEN 1 THEN 'value is not valid JSON'
+             WHEN 3 THEN 'value is not a JSON object'
+             WHEN 4 THEN 'no op field: not a Debezium change event'
+             WHEN 6 THEN 'unknown op "' || CASE WHEN OCTET_LENGTH(t.op) <= 64 THEN t.op ELSE SUBSTRING(t.op, 1, 16) END || '"'
+             WHEN 7 THEN 'no row image: after is missing or not an object'
+             WHEN 8 THEN 'primary key field CUST_ID is missing or not a varchar(64)'
+             WHEN 9 THEN 'source time (ts_ms) is not milliseconds since the epoch between 1970 and 9999'
+             WHEN 10 THEN 'field NAME does not convert to varchar(256)'
+             WHEN 11 THEN 'field MKTSEGMENT does not convert to varchar(64)'
+           END AS reason,
+           CASE WHEN t.check_no IN (1, 3, 4, 6, 7, 8, 9, 10, 11) OR t.unavailable IS NOT NULL THEN t.payload END AS quarantine_payload,
+           MAX(t.kafka_timestamp) OVER (PARTITION BY t.kafka_partition ORDER BY t.kafka_offset
+             ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW) AS kafka_time
+    FROM checked t)
+  SELECT c.kafka_partition, c.kafka_offset, c.kafka_timestamp, c.refresh_time,
+         CASE WHEN OCTET_LENGTH(c.op) <= 64 THEN c.op ELSE SUBSTRING(c.op, 1, 16) END, c.action, c.reason,
+         ROW_NUMBER() OVER (
+           PARTITION BY CASE WHEN c.action IN ('upsert', 'delete') THEN 1 ELSE 0 END, c."customer_id"
+           ORDER BY c.source_pos DESC NULLS LAST, c.kafka_time DESC NULLS LAST, c.kafka_partition DESC, c.kafka_offset DESC),
+         (TIMESTAMP 'epoch' + (c.source_ts_ms / 1000) * INTERVAL '1 second' + (c.source_ts_ms % 1000) * INTERVAL '1 millisecond'),
+         c.source_pos, c.source_pos, c."customer_id", c."name", c."mktsegment", c.unavailable, c.quarantine_payload,
+         CASE WHEN c.action = 'quarantine' THEN c.raw_value END, c.drift_img
+  FROM classified c;
+  GET DIAGNOSTICS v_read := ROW_COUNT;
+  -- What the batch needs of the rarely needed steps.
+  SELECT COUNT(_drift_img), COUNT(CASE WHEN _source_pos IS NULL AND _action IN ('upsert', 'delete') THEN 1 END),
+         COUNT(CASE WHEN _unavailable IS NOT NULL THEN 1 END)
+  INTO v_drift, v_positionless, v_unavailable
+  FROM "explain_pending";
+  -- 4. Events without a source position: each takes the newest position seen before it
+  --    for its key in Kafka order (so it supersedes what precedes it and loses to what
+  --    follows), and ranks after what is stored for its key (row or deleted key).
+  IF v_positionless > 0 THEN
+    UPDATE "explain_pending" s SET _rank_pos = CASE WHEN r.stored_pos > r.rank_pos OR r.rank_pos IS NULL
+                                       THEN COALESCE(r.stored_pos, r.rank_pos) ELSE r.rank_pos END
+    FROM (SELECT x.*, t._source_pos AS stored_pos,
+                 MAX(x._source_pos) OVER (PARTITION BY x."customer_id" ORDER BY x._kafka_time ASC NULLS FIRST, x._kafka_partition, x._kafka_offset
+                   ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW) AS rank_pos
+          FROM (SELECT z.*, MAX(z._kafka_timestamp) OVER (PARTITION BY z._kafka_partition ORDER BY z._kafka_offset
+                  ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW) AS _kafka_time
+                FROM "explain_pending" z) x
+          LEFT JOIN (SELECT * FROM (SELECT k.*, ROW_NUMBER() OVER (PARTITION BY "customer_id"
+                    ORDER BY _source_pos DESC NULLS LAST, _kafka_partition DESC, _kafka_offset DESC) AS stored_rn__
+                  FROM (SELECT t."customer_id", t._source_pos, t._kafka_partition, t._kafka_offset FROM "explain_target" t
+                      WHERE EXISTS (SELECT 1 FROM "explain_pending" y WHERE y._source_pos IS NULL AND y._action IN ('upsert', 'delete')
+                          AND y."customer_id" = t."customer_id")
+                      UNION ALL SELECT t."customer_id", t._source_pos, t._kafka_partition, t._kafka_offset FROM "explain_deleted" t
+                      WHERE EXISTS (SELECT 1 FROM "explain_pending" y WHERE y._source_pos IS NULL AND y._action IN ('upsert', 'delete')
+                          AND y."customer_id" = t."customer_id")) k) o
+             WHERE o.stored_rn__ = 1) t ON t."customer_id" = x."customer_id"
+          WHERE x._action IN ('upsert', 'delete')
+            AND EXISTS (SELECT 1 FROM "explain_pending" y WHERE y._source_pos IS NULL AND y._action IN ('upsert', 'delete')
+                AND y."customer_id" = x."customer_id")) r
+    WHERE s._source_pos IS NULL AND s._action IN ('upsert', 'delete') AND s."customer_id" = r."customer_id" AND s._kafka_partition = r._kafka_partition
+        AND s._kafka_offset = r._kafka_offset;
+    UPDATE "explain_pending" s SET _rn = r.rn
+    FROM (SELECT x.*, ROW_NUMBER() OVER (PARTITION BY x."customer_id" ORDER BY x._rank_pos DESC NULLS LAST, x._kafka_time DESC NULLS LAST,
+        x._kafka_partition DESC, x._kafka_offset DESC) AS rn
+          FROM (SELECT z.*, MAX(z._kafka_timestamp) OVER (PARTITION BY z._kafka_partition ORDER BY z._kafka_offset
+                  ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW) AS _kafka_time
+                FROM "explain_pending" z) x
+          WHERE x._action IN ('upsert', 'delete')
+            AND EXISTS (SELECT 1 FROM "explain_pending" y WHERE y._source_pos IS NULL AND y._action IN ('upsert', 'delete')
+                AND y."customer_id" = x."customer_id")) r
+    WHERE s."customer_id" = r."customer_id" AND s._kafka_partition = r._kafka_partition AND s._kafka_offset = r._kafka_offset;
+  END IF;
+  -- 3. (TOAST) Unchanged out-of-line values arrive as a placeholder and keep what is known.
+  IF v_unavailable > 0 THEN
+    UPDATE "explain_pending" s SET "name" = CASE WHEN s._unavailable NOT LIKE '%|name|%' THEN s."name" WHEN u.rn0 IS NOT NULL THEN u.batch0 WHEN u.stored
+        THEN u.stored0 ELSE s."name" END,
+           "mktsegment" = CASE WHEN s._unavailable NOT LIKE '%|mktsegment|%' THEN s."mktsegment" WHEN u.rn1 IS NOT NULL THEN u.batch1 WHEN u.stored
+               THEN u.stored1 ELSE s."mktsegment" END,
+           _unavailable = '|' || CASE WHEN s._unavailable LIKE '%|name|%' AND u.rn0 IS NULL THEN 'name|' ELSE '' END || CASE
+               WHEN s._unavailable LIKE '%|mktsegment|%' AND u.rn1 IS NULL THEN 'mktsegment|' ELSE '' END
+    FROM (SELECT w."customer_id", t.stored_rn__ IS NOT NULL AS stored, m.rn0, p0."name" AS batch0, t."name" AS stored0, m.rn1, p1."mktsegment" AS batch1,
+        t."mktsegment" AS stored1
+          FROM "explain_pending" w
+          LEFT JOIN (SELECT "customer_id",
+                      MIN(CASE WHEN COALESCE(_unavailable, '') NOT LIKE '%|name|%' THEN _rn END) AS rn0,
+                      MIN(CASE WHEN COALESCE(_unavailable, '') NOT LIKE '%|mktsegment|%' THEN _rn END) AS rn1
+                     FROM "explain_pending" WHERE _action = 'upsert' AND _rn > 1 GROUP BY "customer_id") m ON m."customer_id" = w."customer_id"
+          LEFT JOIN "explain_pending" p0 ON p0."customer_id" = w."customer_id" AND p0._rn = m.rn0 AND p0._action = 'upsert'
+          LEFT JOIN "explain_pending" p1 ON p1."customer_id" = w."customer_id" AND p1._rn = m.rn1 AND p1._action = 'upsert'
+          LEFT JOIN (SELECT * FROM (SELECT t.*, ROW_NUMBER() OVER (PARTITION BY t."customer_id"
+            ORDER BY t._source_pos DESC NULLS LAST, t._kafka_partition DESC, t._kafka_offset DESC) AS stored_rn__
+          FROM "explain_target" t WHERE EXISTS (SELECT 1 FROM "explain_pending" x WHERE x._rn = 1 AND x._action = 'upsert' AND x._unavailable IS NOT NULL
+              AND x."customer_id" = t."customer_id")) o
+        WHERE o.stored_rn__ = 1) t ON t."customer_id" = w."customer_id"
+          WHERE w._rn = 1 AND w._action = 'upsert' AND w._unavailable IS NOT NULL) u
+    WHERE s._rn = 1 AND s._action = 'upsert' AND s._unavailable IS NOT NULL AND u."customer_id" = s."customer_id";
+    UPDATE "explain_pending" s SET _action = 'quarantine',
+        _reason = SUBSTRING('no earlier value is known for the TOAST placeholder (__debezium_unavailable_value) in ' || BTRIM(s._unavailable, '|'), 1, 1000)
+    WHERE s._rn = 1 AND s._action = 'upsert' AND s._unavailable <> '|'
+      AND NOT EXISTS (SELECT 1 FROM "explain_target" t WHERE t."customer_id" = s."customer_id");
+  END IF;
+  -- 5. Never regress: a winner not newer than what is stored for its key is stale.
+  UPDATE "explain_pending" s SET _action = 'stale', _reason = s._action
+  WHERE s._rn = 1 AND s._action IN ('upsert', 'delete') AND s._source_pos IS NOT NULL
+    AND s._source_pos <= (SELECT MAX(k._source_pos)
+                          FROM (SELECT t."customer_id", t._source_pos FROM "explain_target" t
+                                 UNION ALL SELECT t."customer_id", t._source_pos FROM "explain_deleted" t) k
+                          WHERE k."customer_id" = s."customer_id");
+  GET DIAGNOSTICS v_rows := ROW_COUNT;
+  -- 5. A stale winner at exactly the stored position that changes something is another
+  --    change of the same transaction (compressed MySQL binlog): it applies, in Kafka
+  --    order. A re-sent copy of the stored event stays stale, and so does a replayed
+  --    record earlier in Kafka order than the record that wrote what is stored.
+  IF v_rows > 0 THEN
+    UPDATE "explain_pending" s SET _action = s._reason, _reason = NULL
+    FROM (SELECT x."customer_id", x._kafka_partition, x._kafka_offset,
+                 MAX(CASE WHEN x._reason = 'upsert' AND (t.deleted__ OR (t."name" <> x."name" OR (t."name" IS NULL) <> (x."name" IS NULL))
+                     OR (t."mktsegment" <> x."mktsegment" OR (t."mktsegment" IS NULL) <> (x."mktsegment" IS NULL))) OR x._reason = 'delete' AND NOT t.deleted__
+                     THEN 1 ELSE 0 END) AS changes,
+                 MAX(CASE WHEN x._kafka_offset <= w.last_offset AND (t._kafka_partition = x._kafka_partition AND t._kafka_offset > x._kafka_offset
+                     OR t._kafka_partition <> x._kafka_partition AND (t.kafka_time__ > x._kafka_timestamp
+                     OR (COALESCE(t.kafka_time__ = x._kafka_timestamp, true) AND t._kafka_partition > x._kafka_partition))) THEN 1 ELSE 0 END) AS older_replay
+          FROM "explain_pending" x
+          JOIN (SELECT t."customer_id", t._source_pos, t._kafka_partition, t._kafka_offset, m.kafka_timestamp AS kafka_time__, false AS deleted__, t."name",
+              t."mktsegment" FROM "explain_target" t LEFT JOIN "cdc"."customer__stream" m ON m.kafka_partition = t._kafka_partition
+              AND m.kafka_offset = t._kafka_offset WHERE EXISTS (SELECT 1 FROM "explain_pending" y WHERE y._rn = 1 AND y._action = 'stale'
+              AND y."customer_id" = t."customer_id" AND y._source_pos = t._source_pos)
+                      UNION ALL SELECT t."customer_id", t._source_pos, t._kafka_partition, t._kafka_offset, t._kafka_timestamp, true, NULL,
+                          NULL FROM "explain_deleted" t WHERE EXISTS (SELECT 1 FROM "explain_pending" y WHERE y._rn = 1 AND y._action = 'stale'
+                          AND y."customer_id" = t."customer_id" AND y._source_pos = t._source_pos)) t
+            ON t."customer_id" = x."customer_id" AND t._source_pos = x._source_pos
+          LEFT JOIN "explain_watermark" w ON w.kafka_partition = x._kafka_partition
+          WHERE x._rn = 1 AND x._action = 'stale'
+          GROUP BY x."customer_id", x._kafka_partition, x._kafka_offset) c
+    WHERE s._rn = 1 AND s._action = 'stale' AND c."customer_id" = s."customer_id"
+      AND s._kafka_partition = c._kafka_partition AND s._kafka_offset = c._kafka_offset
+      AND c.changes = 1 AND c.older_replay = 0;
+  END IF;
+  -- A winner without a source position was never stale; it is recorded at the position
+  -- it ranked by, so replays of what it superseded stay stale.
+  IF v_positionless > 0 THEN
+    UPDATE "explain_pending" SET _source_pos = _rank_pos
+    WHERE _rn = 1 AND _action IN ('upsert', 'delete') AND _source_pos IS NULL;
+  END IF;
+  -- Every record the stream retains, classified and ranked (an empty watermark).
+  -- 10. Session settings this procedure needs.
+  SET enable_case_sensitive_identifier TO true;
+  SET cast_super_null_on_error TO on;
+  -- 1. Single flight: a second call (or a backfill) waits here until the first commits,
+  --    then sees its watermark, so no record is applied twice. Only the control table
+  --    is locked: on Redshift every LOCK is exclusive, and the target stays readable.
+  LOCK TABLE "explain_unread";
+  v_started := CAST(TO_TIMESTAMP(TIMEOFDAY(), 'Dy Mon DD HH24:MI:SS.US YYYY') AS timestamp);
+  -- The watermark, its summary for the run log, and the quarantined records being replayed.
+  SELECT MAX(r.last_refresh_time),
+         (SELECT COUNT(*) FROM "explain_no_quarantine" WHERE table_name = 'customer' AND handled = 'replaying'),
+         LISTAGG(CASE WHEN r.pos__ <= 65503 THEN r.item__ END, ',') WITHIN GROUP (ORDER BY r.order__)
+         || COALESCE(' (+' || CAST(NULLIF(COUNT(CASE WHEN r.pos__ > 65503 THEN 1 END), 0) AS varchar(20)) || ' more)', '')
+  INTO v_since, v_replayed, v_wm_before
+  FROM (SELECT r.*, SUM(OCTET_LENGTH(r.item__) + 1) OVER (ORDER BY r.order__ ROWS UNBOUNDED PRECEDING) AS pos__
+        FROM (SELECT r.*, CAST(r.kafka_partition AS varchar(20)) || ':' || CAST(r.last_offset AS varchar(20)) AS item__,
+            r.kafka_partition AS order__ FROM "explain_unread" r) r) r;
+  v_since := COALESCE(v_since, TIMESTAMP '1900-01-01 00:00:00');
+  -- A bounded run (record isolation by the caller) reads the first p_max_records pending
+  -- records in (refresh_time, partition, offset) order: a prefix of every partition
+  -- (0: none, which tells a failure of the procedure itself from one of a record).
+  v_until_time := TIMESTAMP '9999-12-31 00:00:00';
+  IF p_max_records < 1 THEN
+    v_until_time := TIMESTAMP '1900-01-01 00:00:00';
+  ELSIF p_max_records IS NOT NULL THEN
+    SELECT x.refresh_time, x.kafka_partition, x.kafka_offset
+    INTO v_until_time, v_until_partition, v_until_offset
+    FROM (SELECT s.*, ROW_NUMBER() OVER (ORDER BY s.refresh_time, s.kafka_partition, s.kafka_offset) AS read_no
+          FROM "cdc"."customer__stream" s
+          LEFT JOIN "explain_unread" w ON w.kafka_partition = s.kafka_partition
+          WHERE s.refresh_time >= v_since
+            AND s.kafka_offset > COALESCE(w.last_offset, -1)) x
+    WHERE x.read_no = p_max_records;
+    v_until_time := COALESCE(v_until_time, TIMESTAMP '9999-12-31 00:00:00');
+  END IF;
+  -- 2./3. Records past the watermark (refresh_time only prunes), classified, typed
+  --       and ranked per key, into the stage. Everything below reads the stage only.
+  INSERT INTO "explain_retained" (
+    "_kafka_partition", "_kafka_offset", "_kafka_timestamp", "_refresh_time", "_op", "_action", "_reason", "_rn",
+    "_source_ts", "_source_pos", "_rank_pos", "customer_id", "name", "mktsegment", "_unavailable", "_payload",
+    "_raw_value", "_drift_img"
+  )
+  WITH batch AS (
+    SELECT s.kafka_partition, s.kafka_offset, s.kafka_timestamp, s.refresh_time,
+           s.payload, s.raw_value,
+           CASE WHEN IS_OBJECT(s.payload."schema") THEN s.payload."payload" ELSE s.payload END AS env,
+           CASE WHEN IS_OBJECT(s.key_payload."schema") THEN s.key_payload."payload" ELSE s.key_payload END AS key_env
+    FROM "cdc"."customer__stream" s
+    LEFT JOIN "explain_unread" w ON w.kafka_partition = s.kafka_partition
+    WHERE s.refresh_time >= v_since
+      AND s.kafka_offset > COALESCE(w.last_offset, -1)
+      AND (s.refresh_time < v_until_time
+           OR (s.refresh_time = v_until_time
+               AND (s.kafka_partition < v_until_partition
+                    OR (s.kafka_partition = v_until_partition AND s.kafka_offset <= v_until_offset))))
+    UNION ALL
+    -- Quarantined records being replayed (at or below the watermark: already read once).
+    SELECT r.kafka_partition, r.kafka_offset, r.kafka_timestamp, r.run_started_at,
+           r.payload, r.raw_value,
+           CASE WHEN IS_OBJECT(r.payload."schema") THEN r.payload."payload" ELSE r.payload END AS env,
+           CAST(NULL AS super) AS key_env
+    FROM "explain_no_quarantine" r
+    WHERE v_replayed > 0 AND r.table_name = 'customer' AND r.handled = 'replaying'),
+  batch_1 AS (
+    SELECT f.*, (CASE WHEN JSON_SIZE(f.env."op") <= 65535 THEN f.env."op" END) AS "b__o0"
+    FROM batch f),
+  batch_2 AS (
+    SELECT f.*, CASE WHEN IS_VARCHAR(f.b__o0) THEN f.b__o0::varchar(65535) WHEN f.b__o0 IS NOT NULL THEN JSON_SERIALIZE(f.b__o0) END AS "x__o0"
+    FROM batch_1 f),
+  envelope AS (
+    SELECT f.kafka_partition, f.kafka_offset, f.kafka_timestamp, f.refresh_time,
+           f.payload, f.raw_value, f.env, f.key_env,
+           f.x__o0 AS op,
+           CASE WHEN f.x__o0 = 'd' THEN f.env."before" ELSE f.env."after" END AS img,
+           f.env."source" AS src
+    FROM batch_2 f),
+  envelope_1 AS (
+    SELECT f.*, (CASE WHEN JSON_SIZE(f.src."file") <= 65535 THEN f.src."file" END) AS "b__p0",
+           (CASE WHEN JSON_SIZE(f.src."pos") <= 65535 THEN f.src."pos" END) AS "b__p1",
+           (CASE WHEN JSON_SIZE(f.src."row") <= 65535 THEN f.src."row" END) AS "b__p2"
+    FROM envelope f),
+  envelope_2 AS (
+    SELECT f.*, CASE WHEN IS_VARCHAR(f.b__p0) THEN f.b__p0::varchar(65535) WHEN f.b__p0 IS NOT NULL THEN JSON_SERIALIZE(f.b__p0) END AS "x__p0",
+           CASE WHEN IS_VARCHAR(f.b__p1) THEN f.b__p1::varchar(65535) WHEN f.b__p1 IS NOT NULL THEN JSON_SERIALIZE(f.b__p1) END AS "x__p1",
+           CASE WHEN IS_VARCHAR(f.b__p2) THEN f.b__p2::varchar(65535) WHEN f.b__p2 IS NOT NULL THEN JSON_SERIALIZE(f.b__p2) END AS "x__p2"
+    FROM envelope_1 f),
+  fields AS (
+    SELECT f.kafka_partition, f.kafka_offset, f.kafka_timestamp, f.refresh_time, f.payload, f.raw_value, f.env, f.img, f.op, f.src."ts_ms" AS source_ts_ms,
+           lpad(REGEXP_SUBSTR(f.x__p0, '[0-9]*$'), 20, '0') || '.' || lpad(f.x__p1, 20, '0') || '.' || lpad(COALESCE(f.x__p2, ''), 20, '0') AS source_pos,
+           f.img."CUST_ID" AS "ji__customer_id", CASE WHEN IS_OBJECT(f.key_env) THEN f.key_env."CUST_ID" ELSE f.key_env END AS "jk__customer_id",
+           f.img."NAME" AS "j__name", f.img."MKTSEGMENT" AS "j__mktsegment"
+    FROM envelope_2 f),
+  fields_1 AS (
+    SELECT f.*, (CASE WHEN JSON_SIZE(f."ji__customer_id") <= 65535 THEN f."ji__customer_id" END) AS "b__i0",
+           (CASE WHEN JSON_SIZE(f."jk__customer_id") <= 65535 THEN f."jk__customer_id" END) AS "b__k0",
+           (CASE WHEN JSON_SIZE(f."j__name") <= 65535 THEN f."j__name" END) AS "b__v0",
+           (CASE WHEN JSON_SIZE(f."j__mktsegment") <= 65535 THEN f."j__mktsegment" END) AS "b__v1"
+    FROM fields f),
+  fields_2 AS (
+    SELECT f.*, CASE WHEN IS_VARCHAR(f.b__i0) THEN f.b__i0::varchar(65535) WHEN f.b__i0 IS NOT NULL THEN JSON_SERIALIZE(f.b__i0) END AS "x__i0",
+           CASE WHEN IS_VARCHAR(f.b__k0) THEN f.b__k0::varchar(65535) WHEN f.b__k0 IS NOT NULL THEN JSON_SERIALIZE(f.b__k0) END AS "x__k0",
+           CASE WHEN IS_VARCHAR(f.b__v0) THEN f.b__v0::varchar(65535) WHEN f.b__v0 IS NOT NULL THEN JSON_SERIALIZE(f.b__v0) END AS "x__v0",
+           CASE WHEN IS_VARCHAR(f.b__v1) THEN f.b__v1::varchar(65535) WHEN f.b__v1 IS NOT NULL THEN JSON_SERIALIZE(f.b__v1) END AS "x__v1"
+    FROM fields_1 f),
+  fields_3 AS (
+    SELECT f.*,
+           COALESCE(f.x__v0 IN ('__debezium_unavailable_value', 'X19kZWJleml1bV91bmF2YWlsYWJsZV92YWx1ZQ==', '["__debezium_unavailable_value"]'),
+               false) AS "u__name",
+           COALESCE(f.x__v1 IN ('__debezium_unavailable_value', 'X19kZWJleml1bV91bmF2YWlsYWJsZV92YWx1ZQ==', '["__debezium_unavailable_value"]'),
+               false) AS "u__mktsegment"
+    FROM fields_2 f),
+  typed AS (
+    SELECT f.kafka_partition, f.kafka_offset, f.kafka_timestamp, f.refresh_time, f.payload, f.raw_value, f.env, f.img, f.op, f.source_pos,
+           CAST(f.source_ts_ms AS bigint) AS source_ts_ms, NOT (f.source_ts_ms IS NULL) AS has_source_ts,
+           COALESCE(CAST(CASE WHEN OCTET_LENGTH(f.x__i0) <= 64 THEN f.x__i0 END AS varchar(64)), CAST(CASE WHEN OCTET_LENGTH(f.x__k0) <= 64
+               THEN f.x__k0 END AS varchar(64))) AS "customer_id",
+           f."j__name" AS "j__name", f."u__name" AS "u__name",
+           CASE WHEN f."u__name" THEN NULL ELSE CAST(CASE WHEN OCTET_LENGTH(f.x__v0) <= 256 THEN f.x__v0 END AS varchar(256)) END AS "name",
+           f."j__mktsegment" AS "j__mktsegment", f."u__mktsegment" AS "u__mktsegment",
+           CASE WHEN f."u__mktsegment" THEN NULL ELSE CAST(CASE WHEN OCTET_LENGTH(f.x__v1) <= 64 THEN f.x__v1 END AS varchar(64)) END AS "mktsegment",
+           NULLIF('|' || CASE WHEN f."u__name" THEN 'name|' ELSE '' END || CASE WHEN f."u__mktsegment" THEN 'mktsegment|' ELSE '' END, '|') AS unavailable,
+           CASE WHEN f.op IN ('c', 'r', 'u') AND IS_OBJECT(f.img) AND NOT (f."ji__customer_id" IS NOT NULL AND f."j__name" IS NOT NULL
+               AND f."j__mktsegment" IS NOT NULL AND GET_NUMBER_ATTRIBUTES(f.img) = 3) THEN f.img END AS drift_img
+    FROM fields_3 f),
+  checked AS (
+    SELECT t.kafka_partition, t.kafka_offset, t.kafka_timestamp, t.refresh_time, t.raw_value, t.op, t.source_ts_ms,
+           t.source_pos, t.unavailable, t.drift_img, t."customer_id", t."name", t."mktsegment",
+           t.payload, t.has_source_ts,
+           CASE
+             WHEN t.raw_value IS NOT NULL THEN 1
+             WHEN (t.env IS NULL) THEN 2
+             WHEN NOT IS_OBJECT(t.env) THEN 3
+             WHEN t.op IS NULL THEN 4
+             WHEN t.op = 't' THEN 5
+             WHEN t.op NOT IN ('c', 'r', 'u', 'd') THEN 6
+             WHEN t.op <> 'd' AND ((t.img IS NULL) OR NOT IS_OBJECT(t.img)) THEN 7
+             WHEN t."customer_id" IS NULL THEN 8
+             WHEN t.has_source_ts AND (t.source_ts_ms IS NULL OR t.source_ts_ms NOT BETWEEN 0 AND 253402300799999) THEN 9
+             WHEN t.op <> 'd' AND NOT (t."j__name" IS NULL) AND t."name" IS NULL AND NOT t."u__name" THEN 10
+             WHEN t.op <> 'd' AND NOT (t."j__mktsegment" IS NULL) AND t."mktsegment" IS NULL AND NOT t."u__mktsegment" THEN 11
+             WHEN t.op = 'd' THEN 12
+             ELSE 0
+           END AS check_no
+    FROM typed t),
+  classified AS (
+    SELECT t.kafka_partition, t.kafka_offset, t.kafka_timestamp, t.refresh_time, t.raw_value, t.op,
+           CASE WHEN t.source_ts_ms BETWEEN 0 AND 253402300799999 THEN t.source_ts_ms END AS source_ts_ms, t.source_pos,
+           t.unavailable, t.drift_img, t."customer_id", t."name", t."mktsegment",
+           CASE
+             WHEN t.check_no IN (1, 3, 4, 6, 7, 8, 9, 10, 11) THEN 'quarantine'
+             WHEN t.check_no = 2 THEN 'tombstone'
+             WHEN t.check_no = 5 THEN 'truncate'
+             WHEN t.check_no = 12 THEN 'delete'
+             ELSE 'upsert'
+           END AS action,
+           CASE t.check_no
+             WHEN 1 THEN 'value is not valid JSON'
+             WHEN 3 THEN 'value is not a JSON object'
+             WHEN 4 THEN 'no op field: not a Debezium change event'
+             WHEN 6 THEN 'unknown op "' || CASE WHEN OCTET_LENGTH(t.op) <= 64 THEN t.op ELSE SUBSTRING(t.op, 1, 16) END || '"'
+             WHEN 7 THEN 'no row image: after is missing or not an object'
+             WHEN 8 THEN 'primary key field CUST_ID is missing or not a varchar(64)'
+             WHEN 9 THEN 'source time (ts_ms) is not milliseconds since the epoch between 1970 and 9999'
+             WHEN 10 THEN 'field NAME does not convert to varchar(256)'
+             WHEN 11 THEN 'field MKTSEGMENT does not convert to varchar(64)'
+           END AS reason,
+           CASE WHEN t.check_no IN (1, 3, 4, 6, 7, 8, 9, 10, 11) OR t.unavailable IS NOT NULL THEN t.payload END AS quarantine_payload,
+           MAX(t.kafka_timestamp) OVER (PARTITION BY t.kafka_partition ORDER BY t.kafka_offset
+             ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW) AS kafka_time
+    FROM checked t)
+  SELECT c.kafka_partition, c.kafka_offset, c.kafka_timestamp, c.refresh_time,
+         CASE WHEN OCTET_LENGTH(c.op) <= 64 THEN c.op ELSE SUBSTRING(c.op, 1, 16) END, c.action, c.reason,
+         ROW_NUMBER() OVER (
+           PARTITION BY CASE WHEN c.action IN ('upsert', 'delete') THEN 1 ELSE 0 END, c."customer_id"
+           ORDER BY c.source_pos DESC NULLS LAST, c.kafka_time DESC NULLS LAST, c.kafka_partition DESC, c.kafka_offset DESC),
+         (TIMESTAMP 'epoch' + (c.source_ts_ms / 1000) * INTERVAL '1 second' + (c.source_ts_ms % 1000) * INTERVAL '1 millisecond'),
+         c.source_pos, c.source_pos, c."customer_id", c."name", c."mktsegment", c.unavailable, c.quarantine_payload,
+         CASE WHEN c.action = 'quarantine' THEN c.raw_value END, c.drift_img
+  FROM classified c;
+  GET DIAGNOSTICS v_read := ROW_COUNT;
+  -- The table's quarantined records, read as a replay reads them.
+  -- 10. Session settings this procedure needs.
+  SET enable_case_sensitive_identifier TO true;
+  SET cast_super_null_on_error TO on;
+  -- 1. Single flight: a second call (or a backfill) waits here until the first commits,
+  --    then sees its watermark, so no record is applied twice. Only the control table
+  --    is locked: on Redshift every LOCK is exclusive, and the target stays readable.
+  LOCK TABLE "explain_sealed";
+  v_started := CAST(TO_TIMESTAMP(TIMEOFDAY(), 'Dy Mon DD HH24:MI:SS.US YYYY') AS timestamp);
+  -- The watermark, its summary for the run log, and the quarantined records being replayed.
+  SELECT MAX(r.last_refresh_time),
+         (SELECT COUNT(*) FROM "explain_replaying" WHERE table_name = 'customer' AND handled = 'replaying'),
+         LISTAGG(CASE WHEN r.pos__ <= 65503 THEN r.item__ END, ',') WITHIN GROUP (ORDER BY r.order__)
+         || COALESCE(' (+' || CAST(NULLIF(COUNT(CASE WHEN r.pos__ > 65503 THEN 1 END), 0) AS varchar(20)) || ' more)', '')
+  INTO v_since, v_replayed, v_wm_before
+  FROM (SELECT r.*, SUM(OCTET_LENGTH(r.item__) + 1) OVER (ORDER BY r.order__ ROWS UNBOUNDED PRECEDING) AS pos__
+        FROM (SELECT r.*, CAST(r.kafka_partition AS varchar(20)) || ':' || CAST(r.last_offset AS varchar(20)) AS item__,
+            r.kafka_partition AS order__ FROM "explain_sealed" r) r) r;
+  v_since := COALESCE(v_since, TIMESTAMP '1900-01-01 00:00:00');
+  -- A bounded run (record isolation by the caller) reads the first p_max_records pending
+  -- records in (refresh_time, partition, offset) order: a prefix of every partition
+  -- (0: none, which tells a failure of the procedure itself from one of a record).
+  v_until_time := TIMESTAMP '9999-12-31 00:00:00';
+  IF p_max_records < 1 THEN
+    v_until_time := TIMESTAMP '1900-01-01 00:00:00';
+  ELSIF p_max_records IS NOT NULL THEN
+    SELECT x.refresh_time, x.kafka_partition, x.kafka_offset
+    INTO v_until_time, v_until_partition, v_until_offset
+    FROM (SELECT s.*, ROW_NUMBER() OVER (ORDER BY s.refresh_time, s.kafka_partition, s.kafka_offset) AS read_no
+          FROM "cdc"."customer__stream" s
+          LEFT JOIN "explain_sealed" w ON w.kafka_partition = s.kafka_partition
+          WHERE s.refresh_time >= v_since
+            AND s.kafka_offset > COALESCE(w.last_offset, -1)) x
+    WHERE x.read_no = p_max_records;
+    v_until_time := COALESCE(v_until_time, TIMESTAMP '9999-12-31 00:00:00');
+  END IF;
+  -- 2./3. Records past the watermark (refresh_time only prunes), classified, typed
+  --       and ranked per key, into the stage. Everything below reads the stage only.
+  INSERT INTO "explain_quarantined" (
+    "_kafka_partition", "_kafka_offset", "_kafka_timestamp", "_refresh_time", "_op", "_action", "_reason", "_rn",
+    "_source_ts", "_source_pos", "_rank_pos", "customer_id", "name", "mktsegment", "_unavailable", "_payload",
+    "_raw_value", "_drift_img"
+  )
+  WITH batch AS (
+    SELECT s.kafka_partition, s.kafka_offset, s.kafka_timestamp, s.refresh_time,
+           s.payload, s.raw_value,
+           CASE WHEN IS_OBJECT(s.payload."schema") THEN s.payload."payload" ELSE s.payload END AS env,
+           CASE WHEN IS_OBJECT(s.key_payload."schema") THEN s.key_payload."payload" ELSE s.key_payload END AS key_env
+    FROM "cdc"."customer__stream" s
+    LEFT JOIN "explain_sealed" w ON w.kafka_partition = s.kafka_partition
+    WHERE s.refresh_time >= v_since
+      AND s.kafka_offset > COALESCE(w.last_offset, -1)
+      AND (s.refresh_time < v_until_time
+           OR (s.refresh_time = v_until_time
+               AND (s.kafka_partition < v_until_partition
+                    OR (s.kafka_partition = v_until_partition AND s.kafka_offset <= v_until_offset))))
+    UNION ALL
+    -- Quarantined records being replayed (at or below the watermark: already read once).
+    SELECT r.kafka_partition, r.kafka_offset, r.kafka_timestamp, r.run_started_at,
+           r.payload, r.raw_value,
+           CASE WHEN IS_OBJECT(r.payload."schema") THEN r.payload."payload" ELSE r.payload END AS env,
+           CAST(NULL AS super) AS key_env
+    FROM "explain_replaying" r
+    WHERE v_replayed > 0 AND r.table_name = 'customer' AND r.handled = 'replaying'),
+  batch_1 AS (
+    SELECT f.*, (CASE WHEN JSON_SIZE(f.env."op") <= 65535 THEN f.env."op" END) AS "b__o0"
+    FROM batch f),
+  batch_2 AS (
+    SELECT f.*, CASE WHEN IS_VARCHAR(f.b__o0) THEN f.b__o0::varchar(65535) WHEN f.b__o0 IS NOT NULL THEN JSON_SERIALIZE(f.b__o0) END AS "x__o0"
+    FROM batch_1 f),
+  envelope AS (
+    SELECT f.kafka_partition, f.kafka_offset, f.kafka_timestamp, f.refresh_time,
+           f.payload, f.raw_value, f.env, f.key_env,
+           f.x__o0 AS op,
+           CASE WHEN f.x__o0 = 'd' THEN f.env."before" ELSE f.env."after" END AS img,
+           f.env."source" AS src
+    FROM batch_2 f),
+  envelope_1 AS (
+    SELECT f.*, (CASE WHEN JSON_SIZE(f.src."file") <= 65535 THEN f.src."file" END) AS "b__p0",
+           (CASE WHEN JSON_SIZE(f.src."pos") <= 65535 THEN f.src."pos" END) AS "b__p1",
+           (CASE WHEN JSON_SIZE(f.src."row") <= 65535 THEN f.src."row" END) AS "b__p2"
+    FROM envelope f),
+  envelope_2 AS (
+    SELECT f.*, CASE WHEN IS_VARCHAR(f.b__p0) THEN f.b__p0::varchar(65535) WHEN f.b__p0 IS NOT NULL THEN JSON_SERIALIZE(f.b__p0) END AS "x__p0",
+           CASE WHEN IS_VARCHAR(f.b__p1) THEN f.b__p1::varchar(65535) WHEN f.b__p1 IS NOT NULL THEN JSON_SERIALIZE(f.b__p1) END AS "x__p1",
+           CASE WHEN IS_VARCHAR(f.b__p2) THEN f.b__p2::varchar(65535) WHEN f.b__p2 IS NOT NULL THEN JSON_SERIALIZE(f.b__p2) END AS "x__p2"
+    FROM envelope_1 f),
+  fields AS (
+    SELECT f.kafka_partition, f.kafka_offset, f.kafka_timestamp, f.refresh_time, f.payload, f.raw_value, f.env, f.img, f.op, f.src."ts_ms" AS source_ts_ms,
+           lpad(REGEXP_SUBSTR(f.x__p0, '[0-9]*$'), 20, '0') || '.' || lpad(f.x__p1, 20, '0') || '.' || lpad(COALESCE(f.x__p2, ''), 20, '0') AS source_pos,
+           f.img."CUST_ID" AS "ji__customer_id", CASE WHEN IS_OBJECT(f.key_env) THEN f.key_env."CUST_ID" ELSE f.key_env END AS "jk__customer_id",
+           f.img."NAME" AS "j__name", f.img."MKTSEGMENT" AS "j__mktsegment"
+    FROM envelope_2 f),
+  fields_1 AS (
+    SELECT f.*, (CASE WHEN JSON_SIZE(f."ji__customer_id") <= 65535 THEN f."ji__customer_id" END) AS "b__i0",
+           (CASE WHEN JSON_SIZE(f."jk__customer_id") <= 65535 THEN f."jk__customer_id" END) AS "b__k0",
+           (CASE WHEN JSON_SIZE(f."j__name") <= 65535 THEN f."j__name" END) AS "b__v0",
+           (CASE WHEN JSON_SIZE(f."j__mktsegment") <= 65535 THEN f."j__mktsegment" END) AS "b__v1"
+    FROM fields f),
+  fields_2 AS (
+    SELECT f.*, CASE WHEN IS_VARCHAR(f.b__i0) THEN f.b__i0::varchar(65535) WHEN f.b__i0 IS NOT NULL THEN JSON_SERIALIZE(f.b__i0) END AS "x__i0",
+           CASE WHEN IS_VARCHAR(f.b__k0) THEN f.b__k0::varchar(65535) WHEN f.b__k0 IS NOT NULL THEN JSON_SERIALIZE(f.b__k0) END AS "x__k0",
+           CASE WHEN IS_VARCHAR(f.b__v0) THEN f.b__v0::varchar(65535) WHEN f.b__v0 IS NOT NULL THEN JSON_SERIALIZE(f.b__v0) END AS "x__v0",
+           CASE WHEN IS_VARCHAR(f.b__v1) THEN f.b__v1::varchar(65535) WHEN f.b__v1 IS NOT NULL THEN JSON_SERIALIZE(f.b__v1) END AS "x__v1"
+    FROM fields_1 f),
+  fields_3 AS (
+    SELECT f.*,
+           COALESCE(f.x__v0 IN ('__debezium_unavailable_value', 'X19kZWJleml1bV91bmF2YWlsYWJsZV92YWx1ZQ==', '["__debezium_unavailable_value"]'),
+               false) AS "u__name",
+           COALESCE(f.x__v1 IN ('__debezium_unavailable_value', 'X19kZWJleml1bV91bmF2YWlsYWJsZV92YWx1ZQ==', '["__debezium_unavailable_value"]'),
+               false) AS "u__mktsegment"
+    FROM fields_2 f),
+  typed AS (
+    SELECT f.kafka_partition, f.kafka_offset, f.kafka_timestamp, f.refresh_time, f.payload, f.raw_value, f.env, f.img, f.op, f.source_pos,
+           CAST(f.source_ts_ms AS bigint) AS source_ts_ms, NOT (f.source_ts_ms IS NULL) AS has_source_ts,
+           COALESCE(CAST(CASE WHEN OCTET_LENGTH(f.x__i0) <= 64 THEN f.x__i0 END AS varchar(64)), CAST(CASE WHEN OCTET_LENGTH(f.x__k0) <= 64
+               THEN f.x__k0 END AS varchar(64))) AS "customer_id",
+           f."j__name" AS "j__name", f."u__name" AS "u__name",
+           CASE WHEN f."u__name" THEN NULL ELSE CAST(CASE WHEN OCTET_LENGTH(f.x__v0) <= 256 THEN f.x__v0 END AS varchar(256)) END AS "name",
+           f."j__mktsegment" AS "j__mktsegment", f."u__mktsegment" AS "u__mktsegment",
+           CASE WHEN f."u__mktsegment" THEN NULL ELSE CAST(CASE WHEN OCTET_LENGTH(f.x__v1) <= 64 THEN f.x__v1 END AS varchar(64)) END AS "mktsegment",
+           NULLIF('|' || CASE WHEN f."u__name" THEN 'name|' ELSE '' END || CASE WHEN f."u__mktsegment" THEN 'mktsegment|' ELSE '' END, '|') AS unavailable,
+           CASE WHEN f.op IN ('c', 'r', 'u') AND IS_OBJECT(f.img) AND NOT (f."ji__customer_id" IS NOT NULL AND f."j__name" IS NOT NULL
+               AND f."j__mktsegment" IS NOT NULL AND GET_NUMBER_ATTRIBUTES(f.img) = 3) THEN f.img END AS drift_img
+    FROM fields_3 f),
+  checked AS (
+    SELECT t.kafka_partition, t.kafka_offset, t.kafka_timestamp, t.refresh_time, t.raw_value, t.op, t.source_ts_ms,
+           t.source_pos, t.unavailable, t.drift_img, t."customer_id", t."name", t."mktsegment",
+           t.payload, t.has_source_ts,
+           CASE
+             WHEN t.raw_value IS NOT NULL THEN 1
+             WHEN (t.env IS NULL) THEN 2
+             WHEN NOT IS_OBJECT(t.env) THEN 3
+             WHEN t.op IS NULL THEN 4
+             WHEN t.op = 't' THEN 5
+             WHEN t.op NOT IN ('c', 'r', 'u', 'd') THEN 6
+             WHEN t.op <> 'd' AND ((t.img IS NULL) OR NOT IS_OBJECT(t.img)) THEN 7
+             WHEN t."customer_id" IS NULL THEN 8
+             WHEN t.has_source_ts AND (t.source_ts_ms IS NULL OR t.source_ts_ms NOT BETWEEN 0 AND 253402300799999) THEN 9
+             WHEN t.op <> 'd' AND NOT (t."j__name" IS NULL) AND t."name" IS NULL AND NOT t."u__name" THEN 10
+             WHEN t.op <> 'd' AND NOT (t."j__mktsegment" IS NULL) AND t."mktsegment" IS NULL AND NOT t."u__mktsegment" THEN 11
+             WHEN t.op = 'd' THEN 12
+             ELSE 0
+           END AS check_no
+    FROM typed t),
+  classified AS (
+    SELECT t.kafka_partition, t.kafka_offset, t.kafka_timestamp, t.refresh_time, t.raw_value, t.op,
+           CASE WHEN t.source_ts_ms BETWEEN 0 AND 253402300799999 THEN t.source_ts_ms END AS source_ts_ms, t.source_pos,
+           t.unavailable, t.drift_img, t."customer_id", t."name", t."mktsegment",
+           CASE
+             WHEN t.check_no IN (1, 3, 4, 6, 7, 8, 9, 10, 11) THEN 'quarantine'
+             WHEN t.check_no = 2 THEN 'tombstone'
+             WHEN t.check_no = 5 THEN 'truncate'
+             WHEN t.check_no = 12 THEN 'delete'
+             ELSE 'upsert'
+           END AS action,
+           CASE t.check_no
+             WHEN 1 THEN 'value is not valid JSON'
+             WHEN 3 THEN 'value is not a JSON object'
+             WHEN 4 THEN 'no op field: not a Debezium change event'
+             WHEN 6 THEN 'unknown op "' || CASE WHEN OCTET_LENGTH(t.op) <= 64 THEN t.op ELSE SUBSTRING(t.op, 1, 16) END || '"'
+             WHEN 7 THEN 'no row image: after is missing or not an object'
+             WHEN 8 THEN 'primary key field CUST_ID is missing or not a varchar(64)'
+             WHEN 9 THEN 'source time (ts_ms) is not milliseconds since the epoch between 1970 and 9999'
+             WHEN 10 THEN 'field NAME does not convert to varchar(256)'
+             WHEN 11 THEN 'field MKTSEGMENT does not convert to varchar(64)'
+           END AS reason,
+           CASE WHEN t.check_no IN (1, 3, 4, 6, 7, 8, 9, 10, 11) OR t.unavailable IS NOT NULL THEN t.payload END AS quarantine_payload,
+           MAX(t.kafka_timestamp) OVER (PARTITION BY t.kafka_partition ORDER BY t.kafka_offset
+             ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW) AS kafka_time
+    FROM checked t)
+  SELECT c.kafka_partition, c.kafka_offset, c.kafka_timestamp, c.refresh_time,
+         CASE WHEN OCTET_LENGTH(c.op) <= 64 THEN c.op ELSE SUBSTRING(c.op, 1, 16) END, c.action, c.reason,
+         ROW_NUMBER() OVER (
+           PARTITION BY CASE WHEN c.action IN ('upsert', 'delete') THEN 1 ELSE 0 END, c."customer_id"
+           ORDER BY c.source_pos DESC NULLS LAST, c.kafka_time DESC NULLS LAST, c.kafka_partition DESC, c.kafka_offset DESC),
+         (TIMESTAMP 'epoch' + (c.source_ts_ms / 1000) * INTERVAL '1 second' + (c.source_ts_ms % 1000) * INTERVAL '1 millisecond'),
+         c.source_pos, c.source_pos, c."customer_id", c."name", c."mktsegment", c.unavailable, c.quarantine_payload,
+         CASE WHEN c.action = 'quarantine' THEN c.raw_value END, c.drift_img
+  FROM classified c;
+  GET DIAGNOSTICS v_read := ROW_COUNT;
+END;
+$$ LANGUAGE plpgsql
+SET timezone TO 'UTC';
+
+CALL "cdc"."explain_0"(CAST(NULL AS bigint));
+
+SELECT 'explain_pending' AS stage, s._kafka_partition, s._kafka_offset, s._kafka_timestamp, s._refresh_time, s._op, s._action, s._reason, s._rn, s._source_pos, s._rank_pos, s._unavailable
+FROM "explain_pending" s
+WHERE s."customer_id" = CAST('C001' AS varchar(64))
+UNION ALL
+SELECT 'explain_retained' AS stage, s._kafka_partition, s._kafka_offset, s._kafka_timestamp, s._refresh_time, s._op, s._action, s._reason, s._rn, s._source_pos, s._rank_pos, s._unavailable
+FROM "explain_retained" s
+WHERE s."customer_id" = CAST('C001' AS varchar(64))
+UNION ALL
+SELECT 'explain_quarantined' AS stage, s._kafka_partition, s._kafka_offset, s._kafka_timestamp, s._refresh_time, s._op, s._action, s._reason, s._rn, s._source_pos, s._rank_pos, s._unavailable
+FROM "explain_quarantined" s
+WHERE s."customer_id" = CAST('C001' AS varchar(64))
+ORDER BY _rank_pos DESC NULLS LAST, _kafka_timestamp DESC NULLS LAST, _kafka_partition DESC, _kafka_offset DESC;
+
+SELECT t."customer_id", t."name", t."mktsegment", t._source_ts, t._source_pos, t._kafka_partition, t._kafka_offset, t._synced_at
+FROM "cdc"."customer" t
+WHERE t."customer_id" = CAST('C001' AS varchar(64));
+
+SELECT t."customer_id", t._source_ts, t._source_pos, t._kafka_partition, t._kafka_offset, t._kafka_timestamp, t._deleted_at
+FROM "cdc"."customer__deleted" t
+WHERE t."customer_id" = CAST('C001' AS varchar(64));
+
+SELECT q.kafka_partition, q.kafka_offset, q.kafka_timestamp, q.run_started_at, q.reason, q.handled
+FROM "cdc"."customer__quarantine" q
+JOIN "explain_quarantined" s ON s._kafka_partition = q.kafka_partition AND s._kafka_offset = q.kafka_offset
+  AND s._refresh_time = q.run_started_at
+WHERE q.table_name = 'customer' AND s."customer_id" = CAST('C001' AS varchar(64))
+ORDER BY q.run_started_at DESC, q.kafka_partition DESC, q.kafka_offset DESC;
