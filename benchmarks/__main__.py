@@ -17,13 +17,14 @@ from pathlib import Path
 
 from benchmarks import phases
 from benchmarks.database import deployed
+from benchmarks.ingest import ingest
 from benchmarks.measure import Clock, machine, server_settings, versions
 from benchmarks.report import expected_figures, table, target_results, write_json
 from benchmarks.sizes import FULL, QUICK
 from benchmarks.workload import PIPELINE, REPO, TABLE, relations
 
 RESULTS = Path(__file__).resolve().parent / "results"
-PHASES = ("incremental", "scaling", "empty-sync", "backfill")
+PHASES = ("incremental", "scaling", "empty-sync", "ingest", "backfill")
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
@@ -51,6 +52,7 @@ def run(argv: Sequence[str] | None = None) -> dict:
             ("incremental", phases.incremental),
             ("scaling", phases.scaling),
             ("empty-sync", phases.empty_sync),
+            ("ingest", ingest),
         ):
             if name in selected:
                 phase(bench)

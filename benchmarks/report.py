@@ -41,6 +41,7 @@ TARGETS = (
     Target("incremental.ratio_a_f", 1.8, "a/f <= 1.8 (the whole merge under twice a bare decode)"),
     Target("scaling.ratio_largest_smallest", 1.5, "largest/smallest target <= 1.5"),
     Target("empty_sync.seconds", 0.050, "empty sync < 50 ms with the retained records", strict=True),
+    Target("ingest.ratio_ingest_copy", 3.0, "ingest <= 3x a raw COPY of the same records"),
     Target("backfill.ratio_backfill_copy", 2.5, "backfill <= 2.5x the raw COPY"),
     Target("backfill.ratio_per_row_copy", 4.0, "backfill cost per row beyond start-up <= 4x the raw COPY's"),
     Target("reconcile.ratio_counts_backfill", 1.0, "reconcile (counts) <= 1x the backfill"),
@@ -61,6 +62,10 @@ def expected_figures(sizes: Sizes, phases: Sequence[str], with_backfill: bool) -
         names += ["scaling.ratio_largest_smallest", "scaling.floor_ratio_largest_smallest"]
     if "empty-sync" in phases:
         names += ["empty_sync.seconds", "empty_sync.max_seconds"]
+    if "ingest" in phases:
+        for name in ("ingest", "raw_copy"):
+            names += [f"ingest.{name}.seconds", f"ingest.{name}.records_per_second"]
+        names += ["ingest.megabytes_per_second", "ingest.ratio_ingest_copy"]
     if with_backfill:
         names += [
             "backfill.raw_copy_csv.seconds",
@@ -176,6 +181,12 @@ def table(doc: dict) -> str:
         lines.append(
             f"   empty sync with {inputs['retained']:,} applied records retained: "
             f"{_seconds(f['empty_sync.seconds'])} (max {_seconds(f['empty_sync.max_seconds'])})"
+        )
+    if "ingest.ratio_ingest_copy" in f:
+        lines.append(
+            f"   ingest of {inputs['ingest_records']:,} records: {_seconds(f['ingest.ingest.seconds'])} "
+            f"({f['ingest.ingest.records_per_second']:,.0f} records/s, {f['ingest.megabytes_per_second']:,.1f} MB/s); "
+            f"raw COPY of the same rows {_seconds(f['ingest.raw_copy.seconds'])}; ratio {f['ingest.ratio_ingest_copy']:.2f}"
         )
     lines.append("")
     if "backfill" in doc["skipped"]:

@@ -16,6 +16,7 @@ class Sizes:
     snapshot_rows_large: int  # rows of the second snapshot: the cost per row beyond start-up
     repeats: int  # runs of each measurement (the median is reported)
     empty_repeats: int  # runs of the (fast) empty sync
+    ingest_records: int  # records of the events file `ingest` reads (part 4)
     upsert_batch: int = 500  # statements per batch of the per-row upsert baseline
 
     def as_dict(self) -> dict:
@@ -32,6 +33,7 @@ FULL = Sizes(
     snapshot_rows_large=10_000_000,
     repeats=5,
     empty_repeats=9,
+    ingest_records=200_000,
 )
 
 QUICK = Sizes(
@@ -44,4 +46,5 @@ QUICK = Sizes(
     snapshot_rows_large=100_000,
     repeats=2,
     empty_repeats=3,
+    ingest_records=3_000,
 )

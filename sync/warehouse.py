@@ -10,6 +10,7 @@ not hang a command.
 
 from __future__ import annotations
 
+import logging
 import os
 import threading
 import time
@@ -21,6 +22,22 @@ from typing import Any
 from urllib.parse import SplitResult, parse_qsl, unquote, urlencode, urlsplit
 
 from sync.sql.dialect import PostgresDialect, dialect_for
+
+log = logging.getLogger("redshift_sync.sql")  # each statement and its time (`--verbose`)
+
+
+@contextmanager
+def _logged(sql: str) -> Iterator[None]:
+    if not log.isEnabledFor(logging.DEBUG):
+        yield
+        return
+    started = time.perf_counter()
+    try:
+        yield
+    finally:
+        first = " ".join(sql.split())
+        log.debug("%.3f s  %s", time.perf_counter() - started, first if len(first) <= 160 else first[:157] + "...")
+
 
 DSN_ENV_VAR = "REDSHIFT_SYNC_DSN"
 CONNECT_TIMEOUT_ENV = "REDSHIFT_SYNC_CONNECT_TIMEOUT"
@@ -50,19 +67,19 @@ class Warehouse:
 
     def execute(self, sql: str, params: Sequence[Any] | None = None) -> int:
         """Runs one statement; returns the rows it changed (INSERT/UPDATE/DELETE), else -1."""
-        with self._cursor() as cur:
+        with self._cursor() as cur, _logged(sql):
             cur.execute(sql, params) if params is not None else cur.execute(sql)
             return cur.rowcount
 
     def query(self, sql: str, params: Sequence[Any] | None = None) -> list[tuple]:
-        with self._cursor() as cur:
+        with self._cursor() as cur, _logged(sql):
             cur.execute(sql, params) if params is not None else cur.execute(sql)
             return list(cur.fetchall())
 
     def run(self, sql: str) -> tuple[list[str] | None, list[tuple], int]:
         """Any one statement: (column names, rows) when it returns rows, (None, [], rows
         changed) when it does not."""
-        with self._cursor() as cur:
+        with self._cursor() as cur, _logged(sql):
             cur.execute(sql)
             if cur.description is None:
                 return None, [], cur.rowcount

@@ -36,8 +36,8 @@ from sync.operations.runner import call_result_sql, call_sql, isolate_sql, prune
 from sync.sql import recovery
 from sync.sql.backfill_merge import BackfillSql
 from sync.sql.dialect import dialect_for, quote_literal
-from sync.sql.names import table_names
 from sync.sql.explain import ExplainSql
+from sync.sql.names import table_names
 from sync.sql.statements import body_sql_statements, procedure_body, split_statements
 from tests.helpers import EXAMPLES, REPO
 

@@ -89,3 +89,17 @@ def test_ingest_names_a_wrong_file_before_looking_at_the_warehouse(tmp_path, dat
     out = CliRunner().invoke(app, args)  # the database is empty: nothing is deployed
     assert out.exit_code == 1 and isinstance(out.exception, SystemExit), out.output
     assert says in out.output and "not deployed" not in out.output
+
+
+def test_revision_names_the_file_it_wrote_relative_to_the_folder_and_only_once(tmp_path, monkeypatch):
+    """A path below the working folder reads relative to it (as the docs show it, and as
+    long paths would otherwise wrap); alembic's own "Generating <absolute path>" line is
+    not printed besides ours."""
+    shutil.copy(EXAMPLE, tmp_path / "pipeline.toml")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("REDSHIFT_SYNC_VERSIONS", raising=False)
+    out = CliRunner().invoke(app, ["revision", "-m", "initial"])
+    assert out.exit_code == 0, out.output
+    (written,) = (tmp_path / "migrations" / "versions").glob("*_initial.py")
+    assert out.output.splitlines()[0] == f"wrote migrations/versions/{written.name} (revision {written.name.split('_')[1]})"
+    assert "Generating" not in out.output and str(tmp_path) not in out.output

@@ -126,8 +126,18 @@ def test_infer_explains_a_sample_without_schemas(tmp_path):
     sample = tmp_path / "plain.jsonl"
     sample.write_text(json.dumps({"partition": 0, "key": {"id": 1}, "value": {"after": {"id": 1}, "op": "c"}}) + "\n")
     result = CliRunner().invoke(app, ["infer", "--sample", str(sample), "--table", "t", "--topic", "t"])
+    # Without schemas (schemas.enable=false) the types are guessed from the values, and said to be.
+    assert result.exit_code == 0, result.output
+    assert "# No schema in the messages (schemas.enable=false)" in result.output
+    assert "# GUESS id: from 1 integer value(s)" in result.output
+
+
+def test_infer_refuses_a_sample_with_no_row_at_all(tmp_path):
+    sample = tmp_path / "tombstones.jsonl"
+    sample.write_text(json.dumps({"partition": 0, "key": {"id": 1}, "value": None}) + "\n")
+    result = CliRunner().invoke(app, ["infer", "--sample", str(sample), "--table", "t", "--topic", "t"])
     assert result.exit_code == 1
-    assert "schemas.enable=true" in result.output
+    assert "no change event or row in the sample" in result.output
 
 
 def test_infer_unwrapped_postgres_messages(tmp_path):

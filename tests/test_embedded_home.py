@@ -60,3 +60,26 @@ def test_a_command_run_elsewhere_uses_the_warehouse_of_its_pipeline_file(workspa
     assert f"warehouse: the embedded PostgreSQL in {proj / '.redshift-sync' / 'pgdata'}" in status.stderr
     assert "customer" in status.stdout and "not deployed" not in status.stdout
     assert list(elsewhere.iterdir()) == []  # no second, empty warehouse where the command ran
+
+
+def test_deploy_from_a_checkout_of_a_pipeline_in_a_subfolder_reads_back_its_own_warehouse(workspace):
+    """README's first deploy, run in a checkout: the upgrade goes to the warehouse next to
+    examples/salesdb/pipeline.toml, and the look at what it wrote after it (rows whose value
+    is unknown) reads that warehouse too, not one in the folder the command runs from; the
+    checkout's alembic.ini does not turn alembic's INFO logging on."""
+    for name in ("examples", "migrations", "alembic.ini"):
+        copy = shutil.copytree if (REPO / name).is_dir() else shutil.copy
+        copy(REPO / name, workspace / name)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("REDSHIFT_SYNC_")} | {"PYTHONPATH": str(REPO)}
+    done = subprocess.run(
+        [sys.executable, "-m", "sync", "deploy", "--config", "examples/salesdb/pipeline.toml"],
+        cwd=workspace,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip().startswith("applied 474a94aea2c7 salesdb pipeline")
+    assert done.stderr == "warehouse: the embedded PostgreSQL in examples/salesdb/.redshift-sync/pgdata\n"
+    assert not (workspace / ".redshift-sync").exists()

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import argparse
 import functools
 import json
+import logging
 import signal
 import sys
 from collections.abc import Callable
@@ -24,6 +26,7 @@ from sync.cli.report import (
     print_reconcile,
     print_runs,
     print_status,
+    readable_count,
 )
 from sync.config import ConfigError, Pipeline, load_pipeline
 from sync.extras import MissingExtra, require_spark
@@ -53,14 +56,32 @@ def _options(
     _version: Annotated[
         bool, typer.Option("--version", callback=_print_version, is_eager=True, help="Print the version and exit.")
     ] = False,
+    verbose: Annotated[
+        bool, typer.Option("--verbose", "-v", help="Also print each statement sent to the warehouse, with its time (stderr).")
+    ] = False,
+    quiet: Annotated[
+        bool, typer.Option("--quiet", "-q", help="Only results, warnings and errors: no progress or where-lines (stderr).")
+    ] = False,
 ) -> None:
     """Options before the command (the app's help is the Typer's)."""
+    if verbose and quiet:
+        raise typer.BadParameter("--verbose and --quiet exclude each other")
+    info_console.quiet = quiet
+    if verbose:
+        from rich.logging import RichHandler
+
+        handler = RichHandler(console=err_console, show_time=False, show_path=False, markup=False)
+        for name in ("redshift_sync", "alembic.runtime.migration"):
+            logging.getLogger(name).addHandler(handler)
+            logging.getLogger(name).setLevel(logging.DEBUG)
 
 
 # Wide enough for the summary tables when the output is a pipe or a CI log. No Rich markup:
 # messages carry `[backfill]`, `redshift-sync[spark]`, JSON values; colour comes as Text styles.
 console = Console(width=None if sys.stdout.isatty() else 120, markup=False)
 err_console = Console(stderr=True, width=None if sys.stderr.isatty() else 120, markup=False)
+# Progress and where-lines on stderr: what --quiet silences (warnings and errors stay).
+info_console = Console(stderr=True, width=None if sys.stderr.isatty() else 120, markup=False)
 
 
 def warn(message: str, **options: Any) -> None:
@@ -219,7 +240,7 @@ def deploy(
         return
     probe = open_warehouse(dsn, path)  # an unreachable warehouse is named before alembic starts
     probe.close()
-    err_console.print(f"warehouse: {probe.where}", style="dim", highlight=False)
+    info_console.print(f"warehouse: {probe.where}", style="dim", highlight=False)
     result = run_deploy(revisions_config(versions, dsn, pipeline, path), pipeline)
     for warning in result.warnings:
         warn(warning)
@@ -251,17 +272,23 @@ def ingest(
     if (table is None) == (not heartbeat):
         raise CliError("give either --table TABLE or --heartbeat")
     check_events_file(file)  # a wrong path is the first thing to say, before the warehouse
+    from sync.cli.progress import ingest_progress
+
     pipeline, _, wh = open_checked(config, dsn)
     try:
-        result = ingest_file(wh, pipeline, table, file)
+        with ingest_progress(info_console, file.stat().st_size) as progress:
+            result = ingest_file(wh, pipeline, table, file, progress)
     finally:
         wh.close()
     parts = ", ".join(f"partition {p}: offsets {a}-{b}" for p, (a, b) in sorted(result.partitions.items()))
-    console.print(f"ingested {result.records} record(s) into {result.table} ({parts or 'none'})", highlight=False)
+    console.print(f"ingested {readable_count(result.records)} record(s) into {result.table} ({parts or 'none'})", highlight=False)
     if result.tombstones:
-        console.print(f"  {result.tombstones} tombstone(s) (null value)")
+        console.print(f"  {readable_count(result.tombstones)} tombstone(s) (null value)")
     if result.unparseable_values:
-        console.print(f"  {result.unparseable_values} value(s) are not JSON: kept raw, sync will quarantine them", style="yellow")
+        console.print(
+            f"  {readable_count(result.unparseable_values)} value(s) are not JSON: kept raw, sync will quarantine them",
+            style="yellow",
+        )
     if result.malformed_lines:
         lines = ", ".join(str(n) for n in result.malformed_lines[:20]) + (", ..." if len(result.malformed_lines) > 20 else "")
         console.print(
@@ -293,7 +320,7 @@ def sync_cmd(
         print_regression_warnings(wh, pipeline, names)
         for i, name in enumerate(names, start=1):
             # One CALL cannot report as it goes: a spinner (on a terminal) names the table.
-            with err_console.status(f"syncing {name} ({i}/{len(names)})", spinner="dots"):
+            with info_console.status(f"syncing {name} ({i}/{len(names)})", spinner="dots"):
                 runs.append(sync_table(wh, pipeline, name))
         print_run_warnings(wh, pipeline, names)
         # Retention after a clean run only: a failed call may have left the connection broken.
@@ -337,7 +364,7 @@ def status(
 
     pipeline, _, wh = open_checked(config, dsn)
     if not as_json:
-        err_console.print(f"warehouse: {wh.where}", style="dim", highlight=False)
+        info_console.print(f"warehouse: {wh.where}", style="dim", highlight=False)
     try:
         rows = run_status(wh, pipeline)
         deployed = [s.table for s in rows if s.deployed]
@@ -427,7 +454,7 @@ SnapshotTimeOpt = Annotated[
 
 
 def _progress(message: str) -> None:
-    err_console.print(message, style="dim", highlight=False)
+    info_console.print(message, style="dim", highlight=False)
 
 
 @app.command()
@@ -549,11 +576,13 @@ def revision(
     from sync.schema.revisions import write_revision
 
     pipeline, path = open_pipeline(config)
-    written = write_revision(revisions_config(versions, None, pipeline, path), pipeline, relative_to_cwd(path), message)
+    # quiet: alembic's own "Generating <absolute path>" line; the line below says it, relative to here
+    cfg = revisions_config(versions, None, pipeline, path, cmd_opts=argparse.Namespace(quiet=True))
+    written = write_revision(cfg, pipeline, relative_to_cwd(path), message)
     if written is None:
         console.print("nothing to do: the pipeline file matches the last revision")
         return
-    console.print(f"wrote {written.path} (revision {written.revision})", highlight=False)
+    console.print(f"wrote {relative_to_cwd(Path(written.path))} (revision {written.revision})", highlight=False)
     for line in written.plan.upgrade:
         console.print(f"  {line}", highlight=False)
     for warning in written.plan.warnings:
@@ -566,7 +595,10 @@ def infer(
     sample: Annotated[
         Path,
         typer.Option(
-            "--sample", "-s", help="JSON lines of Debezium messages with schemas (schemas.enable=true).", metavar="FILE"
+            "--sample",
+            "-s",
+            help="JSON lines of Debezium messages: with schemas (schemas.enable=true), else types are guessed from values.",
+            metavar="FILE",
         ),
     ],
     table: Annotated[str, typer.Option("--table", "-t", help="Name of the target table.", metavar="TABLE")],
@@ -576,7 +608,7 @@ def infer(
         typer.Option("--primary-key", help="Key field(s) when the sample has no key schema (repeatable).", metavar="FIELD"),
     ] = None,
 ) -> None:
-    """Print a ready [[tables]] block inferred from sample messages' Connect schemas."""
+    """Print a ready [[tables]] block inferred from sample messages: their Connect schemas, else their values."""
     from sync.debezium.infer import infer_block
 
     sys.stdout.write(infer_block(sample, table, topic, primary_key))

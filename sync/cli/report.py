@@ -22,6 +22,11 @@ DRIFT_KINDS = {
 }
 
 
+def readable_count(n: int | None) -> str:
+    """A count as every command prints one: 1,234,567 (None: -)."""
+    return "-" if n is None else f"{n:,}"
+
+
 def readable_seconds(seconds: float | None) -> str:
     """A duration as a person reads it: 0.42 s, 12.5 s, 7 min 3 s, 5 h 12 min, 729 d 16 h."""
     if seconds is None:
@@ -56,12 +61,12 @@ def print_runs(runs: list[Any], out: Console, err: Console) -> None:
         grid.add_row(
             r.table,
             Text(r.status, style="green" if r.status == "ok" else "red"),
-            str(r.events_read),
-            str(r.upserted),
-            str(r.deleted),
-            str(r.quarantined),
-            str(r.stale),
-            str(r.superseded),
+            readable_count(r.events_read),
+            readable_count(r.upserted),
+            readable_count(r.deleted),
+            readable_count(r.quarantined),
+            readable_count(r.stale),
+            readable_count(r.superseded),
             r.watermark_after or "-",
             readable_seconds(r.lag_seconds),
             readable_seconds(r.duration_seconds),
@@ -108,13 +113,13 @@ def print_status(rows: list[Any], out: Console) -> None:
         lag = s.last_run.get("lag_seconds") if s.last_run else None
         grid.add_row(
             s.table,
-            str(s.target_rows),
-            str(s.pending),
+            readable_count(s.target_rows),
+            readable_count(s.pending),
             wm,
             (s.last_run_at or "never")[:19],
-            str(s.last_run["events_read"]) if s.last_run else "-",
+            readable_count(s.last_run["events_read"]) if s.last_run else "-",
             readable_seconds(lag),
-            str(s.quarantined),
+            readable_count(s.quarantined),
         )
     out.print(grid)
     for s in rows:
@@ -145,7 +150,7 @@ def print_freshness(rows: list[Any], out: Console) -> None:
             "never" if f.source_alive_seconds is None else f"{readable_seconds(f.source_alive_seconds)} ago",
             (f.last_event_at or "never")[:19],
             (f.last_applied_at or "never")[:19],
-            str(f.pending),
+            readable_count(f.pending),
             readable_seconds(f.lag_seconds),
         )
     out.print(grid)
@@ -163,7 +168,13 @@ def print_cost(durations: dict[str, Any], statements: dict[str, Any] | None, out
     for col in columns:
         grid.add_column(col, justify="left" if col in ("table", "since") else "right")
     for table, c in durations.items():
-        row = [table, str(c.runs), readable_seconds(c.p50_seconds), readable_seconds(c.p95_seconds), (c.since or "-")[:19]]
+        row = [
+            table,
+            readable_count(c.runs),
+            readable_seconds(c.p50_seconds),
+            readable_seconds(c.p95_seconds),
+            (c.since or "-")[:19],
+        ]
         if statements is not None:
             st = statements[table]
             row += [str(st.calls), readable_seconds(st.execution_seconds), readable_seconds(st.queue_seconds)]
@@ -174,16 +185,16 @@ def print_cost(durations: dict[str, Any], statements: dict[str, Any] | None, out
 def print_backfill(result: Any, table: str, out: Console) -> None:
     """The counts of one backfill, its notes and a sample of the rows it rejected."""
     grid = Table(title=f"backfill {table}", title_justify="left")
-    for col in ("staged", "loaded", "deleted", "kept: target as new or newer", "kept: deleted by stream", "rejected", "time s"):
+    for col in ("staged", "loaded", "deleted", "kept: target as new or newer", "kept: deleted by stream", "rejected", "time"):
         grid.add_column(col, justify="right")
     grid.add_row(
-        f"{result.staged:,}",
-        f"{result.loaded:,}",
-        f"{result.deleted:,}",
-        f"{result.kept_newer:,}",
-        f"{result.kept_deleted:,}",
-        f"{result.rejected:,}",
-        f"{result.seconds:.1f}",
+        readable_count(result.staged),
+        readable_count(result.loaded),
+        readable_count(result.deleted),
+        readable_count(result.kept_newer),
+        readable_count(result.kept_deleted),
+        readable_count(result.rejected),
+        readable_seconds(result.seconds),
     )
     out.print(grid)
     for note in result.notes:

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from sync.config import TARGET_NAME, ConfigError, parse_pipeline
+from sync.debezium.infer_values import ValueSample
 from sync.debezium.vocabulary import SchemaName, Semantic
 from sync.local.stream import read_records
 
@@ -209,8 +210,9 @@ def _is_plain_row(schema: dict[str, Any]) -> bool:
     return not any(n.startswith("__") for n in names) and not str(schema.get("name", "")).endswith(".Value")
 
 
-def read_sample(path: Path) -> Sample:
-    sample = Sample()
+def read_sample(path: Path) -> tuple[Sample, ValueSample]:
+    """The messages with schemas, and those without (schemas.enable=false)."""
+    sample, schemaless = Sample(), ValueSample()
     for record, _ in read_records(path):
         try:
             key = json.loads(record.key) if record.key else None
@@ -218,7 +220,21 @@ def read_sample(path: Path) -> Sample:
         except ValueError:
             continue
         sample.add(key, value)
-    return sample
+        schemaless.add(key, value)
+    return sample, schemaless
+
+
+def _from_values(sample: Sample, schemaless: ValueSample) -> list[str]:
+    """Fill `sample` from messages without schemas; the comment lines that say what was
+    guessed and what needs a look."""
+    sample.fields, guesses, looks = schemaless.connect_fields()
+    sample.key, sample.format, sample.connector = schemaless.key, schemaless.format, schemaless.connector
+    sample.messages = schemaless.messages
+    return [
+        "# No schema in the messages (schemas.enable=false): every type is guessed from the values.",
+        *[f"# GUESS {g}" for g in guesses],
+        *[f"# CHECK {c}" for c in looks],
+    ]
 
 
 def _toml_string(value: str) -> str:
@@ -241,12 +257,10 @@ def infer_block(path: Path, table: str, topic: str, primary_key: list[str] | Non
     """The [[tables]] block for the sample file, validated as the pipeline file would be."""
     if not path.exists():
         raise FileNotFoundError(f"sample file {str(path)!r} not found")
-    sample = read_sample(path)
+    sample, schemaless = read_sample(path)
+    guessed = _from_values(sample, schemaless) if not sample.messages else []
     if not sample.messages:
-        raise ValueError(
-            f"{path}: no message with a schema; capture the topic with the JsonConverter's "
-            'schemas.enable=true (messages shaped {"schema": ..., "payload": ...})'
-        )
+        raise ValueError(f"{path}: no change event or row in the sample (a value that is a JSON object)")
     keys = primary_key or sample.key or (sorted(sample.bare_key) if sample.bare_key and len(sample.bare_key) == 1 else [])
     if not keys:
         raise ValueError(f"{path}: no key schema in the sample; pass --primary-key")
@@ -276,7 +290,7 @@ def infer_block(path: Path, table: str, topic: str, primary_key: list[str] | Non
         if col.scale is not None:
             parts.append(f"scale = {col.scale}")
         columns.append("  { " + ", ".join(parts) + " },")
-    lines = [f"# Inferred from {sample.messages} message(s) of {path.name}."]
+    lines = [f"# Inferred from {sample.messages} message(s) of {path.name}.", *guessed]
     lines += [f"# NOTE {n}" for n in notes]
     lines += [
         "[[tables]]",

@@ -11,17 +11,14 @@ too, and counted.
 
 from __future__ import annotations
 
-import json
-import re
-import uuid
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
 from sync.config import ConfigError, Pipeline
+from sync.local.values import ParsedValue, dumps_exact, loads_exact, parse_value, parsed_json
 from sync.sql import schemas
 from sync.sql.names import HEARTBEAT_STREAM, REFRESH_HISTORY, table_names
 from sync.warehouse import Warehouse, WarehouseError
@@ -59,12 +56,8 @@ class KafkaRecord:
     headers: Any = None
     lineno: int | None = None  # the input line it came from
     timestamp_type: str = "C"  # the stream's kafka_timestamp_type (TIMESTAMP_TYPES)
-
-
-@dataclass
-class ParsedValue:
-    payload: str | None  # JSON text for the jsonb column, or None
-    raw: bytes | None  # raw bytes when the value is not (storable) JSON
+    stored: ParsedValue | None = None  # the value's stored form, when the line's parse gave it
+    key_stored: ParsedValue | None = None  # the key's
 
 
 @dataclass
@@ -76,41 +69,6 @@ class IngestResult:
     malformed_lines: list[int | None] = field(default_factory=list)  # numbers of the lines that were not records
     partitions: dict[int, tuple[int, int]] = field(default_factory=dict)  # partition -> (first, last offset)
     refresh_time: datetime | None = None
-
-
-def _reject_constant(name: str) -> Any:
-    raise ValueError(f"{name} is not a JSON number")
-
-
-def loads_exact(text: str) -> Any:
-    """Strict JSON (no NaN/Infinity), with numbers kept exact: a float would round
-    12345678901234567890.12 and turn 1e999 into Infinity, which is not JSON."""
-    return json.loads(text, parse_float=Decimal, parse_constant=_reject_constant)
-
-
-def dumps_exact(value: Any, separators: tuple[str, str] | None = None) -> str:
-    """JSON text of a `loads_exact` result: Decimals written as the numbers they are."""
-    text = json.dumps(value, separators=separators, ensure_ascii=False, default=_marked_number)
-    return _MARKED_NUMBER.sub(r"\1", text) if _NUMBER_MARKER in text else text
-
-
-_NUMBER_MARKER = uuid.uuid4().hex  # random per process: no input can carry it
-_MARKED_NUMBER = re.compile(f'"{_NUMBER_MARKER}([^"]*)"')
-
-
-def _marked_number(o: Any) -> str:
-    if not isinstance(o, Decimal):
-        raise TypeError(f"{type(o).__name__} is not JSON")
-    return f"{_NUMBER_MARKER}{o}"
-
-
-def _to_bytes(value: Any) -> bytes | None:
-    """A record's key or value as the bytes Kafka would hold."""
-    if value is None:
-        return None
-    if isinstance(value, str):
-        return value.encode("utf-8", "surrogatepass")
-    return dumps_exact(value, separators=(",", ":")).encode("utf-8", "surrogatepass")
 
 
 def _int_or_none(obj: dict, name: str, lineno: int) -> int | None:
@@ -142,56 +100,33 @@ def parse_line(line: bytes, lineno: int) -> tuple[KafkaRecord, bool]:
         if not (isinstance(timestamp_type, str) and timestamp_type in TIMESTAMP_TYPES):
             raise ValueError(f"line {lineno}: timestamp_type must be one of {', '.join(TIMESTAMP_TYPES)}, got {timestamp_type!r}")
         value = obj.get("payload" if kcat else "value")
-        key, headers = _to_bytes(obj.get("key")), obj.get("headers")
-        return KafkaRecord(partition, offset, timestamp, key, _to_bytes(value), headers, lineno, timestamp_type), True
+        (key, key_stored), (raw, stored) = parsed_json(obj.get("key")), parsed_json(value)
+        record = KafkaRecord(partition, offset, timestamp, key, raw, obj.get("headers"), lineno, timestamp_type)
+        record.stored, record.key_stored = stored, key_stored
+        return record, True
     return KafkaRecord(0, None, None, None, line, lineno=lineno), isinstance(obj, dict)
 
 
-# jsonb holds a number as numeric: "up to 131072 digits before the decimal point; up to
-# 16383 digits after the decimal point" (PostgreSQL, Numeric Types). JSON has no limit.
-NUMERIC_INTEGER_DIGITS, NUMERIC_FRACTION_DIGITS = 131072, 16383
+Progress = Callable[[int, int], None]  # (records read, bytes read so far)
+PROGRESS_EVERY = 1000  # records between two progress calls
 
 
-def _numbers_fit_jsonb(value: Any) -> bool:
-    """Every number of a `loads_exact` result is one jsonb can hold (an integer of more
-    digits than numeric holds is refused by the JSON parser already)."""
-    if isinstance(value, Decimal):
-        fraction_digits = -int(value.as_tuple().exponent)
-        return fraction_digits <= NUMERIC_FRACTION_DIGITS and (value.is_zero() or value.adjusted() < NUMERIC_INTEGER_DIGITS)
-    if isinstance(value, dict):
-        return all(_numbers_fit_jsonb(v) for v in value.values())
-    if isinstance(value, list):
-        return all(_numbers_fit_jsonb(v) for v in value)
-    return True
-
-
-def parse_value(value: bytes | None) -> ParsedValue:
-    """What the streaming MV stores: parsed JSON, or the raw bytes when it does not parse.
-    PostgreSQL's jsonb cannot hold NUL characters or a number beyond numeric's range, so
-    such values stay raw as well (the procedure quarantines them)."""
-    if value is None:
-        return ParsedValue(None, None)
-    try:
-        text = value.decode("utf-8")
-        parsed = loads_exact(text)
-        dumped = dumps_exact(parsed)
-        dumped.encode("utf-8")  # lone surrogates from \ud800 escapes cannot be stored
-        if not _numbers_fit_jsonb(parsed):
-            return ParsedValue(None, value)
-    except (UnicodeError, ValueError, RecursionError):
-        return ParsedValue(None, value)
-    if "\\u0000" in dumped or "\x00" in dumped:
-        return ParsedValue(None, value)
-    return ParsedValue(dumped, None)
-
-
-def read_records(path: Path) -> Iterator[tuple[KafkaRecord, bool]]:
+def read_records(path: Path, progress: Progress | None = None) -> Iterator[tuple[KafkaRecord, bool]]:
+    """The file's records; `progress` hears how far the reading is, every PROGRESS_EVERY
+    records and at the end."""
+    records = consumed = 0
     with path.open("rb") as fh:
         for lineno, line in enumerate(fh, start=1):
+            consumed += len(line)
             line = line.rstrip(b"\r\n")
             if not line.strip():
                 continue
             yield parse_line(line, lineno)
+            records += 1
+            if progress is not None and records % PROGRESS_EVERY == 0:
+                progress(records, consumed)
+    if progress is not None:
+        progress(records, consumed)
 
 
 def stream_of(pipeline: Pipeline, table_name: str | None) -> tuple[str, str, str]:
@@ -240,8 +175,8 @@ def ingest_records(
                 if offset is None:
                     offset = next_offset.get(record.partition, 0)
                 next_offset[record.partition] = max(next_offset.get(record.partition, 0), offset + 1)
-                value = parse_value(record.value)
-                key = parse_value(record.key)
+                value = record.stored if record.stored is not None else parse_value(record.value)
+                key = record.key_stored if record.key_stored is not None else parse_value(record.key)
                 ts = (
                     datetime.fromtimestamp(record.timestamp_ms / 1000, tz=timezone.utc).replace(tzinfo=None)
                     if record.timestamp_ms is not None
@@ -265,11 +200,8 @@ def ingest_records(
                 result.records += 1
                 result.unparseable_values += value.raw is not None
                 result.tombstones += record.value is None
-                first, _ = result.partitions.get(record.partition, (offset, offset))
-                result.partitions[record.partition] = (
-                    min(first, offset),
-                    max(result.partitions.get(record.partition, (offset, offset))[1], offset),
-                )
+                first, last = result.partitions.get(record.partition, (offset, offset))
+                result.partitions[record.partition] = (min(first, offset), max(last, offset))
         if wh.relation_exists(schema, REFRESH_HISTORY):  # a refresh, also one that read nothing
             values = ", ".join(["%s"] * len(schemas.REFRESH_HISTORY))
             wh.execute(
@@ -288,7 +220,9 @@ def check_events_file(path: Path) -> None:
         raise FileNotFoundError(f"events file {str(path)!r} not found")
 
 
-def ingest_file(wh: Warehouse, pipeline: Pipeline, table_name: str | None, path: Path) -> IngestResult:
+def ingest_file(
+    wh: Warehouse, pipeline: Pipeline, table_name: str | None, path: Path, progress: Progress | None = None
+) -> IngestResult:
     """The file's records into the table's stream relation (None: the heartbeat's)."""
     check_events_file(path)
-    return ingest_records(wh, pipeline, table_name, read_records(path))
+    return ingest_records(wh, pipeline, table_name, read_records(path, progress))

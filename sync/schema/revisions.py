@@ -96,6 +96,7 @@ def alembic_config(versions: Path | None = None, dsn: str | None = None, config:
         cfg.set_main_option("version_locations", str(Path(versions).resolve()))
     cfg.attributes["dsn"] = dsn
     cfg.attributes["config"] = str(config) if config else None
+    cfg.attributes["configure_logger"] = False  # the commands say what they did; an ini's INFO logging would repeat it
     return cfg
 
 
@@ -232,17 +233,17 @@ def deploy(cfg: Any, pipeline: Pipeline) -> DeployResult:
         done = f"; applied before it: {', '.join(applied)}" if applied else ""
         raise WarehouseError(f"upgrade stopped, the failing revision was rolled back{done}: {reason}") from exc
     if applied and (dsn or not cfg.get_main_option("sqlalchemy.url")):  # the database upgraded (None: embedded)
-        warnings += _unknown_values(dsn, pipeline)
+        warnings += _unknown_values(dsn, pipeline, cfg.attributes["config"])
     return DeployResult(applied, rev, warnings)
 
 
-def _unknown_values(dsn: str | None, pipeline: Pipeline) -> list[str]:
+def _unknown_values(dsn: str | None, pipeline: Pipeline, path: str | None) -> list[str]:
     """What the upgrade could not know: stored rows whose value is unknown (an added column
     whose records carry the TOAST placeholder)."""
     from sync.operations.unknown_values import unknown_values
     from sync.warehouse import connect
 
-    wh = connect(dsn)
+    wh = connect(dsn, pipeline_file=Path(path) if path else None)
     try:
         return [u.describe() for t in pipeline.tables for u in unknown_values(wh, pipeline, t.name)]
     finally:
