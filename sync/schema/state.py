@@ -46,7 +46,10 @@ def warehouse_model(pipeline: Pipeline) -> dict[str, Any]:
     (revisions folder, retention), which change how the tool runs, not the warehouse."""
     # A pipeline without [heartbeat] is recorded as before the section existed.
     absent = {"heartbeat"} if pipeline.heartbeat is None else set()
-    return pipeline.model_dump(mode="json", by_alias=True, exclude=set(OPERATIONAL_SECTIONS) | absent)
+    model = pipeline.model_dump(mode="json", by_alias=True, exclude=set(OPERATIONAL_SECTIONS) | absent)
+    # ... and a table without history as before history existed.
+    model["tables"] = [{k: v for k, v in t.items() if not (k == "history" and v is None)} for t in model["tables"]]
+    return model
 
 
 def state_for(pipeline: Pipeline, origin: str) -> State:

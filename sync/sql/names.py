@@ -25,6 +25,7 @@ class TableNames:
 
     schema: str
     table: str
+    history_table: str | None = None  # the history's own name, when the pipeline file sets one
 
     @property
     def target(self) -> str:
@@ -48,6 +49,11 @@ class TableNames:
         return f"{self.table}__deleted"
 
     @property
+    def history(self) -> str:
+        """Every version of every row (history = true)."""
+        return self.history_table or f"{self.table}__history"
+
+    @property
     def quarantine(self) -> str:
         return f"{self.table}__quarantine"
 
@@ -65,4 +71,4 @@ class TableNames:
 
 
 def table_names(pipeline: Pipeline, table: TableConfig) -> TableNames:
-    return TableNames(pipeline.schema, table.name)
+    return TableNames(pipeline.schema, table.name, table.history.table if table.history else None)

@@ -171,6 +171,8 @@ def table_objects(d: PostgresDialect, pipeline: Pipeline, table: TableConfig, or
                 table.name,
             )
         )
+    if table.history is not None:
+        objects.append(history_object(d, pipeline, table))
     # The sync (bounded by p_max_records), its scheduled call, and record isolation.
     procedures = [
         (n.procedure, procedure_sql, "bigint"),
@@ -182,6 +184,19 @@ def table_objects(d: PostgresDialect, pipeline: Pipeline, table: TableConfig, or
         for name, render, args in procedures
     ]
     return objects
+
+
+def history_object(d: PostgresDialect, pipeline: Pipeline, table: TableConfig) -> SqlObject:
+    """The history table: distributed on the key like the target (a key's versions on one
+    slice, so the procedure's join with the stage is collocated), sorted by the key, then
+    `_valid_from` (a key's versions in order; a range of times is a range of blocks per key)."""
+    n = table_names(pipeline, table)
+    keys = [c.target_name for c in table.key_columns]
+    lines = schemas.definitions(d, schemas.history(table), quoted=True)
+    sql = _create_table(
+        d, n.schema, n.history, lines, d.table_attributes(table.distkey_column.target_name, [*keys, "_valid_from"])
+    )
+    return SqlObject("table", n.schema, n.history, sql, table.name)
 
 
 def shared_objects(d: PostgresDialect, pipeline: Pipeline) -> list[SqlObject]:

@@ -1,0 +1,52 @@
+"""History mode's SQL (sync/sql/procedure/history.py): the stage contract of its step, its
+statements on the common path, and tables without history untouched."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from sync.config import HistoryConfig
+from sync.sql.procedure.context import Action
+from sync.sql.procedure.history import history_sql
+from sync.sql.procedure.steps import SYNC_STEPS
+from tests.helpers import COMPOSITE_KEY, ONE_COLUMN, table_sql
+from tests.test_procedure_steps import COLUMNS, read_before_written, walk
+
+TABLES = {
+    f"{dialect}-{name}-{deletes}": table_sql(toml, dialect, history=HistoryConfig(deletes=deletes))
+    for dialect in ("redshift", "postgres")
+    for name, toml in (("one-column", ONE_COLUMN), ("composite-key", COMPOSITE_KEY))
+    for deletes in ("close", "tombstone")
+}
+
+
+@pytest.mark.parametrize("ctx", TABLES.values(), ids=TABLES.keys())
+def test_history_step_keeps_the_stage_contract(ctx):
+    steps = walk(SYNC_STEPS, ctx)
+    assert history_sql in [s.sql for s in steps]
+    assert read_before_written(steps) == []
+    (step,) = [s for s in steps if s.sql is history_sql]
+    sql = step.sql(ctx)
+    named = {c for c in COLUMNS if re.search(rf"\b{c}\b", sql)} | {a for a in Action if f"'{a}'" in sql}
+    assert named <= step.reads | step.writes
+
+
+def statements(sql: str) -> int:
+    return len(re.findall(r"^\s*(INSERT|UPDATE|DELETE)\b", sql, re.MULTILINE))
+
+
+def test_history_adds_three_statements_to_the_common_path():
+    """Insert the new versions, drop re-sent tombstones, recompute the touched keys'
+    intervals; a truncate's branch (rare) adds its markers and a recompute of every key."""
+    one = TABLES["redshift-one-column-close"]
+    assert statements(history_sql(one)) == 3
+    with_truncates = TABLES["redshift-composite-key-close"]
+    common, _, truncate_branch = history_sql(with_truncates).partition("IF v_truncates > 0")
+    _, otherwise = re.split(r"^ELSE$", truncate_branch, flags=re.MULTILINE)
+    assert statements(common) + statements(otherwise) == 3
+
+
+def test_tables_without_history_do_not_run_the_step():
+    assert history_sql not in [s.sql for s in walk(SYNC_STEPS, table_sql(COMPOSITE_KEY))]
