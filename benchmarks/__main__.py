@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from datetime import datetime, timezone
 from pathlib import Path
 
-from benchmarks import phases
+from benchmarks import history, phases
 from benchmarks.database import deployed
 from benchmarks.measure import Clock, machine, server_settings, versions
 from benchmarks.report import expected_figures, table, target_results, write_json
@@ -23,7 +23,7 @@ from benchmarks.sizes import FULL, QUICK
 from benchmarks.workload import PIPELINE, REPO, TABLE, relations
 
 RESULTS = Path(__file__).resolve().parent / "results"
-PHASES = ("incremental", "scaling", "empty-sync", "backfill")
+PHASES = ("incremental", "scaling", "empty-sync", "history", "backfill")
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
@@ -51,6 +51,7 @@ def run(argv: Sequence[str] | None = None) -> dict:
             ("incremental", phases.incremental),
             ("scaling", phases.scaling),
             ("empty-sync", phases.empty_sync),
+            ("history", history.history),
         ):
             if name in selected:
                 phase(bench)

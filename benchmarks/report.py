@@ -40,6 +40,7 @@ TARGETS = (
     Target("incremental.ratio_a_d", 1.3, "a/d <= 1.3 (close to the apply floor)"),
     Target("incremental.ratio_a_f", 1.8, "a/f <= 1.8 (the whole merge under twice a bare decode)"),
     Target("scaling.ratio_largest_smallest", 1.5, "largest/smallest target <= 1.5"),
+    Target("history.ratio_history_current", 1.6, "history + current state <= 1.6x current state alone"),
     Target("empty_sync.seconds", 0.050, "empty sync < 50 ms with the retained records", strict=True),
     Target("backfill.ratio_backfill_copy", 2.5, "backfill <= 2.5x the raw COPY"),
     Target("backfill.ratio_per_row_copy", 4.0, "backfill cost per row beyond start-up <= 4x the raw COPY's"),
@@ -61,6 +62,10 @@ def expected_figures(sizes: Sizes, phases: Sequence[str], with_backfill: bool) -
         names += ["scaling.ratio_largest_smallest", "scaling.floor_ratio_largest_smallest"]
     if "empty-sync" in phases:
         names += ["empty_sync.seconds", "empty_sync.max_seconds"]
+    if "history" in phases:
+        for name in ("current_state", "with_history"):
+            names += [f"history.{name}.seconds", f"history.{name}.events_per_second"]
+        names.append("history.ratio_history_current")
     if with_backfill:
         names += [
             "backfill.raw_copy_csv.seconds",
@@ -176,6 +181,12 @@ def table(doc: dict) -> str:
         lines.append(
             f"   empty sync with {inputs['retained']:,} applied records retained: "
             f"{_seconds(f['empty_sync.seconds'])} (max {_seconds(f['empty_sync.max_seconds'])})"
+        )
+    if "history.ratio_history_current" in f:
+        lines.append(
+            f"   history mode, {inputs['events']:,} events into {inputs['target_rows']:,} rows and versions: "
+            f"current state {_seconds(f['history.current_state.seconds'])}, with history "
+            f"{_seconds(f['history.with_history.seconds'])} ({f['history.ratio_history_current']:.2f}x)"
         )
     lines.append("")
     if "backfill" in doc["skipped"]:

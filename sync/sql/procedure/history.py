@@ -14,15 +14,15 @@ from sync.sql.dialect import quote_literal
 from sync.sql.procedure.context import Action, TableSql
 from sync.sql.procedure.fields import toastable
 from sync.sql.procedure.ordering import kafka_later
-from sync.sql.procedure.text import indent
+from sync.sql.procedure.text import indent, packed
 from sync.sql.types import SqlType
 
 # The stage records that are events of their key: applied, superseded in the batch, older
 # than the stored row (stale: a late event is a version in its place), or voided by a
 # newer truncate of the batch.
 EVENTS = f"s._action IN ('{Action.UPSERT}', '{Action.DELETE}', '{Action.STALE}', '{Action.TRUNCATED}')"
-# A version's operation: the event's (a tombstone has none: a delete).
-OP = "COALESCE(SUBSTRING(s._op, 1, 1), 'd')"
+# A version's operation: the event's (c, r, u, d; a tombstone has none: a delete).
+OP = "CASE WHEN s._op IN ('c', 'r', 'u') THEN s._op ELSE 'd' END"
 # A closing marker: a truncate ended the version before it.
 TRUNCATED_OP = "t"
 _TIMESTAMP = SqlType("timestamp")
@@ -47,8 +47,14 @@ def _same_version(ctx: TableSql, a: str, b: str) -> str:
     )
 
 
+# Types Redshift's window functions neither partition by nor return (SUPER, VARBYTE).
+UNWINDOWED = ("super", "varbyte")
+
+
 def _toast_columns(ctx: TableSql) -> list[str]:
-    return [c.target_name for c in ctx.table.value_columns if toastable(c)]
+    """TOAST-able columns whose placeholders the history fills from the previous version
+    (a SUPER or VARBYTE placeholder in a superseded event keeps NULL and its mark)."""
+    return [c.target_name for c in ctx.table.value_columns if toastable(c) and c.sql_type.family not in UNWINDOWED]
 
 
 def _mark(column: str) -> str:
@@ -71,25 +77,26 @@ def versions_sql(ctx: TableSql) -> str:
         "_unavailable": "s._unavailable",
     }
     columns, selected = schemas.ordered(d, schemas.history(table), values, quoted=True)
-    toast = set(_toast_columns(ctx))
-    value_cols = [c.target_name for c in table.value_columns]
-    copy_of = ", ".join([*(f"s.{q(k)}" for k in ctx.keys), "COALESCE(s._source_pos, s._rank_pos)", OP])
-    copy_of += "".join(f", CASE WHEN {OP} <> 'd' THEN s.{q(c)} END" for c in value_cols)
-    same_values = " AND ".join(
+    toast = {c.target_name for c in table.value_columns if toastable(c)}
+    value_cols = [c.target_name for c in table.value_columns if c.sql_type.family not in UNWINDOWED]
+    copy_of = [*(f"s.{q(k)}" for k in ctx.keys), "COALESCE(s._source_pos, s._rank_pos)", OP]
+    copy_of += [f"CASE WHEN s._op IN ('c', 'r', 'u') THEN s.{q(c)} END" for c in value_cols]
+    same_values = "\n      AND ".join(
         (f"(v._unavailable LIKE {_mark(c)} OR NOT {d.differs(f'h.{q(c)}', f'v.{q(c)}', col.sql_type)})")
         if c in toast
         else f"NOT {d.differs(f'h.{q(c)}', f'v.{q(c)}', col.sql_type)}"
         for col in table.value_columns
         for c in [col.target_name]
     )
-    unchanged = f"\n    AND (v._op = 'd' OR {same_values})" if same_values else ""
+    unchanged = f"\n    AND (v._op = 'd'\n      OR {same_values})" if same_values else ""
+    inner = [f"{e} AS {c}" for c, e in zip(columns, selected, strict=True)]
     return (
         "-- History: the batch's events as versions of their keys (superseded and late ones too),\n"
         "-- each once: what the history holds already (a re-delivered event) adds nothing.\n"
-        f"INSERT INTO {ctx.rel.history} (\n  {', '.join(columns)}\n)\n"
-        f"SELECT {', '.join('v.' + c for c in columns)}\n"
-        f"FROM (SELECT {', '.join(f'{e} AS {c}' for c, e in zip(columns, selected, strict=True))},\n"
-        f"             ROW_NUMBER() OVER (PARTITION BY {copy_of}\n"
+        f"INSERT INTO {ctx.rel.history} (\n  {packed(columns, '  ')}\n)\n"
+        f"SELECT {packed(['v.' + c for c in columns], ' ' * 7)}\n"
+        f"FROM (SELECT {packed(inner, ' ' * 13)},\n"
+        f"             ROW_NUMBER() OVER (PARTITION BY {packed(copy_of, ' ' * 17)}\n"
         "               ORDER BY s._kafka_timestamp ASC NULLS FIRST, s._kafka_partition, s._kafka_offset) AS copy_no\n"
         f"      FROM {ctx.rel.stage} s\n"
         f"      WHERE {EVENTS}) v\n"
@@ -112,10 +119,12 @@ def void_tombstones_sql(ctx: TableSql) -> str:
         f"\n  AND NOT {d.differs(f'c.{q(col.target_name)}', f's.{q(col.target_name)}', col.sql_type)}"
         for col in ctx.table.value_columns
     )
+    # A tombstone carries no row image: its version has no values (a delete event has its before image).
+    no_image = "".join(f"\n  AND {hist}.{q(col.target_name)} IS NULL" for col in ctx.table.value_columns)
     return (
         "-- History: a tombstone-only delete followed by a re-sent copy of the event before it was re-sent.\n"
         f"DELETE FROM {hist}\nUSING {ctx.rel.stage} s, {hist} c\n"
-        f"WHERE {hist}._op = 'd' AND {EVENTS} AND {OP} <> 'd'\n"
+        f"WHERE {hist}._op = 'd' AND {EVENTS} AND {OP} <> 'd'{no_image}\n"
         f"  AND {key_match(d, ctx.keys, hist, 's')} AND {key_match(d, ctx.keys, 'c', 's')}\n"
         f"  AND {hist}._valid_from_pos = COALESCE(s._source_pos, s._rank_pos) AND c._valid_from_pos = {hist}._valid_from_pos\n"
         f"  AND c._op NOT IN ('d', '{TRUNCATED_OP}'){same_values}\n"
@@ -152,9 +161,12 @@ def _recomputed(ctx: TableSql, keys_of_batch: bool) -> str:
     rows = f"(SELECT x.*{groups}\n        FROM {ctx.rel.history} x{touched}) x"
     return (
         f"(SELECT {', '.join(f'x.{q(k)}' for k in keys)}, x._valid_from_pos, x._kafka_partition, x._kafka_offset,\n"
-        f"       CASE WHEN x._op IN {instant} THEN x._valid_from ELSE LEAD(x._valid_from) OVER ({window}) END AS valid_to,\n"
-        f"       CASE WHEN x._op IN {instant} THEN x._valid_from_pos ELSE LEAD(x._valid_from_pos) OVER ({window}) END AS valid_to_pos,\n"
-        f"       x._op NOT IN {instant} AND ROW_NUMBER() OVER (PARTITION BY {key_list} ORDER BY {version_order('x', True)}) = 1 AS is_current"
+        f"       CASE WHEN x._op IN {instant} THEN x._valid_from\n"
+        f"            ELSE LEAD(x._valid_from) OVER ({window}) END AS valid_to,\n"
+        f"       CASE WHEN x._op IN {instant} THEN x._valid_from_pos\n"
+        f"            ELSE LEAD(x._valid_from_pos) OVER ({window}) END AS valid_to_pos,\n"
+        f"       x._op NOT IN {instant}\n"
+        f"         AND ROW_NUMBER() OVER (PARTITION BY {key_list} ORDER BY {version_order('x', True)}) = 1 AS is_current"
         f"{known}\n"
         f"FROM {rows}) n"
     )
@@ -178,12 +190,13 @@ def intervals_sql(ctx: TableSql, keys_of_batch: bool = True) -> str:
             if (c := col.target_name) in toast
         ),
     ]
+    changed_lines = [changed[0], *(f"       OR {c}" for c in changed[1:])]
     return (
         "-- History: each touched key's versions end where the next begins (source order).\n"
-        f"UPDATE {ctx.rel.history} h SET {', '.join(sets)}\n"
+        f"UPDATE {ctx.rel.history} h SET {packed(sets, '    ')}\n"
         f"FROM {_recomputed(ctx, keys_of_batch)}\n"
         f"WHERE {_same_version(ctx, 'h', 'n')}\n"
-        f"  AND ({' OR '.join(changed)});"
+        f"  AND ({chr(10).join(changed_lines)});"
     )
 
 
@@ -225,4 +238,6 @@ def history_sql(ctx: TableSql) -> str:
             f"{indent(truncate_markers_sql(ctx), 2)}\n{indent(intervals_sql(ctx, keys_of_batch=False), 2)}\n"
             f"ELSE\n{indent(recompute, 2)}\nEND IF;"
         )
-    return f"{versions_sql(ctx)}\n{void_tombstones_sql(ctx)}\n{recompute}"
+    # Only unwrapped topics have tombstone-only deletes (the full envelope's tombstones are skipped).
+    void = f"{void_tombstones_sql(ctx)}\n" if ctx.table.format == "debezium-unwrap" else ""
+    return f"{versions_sql(ctx)}\n{void}{recompute}"
