@@ -7,7 +7,7 @@ from alembic import command
 
 from sync.schema.revisions import deploy
 from sync.sql.dialect import dialect_for
-from sync.sql.objects import history_object
+from sync.sql.objects import history_objects
 from tests.helpers import make_pipeline
 from tests.test_migrations import columns, generated_body, ingest_rows, procedure_body, project, revise, upgraded  # noqa: F401 (fixtures)
 
@@ -36,6 +36,7 @@ def test_redshift_history_table_is_distributed_and_sorted_by_key():
         'history = { table = "acc_versions", deletes = "tombstone" }\n'
         'columns = [{ name = "id", type = "integer" }, { name = "note", type = "varchar(64)" }]\n'
     )
-    sql = history_object(dialect_for("redshift", "cdc"), pipeline, pipeline.tables[0]).sql
+    (table,) = history_objects(dialect_for("redshift", "cdc"), pipeline, pipeline.tables[0])
+    sql = table.sql
     assert sql.startswith('CREATE TABLE IF NOT EXISTS "cdc"."acc_versions" (')
     assert sql.endswith('DISTSTYLE KEY DISTKEY ("id")\nCOMPOUND SORTKEY ("id", "_valid_from");')

@@ -24,7 +24,7 @@ from sync.sql import schemas
 from sync.sql.column_fill import column_fill_sql
 from sync.sql.dialect import PostgresDialect, dialect_for, quote_literal
 from sync.sql.names import table_names
-from sync.sql.objects import SHARED_VIEWS, SqlObject, control_table_sql, heartbeat_objects, history_object, pipeline_objects
+from sync.sql.objects import SHARED_VIEWS, SqlObject, control_table_sql, heartbeat_objects, history_objects, pipeline_objects
 
 SQLALCHEMY_DIALECTS = {"redshift": "redshift", "postgresql": "postgres"}
 
@@ -238,11 +238,13 @@ class Revision:
     def create_history(self, table: str) -> None:
         """The history table (history = true), created empty."""
         assert self.after is not None
-        self._run(history_object(self._dialect(self.after), self.after, self.after.table(table)).sql)
+        for obj in history_objects(self._dialect(self.after), self.after, self.after.table(table)):
+            self._run(obj.sql)
 
     def drop_history(self, table: str) -> None:
         assert self.before is not None
-        self._drop(history_object(self._dialect(self.before), self.before, self.before.table(table)))
+        for obj in history_objects(self._dialect(self.before), self.before, self.before.table(table)):
+            self._drop(obj)  # its index goes with it
 
     def replace_procedure(self, table: str) -> None:
         """The procedure from this state; the table's schema-drift history goes with the old

@@ -172,7 +172,7 @@ def table_objects(d: PostgresDialect, pipeline: Pipeline, table: TableConfig, or
             )
         )
     if table.history is not None:
-        objects.append(history_object(d, pipeline, table))
+        objects += history_objects(d, pipeline, table)
     # The sync (bounded by p_max_records), its scheduled call, and record isolation.
     procedures = [
         (n.procedure, procedure_sql, "bigint"),
@@ -186,17 +186,26 @@ def table_objects(d: PostgresDialect, pipeline: Pipeline, table: TableConfig, or
     return objects
 
 
-def history_object(d: PostgresDialect, pipeline: Pipeline, table: TableConfig) -> SqlObject:
+def history_objects(d: PostgresDialect, pipeline: Pipeline, table: TableConfig) -> list[SqlObject]:
     """The history table: distributed on the key like the target (a key's versions on one
     slice, so the procedure's join with the stage is collocated), sorted by the key, then
-    `_valid_from` (a key's versions in order; a range of times is a range of blocks per key)."""
+    `_valid_from` (a key's versions in order; a range of times is a range of blocks per key).
+    PostgreSQL, which has neither, gets an index on the key and position instead."""
     n = table_names(pipeline, table)
     keys = [c.target_name for c in table.key_columns]
     lines = schemas.definitions(d, schemas.history(table), quoted=True)
     sql = _create_table(
         d, n.schema, n.history, lines, d.table_attributes(table.distkey_column.target_name, [*keys, "_valid_from"])
     )
-    return SqlObject("table", n.schema, n.history, sql, table.name)
+    objects = [SqlObject("table", n.schema, n.history, sql, table.name)]
+    if not d.streaming_ingestion:
+        index = f"{table.name}__h_key"
+        columns = ", ".join([*(d.q(k) for k in keys), "_valid_from_pos"])
+        on = d.qualified(n.schema, n.history)
+        objects.append(
+            SqlObject("index", n.schema, index, f"CREATE INDEX IF NOT EXISTS {d.q(index)} ON {on} ({columns});", table.name)
+        )
+    return objects
 
 
 def shared_objects(d: PostgresDialect, pipeline: Pipeline) -> list[SqlObject]:

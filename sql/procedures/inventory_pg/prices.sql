@@ -453,14 +453,20 @@ BEGIN
       WHERE _rn = 1 AND _action IN ('upsert', 'delete') AND _source_pos IS NULL;
     END IF;
     -- History: the batch's events as versions of their keys (superseded and late ones too),
-    -- each once: what the history holds already (a re-delivered event) adds nothing.
+    -- each once: what the history holds already (a re-delivered event) adds nothing. Their
+    -- intervals among themselves; the UPDATE below joins them to the stored versions.
     INSERT INTO "inventory"."prices__history" (
       "product_id", "list_price", "discount_pct", "_valid_from", "_valid_from_pos", "_op", "_kafka_partition",
-      "_kafka_offset", "_kafka_timestamp", "_unavailable"
+      "_kafka_offset", "_kafka_timestamp", "_unavailable", "_valid_to", "_valid_to_pos", "_is_current"
     )
-    SELECT v."product_id", v."list_price", v."discount_pct", v."_valid_from", v."_valid_from_pos", v."_op",
-           v."_kafka_partition", v."_kafka_offset", v."_kafka_timestamp", v."_unavailable"
-    FROM (SELECT s."product_id" AS "product_id", s."list_price" AS "list_price", s."discount_pct" AS "discount_pct",
+    SELECT w."product_id", w."list_price", w."discount_pct", w."_valid_from", w."_valid_from_pos", w."_op",
+           w."_kafka_partition", w."_kafka_offset", w."_kafka_timestamp", w."_unavailable",
+           CASE WHEN w._op IN ('d', 't') THEN w._valid_from
+                ELSE LEAD(w._valid_from) OVER (PARTITION BY w."product_id" ORDER BY w._valid_from_pos ASC NULLS FIRST, w._kafka_timestamp ASC NULLS FIRST, w._kafka_partition, w._kafka_offset) END AS valid_to,
+           CASE WHEN w._op IN ('d', 't') THEN w._valid_from_pos
+                ELSE LEAD(w._valid_from_pos) OVER (PARTITION BY w."product_id" ORDER BY w._valid_from_pos ASC NULLS FIRST, w._kafka_timestamp ASC NULLS FIRST, w._kafka_partition, w._kafka_offset) END AS valid_to_pos,
+           w._op NOT IN ('d', 't') AND LEAD(1) OVER (PARTITION BY w."product_id" ORDER BY w._valid_from_pos ASC NULLS FIRST, w._kafka_timestamp ASC NULLS FIRST, w._kafka_partition, w._kafka_offset) IS NULL AS is_current
+    FROM (SELECT v.* FROM (SELECT s."product_id" AS "product_id", s."list_price" AS "list_price", s."discount_pct" AS "discount_pct",
                  COALESCE(s._source_ts, s._kafka_timestamp) AS "_valid_from",
                  COALESCE(s._source_pos, s._rank_pos) AS "_valid_from_pos",
                  CASE WHEN s._op IN ('c', 'r', 'u') THEN s._op ELSE 'd' END AS "_op",
@@ -480,25 +486,26 @@ BEGIN
         AND (h._op = 'd') = (v._op = 'd') AND h._op <> 't'
         AND (v._op = 'd'
           OR NOT (h."list_price" <> v."list_price" OR (h."list_price" IS NULL) <> (v."list_price" IS NULL))
-          AND NOT (h."discount_pct" <> v."discount_pct" OR (h."discount_pct" IS NULL) <> (v."discount_pct" IS NULL))));
-    -- History: each touched key's versions end where the next begins (source order).
+          AND NOT (h."discount_pct" <> v."discount_pct" OR (h."discount_pct" IS NULL) <> (v."discount_pct" IS NULL))))) w;
+    -- History: each touched key's versions end where the next begins (source order); only
+    -- the versions that change are written.
     UPDATE "inventory"."prices__history" h SET _valid_to = n.valid_to, _valid_to_pos = n.valid_to_pos, _is_current = n.is_current
-    FROM (SELECT x."product_id", x._valid_from_pos, x._kafka_partition, x._kafka_offset,
+    FROM (SELECT n.* FROM (SELECT x."product_id", x._valid_from_pos, x._kafka_partition, x._kafka_offset,
+           x._valid_to, x._valid_to_pos, x._is_current, x._unavailable,
            CASE WHEN x._op IN ('d', 't') THEN x._valid_from
                 ELSE LEAD(x._valid_from) OVER (PARTITION BY x."product_id" ORDER BY x._valid_from_pos ASC NULLS FIRST, x._kafka_timestamp ASC NULLS FIRST, x._kafka_partition, x._kafka_offset) END AS valid_to,
            CASE WHEN x._op IN ('d', 't') THEN x._valid_from_pos
                 ELSE LEAD(x._valid_from_pos) OVER (PARTITION BY x."product_id" ORDER BY x._valid_from_pos ASC NULLS FIRST, x._kafka_timestamp ASC NULLS FIRST, x._kafka_partition, x._kafka_offset) END AS valid_to_pos,
-           x._op NOT IN ('d', 't')
-             AND ROW_NUMBER() OVER (PARTITION BY x."product_id" ORDER BY x._valid_from_pos DESC NULLS LAST, x._kafka_timestamp DESC NULLS LAST, x._kafka_partition DESC, x._kafka_offset DESC) = 1 AS is_current
+           x._op NOT IN ('d', 't') AND LEAD(1) OVER (PARTITION BY x."product_id" ORDER BY x._valid_from_pos ASC NULLS FIRST, x._kafka_timestamp ASC NULLS FIRST, x._kafka_partition, x._kafka_offset) IS NULL AS is_current
     FROM (SELECT x.*
             FROM "inventory"."prices__history" x
             WHERE EXISTS (SELECT 1 FROM "inventory"."prices__stage" s WHERE s._action IN ('upsert', 'delete', 'stale', 'truncated') AND s."product_id" = x."product_id")) x) n
+          WHERE (n._valid_to <> n.valid_to OR (n._valid_to IS NULL) <> (n.valid_to IS NULL))
+             OR (n._valid_to_pos <> n.valid_to_pos OR (n._valid_to_pos IS NULL) <> (n.valid_to_pos IS NULL))
+             OR n._is_current <> n.is_current) n
     WHERE h."product_id" = n."product_id"
       AND COALESCE(h._valid_from_pos, '') = COALESCE(n._valid_from_pos, '')
-      AND h._kafka_partition = n._kafka_partition AND h._kafka_offset = n._kafka_offset
-      AND ((h._valid_to <> n.valid_to OR (h._valid_to IS NULL) <> (n.valid_to IS NULL))
-           OR (h._valid_to_pos <> n.valid_to_pos OR (h._valid_to_pos IS NULL) <> (n.valid_to_pos IS NULL))
-           OR h._is_current <> n.is_current);
+      AND h._kafka_partition = n._kafka_partition AND h._kafka_offset = n._kafka_offset;
     SELECT COUNT(CASE WHEN _rn = 1 AND _action = 'upsert' THEN 1 END),
            COUNT(CASE WHEN _rn = 1 AND _action = 'delete' THEN 1 END),
            COUNT(CASE WHEN _action = 'quarantine' THEN 1 END),

@@ -27,6 +27,8 @@ OP = "CASE WHEN s._op IN ('c', 'r', 'u') THEN s._op ELSE 'd' END"
 TRUNCATED_OP = "t"
 _TIMESTAMP = SqlType("timestamp")
 _POSITION = SqlType("varchar", 64)
+# A version's interval, as the history table names it.
+INTERVAL = ("_valid_to", "_valid_to_pos", "_is_current")
 
 
 def version_order(row: str, newest_first: bool = False) -> str:
@@ -36,6 +38,23 @@ def version_order(row: str, newest_first: bool = False) -> str:
     if newest_first:
         return ", ".join(f"{row}.{c} DESC" + (" NULLS LAST" if i < 2 else "") for i, c in enumerate(columns))
     return ", ".join(f"{row}.{c}" + (" ASC NULLS FIRST" if i < 2 else "") for i, c in enumerate(columns))
+
+
+def _intervals(ctx: TableSql, row: str) -> list[str]:
+    """A version's `valid_to`, `valid_to_pos` and `is_current` over the versions of its key
+    (the rows `row`): to the next version's start; a closing marker, and in "close" mode a
+    delete, lasts no time and is never current. One window: the last version has no next."""
+    q = ctx.q
+    key_list = ", ".join(f"{row}.{q(k)}" for k in ctx.keys)
+    window = f"PARTITION BY {key_list} ORDER BY {version_order(row)}"
+    instant = f"('d', '{TRUNCATED_OP}')" if ctx.table.history.deletes == "close" else f"('{TRUNCATED_OP}')"
+    return [
+        f"CASE WHEN {row}._op IN {instant} THEN {row}._valid_from\n"
+        f"            ELSE LEAD({row}._valid_from) OVER ({window}) END AS valid_to",
+        f"CASE WHEN {row}._op IN {instant} THEN {row}._valid_from_pos\n"
+        f"            ELSE LEAD({row}._valid_from_pos) OVER ({window}) END AS valid_to_pos",
+        f"{row}._op NOT IN {instant} AND LEAD(1) OVER ({window}) IS NULL AS is_current",
+    ]
 
 
 def _same_version(ctx: TableSql, a: str, b: str) -> str:
@@ -90,12 +109,15 @@ def versions_sql(ctx: TableSql) -> str:
     )
     unchanged = f"\n    AND (v._op = 'd'\n      OR {same_values})" if same_values else ""
     inner = [f"{e} AS {c}" for c, e in zip(columns, selected, strict=True)]
+    interval_columns = ", ".join(schemas.ordered(d, schemas.HISTORY, dict.fromkeys(INTERVAL), quoted=True)[0])
     return (
         "-- History: the batch's events as versions of their keys (superseded and late ones too),\n"
-        "-- each once: what the history holds already (a re-delivered event) adds nothing.\n"
-        f"INSERT INTO {ctx.rel.history} (\n  {packed(columns, '  ')}\n)\n"
-        f"SELECT {packed(['v.' + c for c in columns], ' ' * 7)}\n"
-        f"FROM (SELECT {packed(inner, ' ' * 13)},\n"
+        "-- each once: what the history holds already (a re-delivered event) adds nothing. Their\n"
+        "-- intervals among themselves; the UPDATE below joins them to the stored versions.\n"
+        f"INSERT INTO {ctx.rel.history} (\n  {packed([*columns, interval_columns], '  ')}\n)\n"
+        f"SELECT {packed(['w.' + c for c in columns], ' ' * 7)},\n"
+        f"       {(',' + chr(10) + '       ').join(_intervals(ctx, 'w'))}\n"
+        f"FROM (SELECT v.* FROM (SELECT {packed(inner, ' ' * 13)},\n"
         f"             ROW_NUMBER() OVER (PARTITION BY {packed(copy_of, ' ' * 17)}\n"
         "               ORDER BY s._kafka_timestamp ASC NULLS FIRST, s._kafka_partition, s._kafka_offset) AS copy_no\n"
         f"      FROM {ctx.rel.stage} s\n"
@@ -104,7 +126,7 @@ def versions_sql(ctx: TableSql) -> str:
         f"  AND NOT EXISTS (SELECT 1 FROM {ctx.rel.history} h\n"
         f"    WHERE {key_match(d, ctx.keys, 'h', 'v')}\n"
         "    AND COALESCE(h._valid_from_pos, '') = COALESCE(v._valid_from_pos, '')\n"
-        f"    AND (h._op = 'd') = (v._op = 'd') AND h._op <> '{TRUNCATED_OP}'{unchanged});"
+        f"    AND (h._op = 'd') = (v._op = 'd') AND h._op <> '{TRUNCATED_OP}'{unchanged})) w;"
     )
 
 
@@ -141,7 +163,6 @@ def _recomputed(ctx: TableSql, keys_of_batch: bool) -> str:
     d, q, keys = ctx.d, ctx.q, ctx.keys
     key_list = ", ".join(f"x.{q(k)}" for k in keys)
     window = f"PARTITION BY {key_list} ORDER BY {version_order('x')}"
-    instant = f"('d', '{TRUNCATED_OP}')" if ctx.table.history.deletes == "close" else f"('{TRUNCATED_OP}')"
     toast = _toast_columns(ctx)
     groups = "".join(
         f",\n               COUNT(CASE WHEN x._unavailable LIKE {_mark(c)} THEN NULL ELSE 1 END) OVER ({window}\n"
@@ -149,7 +170,7 @@ def _recomputed(ctx: TableSql, keys_of_batch: bool) -> str:
         for c in toast
     )
     known = "".join(
-        f",\n       FIRST_VALUE(x.{q(c)}) OVER (PARTITION BY {key_list}, x.{q('known_' + c)} ORDER BY {version_order('x')}\n"
+        f",\n       x.{q(c)} AS {q('stored_' + c)},\n       FIRST_VALUE(x.{q(c)}) OVER (PARTITION BY {key_list}, x.{q('known_' + c)} ORDER BY {version_order('x')}\n"
         f"         ROWS BETWEEN UNBOUNDED PRECEDING AND UNBOUNDED FOLLOWING) AS {q(c)}"
         for c in toast
     )
@@ -161,12 +182,8 @@ def _recomputed(ctx: TableSql, keys_of_batch: bool) -> str:
     rows = f"(SELECT x.*{groups}\n        FROM {ctx.rel.history} x{touched}) x"
     return (
         f"(SELECT {', '.join(f'x.{q(k)}' for k in keys)}, x._valid_from_pos, x._kafka_partition, x._kafka_offset,\n"
-        f"       CASE WHEN x._op IN {instant} THEN x._valid_from\n"
-        f"            ELSE LEAD(x._valid_from) OVER ({window}) END AS valid_to,\n"
-        f"       CASE WHEN x._op IN {instant} THEN x._valid_from_pos\n"
-        f"            ELSE LEAD(x._valid_from_pos) OVER ({window}) END AS valid_to_pos,\n"
-        f"       x._op NOT IN {instant}\n"
-        f"         AND ROW_NUMBER() OVER (PARTITION BY {key_list} ORDER BY {version_order('x', True)}) = 1 AS is_current"
+        "       x._valid_to, x._valid_to_pos, x._is_current, x._unavailable,\n"
+        f"       {(',' + chr(10) + '       ').join(_intervals(ctx, 'x'))}"
         f"{known}\n"
         f"FROM {rows}) n"
     )
@@ -181,22 +198,23 @@ def intervals_sql(ctx: TableSql, keys_of_batch: bool = True) -> str:
     sets = ["_valid_to = n.valid_to", "_valid_to_pos = n.valid_to_pos", "_is_current = n.is_current"]
     sets += [f"{q(c)} = CASE WHEN h._unavailable LIKE {_mark(c)} THEN n.{q(c)} ELSE h.{q(c)} END" for c in toast]
     changed = [
-        d.differs("h._valid_to", "n.valid_to", _TIMESTAMP),
-        d.differs("h._valid_to_pos", "n.valid_to_pos", _POSITION),
-        "h._is_current <> n.is_current",
+        d.differs("n._valid_to", "n.valid_to", _TIMESTAMP),
+        d.differs("n._valid_to_pos", "n.valid_to_pos", _POSITION),
+        "n._is_current <> n.is_current",
         *(
-            f"h._unavailable LIKE {_mark(c)} AND {d.differs(f'h.{q(c)}', f'n.{q(c)}', col.sql_type)}"
+            f"n._unavailable LIKE {_mark(c)} AND {d.differs('n.' + q('stored_' + c), 'n.' + q(c), col.sql_type)}"
             for col in ctx.table.value_columns
             if (c := col.target_name) in toast
         ),
     ]
-    changed_lines = [changed[0], *(f"       OR {c}" for c in changed[1:])]
+    changed_lines = [changed[0], *(f"         OR {c}" for c in changed[1:])]
     return (
-        "-- History: each touched key's versions end where the next begins (source order).\n"
+        "-- History: each touched key's versions end where the next begins (source order); only\n"
+        "-- the versions that change are written.\n"
         f"UPDATE {ctx.rel.history} h SET {packed(sets, '    ')}\n"
-        f"FROM {_recomputed(ctx, keys_of_batch)}\n"
-        f"WHERE {_same_version(ctx, 'h', 'n')}\n"
-        f"  AND ({chr(10).join(changed_lines)});"
+        f"FROM (SELECT n.* FROM {_recomputed(ctx, keys_of_batch)}\n"
+        f"      WHERE {chr(10).join(changed_lines)}) n\n"
+        f"WHERE {_same_version(ctx, 'h', 'n')};"
     )
 
 
