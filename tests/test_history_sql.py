@@ -53,3 +53,17 @@ def test_history_adds_at_most_three_statements_to_the_common_path():
 
 def test_tables_without_history_do_not_run_the_step():
     assert history_sql not in [s.sql for s in walk(SYNC_STEPS, table_sql(COMPOSITE_KEY))]
+
+
+@pytest.mark.parametrize("deletes", ["close", "tombstone"])
+def test_every_history_statement_parses_as_redshift(deletes):
+    """The TOAST windows, truncate markers and re-sent tombstones, which the golden example
+    (no TOAST-able column, no truncates, full envelope) does not show, parse with sqlglot's
+    Redshift dialect."""
+    import sqlglot
+
+    ctx = table_sql(COMPOSITE_KEY, "redshift", history=HistoryConfig(deletes=deletes), format="debezium-unwrap")
+    sql = history_sql(ctx).replace("v_truncate_ts", "CAST(NULL AS timestamp)").replace("v_truncate_pos", "'x'")
+    body = "\n".join(line for line in sql.splitlines() if not re.fullmatch(r"\s*(--.*|IF .* THEN|ELSE|END IF;)", line))
+    statements = [s for s in sqlglot.parse(body, read="redshift") if s is not None]
+    assert [type(s).__name__ for s in statements] == ["Insert", "Delete", "Insert", "Update", "Update"]
