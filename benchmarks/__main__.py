@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from datetime import datetime, timezone
 from pathlib import Path
 
-from benchmarks import phases
+from benchmarks import history, phases
 from benchmarks.database import deployed
 from benchmarks.ingest import ingest
 from benchmarks.measure import Clock, machine, server_settings, versions
@@ -24,7 +24,7 @@ from benchmarks.sizes import FULL, QUICK
 from benchmarks.workload import PIPELINE, REPO, TABLE, relations
 
 RESULTS = Path(__file__).resolve().parent / "results"
-PHASES = ("incremental", "scaling", "empty-sync", "ingest", "backfill")
+PHASES = ("incremental", "scaling", "empty-sync", "ingest", "history", "backfill")
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
@@ -53,6 +53,7 @@ def run(argv: Sequence[str] | None = None) -> dict:
             ("scaling", phases.scaling),
             ("empty-sync", phases.empty_sync),
             ("ingest", ingest),
+            ("history", history.history),
         ):
             if name in selected:
                 phase(bench)

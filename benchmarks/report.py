@@ -40,6 +40,7 @@ TARGETS = (
     Target("incremental.ratio_a_d", 1.3, "a/d <= 1.3 (close to the apply floor)"),
     Target("incremental.ratio_a_f", 1.8, "a/f <= 1.8 (the whole merge under twice a bare decode)"),
     Target("scaling.ratio_largest_smallest", 1.5, "largest/smallest target <= 1.5"),
+    Target("history.ratio_history_current", 1.6, "history + current state <= 1.6x current state alone"),
     Target("empty_sync.seconds", 0.050, "empty sync < 50 ms with the retained records", strict=True),
     Target("ingest.ratio_ingest_copy", 3.0, "ingest <= 3x a raw COPY of the same records"),
     Target("backfill.ratio_backfill_copy", 2.5, "backfill <= 2.5x the raw COPY"),
@@ -66,6 +67,10 @@ def expected_figures(sizes: Sizes, phases: Sequence[str], with_backfill: bool) -
         for name in ("ingest", "raw_copy"):
             names += [f"ingest.{name}.seconds", f"ingest.{name}.records_per_second"]
         names += ["ingest.megabytes_per_second", "ingest.ratio_ingest_copy"]
+    if "history" in phases:
+        for name in ("current_state", "with_history"):
+            names += [f"history.{name}.seconds", f"history.{name}.events_per_second"]
+        names.append("history.ratio_history_current")
     if with_backfill:
         names += [
             "backfill.raw_copy_csv.seconds",
@@ -187,6 +192,12 @@ def table(doc: dict) -> str:
             f"   ingest of {inputs['ingest_records']:,} records: {_seconds(f['ingest.ingest.seconds'])} "
             f"({f['ingest.ingest.records_per_second']:,.0f} records/s, {f['ingest.megabytes_per_second']:,.1f} MB/s); "
             f"raw COPY of the same rows {_seconds(f['ingest.raw_copy.seconds'])}; ratio {f['ingest.ratio_ingest_copy']:.2f}"
+        )
+    if "history.ratio_history_current" in f:
+        lines.append(
+            f"   history mode, {inputs['events']:,} events into {inputs['target_rows']:,} rows and versions: "
+            f"current state {_seconds(f['history.current_state.seconds'])}, with history "
+            f"{_seconds(f['history.with_history.seconds'])} ({f['history.ratio_history_current']:.2f}x)"
         )
     lines.append("")
     if "backfill" in doc["skipped"]:

@@ -224,6 +224,22 @@ class ColumnConfig(_Model):
         return parse_type(self.type)
 
 
+class HistoryConfig(_Model):
+    """`history = true`, or `history = { table = "...", deletes = "..." }`: every version
+    of every row in `<name>__history` (or `table`), besides the current-state target.
+    `deletes`: "close" (a delete ends the last version; its record is kept as a version
+    of no duration) or "tombstone" (the delete is a version of its own, `_op = 'd'`,
+    open until the key is written again)."""
+
+    table: str | None = None
+    deletes: Literal["close", "tombstone"] = "close"
+
+    @field_validator("table")
+    @classmethod
+    def _table(cls, v: str | None) -> str | None:
+        return None if v is None else _check_target_name(v, "history table name")
+
+
 class TableConfig(_Model):
     name: str
     topic: str
@@ -274,6 +290,14 @@ class TableConfig(_Model):
             ColumnConfig._source_name(name)
         return v
 
+    # Every version of every row (docs/correctness.md, "History mode"); None: current state only.
+    history: HistoryConfig | None = None
+
+    @field_validator("history", mode="before")
+    @classmethod
+    def _history(cls, v: object) -> object:
+        return {True: {}, False: None}.get(v, v) if isinstance(v, bool) else v
+
     @field_validator("name")
     @classmethod
     def _name(cls, v: str) -> str:
@@ -305,8 +329,18 @@ class TableConfig(_Model):
     def _cross_fields(self) -> TableConfig:
         if not self.columns:
             raise ValueError("columns: at least one column is needed")
+        if self.history is not None and not self.primary_key:
+            raise ValueError(
+                "history: a table without a primary key cannot keep a history yet (a version is a state of one "
+                "key); set primary_key, or remove history"
+            )
         if not self.primary_key:
             raise ValueError("primary_key: at least one column is needed")
+        if self.history is not None and self.order_by == "kafka":
+            raise ValueError(
+                "history: order_by = 'kafka' cannot keep an exact history: Kafka order cannot tell a re-delivered "
+                "event from a new one; set order_by to the connector's source order (e.g. 'postgres-lsn')"
+            )
         seen_source: set[str] = set()
         seen_target: set[str] = set()
         for col in self.columns:

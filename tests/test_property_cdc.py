@@ -41,6 +41,7 @@ from tests.delivery import (
 )
 from tests.delivery_model import DeliveryModel
 from tests.helpers import fresh_database, ingest, make_pipeline, sync_one
+from tests.history_model import history_sequences, interval_problems, is_subsequence, true_sequences
 
 TABLE = """
 [[tables]]
@@ -49,7 +50,7 @@ topic = "db.t_{mode}"
 primary_key = ["ID", "REGION"]
 format = "{format}"
 order_by = "{order}"
-delete_mode = "{delete_mode}"
+delete_mode = "{delete_mode}"{history}
 columns = [
   {{ name = "ID", type = "integer", target = "id" }},
   {{ name = "REGION", type = "varchar(8)", target = "region" }},
@@ -83,6 +84,7 @@ class Mode:
     # NAME is varchar(3) until the history is delivered (longer names are quarantined), then
     # widened, and the quarantine replayed (`quarantine replay`).
     replay: bool = False
+    history: str | None = None  # history = true, with this choice for deletes ("close", "tombstone")
 
 
 BASELINE = Knobs(restarts=0, compressed=False, resnapshot=False, initial_snapshot=False, restart_null_commit=False, grow=False)
@@ -119,6 +121,21 @@ MODES = {
     # no re-snapshots, the full envelope.
     "pg_baseline": Mode("postgres", "postgres-lsn", "debezium", knobs=BASELINE),
     "mysql_baseline": Mode("mysql", "mysql-binlog", "debezium", knobs=BASELINE),
+    # History mode (a history table besides the target), in both forms of deletes. A restart
+    # that forgets the last commit LSN (older PostgreSQL connectors) re-sends events at
+    # other positions: not modelled for history (docs/correctness.md, "History mode").
+    "pg_history": Mode("postgres", "postgres-lsn", "debezium", knobs=Knobs(restart_null_commit=False), history="close"),
+    "pg_unwrap_tombstone_history": Mode(
+        "postgres", "postgres-lsn", "unwrap-tombstone", "soft", knobs=Knobs(restart_null_commit=False), history="tombstone"
+    ),
+    "mysql_compressed_history": Mode("mysql", "mysql-binlog", "debezium", knobs=Knobs(compressed="always"), history="close"),
+    "mysql_unwrap_rewrite_history": Mode("mysql", "mysql-binlog", "unwrap-rewrite", history="tombstone"),
+    "sqlserver_history": Mode("sqlserver", "sqlserver-lsn", "debezium", "soft", history="close"),
+    "oracle_history_grow": Mode("oracle", "oracle-scn", "unwrap-rewrite", knobs=GROW, history="close"),
+    "pg_resnapshot_history": Mode(
+        "postgres", "postgres-lsn", "debezium", knobs=Knobs(resnapshot="always", restart_null_commit=False), history="close"
+    ),
+    "db2_unwrap_tombstone_history": Mode("db2", "db2-lsn", "unwrap-tombstone", history="close"),
 }
 KEYS = [(i, r) for i in range(3) for r in ("eu", "us")]
 
@@ -266,7 +283,10 @@ class Warehouse:
         m = MODES[mode_name]
         fmt = "debezium" if m.format == "debezium" else "debezium-unwrap"
         width = 3 if m.replay and not wide else 32
-        toml = TABLE.format(mode=mode_name, format=fmt, order=m.order, delete_mode=m.delete_mode, name_width=width)
+        history = f'\nhistory = {{ deletes = "{m.history}" }}' if m.history else ""
+        toml = TABLE.format(
+            mode=mode_name, format=fmt, order=m.order, delete_mode=m.delete_mode, name_width=width, history=history
+        )
         if wide:
             return make_pipeline(toml)
         if mode_name not in self.pipelines:
@@ -293,7 +313,7 @@ def warehouse(pg_server_dsn):
 
 
 def _reset(wh, table: str) -> None:
-    for suffix in ("", "__stream", "__stage", "__watermark", "__deleted", "__quarantine", "__drift"):
+    for suffix in ("", "__stream", "__stage", "__watermark", "__deleted", "__quarantine", "__drift", "__history"):
         if wh.relation_exists("cdc", table + suffix):
             wh.execute(f'TRUNCATE cdc."{table}{suffix}"')
     wh.execute("TRUNCATE cdc.sync_run_log")
@@ -358,6 +378,22 @@ def describe(history, connector, restarts, delivery, cuts) -> str:
     return "\n".join(lines)
 
 
+def check_history(wh, table: str, deletes: str, history: History, connector: Connector, complete: bool) -> None:
+    """The history table against the source's TRUE sequence of states per key: a
+    subsequence of it while records are still to come, equal to it once all are synced;
+    intervals joined end to start."""
+    relation = f'cdc."{table}__history"'
+    held, true = history_sequences(wh, relation), true_sequences(history, connector)
+    for key, states in held.items():
+        # A restart that re-sends a tombstone-only delete deletes the key until the records
+        # re-sent after it arrive, in the history as in the current state (docs/correctness.md).
+        settled = states[:-1] if states[-1] is None and not complete else states
+        assert is_subsequence(settled, true.get(key, [])), f"history of {key}: {states}, source: {true.get(key)}"
+    if complete:
+        assert held == true, "history differs from the source's sequence of states"
+    assert interval_problems(wh, relation, deletes) == []
+
+
 # ---- the property -----------------------------------------------------------------------------
 
 
@@ -388,6 +424,8 @@ def check_delivery(
         model.add(records[lo:hi])
         assert _target(wh, table, soft) == _model_rows(model), f"after records {lo}..{hi - 1}"
         assert set(wh.query("SELECT kafka_partition, kafka_offset FROM cdc.sync_quarantine")) == set(model.quarantine())
+        if mode.history:
+            check_history(wh, table, mode.history, history, connector, complete=hi == len(records))
     if widen is not None:
         pipeline = widen()
         result = replay(wh, pipeline, Selection(table))

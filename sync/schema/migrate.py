@@ -18,16 +18,21 @@ from __future__ import annotations
 
 from typing import Any
 
-from sync.config import METADATA_PREFIX, ColumnConfig, Pipeline, Policy
+from sync.config import METADATA_PREFIX, ColumnConfig, Pipeline, Policy, TableConfig
 from sync.schema.state import State, pipeline_of
 from sync.sql import schemas
 from sync.sql.column_fill import column_fill_sql
 from sync.sql.dialect import PostgresDialect, dialect_for, quote_literal
 from sync.sql.names import table_names
-from sync.sql.objects import SHARED_VIEWS, SqlObject, control_table_sql, heartbeat_objects, pipeline_objects
+from sync.sql.objects import SHARED_VIEWS, SqlObject, control_table_sql, heartbeat_objects, history_objects, pipeline_objects
 from sync.sql.policy import conversion_sql, key_table, key_table_sql, quarantine_redaction_sql
 
 SQLALCHEMY_DIALECTS = {"redshift": "redshift", "postgresql": "postgres"}
+
+
+def _data_relations(config: TableConfig) -> tuple[str, ...]:
+    """The relations (`TableNames` attributes) that hold the table's configured columns."""
+    return ("target", "stage", "history") if config.history is not None else ("target", "stage")
 
 
 def state_at(script: Any, revision_id: str | None) -> State | None:
@@ -231,6 +236,17 @@ class Revision:
         for obj in reversed(self._objects("before", table)):
             self._drop(obj)
 
+    def create_history(self, table: str) -> None:
+        """The history table (history = true), created empty."""
+        assert self.after is not None
+        for obj in history_objects(self._dialect(self.after), self.after, self.after.table(table)):
+            self._run(obj.sql)
+
+    def drop_history(self, table: str) -> None:
+        assert self.before is not None
+        for obj in history_objects(self._dialect(self.before), self.before, self.before.table(table)):
+            self._drop(obj)  # its index goes with it
+
     def replace_procedure(self, table: str) -> None:
         """The procedure from this state; the table's schema-drift history goes with the old
         one (it described the previous pipeline file), so `status` shows only current drift."""
@@ -282,7 +298,8 @@ class Revision:
         col = config.column_by_any_name(column)
         assert col is not None, f"{table}.{column} is not in this revision's state"
         d = self._dialect(self.after)
-        for sql in self._alter(self.after, table, ("target", "stage"), f"ADD COLUMN {d.q(column)} {d.type_sql(col.sql_type)}"):
+        relations = _data_relations(config)
+        for sql in self._alter(self.after, table, relations, f"ADD COLUMN {d.q(column)} {d.type_sql(col.sql_type)}"):
             self._run(sql)
         if col.policy is not None:  # filled with the policy's values: the key table first, then the key
             self._run(key_table_sql(d, self.after))
@@ -321,7 +338,9 @@ class Revision:
 
     def drop_column(self, table: str, column: str) -> None:
         d = self._dialect(self.before)
-        for sql in self._alter(self.before, table, ("target", "stage"), f"DROP COLUMN {d.q(column)}"):
+        assert self.before is not None
+        relations = _data_relations(self.before.table(table))
+        for sql in self._alter(self.before, table, relations, f"DROP COLUMN {d.q(column)}"):
             self._run(sql)
         assert self.before is not None
         col = self.before.table(table).column_by_any_name(column)
@@ -344,12 +363,14 @@ class Revision:
         type_sql = d.type_sql(new.sql_type)
         if old.sql_type.family in d.in_place_widenings:
             self._outside_transaction(
-                self._alter(self.after, table, ("target", "stage"), f"ALTER COLUMN {d.q(column)} TYPE {type_sql}")
+                self._alter(
+                    self.after, table, _data_relations(self.after.table(table)), f"ALTER COLUMN {d.q(column)} TYPE {type_sql}"
+                )
             )
             return
         n = table_names(self.after, self.after.table(table))
         copy = d.q(f"{METADATA_PREFIX}widening_{column}")  # '_': no configured column is named so
-        for relation in (n.target, n.stage):
+        for relation in (getattr(n, r) for r in _data_relations(self.after.table(table))):
             name = d.qualified(n.schema, relation)
             self._run(f"ALTER TABLE {name} ADD COLUMN {copy} {type_sql};")
             self._run(f"UPDATE {name} SET {copy} = {d.q(column)};")

@@ -152,6 +152,12 @@ def _table_problems(old: TableConfig, new: TableConfig) -> list[str]:
             f"deleted-keys table and needs a decision about deleted rows. {NEW_TABLE_PATH}"
         )
     problems += policy_problems(old, new)
+    if old.history is not None and new.history is not None and old.history != new.history:
+        problems.append(
+            f"table {t}: history {old.history.model_dump()} -> {new.history.model_dump()}: the stored versions were "
+            "written under the old settings. Safe path: remove history (one revision, which drops the history "
+            "table), then add it with the new settings (a second) and rebuild it (`redshift-sync history rebuild`)."
+        )
     if _keys(old) != _keys(new):
         problems.append(
             f"table {t}: primary key ({_keys(old)}) -> ({_keys(new)}): Redshift cannot drop, retype or add key "
@@ -212,6 +218,20 @@ def _drift_ops(table: TableConfig, drifts: list[Drift], plan: RevisionPlan) -> T
     return found
 
 
+def _history_ops(old: TableConfig, new: TableConfig, plan: RevisionPlan) -> None:
+    """history turned on (the history table is created, empty: the next syncs fill it) or
+    off (it is dropped with its versions)."""
+    t = new.name
+    if old.history is None and new.history is not None:
+        plan.upgrade.append(_call("create_history", t))
+        plan.downgrade.insert(0, _call("drop_history", t))
+    elif old.history is not None and new.history is None:
+        plan.upgrade.append(_call("drop_history", t))
+        plan.downgrade.insert(0, _call("create_history", t))
+        plan.downgrade.insert(1, f"# {t}'s history is re-created empty: the versions the upgrade dropped are not restored")
+        plan.warnings.append(f"table {t}: history is off: the revision drops its history table and every version in it")
+
+
 def _table_ops(old: TableConfig, new: TableConfig, drifts: list[Drift], plan: RevisionPlan) -> None:
     t = new.name
     old_cols = {c.target_name: c for c in old.columns}
@@ -237,6 +257,7 @@ def _table_ops(old: TableConfig, new: TableConfig, drifts: list[Drift], plan: Re
     if sort_changed:
         up.append(_call("alter_sortkey", t))
     up += [_call("drop_column", t, c) for c in removed]
+    _history_ops(old, new, plan)
     if dist_changed:
         up.append(_call("alter_distkey", t))
     for dialect in streams:

@@ -51,7 +51,10 @@ def warehouse_model(pipeline: Pipeline) -> dict[str, Any]:
     unrouted = {i: {"route"} for i, t in enumerate(pipeline.tables) if t.route is None}
     if unrouted:
         exclude["tables"] = unrouted
-    return pipeline.model_dump(mode="json", by_alias=True, exclude=exclude)
+    model = pipeline.model_dump(mode="json", by_alias=True, exclude=exclude)
+    # ... and a table without history as before history existed.
+    model["tables"] = [{k: v for k, v in t.items() if not (k == "history" and v is None)} for t in model["tables"]]
+    return model
 
 
 def state_for(pipeline: Pipeline, origin: str) -> State:

@@ -31,6 +31,7 @@ class TableNames:
     # The table whose name the topic's streaming view takes: the first of the tables that
     # share the topic (`Pipeline.sharing`), else the table itself.
     stream_owner: str | None = None
+    history_table: str | None = None  # the history's own name, when the pipeline file sets one
 
     @property
     def target(self) -> str:
@@ -55,6 +56,11 @@ class TableNames:
         return f"{self.table}__deleted"
 
     @property
+    def history(self) -> str:
+        """Every version of every row (history = true)."""
+        return self.history_table or f"{self.table}__history"
+
+    @property
     def quarantine(self) -> str:
         return f"{self.table}__quarantine"
 
@@ -72,7 +78,7 @@ class TableNames:
 
 
 def table_names(pipeline: Pipeline, table: TableConfig) -> TableNames:
-    return TableNames(pipeline.schema, table.name, stream_owner(pipeline, table))
+    return TableNames(pipeline.schema, table.name, stream_owner(pipeline, table), table.history.table if table.history else None)
 
 
 def stream_owner(pipeline: Pipeline, table: TableConfig) -> str:

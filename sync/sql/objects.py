@@ -173,6 +173,8 @@ def table_objects(d: PostgresDialect, pipeline: Pipeline, table: TableConfig, or
                 table.name,
             )
         )
+    if table.history is not None:
+        objects += history_objects(d, pipeline, table)
     # The sync (bounded by p_max_records), its scheduled call, and record isolation.
     procedures = [
         (n.procedure, procedure_sql, "bigint"),
@@ -183,6 +185,28 @@ def table_objects(d: PostgresDialect, pipeline: Pipeline, table: TableConfig, or
         SqlObject("procedure", n.schema, name, render(d, pipeline, table, origin), table.name, replaceable=True, arguments=args)
         for name, render, args in procedures
     ]
+    return objects
+
+
+def history_objects(d: PostgresDialect, pipeline: Pipeline, table: TableConfig) -> list[SqlObject]:
+    """The history table: distributed on the key like the target (a key's versions on one
+    slice, so the procedure's join with the stage is collocated), sorted by the key, then
+    `_valid_from` (a key's versions in order; a range of times is a range of blocks per key).
+    PostgreSQL, which has neither, gets an index on the key and position instead."""
+    n = table_names(pipeline, table)
+    keys = [c.target_name for c in table.key_columns]
+    lines = schemas.definitions(d, schemas.history(table), quoted=True)
+    sql = _create_table(
+        d, n.schema, n.history, lines, d.table_attributes(table.distkey_column.target_name, [*keys, "_valid_from"])
+    )
+    objects = [SqlObject("table", n.schema, n.history, sql, table.name)]
+    if not d.streaming_ingestion:
+        index = f"{table.name}__h_key"
+        columns = ", ".join([*(d.q(k) for k in keys), "_valid_from_pos"])
+        on = d.qualified(n.schema, n.history)
+        objects.append(
+            SqlObject("index", n.schema, index, f"CREATE INDEX IF NOT EXISTS {d.q(index)} ON {on} ({columns});", table.name)
+        )
     return objects
 
 

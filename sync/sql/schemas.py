@@ -176,6 +176,27 @@ def deleted_keys(table: TableConfig) -> tuple[Column, ...]:
     return (*data_columns(table.key_columns, not_null=keys), *DELETED_KEYS)
 
 
+# A history table (history = true): the configured columns, then these. A version is one
+# event of its key; its interval runs from its source commit time to the next version's.
+HISTORY = (
+    Column("_valid_from", "timestamp", comment="the event's source commit time (a tombstone's: its Kafka time)"),
+    Column("_valid_to", "timestamp", comment="the next version's _valid_from; NULL while current"),
+    Column("_valid_from_pos", "varchar(64)", comment="the event's source position (the order of versions)"),
+    Column("_valid_to_pos", "varchar(64)"),
+    Column("_op", "char(1)", "NOT NULL", comment="c, r, u, d; t: closed by a truncate"),
+    Column("_is_current", "boolean", "NOT NULL DEFAULT false"),
+    Column("_kafka_partition", "bigint"),
+    Column("_kafka_offset", "bigint"),
+    Column("_kafka_timestamp", "timestamp", comment="orders versions at one position across partitions"),
+    Column("_unavailable", LONG_TEXT, comment="columns the event carried as a TOAST placeholder: the previous version's value"),
+)
+
+
+def history(table: TableConfig) -> tuple[Column, ...]:
+    keys = [c.target_name for c in table.key_columns]
+    return (*data_columns(table.columns, not_null=keys), *HISTORY)
+
+
 # The stream relation on PostgreSQL (a table `ingest` fills, shaped like Redshift's
 # streaming materialized view).
 STREAM = (

@@ -39,11 +39,15 @@ SORTKEY (started_at);
 CREATE OR REPLACE VIEW "inventory"."sync_quarantine" AS
 SELECT table_name, kafka_partition, kafka_offset, kafka_timestamp, reason, payload, raw_value, run_started_at, handled, handled_at FROM "inventory"."products__quarantine"
 UNION ALL
+SELECT table_name, kafka_partition, kafka_offset, kafka_timestamp, reason, payload, raw_value, run_started_at, handled, handled_at FROM "inventory"."prices__quarantine"
+UNION ALL
 SELECT table_name, kafka_partition, kafka_offset, kafka_timestamp, reason, payload, raw_value, run_started_at, handled, handled_at FROM "inventory"."stock_moves__quarantine"
 WITH NO SCHEMA BINDING;
 
 CREATE OR REPLACE VIEW "inventory"."sync_schema_drift" AS
 SELECT table_name, run_started_at, kind, field, events FROM "inventory"."products__drift"
+UNION ALL
+SELECT table_name, run_started_at, kind, field, events FROM "inventory"."prices__drift"
 UNION ALL
 SELECT table_name, run_started_at, kind, field, events FROM "inventory"."stock_moves__drift"
 WITH NO SCHEMA BINDING;

@@ -70,6 +70,7 @@ class Relations:
     quarantine: str
     run_log: str
     schema_drift: str
+    history: str  # history = true only
 
     def held(self, table: TableConfig) -> list[str]:
         """What is stored for a key: its row, or (hard mode) its deleted-key record."""
@@ -78,7 +79,7 @@ class Relations:
 
 def relations(d: PostgresDialect, pipeline: Pipeline, table: TableConfig) -> Relations:
     n = table_names(pipeline, table)
-    names = (n.target, n.stage, n.stream, n.watermark, n.deleted_keys, n.quarantine, RUN_LOG, n.schema_drift)
+    names = (n.target, n.stage, n.stream, n.watermark, n.deleted_keys, n.quarantine, RUN_LOG, n.schema_drift, n.history)
     return Relations(*(d.qualified(n.schema, name) for name in names))
 
 

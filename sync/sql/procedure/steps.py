@@ -30,6 +30,7 @@ from sync.sql.procedure.call_result import call_result_sql
 from sync.sql.procedure.context import CALL_TIME, OUTCOMES, Action, TableSql
 from sync.sql.procedure.drift import drift_sql
 from sync.sql.procedure.fields import has_toast
+from sync.sql.procedure.history import history_sql
 from sync.sql.procedure.ordering import (
     positionless_position_sql,
     redundant_tombstones_sql,
@@ -220,6 +221,14 @@ APPLY_STEPS = (
         lambda ctx: ctx.table.on_truncate == "delete",
         reads=RANKED | facts(KAFKA, "_kafka_timestamp _source_pos _source_ts _rank_pos values", Action.TRUNCATE),
         writes=facts("_action", Action.TRUNCATED),
+    ),
+    Step(
+        history_sql,
+        ("v_truncates", "v_truncate_pos", "v_truncate_ts"),
+        lambda ctx: ctx.table.history is not None,
+        reads=RANKED
+        | facts(KAFKA, "_kafka_timestamp _source_pos _source_ts _rank_pos _op _unavailable values")
+        | facts(Action.STALE, Action.TRUNCATED, Action.TRUNCATE),
     ),
     Step(
         outcome_counts_sql,

@@ -1,0 +1,69 @@
+"""The history phase: the same batch of events into the same target, synced by the
+table's procedure with and without history mode, side by side. The history-mode copy of
+the table lives in its own schema (`HISTORY_SCHEMA`) and starts with one version per
+target row (M versions), as if every row had been written once."""
+
+from __future__ import annotations
+
+import tomllib
+
+from benchmarks import baselines as bl
+from benchmarks.measure import Measurement
+from benchmarks.phases import Bench
+from benchmarks.workload import PIPELINE, REPO, TABLE, Relations, load, relations
+from sync.config import Pipeline, parse_pipeline
+from sync.operations.runner import deploy
+from sync.sql.dialect import quote_ident
+from sync.sql.names import table_names
+
+HISTORY_SCHEMA = "cdc_history"
+
+
+def history_pipeline() -> Pipeline:
+    """The benchmarked table alone, with history = true, in HISTORY_SCHEMA."""
+    doc = tomllib.loads(PIPELINE.read_text())
+    doc["pipeline"]["schema"] = HISTORY_SCHEMA
+    doc["tables"] = [{**t, "history": True} for t in doc["tables"] if t["name"] == TABLE]
+    return parse_pipeline(doc)
+
+
+def fill_history_sql(pipeline: Pipeline, rel: Relations) -> str:
+    """One current version per target row."""
+    n = table_names(pipeline, pipeline.table(TABLE))
+    history = f"{quote_ident(n.schema)}.{quote_ident(n.history)}"
+    return (
+        f"INSERT INTO {history} (customer_id, name, mktsegment, _valid_from, _valid_from_pos, _op, _is_current,\n"
+        "  _kafka_partition, _kafka_offset, _kafka_timestamp)\n"
+        "SELECT customer_id, name, mktsegment, _source_ts, _source_pos, 'c', true, _kafka_partition, _kafka_offset, _source_ts\n"
+        f"FROM {rel.target}"
+    )
+
+
+def history(b: Bench) -> None:
+    """Part 3: N events against M rows (and M versions), current state alone and with history."""
+    n, m = b.sizes.events, b.sizes.target_rows
+    pipeline = history_pipeline()
+    deploy(b.wh, pipeline, str(PIPELINE.relative_to(REPO)))
+    rel = relations(pipeline, pipeline.table(TABLE))
+    b.progress(f"history: the {m:,}-row target and {n:,}-event batch twice, one with a {m:,}-version history")
+    load(b.wh, b.rel, m, n)
+    load(b.wh, rel, m, n)
+    b.wh.execute(fill_history_sql(pipeline, rel))
+    b.wh.execute("VACUUM ANALYZE")
+    calls = {"current_state": b.rel, "with_history": rel}
+    runs = {name: Measurement() for name in calls}
+    digests = {}
+    for rep in range(b.sizes.repeats):
+        for name, r in calls.items():
+            b.progress(f"history: {name}, run {rep + 1} of {b.sizes.repeats}")
+            check = (lambda t=r.target: tuple(b.wh.query(bl.digest_sql(t))[0])) if rep == 0 else None  # noqa: E731
+            wall, cpu, result = b.clock.rolled_back(b.wh, lambda p=r.procedure: b.wh.execute(f"CALL {p}()"), check)
+            runs[name].add(wall, cpu)
+            if result is not None:
+                digests[name] = result
+    if digests["current_state"] != digests["with_history"]:
+        raise RuntimeError("history: the target differs with history mode on")
+    for name, m_ in runs.items():
+        b.record(f"history.{name}", m_, n)
+    b.ratio("history.ratio_history_current", "history.with_history", "history.current_state")
+    b.notes.append(f"history: both calls left the same target; the history held {m:,} versions before the batch")

@@ -1,0 +1,261 @@
+"""History mode (history = true): every applied event of a batch becomes a version of its
+key in the history table, in the same transaction as the current-state merge. Two
+statements on the common path: the batch's events new to the history are inserted
+(`versions_sql`), then the intervals of the keys they touch are recomputed from the next
+version in source order (`intervals_sql`). Truncates add a closing marker per open key
+(`truncate_markers_sql`) and recompute every key. The rules: docs/correctness.md,
+"History mode"."""
+
+from __future__ import annotations
+
+from sync.sql import schemas
+from sync.sql.apply import key_match
+from sync.sql.dialect import quote_literal
+from sync.sql.procedure.context import Action, TableSql
+from sync.sql.procedure.fields import toastable
+from sync.sql.procedure.ordering import kafka_later
+from sync.sql.procedure.text import indent, packed
+from sync.sql.types import SqlType
+
+# The stage records that are events of their key: applied, superseded in the batch, older
+# than the stored row (stale: a late event is a version in its place), or voided by a
+# newer truncate of the batch.
+EVENTS = f"s._action IN ('{Action.UPSERT}', '{Action.DELETE}', '{Action.STALE}', '{Action.TRUNCATED}')"
+# A version's operation: the event's (c, r, u, d; a tombstone has none: a delete).
+OP = "CASE WHEN s._op IN ('c', 'r', 'u') THEN s._op ELSE 'd' END"
+# A closing marker: a truncate ended the version before it.
+TRUNCATED_OP = "t"
+_TIMESTAMP = SqlType("timestamp")
+_POSITION = SqlType("varchar", 64)
+# A version's interval, as the history table names it.
+INTERVAL = ("_valid_to", "_valid_to_pos", "_is_current")
+
+
+def version_order(row: str, newest_first: bool = False) -> str:
+    """The order of a key's versions: source position (a version without one first), then
+    Kafka order, as the current-state merge ranks a key's events (`ordering.rank_order`)."""
+    columns = ("_valid_from_pos", "_kafka_timestamp", "_kafka_partition", "_kafka_offset")
+    if newest_first:
+        return ", ".join(f"{row}.{c} DESC" + (" NULLS LAST" if i < 2 else "") for i, c in enumerate(columns))
+    return ", ".join(f"{row}.{c}" + (" ASC NULLS FIRST" if i < 2 else "") for i, c in enumerate(columns))
+
+
+def _intervals(ctx: TableSql, row: str) -> list[str]:
+    """A version's `valid_to`, `valid_to_pos` and `is_current` over the versions of its key
+    (the rows `row`): to the next version's start; a closing marker, and in "close" mode a
+    delete, lasts no time and is never current. One window: the last version has no next."""
+    q = ctx.q
+    key_list = ", ".join(f"{row}.{q(k)}" for k in ctx.keys)
+    window = f"PARTITION BY {key_list} ORDER BY {version_order(row)}"
+    instant = f"('d', '{TRUNCATED_OP}')" if ctx.table.history.deletes == "close" else f"('{TRUNCATED_OP}')"
+    return [
+        f"CASE WHEN {row}._op IN {instant} THEN {row}._valid_from\n"
+        f"            ELSE LEAD({row}._valid_from) OVER ({window}) END AS valid_to",
+        f"CASE WHEN {row}._op IN {instant} THEN {row}._valid_from_pos\n"
+        f"            ELSE LEAD({row}._valid_from_pos) OVER ({window}) END AS valid_to_pos",
+        f"{row}._op NOT IN {instant} AND LEAD(1) OVER ({window}) IS NULL AS is_current",
+    ]
+
+
+def _same_version(ctx: TableSql, a: str, b: str) -> str:
+    """The rows `a` and `b` are one version: its key, position and Kafka record."""
+    return (
+        f"{key_match(ctx.d, ctx.keys, a, b)}\n"
+        f"  AND COALESCE({a}._valid_from_pos, '') = COALESCE({b}._valid_from_pos, '')\n"
+        f"  AND {a}._kafka_partition = {b}._kafka_partition AND {a}._kafka_offset = {b}._kafka_offset"
+    )
+
+
+# Types Redshift's window functions neither partition by nor return (SUPER, VARBYTE).
+UNWINDOWED = ("super", "varbyte")
+
+
+def _toast_columns(ctx: TableSql) -> list[str]:
+    """TOAST-able columns whose placeholders the history fills from the previous version
+    (a SUPER or VARBYTE placeholder in a superseded event keeps NULL and its mark)."""
+    return [c.target_name for c in ctx.table.value_columns if toastable(c) and c.sql_type.family not in UNWINDOWED]
+
+
+def _mark(column: str) -> str:
+    return quote_literal(f"%|{column}|%")
+
+
+def versions_sql(ctx: TableSql) -> str:
+    """The batch's events as versions, each once: a copy re-delivered in the batch, or an
+    event the history holds already (same key and position; an upsert with the same values
+    where it had them), adds nothing."""
+    d, q, table = ctx.d, ctx.q, ctx.table
+    values = {
+        **schemas.row_values(d, schemas.data_columns(table.columns), "s"),
+        "_valid_from": "COALESCE(s._source_ts, s._kafka_timestamp)",
+        "_valid_from_pos": "COALESCE(s._source_pos, s._rank_pos)",
+        "_op": OP,
+        "_kafka_partition": "s._kafka_partition",
+        "_kafka_offset": "s._kafka_offset",
+        "_kafka_timestamp": "s._kafka_timestamp",
+        "_unavailable": "s._unavailable",
+    }
+    columns, selected = schemas.ordered(d, schemas.history(table), values, quoted=True)
+    toast = {c.target_name for c in table.value_columns if toastable(c)}
+    value_cols = [c.target_name for c in table.value_columns if c.sql_type.family not in UNWINDOWED]
+    copy_of = [*(f"s.{q(k)}" for k in ctx.keys), "COALESCE(s._source_pos, s._rank_pos)", OP]
+    copy_of += [f"CASE WHEN s._op IN ('c', 'r', 'u') THEN s.{q(c)} END" for c in value_cols]
+    same_values = "\n      AND ".join(
+        (f"(v._unavailable LIKE {_mark(c)} OR NOT {d.differs(f'h.{q(c)}', f'v.{q(c)}', col.sql_type)})")
+        if c in toast
+        else f"NOT {d.differs(f'h.{q(c)}', f'v.{q(c)}', col.sql_type)}"
+        for col in table.value_columns
+        for c in [col.target_name]
+    )
+    unchanged = f"\n    AND (v._op = 'd'\n      OR {same_values})" if same_values else ""
+    inner = [f"{e} AS {c}" for c, e in zip(columns, selected, strict=True)]
+    interval_columns = ", ".join(schemas.ordered(d, schemas.HISTORY, dict.fromkeys(INTERVAL), quoted=True)[0])
+    return (
+        "-- History: the batch's events as versions of their keys (superseded and late ones too),\n"
+        "-- each once: what the history holds already (a re-delivered event) adds nothing. Their\n"
+        "-- intervals among themselves; the UPDATE below joins them to the stored versions.\n"
+        f"INSERT INTO {ctx.rel.history} (\n  {packed([*columns, interval_columns], '  ')}\n)\n"
+        f"SELECT {packed(['w.' + c for c in columns], ' ' * 7)},\n"
+        f"       {(',' + chr(10) + '       ').join(_intervals(ctx, 'w'))}\n"
+        f"FROM (SELECT v.* FROM (SELECT {packed(inner, ' ' * 13)},\n"
+        f"             ROW_NUMBER() OVER (PARTITION BY {packed(copy_of, ' ' * 17)}\n"
+        "               ORDER BY s._kafka_timestamp ASC NULLS FIRST, s._kafka_partition, s._kafka_offset) AS copy_no\n"
+        f"      FROM {ctx.rel.stage} s\n"
+        f"      WHERE {EVENTS}) v\n"
+        "WHERE v.copy_no = 1\n"
+        f"  AND NOT EXISTS (SELECT 1 FROM {ctx.rel.history} h\n"
+        f"    WHERE {key_match(d, ctx.keys, 'h', 'v')}\n"
+        "    AND COALESCE(h._valid_from_pos, '') = COALESCE(v._valid_from_pos, '')\n"
+        f"    AND (h._op = 'd') = (v._op = 'd') AND h._op <> '{TRUNCATED_OP}'{unchanged})) w;"
+    )
+
+
+def void_tombstones_sql(ctx: TableSql) -> str:
+    """A tombstone-only delete has no position: it ranks at the newest position before it
+    (`ordering.rerank_sql`). After a restart re-sends it, it follows the key's re-created
+    row, at that row's position: a delete after that position to all appearances, until
+    the record after it re-sends that same event (a real delete is followed by newer
+    positions only). Such a tombstone was a re-sent one: no version."""
+    d, q, hist = ctx.d, ctx.q, ctx.rel.history
+    same_values = "".join(
+        f"\n  AND NOT {d.differs(f'c.{q(col.target_name)}', f's.{q(col.target_name)}', col.sql_type)}"
+        for col in ctx.table.value_columns
+    )
+    # A tombstone carries no row image: its version has no values (a delete event has its before image).
+    no_image = "".join(f"\n  AND {hist}.{q(col.target_name)} IS NULL" for col in ctx.table.value_columns)
+    return (
+        "-- History: a tombstone-only delete followed by a re-sent copy of the event before it was re-sent.\n"
+        f"DELETE FROM {hist}\nUSING {ctx.rel.stage} s, {hist} c\n"
+        f"WHERE {hist}._op = 'd' AND {EVENTS} AND {OP} <> 'd'{no_image}\n"
+        f"  AND {key_match(d, ctx.keys, hist, 's')} AND {key_match(d, ctx.keys, 'c', 's')}\n"
+        f"  AND {hist}._valid_from_pos = COALESCE(s._source_pos, s._rank_pos) AND c._valid_from_pos = {hist}._valid_from_pos\n"
+        f"  AND c._op NOT IN ('d', '{TRUNCATED_OP}'){same_values}\n"
+        f"  AND {indent(kafka_later('s', 's._kafka_timestamp', hist, f'{hist}._kafka_timestamp'), 6).lstrip()}\n"
+        f"  AND {indent(kafka_later(hist, f'{hist}._kafka_timestamp', 'c', 'c._kafka_timestamp'), 6).lstrip()};"
+    )
+
+
+def _recomputed(ctx: TableSql, keys_of_batch: bool) -> str:
+    """Each version of the keys to recompute (those of the batch's events, or all), with its
+    interval: to the next version's start (LEAD in version order); a closing marker, and
+    in "close" mode a delete, lasts no time and is never current. TOAST placeholders take
+    the value of the newest earlier version that had one."""
+    d, q, keys = ctx.d, ctx.q, ctx.keys
+    key_list = ", ".join(f"x.{q(k)}" for k in keys)
+    window = f"PARTITION BY {key_list} ORDER BY {version_order('x')}"
+    toast = _toast_columns(ctx)
+    groups = "".join(
+        f",\n               COUNT(CASE WHEN x._unavailable LIKE {_mark(c)} THEN NULL ELSE 1 END) OVER ({window}\n"
+        f"                 ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW) AS {q('known_' + c)}"
+        for c in toast
+    )
+    known = "".join(
+        f",\n       x.{q(c)} AS {q('stored_' + c)},\n       FIRST_VALUE(x.{q(c)}) OVER (PARTITION BY {key_list}, x.{q('known_' + c)} ORDER BY {version_order('x')}\n"
+        f"         ROWS BETWEEN UNBOUNDED PRECEDING AND UNBOUNDED FOLLOWING) AS {q(c)}"
+        for c in toast
+    )
+    touched = (
+        f"\n        WHERE EXISTS (SELECT 1 FROM {ctx.rel.stage} s WHERE {EVENTS} AND {key_match(d, keys, 's', 'x')})"
+        if keys_of_batch
+        else ""
+    )
+    rows = f"(SELECT x.*{groups}\n        FROM {ctx.rel.history} x{touched}) x"
+    return (
+        f"(SELECT {', '.join(f'x.{q(k)}' for k in keys)}, x._valid_from_pos, x._kafka_partition, x._kafka_offset,\n"
+        "       x._valid_to, x._valid_to_pos, x._is_current, x._unavailable,\n"
+        f"       {(',' + chr(10) + '       ').join(_intervals(ctx, 'x'))}"
+        f"{known}\n"
+        f"FROM {rows}) n"
+    )
+
+
+def intervals_sql(ctx: TableSql, keys_of_batch: bool = True) -> str:
+    """The intervals (and TOAST values) of the versions of the keys the batch touched,
+    recomputed over each key's versions: an older event inserted late splits the interval
+    it falls into. Only versions that change are written."""
+    d, q = ctx.d, ctx.q
+    toast = _toast_columns(ctx)
+    sets = ["_valid_to = n.valid_to", "_valid_to_pos = n.valid_to_pos", "_is_current = n.is_current"]
+    sets += [f"{q(c)} = CASE WHEN h._unavailable LIKE {_mark(c)} THEN n.{q(c)} ELSE h.{q(c)} END" for c in toast]
+    changed = [
+        d.differs("n._valid_to", "n.valid_to", _TIMESTAMP),
+        d.differs("n._valid_to_pos", "n.valid_to_pos", _POSITION),
+        "n._is_current <> n.is_current",
+        *(
+            f"n._unavailable LIKE {_mark(c)} AND {d.differs('n.' + q('stored_' + c), 'n.' + q(c), col.sql_type)}"
+            for col in ctx.table.value_columns
+            if (c := col.target_name) in toast
+        ),
+    ]
+    changed_lines = [changed[0], *(f"         OR {c}" for c in changed[1:])]
+    return (
+        "-- History: each touched key's versions end where the next begins (source order); only\n"
+        "-- the versions that change are written.\n"
+        f"UPDATE {ctx.rel.history} h SET {packed(sets, '    ')}\n"
+        f"FROM (SELECT n.* FROM {_recomputed(ctx, keys_of_batch)}\n"
+        f"      WHERE {chr(10).join(changed_lines)}) n\n"
+        f"WHERE {_same_version(ctx, 'h', 'n')};"
+    )
+
+
+def truncate_markers_sql(ctx: TableSql) -> str:
+    """A truncate closes every open version: each key whose newest version before the
+    truncate's position is a row gets a closing marker at the truncate (its Kafka record's
+    coordinates), once."""
+    d, q, table, hist = ctx.d, ctx.q, ctx.table, ctx.rel.history
+    key_list = ", ".join(f"x.{q(k)}" for k in ctx.keys)
+    values = {
+        **schemas.row_values(d, schemas.data_columns(table.columns), "l", quoted=True),
+        "_valid_from": "v_truncate_ts",
+        "_valid_from_pos": "v_truncate_pos",
+        "_op": f"'{TRUNCATED_OP}'",
+        "_kafka_partition": "r._kafka_partition",
+        "_kafka_offset": "r._kafka_offset",
+        "_kafka_timestamp": "r._kafka_timestamp",
+    }
+    rest = (
+        f"FROM (SELECT x.*, ROW_NUMBER() OVER (PARTITION BY {key_list} ORDER BY {version_order('x', True)}) AS newest\n"
+        f"      FROM {hist} x WHERE x._valid_from_pos < v_truncate_pos) l,\n"
+        "     (SELECT _kafka_partition, _kafka_offset, _kafka_timestamp,\n"
+        "             ROW_NUMBER() OVER (ORDER BY _kafka_partition, _kafka_offset) AS rn\n"
+        f"      FROM {ctx.rel.stage} WHERE _action = '{Action.TRUNCATE}' AND _source_pos = v_truncate_pos) r\n"
+        f"WHERE l.newest = 1 AND l._op NOT IN ('d', '{TRUNCATED_OP}') AND r.rn = 1\n"
+        f"  AND NOT EXISTS (SELECT 1 FROM {hist} h WHERE {key_match(d, ctx.keys, 'h', 'l')}\n"
+        f"    AND h._op = '{TRUNCATED_OP}' AND h._valid_from_pos = v_truncate_pos);"
+    )
+    return schemas.insert_select_sql(d, hist, schemas.history(table), values, rest, quoted=True)
+
+
+def history_sql(ctx: TableSql) -> str:
+    """The history's statements of a batch with records."""
+    recompute = intervals_sql(ctx)
+    if ctx.table.on_truncate == "delete":
+        recompute = (
+            "IF v_truncates > 0 AND v_truncate_pos IS NOT NULL THEN\n"
+            "  -- A truncate closes every open version; every key's intervals are recomputed.\n"
+            f"{indent(truncate_markers_sql(ctx), 2)}\n{indent(intervals_sql(ctx, keys_of_batch=False), 2)}\n"
+            f"ELSE\n{indent(recompute, 2)}\nEND IF;"
+        )
+    # Only unwrapped topics have tombstone-only deletes (the full envelope's tombstones are skipped).
+    void = f"{void_tombstones_sql(ctx)}\n" if ctx.table.format == "debezium-unwrap" else ""
+    return f"{versions_sql(ctx)}\n{void}{recompute}"

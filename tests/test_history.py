@@ -1,0 +1,192 @@
+"""History mode (history = true): every version of every row, by source position, under
+real delivery. Each test feeds the records a connector delivers (shaped as in
+tests/test_delivery_semantics.py, after Debezium's documentation) and reads the history
+table; docs/correctness.md, "History mode", lists the rules.
+
+Kafka orders records "within a partition, not between different partitions" (Kafka
+documentation, Introduction); Debezium delivers "exactly-once delivery normally,
+at-least-once during recovery" (PostgreSQL connector documentation): a restart re-sends
+what follows the last committed offset."""
+
+from __future__ import annotations
+
+import pytest
+
+from sync.config import ConfigError
+from tests.helpers import feed, make_pipeline
+from tests.test_delivery_semantics import TS, envelope, mysql_source, pg_source, setup, table_toml, tombstone
+from tests.test_partition_increase import KEY, NEW, OLD, at, unwrapped
+
+
+def history_toml(name: str, deletes: str = "close", **options: str) -> str:
+    return table_toml(name, **options).replace("columns = ", f'history = {{ deletes = "{deletes}" }}\ncolumns = ', 1)
+
+
+def versions(wh, table: str, columns: str = "id, balance") -> list[tuple]:
+    """The history in version order: the columns, then _op, _valid_from_pos, _valid_to_pos, _is_current."""
+    return wh.query(
+        f'SELECT {columns}, _op, _valid_from_pos, _valid_to_pos, _is_current FROM cdc."{table}__history"\n'
+        "ORDER BY id, _valid_from_pos ASC NULLS FIRST, _kafka_timestamp ASC NULLS FIRST, _kafka_partition, _kafka_offset"
+    )
+
+
+def pos(wh, table: str, balance: int) -> str:
+    (p,) = wh.query(f'SELECT _valid_from_pos FROM cdc."{table}__history" WHERE balance = {balance}')[0]
+    return p
+
+
+def row(key: int, balance: int) -> dict:
+    return {"id": key, "balance": balance, "note": None}
+
+
+def pg(op: str, key: int, balance: int, lsn: int, partition: int = 0) -> dict:
+    return envelope(op, key, row(key, balance), None, pg_source(lsn, lsn - 10), partition)
+
+
+def test_history_on_a_table_without_primary_key_is_refused():
+    toml = history_toml("acc", order_by="postgres-lsn").replace('primary_key = ["id"]', "primary_key = []")
+    with pytest.raises(ConfigError, match="history: a table without a primary key cannot keep a history"):
+        make_pipeline(toml)
+
+
+def test_history_in_kafka_order_is_refused():
+    with pytest.raises(ConfigError, match="order_by = 'kafka' cannot keep an exact history"):
+        make_pipeline(history_toml("acc"))
+
+
+def test_late_older_event_splits_an_interval_after_a_partition_increase(wh):
+    """The topic grew from 3 to 4 partitions: the key's update at lsn 300 went to its new
+    partition and was read first; its update at lsn 200, in the old partition, was
+    appended late (a producer retry) and is read a sync later. It is inserted in its
+    place: the version before it now ends at 200, the one after it keeps its start."""
+    p = setup(wh, history_toml("acc", format="debezium-unwrap", order_by="postgres-lsn"))
+    feed(wh, p, "acc", [at(unwrapped(KEY, 10, 100, "c"), OLD, 1), at(unwrapped(KEY, 30, 300, "u"), NEW, 3)])
+    before = versions(wh, "acc")
+    assert [v[:3] for v in before] == [(KEY, 10, "c"), (KEY, 30, "u")]
+    run = feed(wh, p, "acc", [at(unwrapped(KEY, 20, 200, "u"), OLD, 2)])
+    assert run.stale == 1, "the current state keeps the newer row"
+    after = versions(wh, "acc")
+    p100, p200, p300 = (pos(wh, "acc", b) for b in (10, 20, 30))
+    assert after == [
+        (KEY, 10, "c", p100, p200, False),
+        (KEY, 20, "u", p200, p300, False),
+        (KEY, 30, "u", p300, None, True),
+    ]
+    starts = wh.query('SELECT balance, _valid_from, _valid_to FROM cdc."acc__history" ORDER BY balance')
+    assert starts[0][2] == starts[1][1] and starts[1][2] == starts[2][1], "the interval was not split at the late event"
+
+
+def test_redelivered_suffix_adds_nothing(wh):
+    """A restart re-sends the events from lsn 200 on, at new offsets, after the history
+    holds them: no version is added or changed."""
+    p = setup(wh, history_toml("acc", order_by="postgres-lsn"))
+    events = [pg("c", 1, 10, 100), pg("u", 1, 20, 200), pg("u", 1, 30, 300), pg("c", 2, 5, 400)]
+    feed(wh, p, "acc", events)
+    before = versions(wh, "acc")
+    assert len(before) == 4
+    run = feed(wh, p, "acc", events[1:])
+    assert run.stale == 2 and versions(wh, "acc") == before
+    # re-sent within one batch together with a new event: only the new one is a version
+    feed(wh, p, "acc", [*events[2:], *events[2:], pg("u", 1, 40, 500)])
+    assert [v[1] for v in versions(wh, "acc") if v[0] == 1] == [10, 20, 30, 40]
+
+
+def test_tie_within_a_transaction_keeps_kafka_order(wh):
+    """binlog_transaction_compression=ON: every change of a MySQL transaction carries the
+    same file/pos and row 0. Its changes are versions in Kafka order, as the current-state
+    merge orders them, in one batch and across batches; the earlier ones last no time."""
+    p = setup(wh, history_toml("acc", order_by="mysql-binlog"))
+    tx = [envelope(op, 1, row(1, b), None, mysql_source(1041)) for op, b in (("c", 0), ("u", 100), ("u", 250))]
+    feed(wh, p, "acc", tx[:2])
+    feed(wh, p, "acc", tx[2:])
+    (tie,) = {v[3] for v in versions(wh, "acc")}
+    assert versions(wh, "acc") == [
+        (1, 0, "c", tie, tie, False),
+        (1, 100, "u", tie, tie, False),
+        (1, 250, "u", tie, None, True),
+    ]
+    feed(wh, p, "acc", tx)  # the transaction re-sent
+    assert len(versions(wh, "acc")) == 3
+
+
+def test_toast_placeholder_takes_the_previous_versions_value(wh):
+    """PostgreSQL sends an unchanged TOASTed value as `__debezium_unavailable_value`
+    (Debezium PostgreSQL connector, "toasted values"): every version takes the value of the
+    version before it, in the batch and across batches, also when an older event that
+    holds the value arrives after the placeholder."""
+    p = setup(wh, history_toml("acc", order_by="postgres-lsn"))
+    placeholder = "__debezium_unavailable_value"
+
+    def ev(op, balance, note, lsn):
+        return envelope(op, 1, {"id": 1, "balance": balance, "note": note}, None, pg_source(lsn, lsn - 10))
+
+    feed(wh, p, "acc", [ev("c", 1, "long text", 100), ev("u", 2, placeholder, 200), ev("u", 3, placeholder, 300)])
+    assert versions(wh, "acc", "id, balance, note") == [
+        (1, 1, "long text", "c", *versions(wh, "acc")[0][3:]),
+        (1, 2, "long text", "u", *versions(wh, "acc")[1][3:]),
+        (1, 3, "long text", "u", *versions(wh, "acc")[2][3:]),
+    ]
+    feed(wh, p, "acc", [ev("u", 4, placeholder, 400), ev("u", 6, placeholder, 500)])
+    # an older event with a new value arrives late: the placeholders after it take it
+    feed(wh, p, "acc", [ev("u", 5, "rewritten", 350)])
+    notes = [(v[1], v[2]) for v in versions(wh, "acc", "id, balance, note")]
+    assert notes == [(1, "long text"), (2, "long text"), (3, "long text"), (5, "rewritten"), (4, "rewritten"), (6, "rewritten")]
+
+
+def test_toast_placeholder_with_no_earlier_version_is_quarantined_not_a_version(wh):
+    """A placeholder with no earlier value anywhere (no version, no stored row) is not
+    applied (quarantined, never a silent NULL) and is no version either."""
+    p = setup(wh, history_toml("acc", order_by="postgres-lsn"))
+    ev = envelope("u", 1, {"id": 1, "balance": 1, "note": "__debezium_unavailable_value"}, None, pg_source(100, 90))
+    run = feed(wh, p, "acc", [ev])
+    assert run.quarantined == 1 and versions(wh, "acc") == []
+
+
+@pytest.mark.parametrize("deletes", ["close", "tombstone"])
+def test_tombstone_only_delete_closes_the_version(wh, deletes):
+    """delete.tombstone.handling.mode=tombstone: the delete IS the tombstone (no position,
+    no source time). It closes the last version at its Kafka time, ranked at the newest
+    position before it; "tombstone": the delete is a version of its own, current."""
+    p = setup(wh, history_toml("acc", deletes, format="debezium-unwrap", order_by="postgres-lsn"))
+    feed(wh, p, "acc", [at(unwrapped(1, 10, 100, "c"), 0, 1), at(unwrapped(1, 20, 200, "u"), 0, 2)])
+    feed(wh, p, "acc", [at(tombstone(1), 0, 3)])
+    hist = versions(wh, "acc")
+    p200 = hist[1][3]
+    assert [v[2] for v in hist] == ["c", "u", "d"]
+    assert hist[1] == (1, 20, "u", p200, p200, False), "the tombstone did not close the last version"
+    assert hist[2][3] == p200 and hist[2][5] is (deletes == "tombstone")
+    (closed,) = wh.query('SELECT _valid_to FROM cdc."acc__history" WHERE balance = 20')[0]
+    assert closed.timestamp() * 1000 == pytest.approx(TS + 3), "closed at the tombstone's Kafka time"
+
+
+def test_truncate_closes_every_open_version(wh):
+    """A truncate (op 't', on_truncate = 'delete') ends every key's open version at its
+    position; a key written after it opens a new one. Re-delivered, it adds nothing."""
+    p = setup(wh, history_toml("acc", order_by="postgres-lsn", on_truncate="delete"))
+    trunc = {"partition": 0, "key": None, "value": {"source": pg_source(300, 290), "op": "t", "ts_ms": TS}}
+    feed(wh, p, "acc", [pg("c", 1, 10, 100), pg("c", 2, 20, 200)])
+    feed(wh, p, "acc", [trunc, pg("c", 2, 21, 400)])
+    hist = versions(wh, "acc")
+    t = [v for v in hist if v[2] == "t"]
+    assert [(v[0], v[3]) for v in t] == [(1, t[0][3]), (2, t[0][3])]
+    assert [v[5] for v in hist] == [False, False, False, False, True]
+    assert hist[0][4] == t[0][3] and hist[2][4] == t[0][3], "a version stayed open across the truncate"
+    feed(wh, p, "acc", [trunc])
+    assert versions(wh, "acc") == hist
+
+
+@pytest.mark.parametrize("deletes", ["close", "tombstone"])
+def test_delete_then_recreate(wh, deletes):
+    """A delete closes the key's version; the key created again opens a new one."""
+    p = setup(wh, history_toml("acc", deletes, order_by="postgres-lsn"))
+    delete = envelope("d", 1, None, row(1, 10), pg_source(200, 190))
+    feed(wh, p, "acc", [pg("c", 1, 10, 100), delete])
+    feed(wh, p, "acc", [pg("c", 1, 11, 300)])
+    hist = versions(wh, "acc")
+    p100, p200, p300 = (v[3] for v in hist)
+    closed_to = p200 if deletes == "close" else p300
+    assert hist == [
+        (1, 10, "c", p100, p200, False),
+        (1, 10, "d", p200, closed_to, False),
+        (1, 11, "c", p300, None, True),
+    ]
