@@ -21,6 +21,7 @@ from datetime import datetime
 from benchmarks.database import deployed
 from benchmarks.workload import TABLE, load, relations
 from sync.config import Pipeline
+from sync.sql.names import CALL_RESULT
 from sync.sql.objects import pipeline_objects
 from sync.sql.statements import body_sql_statements, procedure_body
 from sync.warehouse import Warehouse
@@ -61,10 +62,12 @@ def procedure_sql(pipeline: Pipeline, table_name: str) -> str:
 
 def procedure_statements(pipeline: Pipeline, table_name: str) -> list[str]:
     """The data statements of the table's procedure body, in order (control flow, the
-    lock, assignments and SELECT ... INTO left out)."""
+    lock, assignments, SELECT ... INTO and the bookkeeping left out)."""
     statements = []
     for text in body_sql_statements(procedure_body(procedure_sql(pipeline, table_name))):
-        if text.startswith(("LOCK ", "ANALYZE ")) or "sync_run_log" in text:
+        # The lock, statistics, the session's result table (made by DDL) and the run log
+        # are bookkeeping, not the merge.
+        if text.startswith(("LOCK ", "ANALYZE ", "CREATE ", "DROP ")) or "sync_run_log" in text or CALL_RESULT in text:
             continue
         for name, value in FIRST_RUN_VALUES.items():
             text = re.sub(rf"\b{name}\b", value, text)
