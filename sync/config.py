@@ -16,6 +16,7 @@ from typing import Annotated, Literal, get_args
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from sync.debezium.vocabulary import Semantic
+from sync.keyless_config import check_keyless
 from sync.sql.types import SqlType, parse_type
 
 DEFAULT_CONFIG_PATH = "pipeline.toml"
@@ -171,7 +172,13 @@ class TableConfig(_Model):
     name: str
     topic: str
     format: Literal["debezium", "debezium-unwrap", "row"] = "debezium"
-    primary_key: list[str]
+    # [] (or `keyless = true`): a table without a primary key (docs/correctness.md, "Tables
+    # without a primary key"; sync/keyless_config.py says which settings it needs).
+    primary_key: list[str] = []
+    keyless: Annotated[bool, Field(exclude=True)] = False
+    # The source table's REPLICA IDENTITY (PostgreSQL): what its before images hold. How the
+    # source is set up, not what the tool deploys: revisions leave it out.
+    replica_identity: Annotated[Literal["default", "full"], Field(exclude=True)] = "default"
     delete_mode: Literal["hard", "soft"] = "hard"
     # A source order, or "column:<field>" (COLUMN_ORDER) for row topics.
     order_by: Literal["kafka", "postgres-lsn", "mysql-binlog", "sqlserver-lsn", "oracle-scn", "db2-lsn"] | str = "kafka"
@@ -215,8 +222,10 @@ class TableConfig(_Model):
     def _cross_fields(self) -> TableConfig:
         if not self.columns:
             raise ValueError("columns: at least one column is needed")
-        if not self.primary_key:
-            raise ValueError("primary_key: at least one column is needed")
+        if not self.primary_key and not self.keyless and "primary_key" not in self.model_fields_set:
+            raise ValueError("primary_key: at least one column is needed (primary_key = [] for a table without one)")
+        if self.keyless and self.primary_key:
+            raise ValueError("keyless: a table with keyless = true has primary_key = [] (or none)")
         seen_source: set[str] = set()
         seen_target: set[str] = set()
         for col in self.columns:
@@ -240,7 +249,7 @@ class TableConfig(_Model):
             dist = self.column_by_any_name(self.distkey)
             if dist is None:
                 raise ValueError(f"distkey: {self.distkey!r} is not a column of table {self.name!r}")
-            if dist.name not in self.primary_key:
+            if self.primary_key and dist.name not in self.primary_key:
                 raise ValueError(
                     f"distkey: {self.distkey!r} is not a primary-key column; the merge joins on the key, "
                     "so a key column as DISTKEY keeps that join on one slice"
@@ -249,7 +258,14 @@ class TableConfig(_Model):
             if self.column_by_any_name(key) is None:
                 raise ValueError(f"sortkey: {key!r} is not a column of table {self.name!r}")
         self._check_row_order()
+        if self.is_keyless:
+            check_keyless(self)
         return self
+
+    @property
+    def is_keyless(self) -> bool:
+        """A table without a primary key: its target is a multiset of rows."""
+        return not self.primary_key
 
     def _check_row_order(self) -> None:
         """format = "row" has no source block: Kafka order, or a column of the row."""
@@ -307,6 +323,12 @@ class TableConfig(_Model):
             assert col is not None
             return col
         return self.key_columns[0]
+
+    @property
+    def distkey_name(self) -> str | None:
+        """The distribution key's target name; None for a keyless table without `distkey`
+        (Redshift then chooses: DISTSTYLE AUTO)."""
+        return self.distkey_column.target_name if self.primary_key or self.distkey else None
 
     @property
     def sortkey_columns(self) -> list[ColumnConfig]:

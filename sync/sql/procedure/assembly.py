@@ -10,6 +10,7 @@ from sync.sql.names import table_names
 from sync.sql.procedure.batch import pending_in_order_sql
 from sync.sql.procedure.bookkeeping import quarantine_insert_sql, run_log_insert_sql
 from sync.sql.procedure.context import CALL_TIME, OUTCOMES, TableSql
+from sync.sql.procedure.keyless_steps import KEYLESS_APPLY_STEPS, KEYLESS_SYNC_STEPS
 from sync.sql.procedure.steps import APPLY_STEPS, SYNC_STEPS, VARIABLES, declare, steps_sql
 from sync.sql.procedure.text import indent
 
@@ -43,12 +44,14 @@ def _origin(origin: str, table: TableConfig) -> str:
 
 def procedure_sql(d: PostgresDialect, pipeline: Pipeline, table: TableConfig, origin: str) -> str:
     n = table_names(pipeline, table)
+    # A table without a primary key has steps of its own (sync/sql/procedure/keyless_steps.py).
+    sync_steps, apply_steps = (KEYLESS_SYNC_STEPS, KEYLESS_APPLY_STEPS) if table.is_keyless else (SYNC_STEPS, APPLY_STEPS)
     return plpgsql_procedure(
         f"{d.qualified(n.schema, n.procedure)}(p_max_records bigint)",
         _origin(origin, table) + "Merges new records of the topic into the target (p_max_records NULL: all of them);\n"
         "see the README, 'How a sync works: the procedure contract'.",
-        declare(d, [*SYNC_STEPS, *APPLY_STEPS]),
-        [steps_sql(TableSql(d, pipeline, table), SYNC_STEPS)],
+        declare(d, [*sync_steps, *apply_steps]),
+        [steps_sql(TableSql(d, pipeline, table), sync_steps)],
     )
 
 

@@ -54,12 +54,14 @@ def batch_sql(ctx: TableSql) -> str:
     for values in levels:
         level1 = extended(d, level1, values)
     env = envelope_sql(d, ctx.table, "f.env", named)
+    # The row image; a keyless table's update also needs its before image (`before_images`).
+    image = d.json_get("f.env", "before") if ctx.before_images else env.image
     # Level 2: operation, row image and source block, each read once.
     return (
         "SELECT f.kafka_partition, f.kafka_offset, f.kafka_timestamp, f.refresh_time,\n"
         "       f.payload, f.raw_value, f.env, f.key_env,\n"
         f"       {env.op} AS op,\n"
-        f"       {env.image} AS img,\n"
+        f"       {image} AS img,\n"
         f"       {env.source} AS src\n" + subquery(d, level1, "f")
     )
 

@@ -1,0 +1,149 @@
+"""What a Debezium connector delivers for a source table WITHOUT a primary key, and the
+source's true state, for the keyless delivery property (tests/test_keyless_property.py).
+
+    KeylessHistory     transactions of inserts, deletes and updates on a multiset of rows
+                       (identical rows allowed); `state_after` is the source table, a Counter
+    emit_keyless(h, c) the change events, in order: the full envelope with full before
+                       images (MySQL binlog_row_image=FULL, PostgreSQL REPLICA IDENTITY FULL),
+                       a tombstone after each delete
+    deliver_keyless(events, c, restarts, spread)
+                       at-least-once delivery: null keys, so the producer spreads the
+                       records over the partitions (`spread`), and restarts re-send a suffix
+                       at new offsets
+
+Positions, encoding and restarts are tests/delivery.py's (`_Positions`, `encode`,
+`Restart`); what differs is the row identity: none. A row is its values.
+
+The connectors' contract for such a table: PostgreSQL (Debezium's PostgreSQL connector,
+"Replica identity"): "FULL - Emitted events for UPDATE and DELETE operations contain the
+previous values of all columns in the table", while under DEFAULT "If a table does not
+have a primary key, the connector does not emit UPDATE or DELETE events for that table".
+MySQL: `binlog_row_image=FULL` (required by the connector): every row event carries the
+whole before image. The key of a table without a key is null (DBZ-1163:
+`keyFromColumnData` gives null), and "After ... a delete event, ... a tombstone event"
+follows with the same (null) key and a null value.
+
+Not generated (the documented limits of keyless tables, docs/correctness.md): compressed
+MySQL transactions (their changes share one position), PostgreSQL connectors that lose
+the last commit LSN on restart or are re-created (re-snapshots), and restarts that resume
+inside the initial snapshot (its reads share one position).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from tests.delivery import KAFKA_TS, Connector, Delivery, Event, Restart, _Positions, encode, restarts_valid
+
+Row = dict[str, Any]
+
+
+def frozen(row: Row) -> tuple:
+    return tuple(sorted(row.items()))
+
+
+@dataclass(frozen=True)
+class KeylessChange:
+    kind: Literal["insert", "delete", "update"]
+    before: Row | None = None
+    after: Row | None = None
+
+
+@dataclass(frozen=True)
+class KeylessHistory:
+    transactions: tuple[tuple[KeylessChange, ...], ...]
+    initial: tuple[Row, ...] = ()
+
+    def changes(self) -> list[KeylessChange]:
+        return [c for tx in self.transactions for c in tx]
+
+
+def apply_change(state: Counter, change: KeylessChange) -> None:
+    """One change on the source multiset: a delete or update needs its before image there."""
+    if change.before is not None:
+        assert state[frozen(change.before)] > 0, change
+        state[frozen(change.before)] -= 1
+    if change.after is not None:
+        state[frozen(change.after)] += 1
+    state += Counter()  # drop zero counts
+
+
+def state_after(history: KeylessHistory, reads: int | None = None, changes: int | None = None) -> Counter:
+    """The source table after the first `reads` snapshot reads and `changes` changes (None:
+    all): the TRUE state, from the history alone."""
+    state = Counter(frozen(r) for r in history.initial[:reads])
+    for change in history.changes()[:changes]:
+        apply_change(state, change)
+    return state
+
+
+@dataclass(frozen=True)
+class Emitted:
+    event: Event
+    reads: int  # snapshot reads up to and including this event
+    changes: int  # source changes up to and including this event
+
+
+def emit_keyless(history: KeylessHistory, connector: Connector, initial_snapshot: bool) -> list[Emitted]:
+    """Every event the connector emits, in order: snapshot reads (one position), then each
+    change (c, u, d; a tombstone after each d)."""
+    assert connector.source in ("mysql", "postgres") and not connector.compressed
+    assert initial_snapshot or not history.initial
+    at = _Positions(connector)
+    out: list[Emitted] = []
+    reads = changes = 0
+    if initial_snapshot:
+        source = at.snapshot()
+        for row in history.initial:
+            reads += 1
+            out.append(Emitted(Event("r", (), None, dict(row), dict(source), 0, None), reads, 0))
+    elif connector.source == "postgres":
+        at.last_commit = None  # the first transaction streamed by a new connector
+    for txn, tx in enumerate(history.transactions):
+        at.begin(txn)
+        commit = at.last_commit
+        for change in tx:
+            changes += 1
+            op = {"insert": "c", "delete": "d", "update": "u"}[change.kind]
+            out.append(Emitted(Event(op, (), change.before, change.after, at.change(op), txn, commit), reads, changes))
+            if op == "d":
+                out.append(Emitted(Event("tombstone", (), None, None, {}, txn, commit), reads, changes))
+        at.commit()
+    return out
+
+
+@dataclass
+class KeylessDelivery(Delivery):
+    # For each record: the (snapshot reads, changes) of the source delivered up to it.
+    state: list[tuple[int, int]] = field(default_factory=list)
+
+
+def deliver_keyless(
+    emitted: Sequence[Emitted], connector: Connector, restarts: Sequence[Restart], spread: Sequence[int]
+) -> KeylessDelivery:
+    """At-least-once delivery with `restarts` (tests/delivery.py's `Restart`): record i goes
+    to partition spread[i % len(spread)] % partitions (a null key: the producer's choice),
+    with offsets per partition and a clock of 1 ms per record."""
+    assert restarts_valid(restarts, len(emitted)), restarts
+    runs, start = [], 0
+    for r in restarts:
+        runs.append((start, r.stop))
+        start = r.resume
+    runs.append((start, len(emitted)))
+    offsets = [0] * connector.partitions
+    out = KeylessDelivery([], [], runs, [])
+    furthest = -1
+    for first, end in runs:
+        for i in range(first, end):
+            p = spread[len(out.records) % len(spread)] % connector.partitions
+            _, value = encode(emitted[i].event, connector)
+            ts = {"timestamp": KAFKA_TS + len(out.records) + 1, "timestamp_type": "C"}
+            out.records.append({"partition": p, "offset": offsets[p], **ts, "key": None, "value": value})
+            out.sent.append(i)
+            offsets[p] += 1
+            furthest = max(furthest, i)
+            out.state.append((emitted[furthest].reads, emitted[furthest].changes))
+    return out
