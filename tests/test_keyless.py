@@ -31,6 +31,7 @@ import pytest
 from sync.config import ConfigError
 from tests.helpers import feed, make_pipeline
 from tests.test_delivery_semantics import mysql_source, pg_source, setup
+from tests.test_migrations import project, upgraded  # noqa: F401  (fixtures)
 
 COLUMNS = '{ name = "sku", type = "varchar(8)" }, { name = "qty", type = "integer" }'
 
@@ -224,3 +225,58 @@ def test_keyless_steps_keep_the_stage_contract(dialect, order_by):
         assert named <= step.reads | step.writes, (
             f"{step.sql.__name__} does not declare {sorted(named - step.reads - step.writes)}"
         )
+
+
+KEYLESS_BLOCK = """[[tables]]
+name = "visits"
+topic = "salesdb.salesdb.VISITS"
+primary_key = []
+order_by = "mysql-binlog"
+columns = [
+  { name = "PAGE", type = "varchar(32)" },
+]
+
+"""
+
+
+def test_a_revision_adds_a_keyless_table_then_a_column_filled_from_the_records_that_wrote_each_row(
+    project,  # noqa: F811
+    upgraded,  # noqa: F811
+    wh,
+):
+    """`revision` and `deploy` for a table without a primary key: the table is created
+    (no PRIMARY KEY), and a column added later is filled for each stored row from the
+    record that wrote it, so two identical rows whose records carried different values of
+    the new field take each their own; then `reset-positions` (which clears the stored
+    positions) leaves deletes able to find their row."""
+    from sync.operations.recovery import reset_positions
+    from sync.schema.revisions import deploy
+    from tests.helpers import ingest, sync_one
+    from tests.test_migrations import revise
+
+    anchor = '[[tables]]\nname = "customer"'
+    pipeline, _ = revise(upgraded, project, anchor, KEYLESS_BLOCK + anchor, "visits")
+    deploy(upgraded, pipeline)
+    ingest(
+        wh,
+        pipeline,
+        "visits",
+        [
+            event("c", None, {"PAGE": "/a", "REF": "ads"}, 100),
+            event("c", None, {"PAGE": "/a", "REF": "mail"}, 200, partition=1),
+            event("c", None, {"PAGE": "/b"}, 300),
+        ],
+    )
+    sync_one(wh, pipeline, "visits")
+    assert wh.query('SELECT page FROM cdc."visits" ORDER BY 1') == [("/a",), ("/a",), ("/b",)]
+    add_ref = (
+        '  { name = "PAGE", type = "varchar(32)" },\n]',
+        '  { name = "PAGE", type = "varchar(32)" },\n  { name = "REF", type = "varchar(8)" },\n]',
+    )
+    pipeline, _ = revise(upgraded, project, *add_ref, "visits ref")
+    deploy(upgraded, pipeline)
+    assert wh.query('SELECT page, ref FROM cdc."visits" ORDER BY 1, 2') == [("/a", "ads"), ("/a", "mail"), ("/b", None)]
+    reset_positions(wh, pipeline, "visits", apply=True)
+    ingest(wh, pipeline, "visits", [event("d", {"PAGE": "/a", "REF": "mail"}, None, 400)])
+    sync_one(wh, pipeline, "visits")
+    assert wh.query('SELECT page, ref FROM cdc."visits" ORDER BY 1, 2') == [("/a", "ads"), ("/b", None)]

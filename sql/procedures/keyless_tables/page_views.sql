@@ -552,7 +552,7 @@ BEGIN
                              SELECT "session_id", "path", "viewed_at", "ms_on_page", _source_pos, _kafka_partition, _kafka_offset, 0, 1 FROM "audit"."page_views__stage"
                              WHERE _rn = 1 AND _action = 'delete') x) _d
         WHERE _d.stored = 1 AND _d.copy_no <= _d.deletes
-          AND _d._source_pos = "audit"."page_views"._source_pos AND _d._kafka_partition = "audit"."page_views"._kafka_partition AND _d._kafka_offset = "audit"."page_views"._kafka_offset);
+          AND COALESCE(_d._source_pos, '') = COALESCE("audit"."page_views"._source_pos, '') AND _d._kafka_partition = "audit"."page_views"._kafka_partition AND _d._kafka_offset = "audit"."page_views"._kafka_offset);
     END IF;
     -- 6. Each remaining insert adds a row.
     INSERT INTO "audit"."page_views" ("session_id", "path", "viewed_at", "ms_on_page", "_source_ts", "_source_pos", "_kafka_partition", "_kafka_offset", "_synced_at")

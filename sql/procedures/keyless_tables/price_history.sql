@@ -577,7 +577,7 @@ BEGIN
                              SELECT "sku", "price", "valid_from", _source_pos, _kafka_partition, _kafka_offset, 0, 1 FROM "audit"."price_history__stage"
                              WHERE _rn = 1 AND _action = 'delete') x) _d
         WHERE _d.stored = 1 AND _d.copy_no <= _d.deletes
-          AND _d._source_pos = "audit"."price_history"._source_pos AND _d._kafka_partition = "audit"."price_history"._kafka_partition AND _d._kafka_offset = "audit"."price_history"._kafka_offset);
+          AND COALESCE(_d._source_pos, '') = COALESCE("audit"."price_history"._source_pos, '') AND _d._kafka_partition = "audit"."price_history"._kafka_partition AND _d._kafka_offset = "audit"."price_history"._kafka_offset);
     END IF;
     -- 6. Each remaining insert adds a row.
     INSERT INTO "audit"."price_history" ("sku", "price", "valid_from", "_source_ts", "_source_pos", "_kafka_partition", "_kafka_offset", "_synced_at")

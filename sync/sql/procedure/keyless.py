@@ -128,7 +128,11 @@ def delete_rows_sql(ctx: TableSql) -> str:
     (r_DELETE: "You can use a subquery in the WHERE clause instead")."""
     rel, content = ctx.rel, _content(ctx)
     identity = ", ".join(ROW_IDENTITY)
-    same_row = " AND ".join(f"_d.{c} = {rel.target}.{c}" for c in ROW_IDENTITY)
+    # `reset-positions` clears stored positions: a row's position may be NULL.
+    same_row = " AND ".join(
+        f"COALESCE(_d.{c}, '') = COALESCE({rel.target}.{c}, '')" if c == "_source_pos" else f"_d.{c} = {rel.target}.{c}"
+        for c in ROW_IDENTITY
+    )
     return (
         "-- 6. Apply: each remaining delete removes one stored row equal to its image.\n"
         "IF v_rows > 0 THEN\n"
