@@ -23,10 +23,15 @@ whole before image. The key of a table without a key is null (DBZ-1163:
 `keyFromColumnData` gives null), and "After ... a delete event, ... a tombstone event"
 follows with the same (null) key and a null value.
 
+A restart during the initial snapshot runs it again from its first read ("if the process
+is interrupted due to connector failure, rebalancing, or other reasons, the process
+restarts after the connector restarts", Debezium's connector documentation, "default
+workflow ... to perform an initial snapshot"; "All read events contain the same LSN
+position"), and the first read carries `source.snapshot = "first"` (SnapshotRecord.FIRST).
+
 Not generated (the documented limits of keyless tables, docs/correctness.md): compressed
 MySQL transactions (their changes share one position), PostgreSQL connectors that lose
-the last commit LSN on restart or are re-created (re-snapshots), and restarts that resume
-inside the initial snapshot (its reads share one position).
+the last commit LSN on restart.
 """
 
 from __future__ import annotations
@@ -97,9 +102,12 @@ def emit_keyless(history: KeylessHistory, connector: Connector, initial_snapshot
     reads = changes = 0
     if initial_snapshot:
         source = at.snapshot()
+        last = len(history.initial)
         for row in history.initial:
             reads += 1
-            out.append(Emitted(Event("r", (), None, dict(row), dict(source), 0, None), reads, 0))
+            # SnapshotRecord: FIRST for the first record, LAST for the last, TRUE between.
+            marker = "first" if reads == 1 else "last" if reads == last else "true"
+            out.append(Emitted(Event("r", (), None, dict(row), {**source, "snapshot": marker}, 0, None), reads, 0))
     elif connector.source == "postgres":
         at.last_commit = None  # the first transaction streamed by a new connector
     for txn, tx in enumerate(history.transactions):
@@ -136,8 +144,11 @@ def deliver_keyless(
     offsets = [0] * connector.partitions
     out = KeylessDelivery([], [], runs, [])
     furthest = -1
+    attempt_reads = 0  # reads of the snapshot as last (re-)started: a run from its first read starts it anew
     for first, end in runs:
         for i in range(first, end):
+            if emitted[i].event.op == "r":
+                attempt_reads = 1 if emitted[i].reads == 1 else max(attempt_reads, emitted[i].reads)
             p = spread[len(out.records) % len(spread)] % connector.partitions
             _, value = encode(emitted[i].event, connector)
             ts = {"timestamp": KAFKA_TS + len(out.records) + 1, "timestamp_type": "C"}
@@ -145,5 +156,5 @@ def deliver_keyless(
             out.sent.append(i)
             offsets[p] += 1
             furthest = max(furthest, i)
-            out.state.append((emitted[furthest].reads, emitted[furthest].changes))
+            out.state.append((attempt_reads, emitted[furthest].changes))
     return out

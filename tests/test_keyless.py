@@ -280,3 +280,35 @@ def test_a_revision_adds_a_keyless_table_then_a_column_filled_from_the_records_t
     ingest(wh, pipeline, "visits", [event("d", {"PAGE": "/a", "REF": "mail"}, None, 400)])
     sync_one(wh, pipeline, "visits")
     assert wh.query('SELECT page, ref FROM cdc."visits" ORDER BY 1, 2') == [("/a", "ads"), ("/b", None)]
+
+
+def snapshot_read(r: dict, marker: str, partition: int, sent_ms: int) -> dict:
+    """An initial-snapshot read: every read carries the snapshot's one position ("All read
+    events contain the same LSN position"), the first `snapshot = "first"`; `sent_ms`: the
+    producer's timestamp (Kafka order across partitions)."""
+    record = event("r", None, r, 100, partition=partition)
+    record["value"]["source"]["snapshot"] = marker
+    return {**record, "timestamp": 1_800_000_000_000 + sent_ms}
+
+
+def test_snapshot_interrupted_and_run_again_from_its_first_read(wh):
+    """ "if the process is interrupted due to connector failure, rebalancing, or other
+    reasons, the process restarts after the connector restarts": the reads of the first
+    attempt and of the second share one position, and the source holds two identical rows."""
+    p = setup(wh, keyless_toml("snap"))
+    feed(wh, p, "snap", [snapshot_read(row("a", 1), "first", 0, 1)])
+    assert target(wh, "snap") == [("a", 1)]
+    run = feed(
+        wh,
+        p,
+        "snap",
+        [
+            snapshot_read(row("a", 1), "true", 1, 2),
+            snapshot_read(row("a", 1), "first", 0, 5000),  # after the restart
+            snapshot_read(row("a", 1), "last", 1, 5001),
+        ],
+    )
+    assert target(wh, "snap") == [("a", 1), ("a", 1)]
+    assert run.stale == 1  # the first attempt's second read, before the snapshot started again
+    feed(wh, p, "snap", [event("u", row("a", 1), row("a", 2), 200)])
+    assert target(wh, "snap") == [("a", 1), ("a", 2)]

@@ -99,13 +99,17 @@ def _target(wh, table: str) -> Counter:
 
 
 def draw_restarts(data, emitted: int, snapshot: int) -> list[Restart]:
-    """Up to two restarts, each resuming at or after the end of the initial snapshot."""
-    restarts, start = [], snapshot
+    """Up to two restarts. One that stops inside the initial snapshot (or right at its end,
+    before the offsets said it completed) runs it again from its first read; any other
+    resumes at or after the end of the snapshot."""
+    restarts, start = [], 0
     for _ in range(data.draw(st.integers(0, 2), label="restarts")):
-        if start > emitted:
-            break
         stop = data.draw(st.integers(start, emitted), label="stop")
-        resume = data.draw(st.integers(start, stop), label="resume")
+        in_snapshot = start == 0 and (stop < snapshot or (stop == snapshot and snapshot > 0))
+        if in_snapshot and (stop < snapshot or data.draw(st.booleans(), label="snapshot again")):
+            resume = 0
+        else:
+            resume = data.draw(st.integers(max(start, snapshot), stop), label="resume")
         restarts.append(Restart(stop, resume))
         start = resume
     return restarts

@@ -554,6 +554,28 @@ BEGIN
                 FROM "audit"."price_history__stage" z) x
           WHERE x._action IN ('upsert', 'delete')) c
     WHERE s._kafka_partition = c._kafka_partition AND s._kafka_offset = c._kafka_offset AND s._op = c._op;
+    -- 4. A snapshot's first read begins the table anew (an interrupted snapshot is run again
+    --    from the start, at one position): the stored rows and the events before it go.
+    UPDATE "audit"."price_history__stage" s SET _reason = 'the first read of a snapshot'
+    FROM "audit"."price_history__stream" m
+    WHERE s._op = 'r' AND s._action IN ('upsert', 'delete')
+      AND m.kafka_partition = s._kafka_partition AND m.kafka_offset = s._kafka_offset AND m.refresh_time = s._refresh_time
+      AND (CASE WHEN IS_VARCHAR((CASE WHEN JSON_SIZE(m.payload."source"."snapshot") <= 65535 THEN m.payload."source"."snapshot" END)) THEN (CASE WHEN JSON_SIZE(m.payload."source"."snapshot") <= 65535 THEN m.payload."source"."snapshot" END)::varchar(65535) WHEN (CASE WHEN JSON_SIZE(m.payload."source"."snapshot") <= 65535 THEN m.payload."source"."snapshot" END) IS NOT NULL THEN JSON_SERIALIZE((CASE WHEN JSON_SIZE(m.payload."source"."snapshot") <= 65535 THEN m.payload."source"."snapshot" END)) END IN ('first', 'first_in_data_collection') OR CASE WHEN IS_VARCHAR((CASE WHEN JSON_SIZE(m.payload."payload"."source"."snapshot") <= 65535 THEN m.payload."payload"."source"."snapshot" END)) THEN (CASE WHEN JSON_SIZE(m.payload."payload"."source"."snapshot") <= 65535 THEN m.payload."payload"."source"."snapshot" END)::varchar(65535) WHEN (CASE WHEN JSON_SIZE(m.payload."payload"."source"."snapshot") <= 65535 THEN m.payload."payload"."source"."snapshot" END) IS NOT NULL THEN JSON_SERIALIZE((CASE WHEN JSON_SIZE(m.payload."payload"."source"."snapshot") <= 65535 THEN m.payload."payload"."source"."snapshot" END)) END IN ('first', 'first_in_data_collection'));
+    GET DIAGNOSTICS v_rows := ROW_COUNT;
+    IF v_rows > 0 THEN
+      DELETE FROM "audit"."price_history";
+      UPDATE "audit"."price_history__stage" s SET _action = 'stale', _reason = s._action
+      FROM (SELECT _source_pos, _kafka_partition, _kafka_offset, _kafka_timestamp,
+                   ROW_NUMBER() OVER (ORDER BY _source_pos DESC, _kafka_timestamp DESC, _kafka_partition DESC, _kafka_offset DESC) AS newest_no
+            FROM "audit"."price_history__stage" WHERE _reason = 'the first read of a snapshot') mk
+      WHERE mk.newest_no = 1 AND s._action IN ('upsert', 'delete')
+        AND (s._source_pos < mk._source_pos
+             OR (s._source_pos = mk._source_pos
+                 AND (mk._kafka_partition = s._kafka_partition AND mk._kafka_offset > s._kafka_offset
+                  OR mk._kafka_partition <> s._kafka_partition
+                     AND (mk._kafka_timestamp > s._kafka_timestamp
+                          OR (COALESCE(mk._kafka_timestamp = s._kafka_timestamp, true) AND mk._kafka_partition > s._kafka_partition)))));
+    END IF;
     -- 4. A multiset sum: per row content, the batch's inserts and deletes cancel in pairs.
     UPDATE "audit"."price_history__stage" s SET _rn = 2
     FROM (SELECT _kafka_partition, _kafka_offset, _op,

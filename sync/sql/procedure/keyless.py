@@ -18,7 +18,7 @@ from dataclasses import replace
 
 from sync.sql import schemas
 from sync.sql.procedure.context import APPLIED, CALL_TIME, Action, TableSql
-from sync.sql.procedure.ordering import kafka_order, kafka_time
+from sync.sql.procedure.ordering import kafka_later, kafka_order, kafka_time
 from sync.sql.procedure.stage import stage_insert_sql
 from sync.sql.procedure.text import indent
 
@@ -27,6 +27,7 @@ from sync.sql.procedure.text import indent
 BEFORE = "before"
 POSITIONLESS = "no source position: a table without a primary key is ordered by it"
 UNAVAILABLE = "a value is the TOAST placeholder: a row without a primary key has no stored value to keep"
+SNAPSHOT_START = "the first read of a snapshot"
 NO_BEFORE_IMAGE = "update without a full before image: the source table needs REPLICA IDENTITY FULL"
 # A physical row of the target: the event that wrote it.
 ROW_IDENTITY = ("_source_pos", "_kafka_partition", "_kafka_offset")
@@ -100,6 +101,43 @@ def keyless_order_sql(ctx: TableSql) -> str:
         f"            FROM {stage} z) x\n"
         f"      WHERE x._action IN {APPLIED}) c\n"
         "WHERE s._kafka_partition = c._kafka_partition AND s._kafka_offset = c._kafka_offset AND s._op = c._op;"
+    )
+
+
+def snapshot_start_sql(ctx: TableSql) -> str:
+    """A (re-)started snapshot: its first read (`source.snapshot` "first", or
+    "first_in_data_collection" for each table, Debezium 2.0+) begins the table anew: the
+    reads of one snapshot share one position, so an interrupted snapshot, which the
+    connector runs again from the start, cannot be told apart read by read. Not stale, it
+    is at or above every stored position: the stored rows go, and so do the batch's events
+    before it (position, then Kafka order)."""
+    d, rel = ctx.d, ctx.rel
+    stage = rel.stage
+    snapshot = " OR ".join(
+        f"{d.json_get_text(d.json_get(payload, 'source'), 'snapshot')} IN ('first', 'first_in_data_collection')"
+        for payload in ("m.payload", d.json_get("m.payload", "payload"))
+    )
+    newest = "ORDER BY _source_pos DESC, _kafka_timestamp DESC, _kafka_partition DESC, _kafka_offset DESC"
+    return (
+        "-- 4. A snapshot's first read begins the table anew (an interrupted snapshot is run again\n"
+        "--    from the start, at one position): the stored rows and the events before it go.\n"
+        f"UPDATE {stage} s SET _reason = '{SNAPSHOT_START}'\n"
+        f"FROM {rel.stream} m\n"
+        f"WHERE s._op = 'r' AND s._action IN {APPLIED}\n"
+        "  AND m.kafka_partition = s._kafka_partition AND m.kafka_offset = s._kafka_offset AND m.refresh_time = s._refresh_time\n"
+        f"  AND ({snapshot});\n"
+        "GET DIAGNOSTICS v_rows := ROW_COUNT;\n"
+        "IF v_rows > 0 THEN\n"
+        f"  DELETE FROM {rel.target};\n"
+        f"  UPDATE {stage} s SET _action = '{Action.STALE}', _reason = s._action\n"
+        "  FROM (SELECT _source_pos, _kafka_partition, _kafka_offset, _kafka_timestamp,\n"
+        f"               ROW_NUMBER() OVER ({newest}) AS newest_no\n"
+        f"        FROM {stage} WHERE _reason = '{SNAPSHOT_START}') mk\n"
+        f"  WHERE mk.newest_no = 1 AND s._action IN {APPLIED}\n"
+        "    AND (s._source_pos < mk._source_pos\n"
+        "         OR (s._source_pos = mk._source_pos\n"
+        f"             AND {indent(kafka_later('mk', 'mk._kafka_timestamp', 's', 's._kafka_timestamp'), 13).lstrip()}));\n"
+        "END IF;"
     )
 
 

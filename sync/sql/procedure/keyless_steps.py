@@ -28,6 +28,7 @@ from sync.sql.procedure.keyless import (
     high_water_sql,
     keyless_order_sql,
     pair_sql,
+    snapshot_start_sql,
 )
 from sync.sql.procedure.steps import APPLY_STEPS, KAFKA, STAGE, SYNC_STEPS, Step, facts, stage_sql, steps_sql
 from sync.sql.procedure.text import indent
@@ -67,6 +68,12 @@ KEYLESS_APPLY_STEPS = (
         (),
         reads=facts(KAFKA, "_kafka_timestamp _op _action _source_pos _unavailable", Action.UPSERT, Action.DELETE),
         writes=facts("_action _reason _rn", Action.QUARANTINE, Action.STALE),
+    ),
+    Step(
+        snapshot_start_sql,
+        ("v_rows",),
+        reads=facts(KAFKA, "_kafka_timestamp _refresh_time _op _action _reason _source_pos", Action.UPSERT, Action.DELETE),
+        writes=facts("_action _reason", Action.STALE),
     ),
     Step(cancel_sql, ("v_rows",), reads=KEYLESS_RANKED | facts(KAFKA), writes=facts("_rn")),
     Step(delete_rows_sql, ("v_rows",), reads=KEYLESS_RANKED | facts(KAFKA)),
