@@ -312,3 +312,23 @@ def test_snapshot_interrupted_and_run_again_from_its_first_read(wh):
     assert run.stale == 1  # the first attempt's second read, before the snapshot started again
     feed(wh, p, "snap", [event("u", row("a", 1), row("a", 2), 200)])
     assert target(wh, "snap") == [("a", 1), ("a", 2)]
+
+
+def test_quarantine_replay_applies_a_record_that_was_never_applied(wh):
+    """A record quarantined (here: a value longer than the column) was never applied, so
+    once the column is widened, `quarantine replay` applies it although newer events
+    moved the table's high-water position past it."""
+    from sync.operations.quarantine import Selection, replay
+    from sync.operations.runner import deploy
+
+    narrow = keyless_toml("rq").replace('type = "varchar(8)"', 'type = "varchar(2)"')
+    p = setup(wh, narrow)
+    run = feed(wh, p, "rq", [event("c", None, row("abc", 1), 100), event("c", None, row("b", 2), 200)])
+    assert (run.quarantined, target(wh, "rq")) == (1, [("b", 2)])
+    for relation in ("rq", "rq__stage"):
+        wh.execute(f'ALTER TABLE cdc."{relation}" ALTER COLUMN sku TYPE varchar(8)')
+    wide = make_pipeline(keyless_toml("rq"))
+    deploy(wh, wide, "test")
+    result = replay(wh, wide, Selection("rq"))
+    assert result.replayed == 1
+    assert target(wh, "rq") == [("abc", 1), ("b", 2)]

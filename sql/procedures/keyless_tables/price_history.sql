@@ -536,16 +536,18 @@ BEGIN
                       WHERE b._op = 'u' AND b._action = 'upsert' AND b._kafka_partition = "audit"."price_history__stage"._kafka_partition AND b._kafka_offset = "audit"."price_history__stage"._kafka_offset);
     -- 4./5. Events without a source position cannot be ordered: quarantined. An event at or
     --    below the newest position applied is a re-sent one: stale (a snapshot read at that
-    --    position is not: the reads of one snapshot share it). Copies of one event in the
-    --    batch (a restart re-sent it) are one event: the first in Kafka order applies.
+    --    position is not: the reads of one snapshot share it; nor is a quarantined record
+    --    being replayed: it was never applied). Copies of one event in the batch (a
+    --    restart re-sent it) are one event: the first in Kafka order applies.
     UPDATE "audit"."price_history__stage" SET _action = 'quarantine', _reason = 'no source position: a table without a primary key is ordered by it'
     WHERE _source_pos IS NULL AND _action IN ('upsert', 'delete');
     UPDATE "audit"."price_history__stage" SET _action = 'quarantine', _reason = 'a value is the TOAST placeholder: a row without a primary key has no stored value to keep'
     WHERE _unavailable IS NOT NULL AND _action IN ('upsert', 'delete');
-    UPDATE "audit"."price_history__stage" SET _action = 'stale', _reason = _action
-    WHERE _action IN ('upsert', 'delete')
-      AND (_source_pos < (SELECT MAX(_source_pos) FROM "audit"."price_history__deleted")
-           OR (_source_pos = (SELECT MAX(_source_pos) FROM "audit"."price_history__deleted") AND _op <> 'r'));
+    UPDATE "audit"."price_history__stage" s SET _action = 'stale', _reason = s._action
+    WHERE s._action IN ('upsert', 'delete')
+      AND (s._source_pos < (SELECT MAX(_source_pos) FROM "audit"."price_history__deleted")
+           OR (s._source_pos = (SELECT MAX(_source_pos) FROM "audit"."price_history__deleted") AND s._op <> 'r'))
+      AND NOT EXISTS (SELECT 1 FROM "audit"."price_history__watermark" w WHERE w.kafka_partition = s._kafka_partition AND s._kafka_offset <= w.last_offset);
     UPDATE "audit"."price_history__stage" s SET _rn = CASE WHEN s._op = 'r' THEN 1 ELSE c.copy_no END
     FROM (SELECT x._kafka_partition, x._kafka_offset, x._op,
                  ROW_NUMBER() OVER (PARTITION BY x._source_pos, x._op ORDER BY x._kafka_time ASC NULLS FIRST, x._kafka_partition, x._kafka_offset) AS copy_no

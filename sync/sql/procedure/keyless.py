@@ -18,7 +18,7 @@ from dataclasses import replace
 
 from sync.sql import schemas
 from sync.sql.procedure.context import APPLIED, CALL_TIME, Action, TableSql
-from sync.sql.procedure.ordering import kafka_later, kafka_order, kafka_time
+from sync.sql.procedure.ordering import kafka_later, kafka_order, kafka_time, replayed
 from sync.sql.procedure.stage import stage_insert_sql
 from sync.sql.procedure.text import indent
 
@@ -84,16 +84,18 @@ def keyless_order_sql(ctx: TableSql) -> str:
     return (
         "-- 4./5. Events without a source position cannot be ordered: quarantined. An event at or\n"
         "--    below the newest position applied is a re-sent one: stale (a snapshot read at that\n"
-        "--    position is not: the reads of one snapshot share it). Copies of one event in the\n"
-        "--    batch (a restart re-sent it) are one event: the first in Kafka order applies.\n"
+        "--    position is not: the reads of one snapshot share it; nor is a quarantined record\n"
+        "--    being replayed: it was never applied). Copies of one event in the batch (a\n"
+        "--    restart re-sent it) are one event: the first in Kafka order applies.\n"
         f"UPDATE {stage} SET _action = '{Action.QUARANTINE}', _reason = '{POSITIONLESS}'\n"
         f"WHERE _source_pos IS NULL AND _action IN {APPLIED};\n"
         f"UPDATE {stage} SET _action = '{Action.QUARANTINE}', _reason = '{UNAVAILABLE}'\n"
         f"WHERE _unavailable IS NOT NULL AND _action IN {APPLIED};\n"
-        f"UPDATE {stage} SET _action = '{Action.STALE}', _reason = _action\n"
-        f"WHERE _action IN {APPLIED}\n"
-        f"  AND (_source_pos < {high_water(ctx)}\n"
-        f"       OR (_source_pos = {high_water(ctx)} AND _op <> 'r'));\n"
+        f"UPDATE {stage} s SET _action = '{Action.STALE}', _reason = s._action\n"
+        f"WHERE s._action IN {APPLIED}\n"
+        f"  AND (s._source_pos < {high_water(ctx)}\n"
+        f"       OR (s._source_pos = {high_water(ctx)} AND s._op <> 'r'))\n"
+        f"  AND NOT {replayed(ctx)};\n"
         f"UPDATE {stage} s SET _rn = CASE WHEN s._op = 'r' THEN 1 ELSE c.copy_no END\n"
         "FROM (SELECT x._kafka_partition, x._kafka_offset, x._op,\n"
         f"             ROW_NUMBER() OVER (PARTITION BY x._source_pos, x._op ORDER BY {oldest_first}) AS copy_no\n"
