@@ -176,9 +176,9 @@ class TableConfig(_Model):
     # without a primary key"; sync/keyless_config.py says which settings it needs).
     primary_key: list[str] = []
     keyless: Annotated[bool, Field(exclude=True)] = False
-    # The source table's REPLICA IDENTITY (PostgreSQL): what its before images hold. How the
-    # source is set up, not what the tool deploys: revisions leave it out.
-    replica_identity: Annotated[Literal["default", "full"], Field(exclude=True)] = "default"
+    # The source table's REPLICA IDENTITY (PostgreSQL): what its before images hold. Revisions
+    # record it only when set (sync/schema/state.py), as files written before it had it.
+    replica_identity: Literal["default", "full"] = "default"
     delete_mode: Literal["hard", "soft"] = "hard"
     # A source order, or "column:<field>" (COLUMN_ORDER) for row topics.
     order_by: Literal["kafka", "postgres-lsn", "mysql-binlog", "sqlserver-lsn", "oracle-scn", "db2-lsn"] | str = "kafka"

@@ -332,3 +332,36 @@ def test_quarantine_replay_applies_a_record_that_was_never_applied(wh):
     result = replay(wh, wide, Selection("rq"))
     assert result.replayed == 1
     assert target(wh, "rq") == [("abc", 1), ("b", 2)]
+
+
+def test_a_revision_records_the_replica_identity_a_keyless_postgres_table_needs():
+    """Was: the revision left replica_identity out of the state it records, so reading the
+    state back refused the table (`revision` and `deploy` failed for a PostgreSQL keyless
+    table). Tables that do not set it are recorded as before it existed."""
+    from sync.schema.state import pipeline_of, state_for, warehouse_model
+
+    pipeline = make_pipeline(keyless_toml("pgk", order_by="postgres-lsn", replica_identity="full"))
+    assert pipeline_of(state_for(pipeline, "x.toml")).table("pgk").replica_identity == "full"
+    keyed = make_pipeline(keyless_toml("k").replace("primary_key = []", 'primary_key = ["sku"]'))
+    assert "replica_identity" not in warehouse_model(keyed)["tables"][0]
+
+
+def test_the_readme_example_events_end_as_the_source_does(wh):
+    """README, "The pipeline file": examples/keyless_tables/events/price_history.jsonl."""
+    import tomllib
+
+    from sync.config import parse_pipeline
+    from sync.local.stream import ingest_file
+    from sync.operations.runner import deploy
+    from tests.helpers import EXAMPLES, sync_one
+
+    folder = EXAMPLES / "keyless_tables"
+    pipeline = parse_pipeline(tomllib.loads((folder / "pipeline.toml").read_text()))
+    deploy(wh, pipeline, "test")
+    ingest_file(wh, pipeline, "price_history", folder / "events" / "price_history.jsonl")
+    run = sync_one(wh, pipeline, "price_history")
+    assert (run.events_read, run.upserted, run.deleted, run.stale, run.superseded) == (8, 2, 0, 0, 4)
+    rows = wh.query(
+        "SELECT sku, CAST(price AS varchar(16)), CAST(valid_from AS varchar(10)) FROM audit.price_history ORDER BY 1, 2"
+    )
+    assert rows == [("A-1", "4.50", "2023-12-10"), ("A-1", "5.00", "2023-12-09")]

@@ -44,9 +44,12 @@ def fingerprints(pipeline: Pipeline, origin: str) -> dict[str, dict[str, str]]:
 def warehouse_model(pipeline: Pipeline) -> dict[str, Any]:
     """The pipeline as revisions record it: everything but the operational settings
     (revisions folder, retention), which change how the tool runs, not the warehouse."""
-    # A pipeline without [heartbeat] is recorded as before the section existed.
+    # A pipeline without [heartbeat] is recorded as before the section existed, and so is a
+    # table without replica_identity.
     absent = {"heartbeat"} if pipeline.heartbeat is None else set()
-    return pipeline.model_dump(mode="json", by_alias=True, exclude=set(OPERATIONAL_SECTIONS) | absent)
+    exclude: dict = {name: True for name in set(OPERATIONAL_SECTIONS) | absent}
+    exclude["tables"] = {i: {"replica_identity": True} for i, t in enumerate(pipeline.tables) if t.replica_identity == "default"}
+    return pipeline.model_dump(mode="json", by_alias=True, exclude=exclude)
 
 
 def state_for(pipeline: Pipeline, origin: str) -> State:
