@@ -41,7 +41,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from tests.delivery import KAFKA_TS, Connector, Delivery, Event, Restart, _Positions, encode, restarts_valid
+from tests.delivery import KAFKA_TS, Connector, Delivery, Event, Restart, _Positions, batches, encode, restarts_valid
 
 Row = dict[str, Any]
 
@@ -158,3 +158,25 @@ def deliver_keyless(
             furthest = max(furthest, i)
             out.state.append((attempt_reads, emitted[furthest].changes))
     return out
+
+
+def refreshes(delivery: KeylessDelivery, emitted: Sequence[Emitted], cuts: Sequence[int], lags: Sequence[int]) -> list[list[int]]:
+    """The records (indexes into `delivery.records`) each refresh of the stream exposes.
+    The delivery is produced in batches cut at `cuts`; record i, produced in batch b, is
+    exposed by refresh b + lags[i % len(lags)] (the last one at the latest), and never
+    before the previous record of its partition: a partition may lag behind the others
+    (Kafka orders records within a partition only), it never reorders itself. The
+    snapshot's reads, and the records before the last of them, are exposed as produced
+    (not generated: a skew across the start of a snapshot run again, docs/correctness.md)."""
+    bounds = batches(delivery.records, cuts)
+    produced = [b for b, (lo, hi) in enumerate(bounds) for _ in range(lo, hi)]
+    reads = [i for i, sent in enumerate(delivery.sent) if emitted[sent].event.op == "r"]
+    settled = reads[-1] if reads else -1
+    exposed: list[list[int]] = [[] for _ in bounds]
+    latest: dict[int, int] = {}  # partition: the refresh that exposed its last record so far
+    for i, record in enumerate(delivery.records):
+        lag = 0 if i <= settled else lags[i % len(lags)]
+        at = max(min(produced[i] + lag, len(bounds) - 1), latest.get(record["partition"], 0))
+        latest[record["partition"]] = at
+        exposed[at].append(i)
+    return exposed

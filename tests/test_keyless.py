@@ -96,6 +96,53 @@ def test_resent_delete_removes_one_row_once(wh):
     assert (again.stale, again.deleted, again.quarantined) == (1, 0, 0)
 
 
+def test_keyless_late_older_event_from_another_partition_is_applied(wh):
+    """A null key leaves the partition to the producer ("If no partition or key is present
+    choose the sticky partition that changes when the batch is full", Kafka's
+    DefaultPartitioner, KIP-480), and Kafka orders records within a partition only: a
+    refresh may expose partition 1's newer insert before partition 0's older ones. The
+    older events are new to the table and apply; their re-sent copies do not."""
+    p = setup(wh, keyless_toml("late"))
+    feed(wh, p, "late", [event("c", None, row("b", 2), 300, partition=1)])
+    run = feed(wh, p, "late", [event("c", None, row("a", 1), 100), event("u", row("a", 1), row("a", 7), 200)])
+    assert (run.stale, run.quarantined) == (0, 0)
+    assert target(wh, "late") == [("a", 7), ("b", 2)]
+    # A restart re-sends all three at new offsets, in another partition: each is stale.
+    again = feed(
+        wh,
+        p,
+        "late",
+        [event("c", None, row("a", 1), 100, partition=2), event("u", row("a", 1), row("a", 7), 200, partition=2)]
+        + [event("c", None, row("b", 2), 300, partition=2)],
+    )
+    assert (again.stale, again.upserted) == (3, 0)
+    assert target(wh, "late") == [("a", 7), ("b", 2)]
+
+
+def test_delete_exposed_before_the_insert_of_its_row_is_kept_pending(wh):
+    """Partition 1's update (its before image removes a row) and delete are exposed before
+    partition 0's older inserts of those rows: they are applied, pending, and the late
+    inserts pay them instead of adding rows; a re-sent copy changes nothing."""
+    p = setup(wh, keyless_toml("pend"))
+    first = feed(
+        wh, p, "pend", [event("u", row("a", 1), row("a", 2), 300, partition=1), event("d", row("b", 1), None, 400, partition=1)]
+    )
+    assert (first.stale, first.quarantined) == (0, 0)
+    assert target(wh, "pend") == [("a", 2)]
+    feed(
+        wh,
+        p,
+        "pend",
+        [event("c", None, row("a", 1), 100), event("c", None, row("b", 1), 200), event("c", None, row("b", 1), 250)],
+    )
+    assert target(wh, "pend") == [("a", 2), ("b", 1)]
+    again = feed(
+        wh, p, "pend", [event("d", row("b", 1), None, 400, partition=2), event("c", None, row("a", 1), 100, partition=2)]
+    )
+    assert (again.stale, again.deleted, again.upserted) == (2, 0, 0)
+    assert target(wh, "pend") == [("a", 2), ("b", 1)]
+
+
 def test_copies_of_one_event_in_one_batch_apply_once(wh):
     p = setup(wh, keyless_toml("copies"))
     records = [event("c", None, row("a", 1), 100), event("c", None, row("b", 2), 200)]

@@ -135,7 +135,8 @@ def table_objects(d: PostgresDialect, pipeline: Pipeline, table: TableConfig, or
     n = table_names(pipeline, table)
     q = d.q
     keys = [c.target_name for c in table.key_columns]
-    # A keyless table (primary_key = []) has no PRIMARY KEY, and is distributed as configured.
+    # A keyless table (primary_key = []) has no PRIMARY KEY, and is distributed as configured;
+    # its deleted-keys table holds the positions applied, sorted by the one it is joined on.
     pk = [f"PRIMARY KEY ({', '.join(q(k) for k in keys)})"] if keys else []
     dist = table.distkey_name
     sort = [c.target_name for c in table.sortkey_columns]
@@ -168,7 +169,13 @@ def table_objects(d: PostgresDialect, pipeline: Pipeline, table: TableConfig, or
                 "table",
                 n.schema,
                 n.deleted_keys,
-                _create_table(d, n.schema, n.deleted_keys, deleted_lines, d.table_attributes(dist if keys else None, keys)),
+                _create_table(
+                    d,
+                    n.schema,
+                    n.deleted_keys,
+                    deleted_lines,
+                    d.table_attributes(dist if keys else None, keys or ["_source_pos"]),
+                ),
                 table.name,
             )
         )

@@ -95,8 +95,10 @@ CREATE TABLE IF NOT EXISTS "audit"."page_views__deleted" (
   "_kafka_partition" bigint,
   "_kafka_offset" bigint,
   "_kafka_timestamp" timestamp,
-  "_deleted_at" timestamp
-);
+  "_deleted_at" timestamp,
+  "_row_hash" char(32)
+)
+COMPOUND SORTKEY ("_source_pos");
 
 CREATE OR REPLACE PROCEDURE "audit"."incremental_sync_page_views"(p_max_records bigint)
 AS $$
@@ -509,19 +511,26 @@ BEGIN
     WHERE _op = 'before'
       AND NOT EXISTS (SELECT 1 FROM "audit"."page_views__stage" b
                       WHERE b._op = 'u' AND b._action = 'upsert' AND b._kafka_partition = "audit"."page_views__stage"._kafka_partition AND b._kafka_offset = "audit"."page_views__stage"._kafka_offset);
-    -- 4./5. Events without a source position cannot be ordered: quarantined. An event at or
-    --    below the newest position applied is a re-sent one: stale (a snapshot read at that
-    --    position is not: the reads of one snapshot share it; nor is a quarantined record
-    --    being replayed: it was never applied). Copies of one event in the batch (a
-    --    restart re-sent it) are one event: the first in Kafka order applies.
+    -- 4./5. Events without a source position cannot be ordered: quarantined. A change whose
+    --    position was applied is a re-sent one, and so is a read older than its snapshot's
+    --    first read; a change below the snapshot's position is in it: stale (not a
+    --    quarantined record being replayed: it was never applied). A late older change
+    --    (another partition) applies. Copies of one event in the batch are one event.
     UPDATE "audit"."page_views__stage" SET _action = 'quarantine', _reason = 'no source position: a table without a primary key is ordered by it'
     WHERE _source_pos IS NULL AND _action IN ('upsert', 'delete');
     UPDATE "audit"."page_views__stage" SET _action = 'quarantine', _reason = 'a value is the TOAST placeholder: a row without a primary key has no stored value to keep'
     WHERE _unavailable IS NOT NULL AND _action IN ('upsert', 'delete');
     UPDATE "audit"."page_views__stage" s SET _action = 'stale', _reason = s._action
     WHERE s._action IN ('upsert', 'delete')
-      AND (s._source_pos < (SELECT MAX(_source_pos) FROM "audit"."page_views__deleted")
-           OR (s._source_pos = (SELECT MAX(_source_pos) FROM "audit"."page_views__deleted") AND s._op <> 'r'))
+      AND (s._source_pos < (SELECT MAX(_source_pos) FROM "audit"."page_views__deleted" WHERE _kafka_partition IS NOT NULL)
+           OR EXISTS (SELECT 1 FROM "audit"."page_views__deleted" a
+                   WHERE a._source_pos = s._source_pos
+                     AND (s._op <> 'r' AND a._kafka_partition IS NULL
+                          OR s._op = 'r' AND a._kafka_partition IS NOT NULL
+                             AND (a._kafka_partition = s._kafka_partition AND a._kafka_offset > s._kafka_offset
+                              OR a._kafka_partition <> s._kafka_partition
+                                 AND (a._kafka_timestamp > s._kafka_timestamp
+                                      OR (COALESCE(a._kafka_timestamp = s._kafka_timestamp, true) AND a._kafka_partition > s._kafka_partition))))))
       AND NOT EXISTS (SELECT 1 FROM "audit"."page_views__watermark" w WHERE w.kafka_partition = s._kafka_partition AND s._kafka_offset <= w.last_offset);
     UPDATE "audit"."page_views__stage" s SET _rn = CASE WHEN s._op = 'r' THEN 1 ELSE c.copy_no END
     FROM (SELECT x._kafka_partition, x._kafka_offset, x._op,
@@ -552,6 +561,10 @@ BEGIN
                   OR mk._kafka_partition <> s._kafka_partition
                      AND (mk._kafka_timestamp > s._kafka_timestamp
                           OR (COALESCE(mk._kafka_timestamp = s._kafka_timestamp, true) AND mk._kafka_partition > s._kafka_partition)))));
+      DELETE FROM "audit"."page_views__deleted";
+      INSERT INTO "audit"."page_views__deleted" (_source_pos, _kafka_partition, _kafka_offset, _kafka_timestamp, _deleted_at)
+      SELECT _source_pos, _kafka_partition, _kafka_offset, _kafka_timestamp, v_started
+      FROM "audit"."page_views__stage" WHERE _reason = 'the first read of a snapshot' AND _action IN ('upsert', 'delete');
     END IF;
     -- 4. A multiset sum: per row content, the batch's inserts and deletes cancel in pairs.
     UPDATE "audit"."page_views__stage" s SET _rn = 2
@@ -564,8 +577,44 @@ BEGIN
     WHERE s._kafka_partition = c._kafka_partition AND s._kafka_offset = c._kafka_offset AND s._op = c._op
       AND c.copy_no <= LEAST(c.inserts, c.deletes);
     SELECT COUNT(*) INTO v_rows FROM "audit"."page_views__stage" WHERE _rn = 1 AND _action = 'delete';
-    -- 6. Apply: each remaining delete removes one stored row equal to its image.
+    -- 5. An insert equal to a pending delete (one that arrived first, from another
+    --    partition) pays it: the pair cancels.
+    UPDATE "audit"."page_views__stage" s SET _rn = 2, _reason = 'pays a pending delete'
+    FROM (SELECT h, pending, pos, k_partition, k_offset, k_op,
+            ROW_NUMBER() OVER (PARTITION BY h, pending ORDER BY pos, k_partition, k_offset) AS copy_no,
+            SUM(pending) OVER (PARTITION BY h) AS pendings
+     FROM (SELECT _row_hash AS h, 1 AS pending, _source_pos AS pos, CAST(NULL AS bigint) AS k_partition,
+                  CAST(NULL AS bigint) AS k_offset, CAST(NULL AS varchar(16)) AS k_op
+           FROM "audit"."page_views__deleted" WHERE _row_hash IS NOT NULL
+           UNION ALL
+           SELECT MD5(COALESCE(MD5(CAST("session_id" AS varchar(65535))), 'N') || COALESCE(MD5(CAST("path" AS varchar(65535))), 'N') || COALESCE(MD5(TO_CHAR("viewed_at", 'YYYY-MM-DD HH24:MI:SS.US')), 'N') || COALESCE(MD5(CAST("ms_on_page" AS varchar(64))), 'N')), 0, _source_pos, _kafka_partition, _kafka_offset, _op
+           FROM "audit"."page_views__stage" WHERE _rn = 1 AND _action = 'upsert') x) c
+    WHERE c.pending = 0 AND c.copy_no <= c.pendings
+      AND s._kafka_partition = c.k_partition AND s._kafka_offset = c.k_offset AND s._op = c.k_op;
+    DELETE FROM "audit"."page_views__deleted"
+    WHERE _row_hash IS NOT NULL
+      AND _source_pos IN (
+        SELECT p.pos
+        FROM (SELECT _row_hash AS h, _source_pos AS pos,
+                     ROW_NUMBER() OVER (PARTITION BY _row_hash ORDER BY _source_pos) AS copy_no
+              FROM "audit"."page_views__deleted" WHERE _row_hash IS NOT NULL) p
+        JOIN (SELECT MD5(COALESCE(MD5(CAST("session_id" AS varchar(65535))), 'N') || COALESCE(MD5(CAST("path" AS varchar(65535))), 'N') || COALESCE(MD5(TO_CHAR("viewed_at", 'YYYY-MM-DD HH24:MI:SS.US')), 'N') || COALESCE(MD5(CAST("ms_on_page" AS varchar(64))), 'N')) AS h, COUNT(*) AS paid
+              FROM "audit"."page_views__stage" WHERE _reason = 'pays a pending delete' GROUP BY 1) q ON q.h = p.h
+        WHERE p.copy_no <= q.paid);
+    -- 6. Apply: each remaining delete removes one stored row equal to its image; those
+    --    beyond the stored rows of their content are kept pending.
     IF v_rows > 0 THEN
+      INSERT INTO "audit"."page_views__deleted" (_source_pos, _row_hash, _deleted_at)
+      SELECT _p._source_pos, _p.h, v_started
+      FROM (SELECT _source_pos, h, stored,
+                   ROW_NUMBER() OVER (PARTITION BY "session_id", "path", "viewed_at", "ms_on_page", stored ORDER BY _source_pos) AS copy_no,
+                   SUM(stored) OVER (PARTITION BY "session_id", "path", "viewed_at", "ms_on_page") AS rows_stored
+            FROM (SELECT "session_id", "path", "viewed_at", "ms_on_page", CAST(NULL AS varchar(64)) AS _source_pos, CAST(NULL AS char(32)) AS h, 1 AS stored
+                  FROM "audit"."page_views"
+                  UNION ALL
+                  SELECT "session_id", "path", "viewed_at", "ms_on_page", _source_pos, MD5(COALESCE(MD5(CAST("session_id" AS varchar(65535))), 'N') || COALESCE(MD5(CAST("path" AS varchar(65535))), 'N') || COALESCE(MD5(TO_CHAR("viewed_at", 'YYYY-MM-DD HH24:MI:SS.US')), 'N') || COALESCE(MD5(CAST("ms_on_page" AS varchar(64))), 'N')), 0 FROM "audit"."page_views__stage"
+                  WHERE _rn = 1 AND _action = 'delete') x) _p
+      WHERE _p.stored = 0 AND _p.copy_no > _p.rows_stored;
       DELETE FROM "audit"."page_views"
       WHERE EXISTS (
         SELECT 1 FROM (SELECT stored, _source_pos, _kafka_partition, _kafka_offset,
@@ -583,13 +632,12 @@ BEGIN
     SELECT s."session_id", s."path", s."viewed_at", s."ms_on_page", s._source_ts, s._source_pos, s._kafka_partition, s._kafka_offset, v_started
     FROM "audit"."page_views__stage" s
     WHERE s._rn = 1 AND s._action = 'upsert';
-    -- 7. The newest source position applied (the table's one deleted-keys row), and the
-    --    before images leave the stage before the batch is counted.
+    -- 7. The positions of the changes applied (one deleted-keys row each), and the before
+    --    images leave the stage before the batch is counted.
     INSERT INTO "audit"."page_views__deleted" (_source_pos, _deleted_at)
-    SELECT m.newest, v_started
-    FROM (SELECT MAX(_source_pos) AS newest FROM "audit"."page_views__stage" WHERE _action IN ('upsert', 'delete')) m
-    WHERE m.newest > COALESCE((SELECT MAX(_source_pos) FROM "audit"."page_views__deleted"), '');
-    DELETE FROM "audit"."page_views__deleted" WHERE _source_pos < (SELECT MAX(_source_pos) FROM "audit"."page_views__deleted");
+    SELECT a._source_pos, v_started
+    FROM (SELECT DISTINCT _source_pos FROM "audit"."page_views__stage"
+          WHERE _action IN ('upsert', 'delete') AND _op IN ('c', 'u', 'd')) a;
     DELETE FROM "audit"."page_views__stage" WHERE _op = 'before';
     SELECT COUNT(CASE WHEN _rn = 1 AND _action = 'upsert' THEN 1 END),
            COUNT(CASE WHEN _rn = 1 AND _action = 'delete' THEN 1 END),

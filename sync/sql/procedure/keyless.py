@@ -5,12 +5,18 @@ removes one row equal to its before image and adds its after image (docs/correct
 
 The stage query runs twice: once over the before images (an update's row to remove, as a
 delete of its own, `_op = BEFORE`), once as for every table. Exactness under
-at-least-once delivery rests on the source position, total per source database: the
-table's high-water position (the newest one applied, kept as the one row of its
-deleted-keys table) makes every re-sent event stale (a snapshot read at exactly that
-position is not: the reads of one snapshot share it), and the copies of one event read
-in one batch are one event. What remains is a multiset sum: per row content, the batch's
-inserts and deletes cancel pairwise, the rest add or remove that many rows."""
+at-least-once delivery rests on the source position, total per source database and
+unique per change event. The table's deleted-keys table holds the positions applied
+(written in the same transaction as the rows): a re-sent change is recognised because its
+position is there, while an older change that arrives late (the producer spreads a
+null-key table over partitions, and Kafka orders only within one) is not there and
+applies. The reads of one snapshot share one position: the table keeps the record of the
+snapshot's first read (its Kafka partition, offset and time; change positions keep none),
+and a read older than it in Kafka order, or a change below its position, is stale. The
+copies of one event read in one batch are one event. What remains is a multiset sum: per
+row content, the batch's inserts and deletes cancel pairwise, the rest add or remove that
+many rows; a delete that finds no row to remove, its row's insert being late in another
+partition, is kept pending until that insert pays it (sync/sql/procedure/keyless_pending.py)."""
 
 from __future__ import annotations
 
@@ -18,6 +24,7 @@ from dataclasses import replace
 
 from sync.sql import schemas
 from sync.sql.procedure.context import APPLIED, CALL_TIME, Action, TableSql
+from sync.sql.procedure.keyless_pending import keep_pending_sql
 from sync.sql.procedure.ordering import kafka_later, kafka_order, kafka_time, replayed
 from sync.sql.procedure.stage import stage_insert_sql
 from sync.sql.procedure.text import indent
@@ -38,9 +45,23 @@ def _content(ctx: TableSql, alias: str = "") -> str:
     return ", ".join(alias + ctx.q(c.target_name) for c in ctx.table.columns)
 
 
-def high_water(ctx: TableSql) -> str:
-    """The newest source position applied to the table (NULL before the first)."""
-    return f"(SELECT MAX(_source_pos) FROM {ctx.rel.deleted})"
+def snapshot_at(ctx: TableSql) -> str:
+    """The position of the snapshot the table began with (NULL without one): the one
+    applied-positions row that carries a Kafka record."""
+    return f"(SELECT MAX(_source_pos) FROM {ctx.rel.deleted} WHERE _kafka_partition IS NOT NULL)"
+
+
+def _applied(ctx: TableSql) -> str:
+    """The stage row `s` was applied before: a change whose position is recorded, or a
+    read older in Kafka order than the recorded first read of its snapshot."""
+    later = kafka_later("a", "a._kafka_timestamp", "s", "s._kafka_timestamp")
+    return (
+        f"EXISTS (SELECT 1 FROM {ctx.rel.deleted} a\n"
+        "               WHERE a._source_pos = s._source_pos\n"
+        "                 AND (s._op <> 'r' AND a._kafka_partition IS NULL\n"
+        f"                      OR s._op = 'r' AND a._kafka_partition IS NOT NULL\n"
+        f"                         AND {indent(later, 25).lstrip()}))"
+    )
 
 
 def before_images_sql(ctx: TableSql) -> str:
@@ -77,24 +98,25 @@ def pair_sql(ctx: TableSql) -> str:
 
 
 def keyless_order_sql(ctx: TableSql) -> str:
-    """5. Never regress, by the table's high-water position; copies of one event read in
-    one batch are one event (`_rn` 1, the others superseded)."""
+    """5. An event applied before is stale, and so is a change the table's snapshot holds
+    (below its position); copies of one event read in one batch are one event (`_rn` 1,
+    the others superseded)."""
     stage = ctx.rel.stage
     oldest_first = kafka_order("x._kafka_time", "x._kafka_partition", "x._kafka_offset", newest_first=False)
     return (
-        "-- 4./5. Events without a source position cannot be ordered: quarantined. An event at or\n"
-        "--    below the newest position applied is a re-sent one: stale (a snapshot read at that\n"
-        "--    position is not: the reads of one snapshot share it; nor is a quarantined record\n"
-        "--    being replayed: it was never applied). Copies of one event in the batch (a\n"
-        "--    restart re-sent it) are one event: the first in Kafka order applies.\n"
+        "-- 4./5. Events without a source position cannot be ordered: quarantined. A change whose\n"
+        "--    position was applied is a re-sent one, and so is a read older than its snapshot's\n"
+        "--    first read; a change below the snapshot's position is in it: stale (not a\n"
+        "--    quarantined record being replayed: it was never applied). A late older change\n"
+        "--    (another partition) applies. Copies of one event in the batch are one event.\n"
         f"UPDATE {stage} SET _action = '{Action.QUARANTINE}', _reason = '{POSITIONLESS}'\n"
         f"WHERE _source_pos IS NULL AND _action IN {APPLIED};\n"
         f"UPDATE {stage} SET _action = '{Action.QUARANTINE}', _reason = '{UNAVAILABLE}'\n"
         f"WHERE _unavailable IS NOT NULL AND _action IN {APPLIED};\n"
         f"UPDATE {stage} s SET _action = '{Action.STALE}', _reason = s._action\n"
         f"WHERE s._action IN {APPLIED}\n"
-        f"  AND (s._source_pos < {high_water(ctx)}\n"
-        f"       OR (s._source_pos = {high_water(ctx)} AND s._op <> 'r'))\n"
+        f"  AND (s._source_pos < {snapshot_at(ctx)}\n"
+        f"       OR {_applied(ctx)})\n"
         f"  AND NOT {replayed(ctx)};\n"
         f"UPDATE {stage} s SET _rn = CASE WHEN s._op = 'r' THEN 1 ELSE c.copy_no END\n"
         "FROM (SELECT x._kafka_partition, x._kafka_offset, x._op,\n"
@@ -112,7 +134,9 @@ def snapshot_start_sql(ctx: TableSql) -> str:
     reads of one snapshot share one position, so an interrupted snapshot, which the
     connector runs again from the start, cannot be told apart read by read. Not stale, it
     is at or above every stored position: the stored rows go, and so do the batch's events
-    before it (position, then Kafka order)."""
+    before it (position, then Kafka order). The applied positions go too, and the first read
+    is recorded: the read every later one is compared with, and the position below which a
+    change is in the snapshot (a safe prune: such a change is stale whatever it is)."""
     d, rel = ctx.d, ctx.rel
     stage = rel.stage
     snapshot = " OR ".join(
@@ -139,7 +163,21 @@ def snapshot_start_sql(ctx: TableSql) -> str:
         "    AND (s._source_pos < mk._source_pos\n"
         "         OR (s._source_pos = mk._source_pos\n"
         f"             AND {indent(kafka_later('mk', 'mk._kafka_timestamp', 's', 's._kafka_timestamp'), 13).lstrip()}));\n"
-        "END IF;"
+        f"  DELETE FROM {rel.deleted};\n"
+        + indent(
+            schemas.insert_select_sql(
+                d,
+                rel.deleted,
+                schemas.deleted_keys(ctx.table),
+                {
+                    **{c: c for c in ("_source_pos", "_kafka_partition", "_kafka_offset", "_kafka_timestamp")},
+                    "_deleted_at": CALL_TIME,
+                },
+                f"FROM {stage} WHERE _reason = '{SNAPSHOT_START}' AND _action IN {APPLIED};",
+            ),
+            2,
+        )
+        + "\nEND IF;"
     )
 
 
@@ -174,9 +212,9 @@ def delete_rows_sql(ctx: TableSql) -> str:
         for c in ROW_IDENTITY
     )
     return (
-        "-- 6. Apply: each remaining delete removes one stored row equal to its image.\n"
-        "IF v_rows > 0 THEN\n"
-        f"  DELETE FROM {rel.target}\n"
+        "-- 6. Apply: each remaining delete removes one stored row equal to its image; those\n"
+        "--    beyond the stored rows of their content are kept pending.\n"
+        "IF v_rows > 0 THEN\n" + indent(keep_pending_sql(ctx, content), 2) + f"\n  DELETE FROM {rel.target}\n"
         "  WHERE EXISTS (\n"
         f"    SELECT 1 FROM (SELECT stored, {identity},\n"
         f"                          ROW_NUMBER() OVER (PARTITION BY {content}, stored ORDER BY {identity}) AS copy_no,\n"
@@ -191,22 +229,21 @@ def delete_rows_sql(ctx: TableSql) -> str:
     )
 
 
-def high_water_sql(ctx: TableSql) -> str:
-    """7. The newest position applied, in the same transaction; the before images, which
-    only the apply reads, leave the stage before the batch is counted."""
+def applied_positions_sql(ctx: TableSql) -> str:
+    """7. The positions of the changes applied, in the same transaction: what makes a
+    re-sent copy stale; the before images, which only the apply reads, leave the stage
+    before the batch is counted."""
     rel = ctx.rel
-    values = {"_source_pos": "m.newest", "_deleted_at": CALL_TIME}
     return (
-        "-- 7. The newest source position applied (the table's one deleted-keys row), and the\n"
-        "--    before images leave the stage before the batch is counted.\n"
+        "-- 7. The positions of the changes applied (one deleted-keys row each), and the before\n"
+        "--    images leave the stage before the batch is counted.\n"
         + schemas.insert_select_sql(
             ctx.d,
             rel.deleted,
             schemas.deleted_keys(ctx.table),
-            values,
-            f"FROM (SELECT MAX(_source_pos) AS newest FROM {rel.stage} WHERE _action IN {APPLIED}) m\n"
-            f"WHERE m.newest > COALESCE({high_water(ctx)}, '');",
+            {"_source_pos": "a._source_pos", "_deleted_at": CALL_TIME},
+            f"FROM (SELECT DISTINCT _source_pos FROM {rel.stage}\n"
+            f"      WHERE _action IN {APPLIED} AND _op IN ('c', 'u', 'd')) a;",
         )
-        + f"\nDELETE FROM {rel.deleted} WHERE _source_pos < {high_water(ctx)};\n"
-        f"DELETE FROM {rel.stage} WHERE _op = '{BEFORE}';"
+        + f"\nDELETE FROM {rel.stage} WHERE _op = '{BEFORE}';"
     )

@@ -22,14 +22,15 @@ from sync.sql.procedure.bookkeeping import (
 from sync.sql.procedure.context import CALL_TIME, Action, TableSql
 from sync.sql.procedure.drift import drift_sql
 from sync.sql.procedure.keyless import (
+    applied_positions_sql,
     before_images_sql,
     cancel_sql,
     delete_rows_sql,
-    high_water_sql,
     keyless_order_sql,
     pair_sql,
     snapshot_start_sql,
 )
+from sync.sql.procedure.keyless_pending import pay_pending_sql
 from sync.sql.procedure.steps import APPLY_STEPS, KAFKA, STAGE, SYNC_STEPS, Step, facts, stage_sql, steps_sql
 from sync.sql.procedure.text import indent
 
@@ -71,14 +72,20 @@ KEYLESS_APPLY_STEPS = (
     ),
     Step(
         snapshot_start_sql,
-        ("v_rows",),
+        ("v_rows", CALL_TIME),
         reads=facts(KAFKA, "_kafka_timestamp _refresh_time _op _action _reason _source_pos", Action.UPSERT, Action.DELETE),
         writes=facts("_action _reason", Action.STALE),
     ),
     Step(cancel_sql, ("v_rows",), reads=KEYLESS_RANKED | facts(KAFKA), writes=facts("_rn")),
-    Step(delete_rows_sql, ("v_rows",), reads=KEYLESS_RANKED | facts(KAFKA)),
+    Step(pay_pending_sql, (), reads=KEYLESS_RANKED | facts(KAFKA), writes=facts("_rn _reason")),
+    Step(delete_rows_sql, ("v_rows", CALL_TIME), reads=KEYLESS_RANKED | facts(KAFKA)),
     Step(insert_rows_sql, (CALL_TIME,), reads=KEYLESS_RANKED | facts(KAFKA, "_source_ts")),
-    Step(high_water_sql, (CALL_TIME,), reads=facts("_action _source_pos _op", Action.UPSERT, Action.DELETE), writes=facts("_op")),
+    Step(
+        applied_positions_sql,
+        (CALL_TIME,),
+        reads=facts("_action _source_pos _op", Action.UPSERT, Action.DELETE),
+        writes=facts("_op"),
+    ),
     *_shared(APPLY_STEPS, outcome_counts_sql, drift_sql, quarantine_sql, replayed_sql, advance_watermark_sql, empty_stage_sql),
 )
 
