@@ -323,10 +323,18 @@ def test_a_revision_adds_a_keyless_table_then_a_column_filled_from_the_records_t
     pipeline, _ = revise(upgraded, project, *add_ref, "visits ref")
     deploy(upgraded, pipeline)
     assert wh.query('SELECT page, ref FROM cdc."visits" ORDER BY 1, 2') == [("/a", "ads"), ("/a", "mail"), ("/b", None)]
+    # A delete exposed before its row's insert (partition 0 lags): pending across the reset.
+    ingest(wh, pipeline, "visits", [event("d", {"PAGE": "/c", "REF": "ads"}, None, 500, partition=1)])
+    sync_one(wh, pipeline, "visits")
     reset_positions(wh, pipeline, "visits", apply=True)
     ingest(wh, pipeline, "visits", [event("d", {"PAGE": "/a", "REF": "mail"}, None, 400)])
     sync_one(wh, pipeline, "visits")
     assert wh.query('SELECT page, ref FROM cdc."visits" ORDER BY 1, 2') == [("/a", "ads"), ("/b", None)]
+    # The late insert pays the pending delete, and only once: an equal insert later adds its row.
+    for pos in (450, 600):
+        ingest(wh, pipeline, "visits", [event("c", None, {"PAGE": "/c", "REF": "ads"}, pos)])
+        sync_one(wh, pipeline, "visits")
+    assert wh.query('SELECT page, ref FROM cdc."visits" ORDER BY 1, 2') == [("/a", "ads"), ("/b", None), ("/c", "ads")]
 
 
 def snapshot_read(r: dict, marker: str, partition: int, sent_ms: int) -> dict:
