@@ -26,6 +26,7 @@ from pydantic import (
 )
 
 from sync.debezium.vocabulary import Semantic
+from sync.keyless_config import check_keyless
 from sync.route import RouteConfig
 from sync.sql.types import SqlType, parse_type
 
@@ -244,7 +245,13 @@ class TableConfig(_Model):
     name: str
     topic: str
     format: Literal["debezium", "debezium-unwrap", "row"] = "debezium"
-    primary_key: list[str]
+    # [] (or `keyless = true`): a table without a primary key (docs/correctness.md, "Tables
+    # without a primary key"; sync/keyless_config.py says which settings it needs).
+    primary_key: list[str] = []
+    keyless: Annotated[bool, Field(exclude=True)] = False
+    # The source table's REPLICA IDENTITY (PostgreSQL): what its before images hold. Revisions
+    # record it only when set (sync/schema/state.py), as files written before it had it.
+    replica_identity: Literal["default", "full"] = "default"
     delete_mode: Literal["hard", "soft"] = "hard"
     # A source order, or "column:<field>" (COLUMN_ORDER) for row topics.
     order_by: Literal["kafka", "postgres-lsn", "mysql-binlog", "sqlserver-lsn", "oracle-scn", "db2-lsn"] | str = "kafka"
@@ -334,8 +341,10 @@ class TableConfig(_Model):
                 "history: a table without a primary key cannot keep a history yet (a version is a state of one "
                 "key); set primary_key, or remove history"
             )
-        if not self.primary_key:
-            raise ValueError("primary_key: at least one column is needed")
+        if not self.primary_key and not self.keyless and "primary_key" not in self.model_fields_set:
+            raise ValueError("primary_key: at least one column is needed (primary_key = [] for a table without one)")
+        if self.keyless and self.primary_key:
+            raise ValueError("keyless: a table with keyless = true has primary_key = [] (or none)")
         if self.history is not None and self.order_by == "kafka":
             raise ValueError(
                 "history: order_by = 'kafka' cannot keep an exact history: Kafka order cannot tell a re-delivered "
@@ -372,7 +381,7 @@ class TableConfig(_Model):
             dist = self.column_by_any_name(self.distkey)
             if dist is None:
                 raise ValueError(f"distkey: {self.distkey!r} is not a column of table {self.name!r}")
-            if dist.name not in self.primary_key:
+            if self.primary_key and dist.name not in self.primary_key:
                 raise ValueError(
                     f"distkey: {self.distkey!r} is not a primary-key column; the merge joins on the key, "
                     "so a key column as DISTKEY keeps that join on one slice"
@@ -382,7 +391,14 @@ class TableConfig(_Model):
                 raise ValueError(f"sortkey: {key!r} is not a column of table {self.name!r}")
         self._check_row_order()
         self._check_route()
+        if self.is_keyless:
+            check_keyless(self)
         return self
+
+    @property
+    def is_keyless(self) -> bool:
+        """A table without a primary key: its target is a multiset of rows."""
+        return not self.primary_key
 
     def _check_route(self) -> None:
         route = self.route
@@ -454,6 +470,12 @@ class TableConfig(_Model):
             assert col is not None
             return col
         return self.key_columns[0]
+
+    @property
+    def distkey_name(self) -> str | None:
+        """The distribution key's target name; None for a keyless table without `distkey`
+        (Redshift then chooses: DISTSTYLE AUTO)."""
+        return self.distkey_column.target_name if self.primary_key or self.distkey else None
 
     @property
     def sortkey_columns(self) -> list[ColumnConfig]:

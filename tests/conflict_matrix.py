@@ -271,6 +271,8 @@ def operations(example: str) -> tuple[Operation, ...]:
         for kind in KINDS:
             if kind == "reset-positions" and table.order_by == "kafka":
                 continue  # refused: no positions stored
+            if kind in ("explain", "backfill") and table.is_keyless:
+                continue  # refused for a table without a primary key
             if kind == "refresh":
                 # A view several tables share is refreshed once: each table's refresh is its.
                 stream = f"{pipeline.schema}.{table_names(pipeline, table).stream}"

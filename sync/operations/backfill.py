@@ -26,6 +26,7 @@ from pathlib import Path
 
 from sync.config import Pipeline, TableConfig
 from sync.extras import require_pyarrow
+from sync.keyless_config import refuse_keyless
 from sync.operations.conflicts import conflict_policy, retry_conflicts
 from sync.sql.backfill_merge import BackfillSql
 from sync.warehouse import Warehouse, WarehouseError
@@ -121,6 +122,7 @@ def load_and_merge(
     Parquet `files`; Redshift COPYs `manifest_url` (a stage a cluster wrote) or uploads the
     files to `staging` first and removes them afterwards. `check_rows` sees the number of
     rows loaded before the merge, and may refuse them (raise: nothing is changed)."""
+    refuse_keyless(table, "backfill")
     sql = BackfillSql(wh.dialect.bind_schema(pipeline.schema), pipeline, table)
     staged_s3 = None
     if sql.d.copy_reads_s3:
@@ -237,6 +239,7 @@ def run_backfill(
     rejects_dir: Path | None = None,
     values: str = "debezium",
 ) -> BackfillResult:
+    refuse_keyless(pipeline.table(table_name), "backfill")
     from backfill.write import write_rejects, write_stage
 
     started = time.perf_counter()

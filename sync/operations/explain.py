@@ -66,6 +66,8 @@ class Explanation:
 def key_values(table: TableConfig, given: Sequence[str]) -> list[str]:
     """The key's values in key-column order, from `FIELD=VALUE` items (the source field
     name or the target column name)."""
+    if table.is_keyless:
+        raise ConfigError(f"explain: table {table.name} has no primary key, so no key names its rows")
     by_name: dict[str, str] = {}
     for item in given:
         name, sep, value = item.partition("=")

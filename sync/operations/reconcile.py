@@ -16,6 +16,7 @@ from datetime import datetime
 from enum import StrEnum
 
 from sync.config import ColumnConfig, Pipeline, TableConfig
+from sync.keyless_config import refuse_keyless
 from sync.sql.buckets import ReconcileSql
 from sync.sql.handover import STREAMS, Recency, Stamp, recency
 from sync.warehouse import Warehouse
@@ -192,6 +193,7 @@ def run_reconcile(
     spark: t.Any = None,
     progress: Progress = lambda _: None,
 ) -> ReconcileReport:
+    refuse_keyless(pipeline.table(table_name), "reconcile")
     from pyspark.sql import functions as F
 
     from backfill.reconcile import bucket_counts, with_buckets

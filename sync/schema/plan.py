@@ -163,6 +163,11 @@ def _table_problems(old: TableConfig, new: TableConfig) -> list[str]:
             f"table {t}: primary key ({_keys(old)}) -> ({_keys(new)}): Redshift cannot drop, retype or add key "
             f"columns in place, and the stage, the deleted keys and the merge are keyed on them. {NEW_TABLE_PATH}"
         )
+    if new.is_keyless and old.distkey_name != new.distkey_name:
+        problems.append(
+            f"table {t}: distkey {old.distkey_name} -> {new.distkey_name} of a table without a primary key: "
+            f"its deleted-keys table keeps its own distribution. {NEW_TABLE_PATH}"
+        )
     old_cols = {c.target_name: c for c in old.columns}
     keys = {c.target_name for c in new.key_columns} | {c.target_name for c in old.key_columns}
     sortkeys = {c.target_name for c in new.sortkey_columns} | {c.target_name for c in old.sortkey_columns}
@@ -240,7 +245,7 @@ def _table_ops(old: TableConfig, new: TableConfig, drifts: list[Drift], plan: Re
     removed = [c.target_name for c in old.columns if c.target_name not in new_cols]
     widened = [name for name, c in new_cols.items() if name in old_cols and _widened(old_cols[name], c)]
     sort_changed = [c.target_name for c in old.sortkey_columns] != [c.target_name for c in new.sortkey_columns]
-    dist_changed = old.distkey_column.target_name != new.distkey_column.target_name
+    dist_changed = old.distkey_name != new.distkey_name
     drift = _drift_ops(new, drifts, plan)
     streams = drift.streams
     changed = old.model_dump() != new.model_dump()

@@ -44,13 +44,16 @@ def fingerprints(pipeline: Pipeline, origin: str) -> dict[str, dict[str, str]]:
 def warehouse_model(pipeline: Pipeline) -> dict[str, Any]:
     """The pipeline as revisions record it: everything but the operational settings
     (revisions folder, retention), which change how the tool runs, not the warehouse."""
-    # A pipeline without [heartbeat] is recorded as before the section existed.
-    # A pipeline without [heartbeat], and a table without a route, are recorded as before
-    # the section (the key) existed.
+    # A pipeline without [heartbeat], a table without a route and one without
+    # replica_identity are recorded as before the section (the key) existed.
     exclude: dict[str, Any] = dict.fromkeys(OPERATIONAL_SECTIONS | ({"heartbeat"} if pipeline.heartbeat is None else set()), True)
-    unrouted = {i: {"route"} for i, t in enumerate(pipeline.tables) if t.route is None}
-    if unrouted:
-        exclude["tables"] = unrouted
+    absent: dict[int, dict[str, bool]] = {}
+    for i, t in enumerate(pipeline.tables):
+        keys = ({"route"} if t.route is None else set()) | ({"replica_identity"} if t.replica_identity == "default" else set())
+        if keys:
+            absent[i] = dict.fromkeys(keys, True)
+    if absent:
+        exclude["tables"] = absent
     model = pipeline.model_dump(mode="json", by_alias=True, exclude=exclude)
     # ... and a table without history as before history existed.
     model["tables"] = [{k: v for k, v in t.items() if not (k == "history" and v is None)} for t in model["tables"]]

@@ -67,7 +67,7 @@ class BackfillSql:
         lines = [f"{d.q(c.target_name)} {d.parquet_stage_type(c.sql_type)}" for c in self.table.columns]
         lines += schemas.definitions(d, schemas.BACKFILL_STAGE, quoted=True)
         body = ",\n".join("  " + line for line in lines)
-        attrs = d.table_attributes(self.table.distkey_column.target_name, self.keys, backup=False)
+        attrs = d.table_attributes(self.table.distkey_name, self.keys, backup=False)
         return (
             "-- Backfill stage: the Parquet columns in order (COPY maps them by position).\n"
             f"CREATE {d.stage_table_prefix}TABLE {self.stage} (\n{body}\n){attrs};"

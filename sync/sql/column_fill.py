@@ -105,6 +105,8 @@ def _typed(d: PostgresDialect, table: TableConfig, level: str, cols: list[Column
 def column_fill_sql(d: PostgresDialect, pipeline: Pipeline, table: TableConfig, col: ColumnConfig) -> str:
     """UPDATE of the target that sets `col` from the newest record of each row's key, at
     or before the row's position, that carries a value (not the TOAST placeholder)."""
+    if table.is_keyless:
+        return keyless_fill_sql(d, pipeline, table, col)
     q = d.q
     n = table_names(pipeline, table)
     target = d.qualified(n.schema, n.target)
@@ -147,6 +149,28 @@ def column_fill_sql(d: PostgresDialect, pipeline: Pipeline, table: TableConfig, 
         f"UPDATE {target} t SET {q(col.target_name)} = v.value\n"
         f"FROM (\n{_indent(ranked)}\n) v\n"
         f"WHERE {key_match(d, keys, 't', 'v')} AND v.rn = 1\n"
+        "  AND v.value IS NOT NULL;"
+    )
+
+
+def keyless_fill_sql(d: PostgresDialect, pipeline: Pipeline, table: TableConfig, col: ColumnConfig) -> str:
+    """A table without a primary key: each stored row takes the value of the record that
+    wrote it (its `_kafka_partition`, `_kafka_offset`), the only record that is that row."""
+    q = d.q
+    n = table_names(pipeline, table)
+    target = d.qualified(n.schema, n.target)
+    writers = (
+        f"\nWHERE EXISTS (SELECT 1 FROM {target} t WHERE t._kafka_partition = s.kafka_partition"
+        " AND t._kafka_offset = s.kafka_offset)"
+    )
+    level, values = _typed(d, table, _images(d, pipeline, table, [col], writers), [col])
+    records = _nest(d, f"SELECT f.kafka_partition, f.kafka_offset, {values[col.target_name]} AS value", level)
+    return (
+        f"-- {table.name}.{col.target_name} for the rows already stored (no primary key): the value of the\n"
+        "-- record that wrote each row; NULL when it lacks the field or the value does not convert.\n"
+        f"UPDATE {target} t SET {q(col.target_name)} = v.value\n"
+        f"FROM (\n{_indent(records)}\n) v\n"
+        "WHERE t._kafka_partition = v.kafka_partition AND t._kafka_offset = v.kafka_offset\n"
         "  AND v.value IS NOT NULL;"
     )
 

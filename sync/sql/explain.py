@@ -104,7 +104,7 @@ class ExplainSql:
 
     def _swapped(self, stage: str, **swaps: str) -> SwappedSql:
         held = {"target": self.d.q(TARGET), **({"deleted": self.d.q(DELETED)} if self.ctx.hard_deletes else {})}
-        return SwappedSql(self.d, self.pipeline, self.table, tuple({"stage": stage, **held, **swaps}.items()))
+        return SwappedSql(self.d, self.pipeline, self.table, swaps=tuple({"stage": stage, **held, **swaps}.items()))
 
     @property
     def procedure(self) -> str:

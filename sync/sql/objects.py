@@ -136,11 +136,13 @@ def table_objects(d: PostgresDialect, pipeline: Pipeline, table: TableConfig, or
     n = table_names(pipeline, table)
     q = d.q
     keys = [c.target_name for c in table.key_columns]
-    pk = f"PRIMARY KEY ({', '.join(q(k) for k in keys)})"
-    dist = table.distkey_column.target_name
+    # A keyless table (primary_key = []) has no PRIMARY KEY, and is distributed as configured;
+    # its deleted-keys table holds the positions applied, sorted by the one it is joined on.
+    pk = [f"PRIMARY KEY ({', '.join(q(k) for k in keys)})"] if keys else []
+    dist = table.distkey_name
     sort = [c.target_name for c in table.sortkey_columns]
 
-    target_lines = [*schemas.definitions(d, schemas.target(table), quoted=True), pk]
+    target_lines = [*schemas.definitions(d, schemas.target(table), quoted=True), *pk]
     target = _create_table(d, n.schema, n.target, target_lines, d.table_attributes(dist, sort))
     stage_lines = schemas.definitions(d, schemas.stage(table))
     stage = _create_table(
@@ -163,13 +165,19 @@ def table_objects(d: PostgresDialect, pipeline: Pipeline, table: TableConfig, or
         *control_tables(d, pipeline, table),
     ]
     if table.delete_mode == "hard":
-        deleted_lines = [*schemas.definitions(d, schemas.deleted_keys(table), quoted=True), pk]
+        deleted_lines = [*schemas.definitions(d, schemas.deleted_keys(table), quoted=True), *pk]
         objects.append(
             SqlObject(
                 "table",
                 n.schema,
                 n.deleted_keys,
-                _create_table(d, n.schema, n.deleted_keys, deleted_lines, d.table_attributes(dist, keys)),
+                _create_table(
+                    d,
+                    n.schema,
+                    n.deleted_keys,
+                    deleted_lines,
+                    d.table_attributes(dist if keys else None, keys or ["_source_pos"]),
+                ),
                 table.name,
             )
         )

@@ -73,11 +73,15 @@ def positioned_rows_sql(d: PostgresDialect, pipeline: Pipeline, table: TableConf
 
 
 def reset_positions_sql(d: PostgresDialect, pipeline: Pipeline, table: TableConfig) -> list[str]:
-    """Clear the stored positions, per relation of `_positioned_relations`."""
+    """Clear the stored positions, per relation of `_positioned_relations`; a keyless
+    table's pending deletes keep theirs: it only tells them apart (keyless_pending.py)."""
     pos = d.q("_source_pos")
+    deleted = table_names(pipeline, table).deleted_keys
     return [
         "-- Stored positions no longer make newer events stale (a NULL position never does).\n"
-        f"UPDATE {d.qualified(pipeline.schema, r)}\nSET {pos} = NULL\nWHERE {pos} IS NOT NULL;"
+        f"UPDATE {d.qualified(pipeline.schema, r)}\nSET {pos} = NULL\nWHERE {pos} IS NOT NULL"
+        + (f" AND {d.q(schemas.PENDING_HASH.name)} IS NULL" if table.is_keyless and r == deleted else "")
+        + ";"
         for r in _positioned_relations(pipeline, table)
     ]
 

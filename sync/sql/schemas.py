@@ -171,9 +171,16 @@ def target(table: TableConfig) -> tuple[Column, ...]:
     return (*data_columns(table.columns, not_null=keys), *METADATA, *soft)
 
 
+# A keyless table's deleted-keys table holds the positions applied; a delete that found no
+# row equal to its image (its row's insert is late, in another partition) is kept pending
+# by the hash of that image (sync/sql/procedure/keyless_pending.py).
+PENDING_HASH = Column("_row_hash", "char(32)")
+
+
 def deleted_keys(table: TableConfig) -> tuple[Column, ...]:
     keys = [c.target_name for c in table.key_columns]
-    return (*data_columns(table.key_columns, not_null=keys), *DELETED_KEYS)
+    pending = (PENDING_HASH,) if table.is_keyless else ()
+    return (*data_columns(table.key_columns, not_null=keys), *DELETED_KEYS, *pending)
 
 
 # A history table (history = true): the configured columns, then these. A version is one

@@ -12,6 +12,7 @@ from sync.sql.policy import has_policies, key_check_sql, key_declaration, redact
 from sync.sql.procedure.batch import pending_in_order_sql
 from sync.sql.procedure.bookkeeping import quarantine_insert_sql, run_log_insert_sql
 from sync.sql.procedure.context import CALL_TIME, OUTCOMES, TableSql
+from sync.sql.procedure.keyless_steps import KEYLESS_APPLY_STEPS, KEYLESS_SYNC_STEPS
 from sync.sql.procedure.steps import APPLY_STEPS, SYNC_STEPS, VARIABLES, declare, steps_sql
 from sync.sql.procedure.text import indent, packed, wrap_long_lines
 
@@ -47,7 +48,9 @@ def _origin(origin: str, table: TableConfig) -> str:
 
 def procedure_sql(d: PostgresDialect, pipeline: Pipeline, table: TableConfig, origin: str) -> str:
     n = table_names(pipeline, table)
-    declarations = declare(d, [*SYNC_STEPS, *APPLY_STEPS])
+    # A table without a primary key has steps of its own (sync/sql/procedure/keyless_steps.py).
+    sync_steps, apply_steps = (KEYLESS_SYNC_STEPS, KEYLESS_APPLY_STEPS) if table.is_keyless else (SYNC_STEPS, APPLY_STEPS)
+    declarations = declare(d, [*sync_steps, *apply_steps])
     policies = has_policies(table)
     if policies:  # column policies: the hash key, read with the watermark, as the owner
         declarations = [*declarations, key_declaration()]
@@ -56,7 +59,7 @@ def procedure_sql(d: PostgresDialect, pipeline: Pipeline, table: TableConfig, or
         _origin(origin, table) + "Merges new records of the topic into the target (p_max_records NULL: all of them);\n"
         "see the README, 'How a sync works: the procedure contract'.",
         declarations,
-        [steps_sql(TableSql(d, pipeline, table), SYNC_STEPS)],
+        [steps_sql(TableSql(d, pipeline, table), sync_steps)],
         definer=policies,
     )
 

@@ -59,12 +59,14 @@ def batch_chain(ctx: TableSql) -> Chain:
     env = envelope_sql(d, ctx.table, "f.env", named)
     # Tables sharing a topic: whose record it is (sync.sql.procedure.routing).
     routes = route_columns_sql(ctx, chain, "f.env")
+    # The row image; a keyless table's update also needs its before image (`before_images`).
+    image = d.json_get("f.env", "before") if ctx.before_images else env.image
     chain.add(
         "envelope",
         "SELECT f.kafka_partition, f.kafka_offset, f.kafka_timestamp, f.refresh_time,\n"
         f"       f.payload, f.raw_value, f.env, {routes.only_own('f.key_env', 'key_env')},\n"
         f"       {env.op} AS op,\n"
-        f"       {routes.only_own(env.image)} AS img,\n"
+        f"       {routes.only_own(image)} AS img,\n"
         f"       {routes.only_own(env.source)} AS src"
         + "".join(f",\n       {line}" for line in routes.lines)
         + f"\nFROM {chain.last} f",

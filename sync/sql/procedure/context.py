@@ -91,6 +91,8 @@ class TableSql:
     d: PostgresDialect
     pipeline: Pipeline
     table: TableConfig
+    # The stage query reads the before image of every record (a keyless table's updates).
+    before_images: bool = False
 
     @cached_property
     def rel(self) -> Relations:

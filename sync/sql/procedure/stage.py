@@ -215,7 +215,8 @@ def stage_insert_sql(ctx: TableSql) -> str:
     """One INSERT ... SELECT that reads every record past the watermark, classifies it,
     converts its fields to the column types and ranks it within its key."""
     d, table, q = ctx.d, ctx.table, ctx.q
-    key_list = ", ".join(f"c.{q(k)}" for k in ctx.keys)
+    # Per key (a keyless table: per batch; its own steps rank it again, sync/sql/procedure/keyless.py).
+    ranked_by = ", ".join([f"CASE WHEN c.action IN {APPLIED} THEN 1 ELSE 0 END", *(f"c.{q(k)}" for k in ctx.keys)])
     newest = kafka_order("c.kafka_time", "c.kafka_partition", "c.kafka_offset")
     if ctx.source_order:
         # Events without a source position rank last here; the rare batches that hold
@@ -232,8 +233,7 @@ def stage_insert_sql(ctx: TableSql) -> str:
         "_action": "c.action",
         "_reason": "c.reason",
         # 4. Latest event per key wins; ROW_NUMBER, never RANK: a tie must not yield two rows.
-        "_rn": f"ROW_NUMBER() OVER (\n         PARTITION BY CASE WHEN c.action IN {APPLIED} THEN 1 ELSE 0 END, {key_list}\n"
-        f"         ORDER BY {order})",
+        "_rn": f"ROW_NUMBER() OVER (\n         PARTITION BY {ranked_by}\n         ORDER BY {order})",
         "_source_ts": d.epoch_ms_to_timestamp("c.source_ts_ms"),
         "_source_pos": "c.source_pos",
         "_rank_pos": rank_pos,
