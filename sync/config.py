@@ -396,6 +396,17 @@ class TableConfig(_Model):
         return self
 
     @property
+    def image_columns(self) -> list[ColumnConfig]:
+        """The columns read from the row image: all but the routing SMT's key field, which
+        only the Kafka key carries (so the image never lacks it as schema drift)."""
+        key_field = self.route.key_field if self.route is not None else None
+        return [c for c in self.columns if c.name != key_field]
+
+    @property
+    def image_key_columns(self) -> list[ColumnConfig]:
+        return [c for c in self.image_columns if c.name in self.primary_key]
+
+    @property
     def is_keyless(self) -> bool:
         """A table without a primary key: its target is a multiset of rows."""
         return not self.primary_key

@@ -10,17 +10,41 @@ spreads a null-key topic over its partitions."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections.abc import Sequence
+from typing import Protocol
 
-if TYPE_CHECKING:
-    from sync.config import TableConfig
+
+class _Column(Protocol):
+    name: str
+
+    @property
+    def sql_type(self): ...
+
+
+class TableSettings(Protocol):
+    """What the checks read of a table (sync.config.TableConfig, which calls them: a
+    protocol, so this module does not import the one that imports it)."""
+
+    name: str
+    format: str
+    order_by: str
+    replica_identity: str
+    delete_mode: str
+    on_truncate: str
+
+    @property
+    def columns(self) -> Sequence[_Column]: ...
+
+    @property
+    def is_keyless(self) -> bool: ...
+
 
 # The source orders a keyless table is exact with: a position per change event, total per
 # source database (docs/debezium.md, "Ordering").
 KEYLESS_ORDERS = ("mysql-binlog", "postgres-lsn")
 
 
-def check_keyless(table: TableConfig) -> None:
+def check_keyless(table: TableSettings) -> None:
     """Raise ValueError naming the setting when `table` (keyless) cannot be kept exact."""
     if table.format == "debezium-unwrap":
         raise ValueError(
@@ -56,7 +80,7 @@ def check_keyless(table: TableConfig) -> None:
         raise ValueError("on_truncate: not supported for a table without a primary key; use on_truncate = 'ignore'")
 
 
-def refuse_keyless(table: TableConfig, command: str) -> None:
+def refuse_keyless(table: TableSettings, command: str) -> None:
     """`command` (backfill, reconcile) does not handle a table without a primary key yet."""
     if table.is_keyless:
         raise ValueError(

@@ -9,12 +9,9 @@ keys unique (`key_field`)."""
 from __future__ import annotations
 
 import re
-from typing import TYPE_CHECKING, Annotated
+from typing import Annotated
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
-
-if TYPE_CHECKING:
-    from sync.config import ColumnConfig, TableConfig
 
 # What a source name or routed field value may be: printable text without quotes' worries
 # (each is a quoted literal in SQL), as long as Redshift's longest identifier.
@@ -88,14 +85,3 @@ class RouteConfig(BaseModel):
     @property
     def source_values(self) -> tuple[list[str], list[str], list[str]]:
         return self.db, self.schema_, self.table
-
-
-def image_columns(table: TableConfig) -> list[ColumnConfig]:
-    """The columns read from the row image: all but the routing SMT's key field, which
-    only the Kafka key carries (so the image never lacks it as schema drift)."""
-    key_field = table.route.key_field if table.route is not None else None
-    return [c for c in table.columns if c.name != key_field]
-
-
-def image_key_columns(table: TableConfig) -> list[ColumnConfig]:
-    return [c for c in image_columns(table) if c.name in table.primary_key]

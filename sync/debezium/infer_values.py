@@ -23,6 +23,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from sync.debezium.vocabulary import Semantic
+
 NUMBER_TEXT = re.compile(r"-?\d+\.\d+|-?\d+")
 ISO_TIME = re.compile(r"\d{4}-\d\d-\d\d[T ]\d\d:\d\d(:\d\d(\.\d+)?)?(Z|[+-]\d\d:?\d\d)?")
 # The JSON type of a value -> the Connect type `column_for` maps to a column type.
@@ -80,7 +82,7 @@ class FieldValues:
         guessed = f"{name}: from {count} {kind} value(s)"
         look = None
         if kind == "string" and self.all_times:
-            look = f"{name}: every value reads as an ISO 8601 time: a timestamp column needs its semantic (e.g. io.debezium.time.ZonedTimestamp)"
+            look = f"{name}: every value reads as an ISO 8601 time: a timestamp column needs its semantic (e.g. {Semantic.ZONED_TIMESTAMP})"
         elif kind == "string" and self.all_numbers:
             look = f"{name}: every value reads as a number: a DECIMAL under decimal.handling.mode=string? Type it decimal(p,s)"
         if kind == "number":

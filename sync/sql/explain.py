@@ -109,7 +109,7 @@ class ExplainSql:
     @property
     def procedure(self) -> str:
         """Where the temporary procedure lives: PostgreSQL's session schema, else the pipeline's."""
-        schema = "pg_temp" if self.d.name == "postgres" else self.pipeline.schema
+        schema = self.d.temporary_procedure_schema or self.pipeline.schema
         return self.d.qualified(schema, self.procedure_name)
 
     def key_condition(self, alias: str) -> str:

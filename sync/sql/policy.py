@@ -22,7 +22,6 @@ parse cannot be redacted and is not stored.
 from __future__ import annotations
 
 from sync.config import ColumnConfig, Pipeline, Policy, TableConfig
-from sync.route import image_columns
 from sync.sql.dialect import PostgresDialect, quote_literal
 from sync.sql.envelope import unwrap_schema
 from sync.sql.names import table_names
@@ -177,7 +176,7 @@ def hashed_texts(d: PostgresDialect, table: TableConfig, env: str) -> tuple[list
 def known_fields(table: TableConfig) -> list[str]:
     """The fields the pipeline file lists in the row image: its columns' (but the routing
     SMT's key field, which only the Kafka key carries) and the dropped ones."""
-    return [*(c.name for c in image_columns(table)), *table.dropped]
+    return [*(c.name for c in table.image_columns), *table.dropped]
 
 
 def key_read(d: PostgresDialect, pipeline: Pipeline, table: TableConfig) -> tuple[str, str, str] | None:

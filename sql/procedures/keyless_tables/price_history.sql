@@ -709,6 +709,25 @@ BEGIN
     -- The stage is empty between runs (DELETE, not TRUNCATE: TRUNCATE would commit).
     DELETE FROM "audit"."price_history__stage";
   END IF;
+  -- 8. One run-log row per call, also when nothing was new (9.).
+  --    Left for the caller in a temporary table: it never reads the run log (call_result.py).
+  DROP TABLE IF EXISTS "sync_call_result";
+  CREATE TEMP TABLE "sync_call_result" (table_name varchar(127) NOT NULL, backend_pid integer, started_at timestamp NOT NULL, finished_at timestamp,
+    events_read bigint, upserted bigint, deleted bigint, quarantined bigint, tombstones bigint, stale bigint, superseded bigint,
+    truncates bigint, watermark_before varchar(65535), watermark_after varchar(65535), lag_seconds double precision, status varchar(16) NOT NULL);
+  INSERT INTO "sync_call_result" (table_name, backend_pid, started_at, finished_at, events_read, upserted, deleted,
+    quarantined, tombstones, stale, superseded, truncates, watermark_before, watermark_after, lag_seconds, status)
+  SELECT 'price_history', PG_BACKEND_PID(), v_started, CAST(TO_TIMESTAMP(TIMEOFDAY(), 'Dy Mon DD HH24:MI:SS.US YYYY') AS timestamp), v_read, v_upserted,
+      v_deleted,
+    v_quarantined, v_tombstones, v_stale, v_superseded, v_truncates, v_wm_before,
+    LISTAGG(CASE WHEN r.pos__ <= 65503 THEN r.item__ END, ',') WITHIN GROUP (ORDER BY r.order__)
+         || COALESCE(' (+' || CAST(NULLIF(COUNT(CASE WHEN r.pos__ > 65503 THEN 1 END), 0) AS varchar(20)) || ' more)', ''), v_lag, 'ok'
+  FROM (SELECT r.*, SUM(OCTET_LENGTH(r.item__) + 1) OVER (ORDER BY r.order__ ROWS UNBOUNDED PRECEDING) AS pos__
+        FROM (SELECT r.*, CAST(r.kafka_partition AS varchar(20)) || ':' || CAST(r.last_offset AS varchar(20)) AS item__,
+            r.kafka_partition AS order__ FROM "audit"."price_history__watermark" r) r) r;
+  INSERT INTO "audit"."sync_run_log" (table_name, backend_pid, started_at, finished_at, events_read, upserted, deleted,
+    quarantined, tombstones, stale, superseded, truncates, watermark_before, watermark_after, lag_seconds, status)
+  SELECT * FROM "sync_call_result";
 END;
 $$ LANGUAGE plpgsql
 SET timezone TO 'UTC';

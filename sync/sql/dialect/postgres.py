@@ -89,6 +89,9 @@ class PostgresDialect:
     # Each listed table's deleted rows not yet reclaimed: (name, rows) over {schema} and
     # {tables}, literals; statistics, so approximate.
     dead_rows_view = "pg_stat_user_tables"
+    # Where `explain` creates its procedure for the session: PostgreSQL's temporary schema
+    # (None: the pipeline's schema, the procedure dropped with its rolled-back transaction).
+    temporary_procedure_schema: str | None = "pg_temp"
     dead_rows_sql = (
         "SELECT relname::text, n_dead_tup FROM pg_stat_user_tables WHERE schemaname = {schema} AND relname IN ({tables})"
     )

@@ -42,6 +42,11 @@ Values (the capabilities block):
   STV_DB_ISOLATION_LEVEL (r_STV_DB_ISOLATION_LEVEL), set per database.
 - `dead_rows_sql`: SVV_TABLE_INFO's `tbl_rows` ("includes rows marked for deletion, but
   not yet vacuumed") less `estimated_visible_rows` (r_SVV_TABLE_INFO).
+- `dead_rows_view`: SVV_TABLE_INFO, the view `dead_rows_sql` reads, named where a user
+  lacks the grant ("visible only to superusers", r_SVV_TABLE_INFO).
+- `temporary_procedure_schema`: none: Redshift has no temporary procedures, so `explain`
+  creates its procedure in the pipeline's schema (and drops it with the rolled-back
+  transaction).
 - `vacuum_sql`: VACUUM DELETE ONLY: reclaims deleted rows without re-sorting (r_VACUUM_command).
 - `verified_settings`: the time zone and the two settings the procedures set (`doctor`).
 - `json_casts`: SUPER casts, which return NULL on error (cast_super_null_on_error), so
@@ -118,6 +123,7 @@ class RedshiftDialect(PostgresDialect):
     # "SVV_TABLE_INFO is visible only to superusers ... To permit a user to query the view,
     # grant SELECT permission on SVV_TABLE_INFO to the user" (r_SVV_TABLE_INFO).
     dead_rows_view = "svv_table_info"
+    temporary_procedure_schema = None
     dead_rows_sql = (
         'SELECT TRIM("table"), tbl_rows - estimated_visible_rows FROM svv_table_info '
         'WHERE TRIM("schema") = {schema} AND TRIM("table") IN ({tables})'

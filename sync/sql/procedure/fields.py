@@ -6,7 +6,6 @@ from __future__ import annotations
 
 from sync.config import ColumnConfig, TableConfig
 from sync.debezium.vocabulary import TOAST_PLACEHOLDER_TEXTS
-from sync.route import image_key_columns
 from sync.sql.dialect import PostgresDialect, quote_literal
 from sync.sql.policy import known_fields, redacted_image_sql
 from sync.sql.semantic import DecodeSql
@@ -44,7 +43,7 @@ def drift_image_sql(d: PostgresDialect, table: TableConfig) -> str:
     """6. The row image of a c/r/u event whose fields differ from the configured ones, else
     NULL: the schema-drift statement reads only these. An image with every configured
     field (non-null) and nothing else has no drift; anything else is checked in full."""
-    present = [f"f.{d.q(image_alias(c))} IS NOT NULL" for c in image_key_columns(table)]
+    present = [f"f.{d.q(image_alias(c))} IS NOT NULL" for c in table.image_key_columns]
     present += [f"f.{d.q(raw_alias(c))} IS NOT NULL" for c in table.value_columns]
     exact = " AND ".join([*present, d.object_has_only_keys("f.img", known_fields(table))])
     image = redacted_image_sql(d, table, "f.img")  # column policies: no clear value in the stage

@@ -14,11 +14,11 @@ from sync.sql.procedure.bookkeeping import (
     outcome_counts_sql,
     quarantine_sql,
     replayed_sql,
-    run_log_row_sql,
     session_settings_sql,
     single_flight_sql,
     watermark_before_sql,
 )
+from sync.sql.procedure.call_result import call_result_sql
 from sync.sql.procedure.context import CALL_TIME, Action, TableSql
 from sync.sql.procedure.drift import drift_sql
 from sync.sql.procedure.keyless import (
@@ -96,5 +96,5 @@ KEYLESS_SYNC_STEPS = (
     Step(before_images_sql, STAGE_INPUTS, writes=STAGE),
     *_shared(SYNC_STEPS, stage_sql, analyze_stage_sql),
     Step(keyless_apply_batch_sql, ("v_read",)),
-    *_shared(SYNC_STEPS, run_log_row_sql),
+    *_shared(SYNC_STEPS, call_result_sql),
 )
