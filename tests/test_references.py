@@ -35,6 +35,9 @@ TEXTS = (
 CREATED_BY_COMMANDS = {
     "migrations/versions/20261124_e0d1883b176d_customer_discount_longer_names.py": "`redshift-sync revision` in docs/operations.md",
     "migrations/versions/20261126_15beec27d6c6_redshift_sync_upgrade.py": "`redshift-sync revision` in docs/operations.md",
+    "migrations/versions/20261126_94d1c71e01ea_doc_body.py": "`redshift-sync revision` in docs/operations.md",
+    "migrations/versions/20261126_761821490d7a_wider_n_and_label.py": "`redshift-sync revision` in docs/operations.md",
+    "migrations/versions/20261126_db9314170b7e_initial.py": "`redshift-sync revision` in docs/backfill-on-aws.md",
 }
 _LINK = re.compile(r"\]\(([^)\s]+)\)")
 _CODE = re.compile(r"`([^`\n]+)`")
