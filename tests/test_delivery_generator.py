@@ -172,7 +172,9 @@ def test_replica_identity_default_before_images():
 def _table(order: str, fmt: str = "debezium", delete_mode: str = "hard"):
     from tests.test_property_cdc import TABLE
 
-    return make_pipeline(TABLE.format(mode="m", format=fmt, order=order, delete_mode=delete_mode, name_width=32)).tables[0]
+    return make_pipeline(
+        TABLE.format(mode="m", format=fmt, order=order, delete_mode=delete_mode, name_width=32, history="")
+    ).tables[0]
 
 
 def _names(model):

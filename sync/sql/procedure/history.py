@@ -135,7 +135,10 @@ def void_tombstones_sql(ctx: TableSql) -> str:
     (`ordering.rerank_sql`). After a restart re-sends it, it follows the key's re-created
     row, at that row's position: a delete after that position to all appearances, until
     the record after it re-sends that same event (a real delete is followed by newer
-    positions only). Such a tombstone was a re-sent one: no version."""
+    positions only). Such a tombstone was a re-sent one: no version. A copy of the
+    tombstone after that re-sent event keeps it: a restart that resumed before the event
+    before a real tombstone re-sends both, in order (the version is the first copy's,
+    `versions_sql`)."""
     d, q, hist = ctx.d, ctx.q, ctx.rel.history
     same_values = "".join(
         f"\n  AND NOT {d.differs(f'c.{q(col.target_name)}', f's.{q(col.target_name)}', col.sql_type)}"
@@ -151,7 +154,11 @@ def void_tombstones_sql(ctx: TableSql) -> str:
         f"  AND {hist}._valid_from_pos = COALESCE(s._source_pos, s._rank_pos) AND c._valid_from_pos = {hist}._valid_from_pos\n"
         f"  AND c._op NOT IN ('d', '{TRUNCATED_OP}'){same_values}\n"
         f"  AND {indent(kafka_later('s', 's._kafka_timestamp', hist, f'{hist}._kafka_timestamp'), 6).lstrip()}\n"
-        f"  AND {indent(kafka_later(hist, f'{hist}._kafka_timestamp', 'c', 'c._kafka_timestamp'), 6).lstrip()};"
+        f"  AND {indent(kafka_later(hist, f'{hist}._kafka_timestamp', 'c', 'c._kafka_timestamp'), 6).lstrip()}\n"
+        f"  AND NOT EXISTS (SELECT 1 FROM {ctx.rel.stage} t\n"
+        f"    WHERE {EVENTS.replace('s.', 't.')} AND t._op IS NULL AND {key_match(d, ctx.keys, 't', 's')}\n"
+        f"      AND COALESCE(t._source_pos, t._rank_pos) = {hist}._valid_from_pos\n"
+        f"      AND {indent(kafka_later('t', 't._kafka_timestamp', 's', 's._kafka_timestamp'), 10).lstrip()});"
     )
 
 
