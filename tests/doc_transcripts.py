@@ -45,6 +45,7 @@ class NotRun(StrEnum):
     TERMINAL = "terminal"  # a person at a terminal (Ctrl-C)
     WITHOUT_PYSPARK = "without-pyspark"  # an install without PySpark (tests/test_without_spark.py has one)
     OLDER_RELEASE = "older-release"  # a warehouse an earlier release deployed (tests/test_upgrade_deployment.py)
+    TEST_SUITE = "test-suite"  # the suite's own tests, which the suite runs (a nested pytest shares its temp root)
 
 
 @dataclass
