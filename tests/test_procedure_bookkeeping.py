@@ -7,7 +7,6 @@ from sync.sql.procedure.bookkeeping import (
     advance_watermark_sql,
     batch_counts_sql,
     bound_sql,
-    outcome_counts_sql,
     quarantine_sql,
     run_log_row_sql,
     single_flight_sql,
@@ -28,7 +27,7 @@ def test_the_watermark_is_locked_then_the_clock_read_once():
 def test_one_statement_reads_the_watermark_its_summary_and_the_records_being_replayed():
     assert_lines(
         watermark_before_sql(ONE),
-        "SELECT MAX(r.last_refresh_time),",
+        "SELECT COALESCE(MAX(r.last_refresh_time), TIMESTAMP '1900-01-01 00:00:00'),",
         "(SELECT COUNT(*) FROM \"cdc\".\"tag__quarantine\" WHERE table_name = 'tag' AND handled = 'replaying'),",
         "INTO v_since, v_replayed, v_wm_before",
         "FROM (SELECT r.*, SUM(OCTET_LENGTH(r.item__) + 1) OVER (ORDER BY r.order__ ROWS UNBOUNDED PRECEDING) AS pos__",
@@ -42,22 +41,13 @@ def test_a_bounded_run_stops_at_the_nth_pending_record():
 
 
 def test_the_batch_counts_tell_the_rare_steps_it_needs():
-    assert_lines(batch_counts_sql(ONE), "INTO v_drift, v_positionless")
+    assert_lines(batch_counts_sql(ONE), "INTO v_drift, v_quarantined, v_positionless")
     assert_lines(
         batch_counts_sql(COMPOSITE),
-        "MAX(CASE WHEN _action = 'truncate' THEN _source_pos END), MAX(CASE WHEN _action = 'truncate' THEN _source_ts END)",
-        "INTO v_drift, v_positionless, v_unavailable, v_truncates, v_truncate_pos, v_truncate_ts",
+        "COUNT(CASE WHEN _action = 'truncate' THEN 1 END), MAX(CASE WHEN _action = 'truncate' THEN _source_pos END),",
+        "INTO v_drift, v_quarantined, v_positionless, v_unavailable, v_truncates, v_truncate_pos, v_truncate_ts",
     )
-    assert_lines(batch_counts_sql(table_sql(ONE_COLUMN, order_by="kafka")), "INTO v_drift")
-
-
-def test_the_outcomes_and_the_lag_are_counted_in_one_pass():
-    assert_lines(
-        outcome_counts_sql(COMPOSITE),
-        "COUNT(CASE WHEN _action IN ('stale', 'truncated') THEN 1 END), COUNT(CASE WHEN _rn > 1 AND _action IN ('upsert', 'delete') THEN 1 END),",
-        "COUNT(CASE WHEN _action = 'truncate' THEN 1 END), DATEDIFF(microsecond, MAX(_kafka_timestamp), v_started) / 1000000.0",
-        'FROM "cdc"."line__stage";',
-    )
+    assert_lines(batch_counts_sql(table_sql(ONE_COLUMN, order_by="kafka")), "INTO v_drift, v_quarantined")
 
 
 def test_quarantined_records_keep_their_kafka_coordinates():
@@ -76,12 +66,17 @@ def test_the_watermark_advances_never_back():
     )
 
 
-def test_one_run_log_row_per_call_with_the_watermark_it_leaves():
+def test_one_run_log_row_per_call_counts_the_stage_and_reads_the_watermark_it_leaves():
+    """The outcomes are counted over the stage as the rules left it, in the statement that
+    writes the row: no statement of its own on the common path."""
     assert_lines(
-        run_log_row_sql(ONE),
-        "v_quarantined, v_tombstones, v_stale, v_superseded, v_truncates, v_wm_before,",
-        "LISTAGG(CASE WHEN r.pos__ <= 65503 THEN r.item__ END, ',') WITHIN GROUP (ORDER BY r.order__)",
-        "|| COALESCE(' (+' || CAST(NULLIF(COUNT(CASE WHEN r.pos__ > 65503 THEN 1 END), 0) AS varchar(20)) || ' more)', ''), v_lag, 'ok'",
+        run_log_row_sql(COMPOSITE),
+        "c.quarantined, c.tombstones, c.stale, c.superseded, c.truncates, v_wm_before,",
+        "w.watermark_after, c.lag_seconds, 'ok'",
+        "FROM (SELECT COUNT(CASE WHEN _rn = 1 AND _action = 'upsert' THEN 1 END) AS upserted,",
+        "DATEDIFF(microsecond, MAX(_kafka_timestamp), v_started) / 1000000.0 AS lag_seconds",
+        'FROM "cdc"."line__stage") c,',
+        "(SELECT LISTAGG(CASE WHEN r.pos__ <= 65503 THEN r.item__ END, ',') WITHIN GROUP (ORDER BY r.order__)",
         "FROM (SELECT r.*, CAST(r.kafka_partition AS varchar(20)) || ':' || CAST(r.last_offset AS varchar(20)) AS item__,"
-        ' r.kafka_partition AS order__ FROM "cdc"."tag__watermark" r) r) r;',
+        ' r.kafka_partition AS order__ FROM "cdc"."line__watermark" r) r) r) w;',
     )

@@ -46,7 +46,7 @@ def test_a_key_falls_back_to_the_kafka_key():
 def test_the_source_time_is_kept_only_where_it_is_one():
     assert_lines(
         stage_insert_sql(ONE),
-        "CAST(f.source_ts_ms AS bigint) AS source_ts_ms, NOT (f.source_ts_ms IS NULL) AS has_source_ts,",
+        "SELECT f.*, CAST(f.j__ts_ms AS bigint) AS source_ts_ms, NOT (f.j__ts_ms IS NULL) AS has_source_ts,",
     )
     assert "CASE WHEN t.source_ts_ms BETWEEN 0 AND 253402300799999 THEN t.source_ts_ms END AS source_ts_ms," in stage_insert_sql(
         ONE
@@ -56,8 +56,7 @@ def test_the_source_time_is_kept_only_where_it_is_one():
 def test_a_toast_placeholder_is_marked_once_and_leaves_the_value_null():
     assert_lines(
         stage_insert_sql(COMPOSITE),
-        'COALESCE(CAST(f."ji__line_no" AS smallint), CAST(f."jk__line_no" AS smallint)) AS "line_no", f."j__note" AS "j__note",'
-        ' f."u__note" AS "u__note",',
+        'COALESCE(CAST(f."ji__line_no" AS smallint), CAST(f."jk__line_no" AS smallint)) AS "line_no",',
         "NULLIF('|' || CASE WHEN f.\"u__note\" THEN 'note|' ELSE '' END, '|') AS unavailable,",
         "CASE WHEN t.check_no IN (1, 3, 4, 6, 7, 8, 9, 10, 11) OR t.unavailable IS NOT NULL THEN t.payload END AS quarantine_payload,",
     )

@@ -4,6 +4,7 @@ read what only a later step writes; and what a step's SQL names of the stage, it
 
 from __future__ import annotations
 
+import dataclasses
 import re
 import tomllib
 
@@ -12,6 +13,7 @@ import pytest
 from sync.config import parse_pipeline
 from sync.sql.dialect import dialect_for
 from sync.sql.procedure.context import Action, TableSql
+from sync.sql.procedure.keyless_steps import KEYLESS_APPLY_STEPS
 from sync.sql.procedure.steps import APPLY_STEPS, STAGE, SYNC_STEPS, Step, apply_batch_sql
 from tests.helpers import COMPOSITE_KEY, EXAMPLES, ONE_COLUMN, table_sql
 
@@ -71,7 +73,17 @@ def test_a_misordered_step_list_is_found():
     assert read_before_written(early) == [
         f"batch_counts_sql reads {name}"
         for name in sorted(
-            ["_action", "_drift_img", "_source_pos", "_source_ts", "_unavailable", Action.DELETE, Action.TRUNCATE, Action.UPSERT]
+            [
+                "_action",
+                "_drift_img",
+                "_source_pos",
+                "_source_ts",
+                "_unavailable",
+                Action.DELETE,
+                Action.QUARANTINE,
+                Action.TRUNCATE,
+                Action.UPSERT,
+            ]
         )
     ]
 
@@ -85,3 +97,25 @@ def test_each_step_declares_the_stage_columns_and_states_its_sql_names(ctx: Tabl
         assert named <= step.reads | step.writes, (
             f"{step.sql.__name__} does not declare {sorted(named - step.reads - step.writes)}"
         )
+
+
+def uncounted_quarantines(steps: tuple[Step, ...]) -> list[str]:
+    """The steps that quarantine records after the batch counts with no step counting them
+    (`v_quarantined`) before the quarantine step, which runs only when that count says so."""
+    names = [s.sql.__name__ for s in steps]
+    last = names.index("quarantine_sql")
+    return [
+        step.sql.__name__
+        for i, step in enumerate(steps[:last])
+        if Action.QUARANTINE in step.writes and not any("v_quarantined" in s.uses for s in steps[i:last])
+    ]
+
+
+@pytest.mark.parametrize("steps", [APPLY_STEPS, KEYLESS_APPLY_STEPS], ids=["keyed", "keyless"])
+def test_records_quarantined_by_a_rule_reach_the_quarantine(steps: tuple[Step, ...]):
+    assert uncounted_quarantines(steps) == []
+    # The same steps with the quarantining rules' counting left out: found.
+    silent = tuple(
+        dataclasses.replace(s, uses=()) if "v_quarantined" in s.uses and s.sql.__name__ != "quarantine_sql" else s for s in steps
+    )
+    assert uncounted_quarantines(silent)

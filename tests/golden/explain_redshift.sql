@@ -36,11 +36,10 @@ AS $$
 -- redshift-sync explain (table customer): the procedure incremental_sync_customer's steps over
 -- temporary tables, in a transaction that is rolled back.
 DECLARE
-  v_started timestamp; v_since timestamp; v_wm_before varchar(65535); v_read bigint := 0; v_upserted bigint := 0;
-  v_deleted bigint := 0; v_quarantined bigint := 0; v_tombstones bigint := 0; v_stale bigint := 0;
-  v_superseded bigint := 0; v_truncates bigint := 0; v_rows bigint := 0; v_positionless bigint := 0;
-  v_unavailable bigint := 0; v_drift bigint := 0; v_replayed bigint := 0; v_lag double precision; v_until_time timestamp;
-  v_until_partition bigint; v_until_offset bigint; v_truncate_pos varchar(64); v_truncate_ts timestamp;
+  v_started timestamp; v_since timestamp; v_wm_before varchar(65535); v_read bigint := 0; v_quarantined bigint := 0;
+  v_truncates bigint := 0; v_rows bigint := 0; v_positionless bigint := 0; v_unavailable bigint := 0; v_drift bigint := 0;
+  v_replayed bigint := 0; v_until_time timestamp; v_until_partition bigint; v_until_offset bigint;
+  v_truncate_pos varchar(64); v_truncate_ts timestamp;
 BEGIN
   -- Pending records: the call's reading of the stream, then the rules of the batch.
   -- 10. Session settings this procedure needs.
@@ -52,7 +51,7 @@ BEGIN
   LOCK TABLE "explain_watermark";
   v_started := CAST(TO_TIMESTAMP(TIMEOFDAY(), 'Dy Mon DD HH24:MI:SS.US YYYY') AS timestamp);
   -- The watermark, its summary for the run log, and the quarantined records being replayed.
-  SELECT MAX(r.last_refresh_time),
+  SELECT COALESCE(MAX(r.last_refresh_time), TIMESTAMP '1900-01-01 00:00:00'),
          (SELECT COUNT(*) FROM "cdc"."customer__quarantine" WHERE table_name = 'customer' AND handled = 'replaying'),
          LISTAGG(CASE WHEN r.pos__ <= 65503 THEN r.item__ END, ',') WITHIN GROUP (ORDER BY r.order__)
          || COALESCE(' (+' || CAST(NULLIF(COUNT(CASE WHEN r.pos__ > 65503 THEN 1 END), 0) AS varchar(20)) || ' more)', '')
@@ -60,7 +59,6 @@ BEGIN
   FROM (SELECT r.*, SUM(OCTET_LENGTH(r.item__) + 1) OVER (ORDER BY r.order__ ROWS UNBOUNDED PRECEDING) AS pos__
         FROM (SELECT r.*, CAST(r.kafka_partition AS varchar(20)) || ':' || CAST(r.last_offset AS varchar(20)) AS item__,
             r.kafka_partition AS order__ FROM "explain_watermark" r) r) r;
-  v_since := COALESCE(v_since, TIMESTAMP '1900-01-01 00:00:00');
   -- A bounded run (record isolation by the caller) reads the first p_max_records pending
   -- records in (refresh_time, partition, offset) order: a prefix of every partition
   -- (0: none, which tells a failure of the procedure itself from one of a record).
@@ -130,7 +128,7 @@ BEGIN
            CASE WHEN IS_VARCHAR(f.b__p2) THEN f.b__p2::varchar(65535) WHEN f.b__p2 IS NOT NULL THEN JSON_SERIALIZE(f.b__p2) END AS "x__p2"
     FROM envelope_1 f),
   fields AS (
-    SELECT f.kafka_partition, f.kafka_offset, f.kafka_timestamp, f.refresh_time, f.payload, f.raw_value, f.env, f.img, f.op, f.src."ts_ms" AS source_ts_ms,
+    SELECT f.kafka_partition, f.kafka_offset, f.kafka_timestamp, f.refresh_time, f.payload, f.raw_value, f.env, f.img, f.op, f.src."ts_ms" AS j__ts_ms,
            lpad(REGEXP_SUBSTR(f.x__p0, '[0-9]*$'), 20, '0') || '.' || lpad(f.x__p1, 20, '0') || '.' || lpad(COALESCE(f.x__p2, ''), 20, '0') AS source_pos,
            f.img."CUST_ID" AS "ji__customer_id", CASE WHEN IS_OBJECT(f.key_env) THEN f.key_env."CUST_ID" ELSE f.key_env END AS "jk__customer_id",
            f.img."NAME" AS "j__name", f.img."MKTSEGMENT" AS "j__mktsegment"
@@ -155,22 +153,17 @@ BEGIN
                false) AS "u__mktsegment"
     FROM fields_2 f),
   typed AS (
-    SELECT f.kafka_partition, f.kafka_offset, f.kafka_timestamp, f.refresh_time, f.payload, f.raw_value, f.env, f.img, f.op, f.source_pos,
-           CAST(f.source_ts_ms AS bigint) AS source_ts_ms, NOT (f.source_ts_ms IS NULL) AS has_source_ts,
+    SELECT f.*, CAST(f.j__ts_ms AS bigint) AS source_ts_ms, NOT (f.j__ts_ms IS NULL) AS has_source_ts,
            COALESCE(CAST(CASE WHEN OCTET_LENGTH(f.x__i0) <= 64 THEN f.x__i0 END AS varchar(64)), CAST(CASE WHEN OCTET_LENGTH(f.x__k0) <= 64
                THEN f.x__k0 END AS varchar(64))) AS "customer_id",
-           f."j__name" AS "j__name", f."u__name" AS "u__name",
            CASE WHEN f."u__name" THEN NULL ELSE CAST(CASE WHEN OCTET_LENGTH(f.x__v0) <= 256 THEN f.x__v0 END AS varchar(256)) END AS "name",
-           f."j__mktsegment" AS "j__mktsegment", f."u__mktsegment" AS "u__mktsegment",
            CASE WHEN f."u__mktsegment" THEN NULL ELSE CAST(CASE WHEN OCTET_LENGTH(f.x__v1) <= 64 THEN f.x__v1 END AS varchar(64)) END AS "mktsegment",
            NULLIF('|' || CASE WHEN f."u__name" THEN 'name|' ELSE '' END || CASE WHEN f."u__mktsegment" THEN 'mktsegment|' ELSE '' END, '|') AS unavailable,
            CASE WHEN f.op IN ('c', 'r', 'u') AND IS_OBJECT(f.img) AND NOT (f."ji__customer_id" IS NOT NULL AND f."j__name" IS NOT NULL
                AND f."j__mktsegment" IS NOT NULL AND GET_NUMBER_ATTRIBUTES(f.img) = 3) THEN f.img END AS drift_img
     FROM fields_3 f),
   checked AS (
-    SELECT t.kafka_partition, t.kafka_offset, t.kafka_timestamp, t.refresh_time, t.raw_value, t.op, t.source_ts_ms,
-           t.source_pos, t.unavailable, t.drift_img, t."customer_id", t."name", t."mktsegment",
-           t.payload, t.has_source_ts,
+    SELECT t.*,
            CASE
              WHEN t.raw_value IS NOT NULL THEN 1
              WHEN (t.env IS NULL) THEN 2
@@ -224,9 +217,9 @@ BEGIN
   FROM classified c;
   GET DIAGNOSTICS v_read := ROW_COUNT;
   -- What the batch needs of the rarely needed steps.
-  SELECT COUNT(_drift_img), COUNT(CASE WHEN _source_pos IS NULL AND _action IN ('upsert', 'delete') THEN 1 END),
-         COUNT(CASE WHEN _unavailable IS NOT NULL THEN 1 END)
-  INTO v_drift, v_positionless, v_unavailable
+  SELECT COUNT(_drift_img), COUNT(CASE WHEN _action = 'quarantine' THEN 1 END),
+         COUNT(CASE WHEN _source_pos IS NULL AND _action IN ('upsert', 'delete') THEN 1 END), COUNT(CASE WHEN _unavailable IS NOT NULL THEN 1 END)
+  INTO v_drift, v_quarantined, v_positionless, v_unavailable
   FROM "explain_pending";
   -- 4. Events without a source position: each takes the newest position seen before it
   --    for its key in Kafka order (so it supersedes what precedes it and loses to what
@@ -293,6 +286,8 @@ BEGIN
         _reason = SUBSTRING('no earlier value is known for the TOAST placeholder (__debezium_unavailable_value) in ' || BTRIM(s._unavailable, '|'), 1, 1000)
     WHERE s._rn = 1 AND s._action = 'upsert' AND s._unavailable <> '|'
       AND NOT EXISTS (SELECT 1 FROM "explain_target" t WHERE t."customer_id" = s."customer_id");
+    GET DIAGNOSTICS v_rows := ROW_COUNT;
+    v_quarantined := v_quarantined + v_rows;
   END IF;
   -- 5. Never regress: a winner not newer than what is stored for its key is stale.
   UPDATE "explain_pending" s SET _action = 'stale', _reason = s._action
@@ -347,7 +342,7 @@ BEGIN
   LOCK TABLE "explain_unread";
   v_started := CAST(TO_TIMESTAMP(TIMEOFDAY(), 'Dy Mon DD HH24:MI:SS.US YYYY') AS timestamp);
   -- The watermark, its summary for the run log, and the quarantined records being replayed.
-  SELECT MAX(r.last_refresh_time),
+  SELECT COALESCE(MAX(r.last_refresh_time), TIMESTAMP '1900-01-01 00:00:00'),
          (SELECT COUNT(*) FROM "explain_no_quarantine" WHERE table_name = 'customer' AND handled = 'replaying'),
          LISTAGG(CASE WHEN r.pos__ <= 65503 THEN r.item__ END, ',') WITHIN GROUP (ORDER BY r.order__)
          || COALESCE(' (+' || CAST(NULLIF(COUNT(CASE WHEN r.pos__ > 65503 THEN 1 END), 0) AS varchar(20)) || ' more)', '')
@@ -355,7 +350,6 @@ BEGIN
   FROM (SELECT r.*, SUM(OCTET_LENGTH(r.item__) + 1) OVER (ORDER BY r.order__ ROWS UNBOUNDED PRECEDING) AS pos__
         FROM (SELECT r.*, CAST(r.kafka_partition AS varchar(20)) || ':' || CAST(r.last_offset AS varchar(20)) AS item__,
             r.kafka_partition AS order__ FROM "explain_unread" r) r) r;
-  v_since := COALESCE(v_since, TIMESTAMP '1900-01-01 00:00:00');
   -- A bounded run (record isolation by the caller) reads the first p_max_records pending
   -- records in (refresh_time, partition, offset) order: a prefix of every partition
   -- (0: none, which tells a failure of the procedure itself from one of a record).
@@ -425,7 +419,7 @@ BEGIN
            CASE WHEN IS_VARCHAR(f.b__p2) THEN f.b__p2::varchar(65535) WHEN f.b__p2 IS NOT NULL THEN JSON_SERIALIZE(f.b__p2) END AS "x__p2"
     FROM envelope_1 f),
   fields AS (
-    SELECT f.kafka_partition, f.kafka_offset, f.kafka_timestamp, f.refresh_time, f.payload, f.raw_value, f.env, f.img, f.op, f.src."ts_ms" AS source_ts_ms,
+    SELECT f.kafka_partition, f.kafka_offset, f.kafka_timestamp, f.refresh_time, f.payload, f.raw_value, f.env, f.img, f.op, f.src."ts_ms" AS j__ts_ms,
            lpad(REGEXP_SUBSTR(f.x__p0, '[0-9]*$'), 20, '0') || '.' || lpad(f.x__p1, 20, '0') || '.' || lpad(COALESCE(f.x__p2, ''), 20, '0') AS source_pos,
            f.img."CUST_ID" AS "ji__customer_id", CASE WHEN IS_OBJECT(f.key_env) THEN f.key_env."CUST_ID" ELSE f.key_env END AS "jk__customer_id",
            f.img."NAME" AS "j__name", f.img."MKTSEGMENT" AS "j__mktsegment"
@@ -450,22 +444,17 @@ BEGIN
                false) AS "u__mktsegment"
     FROM fields_2 f),
   typed AS (
-    SELECT f.kafka_partition, f.kafka_offset, f.kafka_timestamp, f.refresh_time, f.payload, f.raw_value, f.env, f.img, f.op, f.source_pos,
-           CAST(f.source_ts_ms AS bigint) AS source_ts_ms, NOT (f.source_ts_ms IS NULL) AS has_source_ts,
+    SELECT f.*, CAST(f.j__ts_ms AS bigint) AS source_ts_ms, NOT (f.j__ts_ms IS NULL) AS has_source_ts,
            COALESCE(CAST(CASE WHEN OCTET_LENGTH(f.x__i0) <= 64 THEN f.x__i0 END AS varchar(64)), CAST(CASE WHEN OCTET_LENGTH(f.x__k0) <= 64
                THEN f.x__k0 END AS varchar(64))) AS "customer_id",
-           f."j__name" AS "j__name", f."u__name" AS "u__name",
            CASE WHEN f."u__name" THEN NULL ELSE CAST(CASE WHEN OCTET_LENGTH(f.x__v0) <= 256 THEN f.x__v0 END AS varchar(256)) END AS "name",
-           f."j__mktsegment" AS "j__mktsegment", f."u__mktsegment" AS "u__mktsegment",
            CASE WHEN f."u__mktsegment" THEN NULL ELSE CAST(CASE WHEN OCTET_LENGTH(f.x__v1) <= 64 THEN f.x__v1 END AS varchar(64)) END AS "mktsegment",
            NULLIF('|' || CASE WHEN f."u__name" THEN 'name|' ELSE '' END || CASE WHEN f."u__mktsegment" THEN 'mktsegment|' ELSE '' END, '|') AS unavailable,
            CASE WHEN f.op IN ('c', 'r', 'u') AND IS_OBJECT(f.img) AND NOT (f."ji__customer_id" IS NOT NULL AND f."j__name" IS NOT NULL
                AND f."j__mktsegment" IS NOT NULL AND GET_NUMBER_ATTRIBUTES(f.img) = 3) THEN f.img END AS drift_img
     FROM fields_3 f),
   checked AS (
-    SELECT t.kafka_partition, t.kafka_offset, t.kafka_timestamp, t.refresh_time, t.raw_value, t.op, t.source_ts_ms,
-           t.source_pos, t.unavailable, t.drift_img, t."customer_id", t."name", t."mktsegment",
-           t.payload, t.has_source_ts,
+    SELECT t.*,
            CASE
              WHEN t.raw_value IS NOT NULL THEN 1
              WHEN (t.env IS NULL) THEN 2
@@ -528,7 +517,7 @@ BEGIN
   LOCK TABLE "explain_sealed";
   v_started := CAST(TO_TIMESTAMP(TIMEOFDAY(), 'Dy Mon DD HH24:MI:SS.US YYYY') AS timestamp);
   -- The watermark, its summary for the run log, and the quarantined records being replayed.
-  SELECT MAX(r.last_refresh_time),
+  SELECT COALESCE(MAX(r.last_refresh_time), TIMESTAMP '1900-01-01 00:00:00'),
          (SELECT COUNT(*) FROM "explain_replaying" WHERE table_name = 'customer' AND handled = 'replaying'),
          LISTAGG(CASE WHEN r.pos__ <= 65503 THEN r.item__ END, ',') WITHIN GROUP (ORDER BY r.order__)
          || COALESCE(' (+' || CAST(NULLIF(COUNT(CASE WHEN r.pos__ > 65503 THEN 1 END), 0) AS varchar(20)) || ' more)', '')
@@ -536,7 +525,6 @@ BEGIN
   FROM (SELECT r.*, SUM(OCTET_LENGTH(r.item__) + 1) OVER (ORDER BY r.order__ ROWS UNBOUNDED PRECEDING) AS pos__
         FROM (SELECT r.*, CAST(r.kafka_partition AS varchar(20)) || ':' || CAST(r.last_offset AS varchar(20)) AS item__,
             r.kafka_partition AS order__ FROM "explain_sealed" r) r) r;
-  v_since := COALESCE(v_since, TIMESTAMP '1900-01-01 00:00:00');
   -- A bounded run (record isolation by the caller) reads the first p_max_records pending
   -- records in (refresh_time, partition, offset) order: a prefix of every partition
   -- (0: none, which tells a failure of the procedure itself from one of a record).
@@ -606,7 +594,7 @@ BEGIN
            CASE WHEN IS_VARCHAR(f.b__p2) THEN f.b__p2::varchar(65535) WHEN f.b__p2 IS NOT NULL THEN JSON_SERIALIZE(f.b__p2) END AS "x__p2"
     FROM envelope_1 f),
   fields AS (
-    SELECT f.kafka_partition, f.kafka_offset, f.kafka_timestamp, f.refresh_time, f.payload, f.raw_value, f.env, f.img, f.op, f.src."ts_ms" AS source_ts_ms,
+    SELECT f.kafka_partition, f.kafka_offset, f.kafka_timestamp, f.refresh_time, f.payload, f.raw_value, f.env, f.img, f.op, f.src."ts_ms" AS j__ts_ms,
            lpad(REGEXP_SUBSTR(f.x__p0, '[0-9]*$'), 20, '0') || '.' || lpad(f.x__p1, 20, '0') || '.' || lpad(COALESCE(f.x__p2, ''), 20, '0') AS source_pos,
            f.img."CUST_ID" AS "ji__customer_id", CASE WHEN IS_OBJECT(f.key_env) THEN f.key_env."CUST_ID" ELSE f.key_env END AS "jk__customer_id",
            f.img."NAME" AS "j__name", f.img."MKTSEGMENT" AS "j__mktsegment"
@@ -631,22 +619,17 @@ BEGIN
                false) AS "u__mktsegment"
     FROM fields_2 f),
   typed AS (
-    SELECT f.kafka_partition, f.kafka_offset, f.kafka_timestamp, f.refresh_time, f.payload, f.raw_value, f.env, f.img, f.op, f.source_pos,
-           CAST(f.source_ts_ms AS bigint) AS source_ts_ms, NOT (f.source_ts_ms IS NULL) AS has_source_ts,
+    SELECT f.*, CAST(f.j__ts_ms AS bigint) AS source_ts_ms, NOT (f.j__ts_ms IS NULL) AS has_source_ts,
            COALESCE(CAST(CASE WHEN OCTET_LENGTH(f.x__i0) <= 64 THEN f.x__i0 END AS varchar(64)), CAST(CASE WHEN OCTET_LENGTH(f.x__k0) <= 64
                THEN f.x__k0 END AS varchar(64))) AS "customer_id",
-           f."j__name" AS "j__name", f."u__name" AS "u__name",
            CASE WHEN f."u__name" THEN NULL ELSE CAST(CASE WHEN OCTET_LENGTH(f.x__v0) <= 256 THEN f.x__v0 END AS varchar(256)) END AS "name",
-           f."j__mktsegment" AS "j__mktsegment", f."u__mktsegment" AS "u__mktsegment",
            CASE WHEN f."u__mktsegment" THEN NULL ELSE CAST(CASE WHEN OCTET_LENGTH(f.x__v1) <= 64 THEN f.x__v1 END AS varchar(64)) END AS "mktsegment",
            NULLIF('|' || CASE WHEN f."u__name" THEN 'name|' ELSE '' END || CASE WHEN f."u__mktsegment" THEN 'mktsegment|' ELSE '' END, '|') AS unavailable,
            CASE WHEN f.op IN ('c', 'r', 'u') AND IS_OBJECT(f.img) AND NOT (f."ji__customer_id" IS NOT NULL AND f."j__name" IS NOT NULL
                AND f."j__mktsegment" IS NOT NULL AND GET_NUMBER_ATTRIBUTES(f.img) = 3) THEN f.img END AS drift_img
     FROM fields_3 f),
   checked AS (
-    SELECT t.kafka_partition, t.kafka_offset, t.kafka_timestamp, t.refresh_time, t.raw_value, t.op, t.source_ts_ms,
-           t.source_pos, t.unavailable, t.drift_img, t."customer_id", t."name", t."mktsegment",
-           t.payload, t.has_source_ts,
+    SELECT t.*,
            CASE
              WHEN t.raw_value IS NOT NULL THEN 1
              WHEN (t.env IS NULL) THEN 2

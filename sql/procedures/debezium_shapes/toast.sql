@@ -108,11 +108,10 @@ AS $$
 -- Merges new records of the topic into the target (p_max_records NULL: all of them);
 -- see the README, 'How a sync works: the procedure contract'.
 DECLARE
-  v_started timestamp; v_since timestamp; v_wm_before varchar(65535); v_read bigint := 0; v_upserted bigint := 0;
-  v_deleted bigint := 0; v_quarantined bigint := 0; v_tombstones bigint := 0; v_stale bigint := 0;
-  v_superseded bigint := 0; v_truncates bigint := 0; v_rows bigint := 0; v_positionless bigint := 0;
-  v_unavailable bigint := 0; v_drift bigint := 0; v_replayed bigint := 0; v_lag double precision; v_until_time timestamp;
-  v_until_partition bigint; v_until_offset bigint; v_truncate_pos varchar(64); v_truncate_ts timestamp;
+  v_started timestamp; v_since timestamp; v_wm_before varchar(65535); v_read bigint := 0; v_quarantined bigint := 0;
+  v_truncates bigint := 0; v_rows bigint := 0; v_positionless bigint := 0; v_unavailable bigint := 0; v_drift bigint := 0;
+  v_replayed bigint := 0; v_until_time timestamp; v_until_partition bigint; v_until_offset bigint;
+  v_truncate_pos varchar(64); v_truncate_ts timestamp;
 BEGIN
   -- 10. Session settings this procedure needs.
   SET enable_case_sensitive_identifier TO true;
@@ -123,7 +122,7 @@ BEGIN
   LOCK TABLE "cdc"."toast__watermark";
   v_started := CAST(TO_TIMESTAMP(TIMEOFDAY(), 'Dy Mon DD HH24:MI:SS.US YYYY') AS timestamp);
   -- The watermark, its summary for the run log, and the quarantined records being replayed.
-  SELECT MAX(r.last_refresh_time),
+  SELECT COALESCE(MAX(r.last_refresh_time), TIMESTAMP '1900-01-01 00:00:00'),
          (SELECT COUNT(*) FROM "cdc"."toast__quarantine" WHERE table_name = 'toast' AND handled = 'replaying'),
          LISTAGG(CASE WHEN r.pos__ <= 65503 THEN r.item__ END, ',') WITHIN GROUP (ORDER BY r.order__)
          || COALESCE(' (+' || CAST(NULLIF(COUNT(CASE WHEN r.pos__ > 65503 THEN 1 END), 0) AS varchar(20)) || ' more)', '')
@@ -131,7 +130,6 @@ BEGIN
   FROM (SELECT r.*, SUM(OCTET_LENGTH(r.item__) + 1) OVER (ORDER BY r.order__ ROWS UNBOUNDED PRECEDING) AS pos__
         FROM (SELECT r.*, CAST(r.kafka_partition AS varchar(20)) || ':' || CAST(r.last_offset AS varchar(20)) AS item__,
             r.kafka_partition AS order__ FROM "cdc"."toast__watermark" r) r) r;
-  v_since := COALESCE(v_since, TIMESTAMP '1900-01-01 00:00:00');
   -- A bounded run (record isolation by the caller) reads the first p_max_records pending
   -- records in (refresh_time, partition, offset) order: a prefix of every partition
   -- (0: none, which tells a failure of the procedure itself from one of a record).
@@ -198,7 +196,7 @@ BEGIN
            CASE WHEN IS_VARCHAR(f.b__p1) THEN f.b__p1::varchar(65535) WHEN f.b__p1 IS NOT NULL THEN JSON_SERIALIZE(f.b__p1) END AS "x__p1"
     FROM envelope_1 f),
   fields AS (
-    SELECT f.kafka_partition, f.kafka_offset, f.kafka_timestamp, f.refresh_time, f.payload, f.raw_value, f.env, f.img, f.op, f.src."ts_ms" AS source_ts_ms,
+    SELECT f.kafka_partition, f.kafka_offset, f.kafka_timestamp, f.refresh_time, f.payload, f.raw_value, f.env, f.img, f.op, f.src."ts_ms" AS j__ts_ms,
            CASE WHEN COALESCE(NULLIF(NULLIF(REGEXP_SUBSTR(f.x__p0, '([0-9]+)"?[]]$', 1, 1, 'e'), ''), ''), f.x__p1) IS NOT NULL
                THEN lpad(COALESCE(NULLIF(NULLIF(REGEXP_SUBSTR(f.x__p0, '^[[]"?([0-9]*)', 1, 1, 'e'), ''), ''),
                COALESCE(NULLIF(NULLIF(REGEXP_SUBSTR(f.x__p0, '([0-9]+)"?[]]$', 1, 1, 'e'), ''), ''), f.x__p1)), 20,
@@ -222,20 +220,16 @@ BEGIN
                false) AS "u__bio"
     FROM fields_2 f),
   typed AS (
-    SELECT f.kafka_partition, f.kafka_offset, f.kafka_timestamp, f.refresh_time, f.payload, f.raw_value, f.env, f.img, f.op, f.source_pos,
-           CAST(f.source_ts_ms AS bigint) AS source_ts_ms, NOT (f.source_ts_ms IS NULL) AS has_source_ts,
-           COALESCE(CAST(f."ji__id" AS integer), CAST(f."jk__id" AS integer)) AS "id", f."j__name" AS "j__name", f."u__name" AS "u__name",
+    SELECT f.*, CAST(f.j__ts_ms AS bigint) AS source_ts_ms, NOT (f.j__ts_ms IS NULL) AS has_source_ts,
+           COALESCE(CAST(f."ji__id" AS integer), CAST(f."jk__id" AS integer)) AS "id",
            CASE WHEN f."u__name" THEN NULL ELSE CAST(CASE WHEN OCTET_LENGTH(f.x__v0) <= 64 THEN f.x__v0 END AS varchar(64)) END AS "name",
-           f."j__bio" AS "j__bio", f."u__bio" AS "u__bio",
            CASE WHEN f."u__bio" THEN NULL ELSE CAST(CASE WHEN OCTET_LENGTH(f.x__v1) <= 256 THEN f.x__v1 END AS varchar(256)) END AS "bio",
            NULLIF('|' || CASE WHEN f."u__name" THEN 'name|' ELSE '' END || CASE WHEN f."u__bio" THEN 'bio|' ELSE '' END, '|') AS unavailable,
            CASE WHEN f.op IN ('c', 'r', 'u') AND IS_OBJECT(f.img) AND NOT (f."ji__id" IS NOT NULL AND f."j__name" IS NOT NULL AND f."j__bio" IS NOT NULL
                AND GET_NUMBER_ATTRIBUTES(f.img) = 3) THEN f.img END AS drift_img
     FROM fields_3 f),
   checked AS (
-    SELECT t.kafka_partition, t.kafka_offset, t.kafka_timestamp, t.refresh_time, t.raw_value, t.op, t.source_ts_ms,
-           t.source_pos, t.unavailable, t.drift_img, t."id", t."name", t."bio",
-           t.payload, t.has_source_ts,
+    SELECT t.*,
            CASE
              WHEN t.raw_value IS NOT NULL THEN 1
              WHEN (t.env IS NULL) THEN 2
@@ -296,9 +290,9 @@ BEGIN
   END IF;
   IF v_read > 0 THEN
     -- What the batch needs of the rarely needed steps.
-    SELECT COUNT(_drift_img), COUNT(CASE WHEN _source_pos IS NULL AND _action IN ('upsert', 'delete') THEN 1 END),
-           COUNT(CASE WHEN _unavailable IS NOT NULL THEN 1 END)
-    INTO v_drift, v_positionless, v_unavailable
+    SELECT COUNT(_drift_img), COUNT(CASE WHEN _action = 'quarantine' THEN 1 END),
+           COUNT(CASE WHEN _source_pos IS NULL AND _action IN ('upsert', 'delete') THEN 1 END), COUNT(CASE WHEN _unavailable IS NOT NULL THEN 1 END)
+    INTO v_drift, v_quarantined, v_positionless, v_unavailable
     FROM "cdc"."toast__stage";
     -- 4. Events without a source position: each takes the newest position seen before it
     --    for its key in Kafka order (so it supersedes what precedes it and loses to what
@@ -362,6 +356,8 @@ BEGIN
           _reason = SUBSTRING('no earlier value is known for the TOAST placeholder (__debezium_unavailable_value) in ' || BTRIM(s._unavailable, '|'), 1, 1000)
       WHERE s._rn = 1 AND s._action = 'upsert' AND s._unavailable <> '|'
         AND NOT EXISTS (SELECT 1 FROM "cdc"."toast" t WHERE t."id" = s."id");
+      GET DIAGNOSTICS v_rows := ROW_COUNT;
+      v_quarantined := v_quarantined + v_rows;
     END IF;
     -- 5. Never regress: a winner not newer than what is stored for its key is stale.
     UPDATE "cdc"."toast__stage" s SET _action = 'stale', _reason = s._action
@@ -406,12 +402,6 @@ BEGIN
       UPDATE "cdc"."toast__stage" SET _source_pos = _rank_pos
       WHERE _rn = 1 AND _action IN ('upsert', 'delete') AND _source_pos IS NULL;
     END IF;
-    SELECT COUNT(CASE WHEN _rn = 1 AND _action = 'upsert' THEN 1 END), COUNT(CASE WHEN _rn = 1 AND _action = 'delete' THEN 1 END),
-           COUNT(CASE WHEN _action = 'quarantine' THEN 1 END), COUNT(CASE WHEN _action = 'tombstone' THEN 1 END),
-           COUNT(CASE WHEN _action IN ('stale', 'truncated') THEN 1 END), COUNT(CASE WHEN _rn > 1 AND _action IN ('upsert', 'delete') THEN 1 END),
-           COUNT(CASE WHEN _action = 'truncate' THEN 1 END), DATEDIFF(microsecond, MAX(_kafka_timestamp), v_started) / 1000000.0
-    INTO v_upserted, v_deleted, v_quarantined, v_tombstones, v_stale, v_superseded, v_truncates, v_lag
-    FROM "cdc"."toast__stage";
     -- 6. Apply: remove the current row of every key with a winning event (the join is
     --    on the key, which is the DISTKEY, so it is collocated), then insert the upserts.
     DELETE FROM "cdc"."toast"
@@ -476,8 +466,6 @@ BEGIN
     FROM (SELECT _kafka_partition, MAX(_kafka_offset) AS last_offset, MAX(_refresh_time) AS last_refresh_time
           FROM "cdc"."toast__stage" GROUP BY _kafka_partition) b
     WHERE NOT EXISTS (SELECT 1 FROM "cdc"."toast__watermark" w WHERE w.kafka_partition = b._kafka_partition);
-    -- The stage is empty between runs (DELETE, not TRUNCATE: TRUNCATE would commit).
-    DELETE FROM "cdc"."toast__stage";
   END IF;
   -- 8. One run-log row per call, also when nothing was new (9.).
   --    Left for the caller in a temporary table: it never reads the run log (call_result.py).
@@ -487,16 +475,30 @@ BEGIN
     truncates bigint, watermark_before varchar(65535), watermark_after varchar(65535), lag_seconds double precision, status varchar(16) NOT NULL);
   INSERT INTO "sync_call_result" (table_name, backend_pid, started_at, finished_at, events_read, upserted, deleted,
     quarantined, tombstones, stale, superseded, truncates, watermark_before, watermark_after, lag_seconds, status)
-  SELECT 'toast', PG_BACKEND_PID(), v_started, CAST(TO_TIMESTAMP(TIMEOFDAY(), 'Dy Mon DD HH24:MI:SS.US YYYY') AS timestamp), v_read, v_upserted, v_deleted,
-    v_quarantined, v_tombstones, v_stale, v_superseded, v_truncates, v_wm_before,
-    LISTAGG(CASE WHEN r.pos__ <= 65503 THEN r.item__ END, ',') WITHIN GROUP (ORDER BY r.order__)
-         || COALESCE(' (+' || CAST(NULLIF(COUNT(CASE WHEN r.pos__ > 65503 THEN 1 END), 0) AS varchar(20)) || ' more)', ''), v_lag, 'ok'
-  FROM (SELECT r.*, SUM(OCTET_LENGTH(r.item__) + 1) OVER (ORDER BY r.order__ ROWS UNBOUNDED PRECEDING) AS pos__
-        FROM (SELECT r.*, CAST(r.kafka_partition AS varchar(20)) || ':' || CAST(r.last_offset AS varchar(20)) AS item__,
-            r.kafka_partition AS order__ FROM "cdc"."toast__watermark" r) r) r;
+  SELECT 'toast', PG_BACKEND_PID(), v_started, CAST(TO_TIMESTAMP(TIMEOFDAY(), 'Dy Mon DD HH24:MI:SS.US YYYY') AS timestamp), v_read, c.upserted, c.deleted,
+    c.quarantined, c.tombstones, c.stale, c.superseded, c.truncates, v_wm_before,
+    w.watermark_after, c.lag_seconds, 'ok'
+  FROM (SELECT COUNT(CASE WHEN _rn = 1 AND _action = 'upsert' THEN 1 END) AS upserted,
+               COUNT(CASE WHEN _rn = 1 AND _action = 'delete' THEN 1 END) AS deleted, COUNT(CASE WHEN _action = 'quarantine' THEN 1 END) AS quarantined,
+               COUNT(CASE WHEN _action = 'tombstone' THEN 1 END) AS tombstones, COUNT(CASE WHEN _action IN ('stale', 'truncated') THEN 1 END) AS stale,
+               COUNT(CASE WHEN _rn > 1 AND _action IN ('upsert', 'delete') THEN 1 END) AS superseded,
+               COUNT(CASE WHEN _action = 'truncate' THEN 1 END) AS truncates,
+               DATEDIFF(microsecond, MAX(_kafka_timestamp), v_started) / 1000000.0 AS lag_seconds
+        FROM "cdc"."toast__stage") c,
+       (SELECT LISTAGG(CASE WHEN r.pos__ <= 65503 THEN r.item__ END, ',') WITHIN GROUP (ORDER BY r.order__)
+               || COALESCE(' (+' || CAST(NULLIF(COUNT(CASE WHEN r.pos__ > 65503 THEN 1 END), 0) AS varchar(20)) || ' more)', '') AS watermark_after
+        FROM (SELECT r.*, SUM(OCTET_LENGTH(r.item__) + 1) OVER (ORDER BY r.order__ ROWS UNBOUNDED PRECEDING) AS pos__
+              FROM (SELECT r.*, CAST(r.kafka_partition AS varchar(20)) || ':' || CAST(r.last_offset AS varchar(20)) AS item__,
+                  r.kafka_partition AS order__ FROM "cdc"."toast__watermark" r) r) r) w;
   INSERT INTO "cdc"."sync_run_log" (table_name, backend_pid, started_at, finished_at, events_read, upserted, deleted,
     quarantined, tombstones, stale, superseded, truncates, watermark_before, watermark_after, lag_seconds, status)
-  SELECT * FROM "sync_call_result";
+  SELECT table_name, backend_pid, started_at, finished_at, events_read, upserted, deleted,
+    quarantined, tombstones, stale, superseded, truncates, watermark_before, watermark_after, lag_seconds, status
+  FROM "sync_call_result";
+  -- The stage is empty between runs (DELETE, not TRUNCATE: TRUNCATE would commit).
+  IF v_read > 0 THEN
+    DELETE FROM "cdc"."toast__stage";
+  END IF;
 END;
 $$ LANGUAGE plpgsql
 SET timezone TO 'UTC';
@@ -522,8 +524,7 @@ BEGIN
   -- 1. Single flight, as in the sync itself.
   LOCK TABLE "cdc"."toast__watermark";
   v_started := CAST(TO_TIMESTAMP(TIMEOFDAY(), 'Dy Mon DD HH24:MI:SS.US YYYY') AS timestamp);
-  SELECT MAX(last_refresh_time) INTO v_since FROM "cdc"."toast__watermark";
-  v_since := COALESCE(v_since, TIMESTAMP '1900-01-01 00:00:00');
+  SELECT COALESCE(MAX(last_refresh_time), TIMESTAMP '1900-01-01 00:00:00') INTO v_since FROM "cdc"."toast__watermark";
   SELECT x.kafka_partition, x.kafka_offset, x.refresh_time
   INTO v_partition, v_offset, v_refresh_time
   FROM (SELECT s.*, ROW_NUMBER() OVER (ORDER BY s.refresh_time, s.kafka_partition, s.kafka_offset) AS read_no

@@ -122,11 +122,10 @@ AS $$
 -- Merges new records of the topic into the target (p_max_records NULL: all of them);
 -- see the README, 'How a sync works: the procedure contract'.
 DECLARE
-  v_started timestamp; v_since timestamp; v_wm_before varchar(65535); v_read bigint := 0; v_upserted bigint := 0;
-  v_deleted bigint := 0; v_quarantined bigint := 0; v_tombstones bigint := 0; v_stale bigint := 0;
-  v_superseded bigint := 0; v_truncates bigint := 0; v_rows bigint := 0; v_positionless bigint := 0;
-  v_unavailable bigint := 0; v_drift bigint := 0; v_replayed bigint := 0; v_lag double precision; v_until_time timestamp;
-  v_until_partition bigint; v_until_offset bigint; v_truncate_pos varchar(64); v_truncate_ts timestamp;
+  v_started timestamp; v_since timestamp; v_wm_before varchar(65535); v_read bigint := 0; v_quarantined bigint := 0;
+  v_truncates bigint := 0; v_rows bigint := 0; v_positionless bigint := 0; v_unavailable bigint := 0; v_drift bigint := 0;
+  v_replayed bigint := 0; v_until_time timestamp; v_until_partition bigint; v_until_offset bigint;
+  v_truncate_pos varchar(64); v_truncate_ts timestamp;
 BEGIN
   -- 10. Session settings this procedure needs.
   SET enable_case_sensitive_identifier TO true;
@@ -137,7 +136,7 @@ BEGIN
   LOCK TABLE "inventory"."products__watermark";
   v_started := CAST(TO_TIMESTAMP(TIMEOFDAY(), 'Dy Mon DD HH24:MI:SS.US YYYY') AS timestamp);
   -- The watermark, its summary for the run log, and the quarantined records being replayed.
-  SELECT MAX(r.last_refresh_time),
+  SELECT COALESCE(MAX(r.last_refresh_time), TIMESTAMP '1900-01-01 00:00:00'),
          (SELECT COUNT(*) FROM "inventory"."products__quarantine" WHERE table_name = 'products' AND handled = 'replaying'),
          LISTAGG(CASE WHEN r.pos__ <= 65503 THEN r.item__ END, ',') WITHIN GROUP (ORDER BY r.order__)
          || COALESCE(' (+' || CAST(NULLIF(COUNT(CASE WHEN r.pos__ > 65503 THEN 1 END), 0) AS varchar(20)) || ' more)', '')
@@ -145,7 +144,6 @@ BEGIN
   FROM (SELECT r.*, SUM(OCTET_LENGTH(r.item__) + 1) OVER (ORDER BY r.order__ ROWS UNBOUNDED PRECEDING) AS pos__
         FROM (SELECT r.*, CAST(r.kafka_partition AS varchar(20)) || ':' || CAST(r.last_offset AS varchar(20)) AS item__,
             r.kafka_partition AS order__ FROM "inventory"."products__watermark" r) r) r;
-  v_since := COALESCE(v_since, TIMESTAMP '1900-01-01 00:00:00');
   -- A bounded run (record isolation by the caller) reads the first p_max_records pending
   -- records in (refresh_time, partition, offset) order: a prefix of every partition
   -- (0: none, which tells a failure of the procedure itself from one of a record).
@@ -213,7 +211,7 @@ BEGIN
            CASE WHEN IS_VARCHAR(f.b__p1) THEN f.b__p1::varchar(65535) WHEN f.b__p1 IS NOT NULL THEN JSON_SERIALIZE(f.b__p1) END AS "x__p1"
     FROM envelope_1 f),
   fields AS (
-    SELECT f.kafka_partition, f.kafka_offset, f.kafka_timestamp, f.refresh_time, f.payload, f.raw_value, f.env, f.img, f.op, f.src."ts_ms" AS source_ts_ms,
+    SELECT f.kafka_partition, f.kafka_offset, f.kafka_timestamp, f.refresh_time, f.payload, f.raw_value, f.env, f.img, f.op, f.src."ts_ms" AS j__ts_ms,
            CASE WHEN COALESCE(NULLIF(NULLIF(REGEXP_SUBSTR(f.x__p0, '([0-9]+)"?[]]$', 1, 1, 'e'), ''), ''), f.x__p1) IS NOT NULL
                THEN lpad(COALESCE(NULLIF(NULLIF(REGEXP_SUBSTR(f.x__p0, '^[[]"?([0-9]*)', 1, 1, 'e'), ''), ''),
                COALESCE(NULLIF(NULLIF(REGEXP_SUBSTR(f.x__p0, '([0-9]+)"?[]]$', 1, 1, 'e'), ''), ''), f.x__p1)), 20,
@@ -319,35 +317,27 @@ BEGIN
                THEN (CASE WHEN f.n__v3 = 1 THEN '-' ELSE '' END) || RPAD(f.m__v3, LENGTH(f.m__v3) + GREATEST(-GREATEST(f.k__v3, -38), 0), '0') END AS "t__v3"
     FROM fields_9 f),
   typed AS (
-    SELECT f.kafka_partition, f.kafka_offset, f.kafka_timestamp, f.refresh_time, f.payload, f.raw_value, f.env, f.img, f.op, f.source_pos,
-           CAST(f.source_ts_ms AS bigint) AS source_ts_ms, NOT (f.source_ts_ms IS NULL) AS has_source_ts,
-           COALESCE(CAST(f."ji__id" AS integer), CAST(f."jk__id" AS integer)) AS "id", f."j__sku" AS "j__sku", f."u__sku" AS "u__sku",
+    SELECT f.*, CAST(f.j__ts_ms AS bigint) AS source_ts_ms, NOT (f.j__ts_ms IS NULL) AS has_source_ts,
+           COALESCE(CAST(f."ji__id" AS integer), CAST(f."jk__id" AS integer)) AS "id",
            CASE WHEN f."u__sku" THEN NULL ELSE CAST(CASE WHEN OCTET_LENGTH(f.x__v0) <= 32 THEN f.x__v0 END AS varchar(32)) END AS "sku",
-           f."j__description" AS "j__description", f."u__description" AS "u__description",
            CASE WHEN f."u__description" THEN NULL ELSE CAST(CASE WHEN OCTET_LENGTH(f.x__v1) <= 65535 THEN f.x__v1 END AS varchar(65535)) END AS "description",
-           f."j__price" AS "j__price",
            CAST(CASE WHEN ABS(CAST(CASE WHEN LENGTH(LTRIM(SPLIT_PART(REPLACE(f.t__v2, '-', ''), '.', 1), '0')) <= 10
                THEN f.t__v2 END AS decimal(38,2))) <= 9999999999.99 THEN CAST(CASE WHEN LENGTH(LTRIM(SPLIT_PART(REPLACE(f.t__v2, '-', ''), '.', 1), '0')) <= 10
                THEN f.t__v2 END AS decimal(38,2)) END AS decimal(12,2)) AS "price",
-           f."j__weight" AS "j__weight",
            CAST(CASE WHEN ABS(CAST(CASE WHEN LENGTH(LTRIM(SPLIT_PART(REPLACE(f.t__v3, '-', ''), '.', 1), '0')) <= 14
                THEN f.t__v3 END AS decimal(38,6))) <= 99999999999999.999999
                THEN CAST(CASE WHEN LENGTH(LTRIM(SPLIT_PART(REPLACE(f.t__v3, '-', ''), '.', 1), '0')) <= 14
                THEN f.t__v3 END AS decimal(38,6)) END AS decimal(20,6)) AS "weight",
-           f."j__released" AS "j__released", CAST(DATEADD(day, CAST(f.e__v4 AS integer), DATE '1970-01-01') AS date) AS "released",
-           f."j__updated_at" AS "j__updated_at",
+           CAST(DATEADD(day, CAST(f.e__v4 AS integer), DATE '1970-01-01') AS date) AS "released",
            TIMESTAMP '1970-01-01 00:00:00' + (f.e__v5 / 1000000) * INTERVAL '1 second' + (f.e__v5 % 1000000) * 1 * INTERVAL '1 microsecond' AS "updated_at",
-           f."j__published_at" AS "j__published_at",
            ((CAST(CASE WHEN f.y__v6 >= 1 AND f.mo__v6 BETWEEN 1 AND 12 AND f.dd__v6 BETWEEN 1 AND CASE WHEN f.mo__v6 IN (4, 6, 9, 11) THEN 30 WHEN f.mo__v6 = 2
                THEN CASE WHEN (f.y__v6 % 4 = 0 AND (f.y__v6 % 100 <> 0 OR f.y__v6 % 400 = 0)) THEN 29 ELSE 28 END ELSE 31 END
                AND NOT (f.y__v6 = 1 AND f.mo__v6 = 1 AND f.dd__v6 = 1 AND f.sod__v6 < f.off__v6) AND NOT (f.y__v6 = 9999 AND f.mo__v6 = 12 AND f.dd__v6 = 31
                AND f.sod__v6 - f.off__v6 >= 86400)
                THEN REPLACE(SUBSTRING(f.z__v6, 1, 19), 'T',
                ' ') END AS timestamp) + f.us__v6 * INTERVAL '1 microsecond' - f.off__v6 * INTERVAL '1 second') AT TIME ZONE 'UTC') AS "published_at",
-           f."j__attributes" AS "j__attributes", f."u__attributes" AS "u__attributes",
            CASE WHEN f."u__attributes" THEN NULL ELSE CASE WHEN IS_VARCHAR(f."j__attributes") THEN JSON_PARSE(CASE WHEN CAN_JSON_PARSE(f.x__v7t)
                THEN f.x__v7t END) END END AS "attributes",
-           f."j__in_stock" AS "j__in_stock",
            CASE WHEN IS_BOOLEAN(f."j__in_stock") THEN f."j__in_stock"::boolean WHEN IS_INTEGER(f."j__in_stock") AND f."j__in_stock"::int IN (0, 1)
                THEN f."j__in_stock"::int = 1 END AS "in_stock",
            NULLIF('|' || CASE WHEN f."u__sku" THEN 'sku|' ELSE '' END || CASE WHEN f."u__description" THEN 'description|' ELSE '' END || CASE
@@ -358,10 +348,7 @@ BEGIN
                THEN f.img END AS drift_img
     FROM fields_10 f),
   checked AS (
-    SELECT t.kafka_partition, t.kafka_offset, t.kafka_timestamp, t.refresh_time, t.raw_value, t.op, t.source_ts_ms,
-           t.source_pos, t.unavailable, t.drift_img, t."id", t."sku", t."description", t."price", t."weight", t."released",
-           t."updated_at", t."published_at", t."attributes", t."in_stock",
-           t.payload, t.has_source_ts,
+    SELECT t.*,
            CASE
              WHEN t.raw_value IS NOT NULL THEN 1
              WHEN (t.env IS NULL) THEN 2
@@ -439,10 +426,11 @@ BEGIN
   END IF;
   IF v_read > 0 THEN
     -- What the batch needs of the rarely needed steps.
-    SELECT COUNT(_drift_img), COUNT(CASE WHEN _source_pos IS NULL AND _action IN ('upsert', 'delete') THEN 1 END),
-           COUNT(CASE WHEN _unavailable IS NOT NULL THEN 1 END), COUNT(CASE WHEN _action = 'truncate' THEN 1 END),
-           MAX(CASE WHEN _action = 'truncate' THEN _source_pos END), MAX(CASE WHEN _action = 'truncate' THEN _source_ts END)
-    INTO v_drift, v_positionless, v_unavailable, v_truncates, v_truncate_pos, v_truncate_ts
+    SELECT COUNT(_drift_img), COUNT(CASE WHEN _action = 'quarantine' THEN 1 END),
+           COUNT(CASE WHEN _source_pos IS NULL AND _action IN ('upsert', 'delete') THEN 1 END), COUNT(CASE WHEN _unavailable IS NOT NULL THEN 1 END),
+           COUNT(CASE WHEN _action = 'truncate' THEN 1 END), MAX(CASE WHEN _action = 'truncate' THEN _source_pos END),
+           MAX(CASE WHEN _action = 'truncate' THEN _source_ts END)
+    INTO v_drift, v_quarantined, v_positionless, v_unavailable, v_truncates, v_truncate_pos, v_truncate_ts
     FROM "inventory"."products__stage";
     -- 4. Events without a source position: each takes the newest position seen before it
     --    for its key in Kafka order (so it supersedes what precedes it and loses to what
@@ -514,6 +502,8 @@ BEGIN
           _reason = SUBSTRING('no earlier value is known for the TOAST placeholder (__debezium_unavailable_value) in ' || BTRIM(s._unavailable, '|'), 1, 1000)
       WHERE s._rn = 1 AND s._action = 'upsert' AND s._unavailable <> '|'
         AND NOT EXISTS (SELECT 1 FROM "inventory"."products" t WHERE t."id" = s."id");
+      GET DIAGNOSTICS v_rows := ROW_COUNT;
+      v_quarantined := v_quarantined + v_rows;
     END IF;
     -- 5. Never regress: a winner not newer than what is stored for its key is stale.
     UPDATE "inventory"."products__stage" s SET _action = 'stale', _reason = s._action
@@ -596,12 +586,6 @@ BEGIN
           AND ((x._kafka_partition = s._kafka_partition AND x._kafka_offset > s._kafka_offset)
               OR (x._kafka_partition <> s._kafka_partition AND x._kafka_timestamp > s._kafka_timestamp)));
     END IF;
-    SELECT COUNT(CASE WHEN _rn = 1 AND _action = 'upsert' THEN 1 END), COUNT(CASE WHEN _rn = 1 AND _action = 'delete' THEN 1 END),
-           COUNT(CASE WHEN _action = 'quarantine' THEN 1 END), COUNT(CASE WHEN _action = 'tombstone' THEN 1 END),
-           COUNT(CASE WHEN _action IN ('stale', 'truncated') THEN 1 END), COUNT(CASE WHEN _rn > 1 AND _action IN ('upsert', 'delete') THEN 1 END),
-           COUNT(CASE WHEN _action = 'truncate' THEN 1 END), DATEDIFF(microsecond, MAX(_kafka_timestamp), v_started) / 1000000.0
-    INTO v_upserted, v_deleted, v_quarantined, v_tombstones, v_stale, v_superseded, v_truncates, v_lag
-    FROM "inventory"."products__stage";
     -- 6. Apply: remove the current row of every key with a winning event (the join is
     --    on the key, which is the DISTKEY, so it is collocated), then insert the upserts.
     DELETE FROM "inventory"."products"
@@ -670,8 +654,6 @@ BEGIN
     FROM (SELECT _kafka_partition, MAX(_kafka_offset) AS last_offset, MAX(_refresh_time) AS last_refresh_time
           FROM "inventory"."products__stage" GROUP BY _kafka_partition) b
     WHERE NOT EXISTS (SELECT 1 FROM "inventory"."products__watermark" w WHERE w.kafka_partition = b._kafka_partition);
-    -- The stage is empty between runs (DELETE, not TRUNCATE: TRUNCATE would commit).
-    DELETE FROM "inventory"."products__stage";
   END IF;
   -- 8. One run-log row per call, also when nothing was new (9.).
   --    Left for the caller in a temporary table: it never reads the run log (call_result.py).
@@ -681,16 +663,30 @@ BEGIN
     truncates bigint, watermark_before varchar(65535), watermark_after varchar(65535), lag_seconds double precision, status varchar(16) NOT NULL);
   INSERT INTO "sync_call_result" (table_name, backend_pid, started_at, finished_at, events_read, upserted, deleted,
     quarantined, tombstones, stale, superseded, truncates, watermark_before, watermark_after, lag_seconds, status)
-  SELECT 'products', PG_BACKEND_PID(), v_started, CAST(TO_TIMESTAMP(TIMEOFDAY(), 'Dy Mon DD HH24:MI:SS.US YYYY') AS timestamp), v_read, v_upserted, v_deleted,
-    v_quarantined, v_tombstones, v_stale, v_superseded, v_truncates, v_wm_before,
-    LISTAGG(CASE WHEN r.pos__ <= 65503 THEN r.item__ END, ',') WITHIN GROUP (ORDER BY r.order__)
-         || COALESCE(' (+' || CAST(NULLIF(COUNT(CASE WHEN r.pos__ > 65503 THEN 1 END), 0) AS varchar(20)) || ' more)', ''), v_lag, 'ok'
-  FROM (SELECT r.*, SUM(OCTET_LENGTH(r.item__) + 1) OVER (ORDER BY r.order__ ROWS UNBOUNDED PRECEDING) AS pos__
-        FROM (SELECT r.*, CAST(r.kafka_partition AS varchar(20)) || ':' || CAST(r.last_offset AS varchar(20)) AS item__,
-            r.kafka_partition AS order__ FROM "inventory"."products__watermark" r) r) r;
+  SELECT 'products', PG_BACKEND_PID(), v_started, CAST(TO_TIMESTAMP(TIMEOFDAY(), 'Dy Mon DD HH24:MI:SS.US YYYY') AS timestamp), v_read, c.upserted, c.deleted,
+    c.quarantined, c.tombstones, c.stale, c.superseded, c.truncates, v_wm_before,
+    w.watermark_after, c.lag_seconds, 'ok'
+  FROM (SELECT COUNT(CASE WHEN _rn = 1 AND _action = 'upsert' THEN 1 END) AS upserted,
+               COUNT(CASE WHEN _rn = 1 AND _action = 'delete' THEN 1 END) AS deleted, COUNT(CASE WHEN _action = 'quarantine' THEN 1 END) AS quarantined,
+               COUNT(CASE WHEN _action = 'tombstone' THEN 1 END) AS tombstones, COUNT(CASE WHEN _action IN ('stale', 'truncated') THEN 1 END) AS stale,
+               COUNT(CASE WHEN _rn > 1 AND _action IN ('upsert', 'delete') THEN 1 END) AS superseded,
+               COUNT(CASE WHEN _action = 'truncate' THEN 1 END) AS truncates,
+               DATEDIFF(microsecond, MAX(_kafka_timestamp), v_started) / 1000000.0 AS lag_seconds
+        FROM "inventory"."products__stage") c,
+       (SELECT LISTAGG(CASE WHEN r.pos__ <= 65503 THEN r.item__ END, ',') WITHIN GROUP (ORDER BY r.order__)
+               || COALESCE(' (+' || CAST(NULLIF(COUNT(CASE WHEN r.pos__ > 65503 THEN 1 END), 0) AS varchar(20)) || ' more)', '') AS watermark_after
+        FROM (SELECT r.*, SUM(OCTET_LENGTH(r.item__) + 1) OVER (ORDER BY r.order__ ROWS UNBOUNDED PRECEDING) AS pos__
+              FROM (SELECT r.*, CAST(r.kafka_partition AS varchar(20)) || ':' || CAST(r.last_offset AS varchar(20)) AS item__,
+                  r.kafka_partition AS order__ FROM "inventory"."products__watermark" r) r) r) w;
   INSERT INTO "inventory"."sync_run_log" (table_name, backend_pid, started_at, finished_at, events_read, upserted, deleted,
     quarantined, tombstones, stale, superseded, truncates, watermark_before, watermark_after, lag_seconds, status)
-  SELECT * FROM "sync_call_result";
+  SELECT table_name, backend_pid, started_at, finished_at, events_read, upserted, deleted,
+    quarantined, tombstones, stale, superseded, truncates, watermark_before, watermark_after, lag_seconds, status
+  FROM "sync_call_result";
+  -- The stage is empty between runs (DELETE, not TRUNCATE: TRUNCATE would commit).
+  IF v_read > 0 THEN
+    DELETE FROM "inventory"."products__stage";
+  END IF;
 END;
 $$ LANGUAGE plpgsql
 SET timezone TO 'UTC';
@@ -716,8 +712,7 @@ BEGIN
   -- 1. Single flight, as in the sync itself.
   LOCK TABLE "inventory"."products__watermark";
   v_started := CAST(TO_TIMESTAMP(TIMEOFDAY(), 'Dy Mon DD HH24:MI:SS.US YYYY') AS timestamp);
-  SELECT MAX(last_refresh_time) INTO v_since FROM "inventory"."products__watermark";
-  v_since := COALESCE(v_since, TIMESTAMP '1900-01-01 00:00:00');
+  SELECT COALESCE(MAX(last_refresh_time), TIMESTAMP '1900-01-01 00:00:00') INTO v_since FROM "inventory"."products__watermark";
   SELECT x.kafka_partition, x.kafka_offset, x.refresh_time
   INTO v_partition, v_offset, v_refresh_time
   FROM (SELECT s.*, ROW_NUMBER() OVER (ORDER BY s.refresh_time, s.kafka_partition, s.kafka_offset) AS read_no

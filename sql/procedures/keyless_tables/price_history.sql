@@ -101,11 +101,9 @@ AS $$
 -- Merges new records of the topic into the target (p_max_records NULL: all of them);
 -- see the README, 'How a sync works: the procedure contract'.
 DECLARE
-  v_started timestamp; v_since timestamp; v_wm_before varchar(65535); v_read bigint := 0; v_upserted bigint := 0;
-  v_deleted bigint := 0; v_quarantined bigint := 0; v_tombstones bigint := 0; v_stale bigint := 0;
-  v_superseded bigint := 0; v_truncates bigint := 0; v_rows bigint := 0; v_positionless bigint := 0;
-  v_unavailable bigint := 0; v_drift bigint := 0; v_replayed bigint := 0; v_lag double precision; v_until_time timestamp;
-  v_until_partition bigint; v_until_offset bigint;
+  v_started timestamp; v_since timestamp; v_wm_before varchar(65535); v_read bigint := 0; v_quarantined bigint := 0;
+  v_rows bigint := 0; v_positionless bigint := 0; v_unavailable bigint := 0; v_drift bigint := 0; v_replayed bigint := 0;
+  v_until_time timestamp; v_until_partition bigint; v_until_offset bigint;
 BEGIN
   -- 10. Session settings this procedure needs.
   SET enable_case_sensitive_identifier TO true;
@@ -116,7 +114,7 @@ BEGIN
   LOCK TABLE "audit"."price_history__watermark";
   v_started := CAST(TO_TIMESTAMP(TIMEOFDAY(), 'Dy Mon DD HH24:MI:SS.US YYYY') AS timestamp);
   -- The watermark, its summary for the run log, and the quarantined records being replayed.
-  SELECT MAX(r.last_refresh_time),
+  SELECT COALESCE(MAX(r.last_refresh_time), TIMESTAMP '1900-01-01 00:00:00'),
          (SELECT COUNT(*) FROM "audit"."price_history__quarantine" WHERE table_name = 'price_history' AND handled = 'replaying'),
          LISTAGG(CASE WHEN r.pos__ <= 65503 THEN r.item__ END, ',') WITHIN GROUP (ORDER BY r.order__)
          || COALESCE(' (+' || CAST(NULLIF(COUNT(CASE WHEN r.pos__ > 65503 THEN 1 END), 0) AS varchar(20)) || ' more)', '')
@@ -124,7 +122,6 @@ BEGIN
   FROM (SELECT r.*, SUM(OCTET_LENGTH(r.item__) + 1) OVER (ORDER BY r.order__ ROWS UNBOUNDED PRECEDING) AS pos__
         FROM (SELECT r.*, CAST(r.kafka_partition AS varchar(20)) || ':' || CAST(r.last_offset AS varchar(20)) AS item__,
             r.kafka_partition AS order__ FROM "audit"."price_history__watermark" r) r) r;
-  v_since := COALESCE(v_since, TIMESTAMP '1900-01-01 00:00:00');
   -- A bounded run (record isolation by the caller) reads the first p_max_records pending
   -- records in (refresh_time, partition, offset) order: a prefix of every partition
   -- (0: none, which tells a failure of the procedure itself from one of a record).
@@ -192,7 +189,7 @@ BEGIN
            CASE WHEN IS_VARCHAR(f.b__p1) THEN f.b__p1::varchar(65535) WHEN f.b__p1 IS NOT NULL THEN JSON_SERIALIZE(f.b__p1) END AS "x__p1"
     FROM envelope_1 f),
   fields AS (
-    SELECT f.kafka_partition, f.kafka_offset, f.kafka_timestamp, f.refresh_time, f.payload, f.raw_value, f.env, f.img, f.op, f.src."ts_ms" AS source_ts_ms,
+    SELECT f.kafka_partition, f.kafka_offset, f.kafka_timestamp, f.refresh_time, f.payload, f.raw_value, f.env, f.img, f.op, f.src."ts_ms" AS j__ts_ms,
            CASE WHEN COALESCE(NULLIF(NULLIF(REGEXP_SUBSTR(f.x__p0, '([0-9]+)"?[]]$', 1, 1, 'e'), ''), ''), f.x__p1) IS NOT NULL
                THEN lpad(COALESCE(NULLIF(NULLIF(REGEXP_SUBSTR(f.x__p0, '^[[]"?([0-9]*)', 1, 1, 'e'), ''), ''),
                COALESCE(NULLIF(NULLIF(REGEXP_SUBSTR(f.x__p0, '([0-9]+)"?[]]$', 1, 1, 'e'), ''), ''), f.x__p1)), 20,
@@ -245,22 +242,18 @@ BEGIN
                THEN '.' || SUBSTRING(f.g__v1, LENGTH(f.g__v1) - 2 + 1) ELSE '' END) END AS "t__v1"
     FROM fields_9 f),
   typed AS (
-    SELECT f.kafka_partition, f.kafka_offset, f.kafka_timestamp, f.refresh_time, f.payload, f.raw_value, f.env, f.img, f.op, f.source_pos,
-           CAST(f.source_ts_ms AS bigint) AS source_ts_ms, NOT (f.source_ts_ms IS NULL) AS has_source_ts, f."j__sku" AS "j__sku", f."u__sku" AS "u__sku",
+    SELECT f.*, CAST(f.j__ts_ms AS bigint) AS source_ts_ms, NOT (f.j__ts_ms IS NULL) AS has_source_ts,
            CASE WHEN f."u__sku" THEN NULL ELSE CAST(CASE WHEN OCTET_LENGTH(f.x__v0) <= 32 THEN f.x__v0 END AS varchar(32)) END AS "sku",
-           f."j__price" AS "j__price",
            CAST(CASE WHEN ABS(CAST(CASE WHEN LENGTH(LTRIM(SPLIT_PART(REPLACE(f.t__v1, '-', ''), '.', 1), '0')) <= 10
                THEN f.t__v1 END AS decimal(38,2))) <= 9999999999.99 THEN CAST(CASE WHEN LENGTH(LTRIM(SPLIT_PART(REPLACE(f.t__v1, '-', ''), '.', 1), '0')) <= 10
                THEN f.t__v1 END AS decimal(38,2)) END AS decimal(12,2)) AS "price",
-           f."j__valid_from" AS "j__valid_from", CAST(DATEADD(day, CAST(f.e__v2 AS integer), DATE '1970-01-01') AS date) AS "valid_from",
+           CAST(DATEADD(day, CAST(f.e__v2 AS integer), DATE '1970-01-01') AS date) AS "valid_from",
            NULLIF('|' || CASE WHEN f."u__sku" THEN 'sku|' ELSE '' END, '|') AS unavailable,
            CASE WHEN f.op IN ('c', 'r', 'u') AND IS_OBJECT(f.img) AND NOT (f."j__sku" IS NOT NULL AND f."j__price" IS NOT NULL AND f."j__valid_from" IS NOT NULL
                AND GET_NUMBER_ATTRIBUTES(f.img) = 3) THEN f.img END AS drift_img
     FROM fields_10 f),
   checked AS (
-    SELECT t.kafka_partition, t.kafka_offset, t.kafka_timestamp, t.refresh_time, t.raw_value, t.op, t.source_ts_ms,
-           t.source_pos, t.unavailable, t.drift_img, t."sku", t."price", t."valid_from",
-           t.payload, t.has_source_ts,
+    SELECT t.*,
            CASE
              WHEN t.raw_value IS NOT NULL THEN 1
              WHEN (t.env IS NULL) THEN 2
@@ -365,7 +358,7 @@ BEGIN
            CASE WHEN IS_VARCHAR(f.b__p1) THEN f.b__p1::varchar(65535) WHEN f.b__p1 IS NOT NULL THEN JSON_SERIALIZE(f.b__p1) END AS "x__p1"
     FROM envelope_1 f),
   fields AS (
-    SELECT f.kafka_partition, f.kafka_offset, f.kafka_timestamp, f.refresh_time, f.payload, f.raw_value, f.env, f.img, f.op, f.src."ts_ms" AS source_ts_ms,
+    SELECT f.kafka_partition, f.kafka_offset, f.kafka_timestamp, f.refresh_time, f.payload, f.raw_value, f.env, f.img, f.op, f.src."ts_ms" AS j__ts_ms,
            CASE WHEN COALESCE(NULLIF(NULLIF(REGEXP_SUBSTR(f.x__p0, '([0-9]+)"?[]]$', 1, 1, 'e'), ''), ''), f.x__p1) IS NOT NULL
                THEN lpad(COALESCE(NULLIF(NULLIF(REGEXP_SUBSTR(f.x__p0, '^[[]"?([0-9]*)', 1, 1, 'e'), ''), ''),
                COALESCE(NULLIF(NULLIF(REGEXP_SUBSTR(f.x__p0, '([0-9]+)"?[]]$', 1, 1, 'e'), ''), ''), f.x__p1)), 20,
@@ -418,22 +411,18 @@ BEGIN
                THEN '.' || SUBSTRING(f.g__v1, LENGTH(f.g__v1) - 2 + 1) ELSE '' END) END AS "t__v1"
     FROM fields_9 f),
   typed AS (
-    SELECT f.kafka_partition, f.kafka_offset, f.kafka_timestamp, f.refresh_time, f.payload, f.raw_value, f.env, f.img, f.op, f.source_pos,
-           CAST(f.source_ts_ms AS bigint) AS source_ts_ms, NOT (f.source_ts_ms IS NULL) AS has_source_ts, f."j__sku" AS "j__sku", f."u__sku" AS "u__sku",
+    SELECT f.*, CAST(f.j__ts_ms AS bigint) AS source_ts_ms, NOT (f.j__ts_ms IS NULL) AS has_source_ts,
            CASE WHEN f."u__sku" THEN NULL ELSE CAST(CASE WHEN OCTET_LENGTH(f.x__v0) <= 32 THEN f.x__v0 END AS varchar(32)) END AS "sku",
-           f."j__price" AS "j__price",
            CAST(CASE WHEN ABS(CAST(CASE WHEN LENGTH(LTRIM(SPLIT_PART(REPLACE(f.t__v1, '-', ''), '.', 1), '0')) <= 10
                THEN f.t__v1 END AS decimal(38,2))) <= 9999999999.99 THEN CAST(CASE WHEN LENGTH(LTRIM(SPLIT_PART(REPLACE(f.t__v1, '-', ''), '.', 1), '0')) <= 10
                THEN f.t__v1 END AS decimal(38,2)) END AS decimal(12,2)) AS "price",
-           f."j__valid_from" AS "j__valid_from", CAST(DATEADD(day, CAST(f.e__v2 AS integer), DATE '1970-01-01') AS date) AS "valid_from",
+           CAST(DATEADD(day, CAST(f.e__v2 AS integer), DATE '1970-01-01') AS date) AS "valid_from",
            NULLIF('|' || CASE WHEN f."u__sku" THEN 'sku|' ELSE '' END, '|') AS unavailable,
            CASE WHEN f.op IN ('c', 'r', 'u') AND IS_OBJECT(f.img) AND NOT (f."j__sku" IS NOT NULL AND f."j__price" IS NOT NULL AND f."j__valid_from" IS NOT NULL
                AND GET_NUMBER_ATTRIBUTES(f.img) = 3) THEN f.img END AS drift_img
     FROM fields_10 f),
   checked AS (
-    SELECT t.kafka_partition, t.kafka_offset, t.kafka_timestamp, t.refresh_time, t.raw_value, t.op, t.source_ts_ms,
-           t.source_pos, t.unavailable, t.drift_img, t."sku", t."price", t."valid_from",
-           t.payload, t.has_source_ts,
+    SELECT t.*,
            CASE
              WHEN t.raw_value IS NOT NULL THEN 1
              WHEN (t.env IS NULL) THEN 2
@@ -494,9 +483,9 @@ BEGIN
   END IF;
   IF v_read > 0 THEN
     -- What the batch needs of the rarely needed steps.
-    SELECT COUNT(_drift_img), COUNT(CASE WHEN _source_pos IS NULL AND _action IN ('upsert', 'delete') THEN 1 END),
-           COUNT(CASE WHEN _unavailable IS NOT NULL THEN 1 END)
-    INTO v_drift, v_positionless, v_unavailable
+    SELECT COUNT(_drift_img), COUNT(CASE WHEN _action = 'quarantine' THEN 1 END),
+           COUNT(CASE WHEN _source_pos IS NULL AND _action IN ('upsert', 'delete') THEN 1 END), COUNT(CASE WHEN _unavailable IS NOT NULL THEN 1 END)
+    INTO v_drift, v_quarantined, v_positionless, v_unavailable
     FROM "audit"."price_history__stage";
     -- 3. An update applies whole: one whose before image is missing or does not convert is
     --    quarantined, and the before image of one that does not apply goes.
@@ -655,11 +644,8 @@ BEGIN
     FROM (SELECT DISTINCT _source_pos FROM "audit"."price_history__stage"
           WHERE _action IN ('upsert', 'delete') AND _op IN ('c', 'u', 'd')) a;
     DELETE FROM "audit"."price_history__stage" WHERE _op = 'before';
-    SELECT COUNT(CASE WHEN _rn = 1 AND _action = 'upsert' THEN 1 END), COUNT(CASE WHEN _rn = 1 AND _action = 'delete' THEN 1 END),
-           COUNT(CASE WHEN _action = 'quarantine' THEN 1 END), COUNT(CASE WHEN _action = 'tombstone' THEN 1 END),
-           COUNT(CASE WHEN _action IN ('stale', 'truncated') THEN 1 END), COUNT(CASE WHEN _rn > 1 AND _action IN ('upsert', 'delete') THEN 1 END),
-           COUNT(CASE WHEN _action = 'truncate' THEN 1 END), DATEDIFF(microsecond, MAX(_kafka_timestamp), v_started) / 1000000.0
-    INTO v_upserted, v_deleted, v_quarantined, v_tombstones, v_stale, v_superseded, v_truncates, v_lag
+    SELECT COUNT(CASE WHEN _action = 'quarantine' THEN 1 END)
+    INTO v_quarantined
     FROM "audit"."price_history__stage";
     -- 6. Schema drift: unknown fields in the row images, configured fields missing from them
     --    (only images set aside by the stage query can have either).
@@ -706,8 +692,6 @@ BEGIN
     FROM (SELECT _kafka_partition, MAX(_kafka_offset) AS last_offset, MAX(_refresh_time) AS last_refresh_time
           FROM "audit"."price_history__stage" GROUP BY _kafka_partition) b
     WHERE NOT EXISTS (SELECT 1 FROM "audit"."price_history__watermark" w WHERE w.kafka_partition = b._kafka_partition);
-    -- The stage is empty between runs (DELETE, not TRUNCATE: TRUNCATE would commit).
-    DELETE FROM "audit"."price_history__stage";
   END IF;
   -- 8. One run-log row per call, also when nothing was new (9.).
   --    Left for the caller in a temporary table: it never reads the run log (call_result.py).
@@ -717,17 +701,31 @@ BEGIN
     truncates bigint, watermark_before varchar(65535), watermark_after varchar(65535), lag_seconds double precision, status varchar(16) NOT NULL);
   INSERT INTO "sync_call_result" (table_name, backend_pid, started_at, finished_at, events_read, upserted, deleted,
     quarantined, tombstones, stale, superseded, truncates, watermark_before, watermark_after, lag_seconds, status)
-  SELECT 'price_history', PG_BACKEND_PID(), v_started, CAST(TO_TIMESTAMP(TIMEOFDAY(), 'Dy Mon DD HH24:MI:SS.US YYYY') AS timestamp), v_read, v_upserted,
-      v_deleted,
-    v_quarantined, v_tombstones, v_stale, v_superseded, v_truncates, v_wm_before,
-    LISTAGG(CASE WHEN r.pos__ <= 65503 THEN r.item__ END, ',') WITHIN GROUP (ORDER BY r.order__)
-         || COALESCE(' (+' || CAST(NULLIF(COUNT(CASE WHEN r.pos__ > 65503 THEN 1 END), 0) AS varchar(20)) || ' more)', ''), v_lag, 'ok'
-  FROM (SELECT r.*, SUM(OCTET_LENGTH(r.item__) + 1) OVER (ORDER BY r.order__ ROWS UNBOUNDED PRECEDING) AS pos__
-        FROM (SELECT r.*, CAST(r.kafka_partition AS varchar(20)) || ':' || CAST(r.last_offset AS varchar(20)) AS item__,
-            r.kafka_partition AS order__ FROM "audit"."price_history__watermark" r) r) r;
+  SELECT 'price_history', PG_BACKEND_PID(), v_started, CAST(TO_TIMESTAMP(TIMEOFDAY(), 'Dy Mon DD HH24:MI:SS.US YYYY') AS timestamp), v_read, c.upserted,
+      c.deleted,
+    c.quarantined, c.tombstones, c.stale, c.superseded, c.truncates, v_wm_before,
+    w.watermark_after, c.lag_seconds, 'ok'
+  FROM (SELECT COUNT(CASE WHEN _rn = 1 AND _action = 'upsert' THEN 1 END) AS upserted,
+               COUNT(CASE WHEN _rn = 1 AND _action = 'delete' THEN 1 END) AS deleted, COUNT(CASE WHEN _action = 'quarantine' THEN 1 END) AS quarantined,
+               COUNT(CASE WHEN _action = 'tombstone' THEN 1 END) AS tombstones, COUNT(CASE WHEN _action IN ('stale', 'truncated') THEN 1 END) AS stale,
+               COUNT(CASE WHEN _rn > 1 AND _action IN ('upsert', 'delete') THEN 1 END) AS superseded,
+               COUNT(CASE WHEN _action = 'truncate' THEN 1 END) AS truncates,
+               DATEDIFF(microsecond, MAX(_kafka_timestamp), v_started) / 1000000.0 AS lag_seconds
+        FROM "audit"."price_history__stage") c,
+       (SELECT LISTAGG(CASE WHEN r.pos__ <= 65503 THEN r.item__ END, ',') WITHIN GROUP (ORDER BY r.order__)
+               || COALESCE(' (+' || CAST(NULLIF(COUNT(CASE WHEN r.pos__ > 65503 THEN 1 END), 0) AS varchar(20)) || ' more)', '') AS watermark_after
+        FROM (SELECT r.*, SUM(OCTET_LENGTH(r.item__) + 1) OVER (ORDER BY r.order__ ROWS UNBOUNDED PRECEDING) AS pos__
+              FROM (SELECT r.*, CAST(r.kafka_partition AS varchar(20)) || ':' || CAST(r.last_offset AS varchar(20)) AS item__,
+                  r.kafka_partition AS order__ FROM "audit"."price_history__watermark" r) r) r) w;
   INSERT INTO "audit"."sync_run_log" (table_name, backend_pid, started_at, finished_at, events_read, upserted, deleted,
     quarantined, tombstones, stale, superseded, truncates, watermark_before, watermark_after, lag_seconds, status)
-  SELECT * FROM "sync_call_result";
+  SELECT table_name, backend_pid, started_at, finished_at, events_read, upserted, deleted,
+    quarantined, tombstones, stale, superseded, truncates, watermark_before, watermark_after, lag_seconds, status
+  FROM "sync_call_result";
+  -- The stage is empty between runs (DELETE, not TRUNCATE: TRUNCATE would commit).
+  IF v_read > 0 THEN
+    DELETE FROM "audit"."price_history__stage";
+  END IF;
 END;
 $$ LANGUAGE plpgsql
 SET timezone TO 'UTC';
@@ -753,8 +751,7 @@ BEGIN
   -- 1. Single flight, as in the sync itself.
   LOCK TABLE "audit"."price_history__watermark";
   v_started := CAST(TO_TIMESTAMP(TIMEOFDAY(), 'Dy Mon DD HH24:MI:SS.US YYYY') AS timestamp);
-  SELECT MAX(last_refresh_time) INTO v_since FROM "audit"."price_history__watermark";
-  v_since := COALESCE(v_since, TIMESTAMP '1900-01-01 00:00:00');
+  SELECT COALESCE(MAX(last_refresh_time), TIMESTAMP '1900-01-01 00:00:00') INTO v_since FROM "audit"."price_history__watermark";
   SELECT x.kafka_partition, x.kafka_offset, x.refresh_time
   INTO v_partition, v_offset, v_refresh_time
   FROM (SELECT s.*, ROW_NUMBER() OVER (ORDER BY s.refresh_time, s.kafka_partition, s.kafka_offset) AS read_no

@@ -8,7 +8,7 @@ from sync.sql import schemas
 from sync.sql.dialect import quote_literal
 from sync.sql.policy import key_read
 from sync.sql.procedure.batch import pending_in_order_sql
-from sync.sql.procedure.context import CALL_TIME, OUTCOMES, UNBOUNDED, WATERMARK_ITEM, Action, TableSql, positionless
+from sync.sql.procedure.context import CALL_TIME, NEVER, OUTCOMES, UNBOUNDED, WATERMARK_ITEM, Action, TableSql, positionless
 from sync.sql.procedure.fields import has_toast
 from sync.sql.procedure.text import WIDE, indent, packed, wrapped
 
@@ -39,14 +39,14 @@ def watermark_before_sql(ctx: TableSql) -> str:
         ",",
         "r.kafka_partition",
         ctx.rel.watermark,
-        extra=f"MAX(r.last_refresh_time),\n       {replaying}" + (f",\n       {key[0]}" if key else ""),
+        extra=f"COALESCE(MAX(r.last_refresh_time), {NEVER}),\n       {replaying}" + (f",\n       {key[0]}" if key else ""),
         into="v_since, v_replayed, " + (f"{key[1]}, " if key else "") + "v_wm_before",
     )
     return (
         "-- The watermark, its summary for the run log, and the quarantined records being replayed"
         + (" (and the\n-- column policies' hash key: without one, the call stops here).\n" if key else ".\n")
         + summary
-        + ";\nv_since := COALESCE(v_since, TIMESTAMP '1900-01-01 00:00:00');"
+        + ";"
         + (f"\n{key[2]}" if key else "")
     )
 
@@ -64,7 +64,7 @@ def bound_sql(ctx: TableSql) -> str:
         "-- (0: none, which tells a failure of the procedure itself from one of a record).\n"
         f"v_until_time := {UNBOUNDED};\n"
         "IF p_max_records < 1 THEN\n"
-        "  v_until_time := TIMESTAMP '1900-01-01 00:00:00';\n"
+        f"  v_until_time := {NEVER};\n"
         "ELSIF p_max_records IS NOT NULL THEN\n"
         + indent(f"{first};\nv_until_time := COALESCE(v_until_time, {UNBOUNDED});", 2)
         + "\nEND IF;"
@@ -73,8 +73,10 @@ def bound_sql(ctx: TableSql) -> str:
 
 def batch_counts_sql(ctx: TableSql) -> str:
     """One pass over a batch with records tells which of the rarely needed steps it needs,
-    and where its newest truncate is (truncate events keep their state to the end)."""
-    counted = {"v_drift": "COUNT(_drift_img)"}
+    and where its newest truncate is (truncate events keep their state to the end). The
+    quarantined count guards the quarantine step: a later step that quarantines a record
+    adds it (`counted_quarantine`)."""
+    counted = {"v_drift": "COUNT(_drift_img)", "v_quarantined": OUTCOMES["quarantined"]}
     if ctx.source_order:
         counted["v_positionless"] = f"COUNT(CASE WHEN {positionless()} THEN 1 END)"
     if has_toast(ctx.table):
@@ -100,11 +102,15 @@ def analyze_stage_sql(ctx: TableSql) -> str:
     )
 
 
-def outcome_counts_sql(ctx: TableSql) -> str:
-    """What the batch comes to, for the run log: each count, and the lag."""
-    values = [*OUTCOMES.values(), ctx.d.seconds_between(CALL_TIME, "MAX(_kafka_timestamp)")]
-    into = [*(f"v_{name}" for name in OUTCOMES), "v_lag"]
-    return f"SELECT {packed(values, ' ' * 7, WIDE)}\nINTO {', '.join(into)}\nFROM {ctx.rel.stage};"
+def counted_quarantine() -> str:
+    """After an UPDATE that quarantines records: they join the count that guards the
+    quarantine step (`batch_counts_sql`)."""
+    return "GET DIAGNOSTICS v_rows := ROW_COUNT;\nv_quarantined := v_quarantined + v_rows;"
+
+
+def quarantined_count_sql(ctx: TableSql) -> str:
+    """The records of the batch the rules quarantined, which the quarantine step inserts."""
+    return f"SELECT {OUTCOMES['quarantined']}\nINTO v_quarantined\nFROM {ctx.rel.stage};"
 
 
 def quarantine_insert_sql(ctx: TableSql, values: dict[str, str], record: str, rest: str) -> str:
@@ -165,7 +171,10 @@ def advance_watermark_sql(ctx: TableSql) -> str:
 
 
 def empty_stage_sql(ctx: TableSql) -> str:
-    return f"-- The stage is empty between runs (DELETE, not TRUNCATE: TRUNCATE would commit).\nDELETE FROM {ctx.rel.stage};"
+    return (
+        "-- The stage is empty between runs (DELETE, not TRUNCATE: TRUNCATE would commit).\n"
+        f"IF v_read > 0 THEN\n  DELETE FROM {ctx.rel.stage};\nEND IF;"
+    )
 
 
 def run_log_insert_sql(
@@ -189,20 +198,25 @@ def run_log_insert_sql(
 
 
 def run_log_row_sql(ctx: TableSql, into: str = "", prepare: str = "") -> str:
-    """8. One run-log row per call, also when nothing was new (9.), with the watermark as
-    the call leaves it, read in the same statement (into the run log, or `into` after the
+    """8. One run-log row per call, also when nothing was new (9.): what the batch came to,
+    counted over the stage as the rules left it (`c`), and the watermark as the call leaves
+    it (`w`), each read once in the same statement (into the run log, or `into` after the
     statements `prepare`)."""
     watermark_after, source = ctx.d.bounded_list_parts(WATERMARK_ITEM, ",", "r.kafka_partition", ctx.rel.watermark)
+    counts = [f"{count} AS {name}" for name, count in OUTCOMES.items()]
+    counts.append(f"{ctx.d.seconds_between(CALL_TIME, 'MAX(_kafka_timestamp)')} AS lag_seconds")
+    outcomes = f"(SELECT {packed(counts, ' ' * 13, WIDE)}\n      FROM {ctx.rel.stage}) c"
+    watermark = f"(SELECT {watermark_after.replace(chr(10), chr(10) + ' ' * 6)} AS watermark_after\n{indent(source, 6)}) w"
     values = {
         "events_read": "v_read",
-        **{name: f"v_{name}" for name in OUTCOMES},
+        **{name: f"c.{name}" for name in OUTCOMES},
         "watermark_before": "v_wm_before",
-        "watermark_after": watermark_after,
-        "lag_seconds": "v_lag",
+        "watermark_after": "w.watermark_after",
+        "lag_seconds": "c.lag_seconds",
         "status": "'ok'",
     }
     return (
         "-- 8. One run-log row per call, also when nothing was new (9.).\n"
         + prepare
-        + run_log_insert_sql(ctx, values, breaks=(7, 13), rest=source, into=into)
+        + run_log_insert_sql(ctx, values, breaks=(7, 13), rest=f"FROM {outcomes},\n     {watermark}", into=into)
     )

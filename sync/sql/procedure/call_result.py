@@ -38,5 +38,5 @@ def call_result_sql(ctx: TableSql) -> str:
     columns = wrapped(schemas.names(RESULT_COLUMNS), (7,))
     return (
         run_log_row_sql(ctx, into=result, prepare=prepare)
-        + f"\nINSERT INTO {ctx.rel.run_log} ({columns})\nSELECT * FROM {result};"
+        + f"\nINSERT INTO {ctx.rel.run_log} ({columns})\nSELECT {columns}\nFROM {result};"
     )

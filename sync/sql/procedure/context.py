@@ -32,6 +32,8 @@ class Action(StrEnum):
 READ_ORDER = "s.refresh_time, s.kafka_partition, s.kafka_offset"
 # One partition's watermark as the run log writes it ("partition:offset"), over rows `r`.
 WATERMARK_ITEM = "CAST(r.kafka_partition AS varchar(20)) || ':' || CAST(r.last_offset AS varchar(20))"
+# Before any refresh: where a table's first run reads from.
+NEVER = "TIMESTAMP '1900-01-01 00:00:00'"
 # A run that is not bounded reads up to this refresh time.
 UNBOUNDED = "TIMESTAMP '9999-12-31 00:00:00'"
 # The call's one reading of the clock (UTC: PINNED_SETTING), taken once the lock is held:

@@ -11,8 +11,8 @@ from sync.sql.procedure.bookkeeping import (
     batch_counts_sql,
     bound_sql,
     empty_stage_sql,
-    outcome_counts_sql,
     quarantine_sql,
+    quarantined_count_sql,
     replayed_sql,
     session_settings_sql,
     single_flight_sql,
@@ -55,8 +55,8 @@ def keyless_apply_batch_sql(ctx: TableSql) -> str:
 KEYLESS_APPLY_STEPS = (
     Step(
         batch_counts_sql,
-        ("v_drift", "v_positionless", "v_unavailable"),
-        reads=facts("_drift_img _source_pos _action _unavailable", Action.UPSERT, Action.DELETE),
+        ("v_drift", "v_quarantined", "v_positionless", "v_unavailable"),
+        reads=facts("_drift_img _source_pos _action _unavailable", Action.UPSERT, Action.DELETE, Action.QUARANTINE),
     ),
     Step(
         pair_sql,
@@ -86,7 +86,8 @@ KEYLESS_APPLY_STEPS = (
         reads=facts("_action _source_pos _op", Action.UPSERT, Action.DELETE),
         writes=facts("_op"),
     ),
-    *_shared(APPLY_STEPS, outcome_counts_sql, drift_sql, quarantine_sql, replayed_sql, advance_watermark_sql, empty_stage_sql),
+    Step(quarantined_count_sql, ("v_quarantined",), reads=facts("_action", Action.QUARANTINE)),
+    *_shared(APPLY_STEPS, drift_sql, quarantine_sql, replayed_sql, advance_watermark_sql),
 )
 
 
@@ -96,5 +97,5 @@ KEYLESS_SYNC_STEPS = (
     Step(before_images_sql, STAGE_INPUTS, writes=STAGE),
     *_shared(SYNC_STEPS, stage_sql, analyze_stage_sql),
     Step(keyless_apply_batch_sql, ("v_read",)),
-    *_shared(SYNC_STEPS, call_result_sql),
+    *_shared(SYNC_STEPS, call_result_sql, empty_stage_sql),
 )

@@ -52,7 +52,7 @@ def _fields_step(ctx: TableSql) -> Chain:
     levels, named = named_texts(d, "f.src", position_fields(table), "p")
     chain.extend_levels("envelope", levels)
     source = source_sql(d, table, "f.src", named)
-    raw_lines = [f"{source.ts_ms} AS source_ts_ms", f"{source.position} AS source_pos", *carried_columns(ctx, "f.")]
+    raw_lines = [f"{source.ts_ms} AS j__ts_ms", f"{source.position} AS source_pos", *carried_columns(ctx, "f.")]
     for col in table.key_columns:
         raw_lines.append(f"{raw_field_sql(d, 'f.img', col)} AS {q(image_alias(col))}")
         raw_lines.append(f"{kafka_key_field_sql(d, table, col)} AS {q(key_alias(col))}")
@@ -96,7 +96,6 @@ def _typed_step(ctx: TableSql) -> Chain:
         raw = f"f.{q(raw_alias(col))}"
         result = decode(col, raw, f"v{i}")
         value = result.value
-        field_lines.append(f"{raw} AS {q(raw_alias(col))}")
         if toastable(col):
             # 3. (TOAST) the placeholder keeps the stored value: NULL here, filled in later.
             mark = f"f.{q(mark_alias(col))}"
@@ -106,14 +105,13 @@ def _typed_step(ctx: TableSql) -> Chain:
                 marks.setdefault(len(result.levels), {})[mark_alias(col)] = placeholder_sql(result.text)
             value = f"CASE WHEN {mark} THEN NULL ELSE {value} END"
             unavailable.append(f"CASE WHEN {mark} THEN {quote_literal(col.target_name + '|')} ELSE '' END")
-            field_lines.append(f"{mark} AS {q(mark_alias(col))}")
         field_lines.append(f"{value} AS {q(col.target_name)}")
     unavailable_list = "NULLIF('|' || " + " || ".join(unavailable) + ", '|')" if unavailable else "NULL"
     field_lines.append(f"{unavailable_list} AS unavailable")
     field_lines.append(f"{drift_image_sql(d, table)} AS drift_img")
     # source.ts_ms as a number here; it becomes a timestamp in the outer SELECT, which reads
     # it twice: on PostgreSQL the conversion would otherwise run twice per record.
-    source_ts_ms = d.cast_json("f.source_ts_ms", _BIGINT)
+    source_ts_ms = d.cast_json("f.j__ts_ms", _BIGINT)
     intermediate = merged_levels(decoded)
     for depth, named in sorted(marks.items()):
         intermediate += [{} for _ in range(depth + 1 - len(intermediate))]
@@ -125,11 +123,9 @@ def _typed_step(ctx: TableSql) -> Chain:
         "SELECT "
         + packed(
             [
-                _record_columns(
-                    "f.payload", "f.raw_value", "f.env", "f.img", "f.op", "f.source_pos", *carried_columns(ctx, "f.")
-                ),
+                "f.*",
                 f"{source_ts_ms} AS source_ts_ms",
-                f"NOT {d.json_is_null('f.source_ts_ms')} AS has_source_ts",
+                f"NOT {d.json_is_null('f.j__ts_ms')} AS has_source_ts",
                 *field_lines,
             ],
             " " * 7,
@@ -179,14 +175,7 @@ def _classified_step(ctx: TableSql) -> Chain:
     # each hashed field of its images, named once.
     levels, hashed = hashed_texts(d, table, "f.env") if has_policies(table) else ([], {})
     chain.extend_levels("hashed", levels)
-    kept = ["t.env", *(f"t.{name}" for name in hashed.values())] if has_policies(table) else []
-    chain.add(
-        "checked",
-        f"SELECT {_carried(ctx).lstrip()},\n"
-        f"       {', '.join(['t.payload', *kept, 't.has_source_ts'])},\n"
-        f"{indent(first_match(checks), 7)} AS check_no\n"
-        f"FROM {chain.last} t",
-    )
+    chain.add("checked", f"SELECT t.*,\n{indent(first_match(checks), 7)} AS check_no\nFROM {chain.last} t")
     quarantined = ", ".join(str(i) for i, chk in enumerate(checks, start=1) if chk.action == Action.QUARANTINE)
     # The payload is kept for quarantined records, and for records with a TOAST
     # placeholder (quarantined later when no earlier value is known).

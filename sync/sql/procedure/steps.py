@@ -19,7 +19,6 @@ from sync.sql.procedure.bookkeeping import (
     batch_counts_sql,
     bound_sql,
     empty_stage_sql,
-    outcome_counts_sql,
     quarantine_sql,
     replayed_sql,
     session_settings_sql,
@@ -27,7 +26,7 @@ from sync.sql.procedure.bookkeeping import (
     watermark_before_sql,
 )
 from sync.sql.procedure.call_result import call_result_sql
-from sync.sql.procedure.context import CALL_TIME, OUTCOMES, Action, TableSql
+from sync.sql.procedure.context import CALL_TIME, Action, TableSql
 from sync.sql.procedure.drift import drift_sql
 from sync.sql.procedure.fields import has_toast
 from sync.sql.procedure.history import history_sql
@@ -64,13 +63,13 @@ VARIABLES = {
         Variable("v_since", "timestamp"),
         Variable("v_wm_before", schemas.LONG_TEXT),
         Variable("v_read", "bigint", "0"),
-        *(Variable(f"v_{name}", "bigint", "0") for name in OUTCOMES),
+        Variable("v_quarantined", "bigint", "0"),
+        Variable("v_truncates", "bigint", "0"),
         Variable("v_rows", "bigint", "0"),
         Variable("v_positionless", "bigint", "0"),
         Variable("v_unavailable", "bigint", "0"),
         Variable("v_drift", "bigint", "0"),
         Variable("v_replayed", "bigint", "0"),
-        Variable("v_lag", "double precision"),
         Variable("v_until_time", "timestamp"),
         Variable("v_until_partition", "bigint"),
         Variable("v_until_offset", "bigint"),
@@ -162,8 +161,10 @@ ALL_STATES = facts(*Action)
 APPLY_STEPS = (
     Step(
         batch_counts_sql,
-        ("v_drift", "v_positionless", "v_unavailable", "v_truncates", "v_truncate_pos", "v_truncate_ts"),
-        reads=facts("_drift_img _source_pos _source_ts _action _unavailable", Action.UPSERT, Action.DELETE, Action.TRUNCATE),
+        ("v_drift", "v_quarantined", "v_positionless", "v_unavailable", "v_truncates", "v_truncate_pos", "v_truncate_ts"),
+        reads=facts(
+            "_drift_img _source_pos _source_ts _action _unavailable", Action.UPSERT, Action.DELETE, Action.TRUNCATE, Action.QUARANTINE
+        ),
     ),
     Step(
         redundant_tombstones_sql,
@@ -181,7 +182,7 @@ APPLY_STEPS = (
     ),
     Step(
         toast_sql,
-        ("v_unavailable",),
+        ("v_unavailable", "v_rows", "v_quarantined"),
         _has_toast,
         reads=RANKED | STORED | facts("_unavailable values"),
         # Completes what is known, then quarantines the winners it could not complete.
@@ -230,11 +231,6 @@ APPLY_STEPS = (
         | facts(KAFKA, "_kafka_timestamp _source_pos _source_ts _rank_pos _op _unavailable values")
         | facts(Action.STALE, Action.TRUNCATED, Action.TRUNCATE),
     ),
-    Step(
-        outcome_counts_sql,
-        (*(f"v_{name}" for name in OUTCOMES), "v_lag", CALL_TIME),
-        reads=ALL_STATES | facts("_rn _action _kafka_timestamp"),
-    ),
     Step(apply_hard_sql, (CALL_TIME,), _hard, reads=RANKED | facts(KAFKA, "_kafka_timestamp _source_ts _source_pos values")),
     Step(
         delete_values_sql,
@@ -253,7 +249,6 @@ APPLY_STEPS = (
     ),
     Step(replayed_sql, ("v_replayed", CALL_TIME)),
     Step(advance_watermark_sql, (CALL_TIME,), reads=facts(KAFKA, "_refresh_time")),
-    Step(empty_stage_sql),
 )
 # The steps of `incremental_sync_<table>(p_max_records)`, in output order.
 SYNC_STEPS = (
@@ -269,7 +264,8 @@ SYNC_STEPS = (
     ),
     Step(analyze_stage_sql, ("v_read",), lambda ctx: ctx.d.analyze_stage, reads=facts("_action _rn values")),
     Step(apply_batch_sql, ("v_read",)),
-    Step(call_result_sql, (CALL_TIME, "v_read", *(f"v_{name}" for name in OUTCOMES), "v_wm_before", "v_lag")),
+    Step(call_result_sql, (CALL_TIME, "v_read", "v_wm_before"), reads=ALL_STATES | facts("_rn _action _kafka_timestamp")),
+    Step(empty_stage_sql, ("v_read",)),
 )
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 from sync.debezium.vocabulary import TOAST_PLACEHOLDER
 from sync.sql.apply import key_match
 from sync.sql.dialect import quote_literal
+from sync.sql.procedure.bookkeeping import counted_quarantine
 from sync.sql.procedure.context import Action, TableSql
 from sync.sql.procedure.fields import toastable
 from sync.sql.procedure.ordering import stored_rows
@@ -77,5 +78,6 @@ def unknown_toast_sql(ctx: TableSql) -> str:
         f"UPDATE {ctx.rel.stage} s SET _action = '{Action.QUARANTINE}', _reason = SUBSTRING("
         f"'no earlier value is known for the TOAST placeholder ({TOAST_PLACEHOLDER}) in ' || BTRIM(s._unavailable, '|'), 1, 1000)\n"
         f"WHERE {upsert_winner()} AND s._unavailable <> '|'\n"
-        f"  AND NOT EXISTS (SELECT 1 FROM {ctx.rel.target} t WHERE {same_key});"
+        f"  AND NOT EXISTS (SELECT 1 FROM {ctx.rel.target} t WHERE {same_key});\n"
+        + counted_quarantine()
     )
