@@ -163,7 +163,11 @@ APPLY_STEPS = (
         batch_counts_sql,
         ("v_drift", "v_quarantined", "v_positionless", "v_unavailable", "v_truncates", "v_truncate_pos", "v_truncate_ts"),
         reads=facts(
-            "_drift_img _source_pos _source_ts _action _unavailable", Action.UPSERT, Action.DELETE, Action.TRUNCATE, Action.QUARANTINE
+            "_drift_img _source_pos _source_ts _action _unavailable",
+            Action.UPSERT,
+            Action.DELETE,
+            Action.TRUNCATE,
+            Action.QUARANTINE,
         ),
     ),
     Step(

@@ -78,6 +78,5 @@ def unknown_toast_sql(ctx: TableSql) -> str:
         f"UPDATE {ctx.rel.stage} s SET _action = '{Action.QUARANTINE}', _reason = SUBSTRING("
         f"'no earlier value is known for the TOAST placeholder ({TOAST_PLACEHOLDER}) in ' || BTRIM(s._unavailable, '|'), 1, 1000)\n"
         f"WHERE {upsert_winner()} AND s._unavailable <> '|'\n"
-        f"  AND NOT EXISTS (SELECT 1 FROM {ctx.rel.target} t WHERE {same_key});\n"
-        + counted_quarantine()
+        f"  AND NOT EXISTS (SELECT 1 FROM {ctx.rel.target} t WHERE {same_key});\n" + counted_quarantine()
     )
