@@ -146,8 +146,9 @@ class Shape:
     idle: int  # table statements when nothing is pending
 
 
-# Records pending (fewer than the stage's ANALYZE threshold); no TOAST placeholder,
-# positionless record, stale record, drift, truncate, quarantine or replay.
+# Records pending (fewer than the stage's ANALYZE threshold), deletes among them, in
+# partitions seen before; no TOAST placeholder, positionless record, stale record, drift,
+# truncate, quarantine or replay.
 COMMON_PATH = {
     "p_max_records": None,
     "v_read": 100,
@@ -159,6 +160,9 @@ COMMON_PATH = {
     "v_rows": 0,
     "v_truncates": 0,
     "v_truncate_pos": None,
+    "v_partitions": 3,  # every partition of the batch is already in the watermark:
+    "v_advanced": 3,  # its UPDATE advanced all of them
+    "v_deletes": 5,  # the batch has deletes
     "v_partition": None,
     "v_policy_key": "a key",  # column policies: a key is in place
 }

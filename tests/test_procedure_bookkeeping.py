@@ -41,13 +41,15 @@ def test_a_bounded_run_stops_at_the_nth_pending_record():
 
 
 def test_the_batch_counts_tell_the_rare_steps_it_needs():
-    assert_lines(batch_counts_sql(ONE), "INTO v_drift, v_quarantined, v_positionless")
+    assert_lines(batch_counts_sql(ONE), "INTO v_drift, v_quarantined, v_partitions, v_deletes, v_positionless")
     assert_lines(
         batch_counts_sql(COMPOSITE),
-        "COUNT(CASE WHEN _action = 'truncate' THEN 1 END), MAX(CASE WHEN _action = 'truncate' THEN _source_pos END),",
-        "INTO v_drift, v_quarantined, v_positionless, v_unavailable, v_truncates, v_truncate_pos, v_truncate_ts",
+        "MAX(CASE WHEN _action = 'truncate' THEN _source_pos END), MAX(CASE WHEN _action = 'truncate' THEN _source_ts END)",
+        "INTO v_drift, v_quarantined, v_partitions, v_deletes, v_positionless, v_unavailable, v_truncates, v_truncate_pos, v_truncate_ts",
     )
-    assert_lines(batch_counts_sql(table_sql(ONE_COLUMN, order_by="kafka")), "INTO v_drift, v_quarantined")
+    assert_lines(
+        batch_counts_sql(table_sql(ONE_COLUMN, order_by="kafka")), "INTO v_drift, v_quarantined, v_partitions, v_deletes"
+    )
 
 
 def test_quarantined_records_keep_their_kafka_coordinates():

@@ -76,6 +76,7 @@ def test_a_misordered_step_list_is_found():
             [
                 "_action",
                 "_drift_img",
+                "_kafka_partition",
                 "_source_pos",
                 "_source_ts",
                 "_unavailable",

@@ -36,10 +36,10 @@ AS $$
 -- redshift-sync explain (table customer): the procedure incremental_sync_customer's steps over
 -- temporary tables, in a transaction that is rolled back.
 DECLARE
-  v_started timestamp; v_since timestamp; v_wm_before varchar(65535); v_read bigint := 0; v_quarantined bigint := 0;
-  v_truncates bigint := 0; v_rows bigint := 0; v_positionless bigint := 0; v_unavailable bigint := 0; v_drift bigint := 0;
-  v_replayed bigint := 0; v_until_time timestamp; v_until_partition bigint; v_until_offset bigint;
-  v_truncate_pos varchar(64); v_truncate_ts timestamp;
+  v_started timestamp; v_since timestamp; v_wm_before varchar(65535); v_read bigint := 0; v_quarantined bigint := 0; v_truncates bigint := 0;
+  v_rows bigint := 0; v_positionless bigint := 0; v_partitions bigint := 0; v_advanced bigint := 0; v_deletes bigint := 0; v_unavailable bigint := 0;
+  v_drift bigint := 0; v_replayed bigint := 0; v_until_time timestamp; v_until_partition bigint; v_until_offset bigint; v_truncate_pos varchar(64);
+  v_truncate_ts timestamp;
 BEGIN
   -- Pending records: the call's reading of the stream, then the rules of the batch.
   -- 10. Session settings this procedure needs.
@@ -217,9 +217,10 @@ BEGIN
   FROM classified c;
   GET DIAGNOSTICS v_read := ROW_COUNT;
   -- What the batch needs of the rarely needed steps.
-  SELECT COUNT(_drift_img), COUNT(CASE WHEN _action = 'quarantine' THEN 1 END),
-         COUNT(CASE WHEN _source_pos IS NULL AND _action IN ('upsert', 'delete') THEN 1 END), COUNT(CASE WHEN _unavailable IS NOT NULL THEN 1 END)
-  INTO v_drift, v_quarantined, v_positionless, v_unavailable
+  SELECT COUNT(_drift_img), COUNT(CASE WHEN _action = 'quarantine' THEN 1 END), COUNT(DISTINCT _kafka_partition),
+         COUNT(CASE WHEN _action = 'delete' THEN 1 END), COUNT(CASE WHEN _source_pos IS NULL AND _action IN ('upsert', 'delete') THEN 1 END),
+         COUNT(CASE WHEN _unavailable IS NOT NULL THEN 1 END)
+  INTO v_drift, v_quarantined, v_partitions, v_deletes, v_positionless, v_unavailable
   FROM "explain_pending";
   -- 4. Events without a source position: each takes the newest position seen before it
   --    for its key in Kafka order (so it supersedes what precedes it and loses to what

@@ -7,6 +7,7 @@ from sync.sql import schemas
 from sync.sql.apply import insert_deleted_keys_sql, key_match, soft_delete_sql
 from sync.sql.procedure.context import APPLIED, CALL_TIME, WINNERS, Action, TableSql
 from sync.sql.procedure.ordering import stored_rows
+from sync.sql.procedure.text import indent
 
 UPSERTS = f"s._rn = 1 AND s._action = '{Action.UPSERT}'"
 DELETES = f"s._rn = 1 AND s._action = '{Action.DELETE}'"
@@ -37,6 +38,11 @@ def _delete_current_sql(ctx: TableSql, actions: str) -> str:
     )
 
 
+def _when_deletes(sql: str) -> str:
+    """`sql`, run only when the batch has deletes (`v_deletes`, counted with the batch)."""
+    return f"IF v_deletes > 0 THEN\n{indent(sql, 2)}\nEND IF;"
+
+
 def apply_hard_sql(ctx: TableSql) -> str:
     d, rel, keys = ctx.d, ctx.rel, ctx.keys
     remembered = {**schemas.row_values(d, schemas.deleted_keys(ctx.table), "s"), "_deleted_at": CALL_TIME}
@@ -47,7 +53,7 @@ def apply_hard_sql(ctx: TableSql) -> str:
             + _delete_current_sql(ctx, f"IN {APPLIED}"),
             "-- Deleted keys are remembered, so neither a replay nor a backfill resurrects them.\n"
             f"DELETE FROM {rel.deleted}\nUSING {rel.stage} s\nWHERE {WINNERS}\n  AND {key_match(d, keys, rel.deleted, 's')};",
-            insert_deleted_keys_sql(d, ctx.table, rel.deleted, remembered, f"{rel.stage} s", DELETES),
+            _when_deletes(insert_deleted_keys_sql(d, ctx.table, rel.deleted, remembered, f"{rel.stage} s", DELETES)),
             load_sql(ctx, "false", UPSERTS),
         ]
     )
@@ -62,7 +68,7 @@ def delete_values_sql(ctx: TableSql) -> str:
     stored = ",\n       ".join(f"{q(c)} = COALESCE(s.{q(c)}, t.{q(c)})" for c in value_cols)
     deleting = f"EXISTS (SELECT 1 FROM {rel.stage} x WHERE x._rn = 1 AND x._action = '{Action.DELETE}' AND {key_match(d, keys, 'x', 't')})"
     earlier_upsert = f"x._action = '{Action.UPSERT}' AND x._rn > 1"
-    return (
+    return _when_deletes(
         "-- A delete whose before image holds only the key (REPLICA IDENTITY DEFAULT, unwrap\n"
         "-- rewrite) keeps the values of the newest earlier upsert of the batch.\n"
         f"UPDATE {rel.stage} s SET {fill}\n"
@@ -91,9 +97,14 @@ def apply_soft_sql(ctx: TableSql) -> str:
             + _delete_current_sql(ctx, f"= '{Action.UPSERT}'"),
             load_sql(ctx, "false", UPSERTS),
             "-- A delete keeps the row's last values, completed above.\n"
-            + soft_delete_sql(d, ctx.table, rel.target, last_values, f"{rel.stage} s", DELETES),
-            load_sql(
-                ctx, "true", f"{DELETES}\n  AND NOT EXISTS (SELECT 1 FROM {rel.target} t WHERE {key_match(d, keys, 't', 's')})"
+            + _when_deletes(
+                soft_delete_sql(d, ctx.table, rel.target, last_values, f"{rel.stage} s", DELETES)
+                + "\n"
+                + load_sql(
+                    ctx,
+                    "true",
+                    f"{DELETES}\n  AND NOT EXISTS (SELECT 1 FROM {rel.target} t WHERE {key_match(d, keys, 't', 's')})",
+                )
             ),
         ]
     )

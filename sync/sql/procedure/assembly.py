@@ -14,7 +14,7 @@ from sync.sql.procedure.bookkeeping import quarantine_insert_sql, run_log_insert
 from sync.sql.procedure.context import CALL_TIME, NEVER, OUTCOMES, TableSql
 from sync.sql.procedure.keyless_steps import KEYLESS_APPLY_STEPS, KEYLESS_SYNC_STEPS
 from sync.sql.procedure.steps import APPLY_STEPS, SYNC_STEPS, VARIABLES, declare, steps_sql
-from sync.sql.procedure.text import indent, packed, wrap_long_lines
+from sync.sql.procedure.text import WIDE, indent, packed, wrap_long_lines
 
 # Pinned by CREATE PROCEDURE's SET clause, which sets it when the CALL enters and restores
 # the caller's value when it exits (r_CREATE_PROCEDURE; Redshift's syntax takes one such
@@ -32,7 +32,7 @@ def plpgsql_procedure(signature: str, comment: str, declarations: list[str], bod
         f"CREATE OR REPLACE PROCEDURE {signature}\n"
         "AS $$\n"
         + "".join(f"-- {line}\n" for line in comment.splitlines())
-        + ("DECLARE\n" + indent(packed(declarations, "", separator=" "), 2) + "\n" if declarations else "")
+        + ("DECLARE\n" + indent(packed(declarations, "", WIDE, separator=" "), 2) + "\n" if declarations else "")
         + "BEGIN\n"
         + indent("\n".join(body), 2)
         + "\nEND;\n$$ LANGUAGE plpgsql\n"
@@ -56,8 +56,8 @@ def procedure_sql(d: PostgresDialect, pipeline: Pipeline, table: TableConfig, or
         declarations = [*declarations, key_declaration()]
     return plpgsql_procedure(
         f"{d.qualified(n.schema, n.procedure)}(p_max_records bigint)",
-        _origin(origin, table) + "Merges new records of the topic into the target (p_max_records NULL: all of them);\n"
-        "see the README, 'How a sync works: the procedure contract'.",
+        _origin(origin, table) + "Merges new records of the topic into the target (p_max_records NULL: all of them; "
+        "the README, 'How a sync works').",
         declarations,
         [steps_sql(TableSql(d, pipeline, table), sync_steps)],
         definer=policies,

@@ -75,8 +75,16 @@ def batch_counts_sql(ctx: TableSql) -> str:
     """One pass over a batch with records tells which of the rarely needed steps it needs,
     and where its newest truncate is (truncate events keep their state to the end). The
     quarantined count guards the quarantine step: a later step that quarantines a record
-    adds it (`counted_quarantine`)."""
-    counted = {"v_drift": "COUNT(_drift_img)", "v_quarantined": OUTCOMES["quarantined"]}
+    adds it (`counted_quarantine`). The partitions and the deletes guard the statements only
+    they need (a partition seen for the first time; the deleted keys), as no rule makes a
+    record a delete that the stage query did not."""
+    counted = {
+        "v_drift": "COUNT(_drift_img)",
+        "v_quarantined": OUTCOMES["quarantined"],
+        "v_partitions": "COUNT(DISTINCT _kafka_partition)",
+    }
+    if not ctx.table.is_keyless:
+        counted["v_deletes"] = f"COUNT(CASE WHEN _action = '{Action.DELETE}' THEN 1 END)"
     if ctx.source_order:
         counted["v_positionless"] = f"COUNT(CASE WHEN {positionless()} THEN 1 END)"
     if has_toast(ctx.table):
@@ -159,14 +167,20 @@ def advance_watermark_sql(ctx: TableSql) -> str:
         f"UPDATE {wm} w SET last_offset = b.last_offset, last_refresh_time = b.last_refresh_time, updated_at = {now}\n"
         f"FROM {batch}\n"
         "WHERE w.kafka_partition = b._kafka_partition AND b.last_offset > w.last_offset;\n"
-        "-- Partitions seen for the first time (aggregated first: one probe per partition).\n"
-        + schemas.insert_select_sql(
-            ctx.d,
-            wm,
-            schemas.WATERMARK,
-            first_seen,
-            f"FROM {batch}\nWHERE NOT EXISTS (SELECT 1 FROM {wm} w WHERE w.kafka_partition = b._kafka_partition);",
+        "-- Partitions seen for the first time (the UPDATE advanced each partition it holds).\n"
+        "GET DIAGNOSTICS v_advanced := ROW_COUNT;\n"
+        "IF v_advanced < v_partitions THEN\n"
+        + indent(
+            schemas.insert_select_sql(
+                ctx.d,
+                wm,
+                schemas.WATERMARK,
+                first_seen,
+                f"FROM {batch}\nWHERE NOT EXISTS (SELECT 1 FROM {wm} w WHERE w.kafka_partition = b._kafka_partition);",
+            ),
+            2,
         )
+        + "\nEND IF;"
     )
 
 

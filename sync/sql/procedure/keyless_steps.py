@@ -55,8 +55,10 @@ def keyless_apply_batch_sql(ctx: TableSql) -> str:
 KEYLESS_APPLY_STEPS = (
     Step(
         batch_counts_sql,
-        ("v_drift", "v_quarantined", "v_positionless", "v_unavailable"),
-        reads=facts("_drift_img _source_pos _action _unavailable", Action.UPSERT, Action.DELETE, Action.QUARANTINE),
+        ("v_drift", "v_quarantined", "v_partitions", "v_positionless", "v_unavailable"),
+        reads=facts(
+            "_kafka_partition _drift_img _source_pos _action _unavailable", Action.UPSERT, Action.DELETE, Action.QUARANTINE
+        ),
     ),
     Step(
         pair_sql,

@@ -67,6 +67,9 @@ VARIABLES = {
         Variable("v_truncates", "bigint", "0"),
         Variable("v_rows", "bigint", "0"),
         Variable("v_positionless", "bigint", "0"),
+        Variable("v_partitions", "bigint", "0"),
+        Variable("v_advanced", "bigint", "0"),
+        Variable("v_deletes", "bigint", "0"),
         Variable("v_unavailable", "bigint", "0"),
         Variable("v_drift", "bigint", "0"),
         Variable("v_replayed", "bigint", "0"),
@@ -161,9 +164,19 @@ ALL_STATES = facts(*Action)
 APPLY_STEPS = (
     Step(
         batch_counts_sql,
-        ("v_drift", "v_quarantined", "v_positionless", "v_unavailable", "v_truncates", "v_truncate_pos", "v_truncate_ts"),
+        (
+            "v_drift",
+            "v_quarantined",
+            "v_partitions",
+            "v_deletes",
+            "v_positionless",
+            "v_unavailable",
+            "v_truncates",
+            "v_truncate_pos",
+            "v_truncate_ts",
+        ),
         reads=facts(
-            "_drift_img _source_pos _source_ts _action _unavailable",
+            "_kafka_partition _drift_img _source_pos _source_ts _action _unavailable",
             Action.UPSERT,
             Action.DELETE,
             Action.TRUNCATE,
@@ -235,15 +248,20 @@ APPLY_STEPS = (
         | facts(KAFKA, "_kafka_timestamp _source_pos _source_ts _rank_pos _op _unavailable values")
         | facts(Action.STALE, Action.TRUNCATED, Action.TRUNCATE),
     ),
-    Step(apply_hard_sql, (CALL_TIME,), _hard, reads=RANKED | facts(KAFKA, "_kafka_timestamp _source_ts _source_pos values")),
+    Step(
+        apply_hard_sql,
+        (CALL_TIME, "v_deletes"),
+        _hard,
+        reads=RANKED | facts(KAFKA, "_kafka_timestamp _source_ts _source_pos values"),
+    ),
     Step(
         delete_values_sql,
-        (),
+        ("v_deletes",),
         lambda ctx: _soft(ctx) and bool(ctx.table.value_columns),
         reads=RANKED | STORED | facts("values"),
         writes=facts("values"),
     ),
-    Step(apply_soft_sql, (CALL_TIME,), _soft, reads=RANKED | facts(KAFKA, "_source_ts _source_pos values")),
+    Step(apply_soft_sql, (CALL_TIME, "v_deletes"), _soft, reads=RANKED | facts(KAFKA, "_source_ts _source_pos values")),
     Step(drift_sql, ("v_drift", CALL_TIME), reads=facts("_drift_img")),
     Step(unmatched_sql, (CALL_TIME,), counts_unmatched, reads=facts("_action _payload", Action.UNMATCHED)),
     Step(
@@ -252,7 +270,7 @@ APPLY_STEPS = (
         reads=facts(KAFKA, "_kafka_timestamp _action _reason _payload _raw_value", Action.QUARANTINE),
     ),
     Step(replayed_sql, ("v_replayed", CALL_TIME)),
-    Step(advance_watermark_sql, (CALL_TIME,), reads=facts(KAFKA, "_refresh_time")),
+    Step(advance_watermark_sql, (CALL_TIME, "v_advanced", "v_partitions"), reads=facts(KAFKA, "_refresh_time")),
 )
 # The steps of `incremental_sync_<table>(p_max_records)`, in output order.
 SYNC_STEPS = (
