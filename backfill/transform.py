@@ -9,6 +9,7 @@ from pyspark.sql import DataFrame, Observation, Window
 from pyspark.sql import functions as F
 
 from backfill.conform import conform
+from backfill.keyless import keyless_reasons
 from sync.config import TableConfig
 
 SKIPPED_REASONS = ("tombstone",)  # not applied and not an error (the procedure skips them too)
@@ -16,7 +17,7 @@ SKIPPED_REASONS = ("tombstone",)  # not applied and not an error (the procedure 
 
 @dataclass
 class Prepared:
-    rows: DataFrame  # stage columns, one row per key
+    rows: DataFrame  # stage columns, one row per key (a table without a key: every row)
     rejects: DataFrame  # _kafka_partition, _kafka_offset, reason, record
     counted: Observation  # counts the rejects while `rows` is first evaluated
     notes: list[str]  # what the snapshot lacks (columns loaded as NULL)
@@ -56,13 +57,16 @@ def latest_per_key(df: DataFrame, table: TableConfig) -> DataFrame:
 
 def prepare(normalised: DataFrame, table: TableConfig, notes: list[str] | None = None) -> Prepared:
     typed = conform(normalised, table)
+    if table.is_keyless:
+        typed = keyless_reasons(typed)
     is_reject = F.col("_reason").isNotNull() & ~F.col("_reason").isin(*SKIPPED_REASONS)
     counted = Observation()
     applicable = typed.observe(counted, F.count(F.when(is_reject, 1)).alias("rejected")).where(F.col("_reason").isNull())
     rejects = typed.where(is_reject).select(
         "_kafka_partition", "_kafka_offset", F.col("_reason").alias("reason"), F.col("_record").alias("record")
     )
-    latest = latest_per_key(applicable, table)
+    # A table without a primary key is a multiset: every row of the snapshot loads.
+    latest = applicable if table.is_keyless else latest_per_key(applicable, table)
     rows = latest.select(
         *[c.target_name for c in table.columns],
         "_source_ts",

@@ -81,9 +81,10 @@ def check_keyless(table: TableSettings) -> None:
 
 
 def refuse_keyless(table: TableSettings, command: str) -> None:
-    """`command` (backfill, reconcile) does not handle a table without a primary key yet."""
+    """`command` matches rows by key: a table without one has its own (the keyless
+    reconcile, sync/operations/keyless_reconcile.py)."""
     if table.is_keyless:
         raise ValueError(
             f"{command}: table {table.name!r} has no primary key (primary_key = []); {command} matches rows "
-            "by key and does not handle such a table yet"
+            "by key: such a table is compared by row hash (sync/operations/keyless_reconcile.py)"
         )

@@ -219,24 +219,48 @@ def test_keyless_with_a_key_is_refused():
         make_pipeline(toml)
 
 
-@pytest.mark.parametrize("command", ["backfill", "reconcile"])
-def test_backfill_and_reconcile_refuse_a_keyless_table(wh, command):
-    """They match rows by key; until they match keyless rows by row hash they refuse,
-    before any Spark job or warehouse change."""
-    from sync.operations.backfill import load_and_merge, run_backfill
+def test_the_keyed_reconcile_refuses_a_keyless_table(wh):
+    """The keyed reconcile matches rows by key: given a keyless table it refuses, before any
+    Spark job (the CLI runs the keyless reconcile for such a table)."""
     from sync.operations.reconcile import run_reconcile
 
     p = setup(wh, keyless_toml("nokey"))
-    calls = {
-        "backfill": [
-            lambda: run_backfill(wh, p, "nokey", "/nonexistent", "json"),
-            lambda: load_and_merge(wh, p, p.table("nokey"), [], print),
-        ],
-        "reconcile": [lambda: run_reconcile(wh, p, "nokey", "/nonexistent", "json")],
-    }
-    for call in calls[command]:
-        with pytest.raises(ValueError, match=f"{command}: table 'nokey' has no primary key"):
-            call()
+    with pytest.raises(ValueError, match="reconcile: table 'nokey' has no primary key"):
+        run_reconcile(wh, p, "nokey", "/nonexistent", "json")
+
+
+def test_the_keyless_reconcile_refuses_a_column_it_cannot_hash_alike(wh):
+    """A row hash over a `double precision` column would differ between Spark's text form
+    and the warehouse's: refused, naming the type, before any Spark job."""
+    from sync.operations.keyless_reconcile import run_keyless_reconcile
+
+    p = setup(wh, keyless_toml("floats").replace('"integer"', '"double precision"'))
+    with pytest.raises(ValueError, match="reconcile cannot compare double columns"):
+        run_keyless_reconcile(wh, p, "floats", "/nonexistent", "json")
+
+
+def test_keyless_backfill_and_reconcile_sql_parses_for_redshift():
+    """Every statement of the keyless backfill's checks and replace, and of its reconcile,
+    parses with sqlglot's Redshift dialect; a DELETE names its table without an alias
+    (Redshift's DELETE takes none)."""
+    import sqlglot
+    from sqlglot import exp
+
+    from sync.sql.dialect import dialect_for
+    from sync.sql.keyless_backfill import KeylessBackfillSql
+    from sync.sql.keyless_reconcile import KeylessReconcileSql
+
+    p = make_pipeline(keyless_toml("items"))
+    d = dialect_for("redshift").bind_schema(p.schema)
+    backfill = KeylessBackfillSql(d, p, p.table("items"))
+    reconcile = KeylessReconcileSql(d, p, p.table("items"), 8)
+    statements = [backfill.stage_positions(), backfill.held_after(), *[s.sql for s in backfill.merge()]]
+    statements += [reconcile.bucket_counts(), reconcile.bucket_rows([1, 2], "0.1"), reconcile.changes_after("0.1")]
+    for sql in statements:
+        parsed = sqlglot.parse_one(sql, read="redshift")
+        assert not isinstance(parsed, exp.Command), sql
+        if isinstance(parsed, exp.Delete):
+            assert parsed.this.alias == "", sql
 
 
 def _keyless_steps(ctx):

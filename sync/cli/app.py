@@ -22,6 +22,7 @@ from sync.cli.report import (
     print_cost,
     print_explanation,
     print_freshness,
+    print_keyless_reconcile,
     print_pruned,
     print_reconcile,
     print_runs,
@@ -544,20 +545,27 @@ def reconcile(
     as_json: Annotated[bool, typer.Option("--json", help="Print the report as JSON (as --report writes it).")] = False,
 ) -> None:
     """Compare a snapshot with the warehouse; exit 1 on any difference the stream does not explain."""
+    from sync.operations.keyless_reconcile import run_keyless_reconcile
     from sync.operations.reconcile import run_reconcile
 
     when = parse_utc(snapshot_time, "--snapshot-time")
     require_spark("reconcile (it reads the snapshot)")
     columns = [c.strip() for c in checksum.split(",") if c.strip()] if checksum else []
     pipeline, _, wh = open_checked(config, dsn)
+    keyless = pipeline.table(table).is_keyless
     try:
-        report = run_reconcile(wh, pipeline, table, snapshot, fmt, when, buckets, columns, progress=_progress)
+        if keyless and columns:
+            raise ValueError(f"--checksum: table {table!r} has no primary key; its rows are compared on every column")
+        if keyless:
+            report = run_keyless_reconcile(wh, pipeline, table, snapshot, fmt, when, buckets, progress=_progress)
+        else:
+            report = run_reconcile(wh, pipeline, table, snapshot, fmt, when, buckets, columns, progress=_progress)
     finally:
         wh.close()
     if as_json:
         print_json(report.as_dict())
     else:
-        print_reconcile(report, console)
+        (print_keyless_reconcile if keyless else print_reconcile)(report, console)
     if report_path is not None:
         report_path.write_text(json.dumps(report.as_dict(), indent=2, default=str) + "\n", encoding="utf-8")
         (err_console if as_json else console).print(f"report written to {report_path}", highlight=False)

@@ -183,19 +183,22 @@ def print_cost(durations: dict[str, Any], statements: dict[str, Any] | None, out
 
 
 def print_backfill(result: Any, table: str, out: Console) -> None:
-    """The counts of one backfill, its notes and a sample of the rows it rejected."""
+    """The counts of one backfill (a table without a primary key: the rows it replaced),
+    its notes and a sample of the rows it rejected."""
     grid = Table(title=f"backfill {table}", title_justify="left")
-    for col in ("staged", "loaded", "deleted", "kept: target as new or newer", "kept: deleted by stream", "rejected", "time"):
+    if result.keyless:
+        counts = {"staged": result.staged, "loaded": result.loaded, "replaced": result.replaced}
+    else:
+        counts = {
+            "staged": result.staged,
+            "loaded": result.loaded,
+            "deleted": result.deleted,
+            "kept: target as new or newer": result.kept_newer,
+            "kept: deleted by stream": result.kept_deleted,
+        }
+    for col in [*counts, "rejected", "time"]:
         grid.add_column(col, justify="right")
-    grid.add_row(
-        readable_count(result.staged),
-        readable_count(result.loaded),
-        readable_count(result.deleted),
-        readable_count(result.kept_newer),
-        readable_count(result.kept_deleted),
-        readable_count(result.rejected),
-        readable_seconds(result.seconds),
-    )
+    grid.add_row(*map(readable_count, [*counts.values(), result.rejected]), readable_seconds(result.seconds))
     out.print(grid)
     for note in result.notes:
         out.print(Text.assemble("  ", ("note", "cyan"), f" {note}"))
@@ -205,8 +208,8 @@ def print_backfill(result: Any, table: str, out: Console) -> None:
         out.print(f"  all {result.rejected} rejected rows, with their reason: {result.rejects_path}", highlight=False)
 
 
-def print_reconcile(report: Any, out: Console) -> None:
-    """The counts on both sides, the first 50 differing keys, and the verdict."""
+def _reconcile_counts(report: Any, out: Console) -> None:
+    """The counts on both sides (a keyed or a keyless report)."""
     grid = Table(title=f"reconcile {report.table}", title_justify="left")
     for col in (
         "snapshot rows",
@@ -228,6 +231,15 @@ def print_reconcile(report: Any, out: Console) -> None:
         str(report.rejected),
     )
     out.print(grid)
+
+
+def _verdict(report: Any, out: Console) -> None:
+    out.print(Text("clean", style="green") if report.clean else Text("unexplained differences", style="red"))
+
+
+def print_reconcile(report: Any, out: Console) -> None:
+    """The counts on both sides, the first 50 differing keys, and the verdict."""
+    _reconcile_counts(report, out)
     if report.differences:
         keys = Table("key", "difference", "explained", "why", "snapshot time", "warehouse time")
         for d in report.differences[:50]:
@@ -242,7 +254,22 @@ def print_reconcile(report: Any, out: Console) -> None:
         out.print(keys)
         if len(report.differences) > 50:
             out.print(f"  ... {len(report.differences) - 50} more in the JSON report")
-    out.print(Text("clean", style="green") if report.clean else Text("unexplained differences", style="red"))
+    _verdict(report, out)
+
+
+def print_keyless_reconcile(report: Any, out: Console) -> None:
+    """A table without a primary key: the counts, the first 50 differing rows (their
+    values, how many copies differ), and the verdict."""
+    _reconcile_counts(report, out)
+    if report.differences:
+        rows = Table("row", "difference", "copies", "explained", "why")
+        for d in report.differences[:50]:
+            values = ", ".join(f"{k}={v}" for k, v in d.row.items())
+            rows.add_row(values, d.kind, str(d.copies), "yes" if d.explained else Text("no", style="red"), d.why)
+        out.print(rows)
+        if len(report.differences) > 50:
+            out.print(f"  ... {len(report.differences) - 50} more in the JSON report")
+    _verdict(report, out)
 
 
 _MARKS = {"ok": "ok", "failed": "FAILED", "skipped": "skipped", "verified": "verified", "not applicable": "n/a"}

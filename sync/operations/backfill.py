@@ -26,9 +26,10 @@ from pathlib import Path
 
 from sync.config import Pipeline, TableConfig
 from sync.extras import require_pyarrow
-from sync.keyless_config import refuse_keyless
 from sync.operations.conflicts import conflict_policy, retry_conflicts
+from sync.operations.keyless_backfill import check_replace
 from sync.sql.backfill_merge import BackfillSql
+from sync.sql.keyless_backfill import KeylessBackfillSql
 from sync.warehouse import Warehouse, WarehouseError
 
 Progress = Callable[[str], None]
@@ -40,6 +41,8 @@ class BackfillResult:
     staged: int = 0  # rows after latest-per-key
     loaded: int = 0  # rows written to the target
     deleted: int = 0  # snapshot deletes applied
+    keyless: bool = False  # a table without a primary key: the snapshot replaced its rows
+    replaced: int = 0  # and these are the stored rows it replaced
     kept_newer: int = 0  # target rows as new as the snapshot row or newer (the stream's, or an earlier backfill's)
     kept_deleted: int = 0  # keys the stream deleted after the snapshot row
     retries: int = 0  # load-and-merge transactions stopped by a serialization conflict and run again
@@ -88,7 +91,7 @@ def first_json_lines(directory: Path, limit: int) -> list[dict]:
     return records
 
 
-def merge_stage(wh: Warehouse, sql: BackfillSql) -> dict[str, int]:
+def merge_stage(wh: Warehouse, sql: BackfillSql | KeylessBackfillSql) -> dict[str, int]:
     """Run the merge steps on a loaded stage (inside the caller's transaction and locks)."""
     counts: dict[str, int] = {}
     for step in sql.merge():
@@ -121,9 +124,11 @@ def load_and_merge(
     transactions stopped by a serialization conflict and run again). PostgreSQL reads the
     Parquet `files`; Redshift COPYs `manifest_url` (a stage a cluster wrote) or uploads the
     files to `staging` first and removes them afterwards. `check_rows` sees the number of
-    rows loaded before the merge, and may refuse them (raise: nothing is changed)."""
-    refuse_keyless(table, "backfill")
+    rows loaded before the merge, and may refuse them (raise: nothing is changed). A table
+    without a primary key is replaced by the stage instead, where that is exact
+    (`sync/operations/keyless_backfill.py`)."""
     sql = BackfillSql(wh.dialect.bind_schema(pipeline.schema), pipeline, table)
+    keyless = KeylessBackfillSql(sql.d, pipeline, table) if table.is_keyless else None
     staged_s3 = None
     if sql.d.copy_reads_s3:
         if not iam_role or not (staging or manifest_url):
@@ -154,6 +159,9 @@ def load_and_merge(
                 copy_parquet_into(wh, sql.stage, files, progress)
             if check_rows is not None:
                 check_rows(int(wh.scalar(sql.count_stage())))
+            if keyless is not None:
+                check_replace(wh, keyless)
+                return merge_stage(wh, keyless)
             primary_key = empty_target_primary_key(wh, sql)
             if primary_key:
                 progress("the target is empty: loading it without its primary-key index")
@@ -239,7 +247,6 @@ def run_backfill(
     rejects_dir: Path | None = None,
     values: str = "debezium",
 ) -> BackfillResult:
-    refuse_keyless(pipeline.table(table_name), "backfill")
     from backfill.write import write_rejects, write_stage
 
     started = time.perf_counter()
@@ -267,7 +274,7 @@ def run_backfill(
             # leaves null fields out of the JSON; they come back as None.
             empty = dict.fromkeys(prepared.rejects.columns)
             result.rejects_sample = [{**empty, **r} for r in first_json_lines(target, 5)]
-        progress(f"prepared the latest row per key; {result.rejected} rejected")
+        progress(f"prepared {'every row' if table.is_keyless else 'the latest row per key'}; {result.rejected} rejected")
         counts = load_and_merge(wh, pipeline, table, part_files(stage_dir), progress, staging, iam_role)
     return merged(result, counts, started, progress)
 
@@ -280,6 +287,10 @@ def merged(result: BackfillResult, counts: dict[str, int], started: float, progr
     result.retries = counts.get("retries", 0)
     result.kept_deleted = counts.get("kept_deleted", 0)
     result.seconds = time.perf_counter() - started
+    if "replaced" in counts:
+        result.keyless, result.replaced = True, counts["replaced"]
+        progress(f"replaced: {result.replaced:,} stored rows by the {result.loaded:,} of the snapshot")
+        return result
     progress(
         f"merged: {result.staged:,} staged, {result.loaded:,} loaded, {result.deleted:,} deleted, "
         f"{result.kept_newer:,} kept (the target's row is as new or newer), {result.kept_deleted:,} kept deleted"

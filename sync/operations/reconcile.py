@@ -42,8 +42,37 @@ class KeyDiff:
     columns: list[str] = field(default_factory=list)  # changed: the checksum columns whose values differ
 
 
+class Verdict:
+    """What a report's `differences` (each `explained` or not) and `rejected` rows say: the
+    keyed report's and the keyless one's (sync/operations/keyless_reconcile.py)."""
+
+    differences: list
+    rejected: int
+
+    @property
+    def unexplained(self) -> list:
+        return [d for d in self.differences if not d.explained]
+
+    @property
+    def explained(self) -> list:
+        return [d for d in self.differences if d.explained]
+
+    @property
+    def clean(self) -> bool:
+        return not self.unexplained and self.rejected == 0
+
+    def verdict_dict(self, listed: int) -> dict:
+        """The report as JSON: its first `listed` differences, and the verdict's counts."""
+        out = asdict(self)  # the reports are dataclasses
+        out["differences"] = [asdict(d) for d in self.differences[:listed]]
+        out["unexplained"] = len(self.unexplained)
+        out["explained"] = len(self.explained)
+        out["clean"] = self.clean
+        return out
+
+
 @dataclass
-class ReconcileReport:
+class ReconcileReport(Verdict):
     table: str
     buckets: int
     checksum_columns: list[str]
@@ -53,25 +82,8 @@ class ReconcileReport:
     differences: list[KeyDiff] = field(default_factory=list)
     rejected: int = 0
 
-    @property
-    def unexplained(self) -> list[KeyDiff]:
-        return [d for d in self.differences if not d.explained]
-
-    @property
-    def explained(self) -> list[KeyDiff]:
-        return [d for d in self.differences if d.explained]
-
-    @property
-    def clean(self) -> bool:
-        return not self.unexplained and self.rejected == 0
-
     def as_dict(self) -> dict:
-        out = asdict(self)
-        out["differences"] = [asdict(d) for d in self.differences[: MAX_LISTED * 3]]
-        out["unexplained"] = len(self.unexplained)
-        out["explained"] = len(self.explained)
-        out["clean"] = self.clean
-        return out
+        return self.verdict_dict(MAX_LISTED * 3)
 
 
 def checksum_columns(table: TableConfig, names: list[str]) -> list[ColumnConfig]:

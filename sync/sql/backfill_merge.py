@@ -115,6 +115,15 @@ class BackfillSql:
         lit = self.d.lit
         return f"COPY {self.stage}\nFROM {lit(manifest_url)}\nIAM_ROLE {lit(iam_role)}\nFORMAT AS PARQUET\nMANIFEST;"
 
+    def staged_values(self) -> dict[str, str]:
+        """Each configured column of the stage row `s` as the target stores it: typed from
+        its Parquet form, and converted by its column policy (a snapshot holds clear values)."""
+        d = self.d
+        return {
+            c.target_name: policy_value_sql(d, c, d.from_parquet_stage(f"s.{d.q(c.target_name)}", c.sql_type), self.key)
+            for c in self.table.columns
+        }
+
     def merge(self) -> list[Step]:
         # Redshift's DELETE takes no alias for its table: the conditions name it in full.
         d, q = self.d, self.d.q
@@ -140,11 +149,7 @@ class BackfillSql:
                 ),
             ]
         now = d.now()
-        # Column policies: a snapshot's clear values are converted on their way into the target.
-        staged = {
-            c.target_name: policy_value_sql(d, c, d.from_parquet_stage(f"s.{q(c.target_name)}", c.sql_type), self.key)
-            for c in self.table.columns
-        }
+        staged = self.staged_values()
         position = schemas.row_values(d, schemas.POSITION, "s")
 
         def load(deleted: str | None) -> str:
