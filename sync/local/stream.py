@@ -13,11 +13,12 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 from sync.config import ConfigError, Pipeline
+from sync.local import copy_binary
 from sync.local.values import ParsedValue, dumps_exact, loads_exact, parse_value, parsed_json
 from sync.sql import schemas
 from sync.sql.names import HEARTBEAT_STREAM, REFRESH_HISTORY, table_names
@@ -109,6 +110,7 @@ def parse_line(line: bytes, lineno: int) -> tuple[KafkaRecord, bool]:
 
 Progress = Callable[[int, int], None]  # (records read, bytes read so far)
 PROGRESS_EVERY = 1000  # records between two progress calls
+COPY_CHUNK = 1 << 20  # bytes of rows sent to the server at once
 
 
 def read_records(path: Path, progress: Progress | None = None) -> Iterator[tuple[KafkaRecord, bool]]:
@@ -164,10 +166,9 @@ def ingest_records(
         next_offset = {int(p): int(o) + 1 for p, o in rows}
         refresh_time = wh.scalar(f"SELECT {d.now()}")
         result.refresh_time = refresh_time
-        with wh.copy_from(
-            f"COPY {stream} (kafka_partition, kafka_offset, kafka_timestamp_type, kafka_timestamp, kafka_key, "
-            "kafka_headers, refresh_time, payload, raw_value, key_payload) FROM STDIN"
-        ) as copy:
+        refreshed = copy_binary.timestamp(refresh_time)
+        rows = bytearray(copy_binary.HEADER)
+        with wh.copy_from(f"COPY {stream} ({', '.join(schemas.names(schemas.STREAM))}) FROM STDIN (FORMAT binary)") as copy:
             for record, well_formed in records:
                 if not well_formed:
                     result.malformed_lines.append(record.lineno)
@@ -177,31 +178,23 @@ def ingest_records(
                 next_offset[record.partition] = max(next_offset.get(record.partition, 0), offset + 1)
                 value = record.stored if record.stored is not None else parse_value(record.value)
                 key = record.key_stored if record.key_stored is not None else parse_value(record.key)
-                ts = (
-                    datetime.fromtimestamp(record.timestamp_ms / 1000, tz=timezone.utc).replace(tzinfo=None)
-                    if record.timestamp_ms is not None
-                    else refresh_time
-                )
-                headers = dumps_exact(record.headers) if record.headers is not None else None
-                copy.write_row(
-                    (
-                        record.partition,
-                        offset,
-                        record.timestamp_type,
-                        ts,
-                        record.key,
-                        headers,
-                        refresh_time,
-                        value.payload,
-                        value.raw,
-                        key.payload,
-                    )
-                )
+                rows += copy_binary.lead(len(schemas.STREAM), record.partition, offset, record.timestamp_type)
+                rows += refreshed if record.timestamp_ms is None else copy_binary.timestamp_ms(record.timestamp_ms)
+                rows += copy_binary.data(record.key)
+                rows += copy_binary.jsonb(None if record.headers is None else dumps_exact(record.headers))
+                rows += refreshed
+                rows += copy_binary.jsonb(value.payload)
+                rows += copy_binary.data(value.raw)
+                rows += copy_binary.jsonb(key.payload)
+                if len(rows) >= COPY_CHUNK:
+                    copy.write(rows)
+                    rows = bytearray()
                 result.records += 1
                 result.unparseable_values += value.raw is not None
                 result.tombstones += record.value is None
                 first, last = result.partitions.get(record.partition, (offset, offset))
                 result.partitions[record.partition] = (min(first, offset), max(last, offset))
+            copy.write(rows + copy_binary.TRAILER)
         if wh.relation_exists(schema, REFRESH_HISTORY):  # a refresh, also one that read nothing
             values = ", ".join(["%s"] * len(schemas.REFRESH_HISTORY))
             wh.execute(
