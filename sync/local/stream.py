@@ -19,7 +19,8 @@ from typing import Any
 
 from sync.config import ConfigError, Pipeline
 from sync.local import copy_binary
-from sync.local.values import ParsedValue, dumps_exact, loads_exact, parse_value, parsed_json
+from sync.local.json_members import members
+from sync.local.values import ParsedValue, dumps_exact, loads_exact, parse_value, parsed_json, plain_json
 from sync.sql import schemas
 from sync.sql.names import HEARTBEAT_STREAM, REFRESH_HISTORY, table_names
 from sync.warehouse import Warehouse, WarehouseError
@@ -85,7 +86,9 @@ def parse_line(line: bytes, lineno: int) -> tuple[KafkaRecord, bool]:
     """One input line -> (record, well_formed). A line that is not a record wrapper is
     taken whole as the record's value (so nothing on it is lost)."""
     try:
-        obj = loads_exact(line.decode("utf-8"))
+        text = line.decode("utf-8")
+        walked = members(text)  # the object and the text of each value; else the plain parse
+        obj, texts = walked if walked is not None else (loads_exact(text), {})
     except (UnicodeDecodeError, ValueError, RecursionError):
         return KafkaRecord(0, None, None, None, line, lineno=lineno), False
     if isinstance(obj, dict) and ("value" in obj or "payload" in obj) and (set(obj) <= RECORD_KEYS or set(obj) <= KCAT_KEYS):
@@ -100,8 +103,11 @@ def parse_line(line: bytes, lineno: int) -> tuple[KafkaRecord, bool]:
         timestamp_type = "C" if kcat else obj.get("timestamp_type", "C")
         if not (isinstance(timestamp_type, str) and timestamp_type in TIMESTAMP_TYPES):
             raise ValueError(f"line {lineno}: timestamp_type must be one of {', '.join(TIMESTAMP_TYPES)}, got {timestamp_type!r}")
-        value = obj.get("payload" if kcat else "value")
-        (key, key_stored), (raw, stored) = parsed_json(obj.get("key")), parsed_json(value)
+        name = "payload" if kcat else "value"
+        value, key, key_stored = obj.get(name), *parsed_json(obj.get("key"))
+        plain = plain_json(value, *texts[name]) if name in texts else None
+        # The value as the line wrote it when jsonb stores that alike, else written out again.
+        raw, stored = (plain.encode("utf-8"), ParsedValue(plain, None)) if plain is not None else parsed_json(value)
         record = KafkaRecord(partition, offset, timestamp, key, raw, obj.get("headers"), lineno, timestamp_type)
         record.stored, record.key_stored = stored, key_stored
         return record, True
