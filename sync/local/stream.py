@@ -174,7 +174,9 @@ def ingest_records(
         result.refresh_time = refresh_time
         refreshed = copy_binary.timestamp(refresh_time)
         rows = bytearray(copy_binary.HEADER)
-        with wh.copy_from(f"COPY {stream} ({', '.join(schemas.names(schemas.STREAM))}) FROM STDIN (FORMAT binary)") as copy:
+        with wh.copy_from(
+            f"COPY {stream} ({', '.join(schemas.names(schemas.STREAM))}) FROM STDIN (FORMAT binary)", queued=True
+        ) as copy:
             for record, well_formed in records:
                 if not well_formed:
                     result.malformed_lines.append(record.lineno)
