@@ -97,12 +97,17 @@ class Warehouse:
                 cur.executemany(sql, rows)
 
     @contextmanager
-    def copy_from(self, sql: str) -> Iterator[Any]:
+    def copy_from(self, sql: str, queued: bool = False) -> Iterator[Any]:
         """`COPY ... FROM STDIN` (PostgreSQL): yields psycopg's Copy, to `write(bytes)` or
         `write_row(values)`; the COPY ends with the block. The server's errors become a
-        WarehouseError; the block's own errors pass unchanged."""
-        with self._driver_errors(), self._conn.cursor() as cur, cur.copy(sql) as copy:
-            yield copy
+        WarehouseError; the block's own errors pass unchanged. `queued`: the data is sent
+        by a worker thread (psycopg's QueuedLibpqWriter), so a producer busy building it
+        does not wait for the server to take each block."""
+        from psycopg.copy import QueuedLibpqWriter
+
+        with self._driver_errors(), self._conn.cursor() as cur:
+            with cur.copy(sql, writer=QueuedLibpqWriter(cur) if queued else None) as copy:
+                yield copy
 
     def copy_out(self, sql: str) -> bytes:
         """All the data of a `COPY ... TO STDOUT` (PostgreSQL)."""

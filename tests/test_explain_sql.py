@@ -28,13 +28,17 @@ EXAMPLE_TABLES = [
 ]
 
 
-def _pipeline(example: str):
-    return parse_pipeline(tomllib.loads((EXAMPLES / example / "pipeline.toml").read_text()))
+def _pipeline(example: str, schema: str | None = None):
+    data = tomllib.loads((EXAMPLES / example / "pipeline.toml").read_text())
+    if schema is not None:
+        data["pipeline"]["schema"] = schema
+    return parse_pipeline(data)
 
 
-def redshift_statements(example: str = "salesdb", table: str = "customer") -> list[str]:
-    """explain's statements on Redshift, the key bound to a literal."""
-    pipeline = _pipeline(example)
+def redshift_statements(example: str = "salesdb", table: str = "customer", schema: str | None = None) -> list[str]:
+    """explain's statements on Redshift, the key bound to a literal (`schema`: the
+    pipeline's schema instead of the example's)."""
+    pipeline = _pipeline(example, schema)
     sql = ExplainSql(dialect_for("redshift", pipeline.schema), pipeline, pipeline.table(table), "explain_0")
     out = []
     for statement in sql.statements():
@@ -49,6 +53,12 @@ def test_the_redshift_sql_of_explain_is_golden():
     if os.environ.get("UPDATE_GOLDEN"):
         GOLDEN.write_text(text)
     assert text == GOLDEN.read_text(), "regenerate with UPDATE_GOLDEN=1 and review the diff"
+
+
+def test_in_another_schema_the_statements_are_the_golden_ones_with_that_schema():
+    """What tests/test_redshift_live.py runs in its scratch schema is the golden file's SQL."""
+    text = "\n\n".join(redshift_statements(schema="rs_test_0123abcd")) + "\n"
+    assert text == GOLDEN.read_text().replace('"cdc"', '"rs_test_0123abcd"')
 
 
 def _inner(statements: list[str]) -> list[str]:

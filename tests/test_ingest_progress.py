@@ -14,6 +14,7 @@ from rich.console import Console
 
 from sync.cli.progress import ProgressLines, ingest_progress
 from sync.local.stream import PROGRESS_EVERY, ingest_file, read_records
+from sync.local.values import DECODER
 
 
 def write_lines(path: Path, count: int) -> Path:
@@ -61,13 +62,23 @@ def test_a_json_value_is_parsed_once_per_line(tmp_path, monkeypatch, deployed):
     path = tmp_path / "e.jsonl"
     record = {"key": {"CUST_ID": "C1"}, "value": {"op": "c", "after": {"CUST_ID": "C1", "NAME": "n", "MKTSEGMENT": "X"}}}
     path.write_text(json.dumps(record) + "\n" + json.dumps({"value": "not JSON {"}) + "\n")
-    decoded: list[str] = []
-    decode = json.JSONDecoder.decode
-    monkeypatch.setattr(json.JSONDecoder, "decode", lambda self, text: decoded.append(text) or decode(self, text))
+    scanned: list[str] = []  # the text of each JSON value the decoder reads
+    scan = DECODER.scan_once
+
+    def spy(text: str, start: int):
+        try:
+            value, end = scan(text, start)
+        except StopIteration:
+            scanned.append(f"not JSON: {text[start:]}")
+            raise
+        scanned.append(text[start:end])
+        return value, end
+
+    monkeypatch.setattr(DECODER, "scan_once", spy)
     result = ingest_file(wh, pipeline, "customer", path)
     assert (result.records, result.unparseable_values) == (2, 1)
-    # each line once, and the string value (the record's raw bytes) once: nothing again
-    assert len(decoded) == 3 and decoded[-1] == "not JSON {"
+    # each part of a line once, and the string value (the record's raw bytes) once: nothing again
+    assert scanned == [json.dumps(record["key"]), json.dumps(record["value"]), '"not JSON {"', "not JSON: not JSON {"]
     stored = wh.query('SELECT payload, key_payload FROM cdc."customer__stream" ORDER BY kafka_offset')
     assert stored[0] == (record["value"], record["key"]) and stored[1] == (None, None)
 

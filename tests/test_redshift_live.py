@@ -17,13 +17,18 @@ import pytest
 
 from sync.config import Pipeline
 from sync.debezium.events import ChangeStream, MySqlSource, PostgresSource
+from sync.operations import stream_stand_in
+from sync.operations.explain import explain
 from sync.operations.runner import RunSummary, sync
+from sync.operations.verify import Scratch
+from sync.schema.revisions import deployed_revision
 from sync.sql.dialect import RedshiftDialect, dialect_for
 from sync.sql.names import SCHEMA_DRIFT, table_names
-from sync.sql.objects import pipeline_objects
-from sync.warehouse import WarehouseError
+from sync.warehouse import WarehouseError, connect
+from tests import explain_scenarios
 from tests.cases import FLOAT_RANGE_CASES
 from tests.helpers import make_pipeline
+from tests.test_explain_sql import _pipeline, redshift_statements
 from tests.test_redshift_total_casts import TYPED, typed_records
 
 DSN = os.environ.get("REDSHIFT_SYNC_TEST_REDSHIFT_DSN")
@@ -58,8 +63,6 @@ columns = [
 
 @pytest.fixture
 def rs() -> Iterator[tuple[Any, str]]:
-    from sync.warehouse import connect
-
     schema = "rs_test_" + uuid.uuid4().hex[:8]
     wh = connect(DSN)
     try:
@@ -70,38 +73,17 @@ def rs() -> Iterator[tuple[Any, str]]:
 
 
 def deploy(wh: Any, tables_toml: str, schema: str) -> Pipeline:
-    """Every object of the pipeline, the streaming MV replaced by a table of its columns."""
-    pipeline = make_pipeline(tables_toml, schema=schema)
-    for obj in pipeline_objects(pipeline, "redshift", "test"):
-        if obj.kind == "external_schema":
-            continue
-        if obj.kind == "stream":
-            wh.execute(
-                f'CREATE TABLE "{schema}"."{obj.name}" (kafka_partition bigint, kafka_offset bigint, '
-                "kafka_timestamp_type char(1), kafka_timestamp timestamp, kafka_key varbyte(1024), kafka_headers super, "
-                "refresh_time timestamp, payload super, raw_value varbyte(65535), key_payload super)"
-            )
-            continue
-        wh.execute(obj.sql)
-    return pipeline
+    """Every object of the pipeline, the streaming MV replaced by its stand-in."""
+    return Scratch(wh, "redshift", schema, lambda: connect(DSN)).deploy_pipeline(make_pipeline(tables_toml, schema=schema))
 
 
 _refreshes = iter(range(1, 10**6))
 
 
-def feed(wh: Any, pipeline: Pipeline, table: str, records: list[dict[str, Any]], partition: int = 0) -> RunSummary:
-    """The records as one refresh (its own refresh_time), then one CALL of the procedure."""
+def feed(wh: Any, pipeline: Pipeline, table: str, records: list[dict[str, Any]]) -> RunSummary:
+    """The records as one refresh of the stream's stand-in, then one CALL of the procedure."""
     n = table_names(pipeline, pipeline.table(table))
-    refresh = next(_refreshes)
-    start = wh.scalar(
-        f'SELECT COALESCE(MAX(kafka_offset), -1) + 1 FROM "{n.schema}"."{n.stream}" WHERE kafka_partition = %s', (partition,)
-    )
-    for i, rec in enumerate(records):
-        wh.execute(
-            f'INSERT INTO "{n.schema}"."{n.stream}" VALUES (%s, %s, \'C\', GETDATE(), NULL, NULL, '
-            f"TIMESTAMP '2026-01-01 00:00:00' + %s * INTERVAL '1 second', JSON_PARSE(%s), NULL, JSON_PARSE(%s))",
-            (partition, start + i, refresh, json.dumps(rec["value"]), json.dumps(rec["key"])),
-        )
+    stream_stand_in.append_refresh(wh, RedshiftDialect().qualified(n.schema, n.stream), records, next(_refreshes))
     (run,) = sync(wh, pipeline, [table])
     assert run.status == "ok", run.error
     return run
@@ -177,8 +159,6 @@ def test_multi_byte_op_fits_its_column(rs):
 
 def test_lock_leaves_the_target_readable(rs):
     # Row 5, r_LOCK: a locked table makes readers wait; the procedure locks its watermark only.
-    from sync.warehouse import connect
-
     wh, schema = rs
     deploy(wh, CUSTOMER, schema)
     reader = connect(DSN)
@@ -306,7 +286,48 @@ def test_doctor_verify_on_real_redshift():
     # The same scenarios `redshift-sync doctor --verify` runs on a user's warehouse.
     from sync.operations.verify import verify
     from sync.operations.verify_scenarios import SCENARIOS
-    from sync.warehouse import connect
 
     report = verify(lambda: connect(DSN), SCENARIOS, lambda _: None)
     assert report.engine == "redshift" and report.failed == []
+
+
+@pytest.fixture
+def redshift_cli(rs, tmp_path) -> explain_scenarios.Cli:
+    """The explain scenarios' pipeline in the scratch schema; records reach the streaming
+    view's stand-in, the rest runs through the command line, as on PostgreSQL."""
+    wh, schema = rs
+    if deployed_revision(wh) is not None:
+        pytest.skip(
+            "this database records an alembic revision (public.alembic_version), which the command line checks "
+            "the pipeline file against: give REDSHIFT_SYNC_TEST_REDSHIFT_DSN a database without one"
+        )
+    return explain_scenarios.scratch_cli(DSN, wh, schema, tmp_path)
+
+
+@pytest.mark.parametrize("scenario", explain_scenarios.SCENARIOS, ids=lambda s: s.__name__)
+def test_explain_through_the_command_line(redshift_cli, scenario):
+    # Issue-level acceptance: `explain` on both engines through the CLI (tests/test_explain.py
+    # runs the same scenarios on PostgreSQL).
+    scenario(redshift_cli)
+
+
+def test_the_golden_sql_of_explain_runs_and_leaves_nothing(rs):
+    # tests/golden/explain_redshift.sql in the scratch schema (test_explain_sql.py: the same
+    # text): temporary tables LIKE the pipeline's, the procedure in the pipeline's schema
+    # (Redshift has no temporary procedures), its CALL and the reads, in a transaction
+    # rolled back; then explain itself on the same key.
+    wh, schema = rs
+    pipeline = Scratch(wh, "redshift", schema, lambda: connect(DSN)).deploy_pipeline(_pipeline("salesdb", schema))
+    feed(wh, pipeline, "customer", [ChangeStream(["CUST_ID"], MySqlSource()).insert({"CUST_ID": "C001", "NAME": "a"})])
+    with wh.rolled_back():
+        for statement in redshift_statements(schema=schema):
+            wh.execute(statement)
+    procedures = (
+        "SELECT COUNT(*) FROM pg_proc_info WHERE LEFT(proname, 8) = 'explain_' "
+        f"AND pronamespace = (SELECT oid FROM pg_namespace WHERE nspname = '{schema}')"
+    )
+    assert wh.scalar(procedures) == 0
+    assert wh.query(f'SELECT customer_id, name FROM "{schema}"."customer"') == [("C001", "a")]
+    (stored,) = [e for e in explain(wh, pipeline, "customer", ["CUST_ID=C001"]).entries if e.origin == "stored row"]
+    assert stored.values["name"] == "a"
+    assert wh.scalar(procedures) == 0

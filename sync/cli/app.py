@@ -36,7 +36,7 @@ from sync.times import parse_utc
 from sync.warehouse import Warehouse, WarehouseError, connect
 
 app = typer.Typer(
-    add_completion=False,
+    add_completion=True,  # --install-completion, --show-completion (bash, zsh, fish, PowerShell)
     no_args_is_help=True,
     help="Keep Redshift tables in sync with operational databases (Debezium CDC from MSK).",
     pretty_exceptions_enable=False,

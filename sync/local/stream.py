@@ -13,12 +13,14 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 from sync.config import ConfigError, Pipeline
-from sync.local.values import ParsedValue, dumps_exact, loads_exact, parse_value, parsed_json
+from sync.local import copy_binary
+from sync.local.json_members import members
+from sync.local.values import ParsedValue, dumps_exact, loads_exact, parse_value, parsed_json, plain_json
 from sync.sql import schemas
 from sync.sql.names import HEARTBEAT_STREAM, REFRESH_HISTORY, table_names
 from sync.warehouse import Warehouse, WarehouseError
@@ -84,7 +86,9 @@ def parse_line(line: bytes, lineno: int) -> tuple[KafkaRecord, bool]:
     """One input line -> (record, well_formed). A line that is not a record wrapper is
     taken whole as the record's value (so nothing on it is lost)."""
     try:
-        obj = loads_exact(line.decode("utf-8"))
+        text = line.decode("utf-8")
+        walked = members(text)  # the object and the text of each value; else the plain parse
+        obj, texts = walked if walked is not None else (loads_exact(text), {})
     except (UnicodeDecodeError, ValueError, RecursionError):
         return KafkaRecord(0, None, None, None, line, lineno=lineno), False
     if isinstance(obj, dict) and ("value" in obj or "payload" in obj) and (set(obj) <= RECORD_KEYS or set(obj) <= KCAT_KEYS):
@@ -99,8 +103,11 @@ def parse_line(line: bytes, lineno: int) -> tuple[KafkaRecord, bool]:
         timestamp_type = "C" if kcat else obj.get("timestamp_type", "C")
         if not (isinstance(timestamp_type, str) and timestamp_type in TIMESTAMP_TYPES):
             raise ValueError(f"line {lineno}: timestamp_type must be one of {', '.join(TIMESTAMP_TYPES)}, got {timestamp_type!r}")
-        value = obj.get("payload" if kcat else "value")
-        (key, key_stored), (raw, stored) = parsed_json(obj.get("key")), parsed_json(value)
+        name = "payload" if kcat else "value"
+        value, key, key_stored = obj.get(name), *parsed_json(obj.get("key"))
+        plain = plain_json(value, *texts[name]) if name in texts else None
+        # The value as the line wrote it when jsonb stores that alike, else written out again.
+        raw, stored = (plain.encode("utf-8"), ParsedValue(plain, None)) if plain is not None else parsed_json(value)
         record = KafkaRecord(partition, offset, timestamp, key, raw, obj.get("headers"), lineno, timestamp_type)
         record.stored, record.key_stored = stored, key_stored
         return record, True
@@ -109,6 +116,7 @@ def parse_line(line: bytes, lineno: int) -> tuple[KafkaRecord, bool]:
 
 Progress = Callable[[int, int], None]  # (records read, bytes read so far)
 PROGRESS_EVERY = 1000  # records between two progress calls
+COPY_CHUNK = 1 << 20  # bytes of rows sent to the server at once
 
 
 def read_records(path: Path, progress: Progress | None = None) -> Iterator[tuple[KafkaRecord, bool]]:
@@ -164,9 +172,10 @@ def ingest_records(
         next_offset = {int(p): int(o) + 1 for p, o in rows}
         refresh_time = wh.scalar(f"SELECT {d.now()}")
         result.refresh_time = refresh_time
+        refreshed = copy_binary.timestamp(refresh_time)
+        rows = bytearray(copy_binary.HEADER)
         with wh.copy_from(
-            f"COPY {stream} (kafka_partition, kafka_offset, kafka_timestamp_type, kafka_timestamp, kafka_key, "
-            "kafka_headers, refresh_time, payload, raw_value, key_payload) FROM STDIN"
+            f"COPY {stream} ({', '.join(schemas.names(schemas.STREAM))}) FROM STDIN (FORMAT binary)", queued=True
         ) as copy:
             for record, well_formed in records:
                 if not well_formed:
@@ -177,31 +186,23 @@ def ingest_records(
                 next_offset[record.partition] = max(next_offset.get(record.partition, 0), offset + 1)
                 value = record.stored if record.stored is not None else parse_value(record.value)
                 key = record.key_stored if record.key_stored is not None else parse_value(record.key)
-                ts = (
-                    datetime.fromtimestamp(record.timestamp_ms / 1000, tz=timezone.utc).replace(tzinfo=None)
-                    if record.timestamp_ms is not None
-                    else refresh_time
-                )
-                headers = dumps_exact(record.headers) if record.headers is not None else None
-                copy.write_row(
-                    (
-                        record.partition,
-                        offset,
-                        record.timestamp_type,
-                        ts,
-                        record.key,
-                        headers,
-                        refresh_time,
-                        value.payload,
-                        value.raw,
-                        key.payload,
-                    )
-                )
+                rows += copy_binary.lead(len(schemas.STREAM), record.partition, offset, record.timestamp_type)
+                rows += refreshed if record.timestamp_ms is None else copy_binary.timestamp_ms(record.timestamp_ms)
+                rows += copy_binary.data(record.key)
+                rows += copy_binary.jsonb(None if record.headers is None else dumps_exact(record.headers))
+                rows += refreshed
+                rows += copy_binary.jsonb(value.payload)
+                rows += copy_binary.data(value.raw)
+                rows += copy_binary.jsonb(key.payload)
+                if len(rows) >= COPY_CHUNK:
+                    copy.write(rows)
+                    rows = bytearray()
                 result.records += 1
                 result.unparseable_values += value.raw is not None
                 result.tombstones += record.value is None
                 first, last = result.partitions.get(record.partition, (offset, offset))
                 result.partitions[record.partition] = (min(first, offset), max(last, offset))
+            copy.write(rows + copy_binary.TRAILER)
         if wh.relation_exists(schema, REFRESH_HISTORY):  # a refresh, also one that read nothing
             values = ", ".join(["%s"] * len(schemas.REFRESH_HISTORY))
             wh.execute(

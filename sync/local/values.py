@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import re
+import threading
 import uuid
 from dataclasses import dataclass
 from decimal import Decimal
@@ -29,13 +30,27 @@ def _reject_constant(name: str) -> Any:
     raise ValueError(f"{name} is not a JSON number")
 
 
-_DECODER = json.JSONDecoder(parse_float=Decimal, parse_constant=_reject_constant)
+class _Numbers(threading.local):
+    exponent = False  # a number written with an exponent was read since it was last reset
+
+
+NUMBERS = _Numbers()
+
+
+def _decimal(literal: str) -> Decimal:
+    """A number with a fraction or an exponent (the JSON scanner's floats), exact."""
+    if "e" in literal or "E" in literal:
+        NUMBERS.exponent = True
+    return Decimal(literal)
+
+
+DECODER = json.JSONDecoder(parse_float=_decimal, parse_constant=_reject_constant)
 
 
 def loads_exact(text: str) -> Any:
     """Strict JSON (no NaN/Infinity), with numbers kept exact: a float would round
     12345678901234567890.12 and turn 1e999 into Infinity, which is not JSON."""
-    return _DECODER.decode(text)
+    return DECODER.decode(text)
 
 
 def _marked_number(o: Any) -> str:
@@ -124,6 +139,22 @@ def parsed_json(parsed: Any) -> tuple[bytes | None, ParsedValue]:
     text = dumps_exact(parsed, separators=(",", ":"))
     raw = text.encode("utf-8", "surrogatepass")
     return raw, stored_json(parsed, text, raw)
+
+
+def plain_json(parsed: Any, text: str, exponent: bool) -> str | None:
+    """The text an object or array was parsed from (`loads_exact`; `exponent`: a number in
+    it was written with one, `NUMBERS`), when jsonb stores it exactly as it stores the
+    value written back out (`dumps_exact`), else None.
+
+    So it is when the text has no backslash, no exponent and fewer characters than
+    numeric's fraction digits: its strings then hold no escape, hence no NUL and no lone
+    surrogate (a raw control character is not JSON), and every number has fewer digits
+    than numeric holds; jsonb ignores whitespace, keeps the last of a duplicated name as
+    the parse does, and reads a number's digits and scale from "0.0000001" as from the
+    "1E-7" a Decimal writes. The value is then storable (`stored_json`)."""
+    if exponent or not isinstance(parsed, (dict, list)) or "\\" in text or len(text) >= NUMERIC_FRACTION_DIGITS:
+        return None
+    return text
 
 
 def stored_json(parsed: Any, text: str, value: bytes) -> ParsedValue:

@@ -21,6 +21,7 @@ from typing import Any
 
 from sync.config import Pipeline, parse_pipeline
 from sync.local.stream import ingest_records, parse_line
+from sync.operations import stream_stand_in
 from sync.operations.runner import RunSummary, sync
 from sync.sql.dialect import PostgresDialect, dialect_for
 from sync.sql.names import table_names
@@ -63,35 +64,33 @@ class Scratch:
     def deploy(self, tables_toml: str) -> Pipeline:
         """Every object of a pipeline of `tables_toml` in the scratch schema."""
         text = f'[pipeline]\nschema = "{self.schema}"\n' + SOURCE + tables_toml
-        pipeline = parse_pipeline(tomllib.loads(text))
+        return self.deploy_pipeline(parse_pipeline(tomllib.loads(text)))
+
+    def deploy_pipeline(self, pipeline: Pipeline) -> Pipeline:
+        """Every object of `pipeline` (whose schema is the scratch schema); on Redshift each
+        streaming view replaced by its stand-in (sync/operations/stream_stand_in.py)."""
         for obj in pipeline_objects(pipeline, self.engine, "redshift-sync doctor --verify"):
             if obj.kind == "external_schema":
                 continue
             if obj.kind == "stream" and self.d.streaming_ingestion:
-                self.wh.execute(
-                    f"CREATE TABLE {self.name(obj.name)} (kafka_partition bigint, kafka_offset bigint, "
-                    "kafka_timestamp_type char(1), kafka_timestamp timestamp, kafka_key varbyte(1024), kafka_headers super, "
-                    "refresh_time timestamp, payload super, raw_value varbyte(65535), key_payload super)"
-                )
+                stream_stand_in.create(self.wh, self.name(obj.name))
                 continue
             self.wh.execute(obj.sql)
         return pipeline
 
-    def feed(self, pipeline: Pipeline, table: str, records: list[dict[str, Any]]) -> RunSummary:
-        """The records as one refresh of the stream, then one sync of the table."""
+    def append(self, pipeline: Pipeline, table: str, records: list[dict[str, Any]]) -> None:
+        """The records as one refresh of the table's stream."""
         if self.d.streaming_ingestion:
             self._refresh += 1
             stream = self.name(table_names(pipeline, pipeline.table(table)).stream)
-            start = self.wh.scalar(f"SELECT COALESCE(MAX(kafka_offset), -1) + 1 FROM {stream} WHERE kafka_partition = 0")
-            for i, rec in enumerate(records):
-                self.wh.execute(
-                    f"INSERT INTO {stream} VALUES (0, %s, 'C', GETDATE(), NULL, NULL, "
-                    "TIMESTAMP '2026-01-01 00:00:00' + %s * INTERVAL '1 second', JSON_PARSE(%s), NULL, JSON_PARSE(%s))",
-                    (start + i, self._refresh, json.dumps(rec["value"]), json.dumps(rec["key"])),
-                )
+            stream_stand_in.append_refresh(self.wh, stream, records, self._refresh)
         else:
             lines = [parse_line(json.dumps(r).encode(), i + 1) for i, r in enumerate(records)]
             ingest_records(self.wh, pipeline, table, lines)
+
+    def feed(self, pipeline: Pipeline, table: str, records: list[dict[str, Any]]) -> RunSummary:
+        """The records as one refresh of the stream, then one sync of the table."""
+        self.append(pipeline, table, records)
         (run,) = sync(self.wh, pipeline, [table])
         if run.status != "ok":
             raise AssertionError(f"the sync failed: {run.error}")
