@@ -17,8 +17,8 @@ partitions the Kafka time decides, then the partition. Newest is ranked as the p
 ranks a key's records (`rank_order`, `kafka_order` over `kafka_time`, here over the
 retained records of each partition); at or before the record that wrote the row is
 judged as the procedure judges a record against a stored row (`kafka_later`, the
-records' Kafka timestamps, the row's read from the stream). A value that does not convert, or a field the record lacks, leaves the column
-NULL.
+records' Kafka timestamps, the row's read from the stream). A value that does not
+convert, or a field the record lacks, leaves the column NULL.
 
 Where every retained record carries the placeholder, the value is unknown: the row stays
 NULL, and `unknown_values_sql` counts such rows (the record that wrote them carries the
