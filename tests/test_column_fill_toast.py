@@ -40,24 +40,34 @@ WITH_BODY = TABLE.replace('"varchar(64)" }]', '"varchar(64)" }, { name = "body",
 ORIGIN = "pipeline.toml"
 
 
-@pytest.fixture
-def project(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, database_dsn: str):
-    """A project whose first revision is deployed: table `doc` without `body`."""
-    monkeypatch.chdir(tmp_path)
-    (tmp_path / "versions").mkdir()
-    cfg = alembic_config(tmp_path / "versions", database_dsn)
-    (tmp_path / "pipeline.toml").write_text(pipeline_toml(TABLE))
-    pipeline, _ = load_pipeline(tmp_path / "pipeline.toml")
+def deployed(project_dir: Path, dsn: str, toml: str):
+    """A project in `project_dir` whose first revision, of the tables `toml`, is deployed."""
+    (project_dir / "versions").mkdir()
+    cfg = alembic_config(project_dir / "versions", dsn)
+    (project_dir / "pipeline.toml").write_text(pipeline_toml(toml))
+    pipeline, _ = load_pipeline(project_dir / "pipeline.toml")
     assert write_revision(cfg, pipeline, ORIGIN, "initial") is not None
     deploy(cfg, pipeline)
     return cfg, pipeline
 
 
-def add_body(cfg, project_dir: Path):
-    (project_dir / "pipeline.toml").write_text(pipeline_toml(WITH_BODY))
+def revised(cfg, project_dir: Path, toml: str, message: str):
+    """The pipeline file now holds the tables `toml`: `revision`, then `deploy`."""
+    (project_dir / "pipeline.toml").write_text(pipeline_toml(toml))
     pipeline, _ = load_pipeline(project_dir / "pipeline.toml")
-    assert write_revision(cfg, pipeline, ORIGIN, "doc body") is not None
+    assert write_revision(cfg, pipeline, ORIGIN, message) is not None
     return pipeline, deploy(cfg, pipeline)
+
+
+@pytest.fixture
+def project(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, database_dsn: str):
+    """A project whose first revision is deployed: table `doc` without `body`."""
+    monkeypatch.chdir(tmp_path)
+    return deployed(tmp_path, database_dsn, TABLE)
+
+
+def add_body(cfg, project_dir: Path):
+    return revised(cfg, project_dir, WITH_BODY, "doc body")
 
 
 def change(op: str, key: int, lsn: int, body: str, title: str = "t") -> dict:

@@ -9,10 +9,16 @@ the TOAST placeholder (`__debezium_unavailable_value`) means "unchanged", so an 
 record holds the value. At or before: a lower `_source_pos`; the same one, when the
 procedure read the record and did not quarantine it (the record that wrote the row, a
 change of the same transaction before it, or a copy a restart re-sent); where positions
-are missing, Kafka order up to the record that wrote the row (`_kafka_partition`,
-`_kafka_offset`). Records after the stored position (stale, quarantined or not yet synced)
-never count. A value that does not convert, or a field the record lacks, leaves the column
-NULL.
+are missing, the record that wrote the row (`_kafka_partition`, `_kafka_offset`) or one
+earlier in Kafka order. Records after the stored position (stale, quarantined or not yet
+synced) never count. Kafka order is the procedure's (sync/sql/procedure/ordering.py): a
+key's records span two partitions once the topic's partition count grows, so across
+partitions the Kafka time decides, then the partition. Newest is ranked as the procedure
+ranks a key's records (`rank_order`, `kafka_order` over `kafka_time`, here over the
+retained records of each partition); at or before the record that wrote the row is
+judged as the procedure judges a record against a stored row (`kafka_later`, the
+records' Kafka timestamps, the row's read from the stream). A value that does not
+convert, or a field the record lacks, leaves the column NULL.
 
 Where every retained record carries the placeholder, the value is unknown: the row stays
 NULL, and `unknown_values_sql` counts such rows (the record that wrote them carries the
@@ -28,7 +34,9 @@ from sync.sql.dialect import PostgresDialect, quote_literal
 from sync.sql.envelope import envelope_sql, source_sql, unwrap_schema
 from sync.sql.names import QUARANTINE, table_names
 from sync.sql.policy import newest_key_sql, policy_value_sql
-from sync.sql.procedure import kafka_earlier, rank_order, raw_field_sql, read_as_text, toastable, unavailable_sql
+from sync.sql.procedure import rank_order, raw_field_sql, read_as_text, toastable, unavailable_sql
+from sync.sql.procedure.ordering import kafka_later, kafka_order, kafka_time
+from sync.sql.procedure.text import indent
 from sync.sql.semantic import check_column, decode_sql
 
 
@@ -59,13 +67,14 @@ def _images(d: PostgresDialect, pipeline: Pipeline, table: TableConfig, cols: li
             f"SELECT s.kafka_partition, s.kafka_offset,\n       {unwrap_schema(d, 's.payload')} AS env\nFROM {stream} s{where}"
         )
     else:
-        carried += ", f.settled"
+        carried += ", f.kafka_timestamp, f.kafka_time, f.settled"
         quarantined = (
             f"SELECT DISTINCT kafka_partition, kafka_offset FROM {d.qualified(n.schema, QUARANTINE)}"
             f" WHERE table_name = {quote_literal(table.name)}"
         )
         records = (
-            f"SELECT s.kafka_partition, s.kafka_offset,\n       {unwrap_schema(d, 's.payload')} AS env,\n"
+            f"SELECT s.kafka_partition, s.kafka_offset, s.kafka_timestamp,\n       {unwrap_schema(d, 's.payload')} AS env,\n"
+            f"       {indent(kafka_time('s.'), 7).lstrip()} AS kafka_time,\n"
             "       CASE WHEN s.kafka_offset <= w.last_offset AND q.kafka_offset IS NULL THEN 1 ELSE 0 END AS settled\n"
             f"FROM {stream} s\n"
             f"LEFT JOIN {d.qualified(n.schema, n.watermark)} w ON w.kafka_partition = s.kafka_partition\n"
@@ -118,7 +127,8 @@ def column_fill_sql(d: PostgresDialect, pipeline: Pipeline, table: TableConfig, 
     candidates = (
         _nest(
             d,
-            f"SELECT f.kafka_partition AS _kafka_partition, f.kafka_offset AS _kafka_offset, f.source_pos, f.settled,\n{key_values},\n"
+            "SELECT f.kafka_partition AS _kafka_partition, f.kafka_offset AS _kafka_offset, f.kafka_timestamp AS _kafka_timestamp,\n"
+            f"       f.kafka_time, f.source_pos, f.settled,\n{key_values},\n"
             f"       {policy_value_sql(d, col, values[col.target_name], newest_key_sql(d, pipeline))} AS value",
             level,
         )
@@ -126,21 +136,26 @@ def column_fill_sql(d: PostgresDialect, pipeline: Pipeline, table: TableConfig, 
     )
     # At or before the stored row's position: a lower position; the same position, read and
     # not quarantined (the record that wrote the row, a tied change before it, or a re-sent
-    # copy of it); or (positions equal or missing) not after that record in Kafka order.
+    # copy of it); or (positions equal or missing) the record that wrote the row or one
+    # earlier in Kafka order (`m`: that record in the stream, for its Kafka timestamp).
+    earlier = kafka_later("w", "m.kafka_timestamp", "c", "c._kafka_timestamp")
     at_or_before = (
         "(c.source_pos < w._source_pos\n"
-        "        OR (c.source_pos = w._source_pos AND c.settled = 1)\n"
-        "        OR ((c.source_pos = w._source_pos OR c.source_pos IS NULL OR w._source_pos IS NULL)\n"
-        f"            AND NOT {kafka_earlier('w', 'c')}))"
+        "       OR (c.source_pos = w._source_pos AND c.settled = 1)\n"
+        "       OR ((c.source_pos = w._source_pos OR c.source_pos IS NULL OR w._source_pos IS NULL)\n"
+        "           AND (c._kafka_partition = w._kafka_partition AND c._kafka_offset = w._kafka_offset\n"
+        f"                OR {indent(earlier, 16).lstrip()})))"
     )
     key_list = ", ".join(f"w.{q(k)}" for k in keys)
+    newest = rank_order("c.source_pos", kafka_order("c.kafka_time", "c._kafka_partition", "c._kafka_offset"))
     ranked = (
         f"SELECT {key_list}, c.value,\n"
         f"       ROW_NUMBER() OVER (PARTITION BY {key_list}\n"
-        f"         ORDER BY {rank_order('c.source_pos', 'c._kafka_partition DESC, c._kafka_offset DESC')}) AS rn\n"
+        f"         ORDER BY {newest}) AS rn\n"
         f"FROM (\n{_indent(candidates)}\n) c\n"
         f"JOIN {target} w ON {key_match(d, keys, 'w', 'c')}\n"
-        f"  AND {at_or_before}"
+        f"LEFT JOIN {d.qualified(n.schema, n.stream)} m ON m.kafka_partition = w._kafka_partition AND m.kafka_offset = w._kafka_offset\n"
+        f"WHERE {at_or_before}"
     )
     return (
         f"-- {table.name}.{col.target_name} for the rows already stored: the value of the newest record of the\n"
