@@ -16,7 +16,7 @@ from sync.sql.procedure.batch import pending_condition
 from sync.sql.procedure.context import WATERMARK_ITEM, Action, TableSql
 from sync.sql.procedure.drift import schema_drift_sql
 from sync.sql.procedure.fields import raw_field_sql, read_as_text, toastable, unavailable_sql
-from sync.sql.procedure.ordering import kafka_earlier, rank_order
+from sync.sql.procedure.ordering import rank_order
 from sync.sql.procedure.stage import stage_insert_sql
 from sync.sql.procedure.steps import APPLY_STEPS, SYNC_STEPS, Step, apply_batch_sql
 from sync.sql.procedure.toast import toast_sql
@@ -30,7 +30,6 @@ __all__ = [
     "TableSql",
     "apply_batch_sql",
     "isolate_record_sql",
-    "kafka_earlier",
     "pending_condition",
     "procedure_sql",
     "rank_order",

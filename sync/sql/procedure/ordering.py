@@ -39,15 +39,6 @@ def rank_order(position: str, kafka: str) -> str:
     return f"{position} DESC NULLS LAST, {kafka}"
 
 
-def kafka_earlier(a: str, b: str) -> str:
-    """The record of the row `a` is earlier in Kafka order than the record of the row `b`
-    (both carry `_kafka_partition`, `_kafka_offset`; NULL, so false, when either lacks them)."""
-    return (
-        f"({a}._kafka_partition < {b}._kafka_partition"
-        f" OR ({a}._kafka_partition = {b}._kafka_partition AND {a}._kafka_offset < {b}._kafka_offset))"
-    )
-
-
 def kafka_later(a: str, a_time: str, b: str, b_time: str, lines: bool = True) -> str:
     """Record `a` (its `_kafka_partition`, `_kafka_offset`, and Kafka timestamp `a_time`)
     is later in Kafka order than `b`: by offset in one partition; across partitions by
