@@ -13,6 +13,7 @@ from __future__ import annotations
 import pytest
 
 from sync.config import ConfigError
+from sync.debezium.events import lsn_text
 from tests.helpers import feed, make_pipeline
 from tests.test_delivery_semantics import TS, envelope, mysql_source, pg_source, setup, table_toml, tombstone
 from tests.test_partition_increase import KEY, NEW, OLD, at, unwrapped
@@ -190,3 +191,44 @@ def test_delete_then_recreate(wh, deletes):
         (1, 10, "d", p200, closed_to, False),
         (1, 11, "c", p300, None, True),
     ]
+
+
+def lsn_source(connector: str, commit: int, change: int | None) -> dict:
+    """A SQL Server or Db2 source block: `commit_lsn`, `change_lsn` as `Lsn.toString()`
+    writes them (10 and 16 bytes), SQL Server's `event_serial_no` (2 for an update). A
+    snapshot read: "change_lsn": null, "event_serial_no": null (the SQL Server page's
+    schema change example)."""
+    size = 10 if connector == "sqlserver" else 16
+    src = {
+        "connector": connector,
+        "ts_ms": TS + commit % 1000,
+        "snapshot": "false" if change is not None else "true",
+        "commit_lsn": lsn_text(commit, size),
+        "change_lsn": None if change is None else lsn_text(change, size),
+    }
+    return src | ({"event_serial_no": None if change is None else 2} if connector == "sqlserver" else {})
+
+
+@pytest.mark.parametrize("connector", ["sqlserver", "db2"])
+def test_resnapshot_read_follows_the_changes_of_its_commit(wh, connector):
+    """SQL Server and Db2: a connector re-created without offsets snapshots at the
+    database's max LSN ("Read the maximum log sequence number (LSN) position in the
+    server's transaction log"; the read events carry it as `commit_lsn`, with no
+    `change_lsn`): the commit LSN of the newest captured transaction, whose changes the
+    read holds; streaming then starts after that commit ("LSN should be increased for the
+    first run only immediately after snapshot completion", `incrementLsn`, the connectors'
+    streaming sources). The key changed twice in that commit: its read is the version
+    after both, not before them."""
+    order = "sqlserver-lsn" if connector == "sqlserver" else "db2-lsn"
+    p = setup(wh, history_toml("acc", order_by=order))
+    commit, later = 0x27_00000758_0100, 0x27_00000758_0200
+
+    def ev(op: str, balance: int, commit: int, change: int | None) -> dict:
+        return envelope(op, 1, row(1, balance), row(1, balance - 1) if op == "u" else None, lsn_source(connector, commit, change))
+
+    changes = [ev("c", 10, commit, commit - 0x20), ev("u", 20, commit, commit - 0x10)]
+    feed(wh, p, "acc", changes)
+    # the connector re-created: the snapshot reads the row, then streams the next commit
+    feed(wh, p, "acc", [ev("r", 20, commit, None), ev("u", 30, later, later - 0x10)])
+    assert [(v[1], v[2]) for v in versions(wh, "acc")] == [(10, "c"), (20, "u"), (20, "r"), (30, "u")]
+    assert [v[5] for v in versions(wh, "acc")] == [False, False, False, True]

@@ -442,11 +442,9 @@ def check_delivery(
     assert wh.query(f'SELECT * FROM cdc."{table}" ORDER BY 1, 2') == before
 
 
-# A known divergence of history mode, not of the current state: a Db2 re-snapshot read
-# carries its commit with no change LSN, which the position pads with zeros, so its version
-# sorts before that commit's own changes (docs/correctness.md, "History mode", limits).
+# Known divergences of history mode, not of the current state (docs/correctness.md,
+# "History mode", limits).
 KNOWN_HISTORY_DIVERGENCES = {
-    "db2_unwrap_tombstone_history": "a Db2 re-snapshot read's version sorts before its commit's own changes",
     # Within one compressed MySQL transaction (one position for every change), a key that
     # returns to identical values in a later batch is taken for a re-delivered copy.
     "mysql_compressed_history": "a compressed transaction's change back to identical values, in a later batch, is taken for a copy",
