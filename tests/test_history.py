@@ -200,6 +200,19 @@ def test_tombstone_only_delete_closes_the_version(wh, deletes):
     assert closed.timestamp() * 1000 == pytest.approx(TS + 3), "closed at the tombstone's Kafka time"
 
 
+def test_real_tombstone_stays_when_its_resent_copy_follows_the_recreated_row(wh):
+    """delete.tombstone.handling.mode=tombstone: the key is updated (lsn 200), deleted (the
+    tombstone, no position) and created again (lsn 300). A restart re-sends the update, the
+    tombstone and the create ("the connector restarts from the last recorded offset"): the
+    re-sent tombstone now follows the re-created row and ranks at its position, yet it is
+    the copy right after the re-sent update, so the first tombstone was a real delete and
+    keeps its version."""
+    p = setup(wh, history_toml("acc", format="debezium-unwrap", order_by="postgres-lsn"))
+    events = [unwrapped(1, 10, 100, "c"), unwrapped(1, 20, 200, "u"), tombstone(1), unwrapped(1, 30, 300, "c")]
+    feed(wh, p, "acc", [at(r, 0, n) for n, r in enumerate([*events, *events[1:]], 1)])
+    assert [(v[1], v[2]) for v in versions(wh, "acc")] == [(10, "c"), (20, "u"), (None, "d"), (30, "c")]
+
+
 def test_truncate_closes_every_open_version(wh):
     """A truncate (op 't', on_truncate = 'delete') ends every key's open version at its
     position; a key written after it opens a new one. Re-delivered, it adds nothing."""

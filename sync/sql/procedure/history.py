@@ -14,7 +14,7 @@ from sync.sql.dialect import quote_literal
 from sync.sql.procedure.context import Action, TableSql
 from sync.sql.procedure.fields import toastable
 from sync.sql.procedure.history_copies import copies_ctes, new_versions
-from sync.sql.procedure.ordering import kafka_later
+from sync.sql.procedure.ordering import kafka_later, kafka_order
 from sync.sql.procedure.text import indent, packed
 from sync.sql.types import SqlType
 
@@ -132,9 +132,10 @@ def void_tombstones_sql(ctx: TableSql) -> str:
     row, at that row's position: a delete after that position to all appearances, until
     the record after it re-sends that same event (a real delete is followed by newer
     positions only). Such a tombstone was a re-sent one: no version. A copy of the
-    tombstone after that re-sent event keeps it: a restart that resumed before the event
-    before a real tombstone re-sends both, in order (the version is the first copy's,
-    `versions_sql`)."""
+    tombstone right after that re-sent event (the key's next event) keeps it, wherever that
+    copy ranks (after a re-created row, at its position): a restart that resumed before
+    the event before a real tombstone re-sends both, in order (the version is the first
+    copy's, `versions_sql`)."""
     d, q, hist = ctx.d, ctx.q, ctx.rel.history
     same_values = "".join(
         f"\n  AND NOT {d.differs(f'c.{q(col.target_name)}', f's.{q(col.target_name)}', col.sql_type)}"
@@ -142,19 +143,22 @@ def void_tombstones_sql(ctx: TableSql) -> str:
     )
     # A tombstone carries no row image: its version has no values (a delete event has its before image).
     no_image = "".join(f"\n  AND {hist}.{q(col.target_name)} IS NULL" for col in ctx.table.value_columns)
+    # Whether the key's next event (in Kafka order) is a tombstone: the copy right after `s`.
+    order = kafka_order("_kafka_timestamp", "_kafka_partition", "_kafka_offset", newest_first=False)
+    next_tombstone = (
+        f"LEAD(CASE WHEN _op IS NULL THEN 1 ELSE 0 END) OVER (PARTITION BY {', '.join(q(k) for k in ctx.keys)} ORDER BY {order})"
+    )
+    events = f"(SELECT *, {next_tombstone} AS tombstone_next__\n      FROM {ctx.rel.stage} s WHERE {EVENTS})"
     return (
         "-- History: a tombstone-only delete followed by a re-sent copy of the event before it was re-sent.\n"
-        f"DELETE FROM {hist}\nUSING {ctx.rel.stage} s, {hist} c\n"
-        f"WHERE {hist}._op = 'd' AND {EVENTS} AND {OP} <> 'd'{no_image}\n"
+        f"DELETE FROM {hist}\nUSING {events} s, {hist} c\n"
+        f"WHERE {hist}._op = 'd' AND {OP} <> 'd'{no_image}\n"
         f"  AND {key_match(d, ctx.keys, hist, 's')} AND {key_match(d, ctx.keys, 'c', 's')}\n"
         f"  AND {hist}._valid_from_pos = COALESCE(s._source_pos, s._rank_pos) AND c._valid_from_pos = {hist}._valid_from_pos\n"
         f"  AND c._op NOT IN ('d', '{TRUNCATED_OP}'){same_values}\n"
         f"  AND {indent(kafka_later('s', 's._kafka_timestamp', hist, f'{hist}._kafka_timestamp'), 6).lstrip()}\n"
         f"  AND {indent(kafka_later(hist, f'{hist}._kafka_timestamp', 'c', 'c._kafka_timestamp'), 6).lstrip()}\n"
-        f"  AND NOT EXISTS (SELECT 1 FROM {ctx.rel.stage} t\n"
-        f"    WHERE {EVENTS.replace('s.', 't.')} AND t._op IS NULL AND {key_match(d, ctx.keys, 't', 's')}\n"
-        f"      AND COALESCE(t._source_pos, t._rank_pos) = {hist}._valid_from_pos\n"
-        f"      AND {indent(kafka_later('t', 't._kafka_timestamp', 's', 's._kafka_timestamp'), 10).lstrip()});"
+        "  AND COALESCE(s.tombstone_next__, 0) = 0;"
     )
 
 
