@@ -444,7 +444,8 @@ BEGIN
       SELECT x.*, ROW_NUMBER() OVER (PARTITION BY x."product_id", x.pos__, x.imageless__
                ORDER BY x._valid_from_pos ASC NULLS FIRST, x._kafka_timestamp ASC NULLS FIRST, x._kafka_partition, x._kafka_offset) AS n__,
              LAG(x._op) OVER (PARTITION BY x."product_id", x.pos__, x.imageless__
-               ORDER BY x._valid_from_pos ASC NULLS FIRST, x._kafka_timestamp ASC NULLS FIRST, x._kafka_partition, x._kafka_offset) AS prev_op__
+               ORDER BY x._valid_from_pos ASC NULLS FIRST, x._kafka_timestamp ASC NULLS FIRST, x._kafka_partition, x._kafka_offset) AS prev_op__,
+             COUNT(*) OVER (PARTITION BY x."product_id", x.pos__, x.imageless__) AS members__
       FROM (SELECT y.*, y._op = 'd' AND y."list_price" IS NULL AND y."discount_pct" IS NULL AS imageless__
             FROM (SELECT h."product_id", h."list_price", h."discount_pct", h."_valid_from", h."_valid_from_pos", h."_op",
                           h."_kafka_partition", h."_kafka_offset", h."_kafka_timestamp", h."_unavailable", false AS new__,
@@ -465,7 +466,7 @@ BEGIN
                                         ORDER BY b.n__) AS run__
       FROM _seq a JOIN _seq b ON a."product_id" = b."product_id" AND a.pos__ = b.pos__
         AND a.imageless__ = b.imageless__ AND a.n__ < b.n__
-      WHERE b.new__ AND (a._op = 'd') = (b._op = 'd')
+      WHERE b.new__ AND b.members__ > 1 AND a.members__ > 1 AND (a._op = 'd') = (b._op = 'd')
         AND (b._op = 'd'
           OR NOT (a."list_price" <> b."list_price" OR (a."list_price" IS NULL) <> (b."list_price" IS NULL))
           AND NOT (a."discount_pct" <> b."discount_pct" OR (a."discount_pct" IS NULL) <> (b."discount_pct" IS NULL)))),

@@ -35,7 +35,8 @@ def copies_ctes(ctx: TableSql, columns: list[str], events: str, same_version: st
     `columns`); `_seq`, each key's versions at the batch's positions, numbered (`n__`)
     apart from the deletes without an image (`imageless__`, tombstone-only deletes among
     them, ranked at the position before them), which are a sequence of their own; `_rep`,
-    the batch's events that repeat a version before them, by step and run; `_copy`, the
+    the batch's events that repeat a version before them, by step and run (only where a
+    sequence has more than one member: most batches' events are alone at their position); `_copy`, the
     repeats that are re-delivered copies. `same_version`: rows `a` and `b` are one version;
     `order`: the version order of the rows `x`."""
     d, q, hist = ctx.d, ctx.q, ctx.rel.history
@@ -50,7 +51,8 @@ def copies_ctes(ctx: TableSql, columns: list[str], events: str, same_version: st
         "-- each key's versions at a position of the batch: the history's, then the batch's events\n"
         "_seq AS (\n"
         f"  SELECT x.*, ROW_NUMBER() OVER ({at}) AS n__,\n"
-        f"         LAG(x._op) OVER ({at}) AS prev_op__\n"
+        f"         LAG(x._op) OVER ({at}) AS prev_op__,\n"
+        f"         COUNT(*) OVER (PARTITION BY {key_list}, x.pos__, x.imageless__) AS members__\n"
         f"  FROM (SELECT y.*, y._op = 'd'{no_image} AS imageless__\n"
         f"        FROM (SELECT {packed([f'h.{c}' for c in columns], ' ' * 22)}, false AS new__,\n"
         "                     COALESCE(h._valid_from_pos, '') AS pos__\n"
@@ -69,7 +71,7 @@ def copies_ctes(ctx: TableSql, columns: list[str], events: str, same_version: st
         "                                    ORDER BY b.n__) AS run__\n"
         f"  FROM _seq a JOIN _seq b ON {key_match(d, ctx.keys, 'a', 'b')} AND a.pos__ = b.pos__\n"
         "    AND a.imageless__ = b.imageless__ AND a.n__ < b.n__\n"
-        f"  WHERE b.new__ AND {same_version}),\n"
+        f"  WHERE b.new__ AND b.members__ > 1 AND a.members__ > 1 AND {same_version}),\n"
         "-- a run as long as its step at least repeats the versions before it: a re-sent copy when\n"
         "-- its step is 1, or a restart shows (its first event cannot follow the version before it,\n"
         "-- or a change at another position lies between them in their partition)\n"
