@@ -204,7 +204,8 @@ def _lsn_parts(commit_lsn: Column, change_lsn: Column, order_by: str) -> tuple[C
         return F.upper(F.regexp_replace(_group(lsn, LSN_PATTERN[order_by]), ":", ""))
 
     width = LSN_WIDTH[order_by]
-    return F.lpad(digits(commit_lsn), width, "0"), F.lpad(F.coalesce(digits(change_lsn), F.lit("")), width, "0")
+    # A snapshot row (no change LSN) after every change of its commit, as the procedure's.
+    return F.lpad(digits(commit_lsn), width, "0"), F.lpad(F.coalesce(digits(change_lsn), F.lit("F" * width)), width, "0")
 
 
 def _sqlserver_position(commit_lsn: Column, change_lsn: Column, serial: Column) -> Column:

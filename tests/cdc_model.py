@@ -268,14 +268,17 @@ def position(env: dict, table: TableConfig) -> tuple[int, ...] | None:
             return None
         return (_digits(commit), _digits(change))
     if table.order_by in ("sqlserver-lsn", "db2-lsn"):
-        # TxLogPosition.compareTo: commit LSN, then change LSN; "The NULL LSN is always the
-        # smallest one" (Lsn.compareTo, debezium-connector-sqlserver and -db2); the SQL Server
-        # page: "The event_serial_no field differentiates events that have the same commit
-        # and change LSN".
+        # TxLogPosition.compareTo: commit LSN, then change LSN; the SQL Server page: "The
+        # event_serial_no field differentiates events that have the same commit and change
+        # LSN". A snapshot read (no change LSN) reads at the max LSN, the newest captured
+        # commit, and streaming resumes after it ("LSN should be increased for the first
+        # run only immediately after snapshot completion", the SQL Server and Db2
+        # streaming sources): the read follows every change of its commit.
         commit = _lsn(_text(src.get(prefix + "commit_lsn")), table.order_by)
         if commit is None:
             return None
-        change = _lsn(_text(src.get(prefix + "change_lsn")), table.order_by) or 0
+        change = _lsn(_text(src.get(prefix + "change_lsn")), table.order_by)
+        change = AFTER_COMMIT if change is None else change
         if table.order_by == "db2-lsn":
             return (commit, change)
         return (commit, change, _digits(_text(src.get(prefix + "event_serial_no"))))
@@ -288,6 +291,10 @@ def position(env: dict, table: TableConfig) -> tuple[int, ...] | None:
         commit = _text(src.get(prefix + "commit_scn"))
         return (_digits(commit or scn), _digits(scn), _digits(_text(src.get(prefix + "txSeq"))))
     return None
+
+
+# A change LSN above any of 16 bytes: a snapshot read's, after its commit's changes.
+AFTER_COMMIT = 1 << 128
 
 
 def _lsn(text: str | None, order_by: str) -> int | None:

@@ -37,8 +37,8 @@ State per key: (stored position or None, row | soft-deleted row | absent). Per r
   before it; `lsn` stands in for a missing second part. MySQL (`"mysql-binlog"`): (number
   of the binlog file, pos, row); MariaDB's connector writes the same fields. SQL Server
   (`"sqlserver-lsn"`): (commit LSN, change LSN, event_serial_no), LSNs as the numbers
-  their hex bytes spell, a missing change LSN or serial (snapshot rows) as 0; Db2
-  (`"db2-lsn"`): (commit LSN, change LSN); Oracle (`"oracle-scn"`): (commit_scn, scn,
+  their hex bytes spell, a missing change LSN (snapshot rows) after every change of the
+  commit, a missing serial as 0; Db2 (`"db2-lsn"`): (commit LSN, change LSN); Oracle (`"oracle-scn"`): (commit_scn, scn,
   txSeq), a missing commit_scn (snapshot rows) as the event's own scn. `"kafka"`: no
   positions: the last record of the key delivered wins;
 - hard mode: a delete removes the row; soft mode: the row stays with `_deleted = True`,

@@ -13,8 +13,9 @@ from __future__ import annotations
 import pytest
 
 from sync.config import ConfigError
+from sync.debezium.events import lsn_text
 from tests.helpers import feed, make_pipeline
-from tests.test_delivery_semantics import TS, envelope, mysql_source, pg_source, setup, table_toml, tombstone
+from tests.test_delivery_semantics import TS, envelope, mysql_source, pg_source, rows, setup, table_toml, tombstone
 from tests.test_partition_increase import KEY, NEW, OLD, at, unwrapped
 
 
@@ -109,6 +110,46 @@ def test_tie_within_a_transaction_keeps_kafka_order(wh):
     assert len(versions(wh, "acc")) == 3
 
 
+@pytest.mark.parametrize("cut", [None, 3], ids=["one batch", "change back in the next batch"])
+def test_change_back_within_a_compressed_transaction_is_a_version(wh, cut):
+    """binlog_transaction_compression=ON: one transaction changes the row, changes it
+    again and changes it back, all at one file/pos, row 0. The change back repeats the
+    first change's values but is no copy of it: no restart re-sent anything (a re-sent
+    copy repeats the run of versions before it, `test_tie_within_a_transaction_keeps_kafka_order`).
+    It is the transaction's third version, and the current one, as in the target."""
+    p = setup(wh, history_toml("acc", order_by="mysql-binlog"))
+    insert = envelope("c", 1, row(1, 0), None, mysql_source(900))
+    tx = [envelope("u", 1, row(1, b), None, mysql_source(1041)) for b in (100, 200, 100)]
+    events = [insert, *tx]
+    for lo, hi in [(0, cut), (cut, None)] if cut else [(0, None)]:
+        feed(wh, p, "acc", events[lo:hi])
+    p900, tie = versions(wh, "acc")[0][3], versions(wh, "acc")[1][3]
+    assert versions(wh, "acc") == [
+        (1, 0, "c", p900, tie, False),
+        (1, 100, "u", tie, tie, False),
+        (1, 200, "u", tie, tie, False),
+        (1, 100, "u", tie, None, True),
+    ]
+    assert rows(wh, "acc") == [(1, 100)]
+
+
+def test_resent_compressed_transaction_adds_nothing_after_later_changes(wh):
+    """A restart re-sends a compressed transaction's two updates of key 1 (one file/pos)
+    after the transaction that followed it (key 2, at another position) was sent: the
+    re-sent updates repeat the versions before them, and the change at another position
+    between them in the partition shows the restart ("the connector restarts from the
+    last recorded offset", Debezium MySQL connector documentation). No version is added."""
+    p = setup(wh, history_toml("acc", order_by="mysql-binlog"))
+    tx = [envelope("u", 1, row(1, b), None, mysql_source(1041)) for b in (100, 200)]
+    later = envelope("c", 2, row(2, 5), None, mysql_source(1300))
+    feed(wh, p, "acc", [envelope("c", 1, row(1, 0), None, mysql_source(900)), *tx, later])
+    before = versions(wh, "acc")
+    feed(wh, p, "acc", [*tx, later])
+    assert versions(wh, "acc") == before
+    feed(wh, p, "acc", [*tx[1:], later, envelope("u", 1, row(1, 300), None, mysql_source(1400))])
+    assert [v[1] for v in versions(wh, "acc") if v[0] == 1] == [0, 100, 200, 300]
+
+
 def test_toast_placeholder_takes_the_previous_versions_value(wh):
     """PostgreSQL sends an unchanged TOASTed value as `__debezium_unavailable_value`
     (Debezium PostgreSQL connector, "toasted values"): every version takes the value of the
@@ -159,6 +200,19 @@ def test_tombstone_only_delete_closes_the_version(wh, deletes):
     assert closed.timestamp() * 1000 == pytest.approx(TS + 3), "closed at the tombstone's Kafka time"
 
 
+def test_real_tombstone_stays_when_its_resent_copy_follows_the_recreated_row(wh):
+    """delete.tombstone.handling.mode=tombstone: the key is updated (lsn 200), deleted (the
+    tombstone, no position) and created again (lsn 300). A restart re-sends the update, the
+    tombstone and the create ("the connector restarts from the last recorded offset"): the
+    re-sent tombstone now follows the re-created row and ranks at its position, yet it is
+    the copy right after the re-sent update, so the first tombstone was a real delete and
+    keeps its version."""
+    p = setup(wh, history_toml("acc", format="debezium-unwrap", order_by="postgres-lsn"))
+    events = [unwrapped(1, 10, 100, "c"), unwrapped(1, 20, 200, "u"), tombstone(1), unwrapped(1, 30, 300, "c")]
+    feed(wh, p, "acc", [at(r, 0, n) for n, r in enumerate([*events, *events[1:]], 1)])
+    assert [(v[1], v[2]) for v in versions(wh, "acc")] == [(10, "c"), (20, "u"), (None, "d"), (30, "c")]
+
+
 def test_truncate_closes_every_open_version(wh):
     """A truncate (op 't', on_truncate = 'delete') ends every key's open version at its
     position; a key written after it opens a new one. Re-delivered, it adds nothing."""
@@ -190,3 +244,44 @@ def test_delete_then_recreate(wh, deletes):
         (1, 10, "d", p200, closed_to, False),
         (1, 11, "c", p300, None, True),
     ]
+
+
+def lsn_source(connector: str, commit: int, change: int | None) -> dict:
+    """A SQL Server or Db2 source block: `commit_lsn`, `change_lsn` as `Lsn.toString()`
+    writes them (10 and 16 bytes), SQL Server's `event_serial_no` (2 for an update). A
+    snapshot read: "change_lsn": null, "event_serial_no": null (the SQL Server page's
+    schema change example)."""
+    size = 10 if connector == "sqlserver" else 16
+    src = {
+        "connector": connector,
+        "ts_ms": TS + commit % 1000,
+        "snapshot": "false" if change is not None else "true",
+        "commit_lsn": lsn_text(commit, size),
+        "change_lsn": None if change is None else lsn_text(change, size),
+    }
+    return src | ({"event_serial_no": None if change is None else 2} if connector == "sqlserver" else {})
+
+
+@pytest.mark.parametrize("connector", ["sqlserver", "db2"])
+def test_resnapshot_read_follows_the_changes_of_its_commit(wh, connector):
+    """SQL Server and Db2: a connector re-created without offsets snapshots at the
+    database's max LSN ("Read the maximum log sequence number (LSN) position in the
+    server's transaction log"; the read events carry it as `commit_lsn`, with no
+    `change_lsn`): the commit LSN of the newest captured transaction, whose changes the
+    read holds; streaming then starts after that commit ("LSN should be increased for the
+    first run only immediately after snapshot completion", `incrementLsn`, the connectors'
+    streaming sources). The key changed twice in that commit: its read is the version
+    after both, not before them."""
+    order = "sqlserver-lsn" if connector == "sqlserver" else "db2-lsn"
+    p = setup(wh, history_toml("acc", order_by=order))
+    commit, later = 0x27_00000758_0100, 0x27_00000758_0200
+
+    def ev(op: str, balance: int, commit: int, change: int | None) -> dict:
+        return envelope(op, 1, row(1, balance), row(1, balance - 1) if op == "u" else None, lsn_source(connector, commit, change))
+
+    changes = [ev("c", 10, commit, commit - 0x20), ev("u", 20, commit, commit - 0x10)]
+    feed(wh, p, "acc", changes)
+    # the connector re-created: the snapshot reads the row, then streams the next commit
+    feed(wh, p, "acc", [ev("r", 20, commit, None), ev("u", 30, later, later - 0x10)])
+    assert [(v[1], v[2]) for v in versions(wh, "acc")] == [(10, "c"), (20, "u"), (20, "r"), (30, "u")]
+    assert [v[5] for v in versions(wh, "acc")] == [False, False, False, True]

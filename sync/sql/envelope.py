@@ -81,28 +81,34 @@ NUMBER_PATTERN = "^([0-9]{1,20})$"
 def _lsn_parts(d: PostgresDialect, commit_lsn: str, change_lsn: str, order_by: str) -> tuple[str, str]:
     """Commit and change LSN as fixed-width upper-case hex (equal-width hex of one case
     orders like the bytes it spells: Debezium compares LSNs byte by byte, `Lsn.compareTo`).
-    The commit part is NULL when it is not an LSN; a missing change LSN (a snapshot row)
-    is zeros."""
+    The commit part is NULL when it is not an LSN. A missing change LSN (a snapshot row)
+    is all F: after every change of its commit. A snapshot reads at the database's max
+    LSN, the commit LSN of the newest captured transaction, and the streaming that follows
+    it starts after that commit (`incrementLsn`, as "the snapshot completed" in the SQL
+    Server and Db2 connectors' streaming sources): the read holds that commit's effect."""
 
     def digits(lsn: str) -> str:
         return f"UPPER(REPLACE({d.regex_group(lsn, LSN_PATTERN[order_by])}, ':', ''))"
 
     width = LSN_WIDTH[order_by]
-    return d.lpad_number(digits(commit_lsn), width), d.lpad_number(f"COALESCE({digits(change_lsn)}, '')", width)
+    after_commit = "F" * width
+    return d.lpad_number(digits(commit_lsn), width), d.lpad_number(f"COALESCE({digits(change_lsn)}, '{after_commit}')", width)
 
 
 def _sqlserver_position(d: PostgresDialect, commit_lsn: str, change_lsn: str, serial: str) -> str:
     """commit.change.serial, the order the SQL Server connector emits in (`TxLogPosition`:
     commit LSN, then change LSN; `event_serial_no` tells apart the events that share both).
-    NULL without a commit LSN; a snapshot row has no change LSN and no serial (zeros), and
-    neither has an event whose change LSN or serial is not one."""
+    NULL without a commit LSN; a snapshot row has no change LSN (after its commit's
+    changes, `_lsn_parts`) and no serial (zeros), and neither has an event whose change
+    LSN or serial is not one."""
     commit, change = _lsn_parts(d, commit_lsn, change_lsn, "sqlserver-lsn")
     return f"{commit} || '.' || {change} || '.' || {_pad(d, d.regex_group(serial, NUMBER_PATTERN))}"
 
 
 def _db2_position(d: PostgresDialect, commit_lsn: str, change_lsn: str) -> str:
     """commit then change LSN, 32 hex digits each and no separator (the 64 characters of
-    `_source_pos`). NULL without a commit LSN; a snapshot row has no change LSN (zeros)."""
+    `_source_pos`). NULL without a commit LSN; a snapshot row has no change LSN (after
+    its commit's changes, `_lsn_parts`)."""
     commit, change = _lsn_parts(d, commit_lsn, change_lsn, "db2-lsn")
     return f"{commit} || {change}"
 

@@ -420,12 +420,74 @@ BEGIN
       WHERE _rn = 1 AND _action IN ('upsert', 'delete') AND _source_pos IS NULL;
     END IF;
     -- History: the batch's events as versions of their keys (superseded and late ones too),
-    -- each once: what the history holds already (a re-delivered event) adds nothing. Their
+    -- each once: a re-delivered copy of versions the history holds adds nothing. Their
     -- intervals among themselves; the UPDATE below joins them to the stored versions.
     INSERT INTO "inventory"."prices__history" (
       "product_id", "list_price", "discount_pct", "_valid_from", "_valid_from_pos", "_op", "_kafka_partition",
       "_kafka_offset", "_kafka_timestamp", "_unavailable", "_valid_to", "_valid_to_pos", "_is_current"
     )
+    WITH _ev AS (
+      SELECT s."product_id" AS "product_id", s."list_price" AS "list_price", s."discount_pct" AS "discount_pct",
+             COALESCE(s._source_ts, s._kafka_timestamp) AS "_valid_from",
+             COALESCE(s._source_pos, s._rank_pos) AS "_valid_from_pos",
+             CASE WHEN s._op IN ('c', 'r', 'u') THEN s._op ELSE 'd' END AS "_op", s._kafka_partition AS "_kafka_partition",
+             s._kafka_offset AS "_kafka_offset", s._kafka_timestamp AS "_kafka_timestamp", s._unavailable AS "_unavailable"
+      FROM "inventory"."prices__stage" s
+      WHERE s._action IN ('upsert', 'delete', 'stale', 'truncated')),
+    -- each key's versions at a position of the batch: the history's, then the batch's events
+    _seq AS (
+      SELECT x.*, ROW_NUMBER() OVER (PARTITION BY x."product_id", x.pos__, x.imageless__
+               ORDER BY x._valid_from_pos ASC NULLS FIRST, x._kafka_timestamp ASC NULLS FIRST, x._kafka_partition, x._kafka_offset) AS n__,
+             LAG(x._op) OVER (PARTITION BY x."product_id", x.pos__, x.imageless__
+               ORDER BY x._valid_from_pos ASC NULLS FIRST, x._kafka_timestamp ASC NULLS FIRST, x._kafka_partition, x._kafka_offset) AS prev_op__,
+             COUNT(*) OVER (PARTITION BY x."product_id", x.pos__, x.imageless__) AS members__
+      FROM (SELECT y.*, y._op = 'd' AND y."list_price" IS NULL AND y."discount_pct" IS NULL AS imageless__
+            FROM (SELECT h."product_id", h."list_price", h."discount_pct", h."_valid_from", h."_valid_from_pos", h."_op",
+                          h."_kafka_partition", h."_kafka_offset", h."_kafka_timestamp", h."_unavailable", false AS new__,
+                         COALESCE(h._valid_from_pos, '') AS pos__
+                  FROM "inventory"."prices__history" h
+                  WHERE h._op <> 't'
+                    AND EXISTS (SELECT 1 FROM _ev e WHERE e."product_id" = h."product_id"
+                      AND COALESCE(e._valid_from_pos, '') = COALESCE(h._valid_from_pos, ''))
+                  UNION ALL
+                  SELECT e."product_id", e."list_price", e."discount_pct", e."_valid_from", e."_valid_from_pos", e."_op",
+                          e."_kafka_partition", e."_kafka_offset", e."_kafka_timestamp", e."_unavailable", true,
+                         COALESCE(e._valid_from_pos, '') FROM _ev e) y) x),
+    -- a batch's event that is the same version as the one `step__` before it, numbered along
+    -- each run of such at one step (`run__`)
+    _rep AS (
+      SELECT b."product_id", b.pos__, b.imageless__, b.n__, b.n__ - a.n__ AS step__,
+             b.n__ - ROW_NUMBER() OVER (PARTITION BY b."product_id", b.pos__, b.imageless__, b.n__ - a.n__
+                                        ORDER BY b.n__) AS run__
+      FROM _seq a JOIN _seq b ON a."product_id" = b."product_id" AND a.pos__ = b.pos__
+        AND a.imageless__ = b.imageless__ AND a.n__ < b.n__
+      WHERE b.new__ AND b.members__ > 1 AND a.members__ > 1 AND (a._op = 'd') = (b._op = 'd')
+        AND (b._op = 'd'
+          OR NOT (a."list_price" <> b."list_price" OR (a."list_price" IS NULL) <> (b."list_price" IS NULL))
+          AND NOT (a."discount_pct" <> b."discount_pct" OR (a."discount_pct" IS NULL) <> (b."discount_pct" IS NULL)))),
+    -- a run as long as its step at least repeats the versions before it: a re-sent copy when
+    -- its step is 1, or a restart shows (its first event cannot follow the version before it,
+    -- or a change at another position lies between them in their partition)
+    _copy AS (
+      SELECT r."product_id", r.pos__, r.imageless__, r.n__
+      FROM _rep r
+      JOIN (SELECT "product_id", pos__, imageless__, step__, run__, MIN(n__) AS first__, COUNT(*) AS length__
+            FROM _rep GROUP BY "product_id", pos__, imageless__, step__, run__) g
+        ON g."product_id" = r."product_id" AND g.pos__ = r.pos__ AND g.imageless__ = r.imageless__
+        AND g.step__ = r.step__ AND g.run__ = r.run__
+      JOIN _seq x ON x."product_id" = g."product_id" AND x.pos__ = g.pos__ AND x.imageless__ = g.imageless__
+        AND x.n__ = g.first__
+      JOIN _seq p ON p."product_id" = g."product_id" AND p.pos__ = g.pos__ AND p.imageless__ = g.imageless__
+        AND p.n__ = g.first__ - 1
+      WHERE g.length__ >= g.step__
+        AND (g.step__ = 1 OR (x._op = 'c' AND x.prev_op__ IN ('c', 'r', 'u') OR x._op IN ('u', 'd') AND x.prev_op__ = 'd')
+          OR p._kafka_partition = x._kafka_partition
+            AND (EXISTS (SELECT 1 FROM "inventory"."prices__history" o WHERE o._kafka_partition = x._kafka_partition
+                   AND o._kafka_offset > p._kafka_offset AND o._kafka_offset < x._kafka_offset AND o._op IN ('c', 'r', 'u')
+                   AND COALESCE(o._valid_from_pos, '') <> x.pos__)
+              OR EXISTS (SELECT 1 FROM "inventory"."prices__stage" o WHERE o._kafka_partition = x._kafka_partition
+                   AND o._kafka_offset > p._kafka_offset AND o._kafka_offset < x._kafka_offset AND o._op IN ('c', 'r', 'u')
+                   AND o._source_pos <> x.pos__))))
     SELECT w."product_id", w."list_price", w."discount_pct", w."_valid_from", w."_valid_from_pos", w."_op",
            w."_kafka_partition", w."_kafka_offset", w."_kafka_timestamp", w."_unavailable",
            CASE WHEN w._op IN ('d', 't') THEN w._valid_from
@@ -437,27 +499,9 @@ BEGIN
            w._op NOT IN ('d', 't')
                AND LEAD(1) OVER (PARTITION BY w."product_id" ORDER BY w._valid_from_pos ASC NULLS FIRST, w._kafka_timestamp ASC NULLS FIRST, w._kafka_partition,
                w._kafka_offset) IS NULL AS is_current
-    FROM (SELECT v.* FROM (SELECT s."product_id" AS "product_id", s."list_price" AS "list_price", s."discount_pct" AS "discount_pct",
-                 COALESCE(s._source_ts, s._kafka_timestamp) AS "_valid_from",
-                 COALESCE(s._source_pos, s._rank_pos) AS "_valid_from_pos",
-                 CASE WHEN s._op IN ('c', 'r', 'u') THEN s._op ELSE 'd' END AS "_op",
-                 s._kafka_partition AS "_kafka_partition", s._kafka_offset AS "_kafka_offset",
-                 s._kafka_timestamp AS "_kafka_timestamp", s._unavailable AS "_unavailable",
-                 ROW_NUMBER() OVER (PARTITION BY s."product_id", COALESCE(s._source_pos, s._rank_pos),
-                     CASE WHEN s._op IN ('c', 'r', 'u') THEN s._op ELSE 'd' END,
-                     CASE WHEN s._op IN ('c', 'r', 'u') THEN s."list_price" END,
-                     CASE WHEN s._op IN ('c', 'r', 'u') THEN s."discount_pct" END
-                   ORDER BY s._kafka_timestamp ASC NULLS FIRST, s._kafka_partition, s._kafka_offset) AS copy_no
-          FROM "inventory"."prices__stage" s
-          WHERE s._action IN ('upsert', 'delete', 'stale', 'truncated')) v
-    WHERE v.copy_no = 1
-      AND NOT EXISTS (SELECT 1 FROM "inventory"."prices__history" h
-        WHERE h."product_id" = v."product_id"
-        AND COALESCE(h._valid_from_pos, '') = COALESCE(v._valid_from_pos, '')
-        AND (h._op = 'd') = (v._op = 'd') AND h._op <> 't'
-        AND (v._op = 'd'
-          OR NOT (h."list_price" <> v."list_price" OR (h."list_price" IS NULL) <> (v."list_price" IS NULL))
-          AND NOT (h."discount_pct" <> v."discount_pct" OR (h."discount_pct" IS NULL) <> (v."discount_pct" IS NULL))))) w;
+    FROM (SELECT x.* FROM _seq x
+    WHERE x.new__ AND NOT EXISTS (SELECT 1 FROM _copy c
+      WHERE c."product_id" = x."product_id" AND c.pos__ = x.pos__ AND c.imageless__ = x.imageless__ AND c.n__ = x.n__)) w;
     -- History: each touched key's versions end where the next begins (source order); only
     -- the versions that change are written.
     UPDATE "inventory"."prices__history" h SET _valid_to = n.valid_to, _valid_to_pos = n.valid_to_pos, _is_current = n.is_current

@@ -203,7 +203,7 @@ BEGIN
     SELECT f.kafka_partition, f.kafka_offset, f.kafka_timestamp, f.refresh_time, f.payload, f.raw_value, f.env, f.img, f.op, f.src."ts_ms" AS j__ts_ms,
            lpad(UPPER(REPLACE(NULLIF(REGEXP_SUBSTR(f.x__p0, '^([0-9A-Fa-f]{8}:[0-9A-Fa-f]{8}:[0-9A-Fa-f]{4,16})$', 1, 1, 'e'), ''), ':', '')), 32,
                '0') || lpad(COALESCE(UPPER(REPLACE(NULLIF(REGEXP_SUBSTR(f.x__p1, '^([0-9A-Fa-f]{8}:[0-9A-Fa-f]{8}:[0-9A-Fa-f]{4,16})$', 1, 1, 'e'), ''), ':',
-               '')), ''), 32, '0') AS source_pos,
+               '')), 'FFFFFFFFFFFFFFFFFFFFFFFFFFFFFFFF'), 32, '0') AS source_pos,
            f.img."ID" AS "ji__id", CASE WHEN IS_OBJECT(f.key_env) THEN f.key_env."ID" ELSE f.key_env END AS "jk__id",
            f.img."FIRST_NAME" AS "j__first_name", f.img."LAST_NAME" AS "j__last_name", f.img."EMAIL" AS "j__email"
     FROM envelope_2 f),

@@ -205,7 +205,8 @@ BEGIN
     SELECT f.kafka_partition, f.kafka_offset, f.kafka_timestamp, f.refresh_time, f.payload, f.raw_value, f.env, f.img, f.op, f.src."ts_ms" AS j__ts_ms,
            lpad(UPPER(REPLACE(NULLIF(REGEXP_SUBSTR(f.x__p0, '^([0-9A-Fa-f]{8}:[0-9A-Fa-f]{8}:[0-9A-Fa-f]{4})$', 1, 1, 'e'), ''), ':', '')), 20,
                '0') || '.' || lpad(COALESCE(UPPER(REPLACE(NULLIF(REGEXP_SUBSTR(f.x__p1, '^([0-9A-Fa-f]{8}:[0-9A-Fa-f]{8}:[0-9A-Fa-f]{4})$', 1, 1, 'e'), ''),
-               ':', '')), ''), 20, '0') || '.' || lpad(COALESCE(NULLIF(REGEXP_SUBSTR(f.x__p2, '^([0-9]{1,20})$', 1, 1, 'e'), ''), ''), 20, '0') AS source_pos,
+               ':', '')), 'FFFFFFFFFFFFFFFFFFFF'), 20, '0') || '.' || lpad(COALESCE(NULLIF(REGEXP_SUBSTR(f.x__p2, '^([0-9]{1,20})$', 1, 1, 'e'), ''), ''), 20,
+               '0') AS source_pos,
            f.img."id" AS "ji__id", CASE WHEN IS_OBJECT(f.key_env) THEN f.key_env."id" ELSE f.key_env END AS "jk__id",
            f.img."first_name" AS "j__first_name", f.img."last_name" AS "j__last_name", f.img."email" AS "j__email"
     FROM envelope_2 f),

@@ -210,7 +210,8 @@ BEGIN
            f.src."__source_ts_ms" AS j__ts_ms,
            lpad(UPPER(REPLACE(NULLIF(REGEXP_SUBSTR(f.x__p0, '^([0-9A-Fa-f]{8}:[0-9A-Fa-f]{8}:[0-9A-Fa-f]{4})$', 1, 1, 'e'), ''), ':', '')), 20,
                '0') || '.' || lpad(COALESCE(UPPER(REPLACE(NULLIF(REGEXP_SUBSTR(f.x__p1, '^([0-9A-Fa-f]{8}:[0-9A-Fa-f]{8}:[0-9A-Fa-f]{4})$', 1, 1, 'e'), ''),
-               ':', '')), ''), 20, '0') || '.' || lpad(COALESCE(NULLIF(REGEXP_SUBSTR(f.x__p2, '^([0-9]{1,20})$', 1, 1, 'e'), ''), ''), 20, '0') AS source_pos,
+               ':', '')), 'FFFFFFFFFFFFFFFFFFFF'), 20, '0') || '.' || lpad(COALESCE(NULLIF(REGEXP_SUBSTR(f.x__p2, '^([0-9]{1,20})$', 1, 1, 'e'), ''), ''), 20,
+               '0') AS source_pos,
            f.img."id" AS "ji__id", CASE WHEN IS_OBJECT(f.key_env) THEN f.key_env."id" ELSE f.key_env END AS "jk__id",
            f.img."first_name" AS "j__first_name", f.img."last_name" AS "j__last_name", f.img."email" AS "j__email"
     FROM envelope_2 f),

@@ -13,7 +13,8 @@ from sync.sql.apply import key_match
 from sync.sql.dialect import quote_literal
 from sync.sql.procedure.context import Action, TableSql
 from sync.sql.procedure.fields import toastable
-from sync.sql.procedure.ordering import kafka_later
+from sync.sql.procedure.history_copies import copies_ctes, new_versions
+from sync.sql.procedure.ordering import kafka_later, kafka_order
 from sync.sql.procedure.text import indent, packed
 from sync.sql.types import SqlType
 
@@ -80,11 +81,23 @@ def _mark(column: str) -> str:
     return quote_literal(f"%|{column}|%")
 
 
+def _same_values(ctx: TableSql, a: str, b: str) -> str:
+    """The rows `a` and `b` hold the same values (a TOAST placeholder in `b` matches any)."""
+    d, q = ctx.d, ctx.q
+    toast = {c.target_name for c in ctx.table.value_columns if toastable(c)}
+    return "\n      AND ".join(
+        (f"({b}._unavailable LIKE {_mark(c)} OR NOT {d.differs(f'{a}.{q(c)}', f'{b}.{q(c)}', col.sql_type)})")
+        if c in toast
+        else f"NOT {d.differs(f'{a}.{q(c)}', f'{b}.{q(c)}', col.sql_type)}"
+        for col in ctx.table.value_columns
+        for c in [col.target_name]
+    )
+
+
 def versions_sql(ctx: TableSql) -> str:
     """The batch's events as versions, each once: a copy re-delivered in the batch, or an
-    event the history holds already (same key and position; an upsert with the same values
-    where it had them), adds nothing."""
-    d, q, table = ctx.d, ctx.q, ctx.table
+    event that repeats versions the history holds, adds nothing (`history_copies`)."""
+    d, table = ctx.d, ctx.table
     values = {
         **schemas.row_values(d, schemas.data_columns(table.columns), "s"),
         "_valid_from": "COALESCE(s._source_ts, s._kafka_timestamp)",
@@ -96,37 +109,20 @@ def versions_sql(ctx: TableSql) -> str:
         "_unavailable": "s._unavailable",
     }
     columns, selected = schemas.ordered(d, schemas.history(table), values, quoted=True)
-    toast = {c.target_name for c in table.value_columns if toastable(c)}
-    value_cols = [c.target_name for c in table.value_columns if c.sql_type.family not in UNWINDOWED]
-    copy_of = [*(f"s.{q(k)}" for k in ctx.keys), "COALESCE(s._source_pos, s._rank_pos)", OP]
-    copy_of += [f"CASE WHEN s._op IN ('c', 'r', 'u') THEN s.{q(c)} END" for c in value_cols]
-    same_values = "\n      AND ".join(
-        (f"(v._unavailable LIKE {_mark(c)} OR NOT {d.differs(f'h.{q(c)}', f'v.{q(c)}', col.sql_type)})")
-        if c in toast
-        else f"NOT {d.differs(f'h.{q(c)}', f'v.{q(c)}', col.sql_type)}"
-        for col in table.value_columns
-        for c in [col.target_name]
-    )
-    unchanged = f"\n    AND (v._op = 'd'\n      OR {same_values})" if same_values else ""
     inner = [f"{e} AS {c}" for c, e in zip(columns, selected, strict=True)]
+    events = f"  SELECT {packed(inner, ' ' * 9)}\n  FROM {ctx.rel.stage} s\n  WHERE {EVENTS}"
+    values_match = _same_values(ctx, "a", "b")
+    same_version = "(a._op = 'd') = (b._op = 'd')" + (f"\n    AND (b._op = 'd'\n      OR {values_match})" if values_match else "")
     interval_columns = ", ".join(schemas.ordered(d, schemas.HISTORY, dict.fromkeys(INTERVAL), quoted=True)[0])
     return (
         "-- History: the batch's events as versions of their keys (superseded and late ones too),\n"
-        "-- each once: what the history holds already (a re-delivered event) adds nothing. Their\n"
+        "-- each once: a re-delivered copy of versions the history holds adds nothing. Their\n"
         "-- intervals among themselves; the UPDATE below joins them to the stored versions.\n"
         f"INSERT INTO {ctx.rel.history} (\n  {packed([*columns, interval_columns], '  ')}\n)\n"
+        f"{copies_ctes(ctx, columns, events, same_version, version_order('x'))}"
         f"SELECT {packed(['w.' + c for c in columns], ' ' * 7)},\n"
         f"       {(',' + chr(10) + '       ').join(_intervals(ctx, 'w'))}\n"
-        f"FROM (SELECT v.* FROM (SELECT {packed(inner, ' ' * 13)},\n"
-        f"             ROW_NUMBER() OVER (PARTITION BY {packed(copy_of, ' ' * 17)}\n"
-        "               ORDER BY s._kafka_timestamp ASC NULLS FIRST, s._kafka_partition, s._kafka_offset) AS copy_no\n"
-        f"      FROM {ctx.rel.stage} s\n"
-        f"      WHERE {EVENTS}) v\n"
-        "WHERE v.copy_no = 1\n"
-        f"  AND NOT EXISTS (SELECT 1 FROM {ctx.rel.history} h\n"
-        f"    WHERE {key_match(d, ctx.keys, 'h', 'v')}\n"
-        "    AND COALESCE(h._valid_from_pos, '') = COALESCE(v._valid_from_pos, '')\n"
-        f"    AND (h._op = 'd') = (v._op = 'd') AND h._op <> '{TRUNCATED_OP}'{unchanged})) w;"
+        f"FROM ({new_versions(ctx)}) w;"
     )
 
 
@@ -136,9 +132,10 @@ def void_tombstones_sql(ctx: TableSql) -> str:
     row, at that row's position: a delete after that position to all appearances, until
     the record after it re-sends that same event (a real delete is followed by newer
     positions only). Such a tombstone was a re-sent one: no version. A copy of the
-    tombstone after that re-sent event keeps it: a restart that resumed before the event
-    before a real tombstone re-sends both, in order (the version is the first copy's,
-    `versions_sql`)."""
+    tombstone right after that re-sent event (the key's next event) keeps it, wherever that
+    copy ranks (after a re-created row, at its position): a restart that resumed before
+    the event before a real tombstone re-sends both, in order (the version is the first
+    copy's, `versions_sql`)."""
     d, q, hist = ctx.d, ctx.q, ctx.rel.history
     same_values = "".join(
         f"\n  AND NOT {d.differs(f'c.{q(col.target_name)}', f's.{q(col.target_name)}', col.sql_type)}"
@@ -146,19 +143,22 @@ def void_tombstones_sql(ctx: TableSql) -> str:
     )
     # A tombstone carries no row image: its version has no values (a delete event has its before image).
     no_image = "".join(f"\n  AND {hist}.{q(col.target_name)} IS NULL" for col in ctx.table.value_columns)
+    # Whether the key's next event (in Kafka order) is a tombstone: the copy right after `s`.
+    order = kafka_order("_kafka_timestamp", "_kafka_partition", "_kafka_offset", newest_first=False)
+    next_tombstone = (
+        f"LEAD(CASE WHEN _op IS NULL THEN 1 ELSE 0 END) OVER (PARTITION BY {', '.join(q(k) for k in ctx.keys)} ORDER BY {order})"
+    )
+    events = f"(SELECT *, {next_tombstone} AS tombstone_next__\n      FROM {ctx.rel.stage} s WHERE {EVENTS})"
     return (
         "-- History: a tombstone-only delete followed by a re-sent copy of the event before it was re-sent.\n"
-        f"DELETE FROM {hist}\nUSING {ctx.rel.stage} s, {hist} c\n"
-        f"WHERE {hist}._op = 'd' AND {EVENTS} AND {OP} <> 'd'{no_image}\n"
+        f"DELETE FROM {hist}\nUSING {events} s, {hist} c\n"
+        f"WHERE {hist}._op = 'd' AND {OP} <> 'd'{no_image}\n"
         f"  AND {key_match(d, ctx.keys, hist, 's')} AND {key_match(d, ctx.keys, 'c', 's')}\n"
         f"  AND {hist}._valid_from_pos = COALESCE(s._source_pos, s._rank_pos) AND c._valid_from_pos = {hist}._valid_from_pos\n"
         f"  AND c._op NOT IN ('d', '{TRUNCATED_OP}'){same_values}\n"
         f"  AND {indent(kafka_later('s', 's._kafka_timestamp', hist, f'{hist}._kafka_timestamp'), 6).lstrip()}\n"
         f"  AND {indent(kafka_later(hist, f'{hist}._kafka_timestamp', 'c', 'c._kafka_timestamp'), 6).lstrip()}\n"
-        f"  AND NOT EXISTS (SELECT 1 FROM {ctx.rel.stage} t\n"
-        f"    WHERE {EVENTS.replace('s.', 't.')} AND t._op IS NULL AND {key_match(d, ctx.keys, 't', 's')}\n"
-        f"      AND COALESCE(t._source_pos, t._rank_pos) = {hist}._valid_from_pos\n"
-        f"      AND {indent(kafka_later('t', 't._kafka_timestamp', 's', 's._kafka_timestamp'), 10).lstrip()});"
+        "  AND COALESCE(s.tombstone_next__, 0) = 0;"
     )
 
 

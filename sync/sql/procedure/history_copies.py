@@ -1,0 +1,120 @@
+"""History mode: which of a batch's events are new versions and which are re-delivered
+copies of versions the history holds.
+
+Per key and position, the versions in version order (source position, then Kafka order)
+are a sequence: those the history holds at the batch's positions, then the batch's
+events. A restart re-sends a run of events in order, so a re-delivered copy repeats,
+event for event, the run of versions just before it: a repeat at step L (each event the
+same version as the one L places back) that is L events long or longer. At a position
+of its own (a step of 1) that is always a copy. At a tied position (a compressed MySQL
+transaction: every change of it at one position) a transaction that changes a key back
+and forth is the same repeat, so a longer repeat is taken for a copy only where a
+restart shows: it starts with an event that cannot follow the version before it (an
+insert of a live row, an update or delete of a deleted one), a change at another position
+lies between it and that version in their partition (a transaction's records are
+consecutive there unless re-sent). Deletes without an image (tombstone-only deletes,
+whose position is the one ranked before them, not a transaction's) are a sequence of their
+own at a position: one repeats the one before it. Otherwise a repeat is versions, in Kafka
+order,
+as the current-state merge applies a tie: a restart that stops and resumes within one
+compressed transaction's records re-sends changes that no record tells from the
+transaction changing the key back. docs/correctness.md, "History mode"."""
+
+from __future__ import annotations
+
+from sync.sql.apply import key_match
+from sync.sql.procedure.context import TableSql
+from sync.sql.procedure.text import packed
+
+# A version the previous one at its position cannot precede without a restart between.
+IMPOSSIBLE = "(x._op = 'c' AND x.prev_op__ IN ('c', 'r', 'u') OR x._op IN ('u', 'd') AND x.prev_op__ = 'd')"
+
+
+def copies_ctes(ctx: TableSql, columns: list[str], events: str, same_version: str, order: str) -> str:
+    """The WITH clause: `_ev`, the batch's events as versions (`events`: its SELECT of
+    `columns`); `_seq`, each key's versions at the batch's positions, numbered (`n__`)
+    apart from the deletes without an image (`imageless__`, tombstone-only deletes among
+    them, ranked at the position before them), which are a sequence of their own; `_rep`,
+    the batch's events that repeat a version before them, by step and run (only where a
+    sequence has more than one member: most batches' events are alone at their position); `_copy`, the
+    repeats that are re-delivered copies. `same_version`: rows `a` and `b` are one version;
+    `order`: the version order of the rows `x`."""
+    d, q, hist = ctx.d, ctx.q, ctx.rel.history
+    keys = [q(k) for k in ctx.keys]
+    key_list = ", ".join(f"x.{k}" for k in keys)
+    at = f"PARTITION BY {key_list}, x.pos__, x.imageless__\n           ORDER BY {order}"
+    no_image = "".join(f" AND y.{q(c.target_name)} IS NULL" for c in ctx.table.value_columns)
+    b_keys = ", ".join(f"b.{k}" for k in keys)
+    r_keys = ", ".join(keys)
+    return (
+        f"WITH _ev AS (\n{events}),\n"
+        "-- each key's versions at a position of the batch: the history's, then the batch's events\n"
+        "_seq AS (\n"
+        f"  SELECT x.*, ROW_NUMBER() OVER ({at}) AS n__,\n"
+        f"         LAG(x._op) OVER ({at}) AS prev_op__,\n"
+        f"         COUNT(*) OVER (PARTITION BY {key_list}, x.pos__, x.imageless__) AS members__\n"
+        f"  FROM (SELECT y.*, y._op = 'd'{no_image} AS imageless__\n"
+        f"        FROM (SELECT {packed([f'h.{c}' for c in columns], ' ' * 22)}, false AS new__,\n"
+        "                     COALESCE(h._valid_from_pos, '') AS pos__\n"
+        f"              FROM {hist} h\n"
+        "              WHERE h._op <> 't'\n"
+        f"                AND EXISTS (SELECT 1 FROM _ev e WHERE {key_match(d, ctx.keys, 'e', 'h')}\n"
+        "                  AND COALESCE(e._valid_from_pos, '') = COALESCE(h._valid_from_pos, ''))\n"
+        "              UNION ALL\n"
+        f"              SELECT {packed([f'e.{c}' for c in columns], ' ' * 22)}, true,\n"
+        "                     COALESCE(e._valid_from_pos, '') FROM _ev e) y) x),\n"
+        "-- a batch's event that is the same version as the one `step__` before it, numbered along\n"
+        "-- each run of such at one step (`run__`)\n"
+        "_rep AS (\n"
+        f"  SELECT {b_keys}, b.pos__, b.imageless__, b.n__, b.n__ - a.n__ AS step__,\n"
+        f"         b.n__ - ROW_NUMBER() OVER (PARTITION BY {b_keys}, b.pos__, b.imageless__, b.n__ - a.n__\n"
+        "                                    ORDER BY b.n__) AS run__\n"
+        f"  FROM _seq a JOIN _seq b ON {key_match(d, ctx.keys, 'a', 'b')} AND a.pos__ = b.pos__\n"
+        "    AND a.imageless__ = b.imageless__ AND a.n__ < b.n__\n"
+        f"  WHERE b.new__ AND b.members__ > 1 AND a.members__ > 1 AND {same_version}),\n"
+        "-- a run as long as its step at least repeats the versions before it: a re-sent copy when\n"
+        "-- its step is 1, or a restart shows (its first event cannot follow the version before it,\n"
+        "-- or a change at another position lies between them in their partition)\n"
+        "_copy AS (\n"
+        f"  SELECT {', '.join(f'r.{k}' for k in keys)}, r.pos__, r.imageless__, r.n__\n"
+        "  FROM _rep r\n"
+        f"  JOIN (SELECT {r_keys}, pos__, imageless__, step__, run__, MIN(n__) AS first__, COUNT(*) AS length__\n"
+        f"        FROM _rep GROUP BY {r_keys}, pos__, imageless__, step__, run__) g\n"
+        f"    ON {key_match(d, ctx.keys, 'g', 'r')} AND g.pos__ = r.pos__ AND g.imageless__ = r.imageless__\n"
+        "    AND g.step__ = r.step__ AND g.run__ = r.run__\n"
+        f"  JOIN _seq x ON {key_match(d, ctx.keys, 'x', 'g')} AND x.pos__ = g.pos__ AND x.imageless__ = g.imageless__\n"
+        "    AND x.n__ = g.first__\n"
+        f"  JOIN _seq p ON {key_match(d, ctx.keys, 'p', 'g')} AND p.pos__ = g.pos__ AND p.imageless__ = g.imageless__\n"
+        "    AND p.n__ = g.first__ - 1\n"
+        "  WHERE g.length__ >= g.step__\n"
+        f"    AND (g.step__ = 1 OR {IMPOSSIBLE}\n"
+        f"      OR {_restart_between(ctx)}))\n"
+    )
+
+
+def _restart_between(ctx: TableSql) -> str:
+    """A restart lies between the rows `p` and `x` of one partition: a change or read at
+    another position lies between them there (the history's, or the batch's). The records
+    of one compressed transaction are consecutive in each partition while nothing re-sends
+    them; re-sent, the records after them up to the restart (and from where it resumed)
+    come between."""
+    between = (
+        "o._kafka_partition = x._kafka_partition\n"
+        "               AND o._kafka_offset > p._kafka_offset AND o._kafka_offset < x._kafka_offset AND o._op IN ('c', 'r', 'u')"
+    )
+    return (
+        "p._kafka_partition = x._kafka_partition\n"
+        f"        AND (EXISTS (SELECT 1 FROM {ctx.rel.history} o WHERE {between}\n"
+        "               AND COALESCE(o._valid_from_pos, '') <> x.pos__)\n"
+        f"          OR EXISTS (SELECT 1 FROM {ctx.rel.stage} o WHERE {between}\n"
+        "               AND o._source_pos <> x.pos__))"
+    )
+
+
+def new_versions(ctx: TableSql) -> str:
+    """The batch's events in `_seq` that are no copy (`copies_ctes`), as rows `x`."""
+    return (
+        "SELECT x.* FROM _seq x\n"
+        "WHERE x.new__ AND NOT EXISTS (SELECT 1 FROM _copy c\n"
+        f"  WHERE {key_match(ctx.d, ctx.keys, 'c', 'x')} AND c.pos__ = x.pos__ AND c.imageless__ = x.imageless__ AND c.n__ = x.n__)"
+    )
