@@ -39,6 +39,9 @@ FEATURE_STATEMENTS = {
 # A table without a primary key (docs/correctness.md) states its own: its stage query runs
 # twice (after and before images) and it keeps its applied positions, so it has more
 # statements and a second bound of each field.
+# Lines a feature adds to a procedure (history: its versions, intervals and the rules for
+# re-sent copies, measured as the same table's procedure with and without it).
+FEATURE_LINES = {"history": 107}
 KEYLESS_CEILINGS = {"lines_over_budget": 385, "widest": 160, "json_size_repeats": 4, "common": 26, "idle": 8}
 
 
@@ -70,6 +73,11 @@ def _shapes(keyless: bool) -> list[tuple[Shape, int, list[str]]]:
 FEATURED = _shapes(keyless=False)
 SHAPES = [(s, columns) for s, columns, _ in FEATURED]
 KEYLESS_SHAPES = [(s, columns) for s, columns, _ in _shapes(keyless=True)]
+
+
+def _feature_lines(s: Shape) -> int:
+    """What the features of the table measured as `s` may add to its lines (FEATURE_LINES)."""
+    return sum(FEATURE_LINES.get(f, 0) for shape, _, features in FEATURED if shape is s for f in features)
 
 
 def _line_budget(columns: int) -> int:
@@ -115,7 +123,7 @@ def test_the_shape_parser_follows_if_blocks():
 def test_no_procedure_grows_past_todays_ceiling(metric, keyless):
     shapes, ceilings = (KEYLESS_SHAPES, KEYLESS_CEILINGS) if keyless else (SHAPES, CEILINGS)
     values = {
-        "lines_over_budget": [s.lines - _line_budget(c) for s, c in shapes],
+        "lines_over_budget": [s.lines - _line_budget(c) - _feature_lines(s) for s, c in shapes],
         "widest": [s.widest for s, _ in shapes],
         "json_size_repeats": [s.json_size_repeats for s, _ in shapes],
         "common": [s.common for s, _ in shapes],
