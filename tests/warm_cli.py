@@ -23,6 +23,7 @@ import socket
 import struct
 import subprocess
 import sys
+import tempfile
 import time
 import warnings
 from collections.abc import Iterator
@@ -57,7 +58,7 @@ request = json.dumps([sys.argv[1:], os.getcwd(), dict(os.environ)]).encode()
 socket.send_fds(server, [struct.pack("!I", len(request))], [0, 1, 2])
 server.sendall(request)
 status = server.makefile("rb").read(4)
-sys.exit(struct.unpack("!i", status)[0] if len(status) == 4 else 70)
+sys.exit(struct.unpack("!i", status)[0] if len(status) == 4 else 70)  # EX_SOFTWARE: the server ended first
 """
 
 
@@ -67,7 +68,8 @@ def warm_cli(folder: Path, env: dict[str, str]) -> Iterator[dict[str, str]]:
     yields that environment, for the shells that run the commands."""
     bin_dir = folder / "bin"
     bin_dir.mkdir(parents=True)
-    address = str(folder / "cli.sock")
+    sockets = tempfile.TemporaryDirectory(prefix="rs-cli-")  # a socket's path has at most 107 bytes
+    address = str(Path(sockets.name) / "cli.sock")
     client = bin_dir / "redshift-sync"
     client.write_text(CLIENT.format(python=sys.executable, socket=address))
     client.chmod(0o755)
@@ -82,6 +84,7 @@ def warm_cli(folder: Path, env: dict[str, str]) -> Iterator[dict[str, str]]:
     finally:
         server.terminate()
         server.wait()
+        sockets.cleanup()
 
 
 def _wait_for(address: Path, server: subprocess.Popen, log: Path) -> None:
