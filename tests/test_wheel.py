@@ -26,20 +26,25 @@ def sh(*args: str, cwd: Path, env: dict | None = None, timeout: int = 600) -> su
 
 
 @pytest.fixture(scope="module")
-def installed(tmp_path_factory) -> Path:
-    """A venv with the built wheel installed; returns its bin folder."""
+def wheel(tmp_path_factory) -> Path:
+    """The wheel built from this checkout (once for the module)."""
     root = tmp_path_factory.mktemp("wheel")
-    sh(sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(root / "dist"), str(REPO), cwd=root)
-    (wheel,) = (root / "dist").glob("redshift_sync-*.whl")
+    sh(sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(root), str(REPO), cwd=root)
+    (built,) = root.glob("redshift_sync-*.whl")
+    return built
+
+
+@pytest.fixture(scope="module")
+def installed(wheel, tmp_path_factory) -> Path:
+    """A venv with the built wheel installed; returns its bin folder."""
+    root = tmp_path_factory.mktemp("installed")
     venv.create(root / "venv", with_pip=True)
     bin_dir = root / "venv" / "bin"
     sh(str(bin_dir / "python"), "-m", "pip", "install", "-q", str(wheel), cwd=root)
     return bin_dir
 
 
-def test_the_wheel_adds_no_top_level_package_but_its_own(tmp_path):
-    sh(sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(tmp_path), str(REPO), cwd=tmp_path)
-    (wheel,) = tmp_path.glob("redshift_sync-*.whl")
+def test_the_wheel_adds_no_top_level_package_but_its_own(wheel):
     names = zipfile.ZipFile(wheel).namelist()
     assert {n.split("/")[0] for n in names if ".dist-info/" not in n} == {"sync", "backfill"}  # no `benchmarks`
 
