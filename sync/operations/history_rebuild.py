@@ -103,10 +103,10 @@ def _partitions(wh: Warehouse, sql: RebuildSql, snapshot_time: datetime | None) 
 
 
 def _decide(result: Rebuild, apply: bool, accept_gap: bool) -> Outcome:
-    if result.stored_only == 0 and result.rebuilt_only == 0:
-        return Outcome.UNCHANGED
     if result.gaps and not accept_gap:
         return Outcome.GAP
+    if result.stored_only == 0 and result.rebuilt_only == 0:
+        return Outcome.UNCHANGED
     if result.stored_only == 0:
         return Outcome.WRITTEN
     return Outcome.REPLACED if apply else Outcome.NEEDS_YES

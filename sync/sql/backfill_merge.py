@@ -25,6 +25,7 @@ from sync.sql import schemas
 from sync.sql.apply import insert_deleted_keys_sql, key_match, soft_delete_sql
 from sync.sql.dialect import PostgresDialect
 from sync.sql.handover import DELETE_TIME, ROW_TIME, held_time_sql, kept_sql
+from sync.sql.history_snapshot import backfill_history_sql
 from sync.sql.names import table_names
 from sync.sql.policy import newest_key_sql, policy_value_sql
 
@@ -47,6 +48,7 @@ def backfill_stage_name(table: TableConfig) -> str:
 class BackfillSql:
     def __init__(self, d: PostgresDialect, pipeline: Pipeline, table: TableConfig):
         self.d = d
+        self.pipeline = pipeline
         self.table = table
         self.names = table_names(pipeline, table)
         q = lambda name: d.qualified(self.names.schema, name)  # noqa: E731
@@ -115,11 +117,26 @@ class BackfillSql:
         lit = self.d.lit
         return f"COPY {self.stage}\nFROM {lit(manifest_url)}\nIAM_ROLE {lit(iam_role)}\nFORMAT AS PARQUET\nMANIFEST;"
 
+    def staged_values(self) -> dict[str, str]:
+        """Each column's value in the stage row `s` as the target stores it (column
+        policies: a snapshot's clear values are converted on their way in)."""
+        d = self.d
+        return {
+            c.target_name: policy_value_sql(d, c, d.from_parquet_stage(f"s.{d.q(c.target_name)}", c.sql_type), self.key)
+            for c in self.table.columns
+        }
+
     def merge(self) -> list[Step]:
         # Redshift's DELETE takes no alias for its table: the conditions name it in full.
         d, q = self.d, self.d.q
+        staged = self.staged_values()
         steps = [
             Step(self.count_stage(), count="staged", query=True),
+            # History mode: before the stream's newer rows take snapshot rows out of the stage.
+            *(
+                Step(sql, count="history_versions" if n == 0 else None)
+                for n, sql in enumerate(backfill_history_sql(d, self.pipeline, self.table, self.stage, staged))
+            ),
             Step(
                 "-- Rows the stream wrote at or after the snapshot row's source time stay, and so do\n"
                 "-- rows of unknown age (the stream carries every later change of their key).\n"
@@ -140,11 +157,6 @@ class BackfillSql:
                 ),
             ]
         now = d.now()
-        # Column policies: a snapshot's clear values are converted on their way into the target.
-        staged = {
-            c.target_name: policy_value_sql(d, c, d.from_parquet_stage(f"s.{q(c.target_name)}", c.sql_type), self.key)
-            for c in self.table.columns
-        }
         position = schemas.row_values(d, schemas.POSITION, "s")
 
         def load(deleted: str | None) -> str:

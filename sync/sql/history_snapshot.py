@@ -2,12 +2,13 @@
 
 A snapshot row enters the history dated by its source time (the snapshot time, or the
 row's own), as a read (`_op = 'r'`) that no Kafka record opened (`_kafka_partition` and
-`_kafka_offset` NULL: what tells a snapshot version from a stream version), only where
-every version of its key is newer than it (`sync/sql/handover.py`'s rule: the positions
-when both sides have one, else the times; an unknown time is not newer). So a key whose
-stream history begins before the snapshot keeps its versions untouched, a snapshot row
-older than the key's first stream version becomes its first version, closed by it, and
-the same snapshot loaded twice adds nothing. The intervals are then recomputed by the
+`_kafka_offset` -1: what tells a snapshot version from a stream version), only where its
+key has no snapshot version yet and every version of it is newer than the row
+(`sync/sql/handover.py`'s rule: the positions when both sides have one, else the times;
+an unknown time is not newer). So a key whose stream history begins before the snapshot
+keeps its versions untouched, a snapshot row older than the key's first stream version
+becomes its first version, closed by it, and a snapshot loaded again, or an older one
+after it, adds nothing: a key has at most one snapshot version, its first. The intervals are then recomputed by the
 procedure's own statement (`intervals_sql`), over every key.
 
 A snapshot version without a position sorts first among its key's versions
@@ -28,9 +29,14 @@ from sync.sql.procedure.history import intervals_sql
 SNAPSHOT_OP = "r"
 
 
+# The Kafka coordinates of a version a backfill snapshot opened: no record's (Kafka numbers
+# partitions and offsets from 0), and never NULL (the procedure matches a version by them).
+NO_RECORD = "-1"
+
+
 def snapshot_version(alias: str) -> str:
     """The history row `alias` is a version a backfill snapshot opened (no stream record did)."""
-    return f"{alias}._kafka_partition IS NULL AND {alias}._kafka_offset IS NULL"
+    return f"{alias}._kafka_partition = {NO_RECORD} AND {alias}._kafka_offset = {NO_RECORD}"
 
 
 def _newer(h: str, ts: str, pos: str) -> str:
@@ -52,13 +58,15 @@ def snapshot_versions_sql(ctx: TableSql, source: str, values: Mapping[str, str],
         "_valid_from_pos": pos,
         "_op": f"'{SNAPSHOT_OP}'",
         "_is_current": "false",
+        "_kafka_partition": NO_RECORD,
+        "_kafka_offset": NO_RECORD,
         "_kafka_timestamp": ts,
     }
     rest = (
         f"FROM {source} s\n"
         f"WHERE {rows} AND {ts} IS NOT NULL\n"
         f"  AND NOT EXISTS (SELECT 1 FROM {hist} h WHERE {key_match(d, ctx.keys, 'h', 's')}\n"
-        f"    AND NOT {_newer('h', ts, pos)});"
+        f"    AND ({snapshot_version('h')} OR NOT {_newer('h', ts, pos)}));"
     )
     return "-- History: snapshot rows older than every version of their key, as its first version.\n" + schemas.insert_select_sql(
         d, hist, schemas.history(ctx.table), values=version, rest=rest, quoted=True
