@@ -12,18 +12,15 @@ from hypothesis import given, note, settings
 from hypothesis import strategies as st
 
 from sync.operations.history_rebuild import Outcome, rebuild_history
-from tests.delivery import batches, deliver, emit, emitted_records
+from tests.delivery import batches, deliver, emit
 from tests.helpers import ingest, sync_one
 from tests.test_property_cdc import (
     KEYS,
     KNOWN_HISTORY_DIVERGENCES,
     MODES,
     _reset,
-    build_history,
     describe,
-    draw_connector,
-    draw_kafka,
-    draw_restarts,
+    draw_delivery,
     steps,
     warehouse,  # noqa: F401 (fixture)
 )
@@ -48,15 +45,10 @@ def test_rebuild_finds_the_incremental_history(warehouse, mode_name, initial, dr
     pipeline = warehouse.pipeline(mode_name)
     table = f"t_{mode_name}"
     _reset(wh, table)
-    snapshot = mode.knobs.initial_snapshot and data.draw(st.booleans(), label="initial snapshot")
-    history = build_history(initial if snapshot else [], drawn)
-    connector = draw_connector(data, mode, history, snapshot)
-    emitted = len(emitted_records(emit(history, connector), connector))
-    connector = draw_kafka(data, mode.knobs, connector, emitted)
-    restarts = draw_restarts(data, mode.knobs, connector, emitted)
-    cuts = data.draw(st.lists(st.integers(1, max(emitted - 1, 1)), max_size=4), label="cuts")
-    records = deliver(emit(history, connector), connector, restarts).records
-    note(describe(history, connector, restarts, deliver(emit(history, connector), connector, restarts), cuts))
+    history, connector, restarts, cuts = draw_delivery(data, mode, initial, drawn)
+    delivery = deliver(emit(history, connector), connector, restarts)
+    records = delivery.records
+    note(describe(history, connector, restarts, delivery, cuts))
     for lo, hi in batches(records, cuts):
         ingest(wh, pipeline, table, records[lo:hi])
         sync_one(wh, pipeline, table)
