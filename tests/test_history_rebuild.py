@@ -175,7 +175,7 @@ def test_history_rebuild_reports_records_no_longer_retained_and_refuses_the_hole
     assert refused.returncode == 1
     assert "a rebuild would present a history with a hole as complete" in refused.stderr
     assert "partition 0: offsets 0-1 are not retained (2 record(s)); the first retained record, offset 2" in refused.stderr
-    assert "the stored history holds 2 version(s) they opened" in refused.stderr
+    assert "the stored history holds 2 version(s) of missing records" in refused.stderr
     assert history(wh) == built
 
     as_json = rebuild(config, database_dsn, "--json")
@@ -190,3 +190,32 @@ def test_history_rebuild_reports_records_no_longer_retained_and_refuses_the_hole
     assert accepted.returncode == 0, accepted.stderr
     assert "incomplete: partition 0: offsets 0-1 are not retained" in accepted.stderr
     assert [(v[0], v[1]) for v in history(wh)] == [(1, 30), (2, 5)], "the versions of the retained records"
+
+
+def test_history_rebuild_reports_a_hole_between_retained_records(wh, database_dsn, tmp_path):
+    """`prune --stream` (or records lost before they were read) took offsets 1-2 and left
+    0 and 3: a hole no snapshot fills."""
+    p, config = project(wh, tmp_path, order_by="postgres-lsn")
+    feed(wh, p, "acc", REDELIVERY)
+    wh.execute('DELETE FROM cdc."acc__stream" WHERE kafka_offset IN (1, 2)')
+    refused = rebuild(config, database_dsn)
+    assert refused.returncode == 1
+    assert (
+        "partition 0: 2 offset(s) missing between retained records (lost before they were read, or pruned); "
+        "the stored history holds 2 version(s) of missing records"
+    ) in refused.stderr
+
+
+def test_history_rebuild_takes_a_transaction_marker_for_no_record(wh, database_dsn, tmp_path):
+    """offset_gaps = "transaction-markers": an exactly-once producer leaves one offset per
+    transaction to its commit marker ("Kafka Connect ... exactly.once.source.support"), so a
+    one-offset gap is no hole; the version of the record that is gone is still counted,
+    and replaced only with --yes."""
+    p, config = project(wh, tmp_path, order_by="postgres-lsn")
+    feed(wh, p, "acc", REDELIVERY)
+    config.write_text(config.read_text().replace("columns = ", 'offset_gaps = "transaction-markers"\ncolumns = ', 1))
+    wh.execute('DELETE FROM cdc."acc__stream" WHERE kafka_offset = 1')
+    refused = rebuild(config, database_dsn)
+    assert refused.returncode == 1
+    assert "1 of them are versions of records the stream no longer retains: no rebuild restores them" in refused.stderr
+    assert "hole" not in refused.stderr

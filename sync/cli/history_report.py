@@ -15,14 +15,20 @@ VERDICTS = {
 
 
 def gap_line(p: PartitionCover) -> str:
+    """What the stream misses of one partition, and what of the stored history it held."""
+    parts = []
     if p.first_retained is None:
-        where = f"partition {p.partition}: none of offsets 0-{p.last_applied} is retained ({p.not_retained} record(s))"
-    else:
-        where = (
-            f"partition {p.partition}: offsets 0-{p.first_retained - 1} are not retained ({p.not_retained} record(s)); "
-            f"the first retained record, offset {p.first_retained}, is of {p.first_retained_time}"
+        parts.append(f"none of offsets 0-{p.last_applied} is retained ({p.not_retained} record(s))")
+    elif p.not_retained:
+        parts.append(
+            f"offsets 0-{p.first_retained - 1} are not retained ({p.not_retained} record(s)); the first retained "
+            f"record, offset {p.first_retained}, is of {p.first_retained_time}; no backfill snapshot is that new"
         )
-    return f"{where}; no backfill snapshot is that new; the stored history holds {p.lost_versions} version(s) they opened"
+    if p.missing_between:
+        parts.append(f"{p.missing_between} offset(s) missing between retained records (lost before they were read, or pruned)")
+    return (
+        f"partition {p.partition}: {'; '.join(parts)}; the stored history holds {p.lost_versions} version(s) of missing records"
+    )
 
 
 def summary(result: Rebuild) -> str:
@@ -44,9 +50,11 @@ def refusal(result: Rebuild) -> str:
             "Nothing was changed. Backfill a snapshot taken at or after the first retained record of each such "
             "partition, then rebuild again; or pass --accept-gap to rebuild without those records."
         )
+    lost = sum(p.lost_versions for p in result.partitions)
+    gone = f" {lost} of them are versions of records the stream no longer retains: no rebuild restores them." if lost else ""
     return (
         f"history rebuild would replace {result.stored_only} of the {result.stored} stored version(s) of "
-        f"{result.table} ({result.rebuilt_only} of the {result.rebuilt} rebuilt ones differ from them or are new).\n"
+        f"{result.table} ({result.rebuilt_only} of the {result.rebuilt} rebuilt ones differ from them or are new).{gone}\n"
         "Nothing was changed: run it again with --yes."
     )
 

@@ -4,12 +4,19 @@ procedure's own steps (sync/sql/history_rebuild.py), in one transaction under th
 watermark lock.
 
 It replaces stored versions only when told to (`apply`), and never presents a history with
-a hole as complete: Kafka numbers a partition's records from offset 0, so a partition whose
-first retained record is above 0 (its older records expired, the view was re-created after
-they did, or `prune --stream` removed them) lost records the history was built from, unless
-a backfill snapshot at least as new as that first retained record covers them. Such a
-partition is a gap; a rebuild over it is refused unless the gap is accepted
-(`accept_gap`), and its report says what is missing."""
+a hole as complete. Kafka numbers a partition's records from offset 0, one after another
+(but where the table's `offset_gaps` says otherwise: sync/operations/loss.py), so of the
+offsets the procedure applied (up to the watermark) the stream misses:
+
+- those below its first retained record (they expired, the view was re-created after they
+  did, or `prune --stream` removed them): covered when a backfill snapshot at least as new
+  as that first record holds the state they led to (its versions are below the stream's);
+- those between retained records (lost before they were read, or pruned): a hole no
+  snapshot fills.
+
+A partition with offsets missing and not covered is a gap: a rebuild over it is refused
+unless the gap is accepted (`accept_gap`), and its report says what is missing; stored
+versions whose record is gone are counted apart (a rebuild cannot restore them)."""
 
 from __future__ import annotations
 
@@ -21,6 +28,7 @@ from typing import Any
 
 from sync.config import ConfigError, Pipeline, TableConfig
 from sync.operations.conflicts import conflict_policy, retry_conflicts
+from sync.operations.loss import EXPLAINED
 from sync.sql.history_rebuild import SNAPSHOT, TEMPORARY, RebuildSql
 from sync.sql.policy import has_policies
 from sync.warehouse import Warehouse
@@ -42,9 +50,10 @@ class PartitionCover:
     last_applied: int  # the watermark's offset
     first_retained: int | None  # the lowest applied offset the stream still holds (None: none)
     first_retained_time: datetime | None  # its Kafka timestamp
-    not_retained: int  # applied records below it (a partition's offsets start at 0)
-    lost_versions: int  # stored versions those records opened, which no rebuild can restore
-    covered: bool  # nothing missing, or a snapshot at least as new as the first retained record
+    not_retained: int  # applied offsets below it (a partition's offsets start at 0)
+    missing_between: int  # offsets missing between retained ones, beyond what `offset_gaps` explains
+    lost_versions: int  # stored versions whose record the stream no longer retains: no rebuild restores them
+    covered: bool  # nothing missing, or only offsets below the first retained record that a snapshot as new covers
 
 
 @dataclass
@@ -82,23 +91,15 @@ def history_table(pipeline: Pipeline, table_name: str) -> TableConfig:
 
 
 def _partitions(wh: Warehouse, sql: RebuildSql, snapshot_time: datetime | None) -> list[PartitionCover]:
-    rel, d = sql.ctx.rel, sql.d
-    rows = wh.query(
-        "SELECT w.kafka_partition, w.last_offset, w.last_refresh_time, f.kafka_offset, f.kafka_timestamp,\n"
-        f"       (SELECT COUNT(*) FROM {rel.history} h WHERE h._kafka_partition = w.kafka_partition\n"
-        "          AND h._kafka_offset < COALESCE(f.kafka_offset, w.last_offset + 1))\n"
-        f"FROM {rel.watermark} w\n"
-        "LEFT JOIN (SELECT s.kafka_partition, s.kafka_offset, s.kafka_timestamp,\n"
-        "                  ROW_NUMBER() OVER (PARTITION BY s.kafka_partition ORDER BY s.kafka_offset) AS n\n"
-        f"           FROM {d.q(TEMPORARY['stream'])} s) f ON f.kafka_partition = w.kafka_partition AND f.n = 1\n"
-        "WHERE w.last_offset >= 0\nORDER BY w.kafka_partition"
-    )
+    explained = EXPLAINED.get(sql.table.offset_gaps)  # compacted: gaps by design
     out = []
-    for partition, last, refreshed, first, first_time, lost in rows:
-        missing = int(first) if first is not None else int(last) + 1
+    for partition, last, refreshed, first, first_time, holes, lost in wh.query(sql.partitions_sql(explained)):
+        prefix = 0 if explained is None else (int(first) if first is not None else int(last) + 1)
         newest_missing = first_time if first is not None else refreshed
-        covered = missing == 0 or (snapshot_time is not None and newest_missing is not None and snapshot_time >= newest_missing)
-        out.append(PartitionCover(int(partition), int(last), first, first_time, missing, int(lost), covered))
+        covered = prefix == 0 or (snapshot_time is not None and newest_missing is not None and snapshot_time >= newest_missing)
+        cover = PartitionCover(int(partition), int(last), first, first_time, prefix, int(holes or 0), int(lost), covered)
+        cover.covered = covered and not cover.missing_between
+        out.append(cover)
     return out
 
 

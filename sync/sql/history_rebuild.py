@@ -151,6 +151,30 @@ class RebuildSql:
             f"       {unmatched(rel.history, rebuilt)},\n       {unmatched(rebuilt, rel.history)}"
         )
 
+    def partitions_sql(self, explained: int | None) -> str:
+        """Per partition the watermark holds: its last applied offset and refresh time; the
+        lowest applied offset the stream retains and its Kafka time; the offsets missing
+        between retained ones beyond the `explained` gap (None: any gap is by design); the
+        stored versions whose record the stream no longer retains."""
+        rel, stream = self.ctx.rel, self.d.q(TEMPORARY["stream"])
+        hole = "x.kafka_offset - x.prev - 1"
+        missing = "0" if explained is None else f"CASE WHEN {hole} > {explained} THEN {hole} ELSE 0 END"
+        return (
+            "SELECT w.kafka_partition, w.last_offset, w.last_refresh_time, r.first_offset, r.first_time, r.missing,\n"
+            f"       (SELECT COUNT(*) FROM {rel.history} h WHERE h._kafka_partition = w.kafka_partition\n"
+            f"          AND NOT EXISTS (SELECT 1 FROM {stream} s\n"
+            "            WHERE s.kafka_partition = h._kafka_partition AND s.kafka_offset = h._kafka_offset))\n"
+            f"FROM {rel.watermark} w\n"
+            "LEFT JOIN (SELECT x.kafka_partition, MIN(x.kafka_offset) AS first_offset,\n"
+            "                  MIN(CASE WHEN x.prev IS NULL THEN x.kafka_timestamp END) AS first_time,\n"
+            f"                  SUM({missing}) AS missing\n"
+            "           FROM (SELECT s.kafka_partition, s.kafka_offset, MAX(s.kafka_timestamp) AS kafka_timestamp,\n"
+            "                        LAG(s.kafka_offset) OVER (PARTITION BY s.kafka_partition ORDER BY s.kafka_offset) AS prev\n"
+            f"                 FROM {stream} s GROUP BY s.kafka_partition, s.kafka_offset) x\n"
+            "           GROUP BY x.kafka_partition) r ON r.kafka_partition = w.kafka_partition\n"
+            "WHERE w.last_offset >= 0\nORDER BY w.kafka_partition"
+        )
+
     def replace_sql(self) -> list[str]:
         """The stored history replaced by the rebuilt one."""
         hist = self.ctx.rel.history
