@@ -8,9 +8,9 @@ from typing import Any
 from sync.operations.history_rebuild import Outcome, PartitionCover, Rebuild
 
 VERDICTS = {
-    Outcome.UNCHANGED: "the stored history equals it: nothing to do",
-    Outcome.WRITTEN: "written (no stored version was replaced)",
-    Outcome.REPLACED: "replaced the stored history",
+    Outcome.UNCHANGED: "equal: nothing to do",
+    Outcome.WRITTEN: "written (no stored version replaced)",
+    Outcome.REPLACED: "replaced",
 }
 
 
@@ -45,7 +45,7 @@ def refusal(result: Rebuild) -> str:
     if result.outcome is Outcome.GAP:
         lines = "".join(f"\n  {gap_line(p)}" for p in result.gaps)
         return (
-            f"the stream no longer retains every record the history of {result.table} was built from: "
+            f"the stream no longer retains every record the history of {result.table} comes from: "
             f"a rebuild would present a history with a hole as complete.{lines}\n"
             "Nothing was changed. Backfill a snapshot taken at or after the first retained record of each such "
             "partition, then rebuild again; or pass --accept-gap to rebuild without those records."
