@@ -30,6 +30,7 @@ from sync.config import ConfigError, Pipeline, TableConfig
 from sync.operations.conflicts import conflict_policy, retry_conflicts
 from sync.operations.loss import EXPLAINED
 from sync.sql.history_rebuild import SNAPSHOT, TEMPORARY, RebuildSql
+from sync.sql.history_snapshot import snapshot_version
 from sync.sql.policy import has_policies
 from sync.warehouse import Warehouse
 
@@ -62,8 +63,8 @@ class Rebuild:
     outcome: Outcome
     records: int  # applied records the stream retains, read by the rebuild
     quarantined: int  # of them, records the procedure's rules quarantine (no version)
-    snapshot_versions: int  # versions of backfill snapshots, kept below the stream
-    snapshot_time: datetime | None  # the oldest of their times
+    snapshot_versions: int  # rebuilt versions of backfill snapshots, below the stream's
+    snapshot_time: datetime | None  # the oldest time of the stored history's snapshot versions
     stored: int  # versions the history held
     rebuilt: int  # versions of the rebuilt history
     stored_only: int  # stored versions the rebuilt history lacks or holds otherwise
@@ -127,7 +128,8 @@ def rebuild_history(wh: Warehouse, pipeline: Pipeline, table_name: str, apply: b
                 wh.execute(statement)
             records = int(wh.scalar(f"SELECT COUNT(*) FROM {q(TEMPORARY['stream'])}") or 0)
             quarantined = int(wh.scalar(f"SELECT COUNT(*) FROM {q(TEMPORARY['quarantine'])}") or 0)
-            snapshots, snapshot_time = wh.query(f"SELECT COUNT(*), MIN(_valid_from) FROM {q(SNAPSHOT)}")[0]
+            snapshot_time = wh.scalar(f"SELECT MIN(_valid_from) FROM {q(SNAPSHOT)}")
+            snapshots = wh.scalar(f"SELECT COUNT(*) FROM {q(TEMPORARY['history'])} h WHERE {snapshot_version('h')}")
             ((stored, rebuilt, stored_only, rebuilt_only),) = wh.query(sql.differences_sql())
             result = Rebuild(
                 table.name,
