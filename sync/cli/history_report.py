@@ -26,9 +26,9 @@ def gap_line(p: PartitionCover) -> str:
         )
     if p.missing_between:
         parts.append(f"{p.missing_between} offset(s) missing between retained records (lost before they were read, or pruned)")
-    return (
-        f"partition {p.partition}: {'; '.join(parts)}; the stored history holds {p.lost_versions} version(s) of missing records"
-    )
+    if p.lost_versions:
+        parts.append(f"the stored history holds {p.lost_versions} version(s) of missing records")
+    return f"partition {p.partition}: {'; '.join(parts)}"
 
 
 def summary(result: Rebuild) -> str:
