@@ -19,18 +19,15 @@ from hypothesis import HealthCheck, given, note, settings
 from hypothesis import strategies as st
 
 from sync.operations.explain import Origin, Outcome, explain_keys
-from tests.delivery import batches, deliver, emit, emitted_records
+from tests.delivery import batches, deliver, emit
 from tests.helpers import ingest, sync_one
 from tests.test_property_cdc import (
     KEYS,
     MODES,
     Warehouse,
     _reset,
-    build_history,
     describe,
-    draw_connector,
-    draw_kafka,
-    draw_restarts,
+    draw_delivery,
     steps,
 )
 
@@ -125,13 +122,7 @@ def test_explain_agrees_with_what_the_procedure_does(warehouse, mode_name, initi
     pipeline = warehouse.pipeline(mode_name)
     table = f"t_{mode_name}"
     _reset(wh, table)
-    snapshot = mode.knobs.initial_snapshot and data.draw(st.booleans(), label="initial snapshot")
-    history = build_history(initial if snapshot else [], drawn)
-    connector = draw_connector(data, mode, history, snapshot)
-    emitted = len(emitted_records(emit(history, connector), connector))
-    connector = draw_kafka(data, mode.knobs, connector, emitted)
-    restarts = draw_restarts(data, mode.knobs, connector, emitted)
-    cuts = data.draw(st.lists(st.integers(1, max(emitted - 1, 1)), max_size=4), label="cuts")
+    history, connector, restarts, cuts = draw_delivery(data, mode, initial, drawn)
     delivery = deliver(emit(history, connector), connector, restarts)
     note(describe(history, connector, restarts, delivery, cuts))
     assert check_agreement(wh, pipeline, table, mode.delete_mode == "hard", delivery.records, cuts) == len(delivery.records)

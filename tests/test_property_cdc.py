@@ -394,6 +394,21 @@ def check_history(wh, table: str, deletes: str, history: History, connector: Con
     assert interval_problems(wh, relation, deletes) == []
 
 
+def draw_delivery(data, mode: Mode, initial, drawn) -> tuple[History, Connector, list[Restart], list[int]]:
+    """A source history of the mode (its initial rows only with an initial snapshot), its
+    connector, the connector's restarts and the batch cuts."""
+    snapshot = mode.knobs.initial_snapshot and data.draw(st.booleans(), label="initial snapshot")
+    history = build_history(initial if snapshot else [], drawn)
+    connector = draw_connector(data, mode, history, snapshot)
+    emitted = len(emitted_records(emit(history, connector), connector))
+    connector = draw_kafka(data, mode.knobs, connector, emitted)
+    # A restart within a compressed transaction's records re-sends changes no record tells
+    # from the transaction changing a key back and forth (docs/correctness.md, "History mode").
+    restarts = [] if mode.history and connector.compressed else draw_restarts(data, mode.knobs, connector, emitted)
+    cuts = data.draw(st.lists(st.integers(1, max(emitted - 1, 1)), max_size=4), label="cuts")
+    return history, connector, restarts, cuts
+
+
 # ---- the property -----------------------------------------------------------------------------
 
 
@@ -459,15 +474,7 @@ def test_delivery(warehouse, mode_name, initial, drawn, data):
     if mode.replay:
         pipeline = warehouse.set_name_width(mode_name, table, 3)
         widen = lambda: warehouse.set_name_width(mode_name, table, 32)  # noqa: E731
-    snapshot = mode.knobs.initial_snapshot and data.draw(st.booleans(), label="initial snapshot")
-    history = build_history(initial if snapshot else [], drawn)
-    connector = draw_connector(data, mode, history, snapshot)
-    emitted = len(emitted_records(emit(history, connector), connector))
-    connector = draw_kafka(data, mode.knobs, connector, emitted)
-    # A restart within a compressed transaction's records re-sends changes no record tells
-    # from the transaction changing a key back and forth (docs/correctness.md, "History mode").
-    restarts = [] if mode.history and connector.compressed else draw_restarts(data, mode.knobs, connector, emitted)
-    cuts = data.draw(st.lists(st.integers(1, max(emitted - 1, 1)), max_size=4), label="cuts")
+    history, connector, restarts, cuts = draw_delivery(data, mode, initial, drawn)
     check_delivery(wh, pipeline, table, mode, history, connector, restarts, cuts, widen=widen)
 
 

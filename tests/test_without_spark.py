@@ -22,7 +22,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from backfill.stage import DATA, MANIFEST, STAGE_VERSION, SUMMARY, table_fingerprint
-from sync.config import parse_pipeline
+from sync.config import Pipeline, TableConfig, parse_pipeline
 from tests.helpers import EXAMPLES, REPO
 
 # Run in the child: refuse the blocked top-level packages, run each command with typer's
@@ -89,6 +89,11 @@ def write_run_folder(folder: Path, pipeline_file: Path) -> None:
             "_delete": [False],
         }
     )
+    write_stage_files(folder, pipeline, table, rows, datetime(2023, 11, 14))
+
+
+def write_stage_files(folder: Path, pipeline: Pipeline, table: TableConfig, rows: pa.Table, snapshot_time: datetime) -> None:
+    """The run folder of a finished job: `rows` in one part file, its manifest and summary."""
     (folder / DATA).mkdir(parents=True)
     part = folder / DATA / "part-00000.parquet"
     pq.write_table(rows, part)
@@ -96,15 +101,15 @@ def write_run_folder(folder: Path, pipeline_file: Path) -> None:
     (folder / MANIFEST).write_text(json.dumps({"entries": [entry]}))
     summary = {
         "stage_version": STAGE_VERSION,
-        "table": "customer",
+        "table": table.name,
         "schema": pipeline.schema,
         "fingerprint": table_fingerprint(pipeline, table),
-        "staged": 1,
+        "staged": rows.num_rows,
         "data_files": 1,
         "rejected": 0,
         "notes": [],
-        "snapshot": "s3://lake/customer/",
-        "snapshot_time": "2023-11-14T00:00:00",
+        "snapshot": f"s3://lake/{table.name}/",
+        "snapshot_time": snapshot_time.isoformat(),
     }
     (folder / SUMMARY).write_text(json.dumps(summary))
 

@@ -1030,6 +1030,47 @@ def rebase_offsets(
     )
 
 
+history_app = typer.Typer(
+    no_args_is_help=True, rich_markup_mode=None, help="History mode (history = true): the history table of a table."
+)
+app.add_typer(history_app, name="history")
+
+
+@history_app.command("rebuild")
+@handle_errors
+def history_rebuild(
+    table: Annotated[str, typer.Option("--table", "-t", help="Pipeline table with history = true.", metavar="TABLE")],
+    yes: Annotated[
+        bool, typer.Option("--yes", help="Replace stored versions (without it: say how many, change nothing).")
+    ] = False,
+    accept_gap: Annotated[
+        bool,
+        typer.Option("--accept-gap", help="Rebuild although the stream no longer retains records the history was built from."),
+    ] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the outcome as JSON.")] = False,
+    config: ConfigOpt = None,
+    dsn: DsnOpt = None,
+) -> None:
+    """Rebuild the history table from the records the stream retains, with backfill snapshots below them."""
+    from sync.cli.history_report import print_rebuild, refusal
+    from sync.operations.history_rebuild import Outcome, rebuild_history
+
+    pipeline, _, wh = open_checked(config, dsn)
+    try:
+        result = rebuild_history(wh, pipeline, table, apply=yes, accept_gap=accept_gap)
+    finally:
+        wh.close()
+    refused = result.outcome in (Outcome.NEEDS_YES, Outcome.GAP)
+    if as_json:
+        print_json(result.as_dict())
+        if refused:
+            raise typer.Exit(1)
+        return
+    if refused:
+        raise CliError(refusal(result))
+    print_rebuild(result, console, err_console)
+
+
 @app.command("package-backfill")
 @handle_errors
 def package_backfill(

@@ -200,6 +200,8 @@ def print_backfill(result: Any, table: str, out: Console) -> None:
         grid.add_column(col, justify="right")
     grid.add_row(*map(readable_count, [*counts.values(), result.rejected]), readable_seconds(result.seconds))
     out.print(grid)
+    if result.history_versions is not None:
+        out.print(f"  history: {result.history_versions} snapshot row(s) became versions below the stream", highlight=False)
     for note in result.notes:
         out.print(Text.assemble("  ", ("note", "cyan"), f" {note}"))
     for sample in result.rejects_sample:

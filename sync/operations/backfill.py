@@ -50,6 +50,7 @@ class BackfillResult:
     rejects_path: str | None = None
     rejects_sample: list[dict] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)  # e.g. a column the snapshot lacks, loaded as NULL
+    history_versions: int | None = None  # history mode: snapshot rows that became versions below the stream
     seconds: float = 0.0
 
     def as_dict(self) -> dict:
@@ -286,6 +287,7 @@ def merged(result: BackfillResult, counts: dict[str, int], started: float, progr
     result.kept_newer = counts.get("kept_newer", 0)
     result.retries = counts.get("retries", 0)
     result.kept_deleted = counts.get("kept_deleted", 0)
+    result.history_versions = counts.get("history_versions")
     result.seconds = time.perf_counter() - started
     if "replaced" in counts:
         result.keyless, result.replaced = True, counts["replaced"]

@@ -25,6 +25,7 @@ from sync.sql import schemas
 from sync.sql.apply import insert_deleted_keys_sql, key_match, soft_delete_sql
 from sync.sql.dialect import PostgresDialect
 from sync.sql.handover import DELETE_TIME, ROW_TIME, held_time_sql, kept_sql
+from sync.sql.history_snapshot import backfill_history_sql
 from sync.sql.names import table_names
 from sync.sql.policy import newest_key_sql, policy_value_sql
 
@@ -47,6 +48,7 @@ def backfill_stage_name(table: TableConfig) -> str:
 class BackfillSql:
     def __init__(self, d: PostgresDialect, pipeline: Pipeline, table: TableConfig):
         self.d = d
+        self.pipeline = pipeline
         self.table = table
         self.names = table_names(pipeline, table)
         q = lambda name: d.qualified(self.names.schema, name)  # noqa: E731
@@ -127,8 +129,14 @@ class BackfillSql:
     def merge(self) -> list[Step]:
         # Redshift's DELETE takes no alias for its table: the conditions name it in full.
         d, q = self.d, self.d.q
+        staged = self.staged_values()
         steps = [
             Step(self.count_stage(), count="staged", query=True),
+            # History mode: before the stream's newer rows take snapshot rows out of the stage.
+            *(
+                Step(sql, count="history_versions" if n == 0 else None)
+                for n, sql in enumerate(backfill_history_sql(d, self.pipeline, self.table, self.stage, staged))
+            ),
             Step(
                 "-- Rows the stream wrote at or after the snapshot row's source time stay, and so do\n"
                 "-- rows of unknown age (the stream carries every later change of their key).\n"
@@ -149,7 +157,6 @@ class BackfillSql:
                 ),
             ]
         now = d.now()
-        staged = self.staged_values()
         position = schemas.row_values(d, schemas.POSITION, "s")
 
         def load(deleted: str | None) -> str:

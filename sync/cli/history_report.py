@@ -1,0 +1,66 @@
+"""What `redshift-sync history rebuild` prints: its outcome, and each partition whose
+records the stream no longer retains."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sync.operations.history_rebuild import Outcome, PartitionCover, Rebuild
+
+VERDICTS = {
+    Outcome.UNCHANGED: "equal: nothing to do",
+    Outcome.WRITTEN: "written (no stored version replaced)",
+    Outcome.REPLACED: "replaced",
+}
+
+
+def gap_line(p: PartitionCover) -> str:
+    """What the stream misses of one partition, and what of the stored history it held."""
+    parts = []
+    if p.first_retained is None:
+        parts.append(f"none of offsets 0-{p.last_applied} is retained ({p.not_retained} record(s))")
+    elif p.not_retained:
+        parts.append(
+            f"offsets 0-{p.first_retained - 1} are not retained ({p.not_retained} record(s)); the first retained "
+            f"record, offset {p.first_retained}, is of {p.first_retained_time}; no backfill snapshot is that new"
+        )
+    if p.missing_between:
+        parts.append(f"{p.missing_between} offset(s) missing between retained records (lost before they were read, or pruned)")
+    if p.lost_versions:
+        parts.append(f"the stored history holds {p.lost_versions} version(s) of missing records")
+    return f"partition {p.partition}: {'; '.join(parts)}"
+
+
+def summary(result: Rebuild) -> str:
+    snapshot = f", {result.snapshot_versions} snapshot version(s) below them" if result.snapshot_versions else ""
+    quarantined = f" ({result.quarantined} quarantined: no version)" if result.quarantined else ""
+    return (
+        f"history rebuild {result.table}: {result.rebuilt} version(s) from {result.records} retained record(s)"
+        f"{quarantined}{snapshot}; the stored history had {result.stored}"
+    )
+
+
+def refusal(result: Rebuild) -> str:
+    """Why nothing was changed, and what to run."""
+    if result.outcome is Outcome.GAP:
+        lines = "".join(f"\n  {gap_line(p)}" for p in result.gaps)
+        return (
+            f"the stream no longer retains every record the history of {result.table} comes from: "
+            f"a rebuild would present a history with a hole as complete.{lines}\n"
+            "Nothing was changed. Backfill a snapshot taken at or after the first retained record of each such "
+            "partition, then rebuild again; or pass --accept-gap to rebuild without those records."
+        )
+    lost = sum(p.lost_versions for p in result.partitions)
+    gone = f" {lost} of them are versions of records the stream no longer retains: no rebuild restores them." if lost else ""
+    return (
+        f"history rebuild would replace {result.stored_only} of the {result.stored} stored version(s) of "
+        f"{result.table} ({result.rebuilt_only} of the {result.rebuilt} rebuilt ones differ from them or are new).{gone}\n"
+        "Nothing was changed: run it again with --yes."
+    )
+
+
+def print_rebuild(result: Rebuild, out: Any, err: Any) -> None:
+    """The summary and verdict on `out`; an accepted gap's partitions on `err`."""
+    out.print(f"{summary(result)}: {VERDICTS[result.outcome]}", highlight=False, soft_wrap=True)
+    for p in result.gaps:
+        err.print(f"incomplete: {gap_line(p)}", style="yellow", highlight=False, soft_wrap=True)
