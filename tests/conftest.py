@@ -17,6 +17,15 @@ from sync.operations.runner import deploy
 from sync.warehouse import Warehouse, connect
 from tests.helpers import EXAMPLES, fresh_database
 
+
+def pytest_configure(config: pytest.Config) -> None:
+    """With `-n` (pytest-xdist), idle workers steal tests from busy ones ("worksteal"),
+    so a long file near the end does not leave the other worker idle. Set here, not in
+    addopts: the side virtualenvs run tests/spark without pytest-xdist."""
+    if getattr(config.option, "numprocesses", None) and getattr(config.option, "dist", None) == "load":
+        config.option.dist = "worksteal"
+
+
 # Hypothesis: CI runs the property tests at their declared example counts, derandomized
 # so a failure reproduces; locally `--hypothesis-profile dev` runs fewer.
 try:

@@ -106,9 +106,9 @@ AS $$
 -- Merges new records of the topic into the target (p_max_records NULL: all of them; the README, 'How a sync works').
 DECLARE
   v_started timestamp; v_since timestamp; v_wm_before varchar(65535); v_read bigint := 0; v_quarantined bigint := 0; v_truncates bigint := 0;
-  v_rows bigint := 0; v_positionless bigint := 0; v_partitions bigint := 0; v_advanced bigint := 0; v_deletes bigint := 0; v_unavailable bigint := 0;
-  v_drift bigint := 0; v_replayed bigint := 0; v_until_time timestamp; v_until_partition bigint; v_until_offset bigint; v_truncate_pos varchar(64);
-  v_truncate_ts timestamp;
+  v_rows bigint := 0; v_positionless bigint := 0; v_partitions bigint := 0; v_advanced bigint := 0; v_deletes bigint := 0; v_set_aside bigint := 0;
+  v_unavailable bigint := 0; v_drift bigint := 0; v_replayed bigint := 0; v_until_time timestamp; v_until_partition bigint; v_until_offset bigint;
+  v_truncate_pos varchar(64); v_truncate_ts timestamp;
 BEGIN
   -- 10. Session settings this procedure needs.
   SET enable_case_sensitive_identifier TO true;
@@ -360,8 +360,8 @@ BEGIN
           _reason = SUBSTRING('no earlier value is known for the TOAST placeholder (__debezium_unavailable_value) in ' || BTRIM(s._unavailable, '|'), 1, 1000)
       WHERE s._rn = 1 AND s._action = 'upsert' AND s._unavailable <> '|'
         AND NOT EXISTS (SELECT 1 FROM "shop"."customer" t WHERE t."id" = s."id");
-      GET DIAGNOSTICS v_rows := ROW_COUNT;
-      v_quarantined := v_quarantined + v_rows;
+      GET DIAGNOSTICS v_set_aside := ROW_COUNT;
+      v_quarantined := v_quarantined + v_set_aside;
     END IF;
     -- 5. Never regress: a winner not newer than what is stored for its key is stale.
     UPDATE "shop"."customer__stage" s SET _action = 'stale', _reason = s._action

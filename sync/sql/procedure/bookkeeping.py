@@ -113,7 +113,7 @@ def analyze_stage_sql(ctx: TableSql) -> str:
 def counted_quarantine() -> str:
     """After an UPDATE that quarantines records: they join the count that guards the
     quarantine step (`batch_counts_sql`)."""
-    return "GET DIAGNOSTICS v_rows := ROW_COUNT;\nv_quarantined := v_quarantined + v_rows;"
+    return "GET DIAGNOSTICS v_set_aside := ROW_COUNT;\nv_quarantined := v_quarantined + v_set_aside;"
 
 
 def quarantined_count_sql(ctx: TableSql) -> str:

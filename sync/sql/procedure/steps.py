@@ -70,6 +70,7 @@ VARIABLES = {
         Variable("v_partitions", "bigint", "0"),
         Variable("v_advanced", "bigint", "0"),
         Variable("v_deletes", "bigint", "0"),
+        Variable("v_set_aside", "bigint", "0"),
         Variable("v_unavailable", "bigint", "0"),
         Variable("v_drift", "bigint", "0"),
         Variable("v_replayed", "bigint", "0"),
@@ -199,7 +200,7 @@ APPLY_STEPS = (
     ),
     Step(
         toast_sql,
-        ("v_unavailable", "v_rows", "v_quarantined"),
+        ("v_unavailable", "v_set_aside", "v_quarantined"),
         _has_toast,
         reads=RANKED | STORED | facts("_unavailable values"),
         # Completes what is known, then quarantines the winners it could not complete.
