@@ -14,7 +14,8 @@ def test_the_batch_is_the_stream_past_the_watermark_up_to_the_bound():
         batch_sql(ONE),
         'FROM "cdc"."tag__stream" s',
         'LEFT JOIN "cdc"."tag__watermark" w ON w.kafka_partition = s.kafka_partition',
-        "WHERE s.refresh_time >= v_since",
+        "WHERE s.refresh_time >= (SELECT COALESCE(MAX(m.last_refresh_time), TIMESTAMP '1900-01-01 00:00:00')"
+        ' FROM "cdc"."tag__watermark" m)',
         "AND s.kafka_offset > COALESCE(w.last_offset, -1)",
         "AND (s.refresh_time < v_until_time",
         "OR (s.kafka_partition = v_until_partition AND s.kafka_offset <= v_until_offset))))",
@@ -51,7 +52,7 @@ def test_records_being_replayed_join_the_batch_without_a_kafka_key():
         "UNION ALL",
         "CAST(NULL AS super) AS key_env",
         'FROM "cdc"."tag__quarantine" r',
-        "WHERE v_replayed > 0 AND r.table_name = 'tag' AND r.handled = 'replaying'",
+        "WHERE r.table_name = 'tag' AND r.handled = 'replaying'",
     )
 
 

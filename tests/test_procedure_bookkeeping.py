@@ -10,7 +10,6 @@ from sync.sql.procedure.bookkeeping import (
     quarantine_sql,
     run_log_row_sql,
     single_flight_sql,
-    watermark_before_sql,
 )
 from tests.helpers import COMPOSITE_KEY, ONE_COLUMN, assert_lines, table_sql
 
@@ -24,15 +23,19 @@ def test_the_watermark_is_locked_then_the_clock_read_once():
     ]
 
 
-def test_one_statement_reads_the_watermark_its_summary_and_the_records_being_replayed():
+def test_a_batch_with_records_counts_its_replays_and_reads_the_watermark_it_found_in_its_counts():
+    """Only a batch with records moves the watermark or replays a record: the run log's
+    watermark before and the replay count are read in the batch counts' statement, which
+    a call without records does not run."""
     assert_lines(
-        watermark_before_sql(ONE),
-        "SELECT COALESCE(MAX(r.last_refresh_time), TIMESTAMP '1900-01-01 00:00:00'),",
-        "(SELECT COUNT(*) FROM \"cdc\".\"tag__quarantine\" WHERE table_name = 'tag' AND handled = 'replaying'),",
-        "INTO v_since, v_replayed, v_wm_before",
+        batch_counts_sql(ONE),
+        "SELECT c.*, w.watermark",
+        "INTO v_drift, v_quarantined, v_partitions, v_deletes, v_positionless, v_replayed, v_wm_before",
+        "(SELECT COUNT(*) FROM \"cdc\".\"tag__quarantine\" WHERE table_name = 'tag' AND handled = 'replaying') AS replayed",
+        'FROM "cdc"."tag__stage") c,',
         "FROM (SELECT r.*, SUM(OCTET_LENGTH(r.item__) + 1) OVER (ORDER BY r.order__ ROWS UNBOUNDED PRECEDING) AS pos__",
         "FROM (SELECT r.*, CAST(r.kafka_partition AS varchar(20)) || ':' || CAST(r.last_offset AS varchar(20)) AS item__,"
-        ' r.kafka_partition AS order__ FROM "cdc"."tag__watermark" r) r) r;',
+        ' r.kafka_partition AS order__ FROM "cdc"."tag__watermark" r) r) r) w;',
     )
 
 
@@ -41,14 +44,18 @@ def test_a_bounded_run_stops_at_the_nth_pending_record():
 
 
 def test_the_batch_counts_tell_the_rare_steps_it_needs():
-    assert_lines(batch_counts_sql(ONE), "INTO v_drift, v_quarantined, v_partitions, v_deletes, v_positionless")
     assert_lines(
-        batch_counts_sql(COMPOSITE),
-        "MAX(CASE WHEN _action = 'truncate' THEN _source_pos END), MAX(CASE WHEN _action = 'truncate' THEN _source_ts END)",
-        "INTO v_drift, v_quarantined, v_partitions, v_deletes, v_positionless, v_unavailable, v_truncates, v_truncate_pos, v_truncate_ts",
+        batch_counts_sql(ONE), "INTO v_drift, v_quarantined, v_partitions, v_deletes, v_positionless, v_replayed, v_wm_before"
     )
     assert_lines(
-        batch_counts_sql(table_sql(ONE_COLUMN, order_by="kafka")), "INTO v_drift, v_quarantined, v_partitions, v_deletes"
+        batch_counts_sql(COMPOSITE),
+        "MAX(CASE WHEN _action = 'truncate' THEN _source_pos END) AS truncate_pos,",
+        "MAX(CASE WHEN _action = 'truncate' THEN _source_ts END) AS truncate_ts,",
+        "INTO v_drift, v_quarantined, v_partitions, v_deletes, v_positionless, v_unavailable, v_truncates, v_truncate_pos, v_truncate_ts, v_replayed,",
+    )
+    assert_lines(
+        batch_counts_sql(table_sql(ONE_COLUMN, order_by="kafka")),
+        "INTO v_drift, v_quarantined, v_partitions, v_deletes, v_replayed, v_wm_before",
     )
 
 
@@ -73,7 +80,8 @@ def test_one_run_log_row_per_call_counts_the_stage_and_reads_the_watermark_it_le
     writes the row: no statement of its own on the common path."""
     assert_lines(
         run_log_row_sql(COMPOSITE),
-        "c.quarantined, c.tombstones, c.stale, c.superseded, c.truncates, v_wm_before,",
+        # A call without records leaves the watermark as it found it.
+        "c.quarantined, c.tombstones, c.stale, c.superseded, c.truncates, CASE WHEN v_read > 0 THEN v_wm_before ELSE w.watermark_after END,",
         "w.watermark_after, c.lag_seconds, 'ok'",
         "FROM (SELECT COUNT(CASE WHEN _rn = 1 AND _action = 'upsert' THEN 1 END) AS upserted,",
         "DATEDIFF(microsecond, MAX(_kafka_timestamp), v_started) / 1000000.0 AS lag_seconds",

@@ -112,15 +112,13 @@ def isolate_sql(pipeline: Pipeline, table_name: str) -> str:
 
 def pending_sql(pipeline: Pipeline, table_name: str, select: str = "COUNT(*)") -> str:
     """`select` over the records the table's next sync reads (the stream `s`; how many, by
-    default): the procedure's own pending condition, with its refresh-time bound (v_since)
-    computed from the watermark."""
+    default): the procedure's own pending condition."""
     n = table_names(pipeline, pipeline.table(table_name))
     qs = quote_ident(n.schema)
     wm = f"{qs}.{quote_ident(n.watermark)}"
-    since = f"(SELECT COALESCE(MAX(last_refresh_time), TIMESTAMP '1900-01-01 00:00:00') FROM {wm})"
     return (
         f"SELECT {select} FROM {qs}.{quote_ident(n.stream)} s LEFT JOIN {wm} w "
-        f"ON w.kafka_partition = s.kafka_partition WHERE {pending_condition().replace('v_since', since)}"
+        f"ON w.kafka_partition = s.kafka_partition WHERE {pending_condition(wm)}"
     )
 
 

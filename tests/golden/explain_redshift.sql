@@ -36,8 +36,8 @@ AS $$
 -- redshift-sync explain (table customer): the procedure incremental_sync_customer's steps over
 -- temporary tables, in a transaction that is rolled back.
 DECLARE
-  v_started timestamp; v_since timestamp; v_wm_before varchar(65535); v_read bigint := 0; v_quarantined bigint := 0; v_truncates bigint := 0;
-  v_rows bigint := 0; v_positionless bigint := 0; v_partitions bigint := 0; v_advanced bigint := 0; v_deletes bigint := 0; v_set_aside bigint := 0;
+  v_started timestamp; v_wm_before varchar(65535); v_read bigint := 0; v_quarantined bigint := 0; v_truncates bigint := 0; v_rows bigint := 0;
+  v_positionless bigint := 0; v_partitions bigint := 0; v_advanced bigint := 0; v_deletes bigint := 0; v_set_aside bigint := 0;
   v_unavailable bigint := 0; v_drift bigint := 0; v_replayed bigint := 0; v_until_time timestamp; v_until_partition bigint; v_until_offset bigint;
   v_truncate_pos varchar(64); v_truncate_ts timestamp;
 BEGIN
@@ -50,15 +50,6 @@ BEGIN
   --    is locked: on Redshift every LOCK is exclusive, and the target stays readable.
   LOCK TABLE "explain_watermark";
   v_started := CAST(TO_TIMESTAMP(TIMEOFDAY(), 'Dy Mon DD HH24:MI:SS.US YYYY') AS timestamp);
-  -- The watermark, its summary for the run log, and the quarantined records being replayed.
-  SELECT COALESCE(MAX(r.last_refresh_time), TIMESTAMP '1900-01-01 00:00:00'),
-         (SELECT COUNT(*) FROM "cdc"."customer__quarantine" WHERE table_name = 'customer' AND handled = 'replaying'),
-         LISTAGG(CASE WHEN r.pos__ <= 65503 THEN r.item__ END, ',') WITHIN GROUP (ORDER BY r.order__)
-         || COALESCE(' (+' || CAST(NULLIF(COUNT(CASE WHEN r.pos__ > 65503 THEN 1 END), 0) AS varchar(20)) || ' more)', '')
-  INTO v_since, v_replayed, v_wm_before
-  FROM (SELECT r.*, SUM(OCTET_LENGTH(r.item__) + 1) OVER (ORDER BY r.order__ ROWS UNBOUNDED PRECEDING) AS pos__
-        FROM (SELECT r.*, CAST(r.kafka_partition AS varchar(20)) || ':' || CAST(r.last_offset AS varchar(20)) AS item__,
-            r.kafka_partition AS order__ FROM "explain_watermark" r) r) r;
   -- A bounded run (record isolation by the caller) reads the first p_max_records pending
   -- records in (refresh_time, partition, offset) order: a prefix of every partition
   -- (0: none, which tells a failure of the procedure itself from one of a record).
@@ -71,7 +62,7 @@ BEGIN
     FROM (SELECT s.*, ROW_NUMBER() OVER (ORDER BY s.refresh_time, s.kafka_partition, s.kafka_offset) AS read_no
           FROM "cdc"."customer__stream" s
           LEFT JOIN "explain_watermark" w ON w.kafka_partition = s.kafka_partition
-          WHERE s.refresh_time >= v_since
+          WHERE s.refresh_time >= (SELECT COALESCE(MAX(m.last_refresh_time), TIMESTAMP '1900-01-01 00:00:00') FROM "explain_watermark" m)
             AND s.kafka_offset > COALESCE(w.last_offset, -1)) x
     WHERE x.read_no = p_max_records;
     v_until_time := COALESCE(v_until_time, TIMESTAMP '9999-12-31 00:00:00');
@@ -90,7 +81,7 @@ BEGIN
            CASE WHEN IS_OBJECT(s.key_payload."schema") THEN s.key_payload."payload" ELSE s.key_payload END AS key_env
     FROM "cdc"."customer__stream" s
     LEFT JOIN "explain_watermark" w ON w.kafka_partition = s.kafka_partition
-    WHERE s.refresh_time >= v_since
+    WHERE s.refresh_time >= (SELECT COALESCE(MAX(m.last_refresh_time), TIMESTAMP '1900-01-01 00:00:00') FROM "explain_watermark" m)
       AND s.kafka_offset > COALESCE(w.last_offset, -1)
       AND (s.refresh_time < v_until_time
            OR (s.refresh_time = v_until_time
@@ -103,7 +94,7 @@ BEGIN
            CASE WHEN IS_OBJECT(r.payload."schema") THEN r.payload."payload" ELSE r.payload END AS env,
            CAST(NULL AS super) AS key_env
     FROM "cdc"."customer__quarantine" r
-    WHERE v_replayed > 0 AND r.table_name = 'customer' AND r.handled = 'replaying'),
+    WHERE r.table_name = 'customer' AND r.handled = 'replaying'),
   batch_1 AS (
     SELECT f.*, (CASE WHEN JSON_SIZE(f.env."op") <= 65535 THEN f.env."op" END) AS "b__o0"
     FROM batch f),
@@ -216,12 +207,20 @@ BEGIN
          CASE WHEN c.action = 'quarantine' THEN c.raw_value END, c.drift_img
   FROM classified c;
   GET DIAGNOSTICS v_read := ROW_COUNT;
-  -- What the batch needs of the rarely needed steps.
-  SELECT COUNT(_drift_img), COUNT(CASE WHEN _action = 'quarantine' THEN 1 END), COUNT(DISTINCT _kafka_partition),
-         COUNT(CASE WHEN _action = 'delete' THEN 1 END), COUNT(CASE WHEN _source_pos IS NULL AND _action IN ('upsert', 'delete') THEN 1 END),
-         COUNT(CASE WHEN _unavailable IS NOT NULL THEN 1 END)
-  INTO v_drift, v_quarantined, v_partitions, v_deletes, v_positionless, v_unavailable
-  FROM "explain_pending";
+  -- What the batch needs of the rarely needed steps, what it replays, and the watermark it found.
+  SELECT c.*, w.watermark
+  INTO v_drift, v_quarantined, v_partitions, v_deletes, v_positionless, v_unavailable, v_replayed, v_wm_before
+  FROM (SELECT COUNT(_drift_img) AS drift, COUNT(CASE WHEN _action = 'quarantine' THEN 1 END) AS quarantined,
+               COUNT(DISTINCT _kafka_partition) AS partitions, COUNT(CASE WHEN _action = 'delete' THEN 1 END) AS deletes,
+               COUNT(CASE WHEN _source_pos IS NULL AND _action IN ('upsert', 'delete') THEN 1 END) AS positionless,
+               COUNT(CASE WHEN _unavailable IS NOT NULL THEN 1 END) AS unavailable,
+               (SELECT COUNT(*) FROM "cdc"."customer__quarantine" WHERE table_name = 'customer' AND handled = 'replaying') AS replayed
+        FROM "explain_pending") c,
+       (SELECT LISTAGG(CASE WHEN r.pos__ <= 65503 THEN r.item__ END, ',') WITHIN GROUP (ORDER BY r.order__)
+               || COALESCE(' (+' || CAST(NULLIF(COUNT(CASE WHEN r.pos__ > 65503 THEN 1 END), 0) AS varchar(20)) || ' more)', '') AS watermark
+        FROM (SELECT r.*, SUM(OCTET_LENGTH(r.item__) + 1) OVER (ORDER BY r.order__ ROWS UNBOUNDED PRECEDING) AS pos__
+              FROM (SELECT r.*, CAST(r.kafka_partition AS varchar(20)) || ':' || CAST(r.last_offset AS varchar(20)) AS item__,
+                  r.kafka_partition AS order__ FROM "explain_watermark" r) r) r) w;
   -- 4. Events without a source position: each takes the newest position seen before it
   --    for its key in Kafka order (so it supersedes what precedes it and loses to what
   --    follows), and ranks after what is stored for its key (row or deleted key).
@@ -342,15 +341,6 @@ BEGIN
   --    is locked: on Redshift every LOCK is exclusive, and the target stays readable.
   LOCK TABLE "explain_unread";
   v_started := CAST(TO_TIMESTAMP(TIMEOFDAY(), 'Dy Mon DD HH24:MI:SS.US YYYY') AS timestamp);
-  -- The watermark, its summary for the run log, and the quarantined records being replayed.
-  SELECT COALESCE(MAX(r.last_refresh_time), TIMESTAMP '1900-01-01 00:00:00'),
-         (SELECT COUNT(*) FROM "explain_no_quarantine" WHERE table_name = 'customer' AND handled = 'replaying'),
-         LISTAGG(CASE WHEN r.pos__ <= 65503 THEN r.item__ END, ',') WITHIN GROUP (ORDER BY r.order__)
-         || COALESCE(' (+' || CAST(NULLIF(COUNT(CASE WHEN r.pos__ > 65503 THEN 1 END), 0) AS varchar(20)) || ' more)', '')
-  INTO v_since, v_replayed, v_wm_before
-  FROM (SELECT r.*, SUM(OCTET_LENGTH(r.item__) + 1) OVER (ORDER BY r.order__ ROWS UNBOUNDED PRECEDING) AS pos__
-        FROM (SELECT r.*, CAST(r.kafka_partition AS varchar(20)) || ':' || CAST(r.last_offset AS varchar(20)) AS item__,
-            r.kafka_partition AS order__ FROM "explain_unread" r) r) r;
   -- A bounded run (record isolation by the caller) reads the first p_max_records pending
   -- records in (refresh_time, partition, offset) order: a prefix of every partition
   -- (0: none, which tells a failure of the procedure itself from one of a record).
@@ -363,7 +353,7 @@ BEGIN
     FROM (SELECT s.*, ROW_NUMBER() OVER (ORDER BY s.refresh_time, s.kafka_partition, s.kafka_offset) AS read_no
           FROM "cdc"."customer__stream" s
           LEFT JOIN "explain_unread" w ON w.kafka_partition = s.kafka_partition
-          WHERE s.refresh_time >= v_since
+          WHERE s.refresh_time >= (SELECT COALESCE(MAX(m.last_refresh_time), TIMESTAMP '1900-01-01 00:00:00') FROM "explain_unread" m)
             AND s.kafka_offset > COALESCE(w.last_offset, -1)) x
     WHERE x.read_no = p_max_records;
     v_until_time := COALESCE(v_until_time, TIMESTAMP '9999-12-31 00:00:00');
@@ -382,7 +372,7 @@ BEGIN
            CASE WHEN IS_OBJECT(s.key_payload."schema") THEN s.key_payload."payload" ELSE s.key_payload END AS key_env
     FROM "cdc"."customer__stream" s
     LEFT JOIN "explain_unread" w ON w.kafka_partition = s.kafka_partition
-    WHERE s.refresh_time >= v_since
+    WHERE s.refresh_time >= (SELECT COALESCE(MAX(m.last_refresh_time), TIMESTAMP '1900-01-01 00:00:00') FROM "explain_unread" m)
       AND s.kafka_offset > COALESCE(w.last_offset, -1)
       AND (s.refresh_time < v_until_time
            OR (s.refresh_time = v_until_time
@@ -395,7 +385,7 @@ BEGIN
            CASE WHEN IS_OBJECT(r.payload."schema") THEN r.payload."payload" ELSE r.payload END AS env,
            CAST(NULL AS super) AS key_env
     FROM "explain_no_quarantine" r
-    WHERE v_replayed > 0 AND r.table_name = 'customer' AND r.handled = 'replaying'),
+    WHERE r.table_name = 'customer' AND r.handled = 'replaying'),
   batch_1 AS (
     SELECT f.*, (CASE WHEN JSON_SIZE(f.env."op") <= 65535 THEN f.env."op" END) AS "b__o0"
     FROM batch f),
@@ -517,15 +507,6 @@ BEGIN
   --    is locked: on Redshift every LOCK is exclusive, and the target stays readable.
   LOCK TABLE "explain_sealed";
   v_started := CAST(TO_TIMESTAMP(TIMEOFDAY(), 'Dy Mon DD HH24:MI:SS.US YYYY') AS timestamp);
-  -- The watermark, its summary for the run log, and the quarantined records being replayed.
-  SELECT COALESCE(MAX(r.last_refresh_time), TIMESTAMP '1900-01-01 00:00:00'),
-         (SELECT COUNT(*) FROM "explain_replaying" WHERE table_name = 'customer' AND handled = 'replaying'),
-         LISTAGG(CASE WHEN r.pos__ <= 65503 THEN r.item__ END, ',') WITHIN GROUP (ORDER BY r.order__)
-         || COALESCE(' (+' || CAST(NULLIF(COUNT(CASE WHEN r.pos__ > 65503 THEN 1 END), 0) AS varchar(20)) || ' more)', '')
-  INTO v_since, v_replayed, v_wm_before
-  FROM (SELECT r.*, SUM(OCTET_LENGTH(r.item__) + 1) OVER (ORDER BY r.order__ ROWS UNBOUNDED PRECEDING) AS pos__
-        FROM (SELECT r.*, CAST(r.kafka_partition AS varchar(20)) || ':' || CAST(r.last_offset AS varchar(20)) AS item__,
-            r.kafka_partition AS order__ FROM "explain_sealed" r) r) r;
   -- A bounded run (record isolation by the caller) reads the first p_max_records pending
   -- records in (refresh_time, partition, offset) order: a prefix of every partition
   -- (0: none, which tells a failure of the procedure itself from one of a record).
@@ -538,7 +519,7 @@ BEGIN
     FROM (SELECT s.*, ROW_NUMBER() OVER (ORDER BY s.refresh_time, s.kafka_partition, s.kafka_offset) AS read_no
           FROM "cdc"."customer__stream" s
           LEFT JOIN "explain_sealed" w ON w.kafka_partition = s.kafka_partition
-          WHERE s.refresh_time >= v_since
+          WHERE s.refresh_time >= (SELECT COALESCE(MAX(m.last_refresh_time), TIMESTAMP '1900-01-01 00:00:00') FROM "explain_sealed" m)
             AND s.kafka_offset > COALESCE(w.last_offset, -1)) x
     WHERE x.read_no = p_max_records;
     v_until_time := COALESCE(v_until_time, TIMESTAMP '9999-12-31 00:00:00');
@@ -557,7 +538,7 @@ BEGIN
            CASE WHEN IS_OBJECT(s.key_payload."schema") THEN s.key_payload."payload" ELSE s.key_payload END AS key_env
     FROM "cdc"."customer__stream" s
     LEFT JOIN "explain_sealed" w ON w.kafka_partition = s.kafka_partition
-    WHERE s.refresh_time >= v_since
+    WHERE s.refresh_time >= (SELECT COALESCE(MAX(m.last_refresh_time), TIMESTAMP '1900-01-01 00:00:00') FROM "explain_sealed" m)
       AND s.kafka_offset > COALESCE(w.last_offset, -1)
       AND (s.refresh_time < v_until_time
            OR (s.refresh_time = v_until_time
@@ -570,7 +551,7 @@ BEGIN
            CASE WHEN IS_OBJECT(r.payload."schema") THEN r.payload."payload" ELSE r.payload END AS env,
            CAST(NULL AS super) AS key_env
     FROM "explain_replaying" r
-    WHERE v_replayed > 0 AND r.table_name = 'customer' AND r.handled = 'replaying'),
+    WHERE r.table_name = 'customer' AND r.handled = 'replaying'),
   batch_1 AS (
     SELECT f.*, (CASE WHEN JSON_SIZE(f.env."op") <= 65535 THEN f.env."op" END) AS "b__o0"
     FROM batch f),

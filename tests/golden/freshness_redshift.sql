@@ -29,5 +29,5 @@ SELECT 'customer' AS table_name,
        p.pending, COALESCE(DATEDIFF(microsecond, p.oldest, c.now_at) / 1000000.0, 0) AS waited
 FROM c CROSS JOIN hb
 CROSS JOIN (SELECT MAX(kafka_timestamp) AS last_event_at FROM "cdc"."customer__stream") e
-CROSS JOIN (SELECT COUNT(*) AS pending, MIN(s.kafka_timestamp) AS oldest FROM "cdc"."customer__stream" s LEFT JOIN "cdc"."customer__watermark" w ON w.kafka_partition = s.kafka_partition WHERE s.refresh_time >= (SELECT COALESCE(MAX(last_refresh_time), TIMESTAMP '1900-01-01 00:00:00') FROM "cdc"."customer__watermark")
+CROSS JOIN (SELECT COUNT(*) AS pending, MIN(s.kafka_timestamp) AS oldest FROM "cdc"."customer__stream" s LEFT JOIN "cdc"."customer__watermark" w ON w.kafka_partition = s.kafka_partition WHERE s.refresh_time >= (SELECT COALESCE(MAX(m.last_refresh_time), TIMESTAMP '1900-01-01 00:00:00') FROM "cdc"."customer__watermark" m)
   AND s.kafka_offset > COALESCE(w.last_offset, -1)) p;

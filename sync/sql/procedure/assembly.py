@@ -11,7 +11,7 @@ from sync.sql.names import table_names
 from sync.sql.policy import has_policies, key_check_sql, key_declaration, redacted_sql
 from sync.sql.procedure.batch import pending_in_order_sql
 from sync.sql.procedure.bookkeeping import quarantine_insert_sql, run_log_insert_sql
-from sync.sql.procedure.context import CALL_TIME, NEVER, OUTCOMES, TableSql
+from sync.sql.procedure.context import CALL_TIME, OUTCOMES, TableSql
 from sync.sql.procedure.keyless_steps import KEYLESS_APPLY_STEPS, KEYLESS_SYNC_STEPS
 from sync.sql.procedure.steps import APPLY_STEPS, SYNC_STEPS, VARIABLES, declare, steps_sql
 from sync.sql.procedure.text import WIDE, indent, packed, wrap_long_lines
@@ -134,15 +134,14 @@ def isolate_record_sql(d: PostgresDialect, pipeline: Pipeline, table: TableConfi
         "-- 1. Single flight, as in the sync itself.",
         f"LOCK TABLE {wm}{d.lock_mode};",
         f"{CALL_TIME} := {d.now()};",
-        f"SELECT COALESCE(MAX(last_refresh_time), {NEVER}) INTO v_since FROM {wm};",
         first + ";",
         "IF v_partition IS NOT NULL THEN",
         indent(f"{quarantined}\n{moved}\n{logged}", 2),
         "END IF;",
     ]
-    declarations = [
-        VARIABLES[name].declaration(d) for name in (CALL_TIME, "v_since", "v_partition", "v_offset", "v_refresh_time")
-    ] + ([key_declaration()] if policies else [])
+    declarations = [VARIABLES[name].declaration(d) for name in (CALL_TIME, "v_partition", "v_offset", "v_refresh_time")] + (
+        [key_declaration()] if policies else []
+    )
     return plpgsql_procedure(
         f"{d.qualified(n.schema, n.isolate_procedure)}(p_reason {d.long_text_type})",
         _origin(origin, table) + "Quarantines the first pending record, which the caller found to make the engine\n"

@@ -5,17 +5,20 @@ from __future__ import annotations
 
 from sync.sql.dialect import quote_literal
 from sync.sql.envelope import envelope_fields, envelope_sql, unwrap_schema
-from sync.sql.procedure.context import READ_ORDER, TableSql
+from sync.sql.procedure.context import NEVER, READ_ORDER, TableSql
 from sync.sql.procedure.fields import named_texts
 from sync.sql.procedure.routing import route_columns_sql
 from sync.sql.procedure.text import Chain, indent
 
 
-def pending_condition() -> str:
+def pending_condition(watermark: str) -> str:
     """Records of the stream `s` past the watermark `w` (LEFT JOINed on the partition).
     `refresh_time` only prunes: at or after the newest refresh read so far (a bounded run
-    may stop inside a refresh), so the offsets decide."""
-    return "s.refresh_time >= v_since\n  AND s.kafka_offset > COALESCE(w.last_offset, -1)"
+    may stop inside a refresh), so the offsets decide. That refresh is read from the
+    relation `watermark` by an uncorrelated subquery, in the statement that reads the
+    stream: no statement of its own."""
+    since = f"(SELECT COALESCE(MAX(m.last_refresh_time), {NEVER}) FROM {watermark} m)"
+    return f"s.refresh_time >= {since}\n  AND s.kafka_offset > COALESCE(w.last_offset, -1)"
 
 
 def pending_in_order_sql(ctx: TableSql, columns: str, into: str, rank: str) -> str:
@@ -27,7 +30,7 @@ def pending_in_order_sql(ctx: TableSql, columns: str, into: str, rank: str) -> s
         f"FROM (SELECT s.*, ROW_NUMBER() OVER (ORDER BY {READ_ORDER}) AS read_no\n"
         f"      FROM {ctx.rel.stream} s\n"
         f"      LEFT JOIN {ctx.rel.watermark} w ON w.kafka_partition = s.kafka_partition\n"
-        f"      WHERE {indent(pending_condition(), 6).lstrip()}) x\n"
+        f"      WHERE {indent(pending_condition(ctx.rel.watermark), 6).lstrip()}) x\n"
         f"WHERE x.read_no = {rank}"
     )
 
@@ -48,7 +51,7 @@ def batch_chain(ctx: TableSql) -> Chain:
         f"       {unwrap_schema(d, 's.key_payload')} AS key_env\n"
         f"FROM {ctx.rel.stream} s\n"
         f"LEFT JOIN {ctx.rel.watermark} w ON w.kafka_partition = s.kafka_partition\n"
-        f"WHERE {pending_condition()}\n"
+        f"WHERE {pending_condition(ctx.rel.watermark)}\n"
         "  AND (s.refresh_time < v_until_time\n"
         "       OR (s.refresh_time = v_until_time\n"
         "           AND (s.kafka_partition < v_until_partition\n"
@@ -79,6 +82,13 @@ def batch_sql(ctx: TableSql) -> str:
     return batch_chain(ctx).sql()
 
 
+def replaying(ctx: TableSql, alias: str = "") -> str:
+    """The quarantined records of the table marked for replay (columns of `alias`): the
+    stage reads them, the batch counts them, the call marks them replayed."""
+    r = f"{alias}." if alias else ""
+    return f"{r}table_name = {quote_literal(ctx.table.name)} AND {r}handled = 'replaying'"
+
+
 def replay_sql(ctx: TableSql) -> str:
     """Quarantined records that `redshift-sync quarantine replay` marked for this run: read
     with the stream's records, so the same classification and merge rules apply to them.
@@ -92,5 +102,5 @@ def replay_sql(ctx: TableSql) -> str:
         f"       {unwrap_schema(d, 'r.payload')} AS env,\n"
         f"       CAST(NULL AS {d.json_type}) AS key_env\n"
         f"FROM {ctx.rel.quarantine} r\n"
-        f"WHERE v_replayed > 0 AND r.table_name = {quote_literal(ctx.table.name)} AND r.handled = 'replaying'"
+        f"WHERE {replaying(ctx, 'r')}"
     )

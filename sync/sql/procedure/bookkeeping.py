@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from sync.sql import schemas
 from sync.sql.dialect import quote_literal
-from sync.sql.policy import key_read
-from sync.sql.procedure.batch import pending_in_order_sql
+from sync.sql.policy import key_check_sql
+from sync.sql.procedure.batch import pending_in_order_sql, replaying
 from sync.sql.procedure.context import CALL_TIME, NEVER, OUTCOMES, UNBOUNDED, WATERMARK_ITEM, Action, TableSql, positionless
 from sync.sql.procedure.fields import has_toast
 from sync.sql.procedure.text import WIDE, indent, packed, wrapped
@@ -27,28 +27,17 @@ def single_flight_sql(ctx: TableSql) -> str:
     return f"{comment}{lock}\n{CALL_TIME} := {ctx.d.now()};"
 
 
-def watermark_before_sql(ctx: TableSql) -> str:
-    """The watermark as the run starts: the newest refresh read (what the stream is pruned
-    by), the run log's summary of it (as many partitions as fit the run log's text column)
-    and the quarantined records marked for replay in this transaction (`quarantine replay`),
-    in one statement."""
-    replaying = f"(SELECT COUNT(*) FROM {ctx.rel.quarantine} WHERE table_name = {quote_literal(ctx.table.name)} AND handled = 'replaying')"
-    key = key_read(ctx.d, ctx.pipeline, ctx.table)  # column policies: the hash key, in the same statement
-    summary = ctx.d.bounded_list(
-        WATERMARK_ITEM,
-        ",",
-        "r.kafka_partition",
-        ctx.rel.watermark,
-        extra=f"COALESCE(MAX(r.last_refresh_time), {NEVER}),\n       {replaying}" + (f",\n       {key[0]}" if key else ""),
-        into="v_since, v_replayed, " + (f"{key[1]}, " if key else "") + "v_wm_before",
-    )
-    return (
-        "-- The watermark, its summary for the run log, and the quarantined records being replayed"
-        + (" (and the\n-- column policies' hash key: without one, the call stops here).\n" if key else ".\n")
-        + summary
-        + ";"
-        + (f"\n{key[2]}" if key else "")
-    )
+def policy_key_sql(ctx: TableSql) -> str:
+    """Column policies: the newest hash key, read before the stage INSERT hashes with it
+    (without one, the call stops here)."""
+    return key_check_sql(ctx.d, ctx.pipeline, ctx.table)
+
+
+def watermark_summary(ctx: TableSql, name: str) -> str:
+    """The watermark as the run log writes it (as many partitions as fit its text column),
+    as the derived table `w` of one row, the column `name`."""
+    value, source = ctx.d.bounded_list_parts(WATERMARK_ITEM, ",", "r.kafka_partition", ctx.rel.watermark)
+    return f"(SELECT {indent(value, 6).lstrip()} AS {name}\n{indent(source, 6)}) w"
 
 
 def bound_sql(ctx: TableSql) -> str:
@@ -77,7 +66,9 @@ def batch_counts_sql(ctx: TableSql) -> str:
     quarantined count guards the quarantine step: a later step that quarantines a record
     adds it (`counted_quarantine`). The partitions and the deletes guard the statements only
     they need (a partition seen for the first time; the deleted keys), as no rule makes a
-    record a delete that the stage query did not."""
+    record a delete that the stage query did not. The same statement counts the quarantined
+    records the stage read for replay and reads the watermark as the call found it for the
+    run log: only a batch with records moves it, so a call without records needs neither."""
     counted = {
         "v_drift": "COUNT(_drift_img)",
         "v_quarantined": OUTCOMES["quarantined"],
@@ -94,9 +85,15 @@ def batch_counts_sql(ctx: TableSql) -> str:
         counted["v_truncates"] = OUTCOMES["truncates"]
         counted["v_truncate_pos"] = f"MAX(CASE WHEN {truncate} THEN _source_pos END)"
         counted["v_truncate_ts"] = f"MAX(CASE WHEN {truncate} THEN _source_ts END)"
+    counted["v_replayed"] = f"(SELECT COUNT(*) FROM {ctx.rel.quarantine} WHERE {replaying(ctx)})"
+    counts = [f"{count} AS {variable.removeprefix('v_')}" for variable, count in counted.items()]
     return (
-        "-- What the batch needs of the rarely needed steps.\n"
-        + f"SELECT {packed(list(counted.values()), ' ' * 7, WIDE)}\nINTO {', '.join(counted)}\nFROM {ctx.rel.stage};"
+        "-- What the batch needs of the rarely needed steps, what it replays, and the watermark it found.\n"
+        "SELECT c.*, w.watermark\n"
+        f"INTO {packed([*counted, 'v_wm_before'], ' ' * 5, WIDE)}\n"
+        f"FROM (SELECT {packed(counts, ' ' * 13, WIDE)}\n"
+        f"      FROM {ctx.rel.stage}) c,\n"
+        f"     {watermark_summary(ctx, 'watermark')};"
     )
 
 
@@ -144,7 +141,7 @@ def replayed_sql(ctx: TableSql) -> str:
         "-- Replayed records are recorded as such; one that failed again was quarantined anew above.\n"
         "IF v_replayed > 0 THEN\n"
         f"  UPDATE {ctx.rel.quarantine} SET handled = 'replayed', handled_at = {CALL_TIME}\n"
-        f"  WHERE table_name = {quote_literal(ctx.table.name)} AND handled = 'replaying';\n"
+        f"  WHERE {replaying(ctx)};\n"
         "END IF;"
     )
 
@@ -211,26 +208,21 @@ def run_log_insert_sql(
     return insert + f"VALUES ({wrapped(selected, breaks)});"
 
 
-def run_log_row_sql(ctx: TableSql, into: str = "", prepare: str = "") -> str:
+def run_log_row_sql(ctx: TableSql, into: str = "") -> str:
     """8. One run-log row per call, also when nothing was new (9.): what the batch came to,
     counted over the stage as the rules left it (`c`), and the watermark as the call leaves
-    it (`w`), each read once in the same statement (into the run log, or `into` after the
-    statements `prepare`)."""
-    watermark_after, source = ctx.d.bounded_list_parts(WATERMARK_ITEM, ",", "r.kafka_partition", ctx.rel.watermark)
+    it (`w`), each read once in the same statement (into the run log, or `into`)."""
     counts = [f"{count} AS {name}" for name, count in OUTCOMES.items()]
     counts.append(f"{ctx.d.seconds_between(CALL_TIME, 'MAX(_kafka_timestamp)')} AS lag_seconds")
     outcomes = f"(SELECT {packed(counts, ' ' * 13, WIDE)}\n      FROM {ctx.rel.stage}) c"
-    watermark = f"(SELECT {watermark_after.replace(chr(10), chr(10) + ' ' * 6)} AS watermark_after\n{indent(source, 6)}) w"
     values = {
         "events_read": "v_read",
         **{name: f"c.{name}" for name in OUTCOMES},
-        "watermark_before": "v_wm_before",
+        # A call without records leaves the watermark as it found it (batch_counts_sql).
+        "watermark_before": "CASE WHEN v_read > 0 THEN v_wm_before ELSE w.watermark_after END",
         "watermark_after": "w.watermark_after",
         "lag_seconds": "c.lag_seconds",
         "status": "'ok'",
     }
-    return (
-        "-- 8. One run-log row per call, also when nothing was new (9.).\n"
-        + prepare
-        + run_log_insert_sql(ctx, values, breaks=(7, 13), rest=f"FROM {outcomes},\n     {watermark}", into=into)
-    )
+    rest = f"FROM {outcomes},\n     {watermark_summary(ctx, 'watermark_after')}"
+    return run_log_insert_sql(ctx, values, breaks=(7, 13), rest=rest, into=into)

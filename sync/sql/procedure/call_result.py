@@ -31,12 +31,10 @@ def call_result_sql(ctx: TableSql) -> str:
     rows marked for deletion), the run-log row into it, then from there into the run log."""
     result = ctx.d.q(CALL_RESULT)
     definitions = wrapped(schemas.definitions(ctx.d, RESULT_COLUMNS), (4, 11))
-    prepare = (
-        "--    Left for the caller in a temporary table: it never reads the run log (call_result.py).\n"
-        f"DROP TABLE IF EXISTS {result};\nCREATE TEMP TABLE {result} ({definitions});\n"
-    )
     columns = wrapped(schemas.names(RESULT_COLUMNS), (7,))
     return (
-        run_log_row_sql(ctx, into=result, prepare=prepare)
+        "-- 8. One run-log row per call, also when nothing was new (9.), left for the caller in a temporary table (call_result.py).\n"
+        f"DROP TABLE IF EXISTS {result};\nCREATE TEMP TABLE {result} ({definitions});\n"
+        + run_log_row_sql(ctx, into=result)
         + f"\nINSERT INTO {ctx.rel.run_log} ({columns})\nSELECT {columns}\nFROM {result};"
     )

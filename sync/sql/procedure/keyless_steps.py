@@ -11,12 +11,12 @@ from sync.sql.procedure.bookkeeping import (
     batch_counts_sql,
     bound_sql,
     empty_stage_sql,
+    policy_key_sql,
     quarantine_sql,
     quarantined_count_sql,
     replayed_sql,
     session_settings_sql,
     single_flight_sql,
-    watermark_before_sql,
 )
 from sync.sql.procedure.call_result import call_result_sql
 from sync.sql.procedure.context import CALL_TIME, Action, TableSql
@@ -55,7 +55,7 @@ def keyless_apply_batch_sql(ctx: TableSql) -> str:
 KEYLESS_APPLY_STEPS = (
     Step(
         batch_counts_sql,
-        ("v_drift", "v_quarantined", "v_partitions", "v_positionless", "v_unavailable"),
+        ("v_drift", "v_quarantined", "v_partitions", "v_positionless", "v_unavailable", "v_replayed", "v_wm_before"),
         reads=facts(
             "_kafka_partition _drift_img _source_pos _action _unavailable", Action.UPSERT, Action.DELETE, Action.QUARANTINE
         ),
@@ -93,9 +93,9 @@ KEYLESS_APPLY_STEPS = (
 )
 
 
-STAGE_INPUTS = ("v_since", "v_until_time", "v_until_partition", "v_until_offset", "v_replayed")
+STAGE_INPUTS = ("v_until_time", "v_until_partition", "v_until_offset")
 KEYLESS_SYNC_STEPS = (
-    *_shared(SYNC_STEPS, session_settings_sql, single_flight_sql, watermark_before_sql, bound_sql),
+    *_shared(SYNC_STEPS, session_settings_sql, single_flight_sql, policy_key_sql, bound_sql),
     Step(before_images_sql, STAGE_INPUTS, writes=STAGE),
     *_shared(SYNC_STEPS, stage_sql, analyze_stage_sql),
     Step(keyless_apply_batch_sql, ("v_read",)),

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 from sync.sql import schemas
 from sync.sql.dialect import PostgresDialect
-from sync.sql.policy import KEY_VARIABLE
+from sync.sql.policy import KEY_VARIABLE, has_policies
 from sync.sql.procedure.apply import apply_hard_sql, apply_soft_sql, delete_values_sql
 from sync.sql.procedure.bookkeeping import (
     advance_watermark_sql,
@@ -19,11 +19,11 @@ from sync.sql.procedure.bookkeeping import (
     batch_counts_sql,
     bound_sql,
     empty_stage_sql,
+    policy_key_sql,
     quarantine_sql,
     replayed_sql,
     session_settings_sql,
     single_flight_sql,
-    watermark_before_sql,
 )
 from sync.sql.procedure.call_result import call_result_sql
 from sync.sql.procedure.context import CALL_TIME, Action, TableSql
@@ -60,7 +60,6 @@ VARIABLES = {
     v.name: v
     for v in (
         Variable(CALL_TIME, "timestamp"),
-        Variable("v_since", "timestamp"),
         Variable("v_wm_before", schemas.LONG_TEXT),
         Variable("v_read", "bigint", "0"),
         Variable("v_quarantined", "bigint", "0"),
@@ -175,6 +174,8 @@ APPLY_STEPS = (
             "v_truncates",
             "v_truncate_pos",
             "v_truncate_ts",
+            "v_replayed",
+            "v_wm_before",
         ),
         reads=facts(
             "_kafka_partition _drift_img _source_pos _source_ts _action _unavailable",
@@ -278,11 +279,11 @@ SYNC_STEPS = (
     Step(session_settings_sql, (), lambda ctx: bool(ctx.d.session_settings)),
     Step(single_flight_sql, (CALL_TIME,)),
     # KEY_VARIABLE: declared by the procedure of a table with column policies (sync.sql.policy).
-    Step(watermark_before_sql, ("v_since", "v_replayed", "v_wm_before", KEY_VARIABLE)),
-    Step(bound_sql, ("v_since", "v_until_time", "v_until_partition", "v_until_offset")),
+    Step(policy_key_sql, (KEY_VARIABLE,), lambda ctx: has_policies(ctx.table)),
+    Step(bound_sql, ("v_until_time", "v_until_partition", "v_until_offset")),
     Step(
         stage_sql,
-        ("v_since", "v_until_time", "v_until_partition", "v_until_offset", "v_replayed", "v_read", KEY_VARIABLE),
+        ("v_until_time", "v_until_partition", "v_until_offset", "v_read", KEY_VARIABLE),
         writes=STAGE,
     ),
     Step(analyze_stage_sql, ("v_read",), lambda ctx: ctx.d.analyze_stage, reads=facts("_action _rn values")),
