@@ -68,11 +68,44 @@ def test_quarantined_records_keep_their_kafka_coordinates():
 
 
 def test_the_watermark_advances_never_back():
+    """Redshift: an UPDATE, then an INSERT of the partitions seen for the first time. Not a
+    MERGE: its "source_table can't be a view or a subquery" (MERGE,
+    https://docs.aws.amazon.com/redshift/latest/dg/r_MERGE.html), and the batch's newest
+    offset per partition is an aggregate of the stage, whose records would each match their
+    partition's watermark row."""
+    sql = advance_watermark_sql(COMPOSITE)
     assert_lines(
-        advance_watermark_sql(COMPOSITE),
+        sql,
         "WHERE w.kafka_partition = b._kafka_partition AND b.last_offset > w.last_offset;",
+        "IF v_advanced < v_partitions THEN",
         'WHERE NOT EXISTS (SELECT 1 FROM "cdc"."line__watermark" w WHERE w.kafka_partition = b._kafka_partition);',
     )
+    assert "MERGE" not in sql and "ON CONFLICT" not in sql
+
+
+def test_the_watermark_is_one_statement_on_postgresql():
+    """PostgreSQL: one INSERT ... ON CONFLICT on the watermark's primary key. "The optional
+    ON CONFLICT clause specifies an alternative action to raising a unique violation or
+    exclusion constraint violation error"; DO UPDATE's WHERE is a condition where "Only rows
+    for which this expression returns true will be updated" (never back); and the statement
+    "will not be allowed to affect any single existing row more than once" (INSERT,
+    https://www.postgresql.org/docs/16/sql-insert.html): one proposed row per partition."""
+    sql = advance_watermark_sql(table_sql(COMPOSITE_KEY, dialect="postgres"))
+    assert_lines(
+        sql,
+        'INSERT INTO "cdc"."line__watermark" (kafka_partition, last_offset, last_refresh_time, updated_at)',
+        'FROM "cdc"."line__stage" GROUP BY _kafka_partition) b',
+        "ON CONFLICT (kafka_partition) DO UPDATE SET last_offset = EXCLUDED.last_offset,"
+        " last_refresh_time = EXCLUDED.last_refresh_time, updated_at = EXCLUDED.updated_at",
+        'WHERE EXCLUDED.last_offset > "cdc"."line__watermark".last_offset;',
+    )
+    assert [line.split()[0] for line in sql.splitlines() if not line.startswith(("--", " "))] == [
+        "INSERT",
+        "SELECT",
+        "FROM",
+        "ON",
+        "WHERE",
+    ]
 
 
 def test_one_run_log_row_per_call_counts_the_stage_and_reads_the_watermark_it_leaves():

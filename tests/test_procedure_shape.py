@@ -23,9 +23,11 @@ import tomllib
 import pytest
 
 from sync.config import TableConfig, parse_pipeline
+from sync.sql.dialect import dialect_for
 from sync.sql.policy import has_policies
+from sync.sql.procedure.assembly import procedure_sql
 from tests.helpers import EXAMPLES, REPO
-from tests.procedure_shape import Shape, procedures, shape
+from tests.procedure_shape import COMMON_PATH, Shape, parse, procedures, shape, statements_on_path, touches_a_table
 
 # What the committed procedures measure today, the most of any example. The run-log row
 # left for the caller in the session's temporary table (sync/sql/procedure/call_result.py)
@@ -122,7 +124,6 @@ def test_the_shape_parser_follows_if_blocks():
       END IF;
       INSERT INTO log VALUES (';', 'IF x THEN');
     """
-    from tests.procedure_shape import parse, statements_on_path, touches_a_table
 
     tree = parse(body)
     idle = statements_on_path(tree, {"v_read": 0, "v_drift": 0})
@@ -182,3 +183,19 @@ def test_procedures_meet_the_budgets():
         if s.lines > _line_budget(columns) or s.widest > 160 or s.common > 14 or s.idle > 4 or s.json_size_repeats > 1
     ]
     assert over == []
+
+
+def test_the_watermark_is_one_statement_on_postgresql_also_for_a_partition_seen_the_first_time():
+    """A batch with a partition the watermark does not hold yet: Redshift adds it with an
+    INSERT of its own after the UPDATE (sync/sql/dialect/redshift.py, `watermark_upsert`);
+    PostgreSQL's one INSERT ... ON CONFLICT adds it in the same statement."""
+    pipeline = parse_pipeline(tomllib.loads((EXAMPLES / "salesdb" / "pipeline.toml").read_text()))
+    first_seen = {**COMMON_PATH, "v_advanced": 0}
+    counts = {}
+    for dialect in ("redshift", "postgres"):
+        d = dialect_for(dialect, pipeline.schema)
+        ((name, (text, body)),) = procedures(procedure_sql(d, pipeline, pipeline.table("customer"), "test")).items()
+        tree = parse(body)
+        counts[dialect] = [sum(map(touches_a_table, statements_on_path(tree, path))) for path in (COMMON_PATH, first_seen)]
+    assert counts["redshift"][1] == counts["redshift"][0] + 1
+    assert counts["postgres"][1] == counts["postgres"][0]

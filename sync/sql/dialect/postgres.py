@@ -67,6 +67,10 @@ class PostgresDialect:
     session_settings: tuple[str, ...] = ()
     # The stage is refilled every run, faster than the engine's own statistics follow it.
     analyze_stage = True
+    # The watermark advanced in one statement: INSERT ... ON CONFLICT (its primary key) DO
+    # UPDATE ... WHERE, "an alternative action to raising a unique violation" that updates
+    # the existing row only where the WHERE holds (sql-insert, ON CONFLICT Clause).
+    watermark_upsert = True
     # A primary key is a unique index, maintained row by row: a bulk load into an empty
     # table is faster without it, built once afterwards.
     indexed_primary_key = True

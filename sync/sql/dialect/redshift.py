@@ -32,6 +32,11 @@ Values (the capabilities block):
 - `control_table_attributes`: the watermark DISTSTYLE AUTO (it is written by every run,
   and ALL is for slowly changing tables: c_choosing_dist_sort), the run log sorted by its
   start time.
+- `watermark_upsert`: off: MERGE's "source_table can't be a view or a subquery" (r_MERGE),
+  and the watermark's source is the stage's newest offset per partition, an aggregate (the
+  stage holds many records of a partition, each of which would match its watermark row).
+  The watermark is advanced by an UPDATE, then an INSERT of the partitions seen for the
+  first time, which runs only when the UPDATE advanced fewer partitions than the batch holds.
 - `in_place_widenings`: VARCHAR only: ALTER COLUMN TYPE "changes the size of a column
   defined as a VARCHAR data type" (r_ALTER_TABLE), and not in a transaction block.
 - `type_names`: super and varbyte(n) (PostgreSQL: jsonb and bytea).
@@ -118,6 +123,7 @@ class RedshiftDialect(PostgresDialect):
     view_binding = "\nWITH NO SCHEMA BINDING"
     copy_reads_s3 = True
     stream_relation = "MATERIALIZED VIEW"
+    watermark_upsert = False  # MERGE takes no subquery as its source (r_MERGE)
     control_table_attributes = {"watermark": "\nDISTSTYLE AUTO", "run_log": "\nSORTKEY (started_at)"}
     isolation_level_sql = "SELECT TRIM(isolation_level) FROM stv_db_isolation_level WHERE TRIM(db_name) = current_database()"
     # "SVV_TABLE_INFO is visible only to superusers ... To permit a user to query the view,

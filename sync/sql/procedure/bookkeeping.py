@@ -72,8 +72,9 @@ def batch_counts_sql(ctx: TableSql) -> str:
     counted = {
         "v_drift": "COUNT(_drift_img)",
         "v_quarantined": OUTCOMES["quarantined"],
-        "v_partitions": "COUNT(DISTINCT _kafka_partition)",
     }
+    if not ctx.d.watermark_upsert:  # the guard of the watermark's INSERT (advance_watermark_sql)
+        counted["v_partitions"] = "COUNT(DISTINCT _kafka_partition)"
     if not ctx.table.is_keyless:
         counted["v_deletes"] = f"COUNT(CASE WHEN _action = '{Action.DELETE}' THEN 1 END)"
     if ctx.source_order:
@@ -147,6 +148,10 @@ def replayed_sql(ctx: TableSql) -> str:
 
 
 def advance_watermark_sql(ctx: TableSql) -> str:
+    """7. The per-partition watermark moved to the batch's newest offsets, never back
+    (replayed records lie below it), a partition seen for the first time added: one
+    statement where the dialect upserts (`watermark_upsert`), else an UPDATE and, when it
+    advanced fewer partitions than the batch holds, an INSERT."""
     wm, now = ctx.rel.watermark, CALL_TIME
     batch = (
         "(SELECT _kafka_partition, MAX(_kafka_offset) AS last_offset, MAX(_refresh_time) AS last_refresh_time\n"
@@ -158,10 +163,21 @@ def advance_watermark_sql(ctx: TableSql) -> str:
         "last_refresh_time": "b.last_refresh_time",
         "updated_at": now,
     }
+    comment = (
+        "-- 7. Advance the per-partition watermark in the same transaction (never back: replayed\n--    records lie below it)"
+    )
+    if ctx.d.watermark_upsert:
+        advanced = ", ".join(f"{name} = EXCLUDED.{name}" for name in ("last_offset", "last_refresh_time", "updated_at"))
+        upsert = f"ON CONFLICT (kafka_partition) DO UPDATE SET {advanced}\nWHERE EXCLUDED.last_offset > {wm}.last_offset;"
+        return (
+            comment
+            + ", adding the partitions seen for the first time.\n"
+            + schemas.insert_select_sql(ctx.d, wm, schemas.WATERMARK, first_seen, f"FROM {batch}\n{upsert}")
+        )
     return (
-        "-- 7. Advance the per-partition watermark in the same transaction (never back: replayed\n"
-        "--    records lie below it).\n"
-        f"UPDATE {wm} w SET last_offset = b.last_offset, last_refresh_time = b.last_refresh_time, updated_at = {now}\n"
+        comment
+        + ".\n"
+        + f"UPDATE {wm} w SET last_offset = b.last_offset, last_refresh_time = b.last_refresh_time, updated_at = {now}\n"
         f"FROM {batch}\n"
         "WHERE w.kafka_partition = b._kafka_partition AND b.last_offset > w.last_offset;\n"
         "-- Partitions seen for the first time (the UPDATE advanced each partition it holds).\n"
