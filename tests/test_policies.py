@@ -13,7 +13,6 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-import shutil
 from pathlib import Path
 
 import pytest
@@ -32,6 +31,7 @@ from sync.sql.objects import pipeline_objects
 from sync.sql.policy import hash_sql, mask_literal
 from sync.sql.types import parse_type
 from sync.warehouse import Warehouse
+from tests.helpers import cli_project
 
 REPO = Path(__file__).resolve().parent.parent
 EXAMPLE = REPO / "examples" / "customers_pii" / "pipeline.toml"
@@ -49,12 +49,8 @@ def keyed(secret: str, value: str) -> str:
 
 @pytest.fixture
 def project(tmp_path: Path, database_dsn: str, monkeypatch: pytest.MonkeyPatch) -> Path:
-    shutil.copy(EXAMPLE, tmp_path / "pipeline.toml")
-    monkeypatch.setenv("REDSHIFT_SYNC_CONFIG", str(tmp_path / "pipeline.toml"))
-    monkeypatch.setenv("REDSHIFT_SYNC_DSN", database_dsn)
-    monkeypatch.setenv("REDSHIFT_SYNC_VERSIONS", str(tmp_path / "versions"))
     monkeypatch.setenv("POLICY_KEY", SECRET)
-    return tmp_path
+    return cli_project(tmp_path, EXAMPLE, database_dsn, monkeypatch)
 
 
 def cli(*args: str) -> str:

@@ -195,10 +195,10 @@ def _replay_once(wh: Warehouse, pipeline: Pipeline, sel: Selection) -> ReplayRes
         marked = wh.execute(sql.mark, params)
         try:
             wh.execute(call_sql(pipeline, table.name))
-            result = wh.query(call_result_sql(table.name))
+            result = wh.query(call_result_sql(pipeline, table.name))
         except WarehouseError as exc:
             raise WarehouseError(f"replay of {table.name} rolled back, nothing changed: {exc}", exc.sqlstate) from exc
-        run = call_result(table.name, result, time.perf_counter() - started)
+        run = call_result(pipeline, table.name, result, time.perf_counter() - started)
         again = wh.query(sql.again, (table.name, table.name))
     return ReplayResult(table.name, max(marked, 0), run, [(str(r), int(n)) for r, n in again])
 

@@ -10,6 +10,7 @@ from sync.sql.policy import key_read
 from sync.sql.procedure.batch import pending_in_order_sql
 from sync.sql.procedure.context import CALL_TIME, NEVER, OUTCOMES, UNBOUNDED, WATERMARK_ITEM, Action, TableSql, positionless
 from sync.sql.procedure.fields import has_toast
+from sync.sql.procedure.routing import unmatched_outcome
 from sync.sql.procedure.text import WIDE, indent, packed, wrapped
 
 
@@ -217,13 +218,14 @@ def run_log_row_sql(ctx: TableSql, into: str = "", prepare: str = "") -> str:
     it (`w`), each read once in the same statement (into the run log, or `into` after the
     statements `prepare`)."""
     watermark_after, source = ctx.d.bounded_list_parts(WATERMARK_ITEM, ",", "r.kafka_partition", ctx.rel.watermark)
-    counts = [f"{count} AS {name}" for name, count in OUTCOMES.items()]
+    outcomes_counted = {**OUTCOMES, **unmatched_outcome(ctx)}  # routing: the topic's first table counts unmatched
+    counts = [f"{count} AS {name}" for name, count in outcomes_counted.items()]
     counts.append(f"{ctx.d.seconds_between(CALL_TIME, 'MAX(_kafka_timestamp)')} AS lag_seconds")
     outcomes = f"(SELECT {packed(counts, ' ' * 13, WIDE)}\n      FROM {ctx.rel.stage}) c"
     watermark = f"(SELECT {watermark_after.replace(chr(10), chr(10) + ' ' * 6)} AS watermark_after\n{indent(source, 6)}) w"
     values = {
         "events_read": "v_read",
-        **{name: f"c.{name}" for name in OUTCOMES},
+        **{name: f"c.{name}" for name in outcomes_counted},
         "watermark_before": "v_wm_before",
         "watermark_after": "w.watermark_after",
         "lag_seconds": "c.lag_seconds",
