@@ -32,7 +32,9 @@ def project(tmp_path: Path, database_dsn: str, monkeypatch: pytest.MonkeyPatch) 
     monkeypatch.setenv("POLICY_KEY", SECRET)
     folder = cli_project(tmp_path, EXAMPLE, database_dsn, monkeypatch)
     config = folder / "pipeline.toml"
-    config.write_text(config.read_text().replace('{ name = "country", type = "char(2)" }', '{ name = "country", type = "varchar(2)" }'))
+    config.write_text(
+        config.read_text().replace('{ name = "country", type = "char(2)" }', '{ name = "country", type = "varchar(2)" }')
+    )
     return folder
 
 

@@ -49,8 +49,8 @@ def shop(table: str, pos: int) -> ChangeStream:
 
 
 def ingest_mixed(project: Path) -> None:
-    """Into shop.all: a customer, an order, and three records of `audit_log`, which no
-    table of the pipeline selects."""
+    """Into shop.all: a customer, an order, and three change events of `audit_log`, which
+    no table of the pipeline selects, and the tombstone after its delete."""
     audit = shop("audit_log", 9_000)
     records = [
         shop("customers", 154).insert({"id": 1, "name": "ada"}),
@@ -58,6 +58,7 @@ def ingest_mixed(project: Path) -> None:
         shop("orders", 5_000).insert({"id": 7, "customer_id": 1, "total": "AZI="}),
         audit.insert({"id": 2, "what": "logout"}),
         audit.delete({"id": 1, "what": "login"}),
+        audit.tombstone({"id": 1}),  # carries nothing: a tombstone, never unmatched
     ]
     write_jsonl(records, project / "events.jsonl")
     cli("ingest", "--table", "customer", "--file", str(project / "events.jsonl"))
@@ -80,14 +81,14 @@ def test_unmatched_records_are_counted_in_the_run_log_and_status(project, wh):
     assert (summaries["orders"]["upserted"], summaries["orders"]["unmatched"]) == (1, None)
     # The run-log row of the first table of the topic counts them; the other table's
     # row, which reads the same records and leaves them to it, holds NULL.
-    assert run_log(wh) == {"customer": [(5, 3)], "orders": [(5, None)]}
+    assert run_log(wh) == {"customer": [(6, 3)], "orders": [(6, None)]}
     status = cli("status")
     assert "customer: last run read 3 record(s) of the topic no table's route selects" in status
     assert "customer: records of the topic no table's route selects: db=shop,table=audit_log (3 event(s))" in status
     assert "orders: last run" not in status
     # The next call reads nothing new: its row counts none.
     cli("sync", "--table", "customer")
-    assert run_log(wh)["customer"] == [(5, 3), (0, 0)]
+    assert run_log(wh)["customer"] == [(6, 3), (0, 0)]
     assert "customer: last run read" not in cli("status")
 
 
@@ -131,7 +132,7 @@ def test_a_run_log_made_before_the_column_gains_it_through_a_revision(project, w
     assert run_log(wh) == {"customer": [(0, None)]}  # the row written before is kept, NULL
     ingest_mixed(project)
     cli("sync", "--table", "customer")
-    assert run_log(wh) == {"customer": [(0, None), (5, 3)]}
+    assert run_log(wh) == {"customer": [(0, None), (6, 3)]}
     # The column is where a new run log has it, last: both have one column order.
     columns = wh.query(
         "SELECT column_name FROM information_schema.columns WHERE table_schema = 'shop' "
