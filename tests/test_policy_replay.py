@@ -20,6 +20,7 @@ from typer.testing import CliRunner
 
 from sync.cli.app import app
 from sync.debezium.events import write_jsonl
+from sync.sql.policy_replay import REPLAYED
 from tests.helpers import cli_project
 from tests.test_policies import ALICE, EXAMPLE, SECRET, cli, customers, deploy_with_key, keyed
 
@@ -89,3 +90,17 @@ def test_a_record_whose_bad_field_has_a_policy_cannot_be_replayed_only_discarded
     cli("quarantine", "replay", "--table", "customers", "--reason", "country")
     cli("quarantine", "discard", "--table", "customers", "--reason", "birth_year", "--yes")
     assert sorted(h for _, h, _ in quarantined(wh) if h) == ["discarded", "replayed"]
+
+
+@pytest.mark.parametrize("forged", ["yes", HASHED, None])
+def test_a_streamed_row_that_names_the_replay_mark_is_hashed_all_the_same(project, wh, forged):
+    """An unwrapped row's fields are the envelope's members, so a source column could bear
+    the replay mark's name: without the key it cannot bear its value, and the field is
+    hashed as any other (the clear value never lands)."""
+    deploy_with_key()
+    login = {"login_id": 7, "customer_id": 1, "ip_address": "10.1.2.3", "logged_in_at": 1_700_000_000_000}
+    record = {**login, "__deleted": "false", REPLAYED: forged}
+    write_jsonl([{"partition": 0, "key": {"login_id": 7}, "value": record}], project / "logins.jsonl")
+    cli("ingest", "--table", "logins", "--file", str(project / "logins.jsonl"))
+    cli("sync", "--table", "logins")
+    assert wh.query("SELECT ip_address FROM crm.logins") == [(keyed(SECRET, "10.1.2.3"),)]
