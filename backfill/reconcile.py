@@ -6,8 +6,9 @@ from __future__ import annotations
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
+from backfill.float_text import float_text
 from sync.config import ColumnConfig, TableConfig
-from sync.sql.buckets import CHECKSUM_FAMILIES, KEY_SEPARATOR
+from sync.sql.buckets import CHECKSUM_FAMILIES, FLOAT_FAMILIES, KEY_SEPARATOR
 from sync.sql.types import SqlType
 
 
@@ -15,6 +16,8 @@ def canonical_text(c: Column, t: SqlType) -> Column:
     f = t.family
     if f in ("smallint", "integer", "bigint", "decimal", "char", "varchar"):
         return c.cast("string")
+    if f in FLOAT_FAMILIES:
+        return float_text(c)
     if f == "boolean":
         return F.when(c, F.lit("true")).when(~c, F.lit("false"))
     if f == "date":

@@ -223,13 +223,13 @@ def _runtime_sql(pipeline: Pipeline, table: TableConfig, kind: str) -> list[str]
         return explain_sql(pipeline, table)
     where, params = Selection(table.name).where()
     if kind == "sync":  # the procedure's lock first, the CALL and its result (runner.call_procedure)
-        return [recovery.lock_sql(d, pipeline, table), call_sql(pipeline, table.name), call_result_sql(table.name)]
+        return [recovery.lock_sql(d, pipeline, table), call_sql(pipeline, table.name), call_result_sql(pipeline, table.name)]
     if kind == "isolate":
         return [_bind(isolate_sql(pipeline, table.name), ["the engine's error"])]
     if kind == "replay":  # the CALL's result and what failed again, in its transaction
         r = replay_sql(d, pipeline, table, where)
         again = _bind(r.again, [table.name, table.name])
-        return [r.lock, _bind(r.mark, params), call_sql(pipeline, table.name), call_result_sql(table.name), again]
+        return [r.lock, _bind(r.mark, params), call_sql(pipeline, table.name), call_result_sql(pipeline, table.name), again]
     if kind == "discard":
         return [_bind(sql, params) for sql in discard_sql(d, pipeline, table, where)]
     if kind == "prune":

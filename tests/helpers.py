@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 import tomllib
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -75,6 +76,16 @@ def at_isolation_level(dsn: str, level: str) -> None:
         admin.execute(f"ALTER DATABASE \"{urlsplit(dsn).path.lstrip('/')}\" SET default_transaction_isolation = '{level}'")
     finally:
         admin.close()
+
+
+def cli_project(tmp_path: Path, example: Path, dsn: str, monkeypatch: Any) -> Path:
+    """A copy of an example pipeline in `tmp_path`, which the CLI's commands use (its
+    revisions in `versions/`, the warehouse at `dsn`)."""
+    shutil.copy(example, tmp_path / "pipeline.toml")
+    monkeypatch.setenv("REDSHIFT_SYNC_CONFIG", str(tmp_path / "pipeline.toml"))
+    monkeypatch.setenv("REDSHIFT_SYNC_DSN", dsn)
+    monkeypatch.setenv("REDSHIFT_SYNC_VERSIONS", str(tmp_path / "versions"))
+    return tmp_path
 
 
 def ingest(wh: Warehouse, pipeline: Pipeline, table: str, records: list[dict[str, Any]]) -> IngestResult:

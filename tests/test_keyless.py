@@ -230,13 +230,14 @@ def test_the_keyed_reconcile_refuses_a_keyless_table(wh):
 
 
 def test_the_keyless_reconcile_refuses_a_column_it_cannot_hash_alike(wh):
-    """A row hash over a `double precision` column would differ between Spark's text form
-    and the warehouse's: refused, naming the type, before any Spark job."""
+    """A row hash over a `time` column would differ between Spark's text form (the
+    snapshot's text, as read) and the warehouse's: refused, naming the type, before any
+    Spark job. (Floats hash alike: tests/spark/test_float_text.py.)"""
     from sync.operations.keyless_reconcile import run_keyless_reconcile
 
-    p = setup(wh, keyless_toml("floats").replace('"integer"', '"double precision"'))
-    with pytest.raises(ValueError, match="reconcile cannot compare double columns"):
-        run_keyless_reconcile(wh, p, "floats", "/nonexistent", "json")
+    p = setup(wh, keyless_toml("times").replace('"integer"', '"time"'))
+    with pytest.raises(ValueError, match="reconcile cannot compare time columns"):
+        run_keyless_reconcile(wh, p, "times", "/nonexistent", "json")
 
 
 def test_keyless_backfill_and_reconcile_sql_parses_for_redshift():
@@ -250,12 +251,15 @@ def test_keyless_backfill_and_reconcile_sql_parses_for_redshift():
     from sync.sql.keyless_backfill import KeylessBackfillSql
     from sync.sql.keyless_reconcile import KeylessReconcileSql
 
-    p = make_pipeline(keyless_toml("items"))
+    floats = keyless_toml("floats").replace('"integer"', '"double precision"').replace('"varchar(8)"', '"real"')
+    p = make_pipeline(keyless_toml("items") + floats)
     d = dialect_for("redshift").bind_schema(p.schema)
     backfill = KeylessBackfillSql(d, p, p.table("items"))
     reconcile = KeylessReconcileSql(d, p, p.table("items"), 8)
     statements = [backfill.stage_positions(), backfill.held_after(), *[s.sql for s in backfill.merge()]]
     statements += [reconcile.bucket_counts(), reconcile.bucket_rows([1, 2], "0.1"), reconcile.changes_after("0.1")]
+    floated = KeylessReconcileSql(d, p, p.table("floats"), 8)  # the floats' canonical text
+    statements += [floated.bucket_counts(), floated.bucket_rows([1, 2], "0.1")]
     for sql in statements:
         parsed = sqlglot.parse_one(sql, read="redshift")
         assert not isinstance(parsed, exp.Command), sql

@@ -64,6 +64,7 @@ from sync.operations.runner import (
     combined_summary,
     isolate_sql,
     pending_sql,
+    summary_columns,
     summary_from_row,
     unfinished_summary,
 )
@@ -266,6 +267,7 @@ class Call:
     ended: float | None = None
     history: list[str] = field(default_factory=list)  # the errors of earlier attempts
     result: dict[str, Any] | None = None  # the run-log row the finished CALL left, by column
+    columns: tuple[schemas.Column, ...] = SUMMARY_COLUMNS  # of that row (`summary_columns`)
 
     def duration(self, now: float) -> float:
         if self.first_submitted is None:
@@ -287,7 +289,7 @@ def call_statements(d: PostgresDialect, pipeline: Pipeline, table: str, max_reco
     operation on the table takes), the CALL, and the run-log row it left for this session
     (`call_result_sql`), the last statement's result."""
     lock = lock_sql(d, pipeline, pipeline.table(table)).removesuffix(";")
-    return [lock, call_sql(pipeline, table, max_records), call_result_sql(table)]
+    return [lock, call_sql(pipeline, table, max_records), call_result_sql(pipeline, table)]
 
 
 def settle(call: Call, desc: dict, policy: RetryPolicy, now: float, rng: random.Random | None) -> None:
@@ -316,7 +318,7 @@ def run_calls(session: Session, pipeline: Pipeline, tables: Sequence[str], polic
     policy = policy or RetryPolicy()
     deadline, polling, pacing, clock = session.deadline, session.polling, session.pacing, session.clock
     d = engine_dialect(session, pipeline)
-    calls = [Call(t, call_statements(d, pipeline, t)) for t in tables]
+    calls = [Call(t, call_statements(d, pipeline, t), columns=summary_columns(pipeline, t)) for t in tables]
     start = clock()
     execute, describe = RateLimit(pacing.execute_per_second, start), RateLimit(pacing.describe_per_second, start)
     while True:
@@ -415,7 +417,7 @@ def _call_result(session: Session, call: Call) -> dict[str, Any] | None:
         rows = last_rows(session, call.statement_id or "", len(call.sqls), call.table)
     except Exception:  # DataApiError, botocore errors
         return None
-    return schemas.as_row(SUMMARY_COLUMNS, rows[0]) if rows else None
+    return schemas.as_row(call.columns, rows[0]) if rows else None
 
 
 def _not_started(waiting: Sequence[Call], left_ms: int, now: float) -> None:
@@ -618,7 +620,7 @@ def isolate_table(
             if is_data_error(str(exc)):
                 raise CallFailed(str(exc)) from None
             raise
-        applied.extend(summary_from_row(table, schemas.as_row(SUMMARY_COLUMNS, r), 0.0) for r in rows)
+        applied.extend(summary_from_row(table, schemas.as_row(summary_columns(pipeline, table), r), 0.0) for r in rows)
 
     def pending() -> int:
         return int(query(session, pending_sql(pipeline, table), f"{name}.pending")[0][0])

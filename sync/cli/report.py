@@ -14,6 +14,8 @@ from sync.operations.ordering import readable_position
 from sync.operations.unknown_values import UnknownValues
 from sync.sql.procedure.routing import UNMATCHED_KIND
 
+# A shared topic's records no table selects, counted by the run log (sync.sql.procedure.routing).
+UNMATCHED_RECORDS = "record(s) of the topic no table's route selects"
 # What a schema-drift row of each kind says in `status` (sync.sql.procedure.drift, .routing).
 DRIFT_KINDS = {
     "unknown": "field not in the pipeline file",
@@ -86,6 +88,8 @@ def print_runs(runs: list[Any], out: Console, err: Console) -> None:
                     f" (quarantined; the warehouse could not apply it): {first_line}",
                 ),
             )
+        if r.unmatched:
+            err.print(f"{r.table}: {r.unmatched:,} {UNMATCHED_RECORDS} (by source: status)", highlight=False)
         if r.error:
             err.print(Text.assemble((f"{r.table} failed:", "red"), f" {r.error}"))
 
@@ -127,6 +131,8 @@ def print_status(rows: list[Any], out: Console) -> None:
             out.print(f"  {s.table}: {count} quarantined: {reason}", highlight=False)
         for reason, count in s.stream_errors:
             out.print(f"  {s.table}: {count} record(s) skipped by streaming ingestion: {reason}", highlight=False)
+        if s.last_run and s.last_run.get("unmatched"):
+            out.print(f"  {s.table}: last run read {s.last_run['unmatched']:,} {UNMATCHED_RECORDS}", highlight=False)
         for kind, name, count in s.schema_drift:
             what = DRIFT_KINDS.get(kind, kind)
             out.print(f"  {s.table}: {what}: {name} ({count} event(s))", highlight=False)

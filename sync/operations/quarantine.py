@@ -16,12 +16,13 @@ import time
 from dataclasses import asdict, dataclass
 from datetime import datetime
 
-from sync.config import Pipeline, Policy, TableConfig
+from sync.config import Pipeline, TableConfig
 from sync.operations.conflicts import conflict_policy, retry_conflicts
 from sync.operations.runner import RunSummary, call_result, call_result_sql, call_sql
 from sync.sql import schemas
 from sync.sql.dialect import PostgresDialect, quote_ident
 from sync.sql.names import CALL_RESULT, QUARANTINE, table_names
+from sync.sql.policy_replay import unreplayable
 from sync.warehouse import Warehouse, WarehouseError
 
 
@@ -143,16 +144,28 @@ def replay(wh: Warehouse, pipeline: Pipeline, sel: Selection) -> ReplayResult:
     either they are all replayed (applied, stale, superseded or quarantined again) or,
     when the call fails, nothing changes. A transaction stopped by a serialization conflict
     is run again (`[operations] conflict_attempts`); `run.retries` counts those."""
-    hashed = [c.name for c in pipeline.table(sel.table).columns if c.policy == Policy.HASH]
-    if hashed:
-        raise ValueError(
-            f"table {sel.table}: its quarantined records hold the keyed hash of {', '.join(hashed)} (column policies "
-            "store no clear value), and a replay would hash the hash. Re-send the records from the source instead: "
-            "reset the watermark below them while the topic retains them, or backfill the table"
-        )
+    _refuse_unreplayable(wh, pipeline, sel)
     result, retries = retry_conflicts(conflict_policy(pipeline), lambda: _replay_once(wh, pipeline, sel))
     result.run.retries += retries
     return result
+
+
+def _refuse_unreplayable(wh: Warehouse, pipeline: Pipeline, sel: Selection) -> None:
+    """Records quarantined because a policy field did not convert hold its hash or mask,
+    not the value that failed (sync.sql.policy_replay): named, and the replay refused."""
+    blocked = unreplayable(pipeline.table(sel.table))
+    if not blocked:
+        return
+    where, params = sel.where()
+    counts = wh.query(f"SELECT reason, COUNT(*) FROM {_quarantine(pipeline)} WHERE {where} GROUP BY reason", params)
+    found = [(str(reason), int(n)) for reason, n in counts if reason in blocked]
+    if found:
+        named = "; ".join(f"{n} because field {blocked[reason]} did not convert ({reason})" for reason, n in found)
+        raise ValueError(
+            f"table {sel.table}: {named}. The quarantine holds that field's policy value (its hash or mask), not the "
+            "value that failed, so such records cannot be replayed: discard them (redshift-sync quarantine discard "
+            f"--table {sel.table} --reason TEXT), or select the others with --reason, and re-send the rows from the source"
+        )
 
 
 @dataclass(frozen=True)
@@ -195,10 +208,10 @@ def _replay_once(wh: Warehouse, pipeline: Pipeline, sel: Selection) -> ReplayRes
         marked = wh.execute(sql.mark, params)
         try:
             wh.execute(call_sql(pipeline, table.name))
-            result = wh.query(call_result_sql(table.name))
+            result = wh.query(call_result_sql(pipeline, table.name))
         except WarehouseError as exc:
             raise WarehouseError(f"replay of {table.name} rolled back, nothing changed: {exc}", exc.sqlstate) from exc
-        run = call_result(table.name, result, time.perf_counter() - started)
+        run = call_result(pipeline, table.name, result, time.perf_counter() - started)
         again = wh.query(sql.again, (table.name, table.name))
     return ReplayResult(table.name, max(marked, 0), run, [(str(r), int(n)) for r, n in again])
 

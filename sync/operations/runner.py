@@ -23,6 +23,7 @@ from sync.sql.names import CALL_RESULT, HEARTBEAT_STREAM, QUARANTINE, REFRESH_HI
 from sync.sql.objects import SqlObject, pipeline_objects
 from sync.sql.policy import has_policies
 from sync.sql.procedure import pending_condition
+from sync.sql.procedure.call_result import result_columns
 from sync.sql.recovery import lock_sql
 from sync.warehouse import Warehouse, WarehouseError
 
@@ -77,6 +78,8 @@ class RunSummary:
     lag_seconds: float | None
     duration_seconds: float
     error: str | None = None
+    # Records of a shared topic no table selects (the topic's first table; else None).
+    unmatched: int | None = None
     # Records the engine could not apply, isolated and quarantined by this run (their errors).
     isolated: list[str] = field(default_factory=list)
     # A failed call failed on a record's data (record isolation may follow).
@@ -90,10 +93,21 @@ class RunSummary:
         return asdict(self)
 
 
-# The run-log columns a RunSummary holds, under the same names; COUNTS add up over calls.
-SUMMARY_COLUMNS = tuple(c for c in schemas.RUN_LOG if c.name in {f.name for f in fields(RunSummary)})
+# The run-log columns a RunSummary holds, under the same names, that every call writes;
+# COUNTS add up over calls. ADDED: those only some tables' calls write (`summary_columns`).
+SUMMARY_COLUMNS = tuple(
+    c for c in schemas.RUN_LOG if c.name in {f.name for f in fields(RunSummary)} and c.name not in schemas.RUN_LOG_ADDED
+)
 COUNTS = tuple(c.name for c in SUMMARY_COLUMNS if c.type == "bigint")
-RUN_LOG_COLUMNS = ", ".join(schemas.names(SUMMARY_COLUMNS))
+ADDED = tuple(c for c in schemas.RUN_LOG if c.name in schemas.RUN_LOG_ADDED)
+
+
+def summary_columns(pipeline: Pipeline, table_name: str) -> tuple[schemas.Column, ...]:
+    """The columns of a table's call result a summary reads: SUMMARY_COLUMNS, and the added
+    ones the table's calls write (`run_log_columns`), so a table without them reads
+    what it read before they existed."""
+    written = schemas.names(result_columns(pipeline, pipeline.table(table_name)))
+    return SUMMARY_COLUMNS + tuple(c for c in ADDED if c.name in written)
 
 
 def call_sql(pipeline: Pipeline, table_name: str, max_records: int | None = None) -> str:
@@ -123,8 +137,10 @@ def pending_sql(pipeline: Pipeline, table_name: str, select: str = "COUNT(*)") -
 
 
 def summary_from_row(table_name: str, row: Mapping[str, Any], duration: float) -> RunSummary:
-    """A RunSummary from one run-log row, by column name (`schemas.as_row`)."""
-    return RunSummary(table=table_name, duration_seconds=duration, **{c.name: row[c.name] for c in SUMMARY_COLUMNS})
+    """A RunSummary from one run-log row, by column name (`schemas.as_row`); an added
+    column the row lacks is None."""
+    added = {c.name: row.get(c.name) for c in ADDED}
+    return RunSummary(table=table_name, duration_seconds=duration, **{c.name: row[c.name] for c in SUMMARY_COLUMNS}, **added)
 
 
 def unfinished_summary(table_name: str, status: str, duration: float, error: str) -> RunSummary:
@@ -151,7 +167,7 @@ def call_procedure(wh: Warehouse, pipeline: Pipeline, table_name: str, max_recor
         with wh.transaction():
             wh.execute(lock_sql(wh.dialect.bind_schema(pipeline.schema), pipeline, table))
             wh.execute(call_sql(pipeline, table.name, max_records))
-            row = wh.query(call_result_sql(table.name))
+            row = wh.query(call_result_sql(pipeline, table.name))
     except WarehouseError as exc:
         message = str(exc)
         if "does not exist" in message:
@@ -160,21 +176,22 @@ def call_procedure(wh: Warehouse, pipeline: Pipeline, table_name: str, max_recor
         summary.data_error = is_data_error(str(exc), exc.sqlstate)
         summary.conflict = is_serialization_conflict(str(exc), exc.sqlstate)
         return summary
-    return call_result(table.name, row, time.perf_counter() - started)
+    return call_result(pipeline, table.name, row, time.perf_counter() - started)
 
 
-def call_result_sql(table_name: str) -> str:
+def call_result_sql(pipeline: Pipeline, table_name: str) -> str:
     """The run-log row the session's last sync call of the table left in the session's
     temporary result table (sync/sql/procedure/call_result.py), read in the call's own
     transaction: never the shared run log, which every table's call writes."""
-    return f"SELECT {RUN_LOG_COLUMNS} FROM {quote_ident(CALL_RESULT)} WHERE table_name = {quote_literal(table_name)}"
+    selected = ", ".join(schemas.names(summary_columns(pipeline, table_name)))
+    return f"SELECT {selected} FROM {quote_ident(CALL_RESULT)} WHERE table_name = {quote_literal(table_name)}"
 
 
-def call_result(table_name: str, rows: Sequence[Sequence[Any]], duration: float) -> RunSummary:
+def call_result(pipeline: Pipeline, table_name: str, rows: Sequence[Sequence[Any]], duration: float) -> RunSummary:
     """The summary of a call from `call_result_sql`'s rows."""
     if not rows:
         return unfinished_summary(table_name, "failed", duration, "the procedure finished but left no run-log row")
-    return summary_from_row(table_name, schemas.as_row(SUMMARY_COLUMNS, rows[0]), duration)
+    return summary_from_row(table_name, schemas.as_row(summary_columns(pipeline, table_name), rows[0]), duration)
 
 
 def selected_tables(pipeline: Pipeline, tables: Sequence[str] | None = None) -> list[str]:
@@ -254,6 +271,8 @@ def combined_summary(table_name: str, first: RunSummary, applied: list[RunSummar
     for run in applied:
         for name in COUNTS:
             setattr(total, name, getattr(total, name) + getattr(run, name))
+        if run.unmatched is not None:
+            total.unmatched = (total.unmatched or 0) + run.unmatched
         total.duration_seconds += run.duration_seconds
         total.watermark_before = total.watermark_before or run.watermark_before
         total.watermark_after = run.watermark_after or total.watermark_after
@@ -300,7 +319,7 @@ def current_drift(table: TableConfig, rows: Sequence[tuple[str, str, int]]) -> l
 
 
 # What `status` shows of a table's newest run.
-LAST_RUN_COLUMNS = (schemas.column(schemas.RUN_LOG, "started_at"), *SUMMARY_COLUMNS)
+LAST_RUN_COLUMNS = (schemas.column(schemas.RUN_LOG, "started_at"), *SUMMARY_COLUMNS, *ADDED)
 
 
 def status(wh: Warehouse, pipeline: Pipeline) -> list[TableStatus]:

@@ -19,6 +19,7 @@ from __future__ import annotations
 from typing import Any
 
 from sync.config import METADATA_PREFIX, ColumnConfig, Pipeline, Policy, TableConfig
+from sync.schema.run_log import alter_run_log_sql
 from sync.schema.state import State, pipeline_of
 from sync.sql import schemas
 from sync.sql.column_fill import column_fill_sql
@@ -193,6 +194,14 @@ class Revision:
         that are not the pipeline's make the downgrade fail instead of disappearing."""
         for obj in reversed(self._objects("before", None)):
             self._drop(obj)
+
+    def add_run_log_column(self, name: str) -> None:
+        """A run-log column added since the run log was made (sync.schema.run_log); its
+        rows written before hold NULL."""
+        self._run(alter_run_log_sql(self._dialect(self.after), self.after, name, add=True))
+
+    def drop_run_log_column(self, name: str) -> None:
+        self._run(alter_run_log_sql(self._dialect(self.before), self.before, name, add=False))
 
     def replace_functions(self) -> None:
         for obj in self._objects("after", None, ("function",)):

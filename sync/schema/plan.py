@@ -14,6 +14,7 @@ import json
 from dataclasses import dataclass, field
 
 from sync.config import ColumnConfig, Pipeline, TableConfig
+from sync.schema.run_log import missing_run_log_columns, run_log_label
 from sync.schema.shared_topics import sharing_drifts, sharing_problems
 from sync.schema.state import Drift, State, drifted_objects, pipeline_of
 from sync.sql.dialect import DIALECTS
@@ -329,6 +330,12 @@ def plan_revision(old: State | None, new: State) -> RevisionPlan:
         plan.upgrade.append("# the generator's helper functions changed")
         plan.upgrade.append(_call("replace_functions"))
         plan.downgrade.append(_call("replace_functions"))
+    missing = missing_run_log_columns(old)
+    if missing:
+        plan.upgrade.append("# the run log's new columns (rows written before hold NULL)")
+        plan.upgrade += [_call("add_run_log_column", name) for name in missing]
+        plan.downgrade += [_call("drop_run_log_column", name) for name in reversed(missing)]
+        shared = [d for d in shared if d.label != run_log_label(old_p)]
     views = any(d.kind == "view" for d in shared)
     if any(d.kind == "table" and not d.generated and d.label.endswith(SHARED_CONTROL_TABLES) for d in shared):
         plan.upgrade.append("# one quarantine and one schema-drift table per table; the shared names become views")

@@ -30,14 +30,15 @@ def object_label(obj: SqlObject) -> str:
     return f"{obj.kind} {obj.schema}.{obj.name}" + (f"({obj.arguments})" if obj.arguments else "")
 
 
-def _digest(sql: str) -> str:
+def object_digest(sql: str) -> str:
     return hashlib.sha256(sql.encode()).hexdigest()[:16]
 
 
 def fingerprints(pipeline: Pipeline, origin: str) -> dict[str, dict[str, str]]:
     """dialect -> object label -> short SHA-256 of the object's SQL."""
     return {
-        dialect: {object_label(o): _digest(o.sql) for o in pipeline_objects(pipeline, dialect, origin)} for dialect in DIALECTS
+        dialect: {object_label(o): object_digest(o.sql) for o in pipeline_objects(pipeline, dialect, origin)}
+        for dialect in DIALECTS
     }
 
 
@@ -96,7 +97,7 @@ def drifted_objects(state: State) -> list[Drift]:
         current = {object_label(o): o for o in pipeline_objects(pipeline, dialect, origin)}
         for label in sorted(recorded.keys() | current.keys()):
             obj = current.get(label)
-            digest = _digest(obj.sql) if obj else None
+            digest = object_digest(obj.sql) if obj else None
             if recorded.get(label) != digest:
                 kind = obj.kind if obj else label.split(" ", 1)[0]
                 out.append(Drift(dialect, label, kind, obj.table if obj else None, obj is not None))

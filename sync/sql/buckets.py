@@ -4,7 +4,8 @@ The same functions exist in Spark (`backfill/reconcile.py`) and must give the sa
 numbers for the same values, on PostgreSQL and on Redshift:
 
   canonical text  a fixed text form per type (TO_CHAR with explicit formats for dates
-                  and times, 'true'/'false' for booleans, plain digits for numbers)
+                  and times, 'true'/'false' for booleans, plain digits for numbers,
+                  significand and binary exponent for floats: `sync/sql/float_text.py`)
   key text        the key columns' canonical texts joined with '|'
   bucket          the first 8 hex digits of MD5(key text) as an unsigned number, mod N
   row checksum    MD5 over the MD5 of each chosen column's canonical text ('N' for NULL);
@@ -18,18 +19,24 @@ from __future__ import annotations
 
 from sync.config import ColumnConfig, Pipeline, TableConfig
 from sync.sql.dialect import PostgresDialect
+from sync.sql.float_text import float_text
 from sync.sql.handover import DELETE_TIME, ROW_TIME, held_time_sql
 from sync.sql.names import table_names
 from sync.sql.types import SqlType
 
 KEY_SEPARATOR = "|"
-CHECKSUM_FAMILIES = ("smallint", "integer", "bigint", "decimal", "boolean", "char", "varchar", "date", "timestamp", "timestamptz")
+FLOAT_FAMILIES = ("real", "double")
+CHECKSUM_FAMILIES = (
+    "smallint", "integer", "bigint", "decimal", *FLOAT_FAMILIES, "boolean", "char", "varchar", "date", "timestamp", "timestamptz",
+)  # fmt: skip
 
 
 def canonical_text(expr: str, t: SqlType) -> str:
     f = t.family
     if f in ("smallint", "integer", "bigint", "decimal"):
         return f"CAST({expr} AS varchar(64))"
+    if f in FLOAT_FAMILIES:
+        return float_text(expr)  # significand and exponent: exact, and alike in every engine
     if f in ("char", "varchar"):
         return f"CAST({expr} AS varchar(65535))"
     if f == "boolean":

@@ -232,17 +232,15 @@ def shared_objects(d: PostgresDialect, pipeline: Pipeline) -> list[SqlObject]:
         )
     for name, sql in d.helper_functions(schema):
         objects.append(SqlObject("function", schema, name, sql, replaceable=True))
-    run_log = _create_table(
-        d,
-        schema,
-        RUN_LOG,
-        schemas.definitions(d, schemas.RUN_LOG),
-        d.control_table_attributes.get("run_log", ""),
-    )
-    objects.append(SqlObject("table", schema, RUN_LOG, run_log))
+    objects.append(SqlObject("table", schema, RUN_LOG, run_log_sql(d, schema)))
     if any_policies(pipeline):  # column policies: the hash keys
         objects.append(SqlObject("table", schema, KEY_TABLE, key_table_sql(d, pipeline)))
     return objects + heartbeat_objects(d, pipeline)
+
+
+def run_log_sql(d: PostgresDialect, schema: str, columns: tuple[schemas.Column, ...] = schemas.RUN_LOG) -> str:
+    """The shared run log's CREATE TABLE (`columns`: as an earlier layout had it)."""
+    return _create_table(d, schema, RUN_LOG, schemas.definitions(d, columns), d.control_table_attributes.get("run_log", ""))
 
 
 def heartbeat_objects(d: PostgresDialect, pipeline: Pipeline) -> list[SqlObject]:

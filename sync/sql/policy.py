@@ -89,22 +89,38 @@ def mask_literal(d: PostgresDialect, t: SqlType) -> str:
     return f"CAST({quote_literal(text)} AS {d.type_sql(t)})"
 
 
-def policy_value_sql(d: PostgresDialect, col: ColumnConfig, value: str, key: str = KEY_VARIABLE) -> str:
+def _kept_hash(d: PostgresDialect, value: str, key: str, replayed: str | None) -> str:
+    """The keyed hash of `value`, or `value` itself where it is a hash already (`replayed`:
+    the condition of a replayed quarantined record, sync.sql.policy_replay)."""
+    hashed = hash_sql(d, value, key)
+    return f"CASE WHEN {replayed} THEN {value} ELSE {hashed} END" if replayed else hashed
+
+
+def policy_value_sql(
+    d: PostgresDialect, col: ColumnConfig, value: str, key: str = KEY_VARIABLE, replayed: str | None = None
+) -> str:
     """The column's typed `value` as its policy stores it (unchanged without one)."""
     if col.policy == Policy.HASH:
-        return hash_sql(d, value, key)
+        return _kept_hash(d, value, key, replayed)
     if col.policy == Policy.MASK:
         return f"CASE WHEN {value} IS NOT NULL THEN {mask_literal(d, col.sql_type)} END"
     return value
 
 
 def _redacted_text(
-    d: PostgresDialect, policy: Policy, col_type: SqlType | None, obj: str, name: str, key: str, text: str | None = None
+    d: PostgresDialect,
+    policy: Policy,
+    col_type: SqlType | None,
+    obj: str,
+    name: str,
+    key: str,
+    text: str | None = None,
+    replayed: str | None = None,
 ) -> str:
     """What stands in a payload for the policy field `name` of the row image `obj` (`text`:
     the field's text where a step before named it once)."""
     if policy == Policy.HASH:
-        return hash_sql(d, text or d.json_get_text(obj, name), key)
+        return _kept_hash(d, text or d.json_get_text(obj, name), key, replayed)
     if policy == Policy.MASK and col_type is not None:
         return f"CASE WHEN NOT {d.json_is_null(d.json_get(obj, name))} THEN {quote_literal(MASKS[col_type.family])} END"
     return "NULL"
@@ -124,12 +140,14 @@ def redacted_sql(
     only: str | None = None,
     texts: dict[tuple[str, ...], str] | None = None,
     blank: bool = False,
+    replayed: str | None = None,
 ) -> str:
     """The envelope `env` (schemas.enable wrapper removed) with every policy field of its
     row images replaced (PostgreSQL: jsonb_set, which leaves a missing path alone; Redshift:
     OBJECT_TRANSFORM ... SET, which adds a missing path, here with a NULL). `texts`: the
     text of a hashed field by its path, named once before (`hashed_texts`); `blank`: every
-    policy field NULL (a copy that only its field names are read from)."""
+    policy field NULL (a copy that only its field names are read from); `replayed`: the
+    condition of a replayed record, whose hashed fields are hashes already."""
     fields: list[tuple[str, Policy, SqlType | None]] = [(c.name, c.policy, c.sql_type) for c in table.columns if c.policy]
     fields += [(name, Policy.DROP, None) for name in table.dropped]
     fields = [f for f in fields if only is None or f[0] == only]
@@ -141,7 +159,8 @@ def redacted_sql(
         for name, policy, col_type in fields:
             path = (*image, name)
             text = (texts or {}).get(path)
-            pairs.append(([*path], "NULL" if blank else _redacted_text(d, policy, col_type, obj, name, key, text)))
+            value = _redacted_text(d, policy, col_type, obj, name, key, text, replayed)
+            pairs.append(([*path], "NULL" if blank else value))
     return d.json_with_members(env, pairs) if pairs else env
 
 

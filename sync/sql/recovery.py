@@ -24,6 +24,7 @@ from sync.sql import schemas
 from sync.sql.dialect import PostgresDialect
 from sync.sql.names import RUN_LOG, table_names
 from sync.sql.procedure import WATERMARK_ITEM
+from sync.sql.procedure.routing import run_log_columns
 
 RESET_POSITIONS = "reset-positions"
 REBASE_OFFSETS = "rebase-offsets"
@@ -217,7 +218,7 @@ def run_log_sql(
     position reset counts the target rows (`upserted`) and deleted keys (`deleted`) whose
     position it cleared."""
     text = lambda v: d.lit(v) if v is not None else "NULL"  # noqa: E731
-    counts = {c.name: "0" for c in schemas.RUN_LOG if c.type == "bigint"}
+    counts = {c.name: "0" for c in run_log_columns(pipeline, table) if c.type == "bigint"}
     columns, values = schemas.ordered(
         d,
         schemas.RUN_LOG,

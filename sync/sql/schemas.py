@@ -244,7 +244,11 @@ RUN_LOG = (
     Column("watermark_after", LONG_TEXT),
     Column("lag_seconds", "double precision"),
     Column("status", "varchar(16)", "NOT NULL"),
+    Column("unmatched", "bigint", comment="records of a shared topic no table selects (its first table; else NULL)"),
 )
+# The run-log columns added since its first layout, in the order revisions add them (ADD
+# COLUMN appends, so a new run log lists them last too: both have one column order).
+RUN_LOG_ADDED = ("unmatched",)
 # Records that cannot be applied, with the raw value and the reason.
 QUARANTINE = (
     Column("table_name", "varchar(127)", "NOT NULL"),

@@ -170,7 +170,10 @@ BEGIN
     -- Quarantined records being replayed (at or below the watermark: already read once).
     SELECT r.kafka_partition, r.kafka_offset, r.kafka_timestamp, r.run_started_at,
            r.payload, r.raw_value,
-           CASE WHEN IS_OBJECT(r.payload."schema") THEN r.payload."payload" ELSE r.payload END AS env,
+           CASE WHEN IS_OBJECT(CASE WHEN IS_OBJECT(r.payload."schema") THEN r.payload."payload" ELSE r.payload END)
+               THEN OBJECT_TRANSFORM(CASE WHEN IS_OBJECT(r.payload."schema") THEN r.payload."payload"
+               ELSE r.payload END SET '"__redshift_sync_replayed"', SHA2(v_policy_key || ':' || SHA2(v_policy_key || ':' || ('__redshift_sync_replayed'), 256),
+               256)) ELSE CASE WHEN IS_OBJECT(r.payload."schema") THEN r.payload."payload" ELSE r.payload END END AS env,
            CAST(NULL AS super) AS key_env
     FROM "crm"."customers__quarantine" r
     WHERE r.table_name = 'customers' AND r.handled = 'replaying'),
@@ -246,6 +249,14 @@ BEGIN
     SELECT f.*, CASE WHEN IS_VARCHAR(f.b__h0_0) THEN f.b__h0_0::varchar(65535) WHEN f.b__h0_0 IS NOT NULL THEN JSON_SERIALIZE(f.b__h0_0) END AS "x__h0_0",
            CASE WHEN IS_VARCHAR(f.b__h1_0) THEN f.b__h1_0::varchar(65535) WHEN f.b__h1_0 IS NOT NULL THEN JSON_SERIALIZE(f.b__h1_0) END AS "x__h1_0"
     FROM hashed_1 f),
+  replayed_1 AS (
+    SELECT f.*, (CASE WHEN JSON_SIZE(f.env."__redshift_sync_replayed") <= 65535 THEN f.env."__redshift_sync_replayed" END) AS "b__replayed"
+    FROM hashed_2 f),
+  replayed_2 AS (
+    SELECT f.*,
+           CASE WHEN IS_VARCHAR(f.b__replayed) THEN f.b__replayed::varchar(65535) WHEN f.b__replayed IS NOT NULL
+               THEN JSON_SERIALIZE(f.b__replayed) END AS "x__replayed"
+    FROM replayed_1 f),
   checked AS (
     SELECT t.*,
            CASE
@@ -265,12 +276,13 @@ BEGIN
              WHEN t.op = 'd' THEN 14
              ELSE 0
            END AS check_no
-    FROM hashed_2 t),
+    FROM replayed_2 t),
   classified AS (
     SELECT t.kafka_partition, t.kafka_offset, t.kafka_timestamp, t.refresh_time, t.raw_value, t.op,
            CASE WHEN t.source_ts_ms BETWEEN 0 AND 253402300799999 THEN t.source_ts_ms END AS source_ts_ms, t.source_pos,
            t.unavailable, t.drift_img, t."id",
-           SHA2(v_policy_key || ':' || SHA2(v_policy_key || ':' || (t."email"), 256), 256) AS "email",
+           CASE WHEN t.x__replayed = SHA2(v_policy_key || ':' || SHA2(v_policy_key || ':' || ('__redshift_sync_replayed'), 256), 256) THEN t."email"
+               ELSE SHA2(v_policy_key || ':' || SHA2(v_policy_key || ':' || (t."email"), 256), 256) END AS "email",
            CASE WHEN t."phone" IS NOT NULL THEN CAST('****' AS varchar(32)) END AS "phone",
            CASE WHEN t."birth_year" IS NOT NULL THEN CAST('0' AS integer) END AS "birth_year", t."country",
            CASE
@@ -294,11 +306,13 @@ BEGIN
              WHEN 13 THEN 'field country does not convert to char(2)'
            END AS reason,
            CASE WHEN t.check_no IN (1, 3, 4, 6, 7, 8, 9, 10, 11, 12, 13) OR t.unavailable IS NOT NULL THEN OBJECT_TRANSFORM(t.env
-             SET '"after"."email"', SHA2(v_policy_key || ':' || SHA2(v_policy_key || ':' || (t.x__h0_0), 256), 256),
+             SET '"after"."email"', CASE WHEN t.x__replayed = SHA2(v_policy_key || ':' || SHA2(v_policy_key || ':' || ('__redshift_sync_replayed'), 256), 256)
+                 THEN t.x__h0_0 ELSE SHA2(v_policy_key || ':' || SHA2(v_policy_key || ':' || (t.x__h0_0), 256), 256) END,
                '"after"."phone"', CASE WHEN NOT (t.env."after"."phone" IS NULL) THEN '****' END,
                '"after"."birth_year"', CASE WHEN NOT (t.env."after"."birth_year" IS NULL) THEN '0' END,
                '"after"."ssn"', NULL,
-               '"before"."email"', SHA2(v_policy_key || ':' || SHA2(v_policy_key || ':' || (t.x__h1_0), 256), 256),
+               '"before"."email"', CASE WHEN t.x__replayed = SHA2(v_policy_key || ':' || SHA2(v_policy_key || ':' || ('__redshift_sync_replayed'), 256), 256)
+                   THEN t.x__h1_0 ELSE SHA2(v_policy_key || ':' || SHA2(v_policy_key || ':' || (t.x__h1_0), 256), 256) END,
                '"before"."phone"', CASE WHEN NOT (t.env."before"."phone" IS NULL) THEN '****' END,
                '"before"."birth_year"', CASE WHEN NOT (t.env."before"."birth_year" IS NULL) THEN '0' END,
                '"before"."ssn"', NULL) END AS quarantine_payload,

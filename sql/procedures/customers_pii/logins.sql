@@ -168,7 +168,10 @@ BEGIN
     -- Quarantined records being replayed (at or below the watermark: already read once).
     SELECT r.kafka_partition, r.kafka_offset, r.kafka_timestamp, r.run_started_at,
            r.payload, r.raw_value,
-           CASE WHEN IS_OBJECT(r.payload."schema") THEN r.payload."payload" ELSE r.payload END AS env,
+           CASE WHEN IS_OBJECT(CASE WHEN IS_OBJECT(r.payload."schema") THEN r.payload."payload" ELSE r.payload END)
+               THEN OBJECT_TRANSFORM(CASE WHEN IS_OBJECT(r.payload."schema") THEN r.payload."payload"
+               ELSE r.payload END SET '"__redshift_sync_replayed"', SHA2(v_policy_key || ':' || SHA2(v_policy_key || ':' || ('__redshift_sync_replayed'), 256),
+               256)) ELSE CASE WHEN IS_OBJECT(r.payload."schema") THEN r.payload."payload" ELSE r.payload END END AS env,
            CAST(NULL AS super) AS key_env
     FROM "crm"."logins__quarantine" r
     WHERE r.table_name = 'logins' AND r.handled = 'replaying'),
@@ -223,6 +226,14 @@ BEGIN
   hashed_2 AS (
     SELECT f.*, CASE WHEN IS_VARCHAR(f.b__h0_0) THEN f.b__h0_0::varchar(65535) WHEN f.b__h0_0 IS NOT NULL THEN JSON_SERIALIZE(f.b__h0_0) END AS "x__h0_0"
     FROM hashed_1 f),
+  replayed_1 AS (
+    SELECT f.*, (CASE WHEN JSON_SIZE(f.env."__redshift_sync_replayed") <= 65535 THEN f.env."__redshift_sync_replayed" END) AS "b__replayed"
+    FROM hashed_2 f),
+  replayed_2 AS (
+    SELECT f.*,
+           CASE WHEN IS_VARCHAR(f.b__replayed) THEN f.b__replayed::varchar(65535) WHEN f.b__replayed IS NOT NULL
+               THEN JSON_SERIALIZE(f.b__replayed) END AS "x__replayed"
+    FROM replayed_1 f),
   checked AS (
     SELECT t.*,
            CASE
@@ -242,12 +253,13 @@ BEGIN
              WHEN t.op = 'd' THEN 14
              ELSE 0
            END AS check_no
-    FROM hashed_2 t),
+    FROM replayed_2 t),
   classified AS (
     SELECT t.kafka_partition, t.kafka_offset, t.kafka_timestamp, t.refresh_time, t.raw_value, t.op,
            CASE WHEN t.source_ts_ms BETWEEN 0 AND 253402300799999 THEN t.source_ts_ms END AS source_ts_ms, t.source_pos,
            t.unavailable, t.drift_img, t."login_id", t."customer_id",
-           SHA2(v_policy_key || ':' || SHA2(v_policy_key || ':' || (t."ip_address"), 256), 256) AS "ip_address",
+           CASE WHEN t.x__replayed = SHA2(v_policy_key || ':' || SHA2(v_policy_key || ':' || ('__redshift_sync_replayed'), 256), 256) THEN t."ip_address"
+               ELSE SHA2(v_policy_key || ':' || SHA2(v_policy_key || ':' || (t."ip_address"), 256), 256) END AS "ip_address",
            t."logged_in_at",
            CASE
              WHEN t.check_no IN (1, 4, 5, 7, 8, 9, 10, 11, 12, 13) THEN 'quarantine'
@@ -269,7 +281,8 @@ BEGIN
              WHEN 13 THEN 'field logged_in_at does not convert from io.debezium.time.Timestamp to timestamp'
            END AS reason,
            CASE WHEN t.check_no IN (1, 4, 5, 7, 8, 9, 10, 11, 12, 13) OR t.unavailable IS NOT NULL THEN OBJECT_TRANSFORM(t.env
-             SET '"ip_address"', SHA2(v_policy_key || ':' || SHA2(v_policy_key || ':' || (t.x__h0_0), 256), 256)) END AS quarantine_payload,
+             SET '"ip_address"', CASE WHEN t.x__replayed = SHA2(v_policy_key || ':' || SHA2(v_policy_key || ':' || ('__redshift_sync_replayed'), 256), 256)
+                 THEN t.x__h0_0 ELSE SHA2(v_policy_key || ':' || SHA2(v_policy_key || ':' || (t.x__h0_0), 256), 256) END) END AS quarantine_payload,
            MAX(t.kafka_timestamp) OVER (PARTITION BY t.kafka_partition ORDER BY t.kafka_offset
              ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW) AS kafka_time
     FROM checked t)

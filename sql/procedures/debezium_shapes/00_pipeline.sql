@@ -30,7 +30,8 @@ CREATE TABLE IF NOT EXISTS "cdc"."sync_run_log" (
   watermark_before varchar(65535),
   watermark_after varchar(65535),
   lag_seconds double precision,
-  status varchar(16) NOT NULL
+  status varchar(16) NOT NULL,
+  unmatched bigint
 )
 SORTKEY (started_at);
 

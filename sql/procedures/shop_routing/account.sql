@@ -499,17 +499,18 @@ BEGIN
   DROP TABLE IF EXISTS "sync_call_result";
   CREATE TEMP TABLE "sync_call_result" (table_name varchar(127) NOT NULL, backend_pid integer, started_at timestamp NOT NULL, finished_at timestamp,
     events_read bigint, upserted bigint, deleted bigint, quarantined bigint, tombstones bigint, stale bigint, superseded bigint,
-    truncates bigint, watermark_before varchar(65535), watermark_after varchar(65535), lag_seconds double precision, status varchar(16) NOT NULL);
+    truncates bigint, watermark_before varchar(65535), watermark_after varchar(65535), lag_seconds double precision,
+    status varchar(16) NOT NULL, unmatched bigint);
   INSERT INTO "sync_call_result" (table_name, backend_pid, started_at, finished_at, events_read, upserted, deleted,
-    quarantined, tombstones, stale, superseded, truncates, watermark_before, watermark_after, lag_seconds, status)
+    quarantined, tombstones, stale, superseded, truncates, watermark_before, watermark_after, lag_seconds, status, unmatched)
   SELECT 'account', PG_BACKEND_PID(), v_started, CAST(TO_TIMESTAMP(TIMEOFDAY(), 'Dy Mon DD HH24:MI:SS.US YYYY') AS timestamp), v_read, c.upserted, c.deleted,
     c.quarantined, c.tombstones, c.stale, c.superseded, c.truncates, CASE WHEN v_read > 0 THEN v_wm_before ELSE w.watermark_after END,
-    w.watermark_after, c.lag_seconds, 'ok'
+    w.watermark_after, c.lag_seconds, 'ok', c.unmatched
   FROM (SELECT COUNT(CASE WHEN _rn = 1 AND _action = 'upsert' THEN 1 END) AS upserted,
                COUNT(CASE WHEN _rn = 1 AND _action = 'delete' THEN 1 END) AS deleted, COUNT(CASE WHEN _action = 'quarantine' THEN 1 END) AS quarantined,
                COUNT(CASE WHEN _action = 'tombstone' THEN 1 END) AS tombstones, COUNT(CASE WHEN _action IN ('stale', 'truncated') THEN 1 END) AS stale,
                COUNT(CASE WHEN _rn > 1 AND _action IN ('upsert', 'delete') THEN 1 END) AS superseded,
-               COUNT(CASE WHEN _action = 'truncate' THEN 1 END) AS truncates,
+               COUNT(CASE WHEN _action = 'truncate' THEN 1 END) AS truncates, COUNT(CASE WHEN _action = 'unmatched' THEN 1 END) AS unmatched,
                DATEDIFF(microsecond, MAX(_kafka_timestamp), v_started) / 1000000.0 AS lag_seconds
         FROM "shop"."account__stage") c,
        (SELECT LISTAGG(CASE WHEN r.pos__ <= 65503 THEN r.item__ END, ',') WITHIN GROUP (ORDER BY r.order__)
@@ -518,9 +519,9 @@ BEGIN
               FROM (SELECT r.*, CAST(r.kafka_partition AS varchar(20)) || ':' || CAST(r.last_offset AS varchar(20)) AS item__,
                   r.kafka_partition AS order__ FROM "shop"."account__watermark" r) r) r) w;
   INSERT INTO "shop"."sync_run_log" (table_name, backend_pid, started_at, finished_at, events_read, upserted, deleted,
-    quarantined, tombstones, stale, superseded, truncates, watermark_before, watermark_after, lag_seconds, status)
+    quarantined, tombstones, stale, superseded, truncates, watermark_before, watermark_after, lag_seconds, status, unmatched)
   SELECT table_name, backend_pid, started_at, finished_at, events_read, upserted, deleted,
-    quarantined, tombstones, stale, superseded, truncates, watermark_before, watermark_after, lag_seconds, status
+    quarantined, tombstones, stale, superseded, truncates, watermark_before, watermark_after, lag_seconds, status, unmatched
   FROM "sync_call_result";
   -- The stage is empty between runs (DELETE, not TRUNCATE: TRUNCATE would commit).
   IF v_read > 0 THEN

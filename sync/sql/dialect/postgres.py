@@ -202,6 +202,12 @@ class PostgresDialect:
             expr = f"jsonb_set({expr}, {literal},\n  COALESCE(to_jsonb(CAST({value} AS text)), 'null'::jsonb), false)"
         return expr
 
+    def json_with_new_member(self, expr: str, key: str, text: str) -> str:
+        """The JSON object `expr` with the member `key` set to the text `text`, added when
+        missing (jsonb_set's create_if_missing = true); anything but an object unchanged."""
+        path = quote_literal("{" + key + "}")
+        return f"CASE WHEN {self.json_is_object(expr)} THEN jsonb_set({expr}, {path}, to_jsonb(CAST({text} AS text)), true) ELSE {expr} END"
+
     def helper(self, name: str) -> str:
         """PostgreSQL has no SUPER-style null-on-error casts; deploy creates small helper
         functions (sync_<name>) in the pipeline schema that return NULL instead of raising."""

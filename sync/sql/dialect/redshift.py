@@ -80,8 +80,9 @@ Fragments (methods):
 - `parquet_stage_type`, `from_parquet_stage`: JSON is staged as text and parsed (COPY
   loads a Parquet string into SUPER as a SUPER string).
 - `drop_procedure`: no IF EXISTS in Redshift's DROP PROCEDURE.
-- `sha256_hex`, `json_with_members`: SHA2(text, 256) and OBJECT_TRANSFORM ... SET
-  (column policies: the keyed hash, and redacted quarantine payloads).
+- `sha256_hex`, `json_with_members`, `json_with_new_member`: SHA2(text, 256) and
+  OBJECT_TRANSFORM ... SET (column policies: the keyed hash, redacted quarantine payloads,
+  and the mark of a replayed record).
 - `table_attributes`, `alter_sortkey`, `alter_distkey`, `alter_diststyle`: DISTKEY, SORTKEY,
   BACKUP NO and a control table's DISTSTYLE.
 
@@ -237,6 +238,10 @@ class RedshiftDialect(PostgresDialect):
         # by periods; SET modifies an existing path "or adds a new path" (here with NULL).
         sets = ",\n    ".join(f"{quote_literal('.'.join(quote_ident(p) for p in path))}, {value}" for path, value in members)
         return f"OBJECT_TRANSFORM({expr}\n  SET {sets})"
+
+    def json_with_new_member(self, expr: str, key: str, text: str) -> str:
+        # OBJECT_TRANSFORM's SET "adds a new path" where it is missing (r_object_transform).
+        return f"CASE WHEN {self.json_is_object(expr)} THEN OBJECT_TRANSFORM({expr} SET {quote_literal(quote_ident(key))}, {text}) ELSE {expr} END"
 
     def differs(self, a: str, b: str, t: SqlType) -> str:
         # No IS DISTINCT FROM; SUPER values compare as their serialized text, which only

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from sync.sql.dialect import quote_literal
 from sync.sql.envelope import envelope_fields, envelope_sql, unwrap_schema
+from sync.sql.policy_replay import marked_replay
 from sync.sql.procedure.context import NEVER, READ_ORDER, TableSql
 from sync.sql.procedure.fields import named_texts
 from sync.sql.procedure.routing import route_columns_sql
@@ -99,7 +100,7 @@ def replay_sql(ctx: TableSql) -> str:
         "-- Quarantined records being replayed (at or below the watermark: already read once).\n"
         "SELECT r.kafka_partition, r.kafka_offset, r.kafka_timestamp, r.run_started_at,\n"
         "       r.payload, r.raw_value,\n"
-        f"       {unwrap_schema(d, 'r.payload')} AS env,\n"
+        f"       {marked_replay(d, ctx.table, unwrap_schema(d, 'r.payload'))} AS env,\n"
         f"       CAST(NULL AS {d.json_type}) AS key_env\n"
         f"FROM {ctx.rel.quarantine} r\n"
         f"WHERE {replaying(ctx, 'r')}"

@@ -10,6 +10,7 @@ from sync.sql.policy import key_check_sql
 from sync.sql.procedure.batch import pending_in_order_sql, replaying
 from sync.sql.procedure.context import CALL_TIME, NEVER, OUTCOMES, UNBOUNDED, WATERMARK_ITEM, Action, TableSql, positionless
 from sync.sql.procedure.fields import has_toast
+from sync.sql.procedure.routing import unmatched_outcome
 from sync.sql.procedure.text import WIDE, indent, packed, wrapped
 
 
@@ -228,12 +229,13 @@ def run_log_row_sql(ctx: TableSql, into: str = "") -> str:
     """8. One run-log row per call, also when nothing was new (9.): what the batch came to,
     counted over the stage as the rules left it (`c`), and the watermark as the call leaves
     it (`w`), each read once in the same statement (into the run log, or `into`)."""
-    counts = [f"{count} AS {name}" for name, count in OUTCOMES.items()]
+    outcomes_counted = {**OUTCOMES, **unmatched_outcome(ctx)}  # routing: the topic's first table counts unmatched
+    counts = [f"{count} AS {name}" for name, count in outcomes_counted.items()]
     counts.append(f"{ctx.d.seconds_between(CALL_TIME, 'MAX(_kafka_timestamp)')} AS lag_seconds")
     outcomes = f"(SELECT {packed(counts, ' ' * 13, WIDE)}\n      FROM {ctx.rel.stage}) c"
     values = {
         "events_read": "v_read",
-        **{name: f"c.{name}" for name in OUTCOMES},
+        **{name: f"c.{name}" for name in outcomes_counted},
         # A call without records leaves the watermark as it found it (batch_counts_sql).
         "watermark_before": "CASE WHEN v_read > 0 THEN v_wm_before ELSE w.watermark_after END",
         "watermark_after": "w.watermark_after",

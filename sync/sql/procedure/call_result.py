@@ -16,22 +16,30 @@ it, so it takes part in no conflict (PostgreSQL takes no predicate locks on it e
 
 from __future__ import annotations
 
+from sync.config import Pipeline, TableConfig
 from sync.sql import schemas
 from sync.sql.names import CALL_RESULT
 from sync.sql.procedure.bookkeeping import run_log_row_sql
 from sync.sql.procedure.context import TableSql
+from sync.sql.procedure.routing import run_log_columns
 from sync.sql.procedure.text import wrapped
 
 # The run-log columns but its identity, which only the shared run log numbers.
 RESULT_COLUMNS = tuple(c for c in schemas.RUN_LOG if c.name != "run_id")
 
 
+def result_columns(pipeline: Pipeline, table: TableConfig) -> tuple[schemas.Column, ...]:
+    """The columns of a table's result row: those its calls write (`run_log_columns`)."""
+    return tuple(c for c in run_log_columns(pipeline, table) if c.name != "run_id")
+
+
 def call_result_sql(ctx: TableSql) -> str:
     """The session's result table made anew (DROP, not DELETE: a Redshift DELETE leaves its
     rows marked for deletion), the run-log row into it, then from there into the run log."""
     result = ctx.d.q(CALL_RESULT)
-    definitions = wrapped(schemas.definitions(ctx.d, RESULT_COLUMNS), (4, 11))
-    columns = wrapped(schemas.names(RESULT_COLUMNS), (7,))
+    written = result_columns(ctx.pipeline, ctx.table)
+    definitions = wrapped(schemas.definitions(ctx.d, written), (4, 11, 15)[: len(written) - 14])
+    columns = wrapped(schemas.names(written), (7,))
     return (
         "-- 8. One run-log row per call, also when nothing was new (9.), left for the caller in a temporary table (call_result.py).\n"
         f"DROP TABLE IF EXISTS {result};\nCREATE TEMP TABLE {result} ({definitions});\n"

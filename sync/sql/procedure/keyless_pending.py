@@ -11,7 +11,7 @@ partitions arrive in."""
 
 from __future__ import annotations
 
-from sync.sql.buckets import canonical_text
+from sync.sql.buckets import CHECKSUM_FAMILIES, FLOAT_FAMILIES, canonical_text
 from sync.sql.procedure.context import CALL_TIME, Action, TableSql
 
 PAYS = "pays a pending delete"
@@ -19,13 +19,14 @@ PAYS = "pays a pending delete"
 
 def row_hash(ctx: TableSql, alias: str = "") -> str:
     """The MD5 of the row's content: each column's canonical text (its own text form where
-    reconcile has none), 'N' for NULL."""
+    reconcile has none, and for floats: stored pending deletes keep the hashes they have),
+    'N' for NULL."""
     parts = []
     for c in ctx.table.columns:
         value = alias + ctx.q(c.target_name)
-        try:
+        if c.sql_type.family in CHECKSUM_FAMILIES and c.sql_type.family not in FLOAT_FAMILIES:
             text = canonical_text(value, c.sql_type)
-        except ValueError:
+        else:
             text = f"CAST({value} AS varchar(65535))"
         parts.append(f"COALESCE(MD5({text}), 'N')")
     return "MD5(" + " || ".join(parts) + ")"

@@ -7,14 +7,15 @@ either kind are read (the watermark passes them) and never applied.
 
 The batch reads the fields the routes select on once (`route_columns_sql`) and names
 the record's table (`routed_to`) and, for the first table, its source (`route_source`);
-the classification reads those. Every function gives what a table without a route had
-before (no check, no column), so the SQL of such tables does not change."""
+the classification reads those; the first table's run-log row counts the unmatched records
+of the call (`unmatched`). Every function gives what a table without a route had before
+(no check, no column), so the SQL of such tables does not change."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from sync.config import TableConfig
+from sync.config import Pipeline, TableConfig
 from sync.sql import schemas
 from sync.sql.dialect import quote_literal
 from sync.sql.procedure.classify import Check
@@ -22,8 +23,9 @@ from sync.sql.procedure.context import CALL_TIME, Action, TableSql
 from sync.sql.procedure.fields import named_texts
 from sync.sql.procedure.text import Chain, wrapped
 
-# The schema-drift kind of records no table of the topic selects (varchar(16)).
-UNMATCHED_KIND = "unmatched"
+# The schema-drift kind of records no table of the topic selects (varchar(16)), and the
+# run-log column that counts them per call.
+UNMATCHED_KIND = UNMATCHED_COLUMN = "unmatched"
 # The batch's columns: whose record it is ('own', 'other' or NULL), and its source.
 ROUTED_TO, ROUTE_SOURCE = "routed_to", "route_source"
 # Records a table reads and leaves: another table's, or no table's.
@@ -36,11 +38,28 @@ def routed(ctx: TableSql) -> bool:
     return ctx.table.route is not None
 
 
-def counts_unmatched(ctx: TableSql) -> bool:
-    """The first table reading a topic (the one its view is named after) counts the
+def first_on_topic(pipeline: Pipeline, table: TableConfig) -> bool:
+    """The first table reading a routed topic (the one its view is named after) counts the
     records no table of the topic selects, and quarantines the records that are no
     change event at all; the others leave both to it."""
-    return routed(ctx) and ctx.pipeline.sharing(ctx.table)[0].name == ctx.table.name
+    return table.route is not None and pipeline.sharing(table)[0].name == table.name
+
+
+def counts_unmatched(ctx: TableSql) -> bool:
+    return first_on_topic(ctx.pipeline, ctx.table)
+
+
+def run_log_columns(pipeline: Pipeline, table: TableConfig) -> tuple[schemas.Column, ...]:
+    """The run-log columns a table's calls write: the count of unmatched records only where
+    the table counts them (elsewhere it stays NULL, and the procedure's SQL is unchanged)."""
+    return tuple(c for c in schemas.RUN_LOG if c.name != UNMATCHED_COLUMN or first_on_topic(pipeline, table))
+
+
+def unmatched_outcome(ctx: TableSql) -> dict[str, str]:
+    """The run-log count of the batch's unmatched records, over the stage (as `OUTCOMES`)."""
+    if not counts_unmatched(ctx):
+        return {}
+    return {UNMATCHED_COLUMN: f"COUNT(CASE WHEN _action = '{Action.UNMATCHED}' THEN 1 END)"}
 
 
 def _unwrapped(table: TableConfig) -> bool:

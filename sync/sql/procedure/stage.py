@@ -12,6 +12,7 @@ from sync.sql import schemas
 from sync.sql.dialect import quote_literal
 from sync.sql.envelope import position_fields, source_sql
 from sync.sql.policy import has_policies, hashed_texts, policy_value_sql, redacted_sql
+from sync.sql.policy_replay import replay_text
 from sync.sql.procedure.batch import batch_chain
 from sync.sql.procedure.classify import SOURCE_TS_MS_RANGE, action_of, classification_checks, first_match, lookup
 from sync.sql.procedure.context import APPLIED, Action, TableSql
@@ -136,7 +137,7 @@ def _typed_step(ctx: TableSql) -> Chain:
     return chain
 
 
-def _carried(ctx: TableSql, source_ts_ms: str = "t.source_ts_ms", final: bool = False) -> str:
+def _carried(ctx: TableSql, source_ts_ms: str = "t.source_ts_ms", final: bool = False, replay: str | None = None) -> str:
     """What the stage needs of the typed record `t`, one per line: the JSON values
     (envelope, image) stay behind, and the payload is kept for quarantined records only,
     so the sort above does not carry it."""
@@ -151,17 +152,17 @@ def _carried(ctx: TableSql, source_ts_ms: str = "t.source_ts_ms", final: bool = 
         "t.source_pos",
         "t.unavailable",
         "t.drift_img",
-        *[_column(ctx, col, final) for col in ctx.table.columns],
+        *[_column(ctx, col, final, replay) for col in ctx.table.columns],
         *carried_columns(ctx, "t.", final=True),
     ]
     return "       " + packed(names, " " * 7)
 
 
-def _column(ctx: TableSql, col: ColumnConfig, final: bool) -> str:
+def _column(ctx: TableSql, col: ColumnConfig, final: bool, replay: str | None = None) -> str:
     """A typed column of `t`; in the last step (`final`) as its column policy stores it
     (sync.sql.policy), applied to the value named once in `typed`."""
     name = f"t.{ctx.q(col.target_name)}"
-    stored = policy_value_sql(ctx.d, col, name) if final else name
+    stored = policy_value_sql(ctx.d, col, name, replayed=replay) if final else name
     return name if stored == name else f"{stored} AS {ctx.q(col.target_name)}"
 
 
@@ -175,6 +176,9 @@ def _classified_step(ctx: TableSql) -> Chain:
     # each hashed field of its images, named once.
     levels, hashed = hashed_texts(d, table, "f.env") if has_policies(table) else ([], {})
     chain.extend_levels("hashed", levels)
+    # A replayed record's hashed fields are hashes already (sync.sql.policy_replay).
+    replay_levels, replay = replay_text(d, table)
+    chain.extend_levels("replayed", replay_levels)
     chain.add("checked", f"SELECT t.*,\n{indent(first_match(checks), 7)} AS check_no\nFROM {chain.last} t")
     quarantined = ", ".join(str(i) for i, chk in enumerate(checks, start=1) if chk.action == Action.QUARANTINE)
     # The payload is kept for quarantined records, and for records with a TOAST
@@ -184,13 +188,14 @@ def _classified_step(ctx: TableSql) -> Chain:
     )
     # Column policies: the envelope, redacted, instead of the payload.
     texts = {path: f"t.{name}" for path, name in hashed.items()}
-    payload = indent(redacted_sql(d, table, "t.env", texts=texts), 7).lstrip() if has_policies(table) else "t.payload"
+    redacted = redacted_sql(d, table, "t.env", texts=texts, replayed=replay)  # a replay's hashes kept
+    payload = indent(redacted, 7).lstrip() if has_policies(table) else "t.payload"
     lo, hi = SOURCE_TS_MS_RANGE
     # The source time only where it is one (the conversion above would raise otherwise).
     bounded_ts = f"CASE WHEN t.source_ts_ms BETWEEN {lo} AND {hi} THEN t.source_ts_ms END AS source_ts_ms"
     chain.add(
         "classified",
-        f"SELECT {_carried(ctx, bounded_ts, final=True).lstrip()},\n"
+        f"SELECT {_carried(ctx, bounded_ts, final=True, replay=replay).lstrip()},\n"
         f"{indent(action_of('t.check_no', checks), 7)} AS action,\n"
         f"{indent(lookup('t.check_no', [chk.reason for chk in checks], 'NULL'), 7)} AS reason,\n"
         f"       CASE WHEN {keeps_payload} THEN {payload} END AS quarantine_payload,\n"
