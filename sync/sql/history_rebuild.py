@@ -99,7 +99,7 @@ class RebuildSql:
             f"JOIN {rel.watermark} w ON w.kafka_partition = s.kafka_partition\nWHERE s.kafka_offset <= w.last_offset"
         )
         out += [
-            f"CREATE TEMPORARY TABLE {d.q(name)} (LIKE {getattr(rel, field)} INCLUDING DEFAULTS)"
+            f"CREATE TEMPORARY TABLE {d.q(name)} (LIKE {getattr(rel, field)} {d.like_options})"
             for field, name in self._temporary().items()
             if field not in ("stream", "run_log")
         ]

@@ -71,6 +71,9 @@ class PostgresDialect:
     # UPDATE ... WHERE, "an alternative action to raising a unique violation" that updates
     # the existing row only where the WHERE holds (sql-insert, ON CONFLICT Clause).
     watermark_upsert = True
+    # A copy of a table (CREATE TABLE ... LIKE) keeps its defaults and, here, its unique
+    # indexes: the watermark's upsert names its primary key (ON CONFLICT), also on a copy.
+    like_options = "INCLUDING DEFAULTS INCLUDING INDEXES"
     # A primary key is a unique index, maintained row by row: a bulk load into an empty
     # table is faster without it, built once afterwards.
     indexed_primary_key = True

@@ -37,6 +37,8 @@ Values (the capabilities block):
   stage holds many records of a partition, each of which would match its watermark row).
   The watermark is advanced by an UPDATE, then an INSERT of the partitions seen for the
   first time, which runs only when the UPDATE advanced fewer partitions than the batch holds.
+- `like_options`: INCLUDING DEFAULTS only: CREATE TABLE's LIKE clause takes "INCLUDING |
+  EXCLUDING DEFAULTS" and nothing else (r_CREATE_TABLE_NEW).
 - `in_place_widenings`: VARCHAR only: ALTER COLUMN TYPE "changes the size of a column
   defined as a VARCHAR data type" (r_ALTER_TABLE), and not in a transaction block.
 - `type_names`: super and varbyte(n) (PostgreSQL: jsonb and bytea).
@@ -125,6 +127,7 @@ class RedshiftDialect(PostgresDialect):
     copy_reads_s3 = True
     stream_relation = "MATERIALIZED VIEW"
     watermark_upsert = False  # MERGE takes no subquery as its source (r_MERGE)
+    like_options = "INCLUDING DEFAULTS"  # LIKE takes no INCLUDING INDEXES (r_CREATE_TABLE_NEW)
     control_table_attributes = {"watermark": "\nDISTSTYLE AUTO", "run_log": "\nSORTKEY (started_at)"}
     isolation_level_sql = "SELECT TRIM(isolation_level) FROM stv_db_isolation_level WHERE TRIM(db_name) = current_database()"
     # "SVV_TABLE_INFO is visible only to superusers ... To permit a user to query the view,
