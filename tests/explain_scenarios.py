@@ -64,11 +64,12 @@ class Cli:
     def __init__(self, dsn: str, tmp: Path, schema: str, append: Callable[[Cli, str, list[dict]], None]):
         self.dsn, self.tmp, self.schema, self.files = dsn, tmp, schema, 0
         self._append = append
+        self.env = {"REDSHIFT_SYNC_DSN": dsn}
         self.config = tmp / "pipeline.toml"
         self.config.write_text(pipeline_toml(TABLES, schema))
 
     def __call__(self, *args: str):
-        return run(*args, "--config", str(self.config), env={"REDSHIFT_SYNC_DSN": self.dsn})
+        return run(*args, "--config", str(self.config), env=self.env)
 
     def ingest(self, table: str, records: list[dict]) -> None:
         """The records as one refresh of the table's stream."""

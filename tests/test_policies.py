@@ -1,6 +1,8 @@
-"""Column policies through the CLI on the embedded PostgreSQL ('postgres' dialect): hash,
-mask and drop in the target, redacted quarantine payloads, a policy added to a stored
-column by a revision, key rotation, and a secret that never appears in generated SQL.
+"""Column policies through the CLI on the embedded PostgreSQL ('postgres' dialect): the
+scenarios both engines run (tests/policy_scenarios.py: hash, mask and drop in the target
+and the redacted quarantine payload, a policy added to a stored column by a revision, key
+rotation), then unparseable and isolated records, backfills and column fills under
+policies, and a secret that never appears in generated SQL.
 
 The events are shaped as Debezium's MySQL connector emits them: "before" and "after" hold
 the row images, "source" the binlog position
@@ -10,7 +12,6 @@ both images carry every column, so both must be redacted.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import re
 from pathlib import Path
@@ -31,20 +32,41 @@ from sync.sql.objects import pipeline_objects
 from sync.sql.policy import hash_sql, mask_literal
 from sync.sql.types import parse_type
 from sync.warehouse import Warehouse
+from tests import policy_scenarios as scenarios
 from tests.helpers import cli_project
-
-REPO = Path(__file__).resolve().parent.parent
-EXAMPLE = REPO / "examples" / "customers_pii" / "pipeline.toml"
-SECRET = "s3cr3t-policy-key-" + "k" * 20
-SECRET2 = "another-policy-key-" + "z" * 20
-ALICE = {"id": 1, "email": "alice@example.com", "phone": "+1 555 0100", "birth_year": 1980, "ssn": "123-45-6789", "country": "US"}
-CLEAR = ("alice@example.com", "555 0100", "1980", "123-45-6789")
+from tests.policy_scenarios import ALICE, CLEAR, EXAMPLE, REPO, SECRET, customers, keyed
 
 
-def keyed(secret: str, value: str) -> str:
-    """The documented construction: SHA-256(key || ':' || SHA-256(key || ':' || value)), hex."""
-    inner = hashlib.sha256(f"{secret}:{value}".encode()).hexdigest()
-    return hashlib.sha256(f"{secret}:{inner}".encode()).hexdigest()
+@pytest.fixture
+def policy_cli(database_dsn: str, tmp_path: Path) -> scenarios.PolicyCli:
+    """The example on a database of its own, deployed with `revision` and `deploy`."""
+    return scenarios.PolicyCli(database_dsn, tmp_path, "crm")
+
+
+def test_hash_mask_and_drop_in_the_target_and_the_quarantine(policy_cli):
+    scenarios.hash_mask_and_drop_in_the_target_and_the_quarantine(policy_cli)
+
+
+def test_a_policy_added_by_a_revision_converts_stored_values(policy_cli):
+    scenarios.a_policy_added_by_a_revision_converts_stored_values(policy_cli)
+
+
+def test_a_rotated_key_hashes_new_values_and_stored_ones_keep_theirs(policy_cli):
+    scenarios.a_rotated_key_hashes_new_values_and_stored_ones_keep_theirs(policy_cli)
+
+
+def test_in_a_scratch_schema_as_the_live_suite_runs_them(wh, database_dsn, tmp_path):
+    """tests/test_redshift_live.py's way, each scenario in a scratch schema of one database:
+    deployed as `doctor --verify` deploys, the revision applied from `deploy --sql`."""
+    for i, scenario in enumerate(scenarios.SCENARIOS):
+        folder = tmp_path / str(i)
+        folder.mkdir()
+        scenario(scenarios.scratch_cli(database_dsn, wh, f"rs_test_0123abc{i}", folder))
+    assert wh.scalar("SELECT COUNT(*) FROM information_schema.tables WHERE table_name = 'alembic_version'") == 0
+
+
+def test_every_shared_scenario_runs_here():
+    assert {f"test_{s.__name__}" for s in scenarios.SCENARIOS} <= set(globals())
 
 
 @pytest.fixture
@@ -66,10 +88,6 @@ def deploy_with_key(secret_env: str | None = "POLICY_KEY") -> None:
         cli("policy", "rotate-key", "--secret-env", secret_env)
 
 
-def customers() -> ChangeStream:
-    return ChangeStream(["id"], MySqlSource(db="crm", table="customers"))
-
-
 def ingest_sync(project: Path, records: list[dict], table: str = "customers") -> dict:
     path = project / "events.jsonl"
     write_jsonl(records, path)
@@ -79,46 +97,7 @@ def ingest_sync(project: Path, records: list[dict], table: str = "customers") ->
 
 
 def every_written_table(wh: Warehouse) -> str:
-    """The text of every row of every table the tool writes in the schema (all but the
-    streams, which hold the topic's records as Redshift's streaming views do)."""
-    names = wh.query(
-        "SELECT table_name FROM information_schema.tables WHERE table_schema = 'crm' AND table_type = 'BASE TABLE' "
-        "AND table_name NOT LIKE '%%__stream'"
-    )
-    return "\n".join(str(wh.query(f'SELECT t::text FROM crm."{name}" t')) for (name,) in names)
-
-
-def test_hash_mask_drop_land_in_the_target_and_no_clear_value_in_any_table(project, wh):
-    deploy_with_key()
-    s = customers()
-    bob = {**ALICE, "id": 2, "email": "bob@example.com", "phone": None}
-    run = ingest_sync(project, [s.insert(ALICE), s.insert(bob), s.update(ALICE, {**ALICE, "country": "CA"})])
-    assert (run["upserted"], run["quarantined"]) == (2, 0)
-    rows = wh.query("SELECT id, email, phone, birth_year, country FROM crm.customers ORDER BY id")
-    assert rows == [
-        (1, keyed(SECRET, "alice@example.com"), "****", 0, "CA"),
-        (2, keyed(SECRET, "bob@example.com"), None, 0, "US"),  # a NULL stays NULL
-    ]
-    cols = {c for (c,) in wh.query("SELECT column_name FROM information_schema.columns WHERE table_name = 'customers'")}
-    assert "ssn" not in cols  # drop: never a column
-    drift = wh.query("SELECT kind, field FROM crm.sync_schema_drift")
-    assert drift == []  # a dropped field is known, not reported as unknown
-    assert not any(v in every_written_table(wh) for v in CLEAR)
-
-
-def test_quarantined_payload_is_redacted_in_both_images(project, wh):
-    deploy_with_key()
-    s = customers()
-    # "USA" does not fit char(2): quarantined with its payload, whose images are redacted.
-    run = ingest_sync(project, [s.update(ALICE, {**ALICE, "country": "USA"})])
-    assert run["quarantined"] == 1
-    (payload,) = wh.query("SELECT payload FROM crm.sync_quarantine")[0]
-    for image in ("before", "after"):
-        assert payload[image]["email"] == keyed(SECRET, "alice@example.com")
-        assert payload[image]["phone"] == "****" and payload[image]["birth_year"] == "0"
-        assert payload[image]["ssn"] is None
-    assert payload["after"]["country"] == "USA"  # no policy: kept, so the reason can be checked
-    assert not any(v in every_written_table(wh) for v in CLEAR)
+    return scenarios.every_written_value(wh, "crm")
 
 
 def test_unparseable_value_keeps_no_raw_value_under_policies(project, wh):
@@ -159,62 +138,11 @@ def test_sync_without_a_key_stops_and_names_the_command(project, wh):
     assert json.loads(cli("doctor", "--json"))["checks"][-1]["state"] == "ok"
 
 
-def test_unwrapped_topic_hashes_its_field(project, wh):
-    deploy_with_key()
-    login = {"login_id": 7, "customer_id": 1, "ip_address": "10.1.2.3", "logged_in_at": 1_700_000_000_000, "__deleted": "false"}
-    run = ingest_sync(project, [{"partition": 0, "key": {"login_id": 7}, "value": login}], table="logins")
-    assert run["upserted"] == 1
-    assert wh.query("SELECT ip_address FROM crm.logins") == [(keyed(SECRET, "10.1.2.3"),)]
-
-
-def test_rotated_key_hashes_new_values_and_stored_ones_keep_theirs(project, wh, monkeypatch):
-    deploy_with_key()
-    s = customers()
-    ingest_sync(project, [s.insert(ALICE)])
-    monkeypatch.setenv("POLICY_KEY", SECRET2)
-    assert "policy key 2 in use" in cli("policy", "rotate-key", "--secret-env", "POLICY_KEY")
-    ingest_sync(project, [s.insert({**ALICE, "id": 3})])
-    assert wh.query("SELECT id, email FROM crm.customers ORDER BY id") == [
-        (1, keyed(SECRET, "alice@example.com")),
-        (3, keyed(SECRET2, "alice@example.com")),
-    ]
-    # Without --secret-env the key is random, and never printed.
-    out = cli("policy", "rotate-key")
-    assert "policy key 3 in use (generated)" in out
-    (generated,) = wh.query("SELECT secret FROM crm.sync_policy_key WHERE key_id = 3")[0]
-    assert len(generated) == 64 and generated not in out
-
-
 def test_too_short_a_key_is_refused(project, monkeypatch):
     deploy_with_key(secret_env=None)
     monkeypatch.setenv("POLICY_KEY", "short")
     out = CliRunner().invoke(app, ["policy", "rotate-key", "--secret-env", "POLICY_KEY"])
     assert out.exit_code != 0 and "32 to 256 characters" in out.output
-
-
-def test_policy_added_by_a_revision_converts_stored_values(project, wh):
-    path = project / "pipeline.toml"
-    text = path.read_text()
-    clear = text.replace(', policy = "hash" },    # joinable', " },    # joinable")
-    clear = clear.replace(", policy = \"mask\" },    # '****'", " },")
-    clear = clear.replace(', policy = "drop" },', " },")
-    path.write_text(clear)
-    deploy_with_key()
-    s = customers()
-    ingest_sync(project, [s.insert(ALICE), s.update(ALICE, {**ALICE, "country": "USA"})])  # the update: quarantined
-    assert wh.query("SELECT email, phone, ssn FROM crm.customers") == [("alice@example.com", "+1 555 0100", "123-45-6789")]
-
-    path.write_text(text)
-    out = cli("revision", "-m", "column policies")
-    assert 'apply_policy("customers", "email")' in out and 'drop_column("customers", "ssn")' in out
-    cli("deploy")
-    assert wh.query("SELECT email, phone FROM crm.customers") == [(keyed(SECRET, "alice@example.com"), "****")]
-    (payload,) = wh.query("SELECT payload FROM crm.sync_quarantine")[0]
-    assert payload["after"]["email"] == keyed(SECRET, "alice@example.com") and payload["before"]["phone"] == "****"
-    assert not any(v in every_written_table(wh) for v in CLEAR)
-    # New records take the policies too.
-    ingest_sync(project, [s.insert({**ALICE, "id": 4})])
-    assert wh.scalar("SELECT email FROM crm.customers WHERE id = 4") == keyed(SECRET, "alice@example.com")
 
 
 def test_policy_cannot_be_removed_or_changed_by_a_revision(project):

@@ -22,7 +22,8 @@ from sync.cli.app import app
 from sync.debezium.events import write_jsonl
 from sync.sql.policy_replay import REPLAYED
 from tests.helpers import cli_project
-from tests.test_policies import ALICE, EXAMPLE, SECRET, cli, customers, deploy_with_key, keyed
+from tests.policy_scenarios import ALICE, EXAMPLE, SECRET, customers, keyed
+from tests.test_policies import cli, deploy_with_key
 
 HASHED = keyed(SECRET, "alice@example.com")
 

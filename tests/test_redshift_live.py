@@ -25,7 +25,7 @@ from sync.schema.revisions import deployed_revision
 from sync.sql.dialect import RedshiftDialect, dialect_for
 from sync.sql.names import SCHEMA_DRIFT, table_names
 from sync.warehouse import WarehouseError, connect
-from tests import explain_scenarios
+from tests import explain_scenarios, policy_scenarios
 from tests.cases import FLOAT_RANGE_CASES
 from tests.helpers import make_pipeline
 from tests.test_explain_sql import _pipeline, redshift_statements
@@ -296,12 +296,16 @@ def redshift_cli(rs, tmp_path) -> explain_scenarios.Cli:
     """The explain scenarios' pipeline in the scratch schema; records reach the streaming
     view's stand-in, the rest runs through the command line, as on PostgreSQL."""
     wh, schema = rs
+    without_revision(wh)
+    return explain_scenarios.scratch_cli(DSN, wh, schema, tmp_path)
+
+
+def without_revision(wh: Any) -> None:
     if deployed_revision(wh) is not None:
         pytest.skip(
             "this database records an alembic revision (public.alembic_version), which the command line checks "
             "the pipeline file against: give REDSHIFT_SYNC_TEST_REDSHIFT_DSN a database without one"
         )
-    return explain_scenarios.scratch_cli(DSN, wh, schema, tmp_path)
 
 
 @pytest.mark.parametrize("scenario", explain_scenarios.SCENARIOS, ids=lambda s: s.__name__)
@@ -309,6 +313,24 @@ def test_explain_through_the_command_line(redshift_cli, scenario):
     # Issue-level acceptance: `explain` on both engines through the CLI (tests/test_explain.py
     # runs the same scenarios on PostgreSQL).
     scenario(redshift_cli)
+
+
+@pytest.fixture
+def redshift_policy_cli(rs, tmp_path) -> policy_scenarios.PolicyCli:
+    """examples/customers_pii in the scratch schema, deployed as `doctor --verify` deploys;
+    records reach the streaming view's stand-in, a revision is applied from the script
+    `deploy --sql --dialect redshift` prints, the rest runs through the command line."""
+    wh, schema = rs
+    without_revision(wh)
+    return policy_scenarios.scratch_cli(DSN, wh, schema, tmp_path)
+
+
+@pytest.mark.parametrize("scenario", policy_scenarios.SCENARIOS, ids=lambda s: s.__name__)
+def test_column_policies_through_the_command_line(redshift_policy_cli, scenario):
+    # Issue-level acceptance: each policy on both engines through the CLI, with the
+    # quarantine's redacted payload, a policy added by a revision, key rotation
+    # (tests/test_policies.py runs the same scenarios on PostgreSQL).
+    scenario(redshift_policy_cli)
 
 
 def test_the_golden_sql_of_explain_runs_and_leaves_nothing(rs):
