@@ -26,7 +26,7 @@ def test_the_envelope_is_unwrapped_once_per_record():
         batch_sql(COMPOSITE),
         'CASE WHEN IS_OBJECT(s.payload."schema") THEN s.payload."payload" ELSE s.payload END AS _env,',
         'CASE WHEN IS_OBJECT(s.key_payload."schema") THEN s.key_payload."payload" ELSE s.key_payload END AS _key_env',
-        'f._env."source" AS _src',
+        'CASE WHEN f._x_o0 = \'d\' THEN f._env."before" ELSE f._env."after" END AS _img, f._env."source" AS _src',
     )
 
 
@@ -34,11 +34,11 @@ def test_the_operation_is_bounded_once_then_read_by_name():
     sql = batch_sql(ONE)
     assert_lines(
         sql,
-        'SELECT f.*, (CASE WHEN JSON_SIZE(f._env."op") <= 65535 THEN f._env."op" END) AS "_b_o0"',
+        'batch_1 AS (SELECT f.*, (CASE WHEN JSON_SIZE(f._env."op") <= 65535 THEN f._env."op" END) AS "_b_o0" FROM batch f),',
         "SELECT f.*, CASE WHEN IS_VARCHAR(f._b_o0) THEN f._b_o0::varchar(65535)"
         ' WHEN f._b_o0 IS NOT NULL THEN JSON_SERIALIZE(f._b_o0) END AS "_x_o0"',
-        "f._x_o0 AS _op,",
-        'CASE WHEN f._x_o0 = \'d\' THEN f._env."before" ELSE f._env."after" END AS _img,',
+        "SELECT f._kafka_partition, f._kafka_offset, f._kafka_timestamp, f._refresh_time, f._payload, f._raw_value, f._env,"
+        " f._key_env, f._x_o0 AS _op,",
     )
     assert sql.count("JSON_SIZE") == 1
     # PostgreSQL reads the member as text in place: nothing to bound.

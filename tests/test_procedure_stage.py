@@ -46,7 +46,7 @@ def test_a_key_falls_back_to_the_kafka_key():
 def test_the_source_time_is_kept_only_where_it_is_one():
     assert_lines(
         stage_insert_sql(ONE),
-        "SELECT f.*, CAST(f._ts_ms AS bigint) AS _source_ts_ms, NOT (f._ts_ms IS NULL) AS _has_source_ts,",
+        "typed AS (SELECT f.*, CAST(f._ts_ms AS bigint) AS _source_ts_ms, NOT (f._ts_ms IS NULL) AS _has_source_ts,",
     )
     assert (
         "CASE WHEN t._source_ts_ms BETWEEN 0 AND 253402300799999 THEN t._source_ts_ms END AS _source_ts_ms,"
@@ -72,7 +72,7 @@ def test_a_text_field_is_bounded_once_then_cast_and_tested_for_the_placeholder_b
     sql = stage_insert_sql(COMPOSITE)
     assert_lines(
         sql,
-        'SELECT f.*, (CASE WHEN JSON_SIZE(f._j_v0) <= 65535 THEN f._j_v0 END) AS "_b_v0"',
+        'fields_1 AS (SELECT f.*, (CASE WHEN JSON_SIZE(f._j_v0) <= 65535 THEN f._j_v0 END) AS "_b_v0" FROM fields f),',
         "SELECT f.*, CASE WHEN IS_VARCHAR(f._b_v0) THEN f._b_v0::varchar(65535)"
         ' WHEN f._b_v0 IS NOT NULL THEN JSON_SERIALIZE(f._b_v0) END AS "_x_v0"',
         "COALESCE(f._x_v0 IN ('__debezium_unavailable_value', 'X19kZWJleml1bV91bmF2YWlsYWJsZV92YWx1ZQ==',"

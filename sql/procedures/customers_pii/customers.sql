@@ -162,12 +162,11 @@ BEGIN
     "_source_ts", "_source_pos", "_rank_pos", "id", "email", "phone", "birth_year", "country", "_unavailable", "_payload",
     "_raw_value", "_drift_img"
   )
-  WITH batch AS (
-    SELECT s.kafka_partition AS _kafka_partition, s.kafka_offset AS _kafka_offset,
-           s.kafka_timestamp AS _kafka_timestamp, s.refresh_time AS _refresh_time,
-           s.payload AS _payload, s.raw_value AS _raw_value,
-           CASE WHEN IS_OBJECT(s.payload."schema") THEN s.payload."payload" ELSE s.payload END AS _env,
-           CASE WHEN IS_OBJECT(s.key_payload."schema") THEN s.key_payload."payload" ELSE s.key_payload END AS _key_env
+  WITH batch AS (SELECT s.kafka_partition AS _kafka_partition, s.kafka_offset AS _kafka_offset,
+      s.kafka_timestamp AS _kafka_timestamp, s.refresh_time AS _refresh_time,
+      s.payload AS _payload, s.raw_value AS _raw_value,
+      CASE WHEN IS_OBJECT(s.payload."schema") THEN s.payload."payload" ELSE s.payload END AS _env,
+      CASE WHEN IS_OBJECT(s.key_payload."schema") THEN s.key_payload."payload" ELSE s.key_payload END AS _key_env
     FROM "crm"."customers__stream" s
     LEFT JOIN "crm"."customers__watermark" w ON w.kafka_partition = s.kafka_partition
     WHERE s.refresh_time >= v_since
@@ -183,36 +182,27 @@ BEGIN
            CAST(NULL AS super)
     FROM "crm"."customers__quarantine" r
     WHERE v_replayed > 0 AND r.table_name = 'customers' AND r.handled = 'replaying'),
-  batch_1 AS (
-    SELECT f.*, (CASE WHEN JSON_SIZE(f._env."op") <= 65535 THEN f._env."op" END) AS "_b_o0"
-    FROM batch f),
+  batch_1 AS (SELECT f.*, (CASE WHEN JSON_SIZE(f._env."op") <= 65535 THEN f._env."op" END) AS "_b_o0" FROM batch f),
   batch_2 AS (
     SELECT f.*, CASE WHEN IS_VARCHAR(f._b_o0) THEN f._b_o0::varchar(65535) WHEN f._b_o0 IS NOT NULL THEN JSON_SERIALIZE(f._b_o0) END AS "_x_o0"
     FROM batch_1 f),
   envelope AS (
-    SELECT f._kafka_partition, f._kafka_offset, f._kafka_timestamp, f._refresh_time,
-           f._payload, f._raw_value, f._env, f._key_env,
-           f._x_o0 AS _op,
-           CASE WHEN f._x_o0 = 'd' THEN f._env."before" ELSE f._env."after" END AS _img,
-           f._env."source" AS _src
+    SELECT f._kafka_partition, f._kafka_offset, f._kafka_timestamp, f._refresh_time, f._payload, f._raw_value, f._env, f._key_env, f._x_o0 AS _op,
+           CASE WHEN f._x_o0 = 'd' THEN f._env."before" ELSE f._env."after" END AS _img, f._env."source" AS _src
     FROM batch_2 f),
-  envelope_1 AS (
-    SELECT f.*, (CASE WHEN JSON_SIZE(f._src."file") <= 65535 THEN f._src."file" END) AS "_b_p0",
-           (CASE WHEN JSON_SIZE(f._src."pos") <= 65535 THEN f._src."pos" END) AS "_b_p1",
-           (CASE WHEN JSON_SIZE(f._src."row") <= 65535 THEN f._src."row" END) AS "_b_p2"
-    FROM envelope f),
+  envelope_1 AS (SELECT f.*, (CASE WHEN JSON_SIZE(f._src."file") <= 65535 THEN f._src."file" END) AS "_b_p0",
+      (CASE WHEN JSON_SIZE(f._src."pos") <= 65535 THEN f._src."pos" END) AS "_b_p1",
+      (CASE WHEN JSON_SIZE(f._src."row") <= 65535 THEN f._src."row" END) AS "_b_p2" FROM envelope f),
   envelope_2 AS (
     SELECT f.*, CASE WHEN IS_VARCHAR(f._b_p0) THEN f._b_p0::varchar(65535) WHEN f._b_p0 IS NOT NULL THEN JSON_SERIALIZE(f._b_p0) END AS "_x_p0",
            CASE WHEN IS_VARCHAR(f._b_p1) THEN f._b_p1::varchar(65535) WHEN f._b_p1 IS NOT NULL THEN JSON_SERIALIZE(f._b_p1) END AS "_x_p1",
            CASE WHEN IS_VARCHAR(f._b_p2) THEN f._b_p2::varchar(65535) WHEN f._b_p2 IS NOT NULL THEN JSON_SERIALIZE(f._b_p2) END AS "_x_p2"
     FROM envelope_1 f),
-  fields AS (
-    SELECT f._kafka_partition, f._kafka_offset, f._kafka_timestamp, f._refresh_time, f._payload, f._raw_value, f._env, f._img, f._op,
-           f._src."ts_ms" AS _ts_ms,
-           lpad(REGEXP_SUBSTR(f._x_p0, '[0-9]*$'), 20, '0') || '.' || lpad(f._x_p1, 20, '0') || '.' || lpad(COALESCE(f._x_p2, ''), 20, '0') AS _source_pos,
-           f._img."id" AS _j_i0, CASE WHEN IS_OBJECT(f._key_env) THEN f._key_env."id" ELSE f._key_env END AS _j_k0, f._img."email" AS _j_v0,
-           f._img."phone" AS _j_v1, f._img."birth_year" AS _j_v2, f._img."country" AS _j_v3
-    FROM envelope_2 f),
+  fields AS (SELECT f._kafka_partition, f._kafka_offset, f._kafka_timestamp, f._refresh_time, f._payload, f._raw_value, f._env, f._img, f._op,
+      f._src."ts_ms" AS _ts_ms,
+      lpad(REGEXP_SUBSTR(f._x_p0, '[0-9]*$'), 20, '0') || '.' || lpad(f._x_p1, 20, '0') || '.' || lpad(COALESCE(f._x_p2, ''), 20, '0') AS _source_pos,
+      f._img."id" AS _j_i0, CASE WHEN IS_OBJECT(f._key_env) THEN f._key_env."id" ELSE f._key_env END AS _j_k0, f._img."email" AS _j_v0,
+      f._img."phone" AS _j_v1, f._img."birth_year" AS _j_v2, f._img."country" AS _j_v3 FROM envelope_2 f),
   fields_1 AS (
     SELECT f.*, (CASE WHEN JSON_SIZE(f._j_v0) <= 65535 THEN f._j_v0 END) AS "_b_v0", (CASE WHEN JSON_SIZE(f._j_v1) <= 65535 THEN f._j_v1 END) AS "_b_v1",
            (CASE WHEN JSON_SIZE(f._j_v3) <= 65535 THEN f._j_v3 END) AS "_b_v3"
@@ -222,98 +212,86 @@ BEGIN
            CASE WHEN IS_VARCHAR(f._b_v1) THEN f._b_v1::varchar(65535) WHEN f._b_v1 IS NOT NULL THEN JSON_SERIALIZE(f._b_v1) END AS "_x_v1",
            CASE WHEN IS_VARCHAR(f._b_v3) THEN f._b_v3::varchar(65535) WHEN f._b_v3 IS NOT NULL THEN JSON_SERIALIZE(f._b_v3) END AS "_x_v3"
     FROM fields_1 f),
-  fields_3 AS (
-    SELECT f.*,
-           COALESCE(f._x_v0 IN ('__debezium_unavailable_value', 'X19kZWJleml1bV91bmF2YWlsYWJsZV92YWx1ZQ==', '["__debezium_unavailable_value"]'),
-               false) AS "_u_v0",
-           COALESCE(f._x_v1 IN ('__debezium_unavailable_value', 'X19kZWJleml1bV91bmF2YWlsYWJsZV92YWx1ZQ==', '["__debezium_unavailable_value"]'),
-               false) AS "_u_v1",
-           COALESCE(f._x_v3 IN ('__debezium_unavailable_value', 'X19kZWJleml1bV91bmF2YWlsYWJsZV92YWx1ZQ==', '["__debezium_unavailable_value"]'),
-               false) AS "_u_v3"
+  fields_3 AS (SELECT f.*,
+      COALESCE(f._x_v0 IN ('__debezium_unavailable_value', 'X19kZWJleml1bV91bmF2YWlsYWJsZV92YWx1ZQ==', '["__debezium_unavailable_value"]'), false) AS "_u_v0",
+      COALESCE(f._x_v1 IN ('__debezium_unavailable_value', 'X19kZWJleml1bV91bmF2YWlsYWJsZV92YWx1ZQ==', '["__debezium_unavailable_value"]'), false) AS "_u_v1",
+      COALESCE(f._x_v3 IN ('__debezium_unavailable_value', 'X19kZWJleml1bV91bmF2YWlsYWJsZV92YWx1ZQ==', '["__debezium_unavailable_value"]'), false) AS "_u_v3"
     FROM fields_2 f),
-  typed AS (
-    SELECT f.*, CAST(f._ts_ms AS bigint) AS _source_ts_ms, NOT (f._ts_ms IS NULL) AS _has_source_ts,
-           COALESCE(CAST(f._j_i0 AS bigint), CAST(f._j_k0 AS bigint)) AS "id",
-           CASE WHEN f._u_v0 THEN NULL ELSE CAST(CASE WHEN OCTET_LENGTH(f._x_v0) <= 64 THEN f._x_v0 END AS varchar(64)) END AS "email",
-           CASE WHEN f._u_v1 THEN NULL ELSE CAST(CASE WHEN OCTET_LENGTH(f._x_v1) <= 32 THEN f._x_v1 END AS varchar(32)) END AS "phone",
-           CAST(f._j_v2 AS integer) AS "birth_year",
-           CASE WHEN f._u_v3 THEN NULL ELSE CAST(CASE WHEN OCTET_LENGTH(f._x_v3) <= 2 THEN f._x_v3 END AS char(2)) END AS "country",
-           NULLIF('|' || CASE WHEN f._u_v0 THEN 'email|' ELSE '' END || CASE WHEN f._u_v1 THEN 'phone|' ELSE '' END || CASE WHEN f._u_v3 THEN 'country|'
-               ELSE '' END, '|') AS _unavailable,
-           CASE WHEN f._op IN ('c', 'r', 'u') AND IS_OBJECT(f._img) AND NOT (f._j_i0 IS NOT NULL AND f._j_v0 IS NOT NULL AND f._j_v1 IS NOT NULL
-               AND f._j_v2 IS NOT NULL AND f._j_v3 IS NOT NULL AND GET_NUMBER_ATTRIBUTES(f._img) = 6) THEN OBJECT_TRANSFORM(f._img
+  typed AS (SELECT f.*, CAST(f._ts_ms AS bigint) AS _source_ts_ms, NOT (f._ts_ms IS NULL) AS _has_source_ts,
+      COALESCE(CAST(f._j_i0 AS bigint), CAST(f._j_k0 AS bigint)) AS "id",
+      CASE WHEN f._u_v0 THEN NULL ELSE CAST(CASE WHEN OCTET_LENGTH(f._x_v0) <= 64 THEN f._x_v0 END AS varchar(64)) END AS "email",
+      CASE WHEN f._u_v1 THEN NULL ELSE CAST(CASE WHEN OCTET_LENGTH(f._x_v1) <= 32 THEN f._x_v1 END AS varchar(32)) END AS "phone",
+      CAST(f._j_v2 AS integer) AS "birth_year",
+      CASE WHEN f._u_v3 THEN NULL ELSE CAST(CASE WHEN OCTET_LENGTH(f._x_v3) <= 2 THEN f._x_v3 END AS char(2)) END AS "country",
+      NULLIF('|' || CASE WHEN f._u_v0 THEN 'email|' ELSE '' END || CASE WHEN f._u_v1 THEN 'phone|' ELSE '' END || CASE WHEN f._u_v3 THEN 'country|'
+          ELSE '' END, '|') AS _unavailable,
+      CASE WHEN f._op IN ('c', 'r', 'u') AND IS_OBJECT(f._img) AND NOT (f._j_i0 IS NOT NULL AND f._j_v0 IS NOT NULL AND f._j_v1 IS NOT NULL
+          AND f._j_v2 IS NOT NULL AND f._j_v3 IS NOT NULL AND GET_NUMBER_ATTRIBUTES(f._img) = 6) THEN OBJECT_TRANSFORM(f._img
       SET '"email"', NULL,
         '"phone"', NULL,
         '"birth_year"', NULL,
-        '"ssn"', NULL) END AS _drift_img
-    FROM fields_3 f),
-  hashed_1 AS (
-    SELECT f.*, (CASE WHEN JSON_SIZE(f._env."after"."email") <= 65535 THEN f._env."after"."email" END) AS "_b_h0_0",
-           (CASE WHEN JSON_SIZE(f._env."before"."email") <= 65535 THEN f._env."before"."email" END) AS "_b_h1_0"
-    FROM typed f),
+        '"ssn"', NULL) END AS _drift_img FROM fields_3 f),
+  hashed_1 AS (SELECT f.*, (CASE WHEN JSON_SIZE(f._env."after"."email") <= 65535 THEN f._env."after"."email" END) AS "_b_h0_0",
+      (CASE WHEN JSON_SIZE(f._env."before"."email") <= 65535 THEN f._env."before"."email" END) AS "_b_h1_0" FROM typed f),
   hashed_2 AS (
     SELECT f.*, CASE WHEN IS_VARCHAR(f._b_h0_0) THEN f._b_h0_0::varchar(65535) WHEN f._b_h0_0 IS NOT NULL THEN JSON_SERIALIZE(f._b_h0_0) END AS "_x_h0_0",
            CASE WHEN IS_VARCHAR(f._b_h1_0) THEN f._b_h1_0::varchar(65535) WHEN f._b_h1_0 IS NOT NULL THEN JSON_SERIALIZE(f._b_h1_0) END AS "_x_h1_0"
     FROM hashed_1 f),
-  checked AS (
-    SELECT t.*,
-           CASE
-             WHEN t._raw_value IS NOT NULL THEN 1
-             WHEN (t._env IS NULL) THEN 2
-             WHEN NOT IS_OBJECT(t._env) THEN 3
-             WHEN t._op IS NULL THEN 4
-             WHEN t._op = 't' THEN 5
-             WHEN t._op NOT IN ('c', 'r', 'u', 'd') THEN 6
-             WHEN t._op <> 'd' AND ((t._img IS NULL) OR NOT IS_OBJECT(t._img)) THEN 7
-             WHEN t."id" IS NULL THEN 8
-             WHEN t._has_source_ts AND (t._source_ts_ms IS NULL OR t._source_ts_ms NOT BETWEEN 0 AND 253402300799999) THEN 9
-             WHEN t._op <> 'd' AND NOT (t._j_v0 IS NULL) AND t."email" IS NULL AND NOT t._u_v0 THEN 10
-             WHEN t._op <> 'd' AND NOT (t._j_v1 IS NULL) AND t."phone" IS NULL AND NOT t._u_v1 THEN 11
-             WHEN t._op <> 'd' AND NOT (t._j_v2 IS NULL) AND t."birth_year" IS NULL THEN 12
-             WHEN t._op <> 'd' AND NOT (t._j_v3 IS NULL) AND t."country" IS NULL AND NOT t._u_v3 THEN 13
-             WHEN t._op = 'd' THEN 14
-             ELSE 0
-           END AS _check_no
-    FROM hashed_2 t),
-  classified AS (
-    SELECT t._kafka_partition, t._kafka_offset, t._kafka_timestamp, t._refresh_time, t._raw_value, t._op,
-           CASE WHEN t._source_ts_ms BETWEEN 0 AND 253402300799999 THEN t._source_ts_ms END AS _source_ts_ms, t._source_pos,
-           t._unavailable, t._drift_img, t."id",
-           SHA2(v_policy_key || ':' || SHA2(v_policy_key || ':' || (t."email"), 256), 256) AS "email",
-           CASE WHEN t."phone" IS NOT NULL THEN CAST('****' AS varchar(32)) END AS "phone",
-           CASE WHEN t."birth_year" IS NOT NULL THEN CAST('0' AS integer) END AS "birth_year", t."country",
-           CASE
-             WHEN t._check_no IN (1, 3, 4, 6, 7, 8, 9, 10, 11, 12, 13) THEN 'quarantine'
-             WHEN t._check_no = 2 THEN 'tombstone'
-             WHEN t._check_no = 5 THEN 'truncate'
-             WHEN t._check_no = 14 THEN 'delete'
-             ELSE 'upsert'
-           END AS _action,
-           CASE t._check_no
-             WHEN 1 THEN 'value is not valid JSON'
-             WHEN 3 THEN 'value is not a JSON object'
-             WHEN 4 THEN 'no op field: not a Debezium change event'
-             WHEN 6 THEN 'unknown op "' || CASE WHEN OCTET_LENGTH(t._op) <= 64 THEN t._op ELSE SUBSTRING(t._op, 1, 16) END || '"'
-             WHEN 7 THEN 'no row image: after is missing or not an object'
-             WHEN 8 THEN 'primary key field id is missing or not a bigint'
-             WHEN 9 THEN 'source time (ts_ms) is not milliseconds since the epoch between 1970 and 9999'
-             WHEN 10 THEN 'field email does not convert to varchar(64)'
-             WHEN 11 THEN 'field phone does not convert to varchar(32)'
-             WHEN 12 THEN 'field birth_year does not convert to integer'
-             WHEN 13 THEN 'field country does not convert to char(2)'
-           END AS _reason,
-           CASE WHEN t._check_no IN (1, 3, 4, 6, 7, 8, 9, 10, 11, 12, 13) OR t._unavailable IS NOT NULL THEN OBJECT_TRANSFORM(t._env
-             SET '"after"."email"', SHA2(v_policy_key || ':' || SHA2(v_policy_key || ':' || (t._x_h0_0), 256), 256),
-               '"after"."phone"', CASE WHEN NOT (t._env."after"."phone" IS NULL) THEN '****' END,
-               '"after"."birth_year"', CASE WHEN NOT (t._env."after"."birth_year" IS NULL) THEN '0' END,
-               '"after"."ssn"', NULL,
-               '"before"."email"', SHA2(v_policy_key || ':' || SHA2(v_policy_key || ':' || (t._x_h1_0), 256), 256),
-               '"before"."phone"', CASE WHEN NOT (t._env."before"."phone" IS NULL) THEN '****' END,
-               '"before"."birth_year"', CASE WHEN NOT (t._env."before"."birth_year" IS NULL) THEN '0' END,
-               '"before"."ssn"', NULL) END AS _quarantine_payload,
-           MAX(t._kafka_timestamp) OVER (PARTITION BY t._kafka_partition ORDER BY t._kafka_offset
-             ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW) AS _kafka_time
-    FROM checked t)
+  checked AS (SELECT t.*,
+      CASE
+        WHEN t._raw_value IS NOT NULL THEN 1
+        WHEN (t._env IS NULL) THEN 2
+        WHEN NOT IS_OBJECT(t._env) THEN 3
+        WHEN t._op IS NULL THEN 4
+        WHEN t._op = 't' THEN 5
+        WHEN t._op NOT IN ('c', 'r', 'u', 'd') THEN 6
+        WHEN t._op <> 'd' AND ((t._img IS NULL) OR NOT IS_OBJECT(t._img)) THEN 7
+        WHEN t."id" IS NULL THEN 8
+        WHEN t._has_source_ts AND (t._source_ts_ms IS NULL OR t._source_ts_ms NOT BETWEEN 0 AND 253402300799999) THEN 9
+        WHEN t._op <> 'd' AND NOT (t._j_v0 IS NULL) AND t."email" IS NULL AND NOT t._u_v0 THEN 10
+        WHEN t._op <> 'd' AND NOT (t._j_v1 IS NULL) AND t."phone" IS NULL AND NOT t._u_v1 THEN 11
+        WHEN t._op <> 'd' AND NOT (t._j_v2 IS NULL) AND t."birth_year" IS NULL THEN 12
+        WHEN t._op <> 'd' AND NOT (t._j_v3 IS NULL) AND t."country" IS NULL AND NOT t._u_v3 THEN 13
+        WHEN t._op = 'd' THEN 14
+        ELSE 0
+      END AS _check_no FROM hashed_2 t),
+  classified AS (SELECT t._kafka_partition, t._kafka_offset, t._kafka_timestamp, t._refresh_time, t._raw_value, t._op,
+      CASE WHEN t._source_ts_ms BETWEEN 0 AND 253402300799999 THEN t._source_ts_ms END AS _source_ts_ms, t._source_pos,
+      t._unavailable, t._drift_img, t."id",
+      SHA2(v_policy_key || ':' || SHA2(v_policy_key || ':' || (t."email"), 256), 256) AS "email",
+      CASE WHEN t."phone" IS NOT NULL THEN CAST('****' AS varchar(32)) END AS "phone",
+      CASE WHEN t."birth_year" IS NOT NULL THEN CAST('0' AS integer) END AS "birth_year", t."country",
+      CASE
+        WHEN t._check_no IN (1, 3, 4, 6, 7, 8, 9, 10, 11, 12, 13) THEN 'quarantine'
+        WHEN t._check_no = 2 THEN 'tombstone'
+        WHEN t._check_no = 5 THEN 'truncate'
+        WHEN t._check_no = 14 THEN 'delete'
+        ELSE 'upsert'
+      END AS _action,
+      CASE t._check_no
+        WHEN 1 THEN 'value is not valid JSON'
+        WHEN 3 THEN 'value is not a JSON object'
+        WHEN 4 THEN 'no op field: not a Debezium change event'
+        WHEN 6 THEN 'unknown op "' || CASE WHEN OCTET_LENGTH(t._op) <= 64 THEN t._op ELSE SUBSTRING(t._op, 1, 16) END || '"'
+        WHEN 7 THEN 'no row image: after is missing or not an object'
+        WHEN 8 THEN 'primary key field id is missing or not a bigint'
+        WHEN 9 THEN 'source time (ts_ms) is not milliseconds since the epoch between 1970 and 9999'
+        WHEN 10 THEN 'field email does not convert to varchar(64)'
+        WHEN 11 THEN 'field phone does not convert to varchar(32)'
+        WHEN 12 THEN 'field birth_year does not convert to integer'
+        WHEN 13 THEN 'field country does not convert to char(2)'
+      END AS _reason,
+      CASE WHEN t._check_no IN (1, 3, 4, 6, 7, 8, 9, 10, 11, 12, 13) OR t._unavailable IS NOT NULL THEN OBJECT_TRANSFORM(t._env
+        SET '"after"."email"', SHA2(v_policy_key || ':' || SHA2(v_policy_key || ':' || (t._x_h0_0), 256), 256),
+          '"after"."phone"', CASE WHEN NOT (t._env."after"."phone" IS NULL) THEN '****' END,
+          '"after"."birth_year"', CASE WHEN NOT (t._env."after"."birth_year" IS NULL) THEN '0' END,
+          '"after"."ssn"', NULL,
+          '"before"."email"', SHA2(v_policy_key || ':' || SHA2(v_policy_key || ':' || (t._x_h1_0), 256), 256),
+          '"before"."phone"', CASE WHEN NOT (t._env."before"."phone" IS NULL) THEN '****' END,
+          '"before"."birth_year"', CASE WHEN NOT (t._env."before"."birth_year" IS NULL) THEN '0' END,
+          '"before"."ssn"', NULL) END AS _quarantine_payload,
+      MAX(t._kafka_timestamp) OVER (PARTITION BY t._kafka_partition ORDER BY t._kafka_offset
+        ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW) AS _kafka_time FROM checked t)
   SELECT c._kafka_partition, c._kafka_offset, c._kafka_timestamp, c._refresh_time,
          CASE WHEN OCTET_LENGTH(c._op) <= 64 THEN c._op ELSE SUBSTRING(c._op, 1, 16) END, c._action, c._reason,
          ROW_NUMBER() OVER (

@@ -160,12 +160,11 @@ BEGIN
     "_source_ts", "_source_pos", "_rank_pos", "login_id", "customer_id", "ip_address", "logged_in_at", "_unavailable",
     "_payload", "_raw_value", "_drift_img"
   )
-  WITH batch AS (
-    SELECT s.kafka_partition AS _kafka_partition, s.kafka_offset AS _kafka_offset,
-           s.kafka_timestamp AS _kafka_timestamp, s.refresh_time AS _refresh_time,
-           s.payload AS _payload, s.raw_value AS _raw_value,
-           CASE WHEN IS_OBJECT(s.payload."schema") THEN s.payload."payload" ELSE s.payload END AS _env,
-           CASE WHEN IS_OBJECT(s.key_payload."schema") THEN s.key_payload."payload" ELSE s.key_payload END AS _key_env
+  WITH batch AS (SELECT s.kafka_partition AS _kafka_partition, s.kafka_offset AS _kafka_offset,
+      s.kafka_timestamp AS _kafka_timestamp, s.refresh_time AS _refresh_time,
+      s.payload AS _payload, s.raw_value AS _raw_value,
+      CASE WHEN IS_OBJECT(s.payload."schema") THEN s.payload."payload" ELSE s.payload END AS _env,
+      CASE WHEN IS_OBJECT(s.key_payload."schema") THEN s.key_payload."payload" ELSE s.key_payload END AS _key_env
     FROM "crm"."logins__stream" s
     LEFT JOIN "crm"."logins__watermark" w ON w.kafka_partition = s.kafka_partition
     WHERE s.refresh_time >= v_since
@@ -181,107 +180,87 @@ BEGIN
            CAST(NULL AS super)
     FROM "crm"."logins__quarantine" r
     WHERE v_replayed > 0 AND r.table_name = 'logins' AND r.handled = 'replaying'),
-  batch_1 AS (
-    SELECT f.*, (CASE WHEN JSON_SIZE(f._env."__deleted") <= 65535 THEN f._env."__deleted" END) AS "_b_o0",
-           (CASE WHEN JSON_SIZE(f._env."__op") <= 65535 THEN f._env."__op" END) AS "_b_o1"
-    FROM batch f),
+  batch_1 AS (SELECT f.*, (CASE WHEN JSON_SIZE(f._env."__deleted") <= 65535 THEN f._env."__deleted" END) AS "_b_o0",
+      (CASE WHEN JSON_SIZE(f._env."__op") <= 65535 THEN f._env."__op" END) AS "_b_o1" FROM batch f),
   batch_2 AS (
     SELECT f.*, CASE WHEN IS_VARCHAR(f._b_o0) THEN f._b_o0::varchar(65535) WHEN f._b_o0 IS NOT NULL THEN JSON_SERIALIZE(f._b_o0) END AS "_x_o0",
            CASE WHEN IS_VARCHAR(f._b_o1) THEN f._b_o1::varchar(65535) WHEN f._b_o1 IS NOT NULL THEN JSON_SERIALIZE(f._b_o1) END AS "_x_o1"
     FROM batch_1 f),
-  envelope AS (
-    SELECT f._kafka_partition, f._kafka_offset, f._kafka_timestamp, f._refresh_time,
-           f._payload, f._raw_value, f._env, f._key_env,
-           CASE WHEN IS_OBJECT(f._env) THEN
+  envelope AS (SELECT f._kafka_partition, f._kafka_offset, f._kafka_timestamp, f._refresh_time, f._payload, f._raw_value, f._env, f._key_env,
+      CASE WHEN IS_OBJECT(f._env) THEN
       CASE WHEN f._x_o0 = 'true' THEN 'd' ELSE COALESCE(f._x_o1, 'u') END
     END AS _op,
-           f._env AS _img,
-           f._env AS _src
-    FROM batch_2 f),
-  fields AS (
-    SELECT f._kafka_partition, f._kafka_offset, f._kafka_timestamp, f._refresh_time, f._payload, f._raw_value, f._env, f._img, f._op,
-           f._src."__source_ts_ms" AS _ts_ms, NULL AS _source_pos, f._img."login_id" AS _j_i0,
-           CASE WHEN IS_OBJECT(f._key_env) THEN f._key_env."login_id" ELSE f._key_env END AS _j_k0, f._img."customer_id" AS _j_v0,
-           f._img."ip_address" AS _j_v1, f._img."logged_in_at" AS _j_v2
-    FROM envelope f),
-  fields_1 AS (
-    SELECT f.*, (CASE WHEN JSON_SIZE(f._j_v1) <= 65535 THEN f._j_v1 END) AS "_b_v1",
-           CASE WHEN CAST(f._j_v2 AS bigint) BETWEEN -62135596800000 AND 253402300799999 THEN CAST(f._j_v2 AS bigint) END AS "_e_v2"
-    FROM fields f),
+           f._env AS _img, f._env AS _src FROM batch_2 f),
+  fields AS (SELECT f._kafka_partition, f._kafka_offset, f._kafka_timestamp, f._refresh_time, f._payload, f._raw_value, f._env, f._img, f._op,
+      f._src."__source_ts_ms" AS _ts_ms, NULL AS _source_pos, f._img."login_id" AS _j_i0,
+      CASE WHEN IS_OBJECT(f._key_env) THEN f._key_env."login_id" ELSE f._key_env END AS _j_k0, f._img."customer_id" AS _j_v0,
+      f._img."ip_address" AS _j_v1, f._img."logged_in_at" AS _j_v2 FROM envelope f),
+  fields_1 AS (SELECT f.*, (CASE WHEN JSON_SIZE(f._j_v1) <= 65535 THEN f._j_v1 END) AS "_b_v1",
+      CASE WHEN CAST(f._j_v2 AS bigint) BETWEEN -62135596800000 AND 253402300799999 THEN CAST(f._j_v2 AS bigint) END AS "_e_v2" FROM fields f),
   fields_2 AS (
     SELECT f.*, CASE WHEN IS_VARCHAR(f._b_v1) THEN f._b_v1::varchar(65535) WHEN f._b_v1 IS NOT NULL THEN JSON_SERIALIZE(f._b_v1) END AS "_x_v1"
     FROM fields_1 f),
-  fields_3 AS (
-    SELECT f.*,
-           COALESCE(f._x_v1 IN ('__debezium_unavailable_value', 'X19kZWJleml1bV91bmF2YWlsYWJsZV92YWx1ZQ==', '["__debezium_unavailable_value"]'),
-               false) AS "_u_v1"
+  fields_3 AS (SELECT f.*,
+      COALESCE(f._x_v1 IN ('__debezium_unavailable_value', 'X19kZWJleml1bV91bmF2YWlsYWJsZV92YWx1ZQ==', '["__debezium_unavailable_value"]'), false) AS "_u_v1"
     FROM fields_2 f),
-  typed AS (
-    SELECT f.*, CAST(f._ts_ms AS bigint) AS _source_ts_ms, NOT (f._ts_ms IS NULL) AS _has_source_ts,
-           COALESCE(CAST(f._j_i0 AS bigint), CAST(f._j_k0 AS bigint)) AS "login_id", CAST(f._j_v0 AS bigint) AS "customer_id",
-           CASE WHEN f._u_v1 THEN NULL ELSE CAST(CASE WHEN OCTET_LENGTH(f._x_v1) <= 64 THEN f._x_v1 END AS varchar(64)) END AS "ip_address",
-           TIMESTAMP '1970-01-01 00:00:00' + (f._e_v2 / 1000) * INTERVAL '1 second' + (f._e_v2 % 1000) * 1000 * INTERVAL '1 microsecond' AS "logged_in_at",
-           NULLIF('|' || CASE WHEN f._u_v1 THEN 'ip_address|' ELSE '' END, '|') AS _unavailable,
-           CASE WHEN f._op IN ('c', 'r', 'u') AND IS_OBJECT(f._img) AND NOT (f._j_i0 IS NOT NULL AND f._j_v0 IS NOT NULL AND f._j_v1 IS NOT NULL
-               AND f._j_v2 IS NOT NULL AND GET_NUMBER_ATTRIBUTES(f._img) = 4) THEN OBJECT_TRANSFORM(f._img
-      SET '"ip_address"', NULL) END AS _drift_img
-    FROM fields_3 f),
-  hashed_1 AS (
-    SELECT f.*, (CASE WHEN JSON_SIZE(f._env."ip_address") <= 65535 THEN f._env."ip_address" END) AS "_b_h0_0"
-    FROM typed f),
+  typed AS (SELECT f.*, CAST(f._ts_ms AS bigint) AS _source_ts_ms, NOT (f._ts_ms IS NULL) AS _has_source_ts,
+      COALESCE(CAST(f._j_i0 AS bigint), CAST(f._j_k0 AS bigint)) AS "login_id", CAST(f._j_v0 AS bigint) AS "customer_id",
+      CASE WHEN f._u_v1 THEN NULL ELSE CAST(CASE WHEN OCTET_LENGTH(f._x_v1) <= 64 THEN f._x_v1 END AS varchar(64)) END AS "ip_address",
+      TIMESTAMP '1970-01-01 00:00:00' + (f._e_v2 / 1000) * INTERVAL '1 second' + (f._e_v2 % 1000) * 1000 * INTERVAL '1 microsecond' AS "logged_in_at",
+      NULLIF('|' || CASE WHEN f._u_v1 THEN 'ip_address|' ELSE '' END, '|') AS _unavailable,
+      CASE WHEN f._op IN ('c', 'r', 'u') AND IS_OBJECT(f._img) AND NOT (f._j_i0 IS NOT NULL AND f._j_v0 IS NOT NULL AND f._j_v1 IS NOT NULL
+          AND f._j_v2 IS NOT NULL AND GET_NUMBER_ATTRIBUTES(f._img) = 4) THEN OBJECT_TRANSFORM(f._img
+      SET '"ip_address"', NULL) END AS _drift_img FROM fields_3 f),
+  hashed_1 AS (SELECT f.*, (CASE WHEN JSON_SIZE(f._env."ip_address") <= 65535 THEN f._env."ip_address" END) AS "_b_h0_0" FROM typed f),
   hashed_2 AS (
     SELECT f.*, CASE WHEN IS_VARCHAR(f._b_h0_0) THEN f._b_h0_0::varchar(65535) WHEN f._b_h0_0 IS NOT NULL THEN JSON_SERIALIZE(f._b_h0_0) END AS "_x_h0_0"
     FROM hashed_1 f),
-  checked AS (
-    SELECT t.*,
-           CASE
-             WHEN t._raw_value IS NOT NULL THEN 1
-             WHEN (t._env IS NULL) AND t."login_id" IS NOT NULL THEN 2
-             WHEN (t._env IS NULL) THEN 3
-             WHEN NOT IS_OBJECT(t._env) THEN 4
-             WHEN t._op IS NULL THEN 5
-             WHEN t._op = 't' THEN 6
-             WHEN t._op NOT IN ('c', 'r', 'u', 'd') THEN 7
-             WHEN t._op <> 'd' AND ((t._img IS NULL) OR NOT IS_OBJECT(t._img)) THEN 8
-             WHEN t."login_id" IS NULL THEN 9
-             WHEN t._has_source_ts AND (t._source_ts_ms IS NULL OR t._source_ts_ms NOT BETWEEN 0 AND 253402300799999) THEN 10
-             WHEN t._op <> 'd' AND NOT (t._j_v0 IS NULL) AND t."customer_id" IS NULL THEN 11
-             WHEN t._op <> 'd' AND NOT (t._j_v1 IS NULL) AND t."ip_address" IS NULL AND NOT t._u_v1 THEN 12
-             WHEN t._op <> 'd' AND NOT (t._j_v2 IS NULL) AND t."logged_in_at" IS NULL THEN 13
-             WHEN t._op = 'd' THEN 14
-             ELSE 0
-           END AS _check_no
-    FROM hashed_2 t),
-  classified AS (
-    SELECT t._kafka_partition, t._kafka_offset, t._kafka_timestamp, t._refresh_time, t._raw_value, t._op,
-           CASE WHEN t._source_ts_ms BETWEEN 0 AND 253402300799999 THEN t._source_ts_ms END AS _source_ts_ms, t._source_pos,
-           t._unavailable, t._drift_img, t."login_id", t."customer_id",
-           SHA2(v_policy_key || ':' || SHA2(v_policy_key || ':' || (t."ip_address"), 256), 256) AS "ip_address",
-           t."logged_in_at",
-           CASE
-             WHEN t._check_no IN (1, 4, 5, 7, 8, 9, 10, 11, 12, 13) THEN 'quarantine'
-             WHEN t._check_no IN (2, 14) THEN 'delete'
-             WHEN t._check_no = 3 THEN 'tombstone'
-             WHEN t._check_no = 6 THEN 'truncate'
-             ELSE 'upsert'
-           END AS _action,
-           CASE t._check_no
-             WHEN 1 THEN 'value is not valid JSON'
-             WHEN 4 THEN 'value is not a JSON object'
-             WHEN 5 THEN 'no op field: not a Debezium change event'
-             WHEN 7 THEN 'unknown op "' || CASE WHEN OCTET_LENGTH(t._op) <= 64 THEN t._op ELSE SUBSTRING(t._op, 1, 16) END || '"'
-             WHEN 8 THEN 'no row image: after is missing or not an object'
-             WHEN 9 THEN 'primary key field login_id is missing or not a bigint'
-             WHEN 10 THEN 'source time (ts_ms) is not milliseconds since the epoch between 1970 and 9999'
-             WHEN 11 THEN 'field customer_id does not convert to bigint'
-             WHEN 12 THEN 'field ip_address does not convert to varchar(64)'
-             WHEN 13 THEN 'field logged_in_at does not convert from io.debezium.time.Timestamp to timestamp'
-           END AS _reason,
-           CASE WHEN t._check_no IN (1, 4, 5, 7, 8, 9, 10, 11, 12, 13) OR t._unavailable IS NOT NULL THEN OBJECT_TRANSFORM(t._env
-             SET '"ip_address"', SHA2(v_policy_key || ':' || SHA2(v_policy_key || ':' || (t._x_h0_0), 256), 256)) END AS _quarantine_payload,
-           MAX(t._kafka_timestamp) OVER (PARTITION BY t._kafka_partition ORDER BY t._kafka_offset
-             ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW) AS _kafka_time
-    FROM checked t)
+  checked AS (SELECT t.*,
+      CASE
+        WHEN t._raw_value IS NOT NULL THEN 1
+        WHEN (t._env IS NULL) AND t."login_id" IS NOT NULL THEN 2
+        WHEN (t._env IS NULL) THEN 3
+        WHEN NOT IS_OBJECT(t._env) THEN 4
+        WHEN t._op IS NULL THEN 5
+        WHEN t._op = 't' THEN 6
+        WHEN t._op NOT IN ('c', 'r', 'u', 'd') THEN 7
+        WHEN t._op <> 'd' AND ((t._img IS NULL) OR NOT IS_OBJECT(t._img)) THEN 8
+        WHEN t."login_id" IS NULL THEN 9
+        WHEN t._has_source_ts AND (t._source_ts_ms IS NULL OR t._source_ts_ms NOT BETWEEN 0 AND 253402300799999) THEN 10
+        WHEN t._op <> 'd' AND NOT (t._j_v0 IS NULL) AND t."customer_id" IS NULL THEN 11
+        WHEN t._op <> 'd' AND NOT (t._j_v1 IS NULL) AND t."ip_address" IS NULL AND NOT t._u_v1 THEN 12
+        WHEN t._op <> 'd' AND NOT (t._j_v2 IS NULL) AND t."logged_in_at" IS NULL THEN 13
+        WHEN t._op = 'd' THEN 14
+        ELSE 0
+      END AS _check_no FROM hashed_2 t),
+  classified AS (SELECT t._kafka_partition, t._kafka_offset, t._kafka_timestamp, t._refresh_time, t._raw_value, t._op,
+      CASE WHEN t._source_ts_ms BETWEEN 0 AND 253402300799999 THEN t._source_ts_ms END AS _source_ts_ms, t._source_pos,
+      t._unavailable, t._drift_img, t."login_id", t."customer_id",
+      SHA2(v_policy_key || ':' || SHA2(v_policy_key || ':' || (t."ip_address"), 256), 256) AS "ip_address",
+      t."logged_in_at",
+      CASE
+        WHEN t._check_no IN (1, 4, 5, 7, 8, 9, 10, 11, 12, 13) THEN 'quarantine'
+        WHEN t._check_no IN (2, 14) THEN 'delete'
+        WHEN t._check_no = 3 THEN 'tombstone'
+        WHEN t._check_no = 6 THEN 'truncate'
+        ELSE 'upsert'
+      END AS _action,
+      CASE t._check_no
+        WHEN 1 THEN 'value is not valid JSON'
+        WHEN 4 THEN 'value is not a JSON object'
+        WHEN 5 THEN 'no op field: not a Debezium change event'
+        WHEN 7 THEN 'unknown op "' || CASE WHEN OCTET_LENGTH(t._op) <= 64 THEN t._op ELSE SUBSTRING(t._op, 1, 16) END || '"'
+        WHEN 8 THEN 'no row image: after is missing or not an object'
+        WHEN 9 THEN 'primary key field login_id is missing or not a bigint'
+        WHEN 10 THEN 'source time (ts_ms) is not milliseconds since the epoch between 1970 and 9999'
+        WHEN 11 THEN 'field customer_id does not convert to bigint'
+        WHEN 12 THEN 'field ip_address does not convert to varchar(64)'
+        WHEN 13 THEN 'field logged_in_at does not convert from io.debezium.time.Timestamp to timestamp'
+      END AS _reason,
+      CASE WHEN t._check_no IN (1, 4, 5, 7, 8, 9, 10, 11, 12, 13) OR t._unavailable IS NOT NULL THEN OBJECT_TRANSFORM(t._env
+        SET '"ip_address"', SHA2(v_policy_key || ':' || SHA2(v_policy_key || ':' || (t._x_h0_0), 256), 256)) END AS _quarantine_payload,
+      MAX(t._kafka_timestamp) OVER (PARTITION BY t._kafka_partition ORDER BY t._kafka_offset
+        ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW) AS _kafka_time FROM checked t)
   SELECT c._kafka_partition, c._kafka_offset, c._kafka_timestamp, c._refresh_time,
          CASE WHEN OCTET_LENGTH(c._op) <= 64 THEN c._op ELSE SUBSTRING(c._op, 1, 16) END, c._action, c._reason,
          ROW_NUMBER() OVER (

@@ -152,12 +152,11 @@ BEGIN
     "_kafka_partition", "_kafka_offset", "_kafka_timestamp", "_refresh_time", "_op", "_action", "_reason", "_rn",
     "_source_ts", "_source_pos", "_rank_pos", "id", "name", "bio", "_unavailable", "_payload", "_raw_value", "_drift_img"
   )
-  WITH batch AS (
-    SELECT s.kafka_partition AS _kafka_partition, s.kafka_offset AS _kafka_offset,
-           s.kafka_timestamp AS _kafka_timestamp, s.refresh_time AS _refresh_time,
-           s.payload AS _payload, s.raw_value AS _raw_value,
-           CASE WHEN IS_OBJECT(s.payload."schema") THEN s.payload."payload" ELSE s.payload END AS _env,
-           CASE WHEN IS_OBJECT(s.key_payload."schema") THEN s.key_payload."payload" ELSE s.key_payload END AS _key_env
+  WITH batch AS (SELECT s.kafka_partition AS _kafka_partition, s.kafka_offset AS _kafka_offset,
+      s.kafka_timestamp AS _kafka_timestamp, s.refresh_time AS _refresh_time,
+      s.payload AS _payload, s.raw_value AS _raw_value,
+      CASE WHEN IS_OBJECT(s.payload."schema") THEN s.payload."payload" ELSE s.payload END AS _env,
+      CASE WHEN IS_OBJECT(s.key_payload."schema") THEN s.key_payload."payload" ELSE s.key_payload END AS _key_env
     FROM "cdc"."rw__stream" s
     LEFT JOIN "cdc"."rw__watermark" w ON w.kafka_partition = s.kafka_partition
     WHERE s.refresh_time >= v_since
@@ -173,41 +172,31 @@ BEGIN
            CAST(NULL AS super)
     FROM "cdc"."rw__quarantine" r
     WHERE v_replayed > 0 AND r.table_name = 'rw' AND r.handled = 'replaying'),
-  batch_1 AS (
-    SELECT f.*, (CASE WHEN JSON_SIZE(f._env."__deleted") <= 65535 THEN f._env."__deleted" END) AS "_b_o0",
-           (CASE WHEN JSON_SIZE(f._env."__op") <= 65535 THEN f._env."__op" END) AS "_b_o1"
-    FROM batch f),
+  batch_1 AS (SELECT f.*, (CASE WHEN JSON_SIZE(f._env."__deleted") <= 65535 THEN f._env."__deleted" END) AS "_b_o0",
+      (CASE WHEN JSON_SIZE(f._env."__op") <= 65535 THEN f._env."__op" END) AS "_b_o1" FROM batch f),
   batch_2 AS (
     SELECT f.*, CASE WHEN IS_VARCHAR(f._b_o0) THEN f._b_o0::varchar(65535) WHEN f._b_o0 IS NOT NULL THEN JSON_SERIALIZE(f._b_o0) END AS "_x_o0",
            CASE WHEN IS_VARCHAR(f._b_o1) THEN f._b_o1::varchar(65535) WHEN f._b_o1 IS NOT NULL THEN JSON_SERIALIZE(f._b_o1) END AS "_x_o1"
     FROM batch_1 f),
-  envelope AS (
-    SELECT f._kafka_partition, f._kafka_offset, f._kafka_timestamp, f._refresh_time,
-           f._payload, f._raw_value, f._env, f._key_env,
-           CASE WHEN IS_OBJECT(f._env) THEN
+  envelope AS (SELECT f._kafka_partition, f._kafka_offset, f._kafka_timestamp, f._refresh_time, f._payload, f._raw_value, f._env, f._key_env,
+      CASE WHEN IS_OBJECT(f._env) THEN
       CASE WHEN f._x_o0 = 'true' THEN 'd' ELSE COALESCE(f._x_o1, 'u') END
     END AS _op,
-           f._env AS _img,
-           f._env AS _src
-    FROM batch_2 f),
-  envelope_1 AS (
-    SELECT f.*, (CASE WHEN JSON_SIZE(f._src."__sequence") <= 65535 THEN f._src."__sequence" END) AS "_b_p0",
-           (CASE WHEN JSON_SIZE(f._src."__lsn") <= 65535 THEN f._src."__lsn" END) AS "_b_p1"
-    FROM envelope f),
+           f._env AS _img, f._env AS _src FROM batch_2 f),
+  envelope_1 AS (SELECT f.*, (CASE WHEN JSON_SIZE(f._src."__sequence") <= 65535 THEN f._src."__sequence" END) AS "_b_p0",
+      (CASE WHEN JSON_SIZE(f._src."__lsn") <= 65535 THEN f._src."__lsn" END) AS "_b_p1" FROM envelope f),
   envelope_2 AS (
     SELECT f.*, CASE WHEN IS_VARCHAR(f._b_p0) THEN f._b_p0::varchar(65535) WHEN f._b_p0 IS NOT NULL THEN JSON_SERIALIZE(f._b_p0) END AS "_x_p0",
            CASE WHEN IS_VARCHAR(f._b_p1) THEN f._b_p1::varchar(65535) WHEN f._b_p1 IS NOT NULL THEN JSON_SERIALIZE(f._b_p1) END AS "_x_p1"
     FROM envelope_1 f),
-  fields AS (
-    SELECT f._kafka_partition, f._kafka_offset, f._kafka_timestamp, f._refresh_time, f._payload, f._raw_value, f._env, f._img, f._op,
-           f._src."__source_ts_ms" AS _ts_ms,
-           CASE WHEN COALESCE(NULLIF(NULLIF(REGEXP_SUBSTR(f._x_p0, '([0-9]+)"?[]]$', 1, 1, 'e'), ''), ''), f._x_p1) IS NOT NULL
-               THEN lpad(COALESCE(NULLIF(NULLIF(REGEXP_SUBSTR(f._x_p0, '^[[]"?([0-9]*)', 1, 1, 'e'), ''), ''),
-               COALESCE(NULLIF(NULLIF(REGEXP_SUBSTR(f._x_p0, '([0-9]+)"?[]]$', 1, 1, 'e'), ''), ''), f._x_p1)), 20,
-               '0') || '.' || lpad(COALESCE(NULLIF(NULLIF(REGEXP_SUBSTR(f._x_p0, '([0-9]+)"?[]]$', 1, 1, 'e'), ''), ''), f._x_p1), 20, '0') END AS _source_pos,
-           f._img."id" AS _j_i0, CASE WHEN IS_OBJECT(f._key_env) THEN f._key_env."id" ELSE f._key_env END AS _j_k0, f._img."name" AS _j_v0,
-           f._img."bio" AS _j_v1
-    FROM envelope_2 f),
+  fields AS (SELECT f._kafka_partition, f._kafka_offset, f._kafka_timestamp, f._refresh_time, f._payload, f._raw_value, f._env, f._img, f._op,
+      f._src."__source_ts_ms" AS _ts_ms,
+      CASE WHEN COALESCE(NULLIF(NULLIF(REGEXP_SUBSTR(f._x_p0, '([0-9]+)"?[]]$', 1, 1, 'e'), ''), ''), f._x_p1) IS NOT NULL
+          THEN lpad(COALESCE(NULLIF(NULLIF(REGEXP_SUBSTR(f._x_p0, '^[[]"?([0-9]*)', 1, 1, 'e'), ''), ''),
+          COALESCE(NULLIF(NULLIF(REGEXP_SUBSTR(f._x_p0, '([0-9]+)"?[]]$', 1, 1, 'e'), ''), ''), f._x_p1)), 20,
+          '0') || '.' || lpad(COALESCE(NULLIF(NULLIF(REGEXP_SUBSTR(f._x_p0, '([0-9]+)"?[]]$', 1, 1, 'e'), ''), ''), f._x_p1), 20, '0') END AS _source_pos,
+      f._img."id" AS _j_i0, CASE WHEN IS_OBJECT(f._key_env) THEN f._key_env."id" ELSE f._key_env END AS _j_k0, f._img."name" AS _j_v0,
+      f._img."bio" AS _j_v1 FROM envelope_2 f),
   fields_1 AS (
     SELECT f.*, (CASE WHEN JSON_SIZE(f._j_v0) <= 65535 THEN f._j_v0 END) AS "_b_v0", (CASE WHEN JSON_SIZE(f._j_v1) <= 65535 THEN f._j_v1 END) AS "_b_v1"
     FROM fields f),
@@ -215,67 +204,59 @@ BEGIN
     SELECT f.*, CASE WHEN IS_VARCHAR(f._b_v0) THEN f._b_v0::varchar(65535) WHEN f._b_v0 IS NOT NULL THEN JSON_SERIALIZE(f._b_v0) END AS "_x_v0",
            CASE WHEN IS_VARCHAR(f._b_v1) THEN f._b_v1::varchar(65535) WHEN f._b_v1 IS NOT NULL THEN JSON_SERIALIZE(f._b_v1) END AS "_x_v1"
     FROM fields_1 f),
-  fields_3 AS (
-    SELECT f.*,
-           COALESCE(f._x_v0 IN ('__debezium_unavailable_value', 'X19kZWJleml1bV91bmF2YWlsYWJsZV92YWx1ZQ==', '["__debezium_unavailable_value"]'),
-               false) AS "_u_v0",
-           COALESCE(f._x_v1 IN ('__debezium_unavailable_value', 'X19kZWJleml1bV91bmF2YWlsYWJsZV92YWx1ZQ==', '["__debezium_unavailable_value"]'),
-               false) AS "_u_v1"
+  fields_3 AS (SELECT f.*,
+      COALESCE(f._x_v0 IN ('__debezium_unavailable_value', 'X19kZWJleml1bV91bmF2YWlsYWJsZV92YWx1ZQ==', '["__debezium_unavailable_value"]'), false) AS "_u_v0",
+      COALESCE(f._x_v1 IN ('__debezium_unavailable_value', 'X19kZWJleml1bV91bmF2YWlsYWJsZV92YWx1ZQ==', '["__debezium_unavailable_value"]'), false) AS "_u_v1"
     FROM fields_2 f),
-  typed AS (
-    SELECT f.*, CAST(f._ts_ms AS bigint) AS _source_ts_ms, NOT (f._ts_ms IS NULL) AS _has_source_ts,
-           COALESCE(CAST(f._j_i0 AS integer), CAST(f._j_k0 AS integer)) AS "id",
-           CASE WHEN f._u_v0 THEN NULL ELSE CAST(CASE WHEN OCTET_LENGTH(f._x_v0) <= 64 THEN f._x_v0 END AS varchar(64)) END AS "name",
-           CASE WHEN f._u_v1 THEN NULL ELSE CAST(CASE WHEN OCTET_LENGTH(f._x_v1) <= 256 THEN f._x_v1 END AS varchar(256)) END AS "bio",
-           NULLIF('|' || CASE WHEN f._u_v0 THEN 'name|' ELSE '' END || CASE WHEN f._u_v1 THEN 'bio|' ELSE '' END, '|') AS _unavailable,
-           CASE WHEN f._op IN ('c', 'r', 'u') AND IS_OBJECT(f._img) AND NOT (f._j_i0 IS NOT NULL AND f._j_v0 IS NOT NULL AND f._j_v1 IS NOT NULL
-               AND GET_NUMBER_ATTRIBUTES(f._img) = 3) THEN f._img END AS _drift_img
+  typed AS (SELECT f.*, CAST(f._ts_ms AS bigint) AS _source_ts_ms, NOT (f._ts_ms IS NULL) AS _has_source_ts,
+      COALESCE(CAST(f._j_i0 AS integer), CAST(f._j_k0 AS integer)) AS "id",
+      CASE WHEN f._u_v0 THEN NULL ELSE CAST(CASE WHEN OCTET_LENGTH(f._x_v0) <= 64 THEN f._x_v0 END AS varchar(64)) END AS "name",
+      CASE WHEN f._u_v1 THEN NULL ELSE CAST(CASE WHEN OCTET_LENGTH(f._x_v1) <= 256 THEN f._x_v1 END AS varchar(256)) END AS "bio",
+      NULLIF('|' || CASE WHEN f._u_v0 THEN 'name|' ELSE '' END || CASE WHEN f._u_v1 THEN 'bio|' ELSE '' END, '|') AS _unavailable,
+      CASE WHEN f._op IN ('c', 'r', 'u') AND IS_OBJECT(f._img) AND NOT (f._j_i0 IS NOT NULL AND f._j_v0 IS NOT NULL AND f._j_v1 IS NOT NULL
+          AND GET_NUMBER_ATTRIBUTES(f._img) = 3) THEN f._img END AS _drift_img
     FROM fields_3 f),
-  checked AS (
-    SELECT t.*,
-           CASE
-             WHEN t._raw_value IS NOT NULL THEN 1
-             WHEN (t._env IS NULL) AND t."id" IS NOT NULL THEN 2
-             WHEN (t._env IS NULL) THEN 3
-             WHEN NOT IS_OBJECT(t._env) THEN 4
-             WHEN t._op IS NULL THEN 5
-             WHEN t._op = 't' THEN 6
-             WHEN t._op NOT IN ('c', 'r', 'u', 'd') THEN 7
-             WHEN t._op <> 'd' AND ((t._img IS NULL) OR NOT IS_OBJECT(t._img)) THEN 8
-             WHEN t."id" IS NULL THEN 9
-             WHEN t._has_source_ts AND (t._source_ts_ms IS NULL OR t._source_ts_ms NOT BETWEEN 0 AND 253402300799999) THEN 10
-             WHEN t._op <> 'd' AND NOT (t._j_v0 IS NULL) AND t."name" IS NULL AND NOT t._u_v0 THEN 11
-             WHEN t._op <> 'd' AND NOT (t._j_v1 IS NULL) AND t."bio" IS NULL AND NOT t._u_v1 THEN 12
-             WHEN t._op = 'd' THEN 13
-             ELSE 0
-           END AS _check_no
-    FROM typed t),
-  classified AS (
-    SELECT t._kafka_partition, t._kafka_offset, t._kafka_timestamp, t._refresh_time, t._raw_value, t._op,
-           CASE WHEN t._source_ts_ms BETWEEN 0 AND 253402300799999 THEN t._source_ts_ms END AS _source_ts_ms, t._source_pos,
-           t._unavailable, t._drift_img, t."id", t."name", t."bio",
-           CASE
-             WHEN t._check_no IN (1, 4, 5, 7, 8, 9, 10, 11, 12) THEN 'quarantine'
-             WHEN t._check_no IN (2, 13) THEN 'delete'
-             WHEN t._check_no = 3 THEN 'tombstone'
-             WHEN t._check_no = 6 THEN 'truncate'
-             ELSE 'upsert'
-           END AS _action,
-           CASE t._check_no
-             WHEN 1 THEN 'value is not valid JSON'
-             WHEN 4 THEN 'value is not a JSON object'
-             WHEN 5 THEN 'no op field: not a Debezium change event'
-             WHEN 7 THEN 'unknown op "' || CASE WHEN OCTET_LENGTH(t._op) <= 64 THEN t._op ELSE SUBSTRING(t._op, 1, 16) END || '"'
-             WHEN 8 THEN 'no row image: after is missing or not an object'
-             WHEN 9 THEN 'primary key field id is missing or not a integer'
-             WHEN 10 THEN 'source time (ts_ms) is not milliseconds since the epoch between 1970 and 9999'
-             WHEN 11 THEN 'field name does not convert to varchar(64)'
-             WHEN 12 THEN 'field bio does not convert to varchar(256)'
-           END AS _reason,
-           CASE WHEN t._check_no IN (1, 4, 5, 7, 8, 9, 10, 11, 12) OR t._unavailable IS NOT NULL THEN t._payload END AS _quarantine_payload,
-           MAX(t._kafka_timestamp) OVER (PARTITION BY t._kafka_partition ORDER BY t._kafka_offset
-             ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW) AS _kafka_time
-    FROM checked t)
+  checked AS (SELECT t.*,
+      CASE
+        WHEN t._raw_value IS NOT NULL THEN 1
+        WHEN (t._env IS NULL) AND t."id" IS NOT NULL THEN 2
+        WHEN (t._env IS NULL) THEN 3
+        WHEN NOT IS_OBJECT(t._env) THEN 4
+        WHEN t._op IS NULL THEN 5
+        WHEN t._op = 't' THEN 6
+        WHEN t._op NOT IN ('c', 'r', 'u', 'd') THEN 7
+        WHEN t._op <> 'd' AND ((t._img IS NULL) OR NOT IS_OBJECT(t._img)) THEN 8
+        WHEN t."id" IS NULL THEN 9
+        WHEN t._has_source_ts AND (t._source_ts_ms IS NULL OR t._source_ts_ms NOT BETWEEN 0 AND 253402300799999) THEN 10
+        WHEN t._op <> 'd' AND NOT (t._j_v0 IS NULL) AND t."name" IS NULL AND NOT t._u_v0 THEN 11
+        WHEN t._op <> 'd' AND NOT (t._j_v1 IS NULL) AND t."bio" IS NULL AND NOT t._u_v1 THEN 12
+        WHEN t._op = 'd' THEN 13
+        ELSE 0
+      END AS _check_no FROM typed t),
+  classified AS (SELECT t._kafka_partition, t._kafka_offset, t._kafka_timestamp, t._refresh_time, t._raw_value, t._op,
+      CASE WHEN t._source_ts_ms BETWEEN 0 AND 253402300799999 THEN t._source_ts_ms END AS _source_ts_ms, t._source_pos,
+      t._unavailable, t._drift_img, t."id", t."name", t."bio",
+      CASE
+        WHEN t._check_no IN (1, 4, 5, 7, 8, 9, 10, 11, 12) THEN 'quarantine'
+        WHEN t._check_no IN (2, 13) THEN 'delete'
+        WHEN t._check_no = 3 THEN 'tombstone'
+        WHEN t._check_no = 6 THEN 'truncate'
+        ELSE 'upsert'
+      END AS _action,
+      CASE t._check_no
+        WHEN 1 THEN 'value is not valid JSON'
+        WHEN 4 THEN 'value is not a JSON object'
+        WHEN 5 THEN 'no op field: not a Debezium change event'
+        WHEN 7 THEN 'unknown op "' || CASE WHEN OCTET_LENGTH(t._op) <= 64 THEN t._op ELSE SUBSTRING(t._op, 1, 16) END || '"'
+        WHEN 8 THEN 'no row image: after is missing or not an object'
+        WHEN 9 THEN 'primary key field id is missing or not a integer'
+        WHEN 10 THEN 'source time (ts_ms) is not milliseconds since the epoch between 1970 and 9999'
+        WHEN 11 THEN 'field name does not convert to varchar(64)'
+        WHEN 12 THEN 'field bio does not convert to varchar(256)'
+      END AS _reason,
+      CASE WHEN t._check_no IN (1, 4, 5, 7, 8, 9, 10, 11, 12) OR t._unavailable IS NOT NULL THEN t._payload END AS _quarantine_payload,
+      MAX(t._kafka_timestamp) OVER (PARTITION BY t._kafka_partition ORDER BY t._kafka_offset
+        ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW) AS _kafka_time FROM checked t)
   SELECT c._kafka_partition, c._kafka_offset, c._kafka_timestamp, c._refresh_time,
          CASE WHEN OCTET_LENGTH(c._op) <= 64 THEN c._op ELSE SUBSTRING(c._op, 1, 16) END, c._action, c._reason,
          ROW_NUMBER() OVER (

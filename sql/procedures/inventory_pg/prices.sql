@@ -171,12 +171,11 @@ BEGIN
     "_source_ts", "_source_pos", "_rank_pos", "product_id", "list_price", "discount_pct", "_unavailable", "_payload",
     "_raw_value", "_drift_img"
   )
-  WITH batch AS (
-    SELECT s.kafka_partition AS _kafka_partition, s.kafka_offset AS _kafka_offset,
-           s.kafka_timestamp AS _kafka_timestamp, s.refresh_time AS _refresh_time,
-           s.payload AS _payload, s.raw_value AS _raw_value,
-           CASE WHEN IS_OBJECT(s.payload."schema") THEN s.payload."payload" ELSE s.payload END AS _env,
-           CASE WHEN IS_OBJECT(s.key_payload."schema") THEN s.key_payload."payload" ELSE s.key_payload END AS _key_env
+  WITH batch AS (SELECT s.kafka_partition AS _kafka_partition, s.kafka_offset AS _kafka_offset,
+      s.kafka_timestamp AS _kafka_timestamp, s.refresh_time AS _refresh_time,
+      s.payload AS _payload, s.raw_value AS _raw_value,
+      CASE WHEN IS_OBJECT(s.payload."schema") THEN s.payload."payload" ELSE s.payload END AS _env,
+      CASE WHEN IS_OBJECT(s.key_payload."schema") THEN s.key_payload."payload" ELSE s.key_payload END AS _key_env
     FROM "inventory"."prices__stream" s
     LEFT JOIN "inventory"."prices__watermark" w ON w.kafka_partition = s.kafka_partition
     WHERE s.refresh_time >= v_since
@@ -192,131 +191,104 @@ BEGIN
            CAST(NULL AS super)
     FROM "inventory"."prices__quarantine" r
     WHERE v_replayed > 0 AND r.table_name = 'prices' AND r.handled = 'replaying'),
-  batch_1 AS (
-    SELECT f.*, (CASE WHEN JSON_SIZE(f._env."op") <= 65535 THEN f._env."op" END) AS "_b_o0"
-    FROM batch f),
+  batch_1 AS (SELECT f.*, (CASE WHEN JSON_SIZE(f._env."op") <= 65535 THEN f._env."op" END) AS "_b_o0" FROM batch f),
   batch_2 AS (
     SELECT f.*, CASE WHEN IS_VARCHAR(f._b_o0) THEN f._b_o0::varchar(65535) WHEN f._b_o0 IS NOT NULL THEN JSON_SERIALIZE(f._b_o0) END AS "_x_o0"
     FROM batch_1 f),
   envelope AS (
-    SELECT f._kafka_partition, f._kafka_offset, f._kafka_timestamp, f._refresh_time,
-           f._payload, f._raw_value, f._env, f._key_env,
-           f._x_o0 AS _op,
-           CASE WHEN f._x_o0 = 'd' THEN f._env."before" ELSE f._env."after" END AS _img,
-           f._env."source" AS _src
+    SELECT f._kafka_partition, f._kafka_offset, f._kafka_timestamp, f._refresh_time, f._payload, f._raw_value, f._env, f._key_env, f._x_o0 AS _op,
+           CASE WHEN f._x_o0 = 'd' THEN f._env."before" ELSE f._env."after" END AS _img, f._env."source" AS _src
     FROM batch_2 f),
-  envelope_1 AS (
-    SELECT f.*, (CASE WHEN JSON_SIZE(f._src."sequence") <= 65535 THEN f._src."sequence" END) AS "_b_p0",
-           (CASE WHEN JSON_SIZE(f._src."lsn") <= 65535 THEN f._src."lsn" END) AS "_b_p1"
-    FROM envelope f),
+  envelope_1 AS (SELECT f.*, (CASE WHEN JSON_SIZE(f._src."sequence") <= 65535 THEN f._src."sequence" END) AS "_b_p0",
+      (CASE WHEN JSON_SIZE(f._src."lsn") <= 65535 THEN f._src."lsn" END) AS "_b_p1" FROM envelope f),
   envelope_2 AS (
     SELECT f.*, CASE WHEN IS_VARCHAR(f._b_p0) THEN f._b_p0::varchar(65535) WHEN f._b_p0 IS NOT NULL THEN JSON_SERIALIZE(f._b_p0) END AS "_x_p0",
            CASE WHEN IS_VARCHAR(f._b_p1) THEN f._b_p1::varchar(65535) WHEN f._b_p1 IS NOT NULL THEN JSON_SERIALIZE(f._b_p1) END AS "_x_p1"
     FROM envelope_1 f),
-  fields AS (
-    SELECT f._kafka_partition, f._kafka_offset, f._kafka_timestamp, f._refresh_time, f._payload, f._raw_value, f._env, f._img, f._op,
-           f._src."ts_ms" AS _ts_ms,
-           CASE WHEN COALESCE(NULLIF(NULLIF(REGEXP_SUBSTR(f._x_p0, '([0-9]+)"?[]]$', 1, 1, 'e'), ''), ''), f._x_p1) IS NOT NULL
-               THEN lpad(COALESCE(NULLIF(NULLIF(REGEXP_SUBSTR(f._x_p0, '^[[]"?([0-9]*)', 1, 1, 'e'), ''), ''),
-               COALESCE(NULLIF(NULLIF(REGEXP_SUBSTR(f._x_p0, '([0-9]+)"?[]]$', 1, 1, 'e'), ''), ''), f._x_p1)), 20,
-               '0') || '.' || lpad(COALESCE(NULLIF(NULLIF(REGEXP_SUBSTR(f._x_p0, '([0-9]+)"?[]]$', 1, 1, 'e'), ''), ''), f._x_p1), 20, '0') END AS _source_pos,
-           f._img."product_id" AS _j_i0, CASE WHEN IS_OBJECT(f._key_env) THEN f._key_env."product_id" ELSE f._key_env END AS _j_k0,
-           f._img."list_price" AS _j_v0, f._img."discount_pct" AS _j_v1
-    FROM envelope_2 f),
-  fields_1 AS (
-    SELECT f.*, (CASE WHEN JSON_SIZE(f._j_v0) <= 65535 THEN f._j_v0 END) AS "_b_v0t"
-    FROM fields f),
+  fields AS (SELECT f._kafka_partition, f._kafka_offset, f._kafka_timestamp, f._refresh_time, f._payload, f._raw_value, f._env, f._img, f._op,
+      f._src."ts_ms" AS _ts_ms,
+      CASE WHEN COALESCE(NULLIF(NULLIF(REGEXP_SUBSTR(f._x_p0, '([0-9]+)"?[]]$', 1, 1, 'e'), ''), ''), f._x_p1) IS NOT NULL
+          THEN lpad(COALESCE(NULLIF(NULLIF(REGEXP_SUBSTR(f._x_p0, '^[[]"?([0-9]*)', 1, 1, 'e'), ''), ''),
+          COALESCE(NULLIF(NULLIF(REGEXP_SUBSTR(f._x_p0, '([0-9]+)"?[]]$', 1, 1, 'e'), ''), ''), f._x_p1)), 20,
+          '0') || '.' || lpad(COALESCE(NULLIF(NULLIF(REGEXP_SUBSTR(f._x_p0, '([0-9]+)"?[]]$', 1, 1, 'e'), ''), ''), f._x_p1), 20, '0') END AS _source_pos,
+      f._img."product_id" AS _j_i0, CASE WHEN IS_OBJECT(f._key_env) THEN f._key_env."product_id" ELSE f._key_env END AS _j_k0,
+      f._img."list_price" AS _j_v0, f._img."discount_pct" AS _j_v1 FROM envelope_2 f),
+  fields_1 AS (SELECT f.*, (CASE WHEN JSON_SIZE(f._j_v0) <= 65535 THEN f._j_v0 END) AS "_b_v0t" FROM fields f),
   fields_2 AS (
     SELECT f.*, CASE WHEN IS_VARCHAR(f._b_v0t) THEN f._b_v0t::varchar(65535) WHEN f._b_v0t IS NOT NULL THEN JSON_SERIALIZE(f._b_v0t) END AS "_x_v0t"
     FROM fields_1 f),
-  fields_3 AS (
-    SELECT f.*,
-           CASE WHEN IS_VARCHAR(f._j_v0) AND f._x_v0t ~ '^([A-Za-z0-9+/]{4})*([A-Za-z0-9+/]{2}==|[A-Za-z0-9+/]{3}=)?$' AND LENGTH(f._x_v0t) BETWEEN 4 AND 24
-               THEN f._x_v0t END AS "_s_v0"
+  fields_3 AS (SELECT f.*,
+      CASE WHEN IS_VARCHAR(f._j_v0) AND f._x_v0t ~ '^([A-Za-z0-9+/]{4})*([A-Za-z0-9+/]{2}==|[A-Za-z0-9+/]{3}=)?$' AND LENGTH(f._x_v0t) BETWEEN 4 AND 24
+          THEN f._x_v0t END AS "_s_v0"
     FROM fields_2 f),
-  fields_4 AS (
-    SELECT f.*, FROM_VARBYTE(TO_VARBYTE(f._s_v0, 'base64'), 'hex') AS "_x_v0"
-    FROM fields_3 f),
+  fields_4 AS (SELECT f.*, FROM_VARBYTE(TO_VARBYTE(f._s_v0, 'base64'), 'hex') AS "_x_v0" FROM fields_3 f),
   fields_5 AS (
     SELECT f.*, CASE WHEN LENGTH(f._x_v0) <= 32 THEN LPAD(f._x_v0, 32, CASE WHEN SUBSTRING(f._x_v0, 1, 1) >= '8' THEN 'f' ELSE '0' END) END AS "_h_v0",
            CASE WHEN SUBSTRING(f._x_v0, 1, 1) >= '8' THEN 1 ELSE 0 END AS "_n_v0"
     FROM fields_4 f),
-  fields_6 AS (
-    SELECT f.*, ABS(f._n_v0 * 65535 - STRTOL(SUBSTRING(f._h_v0, 1, 4), 16)) AS "_a_v0",
-           ABS(f._n_v0 * 72057594037927935 - STRTOL(SUBSTRING(f._h_v0, 5, 14), 16)) AS "_b_v0",
-           ABS(f._n_v0 * 72057594037927935 - STRTOL(SUBSTRING(f._h_v0, 19, 14), 16)) AS "_c_v0"
-    FROM fields_5 f),
-  fields_7 AS (
-    SELECT f.*, CAST(f._b_v0 AS decimal(38,0)) * 72057594037927936 + f._c_v0 + f._n_v0 AS "_l_v0"
-    FROM fields_6 f),
-  fields_8 AS (
-    SELECT f.*,
-           CAST(CAST(CASE WHEN f._a_v0 < 19259 OR (f._a_v0 = 19259 AND f._l_v0 <= 1554801477754702131171195550171135)
-               THEN f._a_v0 END AS decimal(38,0)) * 5192296858534827628530496329220096 + f._l_v0 AS varchar(40)) AS "_m_v0"
+  fields_6 AS (SELECT f.*, ABS(f._n_v0 * 65535 - STRTOL(SUBSTRING(f._h_v0, 1, 4), 16)) AS "_a_v0",
+      ABS(f._n_v0 * 72057594037927935 - STRTOL(SUBSTRING(f._h_v0, 5, 14), 16)) AS "_b_v0",
+      ABS(f._n_v0 * 72057594037927935 - STRTOL(SUBSTRING(f._h_v0, 19, 14), 16)) AS "_c_v0" FROM fields_5 f),
+  fields_7 AS (SELECT f.*, CAST(f._b_v0 AS decimal(38,0)) * 72057594037927936 + f._c_v0 + f._n_v0 AS "_l_v0" FROM fields_6 f),
+  fields_8 AS (SELECT f.*,
+      CAST(CAST(CASE WHEN f._a_v0 < 19259 OR (f._a_v0 = 19259 AND f._l_v0 <= 1554801477754702131171195550171135)
+          THEN f._a_v0 END AS decimal(38,0)) * 5192296858534827628530496329220096 + f._l_v0 AS varchar(40)) AS "_m_v0"
     FROM fields_7 f),
-  fields_9 AS (
-    SELECT f.*, LPAD(f._m_v0, GREATEST(LENGTH(f._m_v0), LEAST(2, 38) + 1), '0') AS "_g_v0"
-    FROM fields_8 f),
-  fields_10 AS (
-    SELECT f.*,
-           CASE WHEN f._g_v0 IS NOT NULL AND 2 BETWEEN 0 AND 38
-               THEN (CASE WHEN f._n_v0 = 1 THEN '-' ELSE '' END) || SUBSTRING(f._g_v0, 1, LENGTH(f._g_v0) - 2) || (CASE WHEN 2 > 0
-               THEN '.' || SUBSTRING(f._g_v0, LENGTH(f._g_v0) - 2 + 1) ELSE '' END) END AS "_t_v0"
+  fields_9 AS (SELECT f.*, LPAD(f._m_v0, GREATEST(LENGTH(f._m_v0), LEAST(2, 38) + 1), '0') AS "_g_v0" FROM fields_8 f),
+  fields_10 AS (SELECT f.*,
+      CASE WHEN f._g_v0 IS NOT NULL AND 2 BETWEEN 0 AND 38
+          THEN (CASE WHEN f._n_v0 = 1 THEN '-' ELSE '' END) || SUBSTRING(f._g_v0, 1, LENGTH(f._g_v0) - 2) || (CASE WHEN 2 > 0
+          THEN '.' || SUBSTRING(f._g_v0, LENGTH(f._g_v0) - 2 + 1) ELSE '' END) END AS "_t_v0"
     FROM fields_9 f),
-  typed AS (
-    SELECT f.*, CAST(f._ts_ms AS bigint) AS _source_ts_ms, NOT (f._ts_ms IS NULL) AS _has_source_ts,
-           COALESCE(CAST(f._j_i0 AS integer), CAST(f._j_k0 AS integer)) AS "product_id",
-           CAST(CASE WHEN ABS(CAST(CASE WHEN LENGTH(LTRIM(SPLIT_PART(REPLACE(f._t_v0, '-', ''), '.', 1), '0')) <= 10
-               THEN f._t_v0 END AS decimal(38,2))) <= 9999999999.99 THEN CAST(CASE WHEN LENGTH(LTRIM(SPLIT_PART(REPLACE(f._t_v0, '-', ''), '.', 1), '0')) <= 10
-               THEN f._t_v0 END AS decimal(38,2)) END AS decimal(12,2)) AS "list_price",
-           CAST(f._j_v1 AS integer) AS "discount_pct", NULL AS _unavailable,
-           CASE WHEN f._op IN ('c', 'r', 'u') AND IS_OBJECT(f._img) AND NOT (f._j_i0 IS NOT NULL AND f._j_v0 IS NOT NULL AND f._j_v1 IS NOT NULL
-               AND GET_NUMBER_ATTRIBUTES(f._img) = 3) THEN f._img END AS _drift_img
+  typed AS (SELECT f.*, CAST(f._ts_ms AS bigint) AS _source_ts_ms, NOT (f._ts_ms IS NULL) AS _has_source_ts,
+      COALESCE(CAST(f._j_i0 AS integer), CAST(f._j_k0 AS integer)) AS "product_id",
+      CAST(CASE WHEN ABS(CAST(CASE WHEN LENGTH(LTRIM(SPLIT_PART(REPLACE(f._t_v0, '-', ''), '.', 1), '0')) <= 10
+          THEN f._t_v0 END AS decimal(38,2))) <= 9999999999.99 THEN CAST(CASE WHEN LENGTH(LTRIM(SPLIT_PART(REPLACE(f._t_v0, '-', ''), '.', 1), '0')) <= 10
+          THEN f._t_v0 END AS decimal(38,2)) END AS decimal(12,2)) AS "list_price",
+      CAST(f._j_v1 AS integer) AS "discount_pct", NULL AS _unavailable,
+      CASE WHEN f._op IN ('c', 'r', 'u') AND IS_OBJECT(f._img) AND NOT (f._j_i0 IS NOT NULL AND f._j_v0 IS NOT NULL AND f._j_v1 IS NOT NULL
+          AND GET_NUMBER_ATTRIBUTES(f._img) = 3) THEN f._img END AS _drift_img
     FROM fields_10 f),
-  checked AS (
-    SELECT t.*,
-           CASE
-             WHEN t._raw_value IS NOT NULL THEN 1
-             WHEN (t._env IS NULL) THEN 2
-             WHEN NOT IS_OBJECT(t._env) THEN 3
-             WHEN t._op IS NULL THEN 4
-             WHEN t._op = 't' THEN 5
-             WHEN t._op NOT IN ('c', 'r', 'u', 'd') THEN 6
-             WHEN t._op <> 'd' AND ((t._img IS NULL) OR NOT IS_OBJECT(t._img)) THEN 7
-             WHEN t."product_id" IS NULL THEN 8
-             WHEN t._has_source_ts AND (t._source_ts_ms IS NULL OR t._source_ts_ms NOT BETWEEN 0 AND 253402300799999) THEN 9
-             WHEN t._op <> 'd' AND NOT (t._j_v0 IS NULL) AND t."list_price" IS NULL THEN 10
-             WHEN t._op <> 'd' AND NOT (t._j_v1 IS NULL) AND t."discount_pct" IS NULL THEN 11
-             WHEN t._op = 'd' THEN 12
-             ELSE 0
-           END AS _check_no
-    FROM typed t),
-  classified AS (
-    SELECT t._kafka_partition, t._kafka_offset, t._kafka_timestamp, t._refresh_time, t._raw_value, t._op,
-           CASE WHEN t._source_ts_ms BETWEEN 0 AND 253402300799999 THEN t._source_ts_ms END AS _source_ts_ms, t._source_pos,
-           t._unavailable, t._drift_img, t."product_id", t."list_price", t."discount_pct",
-           CASE
-             WHEN t._check_no IN (1, 3, 4, 6, 7, 8, 9, 10, 11) THEN 'quarantine'
-             WHEN t._check_no = 2 THEN 'tombstone'
-             WHEN t._check_no = 5 THEN 'truncate'
-             WHEN t._check_no = 12 THEN 'delete'
-             ELSE 'upsert'
-           END AS _action,
-           CASE t._check_no
-             WHEN 1 THEN 'value is not valid JSON'
-             WHEN 3 THEN 'value is not a JSON object'
-             WHEN 4 THEN 'no op field: not a Debezium change event'
-             WHEN 6 THEN 'unknown op "' || CASE WHEN OCTET_LENGTH(t._op) <= 64 THEN t._op ELSE SUBSTRING(t._op, 1, 16) END || '"'
-             WHEN 7 THEN 'no row image: after is missing or not an object'
-             WHEN 8 THEN 'primary key field product_id is missing or not a integer'
-             WHEN 9 THEN 'source time (ts_ms) is not milliseconds since the epoch between 1970 and 9999'
-             WHEN 10 THEN 'field list_price does not convert from org.apache.kafka.connect.data.Decimal to decimal(12,2)'
-             WHEN 11 THEN 'field discount_pct does not convert to integer'
-           END AS _reason,
-           CASE WHEN t._check_no IN (1, 3, 4, 6, 7, 8, 9, 10, 11) THEN t._payload END AS _quarantine_payload,
-           MAX(t._kafka_timestamp) OVER (PARTITION BY t._kafka_partition ORDER BY t._kafka_offset
-             ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW) AS _kafka_time
-    FROM checked t)
+  checked AS (SELECT t.*,
+      CASE
+        WHEN t._raw_value IS NOT NULL THEN 1
+        WHEN (t._env IS NULL) THEN 2
+        WHEN NOT IS_OBJECT(t._env) THEN 3
+        WHEN t._op IS NULL THEN 4
+        WHEN t._op = 't' THEN 5
+        WHEN t._op NOT IN ('c', 'r', 'u', 'd') THEN 6
+        WHEN t._op <> 'd' AND ((t._img IS NULL) OR NOT IS_OBJECT(t._img)) THEN 7
+        WHEN t."product_id" IS NULL THEN 8
+        WHEN t._has_source_ts AND (t._source_ts_ms IS NULL OR t._source_ts_ms NOT BETWEEN 0 AND 253402300799999) THEN 9
+        WHEN t._op <> 'd' AND NOT (t._j_v0 IS NULL) AND t."list_price" IS NULL THEN 10
+        WHEN t._op <> 'd' AND NOT (t._j_v1 IS NULL) AND t."discount_pct" IS NULL THEN 11
+        WHEN t._op = 'd' THEN 12
+        ELSE 0
+      END AS _check_no FROM typed t),
+  classified AS (SELECT t._kafka_partition, t._kafka_offset, t._kafka_timestamp, t._refresh_time, t._raw_value, t._op,
+      CASE WHEN t._source_ts_ms BETWEEN 0 AND 253402300799999 THEN t._source_ts_ms END AS _source_ts_ms, t._source_pos,
+      t._unavailable, t._drift_img, t."product_id", t."list_price", t."discount_pct",
+      CASE
+        WHEN t._check_no IN (1, 3, 4, 6, 7, 8, 9, 10, 11) THEN 'quarantine'
+        WHEN t._check_no = 2 THEN 'tombstone'
+        WHEN t._check_no = 5 THEN 'truncate'
+        WHEN t._check_no = 12 THEN 'delete'
+        ELSE 'upsert'
+      END AS _action,
+      CASE t._check_no
+        WHEN 1 THEN 'value is not valid JSON'
+        WHEN 3 THEN 'value is not a JSON object'
+        WHEN 4 THEN 'no op field: not a Debezium change event'
+        WHEN 6 THEN 'unknown op "' || CASE WHEN OCTET_LENGTH(t._op) <= 64 THEN t._op ELSE SUBSTRING(t._op, 1, 16) END || '"'
+        WHEN 7 THEN 'no row image: after is missing or not an object'
+        WHEN 8 THEN 'primary key field product_id is missing or not a integer'
+        WHEN 9 THEN 'source time (ts_ms) is not milliseconds since the epoch between 1970 and 9999'
+        WHEN 10 THEN 'field list_price does not convert from org.apache.kafka.connect.data.Decimal to decimal(12,2)'
+        WHEN 11 THEN 'field discount_pct does not convert to integer'
+      END AS _reason,
+      CASE WHEN t._check_no IN (1, 3, 4, 6, 7, 8, 9, 10, 11) THEN t._payload END AS _quarantine_payload,
+      MAX(t._kafka_timestamp) OVER (PARTITION BY t._kafka_partition ORDER BY t._kafka_offset
+        ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW) AS _kafka_time FROM checked t)
   SELECT c._kafka_partition, c._kafka_offset, c._kafka_timestamp, c._refresh_time,
          CASE WHEN OCTET_LENGTH(c._op) <= 64 THEN c._op ELSE SUBSTRING(c._op, 1, 16) END, c._action, c._reason,
          ROW_NUMBER() OVER (

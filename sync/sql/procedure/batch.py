@@ -8,7 +8,7 @@ from sync.sql.envelope import envelope_fields, envelope_sql, unwrap_schema
 from sync.sql.procedure.context import READ_ORDER, TableSql
 from sync.sql.procedure.fields import named_texts
 from sync.sql.procedure.routing import route_columns_sql
-from sync.sql.procedure.text import Chain, indent
+from sync.sql.procedure.text import WIDE, Chain, indent, packed
 
 
 def pending_condition() -> str:
@@ -64,16 +64,18 @@ def batch_chain(ctx: TableSql) -> Chain:
     routes = route_columns_sql(ctx, chain, "f._env")
     # The row image; a keyless table's update also needs its before image (`before_images`).
     image = d.json_get("f._env", "before") if ctx.before_images else env.image
-    chain.add(
-        "envelope",
-        "SELECT f._kafka_partition, f._kafka_offset, f._kafka_timestamp, f._refresh_time,\n"
-        f"       f._payload, f._raw_value, f._env, {routes.only_own('f._key_env', '_key_env')},\n"
-        f"       {env.op} AS _op,\n"
-        f"       {routes.only_own(image)} AS _img,\n"
-        f"       {routes.only_own(env.source)} AS _src"
-        + "".join(f",\n       {line}" for line in routes.lines)
-        + f"\nFROM {chain.last} f",
-    )
+    columns = [
+        *(
+            f"f._{c}"
+            for c in ("kafka_partition", "kafka_offset", "kafka_timestamp", "refresh_time", "payload", "raw_value", "env")
+        ),
+        routes.only_own("f._key_env", "_key_env"),
+        f"{env.op} AS _op",
+        f"{routes.only_own(image)} AS _img",
+        f"{routes.only_own(env.source)} AS _src",
+        *routes.lines,
+    ]
+    chain.add("envelope", f"SELECT {packed(columns, ' ' * 7, WIDE)}\nFROM {chain.last} f")
     return chain
 
 
