@@ -346,13 +346,13 @@ def test_redshift_quarantine_payload_is_redacted_with_object_transform():
     exiting path or add a new path" (https://docs.aws.amazon.com/redshift/latest/dg/r_object_transform_function.html).
     Both row images of the envelope, every policy field; a raw value is never kept."""
     stage = stage_insert("customers")
-    payload = projections(stage)["quarantine_payload"].sql("redshift")
+    payload = projections(stage)["_quarantine_payload"].sql("redshift")
     for image in ("after", "before"):
         assert f"""'"{image}"."email"', CASE WHEN t.x__replayed = SHA2(""" in payload  # a replay's hash kept
         assert f"""'"{image}"."phone"', CASE WHEN NOT""" in payload
         assert f"""'"{image}"."ssn"', NULL""" in payload
-    assert "OBJECT_TRANSFORM(t.env" in payload
-    assert "c.raw_value" not in stage.sql  # the stage's _raw_value is NULL
+    assert "OBJECT_TRANSFORM(t._env" in payload
+    assert "c._raw_value" not in stage.sql  # the stage's _raw_value is NULL
     (isolate,) = [
         s
         for s in redshift_statements()

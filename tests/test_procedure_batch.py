@@ -25,9 +25,9 @@ def test_the_batch_is_the_stream_past_the_watermark_up_to_the_bound():
 def test_the_envelope_is_unwrapped_once_per_record():
     assert_lines(
         batch_sql(COMPOSITE),
-        'CASE WHEN IS_OBJECT(s.payload."schema") THEN s.payload."payload" ELSE s.payload END AS env,',
-        'CASE WHEN IS_OBJECT(s.key_payload."schema") THEN s.key_payload."payload" ELSE s.key_payload END AS key_env',
-        'f.env."source" AS src',
+        'CASE WHEN IS_OBJECT(s.payload."schema") THEN s.payload."payload" ELSE s.payload END AS _env,',
+        'CASE WHEN IS_OBJECT(s.key_payload."schema") THEN s.key_payload."payload" ELSE s.key_payload END AS _key_env',
+        'CASE WHEN f._x_o0 = \'d\' THEN f._env."before" ELSE f._env."after" END AS _img, f._env."source" AS _src',
     )
 
 
@@ -35,22 +35,22 @@ def test_the_operation_is_bounded_once_then_read_by_name():
     sql = batch_sql(ONE)
     assert_lines(
         sql,
-        'SELECT f.*, (CASE WHEN JSON_SIZE(f.env."op") <= 65535 THEN f.env."op" END) AS "b__o0"',
-        "SELECT f.*, CASE WHEN IS_VARCHAR(f.b__o0) THEN f.b__o0::varchar(65535)"
-        ' WHEN f.b__o0 IS NOT NULL THEN JSON_SERIALIZE(f.b__o0) END AS "x__o0"',
-        "f.x__o0 AS op,",
-        'CASE WHEN f.x__o0 = \'d\' THEN f.env."before" ELSE f.env."after" END AS img,',
+        'batch_1 AS (SELECT f.*, (CASE WHEN JSON_SIZE(f._env."op") <= 65535 THEN f._env."op" END) AS "_b_o0" FROM batch f),',
+        "SELECT f.*, CASE WHEN IS_VARCHAR(f._b_o0) THEN f._b_o0::varchar(65535)"
+        ' WHEN f._b_o0 IS NOT NULL THEN JSON_SERIALIZE(f._b_o0) END AS "_x_o0"',
+        "SELECT f._kafka_partition, f._kafka_offset, f._kafka_timestamp, f._refresh_time, f._payload, f._raw_value, f._env,"
+        " f._key_env, f._x_o0 AS _op,",
     )
     assert sql.count("JSON_SIZE") == 1
     # PostgreSQL reads the member as text in place: nothing to bound.
-    assert "b__o0" not in batch_sql(table_sql(ONE_COLUMN, dialect="postgres"))
+    assert "_b_o0" not in batch_sql(table_sql(ONE_COLUMN, dialect="postgres"))
 
 
 def test_records_being_replayed_join_the_batch_without_a_kafka_key():
     assert_lines(
         replay_sql(ONE),
         "UNION ALL",
-        "CAST(NULL AS super) AS key_env",
+        "CAST(NULL AS super)",
         'FROM "cdc"."tag__quarantine" r',
         "WHERE r.table_name = 'tag' AND r.handled = 'replaying'",
     )

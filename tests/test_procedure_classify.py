@@ -17,16 +17,19 @@ def _rules(ctx) -> list[tuple[Action, str]]:
 
 def test_the_rules_in_order_first_match_wins():
     assert _rules(ONE) == [
-        (Action.QUARANTINE, "t.raw_value IS NOT NULL"),
-        (Action.TOMBSTONE, "(t.env IS NULL)"),
-        (Action.QUARANTINE, "NOT IS_OBJECT(t.env)"),
-        (Action.QUARANTINE, "t.op IS NULL"),
-        (Action.TRUNCATE, "t.op = 't'"),
-        (Action.QUARANTINE, "t.op NOT IN ('c', 'r', 'u', 'd')"),
-        (Action.QUARANTINE, "t.op <> 'd' AND ((t.img IS NULL) OR NOT IS_OBJECT(t.img))"),
+        (Action.QUARANTINE, "t._raw_value IS NOT NULL"),
+        (Action.TOMBSTONE, "(t._env IS NULL)"),
+        (Action.QUARANTINE, "NOT IS_OBJECT(t._env)"),
+        (Action.QUARANTINE, "t._op IS NULL"),
+        (Action.TRUNCATE, "t._op = 't'"),
+        (Action.QUARANTINE, "t._op NOT IN ('c', 'r', 'u', 'd')"),
+        (Action.QUARANTINE, "t._op <> 'd' AND ((t._img IS NULL) OR NOT IS_OBJECT(t._img))"),
         (Action.QUARANTINE, 't."id" IS NULL'),
-        (Action.QUARANTINE, "t.has_source_ts AND (t.source_ts_ms IS NULL OR t.source_ts_ms NOT BETWEEN 0 AND 253402300799999)"),
-        (Action.DELETE, "t.op = 'd'"),
+        (
+            Action.QUARANTINE,
+            "t._has_source_ts AND (t._source_ts_ms IS NULL OR t._source_ts_ms NOT BETWEEN 0 AND 253402300799999)",
+        ),
+        (Action.DELETE, "t._op = 'd'"),
     ]
 
 
@@ -35,12 +38,12 @@ def test_each_key_column_and_each_value_column_has_its_rule():
     assert (Action.QUARANTINE, 't."order_id" IS NULL') in rules
     assert (Action.QUARANTINE, 't."line_no" IS NULL') in rules
     # A TOAST placeholder is no conversion failure: the stored value is kept.
-    assert (Action.QUARANTINE, 't.op <> \'d\' AND NOT (t."j__note" IS NULL) AND t."note" IS NULL AND NOT t."u__note"') in rules
+    assert (Action.QUARANTINE, "t._op <> 'd' AND NOT (t._j_v0 IS NULL) AND t.\"note\" IS NULL AND NOT t._u_v0") in rules
 
 
 def test_an_unwrapped_tombstone_with_a_key_is_a_delete():
     rules = _rules(table_sql(ONE_COLUMN, format="debezium-unwrap"))
-    assert rules[1] == (Action.DELETE, '(t.env IS NULL) AND t."id" IS NOT NULL')
+    assert rules[1] == (Action.DELETE, '(t._env IS NULL) AND t."id" IS NOT NULL')
 
 
 def test_a_key_longer_than_a_postgresql_index_entry_is_quarantined():
@@ -52,13 +55,13 @@ def test_the_check_number_then_its_action():
     checks = classification_checks(ONE.d, ONE.table)[:2]
     assert first_match(checks).splitlines() == [
         "CASE",
-        "  WHEN t.raw_value IS NOT NULL THEN 1",
-        "  WHEN (t.env IS NULL) THEN 2",
+        "  WHEN t._raw_value IS NOT NULL THEN 1",
+        "  WHEN (t._env IS NULL) THEN 2",
         "  ELSE 0",
         "END",
     ]
-    assert lookup("t.check_no", ["'a'", "'b'"], "'c'").splitlines() == [
-        "CASE t.check_no",
+    assert lookup("t._check_no", ["'a'", "'b'"], "'c'").splitlines() == [
+        "CASE t._check_no",
         "  WHEN 1 THEN 'a'",
         "  WHEN 2 THEN 'b'",
         "  ELSE 'c'",
@@ -68,19 +71,21 @@ def test_the_check_number_then_its_action():
 
 def test_a_one_column_key_may_be_the_bare_kafka_key():
     (key,) = ONE.table.key_columns
-    assert kafka_key_field_sql(ONE.d, ONE.table, key) == 'CASE WHEN IS_OBJECT(f.key_env) THEN f.key_env."id" ELSE f.key_env END'
+    assert (
+        kafka_key_field_sql(ONE.d, ONE.table, key) == 'CASE WHEN IS_OBJECT(f._key_env) THEN f._key_env."id" ELSE f._key_env END'
+    )
     order_id = COMPOSITE.table.key_columns[0]
-    assert kafka_key_field_sql(COMPOSITE.d, COMPOSITE.table, order_id) == 'f.key_env."order_id"'
+    assert kafka_key_field_sql(COMPOSITE.d, COMPOSITE.table, order_id) == 'f._key_env."order_id"'
 
 
 def test_text_columns_may_hold_the_toast_placeholder():
     (note,) = COMPOSITE.table.value_columns
     assert toastable(note) and not any(toastable(c) for c in COMPOSITE.table.key_columns)
-    assert "'__debezium_unavailable_value'" in unavailable_sql(COMPOSITE.d, 'f."j__note"', note)
+    assert "'__debezium_unavailable_value'" in unavailable_sql(COMPOSITE.d, "f._j_v0", note)
 
 
 def test_only_images_that_differ_from_the_configured_fields_are_set_aside_for_drift():
     assert drift_image_sql(ONE.d, ONE.table) == (
-        "CASE WHEN f.op IN ('c', 'r', 'u') AND IS_OBJECT(f.img)"
-        ' AND NOT (f."ji__id" IS NOT NULL AND GET_NUMBER_ATTRIBUTES(f.img) = 1) THEN f.img END'
+        "CASE WHEN f._op IN ('c', 'r', 'u') AND IS_OBJECT(f._img)"
+        " AND NOT (f._j_i0 IS NOT NULL AND GET_NUMBER_ATTRIBUTES(f._img) = 1) THEN f._img END"
     )

@@ -22,8 +22,8 @@ def test_each_key_ranks_its_upserts_and_deletes_newest_first():
         stage_insert_sql(COMPOSITE),
         'INSERT INTO "cdc"."line__stage" (',
         "ROW_NUMBER() OVER (",
-        "PARTITION BY CASE WHEN c.action IN ('upsert', 'delete') THEN 1 ELSE 0 END, c.\"order_id\", c.\"line_no\"",
-        "ORDER BY c.source_pos DESC NULLS LAST, c.kafka_time DESC NULLS LAST, c.kafka_partition DESC, c.kafka_offset DESC),",
+        "PARTITION BY CASE WHEN c._action IN ('upsert', 'delete') THEN 1 ELSE 0 END, c.\"order_id\", c.\"line_no\"",
+        "ORDER BY c._source_pos DESC NULLS LAST, c._kafka_time DESC NULLS LAST, c._kafka_partition DESC, c._kafka_offset DESC),",
     )
 
 
@@ -31,74 +31,75 @@ def test_kafka_order_ranks_by_partition_and_offset_and_has_no_rank_position():
     sql = stage_insert_sql(table_sql(ONE_COLUMN, order_by="kafka"))
     assert_lines(
         sql,
-        "ORDER BY c.kafka_time DESC NULLS LAST, c.kafka_partition DESC, c.kafka_offset DESC),",
-        'c.source_pos, NULL, c."id", c.unavailable, c.quarantine_payload,',
+        "ORDER BY c._kafka_time DESC NULLS LAST, c._kafka_partition DESC, c._kafka_offset DESC),",
+        'c._source_pos, NULL, c."id", c._unavailable, c._quarantine_payload,',
     )
 
 
 def test_a_key_falls_back_to_the_kafka_key():
     assert_lines(
         stage_insert_sql(ONE),
-        'COALESCE(CAST(f."ji__id" AS integer), CAST(f."jk__id" AS integer)) AS "id", NULL AS unavailable,',
+        'COALESCE(CAST(f._j_i0 AS integer), CAST(f._j_k0 AS integer)) AS "id", NULL AS _unavailable,',
     )
 
 
 def test_the_source_time_is_kept_only_where_it_is_one():
     assert_lines(
         stage_insert_sql(ONE),
-        "SELECT f.*, CAST(f.j__ts_ms AS bigint) AS source_ts_ms, NOT (f.j__ts_ms IS NULL) AS has_source_ts,",
+        "typed AS (SELECT f.*, CAST(f._ts_ms AS bigint) AS _source_ts_ms, NOT (f._ts_ms IS NULL) AS _has_source_ts,",
     )
-    assert "CASE WHEN t.source_ts_ms BETWEEN 0 AND 253402300799999 THEN t.source_ts_ms END AS source_ts_ms," in stage_insert_sql(
-        ONE
+    assert (
+        "CASE WHEN t._source_ts_ms BETWEEN 0 AND 253402300799999 THEN t._source_ts_ms END AS _source_ts_ms,"
+        in stage_insert_sql(ONE)
     )
 
 
 def test_a_toast_placeholder_is_marked_once_and_leaves_the_value_null():
     assert_lines(
         stage_insert_sql(COMPOSITE),
-        'COALESCE(CAST(f."ji__line_no" AS smallint), CAST(f."jk__line_no" AS smallint)) AS "line_no",',
-        "NULLIF('|' || CASE WHEN f.\"u__note\" THEN 'note|' ELSE '' END, '|') AS unavailable,",
-        "CASE WHEN t.check_no IN (1, 3, 4, 6, 7, 8, 9, 10, 11) OR t.unavailable IS NOT NULL THEN t.payload END AS quarantine_payload,",
+        'COALESCE(CAST(f._j_i1 AS smallint), CAST(f._j_k1 AS smallint)) AS "line_no",',
+        "NULLIF('|' || CASE WHEN f._u_v0 THEN 'note|' ELSE '' END, '|') AS _unavailable,",
+        "CASE WHEN t._check_no IN (1, 3, 4, 6, 7, 8, 9, 10, 11) OR t._unavailable IS NOT NULL THEN t._payload END AS _quarantine_payload,",
     )
-    assert "unavailable IS NOT NULL THEN t.payload" not in stage_insert_sql(ONE)  # nothing TOAST-able
+    assert "_unavailable IS NOT NULL THEN t._payload" not in stage_insert_sql(ONE)  # nothing TOAST-able
 
 
 def test_the_raw_value_is_kept_for_quarantined_records_only():
-    assert "CASE WHEN c.action = 'quarantine' THEN c.raw_value END, c.drift_img" in stage_insert_sql(ONE)
+    assert "CASE WHEN c._action = 'quarantine' THEN c._raw_value END, c._drift_img" in stage_insert_sql(ONE)
 
 
 def test_a_text_field_is_bounded_once_then_cast_and_tested_for_the_placeholder_by_name():
     sql = stage_insert_sql(COMPOSITE)
     assert_lines(
         sql,
-        'SELECT f.*, (CASE WHEN JSON_SIZE(f."j__note") <= 65535 THEN f."j__note" END) AS "b__v0"',
-        "SELECT f.*, CASE WHEN IS_VARCHAR(f.b__v0) THEN f.b__v0::varchar(65535)"
-        ' WHEN f.b__v0 IS NOT NULL THEN JSON_SERIALIZE(f.b__v0) END AS "x__v0"',
-        "COALESCE(f.x__v0 IN ('__debezium_unavailable_value', 'X19kZWJleml1bV91bmF2YWlsYWJsZV92YWx1ZQ==',"
-        ' \'["__debezium_unavailable_value"]\'), false) AS "u__note"',
-        'CASE WHEN f."u__note" THEN NULL ELSE CAST(CASE WHEN OCTET_LENGTH(f.x__v0) <= 100 THEN f.x__v0 END AS varchar(100)) END AS "note",',
+        'fields_1 AS (SELECT f.*, (CASE WHEN JSON_SIZE(f._j_v0) <= 65535 THEN f._j_v0 END) AS "_b_v0" FROM fields f),',
+        "SELECT f.*, CASE WHEN IS_VARCHAR(f._b_v0) THEN f._b_v0::varchar(65535)"
+        ' WHEN f._b_v0 IS NOT NULL THEN JSON_SERIALIZE(f._b_v0) END AS "_x_v0"',
+        "COALESCE(f._x_v0 IN ('__debezium_unavailable_value', 'X19kZWJleml1bV91bmF2YWlsYWJsZV92YWx1ZQ==',"
+        ' \'["__debezium_unavailable_value"]\'), false) AS "_u_v0"',
+        'CASE WHEN f._u_v0 THEN NULL ELSE CAST(CASE WHEN OCTET_LENGTH(f._x_v0) <= 100 THEN f._x_v0 END AS varchar(100)) END AS "note",',
     )
-    assert sql.count('JSON_SIZE(f."j__note")') == 1
+    assert sql.count("JSON_SIZE(f._j_v0)") == 1
 
 
 def test_the_source_position_fields_are_bounded_once_each():
     sql = stage_insert_sql(COMPOSITE)
     assert_lines(
         sql,
-        "lpad(REGEXP_SUBSTR(f.x__p0, '[0-9]*$'), 20, '0') || '.' || lpad(f.x__p1, 20, '0')"
-        " || '.' || lpad(COALESCE(f.x__p2, ''), 20, '0') AS source_pos,",
+        "lpad(REGEXP_SUBSTR(f._x_p0, '[0-9]*$'), 20, '0') || '.' || lpad(f._x_p1, 20, '0')"
+        " || '.' || lpad(COALESCE(f._x_p2, ''), 20, '0') AS _source_pos,",
     )
     for field in ("file", "pos", "row"):
-        assert sql.count(f'JSON_SIZE(f.src."{field}")') == 1
+        assert sql.count(f'JSON_SIZE(f._src."{field}")') == 1
 
 
 def test_the_action_of_each_check_number_one_line_per_action():
     assert_lines(
         stage_insert_sql(ONE),
-        "WHEN t.check_no IN (1, 3, 4, 6, 7, 8, 9) THEN 'quarantine'",
-        "WHEN t.check_no = 2 THEN 'tombstone'",
-        "WHEN t.check_no = 5 THEN 'truncate'",
-        "WHEN t.check_no = 10 THEN 'delete'",
+        "WHEN t._check_no IN (1, 3, 4, 6, 7, 8, 9) THEN 'quarantine'",
+        "WHEN t._check_no = 2 THEN 'tombstone'",
+        "WHEN t._check_no = 5 THEN 'truncate'",
+        "WHEN t._check_no = 10 THEN 'delete'",
         "ELSE 'upsert'",
     )
 

@@ -18,15 +18,24 @@ def test_a_chain_is_a_with_clause_each_step_reading_the_one_before():
     chain.extend("batch", {})  # nothing to name: no step
     chain.extend_levels("batch", [{"b": "f.a + 1"}, {"c": "f.b * 2"}])
     assert chain.sql().splitlines() == [
-        "WITH batch AS (",
-        "  SELECT s.a",
-        "  FROM t s),",
-        "batch_1 AS (",
-        '  SELECT f.*, f.a + 1 AS "b"',
-        "  FROM batch f),",
-        "batch_2 AS (",
-        '  SELECT f.*, f.b * 2 AS "c"',
-        "  FROM batch_1 f)",
+        "WITH batch AS (SELECT s.a FROM t s),",
+        'batch_1 AS (SELECT f.*, f.a + 1 AS "b" FROM batch f),',
+        'batch_2 AS (SELECT f.*, f.b * 2 AS "c" FROM batch_1 f)',
+    ]
+
+
+def test_a_step_too_wide_for_one_line_lists_its_columns_under_its_name():
+    chain = Chain(REDSHIFT)
+    chain.add("batch", "SELECT s.a,\n       s.b\nFROM t s\nWHERE s.a > 0")
+    chain.add("wide", f"SELECT f.a + {'1' * 140} AS v\nFROM batch f")
+    assert chain.sql().splitlines() == [
+        "WITH batch AS (SELECT s.a,",
+        "    s.b",  # the SELECT list 2 deeper than FROM and WHERE
+        "  FROM t s",
+        "  WHERE s.a > 0),",
+        "wide AS (",  # the first line would not fit beside the name
+        f"  SELECT f.a + {'1' * 140} AS v",
+        "  FROM batch f)",
     ]
 
 
@@ -35,11 +44,9 @@ def test_on_postgresql_each_step_is_fenced_so_its_values_are_computed_once():
     chain = Chain(POSTGRES)
     chain.add("batch", "SELECT 1 AS a")
     chain.extend("batch_1", {"b": "f.a"})
-    assert chain.sql().splitlines()[1:] == [
-        "  SELECT 1 AS a OFFSET 0),",
-        "batch_1 AS (",
-        '  SELECT f.*, f.a AS "b"',
-        "  FROM batch f OFFSET 0)",
+    assert chain.sql().splitlines() == [
+        "WITH batch AS (SELECT 1 AS a OFFSET 0),",
+        'batch_1 AS (SELECT f.*, f.a AS "b" FROM batch f OFFSET 0)',
     ]
 
 

@@ -129,10 +129,10 @@ def unparen(node: exp.Expression) -> exp.Expression:
 
 
 def named(st: Statement, node: exp.Expression) -> exp.Expression:
-    """What a column of the statement named `b__...` or `x__...` (a value bounded, or its
+    """What a column of the statement named `_b_...` or `_x_...` (a value bounded, or its
     text, at a level of its own) stands for: the expression the statement names so."""
     node = unparen(node)
-    if isinstance(node, exp.Column) and node.name.startswith(("b__", "x__")):
+    if isinstance(node, exp.Column) and node.name.startswith(("_b_", "_x_")):
         (definition,) = {a.this for a in st.tree.find_all(exp.Alias) if a.alias == node.name}
         return unparen(definition)
     return node
@@ -230,9 +230,9 @@ def _super_reference(node: exp.Expression) -> bool:
     if isinstance(node, exp.Dot):
         return True
     return isinstance(node, exp.Column) and (
-        re.match(r"^(j|ji|jk)__", node.name) is not None
-        or node.name in ("source_ts_ms", "scale", "value")
-        or (node.table == "src")
+        re.match(r"^_j_[ikv][0-9]+$", node.name) is not None
+        or node.name in ("_source_ts_ms", "scale", "value")
+        or (node.table == "_src")
     )
 
 

@@ -44,8 +44,8 @@ def replay_text(d: PostgresDialect, table: TableConfig) -> tuple[list[dict[str, 
     table hashes nothing."""
     if not hashes(table):
         return [], None
-    named = d.text_levels(d.json_get("f.env", REPLAYED), "replayed")
-    levels, text = named if named is not None else ([], d.json_get_text("t.env", REPLAYED))
+    named = d.text_levels(d.json_get("f._env", REPLAYED), "replayed")
+    levels, text = named if named is not None else ([], d.json_get_text("t._env", REPLAYED))
     return levels, f"{'t.' + text.removeprefix('f.') if named else text} = {_mark(d)}"
 
 

@@ -135,7 +135,7 @@ def _zoned_levels(d: PostgresDialect, raw: str, alias: str) -> tuple[list[dict[s
     text only when it matches the pattern; level 2 reads its numbers (digits there, by the
     pattern) and checks the calendar date, so the timestamp cast only sees real dates."""
     text_levels, text, _ = _text(d, raw, alias)
-    z, y, mo, dd = (f"{p}__{alias}" for p in ("z", "y", "mo", "dd"))
+    z, y, mo, dd = (f"_{p}_{alias}" for p in ("z", "y", "mo", "dd"))
     valid = f"f.{z} IS NOT NULL"
 
     def number(start: str, length: int) -> str:
@@ -155,9 +155,9 @@ def _zoned_levels(d: PostgresDialect, raw: str, alias: str) -> tuple[list[dict[s
         y: number("1", 4),
         mo: number("6", 2),
         dd: number("9", 2),
-        f"us__{alias}": micros,
-        f"sod__{alias}": f"{number('12', 2)} * 3600 + {number('15', 2)} * 60 + {number('18', 2)}",
-        f"off__{alias}": f"CASE WHEN {zulu} THEN 0 ELSE {sign} * ({hours} * 3600 + {minutes} * 60 + COALESCE({seconds}, 0)) END",
+        f"_us_{alias}": micros,
+        f"_sod_{alias}": f"{number('12', 2)} * 3600 + {number('15', 2)} * 60 + {number('18', 2)}",
+        f"_off_{alias}": f"CASE WHEN {zulu} THEN 0 ELSE {sign} * ({hours} * 3600 + {minutes} * 60 + COALESCE({seconds}, 0)) END",
     }
     leap = f"(f.{y} % 4 = 0 AND (f.{y} % 100 <> 0 OR f.{y} % 400 = 0))"
     month_days = (
@@ -166,12 +166,12 @@ def _zoned_levels(d: PostgresDialect, raw: str, alias: str) -> tuple[list[dict[s
     # The offset may move the first and the last day out of 0001-01-01 .. 9999-12-31
     # (a time before 01:00 at +01:00 on 0001-01-01): no value, as the reference decoder.
     in_range = (
-        f"NOT (f.{y} = 1 AND f.{mo} = 1 AND f.{dd} = 1 AND f.sod__{alias} < f.off__{alias})"
-        f" AND NOT (f.{y} = 9999 AND f.{mo} = 12 AND f.{dd} = 31 AND f.sod__{alias} - f.off__{alias} >= 86400)"
+        f"NOT (f.{y} = 1 AND f.{mo} = 1 AND f.{dd} = 1 AND f._sod_{alias} < f._off_{alias})"
+        f" AND NOT (f.{y} = 9999 AND f.{mo} = 12 AND f.{dd} = 31 AND f._sod_{alias} - f._off_{alias} >= 86400)"
     )
     real_date = f"f.{y} >= 1 AND f.{mo} BETWEEN 1 AND 12 AND f.{dd} BETWEEN 1 AND {month_days} AND {in_range}"
     local = d.text_to_timestamp(f"CASE WHEN {real_date} THEN REPLACE(SUBSTRING(f.{z}, 1, 19), 'T', ' ') END")
-    value = f"{local} + f.us__{alias} * INTERVAL '1 microsecond' - f.off__{alias} * INTERVAL '1 second'"
+    value = f"{local} + f._us_{alias} * INTERVAL '1 microsecond' - f._off_{alias} * INTERVAL '1 second'"
     level1 = {z: f"CASE WHEN {d.json_is_string(raw)} AND {text} ~ {d.lit(ZONED_PATTERN)} THEN {text} END"}
     return [*text_levels, level1, level2], value
 
@@ -182,8 +182,8 @@ def _decimal_levels(d: PostgresDialect, b64_json: str, alias: str, scale: str | 
     (a number) or an expression over the previous level (VariableScaleDecimal); a
     negative scale appends zeros ('1234500' for 12345 at scale -2)."""
     text_levels, text, _ = _text(d, b64_json, alias)
-    s, x, h, n = f"s__{alias}", f"x__{alias}", f"h__{alias}", f"n__{alias}"
-    a, b, c, low, m, g = (f"{p}__{alias}" for p in "abclmg")
+    s, x, h, n = f"_s_{alias}", f"_x_{alias}", f"_h_{alias}", f"_n_{alias}"
+    a, b, c, low, m, g = (f"_{p}_{alias}" for p in "abclmg")
     # The base64 text when it is base64 of 1 to 16 bytes, else NULL: all TO_VARBYTE sees.
     valid_b64 = (
         f"CASE WHEN {d.json_is_string(b64_json)} AND {text} ~ {d.lit(BASE64_PATTERN)}"
@@ -233,7 +233,7 @@ def _decimal_levels(d: PostgresDialect, b64_json: str, alias: str, scale: str | 
         {low: f"CAST(f.{b} AS decimal(38,0)) * {TWO_56} + f.{c} + f.{n}"},
         {m: magnitude},
         {g: digits},
-        {f"t__{alias}": decimal_text},
+        {f"_t_{alias}": decimal_text},
     ]
 
 
@@ -264,7 +264,7 @@ def decode_sql(d: PostgresDialect, col: ColumnConfig, raw: str, alias: str) -> D
         return DecodeSql([], d.cast_json(raw, t))
     integer = d.cast_json(raw, _BIGINT)
     # The integer in its range, or NULL: what the arithmetic below reads (level 1).
-    e = f"e__{alias}"
+    e = f"_e_{alias}"
     if semantic in EPOCH_UNITS:
         per_second = EPOCH_UNITS[semantic]
         levels = [{e: _in_range(integer, *_epoch_range(per_second))}]
@@ -290,8 +290,8 @@ def decode_sql(d: PostgresDialect, col: ColumnConfig, raw: str, alias: str) -> D
         return DecodeSql(levels, f"CASE WHEN {valid} THEN {value} END", text if named else None)
     if semantic == Semantic.DECIMAL:
         levels = _decimal_levels(d, raw, alias, col.scale or 0)
-        return DecodeSql(levels, _land(d, kind, f"f.t__{alias}", t))
+        return DecodeSql(levels, _land(d, kind, f"f._t_{alias}", t))
     # VariableScaleDecimal: {"scale": n, "value": base64}; the scale travels with the value.
-    levels = _decimal_levels(d, d.json_get(raw, "value"), alias, f"f.k__{alias}")
-    levels[0][f"k__{alias}"] = d.cast_json(d.json_get(raw, "scale"), _INTEGER)
-    return DecodeSql(levels, _land(d, kind, f"f.t__{alias}", t))
+    levels = _decimal_levels(d, d.json_get(raw, "value"), alias, f"f._k_{alias}")
+    levels[0][f"_k_{alias}"] = d.cast_json(d.json_get(raw, "scale"), _INTEGER)
+    return DecodeSql(levels, _land(d, kind, f"f._t_{alias}", t))

@@ -21,14 +21,14 @@ FROM (
   FROM (
     SELECT f.kafka_partition AS _kafka_partition, f.kafka_offset AS _kafka_offset, f.kafka_timestamp AS _kafka_timestamp,
            f.kafka_time, f.source_pos, f.settled,
-           CAST(CASE WHEN OCTET_LENGTH(f.x__c0) <= 64 THEN f.x__c0 END AS varchar(64)) AS "customer_id",
+           CAST(CASE WHEN OCTET_LENGTH(f._x_c0) <= 64 THEN f._x_c0 END AS varchar(64)) AS "customer_id",
            CAST(f."j__discount_pct" AS decimal(5,2)) AS value
     FROM (
       SELECT f.*,
-             CASE WHEN IS_VARCHAR(f.b__c0) THEN f.b__c0::varchar(65535) WHEN f.b__c0 IS NOT NULL THEN JSON_SERIALIZE(f.b__c0) END AS "x__c0"
+             CASE WHEN IS_VARCHAR(f._b_c0) THEN f._b_c0::varchar(65535) WHEN f._b_c0 IS NOT NULL THEN JSON_SERIALIZE(f._b_c0) END AS "_x_c0"
       FROM (
         SELECT f.*,
-               (CASE WHEN JSON_SIZE(f."j__customer_id") <= 65535 THEN f."j__customer_id" END) AS "b__c0"
+               (CASE WHEN JSON_SIZE(f."j__customer_id") <= 65535 THEN f."j__customer_id" END) AS "_b_c0"
         FROM (
           SELECT f.kafka_partition, f.kafka_offset, f.kafka_timestamp, f.kafka_time, f.settled,
                  lpad(REGEXP_SUBSTR(CASE WHEN IS_VARCHAR((CASE WHEN JSON_SIZE(f.src."file") <= 65535 THEN f.src."file" END)) THEN (CASE WHEN JSON_SIZE(f.src."file") <= 65535 THEN f.src."file" END)::varchar(65535) WHEN (CASE WHEN JSON_SIZE(f.src."file") <= 65535 THEN f.src."file" END) IS NOT NULL THEN JSON_SERIALIZE((CASE WHEN JSON_SIZE(f.src."file") <= 65535 THEN f.src."file" END)) END, '[0-9]*$'), 20, '0') || '.' || lpad(CASE WHEN IS_VARCHAR((CASE WHEN JSON_SIZE(f.src."pos") <= 65535 THEN f.src."pos" END)) THEN (CASE WHEN JSON_SIZE(f.src."pos") <= 65535 THEN f.src."pos" END)::varchar(65535) WHEN (CASE WHEN JSON_SIZE(f.src."pos") <= 65535 THEN f.src."pos" END) IS NOT NULL THEN JSON_SERIALIZE((CASE WHEN JSON_SIZE(f.src."pos") <= 65535 THEN f.src."pos" END)) END, 20, '0') || '.' || lpad(COALESCE(CASE WHEN IS_VARCHAR((CASE WHEN JSON_SIZE(f.src."row") <= 65535 THEN f.src."row" END)) THEN (CASE WHEN JSON_SIZE(f.src."row") <= 65535 THEN f.src."row" END)::varchar(65535) WHEN (CASE WHEN JSON_SIZE(f.src."row") <= 65535 THEN f.src."row" END) IS NOT NULL THEN JSON_SERIALIZE((CASE WHEN JSON_SIZE(f.src."row") <= 65535 THEN f.src."row" END)) END, ''), 20, '0') AS source_pos,

@@ -146,11 +146,11 @@ BEGIN
     "_source_ts", "_source_pos", "_rank_pos", "id", "data", "doc", "tags", "_unavailable", "_payload", "_raw_value",
     "_drift_img"
   )
-  WITH batch AS (
-    SELECT s.kafka_partition, s.kafka_offset, s.kafka_timestamp, s.refresh_time,
-           s.payload, s.raw_value,
-           CASE WHEN IS_OBJECT(s.payload."schema") THEN s.payload."payload" ELSE s.payload END AS env,
-           CASE WHEN IS_OBJECT(s.key_payload."schema") THEN s.key_payload."payload" ELSE s.key_payload END AS key_env
+  WITH batch AS (SELECT s.kafka_partition AS _kafka_partition, s.kafka_offset AS _kafka_offset,
+      s.kafka_timestamp AS _kafka_timestamp, s.refresh_time AS _refresh_time,
+      s.payload AS _payload, s.raw_value AS _raw_value,
+      CASE WHEN IS_OBJECT(s.payload."schema") THEN s.payload."payload" ELSE s.payload END AS _env,
+      CASE WHEN IS_OBJECT(s.key_payload."schema") THEN s.key_payload."payload" ELSE s.key_payload END AS _key_env
     FROM "cdc"."blobs__stream" s
     LEFT JOIN "cdc"."blobs__watermark" w ON w.kafka_partition = s.kafka_partition
     WHERE s.refresh_time >= (SELECT COALESCE(MAX(m.last_refresh_time), TIMESTAMP '1900-01-01 00:00:00') FROM "cdc"."blobs__watermark" m)
@@ -161,114 +161,97 @@ BEGIN
                     OR (s.kafka_partition = v_until_partition AND s.kafka_offset <= v_until_offset))))
     UNION ALL
     -- Quarantined records being replayed (at or below the watermark: already read once).
-    SELECT r.kafka_partition, r.kafka_offset, r.kafka_timestamp, r.run_started_at,
-           r.payload, r.raw_value,
-           CASE WHEN IS_OBJECT(r.payload."schema") THEN r.payload."payload" ELSE r.payload END AS env,
-           CAST(NULL AS super) AS key_env
+    SELECT r.kafka_partition, r.kafka_offset, r.kafka_timestamp, r.run_started_at, r.payload, r.raw_value,
+           CASE WHEN IS_OBJECT(r.payload."schema") THEN r.payload."payload" ELSE r.payload END,
+           CAST(NULL AS super)
     FROM "cdc"."blobs__quarantine" r
     WHERE r.table_name = 'blobs' AND r.handled = 'replaying'),
-  batch_1 AS (
-    SELECT f.*, (CASE WHEN JSON_SIZE(f.env."op") <= 65535 THEN f.env."op" END) AS "b__o0"
-    FROM batch f),
+  batch_1 AS (SELECT f.*, (CASE WHEN JSON_SIZE(f._env."op") <= 65535 THEN f._env."op" END) AS "_b_o0" FROM batch f),
   batch_2 AS (
-    SELECT f.*, CASE WHEN IS_VARCHAR(f.b__o0) THEN f.b__o0::varchar(65535) WHEN f.b__o0 IS NOT NULL THEN JSON_SERIALIZE(f.b__o0) END AS "x__o0"
+    SELECT f.*, CASE WHEN IS_VARCHAR(f._b_o0) THEN f._b_o0::varchar(65535) WHEN f._b_o0 IS NOT NULL THEN JSON_SERIALIZE(f._b_o0) END AS "_x_o0"
     FROM batch_1 f),
   envelope AS (
-    SELECT f.kafka_partition, f.kafka_offset, f.kafka_timestamp, f.refresh_time,
-           f.payload, f.raw_value, f.env, f.key_env,
-           f.x__o0 AS op,
-           CASE WHEN f.x__o0 = 'd' THEN f.env."before" ELSE f.env."after" END AS img,
-           f.env."source" AS src
+    SELECT f._kafka_partition, f._kafka_offset, f._kafka_timestamp, f._refresh_time, f._payload, f._raw_value, f._env, f._key_env, f._x_o0 AS _op,
+           CASE WHEN f._x_o0 = 'd' THEN f._env."before" ELSE f._env."after" END AS _img, f._env."source" AS _src
     FROM batch_2 f),
-  fields AS (
-    SELECT f.kafka_partition, f.kafka_offset, f.kafka_timestamp, f.refresh_time, f.payload, f.raw_value, f.env, f.img, f.op, f.src."ts_ms" AS j__ts_ms,
-           NULL AS source_pos, f.img."id" AS "ji__id", CASE WHEN IS_OBJECT(f.key_env) THEN f.key_env."id" ELSE f.key_env END AS "jk__id",
-           f.img."data" AS "j__data", f.img."doc" AS "j__doc", f.img."tags" AS "j__tags"
-    FROM envelope f),
+  fields AS (SELECT f._kafka_partition, f._kafka_offset, f._kafka_timestamp, f._refresh_time, f._payload, f._raw_value, f._env, f._img, f._op,
+      f._src."ts_ms" AS _ts_ms, NULL AS _source_pos, f._img."id" AS _j_i0,
+      CASE WHEN IS_OBJECT(f._key_env) THEN f._key_env."id" ELSE f._key_env END AS _j_k0, f._img."data" AS _j_v0, f._img."doc" AS _j_v1,
+      f._img."tags" AS _j_v2 FROM envelope f),
   fields_1 AS (
-    SELECT f.*, (CASE WHEN JSON_SIZE(f."j__data") <= 65535 THEN f."j__data" END) AS "b__v0",
-           (CASE WHEN JSON_SIZE(f."j__doc") <= 65535 THEN f."j__doc" END) AS "b__v1",
-           (CASE WHEN JSON_SIZE(f."j__tags") <= 65535 THEN f."j__tags" END) AS "b__v2"
+    SELECT f.*, (CASE WHEN JSON_SIZE(f._j_v0) <= 65535 THEN f._j_v0 END) AS "_b_v0", (CASE WHEN JSON_SIZE(f._j_v1) <= 65535 THEN f._j_v1 END) AS "_b_v1",
+           (CASE WHEN JSON_SIZE(f._j_v2) <= 65535 THEN f._j_v2 END) AS "_b_v2"
     FROM fields f),
   fields_2 AS (
-    SELECT f.*, CASE WHEN IS_VARCHAR(f.b__v0) THEN f.b__v0::varchar(65535) WHEN f.b__v0 IS NOT NULL THEN JSON_SERIALIZE(f.b__v0) END AS "x__v0",
-           CASE WHEN IS_VARCHAR(f.b__v1) THEN f.b__v1::varchar(65535) WHEN f.b__v1 IS NOT NULL THEN JSON_SERIALIZE(f.b__v1) END AS "x__v1",
-           CASE WHEN IS_VARCHAR(f.b__v2) THEN f.b__v2::varchar(65535) WHEN f.b__v2 IS NOT NULL THEN JSON_SERIALIZE(f.b__v2) END AS "x__v2"
+    SELECT f.*, CASE WHEN IS_VARCHAR(f._b_v0) THEN f._b_v0::varchar(65535) WHEN f._b_v0 IS NOT NULL THEN JSON_SERIALIZE(f._b_v0) END AS "_x_v0",
+           CASE WHEN IS_VARCHAR(f._b_v1) THEN f._b_v1::varchar(65535) WHEN f._b_v1 IS NOT NULL THEN JSON_SERIALIZE(f._b_v1) END AS "_x_v1",
+           CASE WHEN IS_VARCHAR(f._b_v2) THEN f._b_v2::varchar(65535) WHEN f._b_v2 IS NOT NULL THEN JSON_SERIALIZE(f._b_v2) END AS "_x_v2"
     FROM fields_1 f),
-  fields_3 AS (
-    SELECT f.*,
-           COALESCE(f.x__v0 IN ('__debezium_unavailable_value', 'X19kZWJleml1bV91bmF2YWlsYWJsZV92YWx1ZQ==', '["__debezium_unavailable_value"]'),
-               false) AS "u__data",
-           COALESCE(f.x__v1 IN ('__debezium_unavailable_value', 'X19kZWJleml1bV91bmF2YWlsYWJsZV92YWx1ZQ==', '["__debezium_unavailable_value"]'),
-               false) AS "u__doc",
-           COALESCE(f.x__v2 IN ('__debezium_unavailable_value', 'X19kZWJleml1bV91bmF2YWlsYWJsZV92YWx1ZQ==', '["__debezium_unavailable_value"]'),
-               false) AS "u__tags"
+  fields_3 AS (SELECT f.*,
+      COALESCE(f._x_v0 IN ('__debezium_unavailable_value', 'X19kZWJleml1bV91bmF2YWlsYWJsZV92YWx1ZQ==', '["__debezium_unavailable_value"]'), false) AS "_u_v0",
+      COALESCE(f._x_v1 IN ('__debezium_unavailable_value', 'X19kZWJleml1bV91bmF2YWlsYWJsZV92YWx1ZQ==', '["__debezium_unavailable_value"]'), false) AS "_u_v1",
+      COALESCE(f._x_v2 IN ('__debezium_unavailable_value', 'X19kZWJleml1bV91bmF2YWlsYWJsZV92YWx1ZQ==', '["__debezium_unavailable_value"]'), false) AS "_u_v2"
     FROM fields_2 f),
-  typed AS (
-    SELECT f.*, CAST(f.j__ts_ms AS bigint) AS source_ts_ms, NOT (f.j__ts_ms IS NULL) AS has_source_ts,
-           COALESCE(CAST(f."ji__id" AS integer), CAST(f."jk__id" AS integer)) AS "id",
-           CASE WHEN f."u__data" THEN NULL ELSE TO_VARBYTE(CASE WHEN IS_VARCHAR(f."j__data")
-               AND f.x__v0 ~ '^([A-Za-z0-9+/]{4})*([A-Za-z0-9+/]{2}==|[A-Za-z0-9+/]{3}=)?$' AND LENGTH(f.x__v0) <= 88 THEN f.x__v0 END, 'base64') END AS "data",
-           CASE WHEN f."u__doc" THEN NULL ELSE f."j__doc" END AS "doc", CASE WHEN f."u__tags" THEN NULL ELSE f."j__tags" END AS "tags",
-           NULLIF('|' || CASE WHEN f."u__data" THEN 'data|' ELSE '' END || CASE WHEN f."u__doc" THEN 'doc|' ELSE '' END || CASE WHEN f."u__tags" THEN 'tags|'
-               ELSE '' END, '|') AS unavailable,
-           CASE WHEN f.op IN ('c', 'r', 'u') AND IS_OBJECT(f.img) AND NOT (f."ji__id" IS NOT NULL AND f."j__data" IS NOT NULL AND f."j__doc" IS NOT NULL
-               AND f."j__tags" IS NOT NULL AND GET_NUMBER_ATTRIBUTES(f.img) = 4) THEN f.img END AS drift_img
+  typed AS (SELECT f.*, CAST(f._ts_ms AS bigint) AS _source_ts_ms, NOT (f._ts_ms IS NULL) AS _has_source_ts,
+      COALESCE(CAST(f._j_i0 AS integer), CAST(f._j_k0 AS integer)) AS "id",
+      CASE WHEN f._u_v0 THEN NULL ELSE TO_VARBYTE(CASE WHEN IS_VARCHAR(f._j_v0) AND f._x_v0 ~ '^([A-Za-z0-9+/]{4})*([A-Za-z0-9+/]{2}==|[A-Za-z0-9+/]{3}=)?$'
+          AND LENGTH(f._x_v0) <= 88 THEN f._x_v0 END, 'base64') END AS "data",
+      CASE WHEN f._u_v1 THEN NULL ELSE f._j_v1 END AS "doc", CASE WHEN f._u_v2 THEN NULL ELSE f._j_v2 END AS "tags",
+      NULLIF('|' || CASE WHEN f._u_v0 THEN 'data|' ELSE '' END || CASE WHEN f._u_v1 THEN 'doc|' ELSE '' END || CASE WHEN f._u_v2 THEN 'tags|'
+          ELSE '' END, '|') AS _unavailable,
+      CASE WHEN f._op IN ('c', 'r', 'u') AND IS_OBJECT(f._img) AND NOT (f._j_i0 IS NOT NULL AND f._j_v0 IS NOT NULL AND f._j_v1 IS NOT NULL
+          AND f._j_v2 IS NOT NULL AND GET_NUMBER_ATTRIBUTES(f._img) = 4) THEN f._img END AS _drift_img
     FROM fields_3 f),
-  checked AS (
-    SELECT t.*,
-           CASE
-             WHEN t.raw_value IS NOT NULL THEN 1
-             WHEN (t.env IS NULL) THEN 2
-             WHEN NOT IS_OBJECT(t.env) THEN 3
-             WHEN t.op IS NULL THEN 4
-             WHEN t.op = 't' THEN 5
-             WHEN t.op NOT IN ('c', 'r', 'u', 'd') THEN 6
-             WHEN t.op <> 'd' AND ((t.img IS NULL) OR NOT IS_OBJECT(t.img)) THEN 7
-             WHEN t."id" IS NULL THEN 8
-             WHEN t.has_source_ts AND (t.source_ts_ms IS NULL OR t.source_ts_ms NOT BETWEEN 0 AND 253402300799999) THEN 9
-             WHEN t.op <> 'd' AND NOT (t."j__data" IS NULL) AND t."data" IS NULL AND NOT t."u__data" THEN 10
-             WHEN t.op <> 'd' AND NOT (t."j__doc" IS NULL) AND t."doc" IS NULL AND NOT t."u__doc" THEN 11
-             WHEN t.op <> 'd' AND NOT (t."j__tags" IS NULL) AND t."tags" IS NULL AND NOT t."u__tags" THEN 12
-             WHEN t.op = 'd' THEN 13
-             ELSE 0
-           END AS check_no
-    FROM typed t),
-  classified AS (
-    SELECT t.kafka_partition, t.kafka_offset, t.kafka_timestamp, t.refresh_time, t.raw_value, t.op,
-           CASE WHEN t.source_ts_ms BETWEEN 0 AND 253402300799999 THEN t.source_ts_ms END AS source_ts_ms, t.source_pos,
-           t.unavailable, t.drift_img, t."id", t."data", t."doc", t."tags",
-           CASE
-             WHEN t.check_no IN (1, 3, 4, 6, 7, 8, 9, 10, 11, 12) THEN 'quarantine'
-             WHEN t.check_no = 2 THEN 'tombstone'
-             WHEN t.check_no = 5 THEN 'truncate'
-             WHEN t.check_no = 13 THEN 'delete'
-             ELSE 'upsert'
-           END AS action,
-           CASE t.check_no
-             WHEN 1 THEN 'value is not valid JSON'
-             WHEN 3 THEN 'value is not a JSON object'
-             WHEN 4 THEN 'no op field: not a Debezium change event'
-             WHEN 6 THEN 'unknown op "' || CASE WHEN OCTET_LENGTH(t.op) <= 64 THEN t.op ELSE SUBSTRING(t.op, 1, 16) END || '"'
-             WHEN 7 THEN 'no row image: after is missing or not an object'
-             WHEN 8 THEN 'primary key field id is missing or not a integer'
-             WHEN 9 THEN 'source time (ts_ms) is not milliseconds since the epoch between 1970 and 9999'
-             WHEN 10 THEN 'field data does not convert to varbyte(64)'
-             WHEN 11 THEN 'field doc does not convert to super'
-             WHEN 12 THEN 'field tags does not convert to super'
-           END AS reason,
-           CASE WHEN t.check_no IN (1, 3, 4, 6, 7, 8, 9, 10, 11, 12) OR t.unavailable IS NOT NULL THEN t.payload END AS quarantine_payload,
-           MAX(t.kafka_timestamp) OVER (PARTITION BY t.kafka_partition ORDER BY t.kafka_offset
-             ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW) AS kafka_time
-    FROM checked t)
-  SELECT c.kafka_partition, c.kafka_offset, c.kafka_timestamp, c.refresh_time,
-         CASE WHEN OCTET_LENGTH(c.op) <= 64 THEN c.op ELSE SUBSTRING(c.op, 1, 16) END, c.action, c.reason,
+  checked AS (SELECT t.*,
+      CASE
+        WHEN t._raw_value IS NOT NULL THEN 1
+        WHEN (t._env IS NULL) THEN 2
+        WHEN NOT IS_OBJECT(t._env) THEN 3
+        WHEN t._op IS NULL THEN 4
+        WHEN t._op = 't' THEN 5
+        WHEN t._op NOT IN ('c', 'r', 'u', 'd') THEN 6
+        WHEN t._op <> 'd' AND ((t._img IS NULL) OR NOT IS_OBJECT(t._img)) THEN 7
+        WHEN t."id" IS NULL THEN 8
+        WHEN t._has_source_ts AND (t._source_ts_ms IS NULL OR t._source_ts_ms NOT BETWEEN 0 AND 253402300799999) THEN 9
+        WHEN t._op <> 'd' AND NOT (t._j_v0 IS NULL) AND t."data" IS NULL AND NOT t._u_v0 THEN 10
+        WHEN t._op <> 'd' AND NOT (t._j_v1 IS NULL) AND t."doc" IS NULL AND NOT t._u_v1 THEN 11
+        WHEN t._op <> 'd' AND NOT (t._j_v2 IS NULL) AND t."tags" IS NULL AND NOT t._u_v2 THEN 12
+        WHEN t._op = 'd' THEN 13
+        ELSE 0
+      END AS _check_no FROM typed t),
+  classified AS (SELECT t._kafka_partition, t._kafka_offset, t._kafka_timestamp, t._refresh_time, t._raw_value, t._op,
+      CASE WHEN t._source_ts_ms BETWEEN 0 AND 253402300799999 THEN t._source_ts_ms END AS _source_ts_ms, t._source_pos,
+      t._unavailable, t._drift_img, t."id", t."data", t."doc", t."tags",
+      CASE
+        WHEN t._check_no IN (1, 3, 4, 6, 7, 8, 9, 10, 11, 12) THEN 'quarantine'
+        WHEN t._check_no = 2 THEN 'tombstone'
+        WHEN t._check_no = 5 THEN 'truncate'
+        WHEN t._check_no = 13 THEN 'delete'
+        ELSE 'upsert'
+      END AS _action,
+      CASE t._check_no
+        WHEN 1 THEN 'value is not valid JSON'
+        WHEN 3 THEN 'value is not a JSON object'
+        WHEN 4 THEN 'no op field: not a Debezium change event'
+        WHEN 6 THEN 'unknown op "' || CASE WHEN OCTET_LENGTH(t._op) <= 64 THEN t._op ELSE SUBSTRING(t._op, 1, 16) END || '"'
+        WHEN 7 THEN 'no row image: after is missing or not an object'
+        WHEN 8 THEN 'primary key field id is missing or not a integer'
+        WHEN 9 THEN 'source time (ts_ms) is not milliseconds since the epoch between 1970 and 9999'
+        WHEN 10 THEN 'field data does not convert to varbyte(64)'
+        WHEN 11 THEN 'field doc does not convert to super'
+        WHEN 12 THEN 'field tags does not convert to super'
+      END AS _reason,
+      CASE WHEN t._check_no IN (1, 3, 4, 6, 7, 8, 9, 10, 11, 12) OR t._unavailable IS NOT NULL THEN t._payload END AS _quarantine_payload,
+      MAX(t._kafka_timestamp) OVER (PARTITION BY t._kafka_partition ORDER BY t._kafka_offset
+        ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW) AS _kafka_time FROM checked t)
+  SELECT c._kafka_partition, c._kafka_offset, c._kafka_timestamp, c._refresh_time,
+         CASE WHEN OCTET_LENGTH(c._op) <= 64 THEN c._op ELSE SUBSTRING(c._op, 1, 16) END, c._action, c._reason,
          ROW_NUMBER() OVER (
-           PARTITION BY CASE WHEN c.action IN ('upsert', 'delete') THEN 1 ELSE 0 END, c."id"
-           ORDER BY c.kafka_time DESC NULLS LAST, c.kafka_partition DESC, c.kafka_offset DESC),
-         (TIMESTAMP 'epoch' + (c.source_ts_ms / 1000) * INTERVAL '1 second' + (c.source_ts_ms % 1000) * INTERVAL '1 millisecond'),
-         c.source_pos, NULL, c."id", c."data", c."doc", c."tags", c.unavailable, c.quarantine_payload,
-         CASE WHEN c.action = 'quarantine' THEN c.raw_value END, c.drift_img
+           PARTITION BY CASE WHEN c._action IN ('upsert', 'delete') THEN 1 ELSE 0 END, c."id"
+           ORDER BY c._kafka_time DESC NULLS LAST, c._kafka_partition DESC, c._kafka_offset DESC),
+         (TIMESTAMP 'epoch' + (c._source_ts_ms / 1000) * INTERVAL '1 second' + (c._source_ts_ms % 1000) * INTERVAL '1 millisecond'),
+         c._source_pos, NULL, c."id", c."data", c."doc", c."tags", c._unavailable, c._quarantine_payload,
+         CASE WHEN c._action = 'quarantine' THEN c._raw_value END, c._drift_img
   FROM classified c;
   GET DIAGNOSTICS v_read := ROW_COUNT;
   -- Fresh statistics for a large stage, refilled every run: without them the planner

@@ -158,11 +158,11 @@ BEGIN
     "_source_ts", "_source_pos", "_rank_pos", "id", "sku", "description", "price", "weight", "released", "updated_at",
     "published_at", "attributes", "in_stock", "_unavailable", "_payload", "_raw_value", "_drift_img"
   )
-  WITH batch AS (
-    SELECT s.kafka_partition, s.kafka_offset, s.kafka_timestamp, s.refresh_time,
-           s.payload, s.raw_value,
-           CASE WHEN IS_OBJECT(s.payload."schema") THEN s.payload."payload" ELSE s.payload END AS env,
-           CASE WHEN IS_OBJECT(s.key_payload."schema") THEN s.key_payload."payload" ELSE s.key_payload END AS key_env
+  WITH batch AS (SELECT s.kafka_partition AS _kafka_partition, s.kafka_offset AS _kafka_offset,
+      s.kafka_timestamp AS _kafka_timestamp, s.refresh_time AS _refresh_time,
+      s.payload AS _payload, s.raw_value AS _raw_value,
+      CASE WHEN IS_OBJECT(s.payload."schema") THEN s.payload."payload" ELSE s.payload END AS _env,
+      CASE WHEN IS_OBJECT(s.key_payload."schema") THEN s.key_payload."payload" ELSE s.key_payload END AS _key_env
     FROM "inventory"."products__stream" s
     LEFT JOIN "inventory"."products__watermark" w ON w.kafka_partition = s.kafka_partition
     WHERE s.refresh_time >= (SELECT COALESCE(MAX(m.last_refresh_time), TIMESTAMP '1900-01-01 00:00:00') FROM "inventory"."products__watermark" m)
@@ -173,239 +173,204 @@ BEGIN
                     OR (s.kafka_partition = v_until_partition AND s.kafka_offset <= v_until_offset))))
     UNION ALL
     -- Quarantined records being replayed (at or below the watermark: already read once).
-    SELECT r.kafka_partition, r.kafka_offset, r.kafka_timestamp, r.run_started_at,
-           r.payload, r.raw_value,
-           CASE WHEN IS_OBJECT(r.payload."schema") THEN r.payload."payload" ELSE r.payload END AS env,
-           CAST(NULL AS super) AS key_env
+    SELECT r.kafka_partition, r.kafka_offset, r.kafka_timestamp, r.run_started_at, r.payload, r.raw_value,
+           CASE WHEN IS_OBJECT(r.payload."schema") THEN r.payload."payload" ELSE r.payload END,
+           CAST(NULL AS super)
     FROM "inventory"."products__quarantine" r
     WHERE r.table_name = 'products' AND r.handled = 'replaying'),
-  batch_1 AS (
-    SELECT f.*, (CASE WHEN JSON_SIZE(f.env."op") <= 65535 THEN f.env."op" END) AS "b__o0"
-    FROM batch f),
+  batch_1 AS (SELECT f.*, (CASE WHEN JSON_SIZE(f._env."op") <= 65535 THEN f._env."op" END) AS "_b_o0" FROM batch f),
   batch_2 AS (
-    SELECT f.*, CASE WHEN IS_VARCHAR(f.b__o0) THEN f.b__o0::varchar(65535) WHEN f.b__o0 IS NOT NULL THEN JSON_SERIALIZE(f.b__o0) END AS "x__o0"
+    SELECT f.*, CASE WHEN IS_VARCHAR(f._b_o0) THEN f._b_o0::varchar(65535) WHEN f._b_o0 IS NOT NULL THEN JSON_SERIALIZE(f._b_o0) END AS "_x_o0"
     FROM batch_1 f),
   envelope AS (
-    SELECT f.kafka_partition, f.kafka_offset, f.kafka_timestamp, f.refresh_time,
-           f.payload, f.raw_value, f.env, f.key_env,
-           f.x__o0 AS op,
-           CASE WHEN f.x__o0 = 'd' THEN f.env."before" ELSE f.env."after" END AS img,
-           f.env."source" AS src
+    SELECT f._kafka_partition, f._kafka_offset, f._kafka_timestamp, f._refresh_time, f._payload, f._raw_value, f._env, f._key_env, f._x_o0 AS _op,
+           CASE WHEN f._x_o0 = 'd' THEN f._env."before" ELSE f._env."after" END AS _img, f._env."source" AS _src
     FROM batch_2 f),
-  envelope_1 AS (
-    SELECT f.*, (CASE WHEN JSON_SIZE(f.src."sequence") <= 65535 THEN f.src."sequence" END) AS "b__p0",
-           (CASE WHEN JSON_SIZE(f.src."lsn") <= 65535 THEN f.src."lsn" END) AS "b__p1"
-    FROM envelope f),
+  envelope_1 AS (SELECT f.*, (CASE WHEN JSON_SIZE(f._src."sequence") <= 65535 THEN f._src."sequence" END) AS "_b_p0",
+      (CASE WHEN JSON_SIZE(f._src."lsn") <= 65535 THEN f._src."lsn" END) AS "_b_p1" FROM envelope f),
   envelope_2 AS (
-    SELECT f.*, CASE WHEN IS_VARCHAR(f.b__p0) THEN f.b__p0::varchar(65535) WHEN f.b__p0 IS NOT NULL THEN JSON_SERIALIZE(f.b__p0) END AS "x__p0",
-           CASE WHEN IS_VARCHAR(f.b__p1) THEN f.b__p1::varchar(65535) WHEN f.b__p1 IS NOT NULL THEN JSON_SERIALIZE(f.b__p1) END AS "x__p1"
+    SELECT f.*, CASE WHEN IS_VARCHAR(f._b_p0) THEN f._b_p0::varchar(65535) WHEN f._b_p0 IS NOT NULL THEN JSON_SERIALIZE(f._b_p0) END AS "_x_p0",
+           CASE WHEN IS_VARCHAR(f._b_p1) THEN f._b_p1::varchar(65535) WHEN f._b_p1 IS NOT NULL THEN JSON_SERIALIZE(f._b_p1) END AS "_x_p1"
     FROM envelope_1 f),
-  fields AS (
-    SELECT f.kafka_partition, f.kafka_offset, f.kafka_timestamp, f.refresh_time, f.payload, f.raw_value, f.env, f.img, f.op, f.src."ts_ms" AS j__ts_ms,
-           CASE WHEN COALESCE(NULLIF(NULLIF(REGEXP_SUBSTR(f.x__p0, '([0-9]+)"?[]]$', 1, 1, 'e'), ''), ''), f.x__p1) IS NOT NULL
-               THEN lpad(COALESCE(NULLIF(NULLIF(REGEXP_SUBSTR(f.x__p0, '^[[]"?([0-9]*)', 1, 1, 'e'), ''), ''),
-               COALESCE(NULLIF(NULLIF(REGEXP_SUBSTR(f.x__p0, '([0-9]+)"?[]]$', 1, 1, 'e'), ''), ''), f.x__p1)), 20,
-               '0') || '.' || lpad(COALESCE(NULLIF(NULLIF(REGEXP_SUBSTR(f.x__p0, '([0-9]+)"?[]]$', 1, 1, 'e'), ''), ''), f.x__p1), 20, '0') END AS source_pos,
-           f.img."id" AS "ji__id", CASE WHEN IS_OBJECT(f.key_env) THEN f.key_env."id" ELSE f.key_env END AS "jk__id", f.img."Sku" AS "j__sku",
-           f.img."description" AS "j__description", f.img."price" AS "j__price", f.img."weight" AS "j__weight", f.img."released" AS "j__released",
-           f.img."updated_at" AS "j__updated_at", f.img."published_at" AS "j__published_at", f.img."attributes" AS "j__attributes",
-           f.img."in_stock" AS "j__in_stock"
-    FROM envelope_2 f),
+  fields AS (SELECT f._kafka_partition, f._kafka_offset, f._kafka_timestamp, f._refresh_time, f._payload, f._raw_value, f._env, f._img, f._op,
+      f._src."ts_ms" AS _ts_ms,
+      CASE WHEN COALESCE(NULLIF(NULLIF(REGEXP_SUBSTR(f._x_p0, '([0-9]+)"?[]]$', 1, 1, 'e'), ''), ''), f._x_p1) IS NOT NULL
+          THEN lpad(COALESCE(NULLIF(NULLIF(REGEXP_SUBSTR(f._x_p0, '^[[]"?([0-9]*)', 1, 1, 'e'), ''), ''),
+          COALESCE(NULLIF(NULLIF(REGEXP_SUBSTR(f._x_p0, '([0-9]+)"?[]]$', 1, 1, 'e'), ''), ''), f._x_p1)), 20,
+          '0') || '.' || lpad(COALESCE(NULLIF(NULLIF(REGEXP_SUBSTR(f._x_p0, '([0-9]+)"?[]]$', 1, 1, 'e'), ''), ''), f._x_p1), 20, '0') END AS _source_pos,
+      f._img."id" AS _j_i0, CASE WHEN IS_OBJECT(f._key_env) THEN f._key_env."id" ELSE f._key_env END AS _j_k0, f._img."Sku" AS _j_v0,
+      f._img."description" AS _j_v1, f._img."price" AS _j_v2, f._img."weight" AS _j_v3, f._img."released" AS _j_v4, f._img."updated_at" AS _j_v5,
+      f._img."published_at" AS _j_v6, f._img."attributes" AS _j_v7, f._img."in_stock" AS _j_v8 FROM envelope_2 f),
   fields_1 AS (
-    SELECT f.*, (CASE WHEN JSON_SIZE(f."j__sku") <= 65535 THEN f."j__sku" END) AS "b__v0",
-           (CASE WHEN JSON_SIZE(f."j__description") <= 65535 THEN f."j__description" END) AS "b__v1",
-           (CASE WHEN JSON_SIZE(f."j__price") <= 65535 THEN f."j__price" END) AS "b__v2t",
-           (CASE WHEN JSON_SIZE(f."j__weight"."value") <= 65535 THEN f."j__weight"."value" END) AS "b__v3t",
-           CAST(f."j__weight"."scale" AS integer) AS "k__v3",
-           CASE WHEN CAST(f."j__released" AS bigint) BETWEEN -719162 AND 2932896 THEN CAST(f."j__released" AS bigint) END AS "e__v4",
-           CASE WHEN CAST(f."j__updated_at" AS bigint) BETWEEN -62135596800000000 AND 253402300799999999 THEN CAST(f."j__updated_at" AS bigint) END AS "e__v5",
-           (CASE WHEN JSON_SIZE(f."j__published_at") <= 65535 THEN f."j__published_at" END) AS "b__v6t",
-           (CASE WHEN JSON_SIZE(f."j__attributes") <= 65535 THEN f."j__attributes" END) AS "b__v7t"
+    SELECT f.*, (CASE WHEN JSON_SIZE(f._j_v0) <= 65535 THEN f._j_v0 END) AS "_b_v0", (CASE WHEN JSON_SIZE(f._j_v1) <= 65535 THEN f._j_v1 END) AS "_b_v1",
+           (CASE WHEN JSON_SIZE(f._j_v2) <= 65535 THEN f._j_v2 END) AS "_b_v2t",
+           (CASE WHEN JSON_SIZE(f._j_v3."value") <= 65535 THEN f._j_v3."value" END) AS "_b_v3t", CAST(f._j_v3."scale" AS integer) AS "_k_v3",
+           CASE WHEN CAST(f._j_v4 AS bigint) BETWEEN -719162 AND 2932896 THEN CAST(f._j_v4 AS bigint) END AS "_e_v4",
+           CASE WHEN CAST(f._j_v5 AS bigint) BETWEEN -62135596800000000 AND 253402300799999999 THEN CAST(f._j_v5 AS bigint) END AS "_e_v5",
+           (CASE WHEN JSON_SIZE(f._j_v6) <= 65535 THEN f._j_v6 END) AS "_b_v6t", (CASE WHEN JSON_SIZE(f._j_v7) <= 65535 THEN f._j_v7 END) AS "_b_v7t"
     FROM fields f),
   fields_2 AS (
-    SELECT f.*, CASE WHEN IS_VARCHAR(f.b__v0) THEN f.b__v0::varchar(65535) WHEN f.b__v0 IS NOT NULL THEN JSON_SERIALIZE(f.b__v0) END AS "x__v0",
-           CASE WHEN IS_VARCHAR(f.b__v1) THEN f.b__v1::varchar(65535) WHEN f.b__v1 IS NOT NULL THEN JSON_SERIALIZE(f.b__v1) END AS "x__v1",
-           CASE WHEN IS_VARCHAR(f.b__v2t) THEN f.b__v2t::varchar(65535) WHEN f.b__v2t IS NOT NULL THEN JSON_SERIALIZE(f.b__v2t) END AS "x__v2t",
-           CASE WHEN IS_VARCHAR(f.b__v3t) THEN f.b__v3t::varchar(65535) WHEN f.b__v3t IS NOT NULL THEN JSON_SERIALIZE(f.b__v3t) END AS "x__v3t",
-           CASE WHEN IS_VARCHAR(f.b__v6t) THEN f.b__v6t::varchar(65535) WHEN f.b__v6t IS NOT NULL THEN JSON_SERIALIZE(f.b__v6t) END AS "x__v6t",
-           CASE WHEN IS_VARCHAR(f.b__v7t) THEN f.b__v7t::varchar(65535) WHEN f.b__v7t IS NOT NULL THEN JSON_SERIALIZE(f.b__v7t) END AS "x__v7t"
+    SELECT f.*, CASE WHEN IS_VARCHAR(f._b_v0) THEN f._b_v0::varchar(65535) WHEN f._b_v0 IS NOT NULL THEN JSON_SERIALIZE(f._b_v0) END AS "_x_v0",
+           CASE WHEN IS_VARCHAR(f._b_v1) THEN f._b_v1::varchar(65535) WHEN f._b_v1 IS NOT NULL THEN JSON_SERIALIZE(f._b_v1) END AS "_x_v1",
+           CASE WHEN IS_VARCHAR(f._b_v2t) THEN f._b_v2t::varchar(65535) WHEN f._b_v2t IS NOT NULL THEN JSON_SERIALIZE(f._b_v2t) END AS "_x_v2t",
+           CASE WHEN IS_VARCHAR(f._b_v3t) THEN f._b_v3t::varchar(65535) WHEN f._b_v3t IS NOT NULL THEN JSON_SERIALIZE(f._b_v3t) END AS "_x_v3t",
+           CASE WHEN IS_VARCHAR(f._b_v6t) THEN f._b_v6t::varchar(65535) WHEN f._b_v6t IS NOT NULL THEN JSON_SERIALIZE(f._b_v6t) END AS "_x_v6t",
+           CASE WHEN IS_VARCHAR(f._b_v7t) THEN f._b_v7t::varchar(65535) WHEN f._b_v7t IS NOT NULL THEN JSON_SERIALIZE(f._b_v7t) END AS "_x_v7t"
     FROM fields_1 f),
-  fields_3 AS (
-    SELECT f.*,
-           COALESCE(f.x__v0 IN ('__debezium_unavailable_value', 'X19kZWJleml1bV91bmF2YWlsYWJsZV92YWx1ZQ==', '["__debezium_unavailable_value"]'),
-               false) AS "u__sku",
-           COALESCE(f.x__v1 IN ('__debezium_unavailable_value', 'X19kZWJleml1bV91bmF2YWlsYWJsZV92YWx1ZQ==', '["__debezium_unavailable_value"]'),
-               false) AS "u__description",
-           COALESCE(f.x__v7t IN ('__debezium_unavailable_value', 'X19kZWJleml1bV91bmF2YWlsYWJsZV92YWx1ZQ==', '["__debezium_unavailable_value"]'),
-               false) AS "u__attributes",
-           CASE WHEN IS_VARCHAR(f."j__price") AND f.x__v2t ~ '^([A-Za-z0-9+/]{4})*([A-Za-z0-9+/]{2}==|[A-Za-z0-9+/]{3}=)?$' AND LENGTH(f.x__v2t) BETWEEN 4
-               AND 24 THEN f.x__v2t END AS "s__v2",
-           CASE WHEN IS_VARCHAR(f."j__weight"."value") AND f.x__v3t ~ '^([A-Za-z0-9+/]{4})*([A-Za-z0-9+/]{2}==|[A-Za-z0-9+/]{3}=)?$'
-               AND LENGTH(f.x__v3t) BETWEEN 4 AND 24 THEN f.x__v3t END AS "s__v3",
-           CASE WHEN IS_VARCHAR(f."j__published_at")
-               AND f.x__v6t ~ '^[0-9]{4}-[0-9]{2}-[0-9]{2}T([01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9]([.][0-9]{1,9})?(Z|[+-][01][0-9]:[0-5][0-9](:[0-5][0-9])?)$'
-               THEN f.x__v6t END AS "z__v6"
+  fields_3 AS (SELECT f.*,
+      COALESCE(f._x_v0 IN ('__debezium_unavailable_value', 'X19kZWJleml1bV91bmF2YWlsYWJsZV92YWx1ZQ==', '["__debezium_unavailable_value"]'), false) AS "_u_v0",
+      COALESCE(f._x_v1 IN ('__debezium_unavailable_value', 'X19kZWJleml1bV91bmF2YWlsYWJsZV92YWx1ZQ==', '["__debezium_unavailable_value"]'), false) AS "_u_v1",
+      COALESCE(f._x_v7t IN ('__debezium_unavailable_value', 'X19kZWJleml1bV91bmF2YWlsYWJsZV92YWx1ZQ==', '["__debezium_unavailable_value"]'), false) AS "_u_v7",
+      CASE WHEN IS_VARCHAR(f._j_v2) AND f._x_v2t ~ '^([A-Za-z0-9+/]{4})*([A-Za-z0-9+/]{2}==|[A-Za-z0-9+/]{3}=)?$' AND LENGTH(f._x_v2t) BETWEEN 4 AND 24
+          THEN f._x_v2t END AS "_s_v2",
+      CASE WHEN IS_VARCHAR(f._j_v3."value") AND f._x_v3t ~ '^([A-Za-z0-9+/]{4})*([A-Za-z0-9+/]{2}==|[A-Za-z0-9+/]{3}=)?$' AND LENGTH(f._x_v3t) BETWEEN 4 AND 24
+          THEN f._x_v3t END AS "_s_v3",
+      CASE WHEN IS_VARCHAR(f._j_v6)
+          AND f._x_v6t ~ '^[0-9]{4}-[0-9]{2}-[0-9]{2}T([01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9]([.][0-9]{1,9})?(Z|[+-][01][0-9]:[0-5][0-9](:[0-5][0-9])?)$'
+          THEN f._x_v6t END AS "_z_v6"
     FROM fields_2 f),
-  fields_4 AS (
-    SELECT f.*, FROM_VARBYTE(TO_VARBYTE(f.s__v2, 'base64'), 'hex') AS "x__v2", FROM_VARBYTE(TO_VARBYTE(f.s__v3, 'base64'), 'hex') AS "x__v3",
-           CAST(CASE WHEN f.z__v6 IS NOT NULL THEN SUBSTRING(f.z__v6, 1, 4) END AS integer) AS "y__v6",
-           CAST(CASE WHEN f.z__v6 IS NOT NULL THEN SUBSTRING(f.z__v6, 6, 2) END AS integer) AS "mo__v6",
-           CAST(CASE WHEN f.z__v6 IS NOT NULL THEN SUBSTRING(f.z__v6, 9, 2) END AS integer) AS "dd__v6",
-           CAST(CASE WHEN f.z__v6 IS NOT NULL
-               THEN RPAD(SUBSTRING(COALESCE(NULLIF(REGEXP_SUBSTR(f.z__v6, '^.{19}[.]([0-9]{1,9})', 1, 1, 'e'), ''), ''), 1, 6), 6,
-               '0') END AS integer) AS "us__v6",
-           CAST(CASE WHEN f.z__v6 IS NOT NULL THEN SUBSTRING(f.z__v6, 12, 2) END AS integer) * 3600 + CAST(CASE WHEN f.z__v6 IS NOT NULL
-               THEN SUBSTRING(f.z__v6, 15, 2) END AS integer) * 60 + CAST(CASE WHEN f.z__v6 IS NOT NULL
-               THEN SUBSTRING(f.z__v6, 18, 2) END AS integer) AS "sod__v6",
-           CASE WHEN f.z__v6 LIKE '%Z' THEN 0 ELSE CASE
-               WHEN SUBSTRING(f.z__v6, LENGTH(f.z__v6) - 5 - (CASE WHEN SUBSTRING(f.z__v6, LENGTH(f.z__v6) - 5, 1) = ':' THEN 3 ELSE 0 END), 1) = '-' THEN -1
-               ELSE 1 END * (CAST(CASE WHEN NOT f.z__v6 LIKE '%Z'
-               THEN SUBSTRING(f.z__v6, LENGTH(f.z__v6) - 4 - (CASE WHEN SUBSTRING(f.z__v6, LENGTH(f.z__v6) - 5, 1) = ':' THEN 3
-               ELSE 0 END), 2) END AS integer) * 3600 + CAST(CASE WHEN NOT f.z__v6 LIKE '%Z'
-               THEN SUBSTRING(f.z__v6, LENGTH(f.z__v6) - 1 - (CASE WHEN SUBSTRING(f.z__v6, LENGTH(f.z__v6) - 5, 1) = ':' THEN 3
-               ELSE 0 END), 2) END AS integer) * 60 + COALESCE(CAST(CASE WHEN NOT f.z__v6 LIKE '%Z' AND SUBSTRING(f.z__v6, LENGTH(f.z__v6) - 5, 1) = ':'
-               THEN SUBSTRING(f.z__v6, LENGTH(f.z__v6) - 1, 2) END AS integer), 0)) END AS "off__v6"
+  fields_4 AS (SELECT f.*, FROM_VARBYTE(TO_VARBYTE(f._s_v2, 'base64'), 'hex') AS "_x_v2", FROM_VARBYTE(TO_VARBYTE(f._s_v3, 'base64'), 'hex') AS "_x_v3",
+      CAST(CASE WHEN f._z_v6 IS NOT NULL THEN SUBSTRING(f._z_v6, 1, 4) END AS integer) AS "_y_v6",
+      CAST(CASE WHEN f._z_v6 IS NOT NULL THEN SUBSTRING(f._z_v6, 6, 2) END AS integer) AS "_mo_v6",
+      CAST(CASE WHEN f._z_v6 IS NOT NULL THEN SUBSTRING(f._z_v6, 9, 2) END AS integer) AS "_dd_v6",
+      CAST(CASE WHEN f._z_v6 IS NOT NULL
+          THEN RPAD(SUBSTRING(COALESCE(NULLIF(REGEXP_SUBSTR(f._z_v6, '^.{19}[.]([0-9]{1,9})', 1, 1, 'e'), ''), ''), 1, 6), 6, '0') END AS integer) AS "_us_v6",
+      CAST(CASE WHEN f._z_v6 IS NOT NULL THEN SUBSTRING(f._z_v6, 12, 2) END AS integer) * 3600 + CAST(CASE WHEN f._z_v6 IS NOT NULL
+          THEN SUBSTRING(f._z_v6, 15, 2) END AS integer) * 60 + CAST(CASE WHEN f._z_v6 IS NOT NULL THEN SUBSTRING(f._z_v6, 18, 2) END AS integer) AS "_sod_v6",
+      CASE WHEN f._z_v6 LIKE '%Z' THEN 0 ELSE CASE WHEN SUBSTRING(f._z_v6, LENGTH(f._z_v6) - 5 - (CASE WHEN SUBSTRING(f._z_v6, LENGTH(f._z_v6) - 5, 1) = ':'
+          THEN 3 ELSE 0 END), 1) = '-' THEN -1
+          ELSE 1 END * (CAST(CASE WHEN NOT f._z_v6 LIKE '%Z'
+          THEN SUBSTRING(f._z_v6, LENGTH(f._z_v6) - 4 - (CASE WHEN SUBSTRING(f._z_v6, LENGTH(f._z_v6) - 5, 1) = ':' THEN 3
+          ELSE 0 END), 2) END AS integer) * 3600 + CAST(CASE WHEN NOT f._z_v6 LIKE '%Z'
+          THEN SUBSTRING(f._z_v6, LENGTH(f._z_v6) - 1 - (CASE WHEN SUBSTRING(f._z_v6, LENGTH(f._z_v6) - 5, 1) = ':' THEN 3
+          ELSE 0 END), 2) END AS integer) * 60 + COALESCE(CAST(CASE WHEN NOT f._z_v6 LIKE '%Z' AND SUBSTRING(f._z_v6, LENGTH(f._z_v6) - 5, 1) = ':'
+          THEN SUBSTRING(f._z_v6, LENGTH(f._z_v6) - 1, 2) END AS integer), 0)) END AS "_off_v6"
     FROM fields_3 f),
   fields_5 AS (
-    SELECT f.*, CASE WHEN LENGTH(f.x__v2) <= 32 THEN LPAD(f.x__v2, 32, CASE WHEN SUBSTRING(f.x__v2, 1, 1) >= '8' THEN 'f' ELSE '0' END) END AS "h__v2",
-           CASE WHEN SUBSTRING(f.x__v2, 1, 1) >= '8' THEN 1 ELSE 0 END AS "n__v2",
-           CASE WHEN LENGTH(f.x__v3) <= 32 THEN LPAD(f.x__v3, 32, CASE WHEN SUBSTRING(f.x__v3, 1, 1) >= '8' THEN 'f' ELSE '0' END) END AS "h__v3",
-           CASE WHEN SUBSTRING(f.x__v3, 1, 1) >= '8' THEN 1 ELSE 0 END AS "n__v3"
+    SELECT f.*, CASE WHEN LENGTH(f._x_v2) <= 32 THEN LPAD(f._x_v2, 32, CASE WHEN SUBSTRING(f._x_v2, 1, 1) >= '8' THEN 'f' ELSE '0' END) END AS "_h_v2",
+           CASE WHEN SUBSTRING(f._x_v2, 1, 1) >= '8' THEN 1 ELSE 0 END AS "_n_v2",
+           CASE WHEN LENGTH(f._x_v3) <= 32 THEN LPAD(f._x_v3, 32, CASE WHEN SUBSTRING(f._x_v3, 1, 1) >= '8' THEN 'f' ELSE '0' END) END AS "_h_v3",
+           CASE WHEN SUBSTRING(f._x_v3, 1, 1) >= '8' THEN 1 ELSE 0 END AS "_n_v3"
     FROM fields_4 f),
-  fields_6 AS (
-    SELECT f.*, ABS(f.n__v2 * 65535 - STRTOL(SUBSTRING(f.h__v2, 1, 4), 16)) AS "a__v2",
-           ABS(f.n__v2 * 72057594037927935 - STRTOL(SUBSTRING(f.h__v2, 5, 14), 16)) AS "b__v2",
-           ABS(f.n__v2 * 72057594037927935 - STRTOL(SUBSTRING(f.h__v2, 19, 14), 16)) AS "c__v2",
-           ABS(f.n__v3 * 65535 - STRTOL(SUBSTRING(f.h__v3, 1, 4), 16)) AS "a__v3",
-           ABS(f.n__v3 * 72057594037927935 - STRTOL(SUBSTRING(f.h__v3, 5, 14), 16)) AS "b__v3",
-           ABS(f.n__v3 * 72057594037927935 - STRTOL(SUBSTRING(f.h__v3, 19, 14), 16)) AS "c__v3"
-    FROM fields_5 f),
-  fields_7 AS (
-    SELECT f.*, CAST(f.b__v2 AS decimal(38,0)) * 72057594037927936 + f.c__v2 + f.n__v2 AS "l__v2",
-           CAST(f.b__v3 AS decimal(38,0)) * 72057594037927936 + f.c__v3 + f.n__v3 AS "l__v3"
-    FROM fields_6 f),
-  fields_8 AS (
-    SELECT f.*,
-           CAST(CAST(CASE WHEN f.a__v2 < 19259 OR (f.a__v2 = 19259 AND f.l__v2 <= 1554801477754702131171195550171135)
-               THEN f.a__v2 END AS decimal(38,0)) * 5192296858534827628530496329220096 + f.l__v2 AS varchar(40)) AS "m__v2",
-           CAST(CAST(CASE WHEN f.a__v3 < 19259 OR (f.a__v3 = 19259 AND f.l__v3 <= 1554801477754702131171195550171135)
-               THEN f.a__v3 END AS decimal(38,0)) * 5192296858534827628530496329220096 + f.l__v3 AS varchar(40)) AS "m__v3"
+  fields_6 AS (SELECT f.*, ABS(f._n_v2 * 65535 - STRTOL(SUBSTRING(f._h_v2, 1, 4), 16)) AS "_a_v2",
+      ABS(f._n_v2 * 72057594037927935 - STRTOL(SUBSTRING(f._h_v2, 5, 14), 16)) AS "_b_v2",
+      ABS(f._n_v2 * 72057594037927935 - STRTOL(SUBSTRING(f._h_v2, 19, 14), 16)) AS "_c_v2",
+      ABS(f._n_v3 * 65535 - STRTOL(SUBSTRING(f._h_v3, 1, 4), 16)) AS "_a_v3",
+      ABS(f._n_v3 * 72057594037927935 - STRTOL(SUBSTRING(f._h_v3, 5, 14), 16)) AS "_b_v3",
+      ABS(f._n_v3 * 72057594037927935 - STRTOL(SUBSTRING(f._h_v3, 19, 14), 16)) AS "_c_v3" FROM fields_5 f),
+  fields_7 AS (SELECT f.*, CAST(f._b_v2 AS decimal(38,0)) * 72057594037927936 + f._c_v2 + f._n_v2 AS "_l_v2",
+      CAST(f._b_v3 AS decimal(38,0)) * 72057594037927936 + f._c_v3 + f._n_v3 AS "_l_v3" FROM fields_6 f),
+  fields_8 AS (SELECT f.*,
+      CAST(CAST(CASE WHEN f._a_v2 < 19259 OR (f._a_v2 = 19259 AND f._l_v2 <= 1554801477754702131171195550171135)
+          THEN f._a_v2 END AS decimal(38,0)) * 5192296858534827628530496329220096 + f._l_v2 AS varchar(40)) AS "_m_v2",
+      CAST(CAST(CASE WHEN f._a_v3 < 19259 OR (f._a_v3 = 19259 AND f._l_v3 <= 1554801477754702131171195550171135)
+          THEN f._a_v3 END AS decimal(38,0)) * 5192296858534827628530496329220096 + f._l_v3 AS varchar(40)) AS "_m_v3"
     FROM fields_7 f),
-  fields_9 AS (
-    SELECT f.*, LPAD(f.m__v2, GREATEST(LENGTH(f.m__v2), LEAST(2, 38) + 1), '0') AS "g__v2",
-           LPAD(f.m__v3, GREATEST(LENGTH(f.m__v3), LEAST(f.k__v3, 38) + 1), '0') AS "g__v3"
-    FROM fields_8 f),
-  fields_10 AS (
-    SELECT f.*,
-           CASE WHEN f.g__v2 IS NOT NULL AND 2 BETWEEN 0 AND 38
-               THEN (CASE WHEN f.n__v2 = 1 THEN '-' ELSE '' END) || SUBSTRING(f.g__v2, 1, LENGTH(f.g__v2) - 2) || (CASE WHEN 2 > 0
-               THEN '.' || SUBSTRING(f.g__v2, LENGTH(f.g__v2) - 2 + 1) ELSE '' END) END AS "t__v2",
-           CASE WHEN f.g__v3 IS NOT NULL AND f.k__v3 BETWEEN 0 AND 38
-               THEN (CASE WHEN f.n__v3 = 1 THEN '-' ELSE '' END) || SUBSTRING(f.g__v3, 1, LENGTH(f.g__v3) - f.k__v3) || (CASE WHEN f.k__v3 > 0
-               THEN '.' || SUBSTRING(f.g__v3, LENGTH(f.g__v3) - f.k__v3 + 1) ELSE '' END) WHEN f.g__v3 IS NOT NULL AND f.k__v3 BETWEEN -38 AND -1
-               AND (f.m__v3 = '0' OR LENGTH(f.m__v3) + GREATEST(-GREATEST(f.k__v3, -38), 0) <= 38)
-               THEN (CASE WHEN f.n__v3 = 1 THEN '-' ELSE '' END) || RPAD(f.m__v3, LENGTH(f.m__v3) + GREATEST(-GREATEST(f.k__v3, -38), 0), '0') END AS "t__v3"
+  fields_9 AS (SELECT f.*, LPAD(f._m_v2, GREATEST(LENGTH(f._m_v2), LEAST(2, 38) + 1), '0') AS "_g_v2",
+      LPAD(f._m_v3, GREATEST(LENGTH(f._m_v3), LEAST(f._k_v3, 38) + 1), '0') AS "_g_v3" FROM fields_8 f),
+  fields_10 AS (SELECT f.*,
+      CASE WHEN f._g_v2 IS NOT NULL AND 2 BETWEEN 0 AND 38
+          THEN (CASE WHEN f._n_v2 = 1 THEN '-' ELSE '' END) || SUBSTRING(f._g_v2, 1, LENGTH(f._g_v2) - 2) || (CASE WHEN 2 > 0
+          THEN '.' || SUBSTRING(f._g_v2, LENGTH(f._g_v2) - 2 + 1) ELSE '' END) END AS "_t_v2",
+      CASE WHEN f._g_v3 IS NOT NULL AND f._k_v3 BETWEEN 0 AND 38
+          THEN (CASE WHEN f._n_v3 = 1 THEN '-' ELSE '' END) || SUBSTRING(f._g_v3, 1, LENGTH(f._g_v3) - f._k_v3) || (CASE WHEN f._k_v3 > 0
+          THEN '.' || SUBSTRING(f._g_v3, LENGTH(f._g_v3) - f._k_v3 + 1) ELSE '' END) WHEN f._g_v3 IS NOT NULL AND f._k_v3 BETWEEN -38 AND -1
+          AND (f._m_v3 = '0' OR LENGTH(f._m_v3) + GREATEST(-GREATEST(f._k_v3, -38), 0) <= 38)
+          THEN (CASE WHEN f._n_v3 = 1 THEN '-' ELSE '' END) || RPAD(f._m_v3, LENGTH(f._m_v3) + GREATEST(-GREATEST(f._k_v3, -38), 0), '0') END AS "_t_v3"
     FROM fields_9 f),
-  typed AS (
-    SELECT f.*, CAST(f.j__ts_ms AS bigint) AS source_ts_ms, NOT (f.j__ts_ms IS NULL) AS has_source_ts,
-           COALESCE(CAST(f."ji__id" AS integer), CAST(f."jk__id" AS integer)) AS "id",
-           CASE WHEN f."u__sku" THEN NULL ELSE CAST(CASE WHEN OCTET_LENGTH(f.x__v0) <= 32 THEN f.x__v0 END AS varchar(32)) END AS "sku",
-           CASE WHEN f."u__description" THEN NULL ELSE CAST(CASE WHEN OCTET_LENGTH(f.x__v1) <= 65535 THEN f.x__v1 END AS varchar(65535)) END AS "description",
-           CAST(CASE WHEN ABS(CAST(CASE WHEN LENGTH(LTRIM(SPLIT_PART(REPLACE(f.t__v2, '-', ''), '.', 1), '0')) <= 10
-               THEN f.t__v2 END AS decimal(38,2))) <= 9999999999.99 THEN CAST(CASE WHEN LENGTH(LTRIM(SPLIT_PART(REPLACE(f.t__v2, '-', ''), '.', 1), '0')) <= 10
-               THEN f.t__v2 END AS decimal(38,2)) END AS decimal(12,2)) AS "price",
-           CAST(CASE WHEN ABS(CAST(CASE WHEN LENGTH(LTRIM(SPLIT_PART(REPLACE(f.t__v3, '-', ''), '.', 1), '0')) <= 14
-               THEN f.t__v3 END AS decimal(38,6))) <= 99999999999999.999999
-               THEN CAST(CASE WHEN LENGTH(LTRIM(SPLIT_PART(REPLACE(f.t__v3, '-', ''), '.', 1), '0')) <= 14
-               THEN f.t__v3 END AS decimal(38,6)) END AS decimal(20,6)) AS "weight",
-           CAST(DATEADD(day, CAST(f.e__v4 AS integer), DATE '1970-01-01') AS date) AS "released",
-           TIMESTAMP '1970-01-01 00:00:00' + (f.e__v5 / 1000000) * INTERVAL '1 second' + (f.e__v5 % 1000000) * 1 * INTERVAL '1 microsecond' AS "updated_at",
-           ((CAST(CASE WHEN f.y__v6 >= 1 AND f.mo__v6 BETWEEN 1 AND 12 AND f.dd__v6 BETWEEN 1 AND CASE WHEN f.mo__v6 IN (4, 6, 9, 11) THEN 30 WHEN f.mo__v6 = 2
-               THEN CASE WHEN (f.y__v6 % 4 = 0 AND (f.y__v6 % 100 <> 0 OR f.y__v6 % 400 = 0)) THEN 29 ELSE 28 END ELSE 31 END
-               AND NOT (f.y__v6 = 1 AND f.mo__v6 = 1 AND f.dd__v6 = 1 AND f.sod__v6 < f.off__v6) AND NOT (f.y__v6 = 9999 AND f.mo__v6 = 12 AND f.dd__v6 = 31
-               AND f.sod__v6 - f.off__v6 >= 86400)
-               THEN REPLACE(SUBSTRING(f.z__v6, 1, 19), 'T',
-               ' ') END AS timestamp) + f.us__v6 * INTERVAL '1 microsecond' - f.off__v6 * INTERVAL '1 second') AT TIME ZONE 'UTC') AS "published_at",
-           CASE WHEN f."u__attributes" THEN NULL ELSE CASE WHEN IS_VARCHAR(f."j__attributes") THEN JSON_PARSE(CASE WHEN CAN_JSON_PARSE(f.x__v7t)
-               THEN f.x__v7t END) END END AS "attributes",
-           CASE WHEN IS_BOOLEAN(f."j__in_stock") THEN f."j__in_stock"::boolean WHEN IS_INTEGER(f."j__in_stock") AND f."j__in_stock"::int IN (0, 1)
-               THEN f."j__in_stock"::int = 1 END AS "in_stock",
-           NULLIF('|' || CASE WHEN f."u__sku" THEN 'sku|' ELSE '' END || CASE WHEN f."u__description" THEN 'description|' ELSE '' END || CASE
-               WHEN f."u__attributes" THEN 'attributes|' ELSE '' END, '|') AS unavailable,
-           CASE WHEN f.op IN ('c', 'r', 'u') AND IS_OBJECT(f.img) AND NOT (f."ji__id" IS NOT NULL AND f."j__sku" IS NOT NULL AND f."j__description" IS NOT NULL
-               AND f."j__price" IS NOT NULL AND f."j__weight" IS NOT NULL AND f."j__released" IS NOT NULL AND f."j__updated_at" IS NOT NULL
-               AND f."j__published_at" IS NOT NULL AND f."j__attributes" IS NOT NULL AND f."j__in_stock" IS NOT NULL AND GET_NUMBER_ATTRIBUTES(f.img) = 10)
-               THEN f.img END AS drift_img
+  typed AS (SELECT f.*, CAST(f._ts_ms AS bigint) AS _source_ts_ms, NOT (f._ts_ms IS NULL) AS _has_source_ts,
+      COALESCE(CAST(f._j_i0 AS integer), CAST(f._j_k0 AS integer)) AS "id",
+      CASE WHEN f._u_v0 THEN NULL ELSE CAST(CASE WHEN OCTET_LENGTH(f._x_v0) <= 32 THEN f._x_v0 END AS varchar(32)) END AS "sku",
+      CASE WHEN f._u_v1 THEN NULL ELSE CAST(CASE WHEN OCTET_LENGTH(f._x_v1) <= 65535 THEN f._x_v1 END AS varchar(65535)) END AS "description",
+      CAST(CASE WHEN ABS(CAST(CASE WHEN LENGTH(LTRIM(SPLIT_PART(REPLACE(f._t_v2, '-', ''), '.', 1), '0')) <= 10
+          THEN f._t_v2 END AS decimal(38,2))) <= 9999999999.99 THEN CAST(CASE WHEN LENGTH(LTRIM(SPLIT_PART(REPLACE(f._t_v2, '-', ''), '.', 1), '0')) <= 10
+          THEN f._t_v2 END AS decimal(38,2)) END AS decimal(12,2)) AS "price",
+      CAST(CASE WHEN ABS(CAST(CASE WHEN LENGTH(LTRIM(SPLIT_PART(REPLACE(f._t_v3, '-', ''), '.', 1), '0')) <= 14
+          THEN f._t_v3 END AS decimal(38,6))) <= 99999999999999.999999
+          THEN CAST(CASE WHEN LENGTH(LTRIM(SPLIT_PART(REPLACE(f._t_v3, '-', ''), '.', 1), '0')) <= 14
+          THEN f._t_v3 END AS decimal(38,6)) END AS decimal(20,6)) AS "weight",
+      CAST(DATEADD(day, CAST(f._e_v4 AS integer), DATE '1970-01-01') AS date) AS "released",
+      TIMESTAMP '1970-01-01 00:00:00' + (f._e_v5 / 1000000) * INTERVAL '1 second' + (f._e_v5 % 1000000) * 1 * INTERVAL '1 microsecond' AS "updated_at",
+      ((CAST(CASE WHEN f._y_v6 >= 1 AND f._mo_v6 BETWEEN 1 AND 12 AND f._dd_v6 BETWEEN 1 AND CASE WHEN f._mo_v6 IN (4, 6, 9, 11) THEN 30 WHEN f._mo_v6 = 2
+          THEN CASE WHEN (f._y_v6 % 4 = 0 AND (f._y_v6 % 100 <> 0 OR f._y_v6 % 400 = 0)) THEN 29 ELSE 28 END ELSE 31 END
+          AND NOT (f._y_v6 = 1 AND f._mo_v6 = 1 AND f._dd_v6 = 1 AND f._sod_v6 < f._off_v6) AND NOT (f._y_v6 = 9999 AND f._mo_v6 = 12 AND f._dd_v6 = 31
+          AND f._sod_v6 - f._off_v6 >= 86400)
+          THEN REPLACE(SUBSTRING(f._z_v6, 1, 19), 'T',
+          ' ') END AS timestamp) + f._us_v6 * INTERVAL '1 microsecond' - f._off_v6 * INTERVAL '1 second') AT TIME ZONE 'UTC') AS "published_at",
+      CASE WHEN f._u_v7 THEN NULL ELSE CASE WHEN IS_VARCHAR(f._j_v7) THEN JSON_PARSE(CASE WHEN CAN_JSON_PARSE(f._x_v7t)
+          THEN f._x_v7t END) END END AS "attributes",
+      CASE WHEN IS_BOOLEAN(f._j_v8) THEN f._j_v8::boolean WHEN IS_INTEGER(f._j_v8) AND f._j_v8::int IN (0, 1) THEN f._j_v8::int = 1 END AS "in_stock",
+      NULLIF('|' || CASE WHEN f._u_v0 THEN 'sku|' ELSE '' END || CASE WHEN f._u_v1 THEN 'description|' ELSE '' END || CASE WHEN f._u_v7 THEN 'attributes|'
+          ELSE '' END, '|') AS _unavailable,
+      CASE WHEN f._op IN ('c', 'r', 'u') AND IS_OBJECT(f._img) AND NOT (f._j_i0 IS NOT NULL AND f._j_v0 IS NOT NULL AND f._j_v1 IS NOT NULL
+          AND f._j_v2 IS NOT NULL AND f._j_v3 IS NOT NULL AND f._j_v4 IS NOT NULL AND f._j_v5 IS NOT NULL AND f._j_v6 IS NOT NULL AND f._j_v7 IS NOT NULL
+          AND f._j_v8 IS NOT NULL AND GET_NUMBER_ATTRIBUTES(f._img) = 10) THEN f._img END AS _drift_img
     FROM fields_10 f),
-  checked AS (
-    SELECT t.*,
-           CASE
-             WHEN t.raw_value IS NOT NULL THEN 1
-             WHEN (t.env IS NULL) THEN 2
-             WHEN NOT IS_OBJECT(t.env) THEN 3
-             WHEN t.op IS NULL THEN 4
-             WHEN t.op = 't' THEN 5
-             WHEN t.op NOT IN ('c', 'r', 'u', 'd') THEN 6
-             WHEN t.op <> 'd' AND ((t.img IS NULL) OR NOT IS_OBJECT(t.img)) THEN 7
-             WHEN t."id" IS NULL THEN 8
-             WHEN t.has_source_ts AND (t.source_ts_ms IS NULL OR t.source_ts_ms NOT BETWEEN 0 AND 253402300799999) THEN 9
-             WHEN t.op <> 'd' AND NOT (t."j__sku" IS NULL) AND t."sku" IS NULL AND NOT t."u__sku" THEN 10
-             WHEN t.op <> 'd' AND NOT (t."j__description" IS NULL) AND t."description" IS NULL AND NOT t."u__description" THEN 11
-             WHEN t.op <> 'd' AND NOT (t."j__price" IS NULL) AND t."price" IS NULL THEN 12
-             WHEN t.op <> 'd' AND NOT (t."j__weight" IS NULL) AND t."weight" IS NULL THEN 13
-             WHEN t.op <> 'd' AND NOT (t."j__released" IS NULL) AND t."released" IS NULL THEN 14
-             WHEN t.op <> 'd' AND NOT (t."j__updated_at" IS NULL) AND t."updated_at" IS NULL THEN 15
-             WHEN t.op <> 'd' AND NOT (t."j__published_at" IS NULL) AND t."published_at" IS NULL THEN 16
-             WHEN t.op <> 'd' AND NOT (t."j__attributes" IS NULL) AND t."attributes" IS NULL AND NOT t."u__attributes" THEN 17
-             WHEN t.op <> 'd' AND NOT (t."j__in_stock" IS NULL) AND t."in_stock" IS NULL THEN 18
-             WHEN t.op = 'd' THEN 19
-             ELSE 0
-           END AS check_no
-    FROM typed t),
-  classified AS (
-    SELECT t.kafka_partition, t.kafka_offset, t.kafka_timestamp, t.refresh_time, t.raw_value, t.op,
-           CASE WHEN t.source_ts_ms BETWEEN 0 AND 253402300799999 THEN t.source_ts_ms END AS source_ts_ms, t.source_pos,
-           t.unavailable, t.drift_img, t."id", t."sku", t."description", t."price", t."weight", t."released", t."updated_at",
-           t."published_at", t."attributes", t."in_stock",
-           CASE
-             WHEN t.check_no IN (1, 3, 4, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18) THEN 'quarantine'
-             WHEN t.check_no = 2 THEN 'tombstone'
-             WHEN t.check_no = 5 THEN 'truncate'
-             WHEN t.check_no = 19 THEN 'delete'
-             ELSE 'upsert'
-           END AS action,
-           CASE t.check_no
-             WHEN 1 THEN 'value is not valid JSON'
-             WHEN 3 THEN 'value is not a JSON object'
-             WHEN 4 THEN 'no op field: not a Debezium change event'
-             WHEN 6 THEN 'unknown op "' || CASE WHEN OCTET_LENGTH(t.op) <= 64 THEN t.op ELSE SUBSTRING(t.op, 1, 16) END || '"'
-             WHEN 7 THEN 'no row image: after is missing or not an object'
-             WHEN 8 THEN 'primary key field id is missing or not a integer'
-             WHEN 9 THEN 'source time (ts_ms) is not milliseconds since the epoch between 1970 and 9999'
-             WHEN 10 THEN 'field Sku does not convert to varchar(32)'
-             WHEN 11 THEN 'field description does not convert to varchar(65535)'
-             WHEN 12 THEN 'field price does not convert from org.apache.kafka.connect.data.Decimal to decimal(12,2)'
-             WHEN 13 THEN 'field weight does not convert from io.debezium.data.VariableScaleDecimal to decimal(20,6)'
-             WHEN 14 THEN 'field released does not convert from io.debezium.time.Date to date'
-             WHEN 15 THEN 'field updated_at does not convert from io.debezium.time.MicroTimestamp to timestamp'
-             WHEN 16 THEN 'field published_at does not convert from io.debezium.time.ZonedTimestamp to timestamptz'
-             WHEN 17 THEN 'field attributes does not convert from io.debezium.data.Json to super'
-             WHEN 18 THEN 'field in_stock does not convert to boolean'
-           END AS reason,
-           CASE WHEN t.check_no IN (1, 3, 4, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18) OR t.unavailable IS NOT NULL
-               THEN t.payload END AS quarantine_payload,
-           MAX(t.kafka_timestamp) OVER (PARTITION BY t.kafka_partition ORDER BY t.kafka_offset
-             ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW) AS kafka_time
-    FROM checked t)
-  SELECT c.kafka_partition, c.kafka_offset, c.kafka_timestamp, c.refresh_time,
-         CASE WHEN OCTET_LENGTH(c.op) <= 64 THEN c.op ELSE SUBSTRING(c.op, 1, 16) END, c.action, c.reason,
+  checked AS (SELECT t.*,
+      CASE
+        WHEN t._raw_value IS NOT NULL THEN 1
+        WHEN (t._env IS NULL) THEN 2
+        WHEN NOT IS_OBJECT(t._env) THEN 3
+        WHEN t._op IS NULL THEN 4
+        WHEN t._op = 't' THEN 5
+        WHEN t._op NOT IN ('c', 'r', 'u', 'd') THEN 6
+        WHEN t._op <> 'd' AND ((t._img IS NULL) OR NOT IS_OBJECT(t._img)) THEN 7
+        WHEN t."id" IS NULL THEN 8
+        WHEN t._has_source_ts AND (t._source_ts_ms IS NULL OR t._source_ts_ms NOT BETWEEN 0 AND 253402300799999) THEN 9
+        WHEN t._op <> 'd' AND NOT (t._j_v0 IS NULL) AND t."sku" IS NULL AND NOT t._u_v0 THEN 10
+        WHEN t._op <> 'd' AND NOT (t._j_v1 IS NULL) AND t."description" IS NULL AND NOT t._u_v1 THEN 11
+        WHEN t._op <> 'd' AND NOT (t._j_v2 IS NULL) AND t."price" IS NULL THEN 12
+        WHEN t._op <> 'd' AND NOT (t._j_v3 IS NULL) AND t."weight" IS NULL THEN 13
+        WHEN t._op <> 'd' AND NOT (t._j_v4 IS NULL) AND t."released" IS NULL THEN 14
+        WHEN t._op <> 'd' AND NOT (t._j_v5 IS NULL) AND t."updated_at" IS NULL THEN 15
+        WHEN t._op <> 'd' AND NOT (t._j_v6 IS NULL) AND t."published_at" IS NULL THEN 16
+        WHEN t._op <> 'd' AND NOT (t._j_v7 IS NULL) AND t."attributes" IS NULL AND NOT t._u_v7 THEN 17
+        WHEN t._op <> 'd' AND NOT (t._j_v8 IS NULL) AND t."in_stock" IS NULL THEN 18
+        WHEN t._op = 'd' THEN 19
+        ELSE 0
+      END AS _check_no FROM typed t),
+  classified AS (SELECT t._kafka_partition, t._kafka_offset, t._kafka_timestamp, t._refresh_time, t._raw_value, t._op,
+      CASE WHEN t._source_ts_ms BETWEEN 0 AND 253402300799999 THEN t._source_ts_ms END AS _source_ts_ms, t._source_pos,
+      t._unavailable, t._drift_img, t."id", t."sku", t."description", t."price", t."weight", t."released",
+      t."updated_at", t."published_at", t."attributes", t."in_stock",
+      CASE
+        WHEN t._check_no IN (1, 3, 4, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18) THEN 'quarantine'
+        WHEN t._check_no = 2 THEN 'tombstone'
+        WHEN t._check_no = 5 THEN 'truncate'
+        WHEN t._check_no = 19 THEN 'delete'
+        ELSE 'upsert'
+      END AS _action,
+      CASE t._check_no
+        WHEN 1 THEN 'value is not valid JSON'
+        WHEN 3 THEN 'value is not a JSON object'
+        WHEN 4 THEN 'no op field: not a Debezium change event'
+        WHEN 6 THEN 'unknown op "' || CASE WHEN OCTET_LENGTH(t._op) <= 64 THEN t._op ELSE SUBSTRING(t._op, 1, 16) END || '"'
+        WHEN 7 THEN 'no row image: after is missing or not an object'
+        WHEN 8 THEN 'primary key field id is missing or not a integer'
+        WHEN 9 THEN 'source time (ts_ms) is not milliseconds since the epoch between 1970 and 9999'
+        WHEN 10 THEN 'field Sku does not convert to varchar(32)'
+        WHEN 11 THEN 'field description does not convert to varchar(65535)'
+        WHEN 12 THEN 'field price does not convert from org.apache.kafka.connect.data.Decimal to decimal(12,2)'
+        WHEN 13 THEN 'field weight does not convert from io.debezium.data.VariableScaleDecimal to decimal(20,6)'
+        WHEN 14 THEN 'field released does not convert from io.debezium.time.Date to date'
+        WHEN 15 THEN 'field updated_at does not convert from io.debezium.time.MicroTimestamp to timestamp'
+        WHEN 16 THEN 'field published_at does not convert from io.debezium.time.ZonedTimestamp to timestamptz'
+        WHEN 17 THEN 'field attributes does not convert from io.debezium.data.Json to super'
+        WHEN 18 THEN 'field in_stock does not convert to boolean'
+      END AS _reason,
+      CASE WHEN t._check_no IN (1, 3, 4, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18) OR t._unavailable IS NOT NULL
+          THEN t._payload END AS _quarantine_payload,
+      MAX(t._kafka_timestamp) OVER (PARTITION BY t._kafka_partition ORDER BY t._kafka_offset
+        ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW) AS _kafka_time FROM checked t)
+  SELECT c._kafka_partition, c._kafka_offset, c._kafka_timestamp, c._refresh_time,
+         CASE WHEN OCTET_LENGTH(c._op) <= 64 THEN c._op ELSE SUBSTRING(c._op, 1, 16) END, c._action, c._reason,
          ROW_NUMBER() OVER (
-           PARTITION BY CASE WHEN c.action IN ('upsert', 'delete') THEN 1 ELSE 0 END, c."id"
-           ORDER BY c.source_pos DESC NULLS LAST, c.kafka_time DESC NULLS LAST, c.kafka_partition DESC, c.kafka_offset DESC),
-         (TIMESTAMP 'epoch' + (c.source_ts_ms / 1000) * INTERVAL '1 second' + (c.source_ts_ms % 1000) * INTERVAL '1 millisecond'),
-         c.source_pos, c.source_pos, c."id", c."sku", c."description", c."price", c."weight", c."released", c."updated_at",
-         c."published_at", c."attributes", c."in_stock", c.unavailable, c.quarantine_payload,
-         CASE WHEN c.action = 'quarantine' THEN c.raw_value END, c.drift_img
+           PARTITION BY CASE WHEN c._action IN ('upsert', 'delete') THEN 1 ELSE 0 END, c."id"
+           ORDER BY c._source_pos DESC NULLS LAST, c._kafka_time DESC NULLS LAST, c._kafka_partition DESC, c._kafka_offset DESC),
+         (TIMESTAMP 'epoch' + (c._source_ts_ms / 1000) * INTERVAL '1 second' + (c._source_ts_ms % 1000) * INTERVAL '1 millisecond'),
+         c._source_pos, c._source_pos, c."id", c."sku", c."description", c."price", c."weight", c."released",
+         c."updated_at", c."published_at", c."attributes", c."in_stock", c._unavailable, c._quarantine_payload,
+         CASE WHEN c._action = 'quarantine' THEN c._raw_value END, c._drift_img
   FROM classified c;
   GET DIAGNOSTICS v_read := ROW_COUNT;
   -- Fresh statistics for a large stage, refilled every run: without them the planner

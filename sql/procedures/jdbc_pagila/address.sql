@@ -154,11 +154,11 @@ BEGIN
     "_source_ts", "_source_pos", "_rank_pos", "address_id", "address", "address2", "district", "city_id", "postal_code",
     "phone", "last_update", "_unavailable", "_payload", "_raw_value", "_drift_img"
   )
-  WITH batch AS (
-    SELECT s.kafka_partition, s.kafka_offset, s.kafka_timestamp, s.refresh_time,
-           s.payload, s.raw_value,
-           CASE WHEN IS_OBJECT(s.payload."schema") THEN s.payload."payload" ELSE s.payload END AS env,
-           CASE WHEN IS_OBJECT(s.key_payload."schema") THEN s.key_payload."payload" ELSE s.key_payload END AS key_env
+  WITH batch AS (SELECT s.kafka_partition AS _kafka_partition, s.kafka_offset AS _kafka_offset,
+      s.kafka_timestamp AS _kafka_timestamp, s.refresh_time AS _refresh_time,
+      s.payload AS _payload, s.raw_value AS _raw_value,
+      CASE WHEN IS_OBJECT(s.payload."schema") THEN s.payload."payload" ELSE s.payload END AS _env,
+      CASE WHEN IS_OBJECT(s.key_payload."schema") THEN s.key_payload."payload" ELSE s.key_payload END AS _key_env
     FROM "pagila"."address__stream" s
     LEFT JOIN "pagila"."address__watermark" w ON w.kafka_partition = s.kafka_partition
     WHERE s.refresh_time >= (SELECT COALESCE(MAX(m.last_refresh_time), TIMESTAMP '1900-01-01 00:00:00') FROM "pagila"."address__watermark" m)
@@ -169,144 +169,120 @@ BEGIN
                     OR (s.kafka_partition = v_until_partition AND s.kafka_offset <= v_until_offset))))
     UNION ALL
     -- Quarantined records being replayed (at or below the watermark: already read once).
-    SELECT r.kafka_partition, r.kafka_offset, r.kafka_timestamp, r.run_started_at,
-           r.payload, r.raw_value,
-           CASE WHEN IS_OBJECT(r.payload."schema") THEN r.payload."payload" ELSE r.payload END AS env,
-           CAST(NULL AS super) AS key_env
+    SELECT r.kafka_partition, r.kafka_offset, r.kafka_timestamp, r.run_started_at, r.payload, r.raw_value,
+           CASE WHEN IS_OBJECT(r.payload."schema") THEN r.payload."payload" ELSE r.payload END,
+           CAST(NULL AS super)
     FROM "pagila"."address__quarantine" r
     WHERE r.table_name = 'address' AND r.handled = 'replaying'),
-  envelope AS (
-    SELECT f.kafka_partition, f.kafka_offset, f.kafka_timestamp, f.refresh_time,
-           f.payload, f.raw_value, f.env, f.key_env,
-           CASE WHEN IS_OBJECT(f.env) THEN 'r' END AS op,
-           f.env AS img,
-           f.env AS src
-    FROM batch f),
-  envelope_1 AS (
-    SELECT f.*, (CASE WHEN JSON_SIZE(f.src."last_update") <= 65535 THEN f.src."last_update" END) AS "b__p0"
-    FROM envelope f),
+  envelope AS (SELECT f._kafka_partition, f._kafka_offset, f._kafka_timestamp, f._refresh_time, f._payload, f._raw_value, f._env, f._key_env,
+      CASE WHEN IS_OBJECT(f._env) THEN 'r' END AS _op, f._env AS _img, f._env AS _src FROM batch f),
+  envelope_1 AS (SELECT f.*, (CASE WHEN JSON_SIZE(f._src."last_update") <= 65535 THEN f._src."last_update" END) AS "_b_p0" FROM envelope f),
   envelope_2 AS (
-    SELECT f.*, CASE WHEN IS_VARCHAR(f.b__p0) THEN f.b__p0::varchar(65535) WHEN f.b__p0 IS NOT NULL THEN JSON_SERIALIZE(f.b__p0) END AS "x__p0"
+    SELECT f.*, CASE WHEN IS_VARCHAR(f._b_p0) THEN f._b_p0::varchar(65535) WHEN f._b_p0 IS NOT NULL THEN JSON_SERIALIZE(f._b_p0) END AS "_x_p0"
     FROM envelope_1 f),
-  fields AS (
-    SELECT f.kafka_partition, f.kafka_offset, f.kafka_timestamp, f.refresh_time, f.payload, f.raw_value, f.env, f.img, f.op,
-           CAST(NULL AS super) AS j__ts_ms,
-           COALESCE(lpad(NULLIF(REGEXP_SUBSTR(f.x__p0, '^([0-9]{1,20})$', 1, 1, 'e'), ''), 20, '0'),
-               RPAD(TRANSLATE(NULLIF(REGEXP_SUBSTR(f.x__p0, '^([0-9]{4}-[0-9]{2}-[0-9]{2}[T ][0-9]{2}:[0-9]{2}:[0-9]{2}([.][0-9]+)?)Z?$', 1, 1, 'e'), ''),
-               '-:T .', ''), 20, '0')) AS source_pos,
-           f.img."address_id" AS "ji__address_id", CASE WHEN IS_OBJECT(f.key_env) THEN f.key_env."address_id" ELSE f.key_env END AS "jk__address_id",
-           f.img."address" AS "j__address", f.img."address2" AS "j__address2", f.img."district" AS "j__district", f.img."city_id" AS "j__city_id",
-           f.img."postal_code" AS "j__postal_code", f.img."phone" AS "j__phone", f.img."last_update" AS "j__last_update"
-    FROM envelope_2 f),
+  fields AS (SELECT f._kafka_partition, f._kafka_offset, f._kafka_timestamp, f._refresh_time, f._payload, f._raw_value, f._env, f._img, f._op,
+      CAST(NULL AS super) AS _ts_ms,
+      COALESCE(lpad(NULLIF(REGEXP_SUBSTR(f._x_p0, '^([0-9]{1,20})$', 1, 1, 'e'), ''), 20, '0'),
+          RPAD(TRANSLATE(NULLIF(REGEXP_SUBSTR(f._x_p0, '^([0-9]{4}-[0-9]{2}-[0-9]{2}[T ][0-9]{2}:[0-9]{2}:[0-9]{2}([.][0-9]+)?)Z?$', 1, 1, 'e'), ''), '-:T .',
+          ''), 20, '0')) AS _source_pos,
+      f._img."address_id" AS _j_i0, CASE WHEN IS_OBJECT(f._key_env) THEN f._key_env."address_id" ELSE f._key_env END AS _j_k0,
+      f._img."address" AS _j_v0, f._img."address2" AS _j_v1, f._img."district" AS _j_v2, f._img."city_id" AS _j_v3, f._img."postal_code" AS _j_v4,
+      f._img."phone" AS _j_v5, f._img."last_update" AS _j_v6 FROM envelope_2 f),
   fields_1 AS (
-    SELECT f.*, (CASE WHEN JSON_SIZE(f."j__address") <= 65535 THEN f."j__address" END) AS "b__v0",
-           (CASE WHEN JSON_SIZE(f."j__address2") <= 65535 THEN f."j__address2" END) AS "b__v1",
-           (CASE WHEN JSON_SIZE(f."j__district") <= 65535 THEN f."j__district" END) AS "b__v2",
-           (CASE WHEN JSON_SIZE(f."j__postal_code") <= 65535 THEN f."j__postal_code" END) AS "b__v4",
-           (CASE WHEN JSON_SIZE(f."j__phone") <= 65535 THEN f."j__phone" END) AS "b__v5",
-           CASE WHEN CAST(f."j__last_update" AS bigint) BETWEEN -62135596800000 AND 253402300799999 THEN CAST(f."j__last_update" AS bigint) END AS "e__v6"
+    SELECT f.*, (CASE WHEN JSON_SIZE(f._j_v0) <= 65535 THEN f._j_v0 END) AS "_b_v0", (CASE WHEN JSON_SIZE(f._j_v1) <= 65535 THEN f._j_v1 END) AS "_b_v1",
+           (CASE WHEN JSON_SIZE(f._j_v2) <= 65535 THEN f._j_v2 END) AS "_b_v2", (CASE WHEN JSON_SIZE(f._j_v4) <= 65535 THEN f._j_v4 END) AS "_b_v4",
+           (CASE WHEN JSON_SIZE(f._j_v5) <= 65535 THEN f._j_v5 END) AS "_b_v5",
+           CASE WHEN CAST(f._j_v6 AS bigint) BETWEEN -62135596800000 AND 253402300799999 THEN CAST(f._j_v6 AS bigint) END AS "_e_v6"
     FROM fields f),
   fields_2 AS (
-    SELECT f.*, CASE WHEN IS_VARCHAR(f.b__v0) THEN f.b__v0::varchar(65535) WHEN f.b__v0 IS NOT NULL THEN JSON_SERIALIZE(f.b__v0) END AS "x__v0",
-           CASE WHEN IS_VARCHAR(f.b__v1) THEN f.b__v1::varchar(65535) WHEN f.b__v1 IS NOT NULL THEN JSON_SERIALIZE(f.b__v1) END AS "x__v1",
-           CASE WHEN IS_VARCHAR(f.b__v2) THEN f.b__v2::varchar(65535) WHEN f.b__v2 IS NOT NULL THEN JSON_SERIALIZE(f.b__v2) END AS "x__v2",
-           CASE WHEN IS_VARCHAR(f.b__v4) THEN f.b__v4::varchar(65535) WHEN f.b__v4 IS NOT NULL THEN JSON_SERIALIZE(f.b__v4) END AS "x__v4",
-           CASE WHEN IS_VARCHAR(f.b__v5) THEN f.b__v5::varchar(65535) WHEN f.b__v5 IS NOT NULL THEN JSON_SERIALIZE(f.b__v5) END AS "x__v5"
+    SELECT f.*, CASE WHEN IS_VARCHAR(f._b_v0) THEN f._b_v0::varchar(65535) WHEN f._b_v0 IS NOT NULL THEN JSON_SERIALIZE(f._b_v0) END AS "_x_v0",
+           CASE WHEN IS_VARCHAR(f._b_v1) THEN f._b_v1::varchar(65535) WHEN f._b_v1 IS NOT NULL THEN JSON_SERIALIZE(f._b_v1) END AS "_x_v1",
+           CASE WHEN IS_VARCHAR(f._b_v2) THEN f._b_v2::varchar(65535) WHEN f._b_v2 IS NOT NULL THEN JSON_SERIALIZE(f._b_v2) END AS "_x_v2",
+           CASE WHEN IS_VARCHAR(f._b_v4) THEN f._b_v4::varchar(65535) WHEN f._b_v4 IS NOT NULL THEN JSON_SERIALIZE(f._b_v4) END AS "_x_v4",
+           CASE WHEN IS_VARCHAR(f._b_v5) THEN f._b_v5::varchar(65535) WHEN f._b_v5 IS NOT NULL THEN JSON_SERIALIZE(f._b_v5) END AS "_x_v5"
     FROM fields_1 f),
-  fields_3 AS (
-    SELECT f.*,
-           COALESCE(f.x__v0 IN ('__debezium_unavailable_value', 'X19kZWJleml1bV91bmF2YWlsYWJsZV92YWx1ZQ==', '["__debezium_unavailable_value"]'),
-               false) AS "u__address",
-           COALESCE(f.x__v1 IN ('__debezium_unavailable_value', 'X19kZWJleml1bV91bmF2YWlsYWJsZV92YWx1ZQ==', '["__debezium_unavailable_value"]'),
-               false) AS "u__address2",
-           COALESCE(f.x__v2 IN ('__debezium_unavailable_value', 'X19kZWJleml1bV91bmF2YWlsYWJsZV92YWx1ZQ==', '["__debezium_unavailable_value"]'),
-               false) AS "u__district",
-           COALESCE(f.x__v4 IN ('__debezium_unavailable_value', 'X19kZWJleml1bV91bmF2YWlsYWJsZV92YWx1ZQ==', '["__debezium_unavailable_value"]'),
-               false) AS "u__postal_code",
-           COALESCE(f.x__v5 IN ('__debezium_unavailable_value', 'X19kZWJleml1bV91bmF2YWlsYWJsZV92YWx1ZQ==', '["__debezium_unavailable_value"]'),
-               false) AS "u__phone"
+  fields_3 AS (SELECT f.*,
+      COALESCE(f._x_v0 IN ('__debezium_unavailable_value', 'X19kZWJleml1bV91bmF2YWlsYWJsZV92YWx1ZQ==', '["__debezium_unavailable_value"]'), false) AS "_u_v0",
+      COALESCE(f._x_v1 IN ('__debezium_unavailable_value', 'X19kZWJleml1bV91bmF2YWlsYWJsZV92YWx1ZQ==', '["__debezium_unavailable_value"]'), false) AS "_u_v1",
+      COALESCE(f._x_v2 IN ('__debezium_unavailable_value', 'X19kZWJleml1bV91bmF2YWlsYWJsZV92YWx1ZQ==', '["__debezium_unavailable_value"]'), false) AS "_u_v2",
+      COALESCE(f._x_v4 IN ('__debezium_unavailable_value', 'X19kZWJleml1bV91bmF2YWlsYWJsZV92YWx1ZQ==', '["__debezium_unavailable_value"]'), false) AS "_u_v4",
+      COALESCE(f._x_v5 IN ('__debezium_unavailable_value', 'X19kZWJleml1bV91bmF2YWlsYWJsZV92YWx1ZQ==', '["__debezium_unavailable_value"]'), false) AS "_u_v5"
     FROM fields_2 f),
-  typed AS (
-    SELECT f.*, CAST(f.j__ts_ms AS bigint) AS source_ts_ms, NOT (f.j__ts_ms IS NULL) AS has_source_ts,
-           COALESCE(CAST(f."ji__address_id" AS integer), CAST(f."jk__address_id" AS integer)) AS "address_id",
-           CASE WHEN f."u__address" THEN NULL ELSE CAST(CASE WHEN OCTET_LENGTH(f.x__v0) <= 200 THEN f.x__v0 END AS varchar(200)) END AS "address",
-           CASE WHEN f."u__address2" THEN NULL ELSE CAST(CASE WHEN OCTET_LENGTH(f.x__v1) <= 200 THEN f.x__v1 END AS varchar(200)) END AS "address2",
-           CASE WHEN f."u__district" THEN NULL ELSE CAST(CASE WHEN OCTET_LENGTH(f.x__v2) <= 80 THEN f.x__v2 END AS varchar(80)) END AS "district",
-           CAST(f."j__city_id" AS integer) AS "city_id",
-           CASE WHEN f."u__postal_code" THEN NULL ELSE CAST(CASE WHEN OCTET_LENGTH(f.x__v4) <= 40 THEN f.x__v4 END AS varchar(40)) END AS "postal_code",
-           CASE WHEN f."u__phone" THEN NULL ELSE CAST(CASE WHEN OCTET_LENGTH(f.x__v5) <= 80 THEN f.x__v5 END AS varchar(80)) END AS "phone",
-           TIMESTAMP '1970-01-01 00:00:00' + (f.e__v6 / 1000) * INTERVAL '1 second' + (f.e__v6 % 1000) * 1000 * INTERVAL '1 microsecond' AS "last_update",
-           NULLIF('|' || CASE WHEN f."u__address" THEN 'address|' ELSE '' END || CASE WHEN f."u__address2" THEN 'address2|' ELSE '' END || CASE
-               WHEN f."u__district" THEN 'district|' ELSE '' END || CASE WHEN f."u__postal_code" THEN 'postal_code|' ELSE '' END || CASE WHEN f."u__phone"
-               THEN 'phone|' ELSE '' END, '|') AS unavailable,
-           CASE WHEN f.op IN ('c', 'r', 'u') AND IS_OBJECT(f.img) AND NOT (f."ji__address_id" IS NOT NULL AND f."j__address" IS NOT NULL
-               AND f."j__address2" IS NOT NULL AND f."j__district" IS NOT NULL AND f."j__city_id" IS NOT NULL AND f."j__postal_code" IS NOT NULL
-               AND f."j__phone" IS NOT NULL AND f."j__last_update" IS NOT NULL AND GET_NUMBER_ATTRIBUTES(f.img) = 8) THEN f.img END AS drift_img
+  typed AS (SELECT f.*, CAST(f._ts_ms AS bigint) AS _source_ts_ms, NOT (f._ts_ms IS NULL) AS _has_source_ts,
+      COALESCE(CAST(f._j_i0 AS integer), CAST(f._j_k0 AS integer)) AS "address_id",
+      CASE WHEN f._u_v0 THEN NULL ELSE CAST(CASE WHEN OCTET_LENGTH(f._x_v0) <= 200 THEN f._x_v0 END AS varchar(200)) END AS "address",
+      CASE WHEN f._u_v1 THEN NULL ELSE CAST(CASE WHEN OCTET_LENGTH(f._x_v1) <= 200 THEN f._x_v1 END AS varchar(200)) END AS "address2",
+      CASE WHEN f._u_v2 THEN NULL ELSE CAST(CASE WHEN OCTET_LENGTH(f._x_v2) <= 80 THEN f._x_v2 END AS varchar(80)) END AS "district",
+      CAST(f._j_v3 AS integer) AS "city_id",
+      CASE WHEN f._u_v4 THEN NULL ELSE CAST(CASE WHEN OCTET_LENGTH(f._x_v4) <= 40 THEN f._x_v4 END AS varchar(40)) END AS "postal_code",
+      CASE WHEN f._u_v5 THEN NULL ELSE CAST(CASE WHEN OCTET_LENGTH(f._x_v5) <= 80 THEN f._x_v5 END AS varchar(80)) END AS "phone",
+      TIMESTAMP '1970-01-01 00:00:00' + (f._e_v6 / 1000) * INTERVAL '1 second' + (f._e_v6 % 1000) * 1000 * INTERVAL '1 microsecond' AS "last_update",
+      NULLIF('|' || CASE WHEN f._u_v0 THEN 'address|' ELSE '' END || CASE WHEN f._u_v1 THEN 'address2|' ELSE '' END || CASE WHEN f._u_v2 THEN 'district|'
+          ELSE '' END || CASE WHEN f._u_v4 THEN 'postal_code|' ELSE '' END || CASE WHEN f._u_v5 THEN 'phone|' ELSE '' END, '|') AS _unavailable,
+      CASE WHEN f._op IN ('c', 'r', 'u') AND IS_OBJECT(f._img) AND NOT (f._j_i0 IS NOT NULL AND f._j_v0 IS NOT NULL AND f._j_v1 IS NOT NULL
+          AND f._j_v2 IS NOT NULL AND f._j_v3 IS NOT NULL AND f._j_v4 IS NOT NULL AND f._j_v5 IS NOT NULL AND f._j_v6 IS NOT NULL
+          AND GET_NUMBER_ATTRIBUTES(f._img) = 8) THEN f._img END AS _drift_img
     FROM fields_3 f),
-  checked AS (
-    SELECT t.*,
-           CASE
-             WHEN t.raw_value IS NOT NULL THEN 1
-             WHEN (t.env IS NULL) THEN 2
-             WHEN NOT IS_OBJECT(t.env) THEN 3
-             WHEN t.op IS NULL THEN 4
-             WHEN t.op = 't' THEN 5
-             WHEN t.op NOT IN ('c', 'r', 'u', 'd') THEN 6
-             WHEN t.op <> 'd' AND ((t.img IS NULL) OR NOT IS_OBJECT(t.img)) THEN 7
-             WHEN t."address_id" IS NULL THEN 8
-             WHEN t.has_source_ts AND (t.source_ts_ms IS NULL OR t.source_ts_ms NOT BETWEEN 0 AND 253402300799999) THEN 9
-             WHEN t.op <> 'd' AND NOT (t."j__address" IS NULL) AND t."address" IS NULL AND NOT t."u__address" THEN 10
-             WHEN t.op <> 'd' AND NOT (t."j__address2" IS NULL) AND t."address2" IS NULL AND NOT t."u__address2" THEN 11
-             WHEN t.op <> 'd' AND NOT (t."j__district" IS NULL) AND t."district" IS NULL AND NOT t."u__district" THEN 12
-             WHEN t.op <> 'd' AND NOT (t."j__city_id" IS NULL) AND t."city_id" IS NULL THEN 13
-             WHEN t.op <> 'd' AND NOT (t."j__postal_code" IS NULL) AND t."postal_code" IS NULL AND NOT t."u__postal_code" THEN 14
-             WHEN t.op <> 'd' AND NOT (t."j__phone" IS NULL) AND t."phone" IS NULL AND NOT t."u__phone" THEN 15
-             WHEN t.op <> 'd' AND NOT (t."j__last_update" IS NULL) AND t."last_update" IS NULL THEN 16
-             WHEN t.op = 'd' THEN 17
-             ELSE 0
-           END AS check_no
-    FROM typed t),
-  classified AS (
-    SELECT t.kafka_partition, t.kafka_offset, t.kafka_timestamp, t.refresh_time, t.raw_value, t.op,
-           CASE WHEN t.source_ts_ms BETWEEN 0 AND 253402300799999 THEN t.source_ts_ms END AS source_ts_ms, t.source_pos,
-           t.unavailable, t.drift_img, t."address_id", t."address", t."address2", t."district", t."city_id", t."postal_code",
-           t."phone", t."last_update",
-           CASE
-             WHEN t.check_no IN (1, 3, 4, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16) THEN 'quarantine'
-             WHEN t.check_no = 2 THEN 'tombstone'
-             WHEN t.check_no = 5 THEN 'truncate'
-             WHEN t.check_no = 17 THEN 'delete'
-             ELSE 'upsert'
-           END AS action,
-           CASE t.check_no
-             WHEN 1 THEN 'value is not valid JSON'
-             WHEN 3 THEN 'value is not a JSON object'
-             WHEN 4 THEN 'no op field: not a Debezium change event'
-             WHEN 6 THEN 'unknown op "' || CASE WHEN OCTET_LENGTH(t.op) <= 64 THEN t.op ELSE SUBSTRING(t.op, 1, 16) END || '"'
-             WHEN 7 THEN 'no row image: after is missing or not an object'
-             WHEN 8 THEN 'primary key field address_id is missing or not a integer'
-             WHEN 9 THEN 'source time (ts_ms) is not milliseconds since the epoch between 1970 and 9999'
-             WHEN 10 THEN 'field address does not convert to varchar(200)'
-             WHEN 11 THEN 'field address2 does not convert to varchar(200)'
-             WHEN 12 THEN 'field district does not convert to varchar(80)'
-             WHEN 13 THEN 'field city_id does not convert to integer'
-             WHEN 14 THEN 'field postal_code does not convert to varchar(40)'
-             WHEN 15 THEN 'field phone does not convert to varchar(80)'
-             WHEN 16 THEN 'field last_update does not convert from io.debezium.time.Timestamp to timestamp'
-           END AS reason,
-           CASE WHEN t.check_no IN (1, 3, 4, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16) OR t.unavailable IS NOT NULL THEN t.payload END AS quarantine_payload,
-           MAX(t.kafka_timestamp) OVER (PARTITION BY t.kafka_partition ORDER BY t.kafka_offset
-             ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW) AS kafka_time
-    FROM checked t)
-  SELECT c.kafka_partition, c.kafka_offset, c.kafka_timestamp, c.refresh_time,
-         CASE WHEN OCTET_LENGTH(c.op) <= 64 THEN c.op ELSE SUBSTRING(c.op, 1, 16) END, c.action, c.reason,
+  checked AS (SELECT t.*,
+      CASE
+        WHEN t._raw_value IS NOT NULL THEN 1
+        WHEN (t._env IS NULL) THEN 2
+        WHEN NOT IS_OBJECT(t._env) THEN 3
+        WHEN t._op IS NULL THEN 4
+        WHEN t._op = 't' THEN 5
+        WHEN t._op NOT IN ('c', 'r', 'u', 'd') THEN 6
+        WHEN t._op <> 'd' AND ((t._img IS NULL) OR NOT IS_OBJECT(t._img)) THEN 7
+        WHEN t."address_id" IS NULL THEN 8
+        WHEN t._has_source_ts AND (t._source_ts_ms IS NULL OR t._source_ts_ms NOT BETWEEN 0 AND 253402300799999) THEN 9
+        WHEN t._op <> 'd' AND NOT (t._j_v0 IS NULL) AND t."address" IS NULL AND NOT t._u_v0 THEN 10
+        WHEN t._op <> 'd' AND NOT (t._j_v1 IS NULL) AND t."address2" IS NULL AND NOT t._u_v1 THEN 11
+        WHEN t._op <> 'd' AND NOT (t._j_v2 IS NULL) AND t."district" IS NULL AND NOT t._u_v2 THEN 12
+        WHEN t._op <> 'd' AND NOT (t._j_v3 IS NULL) AND t."city_id" IS NULL THEN 13
+        WHEN t._op <> 'd' AND NOT (t._j_v4 IS NULL) AND t."postal_code" IS NULL AND NOT t._u_v4 THEN 14
+        WHEN t._op <> 'd' AND NOT (t._j_v5 IS NULL) AND t."phone" IS NULL AND NOT t._u_v5 THEN 15
+        WHEN t._op <> 'd' AND NOT (t._j_v6 IS NULL) AND t."last_update" IS NULL THEN 16
+        WHEN t._op = 'd' THEN 17
+        ELSE 0
+      END AS _check_no FROM typed t),
+  classified AS (SELECT t._kafka_partition, t._kafka_offset, t._kafka_timestamp, t._refresh_time, t._raw_value, t._op,
+      CASE WHEN t._source_ts_ms BETWEEN 0 AND 253402300799999 THEN t._source_ts_ms END AS _source_ts_ms, t._source_pos,
+      t._unavailable, t._drift_img, t."address_id", t."address", t."address2", t."district", t."city_id",
+      t."postal_code", t."phone", t."last_update",
+      CASE
+        WHEN t._check_no IN (1, 3, 4, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16) THEN 'quarantine'
+        WHEN t._check_no = 2 THEN 'tombstone'
+        WHEN t._check_no = 5 THEN 'truncate'
+        WHEN t._check_no = 17 THEN 'delete'
+        ELSE 'upsert'
+      END AS _action,
+      CASE t._check_no
+        WHEN 1 THEN 'value is not valid JSON'
+        WHEN 3 THEN 'value is not a JSON object'
+        WHEN 4 THEN 'no op field: not a Debezium change event'
+        WHEN 6 THEN 'unknown op "' || CASE WHEN OCTET_LENGTH(t._op) <= 64 THEN t._op ELSE SUBSTRING(t._op, 1, 16) END || '"'
+        WHEN 7 THEN 'no row image: after is missing or not an object'
+        WHEN 8 THEN 'primary key field address_id is missing or not a integer'
+        WHEN 9 THEN 'source time (ts_ms) is not milliseconds since the epoch between 1970 and 9999'
+        WHEN 10 THEN 'field address does not convert to varchar(200)'
+        WHEN 11 THEN 'field address2 does not convert to varchar(200)'
+        WHEN 12 THEN 'field district does not convert to varchar(80)'
+        WHEN 13 THEN 'field city_id does not convert to integer'
+        WHEN 14 THEN 'field postal_code does not convert to varchar(40)'
+        WHEN 15 THEN 'field phone does not convert to varchar(80)'
+        WHEN 16 THEN 'field last_update does not convert from io.debezium.time.Timestamp to timestamp'
+      END AS _reason,
+      CASE WHEN t._check_no IN (1, 3, 4, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16) OR t._unavailable IS NOT NULL THEN t._payload END AS _quarantine_payload,
+      MAX(t._kafka_timestamp) OVER (PARTITION BY t._kafka_partition ORDER BY t._kafka_offset
+        ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW) AS _kafka_time FROM checked t)
+  SELECT c._kafka_partition, c._kafka_offset, c._kafka_timestamp, c._refresh_time,
+         CASE WHEN OCTET_LENGTH(c._op) <= 64 THEN c._op ELSE SUBSTRING(c._op, 1, 16) END, c._action, c._reason,
          ROW_NUMBER() OVER (
-           PARTITION BY CASE WHEN c.action IN ('upsert', 'delete') THEN 1 ELSE 0 END, c."address_id"
-           ORDER BY c.source_pos DESC NULLS LAST, c.kafka_time DESC NULLS LAST, c.kafka_partition DESC, c.kafka_offset DESC),
-         (TIMESTAMP 'epoch' + (c.source_ts_ms / 1000) * INTERVAL '1 second' + (c.source_ts_ms % 1000) * INTERVAL '1 millisecond'),
-         c.source_pos, c.source_pos, c."address_id", c."address", c."address2", c."district", c."city_id", c."postal_code",
-         c."phone", c."last_update", c.unavailable, c.quarantine_payload,
-         CASE WHEN c.action = 'quarantine' THEN c.raw_value END, c.drift_img
+           PARTITION BY CASE WHEN c._action IN ('upsert', 'delete') THEN 1 ELSE 0 END, c."address_id"
+           ORDER BY c._source_pos DESC NULLS LAST, c._kafka_time DESC NULLS LAST, c._kafka_partition DESC, c._kafka_offset DESC),
+         (TIMESTAMP 'epoch' + (c._source_ts_ms / 1000) * INTERVAL '1 second' + (c._source_ts_ms % 1000) * INTERVAL '1 millisecond'),
+         c._source_pos, c._source_pos, c."address_id", c."address", c."address2", c."district", c."city_id",
+         c."postal_code", c."phone", c."last_update", c._unavailable, c._quarantine_payload,
+         CASE WHEN c._action = 'quarantine' THEN c._raw_value END, c._drift_img
   FROM classified c;
   GET DIAGNOSTICS v_read := ROW_COUNT;
   -- Fresh statistics for a large stage, refilled every run: without them the planner

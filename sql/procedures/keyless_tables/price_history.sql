@@ -136,11 +136,11 @@ BEGIN
     "_source_ts", "_source_pos", "_rank_pos", "sku", "price", "valid_from", "_unavailable", "_payload", "_raw_value",
     "_drift_img"
   )
-  WITH batch AS (
-    SELECT s.kafka_partition, s.kafka_offset, s.kafka_timestamp, s.refresh_time,
-           s.payload, s.raw_value,
-           CASE WHEN IS_OBJECT(s.payload."schema") THEN s.payload."payload" ELSE s.payload END AS env,
-           CASE WHEN IS_OBJECT(s.key_payload."schema") THEN s.key_payload."payload" ELSE s.key_payload END AS key_env
+  WITH batch AS (SELECT s.kafka_partition AS _kafka_partition, s.kafka_offset AS _kafka_offset,
+      s.kafka_timestamp AS _kafka_timestamp, s.refresh_time AS _refresh_time,
+      s.payload AS _payload, s.raw_value AS _raw_value,
+      CASE WHEN IS_OBJECT(s.payload."schema") THEN s.payload."payload" ELSE s.payload END AS _env,
+      CASE WHEN IS_OBJECT(s.key_payload."schema") THEN s.key_payload."payload" ELSE s.key_payload END AS _key_env
     FROM "audit"."price_history__stream" s
     LEFT JOIN "audit"."price_history__watermark" w ON w.kafka_partition = s.kafka_partition
     WHERE s.refresh_time >= (SELECT COALESCE(MAX(m.last_refresh_time), TIMESTAMP '1900-01-01 00:00:00') FROM "audit"."price_history__watermark" m)
@@ -151,149 +151,122 @@ BEGIN
                     OR (s.kafka_partition = v_until_partition AND s.kafka_offset <= v_until_offset))))
     UNION ALL
     -- Quarantined records being replayed (at or below the watermark: already read once).
-    SELECT r.kafka_partition, r.kafka_offset, r.kafka_timestamp, r.run_started_at,
-           r.payload, r.raw_value,
-           CASE WHEN IS_OBJECT(r.payload."schema") THEN r.payload."payload" ELSE r.payload END AS env,
-           CAST(NULL AS super) AS key_env
+    SELECT r.kafka_partition, r.kafka_offset, r.kafka_timestamp, r.run_started_at, r.payload, r.raw_value,
+           CASE WHEN IS_OBJECT(r.payload."schema") THEN r.payload."payload" ELSE r.payload END,
+           CAST(NULL AS super)
     FROM "audit"."price_history__quarantine" r
     WHERE r.table_name = 'price_history' AND r.handled = 'replaying'),
-  batch_1 AS (
-    SELECT f.*, (CASE WHEN JSON_SIZE(f.env."op") <= 65535 THEN f.env."op" END) AS "b__o0"
-    FROM batch f),
+  batch_1 AS (SELECT f.*, (CASE WHEN JSON_SIZE(f._env."op") <= 65535 THEN f._env."op" END) AS "_b_o0" FROM batch f),
   batch_2 AS (
-    SELECT f.*, CASE WHEN IS_VARCHAR(f.b__o0) THEN f.b__o0::varchar(65535) WHEN f.b__o0 IS NOT NULL THEN JSON_SERIALIZE(f.b__o0) END AS "x__o0"
+    SELECT f.*, CASE WHEN IS_VARCHAR(f._b_o0) THEN f._b_o0::varchar(65535) WHEN f._b_o0 IS NOT NULL THEN JSON_SERIALIZE(f._b_o0) END AS "_x_o0"
     FROM batch_1 f),
   envelope AS (
-    SELECT f.kafka_partition, f.kafka_offset, f.kafka_timestamp, f.refresh_time,
-           f.payload, f.raw_value, f.env, f.key_env,
-           f.x__o0 AS op,
-           f.env."before" AS img,
-           f.env."source" AS src
+    SELECT f._kafka_partition, f._kafka_offset, f._kafka_timestamp, f._refresh_time, f._payload, f._raw_value, f._env, f._key_env, f._x_o0 AS _op,
+           f._env."before" AS _img, f._env."source" AS _src
     FROM batch_2 f),
-  envelope_1 AS (
-    SELECT f.*, (CASE WHEN JSON_SIZE(f.src."sequence") <= 65535 THEN f.src."sequence" END) AS "b__p0",
-           (CASE WHEN JSON_SIZE(f.src."lsn") <= 65535 THEN f.src."lsn" END) AS "b__p1"
-    FROM envelope f),
+  envelope_1 AS (SELECT f.*, (CASE WHEN JSON_SIZE(f._src."sequence") <= 65535 THEN f._src."sequence" END) AS "_b_p0",
+      (CASE WHEN JSON_SIZE(f._src."lsn") <= 65535 THEN f._src."lsn" END) AS "_b_p1" FROM envelope f),
   envelope_2 AS (
-    SELECT f.*, CASE WHEN IS_VARCHAR(f.b__p0) THEN f.b__p0::varchar(65535) WHEN f.b__p0 IS NOT NULL THEN JSON_SERIALIZE(f.b__p0) END AS "x__p0",
-           CASE WHEN IS_VARCHAR(f.b__p1) THEN f.b__p1::varchar(65535) WHEN f.b__p1 IS NOT NULL THEN JSON_SERIALIZE(f.b__p1) END AS "x__p1"
+    SELECT f.*, CASE WHEN IS_VARCHAR(f._b_p0) THEN f._b_p0::varchar(65535) WHEN f._b_p0 IS NOT NULL THEN JSON_SERIALIZE(f._b_p0) END AS "_x_p0",
+           CASE WHEN IS_VARCHAR(f._b_p1) THEN f._b_p1::varchar(65535) WHEN f._b_p1 IS NOT NULL THEN JSON_SERIALIZE(f._b_p1) END AS "_x_p1"
     FROM envelope_1 f),
-  fields AS (
-    SELECT f.kafka_partition, f.kafka_offset, f.kafka_timestamp, f.refresh_time, f.payload, f.raw_value, f.env, f.img, f.op, f.src."ts_ms" AS j__ts_ms,
-           CASE WHEN COALESCE(NULLIF(NULLIF(REGEXP_SUBSTR(f.x__p0, '([0-9]+)"?[]]$', 1, 1, 'e'), ''), ''), f.x__p1) IS NOT NULL
-               THEN lpad(COALESCE(NULLIF(NULLIF(REGEXP_SUBSTR(f.x__p0, '^[[]"?([0-9]*)', 1, 1, 'e'), ''), ''),
-               COALESCE(NULLIF(NULLIF(REGEXP_SUBSTR(f.x__p0, '([0-9]+)"?[]]$', 1, 1, 'e'), ''), ''), f.x__p1)), 20,
-               '0') || '.' || lpad(COALESCE(NULLIF(NULLIF(REGEXP_SUBSTR(f.x__p0, '([0-9]+)"?[]]$', 1, 1, 'e'), ''), ''), f.x__p1), 20, '0') END AS source_pos,
-           f.img."sku" AS "j__sku", f.img."price" AS "j__price", f.img."valid_from" AS "j__valid_from"
-    FROM envelope_2 f),
+  fields AS (SELECT f._kafka_partition, f._kafka_offset, f._kafka_timestamp, f._refresh_time, f._payload, f._raw_value, f._env, f._img, f._op,
+      f._src."ts_ms" AS _ts_ms,
+      CASE WHEN COALESCE(NULLIF(NULLIF(REGEXP_SUBSTR(f._x_p0, '([0-9]+)"?[]]$', 1, 1, 'e'), ''), ''), f._x_p1) IS NOT NULL
+          THEN lpad(COALESCE(NULLIF(NULLIF(REGEXP_SUBSTR(f._x_p0, '^[[]"?([0-9]*)', 1, 1, 'e'), ''), ''),
+          COALESCE(NULLIF(NULLIF(REGEXP_SUBSTR(f._x_p0, '([0-9]+)"?[]]$', 1, 1, 'e'), ''), ''), f._x_p1)), 20,
+          '0') || '.' || lpad(COALESCE(NULLIF(NULLIF(REGEXP_SUBSTR(f._x_p0, '([0-9]+)"?[]]$', 1, 1, 'e'), ''), ''), f._x_p1), 20, '0') END AS _source_pos,
+      f._img."sku" AS _j_v0, f._img."price" AS _j_v1, f._img."valid_from" AS _j_v2 FROM envelope_2 f),
   fields_1 AS (
-    SELECT f.*, (CASE WHEN JSON_SIZE(f."j__sku") <= 65535 THEN f."j__sku" END) AS "b__v0",
-           (CASE WHEN JSON_SIZE(f."j__price") <= 65535 THEN f."j__price" END) AS "b__v1t",
-           CASE WHEN CAST(f."j__valid_from" AS bigint) BETWEEN -719162 AND 2932896 THEN CAST(f."j__valid_from" AS bigint) END AS "e__v2"
+    SELECT f.*, (CASE WHEN JSON_SIZE(f._j_v0) <= 65535 THEN f._j_v0 END) AS "_b_v0", (CASE WHEN JSON_SIZE(f._j_v1) <= 65535 THEN f._j_v1 END) AS "_b_v1t",
+           CASE WHEN CAST(f._j_v2 AS bigint) BETWEEN -719162 AND 2932896 THEN CAST(f._j_v2 AS bigint) END AS "_e_v2"
     FROM fields f),
   fields_2 AS (
-    SELECT f.*, CASE WHEN IS_VARCHAR(f.b__v0) THEN f.b__v0::varchar(65535) WHEN f.b__v0 IS NOT NULL THEN JSON_SERIALIZE(f.b__v0) END AS "x__v0",
-           CASE WHEN IS_VARCHAR(f.b__v1t) THEN f.b__v1t::varchar(65535) WHEN f.b__v1t IS NOT NULL THEN JSON_SERIALIZE(f.b__v1t) END AS "x__v1t"
+    SELECT f.*, CASE WHEN IS_VARCHAR(f._b_v0) THEN f._b_v0::varchar(65535) WHEN f._b_v0 IS NOT NULL THEN JSON_SERIALIZE(f._b_v0) END AS "_x_v0",
+           CASE WHEN IS_VARCHAR(f._b_v1t) THEN f._b_v1t::varchar(65535) WHEN f._b_v1t IS NOT NULL THEN JSON_SERIALIZE(f._b_v1t) END AS "_x_v1t"
     FROM fields_1 f),
-  fields_3 AS (
-    SELECT f.*,
-           COALESCE(f.x__v0 IN ('__debezium_unavailable_value', 'X19kZWJleml1bV91bmF2YWlsYWJsZV92YWx1ZQ==', '["__debezium_unavailable_value"]'),
-               false) AS "u__sku",
-           CASE WHEN IS_VARCHAR(f."j__price") AND f.x__v1t ~ '^([A-Za-z0-9+/]{4})*([A-Za-z0-9+/]{2}==|[A-Za-z0-9+/]{3}=)?$' AND LENGTH(f.x__v1t) BETWEEN 4
-               AND 24 THEN f.x__v1t END AS "s__v1"
+  fields_3 AS (SELECT f.*,
+      COALESCE(f._x_v0 IN ('__debezium_unavailable_value', 'X19kZWJleml1bV91bmF2YWlsYWJsZV92YWx1ZQ==', '["__debezium_unavailable_value"]'), false) AS "_u_v0",
+      CASE WHEN IS_VARCHAR(f._j_v1) AND f._x_v1t ~ '^([A-Za-z0-9+/]{4})*([A-Za-z0-9+/]{2}==|[A-Za-z0-9+/]{3}=)?$' AND LENGTH(f._x_v1t) BETWEEN 4 AND 24
+          THEN f._x_v1t END AS "_s_v1"
     FROM fields_2 f),
-  fields_4 AS (
-    SELECT f.*, FROM_VARBYTE(TO_VARBYTE(f.s__v1, 'base64'), 'hex') AS "x__v1"
-    FROM fields_3 f),
+  fields_4 AS (SELECT f.*, FROM_VARBYTE(TO_VARBYTE(f._s_v1, 'base64'), 'hex') AS "_x_v1" FROM fields_3 f),
   fields_5 AS (
-    SELECT f.*, CASE WHEN LENGTH(f.x__v1) <= 32 THEN LPAD(f.x__v1, 32, CASE WHEN SUBSTRING(f.x__v1, 1, 1) >= '8' THEN 'f' ELSE '0' END) END AS "h__v1",
-           CASE WHEN SUBSTRING(f.x__v1, 1, 1) >= '8' THEN 1 ELSE 0 END AS "n__v1"
+    SELECT f.*, CASE WHEN LENGTH(f._x_v1) <= 32 THEN LPAD(f._x_v1, 32, CASE WHEN SUBSTRING(f._x_v1, 1, 1) >= '8' THEN 'f' ELSE '0' END) END AS "_h_v1",
+           CASE WHEN SUBSTRING(f._x_v1, 1, 1) >= '8' THEN 1 ELSE 0 END AS "_n_v1"
     FROM fields_4 f),
-  fields_6 AS (
-    SELECT f.*, ABS(f.n__v1 * 65535 - STRTOL(SUBSTRING(f.h__v1, 1, 4), 16)) AS "a__v1",
-           ABS(f.n__v1 * 72057594037927935 - STRTOL(SUBSTRING(f.h__v1, 5, 14), 16)) AS "b__v1",
-           ABS(f.n__v1 * 72057594037927935 - STRTOL(SUBSTRING(f.h__v1, 19, 14), 16)) AS "c__v1"
-    FROM fields_5 f),
-  fields_7 AS (
-    SELECT f.*, CAST(f.b__v1 AS decimal(38,0)) * 72057594037927936 + f.c__v1 + f.n__v1 AS "l__v1"
-    FROM fields_6 f),
-  fields_8 AS (
-    SELECT f.*,
-           CAST(CAST(CASE WHEN f.a__v1 < 19259 OR (f.a__v1 = 19259 AND f.l__v1 <= 1554801477754702131171195550171135)
-               THEN f.a__v1 END AS decimal(38,0)) * 5192296858534827628530496329220096 + f.l__v1 AS varchar(40)) AS "m__v1"
+  fields_6 AS (SELECT f.*, ABS(f._n_v1 * 65535 - STRTOL(SUBSTRING(f._h_v1, 1, 4), 16)) AS "_a_v1",
+      ABS(f._n_v1 * 72057594037927935 - STRTOL(SUBSTRING(f._h_v1, 5, 14), 16)) AS "_b_v1",
+      ABS(f._n_v1 * 72057594037927935 - STRTOL(SUBSTRING(f._h_v1, 19, 14), 16)) AS "_c_v1" FROM fields_5 f),
+  fields_7 AS (SELECT f.*, CAST(f._b_v1 AS decimal(38,0)) * 72057594037927936 + f._c_v1 + f._n_v1 AS "_l_v1" FROM fields_6 f),
+  fields_8 AS (SELECT f.*,
+      CAST(CAST(CASE WHEN f._a_v1 < 19259 OR (f._a_v1 = 19259 AND f._l_v1 <= 1554801477754702131171195550171135)
+          THEN f._a_v1 END AS decimal(38,0)) * 5192296858534827628530496329220096 + f._l_v1 AS varchar(40)) AS "_m_v1"
     FROM fields_7 f),
-  fields_9 AS (
-    SELECT f.*, LPAD(f.m__v1, GREATEST(LENGTH(f.m__v1), LEAST(2, 38) + 1), '0') AS "g__v1"
-    FROM fields_8 f),
-  fields_10 AS (
-    SELECT f.*,
-           CASE WHEN f.g__v1 IS NOT NULL AND 2 BETWEEN 0 AND 38
-               THEN (CASE WHEN f.n__v1 = 1 THEN '-' ELSE '' END) || SUBSTRING(f.g__v1, 1, LENGTH(f.g__v1) - 2) || (CASE WHEN 2 > 0
-               THEN '.' || SUBSTRING(f.g__v1, LENGTH(f.g__v1) - 2 + 1) ELSE '' END) END AS "t__v1"
+  fields_9 AS (SELECT f.*, LPAD(f._m_v1, GREATEST(LENGTH(f._m_v1), LEAST(2, 38) + 1), '0') AS "_g_v1" FROM fields_8 f),
+  fields_10 AS (SELECT f.*,
+      CASE WHEN f._g_v1 IS NOT NULL AND 2 BETWEEN 0 AND 38
+          THEN (CASE WHEN f._n_v1 = 1 THEN '-' ELSE '' END) || SUBSTRING(f._g_v1, 1, LENGTH(f._g_v1) - 2) || (CASE WHEN 2 > 0
+          THEN '.' || SUBSTRING(f._g_v1, LENGTH(f._g_v1) - 2 + 1) ELSE '' END) END AS "_t_v1"
     FROM fields_9 f),
-  typed AS (
-    SELECT f.*, CAST(f.j__ts_ms AS bigint) AS source_ts_ms, NOT (f.j__ts_ms IS NULL) AS has_source_ts,
-           CASE WHEN f."u__sku" THEN NULL ELSE CAST(CASE WHEN OCTET_LENGTH(f.x__v0) <= 32 THEN f.x__v0 END AS varchar(32)) END AS "sku",
-           CAST(CASE WHEN ABS(CAST(CASE WHEN LENGTH(LTRIM(SPLIT_PART(REPLACE(f.t__v1, '-', ''), '.', 1), '0')) <= 10
-               THEN f.t__v1 END AS decimal(38,2))) <= 9999999999.99 THEN CAST(CASE WHEN LENGTH(LTRIM(SPLIT_PART(REPLACE(f.t__v1, '-', ''), '.', 1), '0')) <= 10
-               THEN f.t__v1 END AS decimal(38,2)) END AS decimal(12,2)) AS "price",
-           CAST(DATEADD(day, CAST(f.e__v2 AS integer), DATE '1970-01-01') AS date) AS "valid_from",
-           NULLIF('|' || CASE WHEN f."u__sku" THEN 'sku|' ELSE '' END, '|') AS unavailable,
-           CASE WHEN f.op IN ('c', 'r', 'u') AND IS_OBJECT(f.img) AND NOT (f."j__sku" IS NOT NULL AND f."j__price" IS NOT NULL AND f."j__valid_from" IS NOT NULL
-               AND GET_NUMBER_ATTRIBUTES(f.img) = 3) THEN f.img END AS drift_img
+  typed AS (SELECT f.*, CAST(f._ts_ms AS bigint) AS _source_ts_ms, NOT (f._ts_ms IS NULL) AS _has_source_ts,
+      CASE WHEN f._u_v0 THEN NULL ELSE CAST(CASE WHEN OCTET_LENGTH(f._x_v0) <= 32 THEN f._x_v0 END AS varchar(32)) END AS "sku",
+      CAST(CASE WHEN ABS(CAST(CASE WHEN LENGTH(LTRIM(SPLIT_PART(REPLACE(f._t_v1, '-', ''), '.', 1), '0')) <= 10
+          THEN f._t_v1 END AS decimal(38,2))) <= 9999999999.99 THEN CAST(CASE WHEN LENGTH(LTRIM(SPLIT_PART(REPLACE(f._t_v1, '-', ''), '.', 1), '0')) <= 10
+          THEN f._t_v1 END AS decimal(38,2)) END AS decimal(12,2)) AS "price",
+      CAST(DATEADD(day, CAST(f._e_v2 AS integer), DATE '1970-01-01') AS date) AS "valid_from",
+      NULLIF('|' || CASE WHEN f._u_v0 THEN 'sku|' ELSE '' END, '|') AS _unavailable,
+      CASE WHEN f._op IN ('c', 'r', 'u') AND IS_OBJECT(f._img) AND NOT (f._j_v0 IS NOT NULL AND f._j_v1 IS NOT NULL AND f._j_v2 IS NOT NULL
+          AND GET_NUMBER_ATTRIBUTES(f._img) = 3) THEN f._img END AS _drift_img
     FROM fields_10 f),
-  checked AS (
-    SELECT t.*,
-           CASE
-             WHEN t.raw_value IS NOT NULL THEN 1
-             WHEN (t.env IS NULL) THEN 2
-             WHEN NOT IS_OBJECT(t.env) THEN 3
-             WHEN t.op IS NULL THEN 4
-             WHEN t.op = 't' THEN 5
-             WHEN t.op NOT IN ('c', 'r', 'u', 'd') THEN 6
-             WHEN t.op <> 'd' AND ((t.img IS NULL) OR NOT IS_OBJECT(t.img)) THEN 7
-             WHEN t.has_source_ts AND (t.source_ts_ms IS NULL OR t.source_ts_ms NOT BETWEEN 0 AND 253402300799999) THEN 8
-             WHEN t.op <> 'd' AND NOT (t."j__sku" IS NULL) AND t."sku" IS NULL AND NOT t."u__sku" THEN 9
-             WHEN t.op <> 'd' AND NOT (t."j__price" IS NULL) AND t."price" IS NULL THEN 10
-             WHEN t.op <> 'd' AND NOT (t."j__valid_from" IS NULL) AND t."valid_from" IS NULL THEN 11
-             WHEN t.op = 'd' THEN 12
-             ELSE 0
-           END AS check_no
-    FROM typed t),
-  classified AS (
-    SELECT t.kafka_partition, t.kafka_offset, t.kafka_timestamp, t.refresh_time, t.raw_value, t.op,
-           CASE WHEN t.source_ts_ms BETWEEN 0 AND 253402300799999 THEN t.source_ts_ms END AS source_ts_ms, t.source_pos,
-           t.unavailable, t.drift_img, t."sku", t."price", t."valid_from",
-           CASE
-             WHEN t.check_no IN (1, 3, 4, 6, 7, 8, 9, 10, 11) THEN 'quarantine'
-             WHEN t.check_no = 2 THEN 'tombstone'
-             WHEN t.check_no = 5 THEN 'truncate'
-             WHEN t.check_no = 12 THEN 'delete'
-             ELSE 'upsert'
-           END AS action,
-           CASE t.check_no
-             WHEN 1 THEN 'value is not valid JSON'
-             WHEN 3 THEN 'value is not a JSON object'
-             WHEN 4 THEN 'no op field: not a Debezium change event'
-             WHEN 6 THEN 'unknown op "' || CASE WHEN OCTET_LENGTH(t.op) <= 64 THEN t.op ELSE SUBSTRING(t.op, 1, 16) END || '"'
-             WHEN 7 THEN 'no row image: after is missing or not an object'
-             WHEN 8 THEN 'source time (ts_ms) is not milliseconds since the epoch between 1970 and 9999'
-             WHEN 9 THEN 'field sku does not convert to varchar(32)'
-             WHEN 10 THEN 'field price does not convert from org.apache.kafka.connect.data.Decimal to decimal(12,2)'
-             WHEN 11 THEN 'field valid_from does not convert from io.debezium.time.Date to date'
-           END AS reason,
-           CASE WHEN t.check_no IN (1, 3, 4, 6, 7, 8, 9, 10, 11) OR t.unavailable IS NOT NULL THEN t.payload END AS quarantine_payload,
-           MAX(t.kafka_timestamp) OVER (PARTITION BY t.kafka_partition ORDER BY t.kafka_offset
-             ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW) AS kafka_time
-    FROM checked t)
-  SELECT c.kafka_partition, c.kafka_offset, c.kafka_timestamp, c.refresh_time,
-         CASE WHEN OCTET_LENGTH(c.op) <= 64 THEN c.op ELSE SUBSTRING(c.op, 1, 16) END, c.action, c.reason,
+  checked AS (SELECT t.*,
+      CASE
+        WHEN t._raw_value IS NOT NULL THEN 1
+        WHEN (t._env IS NULL) THEN 2
+        WHEN NOT IS_OBJECT(t._env) THEN 3
+        WHEN t._op IS NULL THEN 4
+        WHEN t._op = 't' THEN 5
+        WHEN t._op NOT IN ('c', 'r', 'u', 'd') THEN 6
+        WHEN t._op <> 'd' AND ((t._img IS NULL) OR NOT IS_OBJECT(t._img)) THEN 7
+        WHEN t._has_source_ts AND (t._source_ts_ms IS NULL OR t._source_ts_ms NOT BETWEEN 0 AND 253402300799999) THEN 8
+        WHEN t._op <> 'd' AND NOT (t._j_v0 IS NULL) AND t."sku" IS NULL AND NOT t._u_v0 THEN 9
+        WHEN t._op <> 'd' AND NOT (t._j_v1 IS NULL) AND t."price" IS NULL THEN 10
+        WHEN t._op <> 'd' AND NOT (t._j_v2 IS NULL) AND t."valid_from" IS NULL THEN 11
+        WHEN t._op = 'd' THEN 12
+        ELSE 0
+      END AS _check_no FROM typed t),
+  classified AS (SELECT t._kafka_partition, t._kafka_offset, t._kafka_timestamp, t._refresh_time, t._raw_value, t._op,
+      CASE WHEN t._source_ts_ms BETWEEN 0 AND 253402300799999 THEN t._source_ts_ms END AS _source_ts_ms, t._source_pos,
+      t._unavailable, t._drift_img, t."sku", t."price", t."valid_from",
+      CASE
+        WHEN t._check_no IN (1, 3, 4, 6, 7, 8, 9, 10, 11) THEN 'quarantine'
+        WHEN t._check_no = 2 THEN 'tombstone'
+        WHEN t._check_no = 5 THEN 'truncate'
+        WHEN t._check_no = 12 THEN 'delete'
+        ELSE 'upsert'
+      END AS _action,
+      CASE t._check_no
+        WHEN 1 THEN 'value is not valid JSON'
+        WHEN 3 THEN 'value is not a JSON object'
+        WHEN 4 THEN 'no op field: not a Debezium change event'
+        WHEN 6 THEN 'unknown op "' || CASE WHEN OCTET_LENGTH(t._op) <= 64 THEN t._op ELSE SUBSTRING(t._op, 1, 16) END || '"'
+        WHEN 7 THEN 'no row image: after is missing or not an object'
+        WHEN 8 THEN 'source time (ts_ms) is not milliseconds since the epoch between 1970 and 9999'
+        WHEN 9 THEN 'field sku does not convert to varchar(32)'
+        WHEN 10 THEN 'field price does not convert from org.apache.kafka.connect.data.Decimal to decimal(12,2)'
+        WHEN 11 THEN 'field valid_from does not convert from io.debezium.time.Date to date'
+      END AS _reason,
+      CASE WHEN t._check_no IN (1, 3, 4, 6, 7, 8, 9, 10, 11) OR t._unavailable IS NOT NULL THEN t._payload END AS _quarantine_payload,
+      MAX(t._kafka_timestamp) OVER (PARTITION BY t._kafka_partition ORDER BY t._kafka_offset
+        ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW) AS _kafka_time FROM checked t)
+  SELECT c._kafka_partition, c._kafka_offset, c._kafka_timestamp, c._refresh_time,
+         CASE WHEN OCTET_LENGTH(c._op) <= 64 THEN c._op ELSE SUBSTRING(c._op, 1, 16) END, c._action, c._reason,
          ROW_NUMBER() OVER (
-           PARTITION BY CASE WHEN c.action IN ('upsert', 'delete') THEN 1 ELSE 0 END
-           ORDER BY c.source_pos DESC NULLS LAST, c.kafka_time DESC NULLS LAST, c.kafka_partition DESC, c.kafka_offset DESC),
-         (TIMESTAMP 'epoch' + (c.source_ts_ms / 1000) * INTERVAL '1 second' + (c.source_ts_ms % 1000) * INTERVAL '1 millisecond'),
-         c.source_pos, c.source_pos, c."sku", c."price", c."valid_from", c.unavailable, c.quarantine_payload,
-         CASE WHEN c.action = 'quarantine' THEN c.raw_value END, c.drift_img
+           PARTITION BY CASE WHEN c._action IN ('upsert', 'delete') THEN 1 ELSE 0 END
+           ORDER BY c._source_pos DESC NULLS LAST, c._kafka_time DESC NULLS LAST, c._kafka_partition DESC, c._kafka_offset DESC),
+         (TIMESTAMP 'epoch' + (c._source_ts_ms / 1000) * INTERVAL '1 second' + (c._source_ts_ms % 1000) * INTERVAL '1 millisecond'),
+         c._source_pos, c._source_pos, c."sku", c."price", c."valid_from", c._unavailable, c._quarantine_payload,
+         CASE WHEN c._action = 'quarantine' THEN c._raw_value END, c._drift_img
   FROM classified c;
   DELETE FROM "audit"."price_history__stage" WHERE _op IS NULL OR _op <> 'u';
   UPDATE "audit"."price_history__stage" SET _op = 'before',
@@ -305,11 +278,11 @@ BEGIN
     "_source_ts", "_source_pos", "_rank_pos", "sku", "price", "valid_from", "_unavailable", "_payload", "_raw_value",
     "_drift_img"
   )
-  WITH batch AS (
-    SELECT s.kafka_partition, s.kafka_offset, s.kafka_timestamp, s.refresh_time,
-           s.payload, s.raw_value,
-           CASE WHEN IS_OBJECT(s.payload."schema") THEN s.payload."payload" ELSE s.payload END AS env,
-           CASE WHEN IS_OBJECT(s.key_payload."schema") THEN s.key_payload."payload" ELSE s.key_payload END AS key_env
+  WITH batch AS (SELECT s.kafka_partition AS _kafka_partition, s.kafka_offset AS _kafka_offset,
+      s.kafka_timestamp AS _kafka_timestamp, s.refresh_time AS _refresh_time,
+      s.payload AS _payload, s.raw_value AS _raw_value,
+      CASE WHEN IS_OBJECT(s.payload."schema") THEN s.payload."payload" ELSE s.payload END AS _env,
+      CASE WHEN IS_OBJECT(s.key_payload."schema") THEN s.key_payload."payload" ELSE s.key_payload END AS _key_env
     FROM "audit"."price_history__stream" s
     LEFT JOIN "audit"."price_history__watermark" w ON w.kafka_partition = s.kafka_partition
     WHERE s.refresh_time >= (SELECT COALESCE(MAX(m.last_refresh_time), TIMESTAMP '1900-01-01 00:00:00') FROM "audit"."price_history__watermark" m)
@@ -320,149 +293,122 @@ BEGIN
                     OR (s.kafka_partition = v_until_partition AND s.kafka_offset <= v_until_offset))))
     UNION ALL
     -- Quarantined records being replayed (at or below the watermark: already read once).
-    SELECT r.kafka_partition, r.kafka_offset, r.kafka_timestamp, r.run_started_at,
-           r.payload, r.raw_value,
-           CASE WHEN IS_OBJECT(r.payload."schema") THEN r.payload."payload" ELSE r.payload END AS env,
-           CAST(NULL AS super) AS key_env
+    SELECT r.kafka_partition, r.kafka_offset, r.kafka_timestamp, r.run_started_at, r.payload, r.raw_value,
+           CASE WHEN IS_OBJECT(r.payload."schema") THEN r.payload."payload" ELSE r.payload END,
+           CAST(NULL AS super)
     FROM "audit"."price_history__quarantine" r
     WHERE r.table_name = 'price_history' AND r.handled = 'replaying'),
-  batch_1 AS (
-    SELECT f.*, (CASE WHEN JSON_SIZE(f.env."op") <= 65535 THEN f.env."op" END) AS "b__o0"
-    FROM batch f),
+  batch_1 AS (SELECT f.*, (CASE WHEN JSON_SIZE(f._env."op") <= 65535 THEN f._env."op" END) AS "_b_o0" FROM batch f),
   batch_2 AS (
-    SELECT f.*, CASE WHEN IS_VARCHAR(f.b__o0) THEN f.b__o0::varchar(65535) WHEN f.b__o0 IS NOT NULL THEN JSON_SERIALIZE(f.b__o0) END AS "x__o0"
+    SELECT f.*, CASE WHEN IS_VARCHAR(f._b_o0) THEN f._b_o0::varchar(65535) WHEN f._b_o0 IS NOT NULL THEN JSON_SERIALIZE(f._b_o0) END AS "_x_o0"
     FROM batch_1 f),
   envelope AS (
-    SELECT f.kafka_partition, f.kafka_offset, f.kafka_timestamp, f.refresh_time,
-           f.payload, f.raw_value, f.env, f.key_env,
-           f.x__o0 AS op,
-           CASE WHEN f.x__o0 = 'd' THEN f.env."before" ELSE f.env."after" END AS img,
-           f.env."source" AS src
+    SELECT f._kafka_partition, f._kafka_offset, f._kafka_timestamp, f._refresh_time, f._payload, f._raw_value, f._env, f._key_env, f._x_o0 AS _op,
+           CASE WHEN f._x_o0 = 'd' THEN f._env."before" ELSE f._env."after" END AS _img, f._env."source" AS _src
     FROM batch_2 f),
-  envelope_1 AS (
-    SELECT f.*, (CASE WHEN JSON_SIZE(f.src."sequence") <= 65535 THEN f.src."sequence" END) AS "b__p0",
-           (CASE WHEN JSON_SIZE(f.src."lsn") <= 65535 THEN f.src."lsn" END) AS "b__p1"
-    FROM envelope f),
+  envelope_1 AS (SELECT f.*, (CASE WHEN JSON_SIZE(f._src."sequence") <= 65535 THEN f._src."sequence" END) AS "_b_p0",
+      (CASE WHEN JSON_SIZE(f._src."lsn") <= 65535 THEN f._src."lsn" END) AS "_b_p1" FROM envelope f),
   envelope_2 AS (
-    SELECT f.*, CASE WHEN IS_VARCHAR(f.b__p0) THEN f.b__p0::varchar(65535) WHEN f.b__p0 IS NOT NULL THEN JSON_SERIALIZE(f.b__p0) END AS "x__p0",
-           CASE WHEN IS_VARCHAR(f.b__p1) THEN f.b__p1::varchar(65535) WHEN f.b__p1 IS NOT NULL THEN JSON_SERIALIZE(f.b__p1) END AS "x__p1"
+    SELECT f.*, CASE WHEN IS_VARCHAR(f._b_p0) THEN f._b_p0::varchar(65535) WHEN f._b_p0 IS NOT NULL THEN JSON_SERIALIZE(f._b_p0) END AS "_x_p0",
+           CASE WHEN IS_VARCHAR(f._b_p1) THEN f._b_p1::varchar(65535) WHEN f._b_p1 IS NOT NULL THEN JSON_SERIALIZE(f._b_p1) END AS "_x_p1"
     FROM envelope_1 f),
-  fields AS (
-    SELECT f.kafka_partition, f.kafka_offset, f.kafka_timestamp, f.refresh_time, f.payload, f.raw_value, f.env, f.img, f.op, f.src."ts_ms" AS j__ts_ms,
-           CASE WHEN COALESCE(NULLIF(NULLIF(REGEXP_SUBSTR(f.x__p0, '([0-9]+)"?[]]$', 1, 1, 'e'), ''), ''), f.x__p1) IS NOT NULL
-               THEN lpad(COALESCE(NULLIF(NULLIF(REGEXP_SUBSTR(f.x__p0, '^[[]"?([0-9]*)', 1, 1, 'e'), ''), ''),
-               COALESCE(NULLIF(NULLIF(REGEXP_SUBSTR(f.x__p0, '([0-9]+)"?[]]$', 1, 1, 'e'), ''), ''), f.x__p1)), 20,
-               '0') || '.' || lpad(COALESCE(NULLIF(NULLIF(REGEXP_SUBSTR(f.x__p0, '([0-9]+)"?[]]$', 1, 1, 'e'), ''), ''), f.x__p1), 20, '0') END AS source_pos,
-           f.img."sku" AS "j__sku", f.img."price" AS "j__price", f.img."valid_from" AS "j__valid_from"
-    FROM envelope_2 f),
+  fields AS (SELECT f._kafka_partition, f._kafka_offset, f._kafka_timestamp, f._refresh_time, f._payload, f._raw_value, f._env, f._img, f._op,
+      f._src."ts_ms" AS _ts_ms,
+      CASE WHEN COALESCE(NULLIF(NULLIF(REGEXP_SUBSTR(f._x_p0, '([0-9]+)"?[]]$', 1, 1, 'e'), ''), ''), f._x_p1) IS NOT NULL
+          THEN lpad(COALESCE(NULLIF(NULLIF(REGEXP_SUBSTR(f._x_p0, '^[[]"?([0-9]*)', 1, 1, 'e'), ''), ''),
+          COALESCE(NULLIF(NULLIF(REGEXP_SUBSTR(f._x_p0, '([0-9]+)"?[]]$', 1, 1, 'e'), ''), ''), f._x_p1)), 20,
+          '0') || '.' || lpad(COALESCE(NULLIF(NULLIF(REGEXP_SUBSTR(f._x_p0, '([0-9]+)"?[]]$', 1, 1, 'e'), ''), ''), f._x_p1), 20, '0') END AS _source_pos,
+      f._img."sku" AS _j_v0, f._img."price" AS _j_v1, f._img."valid_from" AS _j_v2 FROM envelope_2 f),
   fields_1 AS (
-    SELECT f.*, (CASE WHEN JSON_SIZE(f."j__sku") <= 65535 THEN f."j__sku" END) AS "b__v0",
-           (CASE WHEN JSON_SIZE(f."j__price") <= 65535 THEN f."j__price" END) AS "b__v1t",
-           CASE WHEN CAST(f."j__valid_from" AS bigint) BETWEEN -719162 AND 2932896 THEN CAST(f."j__valid_from" AS bigint) END AS "e__v2"
+    SELECT f.*, (CASE WHEN JSON_SIZE(f._j_v0) <= 65535 THEN f._j_v0 END) AS "_b_v0", (CASE WHEN JSON_SIZE(f._j_v1) <= 65535 THEN f._j_v1 END) AS "_b_v1t",
+           CASE WHEN CAST(f._j_v2 AS bigint) BETWEEN -719162 AND 2932896 THEN CAST(f._j_v2 AS bigint) END AS "_e_v2"
     FROM fields f),
   fields_2 AS (
-    SELECT f.*, CASE WHEN IS_VARCHAR(f.b__v0) THEN f.b__v0::varchar(65535) WHEN f.b__v0 IS NOT NULL THEN JSON_SERIALIZE(f.b__v0) END AS "x__v0",
-           CASE WHEN IS_VARCHAR(f.b__v1t) THEN f.b__v1t::varchar(65535) WHEN f.b__v1t IS NOT NULL THEN JSON_SERIALIZE(f.b__v1t) END AS "x__v1t"
+    SELECT f.*, CASE WHEN IS_VARCHAR(f._b_v0) THEN f._b_v0::varchar(65535) WHEN f._b_v0 IS NOT NULL THEN JSON_SERIALIZE(f._b_v0) END AS "_x_v0",
+           CASE WHEN IS_VARCHAR(f._b_v1t) THEN f._b_v1t::varchar(65535) WHEN f._b_v1t IS NOT NULL THEN JSON_SERIALIZE(f._b_v1t) END AS "_x_v1t"
     FROM fields_1 f),
-  fields_3 AS (
-    SELECT f.*,
-           COALESCE(f.x__v0 IN ('__debezium_unavailable_value', 'X19kZWJleml1bV91bmF2YWlsYWJsZV92YWx1ZQ==', '["__debezium_unavailable_value"]'),
-               false) AS "u__sku",
-           CASE WHEN IS_VARCHAR(f."j__price") AND f.x__v1t ~ '^([A-Za-z0-9+/]{4})*([A-Za-z0-9+/]{2}==|[A-Za-z0-9+/]{3}=)?$' AND LENGTH(f.x__v1t) BETWEEN 4
-               AND 24 THEN f.x__v1t END AS "s__v1"
+  fields_3 AS (SELECT f.*,
+      COALESCE(f._x_v0 IN ('__debezium_unavailable_value', 'X19kZWJleml1bV91bmF2YWlsYWJsZV92YWx1ZQ==', '["__debezium_unavailable_value"]'), false) AS "_u_v0",
+      CASE WHEN IS_VARCHAR(f._j_v1) AND f._x_v1t ~ '^([A-Za-z0-9+/]{4})*([A-Za-z0-9+/]{2}==|[A-Za-z0-9+/]{3}=)?$' AND LENGTH(f._x_v1t) BETWEEN 4 AND 24
+          THEN f._x_v1t END AS "_s_v1"
     FROM fields_2 f),
-  fields_4 AS (
-    SELECT f.*, FROM_VARBYTE(TO_VARBYTE(f.s__v1, 'base64'), 'hex') AS "x__v1"
-    FROM fields_3 f),
+  fields_4 AS (SELECT f.*, FROM_VARBYTE(TO_VARBYTE(f._s_v1, 'base64'), 'hex') AS "_x_v1" FROM fields_3 f),
   fields_5 AS (
-    SELECT f.*, CASE WHEN LENGTH(f.x__v1) <= 32 THEN LPAD(f.x__v1, 32, CASE WHEN SUBSTRING(f.x__v1, 1, 1) >= '8' THEN 'f' ELSE '0' END) END AS "h__v1",
-           CASE WHEN SUBSTRING(f.x__v1, 1, 1) >= '8' THEN 1 ELSE 0 END AS "n__v1"
+    SELECT f.*, CASE WHEN LENGTH(f._x_v1) <= 32 THEN LPAD(f._x_v1, 32, CASE WHEN SUBSTRING(f._x_v1, 1, 1) >= '8' THEN 'f' ELSE '0' END) END AS "_h_v1",
+           CASE WHEN SUBSTRING(f._x_v1, 1, 1) >= '8' THEN 1 ELSE 0 END AS "_n_v1"
     FROM fields_4 f),
-  fields_6 AS (
-    SELECT f.*, ABS(f.n__v1 * 65535 - STRTOL(SUBSTRING(f.h__v1, 1, 4), 16)) AS "a__v1",
-           ABS(f.n__v1 * 72057594037927935 - STRTOL(SUBSTRING(f.h__v1, 5, 14), 16)) AS "b__v1",
-           ABS(f.n__v1 * 72057594037927935 - STRTOL(SUBSTRING(f.h__v1, 19, 14), 16)) AS "c__v1"
-    FROM fields_5 f),
-  fields_7 AS (
-    SELECT f.*, CAST(f.b__v1 AS decimal(38,0)) * 72057594037927936 + f.c__v1 + f.n__v1 AS "l__v1"
-    FROM fields_6 f),
-  fields_8 AS (
-    SELECT f.*,
-           CAST(CAST(CASE WHEN f.a__v1 < 19259 OR (f.a__v1 = 19259 AND f.l__v1 <= 1554801477754702131171195550171135)
-               THEN f.a__v1 END AS decimal(38,0)) * 5192296858534827628530496329220096 + f.l__v1 AS varchar(40)) AS "m__v1"
+  fields_6 AS (SELECT f.*, ABS(f._n_v1 * 65535 - STRTOL(SUBSTRING(f._h_v1, 1, 4), 16)) AS "_a_v1",
+      ABS(f._n_v1 * 72057594037927935 - STRTOL(SUBSTRING(f._h_v1, 5, 14), 16)) AS "_b_v1",
+      ABS(f._n_v1 * 72057594037927935 - STRTOL(SUBSTRING(f._h_v1, 19, 14), 16)) AS "_c_v1" FROM fields_5 f),
+  fields_7 AS (SELECT f.*, CAST(f._b_v1 AS decimal(38,0)) * 72057594037927936 + f._c_v1 + f._n_v1 AS "_l_v1" FROM fields_6 f),
+  fields_8 AS (SELECT f.*,
+      CAST(CAST(CASE WHEN f._a_v1 < 19259 OR (f._a_v1 = 19259 AND f._l_v1 <= 1554801477754702131171195550171135)
+          THEN f._a_v1 END AS decimal(38,0)) * 5192296858534827628530496329220096 + f._l_v1 AS varchar(40)) AS "_m_v1"
     FROM fields_7 f),
-  fields_9 AS (
-    SELECT f.*, LPAD(f.m__v1, GREATEST(LENGTH(f.m__v1), LEAST(2, 38) + 1), '0') AS "g__v1"
-    FROM fields_8 f),
-  fields_10 AS (
-    SELECT f.*,
-           CASE WHEN f.g__v1 IS NOT NULL AND 2 BETWEEN 0 AND 38
-               THEN (CASE WHEN f.n__v1 = 1 THEN '-' ELSE '' END) || SUBSTRING(f.g__v1, 1, LENGTH(f.g__v1) - 2) || (CASE WHEN 2 > 0
-               THEN '.' || SUBSTRING(f.g__v1, LENGTH(f.g__v1) - 2 + 1) ELSE '' END) END AS "t__v1"
+  fields_9 AS (SELECT f.*, LPAD(f._m_v1, GREATEST(LENGTH(f._m_v1), LEAST(2, 38) + 1), '0') AS "_g_v1" FROM fields_8 f),
+  fields_10 AS (SELECT f.*,
+      CASE WHEN f._g_v1 IS NOT NULL AND 2 BETWEEN 0 AND 38
+          THEN (CASE WHEN f._n_v1 = 1 THEN '-' ELSE '' END) || SUBSTRING(f._g_v1, 1, LENGTH(f._g_v1) - 2) || (CASE WHEN 2 > 0
+          THEN '.' || SUBSTRING(f._g_v1, LENGTH(f._g_v1) - 2 + 1) ELSE '' END) END AS "_t_v1"
     FROM fields_9 f),
-  typed AS (
-    SELECT f.*, CAST(f.j__ts_ms AS bigint) AS source_ts_ms, NOT (f.j__ts_ms IS NULL) AS has_source_ts,
-           CASE WHEN f."u__sku" THEN NULL ELSE CAST(CASE WHEN OCTET_LENGTH(f.x__v0) <= 32 THEN f.x__v0 END AS varchar(32)) END AS "sku",
-           CAST(CASE WHEN ABS(CAST(CASE WHEN LENGTH(LTRIM(SPLIT_PART(REPLACE(f.t__v1, '-', ''), '.', 1), '0')) <= 10
-               THEN f.t__v1 END AS decimal(38,2))) <= 9999999999.99 THEN CAST(CASE WHEN LENGTH(LTRIM(SPLIT_PART(REPLACE(f.t__v1, '-', ''), '.', 1), '0')) <= 10
-               THEN f.t__v1 END AS decimal(38,2)) END AS decimal(12,2)) AS "price",
-           CAST(DATEADD(day, CAST(f.e__v2 AS integer), DATE '1970-01-01') AS date) AS "valid_from",
-           NULLIF('|' || CASE WHEN f."u__sku" THEN 'sku|' ELSE '' END, '|') AS unavailable,
-           CASE WHEN f.op IN ('c', 'r', 'u') AND IS_OBJECT(f.img) AND NOT (f."j__sku" IS NOT NULL AND f."j__price" IS NOT NULL AND f."j__valid_from" IS NOT NULL
-               AND GET_NUMBER_ATTRIBUTES(f.img) = 3) THEN f.img END AS drift_img
+  typed AS (SELECT f.*, CAST(f._ts_ms AS bigint) AS _source_ts_ms, NOT (f._ts_ms IS NULL) AS _has_source_ts,
+      CASE WHEN f._u_v0 THEN NULL ELSE CAST(CASE WHEN OCTET_LENGTH(f._x_v0) <= 32 THEN f._x_v0 END AS varchar(32)) END AS "sku",
+      CAST(CASE WHEN ABS(CAST(CASE WHEN LENGTH(LTRIM(SPLIT_PART(REPLACE(f._t_v1, '-', ''), '.', 1), '0')) <= 10
+          THEN f._t_v1 END AS decimal(38,2))) <= 9999999999.99 THEN CAST(CASE WHEN LENGTH(LTRIM(SPLIT_PART(REPLACE(f._t_v1, '-', ''), '.', 1), '0')) <= 10
+          THEN f._t_v1 END AS decimal(38,2)) END AS decimal(12,2)) AS "price",
+      CAST(DATEADD(day, CAST(f._e_v2 AS integer), DATE '1970-01-01') AS date) AS "valid_from",
+      NULLIF('|' || CASE WHEN f._u_v0 THEN 'sku|' ELSE '' END, '|') AS _unavailable,
+      CASE WHEN f._op IN ('c', 'r', 'u') AND IS_OBJECT(f._img) AND NOT (f._j_v0 IS NOT NULL AND f._j_v1 IS NOT NULL AND f._j_v2 IS NOT NULL
+          AND GET_NUMBER_ATTRIBUTES(f._img) = 3) THEN f._img END AS _drift_img
     FROM fields_10 f),
-  checked AS (
-    SELECT t.*,
-           CASE
-             WHEN t.raw_value IS NOT NULL THEN 1
-             WHEN (t.env IS NULL) THEN 2
-             WHEN NOT IS_OBJECT(t.env) THEN 3
-             WHEN t.op IS NULL THEN 4
-             WHEN t.op = 't' THEN 5
-             WHEN t.op NOT IN ('c', 'r', 'u', 'd') THEN 6
-             WHEN t.op <> 'd' AND ((t.img IS NULL) OR NOT IS_OBJECT(t.img)) THEN 7
-             WHEN t.has_source_ts AND (t.source_ts_ms IS NULL OR t.source_ts_ms NOT BETWEEN 0 AND 253402300799999) THEN 8
-             WHEN t.op <> 'd' AND NOT (t."j__sku" IS NULL) AND t."sku" IS NULL AND NOT t."u__sku" THEN 9
-             WHEN t.op <> 'd' AND NOT (t."j__price" IS NULL) AND t."price" IS NULL THEN 10
-             WHEN t.op <> 'd' AND NOT (t."j__valid_from" IS NULL) AND t."valid_from" IS NULL THEN 11
-             WHEN t.op = 'd' THEN 12
-             ELSE 0
-           END AS check_no
-    FROM typed t),
-  classified AS (
-    SELECT t.kafka_partition, t.kafka_offset, t.kafka_timestamp, t.refresh_time, t.raw_value, t.op,
-           CASE WHEN t.source_ts_ms BETWEEN 0 AND 253402300799999 THEN t.source_ts_ms END AS source_ts_ms, t.source_pos,
-           t.unavailable, t.drift_img, t."sku", t."price", t."valid_from",
-           CASE
-             WHEN t.check_no IN (1, 3, 4, 6, 7, 8, 9, 10, 11) THEN 'quarantine'
-             WHEN t.check_no = 2 THEN 'tombstone'
-             WHEN t.check_no = 5 THEN 'truncate'
-             WHEN t.check_no = 12 THEN 'delete'
-             ELSE 'upsert'
-           END AS action,
-           CASE t.check_no
-             WHEN 1 THEN 'value is not valid JSON'
-             WHEN 3 THEN 'value is not a JSON object'
-             WHEN 4 THEN 'no op field: not a Debezium change event'
-             WHEN 6 THEN 'unknown op "' || CASE WHEN OCTET_LENGTH(t.op) <= 64 THEN t.op ELSE SUBSTRING(t.op, 1, 16) END || '"'
-             WHEN 7 THEN 'no row image: after is missing or not an object'
-             WHEN 8 THEN 'source time (ts_ms) is not milliseconds since the epoch between 1970 and 9999'
-             WHEN 9 THEN 'field sku does not convert to varchar(32)'
-             WHEN 10 THEN 'field price does not convert from org.apache.kafka.connect.data.Decimal to decimal(12,2)'
-             WHEN 11 THEN 'field valid_from does not convert from io.debezium.time.Date to date'
-           END AS reason,
-           CASE WHEN t.check_no IN (1, 3, 4, 6, 7, 8, 9, 10, 11) OR t.unavailable IS NOT NULL THEN t.payload END AS quarantine_payload,
-           MAX(t.kafka_timestamp) OVER (PARTITION BY t.kafka_partition ORDER BY t.kafka_offset
-             ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW) AS kafka_time
-    FROM checked t)
-  SELECT c.kafka_partition, c.kafka_offset, c.kafka_timestamp, c.refresh_time,
-         CASE WHEN OCTET_LENGTH(c.op) <= 64 THEN c.op ELSE SUBSTRING(c.op, 1, 16) END, c.action, c.reason,
+  checked AS (SELECT t.*,
+      CASE
+        WHEN t._raw_value IS NOT NULL THEN 1
+        WHEN (t._env IS NULL) THEN 2
+        WHEN NOT IS_OBJECT(t._env) THEN 3
+        WHEN t._op IS NULL THEN 4
+        WHEN t._op = 't' THEN 5
+        WHEN t._op NOT IN ('c', 'r', 'u', 'd') THEN 6
+        WHEN t._op <> 'd' AND ((t._img IS NULL) OR NOT IS_OBJECT(t._img)) THEN 7
+        WHEN t._has_source_ts AND (t._source_ts_ms IS NULL OR t._source_ts_ms NOT BETWEEN 0 AND 253402300799999) THEN 8
+        WHEN t._op <> 'd' AND NOT (t._j_v0 IS NULL) AND t."sku" IS NULL AND NOT t._u_v0 THEN 9
+        WHEN t._op <> 'd' AND NOT (t._j_v1 IS NULL) AND t."price" IS NULL THEN 10
+        WHEN t._op <> 'd' AND NOT (t._j_v2 IS NULL) AND t."valid_from" IS NULL THEN 11
+        WHEN t._op = 'd' THEN 12
+        ELSE 0
+      END AS _check_no FROM typed t),
+  classified AS (SELECT t._kafka_partition, t._kafka_offset, t._kafka_timestamp, t._refresh_time, t._raw_value, t._op,
+      CASE WHEN t._source_ts_ms BETWEEN 0 AND 253402300799999 THEN t._source_ts_ms END AS _source_ts_ms, t._source_pos,
+      t._unavailable, t._drift_img, t."sku", t."price", t."valid_from",
+      CASE
+        WHEN t._check_no IN (1, 3, 4, 6, 7, 8, 9, 10, 11) THEN 'quarantine'
+        WHEN t._check_no = 2 THEN 'tombstone'
+        WHEN t._check_no = 5 THEN 'truncate'
+        WHEN t._check_no = 12 THEN 'delete'
+        ELSE 'upsert'
+      END AS _action,
+      CASE t._check_no
+        WHEN 1 THEN 'value is not valid JSON'
+        WHEN 3 THEN 'value is not a JSON object'
+        WHEN 4 THEN 'no op field: not a Debezium change event'
+        WHEN 6 THEN 'unknown op "' || CASE WHEN OCTET_LENGTH(t._op) <= 64 THEN t._op ELSE SUBSTRING(t._op, 1, 16) END || '"'
+        WHEN 7 THEN 'no row image: after is missing or not an object'
+        WHEN 8 THEN 'source time (ts_ms) is not milliseconds since the epoch between 1970 and 9999'
+        WHEN 9 THEN 'field sku does not convert to varchar(32)'
+        WHEN 10 THEN 'field price does not convert from org.apache.kafka.connect.data.Decimal to decimal(12,2)'
+        WHEN 11 THEN 'field valid_from does not convert from io.debezium.time.Date to date'
+      END AS _reason,
+      CASE WHEN t._check_no IN (1, 3, 4, 6, 7, 8, 9, 10, 11) OR t._unavailable IS NOT NULL THEN t._payload END AS _quarantine_payload,
+      MAX(t._kafka_timestamp) OVER (PARTITION BY t._kafka_partition ORDER BY t._kafka_offset
+        ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW) AS _kafka_time FROM checked t)
+  SELECT c._kafka_partition, c._kafka_offset, c._kafka_timestamp, c._refresh_time,
+         CASE WHEN OCTET_LENGTH(c._op) <= 64 THEN c._op ELSE SUBSTRING(c._op, 1, 16) END, c._action, c._reason,
          ROW_NUMBER() OVER (
-           PARTITION BY CASE WHEN c.action IN ('upsert', 'delete') THEN 1 ELSE 0 END
-           ORDER BY c.source_pos DESC NULLS LAST, c.kafka_time DESC NULLS LAST, c.kafka_partition DESC, c.kafka_offset DESC),
-         (TIMESTAMP 'epoch' + (c.source_ts_ms / 1000) * INTERVAL '1 second' + (c.source_ts_ms % 1000) * INTERVAL '1 millisecond'),
-         c.source_pos, c.source_pos, c."sku", c."price", c."valid_from", c.unavailable, c.quarantine_payload,
-         CASE WHEN c.action = 'quarantine' THEN c.raw_value END, c.drift_img
+           PARTITION BY CASE WHEN c._action IN ('upsert', 'delete') THEN 1 ELSE 0 END
+           ORDER BY c._source_pos DESC NULLS LAST, c._kafka_time DESC NULLS LAST, c._kafka_partition DESC, c._kafka_offset DESC),
+         (TIMESTAMP 'epoch' + (c._source_ts_ms / 1000) * INTERVAL '1 second' + (c._source_ts_ms % 1000) * INTERVAL '1 millisecond'),
+         c._source_pos, c._source_pos, c."sku", c."price", c."valid_from", c._unavailable, c._quarantine_payload,
+         CASE WHEN c._action = 'quarantine' THEN c._raw_value END, c._drift_img
   FROM classified c;
   GET DIAGNOSTICS v_read := ROW_COUNT;
   -- Fresh statistics for a large stage, refilled every run: without them the planner

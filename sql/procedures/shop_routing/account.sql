@@ -145,11 +145,11 @@ BEGIN
     "_source_ts", "_source_pos", "_rank_pos", "source_table", "id", "email", "_unavailable", "_payload", "_raw_value",
     "_drift_img"
   )
-  WITH batch AS (
-    SELECT s.kafka_partition, s.kafka_offset, s.kafka_timestamp, s.refresh_time,
-           s.payload, s.raw_value,
-           CASE WHEN IS_OBJECT(s.payload."schema") THEN s.payload."payload" ELSE s.payload END AS env,
-           CASE WHEN IS_OBJECT(s.key_payload."schema") THEN s.key_payload."payload" ELSE s.key_payload END AS key_env
+  WITH batch AS (SELECT s.kafka_partition AS _kafka_partition, s.kafka_offset AS _kafka_offset,
+      s.kafka_timestamp AS _kafka_timestamp, s.refresh_time AS _refresh_time,
+      s.payload AS _payload, s.raw_value AS _raw_value,
+      CASE WHEN IS_OBJECT(s.payload."schema") THEN s.payload."payload" ELSE s.payload END AS _env,
+      CASE WHEN IS_OBJECT(s.key_payload."schema") THEN s.key_payload."payload" ELSE s.key_payload END AS _key_env
     FROM "shop"."account__stream" s
     LEFT JOIN "shop"."account__watermark" w ON w.kafka_partition = s.kafka_partition
     WHERE s.refresh_time >= (SELECT COALESCE(MAX(m.last_refresh_time), TIMESTAMP '1900-01-01 00:00:00') FROM "shop"."account__watermark" m)
@@ -160,136 +160,117 @@ BEGIN
                     OR (s.kafka_partition = v_until_partition AND s.kafka_offset <= v_until_offset))))
     UNION ALL
     -- Quarantined records being replayed (at or below the watermark: already read once).
-    SELECT r.kafka_partition, r.kafka_offset, r.kafka_timestamp, r.run_started_at,
-           r.payload, r.raw_value,
-           CASE WHEN IS_OBJECT(r.payload."schema") THEN r.payload."payload" ELSE r.payload END AS env,
-           CAST(NULL AS super) AS key_env
+    SELECT r.kafka_partition, r.kafka_offset, r.kafka_timestamp, r.run_started_at, r.payload, r.raw_value,
+           CASE WHEN IS_OBJECT(r.payload."schema") THEN r.payload."payload" ELSE r.payload END,
+           CAST(NULL AS super)
     FROM "shop"."account__quarantine" r
     WHERE r.table_name = 'account' AND r.handled = 'replaying'),
-  batch_1 AS (
-    SELECT f.*, (CASE WHEN JSON_SIZE(f.env."op") <= 65535 THEN f.env."op" END) AS "b__o0"
-    FROM batch f),
+  batch_1 AS (SELECT f.*, (CASE WHEN JSON_SIZE(f._env."op") <= 65535 THEN f._env."op" END) AS "_b_o0" FROM batch f),
   batch_2 AS (
-    SELECT f.*, CASE WHEN IS_VARCHAR(f.b__o0) THEN f.b__o0::varchar(65535) WHEN f.b__o0 IS NOT NULL THEN JSON_SERIALIZE(f.b__o0) END AS "x__o0"
+    SELECT f.*, CASE WHEN IS_VARCHAR(f._b_o0) THEN f._b_o0::varchar(65535) WHEN f._b_o0 IS NOT NULL THEN JSON_SERIALIZE(f._b_o0) END AS "_x_o0"
     FROM batch_1 f),
-  route_1 AS (
-    SELECT f.*, (CASE WHEN JSON_SIZE(f.env."source"."db") <= 65535 THEN f.env."source"."db" END) AS "b__r0",
-           (CASE WHEN JSON_SIZE(f.env."source"."table") <= 65535 THEN f.env."source"."table" END) AS "b__r1"
-    FROM batch_2 f),
+  route_1 AS (SELECT f.*, (CASE WHEN JSON_SIZE(f._env."source"."db") <= 65535 THEN f._env."source"."db" END) AS "_b_r0",
+      (CASE WHEN JSON_SIZE(f._env."source"."table") <= 65535 THEN f._env."source"."table" END) AS "_b_r1" FROM batch_2 f),
   route_2 AS (
-    SELECT f.*, CASE WHEN IS_VARCHAR(f.b__r0) THEN f.b__r0::varchar(65535) WHEN f.b__r0 IS NOT NULL THEN JSON_SERIALIZE(f.b__r0) END AS "x__r0",
-           CASE WHEN IS_VARCHAR(f.b__r1) THEN f.b__r1::varchar(65535) WHEN f.b__r1 IS NOT NULL THEN JSON_SERIALIZE(f.b__r1) END AS "x__r1"
+    SELECT f.*, CASE WHEN IS_VARCHAR(f._b_r0) THEN f._b_r0::varchar(65535) WHEN f._b_r0 IS NOT NULL THEN JSON_SERIALIZE(f._b_r0) END AS "_x_r0",
+           CASE WHEN IS_VARCHAR(f._b_r1) THEN f._b_r1::varchar(65535) WHEN f._b_r1 IS NOT NULL THEN JSON_SERIALIZE(f._b_r1) END AS "_x_r1"
     FROM route_1 f),
-  envelope AS (
-    SELECT f.kafka_partition, f.kafka_offset, f.kafka_timestamp, f.refresh_time,
-           f.payload, f.raw_value, f.env, CASE WHEN f.x__r0 IN ('shard1', 'shard2') AND f.x__r1 = 'accounts' THEN f.key_env END AS key_env,
-           f.x__o0 AS op,
-           CASE WHEN f.x__r0 IN ('shard1', 'shard2') AND f.x__r1 = 'accounts' THEN CASE WHEN f.x__o0 = 'd' THEN f.env."before"
-               ELSE f.env."after" END END AS img,
-           CASE WHEN f.x__r0 IN ('shard1', 'shard2') AND f.x__r1 = 'accounts' THEN f.env."source" END AS src,
-           CASE WHEN f.x__r0 IN ('shard1', 'shard2') AND f.x__r1 = 'accounts' THEN 'own' END AS routed_to,
-           CASE WHEN OCTET_LENGTH('db=' || COALESCE(f.x__r0, '') || ',table=' || COALESCE(f.x__r1, '')) <= 256
-               THEN 'db=' || COALESCE(f.x__r0, '') || ',table=' || COALESCE(f.x__r1, '')
-               ELSE SUBSTRING('db=' || COALESCE(f.x__r0, '') || ',table=' || COALESCE(f.x__r1, ''), 1, 64) END AS route_source
+  envelope AS (SELECT f._kafka_partition, f._kafka_offset, f._kafka_timestamp, f._refresh_time, f._payload, f._raw_value, f._env,
+      CASE WHEN f._x_r0 IN ('shard1', 'shard2') AND f._x_r1 = 'accounts' THEN f._key_env END AS _key_env, f._x_o0 AS _op,
+      CASE WHEN f._x_r0 IN ('shard1', 'shard2') AND f._x_r1 = 'accounts' THEN CASE WHEN f._x_o0 = 'd' THEN f._env."before" ELSE f._env."after" END END AS _img,
+      CASE WHEN f._x_r0 IN ('shard1', 'shard2') AND f._x_r1 = 'accounts' THEN f._env."source" END AS _src,
+      CASE WHEN f._x_r0 IN ('shard1', 'shard2') AND f._x_r1 = 'accounts' THEN 'own' END AS _routed_to,
+      CASE WHEN OCTET_LENGTH('db=' || COALESCE(f._x_r0, '') || ',table=' || COALESCE(f._x_r1, '')) <= 256
+          THEN 'db=' || COALESCE(f._x_r0, '') || ',table=' || COALESCE(f._x_r1, '')
+          ELSE SUBSTRING('db=' || COALESCE(f._x_r0, '') || ',table=' || COALESCE(f._x_r1, ''), 1, 64) END AS _route_source
     FROM route_2 f),
-  envelope_1 AS (
-    SELECT f.*, (CASE WHEN JSON_SIZE(f.src."file") <= 65535 THEN f.src."file" END) AS "b__p0",
-           (CASE WHEN JSON_SIZE(f.src."pos") <= 65535 THEN f.src."pos" END) AS "b__p1",
-           (CASE WHEN JSON_SIZE(f.src."row") <= 65535 THEN f.src."row" END) AS "b__p2"
-    FROM envelope f),
+  envelope_1 AS (SELECT f.*, (CASE WHEN JSON_SIZE(f._src."file") <= 65535 THEN f._src."file" END) AS "_b_p0",
+      (CASE WHEN JSON_SIZE(f._src."pos") <= 65535 THEN f._src."pos" END) AS "_b_p1",
+      (CASE WHEN JSON_SIZE(f._src."row") <= 65535 THEN f._src."row" END) AS "_b_p2" FROM envelope f),
   envelope_2 AS (
-    SELECT f.*, CASE WHEN IS_VARCHAR(f.b__p0) THEN f.b__p0::varchar(65535) WHEN f.b__p0 IS NOT NULL THEN JSON_SERIALIZE(f.b__p0) END AS "x__p0",
-           CASE WHEN IS_VARCHAR(f.b__p1) THEN f.b__p1::varchar(65535) WHEN f.b__p1 IS NOT NULL THEN JSON_SERIALIZE(f.b__p1) END AS "x__p1",
-           CASE WHEN IS_VARCHAR(f.b__p2) THEN f.b__p2::varchar(65535) WHEN f.b__p2 IS NOT NULL THEN JSON_SERIALIZE(f.b__p2) END AS "x__p2"
+    SELECT f.*, CASE WHEN IS_VARCHAR(f._b_p0) THEN f._b_p0::varchar(65535) WHEN f._b_p0 IS NOT NULL THEN JSON_SERIALIZE(f._b_p0) END AS "_x_p0",
+           CASE WHEN IS_VARCHAR(f._b_p1) THEN f._b_p1::varchar(65535) WHEN f._b_p1 IS NOT NULL THEN JSON_SERIALIZE(f._b_p1) END AS "_x_p1",
+           CASE WHEN IS_VARCHAR(f._b_p2) THEN f._b_p2::varchar(65535) WHEN f._b_p2 IS NOT NULL THEN JSON_SERIALIZE(f._b_p2) END AS "_x_p2"
     FROM envelope_1 f),
-  fields AS (
-    SELECT f.kafka_partition, f.kafka_offset, f.kafka_timestamp, f.refresh_time, f.payload, f.raw_value, f.env, f.img, f.op, f.src."ts_ms" AS j__ts_ms,
-           lpad(REGEXP_SUBSTR(f.x__p0, '[0-9]*$'), 20, '0') || '.' || lpad(f.x__p1, 20, '0') || '.' || lpad(COALESCE(f.x__p2, ''), 20, '0') AS source_pos,
-           f.routed_to, f.route_source, f.img."__dbz__sourceIdentifier" AS "ji__source_table", f.key_env."__dbz__sourceIdentifier" AS "jk__source_table",
-           f.img."id" AS "ji__id", f.key_env."id" AS "jk__id", f.img."email" AS "j__email"
-    FROM envelope_2 f),
+  fields AS (SELECT f._kafka_partition, f._kafka_offset, f._kafka_timestamp, f._refresh_time, f._payload, f._raw_value, f._env, f._img, f._op,
+      f._src."ts_ms" AS _ts_ms,
+      lpad(REGEXP_SUBSTR(f._x_p0, '[0-9]*$'), 20, '0') || '.' || lpad(f._x_p1, 20, '0') || '.' || lpad(COALESCE(f._x_p2, ''), 20, '0') AS _source_pos,
+      f._routed_to, f._route_source, f._img."__dbz__sourceIdentifier" AS _j_i0, f._key_env."__dbz__sourceIdentifier" AS _j_k0, f._img."id" AS _j_i1,
+      f._key_env."id" AS _j_k1, f._img."email" AS _j_v0 FROM envelope_2 f),
   fields_1 AS (
-    SELECT f.*, (CASE WHEN JSON_SIZE(f."ji__source_table") <= 65535 THEN f."ji__source_table" END) AS "b__i0",
-           (CASE WHEN JSON_SIZE(f."jk__source_table") <= 65535 THEN f."jk__source_table" END) AS "b__k0",
-           (CASE WHEN JSON_SIZE(f."j__email") <= 65535 THEN f."j__email" END) AS "b__v0"
+    SELECT f.*, (CASE WHEN JSON_SIZE(f._j_i0) <= 65535 THEN f._j_i0 END) AS "_b_i0", (CASE WHEN JSON_SIZE(f._j_k0) <= 65535 THEN f._j_k0 END) AS "_b_k0",
+           (CASE WHEN JSON_SIZE(f._j_v0) <= 65535 THEN f._j_v0 END) AS "_b_v0"
     FROM fields f),
   fields_2 AS (
-    SELECT f.*, CASE WHEN IS_VARCHAR(f.b__i0) THEN f.b__i0::varchar(65535) WHEN f.b__i0 IS NOT NULL THEN JSON_SERIALIZE(f.b__i0) END AS "x__i0",
-           CASE WHEN IS_VARCHAR(f.b__k0) THEN f.b__k0::varchar(65535) WHEN f.b__k0 IS NOT NULL THEN JSON_SERIALIZE(f.b__k0) END AS "x__k0",
-           CASE WHEN IS_VARCHAR(f.b__v0) THEN f.b__v0::varchar(65535) WHEN f.b__v0 IS NOT NULL THEN JSON_SERIALIZE(f.b__v0) END AS "x__v0"
+    SELECT f.*, CASE WHEN IS_VARCHAR(f._b_i0) THEN f._b_i0::varchar(65535) WHEN f._b_i0 IS NOT NULL THEN JSON_SERIALIZE(f._b_i0) END AS "_x_i0",
+           CASE WHEN IS_VARCHAR(f._b_k0) THEN f._b_k0::varchar(65535) WHEN f._b_k0 IS NOT NULL THEN JSON_SERIALIZE(f._b_k0) END AS "_x_k0",
+           CASE WHEN IS_VARCHAR(f._b_v0) THEN f._b_v0::varchar(65535) WHEN f._b_v0 IS NOT NULL THEN JSON_SERIALIZE(f._b_v0) END AS "_x_v0"
     FROM fields_1 f),
-  fields_3 AS (
-    SELECT f.*,
-           COALESCE(f.x__v0 IN ('__debezium_unavailable_value', 'X19kZWJleml1bV91bmF2YWlsYWJsZV92YWx1ZQ==', '["__debezium_unavailable_value"]'),
-               false) AS "u__email"
+  fields_3 AS (SELECT f.*,
+      COALESCE(f._x_v0 IN ('__debezium_unavailable_value', 'X19kZWJleml1bV91bmF2YWlsYWJsZV92YWx1ZQ==', '["__debezium_unavailable_value"]'), false) AS "_u_v0"
     FROM fields_2 f),
-  typed AS (
-    SELECT f.*, CAST(f.j__ts_ms AS bigint) AS source_ts_ms, NOT (f.j__ts_ms IS NULL) AS has_source_ts,
-           COALESCE(CAST(CASE WHEN OCTET_LENGTH(f.x__i0) <= 255 THEN f.x__i0 END AS varchar(255)), CAST(CASE WHEN OCTET_LENGTH(f.x__k0) <= 255
-               THEN f.x__k0 END AS varchar(255))) AS "source_table",
-           COALESCE(CAST(f."ji__id" AS integer), CAST(f."jk__id" AS integer)) AS "id",
-           CASE WHEN f."u__email" THEN NULL ELSE CAST(CASE WHEN OCTET_LENGTH(f.x__v0) <= 256 THEN f.x__v0 END AS varchar(256)) END AS "email",
-           NULLIF('|' || CASE WHEN f."u__email" THEN 'email|' ELSE '' END, '|') AS unavailable,
-           CASE WHEN f.op IN ('c', 'r', 'u') AND IS_OBJECT(f.img) AND NOT (f."ji__id" IS NOT NULL AND f."j__email" IS NOT NULL
-               AND GET_NUMBER_ATTRIBUTES(f.img) = 2) THEN f.img END AS drift_img
+  typed AS (SELECT f.*, CAST(f._ts_ms AS bigint) AS _source_ts_ms, NOT (f._ts_ms IS NULL) AS _has_source_ts,
+      COALESCE(CAST(CASE WHEN OCTET_LENGTH(f._x_i0) <= 255 THEN f._x_i0 END AS varchar(255)), CAST(CASE WHEN OCTET_LENGTH(f._x_k0) <= 255
+          THEN f._x_k0 END AS varchar(255))) AS "source_table",
+      COALESCE(CAST(f._j_i1 AS integer), CAST(f._j_k1 AS integer)) AS "id",
+      CASE WHEN f._u_v0 THEN NULL ELSE CAST(CASE WHEN OCTET_LENGTH(f._x_v0) <= 256 THEN f._x_v0 END AS varchar(256)) END AS "email",
+      NULLIF('|' || CASE WHEN f._u_v0 THEN 'email|' ELSE '' END, '|') AS _unavailable,
+      CASE WHEN f._op IN ('c', 'r', 'u') AND IS_OBJECT(f._img) AND NOT (f._j_i1 IS NOT NULL AND f._j_v0 IS NOT NULL AND GET_NUMBER_ATTRIBUTES(f._img) = 2)
+          THEN f._img END AS _drift_img
     FROM fields_3 f),
-  checked AS (
-    SELECT t.*,
-           CASE
-             WHEN t.raw_value IS NULL AND (t.env IS NULL) THEN 1
-             WHEN IS_OBJECT(t.env) AND NOT COALESCE(t.routed_to = 'own', false) THEN 2
-             WHEN t.raw_value IS NOT NULL THEN 3
-             WHEN (t.env IS NULL) THEN 4
-             WHEN NOT IS_OBJECT(t.env) THEN 5
-             WHEN t.op IS NULL THEN 6
-             WHEN t.op = 't' THEN 7
-             WHEN t.op NOT IN ('c', 'r', 'u', 'd') THEN 8
-             WHEN t.op <> 'd' AND ((t.img IS NULL) OR NOT IS_OBJECT(t.img)) THEN 9
-             WHEN t."source_table" IS NULL THEN 10
-             WHEN t."id" IS NULL THEN 11
-             WHEN t.has_source_ts AND (t.source_ts_ms IS NULL OR t.source_ts_ms NOT BETWEEN 0 AND 253402300799999) THEN 12
-             WHEN t.op <> 'd' AND NOT (t."j__email" IS NULL) AND t."email" IS NULL AND NOT t."u__email" THEN 13
-             WHEN t.op = 'd' THEN 14
-             ELSE 0
-           END AS check_no
-    FROM typed t),
-  classified AS (
-    SELECT t.kafka_partition, t.kafka_offset, t.kafka_timestamp, t.refresh_time, t.raw_value, t.op,
-           CASE WHEN t.source_ts_ms BETWEEN 0 AND 253402300799999 THEN t.source_ts_ms END AS source_ts_ms, t.source_pos,
-           t.unavailable, t.drift_img, t."source_table", t."id", t."email", t.route_source,
-           CASE
-             WHEN t.check_no IN (1, 4) THEN 'tombstone'
-             WHEN t.check_no = 2 THEN 'unmatched'
-             WHEN t.check_no IN (3, 5, 6, 8, 9, 10, 11, 12, 13) THEN 'quarantine'
-             WHEN t.check_no = 7 THEN 'truncate'
-             WHEN t.check_no = 14 THEN 'delete'
-             ELSE 'upsert'
-           END AS action,
-           CASE t.check_no
-             WHEN 2 THEN t.route_source
-             WHEN 3 THEN 'value is not valid JSON'
-             WHEN 5 THEN 'value is not a JSON object'
-             WHEN 6 THEN 'no op field: not a Debezium change event'
-             WHEN 8 THEN 'unknown op "' || CASE WHEN OCTET_LENGTH(t.op) <= 64 THEN t.op ELSE SUBSTRING(t.op, 1, 16) END || '"'
-             WHEN 9 THEN 'no row image: after is missing or not an object'
-             WHEN 10 THEN 'primary key field __dbz__sourceIdentifier is missing or not a varchar(255)'
-             WHEN 11 THEN 'primary key field id is missing or not a integer'
-             WHEN 12 THEN 'source time (ts_ms) is not milliseconds since the epoch between 1970 and 9999'
-             WHEN 13 THEN 'field email does not convert to varchar(256)'
-           END AS reason,
-           CASE WHEN t.check_no IN (3, 5, 6, 8, 9, 10, 11, 12, 13) OR t.unavailable IS NOT NULL THEN t.payload END AS quarantine_payload,
-           MAX(t.kafka_timestamp) OVER (PARTITION BY t.kafka_partition ORDER BY t.kafka_offset
-             ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW) AS kafka_time
-    FROM checked t)
-  SELECT c.kafka_partition, c.kafka_offset, c.kafka_timestamp, c.refresh_time,
-         CASE WHEN OCTET_LENGTH(c.op) <= 64 THEN c.op ELSE SUBSTRING(c.op, 1, 16) END, c.action, c.reason,
+  checked AS (SELECT t.*,
+      CASE
+        WHEN t._raw_value IS NULL AND (t._env IS NULL) THEN 1
+        WHEN IS_OBJECT(t._env) AND NOT COALESCE(t._routed_to = 'own', false) THEN 2
+        WHEN t._raw_value IS NOT NULL THEN 3
+        WHEN (t._env IS NULL) THEN 4
+        WHEN NOT IS_OBJECT(t._env) THEN 5
+        WHEN t._op IS NULL THEN 6
+        WHEN t._op = 't' THEN 7
+        WHEN t._op NOT IN ('c', 'r', 'u', 'd') THEN 8
+        WHEN t._op <> 'd' AND ((t._img IS NULL) OR NOT IS_OBJECT(t._img)) THEN 9
+        WHEN t."source_table" IS NULL THEN 10
+        WHEN t."id" IS NULL THEN 11
+        WHEN t._has_source_ts AND (t._source_ts_ms IS NULL OR t._source_ts_ms NOT BETWEEN 0 AND 253402300799999) THEN 12
+        WHEN t._op <> 'd' AND NOT (t._j_v0 IS NULL) AND t."email" IS NULL AND NOT t._u_v0 THEN 13
+        WHEN t._op = 'd' THEN 14
+        ELSE 0
+      END AS _check_no FROM typed t),
+  classified AS (SELECT t._kafka_partition, t._kafka_offset, t._kafka_timestamp, t._refresh_time, t._raw_value, t._op,
+      CASE WHEN t._source_ts_ms BETWEEN 0 AND 253402300799999 THEN t._source_ts_ms END AS _source_ts_ms, t._source_pos,
+      t._unavailable, t._drift_img, t."source_table", t."id", t."email", t._route_source,
+      CASE
+        WHEN t._check_no IN (1, 4) THEN 'tombstone'
+        WHEN t._check_no = 2 THEN 'unmatched'
+        WHEN t._check_no IN (3, 5, 6, 8, 9, 10, 11, 12, 13) THEN 'quarantine'
+        WHEN t._check_no = 7 THEN 'truncate'
+        WHEN t._check_no = 14 THEN 'delete'
+        ELSE 'upsert'
+      END AS _action,
+      CASE t._check_no
+        WHEN 2 THEN t._route_source
+        WHEN 3 THEN 'value is not valid JSON'
+        WHEN 5 THEN 'value is not a JSON object'
+        WHEN 6 THEN 'no op field: not a Debezium change event'
+        WHEN 8 THEN 'unknown op "' || CASE WHEN OCTET_LENGTH(t._op) <= 64 THEN t._op ELSE SUBSTRING(t._op, 1, 16) END || '"'
+        WHEN 9 THEN 'no row image: after is missing or not an object'
+        WHEN 10 THEN 'primary key field __dbz__sourceIdentifier is missing or not a varchar(255)'
+        WHEN 11 THEN 'primary key field id is missing or not a integer'
+        WHEN 12 THEN 'source time (ts_ms) is not milliseconds since the epoch between 1970 and 9999'
+        WHEN 13 THEN 'field email does not convert to varchar(256)'
+      END AS _reason,
+      CASE WHEN t._check_no IN (3, 5, 6, 8, 9, 10, 11, 12, 13) OR t._unavailable IS NOT NULL THEN t._payload END AS _quarantine_payload,
+      MAX(t._kafka_timestamp) OVER (PARTITION BY t._kafka_partition ORDER BY t._kafka_offset
+        ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW) AS _kafka_time FROM checked t)
+  SELECT c._kafka_partition, c._kafka_offset, c._kafka_timestamp, c._refresh_time,
+         CASE WHEN OCTET_LENGTH(c._op) <= 64 THEN c._op ELSE SUBSTRING(c._op, 1, 16) END, c._action, c._reason,
          ROW_NUMBER() OVER (
-           PARTITION BY CASE WHEN c.action IN ('upsert', 'delete') THEN 1 ELSE 0 END, c."source_table", c."id"
-           ORDER BY c.source_pos DESC NULLS LAST, c.kafka_time DESC NULLS LAST, c.kafka_partition DESC, c.kafka_offset DESC),
-         (TIMESTAMP 'epoch' + (c.source_ts_ms / 1000) * INTERVAL '1 second' + (c.source_ts_ms % 1000) * INTERVAL '1 millisecond'),
-         c.source_pos, c.source_pos, c."source_table", c."id", c."email", c.unavailable, c.quarantine_payload,
-         CASE WHEN c.action = 'quarantine' THEN c.raw_value END,
-         CASE WHEN c.action NOT IN ('routed', 'unmatched') THEN c.drift_img END
+           PARTITION BY CASE WHEN c._action IN ('upsert', 'delete') THEN 1 ELSE 0 END, c."source_table", c."id"
+           ORDER BY c._source_pos DESC NULLS LAST, c._kafka_time DESC NULLS LAST, c._kafka_partition DESC, c._kafka_offset DESC),
+         (TIMESTAMP 'epoch' + (c._source_ts_ms / 1000) * INTERVAL '1 second' + (c._source_ts_ms % 1000) * INTERVAL '1 millisecond'),
+         c._source_pos, c._source_pos, c."source_table", c."id", c."email", c._unavailable, c._quarantine_payload,
+         CASE WHEN c._action = 'quarantine' THEN c._raw_value END,
+         CASE WHEN c._action NOT IN ('routed', 'unmatched') THEN c._drift_img END
   FROM classified c;
   GET DIAGNOSTICS v_read := ROW_COUNT;
   -- Fresh statistics for a large stage, refilled every run: without them the planner

@@ -141,11 +141,11 @@ BEGIN
     "_kafka_partition", "_kafka_offset", "_kafka_timestamp", "_refresh_time", "_op", "_action", "_reason", "_rn",
     "_source_ts", "_source_pos", "_rank_pos", "id", "kind", "_unavailable", "_payload", "_raw_value", "_drift_img"
   )
-  WITH batch AS (
-    SELECT s.kafka_partition, s.kafka_offset, s.kafka_timestamp, s.refresh_time,
-           s.payload, s.raw_value,
-           CASE WHEN IS_OBJECT(s.payload."schema") THEN s.payload."payload" ELSE s.payload END AS env,
-           CASE WHEN IS_OBJECT(s.key_payload."schema") THEN s.key_payload."payload" ELSE s.key_payload END AS key_env
+  WITH batch AS (SELECT s.kafka_partition AS _kafka_partition, s.kafka_offset AS _kafka_offset,
+      s.kafka_timestamp AS _kafka_timestamp, s.refresh_time AS _refresh_time,
+      s.payload AS _payload, s.raw_value AS _raw_value,
+      CASE WHEN IS_OBJECT(s.payload."schema") THEN s.payload."payload" ELSE s.payload END AS _env,
+      CASE WHEN IS_OBJECT(s.key_payload."schema") THEN s.key_payload."payload" ELSE s.key_payload END AS _key_env
     FROM "shop"."event__stream" s
     LEFT JOIN "shop"."event__watermark" w ON w.kafka_partition = s.kafka_partition
     WHERE s.refresh_time >= (SELECT COALESCE(MAX(m.last_refresh_time), TIMESTAMP '1900-01-01 00:00:00') FROM "shop"."event__watermark" m)
@@ -156,131 +156,112 @@ BEGIN
                     OR (s.kafka_partition = v_until_partition AND s.kafka_offset <= v_until_offset))))
     UNION ALL
     -- Quarantined records being replayed (at or below the watermark: already read once).
-    SELECT r.kafka_partition, r.kafka_offset, r.kafka_timestamp, r.run_started_at,
-           r.payload, r.raw_value,
-           CASE WHEN IS_OBJECT(r.payload."schema") THEN r.payload."payload" ELSE r.payload END AS env,
-           CAST(NULL AS super) AS key_env
+    SELECT r.kafka_partition, r.kafka_offset, r.kafka_timestamp, r.run_started_at, r.payload, r.raw_value,
+           CASE WHEN IS_OBJECT(r.payload."schema") THEN r.payload."payload" ELSE r.payload END,
+           CAST(NULL AS super)
     FROM "shop"."event__quarantine" r
     WHERE r.table_name = 'event' AND r.handled = 'replaying'),
-  batch_1 AS (
-    SELECT f.*, (CASE WHEN JSON_SIZE(f.env."__deleted") <= 65535 THEN f.env."__deleted" END) AS "b__o0",
-           (CASE WHEN JSON_SIZE(f.env."__op") <= 65535 THEN f.env."__op" END) AS "b__o1"
-    FROM batch f),
+  batch_1 AS (SELECT f.*, (CASE WHEN JSON_SIZE(f._env."__deleted") <= 65535 THEN f._env."__deleted" END) AS "_b_o0",
+      (CASE WHEN JSON_SIZE(f._env."__op") <= 65535 THEN f._env."__op" END) AS "_b_o1" FROM batch f),
   batch_2 AS (
-    SELECT f.*, CASE WHEN IS_VARCHAR(f.b__o0) THEN f.b__o0::varchar(65535) WHEN f.b__o0 IS NOT NULL THEN JSON_SERIALIZE(f.b__o0) END AS "x__o0",
-           CASE WHEN IS_VARCHAR(f.b__o1) THEN f.b__o1::varchar(65535) WHEN f.b__o1 IS NOT NULL THEN JSON_SERIALIZE(f.b__o1) END AS "x__o1"
+    SELECT f.*, CASE WHEN IS_VARCHAR(f._b_o0) THEN f._b_o0::varchar(65535) WHEN f._b_o0 IS NOT NULL THEN JSON_SERIALIZE(f._b_o0) END AS "_x_o0",
+           CASE WHEN IS_VARCHAR(f._b_o1) THEN f._b_o1::varchar(65535) WHEN f._b_o1 IS NOT NULL THEN JSON_SERIALIZE(f._b_o1) END AS "_x_o1"
     FROM batch_1 f),
-  route_1 AS (
-    SELECT f.*, (CASE WHEN JSON_SIZE(f.env."__table") <= 65535 THEN f.env."__table" END) AS "b__r0"
-    FROM batch_2 f),
+  route_1 AS (SELECT f.*, (CASE WHEN JSON_SIZE(f._env."__table") <= 65535 THEN f._env."__table" END) AS "_b_r0" FROM batch_2 f),
   route_2 AS (
-    SELECT f.*, CASE WHEN IS_VARCHAR(f.b__r0) THEN f.b__r0::varchar(65535) WHEN f.b__r0 IS NOT NULL THEN JSON_SERIALIZE(f.b__r0) END AS "x__r0"
+    SELECT f.*, CASE WHEN IS_VARCHAR(f._b_r0) THEN f._b_r0::varchar(65535) WHEN f._b_r0 IS NOT NULL THEN JSON_SERIALIZE(f._b_r0) END AS "_x_r0"
     FROM route_1 f),
-  envelope AS (
-    SELECT f.kafka_partition, f.kafka_offset, f.kafka_timestamp, f.refresh_time,
-           f.payload, f.raw_value, f.env, CASE WHEN f.x__r0 IN ('events_2025', 'events_2026') THEN f.key_env END AS key_env,
-           CASE WHEN IS_OBJECT(f.env) THEN
-      CASE WHEN f.x__o0 = 'true' THEN 'd' ELSE COALESCE(f.x__o1, 'u') END
-    END AS op,
-           CASE WHEN f.x__r0 IN ('events_2025', 'events_2026') THEN f.env END AS img,
-           CASE WHEN f.x__r0 IN ('events_2025', 'events_2026') THEN f.env END AS src,
-           CASE WHEN f.x__r0 IN ('events_2025', 'events_2026') THEN 'own' END AS routed_to,
-           CASE WHEN OCTET_LENGTH('__table=' || COALESCE(f.x__r0, '')) <= 256 THEN '__table=' || COALESCE(f.x__r0, '')
-               ELSE SUBSTRING('__table=' || COALESCE(f.x__r0, ''), 1, 64) END AS route_source
+  envelope AS (SELECT f._kafka_partition, f._kafka_offset, f._kafka_timestamp, f._refresh_time, f._payload, f._raw_value, f._env,
+      CASE WHEN f._x_r0 IN ('events_2025', 'events_2026') THEN f._key_env END AS _key_env,
+      CASE WHEN IS_OBJECT(f._env) THEN
+      CASE WHEN f._x_o0 = 'true' THEN 'd' ELSE COALESCE(f._x_o1, 'u') END
+    END AS _op,
+           CASE WHEN f._x_r0 IN ('events_2025', 'events_2026') THEN f._env END AS _img,
+           CASE WHEN f._x_r0 IN ('events_2025', 'events_2026') THEN f._env END AS _src,
+           CASE WHEN f._x_r0 IN ('events_2025', 'events_2026') THEN 'own' END AS _routed_to,
+           CASE WHEN OCTET_LENGTH('__table=' || COALESCE(f._x_r0, '')) <= 256 THEN '__table=' || COALESCE(f._x_r0, '')
+               ELSE SUBSTRING('__table=' || COALESCE(f._x_r0, ''), 1, 64) END AS _route_source
     FROM route_2 f),
-  envelope_1 AS (
-    SELECT f.*, (CASE WHEN JSON_SIZE(f.src."__sequence") <= 65535 THEN f.src."__sequence" END) AS "b__p0",
-           (CASE WHEN JSON_SIZE(f.src."__lsn") <= 65535 THEN f.src."__lsn" END) AS "b__p1"
-    FROM envelope f),
+  envelope_1 AS (SELECT f.*, (CASE WHEN JSON_SIZE(f._src."__sequence") <= 65535 THEN f._src."__sequence" END) AS "_b_p0",
+      (CASE WHEN JSON_SIZE(f._src."__lsn") <= 65535 THEN f._src."__lsn" END) AS "_b_p1" FROM envelope f),
   envelope_2 AS (
-    SELECT f.*, CASE WHEN IS_VARCHAR(f.b__p0) THEN f.b__p0::varchar(65535) WHEN f.b__p0 IS NOT NULL THEN JSON_SERIALIZE(f.b__p0) END AS "x__p0",
-           CASE WHEN IS_VARCHAR(f.b__p1) THEN f.b__p1::varchar(65535) WHEN f.b__p1 IS NOT NULL THEN JSON_SERIALIZE(f.b__p1) END AS "x__p1"
+    SELECT f.*, CASE WHEN IS_VARCHAR(f._b_p0) THEN f._b_p0::varchar(65535) WHEN f._b_p0 IS NOT NULL THEN JSON_SERIALIZE(f._b_p0) END AS "_x_p0",
+           CASE WHEN IS_VARCHAR(f._b_p1) THEN f._b_p1::varchar(65535) WHEN f._b_p1 IS NOT NULL THEN JSON_SERIALIZE(f._b_p1) END AS "_x_p1"
     FROM envelope_1 f),
-  fields AS (
-    SELECT f.kafka_partition, f.kafka_offset, f.kafka_timestamp, f.refresh_time, f.payload, f.raw_value, f.env, f.img, f.op,
-           f.src."__source_ts_ms" AS j__ts_ms,
-           CASE WHEN COALESCE(NULLIF(NULLIF(REGEXP_SUBSTR(f.x__p0, '([0-9]+)"?[]]$', 1, 1, 'e'), ''), ''), f.x__p1) IS NOT NULL
-               THEN lpad(COALESCE(NULLIF(NULLIF(REGEXP_SUBSTR(f.x__p0, '^[[]"?([0-9]*)', 1, 1, 'e'), ''), ''),
-               COALESCE(NULLIF(NULLIF(REGEXP_SUBSTR(f.x__p0, '([0-9]+)"?[]]$', 1, 1, 'e'), ''), ''), f.x__p1)), 20,
-               '0') || '.' || lpad(COALESCE(NULLIF(NULLIF(REGEXP_SUBSTR(f.x__p0, '([0-9]+)"?[]]$', 1, 1, 'e'), ''), ''), f.x__p1), 20, '0') END AS source_pos,
-           f.routed_to, f.route_source, f.img."id" AS "ji__id", CASE WHEN IS_OBJECT(f.key_env) THEN f.key_env."id" ELSE f.key_env END AS "jk__id",
-           f.img."kind" AS "j__kind"
-    FROM envelope_2 f),
-  fields_1 AS (
-    SELECT f.*, (CASE WHEN JSON_SIZE(f."j__kind") <= 65535 THEN f."j__kind" END) AS "b__v0"
-    FROM fields f),
+  fields AS (SELECT f._kafka_partition, f._kafka_offset, f._kafka_timestamp, f._refresh_time, f._payload, f._raw_value, f._env, f._img, f._op,
+      f._src."__source_ts_ms" AS _ts_ms,
+      CASE WHEN COALESCE(NULLIF(NULLIF(REGEXP_SUBSTR(f._x_p0, '([0-9]+)"?[]]$', 1, 1, 'e'), ''), ''), f._x_p1) IS NOT NULL
+          THEN lpad(COALESCE(NULLIF(NULLIF(REGEXP_SUBSTR(f._x_p0, '^[[]"?([0-9]*)', 1, 1, 'e'), ''), ''),
+          COALESCE(NULLIF(NULLIF(REGEXP_SUBSTR(f._x_p0, '([0-9]+)"?[]]$', 1, 1, 'e'), ''), ''), f._x_p1)), 20,
+          '0') || '.' || lpad(COALESCE(NULLIF(NULLIF(REGEXP_SUBSTR(f._x_p0, '([0-9]+)"?[]]$', 1, 1, 'e'), ''), ''), f._x_p1), 20, '0') END AS _source_pos,
+      f._routed_to, f._route_source, f._img."id" AS _j_i0, CASE WHEN IS_OBJECT(f._key_env) THEN f._key_env."id" ELSE f._key_env END AS _j_k0,
+      f._img."kind" AS _j_v0 FROM envelope_2 f),
+  fields_1 AS (SELECT f.*, (CASE WHEN JSON_SIZE(f._j_v0) <= 65535 THEN f._j_v0 END) AS "_b_v0" FROM fields f),
   fields_2 AS (
-    SELECT f.*, CASE WHEN IS_VARCHAR(f.b__v0) THEN f.b__v0::varchar(65535) WHEN f.b__v0 IS NOT NULL THEN JSON_SERIALIZE(f.b__v0) END AS "x__v0"
+    SELECT f.*, CASE WHEN IS_VARCHAR(f._b_v0) THEN f._b_v0::varchar(65535) WHEN f._b_v0 IS NOT NULL THEN JSON_SERIALIZE(f._b_v0) END AS "_x_v0"
     FROM fields_1 f),
-  fields_3 AS (
-    SELECT f.*,
-           COALESCE(f.x__v0 IN ('__debezium_unavailable_value', 'X19kZWJleml1bV91bmF2YWlsYWJsZV92YWx1ZQ==', '["__debezium_unavailable_value"]'),
-               false) AS "u__kind"
+  fields_3 AS (SELECT f.*,
+      COALESCE(f._x_v0 IN ('__debezium_unavailable_value', 'X19kZWJleml1bV91bmF2YWlsYWJsZV92YWx1ZQ==', '["__debezium_unavailable_value"]'), false) AS "_u_v0"
     FROM fields_2 f),
-  typed AS (
-    SELECT f.*, CAST(f.j__ts_ms AS bigint) AS source_ts_ms, NOT (f.j__ts_ms IS NULL) AS has_source_ts,
-           COALESCE(CAST(f."ji__id" AS bigint), CAST(f."jk__id" AS bigint)) AS "id",
-           CASE WHEN f."u__kind" THEN NULL ELSE CAST(CASE WHEN OCTET_LENGTH(f.x__v0) <= 64 THEN f.x__v0 END AS varchar(64)) END AS "kind",
-           NULLIF('|' || CASE WHEN f."u__kind" THEN 'kind|' ELSE '' END, '|') AS unavailable,
-           CASE WHEN f.op IN ('c', 'r', 'u') AND IS_OBJECT(f.img) AND NOT (f."ji__id" IS NOT NULL AND f."j__kind" IS NOT NULL
-               AND GET_NUMBER_ATTRIBUTES(f.img) = 2) THEN f.img END AS drift_img
+  typed AS (SELECT f.*, CAST(f._ts_ms AS bigint) AS _source_ts_ms, NOT (f._ts_ms IS NULL) AS _has_source_ts,
+      COALESCE(CAST(f._j_i0 AS bigint), CAST(f._j_k0 AS bigint)) AS "id",
+      CASE WHEN f._u_v0 THEN NULL ELSE CAST(CASE WHEN OCTET_LENGTH(f._x_v0) <= 64 THEN f._x_v0 END AS varchar(64)) END AS "kind",
+      NULLIF('|' || CASE WHEN f._u_v0 THEN 'kind|' ELSE '' END, '|') AS _unavailable,
+      CASE WHEN f._op IN ('c', 'r', 'u') AND IS_OBJECT(f._img) AND NOT (f._j_i0 IS NOT NULL AND f._j_v0 IS NOT NULL AND GET_NUMBER_ATTRIBUTES(f._img) = 2)
+          THEN f._img END AS _drift_img
     FROM fields_3 f),
-  checked AS (
-    SELECT t.*,
-           CASE
-             WHEN t.raw_value IS NULL AND (t.env IS NULL) THEN 1
-             WHEN IS_OBJECT(t.env) AND NOT COALESCE(t.routed_to = 'own', false) THEN 2
-             WHEN t.raw_value IS NOT NULL THEN 3
-             WHEN (t.env IS NULL) AND t."id" IS NOT NULL THEN 4
-             WHEN (t.env IS NULL) THEN 5
-             WHEN NOT IS_OBJECT(t.env) THEN 6
-             WHEN t.op IS NULL THEN 7
-             WHEN t.op = 't' THEN 8
-             WHEN t.op NOT IN ('c', 'r', 'u', 'd') THEN 9
-             WHEN t.op <> 'd' AND ((t.img IS NULL) OR NOT IS_OBJECT(t.img)) THEN 10
-             WHEN t."id" IS NULL THEN 11
-             WHEN t.has_source_ts AND (t.source_ts_ms IS NULL OR t.source_ts_ms NOT BETWEEN 0 AND 253402300799999) THEN 12
-             WHEN t.op <> 'd' AND NOT (t."j__kind" IS NULL) AND t."kind" IS NULL AND NOT t."u__kind" THEN 13
-             WHEN t.op = 'd' THEN 14
-             ELSE 0
-           END AS check_no
-    FROM typed t),
-  classified AS (
-    SELECT t.kafka_partition, t.kafka_offset, t.kafka_timestamp, t.refresh_time, t.raw_value, t.op,
-           CASE WHEN t.source_ts_ms BETWEEN 0 AND 253402300799999 THEN t.source_ts_ms END AS source_ts_ms, t.source_pos,
-           t.unavailable, t.drift_img, t."id", t."kind", t.route_source,
-           CASE
-             WHEN t.check_no IN (1, 5) THEN 'tombstone'
-             WHEN t.check_no = 2 THEN 'unmatched'
-             WHEN t.check_no IN (3, 6, 7, 9, 10, 11, 12, 13) THEN 'quarantine'
-             WHEN t.check_no IN (4, 14) THEN 'delete'
-             WHEN t.check_no = 8 THEN 'truncate'
-             ELSE 'upsert'
-           END AS action,
-           CASE t.check_no
-             WHEN 2 THEN t.route_source
-             WHEN 3 THEN 'value is not valid JSON'
-             WHEN 6 THEN 'value is not a JSON object'
-             WHEN 7 THEN 'no op field: not a Debezium change event'
-             WHEN 9 THEN 'unknown op "' || CASE WHEN OCTET_LENGTH(t.op) <= 64 THEN t.op ELSE SUBSTRING(t.op, 1, 16) END || '"'
-             WHEN 10 THEN 'no row image: after is missing or not an object'
-             WHEN 11 THEN 'primary key field id is missing or not a bigint'
-             WHEN 12 THEN 'source time (ts_ms) is not milliseconds since the epoch between 1970 and 9999'
-             WHEN 13 THEN 'field kind does not convert to varchar(64)'
-           END AS reason,
-           CASE WHEN t.check_no IN (3, 6, 7, 9, 10, 11, 12, 13) OR t.unavailable IS NOT NULL THEN t.payload END AS quarantine_payload,
-           MAX(t.kafka_timestamp) OVER (PARTITION BY t.kafka_partition ORDER BY t.kafka_offset
-             ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW) AS kafka_time
-    FROM checked t)
-  SELECT c.kafka_partition, c.kafka_offset, c.kafka_timestamp, c.refresh_time,
-         CASE WHEN OCTET_LENGTH(c.op) <= 64 THEN c.op ELSE SUBSTRING(c.op, 1, 16) END, c.action, c.reason,
+  checked AS (SELECT t.*,
+      CASE
+        WHEN t._raw_value IS NULL AND (t._env IS NULL) THEN 1
+        WHEN IS_OBJECT(t._env) AND NOT COALESCE(t._routed_to = 'own', false) THEN 2
+        WHEN t._raw_value IS NOT NULL THEN 3
+        WHEN (t._env IS NULL) AND t."id" IS NOT NULL THEN 4
+        WHEN (t._env IS NULL) THEN 5
+        WHEN NOT IS_OBJECT(t._env) THEN 6
+        WHEN t._op IS NULL THEN 7
+        WHEN t._op = 't' THEN 8
+        WHEN t._op NOT IN ('c', 'r', 'u', 'd') THEN 9
+        WHEN t._op <> 'd' AND ((t._img IS NULL) OR NOT IS_OBJECT(t._img)) THEN 10
+        WHEN t."id" IS NULL THEN 11
+        WHEN t._has_source_ts AND (t._source_ts_ms IS NULL OR t._source_ts_ms NOT BETWEEN 0 AND 253402300799999) THEN 12
+        WHEN t._op <> 'd' AND NOT (t._j_v0 IS NULL) AND t."kind" IS NULL AND NOT t._u_v0 THEN 13
+        WHEN t._op = 'd' THEN 14
+        ELSE 0
+      END AS _check_no FROM typed t),
+  classified AS (SELECT t._kafka_partition, t._kafka_offset, t._kafka_timestamp, t._refresh_time, t._raw_value, t._op,
+      CASE WHEN t._source_ts_ms BETWEEN 0 AND 253402300799999 THEN t._source_ts_ms END AS _source_ts_ms, t._source_pos,
+      t._unavailable, t._drift_img, t."id", t."kind", t._route_source,
+      CASE
+        WHEN t._check_no IN (1, 5) THEN 'tombstone'
+        WHEN t._check_no = 2 THEN 'unmatched'
+        WHEN t._check_no IN (3, 6, 7, 9, 10, 11, 12, 13) THEN 'quarantine'
+        WHEN t._check_no IN (4, 14) THEN 'delete'
+        WHEN t._check_no = 8 THEN 'truncate'
+        ELSE 'upsert'
+      END AS _action,
+      CASE t._check_no
+        WHEN 2 THEN t._route_source
+        WHEN 3 THEN 'value is not valid JSON'
+        WHEN 6 THEN 'value is not a JSON object'
+        WHEN 7 THEN 'no op field: not a Debezium change event'
+        WHEN 9 THEN 'unknown op "' || CASE WHEN OCTET_LENGTH(t._op) <= 64 THEN t._op ELSE SUBSTRING(t._op, 1, 16) END || '"'
+        WHEN 10 THEN 'no row image: after is missing or not an object'
+        WHEN 11 THEN 'primary key field id is missing or not a bigint'
+        WHEN 12 THEN 'source time (ts_ms) is not milliseconds since the epoch between 1970 and 9999'
+        WHEN 13 THEN 'field kind does not convert to varchar(64)'
+      END AS _reason,
+      CASE WHEN t._check_no IN (3, 6, 7, 9, 10, 11, 12, 13) OR t._unavailable IS NOT NULL THEN t._payload END AS _quarantine_payload,
+      MAX(t._kafka_timestamp) OVER (PARTITION BY t._kafka_partition ORDER BY t._kafka_offset
+        ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW) AS _kafka_time FROM checked t)
+  SELECT c._kafka_partition, c._kafka_offset, c._kafka_timestamp, c._refresh_time,
+         CASE WHEN OCTET_LENGTH(c._op) <= 64 THEN c._op ELSE SUBSTRING(c._op, 1, 16) END, c._action, c._reason,
          ROW_NUMBER() OVER (
-           PARTITION BY CASE WHEN c.action IN ('upsert', 'delete') THEN 1 ELSE 0 END, c."id"
-           ORDER BY c.source_pos DESC NULLS LAST, c.kafka_time DESC NULLS LAST, c.kafka_partition DESC, c.kafka_offset DESC),
-         (TIMESTAMP 'epoch' + (c.source_ts_ms / 1000) * INTERVAL '1 second' + (c.source_ts_ms % 1000) * INTERVAL '1 millisecond'),
-         c.source_pos, c.source_pos, c."id", c."kind", c.unavailable, c.quarantine_payload,
-         CASE WHEN c.action = 'quarantine' THEN c.raw_value END,
-         CASE WHEN c.action NOT IN ('routed', 'unmatched') THEN c.drift_img END
+           PARTITION BY CASE WHEN c._action IN ('upsert', 'delete') THEN 1 ELSE 0 END, c."id"
+           ORDER BY c._source_pos DESC NULLS LAST, c._kafka_time DESC NULLS LAST, c._kafka_partition DESC, c._kafka_offset DESC),
+         (TIMESTAMP 'epoch' + (c._source_ts_ms / 1000) * INTERVAL '1 second' + (c._source_ts_ms % 1000) * INTERVAL '1 millisecond'),
+         c._source_pos, c._source_pos, c."id", c."kind", c._unavailable, c._quarantine_payload,
+         CASE WHEN c._action = 'quarantine' THEN c._raw_value END,
+         CASE WHEN c._action NOT IN ('routed', 'unmatched') THEN c._drift_img END
   FROM classified c;
   GET DIAGNOSTICS v_read := ROW_COUNT;
   -- Fresh statistics for a large stage, refilled every run: without them the planner
@@ -318,15 +299,15 @@ BEGIN
       -- The first record of its partition in this batch: the record before it was read last run.
       UPDATE "shop"."event__stage" s SET _action = 'tombstone'
       FROM "shop"."event__watermark" w, "shop"."event__stream" a, (SELECT f.kafka_partition, f.kafka_offset, f.refresh_time, f.kafka_key,
-                f.x__d00 = 'true' OR f.x__d10 = 'true' AS deleted
+                f._x_d00 = 'true' OR f._x_d10 = 'true' AS deleted
           FROM (
             SELECT f.*,
-                   CASE WHEN IS_VARCHAR(f.b__d00) THEN f.b__d00::varchar(65535) WHEN f.b__d00 IS NOT NULL THEN JSON_SERIALIZE(f.b__d00) END AS "x__d00",
-                   CASE WHEN IS_VARCHAR(f.b__d10) THEN f.b__d10::varchar(65535) WHEN f.b__d10 IS NOT NULL THEN JSON_SERIALIZE(f.b__d10) END AS "x__d10"
+                   CASE WHEN IS_VARCHAR(f._b_d00) THEN f._b_d00::varchar(65535) WHEN f._b_d00 IS NOT NULL THEN JSON_SERIALIZE(f._b_d00) END AS "_x_d00",
+                   CASE WHEN IS_VARCHAR(f._b_d10) THEN f._b_d10::varchar(65535) WHEN f._b_d10 IS NOT NULL THEN JSON_SERIALIZE(f._b_d10) END AS "_x_d10"
             FROM (
               SELECT f.*,
-                     (CASE WHEN JSON_SIZE(f.payload."__deleted") <= 65535 THEN f.payload."__deleted" END) AS "b__d00",
-                     (CASE WHEN JSON_SIZE(f.payload."payload"."__deleted") <= 65535 THEN f.payload."payload"."__deleted" END) AS "b__d10"
+                     (CASE WHEN JSON_SIZE(f.payload."__deleted") <= 65535 THEN f.payload."__deleted" END) AS "_b_d00",
+                     (CASE WHEN JSON_SIZE(f.payload."payload"."__deleted") <= 65535 THEN f.payload."payload"."__deleted" END) AS "_b_d10"
               FROM (
                 SELECT b.kafka_partition, b.kafka_offset, b.refresh_time, b.kafka_key, b.payload FROM "shop"."event__stream" b
               ) f

@@ -214,7 +214,7 @@ class RedshiftDialect(PostgresDialect):
     def text_levels(self, raw: str, alias: str) -> tuple[list[dict[str, str]], str] | None:
         """The value bounded at one level (one JSON_SIZE), its text at the next: what the
         char/varchar cast and the TOAST placeholder test read, by name."""
-        bounded, text = f"b__{alias}", f"x__{alias}"
+        bounded, text = f"_b_{alias}", f"_x_{alias}"
         return [{bounded: self._bounded(raw)}, {text: self._text_of(f"f.{bounded}")}], f"f.{text}"
 
     def cast_text(self, raw: str, text: str, t: SqlType) -> str:

@@ -9,7 +9,7 @@ from sync.sql.policy_replay import marked_replay
 from sync.sql.procedure.context import NEVER, READ_ORDER, TableSql
 from sync.sql.procedure.fields import named_texts
 from sync.sql.procedure.routing import route_columns_sql
-from sync.sql.procedure.text import Chain, indent
+from sync.sql.procedure.text import WIDE, Chain, indent, packed
 
 
 def pending_condition(watermark: str) -> str:
@@ -38,7 +38,7 @@ def pending_in_order_sql(ctx: TableSql, columns: str, into: str, rank: str) -> s
 
 def batch_chain(ctx: TableSql) -> Chain:
     """The records of this run (past the watermark) with their operation, row image
-    (`img`), Kafka key (`key_env`) and source block (`src`): the steps `batch` (the
+    (`_img`), Kafka key (`_key_env`) and source block (`_src`): the steps `batch` (the
     records, with the schemas.enable wrapper removed), `batch_<n>` (the text of the
     fields the operation is made of, named once where the dialect bounds it first) and
     `envelope` (operation, row image and source block, each read once)."""
@@ -46,10 +46,13 @@ def batch_chain(ctx: TableSql) -> Chain:
     chain = Chain(d)
     chain.add(
         "batch",
-        "SELECT s.kafka_partition, s.kafka_offset, s.kafka_timestamp, s.refresh_time,\n"
-        "       s.payload, s.raw_value,\n"
-        f"       {unwrap_schema(d, 's.payload')} AS env,\n"
-        f"       {unwrap_schema(d, 's.key_payload')} AS key_env\n"
+        # Every name the stage query gives a value of its own starts with `_`, which no
+        # target column may (sync/config.py): none shadows or clashes with a column.
+        "SELECT s.kafka_partition AS _kafka_partition, s.kafka_offset AS _kafka_offset,\n"
+        "       s.kafka_timestamp AS _kafka_timestamp, s.refresh_time AS _refresh_time,\n"
+        "       s.payload AS _payload, s.raw_value AS _raw_value,\n"
+        f"       {unwrap_schema(d, 's.payload')} AS _env,\n"
+        f"       {unwrap_schema(d, 's.key_payload')} AS _key_env\n"
         f"FROM {ctx.rel.stream} s\n"
         f"LEFT JOIN {ctx.rel.watermark} w ON w.kafka_partition = s.kafka_partition\n"
         f"WHERE {pending_condition(ctx.rel.watermark)}\n"
@@ -58,23 +61,25 @@ def batch_chain(ctx: TableSql) -> Chain:
         "           AND (s.kafka_partition < v_until_partition\n"
         "                OR (s.kafka_partition = v_until_partition AND s.kafka_offset <= v_until_offset))))\n" + replay_sql(ctx),
     )
-    levels, named = named_texts(d, "f.env", envelope_fields(ctx.table), "o")
+    levels, named = named_texts(d, "f._env", envelope_fields(ctx.table), "o")
     chain.extend_levels("batch", levels)
-    env = envelope_sql(d, ctx.table, "f.env", named)
+    env = envelope_sql(d, ctx.table, "f._env", named)
     # Tables sharing a topic: whose record it is (sync.sql.procedure.routing).
-    routes = route_columns_sql(ctx, chain, "f.env")
+    routes = route_columns_sql(ctx, chain, "f._env")
     # The row image; a keyless table's update also needs its before image (`before_images`).
-    image = d.json_get("f.env", "before") if ctx.before_images else env.image
-    chain.add(
-        "envelope",
-        "SELECT f.kafka_partition, f.kafka_offset, f.kafka_timestamp, f.refresh_time,\n"
-        f"       f.payload, f.raw_value, f.env, {routes.only_own('f.key_env', 'key_env')},\n"
-        f"       {env.op} AS op,\n"
-        f"       {routes.only_own(image)} AS img,\n"
-        f"       {routes.only_own(env.source)} AS src"
-        + "".join(f",\n       {line}" for line in routes.lines)
-        + f"\nFROM {chain.last} f",
-    )
+    image = d.json_get("f._env", "before") if ctx.before_images else env.image
+    columns = [
+        *(
+            f"f._{c}"
+            for c in ("kafka_partition", "kafka_offset", "kafka_timestamp", "refresh_time", "payload", "raw_value", "env")
+        ),
+        routes.only_own("f._key_env", "_key_env"),
+        f"{env.op} AS _op",
+        f"{routes.only_own(image)} AS _img",
+        f"{routes.only_own(env.source)} AS _src",
+        *routes.lines,
+    ]
+    chain.add("envelope", f"SELECT {packed(columns, ' ' * 7, WIDE)}\nFROM {chain.last} f")
     return chain
 
 
@@ -98,10 +103,9 @@ def replay_sql(ctx: TableSql) -> str:
     return (
         "UNION ALL\n"
         "-- Quarantined records being replayed (at or below the watermark: already read once).\n"
-        "SELECT r.kafka_partition, r.kafka_offset, r.kafka_timestamp, r.run_started_at,\n"
-        "       r.payload, r.raw_value,\n"
-        f"       {marked_replay(d, ctx.table, unwrap_schema(d, 'r.payload'))} AS env,\n"
-        f"       CAST(NULL AS {d.json_type}) AS key_env\n"
+        "SELECT r.kafka_partition, r.kafka_offset, r.kafka_timestamp, r.run_started_at, r.payload, r.raw_value,\n"
+        f"       {marked_replay(d, ctx.table, unwrap_schema(d, 'r.payload'))},\n"
+        f"       CAST(NULL AS {d.json_type})\n"
         f"FROM {ctx.rel.quarantine} r\n"
         f"WHERE {replaying(ctx, 'r')}"
     )

@@ -56,18 +56,20 @@ def classification_checks(d: PostgresDialect, table: TableConfig) -> list[Check]
     """Ordered rules over the typed record `t`; the first match decides."""
     q = d.q
     key_present = " AND ".join(f"t.{q(c.target_name)} IS NOT NULL" for c in table.key_columns)
-    checks = [Check("t.raw_value IS NOT NULL", Action.QUARANTINE, quote_literal(Reason.NOT_JSON))]
+    checks = [Check("t._raw_value IS NOT NULL", Action.QUARANTINE, quote_literal(Reason.NOT_JSON))]
     if table.format == "debezium-unwrap":
-        checks.append(Check(f"{d.json_is_null('t.env')} AND {key_present}", Action.DELETE, "NULL"))
+        checks.append(Check(f"{d.json_is_null('t._env')} AND {key_present}", Action.DELETE, "NULL"))
     checks += [
-        Check(d.json_is_null("t.env"), Action.TOMBSTONE, "NULL"),
-        Check(f"NOT {d.json_is_object('t.env')}", Action.QUARANTINE, quote_literal(Reason.NOT_OBJECT)),
-        Check("t.op IS NULL", Action.QUARANTINE, quote_literal(Reason.NO_OP)),
-        Check("t.op = 't'", Action.TRUNCATE, "NULL"),
-        Check("t.op NOT IN ('c', 'r', 'u', 'd')", Action.QUARANTINE, f"'unknown op \"' || {d.prefix_bytes('t.op', 64)} || '\"'"),
+        Check(d.json_is_null("t._env"), Action.TOMBSTONE, "NULL"),
+        Check(f"NOT {d.json_is_object('t._env')}", Action.QUARANTINE, quote_literal(Reason.NOT_OBJECT)),
+        Check("t._op IS NULL", Action.QUARANTINE, quote_literal(Reason.NO_OP)),
+        Check("t._op = 't'", Action.TRUNCATE, "NULL"),
+        Check(
+            "t._op NOT IN ('c', 'r', 'u', 'd')", Action.QUARANTINE, f"'unknown op \"' || {d.prefix_bytes('t._op', 64)} || '\"'"
+        ),
         # A c/r/u event without an after image would otherwise become a row of NULLs.
         Check(
-            f"t.op <> 'd' AND ({d.json_is_null('t.img')} OR NOT {d.json_is_object('t.img')})",
+            f"t._op <> 'd' AND ({d.json_is_null('t._img')} OR NOT {d.json_is_object('t._img')})",
             Action.QUARANTINE,
             "'no row image: after is missing or not an object'",
         ),
@@ -76,22 +78,22 @@ def classification_checks(d: PostgresDialect, table: TableConfig) -> list[Check]
     lo, hi = SOURCE_TS_MS_RANGE
     checks.append(
         Check(
-            f"t.has_source_ts AND (t.source_ts_ms IS NULL OR t.source_ts_ms NOT BETWEEN {lo} AND {hi})",
+            f"t._has_source_ts AND (t._source_ts_ms IS NULL OR t._source_ts_ms NOT BETWEEN {lo} AND {hi})",
             Action.QUARANTINE,
             "'source time (ts_ms) is not milliseconds since the epoch between 1970 and 9999'",
         )
     )
-    for col in table.value_columns:
-        raw = f"t.{q(raw_alias(col))}"
-        keeps_stored = f" AND NOT t.{q(mark_alias(col))}" if toastable(col) else ""
+    for i, col in enumerate(table.value_columns):
+        raw = f"t.{raw_alias(i)}"
+        keeps_stored = f" AND NOT t.{mark_alias(i)}" if toastable(col) else ""
         checks.append(
             Check(
-                f"t.op <> 'd' AND NOT {raw_is_null(d, raw, col)} AND t.{q(col.target_name)} IS NULL{keeps_stored}",
+                f"t._op <> 'd' AND NOT {raw_is_null(d, raw, col)} AND t.{q(col.target_name)} IS NULL{keeps_stored}",
                 Action.QUARANTINE,
                 quote_literal(field_reason(col.name, col.semantic, col.sql_type)),
             )
         )
-    checks.append(Check("t.op = 'd'", Action.DELETE, "NULL"))
+    checks.append(Check("t._op = 'd'", Action.DELETE, "NULL"))
     return checks
 
 

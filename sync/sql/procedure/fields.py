@@ -13,24 +13,29 @@ from sync.sql.semantic import DecodeSql
 TOASTABLE_FAMILIES = ("char", "varchar", "super", "varbyte")
 
 
-def raw_alias(col: ColumnConfig) -> str:
-    """A value field as read from the row image."""
-    return f"j__{col.target_name}"
+# The stage query's names for a column's values, by the column's position (`v0`: the
+# first value column, `i0`/`k0`: the first key column read from the row image / the Kafka
+# key): short, unique within 63 characters, and (starting with `_`) never a target column.
 
 
-def image_alias(col: ColumnConfig) -> str:
-    """A key field as read from the row image."""
-    return f"ji__{col.target_name}"
+def raw_alias(i: int) -> str:
+    """The `i`-th value field as read from the row image."""
+    return f"_j_v{i}"
 
 
-def key_alias(col: ColumnConfig) -> str:
-    """A key field as read from the Kafka key."""
-    return f"jk__{col.target_name}"
+def image_alias(i: int) -> str:
+    """The `i`-th key field as read from the row image."""
+    return f"_j_i{i}"
 
 
-def mark_alias(col: ColumnConfig) -> str:
-    """Whether a value field holds the TOAST placeholder."""
-    return f"u__{col.target_name}"
+def key_alias(i: int) -> str:
+    """The `i`-th key field as read from the Kafka key."""
+    return f"_j_k{i}"
+
+
+def mark_alias(i: int) -> str:
+    """Whether the `i`-th value field holds the TOAST placeholder."""
+    return f"_u_v{i}"
 
 
 def merged_levels(decoded: list[DecodeSql]) -> list[dict[str, str]]:
@@ -43,11 +48,12 @@ def drift_image_sql(d: PostgresDialect, table: TableConfig) -> str:
     """6. The row image of a c/r/u event whose fields differ from the configured ones, else
     NULL: the schema-drift statement reads only these. An image with every configured
     field (non-null) and nothing else has no drift; anything else is checked in full."""
-    present = [f"f.{d.q(image_alias(c))} IS NOT NULL" for c in table.image_key_columns]
-    present += [f"f.{d.q(raw_alias(c))} IS NOT NULL" for c in table.value_columns]
-    exact = " AND ".join([*present, d.object_has_only_keys("f.img", known_fields(table))])
-    image = redacted_image_sql(d, table, "f.img")  # column policies: no clear value in the stage
-    return f"CASE WHEN f.op IN ('c', 'r', 'u') AND {d.json_is_object('f.img')} AND NOT ({exact}) THEN {image} END"
+    keys = [i for i, c in enumerate(table.key_columns) if c in table.image_key_columns]
+    present = [f"f.{image_alias(i)} IS NOT NULL" for i in keys]
+    present += [f"f.{raw_alias(i)} IS NOT NULL" for i in range(len(table.value_columns))]
+    exact = " AND ".join([*present, d.object_has_only_keys("f._img", known_fields(table))])
+    image = redacted_image_sql(d, table, "f._img")  # column policies: no clear value in the stage
+    return f"CASE WHEN f._op IN ('c', 'r', 'u') AND {d.json_is_object('f._img')} AND NOT ({exact}) THEN {image} END"
 
 
 def toastable(col: ColumnConfig) -> bool:
@@ -73,11 +79,11 @@ def kafka_key_field_sql(d: PostgresDialect, table: TableConfig, col: ColumnConfi
     """A key field from the Kafka key: a member of the key object, or, for a one-column
     key, the key itself when it is a bare value (ExtractField$Key, or a producer keying
     by the id)."""
-    member = raw_field_sql(d, "f.key_env", col)
+    member = raw_field_sql(d, "f._key_env", col)
     if len(table.key_columns) > 1:
         return member
-    bare = d.json_scalar_text("f.key_env") if read_as_text(d, col) else "f.key_env"
-    return f"CASE WHEN {d.json_is_object('f.key_env')} THEN {member} ELSE {bare} END"
+    bare = d.json_scalar_text("f._key_env") if read_as_text(d, col) else "f._key_env"
+    return f"CASE WHEN {d.json_is_object('f._key_env')} THEN {member} ELSE {bare} END"
 
 
 def raw_is_null(d: PostgresDialect, raw: str, col: ColumnConfig) -> str:

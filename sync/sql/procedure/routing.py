@@ -6,7 +6,7 @@ table in its schema-drift table, so nothing is dropped without a trace). Records
 either kind are read (the watermark passes them) and never applied.
 
 The batch reads the fields the routes select on once (`route_columns_sql`) and names
-the record's table (`routed_to`) and, for the first table, its source (`route_source`);
+the record's table (`_routed_to`) and, for the first table, its source (`_route_source`);
 the classification reads those; the first table's run-log row counts the unmatched records
 of the call (`unmatched`). Every function gives what a table without a route had before
 (no check, no column), so the SQL of such tables does not change."""
@@ -27,7 +27,7 @@ from sync.sql.procedure.text import Chain, wrapped
 # run-log column that counts them per call.
 UNMATCHED_KIND = UNMATCHED_COLUMN = "unmatched"
 # The batch's columns: whose record it is ('own', 'other' or NULL), and its source.
-ROUTED_TO, ROUTE_SOURCE = "routed_to", "route_source"
+ROUTED_TO, ROUTE_SOURCE = "_routed_to", "_route_source"
 # Records a table reads and leaves: another table's, or no table's.
 NOT_OWN = f"('{Action.ROUTED}', '{Action.UNMATCHED}')"
 # The schema-drift table's `field`, where an unmatched record's source is counted.
@@ -111,7 +111,7 @@ class RouteColumns:
 def route_columns_sql(ctx: TableSql, chain: Chain, env: str) -> RouteColumns:
     """The batch's `chain` extended with the text of each field the routes select on
     (named once where the dialect names texts, in steps `route_1`, ...), and the lines of
-    the columns the next step adds: `routed_to` and, for the first table of the topic, `route_source`
+    the columns the next step adds: `_routed_to` and, for the first table of the topic, `_route_source`
     (`db=...,table=...`, at most SOURCE_BYTES bytes)."""
     if not routed(ctx):
         return RouteColumns([])
@@ -155,9 +155,9 @@ def routing_checks(ctx: TableSql) -> list[Check]:
         return [Check(f"t.{ROUTED_TO} IS NULL", Action.ROUTED, "NULL")]
     others = len(_deciding(ctx)) > 1
     return [
-        Check(f"t.raw_value IS NULL AND {d.json_is_null('t.env')}", Action.TOMBSTONE, "NULL"),
+        Check(f"t._raw_value IS NULL AND {d.json_is_null('t._env')}", Action.TOMBSTONE, "NULL"),
         *([Check(f"t.{ROUTED_TO} = 'other'", Action.ROUTED, "NULL")] if others else []),
-        Check(f"{d.json_is_object('t.env')} AND NOT COALESCE({own}, false)", Action.UNMATCHED, f"t.{ROUTE_SOURCE}"),
+        Check(f"{d.json_is_object('t._env')} AND NOT COALESCE({own}, false)", Action.UNMATCHED, f"t.{ROUTE_SOURCE}"),
     ]
 
 
@@ -165,7 +165,7 @@ def own_drift_image(ctx: TableSql, image: str) -> str:
     """The stage's row image for the schema-drift step: none for records not the table's."""
     if not routed(ctx):
         return image
-    return f"CASE WHEN c.action NOT IN {NOT_OWN} THEN {image} END"
+    return f"CASE WHEN c._action NOT IN {NOT_OWN} THEN {image} END"
 
 
 def unmatched_sql(ctx: TableSql) -> str:

@@ -41,28 +41,28 @@ _BIGINT = SqlType("bigint")  # source.ts_ms: milliseconds since the epoch
 
 
 def _record_columns(*extra: str) -> str:
-    return ", ".join(["f.kafka_partition", "f.kafka_offset", "f.kafka_timestamp", "f.refresh_time", *extra])
+    return ", ".join(["f._kafka_partition", "f._kafka_offset", "f._kafka_timestamp", "f._refresh_time", *extra])
 
 
 def _fields_step(ctx: TableSql) -> Chain:
     """`fields`: source time and position, and every field as JSON, each navigated once;
     everything after reads these columns."""
-    d, table, q = ctx.d, ctx.table, ctx.q
+    d, table = ctx.d, ctx.table
     chain = batch_chain(ctx)
     # The text of each field the source position is made of, named once before this step.
-    levels, named = named_texts(d, "f.src", position_fields(table), "p")
+    levels, named = named_texts(d, "f._src", position_fields(table), "p")
     chain.extend_levels("envelope", levels)
-    source = source_sql(d, table, "f.src", named)
-    raw_lines = [f"{source.ts_ms} AS j__ts_ms", f"{source.position} AS source_pos", *carried_columns(ctx, "f.")]
-    for col in table.key_columns:
-        raw_lines.append(f"{raw_field_sql(d, 'f.img', col)} AS {q(image_alias(col))}")
-        raw_lines.append(f"{kafka_key_field_sql(d, table, col)} AS {q(key_alias(col))}")
-    for col in table.value_columns:
-        raw_lines.append(f"{raw_field_sql(d, 'f.img', col)} AS {q(raw_alias(col))}")
+    source = source_sql(d, table, "f._src", named)
+    raw_lines = [f"{source.ts_ms} AS _ts_ms", f"{source.position} AS _source_pos", *carried_columns(ctx, "f.")]
+    for i, col in enumerate(table.key_columns):
+        raw_lines.append(f"{raw_field_sql(d, 'f._img', col)} AS {image_alias(i)}")
+        raw_lines.append(f"{kafka_key_field_sql(d, table, col)} AS {key_alias(i)}")
+    for i, col in enumerate(table.value_columns):
+        raw_lines.append(f"{raw_field_sql(d, 'f._img', col)} AS {raw_alias(i)}")
+    record = _record_columns("f._payload", "f._raw_value", "f._env", "f._img", "f._op")
     chain.add(
         "fields",
-        f"SELECT {packed([_record_columns('f.payload', 'f.raw_value', 'f.env', 'f.img', 'f.op'), *raw_lines], ' ' * 7, WIDE)}\n"
-        f"FROM {chain.last} f",
+        f"SELECT {packed([record, *raw_lines], ' ' * 7, WIDE)}\nFROM {chain.last} f",
     )
     return chain
 
@@ -86,33 +86,33 @@ def _typed_step(ctx: TableSql) -> Chain:
     field_lines = []
     # Intermediate values are named by column position: short, and unique within 63 characters.
     for i, col in enumerate(table.key_columns):
-        from_image = decode(col, f"f.{q(image_alias(col))}", f"i{i}").value
-        from_key = decode(col, f"f.{q(key_alias(col))}", f"k{i}").value
+        from_image = decode(col, f"f.{image_alias(i)}", f"i{i}").value
+        from_key = decode(col, f"f.{key_alias(i)}", f"k{i}").value
         field_lines.append(f"COALESCE({from_image}, {from_key}) AS {q(col.target_name)}")
     # The field holds the TOAST placeholder, by level: where its text is (the raw field, or
     # the text a decode named) -> alias -> SQL.
     marks: dict[int, dict[str, str]] = {}
     unavailable = []
     for i, col in enumerate(table.value_columns):
-        raw = f"f.{q(raw_alias(col))}"
+        raw = f"f.{raw_alias(i)}"
         result = decode(col, raw, f"v{i}")
         value = result.value
         if toastable(col):
             # 3. (TOAST) the placeholder keeps the stored value: NULL here, filled in later.
-            mark = f"f.{q(mark_alias(col))}"
+            mark = f"f.{mark_alias(i)}"
             if result.text is None:
-                marks.setdefault(0, {})[mark_alias(col)] = unavailable_sql(d, raw, col)
+                marks.setdefault(0, {})[mark_alias(i)] = unavailable_sql(d, raw, col)
             else:
-                marks.setdefault(len(result.levels), {})[mark_alias(col)] = placeholder_sql(result.text)
+                marks.setdefault(len(result.levels), {})[mark_alias(i)] = placeholder_sql(result.text)
             value = f"CASE WHEN {mark} THEN NULL ELSE {value} END"
             unavailable.append(f"CASE WHEN {mark} THEN {quote_literal(col.target_name + '|')} ELSE '' END")
         field_lines.append(f"{value} AS {q(col.target_name)}")
     unavailable_list = "NULLIF('|' || " + " || ".join(unavailable) + ", '|')" if unavailable else "NULL"
-    field_lines.append(f"{unavailable_list} AS unavailable")
-    field_lines.append(f"{drift_image_sql(d, table)} AS drift_img")
+    field_lines.append(f"{unavailable_list} AS _unavailable")
+    field_lines.append(f"{drift_image_sql(d, table)} AS _drift_img")
     # source.ts_ms as a number here; it becomes a timestamp in the outer SELECT, which reads
     # it twice: on PostgreSQL the conversion would otherwise run twice per record.
-    source_ts_ms = d.cast_json("f.j__ts_ms", _BIGINT)
+    source_ts_ms = d.cast_json("f._ts_ms", _BIGINT)
     intermediate = merged_levels(decoded)
     for depth, named in sorted(marks.items()):
         intermediate += [{} for _ in range(depth + 1 - len(intermediate))]
@@ -125,8 +125,8 @@ def _typed_step(ctx: TableSql) -> Chain:
         + packed(
             [
                 "f.*",
-                f"{source_ts_ms} AS source_ts_ms",
-                f"NOT {d.json_is_null('f.j__ts_ms')} AS has_source_ts",
+                f"{source_ts_ms} AS _source_ts_ms",
+                f"NOT {d.json_is_null('f._ts_ms')} AS _has_source_ts",
                 *field_lines,
             ],
             " " * 7,
@@ -137,21 +137,21 @@ def _typed_step(ctx: TableSql) -> Chain:
     return chain
 
 
-def _carried(ctx: TableSql, source_ts_ms: str = "t.source_ts_ms", final: bool = False, replay: str | None = None) -> str:
+def _carried(ctx: TableSql, source_ts_ms: str = "t._source_ts_ms", final: bool = False, replay: str | None = None) -> str:
     """What the stage needs of the typed record `t`, one per line: the JSON values
     (envelope, image) stay behind, and the payload is kept for quarantined records only,
     so the sort above does not carry it."""
     names = [
-        "t.kafka_partition",
-        "t.kafka_offset",
-        "t.kafka_timestamp",
-        "t.refresh_time",
-        "t.raw_value",
-        "t.op",
+        "t._kafka_partition",
+        "t._kafka_offset",
+        "t._kafka_timestamp",
+        "t._refresh_time",
+        "t._raw_value",
+        "t._op",
         source_ts_ms,
-        "t.source_pos",
-        "t.unavailable",
-        "t.drift_img",
+        "t._source_pos",
+        "t._unavailable",
+        "t._drift_img",
         *[_column(ctx, col, final, replay) for col in ctx.table.columns],
         *carried_columns(ctx, "t.", final=True),
     ]
@@ -174,32 +174,32 @@ def _classified_step(ctx: TableSql) -> Chain:
     chain = _typed_step(ctx)
     # Column policies: the envelope, redacted below instead of the payload, and the text of
     # each hashed field of its images, named once.
-    levels, hashed = hashed_texts(d, table, "f.env") if has_policies(table) else ([], {})
+    levels, hashed = hashed_texts(d, table, "f._env") if has_policies(table) else ([], {})
     chain.extend_levels("hashed", levels)
     # A replayed record's hashed fields are hashes already (sync.sql.policy_replay).
     replay_levels, replay = replay_text(d, table)
     chain.extend_levels("replayed", replay_levels)
-    chain.add("checked", f"SELECT t.*,\n{indent(first_match(checks), 7)} AS check_no\nFROM {chain.last} t")
+    chain.add("checked", f"SELECT t.*,\n{indent(first_match(checks), 7)} AS _check_no\nFROM {chain.last} t")
     quarantined = ", ".join(str(i) for i, chk in enumerate(checks, start=1) if chk.action == Action.QUARANTINE)
     # The payload is kept for quarantined records, and for records with a TOAST
     # placeholder (quarantined later when no earlier value is known).
-    keeps_payload = f"t.check_no IN ({quarantined})" + (
-        " OR t.unavailable IS NOT NULL" if any(toastable(c) for c in table.value_columns) else ""
+    keeps_payload = f"t._check_no IN ({quarantined})" + (
+        " OR t._unavailable IS NOT NULL" if any(toastable(c) for c in table.value_columns) else ""
     )
     # Column policies: the envelope, redacted, instead of the payload.
     texts = {path: f"t.{name}" for path, name in hashed.items()}
-    redacted = redacted_sql(d, table, "t.env", texts=texts, replayed=replay)  # a replay's hashes kept
-    payload = indent(redacted, 7).lstrip() if has_policies(table) else "t.payload"
+    redacted = redacted_sql(d, table, "t._env", texts=texts, replayed=replay)  # a replay's hashes kept
+    payload = indent(redacted, 7).lstrip() if has_policies(table) else "t._payload"
     lo, hi = SOURCE_TS_MS_RANGE
     # The source time only where it is one (the conversion above would raise otherwise).
-    bounded_ts = f"CASE WHEN t.source_ts_ms BETWEEN {lo} AND {hi} THEN t.source_ts_ms END AS source_ts_ms"
+    bounded_ts = f"CASE WHEN t._source_ts_ms BETWEEN {lo} AND {hi} THEN t._source_ts_ms END AS _source_ts_ms"
     chain.add(
         "classified",
         f"SELECT {_carried(ctx, bounded_ts, final=True, replay=replay).lstrip()},\n"
-        f"{indent(action_of('t.check_no', checks), 7)} AS action,\n"
-        f"{indent(lookup('t.check_no', [chk.reason for chk in checks], 'NULL'), 7)} AS reason,\n"
-        f"       CASE WHEN {keeps_payload} THEN {payload} END AS quarantine_payload,\n"
-        f"       {indent(kafka_time('t.'), 7).lstrip()} AS kafka_time\n"
+        f"{indent(action_of('t._check_no', checks), 7)} AS _action,\n"
+        f"{indent(lookup('t._check_no', [chk.reason for chk in checks], 'NULL'), 7)} AS _reason,\n"
+        f"       CASE WHEN {keeps_payload} THEN {payload} END AS _quarantine_payload,\n"
+        f"       {indent(kafka_time('t._'), 7).lstrip()} AS _kafka_time\n"
         f"FROM {chain.last} t",
     )
     return chain
@@ -210,33 +210,33 @@ def stage_insert_sql(ctx: TableSql) -> str:
     converts its fields to the column types and ranks it within its key."""
     d, table, q = ctx.d, ctx.table, ctx.q
     # Per key (a keyless table: per batch; its own steps rank it again, sync/sql/procedure/keyless.py).
-    ranked_by = ", ".join([f"CASE WHEN c.action IN {APPLIED} THEN 1 ELSE 0 END", *(f"c.{q(k)}" for k in ctx.keys)])
-    newest = kafka_order("c.kafka_time", "c.kafka_partition", "c.kafka_offset")
+    ranked_by = ", ".join([f"CASE WHEN c._action IN {APPLIED} THEN 1 ELSE 0 END", *(f"c.{q(k)}" for k in ctx.keys)])
+    newest = kafka_order("c._kafka_time", "c._kafka_partition", "c._kafka_offset")
     if ctx.source_order:
         # Events without a source position rank last here; the rare batches that hold
         # them are ranked again after the stage is written (`rerank_sql`).
-        order, rank_pos = rank_order("c.source_pos", newest), "c.source_pos"
+        order, rank_pos = rank_order("c._source_pos", newest), "c._source_pos"
     else:
         order, rank_pos = newest, "NULL"
     values = {
-        "_kafka_partition": "c.kafka_partition",
-        "_kafka_offset": "c.kafka_offset",
-        "_kafka_timestamp": "c.kafka_timestamp",
-        "_refresh_time": "c.refresh_time",
-        "_op": d.prefix_bytes("c.op", 64),
-        "_action": "c.action",
-        "_reason": "c.reason",
+        "_kafka_partition": "c._kafka_partition",
+        "_kafka_offset": "c._kafka_offset",
+        "_kafka_timestamp": "c._kafka_timestamp",
+        "_refresh_time": "c._refresh_time",
+        "_op": d.prefix_bytes("c._op", 64),
+        "_action": "c._action",
+        "_reason": "c._reason",
         # 4. Latest event per key wins; ROW_NUMBER, never RANK: a tie must not yield two rows.
         "_rn": f"ROW_NUMBER() OVER (\n         PARTITION BY {ranked_by}\n         ORDER BY {order})",
-        "_source_ts": d.epoch_ms_to_timestamp("c.source_ts_ms"),
-        "_source_pos": "c.source_pos",
+        "_source_ts": d.epoch_ms_to_timestamp("c._source_ts_ms"),
+        "_source_pos": "c._source_pos",
         "_rank_pos": rank_pos,
         **{col.target_name: f"c.{q(col.target_name)}" for col in table.columns},
-        "_unavailable": "c.unavailable",
-        "_payload": "c.quarantine_payload",
+        "_unavailable": "c._unavailable",
+        "_payload": "c._quarantine_payload",
         # A raw value that did not parse cannot be redacted: not kept under column policies.
-        "_raw_value": "NULL" if has_policies(table) else f"CASE WHEN c.action = '{Action.QUARANTINE}' THEN c.raw_value END",
-        "_drift_img": own_drift_image(ctx, "c.drift_img"),
+        "_raw_value": "NULL" if has_policies(table) else f"CASE WHEN c._action = '{Action.QUARANTINE}' THEN c._raw_value END",
+        "_drift_img": own_drift_image(ctx, "c._drift_img"),
     }
     columns, selected = schemas.ordered(d, schemas.stage(table), values, quoted=True)
     return (

@@ -52,8 +52,23 @@ class Chain:
             self.extend(f"{name}_{i}", values)
 
     def sql(self) -> str:
-        """WITH and the steps, each body indented under its name."""
-        return "WITH " + ",\n".join(f"{name} AS (\n{indent(body, 2)})" for name, body in self.steps)
+        """WITH and the steps, each `name AS (body)`."""
+        return "WITH " + ",\n".join(_step(name, body) for name, body in self.steps)
+
+
+def _step(name: str, body: str) -> str:
+    """`name AS (body)`: the body's first line beside the name (the rest of its SELECT
+    list 2 spaces in, like its FROM and WHERE), and its last (the step it reads) at the end
+    of the line before, where they fit."""
+    lines = body.split("\n")
+    if len(lines) > 1 and lines[-1].startswith("FROM ") and "--" not in lines[-2] and len(lines[-2] + lines[-1]) < WIDE:
+        lines[-2:] = [f"{lines[-2]} {lines[-1]}"]
+    head = f"{name} AS ({lines[0]}"
+    if len(head) > WIDE:
+        return f"{name} AS (\n{indent(body, 2)})"
+    listed = next((i for i, line in enumerate(lines[1:], start=1) if not line.startswith(" ")), len(lines))
+    rest = [line[5:] if line.startswith(" " * 5) else line for line in lines[1:listed]] + lines[listed:]
+    return "\n".join([head, *("  " + line if line else line for line in rest)]) + ")"
 
 
 def wrapped(items: list[str], breaks: tuple[int, ...], pad: str = "  ") -> str:
