@@ -2,8 +2,8 @@
 suffix, tied positions, re-snapshots, tombstone-only deletes, partition growth), cut into
 any sync batches, `history rebuild` over the records the stream retains finds the history
 the procedure built incrementally: nothing to replace, in every history mode of
-tests/test_property_cdc.py (one, REBUILD_DIVERGENCES, is a known divergence, marked, and
-named below by its smallest deliveries)."""
+tests/test_property_cdc.py (REBUILD_DIVERGENCES: a known divergence of the modes with
+tombstone-only deletes, marked, and named below by its smallest deliveries)."""
 
 from __future__ import annotations
 
@@ -26,12 +26,11 @@ from tests.test_property_cdc import (
     warehouse,  # noqa: F401 (fixture)
 )
 
-# A known divergence, open: in this mode a one-batch rebuild and the incremental history
-# disagree when a batch ends on a re-sent event whose key's next record is the re-sent
-# tombstone-only delete after it (the named deliveries below).
-REBUILD_DIVERGENCES = {
-    "db2_unwrap_tombstone_history": "a batch ending on a re-sent event voids the real tombstone-only delete after it",
-}
+# A known divergence, open, in the modes with tombstone-only deletes: a one-batch rebuild
+# and the incremental history disagree when a batch ends on a re-sent event whose key's
+# next record is the re-sent tombstone-only delete after it (the named deliveries below).
+OPEN = "a batch ending on a re-sent event voids the real tombstone-only delete after it"
+REBUILD_DIVERGENCES = {"db2_unwrap_tombstone_history": OPEN, "pg_unwrap_tombstone_history": OPEN}
 HISTORY_MODES = [
     pytest.param(name, marks=pytest.mark.xfail(reason=REBUILD_DIVERGENCES[name], strict=False))
     if name in REBUILD_DIVERGENCES
@@ -82,11 +81,11 @@ A = (0, "eu")
 CONNECTOR = Connector(source="db2", format="unwrap-tombstone", initial_snapshot=False)
 
 
-def _synced(warehouse, history: History, restarts: list[Restart], cuts: list[int]):  # noqa: F811
-    wh, pipeline, table = warehouse.wh, warehouse.pipeline(DB2), f"t_{DB2}"
+def _synced(warehouse, history: History, restarts: list[Restart], cuts: list[int], mode=DB2, connector=CONNECTOR):  # noqa: F811
+    wh, pipeline, table = warehouse.wh, warehouse.pipeline(mode), f"t_{mode}"
     _reset(wh, table)
-    delivery = deliver(emit(history, CONNECTOR), CONNECTOR, restarts)
-    print(describe(history, CONNECTOR, restarts, delivery, cuts))
+    delivery = deliver(emit(history, connector), connector, restarts)
+    print(describe(history, connector, restarts, delivery, cuts))
     for lo, hi in batches(delivery.records, cuts):
         ingest(wh, pipeline, table, delivery.records[lo:hi])
         sync_one(wh, pipeline, table)
@@ -118,3 +117,18 @@ def test_a_batch_ending_on_a_resent_create_dates_the_delete_by_its_first_record(
     assert opened == [(1,), (5,)]
     result = rebuild_history(wh, pipeline, table)
     assert (result.outcome, result.stored_only, result.rebuilt_only) == (Outcome.UNCHANGED, 0, 0), result
+
+
+def test_a_second_restart_within_the_resent_run_keeps_the_delete(warehouse):  # noqa: F811
+    """Insert a, update to b, delete (PostgreSQL, tombstone-only deletes); the connector
+    stops after the tombstone and resumes at the update, then stops again right after it and
+    resumes at it once more: a, b, tombstone, b, b, tombstone. In one batch the first re-sent
+    b (followed by the second, not by a tombstone) took the real tombstone for a re-sent
+    one; the copy that precedes the re-sent tombstone is the second, and it keeps it. The
+    source's history is a, b, deleted."""
+    mode = "pg_unwrap_tombstone_history"
+    connector = Connector(source="postgres", format="unwrap-tombstone", initial_snapshot=False)
+    history = History(((Change("write", A, _row(A, "a", 1)),), (Change("write", A, _row(A, "b", 2)),), (Change("delete", A),)))
+    restarts = [Restart(stop=3, resume=1), Restart(stop=2, resume=1)]
+    wh, _, table = _synced(warehouse, history, restarts, [], mode, connector)
+    assert history_sequences(wh, f'cdc."{table}__history"') == true_sequences(history, connector)
