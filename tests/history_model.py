@@ -63,6 +63,24 @@ def true_sequences(history: History, connector: Connector) -> dict[Key, list[Sta
     return {k: merged(v) for k, v in seq.items() if merged(v)}
 
 
+def weak_problems(held: dict[Key, list[State]], true: dict[Key, list[State]], current: dict[Key, State]) -> list[str]:
+    """The weaker property of a complete delivery whose restarts re-sent records of a
+    compressed MySQL transaction (records no field tells from the transaction changing a
+    key back and forth, docs/correctness.md): every true version is in the history, in
+    order, and each key's last version is its current state (`current`; a key absent from
+    it is deleted). Extra versions in between are allowed."""
+    problems = [
+        f"history of {k}: {held.get(k)} lacks or reorders the source's {s}"
+        for k, s in true.items()
+        if not is_subsequence(s, held.get(k, []))
+    ]
+    for key in held.keys() | current.keys():
+        last = held[key][-1] if held.get(key) else None
+        if last != current.get(key):
+            problems.append(f"history of {key} ends at {last}, the current state is {current.get(key)}")
+    return problems
+
+
 def history_versions(wh, relation: str) -> dict[Key, list[tuple]]:
     """Each key's versions in version order: (state, _valid_from_pos, _valid_to_pos, _is_current, _op)."""
     out: dict[Key, list[tuple]] = {}

@@ -2,7 +2,8 @@
 suffix, tied positions, re-snapshots, tombstone-only deletes, partition growth), cut into
 any sync batches, `history rebuild` over the records the stream retains finds the history
 the procedure built incrementally: nothing to replace, in every history mode of
-tests/test_property_cdc.py (one, REBUILD_DIVERGENCES, is a known divergence, marked)."""
+tests/test_property_cdc.py (REBUILD_DIVERGENCES: a known divergence of the modes with
+tombstone-only deletes, marked, and named below by its smallest deliveries)."""
 
 from __future__ import annotations
 
@@ -11,23 +12,25 @@ from hypothesis import given, note, settings
 from hypothesis import strategies as st
 
 from sync.operations.history_rebuild import Outcome, rebuild_history
-from tests.delivery import batches, deliver, emit
+from tests.delivery import Change, Connector, History, Restart, batches, deliver, emit
 from tests.helpers import ingest, sync_one
+from tests.history_model import history_sequences, true_sequences
 from tests.test_property_cdc import (
     KEYS,
     MODES,
     _reset,
+    _row,
     describe,
     draw_delivery,
     steps,
     warehouse,  # noqa: F401 (fixture)
 )
 
-# A known divergence, open: in this mode a one-batch rebuild and the incremental history
-# (which the delivery property checks against the source) disagree on some deliveries.
-REBUILD_DIVERGENCES = {
-    "db2_unwrap_tombstone_history": "a rebuild in one batch replaces versions of a re-snapshotted Db2 key",
-}
+# A known divergence, open, in the modes with tombstone-only deletes: a one-batch rebuild
+# and the incremental history disagree when a batch ends on a re-sent event whose key's
+# next record is the re-sent tombstone-only delete after it (the named deliveries below).
+OPEN = "a batch ending on a re-sent event voids the real tombstone-only delete after it"
+REBUILD_DIVERGENCES = {"db2_unwrap_tombstone_history": OPEN, "pg_unwrap_tombstone_history": OPEN}
 HISTORY_MODES = [
     pytest.param(name, marks=pytest.mark.xfail(reason=REBUILD_DIVERGENCES[name], strict=False))
     if name in REBUILD_DIVERGENCES
@@ -64,3 +67,68 @@ def test_rebuild_finds_the_incremental_history(warehouse, mode_name, initial, dr
     result = rebuild_history(wh, pipeline, table)
     assert result.records == len(records) and not result.gaps
     assert (result.outcome, result.stored_only, result.rebuilt_only) == (Outcome.UNCHANGED, 0, 0), result
+
+
+# ---- the divergence, named: the smallest deliveries ----------------------------------------
+#
+# A Db2 table through ExtractNewRecordState with `delete.tombstone.handling.mode=tombstone`:
+# "the SMT removes the change event ... and retains only the tombstone record" (Debezium,
+# New Record State Extraction), so a delete reaches the sync as a tombstone with no position.
+# A connector that restarts "might receive some events more than once" (Debezium Db2
+# connector, "Behavior when things go wrong"): it re-sends, in order, from an earlier offset.
+DB2 = "db2_unwrap_tombstone_history"
+A = (0, "eu")
+CONNECTOR = Connector(source="db2", format="unwrap-tombstone", initial_snapshot=False)
+
+
+def _synced(warehouse, history: History, restarts: list[Restart], cuts: list[int], mode=DB2, connector=CONNECTOR):  # noqa: F811
+    wh, pipeline, table = warehouse.wh, warehouse.pipeline(mode), f"t_{mode}"
+    _reset(wh, table)
+    delivery = deliver(emit(history, connector), connector, restarts)
+    print(describe(history, connector, restarts, delivery, cuts))
+    for lo, hi in batches(delivery.records, cuts):
+        ingest(wh, pipeline, table, delivery.records[lo:hi])
+        sync_one(wh, pipeline, table)
+    return wh, pipeline, table
+
+
+@pytest.mark.xfail(reason=REBUILD_DIVERGENCES[DB2], strict=True)
+def test_a_batch_ending_on_a_resent_create_keeps_the_delete_after_it(warehouse):  # noqa: F811
+    """Insert a, delete, insert b; the connector stops after b and resumes at the first
+    insert: a b, tombstone, b a, tombstone, b. A batch ending on the re-sent insert of a
+    voids the real tombstone; the re-sent one, ranked at b's position, then looks re-sent
+    too, and the delete is lost: the history must be the source's a, deleted, b."""
+    history = History(((Change("write", A, _row(A, "a", 1)),), (Change("delete", A),), (Change("write", A, _row(A, "b", 2)),)))
+    wh, _, table = _synced(warehouse, history, [Restart(stop=3, resume=0)], [4])
+    assert history_sequences(wh, f'cdc."{table}__history"') == true_sequences(history, CONNECTOR)
+
+
+@pytest.mark.xfail(reason=REBUILD_DIVERGENCES[DB2], strict=True)
+def test_a_batch_ending_on_a_resent_create_dates_the_delete_by_its_first_record(warehouse):  # noqa: F811
+    """Insert, delete, insert, delete; the connector stops after the first delete and
+    resumes at the first insert. A batch ending on the re-sent insert voids the real
+    tombstone (offset 1); its re-sent copy (offset 3) then opens the version: a re-sent
+    record adds nothing, so the version is the first record's, as a rebuild finds it."""
+    write = Change("write", A, _row(A, "a", 1))
+    history = History(((write,), (Change("delete", A),), (write,), (Change("delete", A),)))
+    wh, pipeline, table = _synced(warehouse, history, [Restart(stop=2, resume=0)], [3])
+    assert history_sequences(wh, f'cdc."{table}__history"') == true_sequences(history, CONNECTOR)
+    opened = wh.query(f"SELECT _kafka_offset FROM cdc.\"{table}__history\" WHERE _op = 'd' ORDER BY _kafka_offset")
+    assert opened == [(1,), (5,)]
+    result = rebuild_history(wh, pipeline, table)
+    assert (result.outcome, result.stored_only, result.rebuilt_only) == (Outcome.UNCHANGED, 0, 0), result
+
+
+def test_a_second_restart_within_the_resent_run_keeps_the_delete(warehouse):  # noqa: F811
+    """Insert a, update to b, delete (PostgreSQL, tombstone-only deletes); the connector
+    stops after the tombstone and resumes at the update, then stops again right after it and
+    resumes at it once more: a, b, tombstone, b, b, tombstone. In one batch the first re-sent
+    b (followed by the second, not by a tombstone) took the real tombstone for a re-sent
+    one; the copy that precedes the re-sent tombstone is the second, and it keeps it. The
+    source's history is a, b, deleted."""
+    mode = "pg_unwrap_tombstone_history"
+    connector = Connector(source="postgres", format="unwrap-tombstone", initial_snapshot=False)
+    history = History(((Change("write", A, _row(A, "a", 1)),), (Change("write", A, _row(A, "b", 2)),), (Change("delete", A),)))
+    restarts = [Restart(stop=3, resume=1), Restart(stop=2, resume=1)]
+    wh, _, table = _synced(warehouse, history, restarts, [], mode, connector)
+    assert history_sequences(wh, f'cdc."{table}__history"') == true_sequences(history, connector)

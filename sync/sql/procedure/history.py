@@ -132,15 +132,19 @@ def void_tombstones_sql(ctx: TableSql) -> str:
     row, at that row's position: a delete after that position to all appearances, until
     the record after it re-sends that same event (a real delete is followed by newer
     positions only). Such a tombstone was a re-sent one: no version. A copy of the
-    tombstone right after that re-sent event (the key's next event) keeps it, wherever that
-    copy ranks (after a re-created row, at its position): a restart that resumed before
-    the event before a real tombstone re-sends both, in order (the version is the first
-    copy's, `versions_sql`)."""
+    tombstone right after a re-sent copy of that event (the key's next event) keeps it,
+    wherever that copy ranks (after a re-created row, at its position), whichever re-sent
+    copy it follows (a second restart can interrupt the first one's re-sent run): a restart
+    that resumed before the event before a real tombstone re-sends both, in order (the
+    version is the first copy's, `versions_sql`)."""
     d, q, hist = ctx.d, ctx.q, ctx.rel.history
-    same_values = "".join(
-        f"\n  AND NOT {d.differs(f'c.{q(col.target_name)}', f's.{q(col.target_name)}', col.sql_type)}"
-        for col in ctx.table.value_columns
-    )
+
+    def same_values(a: str, b: str, margin: str) -> str:
+        return "".join(
+            f"\n{margin}AND NOT {d.differs(f'{a}.{q(col.target_name)}', f'{b}.{q(col.target_name)}', col.sql_type)}"
+            for col in ctx.table.value_columns
+        )
+
     # A tombstone carries no row image: its version has no values (a delete event has its before image).
     no_image = "".join(f"\n  AND {hist}.{q(col.target_name)} IS NULL" for col in ctx.table.value_columns)
     # Whether the key's next event (in Kafka order) is a tombstone: the copy right after `s`.
@@ -149,16 +153,23 @@ def void_tombstones_sql(ctx: TableSql) -> str:
         f"LEAD(CASE WHEN _op IS NULL THEN 1 ELSE 0 END) OVER (PARTITION BY {', '.join(q(k) for k in ctx.keys)} ORDER BY {order})"
     )
     events = f"(SELECT *, {next_tombstone} AS tombstone_next__\n      FROM {ctx.rel.stage} s WHERE {EVENTS})"
+    kept = (
+        f"NOT EXISTS (SELECT 1 FROM {events} k\n"
+        f"    WHERE k.tombstone_next__ = 1 AND {key_match(d, ctx.keys, 'k', 's')}\n"
+        f"      AND COALESCE(k._source_pos, k._rank_pos) = {hist}._valid_from_pos{same_values('k', 's', '      ')}\n"
+        f"      AND {indent(kafka_later('k', 'k._kafka_timestamp', hist, f'{hist}._kafka_timestamp'), 10).lstrip()})"
+    )
     return (
-        "-- History: a tombstone-only delete followed by a re-sent copy of the event before it was re-sent.\n"
-        f"DELETE FROM {hist}\nUSING {events} s, {hist} c\n"
-        f"WHERE {hist}._op = 'd' AND {OP} <> 'd'{no_image}\n"
+        "-- History: a tombstone-only delete followed by a re-sent copy of the event before it was re-sent,\n"
+        "-- unless a re-sent copy of that event is followed by the tombstone's.\n"
+        f"DELETE FROM {hist}\nUSING {ctx.rel.stage} s, {hist} c\n"
+        f"WHERE {EVENTS} AND {hist}._op = 'd' AND {OP} <> 'd'{no_image}\n"
         f"  AND {key_match(d, ctx.keys, hist, 's')} AND {key_match(d, ctx.keys, 'c', 's')}\n"
         f"  AND {hist}._valid_from_pos = COALESCE(s._source_pos, s._rank_pos) AND c._valid_from_pos = {hist}._valid_from_pos\n"
-        f"  AND c._op NOT IN ('d', '{TRUNCATED_OP}'){same_values}\n"
+        f"  AND c._op NOT IN ('d', '{TRUNCATED_OP}'){same_values('c', 's', '  ')}\n"
         f"  AND {indent(kafka_later('s', 's._kafka_timestamp', hist, f'{hist}._kafka_timestamp'), 6).lstrip()}\n"
         f"  AND {indent(kafka_later(hist, f'{hist}._kafka_timestamp', 'c', 'c._kafka_timestamp'), 6).lstrip()}\n"
-        "  AND COALESCE(s.tombstone_next__, 0) = 0;"
+        f"  AND {kept};"
     )
 
 
