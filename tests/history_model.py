@@ -89,6 +89,8 @@ def history_versions(wh, relation: str) -> dict[Key, list[tuple]]:
         "ORDER BY id, region, _valid_from_pos ASC NULLS FIRST, _kafka_timestamp ASC NULLS FIRST, _kafka_partition, _kafka_offset"
     )
     for i, r, name, amount, pos_from, pos_to, current, op in rows:
+        if op == "p":  # a tombstone waiting for its key's next record: no version
+            continue
         state = None if op in ("d", "t") else (name, Decimal(amount))
         out.setdefault((i, r), []).append((state, pos_from, pos_to, current, op))
     return out

@@ -62,6 +62,7 @@ def test_counts_read_alike_in_every_command():
         error=None,
         isolated=[],
         retries=0,
+        unmatched=None,
     )
     out = io.StringIO()
     print_runs([run], Console(file=out, width=200), Console(file=io.StringIO()))

@@ -206,11 +206,16 @@ def test_real_tombstone_stays_when_its_resent_copy_follows_the_recreated_row(wh)
     tombstone and the create ("the connector restarts from the last recorded offset"): the
     re-sent tombstone now follows the re-created row and ranks at its position, yet it is
     the copy right after the re-sent update, so the first tombstone was a real delete and
-    keeps its version."""
+    keeps its version. The re-sent tombstone, followed by the re-sent create, the batch's
+    last record, waits for the record after it (a marker, no version); the next record,
+    no tombstone, removes it."""
     p = setup(wh, history_toml("acc", format="debezium-unwrap", order_by="postgres-lsn"))
     events = [unwrapped(1, 10, 100, "c"), unwrapped(1, 20, 200, "u"), tombstone(1), unwrapped(1, 30, 300, "c")]
     feed(wh, p, "acc", [at(r, 0, n) for n, r in enumerate([*events, *events[1:]], 1)])
-    assert [(v[1], v[2]) for v in versions(wh, "acc")] == [(10, "c"), (20, "u"), (None, "d"), (30, "c")]
+    kept = [(10, "c"), (20, "u"), (None, "d"), (30, "c")]
+    assert [(v[1], v[2]) for v in versions(wh, "acc")] == [*kept, (None, "p")]
+    feed(wh, p, "acc", [at(unwrapped(1, 40, 400, "u"), 0, 8)])
+    assert [(v[1], v[2]) for v in versions(wh, "acc")] == [*kept, (40, "u")]
 
 
 def test_truncate_closes_every_open_version(wh):

@@ -2,8 +2,8 @@
 suffix, tied positions, re-snapshots, tombstone-only deletes, partition growth), cut into
 any sync batches, `history rebuild` over the records the stream retains finds the history
 the procedure built incrementally: nothing to replace, in every history mode of
-tests/test_property_cdc.py (REBUILD_DIVERGENCES: a known divergence of the modes with
-tombstone-only deletes, marked, and named below by its smallest deliveries)."""
+tests/test_property_cdc.py. Below, by their smallest deliveries, the batch cuts that once
+made them differ (a tombstone-only delete whose fate the next batch's record decides)."""
 
 from __future__ import annotations
 
@@ -20,24 +20,16 @@ from tests.test_property_cdc import (
     MODES,
     _reset,
     _row,
+    _source_rows,
+    _target,
+    check_history,
     describe,
     draw_delivery,
     steps,
     warehouse,  # noqa: F401 (fixture)
 )
 
-# A known divergence, open, in the modes with tombstone-only deletes: a one-batch rebuild
-# and the incremental history disagree when a batch ends on a re-sent event whose key's
-# next record is the re-sent tombstone-only delete after it (the named deliveries below).
-OPEN = "a batch ending on a re-sent event voids the real tombstone-only delete after it"
-REBUILD_DIVERGENCES = {"db2_unwrap_tombstone_history": OPEN, "pg_unwrap_tombstone_history": OPEN}
-HISTORY_MODES = [
-    pytest.param(name, marks=pytest.mark.xfail(reason=REBUILD_DIVERGENCES[name], strict=False))
-    if name in REBUILD_DIVERGENCES
-    else name
-    for name, mode in MODES.items()
-    if mode.history
-]
+HISTORY_MODES = [name for name, mode in MODES.items() if mode.history]
 
 
 def test_the_property_covers_history_modes():
@@ -69,7 +61,7 @@ def test_rebuild_finds_the_incremental_history(warehouse, mode_name, initial, dr
     assert (result.outcome, result.stored_only, result.rebuilt_only) == (Outcome.UNCHANGED, 0, 0), result
 
 
-# ---- the divergence, named: the smallest deliveries ----------------------------------------
+# ---- a batch ending on a re-sent event before a re-sent tombstone-only delete ---------------
 #
 # A Db2 table through ExtractNewRecordState with `delete.tombstone.handling.mode=tombstone`:
 # "the SMT removes the change event ... and retains only the tombstone record" (Debezium,
@@ -92,29 +84,67 @@ def _synced(warehouse, history: History, restarts: list[Restart], cuts: list[int
     return wh, pipeline, table
 
 
-@pytest.mark.xfail(reason=REBUILD_DIVERGENCES[DB2], strict=True)
+# Insert a, delete, insert b; the connector stops after b and resumes at the first insert.
+LOST_DELETE = (
+    History(((Change("write", A, _row(A, "a", 1)),), (Change("delete", A),), (Change("write", A, _row(A, "b", 2)),))),
+    [Restart(stop=3, resume=0)],
+    [4],
+)
+# Insert, delete, insert, delete; the connector stops after the first delete and resumes at the first insert.
+_WRITE = Change("write", A, _row(A, "a", 1))
+LATE_DELETE = (History(((_WRITE,), (Change("delete", A),), (_WRITE,), (Change("delete", A),))), [Restart(stop=2, resume=0)], [3])
+
+
 def test_a_batch_ending_on_a_resent_create_keeps_the_delete_after_it(warehouse):  # noqa: F811
-    """Insert a, delete, insert b; the connector stops after b and resumes at the first
-    insert: a b, tombstone, b a, tombstone, b. A batch ending on the re-sent insert of a
-    voids the real tombstone; the re-sent one, ranked at b's position, then looks re-sent
-    too, and the delete is lost: the history must be the source's a, deleted, b."""
-    history = History(((Change("write", A, _row(A, "a", 1)),), (Change("delete", A),), (Change("write", A, _row(A, "b", 2)),)))
-    wh, _, table = _synced(warehouse, history, [Restart(stop=3, resume=0)], [4])
+    """a, tombstone, b, then re-sent: a, tombstone, b. A batch ending on the re-sent insert
+    of a cannot tell the real tombstone yet (the record after the re-sent a decides): it
+    waits, no version, and the next batch's first record, the re-sent tombstone, keeps it.
+    The re-sent tombstone, ranked at b's position and followed by b's copy, is none: the
+    history is the source's a, deleted, b, as a rebuild finds it."""
+    history, restarts, cuts = LOST_DELETE
+    wh, pipeline, table = _synced(warehouse, history, restarts, cuts)
     assert history_sequences(wh, f'cdc."{table}__history"') == true_sequences(history, CONNECTOR)
+    result = rebuild_history(wh, pipeline, table)
+    assert (result.outcome, result.stored_only, result.rebuilt_only) == (Outcome.UNCHANGED, 0, 0), result
 
 
-@pytest.mark.xfail(reason=REBUILD_DIVERGENCES[DB2], strict=True)
+@pytest.mark.parametrize("delivery", [LOST_DELETE, LATE_DELETE], ids=["lost_delete", "late_delete"])
+def test_the_target_after_a_batch_ending_on_a_resent_create_is_the_source_state(warehouse, delivery):  # noqa: F811
+    """The current state after the same deliveries, cut there: the source's final state
+    (the history's waiting tombstone is the history's alone), every version's interval
+    ending where the next begins."""
+    history, restarts, cuts = delivery
+    wh, _, table = _synced(warehouse, history, restarts, cuts)
+    assert _target(wh, table, soft=False) == _source_rows(history)
+    check_history(wh, table, "close", history, CONNECTOR, complete=True)
+
+
 def test_a_batch_ending_on_a_resent_create_dates_the_delete_by_its_first_record(warehouse):  # noqa: F811
-    """Insert, delete, insert, delete; the connector stops after the first delete and
-    resumes at the first insert. A batch ending on the re-sent insert voids the real
-    tombstone (offset 1); its re-sent copy (offset 3) then opens the version: a re-sent
-    record adds nothing, so the version is the first record's, as a rebuild finds it."""
-    write = Change("write", A, _row(A, "a", 1))
-    history = History(((write,), (Change("delete", A),), (write,), (Change("delete", A),)))
-    wh, pipeline, table = _synced(warehouse, history, [Restart(stop=2, resume=0)], [3])
+    """a, tombstone, then re-sent: a, tombstone, then a, tombstone. A batch ending on the
+    re-sent insert leaves the real tombstone (offset 1) waiting; its re-sent copy (offset 3),
+    the next batch's first record, makes it the delete again, and adds nothing itself: the
+    version is the first record's, as a rebuild finds it."""
+    history, restarts, cuts = LATE_DELETE
+    wh, pipeline, table = _synced(warehouse, history, restarts, cuts)
     assert history_sequences(wh, f'cdc."{table}__history"') == true_sequences(history, CONNECTOR)
     opened = wh.query(f"SELECT _kafka_offset FROM cdc.\"{table}__history\" WHERE _op = 'd' ORDER BY _kafka_offset")
     assert opened == [(1,), (5,)]
+    result = rebuild_history(wh, pipeline, table)
+    assert (result.outcome, result.stored_only, result.rebuilt_only) == (Outcome.UNCHANGED, 0, 0), result
+
+
+@pytest.mark.parametrize("cuts", [[3], [3, 4]], ids=["next_batch", "batch_after"])
+def test_a_second_restart_after_a_batch_ending_on_a_resent_create_keeps_the_first_delete(warehouse, cuts):  # noqa: F811
+    """a, tombstone, b; the connector stops after the tombstone and resumes at a, then stops
+    right after a and resumes at it once more: a, tombstone, a, a, tombstone, b. A batch
+    ends on the first re-sent a (the tombstone waits); the key's next record, in the next
+    batch or alone in it, is the second re-sent a, not the tombstone: the tombstone's copy
+    follows that one, so the delete stays, dated by its first record (offset 1), as a
+    rebuild in one batch finds it."""
+    history = LOST_DELETE[0]
+    wh, pipeline, table = _synced(warehouse, history, [Restart(stop=2, resume=0), Restart(stop=1, resume=0)], cuts)
+    assert history_sequences(wh, f'cdc."{table}__history"') == true_sequences(history, CONNECTOR)
+    assert wh.query(f"SELECT _kafka_offset FROM cdc.\"{table}__history\" WHERE _op = 'd'") == [(1,)]
     result = rebuild_history(wh, pipeline, table)
     assert (result.outcome, result.stored_only, result.rebuilt_only) == (Outcome.UNCHANGED, 0, 0), result
 

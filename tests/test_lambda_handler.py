@@ -14,7 +14,7 @@ from sync.aws import lambda_handler
 from sync.config import ConfigError
 from sync.local.data_api import LocalDataApi
 from sync.local.stream import ingest_file
-from sync.operations.runner import RUN_LOG_COLUMNS, SUMMARY_COLUMNS, status
+from sync.operations.runner import SUMMARY_COLUMNS, status
 from sync.sql import schemas
 from tests.helpers import EXAMPLES, data_api_calls, fail_first_writes
 
@@ -73,7 +73,7 @@ def pending(wh, pipeline) -> dict[str, int]:
 
 
 def latest_run_log(wh, table: str) -> dict:
-    row = wh.query(f"SELECT {RUN_LOG_COLUMNS} FROM cdc.sync_run_log WHERE table_name = %s ORDER BY run_id DESC LIMIT 1", (table,))
+    row = wh.query(f"SELECT {', '.join(schemas.names(SUMMARY_COLUMNS))} FROM cdc.sync_run_log WHERE table_name = %s ORDER BY run_id DESC LIMIT 1", (table,))
     return schemas.as_row(SUMMARY_COLUMNS, row[0])
 
 

@@ -75,7 +75,7 @@ def snapshot_versions_sql(ctx: TableSql, source: str, values: Mapping[str, str],
 
 def snapshot_history_sql(ctx: TableSql, source: str, values: Mapping[str, str], ts: str, pos: str, rows: str) -> list[str]:
     """The snapshot versions, then every key's intervals recomputed (the procedure's statement)."""
-    return [snapshot_versions_sql(ctx, source, values, ts, pos, rows), intervals_sql(ctx, keys_of_batch=False)]
+    return [snapshot_versions_sql(ctx, source, values, ts, pos, rows), intervals_sql(ctx, keys_of_batch=False, in_batch=False)]
 
 
 def backfill_history_sql(

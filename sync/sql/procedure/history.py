@@ -13,19 +13,11 @@ from sync.sql.apply import key_match
 from sync.sql.dialect import quote_literal
 from sync.sql.procedure.context import Action, TableSql
 from sync.sql.procedure.fields import toastable
-from sync.sql.procedure.history_copies import copies_ctes, new_versions
-from sync.sql.procedure.ordering import kafka_later, kafka_order
+from sync.sql.procedure.history_copies import EVENTS, OP, PENDING_OP, TRUNCATED_OP, copies_ctes, new_versions, same_version
+from sync.sql.procedure.history_tombstones import pending_tombstones, resolved_markers, void_tombstones_sql
 from sync.sql.procedure.text import indent, packed
 from sync.sql.types import SqlType
 
-# The stage records that are events of their key: applied, superseded in the batch, older
-# than the stored row (stale: a late event is a version in its place), or voided by a
-# newer truncate of the batch.
-EVENTS = f"s._action IN ('{Action.UPSERT}', '{Action.DELETE}', '{Action.STALE}', '{Action.TRUNCATED}')"
-# A version's operation: the event's (c, r, u, d; a tombstone has none: a delete).
-OP = "CASE WHEN s._op IN ('c', 'r', 'u') THEN s._op ELSE 'd' END"
-# A closing marker: a truncate ended the version before it.
-TRUNCATED_OP = "t"
 _TIMESTAMP = SqlType("timestamp")
 _POSITION = SqlType("varchar", 64)
 # A version's interval, as the history table names it.
@@ -41,30 +33,24 @@ def version_order(row: str, newest_first: bool = False) -> str:
     return ", ".join(f"{row}.{c}" + (" ASC NULLS FIRST" if i < 2 else "") for i, c in enumerate(columns))
 
 
-def _intervals(ctx: TableSql, row: str) -> list[str]:
+def _intervals(ctx: TableSql, row: str, marked: bool = False) -> list[str]:
     """A version's `valid_to`, `valid_to_pos` and `is_current` over the versions of its key
     (the rows `row`): to the next version's start; a closing marker, and in "close" mode a
-    delete, lasts no time and is never current. One window: the last version has no next."""
+    delete, lasts no time and is never current. One window: the last version has no next.
+    `marked`: the rows with `pending__ = 1` are no versions (`history_tombstones`): a window
+    of their own, no duration, never current."""
     q = ctx.q
-    key_list = ", ".join(f"{row}.{q(k)}" for k in ctx.keys)
+    key_list = ", ".join(f"{row}.{q(k)}" for k in ctx.keys) + (f", {row}.pending__" if marked else "")
     window = f"PARTITION BY {key_list} ORDER BY {version_order(row)}"
     instant = f"('d', '{TRUNCATED_OP}')" if ctx.table.history.deletes == "close" else f"('{TRUNCATED_OP}')"
+    at_once = f"{row}._op IN {instant}" + (f" OR {row}.pending__ = 1" if marked else "")
+    lasting = f"{row}._op NOT IN {instant}" + (f" AND {row}.pending__ = 0" if marked else "")
     return [
-        f"CASE WHEN {row}._op IN {instant} THEN {row}._valid_from\n"
-        f"            ELSE LEAD({row}._valid_from) OVER ({window}) END AS valid_to",
-        f"CASE WHEN {row}._op IN {instant} THEN {row}._valid_from_pos\n"
+        f"CASE WHEN {at_once} THEN {row}._valid_from\n            ELSE LEAD({row}._valid_from) OVER ({window}) END AS valid_to",
+        f"CASE WHEN {at_once} THEN {row}._valid_from_pos\n"
         f"            ELSE LEAD({row}._valid_from_pos) OVER ({window}) END AS valid_to_pos",
-        f"{row}._op NOT IN {instant} AND LEAD(1) OVER ({window}) IS NULL AS is_current",
+        f"{lasting} AND LEAD(1) OVER ({window}) IS NULL AS is_current",
     ]
-
-
-def _same_version(ctx: TableSql, a: str, b: str) -> str:
-    """The rows `a` and `b` are one version: its key, position and Kafka record."""
-    return (
-        f"{key_match(ctx.d, ctx.keys, a, b)}\n"
-        f"  AND COALESCE({a}._valid_from_pos, '') = COALESCE({b}._valid_from_pos, '')\n"
-        f"  AND {a}._kafka_partition = {b}._kafka_partition AND {a}._kafka_offset = {b}._kafka_offset"
-    )
 
 
 # Types Redshift's window functions neither partition by nor return (SUPER, VARBYTE).
@@ -111,6 +97,8 @@ def versions_sql(ctx: TableSql) -> str:
     columns, selected = schemas.ordered(d, schemas.history(table), values, quoted=True)
     inner = [f"{e} AS {c}" for c, e in zip(columns, selected, strict=True)]
     events = f"  SELECT {packed(inner, ' ' * 9)}\n  FROM {ctx.rel.stage} s\n  WHERE {EVENTS}"
+    if _unwrapped(ctx):
+        events += resolved_markers(ctx, columns)
     values_match = _same_values(ctx, "a", "b")
     same_version = "(a._op = 'd') = (b._op = 'd')" + (f"\n    AND (b._op = 'd'\n      OR {values_match})" if values_match else "")
     interval_columns = ", ".join(schemas.ordered(d, schemas.HISTORY, dict.fromkeys(INTERVAL), quoted=True)[0])
@@ -126,58 +114,18 @@ def versions_sql(ctx: TableSql) -> str:
     )
 
 
-def void_tombstones_sql(ctx: TableSql) -> str:
-    """A tombstone-only delete has no position: it ranks at the newest position before it
-    (`ordering.rerank_sql`). After a restart re-sends it, it follows the key's re-created
-    row, at that row's position: a delete after that position to all appearances, until
-    the record after it re-sends that same event (a real delete is followed by newer
-    positions only). Such a tombstone was a re-sent one: no version. A copy of the
-    tombstone right after a re-sent copy of that event (the key's next event) keeps it,
-    wherever that copy ranks (after a re-created row, at its position), whichever re-sent
-    copy it follows (a second restart can interrupt the first one's re-sent run): a restart
-    that resumed before the event before a real tombstone re-sends both, in order (the
-    version is the first copy's, `versions_sql`)."""
-    d, q, hist = ctx.d, ctx.q, ctx.rel.history
-
-    def same_values(a: str, b: str, margin: str) -> str:
-        return "".join(
-            f"\n{margin}AND NOT {d.differs(f'{a}.{q(col.target_name)}', f'{b}.{q(col.target_name)}', col.sql_type)}"
-            for col in ctx.table.value_columns
-        )
-
-    # A tombstone carries no row image: its version has no values (a delete event has its before image).
-    no_image = "".join(f"\n  AND {hist}.{q(col.target_name)} IS NULL" for col in ctx.table.value_columns)
-    # Whether the key's next event (in Kafka order) is a tombstone: the copy right after `s`.
-    order = kafka_order("_kafka_timestamp", "_kafka_partition", "_kafka_offset", newest_first=False)
-    next_tombstone = (
-        f"LEAD(CASE WHEN _op IS NULL THEN 1 ELSE 0 END) OVER (PARTITION BY {', '.join(q(k) for k in ctx.keys)} ORDER BY {order})"
-    )
-    events = f"(SELECT *, {next_tombstone} AS tombstone_next__\n      FROM {ctx.rel.stage} s WHERE {EVENTS})"
-    kept = (
-        f"NOT EXISTS (SELECT 1 FROM {events} k\n"
-        f"    WHERE k.tombstone_next__ = 1 AND {key_match(d, ctx.keys, 'k', 's')}\n"
-        f"      AND COALESCE(k._source_pos, k._rank_pos) = {hist}._valid_from_pos{same_values('k', 's', '      ')}\n"
-        f"      AND {indent(kafka_later('k', 'k._kafka_timestamp', hist, f'{hist}._kafka_timestamp'), 10).lstrip()})"
-    )
-    return (
-        "-- History: a tombstone-only delete followed by a re-sent copy of the event before it was re-sent,\n"
-        "-- unless a re-sent copy of that event is followed by the tombstone's.\n"
-        f"DELETE FROM {hist}\nUSING {ctx.rel.stage} s, {hist} c\n"
-        f"WHERE {EVENTS} AND {hist}._op = 'd' AND {OP} <> 'd'{no_image}\n"
-        f"  AND {key_match(d, ctx.keys, hist, 's')} AND {key_match(d, ctx.keys, 'c', 's')}\n"
-        f"  AND {hist}._valid_from_pos = COALESCE(s._source_pos, s._rank_pos) AND c._valid_from_pos = {hist}._valid_from_pos\n"
-        f"  AND c._op NOT IN ('d', '{TRUNCATED_OP}'){same_values('c', 's', '  ')}\n"
-        f"  AND {indent(kafka_later('s', 's._kafka_timestamp', hist, f'{hist}._kafka_timestamp'), 6).lstrip()}\n"
-        f"  AND {indent(kafka_later(hist, f'{hist}._kafka_timestamp', 'c', 'c._kafka_timestamp'), 6).lstrip()}\n"
-        f"  AND {kept};"
-    )
+def _unwrapped(ctx: TableSql) -> bool:
+    """Only unwrapped topics have tombstone-only deletes (the full envelope's tombstones are skipped)."""
+    return ctx.table.format == "debezium-unwrap"
 
 
-def _recomputed(ctx: TableSql, keys_of_batch: bool) -> str:
+def _recomputed(ctx: TableSql, keys_of_batch: bool, in_batch: bool) -> str:
     """Each version of the keys to recompute (those of the batch's events, or all), with its
     interval: to the next version's start (LEAD in version order); a closing marker, and
     in "close" mode a delete, lasts no time and is never current. TOAST placeholders take
-    the value of the newest earlier version that had one."""
+    the value of the newest earlier version that had one. Unwrapped topics: a tombstone
+    waiting for its key's next record (`in_batch`: one the batch leaves waiting too) is
+    no version, `op` its marker's."""
     d, q, keys = ctx.d, ctx.q, ctx.keys
     key_list = ", ".join(f"x.{q(k)}" for k in keys)
     window = f"PARTITION BY {key_list} ORDER BY {version_order('x')}"
@@ -197,20 +145,30 @@ def _recomputed(ctx: TableSql, keys_of_batch: bool) -> str:
         if keys_of_batch
         else ""
     )
-    rows = f"(SELECT x.*{groups}\n        FROM {ctx.rel.history} x{touched}) x"
+    marked, flag, waiting, op = _unwrapped(ctx), "", "", ""
+    if marked:
+        waiting = (
+            f"\n        LEFT JOIN ({indent(pending_tombstones(ctx), 19).lstrip()}) p\n          ON {indent(same_version(ctx, 'x', 'p'), 8).lstrip()}"
+            if in_batch
+            else ""
+        )
+        flag = f",\n               CASE WHEN x._op = '{PENDING_OP}'{' OR p._kafka_offset IS NOT NULL' if in_batch else ''} THEN 1 ELSE 0 END AS pending__"
+        op = f"\n       x._op, CASE WHEN x.pending__ = 1 THEN '{PENDING_OP}' ELSE x._op END AS op,"
+    rows = f"(SELECT x.*{flag}{groups}\n        FROM {ctx.rel.history} x{waiting}{touched}) x"
     return (
         f"(SELECT {', '.join(f'x.{q(k)}' for k in keys)}, x._valid_from_pos, x._kafka_partition, x._kafka_offset,\n"
-        "       x._valid_to, x._valid_to_pos, x._is_current, x._unavailable,\n"
-        f"       {(',' + chr(10) + '       ').join(_intervals(ctx, 'x'))}"
+        f"       x._valid_to, x._valid_to_pos, x._is_current, x._unavailable,{op}\n"
+        f"       {(',' + chr(10) + '       ').join(_intervals(ctx, 'x', marked))}"
         f"{known}\n"
         f"FROM {rows}) n"
     )
 
 
-def intervals_sql(ctx: TableSql, keys_of_batch: bool = True) -> str:
+def intervals_sql(ctx: TableSql, keys_of_batch: bool = True, in_batch: bool = True) -> str:
     """The intervals (and TOAST values) of the versions of the keys the batch touched,
     recomputed over each key's versions: an older event inserted late splits the interval
-    it falls into. Only versions that change are written."""
+    it falls into. Only versions that change are written. `in_batch`: a sync batch's (not
+    a snapshot's), whose tombstones may wait for their key's next record (unwrapped topics)."""
     d, q = ctx.d, ctx.q
     toast = _toast_columns(ctx)
     sets = ["_valid_to = n.valid_to", "_valid_to_pos = n.valid_to_pos", "_is_current = n.is_current"]
@@ -225,14 +183,17 @@ def intervals_sql(ctx: TableSql, keys_of_batch: bool = True) -> str:
             if (c := col.target_name) in toast
         ),
     ]
+    if _unwrapped(ctx):
+        sets.append("_op = n.op")
+        changed.append("n._op <> n.op")
     changed_lines = [changed[0], *(f"         OR {c}" for c in changed[1:])]
     return (
         "-- History: each touched key's versions end where the next begins (source order); only\n"
         "-- the versions that change are written.\n"
         f"UPDATE {ctx.rel.history} h SET {packed(sets, '    ')}\n"
-        f"FROM (SELECT n.* FROM {_recomputed(ctx, keys_of_batch)}\n"
+        f"FROM (SELECT n.* FROM {_recomputed(ctx, keys_of_batch, in_batch)}\n"
         f"      WHERE {chr(10).join(changed_lines)}) n\n"
-        f"WHERE {_same_version(ctx, 'h', 'n')};"
+        f"WHERE {same_version(ctx, 'h', 'n')};"
     )
 
 
@@ -242,6 +203,8 @@ def truncate_markers_sql(ctx: TableSql) -> str:
     coordinates), once."""
     d, q, table, hist = ctx.d, ctx.q, ctx.table, ctx.rel.history
     key_list = ", ".join(f"x.{q(k)}" for k in ctx.keys)
+    # A tombstone waiting for its key's next record is no version.
+    waiting = f" AND x._op <> '{PENDING_OP}'" if _unwrapped(ctx) else ""
     values = {
         **schemas.row_values(d, schemas.data_columns(table.columns), "l", quoted=True),
         "_valid_from": "v_truncate_ts",
@@ -253,7 +216,7 @@ def truncate_markers_sql(ctx: TableSql) -> str:
     }
     rest = (
         f"FROM (SELECT x.*, ROW_NUMBER() OVER (PARTITION BY {key_list} ORDER BY {version_order('x', True)}) AS newest\n"
-        f"      FROM {hist} x WHERE x._valid_from_pos < v_truncate_pos) l,\n"
+        f"      FROM {hist} x WHERE x._valid_from_pos < v_truncate_pos{waiting}) l,\n"
         "     (SELECT _kafka_partition, _kafka_offset, _kafka_timestamp,\n"
         "             ROW_NUMBER() OVER (ORDER BY _kafka_partition, _kafka_offset) AS rn\n"
         f"      FROM {ctx.rel.stage} WHERE _action = '{Action.TRUNCATE}' AND _source_pos = v_truncate_pos) r\n"
@@ -274,6 +237,5 @@ def history_sql(ctx: TableSql) -> str:
             f"{indent(truncate_markers_sql(ctx), 2)}\n{indent(intervals_sql(ctx, keys_of_batch=False), 2)}\n"
             f"ELSE\n{indent(recompute, 2)}\nEND IF;"
         )
-    # Only unwrapped topics have tombstone-only deletes (the full envelope's tombstones are skipped).
-    void = f"{void_tombstones_sql(ctx)}\n" if ctx.table.format == "debezium-unwrap" else ""
+    void = f"{void_tombstones_sql(ctx)}\n" if _unwrapped(ctx) else ""
     return f"{versions_sql(ctx)}\n{void}{recompute}"

@@ -23,9 +23,19 @@ transaction changing the key back. docs/correctness.md, "History mode"."""
 from __future__ import annotations
 
 from sync.sql.apply import key_match
-from sync.sql.procedure.context import TableSql
+from sync.sql.procedure.context import Action, TableSql
 from sync.sql.procedure.text import packed
 
+# The stage records that are events of their key: applied, superseded in the batch, older
+# than the stored row (stale: a late event is a version in its place), or voided by a
+# newer truncate of the batch.
+EVENTS = f"s._action IN ('{Action.UPSERT}', '{Action.DELETE}', '{Action.STALE}', '{Action.TRUNCATED}')"
+# A version's operation: the event's (c, r, u, d; a tombstone has none: a delete).
+OP = "CASE WHEN s._op IN ('c', 'r', 'u') THEN s._op ELSE 'd' END"
+# A closing marker: a truncate ended the version before it.
+TRUNCATED_OP = "t"
+# A tombstone-only delete waiting for its key's next record (`history_tombstones`): no version.
+PENDING_OP = "p"
 # A version the previous one at its position cannot precede without a restart between.
 IMPOSSIBLE = "(x._op = 'c' AND x.prev_op__ IN ('c', 'r', 'u') OR x._op IN ('u', 'd') AND x.prev_op__ = 'd')"
 
@@ -46,6 +56,9 @@ def copies_ctes(ctx: TableSql, columns: list[str], events: str, same_version: st
     no_image = "".join(f" AND y.{q(c.target_name)} IS NULL" for c in ctx.table.value_columns)
     b_keys = ", ".join(f"b.{k}" for k in keys)
     r_keys = ", ".join(keys)
+    # Closing markers, and for unwrapped topics tombstones waiting for their key's next record, are no versions.
+    unwrapped = ctx.table.format == "debezium-unwrap"
+    not_versions = f"NOT IN ('{TRUNCATED_OP}', '{PENDING_OP}')" if unwrapped else f"<> '{TRUNCATED_OP}'"
     return (
         f"WITH _ev AS (\n{events}),\n"
         "-- each key's versions at a position of the batch: the history's, then the batch's events\n"
@@ -57,7 +70,7 @@ def copies_ctes(ctx: TableSql, columns: list[str], events: str, same_version: st
         f"        FROM (SELECT {packed([f'h.{c}' for c in columns], ' ' * 22)}, false AS new__,\n"
         "                     COALESCE(h._valid_from_pos, '') AS pos__\n"
         f"              FROM {hist} h\n"
-        "              WHERE h._op <> 't'\n"
+        f"              WHERE h._op {not_versions}\n"
         f"                AND EXISTS (SELECT 1 FROM _ev e WHERE {key_match(d, ctx.keys, 'e', 'h')}\n"
         "                  AND COALESCE(e._valid_from_pos, '') = COALESCE(h._valid_from_pos, ''))\n"
         "              UNION ALL\n"
@@ -117,4 +130,13 @@ def new_versions(ctx: TableSql) -> str:
         "SELECT x.* FROM _seq x\n"
         "WHERE x.new__ AND NOT EXISTS (SELECT 1 FROM _copy c\n"
         f"  WHERE {key_match(ctx.d, ctx.keys, 'c', 'x')} AND c.pos__ = x.pos__ AND c.imageless__ = x.imageless__ AND c.n__ = x.n__)"
+    )
+
+
+def same_version(ctx: TableSql, a: str, b: str) -> str:
+    """The rows `a` and `b` are one version: its key, position and Kafka record."""
+    return (
+        f"{key_match(ctx.d, ctx.keys, a, b)}\n"
+        f"  AND COALESCE({a}._valid_from_pos, '') = COALESCE({b}._valid_from_pos, '')\n"
+        f"  AND {a}._kafka_partition = {b}._kafka_partition AND {a}._kafka_offset = {b}._kafka_offset"
     )
