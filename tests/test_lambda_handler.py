@@ -73,7 +73,10 @@ def pending(wh, pipeline) -> dict[str, int]:
 
 
 def latest_run_log(wh, table: str) -> dict:
-    row = wh.query(f"SELECT {', '.join(schemas.names(SUMMARY_COLUMNS))} FROM cdc.sync_run_log WHERE table_name = %s ORDER BY run_id DESC LIMIT 1", (table,))
+    row = wh.query(
+        f"SELECT {', '.join(schemas.names(SUMMARY_COLUMNS))} FROM cdc.sync_run_log WHERE table_name = %s ORDER BY run_id DESC LIMIT 1",
+        (table,),
+    )
     return schemas.as_row(SUMMARY_COLUMNS, row[0])
 
 
