@@ -33,23 +33,31 @@ MAX_DOUBLE = "1.7976931348623157E308"
 MIN_EXPONENT, MAX_EXPONENT, SIGNIFICAND_BITS = -1074, 1023, 52
 
 
-def float_text(expr: str) -> str:
-    """The canonical text of a real or double precision value (NULL stays NULL)."""
+def finite_text(expr: str) -> str:
+    """The [-]M p Q text of a finite non-zero value, NULL for any other: every step reads the
+    value only where it is finite and non-zero, so no order of evaluation can take LN(0) or
+    cast an infinite significand (Redshift may evaluate a CASE branch for rows the CASE does
+    not select: `PostgresDialect.total_cast`)."""
     v = f"CAST({expr} AS double precision)"
-    a = f"ABS({v})"
+    a = f"(CASE WHEN ABS({v}) > 0 AND ABS({v}) <= {MAX_DOUBLE} THEN ABS({v}) END)"
     e0 = f"LEAST(GREATEST(FLOOR(LN({a}) / LN(2.0)), {MIN_EXPONENT}), {MAX_EXPONENT})"
     scaled = f"({a} / POWER(2.0, {e0}))"
     e = f"({e0} + CASE WHEN {scaled} >= 2 THEN 1 WHEN {scaled} < 1 THEN -1 ELSE 0 END)"
     k = f"({SIGNIFICAND_BITS} - {e})"
     half = f"FLOOR({k} / 2.0)"
     m = f"CAST({a} * POWER(2.0, {half}) * POWER(2.0, {k} - {half}) AS bigint)"
-    finite = (
+    return (
         f"CASE WHEN {v} < 0 THEN '-' ELSE '' END || CAST({m} AS varchar(20)) || 'p' "
         f"|| CAST(CAST({e} - {SIGNIFICAND_BITS} AS bigint) AS varchar(8))"
     )
+
+
+def float_text(expr: str) -> str:
+    """The canonical text of a real or double precision value (NULL stays NULL)."""
+    v = f"CAST({expr} AS double precision)"
     return (
         f"CASE WHEN {v} = 0 THEN '0'"
         f" WHEN {v} > {MAX_DOUBLE} THEN CASE WHEN -{v} < 0 THEN 'Infinity' ELSE 'NaN' END"
         f" WHEN {v} < -{MAX_DOUBLE} THEN '-Infinity'"
-        f" ELSE {finite} END"
+        f" ELSE {finite_text(expr)} END"
     )
