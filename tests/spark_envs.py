@@ -5,10 +5,12 @@ EMR 8 (`emr-spark-8.0.0`, Spark 4.0.2). The project's own venv has the newest Py
 Each is made once in a cache folder outside the work tree (several GB together):
 `$REDSHIFT_SYNC_TEST_VENVS`, else `$XDG_CACHE_HOME/redshift-sync/venvs`, else
 `~/.cache/redshift-sync/venvs`; delete it to reclaim the space. A venv with PySpark alone
-(`-bare`) is shared by every checkout; one with the project installed (editable) belongs
-to one checkout, so its name carries a hash of the checkout's path. Each is brought up to
-date with pip on every use; a file lock keeps two test workers from installing at the same
-time."""
+(`-bare`) is shared by every checkout and brought up to date with pip on every use (a file
+lock keeps two test workers from installing at the same time). The project runs on it
+through an overlay of one checkout (its name carries a hash of the checkout's path): a venv
+with no packages of its own whose path file lists the PySpark venv, the checkout and the
+packages of the venv running the tests, in that order, so the project and its test tools
+are never installed a second time."""
 
 from __future__ import annotations
 
@@ -17,6 +19,7 @@ import hashlib
 import os
 import subprocess
 import sys
+import sysconfig
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
@@ -48,23 +51,41 @@ def clean_env(**extra: str) -> dict[str, str]:
     return env
 
 
+def site_packages_of(venv: Path) -> Path:
+    (found,) = sorted((venv / "lib").glob("python*/site-packages"))[-1:]
+    return found
+
+
 def spark_venv(version: str, with_project: bool = True) -> Path:
     """The Python of a venv with `pyspark==version` (and the project with its test tools,
     unless `with_project` is false: then PySpark alone)."""
-    venv = venv_path(version, with_project)
-    python = venv / "bin" / "python"
-    venv.parent.mkdir(parents=True, exist_ok=True)
-    with open(venv.parent / f"{venv.name}.lock", "w") as lock:
+    bare = venv_path(version, with_project=False)
+    python = bare / "bin" / "python"
+    bare.parent.mkdir(parents=True, exist_ok=True)
+    with open(bare.parent / f"{bare.name}.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         if not python.exists():
-            subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
-        wanted = ["-e", ".[dev]", f"pyspark=={version}"] if with_project else [f"pyspark=={version}"]
+            subprocess.run([sys.executable, "-m", "venv", str(bare)], check=True)
         subprocess.run(
-            [str(python), "-m", "pip", "install", "-q", "--disable-pip-version-check", *wanted],
-            cwd=REPO,
+            [str(python), "-m", "pip", "install", "-q", "--disable-pip-version-check", f"pyspark=={version}"],
             check=True,
             env=clean_env(),
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
         )
-    return python
+    return overlay(version, bare) if with_project else python
+
+
+def overlay(version: str, bare: Path) -> Path:
+    """A venv without packages of its own (a few kB, made in a second): its path file puts
+    the PySpark venv first, then this checkout and the packages of the venv running the
+    tests (their PySpark shadowed), so nothing is installed twice."""
+    venv = venv_path(version, with_project=True)
+    with open(venv.parent / f"{venv.name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not (venv / "bin" / "python").exists():
+            subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
+        dirs = [site_packages_of(bare), REPO, Path(sysconfig.get_paths()["purelib"])]
+        line = "import site; " + "; ".join(f"site.addsitedir({str(d)!r})" for d in dirs)
+        (site_packages_of(venv) / "redshift_sync_overlay.pth").write_text(line + "\n")
+    return venv / "bin" / "python"

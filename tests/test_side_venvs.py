@@ -35,3 +35,16 @@ def test_only_pyspark_alone_venvs_are_shared_between_checkouts(monkeypatch):
     monkeypatch.setattr(spark_envs, "REPO", Path("/elsewhere/checkout"))
     assert spark_envs.venv_path("3.5.6", with_project=False) == bare
     assert spark_envs.venv_path("3.5.6", with_project=True) != mine
+
+
+def test_the_overlay_of_a_checkout_installs_nothing_and_puts_the_version_s_pyspark_first(monkeypatch, tmp_path):
+    # The overlay's path file, as Python's `site` reads it ("Lines starting with import are
+    # executed"): the PySpark venv, then the checkout, then the test venv's packages.
+    monkeypatch.setenv(spark_envs.VENVS_ENV_VAR, str(tmp_path))
+    bare = tmp_path / "spark35-bare"
+    (bare / "lib" / "python3.11" / "site-packages").mkdir(parents=True)
+    python = spark_envs.overlay("3.5.6", bare)
+    site_packages = spark_envs.site_packages_of(python.parent.parent)
+    (pth,) = site_packages.iterdir()
+    dirs = pth.read_text().split("site.addsitedir(")[1:]
+    assert [d.split("'")[1] for d in dirs][:2] == [str(bare / "lib" / "python3.11" / "site-packages"), str(REPO)]
