@@ -93,14 +93,11 @@ def test_the_source_position_fields_are_bounded_once_each():
         assert sql.count(f'JSON_SIZE(f._src."{field}")') == 1
 
 
-def test_the_action_of_each_check_number_one_line_per_action():
+def test_the_action_of_each_check_number_is_one_case_whose_else_is_the_quarantine():
     assert_lines(
         stage_insert_sql(ONE),
-        "WHEN t._check_no IN (1, 3, 4, 6, 7, 8, 9) THEN 'quarantine'",
-        "WHEN t._check_no = 2 THEN 'tombstone'",
-        "WHEN t._check_no = 5 THEN 'truncate'",
-        "WHEN t._check_no = 10 THEN 'delete'",
-        "ELSE 'upsert'",
+        "CASE t._check_no WHEN 0 THEN 'upsert' WHEN 2 THEN 'tombstone' WHEN 5 THEN 'truncate' WHEN 10 THEN 'delete'"
+        " ELSE 'quarantine' END AS _action,",
     )
 
 

@@ -263,13 +263,7 @@ BEGIN
           ELSE SHA2(v_policy_key || ':' || SHA2(v_policy_key || ':' || (t."email"), 256), 256) END AS "email",
       CASE WHEN t."phone" IS NOT NULL THEN CAST('****' AS varchar(32)) END AS "phone",
       CASE WHEN t."birth_year" IS NOT NULL THEN CAST('0' AS integer) END AS "birth_year", t."country",
-      CASE
-        WHEN t._check_no IN (1, 3, 4, 6, 7, 8, 9, 10, 11, 12, 13) THEN 'quarantine'
-        WHEN t._check_no = 2 THEN 'tombstone'
-        WHEN t._check_no = 5 THEN 'truncate'
-        WHEN t._check_no = 14 THEN 'delete'
-        ELSE 'upsert'
-      END AS _action,
+      CASE t._check_no WHEN 0 THEN 'upsert' WHEN 2 THEN 'tombstone' WHEN 5 THEN 'truncate' WHEN 14 THEN 'delete' ELSE 'quarantine' END AS _action,
       CASE t._check_no
         WHEN 1 THEN 'value is not valid JSON'
         WHEN 3 THEN 'value is not a JSON object'

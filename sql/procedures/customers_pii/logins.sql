@@ -240,13 +240,8 @@ BEGIN
       CASE WHEN t._x_replayed = SHA2(v_policy_key || ':' || SHA2(v_policy_key || ':' || ('__redshift_sync_replayed'), 256), 256) THEN t."ip_address"
           ELSE SHA2(v_policy_key || ':' || SHA2(v_policy_key || ':' || (t."ip_address"), 256), 256) END AS "ip_address",
       t."logged_in_at",
-      CASE
-        WHEN t._check_no IN (1, 4, 5, 7, 8, 9, 10, 11, 12, 13) THEN 'quarantine'
-        WHEN t._check_no IN (2, 14) THEN 'delete'
-        WHEN t._check_no = 3 THEN 'tombstone'
-        WHEN t._check_no = 6 THEN 'truncate'
-        ELSE 'upsert'
-      END AS _action,
+      CASE t._check_no WHEN 0 THEN 'upsert' WHEN 2 THEN 'delete' WHEN 3 THEN 'tombstone' WHEN 6 THEN 'truncate' WHEN 14 THEN 'delete'
+        ELSE 'quarantine' END AS _action,
       CASE t._check_no
         WHEN 1 THEN 'value is not valid JSON'
         WHEN 4 THEN 'value is not a JSON object'

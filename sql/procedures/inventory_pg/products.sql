@@ -333,13 +333,7 @@ BEGIN
       CASE WHEN t._source_ts_ms BETWEEN 0 AND 253402300799999 THEN t._source_ts_ms END AS _source_ts_ms, t._source_pos,
       t._unavailable, t._drift_img, t."id", t."sku", t."description", t."price", t."weight", t."released",
       t."updated_at", t."published_at", t."attributes", t."in_stock",
-      CASE
-        WHEN t._check_no IN (1, 3, 4, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18) THEN 'quarantine'
-        WHEN t._check_no = 2 THEN 'tombstone'
-        WHEN t._check_no = 5 THEN 'truncate'
-        WHEN t._check_no = 19 THEN 'delete'
-        ELSE 'upsert'
-      END AS _action,
+      CASE t._check_no WHEN 0 THEN 'upsert' WHEN 2 THEN 'tombstone' WHEN 5 THEN 'truncate' WHEN 19 THEN 'delete' ELSE 'quarantine' END AS _action,
       CASE t._check_no
         WHEN 1 THEN 'value is not valid JSON'
         WHEN 3 THEN 'value is not a JSON object'

@@ -248,13 +248,7 @@ BEGIN
       CASE WHEN t._source_ts_ms BETWEEN 0 AND 253402300799999 THEN t._source_ts_ms END AS _source_ts_ms, t._source_pos,
       t._unavailable, t._drift_img, t."address_id", t."address", t."address2", t."district", t."city_id",
       t."postal_code", t."phone", t."last_update",
-      CASE
-        WHEN t._check_no IN (1, 3, 4, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16) THEN 'quarantine'
-        WHEN t._check_no = 2 THEN 'tombstone'
-        WHEN t._check_no = 5 THEN 'truncate'
-        WHEN t._check_no = 17 THEN 'delete'
-        ELSE 'upsert'
-      END AS _action,
+      CASE t._check_no WHEN 0 THEN 'upsert' WHEN 2 THEN 'tombstone' WHEN 5 THEN 'truncate' WHEN 17 THEN 'delete' ELSE 'quarantine' END AS _action,
       CASE t._check_no
         WHEN 1 THEN 'value is not valid JSON'
         WHEN 3 THEN 'value is not a JSON object'

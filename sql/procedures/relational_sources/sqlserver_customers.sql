@@ -236,13 +236,7 @@ BEGIN
   classified AS (SELECT t._kafka_partition, t._kafka_offset, t._kafka_timestamp, t._refresh_time, t._raw_value, t._op,
       CASE WHEN t._source_ts_ms BETWEEN 0 AND 253402300799999 THEN t._source_ts_ms END AS _source_ts_ms, t._source_pos,
       t._unavailable, t._drift_img, t."id", t."first_name", t."last_name", t."email",
-      CASE
-        WHEN t._check_no IN (1, 3, 4, 6, 7, 8, 9, 10, 11, 12) THEN 'quarantine'
-        WHEN t._check_no = 2 THEN 'tombstone'
-        WHEN t._check_no = 5 THEN 'truncate'
-        WHEN t._check_no = 13 THEN 'delete'
-        ELSE 'upsert'
-      END AS _action,
+      CASE t._check_no WHEN 0 THEN 'upsert' WHEN 2 THEN 'tombstone' WHEN 5 THEN 'truncate' WHEN 13 THEN 'delete' ELSE 'quarantine' END AS _action,
       CASE t._check_no
         WHEN 1 THEN 'value is not valid JSON'
         WHEN 3 THEN 'value is not a JSON object'

@@ -239,14 +239,8 @@ BEGIN
   classified AS (SELECT t._kafka_partition, t._kafka_offset, t._kafka_timestamp, t._refresh_time, t._raw_value, t._op,
       CASE WHEN t._source_ts_ms BETWEEN 0 AND 253402300799999 THEN t._source_ts_ms END AS _source_ts_ms, t._source_pos,
       t._unavailable, t._drift_img, t."source_table", t."id", t."email", t._route_source,
-      CASE
-        WHEN t._check_no IN (1, 4) THEN 'tombstone'
-        WHEN t._check_no = 2 THEN 'unmatched'
-        WHEN t._check_no IN (3, 5, 6, 8, 9, 10, 11, 12, 13) THEN 'quarantine'
-        WHEN t._check_no = 7 THEN 'truncate'
-        WHEN t._check_no = 14 THEN 'delete'
-        ELSE 'upsert'
-      END AS _action,
+      CASE t._check_no WHEN 0 THEN 'upsert' WHEN 1 THEN 'tombstone' WHEN 2 THEN 'unmatched' WHEN 4 THEN 'tombstone'
+        WHEN 7 THEN 'truncate' WHEN 14 THEN 'delete' ELSE 'quarantine' END AS _action,
       CASE t._check_no
         WHEN 2 THEN t._route_source
         WHEN 3 THEN 'value is not valid JSON'

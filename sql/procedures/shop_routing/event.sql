@@ -231,14 +231,8 @@ BEGIN
   classified AS (SELECT t._kafka_partition, t._kafka_offset, t._kafka_timestamp, t._refresh_time, t._raw_value, t._op,
       CASE WHEN t._source_ts_ms BETWEEN 0 AND 253402300799999 THEN t._source_ts_ms END AS _source_ts_ms, t._source_pos,
       t._unavailable, t._drift_img, t."id", t."kind", t._route_source,
-      CASE
-        WHEN t._check_no IN (1, 5) THEN 'tombstone'
-        WHEN t._check_no = 2 THEN 'unmatched'
-        WHEN t._check_no IN (3, 6, 7, 9, 10, 11, 12, 13) THEN 'quarantine'
-        WHEN t._check_no IN (4, 14) THEN 'delete'
-        WHEN t._check_no = 8 THEN 'truncate'
-        ELSE 'upsert'
-      END AS _action,
+      CASE t._check_no WHEN 0 THEN 'upsert' WHEN 1 THEN 'tombstone' WHEN 2 THEN 'unmatched' WHEN 4 THEN 'delete'
+        WHEN 5 THEN 'tombstone' WHEN 8 THEN 'truncate' WHEN 14 THEN 'delete' ELSE 'quarantine' END AS _action,
       CASE t._check_no
         WHEN 2 THEN t._route_source
         WHEN 3 THEN 'value is not valid JSON'

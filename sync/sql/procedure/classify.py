@@ -10,6 +10,7 @@ from sync.debezium.vocabulary import Reason, field_reason, key_reason
 from sync.sql.dialect import PostgresDialect, quote_literal
 from sync.sql.procedure.context import Action
 from sync.sql.procedure.fields import mark_alias, raw_alias, raw_is_null, toastable
+from sync.sql.procedure.text import WIDE, packed
 
 # source.ts_ms values that are a time (1970-01-01 to 9999-12-31 23:59:59.999): outside
 # them (a nanosecond clock, garbage) the conversion would raise, so the record is
@@ -116,10 +117,12 @@ def lookup(number: str, values: list[str], default: str) -> str:
 
 def action_of(number: str, checks: list[Check]) -> str:
     """The action of the check numbered `number` (see `first_match`), upsert when none
-    matched: one line per action."""
-    numbers: dict[Action, list[str]] = {}
+    matched (0): a branch per number whose action is not the most common one, which the
+    ELSE gives (the quarantine: most checks find a record that cannot be applied)."""
+    numbers: dict[Action, list[int]] = {Action.UPSERT: [0]}
     for i, chk in enumerate(checks, start=1):
-        numbers.setdefault(chk.action, []).append(str(i))
-    tests = {action: f"IN ({', '.join(n)})" if len(n) > 1 else f"= {n[0]}" for action, n in numbers.items()}
-    lines = ["CASE", *[f"  WHEN {number} {test} THEN '{action}'" for action, test in tests.items()]]
-    return "\n".join([*lines, f"  ELSE '{Action.UPSERT}'", "END"])
+        numbers.setdefault(chk.action, []).append(i)
+    default = max(numbers, key=lambda action: len(numbers[action]))
+    branches = sorted((n, action) for action, listed in numbers.items() if action != default for n in listed)
+    items = [f"CASE {number}", *(f"WHEN {n} THEN '{action}'" for n, action in branches), f"ELSE '{default}' END"]
+    return packed(items, "  ", WIDE - 20, " ")
