@@ -92,3 +92,14 @@ def test_every_history_statement_parses_as_redshift(deletes):
     counts = re.sub(r"^INTO .*\n(\s+v_.*\n)*", "", batch_counts_sql(ctx), flags=re.MULTILINE)
     assert "line__history" in counts
     assert [type(s).__name__ for s in sqlglot.parse(counts, read="redshift") if s is not None] == ["Select"]
+
+
+@pytest.mark.parametrize("ctx", TABLES.values(), ids=TABLES.keys())
+def test_stored_versions_are_probed_only_from_the_batchs_oldest_position(ctx):
+    """A copy repeats versions at its own position, so the stored versions a batch's events
+    can repeat lie at or after the batch's oldest position: the history's older versions
+    (all of them, when no event is late) never reach the join with the batch."""
+    sequence = history_sql(ctx).split("_seq AS (", 1)[1]
+    stored = sequence[: sequence.index("UNION ALL")]  # the stored versions' branch
+    assert f"FROM {ctx.rel.history} h" in stored
+    assert "AND COALESCE(h._valid_from_pos, '') >= (SELECT MIN(COALESCE(e._valid_from_pos, '')) FROM _ev e)" in stored
