@@ -8,10 +8,12 @@ import re
 import pytest
 
 from sync.config import HistoryConfig
+from sync.sql.procedure.bookkeeping import batch_counts_sql
 from sync.sql.procedure.context import Action
 from sync.sql.procedure.history import history_sql
 from sync.sql.procedure.steps import SYNC_STEPS
 from tests.helpers import COMPOSITE_KEY, ONE_COLUMN, table_sql
+from tests.procedure_shape import COMMON_PATH, parse, statements_on_path, touches_a_table
 from tests.test_procedure_steps import COLUMNS, read_before_written, walk
 
 TABLES = {
@@ -33,8 +35,10 @@ def test_history_step_keeps_the_stage_contract(ctx):
     assert named <= step.reads | step.writes
 
 
-def statements(sql: str) -> int:
-    return len(re.findall(r"^\s*(INSERT|UPDATE|DELETE)\b", sql, re.MULTILINE))
+def common_path(sql: str, **values: object) -> list[str]:
+    """The history's statements that touch a table on the procedure's common path (no
+    TOAST placeholder, truncate, ...; `values` change it)."""
+    return [s for s in statements_on_path(parse(sql), {**COMMON_PATH, **values}) if touches_a_table(s)]
 
 
 def test_history_adds_at_most_three_statements_to_the_common_path():
@@ -42,13 +46,29 @@ def test_history_adds_at_most_three_statements_to_the_common_path():
     topics (tombstone-only deletes), drop re-sent tombstones; a truncate's branch (rare)
     adds its markers and a recompute of every key."""
     one = TABLES["redshift-one-column-close"]
-    assert statements(history_sql(one)) == 2
+    assert [s.split()[0] for s in common_path(history_sql(one))] == ["INSERT", "UPDATE"]
     unwrapped = table_sql(ONE_COLUMN, format="debezium-unwrap", history=HistoryConfig())
-    assert statements(history_sql(unwrapped)) == 3
-    with_truncates = TABLES["redshift-composite-key-close"]
-    common, _, truncate_branch = history_sql(with_truncates).partition("IF v_truncates > 0")
-    _, otherwise = re.split(r"^ELSE$", truncate_branch, flags=re.MULTILINE)
-    assert statements(common) + statements(otherwise) == 2
+    assert len(common_path(history_sql(unwrapped))) == 3
+    with_truncates_and_toast = TABLES["redshift-composite-key-close"]
+    assert [s.split()[0] for s in common_path(history_sql(with_truncates_and_toast))] == ["INSERT", "UPDATE"]
+    truncated = common_path(history_sql(with_truncates_and_toast), v_truncates=1, v_truncate_pos="x")
+    assert [s.split()[0] for s in truncated] == ["INSERT", "INSERT", "UPDATE"]
+
+
+@pytest.mark.parametrize("dialect", ["redshift", "postgres"])
+def test_toast_placeholders_are_filled_only_when_the_batch_or_its_keys_versions_hold_one(dialect):
+    """The windows that fill TOAST placeholders from the version before (one per TOAST-able
+    column) run only when `v_unavailable` counts a placeholder: the batch's, or one the
+    stored versions of its keys hold (an event inserted before such a version changes its
+    value: tests/test_history.py, test_toast_placeholder_takes_the_previous_versions_value)."""
+    ctx = table_sql(COMPOSITE_KEY, dialect, history=HistoryConfig())
+    (common,) = [s for s in common_path(history_sql(ctx)) if s.startswith("UPDATE")]
+    (placeholders,) = [s for s in common_path(history_sql(ctx), v_unavailable=1) if s.startswith("UPDATE")]
+    assert "FIRST_VALUE" not in common and "_unavailable" not in common.partition(" FROM ")[0]
+    assert placeholders.count("FIRST_VALUE") == 1 and '"note" = CASE WHEN h._unavailable' in placeholders
+    counts = batch_counts_sql(ctx)
+    assert f"FROM {ctx.rel.history} h WHERE h._unavailable LIKE '%|%|%'" in counts
+    assert ctx.rel.history not in batch_counts_sql(table_sql(COMPOSITE_KEY, dialect)), "only with a history"
 
 
 def test_tables_without_history_do_not_run_the_step():
@@ -57,8 +77,9 @@ def test_tables_without_history_do_not_run_the_step():
 
 @pytest.mark.parametrize("deletes", ["close", "tombstone"])
 def test_every_history_statement_parses_as_redshift(deletes):
-    """The TOAST windows, truncate markers and re-sent tombstones, which the golden example
-    (no TOAST-able column, no truncates, full envelope) does not show, parse with sqlglot's
+    """The TOAST windows (and the recompute without them), truncate markers, re-sent
+    tombstones and the count of the history's placeholders, which the golden example (no
+    TOAST-able column, no truncates, full envelope) does not show, parse with sqlglot's
     Redshift dialect."""
     import sqlglot
 
@@ -66,4 +87,19 @@ def test_every_history_statement_parses_as_redshift(deletes):
     sql = history_sql(ctx).replace("v_truncate_ts", "CAST(NULL AS timestamp)").replace("v_truncate_pos", "'x'")
     body = "\n".join(line for line in sql.splitlines() if not re.fullmatch(r"\s*(--.*|IF .* THEN|ELSE|END IF;)", line))
     statements = [s for s in sqlglot.parse(body, read="redshift") if s is not None]
-    assert [type(s).__name__ for s in statements] == ["Insert", "Delete", "Insert", "Update", "Update"]
+    assert [type(s).__name__ for s in statements] == ["Insert", "Delete", "Insert", "Update", "Update", "Update"]
+    # the batch's count of TOAST placeholders, with those of its keys' versions
+    counts = re.sub(r"^INTO .*\n(\s+v_.*\n)*", "", batch_counts_sql(ctx), flags=re.MULTILINE)
+    assert "line__history" in counts
+    assert [type(s).__name__ for s in sqlglot.parse(counts, read="redshift") if s is not None] == ["Select"]
+
+
+@pytest.mark.parametrize("ctx", TABLES.values(), ids=TABLES.keys())
+def test_stored_versions_are_probed_only_from_the_batchs_oldest_position(ctx):
+    """A copy repeats versions at its own position, so the stored versions a batch's events
+    can repeat lie at or after the batch's oldest position: the history's older versions
+    (all of them, when no event is late) never reach the join with the batch."""
+    sequence = history_sql(ctx).split("_seq AS (", 1)[1]
+    stored = sequence[: sequence.index("UNION ALL")]  # the stored versions' branch
+    assert f"FROM {ctx.rel.history} h" in stored
+    assert "AND COALESCE(h._valid_from_pos, '') >= (SELECT MIN(COALESCE(e._valid_from_pos, '')) FROM _ev e)" in stored

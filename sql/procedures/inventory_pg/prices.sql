@@ -413,6 +413,7 @@ BEGIN
                          COALESCE(h._valid_from_pos, '') AS pos__
                   FROM "inventory"."prices__history" h
                   WHERE h._op <> 't'
+                    AND COALESCE(h._valid_from_pos, '') >= (SELECT MIN(COALESCE(e._valid_from_pos, '')) FROM _ev e)
                     AND EXISTS (SELECT 1 FROM _ev e WHERE e."product_id" = h."product_id"
                       AND COALESCE(e._valid_from_pos, '') = COALESCE(h._valid_from_pos, ''))
                   UNION ALL

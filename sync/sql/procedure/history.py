@@ -119,17 +119,16 @@ def _unwrapped(ctx: TableSql) -> bool:
     return ctx.table.format == "debezium-unwrap"
 
 
-def _recomputed(ctx: TableSql, keys_of_batch: bool, in_batch: bool) -> str:
+def _recomputed(ctx: TableSql, keys_of_batch: bool, in_batch: bool, toast: list[str]) -> str:
     """Each version of the keys to recompute (those of the batch's events, or all), with its
     interval: to the next version's start (LEAD in version order); a closing marker, and
     in "close" mode a delete, lasts no time and is never current. TOAST placeholders take
     the value of the newest earlier version that had one. Unwrapped topics: a tombstone
     waiting for its key's next record (`in_batch`: one the batch leaves waiting too) is
-    no version, `op` its marker's."""
+    no version, `op` its marker's. `toast`: the columns whose placeholders are filled."""
     d, q, keys = ctx.d, ctx.q, ctx.keys
     key_list = ", ".join(f"x.{q(k)}" for k in keys)
     window = f"PARTITION BY {key_list} ORDER BY {version_order('x')}"
-    toast = _toast_columns(ctx)
     groups = "".join(
         f",\n               COUNT(CASE WHEN x._unavailable LIKE {_mark(c)} THEN NULL ELSE 1 END) OVER ({window}\n"
         f"                 ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW) AS {q('known_' + c)}"
@@ -164,13 +163,14 @@ def _recomputed(ctx: TableSql, keys_of_batch: bool, in_batch: bool) -> str:
     )
 
 
-def intervals_sql(ctx: TableSql, keys_of_batch: bool = True, in_batch: bool = True) -> str:
+def intervals_sql(ctx: TableSql, keys_of_batch: bool = True, in_batch: bool = True, fill: bool = True) -> str:
     """The intervals (and TOAST values) of the versions of the keys the batch touched,
     recomputed over each key's versions: an older event inserted late splits the interval
     it falls into. Only versions that change are written. `in_batch`: a sync batch's (not
-    a snapshot's), whose tombstones may wait for their key's next record (unwrapped topics)."""
+    a snapshot's), whose tombstones may wait for their key's next record (unwrapped topics).
+    `fill`: TOAST placeholders are filled (without: none of the versions holds one)."""
     d, q = ctx.d, ctx.q
-    toast = _toast_columns(ctx)
+    toast = _toast_columns(ctx) if fill else []
     sets = ["_valid_to = n.valid_to", "_valid_to_pos = n.valid_to_pos", "_is_current = n.is_current"]
     sets += [f"{q(c)} = CASE WHEN h._unavailable LIKE {_mark(c)} THEN n.{q(c)} ELSE h.{q(c)} END" for c in toast]
     changed = [
@@ -191,7 +191,7 @@ def intervals_sql(ctx: TableSql, keys_of_batch: bool = True, in_batch: bool = Tr
         "-- History: each touched key's versions end where the next begins (source order); only\n"
         "-- the versions that change are written.\n"
         f"UPDATE {ctx.rel.history} h SET {packed(sets, '    ')}\n"
-        f"FROM (SELECT n.* FROM {_recomputed(ctx, keys_of_batch, in_batch)}\n"
+        f"FROM (SELECT n.* FROM {_recomputed(ctx, keys_of_batch, in_batch, toast)}\n"
         f"      WHERE {chr(10).join(changed_lines)}) n\n"
         f"WHERE {same_version(ctx, 'h', 'n')};"
     )
@@ -227,9 +227,33 @@ def truncate_markers_sql(ctx: TableSql) -> str:
     return schemas.insert_select_sql(d, hist, schemas.history(table), values, rest, quoted=True)
 
 
+def history_placeholders(ctx: TableSql, pad: str) -> str:
+    """What the batch's count of TOAST placeholders (`v_unavailable`) adds with a history
+    (lines after the first start with `pad`): the versions of its keys that hold one, whose
+    values an event inserted before them changes. Without either, the intervals are
+    recomputed without filling placeholders (`_touched_intervals_sql`)."""
+    if ctx.table.history is None or not _toast_columns(ctx):
+        return ""
+    touched = key_match(ctx.d, ctx.keys, "s", "h")
+    return (
+        f"\n{pad}  + (SELECT COUNT(*) FROM {ctx.rel.history} h WHERE h._unavailable LIKE '%|%|%'\n"
+        f"{pad}       AND EXISTS (SELECT 1 FROM {ctx.rel.stage} s WHERE {touched}))"
+    )
+
+
+def _touched_intervals_sql(ctx: TableSql) -> str:
+    """The touched keys' intervals, their TOAST placeholders filled only when the batch or
+    those keys' versions hold one (`history_placeholders`)."""
+    if not _toast_columns(ctx):
+        return intervals_sql(ctx)
+    return (
+        f"IF v_unavailable > 0 THEN\n{indent(intervals_sql(ctx), 2)}\nELSE\n{indent(intervals_sql(ctx, fill=False), 2)}\nEND IF;"
+    )
+
+
 def history_sql(ctx: TableSql) -> str:
     """The history's statements of a batch with records."""
-    recompute = intervals_sql(ctx)
+    recompute = _touched_intervals_sql(ctx)
     if ctx.table.on_truncate == "delete":
         recompute = (
             "IF v_truncates > 0 AND v_truncate_pos IS NOT NULL THEN\n"

@@ -71,6 +71,7 @@ def copies_ctes(ctx: TableSql, columns: list[str], events: str, same_version: st
         "                     COALESCE(h._valid_from_pos, '') AS pos__\n"
         f"              FROM {hist} h\n"
         f"              WHERE h._op {not_versions}\n"
+        "                AND COALESCE(h._valid_from_pos, '') >= (SELECT MIN(COALESCE(e._valid_from_pos, '')) FROM _ev e)\n"
         f"                AND EXISTS (SELECT 1 FROM _ev e WHERE {key_match(d, ctx.keys, 'e', 'h')}\n"
         "                  AND COALESCE(e._valid_from_pos, '') = COALESCE(h._valid_from_pos, ''))\n"
         "              UNION ALL\n"
