@@ -36,10 +36,9 @@ AS $$
 -- redshift-sync explain (table customer): the procedure incremental_sync_customer's steps over
 -- temporary tables, in a transaction that is rolled back.
 DECLARE
-  v_started timestamp; v_wm_before varchar(65535); v_read bigint := 0; v_quarantined bigint := 0; v_truncates bigint := 0; v_rows bigint := 0;
-  v_positionless bigint := 0; v_partitions bigint := 0; v_advanced bigint := 0; v_deletes bigint := 0; v_set_aside bigint := 0;
-  v_unavailable bigint := 0; v_drift bigint := 0; v_replayed bigint := 0; v_until_time timestamp; v_until_partition bigint; v_until_offset bigint;
-  v_truncate_pos varchar(64); v_truncate_ts timestamp;
+  v_started timestamp; v_wm_before varchar(65535); v_read bigint := 0; v_quarantined bigint := 0; v_truncates bigint := 0; v_positionless bigint := 0;
+  v_partitions bigint := 0; v_advanced bigint := 0; v_deletes bigint := 0; v_set_aside bigint := 0; v_unavailable bigint := 0; v_drift bigint := 0;
+  v_replayed bigint := 0; v_until_time timestamp; v_until_partition bigint; v_until_offset bigint; v_truncate_pos varchar(64); v_truncate_ts timestamp;
 BEGIN
   -- Pending records: the call's reading of the stream, then the rules of the batch.
   -- 10. Session settings this procedure needs.
@@ -264,42 +263,44 @@ BEGIN
     GET DIAGNOSTICS v_set_aside := ROW_COUNT;
     v_quarantined := v_quarantined + v_set_aside;
   END IF;
-  -- 5. Never regress: a winner not newer than what is stored for its key is stale.
-  UPDATE "explain_pending" s SET _action = 'stale', _reason = s._action
-  WHERE s._rn = 1 AND s._action IN ('upsert', 'delete') AND s._source_pos IS NOT NULL
-    AND s._source_pos <= (SELECT MAX(k._source_pos)
-                          FROM (SELECT t."customer_id", t._source_pos FROM "explain_target" t
-                                 UNION ALL SELECT t."customer_id", t._source_pos FROM "explain_deleted" t) k
-                          WHERE k."customer_id" = s."customer_id");
-  GET DIAGNOSTICS v_rows := ROW_COUNT;
-  -- 5. A stale winner at exactly the stored position that changes something is another
-  --    change of the same transaction (compressed MySQL binlog): it applies, in Kafka
-  --    order. A re-sent copy of the stored event stays stale, and so does a replayed
-  --    record earlier in Kafka order than the record that wrote what is stored.
-  IF v_rows > 0 THEN
-    UPDATE "explain_pending" s SET _action = s._reason, _reason = NULL
-    FROM (SELECT x."customer_id", x._kafka_partition, x._kafka_offset,
-                 MAX(CASE WHEN x._reason = 'upsert' AND (t.deleted__ OR (t."name" <> x."name" OR (t."name" IS NULL) <> (x."name" IS NULL))
-                     OR (t."mktsegment" <> x."mktsegment" OR (t."mktsegment" IS NULL) <> (x."mktsegment" IS NULL))) OR x._reason = 'delete' AND NOT t.deleted__
-                     THEN 1 ELSE 0 END) AS changes,
-                 MAX(CASE WHEN x._kafka_offset <= w.last_offset AND (t._kafka_partition = x._kafka_partition AND t._kafka_offset > x._kafka_offset
-                     OR t._kafka_partition <> x._kafka_partition AND (t.kafka_time__ > x._kafka_timestamp
-                     OR (COALESCE(t.kafka_time__ = x._kafka_timestamp, true) AND t._kafka_partition > x._kafka_partition))) THEN 1 ELSE 0 END) AS older_replay
-          FROM "explain_pending" x
-          JOIN (SELECT t."customer_id", t._source_pos, t._kafka_partition, t._kafka_offset, m.kafka_timestamp AS kafka_time__, false AS deleted__, t."name",
-              t."mktsegment" FROM "explain_target" t LEFT JOIN "cdc"."customer__stream" m ON m.kafka_partition = t._kafka_partition
-              AND m.kafka_offset = t._kafka_offset WHERE EXISTS (SELECT 1 FROM "explain_pending" y WHERE y._rn = 1 AND y._action = 'stale'
-              AND y."customer_id" = t."customer_id" AND y._source_pos = t._source_pos)
-                      UNION ALL SELECT t."customer_id", t._source_pos, t._kafka_partition, t._kafka_offset, t._kafka_timestamp, true, NULL,
-                          NULL FROM "explain_deleted" t WHERE EXISTS (SELECT 1 FROM "explain_pending" y WHERE y._rn = 1 AND y._action = 'stale'
-                          AND y."customer_id" = t."customer_id" AND y._source_pos = t._source_pos)) t
-            ON t."customer_id" = x."customer_id" AND t._source_pos = x._source_pos
-          LEFT JOIN "explain_watermark" w ON w.kafka_partition = x._kafka_partition
-          WHERE x._rn = 1 AND x._action = 'stale'
-          GROUP BY x."customer_id", x._kafka_partition, x._kafka_offset) c
-    WHERE s._rn = 1 AND s._action = 'stale' AND c."customer_id" = s."customer_id"
-      AND s._kafka_partition = c._kafka_partition AND s._kafka_offset = c._kafka_offset
-      AND c.changes = 1 AND c.older_replay = 0;
+  -- 5. Never regress: a winner older than what is stored for its key (row or deleted key) is stale; at the
+  --    stored position a re-sent copy is too, a change applies (one compressed MySQL transaction's).
+  UPDATE "explain_pending" s SET _action = 'stale'
+  FROM (SELECT * FROM (SELECT k.*, ROW_NUMBER() OVER (PARTITION BY "customer_id"
+                         ORDER BY _source_pos DESC NULLS LAST, _kafka_partition DESC, _kafka_offset DESC) AS stored_rn__
+                       FROM (SELECT t."customer_id", t._source_pos, t._kafka_partition, t._kafka_offset, false AS deleted__, t."name",
+                           t."mktsegment" FROM "explain_target" t
+                           WHERE EXISTS (SELECT 1 FROM "explain_pending" y WHERE y._rn = 1 AND y._action IN ('upsert', 'delete')
+                               AND y."customer_id" = t."customer_id")
+                           UNION ALL SELECT t."customer_id", t._source_pos, t._kafka_partition, t._kafka_offset, true, NULL, NULL FROM "explain_deleted" t
+                           WHERE EXISTS (SELECT 1 FROM "explain_pending" y WHERE y._rn = 1 AND y._action IN ('upsert', 'delete')
+                               AND y."customer_id" = t."customer_id")) k) o
+                  WHERE o.stored_rn__ = 1) t
+  WHERE s._rn = 1 AND s._action IN ('upsert', 'delete') AND t."customer_id" = s."customer_id" AND s._source_pos <= t._source_pos
+    AND CASE WHEN s._source_pos < t._source_pos THEN true
+             WHEN s._action = 'upsert' AND (t.deleted__ OR (t."name" <> s."name" OR (t."name" IS NULL) <> (s."name" IS NULL))
+                 OR (t."mktsegment" <> s."mktsegment" OR (t."mktsegment" IS NULL) <> (s."mktsegment" IS NULL))) THEN false
+             WHEN s._action = 'delete' AND NOT t.deleted__ THEN false ELSE true END;
+  -- 5. A replay tied at the stored position, older in Kafka order than what wrote it: stale.
+  IF v_replayed > 0 THEN
+    UPDATE "explain_pending" s SET _action = 'stale'
+    FROM (SELECT * FROM (SELECT k.*, ROW_NUMBER() OVER (PARTITION BY "customer_id"
+                           ORDER BY _source_pos DESC NULLS LAST, _kafka_partition DESC, _kafka_offset DESC) AS stored_rn__
+                         FROM (SELECT t."customer_id", t._source_pos, t._kafka_partition, t._kafka_offset, CAST(NULL AS timestamp) AS kafka_time__,
+                             true AS row__ FROM "explain_target" t
+                             WHERE EXISTS (SELECT 1 FROM "explain_pending" y WHERE y._rn = 1 AND y._action IN ('upsert', 'delete')
+                                 AND y."customer_id" = t."customer_id" AND y._source_pos = t._source_pos)
+                             UNION ALL SELECT t."customer_id", t._source_pos, t._kafka_partition, t._kafka_offset, t._kafka_timestamp,
+                                 false FROM "explain_deleted" t
+                             WHERE EXISTS (SELECT 1 FROM "explain_pending" y WHERE y._rn = 1 AND y._action IN ('upsert', 'delete')
+                                 AND y."customer_id" = t."customer_id" AND y._source_pos = t._source_pos)) k) o
+                    WHERE o.stored_rn__ = 1) t
+    LEFT JOIN "cdc"."customer__stream" m ON t.row__ AND m.kafka_partition = t._kafka_partition AND m.kafka_offset = t._kafka_offset
+    WHERE s._rn = 1 AND s._action IN ('upsert', 'delete') AND t."customer_id" = s."customer_id" AND s._source_pos = t._source_pos
+      AND EXISTS (SELECT 1 FROM "explain_watermark" w WHERE w.kafka_partition = s._kafka_partition AND s._kafka_offset <= w.last_offset)
+      AND (t._kafka_partition = s._kafka_partition AND t._kafka_offset > s._kafka_offset OR t._kafka_partition <> s._kafka_partition
+          AND (COALESCE(m.kafka_timestamp, t.kafka_time__) > s._kafka_timestamp
+          OR (COALESCE(COALESCE(m.kafka_timestamp, t.kafka_time__) = s._kafka_timestamp, true) AND t._kafka_partition > s._kafka_partition)));
   END IF;
   -- A winner without a source position was never stale; it is recorded at the position
   -- it ranked by, so replays of what it superseded stay stale.

@@ -1,12 +1,14 @@
-"""4./5. The ordering rules over the stage: events without a source position ranked
-again, redundant tombstones, and winners not newer than what is stored for their key
-(stale, with the exception of tied changes of one transaction)."""
+"""4. Kafka order and the order of a key's events, the newest stored state of keys, and
+the rules that order the stage before the stale rules (sync/sql/procedure/stale.py):
+events without a source position ranked again, redundant tombstones."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from sync.sql.apply import key_match
 from sync.sql.dialect import PostgresDialect
-from sync.sql.procedure.context import APPLIED, WINNERS, Action, TableSql, positionless
+from sync.sql.procedure.context import APPLIED, Action, TableSql, positionless
 from sync.sql.procedure.fields import merged_levels, named_texts
 from sync.sql.procedure.text import extended, indent, subquery
 from sync.sql.semantic import DecodeSql
@@ -76,16 +78,18 @@ def stored_rows(d: PostgresDialect, target: str, keys: list[str], wanted: str) -
     )
 
 
-def stored_state(ctx: TableSql, wanted: str) -> str:
+def stored_state(ctx: TableSql, wanted: str, extra: Sequence[tuple[str, str]] = ()) -> str:
     """What is stored for each key whose rows match `wanted` (a condition on the stored row
     `t`), one row per key: the newest of its target rows and, in hard mode, of its deleted
-    key (its `_source_pos`, `_kafka_partition`, `_kafka_offset`). A primary key is not
+    key (its `_source_pos`, `_kafka_partition`, `_kafka_offset`, and the `extra` columns,
+    each as (the target row's expression, named; the deleted key's)). A primary key is not
     enforced on Redshift; between copies of a key, partition and offset make the choice
     deterministic."""
     key_list = ", ".join(ctx.q(k) for k in ctx.keys)
     columns = f"{', '.join(f't.{ctx.q(k)}' for k in ctx.keys)}, t._source_pos, t._kafka_partition, t._kafka_offset"
     held = "\n                    UNION ALL ".join(
-        f"SELECT {columns} FROM {relation} t\n                    WHERE {wanted}" for relation in ctx.rel.held(ctx.table)
+        f"SELECT {columns}{''.join(f', {e[i]}' for e in extra)} FROM {relation} t\n                    WHERE {wanted}"
+        for i, relation in enumerate(ctx.rel.held(ctx.table))
     )
     return (
         f"(SELECT * FROM (SELECT k.*, ROW_NUMBER() OVER (PARTITION BY {key_list}\n"
@@ -209,136 +213,3 @@ def _delete_event(ctx: TableSql) -> tuple[str, str]:
         "(SELECT f.kafka_partition, f.kafka_offset, f.refresh_time, f.kafka_key,\n"
         f"            {deleted} AS deleted\n" + indent(subquery(d, level, "b"), 6) + ")"
     ), "b.deleted"
-
-
-def stored_positions(ctx: TableSql) -> str:
-    """The source positions stored for keys (column `_source_pos` of rows `k`): of the
-    target rows and, in hard mode, of the deleted keys, one relation."""
-    key_list = ", ".join(f"t.{ctx.q(k)}" for k in ctx.keys)
-    held = ctx.rel.held(ctx.table)
-    if len(held) == 1:
-        return f"{held[0]} k"
-    union = "\n                               UNION ALL ".join(f"SELECT {key_list}, t._source_pos FROM {r} t" for r in held)
-    return f"({union}) k"
-
-
-def stale_sql(ctx: TableSql) -> str:
-    """5. A lookup of the newest stored position per winning key (a correlated MAX over the
-    stored rows and deleted keys: at most one row, NULL when there is none), so the cost
-    follows the batch, not the table. The number of stale winners goes to v_rows."""
-    return (
-        "-- 5. Never regress: a winner not newer than what is stored for its key is stale.\n"
-        f"UPDATE {ctx.rel.stage} s SET _action = '{Action.STALE}', _reason = s._action\n"
-        f"WHERE {WINNERS} AND s._source_pos IS NOT NULL\n"
-        f"  AND s._source_pos <= (SELECT MAX(k._source_pos)\n"
-        f"                        FROM {stored_positions(ctx)}\n"
-        f"                        WHERE {key_match(ctx.d, ctx.keys, 'k', 's')});\n"
-        "GET DIAGNOSTICS v_rows := ROW_COUNT;"
-    )
-
-
-def tied_changes_sql(ctx: TableSql) -> str:
-    """5. Winners at exactly the stored position were set stale with the older ones (one
-    lookup per winner); those that change something apply after all: another change of
-    the same transaction (a compressed MySQL transaction shares one position), in Kafka
-    order. What stays stale at a tie is a re-sent copy of the stored event (the same
-    values, or a delete of a key deleted there), and a replayed record earlier in Kafka
-    order than a record that wrote what is stored there. Stale winners are rare (replays),
-    so this runs only when there are some (v_rows, from `stale_sql`); `_reason` holds the
-    action they had. One pass: each stale winner joined with what is stored for its key
-    at its position (`t`: target rows and, in hard mode, deleted keys, `deleted__` telling
-    them apart), the cases aggregated per winner."""
-    d, q, rel, table = ctx.d, ctx.q, ctx.rel, ctx.table
-    stage, keys = rel.stage, ctx.keys
-    values = [q(c.target_name) for c in table.value_columns]
-    differs = " OR ".join(d.differs(f"t.{q(c.target_name)}", f"x.{q(c.target_name)}", c.sql_type) for c in table.value_columns)
-    tied_stale = (
-        f"y._rn = 1 AND y._action = '{Action.STALE}' AND {key_match(d, keys, 'y', 't')} AND y._source_pos = t._source_pos"
-    )
-    stored_columns = ", ".join([*(f"t.{q(k)}" for k in keys), "t._source_pos", "t._kafka_partition", "t._kafka_offset"])
-    # A stored row's Kafka time is its record's in the stream; a deleted key keeps its own.
-    branches = [
-        f"SELECT {stored_columns}, m.kafka_timestamp AS kafka_time__, {'t._deleted' if not ctx.hard_deletes else 'false'} AS deleted__"
-        + "".join(f", t.{v}" for v in values)
-        + f" FROM {rel.target} t LEFT JOIN {rel.stream} m ON m.kafka_partition = t._kafka_partition AND m.kafka_offset = t._kafka_offset"
-        f" WHERE EXISTS (SELECT 1 FROM {stage} y WHERE {tied_stale})"
-    ]
-    if ctx.hard_deletes:
-        branches.append(
-            f"SELECT {stored_columns}, t._kafka_timestamp, true" + ", NULL" * len(values) + f" FROM {rel.deleted} t"
-            f" WHERE EXISTS (SELECT 1 FROM {stage} y WHERE {tied_stale})"
-        )
-    changes_upsert = "t.deleted__" + (f" OR {differs}" if differs else "")
-    changes = f"x._reason = '{Action.UPSERT}' AND ({changes_upsert}) OR x._reason = '{Action.DELETE}' AND NOT t.deleted__"
-    # A replayed record was read before at its own offset: at a tie, when that is earlier
-    # in Kafka order than the record that wrote what is stored, the replay is the older.
-    # Kafka order as everywhere (`kafka_later`): offsets within a partition, the Kafka time
-    # across partitions, then the partition.
-    later = kafka_later("t", "t.kafka_time__", "x", "x._kafka_timestamp", lines=False)
-    older_replay = f"x._kafka_offset <= w.last_offset AND {later}"
-    record = ", ".join([*(f"x.{q(k)}" for k in keys), "x._kafka_partition", "x._kafka_offset"])
-    union = "\n                    UNION ALL ".join(branches)
-    return (
-        "-- 5. A stale winner at exactly the stored position that changes something is another\n"
-        "--    change of the same transaction (compressed MySQL binlog): it applies, in Kafka\n"
-        "--    order. A re-sent copy of the stored event stays stale, and so does a replayed\n"
-        "--    record earlier in Kafka order than the record that wrote what is stored.\n"
-        "IF v_rows > 0 THEN\n"
-        f"  UPDATE {stage} s SET _action = s._reason, _reason = NULL\n"
-        f"  FROM (SELECT {record},\n"
-        f"               MAX(CASE WHEN {changes} THEN 1 ELSE 0 END) AS changes,\n"
-        f"               MAX(CASE WHEN {older_replay} THEN 1 ELSE 0 END) AS older_replay\n"
-        f"        FROM {stage} x\n"
-        f"        JOIN ({union}) t\n"
-        f"          ON {key_match(d, keys, 't', 'x')} AND t._source_pos = x._source_pos\n"
-        f"        LEFT JOIN {rel.watermark} w ON w.kafka_partition = x._kafka_partition\n"
-        f"        WHERE x._rn = 1 AND x._action = '{Action.STALE}'\n"
-        f"        GROUP BY {record}) c\n"
-        f"  WHERE s._rn = 1 AND s._action = '{Action.STALE}' AND {key_match(d, keys, 'c', 's')}\n"
-        "    AND s._kafka_partition = c._kafka_partition AND s._kafka_offset = c._kafka_offset\n"
-        "    AND c.changes = 1 AND c.older_replay = 0;\n"
-        "END IF;"
-    )
-
-
-def positionless_position_sql(ctx: TableSql) -> str:
-    return (
-        "-- A winner without a source position was never stale; it is recorded at the position\n"
-        "-- it ranked by, so replays of what it superseded stay stale.\n"
-        "IF v_positionless > 0 THEN\n"
-        f"  UPDATE {ctx.rel.stage} SET _source_pos = _rank_pos\n"
-        f"  WHERE _rn = 1 AND _action IN {APPLIED} AND _source_pos IS NULL;\n"
-        "END IF;"
-    )
-
-
-def replay_stale_sql(ctx: TableSql) -> str:
-    """Kafka order (no source position): a replayed winner older in Kafka order than the
-    row stored, or the delete remembered, for its key is stale. A replayed record is one
-    at or below its partition's watermark (records of the stream are above it). A stored
-    row's Kafka timestamp is its record's in the stream; a deleted key keeps its own."""
-    rel = ctx.rel
-    match = key_match(ctx.d, ctx.keys, "t", "s")
-    stored = {
-        rel.target: (
-            f"{rel.target} t\n              LEFT JOIN {rel.stream} m"
-            " ON m.kafka_partition = t._kafka_partition AND m.kafka_offset = t._kafka_offset",
-            "m.kafka_timestamp",
-        ),
-        rel.deleted: (f"{rel.deleted} t", "t._kafka_timestamp"),
-    }
-    newer = "\n         OR ".join(
-        f"EXISTS (SELECT 1 FROM {stored[relation][0]}\n"
-        f"            WHERE {match}\n"
-        f"              AND {indent(kafka_later('t', stored[relation][1], 's', 's._kafka_timestamp'), 14).lstrip()})"
-        for relation in rel.held(ctx.table)
-    )
-    return (
-        "-- 5. (replay) Never regress: a replayed record older than what is stored for its key is stale.\n"
-        "IF v_replayed > 0 THEN\n"
-        f"  UPDATE {rel.stage} s SET _action = '{Action.STALE}'\n"
-        f"  WHERE {WINNERS}\n"
-        f"    AND {replayed(ctx)}\n"
-        f"    AND ({newer});\n"
-        "END IF;"
-    )

@@ -30,16 +30,10 @@ from sync.sql.procedure.context import CALL_TIME, Action, TableSql
 from sync.sql.procedure.drift import drift_sql
 from sync.sql.procedure.fields import has_toast
 from sync.sql.procedure.history import history_sql
-from sync.sql.procedure.ordering import (
-    positionless_position_sql,
-    redundant_tombstones_sql,
-    replay_stale_sql,
-    rerank_sql,
-    stale_sql,
-    tied_changes_sql,
-)
+from sync.sql.procedure.ordering import redundant_tombstones_sql, rerank_sql
 from sync.sql.procedure.routing import counts_unmatched, unmatched_sql
 from sync.sql.procedure.stage import stage_insert_sql
+from sync.sql.procedure.stale import positionless_position_sql, replay_stale_sql, stale_sql, tied_replay_sql
 from sync.sql.procedure.text import indent
 from sync.sql.procedure.toast import toast_sql
 from sync.sql.procedure.truncate import truncate_sql
@@ -209,17 +203,17 @@ APPLY_STEPS = (
     ),
     Step(
         stale_sql,
-        ("v_rows",),
+        (),
         _source_order,
-        reads=RANKED | facts("_source_pos values"),
-        writes=facts("_action _reason", Action.STALE),
+        reads=RANKED | STORED | facts("values"),
+        writes=facts("_action", Action.STALE),
     ),
     Step(
-        tied_changes_sql,
-        ("v_rows", "v_replayed"),
+        tied_replay_sql,
+        ("v_replayed",),
         _source_order,
-        reads=facts(KAFKA, "_kafka_timestamp _rn _action _reason _source_pos values", Action.STALE),
-        writes=facts("_action _reason", Action.UPSERT, Action.DELETE),
+        reads=RANKED | STORED | facts("_kafka_timestamp"),
+        writes=facts("_action", Action.STALE),
     ),
     Step(
         positionless_position_sql,

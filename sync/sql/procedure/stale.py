@@ -1,0 +1,113 @@
+"""5. Never regress: a winner not newer than what is stored for its key is stale. One
+statement decides it for every winner from one lookup of what is stored (`stored_state`:
+the newest target row or deleted key of each key with a winner, one row per key), with
+the compressed-MySQL tie rule as a CASE; a replay tied at the stored position is judged by
+Kafka order in one more statement, only when the batch replays records. Then the
+positionless winners' positions, and the Kafka-order tables' replay rule."""
+
+from __future__ import annotations
+
+from sync.sql.apply import key_match
+from sync.sql.procedure.context import APPLIED, WINNERS, Action, TableSql
+from sync.sql.procedure.ordering import kafka_later, replayed, stored_state
+from sync.sql.procedure.text import indent
+
+
+def _winner_of_key(ctx: TableSql, tied: bool = False) -> str:
+    """The stored row `t`'s key has a winner in the batch (`tied`: at the row's position)."""
+    at = " AND y._source_pos = t._source_pos" if tied else ""
+    match = key_match(ctx.d, ctx.keys, "y", "t")
+    return f"EXISTS (SELECT 1 FROM {ctx.rel.stage} y WHERE y._rn = 1 AND y._action IN {APPLIED} AND {match}{at})"
+
+
+def stale_sql(ctx: TableSql) -> str:
+    """Each winner against the newest stored state of its key (`t`): older is stale; at
+    exactly the stored position, a winner that changes something (another value, or a
+    delete of a stored row, or an upsert of a deleted key) is another change of the same
+    transaction (a compressed MySQL transaction shares one position) and applies, in Kafka
+    order; a re-sent copy of the stored event stays stale. The lookup reads the target and
+    the deleted keys only for the batch's keys, so the cost follows the batch."""
+    d, q, table = ctx.d, ctx.q, ctx.table
+    values = [q(c.target_name) for c in table.value_columns]
+    deleted = ("t._deleted" if not ctx.hard_deletes else "false") + " AS deleted__"
+    extra = [(deleted, "true"), *((f"t.{v}", "NULL") for v in values)]
+    differs = "".join(f" OR {d.differs(f't.{v}', f's.{v}', c.sql_type)}" for v, c in zip(values, table.value_columns))
+    stored = stored_state(ctx, _winner_of_key(ctx), extra)
+    return (
+        "-- 5. Never regress: a winner older than what is stored for its key (row or deleted key) is stale; at the\n"
+        "--    stored position a re-sent copy is too, a change applies (one compressed MySQL transaction's).\n"
+        f"UPDATE {ctx.rel.stage} s SET _action = '{Action.STALE}'\n"
+        f"FROM {indent(stored, 5).lstrip()} t\n"
+        f"WHERE {WINNERS} AND {key_match(d, ctx.keys, 't', 's')} AND s._source_pos <= t._source_pos\n"
+        "  AND CASE WHEN s._source_pos < t._source_pos THEN true\n"
+        f"           WHEN s._action = '{Action.UPSERT}' AND (t.deleted__{differs}) THEN false\n"
+        f"           WHEN s._action = '{Action.DELETE}' AND NOT t.deleted__ THEN false ELSE true END;"
+    )
+
+
+def tied_replay_sql(ctx: TableSql) -> str:
+    """A replayed record (at or below its partition's watermark) was read before at its own
+    offset: tied at the stored position, when that is earlier in Kafka order than the
+    record that wrote what is stored, it is the older, and stale. Kafka order as everywhere
+    (`kafka_later`): offsets within a partition, the Kafka time across partitions (a
+    stored row's is its record's in the stream, a deleted key keeps its own), then the
+    partition. Only when the batch replays records (v_replayed); the lookup holds only the
+    stored rows a winner ties with, so the stream is read for those only."""
+    rel, stage = ctx.rel, ctx.rel.stage
+    extra = [("CAST(NULL AS timestamp) AS kafka_time__", "t._kafka_timestamp"), ("true AS row__", "false")]
+    stored = stored_state(ctx, _winner_of_key(ctx, tied=True), extra)
+    later = kafka_later("t", "COALESCE(m.kafka_timestamp, t.kafka_time__)", "s", "s._kafka_timestamp", lines=False)
+    return (
+        "-- 5. A replay tied at the stored position, older in Kafka order than what wrote it: stale.\n"
+        "IF v_replayed > 0 THEN\n"
+        f"  UPDATE {stage} s SET _action = '{Action.STALE}'\n"
+        f"  FROM {indent(stored, 7).lstrip()} t\n"
+        f"  LEFT JOIN {rel.stream} m ON t.row__ AND m.kafka_partition = t._kafka_partition AND m.kafka_offset = t._kafka_offset\n"
+        f"  WHERE {WINNERS} AND {key_match(ctx.d, ctx.keys, 't', 's')} AND s._source_pos = t._source_pos\n"
+        f"    AND {replayed(ctx)}\n"
+        f"    AND {later};\n"
+        "END IF;"
+    )
+
+
+def positionless_position_sql(ctx: TableSql) -> str:
+    return (
+        "-- A winner without a source position was never stale; it is recorded at the position\n"
+        "-- it ranked by, so replays of what it superseded stay stale.\n"
+        "IF v_positionless > 0 THEN\n"
+        f"  UPDATE {ctx.rel.stage} SET _source_pos = _rank_pos\n"
+        f"  WHERE _rn = 1 AND _action IN {APPLIED} AND _source_pos IS NULL;\n"
+        "END IF;"
+    )
+
+
+def replay_stale_sql(ctx: TableSql) -> str:
+    """Kafka order (no source position): a replayed winner older in Kafka order than the
+    row stored, or the delete remembered, for its key is stale. A replayed record is one
+    at or below its partition's watermark (records of the stream are above it). A stored
+    row's Kafka timestamp is its record's in the stream; a deleted key keeps its own."""
+    rel = ctx.rel
+    match = key_match(ctx.d, ctx.keys, "t", "s")
+    stored = {
+        rel.target: (
+            f"{rel.target} t\n              LEFT JOIN {rel.stream} m"
+            " ON m.kafka_partition = t._kafka_partition AND m.kafka_offset = t._kafka_offset",
+            "m.kafka_timestamp",
+        ),
+        rel.deleted: (f"{rel.deleted} t", "t._kafka_timestamp"),
+    }
+    newer = "\n         OR ".join(
+        f"EXISTS (SELECT 1 FROM {stored[relation][0]}\n"
+        f"            WHERE {match}\n"
+        f"              AND {indent(kafka_later('t', stored[relation][1], 's', 's._kafka_timestamp'), 14).lstrip()})"
+        for relation in rel.held(ctx.table)
+    )
+    return (
+        "-- 5. (replay) Never regress: a replayed record older than what is stored for its key is stale.\n"
+        "IF v_replayed > 0 THEN\n"
+        f"  UPDATE {rel.stage} s SET _action = '{Action.STALE}'\n"
+        f"  WHERE {WINNERS}\n"
+        f"    AND {replayed(ctx)}\n"
+        f"    AND ({newer});\n"
+        "END IF;"
+    )
