@@ -251,6 +251,42 @@ def test_delete_then_recreate(wh, deletes):
     ]
 
 
+@pytest.mark.parametrize("deletes", ["close", "tombstone"])
+def test_batch_after_the_stored_versions_closes_each_keys_current_version(wh, deletes):
+    """Every event of the second batch follows the stored versions of its key (the common
+    case, which takes the shorter path of docs/correctness.md, "History mode"): a key's
+    current version ends where its first event begins, the first in Kafka order of a
+    compressed transaction's tied changes; a delete (in "tombstone" form, current) ends
+    where the key is created again; a new key's version opens; nothing else changes."""
+    p = setup(wh, history_toml("acc", deletes, order_by="mysql-binlog"))
+    first = [
+        envelope("c", 1, row(1, 0), None, mysql_source(900)),
+        envelope("c", 2, row(2, 5), None, mysql_source(910)),
+        envelope("d", 2, None, row(2, 5), mysql_source(920)),
+    ]
+    feed(wh, p, "acc", first)
+    tx = [envelope("u", 1, row(1, b), None, mysql_source(1041)) for b in (100, 200)]
+    later = [envelope("u", 1, row(1, 300), None, mysql_source(1050)), envelope("c", 2, row(2, 6), None, mysql_source(1100))]
+    feed(wh, p, "acc", [*tx, *later, envelope("c", 3, row(3, 7), None, mysql_source(1200))])
+    hist = versions(wh, "acc")
+    p900, tie, _, p1050, p910, p920, p1100, p1200 = (v[3] for v in hist)
+    assert hist == [
+        (1, 0, "c", p900, tie, False),
+        (1, 100, "u", tie, tie, False),
+        (1, 200, "u", tie, p1050, False),
+        (1, 300, "u", p1050, None, True),
+        (2, 5, "c", p910, p920, False),
+        (2, 5, "d", p920, p920 if deletes == "close" else p1100, False),
+        (2, 6, "c", p1100, None, True),
+        (3, 7, "c", p1200, None, True),
+    ]
+    times = wh.query(
+        'SELECT id, balance, _op, _valid_from, _valid_to FROM cdc."acc__history" ORDER BY id, _valid_from_pos, _kafka_offset'
+    )
+    assert times[0][4] == times[1][3], "the current version did not end where the key's first event begins"
+    assert rows(wh, "acc") == [(1, 300), (2, 6), (3, 7)]
+
+
 def lsn_source(connector: str, commit: int, change: int | None) -> dict:
     """A SQL Server or Db2 source block: `commit_lsn`, `change_lsn` as `Lsn.toString()`
     writes them (10 and 16 bytes), SQL Server's `event_serial_no` (2 for an update). A

@@ -67,7 +67,9 @@ def test_toast_placeholders_are_filled_only_when_the_batch_or_its_keys_versions_
     assert "FIRST_VALUE" not in common and "_unavailable" not in common.partition(" FROM ")[0]
     assert placeholders.count("FIRST_VALUE") == 1 and '"note" = CASE WHEN h._unavailable' in placeholders
     counts = batch_counts_sql(ctx)
-    assert f"FROM {ctx.rel.history} h WHERE h._unavailable LIKE '%|%|%'" in counts
+    assert f"FROM {ctx.rel.history} h WHERE (h._unavailable LIKE '%|%|%'" in counts
+    # a stored version at or after the batch's oldest position takes the same path
+    assert "OR COALESCE(h._valid_from_pos, '') >= (SELECT MIN(COALESCE(s._source_pos, ''))" in counts
     assert ctx.rel.history not in batch_counts_sql(table_sql(COMPOSITE_KEY, dialect)), "only with a history"
 
 

@@ -230,25 +230,55 @@ def truncate_markers_sql(ctx: TableSql) -> str:
 def history_placeholders(ctx: TableSql, pad: str) -> str:
     """What the batch's count of TOAST placeholders (`v_unavailable`) adds with a history
     (lines after the first start with `pad`): the versions of its keys that hold one, whose
-    values an event inserted before them changes. Without either, the intervals are
-    recomputed without filling placeholders (`_touched_intervals_sql`)."""
+    values an event inserted before them changes, and (unless the topic is unwrapped) those
+    at or after the batch's oldest source position (all of them when a record has none):
+    an event inserted before or at a stored version's position. Without either, the
+    intervals are recomputed without filling placeholders, each key's current version
+    closed by its first event (`_touched_intervals_sql`)."""
     if ctx.table.history is None or not _toast_columns(ctx):
         return ""
     touched = key_match(ctx.d, ctx.keys, "s", "h")
+    later = (
+        ""
+        if _unwrapped(ctx)
+        else f"\n{pad}         OR COALESCE(h._valid_from_pos, '') >= (SELECT MIN(COALESCE(s._source_pos, '')) FROM {ctx.rel.stage} s))"
+    )
     return (
-        f"\n{pad}  + (SELECT COUNT(*) FROM {ctx.rel.history} h WHERE h._unavailable LIKE '%|%|%'\n"
+        f"\n{pad}  + (SELECT COUNT(*) FROM {ctx.rel.history} h WHERE {'(' if later else ''}h._unavailable LIKE '%|%|%'{later}\n"
         f"{pad}       AND EXISTS (SELECT 1 FROM {ctx.rel.stage} s WHERE {touched}))"
+    )
+
+
+def _closing_sql(ctx: TableSql) -> str:
+    """The touched keys' intervals when no stored version of them lies at or after the
+    batch's oldest position (`history_placeholders`): the versions the INSERT wrote have
+    their final intervals among themselves, and the only stored version that changes is
+    each key's current one, which ends where the key's first event begins (the first of its
+    sequence at that position: never a copy). One read of the history, no window over it."""
+    q, keys = ctx.q, ctx.keys
+    first = ", ".join(f"e.{q(k)}" for k in keys)
+    return (
+        "-- History: no stored version of the batch's keys lies at or after its oldest position, so\n"
+        "-- each key's current version ends where its first event begins.\n"
+        f"UPDATE {ctx.rel.history} h SET _valid_to = f._valid_from, _valid_to_pos = f._valid_from_pos, _is_current = false\n"
+        f"FROM (SELECT {first}, e._valid_from, e._valid_from_pos\n"
+        f"      FROM (SELECT e.*, ROW_NUMBER() OVER (PARTITION BY {first} ORDER BY {version_order('e')}) AS first__\n"
+        f"            FROM (SELECT {', '.join(f's.{q(k)}' for k in keys)}, COALESCE(s._source_ts, s._kafka_timestamp) AS _valid_from,\n"
+        "                         COALESCE(s._source_pos, s._rank_pos) AS _valid_from_pos, s._kafka_timestamp, s._kafka_partition,\n"
+        f"                         s._kafka_offset\n                  FROM {ctx.rel.stage} s WHERE {EVENTS}) e) e\n"
+        "      WHERE e.first__ = 1) f\n"
+        f"WHERE {key_match(ctx.d, keys, 'h', 'f')} AND h._is_current AND COALESCE(h._valid_from_pos, '') < f._valid_from_pos;"
     )
 
 
 def _touched_intervals_sql(ctx: TableSql) -> str:
     """The touched keys' intervals, their TOAST placeholders filled only when the batch or
-    those keys' versions hold one (`history_placeholders`)."""
+    those keys' versions hold one, or a stored version lies at or after the batch's oldest
+    position (`history_placeholders`); otherwise each key's current version is closed."""
     if not _toast_columns(ctx):
         return intervals_sql(ctx)
-    return (
-        f"IF v_unavailable > 0 THEN\n{indent(intervals_sql(ctx), 2)}\nELSE\n{indent(intervals_sql(ctx, fill=False), 2)}\nEND IF;"
-    )
+    quiet = intervals_sql(ctx, fill=False) if _unwrapped(ctx) else _closing_sql(ctx)
+    return f"IF v_unavailable > 0 THEN\n{indent(intervals_sql(ctx), 2)}\nELSE\n{indent(quiet, 2)}\nEND IF;"
 
 
 def history_sql(ctx: TableSql) -> str:
