@@ -455,12 +455,29 @@ def test_updates_read_one_stored_row_per_key(path: Path):
     # the target reads it through a subquery with one row per key.
     pipeline = _example(path)
     targets = {table_names(pipeline, t).target for t in pipeline.tables}
-    updates = 0
-    for st, update in nodes(path, exp.Update):
-        source = update.args.get("from_") or update.args.get("from")
-        if source is None:
-            continue
-        updates += 1
+    updates = list(_updates_from(path))
+    for st, update, source in updates:
         direct = [t for t in source.find_all(exp.Table) if t.name in targets and not t.find_ancestor(exp.Subquery)]
         assert not direct, where(st, update)
+    assert updates
+
+
+def _updates_from(path: Path):
+    """The UPDATE statements with a FROM list, each with it."""
+    for st, update in nodes(path, exp.Update):
+        source = update.args.get("from_") or update.args.get("from")
+        if source is not None:
+            yield st, update, source
+
+
+@examples
+def test_no_outer_join_in_the_from_list_of_an_update(path: Path):
+    # r_UPDATE, usage notes: "Left, right, and full outer joins aren't supported in the FROM
+    # clause of an UPDATE statement; they return the following error: ERROR: Target table
+    # must be part of an equijoin predicate. If you need to specify an outer join, use a
+    # subquery". An outer join inside a subquery of the FROM list is that subquery's own.
+    updates = list(_updates_from(path))
+    for st, update, source in updates:
+        joins = [*(source.this.args.get("joins") or []), *(source.args.get("joins") or [])]
+        assert not [j for j in joins if j.side], where(st, update)
     assert updates

@@ -351,23 +351,23 @@ BEGIN
     -- 5. A replay tied at the stored position, older in Kafka order than what wrote it: stale.
     IF v_replayed > 0 THEN
       UPDATE "cdc"."my_schema__stage" s SET _action = 'stale'
-      FROM (SELECT * FROM (SELECT k.*, ROW_NUMBER() OVER (PARTITION BY "id"
-                             ORDER BY _source_pos DESC NULLS LAST, _kafka_partition DESC, _kafka_offset DESC) AS stored_rn__
-                           FROM (SELECT t."id", t._source_pos, t._kafka_partition, t._kafka_offset, CAST(NULL AS timestamp) AS kafka_time__,
-                               true AS row__ FROM "cdc"."my_schema" t
-                               WHERE EXISTS (SELECT 1 FROM "cdc"."my_schema__stage" y WHERE y._rn = 1 AND y._action IN ('upsert', 'delete') AND y."id" = t."id"
-                                   AND y._source_pos = t._source_pos)
-                               UNION ALL SELECT t."id", t._source_pos, t._kafka_partition, t._kafka_offset, t._kafka_timestamp,
-                                   false FROM "cdc"."my_schema__deleted" t
-                               WHERE EXISTS (SELECT 1 FROM "cdc"."my_schema__stage" y WHERE y._rn = 1 AND y._action IN ('upsert', 'delete') AND y."id" = t."id"
-                                   AND y._source_pos = t._source_pos)) k) o
-                      WHERE o.stored_rn__ = 1) t
-      LEFT JOIN "cdc"."my_schema__stream" m ON t.row__ AND m.kafka_partition = t._kafka_partition AND m.kafka_offset = t._kafka_offset
+      FROM (SELECT r.*, COALESCE(m.kafka_timestamp, r.kafka_time__) AS _kafka_time
+            FROM (SELECT * FROM (SELECT k.*, ROW_NUMBER() OVER (PARTITION BY "id"
+                                   ORDER BY _source_pos DESC NULLS LAST, _kafka_partition DESC, _kafka_offset DESC) AS stored_rn__
+                                 FROM (SELECT t."id", t._source_pos, t._kafka_partition, t._kafka_offset, CAST(NULL AS timestamp) AS kafka_time__,
+                                     true AS row__ FROM "cdc"."my_schema" t
+                                     WHERE EXISTS (SELECT 1 FROM "cdc"."my_schema__stage" y WHERE y._rn = 1 AND y._action IN ('upsert', 'delete')
+                                         AND y."id" = t."id" AND y._source_pos = t._source_pos)
+                                     UNION ALL SELECT t."id", t._source_pos, t._kafka_partition, t._kafka_offset, t._kafka_timestamp,
+                                         false FROM "cdc"."my_schema__deleted" t
+                                     WHERE EXISTS (SELECT 1 FROM "cdc"."my_schema__stage" y WHERE y._rn = 1 AND y._action IN ('upsert', 'delete')
+                                         AND y."id" = t."id" AND y._source_pos = t._source_pos)) k) o
+                            WHERE o.stored_rn__ = 1) r
+            LEFT JOIN "cdc"."my_schema__stream" m ON r.row__ AND m.kafka_partition = r._kafka_partition AND m.kafka_offset = r._kafka_offset) t
       WHERE s._rn = 1 AND s._action IN ('upsert', 'delete') AND t."id" = s."id" AND s._source_pos = t._source_pos
         AND EXISTS (SELECT 1 FROM "cdc"."my_schema__watermark" w WHERE w.kafka_partition = s._kafka_partition AND s._kafka_offset <= w.last_offset)
         AND (t._kafka_partition = s._kafka_partition AND t._kafka_offset > s._kafka_offset OR t._kafka_partition <> s._kafka_partition
-            AND (COALESCE(m.kafka_timestamp, t.kafka_time__) > s._kafka_timestamp
-            OR (COALESCE(COALESCE(m.kafka_timestamp, t.kafka_time__) = s._kafka_timestamp, true) AND t._kafka_partition > s._kafka_partition)));
+            AND (t._kafka_time > s._kafka_timestamp OR (COALESCE(t._kafka_time = s._kafka_timestamp, true) AND t._kafka_partition > s._kafka_partition)));
     END IF;
     -- A winner without a source position was never stale; it is recorded at the position
     -- it ranked by, so replays of what it superseded stay stale.

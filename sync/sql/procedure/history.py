@@ -256,17 +256,18 @@ def _closing_sql(ctx: TableSql) -> str:
     each key's current one, which ends where the key's first event begins (the first of its
     sequence at that position: never a copy). One read of the history, no window over it."""
     q, keys = ctx.q, ctx.keys
-    first = ", ".join(f"e.{q(k)}" for k in keys)
+    first = ", ".join(f"r.{q(k)}" for k in keys)
     return (
         "-- History: no stored version of the batch's keys lies at or after its oldest position, so\n"
         "-- each key's current version ends where its first event begins.\n"
         f"UPDATE {ctx.rel.history} h SET _valid_to = f._valid_from, _valid_to_pos = f._valid_from_pos, _is_current = false\n"
-        f"FROM (SELECT {first}, e._valid_from, e._valid_from_pos\n"
-        f"      FROM (SELECT e.*, ROW_NUMBER() OVER (PARTITION BY {first} ORDER BY {version_order('e')}) AS first__\n"
+        f"FROM (SELECT {first}, r._valid_from, r._valid_from_pos\n"
+        f"      FROM (SELECT e.*, ROW_NUMBER() OVER (PARTITION BY {', '.join(f'e.{q(k)}' for k in keys)}"
+        f" ORDER BY {version_order('e')}) AS first__\n"
         f"            FROM (SELECT {', '.join(f's.{q(k)}' for k in keys)}, COALESCE(s._source_ts, s._kafka_timestamp) AS _valid_from,\n"
         "                         COALESCE(s._source_pos, s._rank_pos) AS _valid_from_pos, s._kafka_timestamp, s._kafka_partition,\n"
-        f"                         s._kafka_offset\n                  FROM {ctx.rel.stage} s WHERE {EVENTS}) e) e\n"
-        "      WHERE e.first__ = 1) f\n"
+        f"                         s._kafka_offset\n                  FROM {ctx.rel.stage} s WHERE {EVENTS}) e) r\n"
+        "      WHERE r.first__ = 1) f\n"
         f"WHERE {key_match(ctx.d, keys, 'h', 'f')} AND h._is_current AND COALESCE(h._valid_from_pos, '') < f._valid_from_pos;"
     )
 
