@@ -96,6 +96,24 @@ def test_every_history_statement_parses_as_redshift(deletes):
     assert [type(s).__name__ for s in sqlglot.parse(counts, read="redshift") if s is not None] == ["Select"]
 
 
+def test_the_closing_update_parses_as_redshift_with_no_outer_join_in_its_from_list():
+    """The short path of a full-envelope table with TOAST-able columns (each key's current
+    version closed by its first event), which no golden example shows, parses with
+    sqlglot's Redshift dialect; its FROM list has no outer join (r_UPDATE: "Left, right,
+    and full outer joins aren't supported in the FROM clause of an UPDATE statement")."""
+    import sqlglot
+
+    ctx = TABLES["redshift-composite-key-close"]
+    sql = history_sql(ctx).replace("v_truncate_ts", "CAST(NULL AS timestamp)").replace("v_truncate_pos", "'x'")
+    assert "first__" in sql
+    body = "\n".join(line for line in sql.splitlines() if not re.fullmatch(r"\s*(--.*|IF .* THEN|ELSE|END IF;)", line))
+    updates = [s for s in sqlglot.parse(body, read="redshift") if isinstance(s, sqlglot.exp.Update)]
+    closing = [u for u in updates if "first__" in u.sql("redshift")]
+    assert len(closing) == 1
+    source = closing[0].args["from_"]
+    assert not [j for j in source.this.args.get("joins") or [] if j.side]
+
+
 @pytest.mark.parametrize("ctx", TABLES.values(), ids=TABLES.keys())
 def test_stored_versions_are_probed_only_from_the_batchs_oldest_position(ctx):
     """A copy repeats versions at its own position, so the stored versions a batch's events
