@@ -26,6 +26,13 @@ def pytest_configure(config: pytest.Config) -> None:
         config.option.dist = "worksteal"
 
 
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """The slow tests first (a stable sort: the rest keep their order). With two workers,
+    a long test that starts last leaves the other idle to the end; started first, the
+    short tests fill in around it."""
+    items.sort(key=lambda item: item.get_closest_marker("slow") is None)
+
+
 # Hypothesis: CI runs the property tests at their declared example counts, derandomized
 # so a failure reproduces; locally `--hypothesis-profile dev` runs fewer.
 try:
