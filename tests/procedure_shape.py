@@ -155,6 +155,7 @@ COMMON_PATH = {
     "v_positionless": 0,
     "v_unavailable": 0,
     "v_replayed": 0,
+    "v_not_newer": 0,  # no winner stale or tied with what is stored
     "v_quarantined": 0,
     "v_drift": 0,
     "v_rows": 0,

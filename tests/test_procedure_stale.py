@@ -3,7 +3,7 @@ composite-key table: one behaviour per line."""
 
 from __future__ import annotations
 
-from sync.sql.procedure.stale import positionless_position_sql, replay_stale_sql, stale_sql, tied_replay_sql
+from sync.sql.procedure.stale import positionless_position_sql, replay_stale_sql, stale_sql, tied_order_sql
 from tests.helpers import COMPOSITE_KEY, ONE_COLUMN, assert_lines, table_sql
 
 ONE, COMPOSITE = table_sql(ONE_COLUMN), table_sql(COMPOSITE_KEY)
@@ -13,18 +13,19 @@ def test_one_statement_judges_every_winner_against_the_newest_stored_state_of_it
     sql = stale_sql(ONE)
     assert_lines(
         sql,
-        'UPDATE "cdc"."tag__stage" s SET _action = \'stale\'',
+        # At the stored position a change keeps its action (the tie rule judges it); else stale.
+        'UPDATE "cdc"."tag__stage" s SET _action = CASE WHEN s._source_pos = t._source_pos',
+        "AND (s._action = 'upsert' AND (t.deleted__)",
+        "OR s._action = 'delete' AND NOT t.deleted__) THEN s._action ELSE 'stale' END",
         # One lookup: the newest target row or deleted key of each key with a winner.
         'FROM (SELECT * FROM (SELECT k.*, ROW_NUMBER() OVER (PARTITION BY "id"',
         "ORDER BY _source_pos DESC NULLS LAST, _kafka_partition DESC, _kafka_offset DESC) AS stored_rn__",
         'FROM (SELECT t."id", t._source_pos, t._kafka_partition, t._kafka_offset, false AS deleted__ FROM "cdc"."tag" t',
         'UNION ALL SELECT t."id", t._source_pos, t._kafka_partition, t._kafka_offset, true FROM "cdc"."tag__deleted" t',
         "WHERE o.stored_rn__ = 1) t",
-        "WHERE s._rn = 1 AND s._action IN ('upsert', 'delete') AND t.\"id\" = s.\"id\" AND s._source_pos <= t._source_pos",
-        # Older than what is stored: stale; at the stored position, a change applies.
-        "AND CASE WHEN s._source_pos < t._source_pos THEN true",
-        "WHEN s._action = 'upsert' AND (t.deleted__) THEN false",
-        "WHEN s._action = 'delete' AND NOT t.deleted__ THEN false ELSE true END;",
+        "WHERE s._rn = 1 AND s._action IN ('upsert', 'delete') AND t.\"id\" = s.\"id\" AND s._source_pos <= t._source_pos;",
+        # Stale winners and tied changes counted: the tie rule runs only when there are any.
+        "GET DIAGNOSTICS v_not_newer := ROW_COUNT;",
     )
     # A join, no correlated lookup of the stored position, and no prior action parked.
     assert sql.count("UPDATE ") == 1 and "MAX(" not in sql and "_reason" not in sql
@@ -37,16 +38,17 @@ def test_one_statement_judges_every_winner_against_the_newest_stored_state_of_it
         'FROM (SELECT t."order_id", t."line_no", t._source_pos, t._kafka_partition, t._kafka_offset,'
         ' t._deleted AS deleted__, t."note" FROM "cdc"."line" t',
         "WHERE s._rn = 1 AND s._action IN ('upsert', 'delete')"
-        ' AND t."order_id" = s."order_id" AND t."line_no" = s."line_no" AND s._source_pos <= t._source_pos',
-        'WHEN s._action = \'upsert\' AND (t.deleted__ OR (t."note" <> s."note" OR (t."note" IS NULL) <> (s."note" IS NULL))) THEN false',
+        ' AND t."order_id" = s."order_id" AND t."line_no" = s."line_no" AND s._source_pos <= t._source_pos;',
+        'AND (s._action = \'upsert\' AND (t.deleted__ OR (t."note" <> s."note" OR (t."note" IS NULL) <> (s."note" IS NULL)))',
     )
 
 
-def test_a_replayed_tie_older_in_kafka_order_than_the_stored_record_stays_stale():
-    sql = tied_replay_sql(ONE)
+def test_a_tie_older_in_kafka_order_than_the_stored_record_stays_stale():
+    sql = tied_order_sql(ONE)
     assert_lines(
         sql,
-        "IF v_replayed > 0 THEN",
+        # Only when a winner was found stale or tied with what is stored: never on the common path.
+        "IF v_not_newer > 0 THEN",
         # The lookup holds the stored rows a winner ties with, and only those read the stream.
         "WHERE EXISTS (SELECT 1 FROM \"cdc\".\"tag__stage\" y WHERE y._rn = 1 AND y._action IN ('upsert', 'delete')"
         ' AND y."id" = t."id" AND y._source_pos = t._source_pos)',
@@ -54,8 +56,6 @@ def test_a_replayed_tie_older_in_kafka_order_than_the_stored_record_stays_stale(
         # no outer join in an UPDATE's FROM list).
         "FROM (SELECT r.*, COALESCE(m.kafka_timestamp, r.kafka_time__) AS _kafka_time",
         'LEFT JOIN "cdc"."tag__stream" m ON r.row__ AND m.kafka_partition = r._kafka_partition AND m.kafka_offset = r._kafka_offset) t',
-        'AND EXISTS (SELECT 1 FROM "cdc"."tag__watermark" w'
-        " WHERE w.kafka_partition = s._kafka_partition AND s._kafka_offset <= w.last_offset)",
         # Kafka order as the ranking and the Kafka-order replay rule judge it: offsets within a
         # partition, the Kafka time across partitions (a stored row's is its record's), then the partition.
         "AND (t._kafka_partition = s._kafka_partition AND t._kafka_offset > s._kafka_offset"

@@ -64,7 +64,7 @@ def test_a_misordered_step_list_is_found():
     ctx = table_sql(COMPOSITE_KEY)
     steps = walk(SYNC_STEPS, ctx)
     names = [s.sql.__name__ for s in steps]
-    rules = [s for s in steps if s.sql.__name__ in ("stale_sql", "tied_replay_sql")]
+    rules = [s for s in steps if s.sql.__name__ in ("stale_sql", "tied_order_sql")]
     assert len(rules) == 2
     others = [s for s in steps if s not in rules]
     result = [s.sql.__name__ for s in others].index("call_result_sql")

@@ -109,7 +109,8 @@ AS $$
 DECLARE
   v_started timestamp; v_wm_before varchar(65535); v_read bigint := 0; v_quarantined bigint := 0; v_truncates bigint := 0; v_positionless bigint := 0;
   v_partitions bigint := 0; v_advanced bigint := 0; v_deletes bigint := 0; v_set_aside bigint := 0; v_unavailable bigint := 0; v_drift bigint := 0;
-  v_replayed bigint := 0; v_until_time timestamp; v_until_partition bigint; v_until_offset bigint; v_truncate_pos varchar(64); v_truncate_ts timestamp;
+  v_replayed bigint := 0; v_not_newer bigint := 0; v_until_time timestamp; v_until_partition bigint; v_until_offset bigint; v_truncate_pos varchar(64);
+  v_truncate_ts timestamp;
 BEGIN
   -- 10. Session settings this procedure needs.
   SET enable_case_sensitive_identifier TO true;
@@ -332,9 +333,12 @@ BEGIN
       GET DIAGNOSTICS v_set_aside := ROW_COUNT;
       v_quarantined := v_quarantined + v_set_aside;
     END IF;
-    -- 5. Never regress: a winner older than what is stored for its key (row or deleted key) is stale; at the
-    --    stored position a re-sent copy is too, a change applies (one compressed MySQL transaction's).
-    UPDATE "cdc"."pg__stage" s SET _action = 'stale'
+    -- 5. Never regress: a winner older than what is stored for its key (row or deleted key) is stale, and so is
+    --    a re-sent copy of it; a change at the stored position (a compressed MySQL transaction's) is judged next.
+    UPDATE "cdc"."pg__stage" s SET _action = CASE WHEN s._source_pos = t._source_pos
+        AND (s._action = 'upsert' AND (t.deleted__ OR (t."name" <> s."name" OR (t."name" IS NULL) <> (s."name" IS NULL))
+            OR (t."bio" <> s."bio" OR (t."bio" IS NULL) <> (s."bio" IS NULL)))
+             OR s._action = 'delete' AND NOT t.deleted__) THEN s._action ELSE 'stale' END
     FROM (SELECT * FROM (SELECT k.*, ROW_NUMBER() OVER (PARTITION BY "id"
                            ORDER BY _source_pos DESC NULLS LAST, _kafka_partition DESC, _kafka_offset DESC) AS stored_rn__
                          FROM (SELECT t."id", t._source_pos, t._kafka_partition, t._kafka_offset, false AS deleted__, t."name", t."bio" FROM "cdc"."pg" t
@@ -342,13 +346,10 @@ BEGIN
                              UNION ALL SELECT t."id", t._source_pos, t._kafka_partition, t._kafka_offset, true, NULL, NULL FROM "cdc"."pg__deleted" t
                              WHERE EXISTS (SELECT 1 FROM "cdc"."pg__stage" y WHERE y._rn = 1 AND y._action IN ('upsert', 'delete') AND y."id" = t."id")) k) o
                     WHERE o.stored_rn__ = 1) t
-    WHERE s._rn = 1 AND s._action IN ('upsert', 'delete') AND t."id" = s."id" AND s._source_pos <= t._source_pos
-      AND CASE WHEN s._source_pos < t._source_pos THEN true
-               WHEN s._action = 'upsert' AND (t.deleted__ OR (t."name" <> s."name" OR (t."name" IS NULL) <> (s."name" IS NULL))
-                   OR (t."bio" <> s."bio" OR (t."bio" IS NULL) <> (s."bio" IS NULL))) THEN false
-               WHEN s._action = 'delete' AND NOT t.deleted__ THEN false ELSE true END;
-    -- 5. A replay tied at the stored position, older in Kafka order than what wrote it: stale.
-    IF v_replayed > 0 THEN
+    WHERE s._rn = 1 AND s._action IN ('upsert', 'delete') AND t."id" = s."id" AND s._source_pos <= t._source_pos;
+    GET DIAGNOSTICS v_not_newer := ROW_COUNT;
+    -- 5. A winner tied at the stored position, older in Kafka order than what wrote it: stale.
+    IF v_not_newer > 0 THEN
       UPDATE "cdc"."pg__stage" s SET _action = 'stale'
       FROM (SELECT r.*, COALESCE(m.kafka_timestamp, r.kafka_time__) AS _kafka_time
             FROM (SELECT * FROM (SELECT k.*, ROW_NUMBER() OVER (PARTITION BY "id"
@@ -364,7 +365,6 @@ BEGIN
                             WHERE o.stored_rn__ = 1) r
             LEFT JOIN "cdc"."pg__stream" m ON r.row__ AND m.kafka_partition = r._kafka_partition AND m.kafka_offset = r._kafka_offset) t
       WHERE s._rn = 1 AND s._action IN ('upsert', 'delete') AND t."id" = s."id" AND s._source_pos = t._source_pos
-        AND EXISTS (SELECT 1 FROM "cdc"."pg__watermark" w WHERE w.kafka_partition = s._kafka_partition AND s._kafka_offset <= w.last_offset)
         AND (t._kafka_partition = s._kafka_partition AND t._kafka_offset > s._kafka_offset OR t._kafka_partition <> s._kafka_partition
             AND (t._kafka_time > s._kafka_timestamp OR (COALESCE(t._kafka_time = s._kafka_timestamp, true) AND t._kafka_partition > s._kafka_partition)));
     END IF;

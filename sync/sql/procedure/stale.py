@@ -1,9 +1,9 @@
 """5. Never regress: a winner not newer than what is stored for its key is stale. One
 statement decides it for every winner from one lookup of what is stored (`stored_state`:
 the newest target row or deleted key of each key with a winner, one row per key), with
-the compressed-MySQL tie rule as a CASE; a replay tied at the stored position is judged by
-Kafka order in one more statement, only when the batch replays records. Then the
-positionless winners' positions, and the Kafka-order tables' replay rule."""
+the compressed-MySQL tie rule as a CASE; a winner tied at the stored position is judged by
+Kafka order in one more statement, only when a winner was found not newer than what is
+stored. Then the positionless winners' positions, and the Kafka-order tables' replay rule."""
 
 from __future__ import annotations
 
@@ -22,11 +22,13 @@ def _winner_of_key(ctx: TableSql, tied: bool = False) -> str:
 
 def stale_sql(ctx: TableSql) -> str:
     """Each winner against the newest stored state of its key (`t`): older is stale; at
-    exactly the stored position, a winner that changes something (another value, or a
-    delete of a stored row, or an upsert of a deleted key) is another change of the same
-    transaction (a compressed MySQL transaction shares one position) and applies, in Kafka
-    order; a re-sent copy of the stored event stays stale. The lookup reads the target and
-    the deleted keys only for the batch's keys, so the cost follows the batch."""
+    exactly the stored position, a re-sent copy of the stored event is stale too, and a
+    winner that changes something (another value, or a delete of a stored row, or an
+    upsert of a deleted key) is another change of the same transaction (a compressed
+    MySQL transaction shares one position): it keeps its action and is counted with the
+    stale ones (v_not_newer) for `tied_order_sql`, which judges it by Kafka order. The
+    lookup reads the target and the deleted keys only for the batch's keys, so the cost
+    follows the batch."""
     d, q, table = ctx.d, ctx.q, ctx.table
     values = [q(c.target_name) for c in table.value_columns]
     deleted = ("t._deleted" if not ctx.hard_deletes else "false") + " AS deleted__"
@@ -34,25 +36,28 @@ def stale_sql(ctx: TableSql) -> str:
     differs = "".join(f" OR {d.differs(f't.{v}', f's.{v}', c.sql_type)}" for v, c in zip(values, table.value_columns))
     stored = stored_state(ctx, _winner_of_key(ctx), extra)
     return (
-        "-- 5. Never regress: a winner older than what is stored for its key (row or deleted key) is stale; at the\n"
-        "--    stored position a re-sent copy is too, a change applies (one compressed MySQL transaction's).\n"
-        f"UPDATE {ctx.rel.stage} s SET _action = '{Action.STALE}'\n"
+        "-- 5. Never regress: a winner older than what is stored for its key (row or deleted key) is stale, and so is\n"
+        "--    a re-sent copy of it; a change at the stored position (a compressed MySQL transaction's) is judged next.\n"
+        f"UPDATE {ctx.rel.stage} s SET _action = CASE WHEN s._source_pos = t._source_pos\n"
+        f"    AND (s._action = '{Action.UPSERT}' AND (t.deleted__{differs})\n"
+        f"         OR s._action = '{Action.DELETE}' AND NOT t.deleted__) THEN s._action ELSE '{Action.STALE}' END\n"
         f"FROM {indent(stored, 5).lstrip()} t\n"
-        f"WHERE {WINNERS} AND {key_match(d, ctx.keys, 't', 's')} AND s._source_pos <= t._source_pos\n"
-        "  AND CASE WHEN s._source_pos < t._source_pos THEN true\n"
-        f"           WHEN s._action = '{Action.UPSERT}' AND (t.deleted__{differs}) THEN false\n"
-        f"           WHEN s._action = '{Action.DELETE}' AND NOT t.deleted__ THEN false ELSE true END;"
+        f"WHERE {WINNERS} AND {key_match(d, ctx.keys, 't', 's')} AND s._source_pos <= t._source_pos;\n"
+        "GET DIAGNOSTICS v_not_newer := ROW_COUNT;"
     )
 
 
-def tied_replay_sql(ctx: TableSql) -> str:
-    """A replayed record (at or below its partition's watermark) was read before at its own
-    offset: tied at the stored position, when that is earlier in Kafka order than the
-    record that wrote what is stored, it is the older, and stale. Kafka order as everywhere
-    (`kafka_later`): offsets within a partition, the Kafka time across partitions (a
-    stored row's is its record's in the stream, a deleted key keeps its own), then the
-    partition. Only when the batch replays records (v_replayed); the lookup holds only the
-    stored rows a winner ties with, so the stream is read for those only."""
+def tied_order_sql(ctx: TableSql) -> str:
+    """A winner tied at the stored position with a change (the tie rule of `stale_sql` lets
+    it apply) is the later change only when it is later in Kafka order than the record that
+    wrote what is stored; else it is stale. Kafka order as everywhere (`kafka_later`):
+    offsets within a partition, the Kafka time across partitions (a stored row's is its
+    record's in the stream, a deleted key keeps its own), then the partition. Within one
+    partition only a replayed record (at or below the watermark) can be the earlier; across
+    partitions (after the topic grew, a tied change the producer appended late to the key's
+    old partition) any can. Only when `stale_sql` found a winner not newer than what is
+    stored (v_not_newer); the lookup holds only the stored rows a winner ties with, so the
+    stream is read for those only."""
     rel, stage = ctx.rel, ctx.rel.stage
     extra = [("CAST(NULL AS timestamp) AS kafka_time__", "t._kafka_timestamp"), ("true AS row__", "false")]
     stored = stored_state(ctx, _winner_of_key(ctx, tied=True), extra)
@@ -60,15 +65,14 @@ def tied_replay_sql(ctx: TableSql) -> str:
     # The outer join in a subquery of its own: Redshift takes none in an UPDATE's FROM list
     # ("Target table must be part of an equijoin predicate", r_UPDATE).
     return (
-        "-- 5. A replay tied at the stored position, older in Kafka order than what wrote it: stale.\n"
-        "IF v_replayed > 0 THEN\n"
+        "-- 5. A winner tied at the stored position, older in Kafka order than what wrote it: stale.\n"
+        "IF v_not_newer > 0 THEN\n"
         f"  UPDATE {stage} s SET _action = '{Action.STALE}'\n"
         f"  FROM (SELECT r.*, COALESCE(m.kafka_timestamp, r.kafka_time__) AS _kafka_time\n"
         f"        FROM {indent(stored, 13).lstrip()} r\n"
         f"        LEFT JOIN {rel.stream} m ON r.row__ AND m.kafka_partition = r._kafka_partition"
         " AND m.kafka_offset = r._kafka_offset) t\n"
         f"  WHERE {WINNERS} AND {key_match(ctx.d, ctx.keys, 't', 's')} AND s._source_pos = t._source_pos\n"
-        f"    AND {replayed(ctx)}\n"
         f"    AND {later};\n"
         "END IF;"
     )

@@ -33,7 +33,7 @@ from sync.sql.procedure.history import history_sql
 from sync.sql.procedure.ordering import redundant_tombstones_sql, rerank_sql
 from sync.sql.procedure.routing import counts_unmatched, unmatched_sql
 from sync.sql.procedure.stage import stage_insert_sql
-from sync.sql.procedure.stale import positionless_position_sql, replay_stale_sql, stale_sql, tied_replay_sql
+from sync.sql.procedure.stale import positionless_position_sql, replay_stale_sql, stale_sql, tied_order_sql
 from sync.sql.procedure.text import indent
 from sync.sql.procedure.toast import toast_sql
 from sync.sql.procedure.truncate import truncate_sql
@@ -67,6 +67,7 @@ VARIABLES = {
         Variable("v_unavailable", "bigint", "0"),
         Variable("v_drift", "bigint", "0"),
         Variable("v_replayed", "bigint", "0"),
+        Variable("v_not_newer", "bigint", "0"),
         Variable("v_until_time", "timestamp"),
         Variable("v_until_partition", "bigint"),
         Variable("v_until_offset", "bigint"),
@@ -203,14 +204,14 @@ APPLY_STEPS = (
     ),
     Step(
         stale_sql,
-        (),
+        ("v_not_newer",),
         _source_order,
         reads=RANKED | STORED | facts("values"),
         writes=facts("_action", Action.STALE),
     ),
     Step(
-        tied_replay_sql,
-        ("v_replayed",),
+        tied_order_sql,
+        ("v_not_newer",),
         _source_order,
         reads=RANKED | STORED | facts("_kafka_timestamp"),
         writes=facts("_action", Action.STALE),
