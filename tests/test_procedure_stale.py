@@ -52,15 +52,15 @@ def test_a_replayed_tie_older_in_kafka_order_than_the_stored_record_stays_stale(
         ' AND y."id" = t."id" AND y._source_pos = t._source_pos)',
         # The stored record's Kafka time, outer-joined in a subquery of its own (r_UPDATE:
         # no outer join in an UPDATE's FROM list).
-        "FROM (SELECT r.*, COALESCE(m.kafka_timestamp, r.kafka_time__) AS _kafka_time",
+        "FROM (SELECT r.*, COALESCE(m.kafka_timestamp, r.kafka_time__) AS stored_time__",
         'LEFT JOIN "cdc"."tag__stream" m ON r.row__ AND m.kafka_partition = r._kafka_partition AND m.kafka_offset = r._kafka_offset) t',
         'AND EXISTS (SELECT 1 FROM "cdc"."tag__watermark" w'
         " WHERE w.kafka_partition = s._kafka_partition AND s._kafka_offset <= w.last_offset)",
         # Kafka order as the ranking and the Kafka-order replay rule judge it: offsets within a
         # partition, the Kafka time across partitions (a stored row's is its record's), then the partition.
         "AND (t._kafka_partition = s._kafka_partition AND t._kafka_offset > s._kafka_offset"
-        " OR t._kafka_partition <> s._kafka_partition AND (t._kafka_time > s._kafka_timestamp"
-        " OR (COALESCE(t._kafka_time = s._kafka_timestamp, true) AND t._kafka_partition > s._kafka_partition)));",
+        " OR t._kafka_partition <> s._kafka_partition AND (t.stored_time__ > s._kafka_timestamp"
+        " OR (COALESCE(t.stored_time__ = s._kafka_timestamp, true) AND t._kafka_partition > s._kafka_partition)));",
     )
     assert sql.count("UPDATE ") == 1 and "_reason" not in sql
 

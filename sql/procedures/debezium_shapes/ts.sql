@@ -39,6 +39,7 @@ CREATE TABLE IF NOT EXISTS "cdc"."ts__stage" (
   _kafka_partition bigint,
   _kafka_offset bigint,
   _kafka_timestamp timestamp,
+  _kafka_time timestamp,
   _refresh_time timestamp,
   _op varchar(64),
   _action varchar(16),
@@ -139,8 +140,9 @@ BEGIN
   -- 2./3. Records past the watermark (refresh_time only prunes), classified, typed
   --       and ranked per key, into the stage. Everything below reads the stage only.
   INSERT INTO "cdc"."ts__stage" (
-    "_kafka_partition", "_kafka_offset", "_kafka_timestamp", "_refresh_time", "_op", "_action", "_reason", "_rn",
-    "_source_ts", "_source_pos", "_rank_pos", "id", "name", "bio", "_unavailable", "_payload", "_raw_value", "_drift_img"
+    "_kafka_partition", "_kafka_offset", "_kafka_timestamp", "_kafka_time", "_refresh_time", "_op", "_action", "_reason",
+    "_rn", "_source_ts", "_source_pos", "_rank_pos", "id", "name", "bio", "_unavailable", "_payload", "_raw_value",
+    "_drift_img"
   )
   WITH batch AS (SELECT s.kafka_partition AS _kafka_partition, s.kafka_offset AS _kafka_offset,
       s.kafka_timestamp AS _kafka_timestamp, s.refresh_time AS _refresh_time,
@@ -232,7 +234,7 @@ BEGIN
       CASE WHEN t._check_no IN (1, 4, 5, 7, 8, 9, 10, 11, 12) OR t._unavailable IS NOT NULL THEN t._payload END AS _quarantine_payload,
       MAX(t._kafka_timestamp) OVER (PARTITION BY t._kafka_partition ORDER BY t._kafka_offset
         ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW) AS _kafka_time FROM checked t)
-  SELECT c._kafka_partition, c._kafka_offset, c._kafka_timestamp, c._refresh_time,
+  SELECT c._kafka_partition, c._kafka_offset, c._kafka_timestamp, c._kafka_time, c._refresh_time,
          CASE WHEN OCTET_LENGTH(c._op) <= 64 THEN c._op ELSE SUBSTRING(c._op, 1, 16) END, c._action, c._reason,
          ROW_NUMBER() OVER (
            PARTITION BY CASE WHEN c._action IN ('upsert', 'delete') THEN 1 ELSE 0 END, c."id"

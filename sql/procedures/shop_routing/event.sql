@@ -38,6 +38,7 @@ CREATE TABLE IF NOT EXISTS "shop"."event__stage" (
   _kafka_partition bigint,
   _kafka_offset bigint,
   _kafka_timestamp timestamp,
+  _kafka_time timestamp,
   _refresh_time timestamp,
   _op varchar(64),
   _action varchar(16),
@@ -137,8 +138,8 @@ BEGIN
   -- 2./3. Records past the watermark (refresh_time only prunes), classified, typed
   --       and ranked per key, into the stage. Everything below reads the stage only.
   INSERT INTO "shop"."event__stage" (
-    "_kafka_partition", "_kafka_offset", "_kafka_timestamp", "_refresh_time", "_op", "_action", "_reason", "_rn",
-    "_source_ts", "_source_pos", "_rank_pos", "id", "kind", "_unavailable", "_payload", "_raw_value", "_drift_img"
+    "_kafka_partition", "_kafka_offset", "_kafka_timestamp", "_kafka_time", "_refresh_time", "_op", "_action", "_reason",
+    "_rn", "_source_ts", "_source_pos", "_rank_pos", "id", "kind", "_unavailable", "_payload", "_raw_value", "_drift_img"
   )
   WITH batch AS (SELECT s.kafka_partition AS _kafka_partition, s.kafka_offset AS _kafka_offset,
       s.kafka_timestamp AS _kafka_timestamp, s.refresh_time AS _refresh_time,
@@ -246,7 +247,7 @@ BEGIN
       CASE WHEN t._check_no IN (3, 6, 7, 9, 10, 11, 12, 13) OR t._unavailable IS NOT NULL THEN t._payload END AS _quarantine_payload,
       MAX(t._kafka_timestamp) OVER (PARTITION BY t._kafka_partition ORDER BY t._kafka_offset
         ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW) AS _kafka_time FROM checked t)
-  SELECT c._kafka_partition, c._kafka_offset, c._kafka_timestamp, c._refresh_time,
+  SELECT c._kafka_partition, c._kafka_offset, c._kafka_timestamp, c._kafka_time, c._refresh_time,
          CASE WHEN OCTET_LENGTH(c._op) <= 64 THEN c._op ELSE SUBSTRING(c._op, 1, 16) END, c._action, c._reason,
          ROW_NUMBER() OVER (
            PARTITION BY CASE WHEN c._action IN ('upsert', 'delete') THEN 1 ELSE 0 END, c."id"
@@ -323,9 +324,7 @@ BEGIN
       FROM (SELECT x.*, t._source_pos AS stored_pos,
                    MAX(x._source_pos) OVER (PARTITION BY x."id" ORDER BY x._kafka_time ASC NULLS FIRST, x._kafka_partition, x._kafka_offset
                      ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW) AS rank_pos
-            FROM (SELECT z.*, MAX(z._kafka_timestamp) OVER (PARTITION BY z._kafka_partition ORDER BY z._kafka_offset
-                    ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW) AS _kafka_time
-                  FROM "shop"."event__stage" z) x
+            FROM "shop"."event__stage" x
             LEFT JOIN (SELECT * FROM (SELECT k.*, ROW_NUMBER() OVER (PARTITION BY "id"
                       ORDER BY _source_pos DESC NULLS LAST, _kafka_partition DESC, _kafka_offset DESC) AS stored_rn__
                     FROM (SELECT t."id", t._source_pos, t._kafka_partition, t._kafka_offset FROM "shop"."event" t
@@ -342,9 +341,7 @@ BEGIN
       UPDATE "shop"."event__stage" s SET _rn = r.rn
       FROM (SELECT x.*, ROW_NUMBER() OVER (PARTITION BY x."id" ORDER BY x._rank_pos DESC NULLS LAST, x._kafka_time DESC NULLS LAST, x._kafka_partition DESC,
           x._kafka_offset DESC) AS rn
-            FROM (SELECT z.*, MAX(z._kafka_timestamp) OVER (PARTITION BY z._kafka_partition ORDER BY z._kafka_offset
-                    ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW) AS _kafka_time
-                  FROM "shop"."event__stage" z) x
+            FROM "shop"."event__stage" x
             WHERE x._action IN ('upsert', 'delete')
               AND EXISTS (SELECT 1 FROM "shop"."event__stage" y WHERE y._source_pos IS NULL AND y._action IN ('upsert', 'delete') AND y."id" = x."id")) r
       WHERE s."id" = r."id" AND s._kafka_partition = r._kafka_partition AND s._kafka_offset = r._kafka_offset;
@@ -392,7 +389,7 @@ BEGIN
     -- 5. A replay tied at the stored position, older in Kafka order than what wrote it: stale.
     IF v_replayed > 0 THEN
       UPDATE "shop"."event__stage" s SET _action = 'stale'
-      FROM (SELECT r.*, COALESCE(m.kafka_timestamp, r.kafka_time__) AS _kafka_time
+      FROM (SELECT r.*, COALESCE(m.kafka_timestamp, r.kafka_time__) AS stored_time__
             FROM (SELECT * FROM (SELECT k.*, ROW_NUMBER() OVER (PARTITION BY "id"
                                    ORDER BY _source_pos DESC NULLS LAST, _kafka_partition DESC, _kafka_offset DESC) AS stored_rn__
                                  FROM (SELECT t."id", t._source_pos, t._kafka_partition, t._kafka_offset, CAST(NULL AS timestamp) AS kafka_time__,
@@ -408,7 +405,7 @@ BEGIN
       WHERE s._rn = 1 AND s._action IN ('upsert', 'delete') AND t."id" = s."id" AND s._source_pos = t._source_pos
         AND EXISTS (SELECT 1 FROM "shop"."event__watermark" w WHERE w.kafka_partition = s._kafka_partition AND s._kafka_offset <= w.last_offset)
         AND (t._kafka_partition = s._kafka_partition AND t._kafka_offset > s._kafka_offset OR t._kafka_partition <> s._kafka_partition
-            AND (t._kafka_time > s._kafka_timestamp OR (COALESCE(t._kafka_time = s._kafka_timestamp, true) AND t._kafka_partition > s._kafka_partition)));
+            AND (t.stored_time__ > s._kafka_timestamp OR (COALESCE(t.stored_time__ = s._kafka_timestamp, true) AND t._kafka_partition > s._kafka_partition)));
     END IF;
     -- A winner without a source position was never stale; it is recorded at the position
     -- it ranked by, so replays of what it superseded stay stale.

@@ -18,8 +18,9 @@ def kafka_time(record: str) -> str:
     """A record's Kafka time (stream columns `record`kafka_partition, ...; `_` for the
     stage's): the newest Kafka timestamp of its partition up to it. It never decreases
     along a partition, so Kafka order across partitions, (Kafka time, partition, offset),
-    keeps each partition's offset order even where a producer's clock stepped back. Over
-    a batch: every record of it, so the stage insert and the stage agree."""
+    keeps each partition's offset order even where a producer's clock stepped back. Computed
+    once, by the stage query over every record of the batch, and kept in the stage's
+    `_kafka_time` for the steps that order the stage again."""
     return (
         f"MAX({record}kafka_timestamp) OVER (PARTITION BY {record}kafka_partition ORDER BY {record}kafka_offset\n"
         "  ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW)"
@@ -115,8 +116,8 @@ def rerank_sql(ctx: TableSql) -> str:
     same_record = (
         f"{key_match(d, keys, 's', 'r')} AND s._kafka_partition = r._kafka_partition AND s._kafka_offset = r._kafka_offset"
     )
-    # The events of keys with a positionless one, with their Kafka time (over the whole stage).
-    events = f"FROM (SELECT z.*, {indent(kafka_time('z._'), 14).lstrip()} AS _kafka_time\n              FROM {stage} z) x\n"
+    # The events of keys with a positionless one, with the Kafka time the stage query wrote.
+    events = f"FROM {stage} x\n"
     of_keys = (
         f"WHERE x._action IN {APPLIED}\n"
         f"          AND EXISTS (SELECT 1 FROM {stage} y WHERE {positionless('y.')} AND {key_match(d, keys, 'y', 'x')})) r\n"

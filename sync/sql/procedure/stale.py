@@ -56,14 +56,14 @@ def tied_replay_sql(ctx: TableSql) -> str:
     rel, stage = ctx.rel, ctx.rel.stage
     extra = [("CAST(NULL AS timestamp) AS kafka_time__", "t._kafka_timestamp"), ("true AS row__", "false")]
     stored = stored_state(ctx, _winner_of_key(ctx, tied=True), extra)
-    later = kafka_later("t", "t._kafka_time", "s", "s._kafka_timestamp", lines=False)
+    later = kafka_later("t", "t.stored_time__", "s", "s._kafka_timestamp", lines=False)
     # The outer join in a subquery of its own: Redshift takes none in an UPDATE's FROM list
     # ("Target table must be part of an equijoin predicate", r_UPDATE).
     return (
         "-- 5. A replay tied at the stored position, older in Kafka order than what wrote it: stale.\n"
         "IF v_replayed > 0 THEN\n"
         f"  UPDATE {stage} s SET _action = '{Action.STALE}'\n"
-        f"  FROM (SELECT r.*, COALESCE(m.kafka_timestamp, r.kafka_time__) AS _kafka_time\n"
+        f"  FROM (SELECT r.*, COALESCE(m.kafka_timestamp, r.kafka_time__) AS stored_time__\n"
         f"        FROM {indent(stored, 13).lstrip()} r\n"
         f"        LEFT JOIN {rel.stream} m ON r.row__ AND m.kafka_partition = r._kafka_partition"
         " AND m.kafka_offset = r._kafka_offset) t\n"
