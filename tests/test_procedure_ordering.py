@@ -28,8 +28,8 @@ def test_positionless_events_take_the_newest_position_before_them_then_rank_agai
         'FROM "cdc"."line__stage" x',
         'UPDATE "cdc"."line__stage" s SET _rank_pos = CASE WHEN r.stored_pos > r.rank_pos OR r.rank_pos IS NULL',
         "THEN COALESCE(r.stored_pos, r.rank_pos) ELSE r.rank_pos END",
-        'LEFT JOIN (SELECT * FROM (SELECT k.*, ROW_NUMBER() OVER (PARTITION BY "order_id", "line_no"',
-        'WHERE o.stored_rn__ = 1) t ON t."order_id" = x."order_id" AND t."line_no" = x."line_no"',
+        'LEFT JOIN (SELECT t."order_id", t."line_no", t._source_pos, t._kafka_partition, t._kafka_offset,',
+        'ROW_NUMBER() OVER (PARTITION BY t."order_id", t."line_no"',
         'FROM (SELECT x.*, ROW_NUMBER() OVER (PARTITION BY x."order_id", x."line_no" ORDER BY x._rank_pos DESC NULLS LAST,'
         " x._kafka_time DESC NULLS LAST, x._kafka_partition DESC, x._kafka_offset DESC) AS rn",
     )
@@ -39,6 +39,8 @@ def test_positionless_events_take_the_newest_position_before_them_then_rank_agai
         " AND s._kafka_partition = r._kafka_partition AND s._kafka_offset = r._kafka_offset"
     )
     assert sql.count(same_record) == 2
+    # The newest stored row of the key, kept in the join.
+    assert ') t ON t."order_id" = x."order_id" AND t."line_no" = x."line_no" AND t.stored_rn__ = 1\n' in sql
     assert sql.count("UPDATE ") == 2 and rerank_sql(ONE).count("UPDATE ") == 2
     assert "UNION ALL" not in sql  # soft mode: the target only
     assert "OVER (PARTITION BY z._kafka_partition" not in sql

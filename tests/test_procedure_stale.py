@@ -15,12 +15,11 @@ def test_one_statement_judges_every_winner_against_the_newest_stored_state_of_it
         sql,
         'UPDATE "cdc"."tag__stage" s SET _action = \'stale\'',
         # One lookup: the newest target row or deleted key of each key with a winner.
-        'FROM (SELECT * FROM (SELECT k.*, ROW_NUMBER() OVER (PARTITION BY "id"',
-        "ORDER BY _source_pos DESC NULLS LAST, _kafka_partition DESC, _kafka_offset DESC) AS stored_rn__",
+        'FROM (SELECT k.*, ROW_NUMBER() OVER (PARTITION BY k."id"',
+        "ORDER BY k._source_pos DESC NULLS LAST, k._kafka_partition DESC, k._kafka_offset DESC) AS stored_rn__",
         'FROM (SELECT t."id", t._source_pos, t._kafka_partition, t._kafka_offset, false AS deleted__ FROM "cdc"."tag" t',
         'UNION ALL SELECT t."id", t._source_pos, t._kafka_partition, t._kafka_offset, true FROM "cdc"."tag__deleted" t',
-        "WHERE o.stored_rn__ = 1) t",
-        "WHERE s._rn = 1 AND s._action IN ('upsert', 'delete') AND t.\"id\" = s.\"id\" AND s._source_pos <= t._source_pos",
+        "WHERE s._rn = 1 AND s._action IN ('upsert', 'delete') AND t.\"id\" = s.\"id\" AND t.stored_rn__ = 1 AND s._source_pos <= t._source_pos",
         # Older than what is stored: stale; at the stored position, a change applies.
         "AND CASE WHEN s._source_pos < t._source_pos THEN true",
         "WHEN s._action = 'upsert' AND (t.deleted__) THEN false",
@@ -35,9 +34,9 @@ def test_one_statement_judges_every_winner_against_the_newest_stored_state_of_it
     assert_lines(
         composite,
         'FROM (SELECT t."order_id", t."line_no", t._source_pos, t._kafka_partition, t._kafka_offset,'
-        ' t._deleted AS deleted__, t."note" FROM "cdc"."line" t',
+        ' t._deleted AS deleted__, t."note",',
         "WHERE s._rn = 1 AND s._action IN ('upsert', 'delete')"
-        ' AND t."order_id" = s."order_id" AND t."line_no" = s."line_no" AND s._source_pos <= t._source_pos',
+        ' AND t."order_id" = s."order_id" AND t."line_no" = s."line_no" AND t.stored_rn__ = 1 AND s._source_pos <= t._source_pos',
         'WHEN s._action = \'upsert\' AND (t.deleted__ OR (t."note" <> s."note" OR (t."note" IS NULL) <> (s."note" IS NULL))) THEN false',
     )
 

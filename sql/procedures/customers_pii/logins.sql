@@ -301,11 +301,11 @@ BEGIN
                         MIN(CASE WHEN COALESCE(_unavailable, '') NOT LIKE '%|ip_address|%' THEN _rn END) AS rn0
                        FROM "crm"."logins__stage" WHERE _action = 'upsert' AND _rn > 1 GROUP BY "login_id") m ON m."login_id" = w."login_id"
             LEFT JOIN "crm"."logins__stage" p0 ON p0."login_id" = w."login_id" AND p0._rn = m.rn0 AND p0._action = 'upsert'
-            LEFT JOIN (SELECT * FROM (SELECT t.*, ROW_NUMBER() OVER (PARTITION BY t."login_id"
-              ORDER BY t._source_pos DESC NULLS LAST, t._kafka_partition DESC, t._kafka_offset DESC) AS stored_rn__
-            FROM "crm"."logins" t WHERE EXISTS (SELECT 1 FROM "crm"."logins__stage" x WHERE x._rn = 1 AND x._action = 'upsert' AND x._unavailable IS NOT NULL
-                AND x."login_id" = t."login_id")) o
-          WHERE o.stored_rn__ = 1) t ON t."login_id" = w."login_id"
+            LEFT JOIN (SELECT t."login_id", t._source_pos, t._kafka_partition, t._kafka_offset, t."ip_address",
+                        ROW_NUMBER() OVER (PARTITION BY t."login_id"
+                          ORDER BY t._source_pos DESC NULLS LAST, t._kafka_partition DESC, t._kafka_offset DESC) AS stored_rn__
+                        FROM "crm"."logins" t WHERE EXISTS (SELECT 1 FROM "crm"."logins__stage" x WHERE x._rn = 1 AND x._action = 'upsert'
+                            AND x._unavailable IS NOT NULL AND x."login_id" = t."login_id")) t ON t."login_id" = w."login_id" AND t.stored_rn__ = 1
             WHERE w._rn = 1 AND w._action = 'upsert' AND w._unavailable IS NOT NULL) u
       WHERE s._rn = 1 AND s._action = 'upsert' AND s._unavailable IS NOT NULL AND u."login_id" = s."login_id";
       UPDATE "crm"."logins__stage" s SET _action = 'quarantine',

@@ -279,14 +279,14 @@ BEGIN
                    MAX(x._source_pos) OVER (PARTITION BY x."id" ORDER BY x._kafka_time ASC NULLS FIRST, x._kafka_partition, x._kafka_offset
                      ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW) AS rank_pos
             FROM "cdc"."my__stage" x
-            LEFT JOIN (SELECT * FROM (SELECT k.*, ROW_NUMBER() OVER (PARTITION BY "id"
-                      ORDER BY _source_pos DESC NULLS LAST, _kafka_partition DESC, _kafka_offset DESC) AS stored_rn__
-                    FROM (SELECT t."id", t._source_pos, t._kafka_partition, t._kafka_offset FROM "cdc"."my" t
-                        WHERE EXISTS (SELECT 1 FROM "cdc"."my__stage" y WHERE y._source_pos IS NULL AND y._action IN ('upsert', 'delete') AND y."id" = t."id")
-                        UNION ALL SELECT t."id", t._source_pos, t._kafka_partition, t._kafka_offset FROM "cdc"."my__deleted" t
-                        WHERE EXISTS (SELECT 1 FROM "cdc"."my__stage" y WHERE y._source_pos IS NULL AND y._action IN ('upsert', 'delete')
-                            AND y."id" = t."id")) k) o
-               WHERE o.stored_rn__ = 1) t ON t."id" = x."id"
+            LEFT JOIN (SELECT k.*, ROW_NUMBER() OVER (PARTITION BY k."id"
+                          ORDER BY k._source_pos DESC NULLS LAST, k._kafka_partition DESC, k._kafka_offset DESC) AS stored_rn__
+                        FROM (SELECT t."id", t._source_pos, t._kafka_partition, t._kafka_offset FROM "cdc"."my" t
+                              WHERE EXISTS (SELECT 1 FROM "cdc"."my__stage" y WHERE y._source_pos IS NULL AND y._action IN ('upsert', 'delete')
+                                  AND y."id" = t."id")
+                              UNION ALL SELECT t."id", t._source_pos, t._kafka_partition, t._kafka_offset FROM "cdc"."my__deleted" t
+                              WHERE EXISTS (SELECT 1 FROM "cdc"."my__stage" y WHERE y._source_pos IS NULL AND y._action IN ('upsert', 'delete')
+                                  AND y."id" = t."id")) k) t ON t."id" = x."id" AND t.stored_rn__ = 1
             WHERE x._action IN ('upsert', 'delete')
               AND EXISTS (SELECT 1 FROM "cdc"."my__stage" y WHERE y._source_pos IS NULL AND y._action IN ('upsert', 'delete') AND y."id" = x."id")) r
       WHERE s._source_pos IS NULL AND s._action IN ('upsert', 'delete') AND s."id" = r."id" AND s._kafka_partition = r._kafka_partition
@@ -315,11 +315,11 @@ BEGIN
                        FROM "cdc"."my__stage" WHERE _action = 'upsert' AND _rn > 1 GROUP BY "id") m ON m."id" = w."id"
             LEFT JOIN "cdc"."my__stage" p0 ON p0."id" = w."id" AND p0._rn = m.rn0 AND p0._action = 'upsert'
             LEFT JOIN "cdc"."my__stage" p1 ON p1."id" = w."id" AND p1._rn = m.rn1 AND p1._action = 'upsert'
-            LEFT JOIN (SELECT * FROM (SELECT t.*, ROW_NUMBER() OVER (PARTITION BY t."id"
-              ORDER BY t._source_pos DESC NULLS LAST, t._kafka_partition DESC, t._kafka_offset DESC) AS stored_rn__
-            FROM "cdc"."my" t WHERE EXISTS (SELECT 1 FROM "cdc"."my__stage" x WHERE x._rn = 1 AND x._action = 'upsert' AND x._unavailable IS NOT NULL
-                AND x."id" = t."id")) o
-          WHERE o.stored_rn__ = 1) t ON t."id" = w."id"
+            LEFT JOIN (SELECT t."id", t._source_pos, t._kafka_partition, t._kafka_offset, t."name", t."bio",
+                        ROW_NUMBER() OVER (PARTITION BY t."id"
+                          ORDER BY t._source_pos DESC NULLS LAST, t._kafka_partition DESC, t._kafka_offset DESC) AS stored_rn__
+                        FROM "cdc"."my" t WHERE EXISTS (SELECT 1 FROM "cdc"."my__stage" x WHERE x._rn = 1 AND x._action = 'upsert'
+                            AND x._unavailable IS NOT NULL AND x."id" = t."id")) t ON t."id" = w."id" AND t.stored_rn__ = 1
             WHERE w._rn = 1 AND w._action = 'upsert' AND w._unavailable IS NOT NULL) u
       WHERE s._rn = 1 AND s._action = 'upsert' AND s._unavailable IS NOT NULL AND u."id" = s."id";
       UPDATE "cdc"."my__stage" s SET _action = 'quarantine',
@@ -332,14 +332,13 @@ BEGIN
     -- 5. Never regress: a winner older than what is stored for its key (row or deleted key) is stale; at the
     --    stored position a re-sent copy is too, a change applies (one compressed MySQL transaction's).
     UPDATE "cdc"."my__stage" s SET _action = 'stale'
-    FROM (SELECT * FROM (SELECT k.*, ROW_NUMBER() OVER (PARTITION BY "id"
-                           ORDER BY _source_pos DESC NULLS LAST, _kafka_partition DESC, _kafka_offset DESC) AS stored_rn__
-                         FROM (SELECT t."id", t._source_pos, t._kafka_partition, t._kafka_offset, false AS deleted__, t."name", t."bio" FROM "cdc"."my" t
-                             WHERE EXISTS (SELECT 1 FROM "cdc"."my__stage" y WHERE y._rn = 1 AND y._action IN ('upsert', 'delete') AND y."id" = t."id")
-                             UNION ALL SELECT t."id", t._source_pos, t._kafka_partition, t._kafka_offset, true, NULL, NULL FROM "cdc"."my__deleted" t
-                             WHERE EXISTS (SELECT 1 FROM "cdc"."my__stage" y WHERE y._rn = 1 AND y._action IN ('upsert', 'delete') AND y."id" = t."id")) k) o
-                    WHERE o.stored_rn__ = 1) t
-    WHERE s._rn = 1 AND s._action IN ('upsert', 'delete') AND t."id" = s."id" AND s._source_pos <= t._source_pos
+    FROM (SELECT k.*, ROW_NUMBER() OVER (PARTITION BY k."id"
+             ORDER BY k._source_pos DESC NULLS LAST, k._kafka_partition DESC, k._kafka_offset DESC) AS stored_rn__
+           FROM (SELECT t."id", t._source_pos, t._kafka_partition, t._kafka_offset, false AS deleted__, t."name", t."bio" FROM "cdc"."my" t
+                 WHERE EXISTS (SELECT 1 FROM "cdc"."my__stage" y WHERE y._rn = 1 AND y._action IN ('upsert', 'delete') AND y."id" = t."id")
+                 UNION ALL SELECT t."id", t._source_pos, t._kafka_partition, t._kafka_offset, true, NULL, NULL FROM "cdc"."my__deleted" t
+                 WHERE EXISTS (SELECT 1 FROM "cdc"."my__stage" y WHERE y._rn = 1 AND y._action IN ('upsert', 'delete') AND y."id" = t."id")) k) t
+    WHERE s._rn = 1 AND s._action IN ('upsert', 'delete') AND t."id" = s."id" AND t.stored_rn__ = 1 AND s._source_pos <= t._source_pos
       AND CASE WHEN s._source_pos < t._source_pos THEN true
                WHEN s._action = 'upsert' AND (t.deleted__ OR (t."name" <> s."name" OR (t."name" IS NULL) <> (s."name" IS NULL))
                    OR (t."bio" <> s."bio" OR (t."bio" IS NULL) <> (s."bio" IS NULL))) THEN false
@@ -348,19 +347,17 @@ BEGIN
     IF v_replayed > 0 THEN
       UPDATE "cdc"."my__stage" s SET _action = 'stale'
       FROM (SELECT r.*, COALESCE(m.kafka_timestamp, r.kafka_time__) AS stored_time__
-            FROM (SELECT * FROM (SELECT k.*, ROW_NUMBER() OVER (PARTITION BY "id"
-                                   ORDER BY _source_pos DESC NULLS LAST, _kafka_partition DESC, _kafka_offset DESC) AS stored_rn__
-                                 FROM (SELECT t."id", t._source_pos, t._kafka_partition, t._kafka_offset, CAST(NULL AS timestamp) AS kafka_time__,
-                                     true AS row__ FROM "cdc"."my" t
-                                     WHERE EXISTS (SELECT 1 FROM "cdc"."my__stage" y WHERE y._rn = 1 AND y._action IN ('upsert', 'delete') AND y."id" = t."id"
-                                         AND y._source_pos = t._source_pos)
-                                     UNION ALL SELECT t."id", t._source_pos, t._kafka_partition, t._kafka_offset, t._kafka_timestamp,
-                                         false FROM "cdc"."my__deleted" t
-                                     WHERE EXISTS (SELECT 1 FROM "cdc"."my__stage" y WHERE y._rn = 1 AND y._action IN ('upsert', 'delete') AND y."id" = t."id"
-                                         AND y._source_pos = t._source_pos)) k) o
-                            WHERE o.stored_rn__ = 1) r
+            FROM (SELECT k.*, ROW_NUMBER() OVER (PARTITION BY k."id"
+                     ORDER BY k._source_pos DESC NULLS LAST, k._kafka_partition DESC, k._kafka_offset DESC) AS stored_rn__
+                   FROM (SELECT t."id", t._source_pos, t._kafka_partition, t._kafka_offset, CAST(NULL AS timestamp) AS kafka_time__,
+                       true AS row__ FROM "cdc"."my" t
+                         WHERE EXISTS (SELECT 1 FROM "cdc"."my__stage" y WHERE y._rn = 1 AND y._action IN ('upsert', 'delete') AND y."id" = t."id"
+                             AND y._source_pos = t._source_pos)
+                         UNION ALL SELECT t."id", t._source_pos, t._kafka_partition, t._kafka_offset, t._kafka_timestamp, false FROM "cdc"."my__deleted" t
+                         WHERE EXISTS (SELECT 1 FROM "cdc"."my__stage" y WHERE y._rn = 1 AND y._action IN ('upsert', 'delete') AND y."id" = t."id"
+                             AND y._source_pos = t._source_pos)) k) r
             LEFT JOIN "cdc"."my__stream" m ON r.row__ AND m.kafka_partition = r._kafka_partition AND m.kafka_offset = r._kafka_offset) t
-      WHERE s._rn = 1 AND s._action IN ('upsert', 'delete') AND t."id" = s."id" AND s._source_pos = t._source_pos
+      WHERE s._rn = 1 AND s._action IN ('upsert', 'delete') AND t."id" = s."id" AND t.stored_rn__ = 1 AND s._source_pos = t._source_pos
         AND EXISTS (SELECT 1 FROM "cdc"."my__watermark" w WHERE w.kafka_partition = s._kafka_partition AND s._kafka_offset <= w.last_offset)
         AND (t._kafka_partition = s._kafka_partition AND t._kafka_offset > s._kafka_offset OR t._kafka_partition <> s._kafka_partition
             AND (t.stored_time__ > s._kafka_timestamp OR (COALESCE(t.stored_time__ = s._kafka_timestamp, true) AND t._kafka_partition > s._kafka_partition)));

@@ -275,11 +275,11 @@ BEGIN
                        FROM "cdc"."pg_kafka__stage" WHERE _action = 'upsert' AND _rn > 1 GROUP BY "id") m ON m."id" = w."id"
             LEFT JOIN "cdc"."pg_kafka__stage" p0 ON p0."id" = w."id" AND p0._rn = m.rn0 AND p0._action = 'upsert'
             LEFT JOIN "cdc"."pg_kafka__stage" p1 ON p1."id" = w."id" AND p1._rn = m.rn1 AND p1._action = 'upsert'
-            LEFT JOIN (SELECT * FROM (SELECT t.*, ROW_NUMBER() OVER (PARTITION BY t."id"
-              ORDER BY t._source_pos DESC NULLS LAST, t._kafka_partition DESC, t._kafka_offset DESC) AS stored_rn__
-            FROM "cdc"."pg_kafka" t WHERE EXISTS (SELECT 1 FROM "cdc"."pg_kafka__stage" x WHERE x._rn = 1 AND x._action = 'upsert'
-                AND x._unavailable IS NOT NULL AND x."id" = t."id")) o
-          WHERE o.stored_rn__ = 1) t ON t."id" = w."id"
+            LEFT JOIN (SELECT t."id", t._source_pos, t._kafka_partition, t._kafka_offset, t."name", t."bio",
+                        ROW_NUMBER() OVER (PARTITION BY t."id"
+                          ORDER BY t._source_pos DESC NULLS LAST, t._kafka_partition DESC, t._kafka_offset DESC) AS stored_rn__
+                        FROM "cdc"."pg_kafka" t WHERE EXISTS (SELECT 1 FROM "cdc"."pg_kafka__stage" x WHERE x._rn = 1 AND x._action = 'upsert'
+                            AND x._unavailable IS NOT NULL AND x."id" = t."id")) t ON t."id" = w."id" AND t.stored_rn__ = 1
             WHERE w._rn = 1 AND w._action = 'upsert' AND w._unavailable IS NOT NULL) u
       WHERE s._rn = 1 AND s._action = 'upsert' AND s._unavailable IS NOT NULL AND u."id" = s."id";
       UPDATE "cdc"."pg_kafka__stage" s SET _action = 'quarantine',

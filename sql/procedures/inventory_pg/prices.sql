@@ -314,15 +314,14 @@ BEGIN
                    MAX(x._source_pos) OVER (PARTITION BY x."product_id" ORDER BY x._kafka_time ASC NULLS FIRST, x._kafka_partition, x._kafka_offset
                      ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW) AS rank_pos
             FROM "inventory"."prices__stage" x
-            LEFT JOIN (SELECT * FROM (SELECT k.*, ROW_NUMBER() OVER (PARTITION BY "product_id"
-                      ORDER BY _source_pos DESC NULLS LAST, _kafka_partition DESC, _kafka_offset DESC) AS stored_rn__
-                    FROM (SELECT t."product_id", t._source_pos, t._kafka_partition, t._kafka_offset FROM "inventory"."prices" t
-                        WHERE EXISTS (SELECT 1 FROM "inventory"."prices__stage" y WHERE y._source_pos IS NULL AND y._action IN ('upsert', 'delete')
-                            AND y."product_id" = t."product_id")
-                        UNION ALL SELECT t."product_id", t._source_pos, t._kafka_partition, t._kafka_offset FROM "inventory"."prices__deleted" t
-                        WHERE EXISTS (SELECT 1 FROM "inventory"."prices__stage" y WHERE y._source_pos IS NULL AND y._action IN ('upsert', 'delete')
-                            AND y."product_id" = t."product_id")) k) o
-               WHERE o.stored_rn__ = 1) t ON t."product_id" = x."product_id"
+            LEFT JOIN (SELECT k.*, ROW_NUMBER() OVER (PARTITION BY k."product_id"
+                          ORDER BY k._source_pos DESC NULLS LAST, k._kafka_partition DESC, k._kafka_offset DESC) AS stored_rn__
+                        FROM (SELECT t."product_id", t._source_pos, t._kafka_partition, t._kafka_offset FROM "inventory"."prices" t
+                              WHERE EXISTS (SELECT 1 FROM "inventory"."prices__stage" y WHERE y._source_pos IS NULL AND y._action IN ('upsert', 'delete')
+                                  AND y."product_id" = t."product_id")
+                              UNION ALL SELECT t."product_id", t._source_pos, t._kafka_partition, t._kafka_offset FROM "inventory"."prices__deleted" t
+                              WHERE EXISTS (SELECT 1 FROM "inventory"."prices__stage" y WHERE y._source_pos IS NULL AND y._action IN ('upsert', 'delete')
+                                  AND y."product_id" = t."product_id")) k) t ON t."product_id" = x."product_id" AND t.stored_rn__ = 1
             WHERE x._action IN ('upsert', 'delete')
               AND EXISTS (SELECT 1 FROM "inventory"."prices__stage" y WHERE y._source_pos IS NULL AND y._action IN ('upsert', 'delete')
                   AND y."product_id" = x."product_id")) r
@@ -340,18 +339,16 @@ BEGIN
     -- 5. Never regress: a winner older than what is stored for its key (row or deleted key) is stale; at the
     --    stored position a re-sent copy is too, a change applies (one compressed MySQL transaction's).
     UPDATE "inventory"."prices__stage" s SET _action = 'stale'
-    FROM (SELECT * FROM (SELECT k.*, ROW_NUMBER() OVER (PARTITION BY "product_id"
-                           ORDER BY _source_pos DESC NULLS LAST, _kafka_partition DESC, _kafka_offset DESC) AS stored_rn__
-                         FROM (SELECT t."product_id", t._source_pos, t._kafka_partition, t._kafka_offset, false AS deleted__, t."list_price",
-                             t."discount_pct" FROM "inventory"."prices" t
-                             WHERE EXISTS (SELECT 1 FROM "inventory"."prices__stage" y WHERE y._rn = 1 AND y._action IN ('upsert', 'delete')
-                                 AND y."product_id" = t."product_id")
-                             UNION ALL SELECT t."product_id", t._source_pos, t._kafka_partition, t._kafka_offset, true, NULL,
-                                 NULL FROM "inventory"."prices__deleted" t
-                             WHERE EXISTS (SELECT 1 FROM "inventory"."prices__stage" y WHERE y._rn = 1 AND y._action IN ('upsert', 'delete')
-                                 AND y."product_id" = t."product_id")) k) o
-                    WHERE o.stored_rn__ = 1) t
-    WHERE s._rn = 1 AND s._action IN ('upsert', 'delete') AND t."product_id" = s."product_id" AND s._source_pos <= t._source_pos
+    FROM (SELECT k.*, ROW_NUMBER() OVER (PARTITION BY k."product_id"
+             ORDER BY k._source_pos DESC NULLS LAST, k._kafka_partition DESC, k._kafka_offset DESC) AS stored_rn__
+           FROM (SELECT t."product_id", t._source_pos, t._kafka_partition, t._kafka_offset, false AS deleted__, t."list_price",
+               t."discount_pct" FROM "inventory"."prices" t
+                 WHERE EXISTS (SELECT 1 FROM "inventory"."prices__stage" y WHERE y._rn = 1 AND y._action IN ('upsert', 'delete')
+                     AND y."product_id" = t."product_id")
+                 UNION ALL SELECT t."product_id", t._source_pos, t._kafka_partition, t._kafka_offset, true, NULL, NULL FROM "inventory"."prices__deleted" t
+                 WHERE EXISTS (SELECT 1 FROM "inventory"."prices__stage" y WHERE y._rn = 1 AND y._action IN ('upsert', 'delete')
+                     AND y."product_id" = t."product_id")) k) t
+    WHERE s._rn = 1 AND s._action IN ('upsert', 'delete') AND t."product_id" = s."product_id" AND t.stored_rn__ = 1 AND s._source_pos <= t._source_pos
       AND CASE WHEN s._source_pos < t._source_pos THEN true
                WHEN s._action = 'upsert' AND (t.deleted__ OR (t."list_price" <> s."list_price" OR (t."list_price" IS NULL) <> (s."list_price" IS NULL))
                    OR (t."discount_pct" <> s."discount_pct" OR (t."discount_pct" IS NULL) <> (s."discount_pct" IS NULL))) THEN false
@@ -360,19 +357,18 @@ BEGIN
     IF v_replayed > 0 THEN
       UPDATE "inventory"."prices__stage" s SET _action = 'stale'
       FROM (SELECT r.*, COALESCE(m.kafka_timestamp, r.kafka_time__) AS stored_time__
-            FROM (SELECT * FROM (SELECT k.*, ROW_NUMBER() OVER (PARTITION BY "product_id"
-                                   ORDER BY _source_pos DESC NULLS LAST, _kafka_partition DESC, _kafka_offset DESC) AS stored_rn__
-                                 FROM (SELECT t."product_id", t._source_pos, t._kafka_partition, t._kafka_offset, CAST(NULL AS timestamp) AS kafka_time__,
-                                     true AS row__ FROM "inventory"."prices" t
-                                     WHERE EXISTS (SELECT 1 FROM "inventory"."prices__stage" y WHERE y._rn = 1 AND y._action IN ('upsert', 'delete')
-                                         AND y."product_id" = t."product_id" AND y._source_pos = t._source_pos)
-                                     UNION ALL SELECT t."product_id", t._source_pos, t._kafka_partition, t._kafka_offset, t._kafka_timestamp,
-                                         false FROM "inventory"."prices__deleted" t
-                                     WHERE EXISTS (SELECT 1 FROM "inventory"."prices__stage" y WHERE y._rn = 1 AND y._action IN ('upsert', 'delete')
-                                         AND y."product_id" = t."product_id" AND y._source_pos = t._source_pos)) k) o
-                            WHERE o.stored_rn__ = 1) r
+            FROM (SELECT k.*, ROW_NUMBER() OVER (PARTITION BY k."product_id"
+                     ORDER BY k._source_pos DESC NULLS LAST, k._kafka_partition DESC, k._kafka_offset DESC) AS stored_rn__
+                   FROM (SELECT t."product_id", t._source_pos, t._kafka_partition, t._kafka_offset, CAST(NULL AS timestamp) AS kafka_time__,
+                       true AS row__ FROM "inventory"."prices" t
+                         WHERE EXISTS (SELECT 1 FROM "inventory"."prices__stage" y WHERE y._rn = 1 AND y._action IN ('upsert', 'delete')
+                             AND y."product_id" = t."product_id" AND y._source_pos = t._source_pos)
+                         UNION ALL SELECT t."product_id", t._source_pos, t._kafka_partition, t._kafka_offset, t._kafka_timestamp,
+                             false FROM "inventory"."prices__deleted" t
+                         WHERE EXISTS (SELECT 1 FROM "inventory"."prices__stage" y WHERE y._rn = 1 AND y._action IN ('upsert', 'delete')
+                             AND y."product_id" = t."product_id" AND y._source_pos = t._source_pos)) k) r
             LEFT JOIN "inventory"."prices__stream" m ON r.row__ AND m.kafka_partition = r._kafka_partition AND m.kafka_offset = r._kafka_offset) t
-      WHERE s._rn = 1 AND s._action IN ('upsert', 'delete') AND t."product_id" = s."product_id" AND s._source_pos = t._source_pos
+      WHERE s._rn = 1 AND s._action IN ('upsert', 'delete') AND t."product_id" = s."product_id" AND t.stored_rn__ = 1 AND s._source_pos = t._source_pos
         AND EXISTS (SELECT 1 FROM "inventory"."prices__watermark" w WHERE w.kafka_partition = s._kafka_partition AND s._kafka_offset <= w.last_offset)
         AND (t._kafka_partition = s._kafka_partition AND t._kafka_offset > s._kafka_offset OR t._kafka_partition <> s._kafka_partition
             AND (t.stored_time__ > s._kafka_timestamp OR (COALESCE(t.stored_time__ = s._kafka_timestamp, true) AND t._kafka_partition > s._kafka_partition)));

@@ -304,12 +304,11 @@ BEGIN
                    MAX(x._source_pos) OVER (PARTITION BY x."move_id" ORDER BY x._kafka_time ASC NULLS FIRST, x._kafka_partition, x._kafka_offset
                      ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW) AS rank_pos
             FROM "inventory"."stock_moves__stage" x
-            LEFT JOIN (SELECT * FROM (SELECT k.*, ROW_NUMBER() OVER (PARTITION BY "move_id"
-                      ORDER BY _source_pos DESC NULLS LAST, _kafka_partition DESC, _kafka_offset DESC) AS stored_rn__
-                    FROM (SELECT t."move_id", t._source_pos, t._kafka_partition, t._kafka_offset FROM "inventory"."stock_moves" t
-                        WHERE EXISTS (SELECT 1 FROM "inventory"."stock_moves__stage" y WHERE y._source_pos IS NULL AND y._action IN ('upsert', 'delete')
-                            AND y."move_id" = t."move_id")) k) o
-               WHERE o.stored_rn__ = 1) t ON t."move_id" = x."move_id"
+            LEFT JOIN (SELECT t."move_id", t._source_pos, t._kafka_partition, t._kafka_offset,
+                        ROW_NUMBER() OVER (PARTITION BY t."move_id"
+                          ORDER BY t._source_pos DESC NULLS LAST, t._kafka_partition DESC, t._kafka_offset DESC) AS stored_rn__
+                        FROM "inventory"."stock_moves" t WHERE EXISTS (SELECT 1 FROM "inventory"."stock_moves__stage" y WHERE y._source_pos IS NULL
+                            AND y._action IN ('upsert', 'delete') AND y."move_id" = t."move_id")) t ON t."move_id" = x."move_id" AND t.stored_rn__ = 1
             WHERE x._action IN ('upsert', 'delete')
               AND EXISTS (SELECT 1 FROM "inventory"."stock_moves__stage" y WHERE y._source_pos IS NULL AND y._action IN ('upsert', 'delete')
                   AND y."move_id" = x."move_id")) r
@@ -327,14 +326,12 @@ BEGIN
     -- 5. Never regress: a winner older than what is stored for its key (row or deleted key) is stale; at the
     --    stored position a re-sent copy is too, a change applies (one compressed MySQL transaction's).
     UPDATE "inventory"."stock_moves__stage" s SET _action = 'stale'
-    FROM (SELECT * FROM (SELECT k.*, ROW_NUMBER() OVER (PARTITION BY "move_id"
-                           ORDER BY _source_pos DESC NULLS LAST, _kafka_partition DESC, _kafka_offset DESC) AS stored_rn__
-                         FROM (SELECT t."move_id", t._source_pos, t._kafka_partition, t._kafka_offset, t._deleted AS deleted__, t."product_id", t."quantity",
-                             t."moved_at" FROM "inventory"."stock_moves" t
-                             WHERE EXISTS (SELECT 1 FROM "inventory"."stock_moves__stage" y WHERE y._rn = 1 AND y._action IN ('upsert', 'delete')
-                                 AND y."move_id" = t."move_id")) k) o
-                    WHERE o.stored_rn__ = 1) t
-    WHERE s._rn = 1 AND s._action IN ('upsert', 'delete') AND t."move_id" = s."move_id" AND s._source_pos <= t._source_pos
+    FROM (SELECT t."move_id", t._source_pos, t._kafka_partition, t._kafka_offset, t._deleted AS deleted__, t."product_id", t."quantity", t."moved_at",
+           ROW_NUMBER() OVER (PARTITION BY t."move_id"
+             ORDER BY t._source_pos DESC NULLS LAST, t._kafka_partition DESC, t._kafka_offset DESC) AS stored_rn__
+           FROM "inventory"."stock_moves" t WHERE EXISTS (SELECT 1 FROM "inventory"."stock_moves__stage" y WHERE y._rn = 1 AND y._action IN ('upsert', 'delete')
+               AND y."move_id" = t."move_id")) t
+    WHERE s._rn = 1 AND s._action IN ('upsert', 'delete') AND t."move_id" = s."move_id" AND t.stored_rn__ = 1 AND s._source_pos <= t._source_pos
       AND CASE WHEN s._source_pos < t._source_pos THEN true
                WHEN s._action = 'upsert' AND (t.deleted__ OR (t."product_id" <> s."product_id" OR (t."product_id" IS NULL) <> (s."product_id" IS NULL))
                    OR (t."quantity" <> s."quantity" OR (t."quantity" IS NULL) <> (s."quantity" IS NULL))
@@ -344,15 +341,13 @@ BEGIN
     IF v_replayed > 0 THEN
       UPDATE "inventory"."stock_moves__stage" s SET _action = 'stale'
       FROM (SELECT r.*, COALESCE(m.kafka_timestamp, r.kafka_time__) AS stored_time__
-            FROM (SELECT * FROM (SELECT k.*, ROW_NUMBER() OVER (PARTITION BY "move_id"
-                                   ORDER BY _source_pos DESC NULLS LAST, _kafka_partition DESC, _kafka_offset DESC) AS stored_rn__
-                                 FROM (SELECT t."move_id", t._source_pos, t._kafka_partition, t._kafka_offset, CAST(NULL AS timestamp) AS kafka_time__,
-                                     true AS row__ FROM "inventory"."stock_moves" t
-                                     WHERE EXISTS (SELECT 1 FROM "inventory"."stock_moves__stage" y WHERE y._rn = 1 AND y._action IN ('upsert', 'delete')
-                                         AND y."move_id" = t."move_id" AND y._source_pos = t._source_pos)) k) o
-                            WHERE o.stored_rn__ = 1) r
+            FROM (SELECT t."move_id", t._source_pos, t._kafka_partition, t._kafka_offset, CAST(NULL AS timestamp) AS kafka_time__, true AS row__,
+                   ROW_NUMBER() OVER (PARTITION BY t."move_id"
+                     ORDER BY t._source_pos DESC NULLS LAST, t._kafka_partition DESC, t._kafka_offset DESC) AS stored_rn__
+                   FROM "inventory"."stock_moves" t WHERE EXISTS (SELECT 1 FROM "inventory"."stock_moves__stage" y WHERE y._rn = 1
+                       AND y._action IN ('upsert', 'delete') AND y."move_id" = t."move_id" AND y._source_pos = t._source_pos)) r
             LEFT JOIN "inventory"."stock_moves__stream" m ON r.row__ AND m.kafka_partition = r._kafka_partition AND m.kafka_offset = r._kafka_offset) t
-      WHERE s._rn = 1 AND s._action IN ('upsert', 'delete') AND t."move_id" = s."move_id" AND s._source_pos = t._source_pos
+      WHERE s._rn = 1 AND s._action IN ('upsert', 'delete') AND t."move_id" = s."move_id" AND t.stored_rn__ = 1 AND s._source_pos = t._source_pos
         AND EXISTS (SELECT 1 FROM "inventory"."stock_moves__watermark" w WHERE w.kafka_partition = s._kafka_partition AND s._kafka_offset <= w.last_offset)
         AND (t._kafka_partition = s._kafka_partition AND t._kafka_offset > s._kafka_offset OR t._kafka_partition <> s._kafka_partition
             AND (t.stored_time__ > s._kafka_timestamp OR (COALESCE(t.stored_time__ = s._kafka_timestamp, true) AND t._kafka_partition > s._kafka_partition)));
@@ -380,12 +375,12 @@ BEGIN
       UPDATE "inventory"."stock_moves__stage" s SET "product_id" = COALESCE(s."product_id", t."product_id"),
              "quantity" = COALESCE(s."quantity", t."quantity"),
              "moved_at" = COALESCE(s."moved_at", t."moved_at")
-      FROM (SELECT * FROM (SELECT t.*, ROW_NUMBER() OVER (PARTITION BY t."move_id"
-                ORDER BY t._source_pos DESC NULLS LAST, t._kafka_partition DESC, t._kafka_offset DESC) AS stored_rn__
-              FROM "inventory"."stock_moves" t WHERE EXISTS (SELECT 1 FROM "inventory"."stock_moves__stage" x WHERE x._rn = 1 AND x._action = 'delete'
-                  AND x."move_id" = t."move_id")) o
-            WHERE o.stored_rn__ = 1) t
-      WHERE s._rn = 1 AND s._action = 'delete' AND t."move_id" = s."move_id"
+      FROM (SELECT t."move_id", t._source_pos, t._kafka_partition, t._kafka_offset, t."product_id", t."quantity", t."moved_at",
+             ROW_NUMBER() OVER (PARTITION BY t."move_id"
+               ORDER BY t._source_pos DESC NULLS LAST, t._kafka_partition DESC, t._kafka_offset DESC) AS stored_rn__
+             FROM "inventory"."stock_moves" t WHERE EXISTS (SELECT 1 FROM "inventory"."stock_moves__stage" x WHERE x._rn = 1 AND x._action = 'delete'
+                 AND x."move_id" = t."move_id")) t
+      WHERE s._rn = 1 AND s._action = 'delete' AND t."move_id" = s."move_id" AND t.stored_rn__ = 1
         AND NOT EXISTS (SELECT 1 FROM "inventory"."stock_moves__stage" x WHERE x._action = 'upsert' AND x._rn > 1 AND x."move_id" = s."move_id");
     END IF;
     -- 6. Apply (soft deletes): upserts replace the row; deletes only mark it, keeping

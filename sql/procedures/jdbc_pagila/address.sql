@@ -310,15 +310,14 @@ BEGIN
                    MAX(x._source_pos) OVER (PARTITION BY x."address_id" ORDER BY x._kafka_time ASC NULLS FIRST, x._kafka_partition, x._kafka_offset
                      ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW) AS rank_pos
             FROM "pagila"."address__stage" x
-            LEFT JOIN (SELECT * FROM (SELECT k.*, ROW_NUMBER() OVER (PARTITION BY "address_id"
-                      ORDER BY _source_pos DESC NULLS LAST, _kafka_partition DESC, _kafka_offset DESC) AS stored_rn__
-                    FROM (SELECT t."address_id", t._source_pos, t._kafka_partition, t._kafka_offset FROM "pagila"."address" t
-                        WHERE EXISTS (SELECT 1 FROM "pagila"."address__stage" y WHERE y._source_pos IS NULL AND y._action IN ('upsert', 'delete')
-                            AND y."address_id" = t."address_id")
-                        UNION ALL SELECT t."address_id", t._source_pos, t._kafka_partition, t._kafka_offset FROM "pagila"."address__deleted" t
-                        WHERE EXISTS (SELECT 1 FROM "pagila"."address__stage" y WHERE y._source_pos IS NULL AND y._action IN ('upsert', 'delete')
-                            AND y."address_id" = t."address_id")) k) o
-               WHERE o.stored_rn__ = 1) t ON t."address_id" = x."address_id"
+            LEFT JOIN (SELECT k.*, ROW_NUMBER() OVER (PARTITION BY k."address_id"
+                          ORDER BY k._source_pos DESC NULLS LAST, k._kafka_partition DESC, k._kafka_offset DESC) AS stored_rn__
+                        FROM (SELECT t."address_id", t._source_pos, t._kafka_partition, t._kafka_offset FROM "pagila"."address" t
+                              WHERE EXISTS (SELECT 1 FROM "pagila"."address__stage" y WHERE y._source_pos IS NULL AND y._action IN ('upsert', 'delete')
+                                  AND y."address_id" = t."address_id")
+                              UNION ALL SELECT t."address_id", t._source_pos, t._kafka_partition, t._kafka_offset FROM "pagila"."address__deleted" t
+                              WHERE EXISTS (SELECT 1 FROM "pagila"."address__stage" y WHERE y._source_pos IS NULL AND y._action IN ('upsert', 'delete')
+                                  AND y."address_id" = t."address_id")) k) t ON t."address_id" = x."address_id" AND t.stored_rn__ = 1
             WHERE x._action IN ('upsert', 'delete')
               AND EXISTS (SELECT 1 FROM "pagila"."address__stage" y WHERE y._source_pos IS NULL AND y._action IN ('upsert', 'delete')
                   AND y."address_id" = x."address_id")) r
@@ -365,11 +364,12 @@ BEGIN
             LEFT JOIN "pagila"."address__stage" p2 ON p2."address_id" = w."address_id" AND p2._rn = m.rn2 AND p2._action = 'upsert'
             LEFT JOIN "pagila"."address__stage" p3 ON p3."address_id" = w."address_id" AND p3._rn = m.rn3 AND p3._action = 'upsert'
             LEFT JOIN "pagila"."address__stage" p4 ON p4."address_id" = w."address_id" AND p4._rn = m.rn4 AND p4._action = 'upsert'
-            LEFT JOIN (SELECT * FROM (SELECT t.*, ROW_NUMBER() OVER (PARTITION BY t."address_id"
-              ORDER BY t._source_pos DESC NULLS LAST, t._kafka_partition DESC, t._kafka_offset DESC) AS stored_rn__
-            FROM "pagila"."address" t WHERE EXISTS (SELECT 1 FROM "pagila"."address__stage" x WHERE x._rn = 1 AND x._action = 'upsert'
-                AND x._unavailable IS NOT NULL AND x."address_id" = t."address_id")) o
-          WHERE o.stored_rn__ = 1) t ON t."address_id" = w."address_id"
+            LEFT JOIN (SELECT t."address_id", t._source_pos, t._kafka_partition, t._kafka_offset, t."address", t."address2", t."district", t."postal_code",
+                t."phone",
+                        ROW_NUMBER() OVER (PARTITION BY t."address_id"
+                          ORDER BY t._source_pos DESC NULLS LAST, t._kafka_partition DESC, t._kafka_offset DESC) AS stored_rn__
+                        FROM "pagila"."address" t WHERE EXISTS (SELECT 1 FROM "pagila"."address__stage" x WHERE x._rn = 1 AND x._action = 'upsert'
+                            AND x._unavailable IS NOT NULL AND x."address_id" = t."address_id")) t ON t."address_id" = w."address_id" AND t.stored_rn__ = 1
             WHERE w._rn = 1 AND w._action = 'upsert' AND w._unavailable IS NOT NULL) u
       WHERE s._rn = 1 AND s._action = 'upsert' AND s._unavailable IS NOT NULL AND u."address_id" = s."address_id";
       UPDATE "pagila"."address__stage" s SET _action = 'quarantine',
@@ -382,18 +382,17 @@ BEGIN
     -- 5. Never regress: a winner older than what is stored for its key (row or deleted key) is stale; at the
     --    stored position a re-sent copy is too, a change applies (one compressed MySQL transaction's).
     UPDATE "pagila"."address__stage" s SET _action = 'stale'
-    FROM (SELECT * FROM (SELECT k.*, ROW_NUMBER() OVER (PARTITION BY "address_id"
-                           ORDER BY _source_pos DESC NULLS LAST, _kafka_partition DESC, _kafka_offset DESC) AS stored_rn__
-                         FROM (SELECT t."address_id", t._source_pos, t._kafka_partition, t._kafka_offset, false AS deleted__, t."address", t."address2",
-                             t."district", t."city_id", t."postal_code", t."phone", t."last_update" FROM "pagila"."address" t
-                             WHERE EXISTS (SELECT 1 FROM "pagila"."address__stage" y WHERE y._rn = 1 AND y._action IN ('upsert', 'delete')
-                                 AND y."address_id" = t."address_id")
-                             UNION ALL SELECT t."address_id", t._source_pos, t._kafka_partition, t._kafka_offset, true, NULL, NULL, NULL, NULL, NULL, NULL,
-                                 NULL FROM "pagila"."address__deleted" t
-                             WHERE EXISTS (SELECT 1 FROM "pagila"."address__stage" y WHERE y._rn = 1 AND y._action IN ('upsert', 'delete')
-                                 AND y."address_id" = t."address_id")) k) o
-                    WHERE o.stored_rn__ = 1) t
-    WHERE s._rn = 1 AND s._action IN ('upsert', 'delete') AND t."address_id" = s."address_id" AND s._source_pos <= t._source_pos
+    FROM (SELECT k.*, ROW_NUMBER() OVER (PARTITION BY k."address_id"
+             ORDER BY k._source_pos DESC NULLS LAST, k._kafka_partition DESC, k._kafka_offset DESC) AS stored_rn__
+           FROM (SELECT t."address_id", t._source_pos, t._kafka_partition, t._kafka_offset, false AS deleted__, t."address", t."address2", t."district",
+               t."city_id", t."postal_code", t."phone", t."last_update" FROM "pagila"."address" t
+                 WHERE EXISTS (SELECT 1 FROM "pagila"."address__stage" y WHERE y._rn = 1 AND y._action IN ('upsert', 'delete')
+                     AND y."address_id" = t."address_id")
+                 UNION ALL SELECT t."address_id", t._source_pos, t._kafka_partition, t._kafka_offset, true, NULL, NULL, NULL, NULL, NULL, NULL,
+                     NULL FROM "pagila"."address__deleted" t
+                 WHERE EXISTS (SELECT 1 FROM "pagila"."address__stage" y WHERE y._rn = 1 AND y._action IN ('upsert', 'delete')
+                     AND y."address_id" = t."address_id")) k) t
+    WHERE s._rn = 1 AND s._action IN ('upsert', 'delete') AND t."address_id" = s."address_id" AND t.stored_rn__ = 1 AND s._source_pos <= t._source_pos
       AND CASE WHEN s._source_pos < t._source_pos THEN true
                WHEN s._action = 'upsert' AND (t.deleted__ OR (t."address" <> s."address" OR (t."address" IS NULL) <> (s."address" IS NULL))
                    OR (t."address2" <> s."address2" OR (t."address2" IS NULL) <> (s."address2" IS NULL))
@@ -407,19 +406,18 @@ BEGIN
     IF v_replayed > 0 THEN
       UPDATE "pagila"."address__stage" s SET _action = 'stale'
       FROM (SELECT r.*, COALESCE(m.kafka_timestamp, r.kafka_time__) AS stored_time__
-            FROM (SELECT * FROM (SELECT k.*, ROW_NUMBER() OVER (PARTITION BY "address_id"
-                                   ORDER BY _source_pos DESC NULLS LAST, _kafka_partition DESC, _kafka_offset DESC) AS stored_rn__
-                                 FROM (SELECT t."address_id", t._source_pos, t._kafka_partition, t._kafka_offset, CAST(NULL AS timestamp) AS kafka_time__,
-                                     true AS row__ FROM "pagila"."address" t
-                                     WHERE EXISTS (SELECT 1 FROM "pagila"."address__stage" y WHERE y._rn = 1 AND y._action IN ('upsert', 'delete')
-                                         AND y."address_id" = t."address_id" AND y._source_pos = t._source_pos)
-                                     UNION ALL SELECT t."address_id", t._source_pos, t._kafka_partition, t._kafka_offset, t._kafka_timestamp,
-                                         false FROM "pagila"."address__deleted" t
-                                     WHERE EXISTS (SELECT 1 FROM "pagila"."address__stage" y WHERE y._rn = 1 AND y._action IN ('upsert', 'delete')
-                                         AND y."address_id" = t."address_id" AND y._source_pos = t._source_pos)) k) o
-                            WHERE o.stored_rn__ = 1) r
+            FROM (SELECT k.*, ROW_NUMBER() OVER (PARTITION BY k."address_id"
+                     ORDER BY k._source_pos DESC NULLS LAST, k._kafka_partition DESC, k._kafka_offset DESC) AS stored_rn__
+                   FROM (SELECT t."address_id", t._source_pos, t._kafka_partition, t._kafka_offset, CAST(NULL AS timestamp) AS kafka_time__,
+                       true AS row__ FROM "pagila"."address" t
+                         WHERE EXISTS (SELECT 1 FROM "pagila"."address__stage" y WHERE y._rn = 1 AND y._action IN ('upsert', 'delete')
+                             AND y."address_id" = t."address_id" AND y._source_pos = t._source_pos)
+                         UNION ALL SELECT t."address_id", t._source_pos, t._kafka_partition, t._kafka_offset, t._kafka_timestamp,
+                             false FROM "pagila"."address__deleted" t
+                         WHERE EXISTS (SELECT 1 FROM "pagila"."address__stage" y WHERE y._rn = 1 AND y._action IN ('upsert', 'delete')
+                             AND y."address_id" = t."address_id" AND y._source_pos = t._source_pos)) k) r
             LEFT JOIN "pagila"."address__stream" m ON r.row__ AND m.kafka_partition = r._kafka_partition AND m.kafka_offset = r._kafka_offset) t
-      WHERE s._rn = 1 AND s._action IN ('upsert', 'delete') AND t."address_id" = s."address_id" AND s._source_pos = t._source_pos
+      WHERE s._rn = 1 AND s._action IN ('upsert', 'delete') AND t."address_id" = s."address_id" AND t.stored_rn__ = 1 AND s._source_pos = t._source_pos
         AND EXISTS (SELECT 1 FROM "pagila"."address__watermark" w WHERE w.kafka_partition = s._kafka_partition AND s._kafka_offset <= w.last_offset)
         AND (t._kafka_partition = s._kafka_partition AND t._kafka_offset > s._kafka_offset OR t._kafka_partition <> s._kafka_partition
             AND (t.stored_time__ > s._kafka_timestamp OR (COALESCE(t.stored_time__ = s._kafka_timestamp, true) AND t._kafka_partition > s._kafka_partition)));

@@ -266,15 +266,14 @@ BEGIN
                    MAX(x._source_pos) OVER (PARTITION BY x."payment_id" ORDER BY x._kafka_time ASC NULLS FIRST, x._kafka_partition, x._kafka_offset
                      ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW) AS rank_pos
             FROM "pagila"."payment__stage" x
-            LEFT JOIN (SELECT * FROM (SELECT k.*, ROW_NUMBER() OVER (PARTITION BY "payment_id"
-                      ORDER BY _source_pos DESC NULLS LAST, _kafka_partition DESC, _kafka_offset DESC) AS stored_rn__
-                    FROM (SELECT t."payment_id", t._source_pos, t._kafka_partition, t._kafka_offset FROM "pagila"."payment" t
-                        WHERE EXISTS (SELECT 1 FROM "pagila"."payment__stage" y WHERE y._source_pos IS NULL AND y._action IN ('upsert', 'delete')
-                            AND y."payment_id" = t."payment_id")
-                        UNION ALL SELECT t."payment_id", t._source_pos, t._kafka_partition, t._kafka_offset FROM "pagila"."payment__deleted" t
-                        WHERE EXISTS (SELECT 1 FROM "pagila"."payment__stage" y WHERE y._source_pos IS NULL AND y._action IN ('upsert', 'delete')
-                            AND y."payment_id" = t."payment_id")) k) o
-               WHERE o.stored_rn__ = 1) t ON t."payment_id" = x."payment_id"
+            LEFT JOIN (SELECT k.*, ROW_NUMBER() OVER (PARTITION BY k."payment_id"
+                          ORDER BY k._source_pos DESC NULLS LAST, k._kafka_partition DESC, k._kafka_offset DESC) AS stored_rn__
+                        FROM (SELECT t."payment_id", t._source_pos, t._kafka_partition, t._kafka_offset FROM "pagila"."payment" t
+                              WHERE EXISTS (SELECT 1 FROM "pagila"."payment__stage" y WHERE y._source_pos IS NULL AND y._action IN ('upsert', 'delete')
+                                  AND y."payment_id" = t."payment_id")
+                              UNION ALL SELECT t."payment_id", t._source_pos, t._kafka_partition, t._kafka_offset FROM "pagila"."payment__deleted" t
+                              WHERE EXISTS (SELECT 1 FROM "pagila"."payment__stage" y WHERE y._source_pos IS NULL AND y._action IN ('upsert', 'delete')
+                                  AND y."payment_id" = t."payment_id")) k) t ON t."payment_id" = x."payment_id" AND t.stored_rn__ = 1
             WHERE x._action IN ('upsert', 'delete')
               AND EXISTS (SELECT 1 FROM "pagila"."payment__stage" y WHERE y._source_pos IS NULL AND y._action IN ('upsert', 'delete')
                   AND y."payment_id" = x."payment_id")) r
@@ -292,18 +291,16 @@ BEGIN
     -- 5. Never regress: a winner older than what is stored for its key (row or deleted key) is stale; at the
     --    stored position a re-sent copy is too, a change applies (one compressed MySQL transaction's).
     UPDATE "pagila"."payment__stage" s SET _action = 'stale'
-    FROM (SELECT * FROM (SELECT k.*, ROW_NUMBER() OVER (PARTITION BY "payment_id"
-                           ORDER BY _source_pos DESC NULLS LAST, _kafka_partition DESC, _kafka_offset DESC) AS stored_rn__
-                         FROM (SELECT t."payment_id", t._source_pos, t._kafka_partition, t._kafka_offset, false AS deleted__, t."customer_id", t."amount",
-                             t."payment_date" FROM "pagila"."payment" t
-                             WHERE EXISTS (SELECT 1 FROM "pagila"."payment__stage" y WHERE y._rn = 1 AND y._action IN ('upsert', 'delete')
-                                 AND y."payment_id" = t."payment_id")
-                             UNION ALL SELECT t."payment_id", t._source_pos, t._kafka_partition, t._kafka_offset, true, NULL, NULL,
-                                 NULL FROM "pagila"."payment__deleted" t
-                             WHERE EXISTS (SELECT 1 FROM "pagila"."payment__stage" y WHERE y._rn = 1 AND y._action IN ('upsert', 'delete')
-                                 AND y."payment_id" = t."payment_id")) k) o
-                    WHERE o.stored_rn__ = 1) t
-    WHERE s._rn = 1 AND s._action IN ('upsert', 'delete') AND t."payment_id" = s."payment_id" AND s._source_pos <= t._source_pos
+    FROM (SELECT k.*, ROW_NUMBER() OVER (PARTITION BY k."payment_id"
+             ORDER BY k._source_pos DESC NULLS LAST, k._kafka_partition DESC, k._kafka_offset DESC) AS stored_rn__
+           FROM (SELECT t."payment_id", t._source_pos, t._kafka_partition, t._kafka_offset, false AS deleted__, t."customer_id", t."amount",
+               t."payment_date" FROM "pagila"."payment" t
+                 WHERE EXISTS (SELECT 1 FROM "pagila"."payment__stage" y WHERE y._rn = 1 AND y._action IN ('upsert', 'delete')
+                     AND y."payment_id" = t."payment_id")
+                 UNION ALL SELECT t."payment_id", t._source_pos, t._kafka_partition, t._kafka_offset, true, NULL, NULL, NULL FROM "pagila"."payment__deleted" t
+                 WHERE EXISTS (SELECT 1 FROM "pagila"."payment__stage" y WHERE y._rn = 1 AND y._action IN ('upsert', 'delete')
+                     AND y."payment_id" = t."payment_id")) k) t
+    WHERE s._rn = 1 AND s._action IN ('upsert', 'delete') AND t."payment_id" = s."payment_id" AND t.stored_rn__ = 1 AND s._source_pos <= t._source_pos
       AND CASE WHEN s._source_pos < t._source_pos THEN true
                WHEN s._action = 'upsert' AND (t.deleted__ OR (t."customer_id" <> s."customer_id" OR (t."customer_id" IS NULL) <> (s."customer_id" IS NULL))
                    OR (t."amount" <> s."amount" OR (t."amount" IS NULL) <> (s."amount" IS NULL)) OR (t."payment_date" <> s."payment_date"
@@ -313,19 +310,18 @@ BEGIN
     IF v_replayed > 0 THEN
       UPDATE "pagila"."payment__stage" s SET _action = 'stale'
       FROM (SELECT r.*, COALESCE(m.kafka_timestamp, r.kafka_time__) AS stored_time__
-            FROM (SELECT * FROM (SELECT k.*, ROW_NUMBER() OVER (PARTITION BY "payment_id"
-                                   ORDER BY _source_pos DESC NULLS LAST, _kafka_partition DESC, _kafka_offset DESC) AS stored_rn__
-                                 FROM (SELECT t."payment_id", t._source_pos, t._kafka_partition, t._kafka_offset, CAST(NULL AS timestamp) AS kafka_time__,
-                                     true AS row__ FROM "pagila"."payment" t
-                                     WHERE EXISTS (SELECT 1 FROM "pagila"."payment__stage" y WHERE y._rn = 1 AND y._action IN ('upsert', 'delete')
-                                         AND y."payment_id" = t."payment_id" AND y._source_pos = t._source_pos)
-                                     UNION ALL SELECT t."payment_id", t._source_pos, t._kafka_partition, t._kafka_offset, t._kafka_timestamp,
-                                         false FROM "pagila"."payment__deleted" t
-                                     WHERE EXISTS (SELECT 1 FROM "pagila"."payment__stage" y WHERE y._rn = 1 AND y._action IN ('upsert', 'delete')
-                                         AND y."payment_id" = t."payment_id" AND y._source_pos = t._source_pos)) k) o
-                            WHERE o.stored_rn__ = 1) r
+            FROM (SELECT k.*, ROW_NUMBER() OVER (PARTITION BY k."payment_id"
+                     ORDER BY k._source_pos DESC NULLS LAST, k._kafka_partition DESC, k._kafka_offset DESC) AS stored_rn__
+                   FROM (SELECT t."payment_id", t._source_pos, t._kafka_partition, t._kafka_offset, CAST(NULL AS timestamp) AS kafka_time__,
+                       true AS row__ FROM "pagila"."payment" t
+                         WHERE EXISTS (SELECT 1 FROM "pagila"."payment__stage" y WHERE y._rn = 1 AND y._action IN ('upsert', 'delete')
+                             AND y."payment_id" = t."payment_id" AND y._source_pos = t._source_pos)
+                         UNION ALL SELECT t."payment_id", t._source_pos, t._kafka_partition, t._kafka_offset, t._kafka_timestamp,
+                             false FROM "pagila"."payment__deleted" t
+                         WHERE EXISTS (SELECT 1 FROM "pagila"."payment__stage" y WHERE y._rn = 1 AND y._action IN ('upsert', 'delete')
+                             AND y."payment_id" = t."payment_id" AND y._source_pos = t._source_pos)) k) r
             LEFT JOIN "pagila"."payment__stream" m ON r.row__ AND m.kafka_partition = r._kafka_partition AND m.kafka_offset = r._kafka_offset) t
-      WHERE s._rn = 1 AND s._action IN ('upsert', 'delete') AND t."payment_id" = s."payment_id" AND s._source_pos = t._source_pos
+      WHERE s._rn = 1 AND s._action IN ('upsert', 'delete') AND t."payment_id" = s."payment_id" AND t.stored_rn__ = 1 AND s._source_pos = t._source_pos
         AND EXISTS (SELECT 1 FROM "pagila"."payment__watermark" w WHERE w.kafka_partition = s._kafka_partition AND s._kafka_offset <= w.last_offset)
         AND (t._kafka_partition = s._kafka_partition AND t._kafka_offset > s._kafka_offset OR t._kafka_partition <> s._kafka_partition
             AND (t.stored_time__ > s._kafka_timestamp OR (COALESCE(t.stored_time__ = s._kafka_timestamp, true) AND t._kafka_partition > s._kafka_partition)));

@@ -285,15 +285,14 @@ BEGIN
                    MAX(x._source_pos) OVER (PARTITION BY x."customer_id" ORDER BY x._kafka_time ASC NULLS FIRST, x._kafka_partition, x._kafka_offset
                      ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW) AS rank_pos
             FROM "cdc"."customer__stage" x
-            LEFT JOIN (SELECT * FROM (SELECT k.*, ROW_NUMBER() OVER (PARTITION BY "customer_id"
-                      ORDER BY _source_pos DESC NULLS LAST, _kafka_partition DESC, _kafka_offset DESC) AS stored_rn__
-                    FROM (SELECT t."customer_id", t._source_pos, t._kafka_partition, t._kafka_offset FROM "cdc"."customer" t
-                        WHERE EXISTS (SELECT 1 FROM "cdc"."customer__stage" y WHERE y._source_pos IS NULL AND y._action IN ('upsert', 'delete')
-                            AND y."customer_id" = t."customer_id")
-                        UNION ALL SELECT t."customer_id", t._source_pos, t._kafka_partition, t._kafka_offset FROM "cdc"."customer__deleted" t
-                        WHERE EXISTS (SELECT 1 FROM "cdc"."customer__stage" y WHERE y._source_pos IS NULL AND y._action IN ('upsert', 'delete')
-                            AND y."customer_id" = t."customer_id")) k) o
-               WHERE o.stored_rn__ = 1) t ON t."customer_id" = x."customer_id"
+            LEFT JOIN (SELECT k.*, ROW_NUMBER() OVER (PARTITION BY k."customer_id"
+                          ORDER BY k._source_pos DESC NULLS LAST, k._kafka_partition DESC, k._kafka_offset DESC) AS stored_rn__
+                        FROM (SELECT t."customer_id", t._source_pos, t._kafka_partition, t._kafka_offset FROM "cdc"."customer" t
+                              WHERE EXISTS (SELECT 1 FROM "cdc"."customer__stage" y WHERE y._source_pos IS NULL AND y._action IN ('upsert', 'delete')
+                                  AND y."customer_id" = t."customer_id")
+                              UNION ALL SELECT t."customer_id", t._source_pos, t._kafka_partition, t._kafka_offset FROM "cdc"."customer__deleted" t
+                              WHERE EXISTS (SELECT 1 FROM "cdc"."customer__stage" y WHERE y._source_pos IS NULL AND y._action IN ('upsert', 'delete')
+                                  AND y."customer_id" = t."customer_id")) k) t ON t."customer_id" = x."customer_id" AND t.stored_rn__ = 1
             WHERE x._action IN ('upsert', 'delete')
               AND EXISTS (SELECT 1 FROM "cdc"."customer__stage" y WHERE y._source_pos IS NULL AND y._action IN ('upsert', 'delete')
                   AND y."customer_id" = x."customer_id")) r
@@ -325,11 +324,11 @@ BEGIN
                        FROM "cdc"."customer__stage" WHERE _action = 'upsert' AND _rn > 1 GROUP BY "customer_id") m ON m."customer_id" = w."customer_id"
             LEFT JOIN "cdc"."customer__stage" p0 ON p0."customer_id" = w."customer_id" AND p0._rn = m.rn0 AND p0._action = 'upsert'
             LEFT JOIN "cdc"."customer__stage" p1 ON p1."customer_id" = w."customer_id" AND p1._rn = m.rn1 AND p1._action = 'upsert'
-            LEFT JOIN (SELECT * FROM (SELECT t.*, ROW_NUMBER() OVER (PARTITION BY t."customer_id"
-              ORDER BY t._source_pos DESC NULLS LAST, t._kafka_partition DESC, t._kafka_offset DESC) AS stored_rn__
-            FROM "cdc"."customer" t WHERE EXISTS (SELECT 1 FROM "cdc"."customer__stage" x WHERE x._rn = 1 AND x._action = 'upsert'
-                AND x._unavailable IS NOT NULL AND x."customer_id" = t."customer_id")) o
-          WHERE o.stored_rn__ = 1) t ON t."customer_id" = w."customer_id"
+            LEFT JOIN (SELECT t."customer_id", t._source_pos, t._kafka_partition, t._kafka_offset, t."name", t."mktsegment",
+                        ROW_NUMBER() OVER (PARTITION BY t."customer_id"
+                          ORDER BY t._source_pos DESC NULLS LAST, t._kafka_partition DESC, t._kafka_offset DESC) AS stored_rn__
+                        FROM "cdc"."customer" t WHERE EXISTS (SELECT 1 FROM "cdc"."customer__stage" x WHERE x._rn = 1 AND x._action = 'upsert'
+                            AND x._unavailable IS NOT NULL AND x."customer_id" = t."customer_id")) t ON t."customer_id" = w."customer_id" AND t.stored_rn__ = 1
             WHERE w._rn = 1 AND w._action = 'upsert' AND w._unavailable IS NOT NULL) u
       WHERE s._rn = 1 AND s._action = 'upsert' AND s._unavailable IS NOT NULL AND u."customer_id" = s."customer_id";
       UPDATE "cdc"."customer__stage" s SET _action = 'quarantine',
@@ -342,18 +341,16 @@ BEGIN
     -- 5. Never regress: a winner older than what is stored for its key (row or deleted key) is stale; at the
     --    stored position a re-sent copy is too, a change applies (one compressed MySQL transaction's).
     UPDATE "cdc"."customer__stage" s SET _action = 'stale'
-    FROM (SELECT * FROM (SELECT k.*, ROW_NUMBER() OVER (PARTITION BY "customer_id"
-                           ORDER BY _source_pos DESC NULLS LAST, _kafka_partition DESC, _kafka_offset DESC) AS stored_rn__
-                         FROM (SELECT t."customer_id", t._source_pos, t._kafka_partition, t._kafka_offset, false AS deleted__, t."name",
-                             t."mktsegment" FROM "cdc"."customer" t
-                             WHERE EXISTS (SELECT 1 FROM "cdc"."customer__stage" y WHERE y._rn = 1 AND y._action IN ('upsert', 'delete')
-                                 AND y."customer_id" = t."customer_id")
-                             UNION ALL SELECT t."customer_id", t._source_pos, t._kafka_partition, t._kafka_offset, true, NULL,
-                                 NULL FROM "cdc"."customer__deleted" t
-                             WHERE EXISTS (SELECT 1 FROM "cdc"."customer__stage" y WHERE y._rn = 1 AND y._action IN ('upsert', 'delete')
-                                 AND y."customer_id" = t."customer_id")) k) o
-                    WHERE o.stored_rn__ = 1) t
-    WHERE s._rn = 1 AND s._action IN ('upsert', 'delete') AND t."customer_id" = s."customer_id" AND s._source_pos <= t._source_pos
+    FROM (SELECT k.*, ROW_NUMBER() OVER (PARTITION BY k."customer_id"
+             ORDER BY k._source_pos DESC NULLS LAST, k._kafka_partition DESC, k._kafka_offset DESC) AS stored_rn__
+           FROM (SELECT t."customer_id", t._source_pos, t._kafka_partition, t._kafka_offset, false AS deleted__, t."name",
+               t."mktsegment" FROM "cdc"."customer" t
+                 WHERE EXISTS (SELECT 1 FROM "cdc"."customer__stage" y WHERE y._rn = 1 AND y._action IN ('upsert', 'delete')
+                     AND y."customer_id" = t."customer_id")
+                 UNION ALL SELECT t."customer_id", t._source_pos, t._kafka_partition, t._kafka_offset, true, NULL, NULL FROM "cdc"."customer__deleted" t
+                 WHERE EXISTS (SELECT 1 FROM "cdc"."customer__stage" y WHERE y._rn = 1 AND y._action IN ('upsert', 'delete')
+                     AND y."customer_id" = t."customer_id")) k) t
+    WHERE s._rn = 1 AND s._action IN ('upsert', 'delete') AND t."customer_id" = s."customer_id" AND t.stored_rn__ = 1 AND s._source_pos <= t._source_pos
       AND CASE WHEN s._source_pos < t._source_pos THEN true
                WHEN s._action = 'upsert' AND (t.deleted__ OR (t."name" <> s."name" OR (t."name" IS NULL) <> (s."name" IS NULL))
                    OR (t."mktsegment" <> s."mktsegment" OR (t."mktsegment" IS NULL) <> (s."mktsegment" IS NULL))) THEN false
@@ -362,19 +359,18 @@ BEGIN
     IF v_replayed > 0 THEN
       UPDATE "cdc"."customer__stage" s SET _action = 'stale'
       FROM (SELECT r.*, COALESCE(m.kafka_timestamp, r.kafka_time__) AS stored_time__
-            FROM (SELECT * FROM (SELECT k.*, ROW_NUMBER() OVER (PARTITION BY "customer_id"
-                                   ORDER BY _source_pos DESC NULLS LAST, _kafka_partition DESC, _kafka_offset DESC) AS stored_rn__
-                                 FROM (SELECT t."customer_id", t._source_pos, t._kafka_partition, t._kafka_offset, CAST(NULL AS timestamp) AS kafka_time__,
-                                     true AS row__ FROM "cdc"."customer" t
-                                     WHERE EXISTS (SELECT 1 FROM "cdc"."customer__stage" y WHERE y._rn = 1 AND y._action IN ('upsert', 'delete')
-                                         AND y."customer_id" = t."customer_id" AND y._source_pos = t._source_pos)
-                                     UNION ALL SELECT t."customer_id", t._source_pos, t._kafka_partition, t._kafka_offset, t._kafka_timestamp,
-                                         false FROM "cdc"."customer__deleted" t
-                                     WHERE EXISTS (SELECT 1 FROM "cdc"."customer__stage" y WHERE y._rn = 1 AND y._action IN ('upsert', 'delete')
-                                         AND y."customer_id" = t."customer_id" AND y._source_pos = t._source_pos)) k) o
-                            WHERE o.stored_rn__ = 1) r
+            FROM (SELECT k.*, ROW_NUMBER() OVER (PARTITION BY k."customer_id"
+                     ORDER BY k._source_pos DESC NULLS LAST, k._kafka_partition DESC, k._kafka_offset DESC) AS stored_rn__
+                   FROM (SELECT t."customer_id", t._source_pos, t._kafka_partition, t._kafka_offset, CAST(NULL AS timestamp) AS kafka_time__,
+                       true AS row__ FROM "cdc"."customer" t
+                         WHERE EXISTS (SELECT 1 FROM "cdc"."customer__stage" y WHERE y._rn = 1 AND y._action IN ('upsert', 'delete')
+                             AND y."customer_id" = t."customer_id" AND y._source_pos = t._source_pos)
+                         UNION ALL SELECT t."customer_id", t._source_pos, t._kafka_partition, t._kafka_offset, t._kafka_timestamp,
+                             false FROM "cdc"."customer__deleted" t
+                         WHERE EXISTS (SELECT 1 FROM "cdc"."customer__stage" y WHERE y._rn = 1 AND y._action IN ('upsert', 'delete')
+                             AND y."customer_id" = t."customer_id" AND y._source_pos = t._source_pos)) k) r
             LEFT JOIN "cdc"."customer__stream" m ON r.row__ AND m.kafka_partition = r._kafka_partition AND m.kafka_offset = r._kafka_offset) t
-      WHERE s._rn = 1 AND s._action IN ('upsert', 'delete') AND t."customer_id" = s."customer_id" AND s._source_pos = t._source_pos
+      WHERE s._rn = 1 AND s._action IN ('upsert', 'delete') AND t."customer_id" = s."customer_id" AND t.stored_rn__ = 1 AND s._source_pos = t._source_pos
         AND EXISTS (SELECT 1 FROM "cdc"."customer__watermark" w WHERE w.kafka_partition = s._kafka_partition AND s._kafka_offset <= w.last_offset)
         AND (t._kafka_partition = s._kafka_partition AND t._kafka_offset > s._kafka_offset OR t._kafka_partition <> s._kafka_partition
             AND (t.stored_time__ > s._kafka_timestamp OR (COALESCE(t.stored_time__ = s._kafka_timestamp, true) AND t._kafka_partition > s._kafka_partition)));

@@ -282,12 +282,11 @@ BEGIN
                    MAX(x._source_pos) OVER (PARTITION BY x."order_id" ORDER BY x._kafka_time ASC NULLS FIRST, x._kafka_partition, x._kafka_offset
                      ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW) AS rank_pos
             FROM "cdc"."orders__stage" x
-            LEFT JOIN (SELECT * FROM (SELECT k.*, ROW_NUMBER() OVER (PARTITION BY "order_id"
-                      ORDER BY _source_pos DESC NULLS LAST, _kafka_partition DESC, _kafka_offset DESC) AS stored_rn__
-                    FROM (SELECT t."order_id", t._source_pos, t._kafka_partition, t._kafka_offset FROM "cdc"."orders" t
-                        WHERE EXISTS (SELECT 1 FROM "cdc"."orders__stage" y WHERE y._source_pos IS NULL AND y._action IN ('upsert', 'delete')
-                            AND y."order_id" = t."order_id")) k) o
-               WHERE o.stored_rn__ = 1) t ON t."order_id" = x."order_id"
+            LEFT JOIN (SELECT t."order_id", t._source_pos, t._kafka_partition, t._kafka_offset,
+                        ROW_NUMBER() OVER (PARTITION BY t."order_id"
+                          ORDER BY t._source_pos DESC NULLS LAST, t._kafka_partition DESC, t._kafka_offset DESC) AS stored_rn__
+                        FROM "cdc"."orders" t WHERE EXISTS (SELECT 1 FROM "cdc"."orders__stage" y WHERE y._source_pos IS NULL
+                            AND y._action IN ('upsert', 'delete') AND y."order_id" = t."order_id")) t ON t."order_id" = x."order_id" AND t.stored_rn__ = 1
             WHERE x._action IN ('upsert', 'delete')
               AND EXISTS (SELECT 1 FROM "cdc"."orders__stage" y WHERE y._source_pos IS NULL AND y._action IN ('upsert', 'delete')
                   AND y."order_id" = x."order_id")) r
@@ -319,11 +318,11 @@ BEGIN
                        FROM "cdc"."orders__stage" WHERE _action = 'upsert' AND _rn > 1 GROUP BY "order_id") m ON m."order_id" = w."order_id"
             LEFT JOIN "cdc"."orders__stage" p0 ON p0."order_id" = w."order_id" AND p0._rn = m.rn0 AND p0._action = 'upsert'
             LEFT JOIN "cdc"."orders__stage" p1 ON p1."order_id" = w."order_id" AND p1._rn = m.rn1 AND p1._action = 'upsert'
-            LEFT JOIN (SELECT * FROM (SELECT t.*, ROW_NUMBER() OVER (PARTITION BY t."order_id"
-              ORDER BY t._source_pos DESC NULLS LAST, t._kafka_partition DESC, t._kafka_offset DESC) AS stored_rn__
-            FROM "cdc"."orders" t WHERE EXISTS (SELECT 1 FROM "cdc"."orders__stage" x WHERE x._rn = 1 AND x._action = 'upsert' AND x._unavailable IS NOT NULL
-                AND x."order_id" = t."order_id")) o
-          WHERE o.stored_rn__ = 1) t ON t."order_id" = w."order_id"
+            LEFT JOIN (SELECT t."order_id", t._source_pos, t._kafka_partition, t._kafka_offset, t."customer_id", t."status",
+                        ROW_NUMBER() OVER (PARTITION BY t."order_id"
+                          ORDER BY t._source_pos DESC NULLS LAST, t._kafka_partition DESC, t._kafka_offset DESC) AS stored_rn__
+                        FROM "cdc"."orders" t WHERE EXISTS (SELECT 1 FROM "cdc"."orders__stage" x WHERE x._rn = 1 AND x._action = 'upsert'
+                            AND x._unavailable IS NOT NULL AND x."order_id" = t."order_id")) t ON t."order_id" = w."order_id" AND t.stored_rn__ = 1
             WHERE w._rn = 1 AND w._action = 'upsert' AND w._unavailable IS NOT NULL) u
       WHERE s._rn = 1 AND s._action = 'upsert' AND s._unavailable IS NOT NULL AND u."order_id" = s."order_id";
       UPDATE "cdc"."orders__stage" s SET _action = 'quarantine',
@@ -336,14 +335,13 @@ BEGIN
     -- 5. Never regress: a winner older than what is stored for its key (row or deleted key) is stale; at the
     --    stored position a re-sent copy is too, a change applies (one compressed MySQL transaction's).
     UPDATE "cdc"."orders__stage" s SET _action = 'stale'
-    FROM (SELECT * FROM (SELECT k.*, ROW_NUMBER() OVER (PARTITION BY "order_id"
-                           ORDER BY _source_pos DESC NULLS LAST, _kafka_partition DESC, _kafka_offset DESC) AS stored_rn__
-                         FROM (SELECT t."order_id", t._source_pos, t._kafka_partition, t._kafka_offset, t._deleted AS deleted__, t."customer_id", t."status",
-                             t."total", t."placed_at" FROM "cdc"."orders" t
-                             WHERE EXISTS (SELECT 1 FROM "cdc"."orders__stage" y WHERE y._rn = 1 AND y._action IN ('upsert', 'delete')
-                                 AND y."order_id" = t."order_id")) k) o
-                    WHERE o.stored_rn__ = 1) t
-    WHERE s._rn = 1 AND s._action IN ('upsert', 'delete') AND t."order_id" = s."order_id" AND s._source_pos <= t._source_pos
+    FROM (SELECT t."order_id", t._source_pos, t._kafka_partition, t._kafka_offset, t._deleted AS deleted__, t."customer_id", t."status", t."total",
+        t."placed_at",
+           ROW_NUMBER() OVER (PARTITION BY t."order_id"
+             ORDER BY t._source_pos DESC NULLS LAST, t._kafka_partition DESC, t._kafka_offset DESC) AS stored_rn__
+           FROM "cdc"."orders" t WHERE EXISTS (SELECT 1 FROM "cdc"."orders__stage" y WHERE y._rn = 1 AND y._action IN ('upsert', 'delete')
+               AND y."order_id" = t."order_id")) t
+    WHERE s._rn = 1 AND s._action IN ('upsert', 'delete') AND t."order_id" = s."order_id" AND t.stored_rn__ = 1 AND s._source_pos <= t._source_pos
       AND CASE WHEN s._source_pos < t._source_pos THEN true
                WHEN s._action = 'upsert' AND (t.deleted__ OR (t."customer_id" <> s."customer_id" OR (t."customer_id" IS NULL) <> (s."customer_id" IS NULL))
                    OR (t."status" <> s."status" OR (t."status" IS NULL) <> (s."status" IS NULL))
@@ -354,15 +352,13 @@ BEGIN
     IF v_replayed > 0 THEN
       UPDATE "cdc"."orders__stage" s SET _action = 'stale'
       FROM (SELECT r.*, COALESCE(m.kafka_timestamp, r.kafka_time__) AS stored_time__
-            FROM (SELECT * FROM (SELECT k.*, ROW_NUMBER() OVER (PARTITION BY "order_id"
-                                   ORDER BY _source_pos DESC NULLS LAST, _kafka_partition DESC, _kafka_offset DESC) AS stored_rn__
-                                 FROM (SELECT t."order_id", t._source_pos, t._kafka_partition, t._kafka_offset, CAST(NULL AS timestamp) AS kafka_time__,
-                                     true AS row__ FROM "cdc"."orders" t
-                                     WHERE EXISTS (SELECT 1 FROM "cdc"."orders__stage" y WHERE y._rn = 1 AND y._action IN ('upsert', 'delete')
-                                         AND y."order_id" = t."order_id" AND y._source_pos = t._source_pos)) k) o
-                            WHERE o.stored_rn__ = 1) r
+            FROM (SELECT t."order_id", t._source_pos, t._kafka_partition, t._kafka_offset, CAST(NULL AS timestamp) AS kafka_time__, true AS row__,
+                   ROW_NUMBER() OVER (PARTITION BY t."order_id"
+                     ORDER BY t._source_pos DESC NULLS LAST, t._kafka_partition DESC, t._kafka_offset DESC) AS stored_rn__
+                   FROM "cdc"."orders" t WHERE EXISTS (SELECT 1 FROM "cdc"."orders__stage" y WHERE y._rn = 1 AND y._action IN ('upsert', 'delete')
+                       AND y."order_id" = t."order_id" AND y._source_pos = t._source_pos)) r
             LEFT JOIN "cdc"."orders__stream" m ON r.row__ AND m.kafka_partition = r._kafka_partition AND m.kafka_offset = r._kafka_offset) t
-      WHERE s._rn = 1 AND s._action IN ('upsert', 'delete') AND t."order_id" = s."order_id" AND s._source_pos = t._source_pos
+      WHERE s._rn = 1 AND s._action IN ('upsert', 'delete') AND t."order_id" = s."order_id" AND t.stored_rn__ = 1 AND s._source_pos = t._source_pos
         AND EXISTS (SELECT 1 FROM "cdc"."orders__watermark" w WHERE w.kafka_partition = s._kafka_partition AND s._kafka_offset <= w.last_offset)
         AND (t._kafka_partition = s._kafka_partition AND t._kafka_offset > s._kafka_offset OR t._kafka_partition <> s._kafka_partition
             AND (t.stored_time__ > s._kafka_timestamp OR (COALESCE(t.stored_time__ = s._kafka_timestamp, true) AND t._kafka_partition > s._kafka_partition)));
@@ -392,12 +388,12 @@ BEGIN
              "status" = COALESCE(s."status", t."status"),
              "total" = COALESCE(s."total", t."total"),
              "placed_at" = COALESCE(s."placed_at", t."placed_at")
-      FROM (SELECT * FROM (SELECT t.*, ROW_NUMBER() OVER (PARTITION BY t."order_id"
-                ORDER BY t._source_pos DESC NULLS LAST, t._kafka_partition DESC, t._kafka_offset DESC) AS stored_rn__
-              FROM "cdc"."orders" t WHERE EXISTS (SELECT 1 FROM "cdc"."orders__stage" x WHERE x._rn = 1 AND x._action = 'delete'
-                  AND x."order_id" = t."order_id")) o
-            WHERE o.stored_rn__ = 1) t
-      WHERE s._rn = 1 AND s._action = 'delete' AND t."order_id" = s."order_id"
+      FROM (SELECT t."order_id", t._source_pos, t._kafka_partition, t._kafka_offset, t."customer_id", t."status", t."total", t."placed_at",
+             ROW_NUMBER() OVER (PARTITION BY t."order_id"
+               ORDER BY t._source_pos DESC NULLS LAST, t._kafka_partition DESC, t._kafka_offset DESC) AS stored_rn__
+             FROM "cdc"."orders" t WHERE EXISTS (SELECT 1 FROM "cdc"."orders__stage" x WHERE x._rn = 1 AND x._action = 'delete'
+                 AND x."order_id" = t."order_id")) t
+      WHERE s._rn = 1 AND s._action = 'delete' AND t."order_id" = s."order_id" AND t.stored_rn__ = 1
         AND NOT EXISTS (SELECT 1 FROM "cdc"."orders__stage" x WHERE x._action = 'upsert' AND x._rn > 1 AND x."order_id" = s."order_id");
     END IF;
     -- 6. Apply (soft deletes): upserts replace the row; deletes only mark it, keeping

@@ -7,7 +7,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from sync.sql.apply import key_match
-from sync.sql.dialect import PostgresDialect
 from sync.sql.procedure.context import APPLIED, Action, TableSql, positionless
 from sync.sql.procedure.fields import merged_levels, named_texts
 from sync.sql.procedure.text import extended, indent, subquery
@@ -64,40 +63,37 @@ def replayed(ctx: TableSql, row: str = "s") -> str:
     )
 
 
-def stored_rows(d: PostgresDialect, target: str, keys: list[str], wanted: str) -> str:
-    """One stored row per key of the target rows matching `wanted` (a condition on the
-    stage row `x` and the target row `t`), the newest when the key is stored more than once:
-    a primary key is not enforced on Redshift, and an UPDATE ... FROM that matches a row
-    twice must not depend on which match wins (stored rows keep no Kafka time: between
-    copies of one key, partition and offset only make the choice deterministic)."""
-    key_list = ", ".join(f"t.{d.q(k)}" for k in keys)
-    return (
-        f"(SELECT * FROM (SELECT t.*, ROW_NUMBER() OVER (PARTITION BY {key_list}\n"
-        f"          ORDER BY {rank_order('t._source_pos', 't._kafka_partition DESC, t._kafka_offset DESC')}) AS stored_rn__\n"
-        f"        FROM {target} t WHERE {wanted}) o\n"
-        "      WHERE o.stored_rn__ = 1)"
-    )
-
-
-def stored_state(ctx: TableSql, wanted: str, extra: Sequence[tuple[str, str]] = ()) -> str:
+def stored_state(ctx: TableSql, wanted: str, extra: Sequence[tuple[str, ...]] = (), held: Sequence[str] | None = None) -> str:
     """What is stored for each key whose rows match `wanted` (a condition on the stored row
-    `t`), one row per key: the newest of its target rows and, in hard mode, of its deleted
-    key (its `_source_pos`, `_kafka_partition`, `_kafka_offset`, and the `extra` columns,
-    each as (the target row's expression, named; the deleted key's)). A primary key is not
-    enforced on Redshift; between copies of a key, partition and offset make the choice
-    deterministic."""
-    key_list = ", ".join(ctx.q(k) for k in ctx.keys)
-    columns = f"{', '.join(f't.{ctx.q(k)}' for k in ctx.keys)}, t._source_pos, t._kafka_partition, t._kafka_offset"
-    held = "\n                    UNION ALL ".join(
-        f"SELECT {columns}{''.join(f', {e[i]}' for e in extra)} FROM {relation} t\n                    WHERE {wanted}"
-        for i, relation in enumerate(ctx.rel.held(ctx.table))
+    `t`): its target rows and, in hard mode, its deleted key (`held`: those relations
+    instead), each with its `_source_pos`, `_kafka_partition`, `_kafka_offset` and the
+    `extra` columns (one expression per relation, the first named), numbered newest first
+    per key. The statement that reads it keeps the newest (`newest_stored`): a primary key
+    is not enforced on Redshift, and an UPDATE ... FROM that matches a row twice must not
+    depend on which match wins; stored rows keep no Kafka time, so between copies of one key
+    partition and offset only make the choice deterministic. The one lookup of what is
+    stored: every rule that needs it reads it in this form."""
+    relations = list(held or ctx.rel.held(ctx.table))
+
+    def numbered(row: str) -> str:
+        keys = ", ".join(f"{row}.{ctx.q(k)}" for k in ctx.keys)
+        order = rank_order(f"{row}._source_pos", f"{row}._kafka_partition DESC, {row}._kafka_offset DESC")
+        return f"ROW_NUMBER() OVER (PARTITION BY {keys}\n    ORDER BY {order}) AS stored_rn__"
+
+    columns = ", ".join([*(f"t.{ctx.q(k)}" for k in ctx.keys), "t._source_pos", "t._kafka_partition", "t._kafka_offset"])
+    if len(relations) == 1:
+        extras = "".join(f", {e[0]}" for e in extra)
+        return f"(SELECT {columns}{extras},\n  {numbered('t')}\n  FROM {relations[0]} t WHERE {wanted})"
+    union = "\n        UNION ALL ".join(
+        f"SELECT {columns}{''.join(f', {e[i]}' for e in extra)} FROM {relation} t\n        WHERE {wanted}"
+        for i, relation in enumerate(relations)
     )
-    return (
-        f"(SELECT * FROM (SELECT k.*, ROW_NUMBER() OVER (PARTITION BY {key_list}\n"
-        f"                  ORDER BY {rank_order('_source_pos', '_kafka_partition DESC, _kafka_offset DESC')}) AS stored_rn__\n"
-        f"                FROM ({held}) k) o\n"
-        "           WHERE o.stored_rn__ = 1)"
-    )
+    return f"(SELECT k.*, {numbered('k')}\n  FROM ({union}) k)"
+
+
+def newest_stored(alias: str = "t") -> str:
+    """The row of `stored_state` (as `alias`) that is the newest stored state of its key."""
+    return f"{alias}.stored_rn__ = 1"
 
 
 def rerank_sql(ctx: TableSql) -> str:
@@ -137,7 +133,7 @@ def rerank_sql(ctx: TableSql) -> str:
         f"  FROM (SELECT x.*, t._source_pos AS stored_pos,\n"
         f"               {newest_before} AS rank_pos\n"
         f"        {events}"
-        f"        LEFT JOIN {stored} t ON {key_match(d, keys, 't', 'x')}\n"
+        f"        LEFT JOIN {indent(stored, 18).lstrip()} t ON {key_match(d, keys, 't', 'x')} AND {newest_stored()}\n"
         f"        {of_keys}"
         f"  WHERE {positionless('s.')} AND {same_record};\n"
         f"  UPDATE {stage} s SET _rn = r.rn\n"

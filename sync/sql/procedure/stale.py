@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from sync.sql.apply import key_match
 from sync.sql.procedure.context import APPLIED, WINNERS, Action, TableSql
-from sync.sql.procedure.ordering import kafka_later, replayed, stored_state
+from sync.sql.procedure.ordering import kafka_later, newest_stored, replayed, stored_state
 from sync.sql.procedure.text import indent
 
 
@@ -38,7 +38,7 @@ def stale_sql(ctx: TableSql) -> str:
         "--    stored position a re-sent copy is too, a change applies (one compressed MySQL transaction's).\n"
         f"UPDATE {ctx.rel.stage} s SET _action = '{Action.STALE}'\n"
         f"FROM {indent(stored, 5).lstrip()} t\n"
-        f"WHERE {WINNERS} AND {key_match(d, ctx.keys, 't', 's')} AND s._source_pos <= t._source_pos\n"
+        f"WHERE {WINNERS} AND {key_match(d, ctx.keys, 't', 's')} AND {newest_stored()} AND s._source_pos <= t._source_pos\n"
         "  AND CASE WHEN s._source_pos < t._source_pos THEN true\n"
         f"           WHEN s._action = '{Action.UPSERT}' AND (t.deleted__{differs}) THEN false\n"
         f"           WHEN s._action = '{Action.DELETE}' AND NOT t.deleted__ THEN false ELSE true END;"
@@ -67,7 +67,7 @@ def tied_replay_sql(ctx: TableSql) -> str:
         f"        FROM {indent(stored, 13).lstrip()} r\n"
         f"        LEFT JOIN {rel.stream} m ON r.row__ AND m.kafka_partition = r._kafka_partition"
         " AND m.kafka_offset = r._kafka_offset) t\n"
-        f"  WHERE {WINNERS} AND {key_match(ctx.d, ctx.keys, 't', 's')} AND s._source_pos = t._source_pos\n"
+        f"  WHERE {WINNERS} AND {key_match(ctx.d, ctx.keys, 't', 's')} AND {newest_stored()} AND s._source_pos = t._source_pos\n"
         f"    AND {replayed(ctx)}\n"
         f"    AND {later};\n"
         "END IF;"
