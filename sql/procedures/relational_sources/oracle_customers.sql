@@ -492,9 +492,7 @@ BEGIN
                   r.kafka_partition AS order__ FROM "sources"."oracle_customers__watermark" r) r) r) w;
   INSERT INTO "sources"."sync_run_log" (table_name, backend_pid, started_at, finished_at, events_read, upserted, deleted,
     quarantined, tombstones, stale, superseded, truncates, watermark_before, watermark_after, lag_seconds, status)
-  SELECT table_name, backend_pid, started_at, finished_at, events_read, upserted, deleted,
-    quarantined, tombstones, stale, superseded, truncates, watermark_before, watermark_after, lag_seconds, status
-  FROM "sync_call_result";
+  SELECT * FROM "sync_call_result";
   -- The stage is empty between runs (DELETE, not TRUNCATE: TRUNCATE would commit).
   IF v_read > 0 THEN
     DELETE FROM "sources"."oracle_customers__stage";
