@@ -21,27 +21,30 @@ def test_positionless_events_take_the_newest_position_before_them_then_rank_agai
     assert_lines(
         sql,
         "IF v_positionless > 0 THEN",
-        'MAX(x._source_pos) OVER (PARTITION BY x."order_id", x."line_no"'
-        " ORDER BY x._kafka_time ASC NULLS FIRST, x._kafka_partition, x._kafka_offset",
-        "ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW) AS rank_pos",
+        # One statement: each event's rank position, then its key ranked again over them.
+        'UPDATE "cdc"."line__stage" s SET _rank_pos = r.rank_pos, _rn = r.rn',
+        'FROM (SELECT p.*, ROW_NUMBER() OVER (PARTITION BY p."order_id", p."line_no"',
+        "ORDER BY p.rank_pos DESC NULLS LAST, p._kafka_time DESC NULLS LAST, p._kafka_partition DESC, p._kafka_offset DESC) AS rn",
+        # A positionless event: the newest position before it in Kafka order, or the stored
+        # one when that is newer (GREATEST ignores NULLs); an event with one keeps its own.
+        "CASE WHEN x._source_pos IS NULL THEN GREATEST(t._source_pos,",
+        'MAX(x._source_pos) OVER (PARTITION BY x."order_id", x."line_no"',
+        "ORDER BY x._kafka_time ASC NULLS FIRST, x._kafka_partition, x._kafka_offset ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW))",
+        "ELSE x._rank_pos END AS rank_pos",
         # The Kafka time the stage query wrote, not computed again.
         'FROM "cdc"."line__stage" x',
-        'UPDATE "cdc"."line__stage" s SET _rank_pos = CASE WHEN r.stored_pos > r.rank_pos OR r.rank_pos IS NULL',
-        "THEN COALESCE(r.stored_pos, r.rank_pos) ELSE r.rank_pos END",
         'LEFT JOIN (SELECT t."order_id", t."line_no", t._source_pos, t._kafka_partition, t._kafka_offset,',
         'ROW_NUMBER() OVER (PARTITION BY t."order_id", t."line_no"',
-        'FROM (SELECT x.*, ROW_NUMBER() OVER (PARTITION BY x."order_id", x."line_no" ORDER BY x._rank_pos DESC NULLS LAST,'
-        " x._kafka_time DESC NULLS LAST, x._kafka_partition DESC, x._kafka_offset DESC) AS rn",
     )
-    # Each statement joins the stage on the key (the DISTKEY) besides partition and offset.
+    # The statement joins the stage on the key (the DISTKEY) besides partition and offset.
     same_record = (
         's."order_id" = r."order_id" AND s."line_no" = r."line_no"'
         " AND s._kafka_partition = r._kafka_partition AND s._kafka_offset = r._kafka_offset"
     )
-    assert sql.count(same_record) == 2
+    assert sql.count(same_record) == 1
     # The newest stored row of the key, kept in the join.
     assert ') t ON t."order_id" = x."order_id" AND t."line_no" = x."line_no" AND t.stored_rn__ = 1\n' in sql
-    assert sql.count("UPDATE ") == 2 and rerank_sql(ONE).count("UPDATE ") == 2
+    assert sql.count("UPDATE ") == 1 and rerank_sql(ONE).count("UPDATE ") == 1
     assert "UNION ALL" not in sql  # soft mode: the target only
     assert "OVER (PARTITION BY z._kafka_partition" not in sql
     assert_lines(

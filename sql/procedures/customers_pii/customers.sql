@@ -326,30 +326,26 @@ BEGIN
     --    for its key in Kafka order (so it supersedes what precedes it and loses to what
     --    follows), and ranks after what is stored for its key (row or deleted key).
     IF v_positionless > 0 THEN
-      UPDATE "crm"."customers__stage" s SET _rank_pos = CASE WHEN r.stored_pos > r.rank_pos OR r.rank_pos IS NULL
-                                         THEN COALESCE(r.stored_pos, r.rank_pos) ELSE r.rank_pos END
-      FROM (SELECT x.*, t._source_pos AS stored_pos,
-                   MAX(x._source_pos) OVER (PARTITION BY x."id" ORDER BY x._kafka_time ASC NULLS FIRST, x._kafka_partition, x._kafka_offset
-                     ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW) AS rank_pos
-            FROM "crm"."customers__stage" x
-            LEFT JOIN (SELECT k.*, ROW_NUMBER() OVER (PARTITION BY k."id"
-                          ORDER BY k._source_pos DESC NULLS LAST, k._kafka_partition DESC, k._kafka_offset DESC) AS stored_rn__
-                        FROM (SELECT t."id", t._source_pos, t._kafka_partition, t._kafka_offset FROM "crm"."customers" t
-                              WHERE EXISTS (SELECT 1 FROM "crm"."customers__stage" y WHERE y._source_pos IS NULL AND y._action IN ('upsert', 'delete')
-                                  AND y."id" = t."id")
-                              UNION ALL SELECT t."id", t._source_pos, t._kafka_partition, t._kafka_offset FROM "crm"."customers__deleted" t
-                              WHERE EXISTS (SELECT 1 FROM "crm"."customers__stage" y WHERE y._source_pos IS NULL AND y._action IN ('upsert', 'delete')
-                                  AND y."id" = t."id")) k) t ON t."id" = x."id" AND t.stored_rn__ = 1
-            WHERE x._action IN ('upsert', 'delete')
-              AND EXISTS (SELECT 1 FROM "crm"."customers__stage" y WHERE y._source_pos IS NULL AND y._action IN ('upsert', 'delete') AND y."id" = x."id")) r
-      WHERE s._source_pos IS NULL AND s._action IN ('upsert', 'delete') AND s."id" = r."id" AND s._kafka_partition = r._kafka_partition
-          AND s._kafka_offset = r._kafka_offset;
-      UPDATE "crm"."customers__stage" s SET _rn = r.rn
-      FROM (SELECT x.*, ROW_NUMBER() OVER (PARTITION BY x."id" ORDER BY x._rank_pos DESC NULLS LAST, x._kafka_time DESC NULLS LAST, x._kafka_partition DESC,
-          x._kafka_offset DESC) AS rn
-            FROM "crm"."customers__stage" x
-            WHERE x._action IN ('upsert', 'delete')
-              AND EXISTS (SELECT 1 FROM "crm"."customers__stage" y WHERE y._source_pos IS NULL AND y._action IN ('upsert', 'delete') AND y."id" = x."id")) r
+      UPDATE "crm"."customers__stage" s SET _rank_pos = r.rank_pos, _rn = r.rn
+      FROM (SELECT p.*, ROW_NUMBER() OVER (PARTITION BY p."id"
+                          ORDER BY p.rank_pos DESC NULLS LAST, p._kafka_time DESC NULLS LAST, p._kafka_partition DESC, p._kafka_offset DESC) AS rn
+            FROM (SELECT x."id", x._kafka_partition, x._kafka_offset, x._kafka_time,
+                         CASE WHEN x._source_pos IS NULL THEN GREATEST(t._source_pos,
+                           MAX(x._source_pos) OVER (PARTITION BY x."id"
+                             ORDER BY x._kafka_time ASC NULLS FIRST, x._kafka_partition, x._kafka_offset ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW))
+                         ELSE x._rank_pos END AS rank_pos
+                  FROM "crm"."customers__stage" x
+                  LEFT JOIN (SELECT k.*, ROW_NUMBER() OVER (PARTITION BY k."id"
+                                ORDER BY k._source_pos DESC NULLS LAST, k._kafka_partition DESC, k._kafka_offset DESC) AS stored_rn__
+                              FROM (SELECT t."id", t._source_pos, t._kafka_partition, t._kafka_offset FROM "crm"."customers" t
+                                    WHERE EXISTS (SELECT 1 FROM "crm"."customers__stage" y WHERE y._source_pos IS NULL AND y._action IN ('upsert', 'delete')
+                                        AND y."id" = t."id")
+                                    UNION ALL SELECT t."id", t._source_pos, t._kafka_partition, t._kafka_offset FROM "crm"."customers__deleted" t
+                                    WHERE EXISTS (SELECT 1 FROM "crm"."customers__stage" y WHERE y._source_pos IS NULL AND y._action IN ('upsert', 'delete')
+                                        AND y."id" = t."id")) k) t ON t."id" = x."id" AND t.stored_rn__ = 1
+                  WHERE x._action IN ('upsert', 'delete')
+                    AND EXISTS (SELECT 1 FROM "crm"."customers__stage" y WHERE y._source_pos IS NULL AND y._action IN ('upsert', 'delete')
+                        AND y."id" = x."id")) p) r
       WHERE s."id" = r."id" AND s._kafka_partition = r._kafka_partition AND s._kafka_offset = r._kafka_offset;
     END IF;
     -- 3. (TOAST) Unchanged out-of-line values arrive as a placeholder and keep what is known.

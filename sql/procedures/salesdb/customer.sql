@@ -279,32 +279,26 @@ BEGIN
     --    for its key in Kafka order (so it supersedes what precedes it and loses to what
     --    follows), and ranks after what is stored for its key (row or deleted key).
     IF v_positionless > 0 THEN
-      UPDATE "cdc"."customer__stage" s SET _rank_pos = CASE WHEN r.stored_pos > r.rank_pos OR r.rank_pos IS NULL
-                                         THEN COALESCE(r.stored_pos, r.rank_pos) ELSE r.rank_pos END
-      FROM (SELECT x.*, t._source_pos AS stored_pos,
-                   MAX(x._source_pos) OVER (PARTITION BY x."customer_id" ORDER BY x._kafka_time ASC NULLS FIRST, x._kafka_partition, x._kafka_offset
-                     ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW) AS rank_pos
-            FROM "cdc"."customer__stage" x
-            LEFT JOIN (SELECT k.*, ROW_NUMBER() OVER (PARTITION BY k."customer_id"
-                          ORDER BY k._source_pos DESC NULLS LAST, k._kafka_partition DESC, k._kafka_offset DESC) AS stored_rn__
-                        FROM (SELECT t."customer_id", t._source_pos, t._kafka_partition, t._kafka_offset FROM "cdc"."customer" t
-                              WHERE EXISTS (SELECT 1 FROM "cdc"."customer__stage" y WHERE y._source_pos IS NULL AND y._action IN ('upsert', 'delete')
-                                  AND y."customer_id" = t."customer_id")
-                              UNION ALL SELECT t."customer_id", t._source_pos, t._kafka_partition, t._kafka_offset FROM "cdc"."customer__deleted" t
-                              WHERE EXISTS (SELECT 1 FROM "cdc"."customer__stage" y WHERE y._source_pos IS NULL AND y._action IN ('upsert', 'delete')
-                                  AND y."customer_id" = t."customer_id")) k) t ON t."customer_id" = x."customer_id" AND t.stored_rn__ = 1
-            WHERE x._action IN ('upsert', 'delete')
-              AND EXISTS (SELECT 1 FROM "cdc"."customer__stage" y WHERE y._source_pos IS NULL AND y._action IN ('upsert', 'delete')
-                  AND y."customer_id" = x."customer_id")) r
-      WHERE s._source_pos IS NULL AND s._action IN ('upsert', 'delete') AND s."customer_id" = r."customer_id" AND s._kafka_partition = r._kafka_partition
-          AND s._kafka_offset = r._kafka_offset;
-      UPDATE "cdc"."customer__stage" s SET _rn = r.rn
-      FROM (SELECT x.*, ROW_NUMBER() OVER (PARTITION BY x."customer_id" ORDER BY x._rank_pos DESC NULLS LAST, x._kafka_time DESC NULLS LAST,
-          x._kafka_partition DESC, x._kafka_offset DESC) AS rn
-            FROM "cdc"."customer__stage" x
-            WHERE x._action IN ('upsert', 'delete')
-              AND EXISTS (SELECT 1 FROM "cdc"."customer__stage" y WHERE y._source_pos IS NULL AND y._action IN ('upsert', 'delete')
-                  AND y."customer_id" = x."customer_id")) r
+      UPDATE "cdc"."customer__stage" s SET _rank_pos = r.rank_pos, _rn = r.rn
+      FROM (SELECT p.*, ROW_NUMBER() OVER (PARTITION BY p."customer_id"
+                          ORDER BY p.rank_pos DESC NULLS LAST, p._kafka_time DESC NULLS LAST, p._kafka_partition DESC, p._kafka_offset DESC) AS rn
+            FROM (SELECT x."customer_id", x._kafka_partition, x._kafka_offset, x._kafka_time,
+                         CASE WHEN x._source_pos IS NULL THEN GREATEST(t._source_pos,
+                           MAX(x._source_pos) OVER (PARTITION BY x."customer_id"
+                             ORDER BY x._kafka_time ASC NULLS FIRST, x._kafka_partition, x._kafka_offset ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW))
+                         ELSE x._rank_pos END AS rank_pos
+                  FROM "cdc"."customer__stage" x
+                  LEFT JOIN (SELECT k.*, ROW_NUMBER() OVER (PARTITION BY k."customer_id"
+                                ORDER BY k._source_pos DESC NULLS LAST, k._kafka_partition DESC, k._kafka_offset DESC) AS stored_rn__
+                              FROM (SELECT t."customer_id", t._source_pos, t._kafka_partition, t._kafka_offset FROM "cdc"."customer" t
+                                    WHERE EXISTS (SELECT 1 FROM "cdc"."customer__stage" y WHERE y._source_pos IS NULL AND y._action IN ('upsert', 'delete')
+                                        AND y."customer_id" = t."customer_id")
+                                    UNION ALL SELECT t."customer_id", t._source_pos, t._kafka_partition, t._kafka_offset FROM "cdc"."customer__deleted" t
+                                    WHERE EXISTS (SELECT 1 FROM "cdc"."customer__stage" y WHERE y._source_pos IS NULL AND y._action IN ('upsert', 'delete')
+                                        AND y."customer_id" = t."customer_id")) k) t ON t."customer_id" = x."customer_id" AND t.stored_rn__ = 1
+                  WHERE x._action IN ('upsert', 'delete')
+                    AND EXISTS (SELECT 1 FROM "cdc"."customer__stage" y WHERE y._source_pos IS NULL AND y._action IN ('upsert', 'delete')
+                        AND y."customer_id" = x."customer_id")) p) r
       WHERE s."customer_id" = r."customer_id" AND s._kafka_partition = r._kafka_partition AND s._kafka_offset = r._kafka_offset;
     END IF;
     -- 3. (TOAST) Unchanged out-of-line values arrive as a placeholder and keep what is known.

@@ -99,47 +99,42 @@ def newest_stored(alias: str = "t") -> str:
 def rerank_sql(ctx: TableSql) -> str:
     """Events without a source position (tombstones, PostgreSQL incremental-snapshot
     reads) come after the row stored for their key, whatever the batch replays before
-    them: their rank is raised to the stored position and their keys are ranked again.
-    "Before" is Kafka order (`kafka_order`): a key's records span two partitions once
-    the topic's partition count grows. Both statements join the stage on the key too
-    (the DISTKEY: collocated on Redshift) besides the record's partition and offset."""
+    them: their rank is raised to the stored position and their keys are ranked again, in
+    one statement over the events of those keys (`p`: each event's rank position, its own
+    for an event with a position). "Before" is Kafka order (`kafka_order`, over the Kafka
+    time the stage query wrote): a key's records span two partitions once the topic's
+    partition count grows. The stage is joined on the key too (the DISTKEY: collocated on
+    Redshift) besides the record's partition and offset. GREATEST ignores NULLs on both
+    engines (r_GREATEST_LEAST: "NULL values in the list are ignored")."""
     d, q, rel, keys = ctx.d, ctx.q, ctx.rel, ctx.keys
     stage = rel.stage
     stored = stored_state(ctx, f"EXISTS (SELECT 1 FROM {stage} y WHERE {positionless('y.')} AND {key_match(d, keys, 'y', 't')})")
     oldest_first = kafka_order("x._kafka_time", "x._kafka_partition", "x._kafka_offset", newest_first=False)
-    order = rank_order("x._rank_pos", kafka_order("x._kafka_time", "x._kafka_partition", "x._kafka_offset"))
-    key_list = ", ".join("x." + q(k) for k in keys)
+    order = rank_order("p.rank_pos", kafka_order("p._kafka_time", "p._kafka_partition", "p._kafka_offset"))
     same_record = (
         f"{key_match(d, keys, 's', 'r')} AND s._kafka_partition = r._kafka_partition AND s._kafka_offset = r._kafka_offset"
     )
-    # The events of keys with a positionless one, with the Kafka time the stage query wrote.
-    events = f"FROM {stage} x\n"
-    of_keys = (
-        f"WHERE x._action IN {APPLIED}\n"
-        f"          AND EXISTS (SELECT 1 FROM {stage} y WHERE {positionless('y.')} AND {key_match(d, keys, 'y', 'x')})) r\n"
-    )
-    # The newest position before it, raised to the stored one when that is newer.
+    # Its own position, else the newest position before it, raised to the stored one when that is newer.
     newest_before = (
-        f"MAX(x._source_pos) OVER (PARTITION BY {key_list} ORDER BY {oldest_first}\n"
-        "                 ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW)"
+        f"MAX(x._source_pos) OVER (PARTITION BY {', '.join('x.' + q(k) for k in keys)}\n"
+        f"                         ORDER BY {oldest_first} ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW)"
     )
     return (
         "-- 4. Events without a source position: each takes the newest position seen before it\n"
         "--    for its key in Kafka order (so it supersedes what precedes it and loses to what\n"
         "--    follows), and ranks after what is stored for its key (row or deleted key).\n"
         "IF v_positionless > 0 THEN\n"
-        f"  UPDATE {stage} s SET _rank_pos = CASE WHEN r.stored_pos > r.rank_pos OR r.rank_pos IS NULL\n"
-        "                                     THEN COALESCE(r.stored_pos, r.rank_pos) ELSE r.rank_pos END\n"
-        f"  FROM (SELECT x.*, t._source_pos AS stored_pos,\n"
-        f"               {newest_before} AS rank_pos\n"
-        f"        {events}"
-        f"        LEFT JOIN {indent(stored, 18).lstrip()} t ON {key_match(d, keys, 't', 'x')} AND {newest_stored()}\n"
-        f"        {of_keys}"
-        f"  WHERE {positionless('s.')} AND {same_record};\n"
-        f"  UPDATE {stage} s SET _rn = r.rn\n"
-        f"  FROM (SELECT x.*, ROW_NUMBER() OVER (PARTITION BY {key_list} ORDER BY {order}) AS rn\n"
-        f"        {events}"
-        f"        {of_keys}"
+        f"  UPDATE {stage} s SET _rank_pos = r.rank_pos, _rn = r.rn\n"
+        f"  FROM (SELECT p.*, ROW_NUMBER() OVER (PARTITION BY {', '.join('p.' + q(k) for k in keys)}\n"
+        f"                      ORDER BY {order}) AS rn\n"
+        f"        FROM (SELECT {', '.join('x.' + q(k) for k in keys)}, x._kafka_partition, x._kafka_offset, x._kafka_time,\n"
+        "                     CASE WHEN x._source_pos IS NULL THEN GREATEST(t._source_pos,\n"
+        f"                       {newest_before})\n"
+        "                     ELSE x._rank_pos END AS rank_pos\n"
+        f"              FROM {stage} x\n"
+        f"              LEFT JOIN {indent(stored, 24).lstrip()} t ON {key_match(d, keys, 't', 'x')} AND {newest_stored()}\n"
+        f"              WHERE x._action IN {APPLIED}\n"
+        f"                AND EXISTS (SELECT 1 FROM {stage} y WHERE {positionless('y.')} AND {key_match(d, keys, 'y', 'x')})) p) r\n"
         f"  WHERE {same_record};\n"
         "END IF;"
     )
