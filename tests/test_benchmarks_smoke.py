@@ -96,7 +96,6 @@ def test_profile_times_every_statement_of_one_real_call(database_dsn, capsys):
     guarded = (
         "ANALYZE",
         f"{stage} s SET _rank_pos",
-        f"{stage} s SET _rn",
         f"{stage} SET _source_pos",
         f'{stage} s SET "name"',
         f'{stage} s SET "mktsegment"',

@@ -18,12 +18,11 @@ def test_one_statement_judges_every_winner_against_the_newest_stored_state_of_it
         "AND (s._action = 'upsert' AND (t.deleted__)",
         "OR s._action = 'delete' AND NOT t.deleted__) THEN s._action ELSE 'stale' END",
         # One lookup: the newest target row or deleted key of each key with a winner.
-        'FROM (SELECT * FROM (SELECT k.*, ROW_NUMBER() OVER (PARTITION BY "id"',
-        "ORDER BY _source_pos DESC NULLS LAST, _kafka_partition DESC, _kafka_offset DESC) AS stored_rn__",
+        'FROM (SELECT k.*, ROW_NUMBER() OVER (PARTITION BY k."id"',
+        "ORDER BY k._source_pos DESC NULLS LAST, k._kafka_partition DESC, k._kafka_offset DESC) AS stored_rn__",
         'FROM (SELECT t."id", t._source_pos, t._kafka_partition, t._kafka_offset, false AS deleted__ FROM "cdc"."tag" t',
         'UNION ALL SELECT t."id", t._source_pos, t._kafka_partition, t._kafka_offset, true FROM "cdc"."tag__deleted" t',
-        "WHERE o.stored_rn__ = 1) t",
-        "WHERE s._rn = 1 AND s._action IN ('upsert', 'delete') AND t.\"id\" = s.\"id\" AND s._source_pos <= t._source_pos;",
+        "WHERE s._rn = 1 AND s._action IN ('upsert', 'delete') AND t.\"id\" = s.\"id\" AND t.stored_rn__ = 1 AND s._source_pos <= t._source_pos;",
         # Stale winners and tied changes counted: the tie rule runs only when there are any.
         "GET DIAGNOSTICS v_not_newer := ROW_COUNT;",
     )
@@ -36,9 +35,9 @@ def test_one_statement_judges_every_winner_against_the_newest_stored_state_of_it
     assert_lines(
         composite,
         'FROM (SELECT t."order_id", t."line_no", t._source_pos, t._kafka_partition, t._kafka_offset,'
-        ' t._deleted AS deleted__, t."note" FROM "cdc"."line" t',
+        ' t._deleted AS deleted__, t."note",',
         "WHERE s._rn = 1 AND s._action IN ('upsert', 'delete')"
-        ' AND t."order_id" = s."order_id" AND t."line_no" = s."line_no" AND s._source_pos <= t._source_pos;',
+        ' AND t."order_id" = s."order_id" AND t."line_no" = s."line_no" AND t.stored_rn__ = 1 AND s._source_pos <= t._source_pos;',
         'AND (s._action = \'upsert\' AND (t.deleted__ OR (t."note" <> s."note" OR (t."note" IS NULL) <> (s."note" IS NULL)))',
     )
 
@@ -54,13 +53,13 @@ def test_a_tie_older_in_kafka_order_than_the_stored_record_stays_stale():
         ' AND y."id" = t."id" AND y._source_pos = t._source_pos)',
         # The stored record's Kafka time, outer-joined in a subquery of its own (r_UPDATE:
         # no outer join in an UPDATE's FROM list).
-        "FROM (SELECT r.*, COALESCE(m.kafka_timestamp, r.kafka_time__) AS _kafka_time",
+        "FROM (SELECT r.*, COALESCE(m.kafka_timestamp, r.kafka_time__) AS stored_time__",
         'LEFT JOIN "cdc"."tag__stream" m ON r.row__ AND m.kafka_partition = r._kafka_partition AND m.kafka_offset = r._kafka_offset) t',
         # Kafka order as the ranking and the Kafka-order replay rule judge it: offsets within a
         # partition, the Kafka time across partitions (a stored row's is its record's), then the partition.
         "AND (t._kafka_partition = s._kafka_partition AND t._kafka_offset > s._kafka_offset"
-        " OR t._kafka_partition <> s._kafka_partition AND (t._kafka_time > s._kafka_timestamp"
-        " OR (COALESCE(t._kafka_time = s._kafka_timestamp, true) AND t._kafka_partition > s._kafka_partition)));",
+        " OR t._kafka_partition <> s._kafka_partition AND (t.stored_time__ > s._kafka_timestamp"
+        " OR (COALESCE(t.stored_time__ = s._kafka_timestamp, true) AND t._kafka_partition > s._kafka_partition)));",
     )
     assert sql.count("UPDATE ") == 1 and "_reason" not in sql
 

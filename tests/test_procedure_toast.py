@@ -27,12 +27,15 @@ def test_a_placeholder_takes_the_newest_earlier_value_of_the_batch():
 
 
 def test_else_the_stored_value_of_the_newest_stored_row():
+    sql = toast_sql(COMPOSITE)
     assert_lines(
-        toast_sql(COMPOSITE),
+        sql,
         'FROM (SELECT w."order_id", w."line_no", t.stored_rn__ IS NOT NULL AS stored, m.rn0, p0."note" AS batch0, t."note" AS stored0',
         "ORDER BY t._source_pos DESC NULLS LAST, t._kafka_partition DESC, t._kafka_offset DESC) AS stored_rn__",
-        'WHERE o.stored_rn__ = 1) t ON t."order_id" = w."order_id" AND t."line_no" = w."line_no"',
     )
+    # The target's rows only, the newest of the key kept in the join.
+    assert 'FROM "cdc"."line" t WHERE EXISTS' in sql and "UNION ALL" not in sql
+    assert ') t ON t."order_id" = w."order_id" AND t."line_no" = w."line_no" AND t.stored_rn__ = 1\n' in sql
 
 
 def test_else_the_record_is_quarantined():

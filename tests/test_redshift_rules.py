@@ -462,6 +462,25 @@ def test_updates_read_one_stored_row_per_key(path: Path):
     assert updates
 
 
+def test_a_numbered_lookup_of_stored_rows_is_read_for_the_newest_row_only():
+    # r_CREATE_TABLE_NEW: primary keys are informational, so a key can be stored twice. The
+    # lookup of what is stored numbers each key's stored rows newest first (`stored_rn__`);
+    # the UPDATE that reads it keeps the first (`stored_rn__ = 1`, in its join or WHERE),
+    # else a key stored twice matches a stage row twice.
+    lookups = 0
+    for path in EXAMPLE_PIPELINES:
+        for st, update in nodes(path, exp.Update):
+            numbered = [s for s in update.find_all(exp.Select) if any(e.alias_or_name == "stored_rn__" for e in s.expressions)]
+            kept = [
+                eq
+                for eq in update.find_all(exp.EQ)
+                if isinstance(eq.this, exp.Column) and eq.this.name == "stored_rn__" and eq.expression.sql() == "1"
+            ]
+            assert len(kept) == len(numbered), where(st, update)
+            lookups += len(numbered)
+    assert lookups >= 23
+
+
 def _updates_from(path: Path):
     """The UPDATE statements with a FROM list, each with it."""
     for st, update in nodes(path, exp.Update):

@@ -144,6 +144,7 @@ STAGE_BEFORE_DATA = (
     Column("_kafka_partition", "bigint"),
     Column("_kafka_offset", "bigint"),
     Column("_kafka_timestamp", "timestamp"),
+    Column("_kafka_time", "timestamp", comment="the newest Kafka timestamp of its partition up to it (Kafka order)"),
     Column("_refresh_time", "timestamp"),
     Column("_op", "varchar(64)"),
     Column("_action", "varchar(16)"),

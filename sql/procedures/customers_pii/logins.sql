@@ -40,6 +40,7 @@ CREATE TABLE IF NOT EXISTS "crm"."logins__stage" (
   _kafka_partition bigint,
   _kafka_offset bigint,
   _kafka_timestamp timestamp,
+  _kafka_time timestamp,
   _refresh_time timestamp,
   _op varchar(64),
   _action varchar(16),
@@ -147,9 +148,9 @@ BEGIN
   -- 2./3. Records past the watermark (refresh_time only prunes), classified, typed
   --       and ranked per key, into the stage. Everything below reads the stage only.
   INSERT INTO "crm"."logins__stage" (
-    "_kafka_partition", "_kafka_offset", "_kafka_timestamp", "_refresh_time", "_op", "_action", "_reason", "_rn",
-    "_source_ts", "_source_pos", "_rank_pos", "login_id", "customer_id", "ip_address", "logged_in_at", "_unavailable",
-    "_payload", "_raw_value", "_drift_img"
+    "_kafka_partition", "_kafka_offset", "_kafka_timestamp", "_kafka_time", "_refresh_time", "_op", "_action", "_reason",
+    "_rn", "_source_ts", "_source_pos", "_rank_pos", "login_id", "customer_id", "ip_address", "logged_in_at",
+    "_unavailable", "_payload", "_raw_value", "_drift_img"
   )
   WITH batch AS (SELECT s.kafka_partition AS _kafka_partition, s.kafka_offset AS _kafka_offset,
       s.kafka_timestamp AS _kafka_timestamp, s.refresh_time AS _refresh_time,
@@ -259,7 +260,7 @@ BEGIN
             THEN t._x_h0_0 ELSE SHA2(v_policy_key || ':' || SHA2(v_policy_key || ':' || (t._x_h0_0), 256), 256) END) END AS _quarantine_payload,
       MAX(t._kafka_timestamp) OVER (PARTITION BY t._kafka_partition ORDER BY t._kafka_offset
         ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW) AS _kafka_time FROM checked t)
-  SELECT c._kafka_partition, c._kafka_offset, c._kafka_timestamp, c._refresh_time,
+  SELECT c._kafka_partition, c._kafka_offset, c._kafka_timestamp, c._kafka_time, c._refresh_time,
          CASE WHEN OCTET_LENGTH(c._op) <= 64 THEN c._op ELSE SUBSTRING(c._op, 1, 16) END, c._action, c._reason,
          ROW_NUMBER() OVER (
            PARTITION BY CASE WHEN c._action IN ('upsert', 'delete') THEN 1 ELSE 0 END, c."login_id"
@@ -300,11 +301,11 @@ BEGIN
                         MIN(CASE WHEN COALESCE(_unavailable, '') NOT LIKE '%|ip_address|%' THEN _rn END) AS rn0
                        FROM "crm"."logins__stage" WHERE _action = 'upsert' AND _rn > 1 GROUP BY "login_id") m ON m."login_id" = w."login_id"
             LEFT JOIN "crm"."logins__stage" p0 ON p0."login_id" = w."login_id" AND p0._rn = m.rn0 AND p0._action = 'upsert'
-            LEFT JOIN (SELECT * FROM (SELECT t.*, ROW_NUMBER() OVER (PARTITION BY t."login_id"
-              ORDER BY t._source_pos DESC NULLS LAST, t._kafka_partition DESC, t._kafka_offset DESC) AS stored_rn__
-            FROM "crm"."logins" t WHERE EXISTS (SELECT 1 FROM "crm"."logins__stage" x WHERE x._rn = 1 AND x._action = 'upsert' AND x._unavailable IS NOT NULL
-                AND x."login_id" = t."login_id")) o
-          WHERE o.stored_rn__ = 1) t ON t."login_id" = w."login_id"
+            LEFT JOIN (SELECT t."login_id", t._source_pos, t._kafka_partition, t._kafka_offset, t."ip_address",
+                        ROW_NUMBER() OVER (PARTITION BY t."login_id"
+                          ORDER BY t._source_pos DESC NULLS LAST, t._kafka_partition DESC, t._kafka_offset DESC) AS stored_rn__
+                        FROM "crm"."logins" t WHERE EXISTS (SELECT 1 FROM "crm"."logins__stage" x WHERE x._rn = 1 AND x._action = 'upsert'
+                            AND x._unavailable IS NOT NULL AND x."login_id" = t."login_id")) t ON t."login_id" = w."login_id" AND t.stored_rn__ = 1
             WHERE w._rn = 1 AND w._action = 'upsert' AND w._unavailable IS NOT NULL) u
       WHERE s._rn = 1 AND s._action = 'upsert' AND s._unavailable IS NOT NULL AND u."login_id" = s."login_id";
       UPDATE "crm"."logins__stage" s SET _action = 'quarantine',
@@ -429,9 +430,7 @@ BEGIN
                   r.kafka_partition AS order__ FROM "crm"."logins__watermark" r) r) r) w;
   INSERT INTO "crm"."sync_run_log" (table_name, backend_pid, started_at, finished_at, events_read, upserted, deleted,
     quarantined, tombstones, stale, superseded, truncates, watermark_before, watermark_after, lag_seconds, status)
-  SELECT table_name, backend_pid, started_at, finished_at, events_read, upserted, deleted,
-    quarantined, tombstones, stale, superseded, truncates, watermark_before, watermark_after, lag_seconds, status
-  FROM "sync_call_result";
+  SELECT * FROM "sync_call_result";
   -- The stage is empty between runs (DELETE, not TRUNCATE: TRUNCATE would commit).
   IF v_read > 0 THEN
     DELETE FROM "crm"."logins__stage";

@@ -40,6 +40,7 @@ CREATE TABLE IF NOT EXISTS "cdc"."blobs__stage" (
   _kafka_partition bigint,
   _kafka_offset bigint,
   _kafka_timestamp timestamp,
+  _kafka_time timestamp,
   _refresh_time timestamp,
   _op varchar(64),
   _action varchar(16),
@@ -142,8 +143,8 @@ BEGIN
   -- 2./3. Records past the watermark (refresh_time only prunes), classified, typed
   --       and ranked per key, into the stage. Everything below reads the stage only.
   INSERT INTO "cdc"."blobs__stage" (
-    "_kafka_partition", "_kafka_offset", "_kafka_timestamp", "_refresh_time", "_op", "_action", "_reason", "_rn",
-    "_source_ts", "_source_pos", "_rank_pos", "id", "data", "doc", "tags", "_unavailable", "_payload", "_raw_value",
+    "_kafka_partition", "_kafka_offset", "_kafka_timestamp", "_kafka_time", "_refresh_time", "_op", "_action", "_reason",
+    "_rn", "_source_ts", "_source_pos", "_rank_pos", "id", "data", "doc", "tags", "_unavailable", "_payload", "_raw_value",
     "_drift_img"
   )
   WITH batch AS (SELECT s.kafka_partition AS _kafka_partition, s.kafka_offset AS _kafka_offset,
@@ -238,7 +239,7 @@ BEGIN
       CASE WHEN t._check_no IN (1, 3, 4, 6, 7, 8, 9, 10, 11, 12) OR t._unavailable IS NOT NULL THEN t._payload END AS _quarantine_payload,
       MAX(t._kafka_timestamp) OVER (PARTITION BY t._kafka_partition ORDER BY t._kafka_offset
         ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW) AS _kafka_time FROM checked t)
-  SELECT c._kafka_partition, c._kafka_offset, c._kafka_timestamp, c._refresh_time,
+  SELECT c._kafka_partition, c._kafka_offset, c._kafka_timestamp, c._kafka_time, c._refresh_time,
          CASE WHEN OCTET_LENGTH(c._op) <= 64 THEN c._op ELSE SUBSTRING(c._op, 1, 16) END, c._action, c._reason,
          ROW_NUMBER() OVER (
            PARTITION BY CASE WHEN c._action IN ('upsert', 'delete') THEN 1 ELSE 0 END, c."id"
@@ -290,11 +291,11 @@ BEGIN
             LEFT JOIN "cdc"."blobs__stage" p0 ON p0."id" = w."id" AND p0._rn = m.rn0 AND p0._action = 'upsert'
             LEFT JOIN "cdc"."blobs__stage" p1 ON p1."id" = w."id" AND p1._rn = m.rn1 AND p1._action = 'upsert'
             LEFT JOIN "cdc"."blobs__stage" p2 ON p2."id" = w."id" AND p2._rn = m.rn2 AND p2._action = 'upsert'
-            LEFT JOIN (SELECT * FROM (SELECT t.*, ROW_NUMBER() OVER (PARTITION BY t."id"
-              ORDER BY t._source_pos DESC NULLS LAST, t._kafka_partition DESC, t._kafka_offset DESC) AS stored_rn__
-            FROM "cdc"."blobs" t WHERE EXISTS (SELECT 1 FROM "cdc"."blobs__stage" x WHERE x._rn = 1 AND x._action = 'upsert' AND x._unavailable IS NOT NULL
-                AND x."id" = t."id")) o
-          WHERE o.stored_rn__ = 1) t ON t."id" = w."id"
+            LEFT JOIN (SELECT t."id", t._source_pos, t._kafka_partition, t._kafka_offset, t."data", t."doc", t."tags",
+                        ROW_NUMBER() OVER (PARTITION BY t."id"
+                          ORDER BY t._source_pos DESC NULLS LAST, t._kafka_partition DESC, t._kafka_offset DESC) AS stored_rn__
+                        FROM "cdc"."blobs" t WHERE EXISTS (SELECT 1 FROM "cdc"."blobs__stage" x WHERE x._rn = 1 AND x._action = 'upsert'
+                            AND x._unavailable IS NOT NULL AND x."id" = t."id")) t ON t."id" = w."id" AND t.stored_rn__ = 1
             WHERE w._rn = 1 AND w._action = 'upsert' AND w._unavailable IS NOT NULL) u
       WHERE s._rn = 1 AND s._action = 'upsert' AND s._unavailable IS NOT NULL AND u."id" = s."id";
       UPDATE "cdc"."blobs__stage" s SET _action = 'quarantine',
@@ -417,9 +418,7 @@ BEGIN
                   r.kafka_partition AS order__ FROM "cdc"."blobs__watermark" r) r) r) w;
   INSERT INTO "cdc"."sync_run_log" (table_name, backend_pid, started_at, finished_at, events_read, upserted, deleted,
     quarantined, tombstones, stale, superseded, truncates, watermark_before, watermark_after, lag_seconds, status)
-  SELECT table_name, backend_pid, started_at, finished_at, events_read, upserted, deleted,
-    quarantined, tombstones, stale, superseded, truncates, watermark_before, watermark_after, lag_seconds, status
-  FROM "sync_call_result";
+  SELECT * FROM "sync_call_result";
   -- The stage is empty between runs (DELETE, not TRUNCATE: TRUNCATE would commit).
   IF v_read > 0 THEN
     DELETE FROM "cdc"."blobs__stage";

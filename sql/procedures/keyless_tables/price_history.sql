@@ -36,6 +36,7 @@ CREATE TABLE IF NOT EXISTS "audit"."price_history__stage" (
   _kafka_partition bigint,
   _kafka_offset bigint,
   _kafka_timestamp timestamp,
+  _kafka_time timestamp,
   _refresh_time timestamp,
   _op varchar(64),
   _action varchar(16),
@@ -132,9 +133,9 @@ BEGIN
   -- 2./3. An update removes one row equal to its before image: the before images of the
   --       batch's updates are staged first, each as a delete of its own (_op 'before').
   INSERT INTO "audit"."price_history__stage" (
-    "_kafka_partition", "_kafka_offset", "_kafka_timestamp", "_refresh_time", "_op", "_action", "_reason", "_rn",
-    "_source_ts", "_source_pos", "_rank_pos", "sku", "price", "valid_from", "_unavailable", "_payload", "_raw_value",
-    "_drift_img"
+    "_kafka_partition", "_kafka_offset", "_kafka_timestamp", "_kafka_time", "_refresh_time", "_op", "_action", "_reason",
+    "_rn", "_source_ts", "_source_pos", "_rank_pos", "sku", "price", "valid_from", "_unavailable", "_payload",
+    "_raw_value", "_drift_img"
   )
   WITH batch AS (SELECT s.kafka_partition AS _kafka_partition, s.kafka_offset AS _kafka_offset,
       s.kafka_timestamp AS _kafka_timestamp, s.refresh_time AS _refresh_time,
@@ -253,7 +254,7 @@ BEGIN
       CASE WHEN t._check_no IN (1, 3, 4, 6, 7, 8, 9, 10, 11) OR t._unavailable IS NOT NULL THEN t._payload END AS _quarantine_payload,
       MAX(t._kafka_timestamp) OVER (PARTITION BY t._kafka_partition ORDER BY t._kafka_offset
         ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW) AS _kafka_time FROM checked t)
-  SELECT c._kafka_partition, c._kafka_offset, c._kafka_timestamp, c._refresh_time,
+  SELECT c._kafka_partition, c._kafka_offset, c._kafka_timestamp, c._kafka_time, c._refresh_time,
          CASE WHEN OCTET_LENGTH(c._op) <= 64 THEN c._op ELSE SUBSTRING(c._op, 1, 16) END, c._action, c._reason,
          ROW_NUMBER() OVER (
            PARTITION BY CASE WHEN c._action IN ('upsert', 'delete') THEN 1 ELSE 0 END
@@ -268,9 +269,9 @@ BEGIN
   -- 2./3. Records past the watermark (refresh_time only prunes), classified, typed
   --       and ranked per key, into the stage. Everything below reads the stage only.
   INSERT INTO "audit"."price_history__stage" (
-    "_kafka_partition", "_kafka_offset", "_kafka_timestamp", "_refresh_time", "_op", "_action", "_reason", "_rn",
-    "_source_ts", "_source_pos", "_rank_pos", "sku", "price", "valid_from", "_unavailable", "_payload", "_raw_value",
-    "_drift_img"
+    "_kafka_partition", "_kafka_offset", "_kafka_timestamp", "_kafka_time", "_refresh_time", "_op", "_action", "_reason",
+    "_rn", "_source_ts", "_source_pos", "_rank_pos", "sku", "price", "valid_from", "_unavailable", "_payload",
+    "_raw_value", "_drift_img"
   )
   WITH batch AS (SELECT s.kafka_partition AS _kafka_partition, s.kafka_offset AS _kafka_offset,
       s.kafka_timestamp AS _kafka_timestamp, s.refresh_time AS _refresh_time,
@@ -389,7 +390,7 @@ BEGIN
       CASE WHEN t._check_no IN (1, 3, 4, 6, 7, 8, 9, 10, 11) OR t._unavailable IS NOT NULL THEN t._payload END AS _quarantine_payload,
       MAX(t._kafka_timestamp) OVER (PARTITION BY t._kafka_partition ORDER BY t._kafka_offset
         ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW) AS _kafka_time FROM checked t)
-  SELECT c._kafka_partition, c._kafka_offset, c._kafka_timestamp, c._refresh_time,
+  SELECT c._kafka_partition, c._kafka_offset, c._kafka_timestamp, c._kafka_time, c._refresh_time,
          CASE WHEN OCTET_LENGTH(c._op) <= 64 THEN c._op ELSE SUBSTRING(c._op, 1, 16) END, c._action, c._reason,
          ROW_NUMBER() OVER (
            PARTITION BY CASE WHEN c._action IN ('upsert', 'delete') THEN 1 ELSE 0 END
@@ -457,9 +458,7 @@ BEGIN
     UPDATE "audit"."price_history__stage" s SET _rn = CASE WHEN s._op = 'r' THEN 1 ELSE c.copy_no END
     FROM (SELECT x._kafka_partition, x._kafka_offset, x._op,
                  ROW_NUMBER() OVER (PARTITION BY x._source_pos, x._op ORDER BY x._kafka_time ASC NULLS FIRST, x._kafka_partition, x._kafka_offset) AS copy_no
-          FROM (SELECT z.*, MAX(z._kafka_timestamp) OVER (PARTITION BY z._kafka_partition ORDER BY z._kafka_offset
-                          ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW) AS _kafka_time
-                FROM "audit"."price_history__stage" z) x
+          FROM "audit"."price_history__stage" x
           WHERE x._action IN ('upsert', 'delete')) c
     WHERE s._kafka_partition = c._kafka_partition AND s._kafka_offset = c._kafka_offset AND s._op = c._op;
     -- 4. A snapshot's first read begins the table anew (an interrupted snapshot is run again
@@ -654,9 +653,7 @@ BEGIN
                   r.kafka_partition AS order__ FROM "audit"."price_history__watermark" r) r) r) w;
   INSERT INTO "audit"."sync_run_log" (table_name, backend_pid, started_at, finished_at, events_read, upserted, deleted,
     quarantined, tombstones, stale, superseded, truncates, watermark_before, watermark_after, lag_seconds, status)
-  SELECT table_name, backend_pid, started_at, finished_at, events_read, upserted, deleted,
-    quarantined, tombstones, stale, superseded, truncates, watermark_before, watermark_after, lag_seconds, status
-  FROM "sync_call_result";
+  SELECT * FROM "sync_call_result";
   -- The stage is empty between runs (DELETE, not TRUNCATE: TRUNCATE would commit).
   IF v_read > 0 THEN
     DELETE FROM "audit"."price_history__stage";

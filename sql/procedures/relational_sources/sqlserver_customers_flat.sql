@@ -42,6 +42,7 @@ CREATE TABLE IF NOT EXISTS "sources"."sqlserver_customers_flat__stage" (
   _kafka_partition bigint,
   _kafka_offset bigint,
   _kafka_timestamp timestamp,
+  _kafka_time timestamp,
   _refresh_time timestamp,
   _op varchar(64),
   _action varchar(16),
@@ -145,8 +146,8 @@ BEGIN
   -- 2./3. Records past the watermark (refresh_time only prunes), classified, typed
   --       and ranked per key, into the stage. Everything below reads the stage only.
   INSERT INTO "sources"."sqlserver_customers_flat__stage" (
-    "_kafka_partition", "_kafka_offset", "_kafka_timestamp", "_refresh_time", "_op", "_action", "_reason", "_rn",
-    "_source_ts", "_source_pos", "_rank_pos", "id", "first_name", "last_name", "email", "_unavailable", "_payload",
+    "_kafka_partition", "_kafka_offset", "_kafka_timestamp", "_kafka_time", "_refresh_time", "_op", "_action", "_reason",
+    "_rn", "_source_ts", "_source_pos", "_rank_pos", "id", "first_name", "last_name", "email", "_unavailable", "_payload",
     "_raw_value", "_drift_img"
   )
   WITH batch AS (SELECT s.kafka_partition AS _kafka_partition, s.kafka_offset AS _kafka_offset,
@@ -258,7 +259,7 @@ BEGIN
       CASE WHEN t._check_no IN (1, 4, 5, 7, 8, 9, 10, 11, 12, 13) OR t._unavailable IS NOT NULL THEN t._payload END AS _quarantine_payload,
       MAX(t._kafka_timestamp) OVER (PARTITION BY t._kafka_partition ORDER BY t._kafka_offset
         ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW) AS _kafka_time FROM checked t)
-  SELECT c._kafka_partition, c._kafka_offset, c._kafka_timestamp, c._refresh_time,
+  SELECT c._kafka_partition, c._kafka_offset, c._kafka_timestamp, c._kafka_time, c._refresh_time,
          CASE WHEN OCTET_LENGTH(c._op) <= 64 THEN c._op ELSE SUBSTRING(c._op, 1, 16) END, c._action, c._reason,
          ROW_NUMBER() OVER (
            PARTITION BY CASE WHEN c._action IN ('upsert', 'delete') THEN 1 ELSE 0 END, c."id"
@@ -331,37 +332,27 @@ BEGIN
     --    for its key in Kafka order (so it supersedes what precedes it and loses to what
     --    follows), and ranks after what is stored for its key (row or deleted key).
     IF v_positionless > 0 THEN
-      UPDATE "sources"."sqlserver_customers_flat__stage" s SET _rank_pos = CASE WHEN r.stored_pos > r.rank_pos OR r.rank_pos IS NULL
-                                         THEN COALESCE(r.stored_pos, r.rank_pos) ELSE r.rank_pos END
-      FROM (SELECT x.*, t._source_pos AS stored_pos,
-                   MAX(x._source_pos) OVER (PARTITION BY x."id" ORDER BY x._kafka_time ASC NULLS FIRST, x._kafka_partition, x._kafka_offset
-                     ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW) AS rank_pos
-            FROM (SELECT z.*, MAX(z._kafka_timestamp) OVER (PARTITION BY z._kafka_partition ORDER BY z._kafka_offset
-                    ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW) AS _kafka_time
-                  FROM "sources"."sqlserver_customers_flat__stage" z) x
-            LEFT JOIN (SELECT * FROM (SELECT k.*, ROW_NUMBER() OVER (PARTITION BY "id"
-                      ORDER BY _source_pos DESC NULLS LAST, _kafka_partition DESC, _kafka_offset DESC) AS stored_rn__
-                    FROM (SELECT t."id", t._source_pos, t._kafka_partition, t._kafka_offset FROM "sources"."sqlserver_customers_flat" t
-                        WHERE EXISTS (SELECT 1 FROM "sources"."sqlserver_customers_flat__stage" y WHERE y._source_pos IS NULL
-                            AND y._action IN ('upsert', 'delete') AND y."id" = t."id")
-                        UNION ALL SELECT t."id", t._source_pos, t._kafka_partition, t._kafka_offset FROM "sources"."sqlserver_customers_flat__deleted" t
-                        WHERE EXISTS (SELECT 1 FROM "sources"."sqlserver_customers_flat__stage" y WHERE y._source_pos IS NULL
-                            AND y._action IN ('upsert', 'delete') AND y."id" = t."id")) k) o
-               WHERE o.stored_rn__ = 1) t ON t."id" = x."id"
-            WHERE x._action IN ('upsert', 'delete')
-              AND EXISTS (SELECT 1 FROM "sources"."sqlserver_customers_flat__stage" y WHERE y._source_pos IS NULL AND y._action IN ('upsert', 'delete')
-                  AND y."id" = x."id")) r
-      WHERE s._source_pos IS NULL AND s._action IN ('upsert', 'delete') AND s."id" = r."id" AND s._kafka_partition = r._kafka_partition
-          AND s._kafka_offset = r._kafka_offset;
-      UPDATE "sources"."sqlserver_customers_flat__stage" s SET _rn = r.rn
-      FROM (SELECT x.*, ROW_NUMBER() OVER (PARTITION BY x."id" ORDER BY x._rank_pos DESC NULLS LAST, x._kafka_time DESC NULLS LAST, x._kafka_partition DESC,
-          x._kafka_offset DESC) AS rn
-            FROM (SELECT z.*, MAX(z._kafka_timestamp) OVER (PARTITION BY z._kafka_partition ORDER BY z._kafka_offset
-                    ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW) AS _kafka_time
-                  FROM "sources"."sqlserver_customers_flat__stage" z) x
-            WHERE x._action IN ('upsert', 'delete')
-              AND EXISTS (SELECT 1 FROM "sources"."sqlserver_customers_flat__stage" y WHERE y._source_pos IS NULL AND y._action IN ('upsert', 'delete')
-                  AND y."id" = x."id")) r
+      UPDATE "sources"."sqlserver_customers_flat__stage" s SET _rank_pos = r.rank_pos, _rn = r.rn
+      FROM (SELECT p.*, ROW_NUMBER() OVER (PARTITION BY p."id"
+                          ORDER BY p.rank_pos DESC NULLS LAST, p._kafka_time DESC NULLS LAST, p._kafka_partition DESC, p._kafka_offset DESC) AS rn
+            FROM (SELECT x."id", x._kafka_partition, x._kafka_offset, x._kafka_time,
+                         CASE WHEN x._source_pos IS NULL THEN GREATEST(t._source_pos,
+                           MAX(x._source_pos) OVER (PARTITION BY x."id"
+                             ORDER BY x._kafka_time ASC NULLS FIRST, x._kafka_partition, x._kafka_offset ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW))
+                         ELSE x._rank_pos END AS rank_pos
+                  FROM "sources"."sqlserver_customers_flat__stage" x
+                  LEFT JOIN (SELECT k.*, ROW_NUMBER() OVER (PARTITION BY k."id"
+                                ORDER BY k._source_pos DESC NULLS LAST, k._kafka_partition DESC, k._kafka_offset DESC) AS stored_rn__
+                              FROM (SELECT t."id", t._source_pos, t._kafka_partition, t._kafka_offset FROM "sources"."sqlserver_customers_flat" t
+                                    WHERE EXISTS (SELECT 1 FROM "sources"."sqlserver_customers_flat__stage" y WHERE y._source_pos IS NULL
+                                        AND y._action IN ('upsert', 'delete') AND y."id" = t."id")
+                                    UNION ALL SELECT t."id", t._source_pos, t._kafka_partition,
+                                        t._kafka_offset FROM "sources"."sqlserver_customers_flat__deleted" t
+                                    WHERE EXISTS (SELECT 1 FROM "sources"."sqlserver_customers_flat__stage" y WHERE y._source_pos IS NULL
+                                        AND y._action IN ('upsert', 'delete') AND y."id" = t."id")) k) t ON t."id" = x."id" AND t.stored_rn__ = 1
+                  WHERE x._action IN ('upsert', 'delete')
+                    AND EXISTS (SELECT 1 FROM "sources"."sqlserver_customers_flat__stage" y WHERE y._source_pos IS NULL AND y._action IN ('upsert', 'delete')
+                        AND y."id" = x."id")) p) r
       WHERE s."id" = r."id" AND s._kafka_partition = r._kafka_partition AND s._kafka_offset = r._kafka_offset;
     END IF;
     -- 3. (TOAST) Unchanged out-of-line values arrive as a placeholder and keep what is known.
@@ -386,11 +377,11 @@ BEGIN
             LEFT JOIN "sources"."sqlserver_customers_flat__stage" p0 ON p0."id" = w."id" AND p0._rn = m.rn0 AND p0._action = 'upsert'
             LEFT JOIN "sources"."sqlserver_customers_flat__stage" p1 ON p1."id" = w."id" AND p1._rn = m.rn1 AND p1._action = 'upsert'
             LEFT JOIN "sources"."sqlserver_customers_flat__stage" p2 ON p2."id" = w."id" AND p2._rn = m.rn2 AND p2._action = 'upsert'
-            LEFT JOIN (SELECT * FROM (SELECT t.*, ROW_NUMBER() OVER (PARTITION BY t."id"
-              ORDER BY t._source_pos DESC NULLS LAST, t._kafka_partition DESC, t._kafka_offset DESC) AS stored_rn__
-            FROM "sources"."sqlserver_customers_flat" t WHERE EXISTS (SELECT 1 FROM "sources"."sqlserver_customers_flat__stage" x WHERE x._rn = 1
-                AND x._action = 'upsert' AND x._unavailable IS NOT NULL AND x."id" = t."id")) o
-          WHERE o.stored_rn__ = 1) t ON t."id" = w."id"
+            LEFT JOIN (SELECT t."id", t._source_pos, t._kafka_partition, t._kafka_offset, t."first_name", t."last_name", t."email",
+                        ROW_NUMBER() OVER (PARTITION BY t."id"
+                          ORDER BY t._source_pos DESC NULLS LAST, t._kafka_partition DESC, t._kafka_offset DESC) AS stored_rn__
+                        FROM "sources"."sqlserver_customers_flat" t WHERE EXISTS (SELECT 1 FROM "sources"."sqlserver_customers_flat__stage" x WHERE x._rn = 1
+                            AND x._action = 'upsert' AND x._unavailable IS NOT NULL AND x."id" = t."id")) t ON t."id" = w."id" AND t.stored_rn__ = 1
             WHERE w._rn = 1 AND w._action = 'upsert' AND w._unavailable IS NOT NULL) u
       WHERE s._rn = 1 AND s._action = 'upsert' AND s._unavailable IS NOT NULL AND u."id" = s."id";
       UPDATE "sources"."sqlserver_customers_flat__stage" s SET _action = 'quarantine',
@@ -407,39 +398,37 @@ BEGIN
             OR (t."last_name" <> s."last_name" OR (t."last_name" IS NULL) <> (s."last_name" IS NULL))
             OR (t."email" <> s."email" OR (t."email" IS NULL) <> (s."email" IS NULL)))
              OR s._action = 'delete' AND NOT t.deleted__) THEN s._action ELSE 'stale' END
-    FROM (SELECT * FROM (SELECT k.*, ROW_NUMBER() OVER (PARTITION BY "id"
-                           ORDER BY _source_pos DESC NULLS LAST, _kafka_partition DESC, _kafka_offset DESC) AS stored_rn__
-                         FROM (SELECT t."id", t._source_pos, t._kafka_partition, t._kafka_offset, false AS deleted__, t."first_name", t."last_name",
-                             t."email" FROM "sources"."sqlserver_customers_flat" t
-                             WHERE EXISTS (SELECT 1 FROM "sources"."sqlserver_customers_flat__stage" y WHERE y._rn = 1 AND y._action IN ('upsert', 'delete')
-                                 AND y."id" = t."id")
-                             UNION ALL SELECT t."id", t._source_pos, t._kafka_partition, t._kafka_offset, true, NULL, NULL,
-                                 NULL FROM "sources"."sqlserver_customers_flat__deleted" t
-                             WHERE EXISTS (SELECT 1 FROM "sources"."sqlserver_customers_flat__stage" y WHERE y._rn = 1 AND y._action IN ('upsert', 'delete')
-                                 AND y."id" = t."id")) k) o
-                    WHERE o.stored_rn__ = 1) t
-    WHERE s._rn = 1 AND s._action IN ('upsert', 'delete') AND t."id" = s."id" AND s._source_pos <= t._source_pos;
+    FROM (SELECT k.*, ROW_NUMBER() OVER (PARTITION BY k."id"
+             ORDER BY k._source_pos DESC NULLS LAST, k._kafka_partition DESC, k._kafka_offset DESC) AS stored_rn__
+           FROM (SELECT t."id", t._source_pos, t._kafka_partition, t._kafka_offset, false AS deleted__, t."first_name", t."last_name",
+               t."email" FROM "sources"."sqlserver_customers_flat" t
+                 WHERE EXISTS (SELECT 1 FROM "sources"."sqlserver_customers_flat__stage" y WHERE y._rn = 1 AND y._action IN ('upsert', 'delete')
+                     AND y."id" = t."id")
+                 UNION ALL SELECT t."id", t._source_pos, t._kafka_partition, t._kafka_offset, true, NULL, NULL,
+                     NULL FROM "sources"."sqlserver_customers_flat__deleted" t
+                 WHERE EXISTS (SELECT 1 FROM "sources"."sqlserver_customers_flat__stage" y WHERE y._rn = 1 AND y._action IN ('upsert', 'delete')
+                     AND y."id" = t."id")) k) t
+    WHERE s._rn = 1 AND s._action IN ('upsert', 'delete') AND t."id" = s."id" AND t.stored_rn__ = 1 AND s._source_pos <= t._source_pos;
     GET DIAGNOSTICS v_not_newer := ROW_COUNT;
     -- 5. A winner tied at the stored position, older in Kafka order than what wrote it: stale.
     IF v_not_newer > 0 THEN
       UPDATE "sources"."sqlserver_customers_flat__stage" s SET _action = 'stale'
-      FROM (SELECT r.*, COALESCE(m.kafka_timestamp, r.kafka_time__) AS _kafka_time
-            FROM (SELECT * FROM (SELECT k.*, ROW_NUMBER() OVER (PARTITION BY "id"
-                                   ORDER BY _source_pos DESC NULLS LAST, _kafka_partition DESC, _kafka_offset DESC) AS stored_rn__
-                                 FROM (SELECT t."id", t._source_pos, t._kafka_partition, t._kafka_offset, CAST(NULL AS timestamp) AS kafka_time__,
-                                     true AS row__ FROM "sources"."sqlserver_customers_flat" t
-                                     WHERE EXISTS (SELECT 1 FROM "sources"."sqlserver_customers_flat__stage" y WHERE y._rn = 1
-                                         AND y._action IN ('upsert', 'delete') AND y."id" = t."id" AND y._source_pos = t._source_pos)
-                                     UNION ALL SELECT t."id", t._source_pos, t._kafka_partition, t._kafka_offset, t._kafka_timestamp,
-                                         false FROM "sources"."sqlserver_customers_flat__deleted" t
-                                     WHERE EXISTS (SELECT 1 FROM "sources"."sqlserver_customers_flat__stage" y WHERE y._rn = 1
-                                         AND y._action IN ('upsert', 'delete') AND y."id" = t."id" AND y._source_pos = t._source_pos)) k) o
-                            WHERE o.stored_rn__ = 1) r
+      FROM (SELECT r.*, COALESCE(m.kafka_timestamp, r.kafka_time__) AS stored_time__
+            FROM (SELECT k.*, ROW_NUMBER() OVER (PARTITION BY k."id"
+                     ORDER BY k._source_pos DESC NULLS LAST, k._kafka_partition DESC, k._kafka_offset DESC) AS stored_rn__
+                   FROM (SELECT t."id", t._source_pos, t._kafka_partition, t._kafka_offset, CAST(NULL AS timestamp) AS kafka_time__,
+                       true AS row__ FROM "sources"."sqlserver_customers_flat" t
+                         WHERE EXISTS (SELECT 1 FROM "sources"."sqlserver_customers_flat__stage" y WHERE y._rn = 1 AND y._action IN ('upsert', 'delete')
+                             AND y."id" = t."id" AND y._source_pos = t._source_pos)
+                         UNION ALL SELECT t."id", t._source_pos, t._kafka_partition, t._kafka_offset, t._kafka_timestamp,
+                             false FROM "sources"."sqlserver_customers_flat__deleted" t
+                         WHERE EXISTS (SELECT 1 FROM "sources"."sqlserver_customers_flat__stage" y WHERE y._rn = 1 AND y._action IN ('upsert', 'delete')
+                             AND y."id" = t."id" AND y._source_pos = t._source_pos)) k) r
             LEFT JOIN "sources"."sqlserver_customers_flat__stream" m ON r.row__ AND m.kafka_partition = r._kafka_partition
                 AND m.kafka_offset = r._kafka_offset) t
-      WHERE s._rn = 1 AND s._action IN ('upsert', 'delete') AND t."id" = s."id" AND s._source_pos = t._source_pos
+      WHERE s._rn = 1 AND s._action IN ('upsert', 'delete') AND t."id" = s."id" AND t.stored_rn__ = 1 AND s._source_pos = t._source_pos
         AND (t._kafka_partition = s._kafka_partition AND t._kafka_offset > s._kafka_offset OR t._kafka_partition <> s._kafka_partition
-            AND (t._kafka_time > s._kafka_timestamp OR (COALESCE(t._kafka_time = s._kafka_timestamp, true) AND t._kafka_partition > s._kafka_partition)));
+            AND (t.stored_time__ > s._kafka_timestamp OR (COALESCE(t.stored_time__ = s._kafka_timestamp, true) AND t._kafka_partition > s._kafka_partition)));
     END IF;
     -- A winner without a source position was never stale; it is recorded at the position
     -- it ranked by, so replays of what it superseded stay stale.
@@ -545,9 +534,7 @@ BEGIN
                   r.kafka_partition AS order__ FROM "sources"."sqlserver_customers_flat__watermark" r) r) r) w;
   INSERT INTO "sources"."sync_run_log" (table_name, backend_pid, started_at, finished_at, events_read, upserted, deleted,
     quarantined, tombstones, stale, superseded, truncates, watermark_before, watermark_after, lag_seconds, status)
-  SELECT table_name, backend_pid, started_at, finished_at, events_read, upserted, deleted,
-    quarantined, tombstones, stale, superseded, truncates, watermark_before, watermark_after, lag_seconds, status
-  FROM "sync_call_result";
+  SELECT * FROM "sync_call_result";
   -- The stage is empty between runs (DELETE, not TRUNCATE: TRUNCATE would commit).
   IF v_read > 0 THEN
     DELETE FROM "sources"."sqlserver_customers_flat__stage";

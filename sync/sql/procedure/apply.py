@@ -6,7 +6,7 @@ from __future__ import annotations
 from sync.sql import schemas
 from sync.sql.apply import insert_deleted_keys_sql, key_match, soft_delete_sql
 from sync.sql.procedure.context import APPLIED, CALL_TIME, WINNERS, Action, TableSql
-from sync.sql.procedure.ordering import stored_rows
+from sync.sql.procedure.ordering import newest_stored, stored_state
 from sync.sql.procedure.text import indent
 
 UPSERTS = f"s._rn = 1 AND s._action = '{Action.UPSERT}'"
@@ -81,8 +81,8 @@ def delete_values_sql(ctx: TableSql) -> str:
         "-- its values where the before image has none (never an older value over a newer\n"
         "-- NULL: the stored row is not consulted when the batch updated the key).\n"
         f"UPDATE {rel.stage} s SET {stored}\n"
-        f"FROM {stored_rows(d, rel.target, keys, deleting)} t\n"
-        f"WHERE {DELETES} AND {key_match(d, keys, 't', 's')}\n"
+        f"FROM {indent(stored_state(ctx, deleting, [(f't.{q(c)}',) for c in value_cols], held=[rel.target]), 5).lstrip()} t\n"
+        f"WHERE {DELETES} AND {key_match(d, keys, 't', 's')} AND {newest_stored()}\n"
         f"  AND NOT EXISTS (SELECT 1 FROM {rel.stage} x WHERE {earlier_upsert} AND {key_match(d, keys, 'x', 's')});"
     )
 

@@ -35,7 +35,8 @@ def result_columns(pipeline: Pipeline, table: TableConfig) -> tuple[schemas.Colu
 
 def call_result_sql(ctx: TableSql) -> str:
     """The session's result table made anew (DROP, not DELETE: a Redshift DELETE leaves its
-    rows marked for deletion), the run-log row into it, then from there into the run log."""
+    rows marked for deletion), the run-log row into it, then from there into the run log
+    (`SELECT *`: the columns of the table it made, in that order)."""
     result = ctx.d.q(CALL_RESULT)
     written = result_columns(ctx.pipeline, ctx.table)
     definitions = wrapped(schemas.definitions(ctx.d, written), (4, 11, 15)[: len(written) - 14])
@@ -44,5 +45,5 @@ def call_result_sql(ctx: TableSql) -> str:
         "-- 8. One run-log row per call, also when nothing was new (9.), left for the caller in a temporary table (call_result.py).\n"
         f"DROP TABLE IF EXISTS {result};\nCREATE TEMP TABLE {result} ({definitions});\n"
         + run_log_row_sql(ctx, into=result)
-        + f"\nINSERT INTO {ctx.rel.run_log} ({columns})\nSELECT {columns}\nFROM {result};"
+        + f"\nINSERT INTO {ctx.rel.run_log} ({columns})\nSELECT * FROM {result};"
     )

@@ -25,7 +25,7 @@ from dataclasses import replace
 from sync.sql import schemas
 from sync.sql.procedure.context import APPLIED, CALL_TIME, Action, TableSql
 from sync.sql.procedure.keyless_pending import keep_pending_sql
-from sync.sql.procedure.ordering import kafka_later, kafka_order, kafka_time, replayed
+from sync.sql.procedure.ordering import kafka_later, kafka_order, replayed
 from sync.sql.procedure.stage import stage_insert_sql
 from sync.sql.procedure.text import indent
 
@@ -121,8 +121,7 @@ def keyless_order_sql(ctx: TableSql) -> str:
         f"UPDATE {stage} s SET _rn = CASE WHEN s._op = 'r' THEN 1 ELSE c.copy_no END\n"
         "FROM (SELECT x._kafka_partition, x._kafka_offset, x._op,\n"
         f"             ROW_NUMBER() OVER (PARTITION BY x._source_pos, x._op ORDER BY {oldest_first}) AS copy_no\n"
-        f"      FROM (SELECT z.*, {indent(kafka_time('z._'), 20).lstrip()} AS _kafka_time\n"
-        f"            FROM {stage} z) x\n"
+        f"      FROM {stage} x\n"
         f"      WHERE x._action IN {APPLIED}) c\n"
         "WHERE s._kafka_partition = c._kafka_partition AND s._kafka_offset = c._kafka_offset AND s._op = c._op;"
     )

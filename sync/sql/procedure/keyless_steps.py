@@ -69,7 +69,7 @@ KEYLESS_APPLY_STEPS = (
     Step(
         keyless_order_sql,
         (),
-        reads=facts(KAFKA, "_kafka_timestamp _op _action _source_pos _unavailable", Action.UPSERT, Action.DELETE),
+        reads=facts(KAFKA, "_kafka_timestamp _kafka_time _op _action _source_pos _unavailable", Action.UPSERT, Action.DELETE),
         writes=facts("_action _reason _rn", Action.QUARANTINE, Action.STALE),
     ),
     Step(

@@ -7,7 +7,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from sync.sql.apply import key_match
-from sync.sql.dialect import PostgresDialect
 from sync.sql.procedure.context import APPLIED, Action, TableSql, positionless
 from sync.sql.procedure.fields import merged_levels, named_texts
 from sync.sql.procedure.text import extended, indent, subquery
@@ -18,8 +17,9 @@ def kafka_time(record: str) -> str:
     """A record's Kafka time (stream columns `record`kafka_partition, ...; `_` for the
     stage's): the newest Kafka timestamp of its partition up to it. It never decreases
     along a partition, so Kafka order across partitions, (Kafka time, partition, offset),
-    keeps each partition's offset order even where a producer's clock stepped back. Over
-    a batch: every record of it, so the stage insert and the stage agree."""
+    keeps each partition's offset order even where a producer's clock stepped back. Computed
+    once, by the stage query over every record of the batch, and kept in the stage's
+    `_kafka_time` for the steps that order the stage again."""
     return (
         f"MAX({record}kafka_timestamp) OVER (PARTITION BY {record}kafka_partition ORDER BY {record}kafka_offset\n"
         "  ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW)"
@@ -63,86 +63,78 @@ def replayed(ctx: TableSql, row: str = "s") -> str:
     )
 
 
-def stored_rows(d: PostgresDialect, target: str, keys: list[str], wanted: str) -> str:
-    """One stored row per key of the target rows matching `wanted` (a condition on the
-    stage row `x` and the target row `t`), the newest when the key is stored more than once:
-    a primary key is not enforced on Redshift, and an UPDATE ... FROM that matches a row
-    twice must not depend on which match wins (stored rows keep no Kafka time: between
-    copies of one key, partition and offset only make the choice deterministic)."""
-    key_list = ", ".join(f"t.{d.q(k)}" for k in keys)
-    return (
-        f"(SELECT * FROM (SELECT t.*, ROW_NUMBER() OVER (PARTITION BY {key_list}\n"
-        f"          ORDER BY {rank_order('t._source_pos', 't._kafka_partition DESC, t._kafka_offset DESC')}) AS stored_rn__\n"
-        f"        FROM {target} t WHERE {wanted}) o\n"
-        "      WHERE o.stored_rn__ = 1)"
-    )
-
-
-def stored_state(ctx: TableSql, wanted: str, extra: Sequence[tuple[str, str]] = ()) -> str:
+def stored_state(ctx: TableSql, wanted: str, extra: Sequence[tuple[str, ...]] = (), held: Sequence[str] | None = None) -> str:
     """What is stored for each key whose rows match `wanted` (a condition on the stored row
-    `t`), one row per key: the newest of its target rows and, in hard mode, of its deleted
-    key (its `_source_pos`, `_kafka_partition`, `_kafka_offset`, and the `extra` columns,
-    each as (the target row's expression, named; the deleted key's)). A primary key is not
-    enforced on Redshift; between copies of a key, partition and offset make the choice
-    deterministic."""
-    key_list = ", ".join(ctx.q(k) for k in ctx.keys)
-    columns = f"{', '.join(f't.{ctx.q(k)}' for k in ctx.keys)}, t._source_pos, t._kafka_partition, t._kafka_offset"
-    held = "\n                    UNION ALL ".join(
-        f"SELECT {columns}{''.join(f', {e[i]}' for e in extra)} FROM {relation} t\n                    WHERE {wanted}"
-        for i, relation in enumerate(ctx.rel.held(ctx.table))
+    `t`): its target rows and, in hard mode, its deleted key (`held`: those relations
+    instead), each with its `_source_pos`, `_kafka_partition`, `_kafka_offset` and the
+    `extra` columns (one expression per relation, the first named), numbered newest first
+    per key. The statement that reads it keeps the newest (`newest_stored`): a primary key
+    is not enforced on Redshift, and an UPDATE ... FROM that matches a row twice must not
+    depend on which match wins; stored rows keep no Kafka time, so between copies of one key
+    partition and offset only make the choice deterministic. The one lookup of what is
+    stored: every rule that needs it reads it in this form."""
+    relations = list(held or ctx.rel.held(ctx.table))
+
+    def numbered(row: str) -> str:
+        keys = ", ".join(f"{row}.{ctx.q(k)}" for k in ctx.keys)
+        order = rank_order(f"{row}._source_pos", f"{row}._kafka_partition DESC, {row}._kafka_offset DESC")
+        return f"ROW_NUMBER() OVER (PARTITION BY {keys}\n    ORDER BY {order}) AS stored_rn__"
+
+    columns = ", ".join([*(f"t.{ctx.q(k)}" for k in ctx.keys), "t._source_pos", "t._kafka_partition", "t._kafka_offset"])
+    if len(relations) == 1:
+        extras = "".join(f", {e[0]}" for e in extra)
+        return f"(SELECT {columns}{extras},\n  {numbered('t')}\n  FROM {relations[0]} t WHERE {wanted})"
+    union = "\n        UNION ALL ".join(
+        f"SELECT {columns}{''.join(f', {e[i]}' for e in extra)} FROM {relation} t\n        WHERE {wanted}"
+        for i, relation in enumerate(relations)
     )
-    return (
-        f"(SELECT * FROM (SELECT k.*, ROW_NUMBER() OVER (PARTITION BY {key_list}\n"
-        f"                  ORDER BY {rank_order('_source_pos', '_kafka_partition DESC, _kafka_offset DESC')}) AS stored_rn__\n"
-        f"                FROM ({held}) k) o\n"
-        "           WHERE o.stored_rn__ = 1)"
-    )
+    return f"(SELECT k.*, {numbered('k')}\n  FROM ({union}) k)"
+
+
+def newest_stored(alias: str = "t") -> str:
+    """The row of `stored_state` (as `alias`) that is the newest stored state of its key."""
+    return f"{alias}.stored_rn__ = 1"
 
 
 def rerank_sql(ctx: TableSql) -> str:
     """Events without a source position (tombstones, PostgreSQL incremental-snapshot
     reads) come after the row stored for their key, whatever the batch replays before
-    them: their rank is raised to the stored position and their keys are ranked again.
-    "Before" is Kafka order (`kafka_order`): a key's records span two partitions once
-    the topic's partition count grows. Both statements join the stage on the key too
-    (the DISTKEY: collocated on Redshift) besides the record's partition and offset."""
+    them: their rank is raised to the stored position and their keys are ranked again, in
+    one statement over the events of those keys (`p`: each event's rank position, its own
+    for an event with a position). "Before" is Kafka order (`kafka_order`, over the Kafka
+    time the stage query wrote): a key's records span two partitions once the topic's
+    partition count grows. The stage is joined on the key too (the DISTKEY: collocated on
+    Redshift) besides the record's partition and offset. GREATEST ignores NULLs on both
+    engines (r_GREATEST_LEAST: "NULL values in the list are ignored")."""
     d, q, rel, keys = ctx.d, ctx.q, ctx.rel, ctx.keys
     stage = rel.stage
     stored = stored_state(ctx, f"EXISTS (SELECT 1 FROM {stage} y WHERE {positionless('y.')} AND {key_match(d, keys, 'y', 't')})")
     oldest_first = kafka_order("x._kafka_time", "x._kafka_partition", "x._kafka_offset", newest_first=False)
-    order = rank_order("x._rank_pos", kafka_order("x._kafka_time", "x._kafka_partition", "x._kafka_offset"))
-    key_list = ", ".join("x." + q(k) for k in keys)
+    order = rank_order("p.rank_pos", kafka_order("p._kafka_time", "p._kafka_partition", "p._kafka_offset"))
     same_record = (
         f"{key_match(d, keys, 's', 'r')} AND s._kafka_partition = r._kafka_partition AND s._kafka_offset = r._kafka_offset"
     )
-    # The events of keys with a positionless one, with their Kafka time (over the whole stage).
-    events = f"FROM (SELECT z.*, {indent(kafka_time('z._'), 14).lstrip()} AS _kafka_time\n              FROM {stage} z) x\n"
-    of_keys = (
-        f"WHERE x._action IN {APPLIED}\n"
-        f"          AND EXISTS (SELECT 1 FROM {stage} y WHERE {positionless('y.')} AND {key_match(d, keys, 'y', 'x')})) r\n"
-    )
-    # The newest position before it, raised to the stored one when that is newer.
+    # Its own position, else the newest position before it, raised to the stored one when that is newer.
     newest_before = (
-        f"MAX(x._source_pos) OVER (PARTITION BY {key_list} ORDER BY {oldest_first}\n"
-        "                 ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW)"
+        f"MAX(x._source_pos) OVER (PARTITION BY {', '.join('x.' + q(k) for k in keys)}\n"
+        f"                         ORDER BY {oldest_first} ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW)"
     )
     return (
         "-- 4. Events without a source position: each takes the newest position seen before it\n"
         "--    for its key in Kafka order (so it supersedes what precedes it and loses to what\n"
         "--    follows), and ranks after what is stored for its key (row or deleted key).\n"
         "IF v_positionless > 0 THEN\n"
-        f"  UPDATE {stage} s SET _rank_pos = CASE WHEN r.stored_pos > r.rank_pos OR r.rank_pos IS NULL\n"
-        "                                     THEN COALESCE(r.stored_pos, r.rank_pos) ELSE r.rank_pos END\n"
-        f"  FROM (SELECT x.*, t._source_pos AS stored_pos,\n"
-        f"               {newest_before} AS rank_pos\n"
-        f"        {events}"
-        f"        LEFT JOIN {stored} t ON {key_match(d, keys, 't', 'x')}\n"
-        f"        {of_keys}"
-        f"  WHERE {positionless('s.')} AND {same_record};\n"
-        f"  UPDATE {stage} s SET _rn = r.rn\n"
-        f"  FROM (SELECT x.*, ROW_NUMBER() OVER (PARTITION BY {key_list} ORDER BY {order}) AS rn\n"
-        f"        {events}"
-        f"        {of_keys}"
+        f"  UPDATE {stage} s SET _rank_pos = r.rank_pos, _rn = r.rn\n"
+        f"  FROM (SELECT p.*, ROW_NUMBER() OVER (PARTITION BY {', '.join('p.' + q(k) for k in keys)}\n"
+        f"                      ORDER BY {order}) AS rn\n"
+        f"        FROM (SELECT {', '.join('x.' + q(k) for k in keys)}, x._kafka_partition, x._kafka_offset, x._kafka_time,\n"
+        "                     CASE WHEN x._source_pos IS NULL THEN GREATEST(t._source_pos,\n"
+        f"                       {newest_before})\n"
+        "                     ELSE x._rank_pos END AS rank_pos\n"
+        f"              FROM {stage} x\n"
+        f"              LEFT JOIN {indent(stored, 24).lstrip()} t ON {key_match(d, keys, 't', 'x')} AND {newest_stored()}\n"
+        f"              WHERE x._action IN {APPLIED}\n"
+        f"                AND EXISTS (SELECT 1 FROM {stage} y WHERE {positionless('y.')} AND {key_match(d, keys, 'y', 'x')})) p) r\n"
         f"  WHERE {same_record};\n"
         "END IF;"
     )

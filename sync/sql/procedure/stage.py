@@ -222,6 +222,7 @@ def stage_insert_sql(ctx: TableSql) -> str:
         "_kafka_partition": "c._kafka_partition",
         "_kafka_offset": "c._kafka_offset",
         "_kafka_timestamp": "c._kafka_timestamp",
+        "_kafka_time": "c._kafka_time",
         "_refresh_time": "c._refresh_time",
         "_op": d.prefix_bytes("c._op", 64),
         "_action": "c._action",

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from sync.sql.apply import key_match
 from sync.sql.procedure.context import APPLIED, WINNERS, Action, TableSql
-from sync.sql.procedure.ordering import kafka_later, replayed, stored_state
+from sync.sql.procedure.ordering import kafka_later, newest_stored, replayed, stored_state
 from sync.sql.procedure.text import indent
 
 
@@ -42,7 +42,7 @@ def stale_sql(ctx: TableSql) -> str:
         f"    AND (s._action = '{Action.UPSERT}' AND (t.deleted__{differs})\n"
         f"         OR s._action = '{Action.DELETE}' AND NOT t.deleted__) THEN s._action ELSE '{Action.STALE}' END\n"
         f"FROM {indent(stored, 5).lstrip()} t\n"
-        f"WHERE {WINNERS} AND {key_match(d, ctx.keys, 't', 's')} AND s._source_pos <= t._source_pos;\n"
+        f"WHERE {WINNERS} AND {key_match(d, ctx.keys, 't', 's')} AND {newest_stored()} AND s._source_pos <= t._source_pos;\n"
         "GET DIAGNOSTICS v_not_newer := ROW_COUNT;"
     )
 
@@ -61,18 +61,18 @@ def tied_order_sql(ctx: TableSql) -> str:
     rel, stage = ctx.rel, ctx.rel.stage
     extra = [("CAST(NULL AS timestamp) AS kafka_time__", "t._kafka_timestamp"), ("true AS row__", "false")]
     stored = stored_state(ctx, _winner_of_key(ctx, tied=True), extra)
-    later = kafka_later("t", "t._kafka_time", "s", "s._kafka_timestamp", lines=False)
+    later = kafka_later("t", "t.stored_time__", "s", "s._kafka_timestamp", lines=False)
     # The outer join in a subquery of its own: Redshift takes none in an UPDATE's FROM list
     # ("Target table must be part of an equijoin predicate", r_UPDATE).
     return (
         "-- 5. A winner tied at the stored position, older in Kafka order than what wrote it: stale.\n"
         "IF v_not_newer > 0 THEN\n"
         f"  UPDATE {stage} s SET _action = '{Action.STALE}'\n"
-        f"  FROM (SELECT r.*, COALESCE(m.kafka_timestamp, r.kafka_time__) AS _kafka_time\n"
+        f"  FROM (SELECT r.*, COALESCE(m.kafka_timestamp, r.kafka_time__) AS stored_time__\n"
         f"        FROM {indent(stored, 13).lstrip()} r\n"
         f"        LEFT JOIN {rel.stream} m ON r.row__ AND m.kafka_partition = r._kafka_partition"
         " AND m.kafka_offset = r._kafka_offset) t\n"
-        f"  WHERE {WINNERS} AND {key_match(ctx.d, ctx.keys, 't', 's')} AND s._source_pos = t._source_pos\n"
+        f"  WHERE {WINNERS} AND {key_match(ctx.d, ctx.keys, 't', 's')} AND {newest_stored()} AND s._source_pos = t._source_pos\n"
         f"    AND {later};\n"
         "END IF;"
     )

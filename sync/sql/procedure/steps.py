@@ -88,7 +88,7 @@ def facts(*names: str) -> frozenset[str]:
 
 # What the stage INSERT writes: every column, and the states a record is classified in.
 STAGE = facts(
-    "_kafka_partition _kafka_offset _kafka_timestamp _refresh_time _op _action _reason _rn",
+    "_kafka_partition _kafka_offset _kafka_timestamp _kafka_time _refresh_time _op _action _reason _rn",
     "_source_ts _source_pos _rank_pos values _unavailable _payload _raw_value _drift_img",
     Action.UPSERT,
     Action.DELETE,
@@ -191,7 +191,7 @@ APPLY_STEPS = (
         rerank_sql,
         ("v_positionless",),
         _source_order,
-        reads=RANKED | STORED | facts("_kafka_timestamp _rank_pos values"),
+        reads=RANKED | STORED | facts("_kafka_time _rank_pos values"),
         writes=facts("_rank_pos _rn"),
     ),
     Step(

@@ -10,7 +10,7 @@ from sync.sql.dialect import quote_literal
 from sync.sql.procedure.bookkeeping import counted_quarantine
 from sync.sql.procedure.context import Action, TableSql
 from sync.sql.procedure.fields import toastable
-from sync.sql.procedure.ordering import stored_rows
+from sync.sql.procedure.ordering import newest_stored, stored_state
 from sync.sql.procedure.text import indent
 
 
@@ -52,6 +52,8 @@ def toast_sql(ctx: TableSql) -> str:
         f"EXISTS (SELECT 1 FROM {stage} x WHERE x._rn = 1 AND x._action = '{Action.UPSERT}' AND x._unavailable IS NOT NULL"
         f" AND {key_match(d, keys, 'x', 't')})"
     )
+    # The target's rows only: a deleted key has no value to keep (a key with one has no row).
+    stored = stored_state(ctx, placeholders, [(f"t.{q(c)}",) for c in cols], held=[ctx.rel.target])
     return (
         "-- 3. (TOAST) Unchanged out-of-line values arrive as a placeholder and keep what is known.\n"
         "IF v_unavailable > 0 THEN\n"
@@ -61,7 +63,7 @@ def toast_sql(ctx: TableSql) -> str:
         f"        LEFT JOIN (SELECT {key_cols},\n{newest_with}\n"
         f"                   FROM {stage} WHERE _action = '{Action.UPSERT}' AND _rn > 1 GROUP BY {key_cols}) m ON {key_match(d, keys, 'm', 'w')}\n"
         f"{earlier}"
-        f"        LEFT JOIN {stored_rows(d, ctx.rel.target, keys, placeholders)} t ON {key_match(d, keys, 't', 'w')}\n"
+        f"        LEFT JOIN {indent(stored, 18).lstrip()} t ON {key_match(d, keys, 't', 'w')} AND {newest_stored()}\n"
         f"        WHERE {upsert_winner('w')} AND w._unavailable IS NOT NULL) u\n"
         f"  WHERE {upsert_winner()} AND s._unavailable IS NOT NULL AND {key_match(d, keys, 'u', 's')};\n"
         f"{indent(unknown_toast_sql(ctx), 2)}\n"
