@@ -126,8 +126,9 @@ AS $$
 -- Merges new records of the topic into the target (p_max_records NULL: all of them; the README, 'How a sync works').
 DECLARE
   v_started timestamp; v_wm_before varchar(65535); v_read bigint := 0; v_quarantined bigint := 0; v_truncates bigint := 0; v_positionless bigint := 0;
-  v_partitions bigint := 0; v_advanced bigint := 0; v_deletes bigint := 0; v_set_aside bigint := 0; v_unavailable bigint := 0; v_drift bigint := 0;
-  v_replayed bigint := 0; v_until_time timestamp; v_until_partition bigint; v_until_offset bigint; v_truncate_pos varchar(64); v_truncate_ts timestamp;
+  v_partitions bigint := 0; v_advanced bigint := 0; v_deletes bigint := 0; v_set_aside bigint := 0; v_unavailable bigint := 0;
+  v_history_recompute bigint := 0; v_drift bigint := 0; v_replayed bigint := 0; v_until_time timestamp; v_until_partition bigint; v_until_offset bigint;
+  v_truncate_pos varchar(64); v_truncate_ts timestamp;
 BEGIN
   -- 10. Session settings this procedure needs.
   SET enable_case_sensitive_identifier TO true;
