@@ -154,3 +154,20 @@ def test_the_current_states_toast_step_runs_only_for_the_batchs_own_placeholders
     placeholders = _on_path(ctx, v_unavailable=1, v_history_recompute=0)
     assert [s for s in placeholders if _toast_step(ctx, s)]
     assert [s for s in placeholders if s.startswith(f"UPDATE {ctx.rel.history}") and "FIRST_VALUE" in s]
+
+
+@pytest.mark.parametrize("dialect", ["redshift", "postgres"])
+def test_a_full_envelope_table_without_toastable_columns_takes_the_short_path(dialect):
+    """Without TOAST-able columns no placeholder is filled, so the short path (each key's
+    current version closed by its first event, no window over the history) is exact
+    whenever no stored version of the batch's keys lies at or after its oldest position;
+    otherwise the intervals are recomputed. Unwrapped topics always recompute (re-sent
+    tombstones: `history._touched_intervals_sql`)."""
+    ctx = TABLES[f"{dialect}-one-column-close"]
+    (common,) = [s for s in common_path(history_sql(ctx)) if s.startswith("UPDATE")]
+    assert "first__" in common and "LEAD(" not in common
+    (late,) = [s for s in common_path(history_sql(ctx), v_history_recompute=1) if s.startswith("UPDATE")]
+    assert "LEAD(" in late and "first__" not in late
+    assert "COALESCE(h._valid_from_pos, '') >= (SELECT MIN(COALESCE(s._source_pos, ''))" in batch_counts_sql(ctx)
+    unwrapped = table_sql(ONE_COLUMN, dialect, format="debezium-unwrap", history=HistoryConfig())
+    assert "IF " not in history_sql(unwrapped) and "history_recompute" not in batch_counts_sql(unwrapped)

@@ -238,9 +238,9 @@ def history_counts(ctx: TableSql, pad: str) -> dict[str, str]:
     placeholder, whose value an event inserted before them changes; and (full envelope)
     those at or after the batch's oldest source position (all of them when a record has
     none): an event inserted before or at a stored version's position. The batch's own
-    placeholders are `v_unavailable`'s (the current state's TOAST step). Tables without
-    TOAST-able columns always recompute (`_touched_intervals_sql`): no count."""
-    if ctx.table.history is None or not _toast_columns(ctx):
+    placeholders are `v_unavailable`'s (the current state's TOAST step). Unwrapped topics
+    without TOAST-able columns always recompute (`_touched_intervals_sql`): no count."""
+    if ctx.table.history is None:
         return {}
     placeholder = ["h._unavailable LIKE '%|%|%'"] if _toast_columns(ctx) else []
     later = (
