@@ -171,3 +171,19 @@ def test_a_full_envelope_table_without_toastable_columns_takes_the_short_path(di
     assert "COALESCE(h._valid_from_pos, '') >= (SELECT MIN(COALESCE(s._source_pos, ''))" in batch_counts_sql(ctx)
     unwrapped = table_sql(ONE_COLUMN, dialect, format="debezium-unwrap", history=HistoryConfig())
     assert "IF " not in history_sql(unwrapped) and "history_recompute" not in batch_counts_sql(unwrapped)
+
+
+@pytest.mark.parametrize("ctx", TABLES.values(), ids=TABLES.keys())
+def test_stored_versions_are_read_only_when_the_batch_count_found_one_at_its_positions(ctx):
+    """The batch's count (`v_history_recompute`) holds every stored version of its keys at or
+    after its oldest position (full envelope), a superset of those the INSERT can find at an
+    event's position: without one, the INSERT does not read the history (most batches: no
+    late event, no re-sent copy); with one, it reads those versions as before."""
+    counts = batch_counts_sql(ctx)
+    assert "COALESCE(h._valid_from_pos, '') >= (SELECT MIN(COALESCE(s._source_pos, ''))" in counts
+    assert re.search(r"FROM \S+__history\" h.*\) AS history_recompute", counts, re.S)
+    sequence = history_sql(ctx).split("_seq AS (", 1)[1]
+    stored = sequence[: sequence.index("UNION ALL")]
+    assert "AND v_history_recompute > 0\n" in stored
+    unwrapped = table_sql(COMPOSITE_KEY, format="debezium-unwrap", history=HistoryConfig())  # counts no positions
+    assert "v_history_recompute > 0\n" not in history_sql(unwrapped).split("_seq AS (", 1)[1].split("UNION ALL")[0]

@@ -418,6 +418,7 @@ BEGIN
                          COALESCE(h._valid_from_pos, '') AS pos__
                   FROM "inventory"."prices__history" h
                   WHERE h._op <> 't'
+                    AND v_history_recompute > 0
                     AND COALESCE(h._valid_from_pos, '') >= (SELECT MIN(COALESCE(e._valid_from_pos, '')) FROM _ev e)
                     AND EXISTS (SELECT 1 FROM (SELECT s."product_id", COALESCE(s._source_pos, s._rank_pos) AS _valid_from_pos
                                                FROM "inventory"."prices__stage" s

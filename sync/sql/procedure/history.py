@@ -107,11 +107,19 @@ def versions_sql(ctx: TableSql) -> str:
         "-- each once: a re-delivered copy of versions the history holds adds nothing. Their\n"
         "-- intervals among themselves; the UPDATE below joins them to the stored versions.\n"
         f"INSERT INTO {ctx.rel.history} (\n  {packed([*columns, interval_columns], '  ')}\n)\n"
-        f"{copies_ctes(ctx, columns, events, same_version, version_order('x'))}"
+        f"{copies_ctes(ctx, columns, events, same_version, version_order('x'), _stored_gate(ctx))}"
         f"SELECT {packed(['w.' + c for c in columns], ' ' * 7)},\n"
         f"       {(',' + chr(10) + '       ').join(_intervals(ctx, 'w'))}\n"
         f"FROM ({new_versions(ctx)}) w;"
     )
+
+
+def _stored_gate(ctx: TableSql) -> str | None:
+    """Full envelope: `RECOMPUTE` counts every stored version of the batch's keys at or after
+    its oldest position (`history_counts`), so without one no stored version lies at a
+    position of the batch's events and the INSERT reads none (most batches: no late event,
+    no re-sent copy). Unwrapped topics count no positions."""
+    return None if _unwrapped(ctx) else f"{RECOMPUTE} > 0"
 
 
 def _unwrapped(ctx: TableSql) -> bool:
