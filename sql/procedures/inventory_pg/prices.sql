@@ -420,10 +420,7 @@ BEGIN
                   WHERE h._op <> 't'
                     AND v_history_recompute > 0
                     AND COALESCE(h._valid_from_pos, '') >= (SELECT MIN(COALESCE(e._valid_from_pos, '')) FROM _ev e)
-                    AND EXISTS (SELECT 1 FROM (SELECT s."product_id", COALESCE(s._source_pos, s._rank_pos) AS _valid_from_pos
-                                               FROM "inventory"."prices__stage" s
-                                               WHERE s._action IN ('upsert', 'delete', 'stale', 'truncated')) e
-                      WHERE e."product_id" = h."product_id"
+                    AND EXISTS (SELECT 1 FROM _ev e WHERE e."product_id" = h."product_id"
                       AND COALESCE(e._valid_from_pos, '') = COALESCE(h._valid_from_pos, ''))
                   UNION ALL
                   SELECT e."product_id", e."list_price", e."discount_pct", e."_valid_from", e."_valid_from_pos", e."_op",
