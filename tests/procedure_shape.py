@@ -154,6 +154,7 @@ COMMON_PATH = {
     "v_read": 100,
     "v_positionless": 0,
     "v_unavailable": 0,
+    "v_history_recompute": 0,  # history = true: no stored version needs the full recompute
     "v_replayed": 0,
     "v_not_newer": 0,  # no winner stale or tied with what is stored
     "v_quarantined": 0,

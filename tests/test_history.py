@@ -326,3 +326,43 @@ def test_resnapshot_read_follows_the_changes_of_its_commit(wh, connector):
     feed(wh, p, "acc", [ev("r", 20, commit, None), ev("u", 30, later, later - 0x10)])
     assert [(v[1], v[2]) for v in versions(wh, "acc")] == [(10, "c"), (20, "u"), (20, "r"), (30, "u")]
     assert [v[5] for v in versions(wh, "acc")] == [False, False, False, True]
+
+
+def test_history_without_toastable_columns_is_exact_on_the_short_path_and_after_a_late_event(wh):
+    """A table without TOAST-able columns: batches newer than every stored version of their
+    keys close each key's current version at its first event (the short path); a late
+    event (a producer retry: Kafka orders records only within a partition), or a
+    re-delivered one ("at-least-once during recovery"), lies at or before a stored version
+    of its key, and the key's intervals are recomputed: the late event splits the interval
+    it falls into, the copy adds nothing."""
+    columns = '{ name = "id", type = "integer" }, { name = "balance", type = "integer" }'
+    p = setup(wh, history_toml("acc", order_by="postgres-lsn", columns=columns))
+
+    def event(op: str, key: int, balance: int, lsn: int) -> dict:
+        return envelope(op, key, {"id": key, "balance": balance}, None, pg_source(lsn, lsn - 10))
+
+    feed(wh, p, "acc", [event("c", 1, 10, 100), event("u", 1, 20, 300), event("c", 2, 5, 150)])
+    feed(wh, p, "acc", [event("u", 1, 30, 400), event("u", 2, 6, 450)])  # newer than every stored version
+    p100, p300, p400, p150, p450 = (pos(wh, "acc", b) for b in (10, 20, 30, 5, 6))
+    assert versions(wh, "acc") == [
+        (1, 10, "c", p100, p300, False),
+        (1, 20, "u", p300, p400, False),
+        (1, 30, "u", p400, None, True),
+        (2, 5, "c", p150, p450, False),
+        (2, 6, "u", p450, None, True),
+    ]
+    run = feed(wh, p, "acc", [event("u", 1, 25, 350)])  # late: before the stored version at 400
+    assert run.stale == 1
+    p350 = pos(wh, "acc", 25)
+    feed(wh, p, "acc", [event("u", 1, 30, 400), event("u", 1, 40, 500)])  # a re-sent copy, then news
+    p500 = pos(wh, "acc", 40)
+    assert versions(wh, "acc") == [
+        (1, 10, "c", p100, p300, False),
+        (1, 20, "u", p300, p350, False),
+        (1, 25, "u", p350, p400, False),
+        (1, 30, "u", p400, p500, False),
+        (1, 40, "u", p500, None, True),
+        (2, 5, "c", p150, p450, False),
+        (2, 6, "u", p450, None, True),
+    ]
+    assert rows(wh, "acc") == [(1, 40), (2, 6)]

@@ -123,3 +123,67 @@ def test_stored_versions_are_probed_only_from_the_batchs_oldest_position(ctx):
     stored = sequence[: sequence.index("UNION ALL")]  # the stored versions' branch
     assert f"FROM {ctx.rel.history} h" in stored
     assert "AND COALESCE(h._valid_from_pos, '') >= (SELECT MIN(COALESCE(e._valid_from_pos, '')) FROM _ev e)" in stored
+
+
+def _on_path(ctx, **values: object) -> list[str]:
+    """The statements of the table's whole procedure body a call with `values` runs."""
+    from sync.sql.procedure.steps import steps_sql
+
+    return statements_on_path(parse(steps_sql(ctx, SYNC_STEPS)), {**COMMON_PATH, **values})
+
+
+def _toast_step(ctx, statement: str) -> bool:
+    """The current state's TOAST step: it completes the stage's placeholders (`toast.py`)."""
+    return statement.startswith(f"UPDATE {ctx.rel.stage} s SET") and "_unavailable = '|' ||" in statement
+
+
+@pytest.mark.parametrize("dialect", ["redshift", "postgres"])
+def test_the_current_states_toast_step_runs_only_for_the_batchs_own_placeholders(dialect):
+    """`v_unavailable` counts the batch's TOAST placeholders, which the current state's
+    TOAST step completes; the stored versions that need the history's full recompute are
+    counted apart (`v_history_recompute`), so a late event on a table with TOAST-able
+    columns recomputes the history without running the current state's TOAST step."""
+    ctx = table_sql(COMPOSITE_KEY, dialect, history=HistoryConfig())
+    counts = batch_counts_sql(ctx)
+    unavailable = counts.split(" AS unavailable")[0].rsplit(" AS ", 1)[-1]
+    assert ctx.rel.history not in unavailable, "v_unavailable counts the stage's placeholders alone"
+    assert re.search(r"\(SELECT COUNT\(\*\) FROM \S+__history\" h .*\) AS history_recompute", counts, re.S)
+    late = _on_path(ctx, v_unavailable=0, v_history_recompute=1)
+    assert not [s for s in late if _toast_step(ctx, s)], "the current state has no placeholder to fill"
+    assert [s for s in late if s.startswith(f"UPDATE {ctx.rel.history}") and "FIRST_VALUE" in s]
+    placeholders = _on_path(ctx, v_unavailable=1, v_history_recompute=0)
+    assert [s for s in placeholders if _toast_step(ctx, s)]
+    assert [s for s in placeholders if s.startswith(f"UPDATE {ctx.rel.history}") and "FIRST_VALUE" in s]
+
+
+@pytest.mark.parametrize("dialect", ["redshift", "postgres"])
+def test_a_full_envelope_table_without_toastable_columns_takes_the_short_path(dialect):
+    """Without TOAST-able columns no placeholder is filled, so the short path (each key's
+    current version closed by its first event, no window over the history) is exact
+    whenever no stored version of the batch's keys lies at or after its oldest position;
+    otherwise the intervals are recomputed. Unwrapped topics always recompute (re-sent
+    tombstones: `history._touched_intervals_sql`)."""
+    ctx = TABLES[f"{dialect}-one-column-close"]
+    (common,) = [s for s in common_path(history_sql(ctx)) if s.startswith("UPDATE")]
+    assert "first__" in common and "LEAD(" not in common
+    (late,) = [s for s in common_path(history_sql(ctx), v_history_recompute=1) if s.startswith("UPDATE")]
+    assert "LEAD(" in late and "first__" not in late
+    assert "COALESCE(h._valid_from_pos, '') >= (SELECT MIN(COALESCE(s._source_pos, ''))" in batch_counts_sql(ctx)
+    unwrapped = table_sql(ONE_COLUMN, dialect, format="debezium-unwrap", history=HistoryConfig())
+    assert "IF " not in history_sql(unwrapped) and "history_recompute" not in batch_counts_sql(unwrapped)
+
+
+@pytest.mark.parametrize("ctx", TABLES.values(), ids=TABLES.keys())
+def test_stored_versions_are_read_only_when_the_batch_count_found_one_at_its_positions(ctx):
+    """The batch's count (`v_history_recompute`) holds every stored version of its keys at or
+    after its oldest position (full envelope), a superset of those the INSERT can find at an
+    event's position: without one, the INSERT does not read the history (most batches: no
+    late event, no re-sent copy); with one, it reads those versions as before."""
+    counts = batch_counts_sql(ctx)
+    assert "COALESCE(h._valid_from_pos, '') >= (SELECT MIN(COALESCE(s._source_pos, ''))" in counts
+    assert re.search(r"FROM \S+__history\" h.*\) AS history_recompute", counts, re.S)
+    sequence = history_sql(ctx).split("_seq AS (", 1)[1]
+    stored = sequence[: sequence.index("UNION ALL")]
+    assert "AND v_history_recompute > 0\n" in stored
+    unwrapped = table_sql(COMPOSITE_KEY, format="debezium-unwrap", history=HistoryConfig())  # counts no positions
+    assert "v_history_recompute > 0\n" not in history_sql(unwrapped).split("_seq AS (", 1)[1].split("UNION ALL")[0]

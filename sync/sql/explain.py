@@ -165,7 +165,7 @@ class ExplainSql:
             f"{self.procedure}(p_max_records bigint)",
             f"redshift-sync explain (table {self.table.name}): the procedure {n.procedure}'s steps over\n"
             "temporary tables, in a transaction that is rolled back.",
-            declare(d, [*SYNC_STEPS, *APPLY_STEPS]),
+            declare(d, [*SYNC_STEPS, *APPLY_STEPS], self.table),
             body,
         )
 

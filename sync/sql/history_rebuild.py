@@ -115,7 +115,7 @@ class RebuildSql:
             f"{self.procedure}(p_max_records bigint)",
             f"redshift-sync history rebuild (table {self.table.name}): the procedure {n.procedure}'s steps\n"
             "over temporary tables.",
-            declare(self.d, [*SYNC_STEPS, *APPLY_STEPS]),
+            declare(self.d, [*SYNC_STEPS, *APPLY_STEPS], self.table),
             [steps_sql(self.rebuilt, SYNC_STEPS)],
         )
 

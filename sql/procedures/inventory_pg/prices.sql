@@ -127,9 +127,9 @@ AS $$
 -- Merges new records of the topic into the target (p_max_records NULL: all of them; the README, 'How a sync works').
 DECLARE
   v_started timestamp; v_wm_before varchar(65535); v_read bigint := 0; v_quarantined bigint := 0; v_truncates bigint := 0; v_positionless bigint := 0;
-  v_partitions bigint := 0; v_advanced bigint := 0; v_deletes bigint := 0; v_set_aside bigint := 0; v_unavailable bigint := 0; v_drift bigint := 0;
-  v_replayed bigint := 0; v_not_newer bigint := 0; v_until_time timestamp; v_until_partition bigint; v_until_offset bigint; v_truncate_pos varchar(64);
-  v_truncate_ts timestamp;
+  v_partitions bigint := 0; v_advanced bigint := 0; v_deletes bigint := 0; v_set_aside bigint := 0; v_unavailable bigint := 0;
+  v_history_recompute bigint := 0; v_drift bigint := 0; v_replayed bigint := 0; v_not_newer bigint := 0; v_until_time timestamp;
+  v_until_partition bigint; v_until_offset bigint; v_truncate_pos varchar(64); v_truncate_ts timestamp;
 BEGIN
   -- 10. Session settings this procedure needs.
   SET enable_case_sensitive_identifier TO true;
@@ -294,10 +294,13 @@ BEGIN
   IF v_read > 0 THEN
     -- What the batch needs of the rarely needed steps, what it replays, and the watermark it found.
     SELECT c.*, w.watermark
-    INTO v_drift, v_quarantined, v_partitions, v_deletes, v_positionless, v_replayed, v_wm_before
+    INTO v_drift, v_quarantined, v_partitions, v_deletes, v_positionless, v_history_recompute, v_replayed, v_wm_before
     FROM (SELECT COUNT(_drift_img) AS drift, COUNT(CASE WHEN _action = 'quarantine' THEN 1 END) AS quarantined,
                  COUNT(DISTINCT _kafka_partition) AS partitions, COUNT(CASE WHEN _action = 'delete' THEN 1 END) AS deletes,
                  COUNT(CASE WHEN _source_pos IS NULL AND _action IN ('upsert', 'delete') THEN 1 END) AS positionless,
+                 (SELECT COUNT(*) FROM "inventory"."prices__history" h
+                      WHERE COALESCE(h._valid_from_pos, '') >= (SELECT MIN(COALESCE(s._source_pos, '')) FROM "inventory"."prices__stage" s)
+                        AND EXISTS (SELECT 1 FROM "inventory"."prices__stage" s WHERE s."product_id" = h."product_id")) AS history_recompute,
                  (SELECT COUNT(*) FROM "inventory"."prices__quarantine" WHERE table_name = 'prices' AND handled = 'replaying') AS replayed
           FROM "inventory"."prices__stage") c,
          (SELECT LISTAGG(CASE WHEN r.pos__ <= 65503 THEN r.item__ END, ',') WITHIN GROUP (ORDER BY r.order__)
@@ -401,6 +404,7 @@ BEGIN
                          COALESCE(h._valid_from_pos, '') AS pos__
                   FROM "inventory"."prices__history" h
                   WHERE h._op <> 't'
+                    AND v_history_recompute > 0
                     AND COALESCE(h._valid_from_pos, '') >= (SELECT MIN(COALESCE(e._valid_from_pos, '')) FROM _ev e)
                     AND EXISTS (SELECT 1 FROM _ev e WHERE e."product_id" = h."product_id"
                       AND COALESCE(e._valid_from_pos, '') = COALESCE(h._valid_from_pos, ''))
@@ -457,30 +461,45 @@ BEGIN
     FROM (SELECT x.* FROM _seq x
     WHERE x.new__ AND NOT EXISTS (SELECT 1 FROM _copy c
       WHERE c."product_id" = x."product_id" AND c.pos__ = x.pos__ AND c.imageless__ = x.imageless__ AND c.n__ = x.n__)) w;
-    -- History: each touched key's versions end where the next begins (source order); only
-    -- the versions that change are written.
-    UPDATE "inventory"."prices__history" h SET _valid_to = n.valid_to, _valid_to_pos = n.valid_to_pos, _is_current = n.is_current
-    FROM (SELECT n.* FROM (SELECT x."product_id", x._valid_from_pos, x._kafka_partition, x._kafka_offset,
-           x._valid_to, x._valid_to_pos, x._is_current, x._unavailable,
-           CASE WHEN x._op IN ('d', 't') THEN x._valid_from
-                ELSE LEAD(x._valid_from) OVER (PARTITION BY x."product_id" ORDER BY x._valid_from_pos ASC NULLS FIRST, x._kafka_timestamp ASC NULLS FIRST,
-                    x._kafka_partition, x._kafka_offset) END AS valid_to,
-           CASE WHEN x._op IN ('d', 't') THEN x._valid_from_pos
-                ELSE LEAD(x._valid_from_pos) OVER (PARTITION BY x."product_id" ORDER BY x._valid_from_pos ASC NULLS FIRST, x._kafka_timestamp ASC NULLS FIRST,
-                    x._kafka_partition, x._kafka_offset) END AS valid_to_pos,
-           x._op NOT IN ('d', 't')
-               AND LEAD(1) OVER (PARTITION BY x."product_id" ORDER BY x._valid_from_pos ASC NULLS FIRST, x._kafka_timestamp ASC NULLS FIRST, x._kafka_partition,
-               x._kafka_offset) IS NULL AS is_current
-    FROM (SELECT x.*
-            FROM "inventory"."prices__history" x
-            WHERE EXISTS (SELECT 1 FROM "inventory"."prices__stage" s WHERE s._action IN ('upsert', 'delete', 'stale', 'truncated')
-                AND s."product_id" = x."product_id")) x) n
-          WHERE (n._valid_to <> n.valid_to OR (n._valid_to IS NULL) <> (n.valid_to IS NULL))
-             OR (n._valid_to_pos <> n.valid_to_pos OR (n._valid_to_pos IS NULL) <> (n.valid_to_pos IS NULL))
-             OR n._is_current <> n.is_current) n
-    WHERE h."product_id" = n."product_id"
-      AND COALESCE(h._valid_from_pos, '') = COALESCE(n._valid_from_pos, '')
-      AND h._kafka_partition = n._kafka_partition AND h._kafka_offset = n._kafka_offset;
+    IF v_history_recompute > 0 THEN
+      -- History: each touched key's versions end where the next begins (source order); only
+      -- the versions that change are written.
+      UPDATE "inventory"."prices__history" h SET _valid_to = n.valid_to, _valid_to_pos = n.valid_to_pos, _is_current = n.is_current
+      FROM (SELECT n.* FROM (SELECT x."product_id", x._valid_from_pos, x._kafka_partition, x._kafka_offset,
+             x._valid_to, x._valid_to_pos, x._is_current, x._unavailable,
+             CASE WHEN x._op IN ('d', 't') THEN x._valid_from
+                  ELSE LEAD(x._valid_from) OVER (PARTITION BY x."product_id" ORDER BY x._valid_from_pos ASC NULLS FIRST, x._kafka_timestamp ASC NULLS FIRST,
+                      x._kafka_partition, x._kafka_offset) END AS valid_to,
+             CASE WHEN x._op IN ('d', 't') THEN x._valid_from_pos
+                  ELSE LEAD(x._valid_from_pos) OVER (PARTITION BY x."product_id" ORDER BY x._valid_from_pos ASC NULLS FIRST, x._kafka_timestamp ASC NULLS FIRST,
+                      x._kafka_partition, x._kafka_offset) END AS valid_to_pos,
+             x._op NOT IN ('d', 't')
+                 AND LEAD(1) OVER (PARTITION BY x."product_id" ORDER BY x._valid_from_pos ASC NULLS FIRST, x._kafka_timestamp ASC NULLS FIRST,
+                 x._kafka_partition, x._kafka_offset) IS NULL AS is_current
+      FROM (SELECT x.*
+              FROM "inventory"."prices__history" x
+              WHERE EXISTS (SELECT 1 FROM "inventory"."prices__stage" s WHERE s._action IN ('upsert', 'delete', 'stale', 'truncated')
+                  AND s."product_id" = x."product_id")) x) n
+            WHERE (n._valid_to <> n.valid_to OR (n._valid_to IS NULL) <> (n.valid_to IS NULL))
+               OR (n._valid_to_pos <> n.valid_to_pos OR (n._valid_to_pos IS NULL) <> (n.valid_to_pos IS NULL))
+               OR n._is_current <> n.is_current) n
+      WHERE h."product_id" = n."product_id"
+        AND COALESCE(h._valid_from_pos, '') = COALESCE(n._valid_from_pos, '')
+        AND h._kafka_partition = n._kafka_partition AND h._kafka_offset = n._kafka_offset;
+    ELSE
+      -- History: no stored version of the batch's keys lies at or after its oldest position, so
+      -- each key's current version ends where its first event begins.
+      UPDATE "inventory"."prices__history" h SET _valid_to = f._valid_from, _valid_to_pos = f._valid_from_pos, _is_current = false
+      FROM (SELECT r."product_id", r._valid_from, r._valid_from_pos
+            FROM (SELECT e.*, ROW_NUMBER() OVER (PARTITION BY e."product_id" ORDER BY e._valid_from_pos ASC NULLS FIRST, e._kafka_timestamp ASC NULLS FIRST,
+                e._kafka_partition, e._kafka_offset) AS first__
+                  FROM (SELECT s."product_id", COALESCE(s._source_ts, s._kafka_timestamp) AS _valid_from,
+                               COALESCE(s._source_pos, s._rank_pos) AS _valid_from_pos, s._kafka_timestamp, s._kafka_partition,
+                               s._kafka_offset
+                        FROM "inventory"."prices__stage" s WHERE s._action IN ('upsert', 'delete', 'stale', 'truncated')) e) r
+            WHERE r.first__ = 1) f
+      WHERE h."product_id" = f."product_id" AND h._is_current AND COALESCE(h._valid_from_pos, '') < f._valid_from_pos;
+    END IF;
     -- 6. Apply: remove the current row of every key with a winning event (the join is
     --    on the key, which is the DISTKEY, so it is collocated), then insert the upserts.
     DELETE FROM "inventory"."prices"

@@ -50,7 +50,7 @@ def procedure_sql(d: PostgresDialect, pipeline: Pipeline, table: TableConfig, or
     n = table_names(pipeline, table)
     # A table without a primary key has steps of its own (sync/sql/procedure/keyless_steps.py).
     sync_steps, apply_steps = (KEYLESS_SYNC_STEPS, KEYLESS_APPLY_STEPS) if table.is_keyless else (SYNC_STEPS, APPLY_STEPS)
-    declarations = declare(d, [*sync_steps, *apply_steps])
+    declarations = declare(d, [*sync_steps, *apply_steps], table)
     policies = has_policies(table)
     if policies:  # column policies: the hash key, read with the watermark, as the owner
         declarations = [*declarations, key_declaration()]

@@ -10,7 +10,7 @@ from sync.sql.policy import key_check_sql
 from sync.sql.procedure.batch import pending_in_order_sql, replaying
 from sync.sql.procedure.context import CALL_TIME, NEVER, OUTCOMES, UNBOUNDED, WATERMARK_ITEM, Action, TableSql, positionless
 from sync.sql.procedure.fields import has_toast
-from sync.sql.procedure.history import history_placeholders
+from sync.sql.procedure.history import history_counts
 from sync.sql.procedure.routing import unmatched_outcome
 from sync.sql.procedure.text import WIDE, indent, packed, wrapped
 
@@ -82,7 +82,8 @@ def batch_counts_sql(ctx: TableSql) -> str:
     if ctx.source_order:
         counted["v_positionless"] = f"COUNT(CASE WHEN {positionless()} THEN 1 END)"
     if has_toast(ctx.table):
-        counted["v_unavailable"] = "COUNT(CASE WHEN _unavailable IS NOT NULL THEN 1 END)" + history_placeholders(ctx, " " * 13)
+        counted["v_unavailable"] = "COUNT(CASE WHEN _unavailable IS NOT NULL THEN 1 END)"
+    counted.update(history_counts(ctx, " " * 13))  # history = true only
     if ctx.table.on_truncate == "delete":
         truncate = f"_action = '{Action.TRUNCATE}'"
         counted["v_truncates"] = OUTCOMES["truncates"]

@@ -107,11 +107,19 @@ def versions_sql(ctx: TableSql) -> str:
         "-- each once: a re-delivered copy of versions the history holds adds nothing. Their\n"
         "-- intervals among themselves; the UPDATE below joins them to the stored versions.\n"
         f"INSERT INTO {ctx.rel.history} (\n  {packed([*columns, interval_columns], '  ')}\n)\n"
-        f"{copies_ctes(ctx, columns, events, same_version, version_order('x'))}"
+        f"{copies_ctes(ctx, columns, events, same_version, version_order('x'), _stored_gate(ctx))}"
         f"SELECT {packed(['w.' + c for c in columns], ' ' * 7)},\n"
         f"       {(',' + chr(10) + '       ').join(_intervals(ctx, 'w'))}\n"
         f"FROM ({new_versions(ctx)}) w;"
     )
+
+
+def _stored_gate(ctx: TableSql) -> str | None:
+    """Full envelope: `RECOMPUTE` counts every stored version of the batch's keys at or after
+    its oldest position (`history_counts`), so without one no stored version lies at a
+    position of the batch's events and the INSERT reads none (most batches: no late event,
+    no re-sent copy). Unwrapped topics count no positions."""
+    return None if _unwrapped(ctx) else f"{RECOMPUTE} > 0"
 
 
 def _unwrapped(ctx: TableSql) -> bool:
@@ -227,31 +235,45 @@ def truncate_markers_sql(ctx: TableSql) -> str:
     return schemas.insert_select_sql(d, hist, schemas.history(table), values, rest, quoted=True)
 
 
-def history_placeholders(ctx: TableSql, pad: str) -> str:
-    """What the batch's count of TOAST placeholders (`v_unavailable`) adds with a history
-    (lines after the first start with `pad`): the versions of its keys that hold one, whose
-    values an event inserted before them changes, and (unless the topic is unwrapped) those
-    at or after the batch's oldest source position (all of them when a record has none):
-    an event inserted before or at a stored version's position. Without either, the
-    intervals are recomputed without filling placeholders, each key's current version
-    closed by its first event (`_touched_intervals_sql`)."""
-    if ctx.table.history is None or not _toast_columns(ctx):
-        return ""
-    touched = key_match(ctx.d, ctx.keys, "s", "h")
+# The count of a batch's stored versions that need the full recompute (`history_counts`).
+RECOMPUTE = "v_history_recompute"
+
+
+def history_counts(ctx: TableSql, pad: str) -> dict[str, str]:
+    """What the batch's counts add with a history (lines after the first start with
+    `pad`): `RECOMPUTE`, the stored versions of its keys that need the full recompute of
+    their intervals, not the short path (`_closing_sql`). Those that hold a TOAST
+    placeholder, whose value an event inserted before them changes; and (full envelope)
+    those at or after the batch's oldest source position (all of them when a record has
+    none): an event inserted before or at a stored version's position. The batch's own
+    placeholders are `v_unavailable`'s (the current state's TOAST step). Unwrapped topics
+    without TOAST-able columns always recompute (`_touched_intervals_sql`): no count."""
+    if ctx.table.history is None:
+        return {}
+    placeholder = ["h._unavailable LIKE '%|%|%'"] if _toast_columns(ctx) else []
     later = (
-        ""
+        []
         if _unwrapped(ctx)
-        else f"\n{pad}         OR COALESCE(h._valid_from_pos, '') >= (SELECT MIN(COALESCE(s._source_pos, '')) FROM {ctx.rel.stage} s))"
+        else [f"COALESCE(h._valid_from_pos, '') >= (SELECT MIN(COALESCE(s._source_pos, '')) FROM {ctx.rel.stage} s)"]
     )
-    return (
-        f"\n{pad}  + (SELECT COUNT(*) FROM {ctx.rel.history} h WHERE {'(' if later else ''}h._unavailable LIKE '%|%|%'{later}\n"
+    conditions = [*placeholder, *later]
+    if not conditions:
+        return {}
+    which = (
+        f"\n{pad}     WHERE {conditions[0]}"
+        if len(conditions) == 1
+        else f" WHERE ({conditions[0]}\n{pad}         OR {conditions[1]})"
+    )
+    touched = key_match(ctx.d, ctx.keys, "s", "h")
+    return {
+        RECOMPUTE: f"(SELECT COUNT(*) FROM {ctx.rel.history} h{which}\n"
         f"{pad}       AND EXISTS (SELECT 1 FROM {ctx.rel.stage} s WHERE {touched}))"
-    )
+    }
 
 
 def _closing_sql(ctx: TableSql) -> str:
     """The touched keys' intervals when no stored version of them lies at or after the
-    batch's oldest position (`history_placeholders`): the versions the INSERT wrote have
+    batch's oldest position (`history_counts`): the versions the INSERT wrote have
     their final intervals among themselves, and the only stored version that changes is
     each key's current one, which ends where the key's first event begins (the first of its
     sequence at that position: never a copy). One read of the history, no window over it."""
@@ -273,13 +295,18 @@ def _closing_sql(ctx: TableSql) -> str:
 
 
 def _touched_intervals_sql(ctx: TableSql) -> str:
-    """The touched keys' intervals, their TOAST placeholders filled only when the batch or
-    those keys' versions hold one, or a stored version lies at or after the batch's oldest
-    position (`history_placeholders`); otherwise each key's current version is closed."""
-    if not _toast_columns(ctx):
+    """The touched keys' intervals: recomputed, their TOAST placeholders filled, when the
+    batch holds a placeholder (`v_unavailable`) or a stored version of its keys needs it
+    (`history_counts`); otherwise each key's current version is closed (`_closing_sql`).
+    Unwrapped topics always recompute: a re-sent tombstone the batch removes, or a waiting
+    one it decides (`history_tombstones`), changes the interval of the version before it,
+    wherever that lies in its key's sequence, which closing the current version does not
+    reach (without a placeholder their recompute fills none)."""
+    if not history_counts(ctx, ""):
         return intervals_sql(ctx)
     quiet = intervals_sql(ctx, fill=False) if _unwrapped(ctx) else _closing_sql(ctx)
-    return f"IF v_unavailable > 0 THEN\n{indent(intervals_sql(ctx), 2)}\nELSE\n{indent(quiet, 2)}\nEND IF;"
+    guard = ("v_unavailable > 0 OR " if _toast_columns(ctx) else "") + f"{RECOMPUTE} > 0"
+    return f"IF {guard} THEN\n{indent(intervals_sql(ctx), 2)}\nELSE\n{indent(quiet, 2)}\nEND IF;"
 
 
 def history_sql(ctx: TableSql) -> str:

@@ -40,7 +40,7 @@ PENDING_OP = "p"
 IMPOSSIBLE = "(x._op = 'c' AND x.prev_op__ IN ('c', 'r', 'u') OR x._op IN ('u', 'd') AND x.prev_op__ = 'd')"
 
 
-def copies_ctes(ctx: TableSql, columns: list[str], events: str, same_version: str, order: str) -> str:
+def copies_ctes(ctx: TableSql, columns: list[str], events: str, same_version: str, order: str, gate: str | None) -> str:
     """The WITH clause: `_ev`, the batch's events as versions (`events`: its SELECT of
     `columns`); `_seq`, each key's versions at the batch's positions, numbered (`n__`)
     apart from the deletes without an image (`imageless__`, tombstone-only deletes among
@@ -48,7 +48,8 @@ def copies_ctes(ctx: TableSql, columns: list[str], events: str, same_version: st
     the batch's events that repeat a version before them, by step and run (only where a
     sequence has more than one member: most batches' events are alone at their position); `_copy`, the
     repeats that are re-delivered copies. `same_version`: rows `a` and `b` are one version;
-    `order`: the version order of the rows `x`."""
+    `order`: the version order of the rows `x`; `gate`: a condition without which no stored
+    version lies at a position of the batch (none: the history is read)."""
     d, q, hist = ctx.d, ctx.q, ctx.rel.history
     keys = [q(k) for k in ctx.keys]
     key_list = ", ".join(f"x.{k}" for k in keys)
@@ -71,7 +72,8 @@ def copies_ctes(ctx: TableSql, columns: list[str], events: str, same_version: st
         "                     COALESCE(h._valid_from_pos, '') AS pos__\n"
         f"              FROM {hist} h\n"
         f"              WHERE h._op {not_versions}\n"
-        "                AND COALESCE(h._valid_from_pos, '') >= (SELECT MIN(COALESCE(e._valid_from_pos, '')) FROM _ev e)\n"
+        + (f"                AND {gate}\n" if gate else "")
+        + "                AND COALESCE(h._valid_from_pos, '') >= (SELECT MIN(COALESCE(e._valid_from_pos, '')) FROM _ev e)\n"
         f"                AND EXISTS (SELECT 1 FROM _ev e WHERE {key_match(d, ctx.keys, 'e', 'h')}\n"
         "                  AND COALESCE(e._valid_from_pos, '') = COALESCE(h._valid_from_pos, ''))\n"
         "              UNION ALL\n"

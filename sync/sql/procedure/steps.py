@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
+from sync.config import TableConfig
 from sync.sql import schemas
 from sync.sql.dialect import PostgresDialect
 from sync.sql.policy import KEY_VARIABLE, has_policies
@@ -29,7 +30,7 @@ from sync.sql.procedure.call_result import call_result_sql
 from sync.sql.procedure.context import CALL_TIME, Action, TableSql
 from sync.sql.procedure.drift import drift_sql
 from sync.sql.procedure.fields import has_toast
-from sync.sql.procedure.history import history_sql
+from sync.sql.procedure.history import RECOMPUTE, history_sql
 from sync.sql.procedure.ordering import redundant_tombstones_sql, rerank_sql
 from sync.sql.procedure.routing import counts_unmatched, unmatched_sql
 from sync.sql.procedure.stage import stage_insert_sql
@@ -44,6 +45,7 @@ class Variable:
     name: str
     type: str  # a SQL type, or one the dialect spells (schemas.LONG_TEXT)
     initial: str | None = None
+    only: Callable[[TableConfig], bool] | None = None  # the tables that declare it (None: all)
 
     def declaration(self, d: PostgresDialect) -> str:
         return f"{self.name} {schemas.type_sql(d, self.type)}" + (f" := {self.initial}" if self.initial else "") + ";"
@@ -65,6 +67,7 @@ VARIABLES = {
         Variable("v_deletes", "bigint", "0"),
         Variable("v_set_aside", "bigint", "0"),
         Variable("v_unavailable", "bigint", "0"),
+        Variable(RECOMPUTE, "bigint", "0", lambda table: table.history is not None),
         Variable("v_drift", "bigint", "0"),
         Variable("v_replayed", "bigint", "0"),
         Variable("v_not_newer", "bigint", "0"),
@@ -166,6 +169,7 @@ APPLY_STEPS = (
             "v_deletes",
             "v_positionless",
             "v_unavailable",
+            RECOMPUTE,
             "v_truncates",
             "v_truncate_pos",
             "v_truncate_ts",
@@ -239,7 +243,7 @@ APPLY_STEPS = (
     ),
     Step(
         history_sql,
-        ("v_truncates", "v_truncate_pos", "v_truncate_ts"),
+        ("v_unavailable", RECOMPUTE, "v_truncates", "v_truncate_pos", "v_truncate_ts"),
         lambda ctx: ctx.table.history is not None,
         reads=RANKED
         | facts(KAFKA, "_kafka_timestamp _source_pos _source_ts _rank_pos _op _unavailable values")
@@ -288,7 +292,8 @@ SYNC_STEPS = (
 )
 
 
-def declare(d: PostgresDialect, steps: Iterable[Step]) -> list[str]:
-    """The declarations of every variable the steps use, in VARIABLES order."""
+def declare(d: PostgresDialect, steps: Iterable[Step], table: TableConfig) -> list[str]:
+    """The declarations of every variable the steps use that the table declares, in
+    VARIABLES order."""
     used = {name for step in steps for name in step.uses}
-    return [v.declaration(d) for v in VARIABLES.values() if v.name in used]
+    return [v.declaration(d) for v in VARIABLES.values() if v.name in used and (v.only is None or v.only(table))]
