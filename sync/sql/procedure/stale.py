@@ -48,8 +48,8 @@ def stale_sql(ctx: TableSql) -> str:
 
 
 def tied_order_sql(ctx: TableSql) -> str:
-    """A winner tied at the stored position with a change (the tie rule of `stale_sql` lets
-    it apply) is the later change only when it is later in Kafka order than the record that
+    """A winner tied at the stored position with a change (`stale_sql` leaves it its
+    action) is the later change only when it is later in Kafka order than the record that
     wrote what is stored; else it is stale. Kafka order as everywhere (`kafka_later`):
     offsets within a partition, the Kafka time across partitions (a stored row's is its
     record's in the stream, a deleted key keeps its own), then the partition. Within one
