@@ -119,8 +119,7 @@ def test_stored_versions_are_probed_only_from_the_batchs_oldest_position(ctx):
     """A copy repeats versions at its own position, so the stored versions a batch's events
     can repeat lie at or after the batch's oldest position: the history's older versions
     (all of them, when no event is late) never reach the join with the batch."""
-    sequence = history_sql(ctx).split("_seq AS (", 1)[1]
-    stored = sequence[: sequence.index("UNION ALL")]  # the stored versions' branch
+    stored = history_sql(ctx).split("_at AS (", 1)[1].split("_dup AS (")[0]  # the stored versions
     assert f"FROM {ctx.rel.history} h" in stored
     assert "AND COALESCE(h._valid_from_pos, '') >= (SELECT MIN(COALESCE(e._valid_from_pos, '')) FROM _ev e)" in stored
 
@@ -182,8 +181,23 @@ def test_stored_versions_are_read_only_when_the_batch_count_found_one_at_its_pos
     counts = batch_counts_sql(ctx)
     assert "COALESCE(h._valid_from_pos, '') >= (SELECT MIN(COALESCE(s._source_pos, ''))" in counts
     assert re.search(r"FROM \S+__history\" h.*\) AS history_recompute", counts, re.S)
-    sequence = history_sql(ctx).split("_seq AS (", 1)[1]
-    stored = sequence[: sequence.index("UNION ALL")]
+    stored = history_sql(ctx).split("_at AS (", 1)[1].split("_dup AS (")[0]
     assert "AND v_history_recompute > 0\n" in stored
     unwrapped = table_sql(COMPOSITE_KEY, format="debezium-unwrap", history=HistoryConfig())  # counts no positions
-    assert "v_history_recompute > 0\n" not in history_sql(unwrapped).split("_seq AS (", 1)[1].split("UNION ALL")[0]
+    assert "v_history_recompute > 0\n" not in history_sql(unwrapped).split("_at AS (", 1)[1].split("_dup AS (")[0]
+
+
+@pytest.mark.parametrize("ctx", TABLES.values(), ids=TABLES.keys())
+def test_only_positions_with_more_than_one_version_are_numbered(ctx):
+    """An event alone at its key's position (most of a batch's events) repeats no version
+    and is no copy: the sequence windows (`_seq`) and the copy rules read only the positions
+    where the history and the batch hold more than one version (`_dup`), and every other
+    event goes to the INSERT without them (one sort of the batch fewer, no join back)."""
+    sql = history_sql(ctx)
+    dup = sql.split("_dup AS (", 1)[1].split("_seq AS (")[0]
+    assert "FROM _at" in dup and "FROM _ev e" in dup and "HAVING COUNT(*) > 1" in dup
+    sequence = sql.split("_seq AS (", 1)[1].split("_rep AS (")[0]
+    assert "WHERE EXISTS (SELECT 1 FROM _dup u WHERE" in sequence
+    alone, numbered = sql.split("_copy AS (", 1)[1].split("UNION ALL")[-2:]
+    assert "FROM _ev e\n" in alone and "NOT EXISTS (SELECT 1 FROM _dup u WHERE" in alone
+    assert "FROM _seq x" in numbered and "NOT EXISTS (SELECT 1 FROM _copy c" in numbered

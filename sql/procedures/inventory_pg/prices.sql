@@ -391,7 +391,24 @@ BEGIN
              s._kafka_offset AS "_kafka_offset", s._kafka_timestamp AS "_kafka_timestamp", s._unavailable AS "_unavailable"
       FROM "inventory"."prices__stage" s
       WHERE s._action IN ('upsert', 'delete', 'stale', 'truncated')),
-    -- each key's versions at a position of the batch: the history's, then the batch's events
+    -- the versions the history holds at a position of one of the batch's events
+    _at AS (
+      SELECT h."product_id", h."list_price", h."discount_pct", h."_valid_from", h."_valid_from_pos", h."_op",
+             h."_kafka_partition", h."_kafka_offset", h."_kafka_timestamp", h."_unavailable", COALESCE(h._valid_from_pos, '') AS pos__
+      FROM "inventory"."prices__history" h
+      WHERE h._op <> 't'
+        AND v_history_recompute > 0
+        AND COALESCE(h._valid_from_pos, '') >= (SELECT MIN(COALESCE(e._valid_from_pos, '')) FROM _ev e)
+        AND EXISTS (SELECT 1 FROM _ev e WHERE e."product_id" = h."product_id"
+          AND COALESCE(e._valid_from_pos, '') = COALESCE(h._valid_from_pos, ''))),
+    -- the key's positions with more than one version: only there can an event be a copy
+    _dup AS (
+      SELECT "product_id", pos__
+      FROM (SELECT "product_id", pos__ FROM _at
+            UNION ALL
+            SELECT e."product_id", COALESCE(e._valid_from_pos, '') FROM _ev e) v
+      GROUP BY "product_id", pos__ HAVING COUNT(*) > 1),
+    -- each key's versions at such a position: the history's, then the batch's events
     _seq AS (
       SELECT x.*, ROW_NUMBER() OVER (PARTITION BY x."product_id", x.pos__, x.imageless__
                ORDER BY x._valid_from_pos ASC NULLS FIRST, x._kafka_timestamp ASC NULLS FIRST, x._kafka_partition, x._kafka_offset) AS n__,
@@ -399,19 +416,10 @@ BEGIN
                ORDER BY x._valid_from_pos ASC NULLS FIRST, x._kafka_timestamp ASC NULLS FIRST, x._kafka_partition, x._kafka_offset) AS prev_op__,
              COUNT(*) OVER (PARTITION BY x."product_id", x.pos__, x.imageless__) AS members__
       FROM (SELECT y.*, y._op = 'd' AND y."list_price" IS NULL AND y."discount_pct" IS NULL AS imageless__
-            FROM (SELECT h."product_id", h."list_price", h."discount_pct", h."_valid_from", h."_valid_from_pos", h."_op",
-                          h."_kafka_partition", h."_kafka_offset", h."_kafka_timestamp", h."_unavailable", false AS new__,
-                         COALESCE(h._valid_from_pos, '') AS pos__
-                  FROM "inventory"."prices__history" h
-                  WHERE h._op <> 't'
-                    AND v_history_recompute > 0
-                    AND COALESCE(h._valid_from_pos, '') >= (SELECT MIN(COALESCE(e._valid_from_pos, '')) FROM _ev e)
-                    AND EXISTS (SELECT 1 FROM _ev e WHERE e."product_id" = h."product_id"
-                      AND COALESCE(e._valid_from_pos, '') = COALESCE(h._valid_from_pos, ''))
+            FROM (SELECT a.*, false AS new__ FROM _at a
                   UNION ALL
-                  SELECT e."product_id", e."list_price", e."discount_pct", e."_valid_from", e."_valid_from_pos", e."_op",
-                          e."_kafka_partition", e."_kafka_offset", e."_kafka_timestamp", e."_unavailable", true,
-                         COALESCE(e._valid_from_pos, '') FROM _ev e) y) x),
+                  SELECT e.*, COALESCE(e._valid_from_pos, ''), true FROM _ev e) y
+            WHERE EXISTS (SELECT 1 FROM _dup u WHERE u."product_id" = y."product_id" AND u.pos__ = y.pos__)) x),
     -- a batch's event that is the same version as the one `step__` before it, numbered along
     -- each run of such at one step (`run__`)
     _rep AS (
@@ -458,9 +466,13 @@ BEGIN
            w._op NOT IN ('d', 't')
                AND LEAD(1) OVER (PARTITION BY w."product_id" ORDER BY w._valid_from_pos ASC NULLS FIRST, w._kafka_timestamp ASC NULLS FIRST, w._kafka_partition,
                w._kafka_offset) IS NULL AS is_current
-    FROM (SELECT x.* FROM _seq x
-    WHERE x.new__ AND NOT EXISTS (SELECT 1 FROM _copy c
-      WHERE c."product_id" = x."product_id" AND c.pos__ = x.pos__ AND c.imageless__ = x.imageless__ AND c.n__ = x.n__)) w;
+    FROM (SELECT e.* FROM _ev e
+          WHERE NOT EXISTS (SELECT 1 FROM _dup u WHERE u."product_id" = e."product_id" AND u.pos__ = COALESCE(e._valid_from_pos, ''))
+          UNION ALL
+          SELECT x."product_id", x."list_price", x."discount_pct", x."_valid_from", x."_valid_from_pos", x."_op",
+                 x."_kafka_partition", x."_kafka_offset", x."_kafka_timestamp", x."_unavailable" FROM _seq x
+          WHERE x.new__ AND NOT EXISTS (SELECT 1 FROM _copy c
+            WHERE c."product_id" = x."product_id" AND c.pos__ = x.pos__ AND c.imageless__ = x.imageless__ AND c.n__ = x.n__)) w;
     IF v_history_recompute > 0 THEN
       -- History: each touched key's versions end where the next begins (source order); only
       -- the versions that change are written.

@@ -110,7 +110,7 @@ def versions_sql(ctx: TableSql) -> str:
         f"{copies_ctes(ctx, columns, events, same_version, version_order('x'), _stored_gate(ctx))}"
         f"SELECT {packed(['w.' + c for c in columns], ' ' * 7)},\n"
         f"       {(',' + chr(10) + '       ').join(_intervals(ctx, 'w'))}\n"
-        f"FROM ({new_versions(ctx)}) w;"
+        f"FROM ({indent(new_versions(ctx, columns), 6).lstrip()}) w;"
     )
 
 

@@ -42,14 +42,16 @@ IMPOSSIBLE = "(x._op = 'c' AND x.prev_op__ IN ('c', 'r', 'u') OR x._op IN ('u', 
 
 def copies_ctes(ctx: TableSql, columns: list[str], events: str, same_version: str, order: str, gate: str | None) -> str:
     """The WITH clause: `_ev`, the batch's events as versions (`events`: its SELECT of
-    `columns`); `_seq`, each key's versions at the batch's positions, numbered (`n__`)
-    apart from the deletes without an image (`imageless__`, tombstone-only deletes among
-    them, ranked at the position before them), which are a sequence of their own; `_rep`,
-    the batch's events that repeat a version before them, by step and run (only where a
-    sequence has more than one member: most batches' events are alone at their position); `_copy`, the
-    repeats that are re-delivered copies. `same_version`: rows `a` and `b` are one version;
-    `order`: the version order of the rows `x`; `gate`: a condition without which no stored
-    version lies at a position of the batch (none: the history is read)."""
+    `columns`); `_at`, the versions the history holds at an event's key and position;
+    `_dup`, the keys' positions with more than one version (of `_at` and `_ev`: only there
+    can an event repeat one; most batches' events are alone at their position and skip the
+    rest); `_seq`, the versions at those positions, numbered (`n__`) apart from the deletes
+    without an image (`imageless__`, tombstone-only deletes among them, ranked at the
+    position before them), which are a sequence of their own; `_rep`, the batch's events
+    that repeat a version before them, by step and run; `_copy`, the repeats that are
+    re-delivered copies. `same_version`: rows `a` and `b` are one version; `order`: the
+    version order of the rows `x`; `gate`: a condition without which no stored version lies
+    at a position of the batch (none: the history is read)."""
     d, q, hist = ctx.d, ctx.q, ctx.rel.history
     keys = [q(k) for k in ctx.keys]
     key_list = ", ".join(f"x.{k}" for k in keys)
@@ -57,28 +59,39 @@ def copies_ctes(ctx: TableSql, columns: list[str], events: str, same_version: st
     no_image = "".join(f" AND y.{q(c.target_name)} IS NULL" for c in ctx.table.value_columns)
     b_keys = ", ".join(f"b.{k}" for k in keys)
     r_keys = ", ".join(keys)
+    e_keys = ", ".join(f"e.{k}" for k in keys)
     # Closing markers, and for unwrapped topics tombstones waiting for their key's next record, are no versions.
     unwrapped = ctx.table.format == "debezium-unwrap"
     not_versions = f"NOT IN ('{TRUNCATED_OP}', '{PENDING_OP}')" if unwrapped else f"<> '{TRUNCATED_OP}'"
+    pos = "COALESCE(e._valid_from_pos, '')"
     return (
         f"WITH _ev AS (\n{events}),\n"
-        "-- each key's versions at a position of the batch: the history's, then the batch's events\n"
+        "-- the versions the history holds at a position of one of the batch's events\n"
+        "_at AS (\n"
+        f"  SELECT {packed([f'h.{c}' for c in columns], ' ' * 9)}, COALESCE(h._valid_from_pos, '') AS pos__\n"
+        f"  FROM {hist} h\n"
+        f"  WHERE h._op {not_versions}\n"
+        + (f"    AND {gate}\n" if gate else "")
+        + f"    AND COALESCE(h._valid_from_pos, '') >= (SELECT MIN({pos}) FROM _ev e)\n"
+        f"    AND EXISTS (SELECT 1 FROM _ev e WHERE {key_match(d, ctx.keys, 'e', 'h')}\n"
+        f"      AND {pos} = COALESCE(h._valid_from_pos, ''))),\n"
+        "-- the key's positions with more than one version: only there can an event be a copy\n"
+        "_dup AS (\n"
+        f"  SELECT {r_keys}, pos__\n"
+        f"  FROM (SELECT {r_keys}, pos__ FROM _at\n"
+        "        UNION ALL\n"
+        f"        SELECT {e_keys}, {pos} FROM _ev e) v\n"
+        f"  GROUP BY {r_keys}, pos__ HAVING COUNT(*) > 1),\n"
+        "-- each key's versions at such a position: the history's, then the batch's events\n"
         "_seq AS (\n"
         f"  SELECT x.*, ROW_NUMBER() OVER ({at}) AS n__,\n"
         f"         LAG(x._op) OVER ({at}) AS prev_op__,\n"
         f"         COUNT(*) OVER (PARTITION BY {key_list}, x.pos__, x.imageless__) AS members__\n"
         f"  FROM (SELECT y.*, y._op = 'd'{no_image} AS imageless__\n"
-        f"        FROM (SELECT {packed([f'h.{c}' for c in columns], ' ' * 22)}, false AS new__,\n"
-        "                     COALESCE(h._valid_from_pos, '') AS pos__\n"
-        f"              FROM {hist} h\n"
-        f"              WHERE h._op {not_versions}\n"
-        + (f"                AND {gate}\n" if gate else "")
-        + "                AND COALESCE(h._valid_from_pos, '') >= (SELECT MIN(COALESCE(e._valid_from_pos, '')) FROM _ev e)\n"
-        f"                AND EXISTS (SELECT 1 FROM _ev e WHERE {key_match(d, ctx.keys, 'e', 'h')}\n"
-        "                  AND COALESCE(e._valid_from_pos, '') = COALESCE(h._valid_from_pos, ''))\n"
+        "        FROM (SELECT a.*, false AS new__ FROM _at a\n"
         "              UNION ALL\n"
-        f"              SELECT {packed([f'e.{c}' for c in columns], ' ' * 22)}, true,\n"
-        "                     COALESCE(e._valid_from_pos, '') FROM _ev e) y) x),\n"
+        f"              SELECT e.*, {pos}, true FROM _ev e) y\n"
+        f"        WHERE EXISTS (SELECT 1 FROM _dup u WHERE {key_match(d, ctx.keys, 'u', 'y')} AND u.pos__ = y.pos__)) x),\n"
         "-- a batch's event that is the same version as the one `step__` before it, numbered along\n"
         "-- each run of such at one step (`run__`)\n"
         "_rep AS (\n"
@@ -127,10 +140,15 @@ def _restart_between(ctx: TableSql) -> str:
     )
 
 
-def new_versions(ctx: TableSql) -> str:
-    """The batch's events in `_seq` that are no copy (`copies_ctes`), as rows `x`."""
+def new_versions(ctx: TableSql, columns: list[str]) -> str:
+    """The batch's events that are no copy (`copies_ctes`): those alone at their key's
+    position, and those of `_seq` no `_copy`; rows of `columns`."""
+    match = key_match(ctx.d, ctx.keys, "u", "e")
     return (
-        "SELECT x.* FROM _seq x\n"
+        "SELECT e.* FROM _ev e\n"
+        f"WHERE NOT EXISTS (SELECT 1 FROM _dup u WHERE {match} AND u.pos__ = COALESCE(e._valid_from_pos, ''))\n"
+        "UNION ALL\n"
+        f"SELECT {packed([f'x.{c}' for c in columns], ' ' * 7)} FROM _seq x\n"
         "WHERE x.new__ AND NOT EXISTS (SELECT 1 FROM _copy c\n"
         f"  WHERE {key_match(ctx.d, ctx.keys, 'c', 'x')} AND c.pos__ = x.pos__ AND c.imageless__ = x.imageless__ AND c.n__ = x.n__)"
     )
