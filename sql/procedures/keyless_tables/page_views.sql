@@ -408,7 +408,7 @@ BEGIN
     UPDATE "audit"."page_views__stage" SET _action = 'quarantine',
         _reason = 'a value is the TOAST placeholder: a row without a primary key has no stored value to keep'
     WHERE _unavailable IS NOT NULL AND _action IN ('upsert', 'delete');
-    UPDATE "audit"."page_views__stage" s SET _action = 'stale', _reason = s._action
+    UPDATE "audit"."page_views__stage" s SET _action = 'stale'
     WHERE s._action IN ('upsert', 'delete')
       AND (s._source_pos < (SELECT MAX(_source_pos) FROM "audit"."page_views__deleted" WHERE _kafka_partition IS NOT NULL)
            OR EXISTS (SELECT 1 FROM "audit"."page_views__deleted" a
@@ -445,7 +445,7 @@ BEGIN
     GET DIAGNOSTICS v_rows := ROW_COUNT;
     IF v_rows > 0 THEN
       DELETE FROM "audit"."page_views";
-      UPDATE "audit"."page_views__stage" s SET _action = 'stale', _reason = s._action
+      UPDATE "audit"."page_views__stage" s SET _action = 'stale'
       FROM (SELECT _source_pos, _kafka_partition, _kafka_offset, _kafka_timestamp,
                    ROW_NUMBER() OVER (ORDER BY _source_pos DESC, _kafka_timestamp DESC, _kafka_partition DESC, _kafka_offset DESC) AS newest_no
             FROM "audit"."page_views__stage" WHERE _reason = 'the first read of a snapshot') mk

@@ -443,7 +443,7 @@ BEGIN
     UPDATE "audit"."price_history__stage" SET _action = 'quarantine',
         _reason = 'a value is the TOAST placeholder: a row without a primary key has no stored value to keep'
     WHERE _unavailable IS NOT NULL AND _action IN ('upsert', 'delete');
-    UPDATE "audit"."price_history__stage" s SET _action = 'stale', _reason = s._action
+    UPDATE "audit"."price_history__stage" s SET _action = 'stale'
     WHERE s._action IN ('upsert', 'delete')
       AND (s._source_pos < (SELECT MAX(_source_pos) FROM "audit"."price_history__deleted" WHERE _kafka_partition IS NOT NULL)
            OR EXISTS (SELECT 1 FROM "audit"."price_history__deleted" a
@@ -480,7 +480,7 @@ BEGIN
     GET DIAGNOSTICS v_rows := ROW_COUNT;
     IF v_rows > 0 THEN
       DELETE FROM "audit"."price_history";
-      UPDATE "audit"."price_history__stage" s SET _action = 'stale', _reason = s._action
+      UPDATE "audit"."price_history__stage" s SET _action = 'stale'
       FROM (SELECT _source_pos, _kafka_partition, _kafka_offset, _kafka_timestamp,
                    ROW_NUMBER() OVER (ORDER BY _source_pos DESC, _kafka_timestamp DESC, _kafka_partition DESC, _kafka_offset DESC) AS newest_no
             FROM "audit"."price_history__stage" WHERE _reason = 'the first read of a snapshot') mk
