@@ -24,7 +24,7 @@ from sync.sql import schemas
 from sync.sql.apply import key_match
 from sync.sql.dialect import PostgresDialect
 from sync.sql.procedure.context import TableSql
-from sync.sql.procedure.history import intervals_sql
+from sync.sql.procedure.history_intervals import intervals_sql
 
 SNAPSHOT_OP = "r"
 
