@@ -26,11 +26,45 @@ def pytest_configure(config: pytest.Config) -> None:
         config.option.dist = "worksteal"
 
 
+# The longest tests of a CI run (its `--durations` list), longest first: each starts at
+# the head of a worker's queue.
+LONGEST_FIRST = (
+    "test_spark_versions.py",
+    "test_explain_property.py",
+    "test_reliability_crash.py",
+    "test_doc_transcripts.py",
+    "tests/spark/",
+)
+
+
+def _slow_rank(item: pytest.Item) -> int:
+    """0.. for the longest slow tests (LONGEST_FIRST), then the other slow tests, then the rest."""
+    if item.get_closest_marker("slow") is None:
+        return len(LONGEST_FIRST) + 1
+    return next((i for i, part in enumerate(LONGEST_FIRST) if part in item.nodeid), len(LONGEST_FIRST))
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """The slow tests first (a stable sort: the rest keep their order). With two workers,
-    a long test that starts last leaves the other idle to the end; started first, the
-    short tests fill in around it."""
-    items.sort(key=lambda item: item.get_closest_marker("slow") is None)
+    """The slow tests first, the longest of them first (a stable sort: the rest keep their
+    order). With `-n N` the work-stealing scheduler (`pytest_configure`) hands worker i the
+    i-th contiguous N-th of the list, so the slow tests are dealt out in turn to the head of each N-th:
+    every worker starts on long tests, and none is left with a long one at the end while
+    the others are idle."""
+    items.sort(key=_slow_rank)
+    # The scheduler takes the order the workers collect in; each worker knows their count.
+    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+    if workers < 2:
+        return
+    slow = [item for item in items if item.get_closest_marker("slow") is not None]
+    rest = items[len(slow) :]
+    size, extra = divmod(len(items), workers)
+    dealt: list[pytest.Item] = []
+    for i in range(workers):
+        share = slow[i::workers]
+        fill = size + (1 if i >= workers - extra else 0) - len(share)
+        dealt += share + rest[:fill]
+        rest = rest[fill:]
+    items[:] = dealt + rest
 
 
 # Hypothesis: CI runs the property tests at their declared example counts, derandomized
