@@ -47,9 +47,9 @@ def _slow_rank(item: pytest.Item) -> int:
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """The slow tests first, the longest of them first (a stable sort: the rest keep their
     order). With `-n N` the work-stealing scheduler (`pytest_configure`) hands worker i the
-    i-th contiguous N-th of the list, so the slow tests are dealt out in turn to the head of each N-th:
-    every worker starts on long tests, and none is left with a long one at the end while
-    the others are idle."""
+    i-th contiguous N-th of the list, so the slow tests are dealt out in turn to the head of
+    each N-th and every worker starts on long tests (the two longest, the Spark-version
+    runs, then run side by side)."""
     items.sort(key=_slow_rank)
     # The scheduler takes the order the workers collect in; each worker knows their count.
     workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))

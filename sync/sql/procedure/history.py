@@ -12,8 +12,8 @@ from sync.sql import schemas
 from sync.sql.apply import key_match
 from sync.sql.procedure.context import Action, TableSql
 from sync.sql.procedure.fields import toastable
-from sync.sql.procedure.history_copies import EVENTS, OP, PENDING_OP, TRUNCATED_OP, copies_ctes, new_versions
-from sync.sql.procedure.history_intervals import INTERVAL, intervals, intervals_sql, mark, toast_columns, unwrapped, version_order
+from sync.sql.procedure.history_copies import EVENTS, OP, PENDING_OP, TRUNCATED_OP, copies_ctes, new_versions, unwrapped
+from sync.sql.procedure.history_intervals import INTERVAL, intervals, intervals_sql, mark, toast_columns, version_order
 from sync.sql.procedure.history_tombstones import resolved_markers, void_tombstones_sql
 from sync.sql.procedure.text import indent, packed
 

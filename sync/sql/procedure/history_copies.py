@@ -40,6 +40,11 @@ PENDING_OP = "p"
 IMPOSSIBLE = "(x._op = 'c' AND x.prev_op__ IN ('c', 'r', 'u') OR x._op IN ('u', 'd') AND x.prev_op__ = 'd')"
 
 
+def unwrapped(ctx: TableSql) -> bool:
+    """Only unwrapped topics have tombstone-only deletes (the full envelope's tombstones are skipped)."""
+    return ctx.table.format == "debezium-unwrap"
+
+
 def copies_ctes(ctx: TableSql, columns: list[str], events: str, same_version: str, order: str, gate: str | None) -> str:
     """The WITH clause: `_ev`, the batch's events as versions (`events`: its SELECT of
     `columns`); `_at`, the versions the history holds at an event's key and position;
@@ -61,8 +66,7 @@ def copies_ctes(ctx: TableSql, columns: list[str], events: str, same_version: st
     r_keys = ", ".join(keys)
     e_keys = ", ".join(f"e.{k}" for k in keys)
     # Closing markers, and for unwrapped topics tombstones waiting for their key's next record, are no versions.
-    unwrapped = ctx.table.format == "debezium-unwrap"
-    not_versions = f"NOT IN ('{TRUNCATED_OP}', '{PENDING_OP}')" if unwrapped else f"<> '{TRUNCATED_OP}'"
+    not_versions = f"NOT IN ('{TRUNCATED_OP}', '{PENDING_OP}')" if unwrapped(ctx) else f"<> '{TRUNCATED_OP}'"
     pos = "COALESCE(e._valid_from_pos, '')"
     return (
         f"WITH _ev AS (\n{events}),\n"

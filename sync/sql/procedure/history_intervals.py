@@ -9,7 +9,7 @@ from sync.sql.apply import key_match
 from sync.sql.dialect import quote_literal
 from sync.sql.procedure.context import TableSql
 from sync.sql.procedure.fields import toastable
-from sync.sql.procedure.history_copies import EVENTS, PENDING_OP, TRUNCATED_OP, same_version
+from sync.sql.procedure.history_copies import EVENTS, PENDING_OP, TRUNCATED_OP, same_version, unwrapped
 from sync.sql.procedure.history_tombstones import pending_tombstones
 from sync.sql.procedure.text import indent, packed
 from sync.sql.types import SqlType
@@ -61,11 +61,6 @@ def toast_columns(ctx: TableSql) -> list[str]:
 
 def mark(column: str) -> str:
     return quote_literal(f"%|{column}|%")
-
-
-def unwrapped(ctx: TableSql) -> bool:
-    """Only unwrapped topics have tombstone-only deletes (the full envelope's tombstones are skipped)."""
-    return ctx.table.format == "debezium-unwrap"
 
 
 def _recomputed(ctx: TableSql, keys_of_batch: bool, in_batch: bool, toast: list[str]) -> str:
