@@ -26,42 +26,58 @@ def pytest_configure(config: pytest.Config) -> None:
         config.option.dist = "worksteal"
 
 
-# The longest tests of a CI run (its `--durations` list), longest first: each starts at
-# the head of a worker's queue.
-LONGEST_FIRST = (
-    "test_spark_versions.py",
-    "test_explain_property.py",
-    "test_reliability_crash.py",
-    "test_doc_transcripts.py",
-    "tests/spark/",
-)
+# About how long the longest slow test files take in a CI run (worker seconds, from its
+# `--durations` list); any other slow test counts as SLOW_TEST_SECONDS.
+SLOW_FILE_SECONDS = {
+    "tests/test_spark_versions.py": 500,
+    "tests/test_doc_transcripts.py": 220,
+    "tests/test_explain_property.py": 150,
+    "tests/test_reliability_crash.py": 80,
+    "tests/spark/test_backfill_cluster.py": 90,
+    "tests/test_backfill_package.py": 40,
+    "tests/test_demo.py": 60,
+}
+SLOW_TEST_SECONDS = 8
 
 
-def _slow_rank(item: pytest.Item) -> int:
-    """0.. for the longest slow tests (LONGEST_FIRST), then the other slow tests, then the rest."""
-    if item.get_closest_marker("slow") is None:
-        return len(LONGEST_FIRST) + 1
-    return next((i for i, part in enumerate(LONGEST_FIRST) if part in item.nodeid), len(LONGEST_FIRST))
+def _file(item: pytest.Item) -> str:
+    return item.nodeid.split("::", 1)[0]
+
+
+def deal_slow_files(items: list[pytest.Item], workers: int) -> list[list[pytest.Item]]:
+    """The slow tests of each file as one lot (a file's module fixtures, such as a
+    spark-submit run or a warm CLI, then start on one worker only), the heaviest lot first
+    to the worker with the least work so far."""
+    lots: dict[str, list[pytest.Item]] = {}
+    for item in items:
+        lots.setdefault(_file(item), []).append(item)
+
+    def seconds(lot: list[pytest.Item]) -> int:
+        return SLOW_FILE_SECONDS.get(_file(lot[0]), SLOW_TEST_SECONDS * len(lot))
+
+    shares: list[list[pytest.Item]] = [[] for _ in range(workers)]
+    load = [0] * workers
+    for lot in sorted(lots.values(), key=seconds, reverse=True):
+        least = load.index(min(load))
+        shares[least] += lot
+        load[least] += seconds(lot)
+    return shares
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """The slow tests first, the longest of them first (a stable sort: the rest keep their
-    order). With `-n N` the work-stealing scheduler (`pytest_configure`) hands worker i the
-    i-th contiguous N-th of the list, so the slow tests are dealt out in turn to the head of
-    each N-th and every worker starts on long tests (the two longest, the Spark-version
-    runs, then run side by side)."""
-    items.sort(key=_slow_rank)
-    # The scheduler takes the order the workers collect in; each worker knows their count.
+    """With `-n N` the work-stealing scheduler (`pytest_configure`) hands worker i the i-th
+    contiguous N-th of the collected list, and an idle worker steals from the tail of a
+    busy one's. So each N-th starts with its worker's lots of slow tests
+    (`deal_slow_files`), then is filled with quick tests to the same length."""
     workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
     if workers < 2:
         return
     slow = [item for item in items if item.get_closest_marker("slow") is not None]
-    rest = items[len(slow) :]
+    rest = [item for item in items if item.get_closest_marker("slow") is None]
     size, extra = divmod(len(items), workers)
     dealt: list[pytest.Item] = []
-    for i in range(workers):
-        share = slow[i::workers]
-        fill = size + (1 if i >= workers - extra else 0) - len(share)
+    for i, share in enumerate(deal_slow_files(slow, workers)):
+        fill = max(0, size + (1 if i >= workers - extra else 0) - len(share))
         dealt += share + rest[:fill]
         rest = rest[fill:]
     items[:] = dealt + rest

@@ -26,6 +26,15 @@ REPO = Path(__file__).resolve().parent.parent
 # pyspark version -> venv folder
 SPARK_VERSIONS = {"3.5.6": "spark35", "4.0.2": "spark40"}
 VENVS_ENV_VAR = "REDSHIFT_SYNC_TEST_VENVS"
+# Set for the runs of tests/spark in a side venv (tests/test_spark_versions.py).
+SIDE_RUN_ENV_VAR = "REDSHIFT_SYNC_TEST_SPARK_SIDE_RUN"
+
+
+def property_examples(count: int) -> int:
+    """A Spark property test's example count: a quarter of it (at least 5) in a side venv.
+    The side runs prove the job on the API an older PySpark offers, which a few examples
+    exercise in full; the newest PySpark runs every example with the rest of the suite."""
+    return max(5, count // 4) if os.environ.get(SIDE_RUN_ENV_VAR) == "1" else count
 
 
 def venvs_folder() -> Path:

@@ -11,7 +11,7 @@ import subprocess
 
 import pytest
 
-from tests.spark_envs import REPO, SPARK_VERSIONS, clean_env, spark_venv
+from tests.spark_envs import REPO, SIDE_RUN_ENV_VAR, SPARK_VERSIONS, clean_env, spark_venv
 
 pytestmark = [pytest.mark.slow, pytest.mark.spark]
 
@@ -24,11 +24,12 @@ def test_spark_tests_pass_on(version: str) -> None:
     ).stdout.strip()
     assert installed == version
     # The slow Spark tests (a million-row backfill, the demo) measure scale, not the API a
-    # version offers: they run on the newest PySpark with the rest of the suite.
+    # version offers: they run on the newest PySpark with the rest of the suite, and so do
+    # most examples of the property tests (spark_envs.property_examples).
     run = subprocess.run(
         [str(python), "-m", "pytest", "tests/spark", "-m", "not slow", "-q", "-p", "no:cacheprovider", "-p", "no:xdist"],
         cwd=REPO,
-        env=clean_env(),
+        env=clean_env(**{SIDE_RUN_ENV_VAR: "1"}),
         capture_output=True,
         text=True,
         timeout=1500,

@@ -30,6 +30,7 @@ from sync.sql.dialect import dialect_for
 from sync.sql.float_text import finite_text, float_text
 from sync.sql.types import SqlType
 from tests.helpers import make_pipeline
+from tests.spark_envs import property_examples
 
 pytestmark = pytest.mark.spark
 
@@ -70,7 +71,7 @@ def in_spark(spark, spark_type: T.DataType, values: list[float]) -> list[str]:
     return [r["t"] for r in df.orderBy("i").select(spark_float_text(df["v"]).alias("t")).collect()]
 
 
-@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=property_examples(20), deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(st.lists(doubles, min_size=1, max_size=30))
 @example(EDGES)
 def test_a_double_has_one_exact_text_in_spark_and_postgres(wh, spark, values):
@@ -80,7 +81,7 @@ def test_a_double_has_one_exact_text_in_spark_and_postgres(wh, spark, values):
         assert same(read_back(text), v), (v, text)  # exact: the text names the value
 
 
-@settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=property_examples(10), deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(st.lists(reals, min_size=1, max_size=30))
 @example([1e21, 1e-7, 0.1, -0.0, 1e-45, -1e-45, 1.1754942e-38, 3.4028235e38, math.inf, math.nan])
 def test_a_real_has_the_text_of_its_double_in_spark_and_postgres(wh, spark, values):

@@ -43,6 +43,7 @@ from tests.cases import (
     zoned_text,
 )
 from tests.helpers import make_pipeline
+from tests.spark_envs import property_examples
 
 pytestmark = pytest.mark.spark
 
@@ -277,7 +278,7 @@ PROPERTY_VALUES = [
 ]
 
 
-@settings(max_examples=20)
+@settings(max_examples=property_examples(20))
 @given(st.lists(st.one_of(*[st.tuples(st.just(k), v) for k, v in enumerate(PROPERTY_VALUES)]), min_size=50, max_size=50))
 def test_property_spark_decodes_like_the_reference(spark, picks):
     table = _pipeline(PROPERTY_GROUPS)
