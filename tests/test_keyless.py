@@ -189,6 +189,26 @@ def test_update_without_a_before_image_is_quarantined(wh):
     assert reason == [("update without a full before image: the source table needs REPLICA IDENTITY FULL",)]
 
 
+PLACEHOLDER = "__debezium_unavailable_value"
+
+
+@pytest.mark.parametrize("image", ["after", "before"])
+def test_an_update_with_the_toast_placeholder_in_one_image_is_quarantined_whole(wh, image):
+    """Debezium sends the TOAST placeholder in one image of an update even under REPLICA
+    IDENTITY FULL: "Unchanged toasted array columns are substituted with placeholder even if
+    REPLICA IDENTITY == FULL" (DBZ-7193, debezium/debezium pull request 5069; affected
+    versions above 2.0), the before image holding the full row. A row without a primary key
+    has no stored value to fill in, so the update is quarantined, and it applies whole or
+    not at all: its other image neither removes the row it names (the row was lost before)
+    nor adds the changed one."""
+    p = setup(wh, keyless_toml("toast", order_by="postgres-lsn", replica_identity="full"))
+    feed(wh, p, "toast", [event("c", None, row("a", 1), 100, pg=True)])
+    before, after = (row("a", 1), row(PLACEHOLDER, 2)) if image == "after" else (row(PLACEHOLDER, 1), row("b", 2))
+    run = feed(wh, p, "toast", [event("u", before, after, 200, pg=True)])
+    assert target(wh, "toast") == [("a", 1)]
+    assert (run.quarantined, run.deleted, run.upserted) == (1, 0, 0)
+
+
 def test_keyless_true_is_accepted_besides():
     toml = keyless_toml("kl").replace("primary_key = []\n", "keyless = true\n")
     assert make_pipeline(toml).table("kl").is_keyless

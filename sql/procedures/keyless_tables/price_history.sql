@@ -421,8 +421,11 @@ BEGIN
           FROM (SELECT r.*, SUM(OCTET_LENGTH(r.item__) + 1) OVER (ORDER BY r.order__ ROWS UNBOUNDED PRECEDING) AS pos__
                 FROM (SELECT r.*, CAST(r.kafka_partition AS varchar(20)) || ':' || CAST(r.last_offset AS varchar(20)) AS item__,
                     r.kafka_partition AS order__ FROM "audit"."price_history__watermark" r) r) r) w;
-    -- 3. An update applies whole: one whose before image is missing or does not convert is
-    --    quarantined, and the before image of one that does not apply goes.
+    -- 3. An update applies whole: an image with the TOAST placeholder, and an update whose before image is
+    --    missing, does not convert or holds it, are quarantined; the before image of one that does not apply goes.
+    UPDATE "audit"."price_history__stage" SET _action = 'quarantine',
+        _reason = 'a value is the TOAST placeholder: a row without a primary key has no stored value to keep'
+    WHERE _unavailable IS NOT NULL AND _action IN ('upsert', 'delete');
     UPDATE "audit"."price_history__stage" s SET _action = 'quarantine',
         _reason = 'update without a full before image: the source table needs REPLICA IDENTITY FULL', _payload = b._payload
     FROM "audit"."price_history__stage" b
@@ -440,9 +443,6 @@ BEGIN
     --    (another partition) applies. Copies of one event in the batch are one event.
     UPDATE "audit"."price_history__stage" SET _action = 'quarantine', _reason = 'no source position: a table without a primary key is ordered by it'
     WHERE _source_pos IS NULL AND _action IN ('upsert', 'delete');
-    UPDATE "audit"."price_history__stage" SET _action = 'quarantine',
-        _reason = 'a value is the TOAST placeholder: a row without a primary key has no stored value to keep'
-    WHERE _unavailable IS NOT NULL AND _action IN ('upsert', 'delete');
     UPDATE "audit"."price_history__stage" s SET _action = 'stale'
     WHERE s._action IN ('upsert', 'delete')
       AND (s._source_pos < (SELECT MAX(_source_pos) FROM "audit"."price_history__deleted" WHERE _kafka_partition IS NOT NULL)

@@ -78,14 +78,19 @@ def before_images_sql(ctx: TableSql) -> str:
 
 
 def pair_sql(ctx: TableSql) -> str:
-    """An update applies whole or not at all: one whose before image is missing or does not
-    convert is quarantined (with the payload its before image kept), and the before image
-    of an update that does not apply goes."""
+    """An update applies whole or not at all. An image holding the TOAST placeholder is
+    quarantined first (a row without a primary key has no stored value to keep), in either
+    image of an update (DBZ-7193: under REPLICA IDENTITY FULL the after image may hold it
+    while the before image is whole). An update whose before image is missing, does not
+    convert or holds the placeholder is quarantined (with the payload its before image
+    kept), and the before image of an update that does not apply goes."""
     stage = ctx.rel.stage
     same_record = "b._kafka_partition = {s}._kafka_partition AND b._kafka_offset = {s}._kafka_offset"
     return (
-        "-- 3. An update applies whole: one whose before image is missing or does not convert is\n"
-        "--    quarantined, and the before image of one that does not apply goes.\n"
+        "-- 3. An update applies whole: an image with the TOAST placeholder, and an update whose before image is\n"
+        "--    missing, does not convert or holds it, are quarantined; the before image of one that does not apply goes.\n"
+        f"UPDATE {stage} SET _action = '{Action.QUARANTINE}', _reason = '{UNAVAILABLE}'\n"
+        f"WHERE _unavailable IS NOT NULL AND _action IN {APPLIED};\n"
         f"UPDATE {stage} s SET _action = '{Action.QUARANTINE}', _reason = '{NO_BEFORE_IMAGE}', _payload = b._payload\n"
         f"FROM {stage} b\n"
         f"WHERE s._op = 'u' AND s._action = '{Action.UPSERT}'\n"
@@ -111,8 +116,6 @@ def keyless_order_sql(ctx: TableSql) -> str:
         "--    (another partition) applies. Copies of one event in the batch are one event.\n"
         f"UPDATE {stage} SET _action = '{Action.QUARANTINE}', _reason = '{POSITIONLESS}'\n"
         f"WHERE _source_pos IS NULL AND _action IN {APPLIED};\n"
-        f"UPDATE {stage} SET _action = '{Action.QUARANTINE}', _reason = '{UNAVAILABLE}'\n"
-        f"WHERE _unavailable IS NOT NULL AND _action IN {APPLIED};\n"
         f"UPDATE {stage} s SET _action = '{Action.STALE}'\n"
         f"WHERE s._action IN {APPLIED}\n"
         f"  AND (s._source_pos < {snapshot_at(ctx)}\n"

@@ -63,13 +63,13 @@ KEYLESS_APPLY_STEPS = (
     Step(
         pair_sql,
         (),
-        reads=facts(KAFKA, "_op _action _payload", Action.UPSERT, Action.DELETE, Action.QUARANTINE),
+        reads=facts(KAFKA, "_op _action _payload _unavailable", Action.UPSERT, Action.DELETE, Action.QUARANTINE),
         writes=facts("_action _reason _payload", Action.QUARANTINE),
     ),
     Step(
         keyless_order_sql,
         (),
-        reads=facts(KAFKA, "_kafka_timestamp _kafka_time _op _action _source_pos _unavailable", Action.UPSERT, Action.DELETE),
+        reads=facts(KAFKA, "_kafka_timestamp _kafka_time _op _action _source_pos", Action.UPSERT, Action.DELETE),
         writes=facts("_action _reason _rn", Action.QUARANTINE, Action.STALE),
     ),
     Step(
