@@ -12,9 +12,10 @@ from __future__ import annotations
 
 import pytest
 
+from benchmarks import profile
 from sync.config import ConfigError
 from sync.debezium.events import lsn_text
-from tests.helpers import feed, make_pipeline
+from tests.helpers import feed, ingest, make_pipeline
 from tests.test_delivery_semantics import TS, envelope, mysql_source, pg_source, rows, setup, table_toml, tombstone
 from tests.test_partition_increase import KEY, NEW, OLD, at, unwrapped
 
@@ -326,6 +327,33 @@ def test_resnapshot_read_follows_the_changes_of_its_commit(wh, connector):
     feed(wh, p, "acc", [ev("r", 20, commit, None), ev("u", 30, later, later - 0x10)])
     assert [(v[1], v[2]) for v in versions(wh, "acc")] == [(10, "c"), (20, "u"), (20, "r"), (30, "u")]
     assert [v[5] for v in versions(wh, "acc")] == [False, False, False, True]
+
+
+def test_a_delete_and_its_tombstone_leave_a_newer_batch_on_the_short_path(wh):
+    """Debezium follows a delete with a tombstone by default ("tombstones.on.delete ...
+    Controls whether a delete event is followed by a tombstone event", PostgreSQL connector
+    properties), and a tombstone carries no source block, so no position. The tombstone is
+    no version: a batch newer than every stored version of its keys takes the short path
+    (each key's current version closed at its first event) with a delete in it, as without
+    one, instead of recomputing every interval of its keys. Which statements the call runs is
+    read from the instrumented copy of the procedure that benchmarks.profile times."""
+    columns = '{ name = "id", type = "integer" }, { name = "balance", type = "integer" }'
+    p = setup(wh, history_toml("acc", order_by="postgres-lsn", columns=columns))
+
+    def event(op: str, key: int, balance: int, lsn: int) -> dict:
+        image = {"id": key, "balance": balance}
+        return envelope(op, key, None if op == "d" else image, image if op == "d" else None, pg_source(lsn, lsn - 10))
+
+    feed(wh, p, "acc", [event("c", 1, 10, 100), event("c", 2, 5, 150)])
+    ingest(wh, p, "acc", [event("u", 1, 20, 300), event("d", 2, 5, 350), tombstone(2)])
+    ran = [step.sql for step in profile.profile_call(wh, p, "acc")]
+    assert any(s.startswith('UPDATE "cdc"."acc__history" h SET _valid_to = f._valid_from') for s in ran), ran
+    assert not any("LEAD(x._valid_from)" in s for s in ran), "the full recompute ran"
+    feed(wh, p, "acc", [])  # the batch the profiled call rolled back
+    created, updated, kept, deleted = versions(wh, "acc")
+    assert [v[:3] for v in (created, updated, kept, deleted)] == [(1, 10, "c"), (1, 20, "u"), (2, 5, "c"), (2, 5, "d")]
+    assert created[4] == updated[3] and updated[4] is None and updated[5]  # ends where the update begins
+    assert kept[4] == deleted[3] == deleted[4] and not kept[5] and not deleted[5]  # the delete closes the key
 
 
 def test_history_without_toastable_columns_is_exact_on_the_short_path_and_after_a_late_event(wh):

@@ -299,7 +299,8 @@ BEGIN
                  COUNT(DISTINCT _kafka_partition) AS partitions, COUNT(CASE WHEN _action = 'delete' THEN 1 END) AS deletes,
                  COUNT(CASE WHEN _source_pos IS NULL AND _action IN ('upsert', 'delete') THEN 1 END) AS positionless,
                  (SELECT COUNT(*) FROM "inventory"."prices__history" h
-                      WHERE COALESCE(h._valid_from_pos, '') >= (SELECT MIN(COALESCE(s._source_pos, '')) FROM "inventory"."prices__stage" s)
+                      WHERE COALESCE(h._valid_from_pos, '') >= (SELECT MIN(COALESCE(s._source_pos, ''))
+                                                                FROM "inventory"."prices__stage" s WHERE s._action IN ('upsert', 'delete'))
                         AND EXISTS (SELECT 1 FROM "inventory"."prices__stage" s WHERE s."product_id" = h."product_id")) AS history_recompute,
                  (SELECT COUNT(*) FROM "inventory"."prices__quarantine" WHERE table_name = 'prices' AND handled = 'replaying') AS replayed
           FROM "inventory"."prices__stage") c,

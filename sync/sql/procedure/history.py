@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from sync.sql import schemas
 from sync.sql.apply import key_match
-from sync.sql.procedure.context import Action, TableSql
+from sync.sql.procedure.context import APPLIED, Action, TableSql
 from sync.sql.procedure.fields import toastable
 from sync.sql.procedure.history_copies import EVENTS, OP, PENDING_OP, TRUNCATED_OP, copies_ctes, new_versions, unwrapped
 from sync.sql.procedure.history_intervals import INTERVAL, intervals, intervals_sql, mark, toast_columns, version_order
@@ -107,22 +107,38 @@ def truncate_markers_sql(ctx: TableSql) -> str:
 RECOMPUTE = "v_history_recompute"
 
 
+# Where a condition's subquery goes on to the next line, under its SELECT.
+_UNDER = "\0"
+
+
+def _under_subquery(line: str) -> str:
+    """`line` with its `_UNDER` mark made a line break lined up under the subquery it is in."""
+    head, mark, rest = line.partition(_UNDER)
+    return f"{head}\n{' ' * (head.rindex('(SELECT') + 1)}{rest}" if mark else line
+
+
 def history_counts(ctx: TableSql, pad: str) -> dict[str, str]:
     """What the batch's counts add with a history (lines after the first start with
     `pad`): `RECOMPUTE`, the stored versions of its keys that need the full recompute of
     their intervals, not the short path (`_closing_sql`). Those that hold a TOAST
     placeholder, whose value an event inserted before them changes; and (full envelope)
-    those at or after the batch's oldest source position (all of them when a record has
-    none): an event inserted before or at a stored version's position. The batch's own
-    placeholders are `v_unavailable`'s (the current state's TOAST step). Unwrapped topics
-    without TOAST-able columns always recompute (`_touched_intervals_sql`): no count."""
+    those at or after the oldest source position of the batch's changes (all of them when a
+    change has none): an event inserted before or at a stored version's position. Only
+    changes become versions: a tombstone (Debezium's default after every delete) has no
+    position, and neither may a quarantined record; counting them would send every batch
+    with a delete to the full recompute. The batch's own placeholders are `v_unavailable`'s
+    (the current state's TOAST step). Unwrapped topics without TOAST-able columns always
+    recompute (`_touched_intervals_sql`): no count."""
     if ctx.table.history is None:
         return {}
     placeholder = ["h._unavailable LIKE '%|%|%'"] if toast_columns(ctx) else []
     later = (
         []
         if unwrapped(ctx)
-        else [f"COALESCE(h._valid_from_pos, '') >= (SELECT MIN(COALESCE(s._source_pos, '')) FROM {ctx.rel.stage} s)"]
+        else [
+            f"COALESCE(h._valid_from_pos, '') >= (SELECT MIN(COALESCE(s._source_pos, ''))"
+            f"{_UNDER}FROM {ctx.rel.stage} s WHERE s._action IN {APPLIED})"
+        ]
     )
     conditions = [*placeholder, *later]
     if not conditions:
@@ -133,6 +149,7 @@ def history_counts(ctx: TableSql, pad: str) -> dict[str, str]:
         else f" WHERE ({conditions[0]}\n{pad}         OR {conditions[1]})"
     )
     touched = key_match(ctx.d, ctx.keys, "s", "h")
+    which = "\n".join(_under_subquery(line) for line in which.split("\n"))
     return {
         RECOMPUTE: f"(SELECT COUNT(*) FROM {ctx.rel.history} h{which}\n"
         f"{pad}       AND EXISTS (SELECT 1 FROM {ctx.rel.stage} s WHERE {touched}))"
