@@ -16,7 +16,10 @@ def test_a_placeholder_takes_the_newest_earlier_value_of_the_batch():
         "IF v_unavailable > 0 THEN",
         'UPDATE "cdc"."line__stage" s SET "note" = CASE WHEN s._unavailable NOT LIKE \'%|note|%\' THEN s."note"'
         ' WHEN u.rn0 IS NOT NULL THEN u.batch0 WHEN u.stored THEN u.stored0 ELSE s."note" END,',
-        "MIN(CASE WHEN COALESCE(_unavailable, '') NOT LIKE '%|note|%' THEN _rn END) AS rn0",
+        "MIN(CASE WHEN _action = 'upsert' AND COALESCE(_unavailable, '') NOT LIKE '%|note|%' THEN _rn END) AS rn0,",
+        # ... since the key's newest delete in the batch: a delete ends the key's values.
+        "MIN(CASE WHEN _action = 'delete' THEN _rn END) AS deleted__",
+        'CASE WHEN m.deleted__ IS NULL OR m.rn0 < m.deleted__ THEN m.rn0 END AS rn0, p0."note" AS batch0, t."note" AS stored0',
         'LEFT JOIN "cdc"."line__stage" p0 ON p0."order_id" = w."order_id" AND p0."line_no" = w."line_no"'
         " AND p0._rn = m.rn0 AND p0._action = 'upsert'",
         # A column taken from the batch leaves the list; one only stored stays in it.
@@ -30,7 +33,8 @@ def test_else_the_stored_value_of_the_newest_stored_row():
     sql = toast_sql(COMPOSITE)
     assert_lines(
         sql,
-        'FROM (SELECT w."order_id", w."line_no", t.stored_rn__ IS NOT NULL AS stored, m.rn0, p0."note" AS batch0, t."note" AS stored0',
+        # Not when the batch deletes the key, nor a soft-deleted row (the composite table is soft).
+        'FROM (SELECT w."order_id", w."line_no", t.stored_rn__ IS NOT NULL AND m.deleted__ IS NULL AND NOT t._deleted AS stored,',
         "ORDER BY t._source_pos DESC NULLS LAST, t._kafka_partition DESC, t._kafka_offset DESC) AS stored_rn__",
     )
     # The target's rows only, the newest of the key kept in the join.
@@ -38,11 +42,19 @@ def test_else_the_stored_value_of_the_newest_stored_row():
     assert ') t ON t."order_id" = w."order_id" AND t."line_no" = w."line_no" AND t.stored_rn__ = 1\n' in sql
 
 
-def test_else_the_record_is_quarantined():
+def test_else_the_record_is_quarantined_with_its_keys_events_since_its_delete():
+    assert_lines(
+        toast_sql(COMPOSITE),
+        "_action = CASE WHEN NOT u.stored AND (s._unavailable LIKE '%|note|%' AND u.rn0 IS NULL) THEN 'quarantine' ELSE s._action END,",
+    )
     assert_lines(
         unknown_toast_sql(COMPOSITE),
-        'UPDATE "cdc"."line__stage" s SET _action = \'quarantine\', _reason = SUBSTRING(\'no earlier value is known for the TOAST'
-        " placeholder (__debezium_unavailable_value) in ' || BTRIM(s._unavailable, '|'), 1, 1000)",
-        "WHERE s._rn = 1 AND s._action = 'upsert' AND s._unavailable <> '|'",
-        'AND NOT EXISTS (SELECT 1 FROM "cdc"."line" t WHERE t."order_id" = s."order_id" AND t."line_no" = s."line_no");',
+        # The key's events since its newest delete go with it; that delete becomes the winner.
+        'UPDATE "cdc"."line__stage" s SET _rn = CASE WHEN s._action = \'delete\' THEN 1 ELSE s._rn END,',
+        "_action = CASE WHEN s._action = 'delete' THEN s._action ELSE 'quarantine' END,",
+        "_reason = SUBSTRING(CASE WHEN s._action = 'delete' THEN s._reason ELSE 'no earlier value is known for the TOAST"
+        " placeholder (__debezium_unavailable_value) in ' || BTRIM(s._unavailable, '|') END, 1, 1000)",
+        'WHERE w._rn = 1 AND w._action = \'quarantine\' AND w._reason IS NULL GROUP BY w."order_id", w."line_no") k',
+        'WHERE s."order_id" = k."order_id" AND s."line_no" = k."line_no" AND s._rn <= COALESCE(k.deleted__, s._rn)',
+        "AND (s._action IN ('upsert', 'delete') AND s._rn > 1 OR s._action = 'quarantine' AND s._reason IS NULL);",
     )

@@ -342,15 +342,20 @@ BEGIN
           WHEN u.stored THEN u.stored0 ELSE s."name" END,
              "mktsegment" = CASE WHEN s._unavailable NOT LIKE '%|mktsegment|%' THEN s."mktsegment" WHEN u.rn1 IS NOT NULL THEN u.batch1 WHEN u.stored
                  THEN u.stored1 ELSE s."mktsegment" END,
+             _action = CASE WHEN NOT u.stored AND (s._unavailable LIKE '%|name|%' AND u.rn0 IS NULL OR s._unavailable LIKE '%|mktsegment|%' AND u.rn1 IS NULL)
+                 THEN 'quarantine' ELSE s._action END,
              _unavailable = '|' || CASE WHEN s._unavailable LIKE '%|name|%' AND u.rn0 IS NULL THEN 'name|' ELSE '' END || CASE
                  WHEN s._unavailable LIKE '%|mktsegment|%' AND u.rn1 IS NULL THEN 'mktsegment|' ELSE '' END
-      FROM (SELECT w."customer_id", t.stored_rn__ IS NOT NULL AS stored, m.rn0, p0."name" AS batch0, t."name" AS stored0, m.rn1, p1."mktsegment" AS batch1,
-          t."mktsegment" AS stored1
+      FROM (SELECT w."customer_id", t.stored_rn__ IS NOT NULL AND m.deleted__ IS NULL AS stored,
+                   CASE WHEN m.deleted__ IS NULL OR m.rn0 < m.deleted__ THEN m.rn0 END AS rn0, p0."name" AS batch0, t."name" AS stored0, CASE
+                       WHEN m.deleted__ IS NULL OR m.rn1 < m.deleted__ THEN m.rn1 END AS rn1, p1."mktsegment" AS batch1, t."mktsegment" AS stored1
             FROM "cdc"."customer__stage" w
             LEFT JOIN (SELECT "customer_id",
-                        MIN(CASE WHEN COALESCE(_unavailable, '') NOT LIKE '%|name|%' THEN _rn END) AS rn0,
-                        MIN(CASE WHEN COALESCE(_unavailable, '') NOT LIKE '%|mktsegment|%' THEN _rn END) AS rn1
-                       FROM "cdc"."customer__stage" WHERE _action = 'upsert' AND _rn > 1 GROUP BY "customer_id") m ON m."customer_id" = w."customer_id"
+                        MIN(CASE WHEN _action = 'upsert' AND COALESCE(_unavailable, '') NOT LIKE '%|name|%' THEN _rn END) AS rn0,
+                        MIN(CASE WHEN _action = 'upsert' AND COALESCE(_unavailable, '') NOT LIKE '%|mktsegment|%' THEN _rn END) AS rn1,
+                        MIN(CASE WHEN _action = 'delete' THEN _rn END) AS deleted__
+                       FROM "cdc"."customer__stage" WHERE _action IN ('upsert', 'delete')
+                           AND _rn > 1 GROUP BY "customer_id") m ON m."customer_id" = w."customer_id"
             LEFT JOIN "cdc"."customer__stage" p0 ON p0."customer_id" = w."customer_id" AND p0._rn = m.rn0 AND p0._action = 'upsert'
             LEFT JOIN "cdc"."customer__stage" p1 ON p1."customer_id" = w."customer_id" AND p1._rn = m.rn1 AND p1._action = 'upsert'
             LEFT JOIN (SELECT t."customer_id", t._source_pos, t._kafka_partition, t._kafka_offset, t."name", t."mktsegment",
@@ -360,10 +365,15 @@ BEGIN
                             AND x._unavailable IS NOT NULL AND x."customer_id" = t."customer_id")) t ON t."customer_id" = w."customer_id" AND t.stored_rn__ = 1
             WHERE w._rn = 1 AND w._action = 'upsert' AND w._unavailable IS NOT NULL) u
       WHERE s._rn = 1 AND s._action = 'upsert' AND s._unavailable IS NOT NULL AND u."customer_id" = s."customer_id";
-      UPDATE "cdc"."customer__stage" s SET _action = 'quarantine',
-          _reason = SUBSTRING('no earlier value is known for the TOAST placeholder (__debezium_unavailable_value) in ' || BTRIM(s._unavailable, '|'), 1, 1000)
-      WHERE s._rn = 1 AND s._action = 'upsert' AND s._unavailable <> '|'
-        AND NOT EXISTS (SELECT 1 FROM "cdc"."customer" t WHERE t."customer_id" = s."customer_id");
+      UPDATE "cdc"."customer__stage" s SET _rn = CASE WHEN s._action = 'delete' THEN 1 ELSE s._rn END,
+          _action = CASE WHEN s._action = 'delete' THEN s._action ELSE 'quarantine' END,
+          _reason = SUBSTRING(CASE WHEN s._action = 'delete' THEN s._reason
+              ELSE 'no earlier value is known for the TOAST placeholder (__debezium_unavailable_value) in ' || BTRIM(s._unavailable, '|') END, 1, 1000)
+      FROM (SELECT w."customer_id", MIN(x._rn) AS deleted__
+            FROM "cdc"."customer__stage" w LEFT JOIN "cdc"."customer__stage" x ON x."customer_id" = w."customer_id" AND x._action = 'delete' AND x._rn > 1
+            WHERE w._rn = 1 AND w._action = 'quarantine' AND w._reason IS NULL GROUP BY w."customer_id") k
+      WHERE s."customer_id" = k."customer_id" AND s._rn <= COALESCE(k.deleted__, s._rn)
+        AND (s._action IN ('upsert', 'delete') AND s._rn > 1 OR s._action = 'quarantine' AND s._reason IS NULL);
       GET DIAGNOSTICS v_set_aside := ROW_COUNT;
       v_quarantined := v_quarantined + v_set_aside;
     END IF;
@@ -860,28 +870,37 @@ BEGIN
           THEN u.batch0 WHEN u.stored THEN u.stored0 ELSE s."customer_id" END,
              "status" = CASE WHEN s._unavailable NOT LIKE '%|status|%' THEN s."status" WHEN u.rn1 IS NOT NULL THEN u.batch1 WHEN u.stored THEN u.stored1
                  ELSE s."status" END,
+             _action = CASE WHEN NOT u.stored AND (s._unavailable LIKE '%|customer_id|%' AND u.rn0 IS NULL OR s._unavailable LIKE '%|status|%'
+                 AND u.rn1 IS NULL) THEN 'quarantine' ELSE s._action END,
              _unavailable = '|' || CASE WHEN s._unavailable LIKE '%|customer_id|%' AND u.rn0 IS NULL THEN 'customer_id|' ELSE '' END || CASE
                  WHEN s._unavailable LIKE '%|status|%' AND u.rn1 IS NULL THEN 'status|' ELSE '' END
-      FROM (SELECT w."order_id", t.stored_rn__ IS NOT NULL AS stored, m.rn0, p0."customer_id" AS batch0, t."customer_id" AS stored0, m.rn1,
-          p1."status" AS batch1, t."status" AS stored1
+      FROM (SELECT w."order_id", t.stored_rn__ IS NOT NULL AND m.deleted__ IS NULL AND NOT t._deleted AS stored,
+                   CASE WHEN m.deleted__ IS NULL OR m.rn0 < m.deleted__ THEN m.rn0 END AS rn0, p0."customer_id" AS batch0, t."customer_id" AS stored0, CASE
+                       WHEN m.deleted__ IS NULL OR m.rn1 < m.deleted__ THEN m.rn1 END AS rn1, p1."status" AS batch1, t."status" AS stored1
             FROM "cdc"."orders__stage" w
             LEFT JOIN (SELECT "order_id",
-                        MIN(CASE WHEN COALESCE(_unavailable, '') NOT LIKE '%|customer_id|%' THEN _rn END) AS rn0,
-                        MIN(CASE WHEN COALESCE(_unavailable, '') NOT LIKE '%|status|%' THEN _rn END) AS rn1
-                       FROM "cdc"."orders__stage" WHERE _action = 'upsert' AND _rn > 1 GROUP BY "order_id") m ON m."order_id" = w."order_id"
+                        MIN(CASE WHEN _action = 'upsert' AND COALESCE(_unavailable, '') NOT LIKE '%|customer_id|%' THEN _rn END) AS rn0,
+                        MIN(CASE WHEN _action = 'upsert' AND COALESCE(_unavailable, '') NOT LIKE '%|status|%' THEN _rn END) AS rn1,
+                        MIN(CASE WHEN _action = 'delete' THEN _rn END) AS deleted__
+                       FROM "cdc"."orders__stage" WHERE _action IN ('upsert', 'delete') AND _rn > 1 GROUP BY "order_id") m ON m."order_id" = w."order_id"
             LEFT JOIN "cdc"."orders__stage" p0 ON p0."order_id" = w."order_id" AND p0._rn = m.rn0 AND p0._action = 'upsert'
             LEFT JOIN "cdc"."orders__stage" p1 ON p1."order_id" = w."order_id" AND p1._rn = m.rn1 AND p1._action = 'upsert'
-            LEFT JOIN (SELECT t."order_id", t._source_pos, t._kafka_partition, t._kafka_offset, t."customer_id", t."status",
+            LEFT JOIN (SELECT t."order_id", t._source_pos, t._kafka_partition, t._kafka_offset, t."customer_id", t."status", t._deleted,
                         ROW_NUMBER() OVER (PARTITION BY t."order_id"
                           ORDER BY t._source_pos DESC NULLS LAST, t._kafka_partition DESC, t._kafka_offset DESC) AS stored_rn__
                         FROM "cdc"."orders" t WHERE EXISTS (SELECT 1 FROM "cdc"."orders__stage" x WHERE x._rn = 1 AND x._action = 'upsert'
                             AND x._unavailable IS NOT NULL AND x."order_id" = t."order_id")) t ON t."order_id" = w."order_id" AND t.stored_rn__ = 1
             WHERE w._rn = 1 AND w._action = 'upsert' AND w._unavailable IS NOT NULL) u
       WHERE s._rn = 1 AND s._action = 'upsert' AND s._unavailable IS NOT NULL AND u."order_id" = s."order_id";
-      UPDATE "cdc"."orders__stage" s SET _action = 'quarantine',
-          _reason = SUBSTRING('no earlier value is known for the TOAST placeholder (__debezium_unavailable_value) in ' || BTRIM(s._unavailable, '|'), 1, 1000)
-      WHERE s._rn = 1 AND s._action = 'upsert' AND s._unavailable <> '|'
-        AND NOT EXISTS (SELECT 1 FROM "cdc"."orders" t WHERE t."order_id" = s."order_id");
+      UPDATE "cdc"."orders__stage" s SET _rn = CASE WHEN s._action = 'delete' THEN 1 ELSE s._rn END,
+          _action = CASE WHEN s._action = 'delete' THEN s._action ELSE 'quarantine' END,
+          _reason = SUBSTRING(CASE WHEN s._action = 'delete' THEN s._reason
+              ELSE 'no earlier value is known for the TOAST placeholder (__debezium_unavailable_value) in ' || BTRIM(s._unavailable, '|') END, 1, 1000)
+      FROM (SELECT w."order_id", MIN(x._rn) AS deleted__
+            FROM "cdc"."orders__stage" w LEFT JOIN "cdc"."orders__stage" x ON x."order_id" = w."order_id" AND x._action = 'delete' AND x._rn > 1
+            WHERE w._rn = 1 AND w._action = 'quarantine' AND w._reason IS NULL GROUP BY w."order_id") k
+      WHERE s."order_id" = k."order_id" AND s._rn <= COALESCE(k.deleted__, s._rn)
+        AND (s._action IN ('upsert', 'delete') AND s._rn > 1 OR s._action = 'quarantine' AND s._reason IS NULL);
       GET DIAGNOSTICS v_set_aside := ROW_COUNT;
       v_quarantined := v_quarantined + v_set_aside;
     END IF;

@@ -228,15 +228,19 @@ BEGIN
         THEN u.stored0 ELSE s."name" END,
            "mktsegment" = CASE WHEN s._unavailable NOT LIKE '%|mktsegment|%' THEN s."mktsegment" WHEN u.rn1 IS NOT NULL THEN u.batch1 WHEN u.stored
                THEN u.stored1 ELSE s."mktsegment" END,
+           _action = CASE WHEN NOT u.stored AND (s._unavailable LIKE '%|name|%' AND u.rn0 IS NULL OR s._unavailable LIKE '%|mktsegment|%' AND u.rn1 IS NULL)
+               THEN 'quarantine' ELSE s._action END,
            _unavailable = '|' || CASE WHEN s._unavailable LIKE '%|name|%' AND u.rn0 IS NULL THEN 'name|' ELSE '' END || CASE
                WHEN s._unavailable LIKE '%|mktsegment|%' AND u.rn1 IS NULL THEN 'mktsegment|' ELSE '' END
-    FROM (SELECT w."customer_id", t.stored_rn__ IS NOT NULL AS stored, m.rn0, p0."name" AS batch0, t."name" AS stored0, m.rn1, p1."mktsegment" AS batch1,
-        t."mktsegment" AS stored1
+    FROM (SELECT w."customer_id", t.stored_rn__ IS NOT NULL AND m.deleted__ IS NULL AS stored,
+                 CASE WHEN m.deleted__ IS NULL OR m.rn0 < m.deleted__ THEN m.rn0 END AS rn0, p0."name" AS batch0, t."name" AS stored0, CASE
+                     WHEN m.deleted__ IS NULL OR m.rn1 < m.deleted__ THEN m.rn1 END AS rn1, p1."mktsegment" AS batch1, t."mktsegment" AS stored1
           FROM "explain_pending" w
           LEFT JOIN (SELECT "customer_id",
-                      MIN(CASE WHEN COALESCE(_unavailable, '') NOT LIKE '%|name|%' THEN _rn END) AS rn0,
-                      MIN(CASE WHEN COALESCE(_unavailable, '') NOT LIKE '%|mktsegment|%' THEN _rn END) AS rn1
-                     FROM "explain_pending" WHERE _action = 'upsert' AND _rn > 1 GROUP BY "customer_id") m ON m."customer_id" = w."customer_id"
+                      MIN(CASE WHEN _action = 'upsert' AND COALESCE(_unavailable, '') NOT LIKE '%|name|%' THEN _rn END) AS rn0,
+                      MIN(CASE WHEN _action = 'upsert' AND COALESCE(_unavailable, '') NOT LIKE '%|mktsegment|%' THEN _rn END) AS rn1,
+                      MIN(CASE WHEN _action = 'delete' THEN _rn END) AS deleted__
+                     FROM "explain_pending" WHERE _action IN ('upsert', 'delete') AND _rn > 1 GROUP BY "customer_id") m ON m."customer_id" = w."customer_id"
           LEFT JOIN "explain_pending" p0 ON p0."customer_id" = w."customer_id" AND p0._rn = m.rn0 AND p0._action = 'upsert'
           LEFT JOIN "explain_pending" p1 ON p1."customer_id" = w."customer_id" AND p1._rn = m.rn1 AND p1._action = 'upsert'
           LEFT JOIN (SELECT t."customer_id", t._source_pos, t._kafka_partition, t._kafka_offset, t."name", t."mktsegment",
@@ -246,10 +250,15 @@ BEGIN
                           AND x._unavailable IS NOT NULL AND x."customer_id" = t."customer_id")) t ON t."customer_id" = w."customer_id" AND t.stored_rn__ = 1
           WHERE w._rn = 1 AND w._action = 'upsert' AND w._unavailable IS NOT NULL) u
     WHERE s._rn = 1 AND s._action = 'upsert' AND s._unavailable IS NOT NULL AND u."customer_id" = s."customer_id";
-    UPDATE "explain_pending" s SET _action = 'quarantine',
-        _reason = SUBSTRING('no earlier value is known for the TOAST placeholder (__debezium_unavailable_value) in ' || BTRIM(s._unavailable, '|'), 1, 1000)
-    WHERE s._rn = 1 AND s._action = 'upsert' AND s._unavailable <> '|'
-      AND NOT EXISTS (SELECT 1 FROM "explain_target" t WHERE t."customer_id" = s."customer_id");
+    UPDATE "explain_pending" s SET _rn = CASE WHEN s._action = 'delete' THEN 1 ELSE s._rn END,
+        _action = CASE WHEN s._action = 'delete' THEN s._action ELSE 'quarantine' END,
+        _reason = SUBSTRING(CASE WHEN s._action = 'delete' THEN s._reason
+            ELSE 'no earlier value is known for the TOAST placeholder (__debezium_unavailable_value) in ' || BTRIM(s._unavailable, '|') END, 1, 1000)
+    FROM (SELECT w."customer_id", MIN(x._rn) AS deleted__
+          FROM "explain_pending" w LEFT JOIN "explain_pending" x ON x."customer_id" = w."customer_id" AND x._action = 'delete' AND x._rn > 1
+          WHERE w._rn = 1 AND w._action = 'quarantine' AND w._reason IS NULL GROUP BY w."customer_id") k
+    WHERE s."customer_id" = k."customer_id" AND s._rn <= COALESCE(k.deleted__, s._rn)
+      AND (s._action IN ('upsert', 'delete') AND s._rn > 1 OR s._action = 'quarantine' AND s._reason IS NULL);
     GET DIAGNOSTICS v_set_aside := ROW_COUNT;
     v_quarantined := v_quarantined + v_set_aside;
   END IF;

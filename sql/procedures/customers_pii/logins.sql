@@ -294,12 +294,15 @@ BEGIN
     IF v_unavailable > 0 THEN
       UPDATE "crm"."logins__stage" s SET "ip_address" = CASE WHEN s._unavailable NOT LIKE '%|ip_address|%' THEN s."ip_address" WHEN u.rn0 IS NOT NULL
           THEN u.batch0 WHEN u.stored THEN u.stored0 ELSE s."ip_address" END,
+             _action = CASE WHEN NOT u.stored AND (s._unavailable LIKE '%|ip_address|%' AND u.rn0 IS NULL) THEN 'quarantine' ELSE s._action END,
              _unavailable = '|' || CASE WHEN s._unavailable LIKE '%|ip_address|%' AND u.rn0 IS NULL THEN 'ip_address|' ELSE '' END
-      FROM (SELECT w."login_id", t.stored_rn__ IS NOT NULL AS stored, m.rn0, p0."ip_address" AS batch0, t."ip_address" AS stored0
+      FROM (SELECT w."login_id", t.stored_rn__ IS NOT NULL AND m.deleted__ IS NULL AS stored,
+                   CASE WHEN m.deleted__ IS NULL OR m.rn0 < m.deleted__ THEN m.rn0 END AS rn0, p0."ip_address" AS batch0, t."ip_address" AS stored0
             FROM "crm"."logins__stage" w
             LEFT JOIN (SELECT "login_id",
-                        MIN(CASE WHEN COALESCE(_unavailable, '') NOT LIKE '%|ip_address|%' THEN _rn END) AS rn0
-                       FROM "crm"."logins__stage" WHERE _action = 'upsert' AND _rn > 1 GROUP BY "login_id") m ON m."login_id" = w."login_id"
+                        MIN(CASE WHEN _action = 'upsert' AND COALESCE(_unavailable, '') NOT LIKE '%|ip_address|%' THEN _rn END) AS rn0,
+                        MIN(CASE WHEN _action = 'delete' THEN _rn END) AS deleted__
+                       FROM "crm"."logins__stage" WHERE _action IN ('upsert', 'delete') AND _rn > 1 GROUP BY "login_id") m ON m."login_id" = w."login_id"
             LEFT JOIN "crm"."logins__stage" p0 ON p0."login_id" = w."login_id" AND p0._rn = m.rn0 AND p0._action = 'upsert'
             LEFT JOIN (SELECT t."login_id", t._source_pos, t._kafka_partition, t._kafka_offset, t."ip_address",
                         ROW_NUMBER() OVER (PARTITION BY t."login_id"
@@ -308,10 +311,15 @@ BEGIN
                             AND x._unavailable IS NOT NULL AND x."login_id" = t."login_id")) t ON t."login_id" = w."login_id" AND t.stored_rn__ = 1
             WHERE w._rn = 1 AND w._action = 'upsert' AND w._unavailable IS NOT NULL) u
       WHERE s._rn = 1 AND s._action = 'upsert' AND s._unavailable IS NOT NULL AND u."login_id" = s."login_id";
-      UPDATE "crm"."logins__stage" s SET _action = 'quarantine',
-          _reason = SUBSTRING('no earlier value is known for the TOAST placeholder (__debezium_unavailable_value) in ' || BTRIM(s._unavailable, '|'), 1, 1000)
-      WHERE s._rn = 1 AND s._action = 'upsert' AND s._unavailable <> '|'
-        AND NOT EXISTS (SELECT 1 FROM "crm"."logins" t WHERE t."login_id" = s."login_id");
+      UPDATE "crm"."logins__stage" s SET _rn = CASE WHEN s._action = 'delete' THEN 1 ELSE s._rn END,
+          _action = CASE WHEN s._action = 'delete' THEN s._action ELSE 'quarantine' END,
+          _reason = SUBSTRING(CASE WHEN s._action = 'delete' THEN s._reason
+              ELSE 'no earlier value is known for the TOAST placeholder (__debezium_unavailable_value) in ' || BTRIM(s._unavailable, '|') END, 1, 1000)
+      FROM (SELECT w."login_id", MIN(x._rn) AS deleted__
+            FROM "crm"."logins__stage" w LEFT JOIN "crm"."logins__stage" x ON x."login_id" = w."login_id" AND x._action = 'delete' AND x._rn > 1
+            WHERE w._rn = 1 AND w._action = 'quarantine' AND w._reason IS NULL GROUP BY w."login_id") k
+      WHERE s."login_id" = k."login_id" AND s._rn <= COALESCE(k.deleted__, s._rn)
+        AND (s._action IN ('upsert', 'delete') AND s._rn > 1 OR s._action = 'quarantine' AND s._reason IS NULL);
       GET DIAGNOSTICS v_set_aside := ROW_COUNT;
       v_quarantined := v_quarantined + v_set_aside;
     END IF;

@@ -304,14 +304,19 @@ BEGIN
           THEN u.stored0 ELSE s."name" END,
              "bio" = CASE WHEN s._unavailable NOT LIKE '%|bio|%' THEN s."bio" WHEN u.rn1 IS NOT NULL THEN u.batch1 WHEN u.stored THEN u.stored1
                  ELSE s."bio" END,
+             _action = CASE WHEN NOT u.stored AND (s._unavailable LIKE '%|name|%' AND u.rn0 IS NULL OR s._unavailable LIKE '%|bio|%' AND u.rn1 IS NULL)
+                 THEN 'quarantine' ELSE s._action END,
              _unavailable = '|' || CASE WHEN s._unavailable LIKE '%|name|%' AND u.rn0 IS NULL THEN 'name|' ELSE '' END || CASE
                  WHEN s._unavailable LIKE '%|bio|%' AND u.rn1 IS NULL THEN 'bio|' ELSE '' END
-      FROM (SELECT w."id", t.stored_rn__ IS NOT NULL AS stored, m.rn0, p0."name" AS batch0, t."name" AS stored0, m.rn1, p1."bio" AS batch1, t."bio" AS stored1
+      FROM (SELECT w."id", t.stored_rn__ IS NOT NULL AND m.deleted__ IS NULL AS stored,
+                   CASE WHEN m.deleted__ IS NULL OR m.rn0 < m.deleted__ THEN m.rn0 END AS rn0, p0."name" AS batch0, t."name" AS stored0, CASE
+                       WHEN m.deleted__ IS NULL OR m.rn1 < m.deleted__ THEN m.rn1 END AS rn1, p1."bio" AS batch1, t."bio" AS stored1
             FROM "cdc"."wipe__stage" w
             LEFT JOIN (SELECT "id",
-                        MIN(CASE WHEN COALESCE(_unavailable, '') NOT LIKE '%|name|%' THEN _rn END) AS rn0,
-                        MIN(CASE WHEN COALESCE(_unavailable, '') NOT LIKE '%|bio|%' THEN _rn END) AS rn1
-                       FROM "cdc"."wipe__stage" WHERE _action = 'upsert' AND _rn > 1 GROUP BY "id") m ON m."id" = w."id"
+                        MIN(CASE WHEN _action = 'upsert' AND COALESCE(_unavailable, '') NOT LIKE '%|name|%' THEN _rn END) AS rn0,
+                        MIN(CASE WHEN _action = 'upsert' AND COALESCE(_unavailable, '') NOT LIKE '%|bio|%' THEN _rn END) AS rn1,
+                        MIN(CASE WHEN _action = 'delete' THEN _rn END) AS deleted__
+                       FROM "cdc"."wipe__stage" WHERE _action IN ('upsert', 'delete') AND _rn > 1 GROUP BY "id") m ON m."id" = w."id"
             LEFT JOIN "cdc"."wipe__stage" p0 ON p0."id" = w."id" AND p0._rn = m.rn0 AND p0._action = 'upsert'
             LEFT JOIN "cdc"."wipe__stage" p1 ON p1."id" = w."id" AND p1._rn = m.rn1 AND p1._action = 'upsert'
             LEFT JOIN (SELECT t."id", t._source_pos, t._kafka_partition, t._kafka_offset, t."name", t."bio",
@@ -321,10 +326,15 @@ BEGIN
                             AND x._unavailable IS NOT NULL AND x."id" = t."id")) t ON t."id" = w."id" AND t.stored_rn__ = 1
             WHERE w._rn = 1 AND w._action = 'upsert' AND w._unavailable IS NOT NULL) u
       WHERE s._rn = 1 AND s._action = 'upsert' AND s._unavailable IS NOT NULL AND u."id" = s."id";
-      UPDATE "cdc"."wipe__stage" s SET _action = 'quarantine',
-          _reason = SUBSTRING('no earlier value is known for the TOAST placeholder (__debezium_unavailable_value) in ' || BTRIM(s._unavailable, '|'), 1, 1000)
-      WHERE s._rn = 1 AND s._action = 'upsert' AND s._unavailable <> '|'
-        AND NOT EXISTS (SELECT 1 FROM "cdc"."wipe" t WHERE t."id" = s."id");
+      UPDATE "cdc"."wipe__stage" s SET _rn = CASE WHEN s._action = 'delete' THEN 1 ELSE s._rn END,
+          _action = CASE WHEN s._action = 'delete' THEN s._action ELSE 'quarantine' END,
+          _reason = SUBSTRING(CASE WHEN s._action = 'delete' THEN s._reason
+              ELSE 'no earlier value is known for the TOAST placeholder (__debezium_unavailable_value) in ' || BTRIM(s._unavailable, '|') END, 1, 1000)
+      FROM (SELECT w."id", MIN(x._rn) AS deleted__
+            FROM "cdc"."wipe__stage" w LEFT JOIN "cdc"."wipe__stage" x ON x."id" = w."id" AND x._action = 'delete' AND x._rn > 1
+            WHERE w._rn = 1 AND w._action = 'quarantine' AND w._reason IS NULL GROUP BY w."id") k
+      WHERE s."id" = k."id" AND s._rn <= COALESCE(k.deleted__, s._rn)
+        AND (s._action IN ('upsert', 'delete') AND s._rn > 1 OR s._action = 'quarantine' AND s._reason IS NULL);
       GET DIAGNOSTICS v_set_aside := ROW_COUNT;
       v_quarantined := v_quarantined + v_set_aside;
     END IF;

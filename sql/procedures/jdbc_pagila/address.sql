@@ -339,21 +339,29 @@ BEGIN
                  THEN u.stored3 ELSE s."postal_code" END,
              "phone" = CASE WHEN s._unavailable NOT LIKE '%|phone|%' THEN s."phone" WHEN u.rn4 IS NOT NULL THEN u.batch4 WHEN u.stored THEN u.stored4
                  ELSE s."phone" END,
+             _action = CASE WHEN NOT u.stored AND (s._unavailable LIKE '%|address|%' AND u.rn0 IS NULL OR s._unavailable LIKE '%|address2|%' AND u.rn1 IS NULL
+                 OR s._unavailable LIKE '%|district|%' AND u.rn2 IS NULL OR s._unavailable LIKE '%|postal_code|%' AND u.rn3 IS NULL
+                 OR s._unavailable LIKE '%|phone|%' AND u.rn4 IS NULL) THEN 'quarantine' ELSE s._action END,
              _unavailable = '|' || CASE WHEN s._unavailable LIKE '%|address|%' AND u.rn0 IS NULL THEN 'address|' ELSE '' END || CASE
                  WHEN s._unavailable LIKE '%|address2|%' AND u.rn1 IS NULL THEN 'address2|' ELSE '' END || CASE WHEN s._unavailable LIKE '%|district|%'
                  AND u.rn2 IS NULL THEN 'district|' ELSE '' END || CASE WHEN s._unavailable LIKE '%|postal_code|%' AND u.rn3 IS NULL THEN 'postal_code|'
                  ELSE '' END || CASE WHEN s._unavailable LIKE '%|phone|%' AND u.rn4 IS NULL THEN 'phone|' ELSE '' END
-      FROM (SELECT w."address_id", t.stored_rn__ IS NOT NULL AS stored, m.rn0, p0."address" AS batch0, t."address" AS stored0, m.rn1, p1."address2" AS batch1,
-          t."address2" AS stored1, m.rn2, p2."district" AS batch2, t."district" AS stored2, m.rn3, p3."postal_code" AS batch3, t."postal_code" AS stored3,
-          m.rn4, p4."phone" AS batch4, t."phone" AS stored4
+      FROM (SELECT w."address_id", t.stored_rn__ IS NOT NULL AND m.deleted__ IS NULL AS stored,
+                   CASE WHEN m.deleted__ IS NULL OR m.rn0 < m.deleted__ THEN m.rn0 END AS rn0, p0."address" AS batch0, t."address" AS stored0, CASE
+                       WHEN m.deleted__ IS NULL OR m.rn1 < m.deleted__ THEN m.rn1 END AS rn1, p1."address2" AS batch1, t."address2" AS stored1, CASE
+                       WHEN m.deleted__ IS NULL OR m.rn2 < m.deleted__ THEN m.rn2 END AS rn2, p2."district" AS batch2, t."district" AS stored2, CASE
+                       WHEN m.deleted__ IS NULL OR m.rn3 < m.deleted__ THEN m.rn3 END AS rn3, p3."postal_code" AS batch3, t."postal_code" AS stored3, CASE
+                       WHEN m.deleted__ IS NULL OR m.rn4 < m.deleted__ THEN m.rn4 END AS rn4, p4."phone" AS batch4, t."phone" AS stored4
             FROM "pagila"."address__stage" w
             LEFT JOIN (SELECT "address_id",
-                        MIN(CASE WHEN COALESCE(_unavailable, '') NOT LIKE '%|address|%' THEN _rn END) AS rn0,
-                        MIN(CASE WHEN COALESCE(_unavailable, '') NOT LIKE '%|address2|%' THEN _rn END) AS rn1,
-                        MIN(CASE WHEN COALESCE(_unavailable, '') NOT LIKE '%|district|%' THEN _rn END) AS rn2,
-                        MIN(CASE WHEN COALESCE(_unavailable, '') NOT LIKE '%|postal_code|%' THEN _rn END) AS rn3,
-                        MIN(CASE WHEN COALESCE(_unavailable, '') NOT LIKE '%|phone|%' THEN _rn END) AS rn4
-                       FROM "pagila"."address__stage" WHERE _action = 'upsert' AND _rn > 1 GROUP BY "address_id") m ON m."address_id" = w."address_id"
+                        MIN(CASE WHEN _action = 'upsert' AND COALESCE(_unavailable, '') NOT LIKE '%|address|%' THEN _rn END) AS rn0,
+                        MIN(CASE WHEN _action = 'upsert' AND COALESCE(_unavailable, '') NOT LIKE '%|address2|%' THEN _rn END) AS rn1,
+                        MIN(CASE WHEN _action = 'upsert' AND COALESCE(_unavailable, '') NOT LIKE '%|district|%' THEN _rn END) AS rn2,
+                        MIN(CASE WHEN _action = 'upsert' AND COALESCE(_unavailable, '') NOT LIKE '%|postal_code|%' THEN _rn END) AS rn3,
+                        MIN(CASE WHEN _action = 'upsert' AND COALESCE(_unavailable, '') NOT LIKE '%|phone|%' THEN _rn END) AS rn4,
+                        MIN(CASE WHEN _action = 'delete' THEN _rn END) AS deleted__
+                       FROM "pagila"."address__stage" WHERE _action IN ('upsert', 'delete')
+                           AND _rn > 1 GROUP BY "address_id") m ON m."address_id" = w."address_id"
             LEFT JOIN "pagila"."address__stage" p0 ON p0."address_id" = w."address_id" AND p0._rn = m.rn0 AND p0._action = 'upsert'
             LEFT JOIN "pagila"."address__stage" p1 ON p1."address_id" = w."address_id" AND p1._rn = m.rn1 AND p1._action = 'upsert'
             LEFT JOIN "pagila"."address__stage" p2 ON p2."address_id" = w."address_id" AND p2._rn = m.rn2 AND p2._action = 'upsert'
@@ -367,10 +375,15 @@ BEGIN
                             AND x._unavailable IS NOT NULL AND x."address_id" = t."address_id")) t ON t."address_id" = w."address_id" AND t.stored_rn__ = 1
             WHERE w._rn = 1 AND w._action = 'upsert' AND w._unavailable IS NOT NULL) u
       WHERE s._rn = 1 AND s._action = 'upsert' AND s._unavailable IS NOT NULL AND u."address_id" = s."address_id";
-      UPDATE "pagila"."address__stage" s SET _action = 'quarantine',
-          _reason = SUBSTRING('no earlier value is known for the TOAST placeholder (__debezium_unavailable_value) in ' || BTRIM(s._unavailable, '|'), 1, 1000)
-      WHERE s._rn = 1 AND s._action = 'upsert' AND s._unavailable <> '|'
-        AND NOT EXISTS (SELECT 1 FROM "pagila"."address" t WHERE t."address_id" = s."address_id");
+      UPDATE "pagila"."address__stage" s SET _rn = CASE WHEN s._action = 'delete' THEN 1 ELSE s._rn END,
+          _action = CASE WHEN s._action = 'delete' THEN s._action ELSE 'quarantine' END,
+          _reason = SUBSTRING(CASE WHEN s._action = 'delete' THEN s._reason
+              ELSE 'no earlier value is known for the TOAST placeholder (__debezium_unavailable_value) in ' || BTRIM(s._unavailable, '|') END, 1, 1000)
+      FROM (SELECT w."address_id", MIN(x._rn) AS deleted__
+            FROM "pagila"."address__stage" w LEFT JOIN "pagila"."address__stage" x ON x."address_id" = w."address_id" AND x._action = 'delete' AND x._rn > 1
+            WHERE w._rn = 1 AND w._action = 'quarantine' AND w._reason IS NULL GROUP BY w."address_id") k
+      WHERE s."address_id" = k."address_id" AND s._rn <= COALESCE(k.deleted__, s._rn)
+        AND (s._action IN ('upsert', 'delete') AND s._rn > 1 OR s._action = 'quarantine' AND s._reason IS NULL);
       GET DIAGNOSTICS v_set_aside := ROW_COUNT;
       v_quarantined := v_quarantined + v_set_aside;
     END IF;

@@ -313,17 +313,22 @@ BEGIN
                  THEN u.stored1 ELSE s."last_name" END,
              "email" = CASE WHEN s._unavailable NOT LIKE '%|email|%' THEN s."email" WHEN u.rn2 IS NOT NULL THEN u.batch2 WHEN u.stored THEN u.stored2
                  ELSE s."email" END,
+             _action = CASE WHEN NOT u.stored AND (s._unavailable LIKE '%|first_name|%' AND u.rn0 IS NULL OR s._unavailable LIKE '%|last_name|%'
+                 AND u.rn1 IS NULL OR s._unavailable LIKE '%|email|%' AND u.rn2 IS NULL) THEN 'quarantine' ELSE s._action END,
              _unavailable = '|' || CASE WHEN s._unavailable LIKE '%|first_name|%' AND u.rn0 IS NULL THEN 'first_name|' ELSE '' END || CASE
                  WHEN s._unavailable LIKE '%|last_name|%' AND u.rn1 IS NULL THEN 'last_name|' ELSE '' END || CASE WHEN s._unavailable LIKE '%|email|%'
                  AND u.rn2 IS NULL THEN 'email|' ELSE '' END
-      FROM (SELECT w."id", t.stored_rn__ IS NOT NULL AS stored, m.rn0, p0."first_name" AS batch0, t."first_name" AS stored0, m.rn1, p1."last_name" AS batch1,
-          t."last_name" AS stored1, m.rn2, p2."email" AS batch2, t."email" AS stored2
+      FROM (SELECT w."id", t.stored_rn__ IS NOT NULL AND m.deleted__ IS NULL AS stored,
+                   CASE WHEN m.deleted__ IS NULL OR m.rn0 < m.deleted__ THEN m.rn0 END AS rn0, p0."first_name" AS batch0, t."first_name" AS stored0, CASE
+                       WHEN m.deleted__ IS NULL OR m.rn1 < m.deleted__ THEN m.rn1 END AS rn1, p1."last_name" AS batch1, t."last_name" AS stored1, CASE
+                       WHEN m.deleted__ IS NULL OR m.rn2 < m.deleted__ THEN m.rn2 END AS rn2, p2."email" AS batch2, t."email" AS stored2
             FROM "sources"."mariadb_customers__stage" w
             LEFT JOIN (SELECT "id",
-                        MIN(CASE WHEN COALESCE(_unavailable, '') NOT LIKE '%|first_name|%' THEN _rn END) AS rn0,
-                        MIN(CASE WHEN COALESCE(_unavailable, '') NOT LIKE '%|last_name|%' THEN _rn END) AS rn1,
-                        MIN(CASE WHEN COALESCE(_unavailable, '') NOT LIKE '%|email|%' THEN _rn END) AS rn2
-                       FROM "sources"."mariadb_customers__stage" WHERE _action = 'upsert' AND _rn > 1 GROUP BY "id") m ON m."id" = w."id"
+                        MIN(CASE WHEN _action = 'upsert' AND COALESCE(_unavailable, '') NOT LIKE '%|first_name|%' THEN _rn END) AS rn0,
+                        MIN(CASE WHEN _action = 'upsert' AND COALESCE(_unavailable, '') NOT LIKE '%|last_name|%' THEN _rn END) AS rn1,
+                        MIN(CASE WHEN _action = 'upsert' AND COALESCE(_unavailable, '') NOT LIKE '%|email|%' THEN _rn END) AS rn2,
+                        MIN(CASE WHEN _action = 'delete' THEN _rn END) AS deleted__
+                       FROM "sources"."mariadb_customers__stage" WHERE _action IN ('upsert', 'delete') AND _rn > 1 GROUP BY "id") m ON m."id" = w."id"
             LEFT JOIN "sources"."mariadb_customers__stage" p0 ON p0."id" = w."id" AND p0._rn = m.rn0 AND p0._action = 'upsert'
             LEFT JOIN "sources"."mariadb_customers__stage" p1 ON p1."id" = w."id" AND p1._rn = m.rn1 AND p1._action = 'upsert'
             LEFT JOIN "sources"."mariadb_customers__stage" p2 ON p2."id" = w."id" AND p2._rn = m.rn2 AND p2._action = 'upsert'
@@ -334,10 +339,16 @@ BEGIN
                             AND x._action = 'upsert' AND x._unavailable IS NOT NULL AND x."id" = t."id")) t ON t."id" = w."id" AND t.stored_rn__ = 1
             WHERE w._rn = 1 AND w._action = 'upsert' AND w._unavailable IS NOT NULL) u
       WHERE s._rn = 1 AND s._action = 'upsert' AND s._unavailable IS NOT NULL AND u."id" = s."id";
-      UPDATE "sources"."mariadb_customers__stage" s SET _action = 'quarantine',
-          _reason = SUBSTRING('no earlier value is known for the TOAST placeholder (__debezium_unavailable_value) in ' || BTRIM(s._unavailable, '|'), 1, 1000)
-      WHERE s._rn = 1 AND s._action = 'upsert' AND s._unavailable <> '|'
-        AND NOT EXISTS (SELECT 1 FROM "sources"."mariadb_customers" t WHERE t."id" = s."id");
+      UPDATE "sources"."mariadb_customers__stage" s SET _rn = CASE WHEN s._action = 'delete' THEN 1 ELSE s._rn END,
+          _action = CASE WHEN s._action = 'delete' THEN s._action ELSE 'quarantine' END,
+          _reason = SUBSTRING(CASE WHEN s._action = 'delete' THEN s._reason
+              ELSE 'no earlier value is known for the TOAST placeholder (__debezium_unavailable_value) in ' || BTRIM(s._unavailable, '|') END, 1, 1000)
+      FROM (SELECT w."id", MIN(x._rn) AS deleted__
+            FROM "sources"."mariadb_customers__stage" w LEFT JOIN "sources"."mariadb_customers__stage" x ON x."id" = w."id" AND x._action = 'delete'
+                AND x._rn > 1
+            WHERE w._rn = 1 AND w._action = 'quarantine' AND w._reason IS NULL GROUP BY w."id") k
+      WHERE s."id" = k."id" AND s._rn <= COALESCE(k.deleted__, s._rn)
+        AND (s._action IN ('upsert', 'delete') AND s._rn > 1 OR s._action = 'quarantine' AND s._reason IS NULL);
       GET DIAGNOSTICS v_set_aside := ROW_COUNT;
       v_quarantined := v_quarantined + v_set_aside;
     END IF;

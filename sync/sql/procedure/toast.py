@@ -8,7 +8,7 @@ from sync.debezium.vocabulary import TOAST_PLACEHOLDER
 from sync.sql.apply import key_match
 from sync.sql.dialect import quote_literal
 from sync.sql.procedure.bookkeeping import counted_quarantine
-from sync.sql.procedure.context import Action, TableSql
+from sync.sql.procedure.context import APPLIED, Action, TableSql
 from sync.sql.procedure.fields import toastable
 from sync.sql.procedure.ordering import newest_stored, stored_state
 from sync.sql.procedure.text import indent
@@ -24,7 +24,11 @@ def toast_sql(ctx: TableSql) -> str:
     earlier event of the batch that had it (the column then leaves `_unavailable`), else
     keep the value stored in the target: one UPDATE, one CASE per column, over what is
     known for each such winner (`u`: per column the rank of the newest earlier event that
-    had it and that event's value, and the newest stored row's)."""
+    had it and that event's value, and the newest stored row's). A delete ends the key's
+    values: an event before the batch's newest delete of the key (`deleted__`, the lowest
+    rank of its deletes before the winner), a stored row when the batch deletes the key,
+    and a soft-deleted row hold none. A winner left with a column of no known value is
+    quarantined here (`unknown_toast_sql` gives the reason and settles its key)."""
     d, q, keys = ctx.d, ctx.q, ctx.keys
     cols = [c.target_name for c in ctx.table.value_columns if toastable(c)]
     stage = ctx.rel.stage
@@ -35,15 +39,26 @@ def toast_sql(ctx: TableSql) -> str:
         f" WHEN u.stored THEN u.stored{i} ELSE s.{q(c)} END"
         for i, (c, mark) in enumerate(zip(cols, marked, strict=True))
     ]
+    unknown = " OR ".join(f"s._unavailable LIKE {mark} AND u.rn{i} IS NULL" for i, mark in enumerate(marked))
+    keep.append(f"_action = CASE WHEN NOT u.stored AND ({unknown}) THEN '{Action.QUARANTINE}' ELSE s._action END")
     still = " || ".join(
         f"CASE WHEN s._unavailable LIKE {mark} AND u.rn{i} IS NULL THEN {quote_literal(c + '|')} ELSE '' END"
         for i, (c, mark) in enumerate(zip(cols, marked, strict=True))
     )
     newest_with = ",\n".join(
-        f"                    MIN(CASE WHEN COALESCE(_unavailable, '') NOT LIKE {mark} THEN _rn END) AS rn{i}"
-        for i, mark in enumerate(marked)
+        [
+            f"                    MIN(CASE WHEN _action = '{Action.UPSERT}' AND COALESCE(_unavailable, '') NOT LIKE {mark} THEN _rn END) AS rn{i}"
+            for i, mark in enumerate(marked)
+        ]
+        + [f"                    MIN(CASE WHEN _action = '{Action.DELETE}' THEN _rn END) AS deleted__"]
     )
-    known = ", ".join(f"m.rn{i}, p{i}.{q(c)} AS batch{i}, t.{q(c)} AS stored{i}" for i, c in enumerate(cols))
+    known = ", ".join(
+        f"CASE WHEN m.deleted__ IS NULL OR m.rn{i} < m.deleted__ THEN m.rn{i} END AS rn{i}, p{i}.{q(c)} AS batch{i},"
+        f" t.{q(c)} AS stored{i}"
+        for i, c in enumerate(cols)
+    )
+    live = " AND NOT t._deleted" if ctx.table.delete_mode == "soft" else ""
+    extra = [(f"t.{q(c)}",) for c in cols] + ([("t._deleted",)] if live else [])
     earlier = "".join(
         f"        LEFT JOIN {stage} p{i} ON {key_match(d, keys, f'p{i}', 'w')} AND p{i}._rn = m.rn{i} AND p{i}._action = '{Action.UPSERT}'\n"
         for i in range(len(cols))
@@ -53,15 +68,16 @@ def toast_sql(ctx: TableSql) -> str:
         f" AND {key_match(d, keys, 'x', 't')})"
     )
     # The target's rows only: a deleted key has no value to keep (a key with one has no row).
-    stored = stored_state(ctx, placeholders, [(f"t.{q(c)}",) for c in cols], held=[ctx.rel.target])
+    stored = stored_state(ctx, placeholders, extra, held=[ctx.rel.target])
     return (
         "-- 3. (TOAST) Unchanged out-of-line values arrive as a placeholder and keep what is known.\n"
         "IF v_unavailable > 0 THEN\n"
         f"  UPDATE {stage} s SET " + ",\n         ".join(keep) + f",\n         _unavailable = '|' || {still}\n"
-        f"  FROM (SELECT {', '.join(f'w.{q(k)}' for k in keys)}, t.stored_rn__ IS NOT NULL AS stored, {known}\n"
+        f"  FROM (SELECT {', '.join(f'w.{q(k)}' for k in keys)}, t.stored_rn__ IS NOT NULL AND m.deleted__ IS NULL{live} AS stored,\n"
+        f"               {known}\n"
         f"        FROM {stage} w\n"
         f"        LEFT JOIN (SELECT {key_cols},\n{newest_with}\n"
-        f"                   FROM {stage} WHERE _action = '{Action.UPSERT}' AND _rn > 1 GROUP BY {key_cols}) m ON {key_match(d, keys, 'm', 'w')}\n"
+        f"                   FROM {stage} WHERE _action IN ('{Action.UPSERT}', '{Action.DELETE}') AND _rn > 1 GROUP BY {key_cols}) m ON {key_match(d, keys, 'm', 'w')}\n"
         f"{earlier}"
         f"        LEFT JOIN {indent(stored, 18).lstrip()} t ON {key_match(d, keys, 't', 'w')} AND {newest_stored()}\n"
         f"        WHERE {upsert_winner('w')} AND w._unavailable IS NOT NULL) u\n"
@@ -72,13 +88,25 @@ def toast_sql(ctx: TableSql) -> str:
 
 
 def unknown_toast_sql(ctx: TableSql) -> str:
-    """3. (TOAST) A winner whose placeholder found no earlier value (none in the batch, no
-    stored row) cannot be applied faithfully: quarantined with its payload, never a silent
-    NULL. A backfill, then a quarantine replay, brings it in. Part of `toast_sql`."""
-    same_key = key_match(ctx.d, ctx.keys, "t", "s")
+    """3. (TOAST) A winner whose placeholder found no earlier value (none in the batch since
+    the key's last delete, no stored row of the key alive) cannot be applied faithfully:
+    `toast_sql` quarantined it. The key's events since its newest delete in the batch lack
+    that value too (an event with it would have filled the winner): they are quarantined
+    with it, to be replayed together, in order, each kept with its payload and the columns
+    without a value, never a silent NULL (a backfill, then a quarantine replay, brings them
+    in). The delete, if the batch has one, becomes the key's winner: what is known of the
+    key ends there. The count then also holds that delete: it only guards the quarantine."""
+    d, keys, stage = ctx.d, ctx.keys, ctx.rel.stage
+    key_cols = ", ".join(f"w.{ctx.q(k)}" for k in keys)
+    reason = f"'no earlier value is known for the TOAST placeholder ({TOAST_PLACEHOLDER}) in ' || BTRIM(s._unavailable, '|')"
     return (
-        f"UPDATE {ctx.rel.stage} s SET _action = '{Action.QUARANTINE}', _reason = SUBSTRING("
-        f"'no earlier value is known for the TOAST placeholder ({TOAST_PLACEHOLDER}) in ' || BTRIM(s._unavailable, '|'), 1, 1000)\n"
-        f"WHERE {upsert_winner()} AND s._unavailable <> '|'\n"
-        f"  AND NOT EXISTS (SELECT 1 FROM {ctx.rel.target} t WHERE {same_key});\n" + counted_quarantine()
+        f"UPDATE {stage} s SET _rn = CASE WHEN s._action = '{Action.DELETE}' THEN 1 ELSE s._rn END,\n"
+        f"    _action = CASE WHEN s._action = '{Action.DELETE}' THEN s._action ELSE '{Action.QUARANTINE}' END,\n"
+        f"    _reason = SUBSTRING(CASE WHEN s._action = '{Action.DELETE}' THEN s._reason ELSE {reason} END, 1, 1000)\n"
+        f"FROM (SELECT {key_cols}, MIN(x._rn) AS deleted__\n"
+        f"      FROM {stage} w LEFT JOIN {stage} x ON {key_match(d, keys, 'x', 'w')} AND x._action = '{Action.DELETE}' AND x._rn > 1\n"
+        f"      WHERE w._rn = 1 AND w._action = '{Action.QUARANTINE}' AND w._reason IS NULL GROUP BY {key_cols}) k\n"
+        f"WHERE {key_match(d, keys, 's', 'k')} AND s._rn <= COALESCE(k.deleted__, s._rn)\n"
+        f"  AND (s._action IN {APPLIED} AND s._rn > 1 OR s._action = '{Action.QUARANTINE}' AND s._reason IS NULL);\n"
+        + counted_quarantine()
     )
