@@ -209,6 +209,18 @@ def test_an_update_with_the_toast_placeholder_in_one_image_is_quarantined_whole(
     assert (run.quarantined, run.deleted, run.upserted) == (1, 0, 0)
 
 
+def test_a_delete_whose_before_image_does_not_convert_is_quarantined_not_applied_to_another_row(wh):
+    """A table without a key: "a delete removes ONE row equal to its before image"
+    (docs/correctness.md). A value of the image that does not convert (3,000,000,000 is out
+    of an integer's range) must not become NULL and name another row: the delete is
+    quarantined with its reason, and the row with NULL stays."""
+    p = setup(wh, keyless_toml("conv"))
+    feed(wh, p, "conv", [event("c", None, row("a", None), 100), event("c", None, row("a", 3_000_000_000), 200)])
+    run = feed(wh, p, "conv", [event("d", row("a", 3_000_000_000), None, 300), tombstone()])
+    assert target(wh, "conv") == [("a", None)]
+    assert (run.quarantined, run.deleted) == (1, 0)
+
+
 def test_keyless_true_is_accepted_besides():
     toml = keyless_toml("kl").replace("primary_key = []\n", "keyless = true\n")
     assert make_pipeline(toml).table("kl").is_keyless

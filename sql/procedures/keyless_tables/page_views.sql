@@ -213,10 +213,10 @@ BEGIN
         WHEN t._op NOT IN ('c', 'r', 'u', 'd') THEN 6
         WHEN t._op <> 'd' AND ((t._img IS NULL) OR NOT IS_OBJECT(t._img)) THEN 7
         WHEN t._has_source_ts AND (t._source_ts_ms IS NULL OR t._source_ts_ms NOT BETWEEN 0 AND 253402300799999) THEN 8
-        WHEN t._op <> 'd' AND NOT (t._j_v0 IS NULL) AND t."session_id" IS NULL AND NOT t._u_v0 THEN 9
-        WHEN t._op <> 'd' AND NOT (t._j_v1 IS NULL) AND t."path" IS NULL AND NOT t._u_v1 THEN 10
-        WHEN t._op <> 'd' AND NOT (t._j_v2 IS NULL) AND t."viewed_at" IS NULL THEN 11
-        WHEN t._op <> 'd' AND NOT (t._j_v3 IS NULL) AND t."ms_on_page" IS NULL THEN 12
+        WHEN NOT (t._j_v0 IS NULL) AND t."session_id" IS NULL AND NOT t._u_v0 THEN 9
+        WHEN NOT (t._j_v1 IS NULL) AND t."path" IS NULL AND NOT t._u_v1 THEN 10
+        WHEN NOT (t._j_v2 IS NULL) AND t."viewed_at" IS NULL THEN 11
+        WHEN NOT (t._j_v3 IS NULL) AND t."ms_on_page" IS NULL THEN 12
         WHEN t._op = 'd' THEN 13
         ELSE 0
       END AS _check_no FROM typed t),
@@ -329,10 +329,10 @@ BEGIN
         WHEN t._op NOT IN ('c', 'r', 'u', 'd') THEN 6
         WHEN t._op <> 'd' AND ((t._img IS NULL) OR NOT IS_OBJECT(t._img)) THEN 7
         WHEN t._has_source_ts AND (t._source_ts_ms IS NULL OR t._source_ts_ms NOT BETWEEN 0 AND 253402300799999) THEN 8
-        WHEN t._op <> 'd' AND NOT (t._j_v0 IS NULL) AND t."session_id" IS NULL AND NOT t._u_v0 THEN 9
-        WHEN t._op <> 'd' AND NOT (t._j_v1 IS NULL) AND t."path" IS NULL AND NOT t._u_v1 THEN 10
-        WHEN t._op <> 'd' AND NOT (t._j_v2 IS NULL) AND t."viewed_at" IS NULL THEN 11
-        WHEN t._op <> 'd' AND NOT (t._j_v3 IS NULL) AND t."ms_on_page" IS NULL THEN 12
+        WHEN NOT (t._j_v0 IS NULL) AND t."session_id" IS NULL AND NOT t._u_v0 THEN 9
+        WHEN NOT (t._j_v1 IS NULL) AND t."path" IS NULL AND NOT t._u_v1 THEN 10
+        WHEN NOT (t._j_v2 IS NULL) AND t."viewed_at" IS NULL THEN 11
+        WHEN NOT (t._j_v3 IS NULL) AND t."ms_on_page" IS NULL THEN 12
         WHEN t._op = 'd' THEN 13
         ELSE 0
       END AS _check_no FROM typed t),

@@ -230,9 +230,9 @@ BEGIN
         WHEN t._op NOT IN ('c', 'r', 'u', 'd') THEN 6
         WHEN t._op <> 'd' AND ((t._img IS NULL) OR NOT IS_OBJECT(t._img)) THEN 7
         WHEN t._has_source_ts AND (t._source_ts_ms IS NULL OR t._source_ts_ms NOT BETWEEN 0 AND 253402300799999) THEN 8
-        WHEN t._op <> 'd' AND NOT (t._j_v0 IS NULL) AND t."sku" IS NULL AND NOT t._u_v0 THEN 9
-        WHEN t._op <> 'd' AND NOT (t._j_v1 IS NULL) AND t."price" IS NULL THEN 10
-        WHEN t._op <> 'd' AND NOT (t._j_v2 IS NULL) AND t."valid_from" IS NULL THEN 11
+        WHEN NOT (t._j_v0 IS NULL) AND t."sku" IS NULL AND NOT t._u_v0 THEN 9
+        WHEN NOT (t._j_v1 IS NULL) AND t."price" IS NULL THEN 10
+        WHEN NOT (t._j_v2 IS NULL) AND t."valid_from" IS NULL THEN 11
         WHEN t._op = 'd' THEN 12
         ELSE 0
       END AS _check_no FROM typed t),
@@ -366,9 +366,9 @@ BEGIN
         WHEN t._op NOT IN ('c', 'r', 'u', 'd') THEN 6
         WHEN t._op <> 'd' AND ((t._img IS NULL) OR NOT IS_OBJECT(t._img)) THEN 7
         WHEN t._has_source_ts AND (t._source_ts_ms IS NULL OR t._source_ts_ms NOT BETWEEN 0 AND 253402300799999) THEN 8
-        WHEN t._op <> 'd' AND NOT (t._j_v0 IS NULL) AND t."sku" IS NULL AND NOT t._u_v0 THEN 9
-        WHEN t._op <> 'd' AND NOT (t._j_v1 IS NULL) AND t."price" IS NULL THEN 10
-        WHEN t._op <> 'd' AND NOT (t._j_v2 IS NULL) AND t."valid_from" IS NULL THEN 11
+        WHEN NOT (t._j_v0 IS NULL) AND t."sku" IS NULL AND NOT t._u_v0 THEN 9
+        WHEN NOT (t._j_v1 IS NULL) AND t."price" IS NULL THEN 10
+        WHEN NOT (t._j_v2 IS NULL) AND t."valid_from" IS NULL THEN 11
         WHEN t._op = 'd' THEN 12
         ELSE 0
       END AS _check_no FROM typed t),

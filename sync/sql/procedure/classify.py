@@ -84,12 +84,15 @@ def classification_checks(d: PostgresDialect, table: TableConfig) -> list[Check]
             "'source time (ts_ms) is not milliseconds since the epoch between 1970 and 9999'",
         )
     )
+    # A keyed delete names its row by the key; a keyless one by every value of its before
+    # image, so a value that does not convert would name another row (NULL in its place).
+    image_values = "" if table.is_keyless else "t._op <> 'd' AND "
     for i, col in enumerate(table.value_columns):
         raw = f"t.{raw_alias(i)}"
         keeps_stored = f" AND NOT t.{mark_alias(i)}" if toastable(col) else ""
         checks.append(
             Check(
-                f"t._op <> 'd' AND NOT {raw_is_null(d, raw, col)} AND t.{q(col.target_name)} IS NULL{keeps_stored}",
+                f"{image_values}NOT {raw_is_null(d, raw, col)} AND t.{q(col.target_name)} IS NULL{keeps_stored}",
                 Action.QUARANTINE,
                 quote_literal(field_reason(col.name, col.semantic, col.sql_type)),
             )
