@@ -305,6 +305,42 @@ def test_routes_that_cannot_work_are_refused_with_the_setting_named(tables, mess
         make_pipeline(tables)
 
 
+SHARDED = (
+    '[[tables]]\nname = "account"\ntopic = "shop.accounts_all_shards"\n'
+    'route = { db = ["shard1", "shard2"], table = "accounts", key_field = "__dbz__sourceIdentifier" }\n'
+    'primary_key = ["__dbz__sourceIdentifier", "id"]\norder_by = "mysql-binlog"\n'
+    'columns = [{ name = "__dbz__sourceIdentifier", type = "varchar(255)", target = "source_table" },'
+    ' { name = "id", type = "integer" }, { name = "email", type = "varchar(64)" }]\n'
+)
+
+
+@pytest.mark.parametrize("route", ["as configured", "without key_field", "partitions by field"])
+def test_deleting_on_truncate_is_refused_for_a_route_that_merges_source_tables(route):
+    """A truncate event names one source table ("a truncate event ... source.table", Debezium
+    MySQL connector, truncate events) and `on_truncate = "delete"` deletes every stored row:
+    with shards (or a partitioned table's partitions) merged into one table, a TRUNCATE of
+    one would delete the others' rows. Refused, with the setting named."""
+    tables = SHARDED.replace('order_by = "mysql-binlog"\n', 'order_by = "mysql-binlog"\non_truncate = "delete"\n')
+    if route == "without key_field":
+        tables = tables.replace(', key_field = "__dbz__sourceIdentifier"', "").replace(
+            'primary_key = ["__dbz__sourceIdentifier", "id"]', 'primary_key = ["id"]'
+        )
+    elif route == "partitions by field":
+        tables = tables.replace(
+            'db = ["shard1", "shard2"], table = "accounts", key_field = "__dbz__sourceIdentifier"',
+            'field = "__table", values = ["accounts_2025", "accounts_2026"]',
+        ).replace('order_by = "mysql-binlog"', 'format = "debezium-unwrap"\norder_by = "mysql-binlog"')
+        tables = tables.replace('primary_key = ["__dbz__sourceIdentifier", "id"]', 'primary_key = ["id"]')
+    with pytest.raises(ConfigError, match=re.escape('on_truncate = "delete" deletes every stored row')):
+        make_pipeline(tables)
+    # The same route keeps truncates from deleting (the default), and one source table may delete.
+    assert make_pipeline(tables.replace('on_truncate = "delete"\n', "")).table("account").on_truncate == "ignore"
+    single = WHOLE_DATABASE.replace(
+        'route = { db = "shop", table = "orders" }\n', 'route = { db = "shop", table = "orders" }\non_truncate = "delete"\n'
+    )
+    assert make_pipeline(single).table("orders").on_truncate == "delete"
+
+
 def test_a_table_joining_a_topic_replaces_the_procedures_of_its_tables_and_keeps_the_view():
     """The first table of a topic decides whose records are whose: when another table joins
     the topic its procedure is replaced; the shared view stays (a re-created view re-reads
