@@ -29,6 +29,8 @@ from __future__ import annotations
 import pytest
 
 from sync.config import ConfigError
+from sync.operations.quarantine import Selection, replay
+from sync.operations.runner import deploy
 from tests.helpers import feed, make_pipeline
 from tests.test_delivery_semantics import mysql_source, pg_source, setup
 from tests.test_migrations import project, upgraded  # noqa: F401  (fixtures)
@@ -219,6 +221,43 @@ def test_a_delete_whose_before_image_does_not_convert_is_quarantined_not_applied
     run = feed(wh, p, "conv", [event("d", row("a", 3_000_000_000), None, 300), tombstone()])
     assert target(wh, "conv") == [("a", None)]
     assert (run.quarantined, run.deleted) == (1, 0)
+
+
+def _widened_sku(wh, name: str):
+    """The table deployed with sku as varchar(2), then widened to varchar(8) (what a
+    widening revision does), so a record quarantined for a long sku can be replayed."""
+    for relation in (name, name + "__stage"):
+        wh.execute(f'ALTER TABLE cdc."{relation}" ALTER COLUMN sku TYPE varchar(8)')
+    wide = make_pipeline(keyless_toml(name))
+    deploy(wh, wide, "test")
+    return wide
+
+
+def test_replay_of_a_record_whose_resent_copy_applied_adds_nothing(wh):
+    """Quarantined once, a record may still reach the table: a connector restart re-sends it
+    ("at-least-once", Debezium) after the column is widened. Its position is then applied,
+    and the replay is a copy: stale, not a second row."""
+    p = setup(wh, keyless_toml("rq").replace('"varchar(8)"', '"varchar(2)"'))
+    insert = event("c", None, row("abc", 1), 100)
+    assert feed(wh, p, "rq", [insert]).quarantined == 1
+    wide = _widened_sku(wh, "rq")
+    feed(wh, wide, "rq", [{**insert, "partition": 1}])
+    replay(wh, wide, Selection("rq"))
+    assert target(wh, "rq") == [("abc", 1)]
+
+
+def test_replay_of_a_change_below_a_later_snapshot_adds_nothing(wh):
+    """A snapshot taken after the change holds its row: the replayed change is below the
+    snapshot's position, in it, and stale."""
+    p = setup(wh, keyless_toml("rs").replace('"varchar(8)"', '"varchar(2)"'))
+    feed(wh, p, "rs", [event("c", None, row("abc", 1), 100)])
+    wide = _widened_sku(wh, "rs")
+    reads = [snapshot_read(row("abc", 1), "first", 0, 9000), snapshot_read(row("b", 1), "last", 0, 9001)]
+    for read in reads:
+        read["value"]["source"]["pos"] = 300
+    feed(wh, wide, "rs", reads)
+    replay(wh, wide, Selection("rs"))
+    assert target(wh, "rs") == [("abc", 1), ("b", 1)]
 
 
 def test_keyless_true_is_accepted_besides():

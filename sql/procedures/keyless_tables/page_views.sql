@@ -403,8 +403,8 @@ BEGIN
                           AND b._kafka_offset = "audit"."page_views__stage"._kafka_offset);
     -- 4./5. Events without a source position cannot be ordered: quarantined. A change whose
     --    position was applied is a re-sent one, and so is a read older than its snapshot's
-    --    first read; a change below the snapshot's position is in it: stale (not a
-    --    quarantined record being replayed: it was never applied). A late older change
+    --    first read; a change below the snapshot's position is in it: stale (a replayed
+    --    record too: a copy of it applied, or the snapshot read its row). A late older change
     --    (another partition) applies. Copies of one event in the batch are one event.
     UPDATE "audit"."page_views__stage" SET _action = 'quarantine', _reason = 'no source position: a table without a primary key is ordered by it'
     WHERE _source_pos IS NULL AND _action IN ('upsert', 'delete');
@@ -418,8 +418,7 @@ BEGIN
                              AND (a._kafka_partition = s._kafka_partition AND a._kafka_offset > s._kafka_offset
                               OR a._kafka_partition <> s._kafka_partition
                                  AND (a._kafka_timestamp > s._kafka_timestamp
-                                      OR (COALESCE(a._kafka_timestamp = s._kafka_timestamp, true) AND a._kafka_partition > s._kafka_partition))))))
-      AND NOT EXISTS (SELECT 1 FROM "audit"."page_views__watermark" w WHERE w.kafka_partition = s._kafka_partition AND s._kafka_offset <= w.last_offset);
+                                      OR (COALESCE(a._kafka_timestamp = s._kafka_timestamp, true) AND a._kafka_partition > s._kafka_partition))))));
     UPDATE "audit"."page_views__stage" s SET _rn = CASE WHEN s._op = 'r' THEN 1 ELSE c.copy_no END
     FROM (SELECT x._kafka_partition, x._kafka_offset, x._op,
                  ROW_NUMBER() OVER (PARTITION BY x._source_pos, x._op ORDER BY x._kafka_time ASC NULLS FIRST, x._kafka_partition, x._kafka_offset) AS copy_no

@@ -25,7 +25,7 @@ from dataclasses import replace
 from sync.sql import schemas
 from sync.sql.procedure.context import APPLIED, CALL_TIME, Action, TableSql
 from sync.sql.procedure.keyless_pending import keep_pending_sql
-from sync.sql.procedure.ordering import kafka_later, kafka_order, replayed
+from sync.sql.procedure.ordering import kafka_later, kafka_order
 from sync.sql.procedure.stage import stage_insert_sql
 from sync.sql.procedure.text import indent
 
@@ -111,16 +111,15 @@ def keyless_order_sql(ctx: TableSql) -> str:
     return (
         "-- 4./5. Events without a source position cannot be ordered: quarantined. A change whose\n"
         "--    position was applied is a re-sent one, and so is a read older than its snapshot's\n"
-        "--    first read; a change below the snapshot's position is in it: stale (not a\n"
-        "--    quarantined record being replayed: it was never applied). A late older change\n"
+        "--    first read; a change below the snapshot's position is in it: stale (a replayed\n"
+        "--    record too: a copy of it applied, or the snapshot read its row). A late older change\n"
         "--    (another partition) applies. Copies of one event in the batch are one event.\n"
         f"UPDATE {stage} SET _action = '{Action.QUARANTINE}', _reason = '{POSITIONLESS}'\n"
         f"WHERE _source_pos IS NULL AND _action IN {APPLIED};\n"
         f"UPDATE {stage} s SET _action = '{Action.STALE}'\n"
         f"WHERE s._action IN {APPLIED}\n"
         f"  AND (s._source_pos < {snapshot_at(ctx)}\n"
-        f"       OR {_applied(ctx)})\n"
-        f"  AND NOT {replayed(ctx)};\n"
+        f"       OR {_applied(ctx)});\n"
         f"UPDATE {stage} s SET _rn = CASE WHEN s._op = 'r' THEN 1 ELSE c.copy_no END\n"
         "FROM (SELECT x._kafka_partition, x._kafka_offset, x._op,\n"
         f"             ROW_NUMBER() OVER (PARTITION BY x._source_pos, x._op ORDER BY {oldest_first}) AS copy_no\n"
