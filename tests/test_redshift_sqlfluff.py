@@ -11,6 +11,7 @@ Known gaps of sqlfluff's grammar, kept as exact texts so a new gap fails the tes
 from __future__ import annotations
 
 import functools
+import re
 import sys
 from pathlib import Path
 
@@ -23,6 +24,7 @@ from tests.helpers import REPO
 from tests.test_redshift_rules import EXAMPLE_PIPELINES, _example, procedure_statements
 
 KNOWN_GAPS = ("CLUSTER_ARN '",)
+QUOTED_IDENTIFIER = re.compile(r'"(?:[^"]|"")*"')
 
 
 @functools.cache
@@ -34,13 +36,18 @@ def _linter():
 
 
 def _statements(path: Path) -> list[str]:
-    out = []
+    """Every statement of the example's Redshift rendering, one of each shape: statements
+    that differ only in their quoted identifiers (one table's names and another's) are one
+    token sequence to the parser, so the first of them stands for the others."""
+    out: dict[str, str] = {}
     for text in render_files(_example(path), "redshift", str(path.relative_to(REPO))).values():
         for sql in split_statements(text):
-            out.append(sql)
+            found = [sql]
             if "PROCEDURE" in sql.split("\n")[0]:
-                out += [s + ";" for s in procedure_statements(procedure_body(sql))]
-    return out
+                found += [s + ";" for s in procedure_statements(procedure_body(sql))]
+            for statement in found:
+                out.setdefault(QUOTED_IDENTIFIER.sub('"x"', statement), statement)
+    return list(out.values())
 
 
 def _unparsable(sql: str) -> list[str]:
@@ -51,7 +58,7 @@ def _unparsable(sql: str) -> list[str]:
 @pytest.mark.parametrize("path", EXAMPLE_PIPELINES, ids=lambda p: p.parent.name)
 def test_sqlfluff_parses_every_redshift_statement(path: Path):
     statements = _statements(path)
-    assert len(statements) > 50
+    assert len(statements) > 40
     failures = []
     for sql in statements:
         problems = _unparsable(sql)
