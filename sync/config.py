@@ -424,8 +424,7 @@ class TableConfig(_Model):
                 f"route: key_field {route.key_field!r} (the field the routing SMT adds to the Kafka key) "
                 "is not in primary_key: a sharded table keeps it in the key"
             )
-        merged = route.key_field is not None or any(len(names) > 1 for names in (*route.source_values, route.values))
-        if merged and self.on_truncate == "delete":
+        if route.merges_sources and self.on_truncate == "delete":
             raise ValueError(
                 'route: on_truncate = "delete" deletes every stored row of the table, and this route merges '
                 "several source tables into it (a list of names, or a key_field): a truncate of one would delete "

@@ -85,3 +85,12 @@ class RouteConfig(BaseModel):
     @property
     def source_values(self) -> tuple[list[str], list[str], list[str]]:
         return self.db, self.schema_, self.table
+
+    @property
+    def merges_sources(self) -> bool:
+        """Records of several source tables can be the table's: the routing SMT's key field
+        keeps them apart, or a selector of the source block (or the `__` field
+        ExtractNewRecordState adds for it) lists several names."""
+        added = {f"__{name}" for name in SOURCE_ATTRIBUTES}
+        named = [*self.source_values, self.values if self.field in added else []]
+        return self.key_field is not None or any(len(names) > 1 for names in named)

@@ -202,9 +202,10 @@ APPLY_STEPS = (
         toast_sql,
         ("v_unavailable", "v_set_aside", "v_quarantined"),
         _has_toast,
-        reads=RANKED | STORED | facts("_unavailable values"),
-        # Completes what is known, then quarantines the winners it could not complete.
-        writes=facts("_unavailable values _action _reason", Action.QUARANTINE),
+        reads=RANKED | STORED | facts("_unavailable values _reason"),
+        # Completes what is known, then quarantines the winners it could not complete with
+        # their key's events since its delete, which becomes the key's winner.
+        writes=facts("_unavailable values _action _reason _rn", Action.QUARANTINE),
     ),
     Step(
         stale_sql,

@@ -57,8 +57,9 @@ def toast_sql(ctx: TableSql) -> str:
         f" t.{q(c)} AS stored{i}"
         for i, c in enumerate(cols)
     )
-    live = " AND NOT t._deleted" if ctx.table.delete_mode == "soft" else ""
-    extra = [(f"t.{q(c)}",) for c in cols] + ([("t._deleted",)] if live else [])
+    soft = ctx.table.delete_mode == "soft"  # a soft-deleted row is stored, and holds no value
+    live = " AND NOT t._deleted" if soft else ""
+    extra = [(f"t.{q(c)}",) for c in cols] + ([("t._deleted",)] if soft else [])
     earlier = "".join(
         f"        LEFT JOIN {stage} p{i} ON {key_match(d, keys, f'p{i}', 'w')} AND p{i}._rn = m.rn{i} AND p{i}._action = '{Action.UPSERT}'\n"
         for i in range(len(cols))
