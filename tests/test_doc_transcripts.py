@@ -68,12 +68,24 @@ class EmbeddedWarehouses:
         for folder, subfolders, _ in os.walk(self.root):
             if Path(folder).name == "pgdata":
                 subfolders.clear()
-                if Path(folder) not in self.held and (Path(folder) / "PG_VERSION").exists():
+                if Path(folder) not in self.held and (Path(folder) / "PG_VERSION").exists() and _settled(Path(folder)):
                     self.held[Path(folder)] = pgserver.get_server(folder, cleanup_mode="stop")
 
     def stop(self) -> None:
         for server in self.held.values():
             server.cleanup()  # type: ignore[attr-defined]
+
+
+def _settled(pgdata: Path) -> bool:
+    """No server of `pgdata` is half-way through starting: a postmaster.pid, if there is one,
+    has all 8 lines (its status line last; a standalone backend writes a negative pid and
+    fewer lines). A server still starting is held after the next command instead."""
+    pid = pgdata / "postmaster.pid"
+    try:
+        lines = pid.read_text().splitlines()
+    except FileNotFoundError:
+        return True
+    return len(lines) >= 8 and not lines[0].startswith("-")
 
 
 def _new_session(root: Path, name: str, sources: list[str]) -> Path:
