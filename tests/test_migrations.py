@@ -437,3 +437,30 @@ def test_a_table_the_generator_renders_differently_gets_a_revision_that_records_
     assert 'r.recreate_stage("customer")' in written.plan.upgrade
     assert deploy(cfg, pipeline).warnings == []
     assert write_revision(cfg, pipeline, ORIGIN, "nothing") is None
+
+
+def test_an_index_the_generator_renders_differently_is_rebuilt_and_the_stream_keeps_its_records(project, database_dsn, wh):
+    """On PostgreSQL the stream is a table of records (what `ingest` wrote): an index of it
+    (or of the history) rendered differently is dropped and built anew on its own. The
+    revision once re-created the stream for it, which dropped every record it held."""
+    (head,) = (project / "migrations" / "versions").glob("*.py")
+    text = head.read_text()
+    recorded = re.search(r"'index cdc\.customer__s_pos': '([0-9a-f]{16})'", text).group(1)
+    head.write_text(text.replace(recorded, "0" * 16))
+    pipeline = load_pipeline(project / "pipeline.toml")[0]
+    cfg = alembic_config(None, database_dsn)
+    deploy(cfg, pipeline)
+    ingest_file(wh, pipeline, "customer", EVENTS / "customer-1.jsonl")
+    held = wh.scalar('SELECT COUNT(*) FROM cdc."customer__stream"')
+    assert held > 0
+    wh.execute("DROP INDEX cdc.customer__s_pos")  # the old rendering is gone; the new one must be built
+
+    written = write_revision(cfg, pipeline, ORIGIN, "regenerate")
+    assert written is not None
+    assert 'r.recreate_index("customer", "postgres", "customer__s_pos")' in written.plan.upgrade
+    assert not [line for line in written.plan.upgrade if "recreate_stream" in line]
+    deploy(cfg, pipeline)
+    assert wh.scalar('SELECT COUNT(*) FROM cdc."customer__stream"') == held
+    assert wh.scalar("SELECT COUNT(*) FROM pg_indexes WHERE schemaname = 'cdc' AND indexname = 'customer__s_pos'") == 1
+    sync_one(wh, pipeline, "customer")
+    assert wh.scalar('SELECT COUNT(*) FROM cdc."customer"') == 5

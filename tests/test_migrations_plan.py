@@ -121,3 +121,16 @@ def test_new_credentials_recreate_the_source_but_a_new_cluster_is_refused():
     moved["pipeline"]["source"]["cluster_arn"] = "arn:aws:kafka:us-east-1:123456789012:cluster/other/def"
     with pytest.raises(RevisionRefused, match="the Kafka cluster changed.*Safe path"):
         plan_revision(state(), state_for(pipeline_of(moved), "pipeline.toml"))
+
+
+def test_an_index_rendered_differently_is_rebuilt_without_its_relation():
+    """On PostgreSQL the stream is a table of records: an index of it rendered differently
+    is rebuilt on its own, never by re-creating the stream (which would drop the records)."""
+    changed = copy.deepcopy(state())
+    changed["fingerprints"]["postgres"]["index cdc.orders__s_pos"] = "0" * 16
+    plan = plan_revision(changed, state())
+    assert [line for line in plan.upgrade if not line.startswith("#")] == [
+        'r.recreate_index("orders", "postgres", "orders__s_pos")',
+        'r.replace_procedure("orders")',
+    ]
+    assert any("orders__s_pos is not rebuilt" in line for line in plan.downgrade)

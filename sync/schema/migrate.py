@@ -276,6 +276,17 @@ class Revision:
         for obj in self._objects("after", table, ("stream", "index")):
             self._run(obj.sql)
 
+    def recreate_index(self, table: str, dialect: str, index: str) -> None:
+        """Only on `dialect`: the index dropped and built as this state's generator renders
+        it (`CREATE INDEX IF NOT EXISTS` alone would keep the old definition); the relation
+        it is on and what that holds stay."""
+        if self.dialect != dialect:
+            return
+        for obj in self._objects("after", table, ("index",)):
+            if obj.name == index:
+                self._run(f"DROP INDEX IF EXISTS {self._dialect(self.after).qualified(obj.schema, obj.name)};")
+                self._run(obj.sql)
+
     def recreate_stage(self, table: str) -> None:
         """The stage as this state's procedure reads it. It is empty between runs (every
         run empties it before it commits), so it is dropped and created again, under the

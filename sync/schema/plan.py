@@ -194,11 +194,12 @@ class TableDrift:
 
     procedure: bool = False
     streams: list[str] = field(default_factory=list)  # dialects whose stream is re-created
+    indexes: list[tuple[str, str]] = field(default_factory=list)  # (dialect, name) of indexes built anew
     stage: bool = False  # the stage (empty between runs) is re-created
     watermark: bool = False  # the watermark's table attributes are changed in place
 
     def any(self) -> bool:
-        return self.procedure or self.stage or self.watermark or bool(self.streams)
+        return self.procedure or self.stage or self.watermark or bool(self.streams or self.indexes)
 
 
 def _drift_ops(table: TableConfig, drifts: list[Drift], plan: RevisionPlan) -> TableDrift:
@@ -209,9 +210,13 @@ def _drift_ops(table: TableConfig, drifts: list[Drift], plan: RevisionPlan) -> T
         name = d.label.rsplit(".", 1)[-1]
         if d.kind == "procedure":
             found.procedure = True
-        elif d.kind in ("stream", "index") and d.generated:
+        elif d.kind == "stream" and d.generated:
             if d.dialect not in found.streams:
                 found.streams.append(d.dialect)
+        elif d.kind == "index" and d.generated:
+            # Only the index: re-creating the relation it is on would drop what it holds (on
+            # PostgreSQL the stream is a table of records).
+            found.indexes.append((d.dialect, name))
         elif d.kind == "table" and d.generated and name == names.stage:
             found.stage = True
         elif d.kind == "table" and d.generated and name == names.watermark:
@@ -272,6 +277,9 @@ def _table_ops(old: TableConfig, new: TableConfig, drifts: list[Drift], plan: Re
             "its topic from offset 0, which the watermark makes harmless"
         )
         up.append(_call("recreate_stream", t, dialect))
+    for dialect, index in drift.indexes:
+        up.append(f"# the generator's {dialect} index {index} changed: it is dropped and built anew")
+        up.append(_call("recreate_index", t, dialect, index))
     if drift.stage:
         up.append("# the generator's stage layout changed: the stage is empty between runs")
         up.append(_call("recreate_stage", t))
@@ -293,6 +301,8 @@ def _table_ops(old: TableConfig, new: TableConfig, drifts: list[Drift], plan: Re
         down.append(f"# {t}.{c} stays {_type(new_cols[c])}: the values written since may not fit {_type(old_cols[c])}")
     if streams:
         down.append(f"# {t}'s stream is not re-created: the generator's earlier definition is not kept")
+    for _, index in drift.indexes:
+        down.append(f"# {t}'s index {index} is not rebuilt: the generator's earlier definition is not kept")
     down.append(_call("replace_procedure", t))
 
 
