@@ -223,6 +223,23 @@ def test_a_delete_whose_before_image_does_not_convert_is_quarantined_not_applied
     assert (run.quarantined, run.deleted) == (1, 0)
 
 
+@pytest.mark.parametrize("before", [None, "not an object"], ids=["null", "string"])
+def test_a_delete_without_a_before_image_is_quarantined_not_applied_to_a_row_of_nulls(wh, before):
+    """A table without a key names the row a delete removes by its before image (docs/
+    correctness.md). A source not set up as required (PostgreSQL's REPLICA IDENTITY DEFAULT:
+    "If a table does not have a primary key, the connector does not emit UPDATE or DELETE
+    events" there, so only a misconfigured or hand-made record has none) sends `before:
+    null`: the delete names no row. It is quarantined with its reason, like an update
+    without one, and neither the row it meant nor a row whose values are all NULL goes."""
+    p = setup(wh, keyless_toml("nobefore_d", order_by="postgres-lsn", replica_identity="full"))
+    feed(wh, p, "nobefore_d", [event("c", None, row("a", 1), 100, pg=True), event("c", None, row(None, None), 200, pg=True)])
+    run = feed(wh, p, "nobefore_d", [event("d", before, None, 300, pg=True), tombstone()])
+    assert target(wh, "nobefore_d") == [("a", 1), (None, None)]
+    assert (run.quarantined, run.deleted) == (1, 0)
+    reason = wh.query("SELECT reason FROM cdc.sync_quarantine WHERE table_name = 'nobefore_d'")
+    assert reason == [("delete without a full before image: the source table needs REPLICA IDENTITY FULL",)]
+
+
 def _widened_sku(wh, name: str):
     """The table deployed with sku as varchar(2), then widened to varchar(8) (what a
     widening revision does), so a record quarantined for a long sku can be replayed."""

@@ -55,7 +55,9 @@ FEATURE_IDLE_STATEMENTS = {"column policies": 1}
 # Lines a feature adds to a procedure (history: its versions, intervals and the rules for
 # re-sent copies, measured as the same table's procedure with and without it).
 FEATURE_LINES = {"history": 107}
-KEYLESS_CEILINGS = {"lines_over_budget": 314, "widest": 160, "json_size_repeats": 4, "common": 25, "idle": 7}
+# Lines over budget: 314 until a keyless delete without its before image was quarantined (it
+# named the row of NULLs), a correctness fix of one check in each of the two stage queries.
+KEYLESS_CEILINGS = {"lines_over_budget": 317, "widest": 160, "json_size_repeats": 4, "common": 25, "idle": 7}
 
 
 def _features(table: TableConfig) -> list[str]:

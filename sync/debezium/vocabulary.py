@@ -106,6 +106,8 @@ class Reason(StrEnum):
     NOT_JSON = "value is not valid JSON"
     NOT_OBJECT = "value is not a JSON object"
     NO_OP = "no op field: not a Debezium change event"
+    # A table without a primary key names the row a delete removes by its before image.
+    NO_DELETE_IMAGE = "delete without a full before image: the source table needs REPLICA IDENTITY FULL"
 
 
 def key_reason(field: str, semantic: str | None, column_type: object) -> str:

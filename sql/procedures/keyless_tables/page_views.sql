@@ -212,31 +212,33 @@ BEGIN
         WHEN t._op = 't' THEN 5
         WHEN t._op NOT IN ('c', 'r', 'u', 'd') THEN 6
         WHEN t._op <> 'd' AND ((t._img IS NULL) OR NOT IS_OBJECT(t._img)) THEN 7
-        WHEN t._has_source_ts AND (t._source_ts_ms IS NULL OR t._source_ts_ms NOT BETWEEN 0 AND 253402300799999) THEN 8
-        WHEN NOT (t._j_v0 IS NULL) AND t."session_id" IS NULL AND NOT t._u_v0 THEN 9
-        WHEN NOT (t._j_v1 IS NULL) AND t."path" IS NULL AND NOT t._u_v1 THEN 10
-        WHEN NOT (t._j_v2 IS NULL) AND t."viewed_at" IS NULL THEN 11
-        WHEN NOT (t._j_v3 IS NULL) AND t."ms_on_page" IS NULL THEN 12
-        WHEN t._op = 'd' THEN 13
+        WHEN t._op = 'd' AND ((t._img IS NULL) OR NOT IS_OBJECT(t._img)) THEN 8
+        WHEN t._has_source_ts AND (t._source_ts_ms IS NULL OR t._source_ts_ms NOT BETWEEN 0 AND 253402300799999) THEN 9
+        WHEN NOT (t._j_v0 IS NULL) AND t."session_id" IS NULL AND NOT t._u_v0 THEN 10
+        WHEN NOT (t._j_v1 IS NULL) AND t."path" IS NULL AND NOT t._u_v1 THEN 11
+        WHEN NOT (t._j_v2 IS NULL) AND t."viewed_at" IS NULL THEN 12
+        WHEN NOT (t._j_v3 IS NULL) AND t."ms_on_page" IS NULL THEN 13
+        WHEN t._op = 'd' THEN 14
         ELSE 0
       END AS _check_no FROM typed t),
   classified AS (SELECT t._kafka_partition, t._kafka_offset, t._kafka_timestamp, t._refresh_time, t._raw_value, t._op,
       CASE WHEN t._source_ts_ms BETWEEN 0 AND 253402300799999 THEN t._source_ts_ms END AS _source_ts_ms, t._source_pos,
       t._unavailable, t._drift_img, t."session_id", t."path", t."viewed_at", t."ms_on_page",
-      CASE t._check_no WHEN 0 THEN 'upsert' WHEN 2 THEN 'tombstone' WHEN 5 THEN 'truncate' WHEN 13 THEN 'delete' ELSE 'quarantine' END AS _action,
+      CASE t._check_no WHEN 0 THEN 'upsert' WHEN 2 THEN 'tombstone' WHEN 5 THEN 'truncate' WHEN 14 THEN 'delete' ELSE 'quarantine' END AS _action,
       CASE t._check_no
         WHEN 1 THEN 'value is not valid JSON'
         WHEN 3 THEN 'value is not a JSON object'
         WHEN 4 THEN 'no op field: not a Debezium change event'
         WHEN 6 THEN 'unknown op "' || CASE WHEN OCTET_LENGTH(t._op) <= 64 THEN t._op ELSE SUBSTRING(t._op, 1, 16) END || '"'
         WHEN 7 THEN 'no row image: after is missing or not an object'
-        WHEN 8 THEN 'source time (ts_ms) is not milliseconds since the epoch between 1970 and 9999'
-        WHEN 9 THEN 'field session_id does not convert to varchar(36)'
-        WHEN 10 THEN 'field path does not convert to varchar(512)'
-        WHEN 11 THEN 'field viewed_at does not convert from io.debezium.time.Timestamp to timestamp'
-        WHEN 12 THEN 'field ms_on_page does not convert to integer'
+        WHEN 8 THEN 'delete without a full before image: the source table needs REPLICA IDENTITY FULL'
+        WHEN 9 THEN 'source time (ts_ms) is not milliseconds since the epoch between 1970 and 9999'
+        WHEN 10 THEN 'field session_id does not convert to varchar(36)'
+        WHEN 11 THEN 'field path does not convert to varchar(512)'
+        WHEN 12 THEN 'field viewed_at does not convert from io.debezium.time.Timestamp to timestamp'
+        WHEN 13 THEN 'field ms_on_page does not convert to integer'
       END AS _reason,
-      CASE WHEN t._check_no IN (1, 3, 4, 6, 7, 8, 9, 10, 11, 12) OR t._unavailable IS NOT NULL THEN t._payload END AS _quarantine_payload,
+      CASE WHEN t._check_no IN (1, 3, 4, 6, 7, 8, 9, 10, 11, 12, 13) OR t._unavailable IS NOT NULL THEN t._payload END AS _quarantine_payload,
       MAX(t._kafka_timestamp) OVER (PARTITION BY t._kafka_partition ORDER BY t._kafka_offset
         ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW) AS _kafka_time FROM checked t)
   SELECT c._kafka_partition, c._kafka_offset, c._kafka_timestamp, c._kafka_time, c._refresh_time,
@@ -328,31 +330,33 @@ BEGIN
         WHEN t._op = 't' THEN 5
         WHEN t._op NOT IN ('c', 'r', 'u', 'd') THEN 6
         WHEN t._op <> 'd' AND ((t._img IS NULL) OR NOT IS_OBJECT(t._img)) THEN 7
-        WHEN t._has_source_ts AND (t._source_ts_ms IS NULL OR t._source_ts_ms NOT BETWEEN 0 AND 253402300799999) THEN 8
-        WHEN NOT (t._j_v0 IS NULL) AND t."session_id" IS NULL AND NOT t._u_v0 THEN 9
-        WHEN NOT (t._j_v1 IS NULL) AND t."path" IS NULL AND NOT t._u_v1 THEN 10
-        WHEN NOT (t._j_v2 IS NULL) AND t."viewed_at" IS NULL THEN 11
-        WHEN NOT (t._j_v3 IS NULL) AND t."ms_on_page" IS NULL THEN 12
-        WHEN t._op = 'd' THEN 13
+        WHEN t._op = 'd' AND ((t._img IS NULL) OR NOT IS_OBJECT(t._img)) THEN 8
+        WHEN t._has_source_ts AND (t._source_ts_ms IS NULL OR t._source_ts_ms NOT BETWEEN 0 AND 253402300799999) THEN 9
+        WHEN NOT (t._j_v0 IS NULL) AND t."session_id" IS NULL AND NOT t._u_v0 THEN 10
+        WHEN NOT (t._j_v1 IS NULL) AND t."path" IS NULL AND NOT t._u_v1 THEN 11
+        WHEN NOT (t._j_v2 IS NULL) AND t."viewed_at" IS NULL THEN 12
+        WHEN NOT (t._j_v3 IS NULL) AND t."ms_on_page" IS NULL THEN 13
+        WHEN t._op = 'd' THEN 14
         ELSE 0
       END AS _check_no FROM typed t),
   classified AS (SELECT t._kafka_partition, t._kafka_offset, t._kafka_timestamp, t._refresh_time, t._raw_value, t._op,
       CASE WHEN t._source_ts_ms BETWEEN 0 AND 253402300799999 THEN t._source_ts_ms END AS _source_ts_ms, t._source_pos,
       t._unavailable, t._drift_img, t."session_id", t."path", t."viewed_at", t."ms_on_page",
-      CASE t._check_no WHEN 0 THEN 'upsert' WHEN 2 THEN 'tombstone' WHEN 5 THEN 'truncate' WHEN 13 THEN 'delete' ELSE 'quarantine' END AS _action,
+      CASE t._check_no WHEN 0 THEN 'upsert' WHEN 2 THEN 'tombstone' WHEN 5 THEN 'truncate' WHEN 14 THEN 'delete' ELSE 'quarantine' END AS _action,
       CASE t._check_no
         WHEN 1 THEN 'value is not valid JSON'
         WHEN 3 THEN 'value is not a JSON object'
         WHEN 4 THEN 'no op field: not a Debezium change event'
         WHEN 6 THEN 'unknown op "' || CASE WHEN OCTET_LENGTH(t._op) <= 64 THEN t._op ELSE SUBSTRING(t._op, 1, 16) END || '"'
         WHEN 7 THEN 'no row image: after is missing or not an object'
-        WHEN 8 THEN 'source time (ts_ms) is not milliseconds since the epoch between 1970 and 9999'
-        WHEN 9 THEN 'field session_id does not convert to varchar(36)'
-        WHEN 10 THEN 'field path does not convert to varchar(512)'
-        WHEN 11 THEN 'field viewed_at does not convert from io.debezium.time.Timestamp to timestamp'
-        WHEN 12 THEN 'field ms_on_page does not convert to integer'
+        WHEN 8 THEN 'delete without a full before image: the source table needs REPLICA IDENTITY FULL'
+        WHEN 9 THEN 'source time (ts_ms) is not milliseconds since the epoch between 1970 and 9999'
+        WHEN 10 THEN 'field session_id does not convert to varchar(36)'
+        WHEN 11 THEN 'field path does not convert to varchar(512)'
+        WHEN 12 THEN 'field viewed_at does not convert from io.debezium.time.Timestamp to timestamp'
+        WHEN 13 THEN 'field ms_on_page does not convert to integer'
       END AS _reason,
-      CASE WHEN t._check_no IN (1, 3, 4, 6, 7, 8, 9, 10, 11, 12) OR t._unavailable IS NOT NULL THEN t._payload END AS _quarantine_payload,
+      CASE WHEN t._check_no IN (1, 3, 4, 6, 7, 8, 9, 10, 11, 12, 13) OR t._unavailable IS NOT NULL THEN t._payload END AS _quarantine_payload,
       MAX(t._kafka_timestamp) OVER (PARTITION BY t._kafka_partition ORDER BY t._kafka_offset
         ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW) AS _kafka_time FROM checked t)
   SELECT c._kafka_partition, c._kafka_offset, c._kafka_timestamp, c._kafka_time, c._refresh_time,

@@ -57,6 +57,7 @@ def classification_checks(d: PostgresDialect, table: TableConfig) -> list[Check]
     """Ordered rules over the typed record `t`; the first match decides."""
     q = d.q
     key_present = " AND ".join(f"t.{q(c.target_name)} IS NOT NULL" for c in table.key_columns)
+    no_image = f"{d.json_is_null('t._img')} OR NOT {d.json_is_object('t._img')}"
     checks = [Check("t._raw_value IS NOT NULL", Action.QUARANTINE, quote_literal(Reason.NOT_JSON))]
     if table.format == "debezium-unwrap":
         checks.append(Check(f"{d.json_is_null('t._env')} AND {key_present}", Action.DELETE, "NULL"))
@@ -68,11 +69,14 @@ def classification_checks(d: PostgresDialect, table: TableConfig) -> list[Check]
         Check(
             "t._op NOT IN ('c', 'r', 'u', 'd')", Action.QUARANTINE, f"'unknown op \"' || {d.prefix_bytes('t._op', 64)} || '\"'"
         ),
-        # A c/r/u event without an after image would otherwise become a row of NULLs.
-        Check(
-            f"t._op <> 'd' AND ({d.json_is_null('t._img')} OR NOT {d.json_is_object('t._img')})",
-            Action.QUARANTINE,
-            "'no row image: after is missing or not an object'",
+        # A c/r/u event without an after image would otherwise become a row of NULLs, and a
+        # keyless delete without its before image would name the row of NULLs (it names the
+        # row it removes by that image).
+        Check(f"t._op <> 'd' AND ({no_image})", Action.QUARANTINE, "'no row image: after is missing or not an object'"),
+        *(
+            [Check(f"t._op = 'd' AND ({no_image})", Action.QUARANTINE, quote_literal(Reason.NO_DELETE_IMAGE))]
+            if table.is_keyless
+            else []
         ),
         *_key_checks(d, table),
     ]
