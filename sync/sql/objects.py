@@ -14,7 +14,6 @@ from sync.sql.dialect import PostgresDialect, dialect_for, quote_literal
 from sync.sql.names import HEARTBEAT_STREAM, QUARANTINE, REFRESH_HISTORY, RUN_LOG, SCHEMA_DRIFT, table_names
 from sync.sql.policy import KEY_TABLE, any_policies, key_table_sql
 from sync.sql.procedure import isolate_record_sql, procedure_sql, scheduled_procedure_sql
-from sync.sql.procedure.fields import has_toast
 
 # A quoted identifier keeps its case only when this is true (r_enable_case_sensitive_identifier).
 CASE_SETTING = "enable_case_sensitive_identifier"
@@ -201,8 +200,7 @@ def history_objects(d: PostgresDialect, pipeline: Pipeline, table: TableConfig) 
     """The history table: distributed on the key like the target (a key's versions on one
     slice, so the procedure's join with the stage is collocated), sorted by the key, then
     `_valid_from` (a key's versions in order; a range of times is a range of blocks per key).
-    PostgreSQL, which has neither, gets an index on the key and position instead, and
-    indexes for the batch's recompute count."""
+    PostgreSQL, which has neither, gets an index on the key and position instead."""
     n = table_names(pipeline, table)
     keys = [c.target_name for c in table.key_columns]
     lines = schemas.definitions(d, schemas.history(table), quoted=True)
@@ -210,23 +208,13 @@ def history_objects(d: PostgresDialect, pipeline: Pipeline, table: TableConfig) 
         d, n.schema, n.history, lines, d.table_attributes(table.distkey_column.target_name, [*keys, "_valid_from"])
     )
     objects = [SqlObject("table", n.schema, n.history, sql, table.name)]
-    if d.streaming_ingestion:
-        return objects
-    on, key_list = d.qualified(n.schema, n.history), ", ".join(d.q(k) for k in keys)
-    indexes = {
-        f"{table.name}__h_key": f"({key_list}, _valid_from_pos)",
-        # The batch's recompute count reads the versions at or after its oldest position
-        # (sync/sql/procedure/history.py, `history_counts`): a block range index skips the
-        # blocks of older batches, which hold only older positions (versions are appended
-        # batch after batch), where a scan would read the whole history on every call.
-        f"{table.name}__h_pos": "USING brin ((COALESCE(_valid_from_pos, '')))",
-    }
-    if has_toast(table):
-        # ... and the versions that hold a TOAST placeholder, few at any time.
-        indexes[f"{table.name}__h_toast"] = f"({key_list}) WHERE _unavailable IS NOT NULL"
-    for index, definition in indexes.items():
-        sql = f"CREATE INDEX IF NOT EXISTS {d.q(index)} ON {on} {definition};"
-        objects.append(SqlObject("index", n.schema, index, sql, table.name))
+    if not d.streaming_ingestion:
+        index = f"{table.name}__h_key"
+        columns = ", ".join([*(d.q(k) for k in keys), "_valid_from_pos"])
+        on = d.qualified(n.schema, n.history)
+        objects.append(
+            SqlObject("index", n.schema, index, f"CREATE INDEX IF NOT EXISTS {d.q(index)} ON {on} ({columns});", table.name)
+        )
     return objects
 
 
