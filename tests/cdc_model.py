@@ -84,6 +84,13 @@ FLOAT_RANGE = {
 NOT_JSON = object()  # a value the stream keeps raw
 
 
+# Debezium's `unavailable.value.placeholder` (default): a PostgreSQL column value stored out
+# of line (TOAST) that an update left unchanged is not in the replication message; "Debezium
+# cannot safely provide the column value ... it returns a placeholder value" (Debezium
+# PostgreSQL connector, "Toasted values": under REPLICA IDENTITY DEFAULT, for UPDATE events).
+UNAVAILABLE = "__debezium_unavailable_value"
+
+
 class Unmodelled(ValueError):
     """The input is outside what this model describes (see the module docstring)."""
 
@@ -371,6 +378,9 @@ def classify(record: Mapping[str, Any], table: TableConfig) -> Decision:
     image = image if isinstance(image, dict) else {}
     row: dict[str, Any] = {c.target_name: v for c, v in zip(table.key_columns, key)}
     for col in table.value_columns:
+        if image.get(col.name) == UNAVAILABLE and _parse_type(col.type).family in ("char", "varchar"):
+            row[col.target_name] = UNAVAILABLE  # the value is unchanged (TOAST): the previous one
+            continue
         try:
             row[col.target_name] = _column(image.get(col.name), col)
         except _NotConvertible:

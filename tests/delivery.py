@@ -53,6 +53,14 @@ event-flattening.adoc, all in the debezium/debezium repository):
   tombstone with the same key (`tombstones.on.delete`, default true; DOC-PG L1235-1239).
 - REPLICA IDENTITY DEFAULT (DOC-PG L738-757): an update's `before` is null, a delete's
   `before` holds the key columns only; knob `replica_identity` ("default" | "full").
+  "REPLICA IDENTITY DEFAULT: When receiving an UPDATE event from the database, any
+  unchanged TOAST column value that is not part of the replica identity is not contained
+  in the event ... Debezium cannot safely provide the column value in this case and returns
+  a placeholder value" (DOC-PG, "Toasted values"; `unavailable.value.placeholder`, default
+  `__debezium_unavailable_value`); under FULL the values are "part of the before and after
+  blocks ... as any other column". Knob `toasted`: NAME's values are TOASTed, so every update
+  under DEFAULT that leaves NAME unchanged carries the placeholder for it; inserts, snapshot
+  reads and updates that change NAME carry the value.
   MySQL needs `binlog_row_image=FULL`: full before images.
 - ExtractNewRecordState (DOC-SMT): the value is the row itself plus the `add.fields`
   (`__op`, `__source_ts_ms`, and the position: `__lsn`, `__sequence` or `__file`,
@@ -93,6 +101,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
 from sync.debezium.events import lsn_text
+from tests.cdc_model import UNAVAILABLE
 from tests.kafka_partitioner import json_key, partition_for
 
 KEY_FIELDS = ("ID", "REGION")
@@ -178,6 +187,9 @@ class Connector:
     resnapshot_at: int | None = None
     lost: int = 0
     restart_null_commit: bool = False  # PostgreSQL: a restart forgets the last commit LSN
+    # PostgreSQL, REPLICA IDENTITY DEFAULT: NAME's values are stored out of line (TOAST), so an
+    # update that leaves NAME unchanged carries the placeholder for it.
+    toasted: bool = False
     # The topic grows to `grow_to` partitions; the producer uses the new count from the
     # delivered record `grow_at` on (`clock = "transaction"`: from the first record of a
     # transaction or run at or after it).
@@ -333,8 +345,13 @@ POSITION_FIELDS = {
 }
 
 
+def _unchanged_toasted(before: Row, after: Row) -> Row:
+    """The after image an update of a TOASTed NAME sends: the placeholder where NAME did not change."""
+    return {**after, "NAME": UNAVAILABLE} if after["NAME"] == before["NAME"] else after
+
+
 def _change_events(
-    change: Change, before: Row | None, at: _Positions, txn: int, commit: int | None, identity: str
+    change: Change, before: Row | None, at: _Positions, txn: int, commit: int | None, identity: str, toasted: bool = False
 ) -> list[Event]:
     def event(op: str, key: Key, b: Row | None, a: Row | None, again: bool = False) -> Event:
         return Event(op, key, b, a, at.change(op, again), txn, commit)  # type: ignore[arg-type]
@@ -346,7 +363,8 @@ def _change_events(
         assert change.row is not None
         if before is None:
             return [event("c", change.key, None, change.row)]
-        return [event("u", change.key, before if identity == "full" else None, change.row)]
+        after = _unchanged_toasted(before, change.row) if toasted and identity == "default" else change.row
+        return [event("u", change.key, before if identity == "full" else None, after)]
     assert before is not None
     out = [event("d", change.key, delete_image(before), None)]
     out.append(Event("tombstone", change.key, None, None, {}, txn, commit))
@@ -386,7 +404,7 @@ def emit(history: History, connector: Connector) -> list[Event]:
         for change in tx:
             before = state.get(change.key)
             if not unseen:
-                events.extend(_change_events(change, before, at, txn, commit, identity))
+                events.extend(_change_events(change, before, at, txn, commit, identity, c.toasted))
             apply_change(state, change)
         at.commit()
     if c.resnapshot_at == len(history.transactions):

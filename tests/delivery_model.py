@@ -81,7 +81,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from sync.config import TableConfig
-from tests.cdc_model import NOT_JSON, Unmodelled, classify, decode, source_block, unwrap_schema
+from tests.cdc_model import NOT_JSON, UNAVAILABLE, Unmodelled, classify, decode, source_block, unwrap_schema
 from tests.cdc_model import position as source_position
 
 Position = tuple[int, ...]
@@ -180,9 +180,26 @@ class DeliveryModel:
         stored = self._stored.get(key)
         if pos is not None and stored is not None and pos < stored:
             return  # stale: strictly older than what is stored
+        if not self._filled(key, row, record):
+            return
         if pos is not None:
             self._stored[key] = pos
         self._apply(key, action, row, record)
+
+    def _filled(self, key: tuple, row: dict[str, Any], record: Mapping[str, Any]) -> bool:
+        """An unchanged (TOAST) value takes the key's live row's; with no live row to take it
+        from (none, or a soft-deleted one) the record is quarantined (False)."""
+        missing = [c for c, v in row.items() if v is UNAVAILABLE or v == UNAVAILABLE]
+        if not missing:
+            return True
+        live = self._rows.get(key)
+        if live is None or live.get("_deleted"):
+            coords = (int(record["partition"]), int(record["offset"]))
+            self._quarantine[coords] = ("toast", missing[0])
+            self._quarantined[coords] = record
+            return False
+        row.update({c: live[c] for c in missing})
+        return True
 
     def replay(self, table: TableConfig) -> DeliveryModel:
         """`quarantine replay` of every quarantined record, once `table` (the fixed
@@ -206,6 +223,8 @@ class DeliveryModel:
             if pos is not None and stored is not None and pos < stored:
                 continue
             if (pos is None or pos == stored) and writer is not None and kafka_earlier(kafka_coordinates(record), writer):
+                continue
+            if not self._filled(key, row, record):
                 continue
             if pos is not None:
                 self._stored[key] = pos

@@ -166,6 +166,27 @@ def test_replica_identity_default_before_images():
     assert delete == {"ID": 2, "REGION": "us", "NAME": None, "AMOUNT": None}
 
 
+def test_a_toasted_name_left_unchanged_by_an_update_is_the_placeholder_under_default_only():
+    """Debezium PostgreSQL connector, "Toasted values": under REPLICA IDENTITY DEFAULT an
+    unchanged TOAST value of an UPDATE "is not contained in the event" and the placeholder
+    stands in; under FULL the values are "part of the before and after blocks"."""
+    history = History(
+        (
+            (Change("write", A, row(A, "a", "1.00")),),
+            (Change("write", A, row(A, "a", "2.00")),),  # NAME unchanged
+            (Change("write", A, row(A, "b", "2.00")),),  # NAME changed
+        )
+    )
+    names = lambda c: [e.after["NAME"] for e in emit(history, c) if e.op in ("c", "u")]  # noqa: E731
+    assert names(Connector(source="postgres", replica_identity="default", toasted=True)) == [
+        "a",
+        "__debezium_unavailable_value",
+        "b",
+    ]
+    assert names(Connector(source="postgres", replica_identity="full", toasted=True)) == ["a", "a", "b"]
+    assert names(Connector(source="postgres", replica_identity="default")) == ["a", "a", "b"]
+
+
 # ---- the model's rule, record by record ------------------------------------------------------
 
 
@@ -217,3 +238,20 @@ def test_model_tombstones_in_unwrap_modes():
     model = DeliveryModel(table).add(records).add([recreate])
     assert A in model.rows()
     assert A not in model.add([{**tomb, "offset": 100}]).rows()
+
+
+def test_model_fills_an_unchanged_toasted_name_from_the_live_row_and_quarantines_it_without_one():
+    history = History(
+        (
+            (Change("write", A, row(A, "a", "1.00")),),
+            (Change("write", A, row(A, "a", "2.00")),),
+        )
+    )
+    c = Connector(source="postgres", replica_identity="default", toasted=True)
+    records = deliver(emit(history, c), c).records
+    model = DeliveryModel(_table("postgres-lsn")).add(records)
+    assert {k: (r["name"], str(r["amount"])) for k, r in model.rows().items()} == {A: ("a", "2.00")}
+    assert model.quarantine() == {}
+    # The update alone (its insert never read): there is no earlier value to take.
+    alone = DeliveryModel(_table("postgres-lsn")).add(records[1:])
+    assert alone.rows() == {} and list(alone.quarantine().values()) == [("toast", "name")]

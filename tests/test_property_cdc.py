@@ -72,6 +72,7 @@ class Knobs:
     initial_snapshot: bool = True
     restart_null_commit: bool = True  # PostgreSQL, with at most one restart (see delivery_model)
     grow: bool | str = True  # the topic's partition count grows (keys re-hashed)
+    toasted: bool | str = True  # PostgreSQL, REPLICA IDENTITY DEFAULT: NAME is TOASTed (placeholders)
 
 
 @dataclass(frozen=True)
@@ -230,11 +231,13 @@ def draw_connector(data, mode: Mode, history: History, initial_snapshot: bool) -
     c = Connector(**{**c.__dict__, "resnapshot_at": resnapshot_at, "lost": lost or 0})
     if source != "postgres":
         return c
+    identity = data.draw(st.sampled_from(["default", "full"]))
     return Connector(
         **{
             **c.__dict__,
-            "replica_identity": data.draw(st.sampled_from(["default", "full"])),
+            "replica_identity": identity,
             "restart_null_commit": knobs.restart_null_commit and data.draw(st.booleans()),
+            "toasted": identity == "default" and _maybe(data, knobs.toasted),
         }
     )
 
@@ -595,6 +598,17 @@ EXAMPLES = {
         Connector(source="postgres"),
         [Restart(stop=4, resume=0)],
         [2, 5],
+    ),
+    # PostgreSQL under REPLICA IDENTITY DEFAULT with a TOASTed NAME: updates that leave NAME
+    # unchanged carry the placeholder (the current state keeps the stored NAME, each history
+    # version the one before it), a restart re-sends them after their successors, and the
+    # batch cuts fall between a placeholder and the change that set its value.
+    "toasted_name_resent_across_cuts": (
+        "pg_history",
+        History(((_w(A, "a", 100),), (_w(A, "a", 200),), (_w(A, "b", 200),), (_w(A, "b", 300), _w(B, "c")), (_w(B, "c", 5),))),
+        Connector(source="postgres", replica_identity="default", toasted=True),
+        [Restart(stop=4, resume=1)],
+        [1, 3, 6],
     ),
 }
 
