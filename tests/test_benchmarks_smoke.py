@@ -62,6 +62,8 @@ def test_quick_run_writes_every_figure(database_dsn, tmp_path, capsys):
     assert math.isclose(sum(row["share"] for row in breakdown), 1.0, abs_tol=0.01)
     # The baselines did the same work as the procedure: same rows afterwards.
     assert any("left the same rows" in note for note in doc["notes"]), doc["notes"]
+    # The history phase shows the spread of its pairs of calls besides the ratio of medians.
+    assert any(note.startswith("history: the ratio of each pair of calls ran from") for note in doc["notes"]), doc["notes"]
 
     assert "(a) incremental_sync_customer()" in printed_table and "a/c =" in printed_table
 
