@@ -175,6 +175,27 @@ def test_toast_placeholder_takes_the_previous_versions_value(wh):
     assert notes == [(1, "long text"), (2, "long text"), (3, "long text"), (5, "rewritten"), (4, "rewritten"), (6, "rewritten")]
 
 
+@pytest.mark.parametrize("cut", [None, 2], ids=["one batch", "two batches"])
+def test_a_resent_toast_placeholder_update_adds_no_version(wh, cut):
+    """A restart re-sends an update whose TOASTed value is the placeholder, at a new offset
+    (PostgreSQL connector: "at-least-once during recovery"). In one batch the merge fills
+    the newer copy's placeholder from the stored value and not the older one's: the two
+    are still one change (one LSN), one version."""
+    p = setup(wh, history_toml("acc", order_by="postgres-lsn"))
+    placeholder = "__debezium_unavailable_value"
+
+    def ev(op, balance, note, lsn):
+        return envelope(op, 1, {"id": 1, "balance": balance, "note": note}, None, pg_source(lsn, lsn - 10))
+
+    records = [ev("c", 1, "long text", 100), ev("u", 2, placeholder, 200), ev("u", 2, placeholder, 200)]
+    for batch in (records[:cut], records[cut:]) if cut else (records,):
+        feed(wh, p, "acc", batch)
+    assert [v[:4] + v[-1:] for v in versions(wh, "acc", "id, balance, note")] == [
+        (1, 1, "long text", "c", False),
+        (1, 2, "long text", "u", True),
+    ]
+
+
 def test_toast_placeholder_with_no_earlier_version_is_quarantined_not_a_version(wh):
     """A placeholder with no earlier value anywhere (no version, no stored row) is not
     applied (quarantined, never a silent NULL) and is no version either."""

@@ -69,6 +69,15 @@ SHAPES = {
             [toast("u", 5, "rewritten", 350)],
         ],
     ),
+    # A restart re-sends a placeholder update; the original and its copy meet in one batch
+    # (the merge fills the newer one's placeholder, not the copy's) or in a rebuild.
+    "re-sent toast placeholder": (
+        {"order_by": "postgres-lsn"},
+        [
+            [toast("c", 1, "long text", 100), toast("u", 2, PLACEHOLDER, 200)],
+            [toast("u", 2, PLACEHOLDER, 200), toast("u", 3, PLACEHOLDER, 300), toast("u", 3, PLACEHOLDER, 300)],
+        ],
+    ),
     "tombstone-only delete": (
         {"format": "debezium-unwrap", "order_by": "postgres-lsn"},
         [[at(unwrapped(1, 10, 100, "c"), 0, 1), at(unwrapped(1, 20, 200, "u"), 0, 2)], [at(tombstone(1), 0, 3)]],

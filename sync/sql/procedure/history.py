@@ -17,13 +17,26 @@ from sync.sql.procedure.history_intervals import INTERVAL, intervals, intervals_
 from sync.sql.procedure.history_tombstones import resolved_markers, void_tombstones_sql
 from sync.sql.procedure.text import indent, packed
 
+# PostgreSQL gives each change of a row a position of its own (its LSN): two changes of a
+# key never tie, so a placeholder in either of two events at one position is the same
+# value. The batch's newest event has its placeholders filled by then (the TOAST step) and
+# a re-sent copy of it does not (it is superseded): it would not match its own copy.
+# Orders whose changes tie (a compressed MySQL transaction, an Oracle SCN) tell a second
+# change at the position by its values: only the later event's placeholder matches any.
+UNTIED_ORDERS = ("postgres-lsn",)
+
 
 def _same_values(ctx: TableSql, a: str, b: str) -> str:
-    """The rows `a` and `b` hold the same values (a TOAST placeholder in `b` matches any)."""
+    """The rows `a` and `b` (later) hold the same values: a TOAST placeholder in `b`
+    matches any, and in `a` too where positions do not tie (`UNTIED_ORDERS`)."""
     d, q = ctx.d, ctx.q
     toast = {c.target_name for c in ctx.table.value_columns if toastable(c)}
+    marked = (b, a) if ctx.table.order_by in UNTIED_ORDERS else (b,)
     return "\n      AND ".join(
-        (f"({b}._unavailable LIKE {mark(c)} OR NOT {d.differs(f'{a}.{q(c)}', f'{b}.{q(c)}', col.sql_type)})")
+        (
+            f"({' OR '.join(f'{r}._unavailable LIKE {mark(c)}' for r in marked)}"
+            f" OR NOT {d.differs(f'{a}.{q(c)}', f'{b}.{q(c)}', col.sql_type)})"
+        )
         if c in toast
         else f"NOT {d.differs(f'{a}.{q(c)}', f'{b}.{q(c)}', col.sql_type)}"
         for col in ctx.table.value_columns
