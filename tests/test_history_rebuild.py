@@ -78,6 +78,12 @@ SHAPES = {
             [toast("u", 2, PLACEHOLDER, 200), toast("u", 3, PLACEHOLDER, 300), toast("u", 3, PLACEHOLDER, 300)],
         ],
     ),
+    # The truncate's closing marker carries the values of the version it closes, the
+    # placeholder's filled in: in the rebuild's one batch the version is filled with it.
+    "truncate after a placeholder": (
+        {"order_by": "postgres-lsn", "on_truncate": "delete"},
+        [[toast("c", 1, "long text", 100), toast("u", 2, PLACEHOLDER, 200)], [TRUNCATE, toast("c", 9, "new", 400)]],
+    ),
     "tombstone-only delete": (
         {"format": "debezium-unwrap", "order_by": "postgres-lsn"},
         [[at(unwrapped(1, 10, 100, "c"), 0, 1), at(unwrapped(1, 20, 200, "u"), 0, 2)], [at(tombstone(1), 0, 3)]],

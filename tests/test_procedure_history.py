@@ -133,14 +133,15 @@ def test_an_unwrapped_topic_recomputes_without_filling_when_nothing_holds_a_plac
 
 
 def test_a_truncate_closes_a_key_with_a_marker_at_its_position_holding_the_last_values():
+    # ... and their TOAST marks, so the recompute fills a placeholder of the closed version in the marker too
     assert_lines(
         truncate_markers_sql(ONE),
-        "SELECT l.\"id\", v_truncate_ts, v_truncate_pos, 't', r._kafka_partition, r._kafka_offset, r._kafka_timestamp",
+        "SELECT l.\"id\", v_truncate_ts, v_truncate_pos, 't', r._kafka_partition, r._kafka_offset, r._kafka_timestamp, l._unavailable",
     )
     assert_lines(
         truncate_markers_sql(COMPOSITE),
         'SELECT l."order_id", l."line_no", l."note", v_truncate_ts, v_truncate_pos, \'t\','
-        " r._kafka_partition, r._kafka_offset, r._kafka_timestamp",
+        " r._kafka_partition, r._kafka_offset, r._kafka_timestamp, l._unavailable",
     )
 
 

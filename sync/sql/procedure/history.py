@@ -102,6 +102,8 @@ def truncate_markers_sql(ctx: TableSql) -> str:
         "_kafka_partition": "r._kafka_partition",
         "_kafka_offset": "r._kafka_offset",
         "_kafka_timestamp": "r._kafka_timestamp",
+        # the closed version's placeholders too, which the recompute fills as the version's
+        "_unavailable": "l._unavailable",
     }
     rest = (
         f"FROM (SELECT x.*, ROW_NUMBER() OVER (PARTITION BY {key_list} ORDER BY {version_order('x', True)}) AS newest\n"
