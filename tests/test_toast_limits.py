@@ -34,14 +34,3 @@ def test_a_late_older_change_reaches_the_placeholder_update_applied_before_it(wh
     feed(wh, p, "acc", [ev("u", 3, PLACEHOLDER, 400, partition=1)])
     feed(wh, p, "acc", [ev("u", 2, "late", 240)])
     assert rows(wh, "acc", "id, balance, note") == [(1, 3, "late")]
-
-
-@pytest.mark.xfail(strict=True, reason="a soft delete takes the batch's newest upsert's values, placeholder included")
-def test_a_soft_delete_after_a_placeholder_update_in_its_batch_keeps_the_value(wh):
-    """REPLICA IDENTITY DEFAULT: the delete's before image holds the key only, so a soft
-    delete keeps the row's last values; the update before it in the batch sent NOTE as the
-    placeholder (unchanged): the last NOTE is the inserted one."""
-    p = setup(wh, table_toml("acc", order_by="postgres-lsn", delete_mode="soft"))
-    delete = envelope("d", 1, None, {"id": 1, "balance": None, "note": None}, pg_source(300, 290))
-    feed(wh, p, "acc", [ev("c", 1, "kept", 100), ev("u", 2, PLACEHOLDER, 200), delete])
-    assert rows(wh, "acc", "id, balance, note, _deleted") == [(1, 2, "kept", True)]

@@ -327,6 +327,29 @@ BEGIN
              FROM "cdc"."soft" t WHERE EXISTS (SELECT 1 FROM "cdc"."soft__stage" x WHERE x._rn = 1 AND x._action = 'delete' AND x."id" = t."id")) t
       WHERE s._rn = 1 AND s._action = 'delete' AND t."id" = s."id" AND t.stored_rn__ = 1
         AND NOT EXISTS (SELECT 1 FROM "cdc"."soft__stage" x WHERE x._action = 'upsert' AND x._rn > 1 AND x."id" = s."id");
+      -- A placeholder in that upsert (the value unchanged) takes the value before it: the newest
+      -- earlier upsert of the batch that had it, else the stored row's (only a batch with placeholders).
+      IF v_unavailable > 0 THEN
+        UPDATE "cdc"."soft__stage" s SET "name" = CASE WHEN s."name" IS NULL AND u.marked0 THEN u.value0 ELSE s."name" END,
+            "bio" = CASE WHEN s."bio" IS NULL AND u.marked1 THEN u.value1 ELSE s."bio" END
+        FROM (SELECT n.*,
+                     e._unavailable LIKE '%|name|%' AS marked0, CASE WHEN n.rn0 IS NOT NULL THEN p0."name" ELSE t."name" END AS value0,
+                     e._unavailable LIKE '%|bio|%' AS marked1, CASE WHEN n.rn1 IS NOT NULL THEN p1."bio" ELSE t."bio" END AS value1
+              FROM (SELECT "id", MIN(_rn) AS rn,
+                           MIN(CASE WHEN COALESCE(_unavailable, '') NOT LIKE '%|name|%' THEN _rn END) AS rn0,
+                           MIN(CASE WHEN COALESCE(_unavailable, '') NOT LIKE '%|bio|%' THEN _rn END) AS rn1
+                    FROM "cdc"."soft__stage" WHERE _action = 'upsert' AND _rn > 1 GROUP BY "id") n
+              JOIN "cdc"."soft__stage" e ON e."id" = n."id" AND e._rn = n.rn AND e._action = 'upsert'
+              LEFT JOIN "cdc"."soft__stage" p0 ON p0."id" = n."id" AND p0._rn = n.rn0 AND p0._action = 'upsert'
+              LEFT JOIN "cdc"."soft__stage" p1 ON p1."id" = n."id" AND p1._rn = n.rn1 AND p1._action = 'upsert'
+              LEFT JOIN (SELECT t."id", t._source_pos, t._kafka_partition, t._kafka_offset, t."name", t."bio",
+                ROW_NUMBER() OVER (PARTITION BY t."id"
+                  ORDER BY t._source_pos DESC NULLS LAST, t._kafka_partition DESC, t._kafka_offset DESC) AS stored_rn__
+                FROM "cdc"."soft" t WHERE EXISTS (SELECT 1 FROM "cdc"."soft__stage" x WHERE x._rn = 1 AND x._action = 'delete'
+                    AND x."id" = t."id")) t ON t."id" = n."id" AND t.stored_rn__ = 1
+              WHERE e._unavailable IS NOT NULL) u
+        WHERE s._rn = 1 AND s._action = 'delete' AND u."id" = s."id";
+      END IF;
     END IF;
     -- 6. Apply (soft deletes): upserts replace the row; deletes only mark it, keeping
     --    its last values (or record the key when it was never seen).

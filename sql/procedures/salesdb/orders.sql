@@ -398,6 +398,29 @@ BEGIN
                  AND x."order_id" = t."order_id")) t
       WHERE s._rn = 1 AND s._action = 'delete' AND t."order_id" = s."order_id" AND t.stored_rn__ = 1
         AND NOT EXISTS (SELECT 1 FROM "cdc"."orders__stage" x WHERE x._action = 'upsert' AND x._rn > 1 AND x."order_id" = s."order_id");
+      -- A placeholder in that upsert (the value unchanged) takes the value before it: the newest
+      -- earlier upsert of the batch that had it, else the stored row's (only a batch with placeholders).
+      IF v_unavailable > 0 THEN
+        UPDATE "cdc"."orders__stage" s SET "customer_id" = CASE WHEN s."customer_id" IS NULL AND u.marked0 THEN u.value0 ELSE s."customer_id" END,
+            "status" = CASE WHEN s."status" IS NULL AND u.marked1 THEN u.value1 ELSE s."status" END
+        FROM (SELECT n.*,
+                     e._unavailable LIKE '%|customer_id|%' AS marked0, CASE WHEN n.rn0 IS NOT NULL THEN p0."customer_id" ELSE t."customer_id" END AS value0,
+                     e._unavailable LIKE '%|status|%' AS marked1, CASE WHEN n.rn1 IS NOT NULL THEN p1."status" ELSE t."status" END AS value1
+              FROM (SELECT "order_id", MIN(_rn) AS rn,
+                           MIN(CASE WHEN COALESCE(_unavailable, '') NOT LIKE '%|customer_id|%' THEN _rn END) AS rn0,
+                           MIN(CASE WHEN COALESCE(_unavailable, '') NOT LIKE '%|status|%' THEN _rn END) AS rn1
+                    FROM "cdc"."orders__stage" WHERE _action = 'upsert' AND _rn > 1 GROUP BY "order_id") n
+              JOIN "cdc"."orders__stage" e ON e."order_id" = n."order_id" AND e._rn = n.rn AND e._action = 'upsert'
+              LEFT JOIN "cdc"."orders__stage" p0 ON p0."order_id" = n."order_id" AND p0._rn = n.rn0 AND p0._action = 'upsert'
+              LEFT JOIN "cdc"."orders__stage" p1 ON p1."order_id" = n."order_id" AND p1._rn = n.rn1 AND p1._action = 'upsert'
+              LEFT JOIN (SELECT t."order_id", t._source_pos, t._kafka_partition, t._kafka_offset, t."customer_id", t."status",
+                ROW_NUMBER() OVER (PARTITION BY t."order_id"
+                  ORDER BY t._source_pos DESC NULLS LAST, t._kafka_partition DESC, t._kafka_offset DESC) AS stored_rn__
+                FROM "cdc"."orders" t WHERE EXISTS (SELECT 1 FROM "cdc"."orders__stage" x WHERE x._rn = 1 AND x._action = 'delete'
+                    AND x."order_id" = t."order_id")) t ON t."order_id" = n."order_id" AND t.stored_rn__ = 1
+              WHERE e._unavailable IS NOT NULL) u
+        WHERE s._rn = 1 AND s._action = 'delete' AND u."order_id" = s."order_id";
+      END IF;
     END IF;
     -- 6. Apply (soft deletes): upserts replace the row; deletes only mark it, keeping
     --    its last values (or record the key when it was never seen).

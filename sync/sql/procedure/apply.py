@@ -5,7 +5,9 @@ from __future__ import annotations
 
 from sync.sql import schemas
 from sync.sql.apply import insert_deleted_keys_sql, key_match, soft_delete_sql
+from sync.sql.dialect import quote_literal
 from sync.sql.procedure.context import APPLIED, CALL_TIME, WINNERS, Action, TableSql
+from sync.sql.procedure.fields import toastable
 from sync.sql.procedure.ordering import newest_stored, stored_state
 from sync.sql.procedure.text import indent
 
@@ -84,6 +86,55 @@ def delete_values_sql(ctx: TableSql) -> str:
         f"FROM {indent(stored_state(ctx, deleting, [(f't.{q(c)}',) for c in value_cols], held=[rel.target]), 5).lstrip()} t\n"
         f"WHERE {DELETES} AND {key_match(d, keys, 't', 's')} AND {newest_stored()}\n"
         f"  AND NOT EXISTS (SELECT 1 FROM {rel.stage} x WHERE {earlier_upsert} AND {key_match(d, keys, 'x', 's')});"
+        + _placeholder_values_sql(ctx)
+    )
+
+
+def _placeholder_values_sql(ctx: TableSql) -> str:
+    """Soft mode, TOAST-able columns: where the newest earlier upsert of a delete (`e`)
+    sent the placeholder and the delete's image has no value either, the value is the one
+    before that upsert: the newest earlier upsert of the batch that had it (`rn{i}`), else
+    the stored row's (the batch's earlier upserts all left it unchanged)."""
+    d, rel, keys, q = ctx.d, ctx.rel, ctx.keys, ctx.q
+    cols = [c.target_name for c in ctx.table.value_columns if toastable(c)]
+    if not cols:
+        return ""
+    keys_sql = ", ".join(q(k) for k in keys)
+    marks = [quote_literal(f"%|{c}|%") for c in cols]
+    newest_with = "".join(
+        f",\n                   MIN(CASE WHEN COALESCE(_unavailable, '') NOT LIKE {m} THEN _rn END) AS rn{i}"
+        for i, m in enumerate(marks)
+    )
+    known = "".join(
+        f",\n             e._unavailable LIKE {m} AS marked{i},"
+        f" CASE WHEN n.rn{i} IS NOT NULL THEN p{i}.{q(c)} ELSE t.{q(c)} END AS value{i}"
+        for i, (c, m) in enumerate(zip(cols, marks, strict=True))
+    )
+    earlier = "".join(
+        f"\n      LEFT JOIN {rel.stage} p{i} ON {key_match(d, keys, f'p{i}', 'n')} AND p{i}._rn = n.rn{i}"
+        f" AND p{i}._action = '{Action.UPSERT}'"
+        for i in range(len(cols))
+    )
+    deleting = f"EXISTS (SELECT 1 FROM {rel.stage} x WHERE x._rn = 1 AND x._action = '{Action.DELETE}' AND {key_match(d, keys, 'x', 't')})"
+    stored = stored_state(ctx, deleting, [(f"t.{q(c)}",) for c in cols], held=[rel.target])
+    sets = ",\n    ".join(
+        f"{q(c)} = CASE WHEN s.{q(c)} IS NULL AND u.marked{i} THEN u.value{i} ELSE s.{q(c)} END" for i, c in enumerate(cols)
+    )
+    return "\n-- A placeholder in that upsert (the value unchanged) takes the value before it: the newest\n" + (
+        "-- earlier upsert of the batch that had it, else the stored row's (only a batch with placeholders).\n"
+        "IF v_unavailable > 0 THEN\n"
+        + indent(
+            f"UPDATE {rel.stage} s SET {sets}\n"
+            f"FROM (SELECT n.*{known}\n"
+            f"      FROM (SELECT {keys_sql}, MIN(_rn) AS rn{newest_with}\n"
+            f"            FROM {rel.stage} WHERE _action = '{Action.UPSERT}' AND _rn > 1 GROUP BY {keys_sql}) n\n"
+            f"      JOIN {rel.stage} e ON {key_match(d, keys, 'e', 'n')} AND e._rn = n.rn AND e._action = '{Action.UPSERT}'{earlier}\n"
+            f"      LEFT JOIN {indent(stored, 6).lstrip()} t ON {key_match(d, keys, 't', 'n')} AND {newest_stored()}\n"
+            "      WHERE e._unavailable IS NOT NULL) u\n"
+            f"WHERE {DELETES} AND {key_match(d, keys, 'u', 's')};",
+            2,
+        )
+        + "\nEND IF;"
     )
 
 

@@ -258,9 +258,9 @@ APPLY_STEPS = (
     ),
     Step(
         delete_values_sql,
-        ("v_deletes",),
+        ("v_deletes", "v_unavailable"),
         lambda ctx: _soft(ctx) and bool(ctx.table.value_columns),
-        reads=RANKED | STORED | facts("values"),
+        reads=RANKED | STORED | facts("_unavailable values"),
         writes=facts("values"),
     ),
     Step(apply_soft_sql, (CALL_TIME, "v_deletes"), _soft, reads=RANKED | facts(KAFKA, "_source_ts _source_pos values")),
