@@ -84,6 +84,11 @@ SHAPES = {
         {"order_by": "postgres-lsn", "on_truncate": "delete"},
         [[toast("c", 1, "long text", 100), toast("u", 2, PLACEHOLDER, 200)], [TRUNCATE, toast("c", 9, "new", 400)]],
     ),
+    # A restart re-sends the truncate to another partition: the marker is the first record's.
+    "truncate re-sent to another partition": (
+        {"order_by": "postgres-lsn", "on_truncate": "delete"},
+        [[at(pg("c", 1, 10, 100), 1, 1)], [at(TRUNCATE, 1, 2)], [at(TRUNCATE, 0, 3), at(pg("c", 1, 11, 400), 0, 4)]],
+    ),
     "tombstone-only delete": (
         {"format": "debezium-unwrap", "order_by": "postgres-lsn"},
         [[at(unwrapped(1, 10, 100, "c"), 0, 1), at(unwrapped(1, 20, 200, "u"), 0, 2)], [at(tombstone(1), 0, 3)]],

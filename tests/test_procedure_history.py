@@ -160,7 +160,7 @@ def test_a_truncates_marker_is_written_once_from_its_first_record_in_kafka_order
     # duplicate change events" (the PostgreSQL connector's "Behavior when things go wrong")
     assert_lines(
         truncate_markers_sql(ONE),
-        "ROW_NUMBER() OVER (ORDER BY _kafka_partition, _kafka_offset) AS rn",
+        "ROW_NUMBER() OVER (ORDER BY _kafka_time ASC NULLS FIRST, _kafka_partition, _kafka_offset) AS rn",
         'FROM "cdc"."tag__stage" WHERE _action = \'truncate\' AND _source_pos = v_truncate_pos) r',
         'AND NOT EXISTS (SELECT 1 FROM "cdc"."tag__history" h WHERE h."id" = l."id"',
         "AND h._op = 't' AND h._valid_from_pos = v_truncate_pos);",

@@ -15,6 +15,7 @@ from sync.sql.procedure.fields import toastable
 from sync.sql.procedure.history_copies import EVENTS, OP, PENDING_OP, TRUNCATED_OP, copies_ctes, new_versions, unwrapped
 from sync.sql.procedure.history_intervals import INTERVAL, intervals, intervals_sql, mark, toast_columns, version_order
 from sync.sql.procedure.history_tombstones import resolved_markers, void_tombstones_sql
+from sync.sql.procedure.ordering import kafka_order
 from sync.sql.procedure.text import indent, packed
 
 # PostgreSQL gives each change of a row a position of its own (its LSN): two changes of a
@@ -88,8 +89,9 @@ def _stored_gate(ctx: TableSql) -> str | None:
 
 def truncate_markers_sql(ctx: TableSql) -> str:
     """A truncate closes every open version: each key whose newest version before the
-    truncate's position is a row gets a closing marker at the truncate (its Kafka record's
-    coordinates), once."""
+    truncate's position is a row gets a closing marker at the truncate (the coordinates of
+    its first Kafka record in Kafka order: a copy re-sent to another partition comes
+    later), once."""
     d, q, table, hist = ctx.d, ctx.q, ctx.table, ctx.rel.history
     key_list = ", ".join(f"x.{q(k)}" for k in ctx.keys)
     # A tombstone waiting for its key's next record is no version.
@@ -109,7 +111,7 @@ def truncate_markers_sql(ctx: TableSql) -> str:
         f"FROM (SELECT x.*, ROW_NUMBER() OVER (PARTITION BY {key_list} ORDER BY {version_order('x', True)}) AS newest\n"
         f"      FROM {hist} x WHERE x._valid_from_pos < v_truncate_pos{waiting}) l,\n"
         "     (SELECT _kafka_partition, _kafka_offset, _kafka_timestamp,\n"
-        "             ROW_NUMBER() OVER (ORDER BY _kafka_partition, _kafka_offset) AS rn\n"
+        f"             ROW_NUMBER() OVER (ORDER BY {kafka_order('_kafka_time', '_kafka_partition', '_kafka_offset', newest_first=False)}) AS rn\n"
         f"      FROM {ctx.rel.stage} WHERE _action = '{Action.TRUNCATE}' AND _source_pos = v_truncate_pos) r\n"
         f"WHERE l.newest = 1 AND l._op NOT IN ('d', '{TRUNCATED_OP}') AND r.rn = 1\n"
         f"  AND NOT EXISTS (SELECT 1 FROM {hist} h WHERE {key_match(d, ctx.keys, 'h', 'l')}\n"

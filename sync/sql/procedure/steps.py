@@ -247,7 +247,7 @@ APPLY_STEPS = (
         ("v_unavailable", RECOMPUTE, "v_truncates", "v_truncate_pos", "v_truncate_ts"),
         lambda ctx: ctx.table.history is not None,
         reads=RANKED
-        | facts(KAFKA, "_kafka_timestamp _source_pos _source_ts _rank_pos _op _unavailable values")
+        | facts(KAFKA, "_kafka_timestamp _kafka_time _source_pos _source_ts _rank_pos _op _unavailable values")
         | facts(Action.STALE, Action.TRUNCATED, Action.TRUNCATE),
     ),
     Step(
