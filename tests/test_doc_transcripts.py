@@ -13,6 +13,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
 import warnings
 from collections.abc import Iterator
 from pathlib import Path
@@ -171,8 +172,15 @@ RUNNABLE = [doc for doc, found in _all().items() if any(_runs(t) for t in found)
 
 @pytest.mark.slow
 @pytest.mark.parametrize("document", RUNNABLE)
-def test_documented_transcripts_print_what_they_show(document, tmp_path, environment):
-    failures = _run_document(document, tmp_path, environment)
+def test_documented_transcripts_print_what_they_show(document, environment):
+    """Each document runs in a folder of its own outside pytest's base temporary directory:
+    the embedded warehouses its commands start run as pgserver's own system user, which
+    pgserver lets through every folder above the data directory, and any pytest session
+    that starts meanwhile (the Spark-version runs start some) makes that base directory its
+    owner's alone again (`rootdir.chmod(mode & ~0o077)`, _pytest/tmpdir.py), and pg_ctl
+    then fails with "could not access directory ...: Permission denied"."""
+    with tempfile.TemporaryDirectory(prefix="rs-doc-") as folder:
+        failures = _run_document(document, Path(folder), environment)
     assert not failures, "\n\n".join(failures)
 
 
