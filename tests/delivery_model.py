@@ -189,7 +189,7 @@ class DeliveryModel:
     def _filled(self, key: tuple, row: dict[str, Any], record: Mapping[str, Any]) -> bool:
         """An unchanged (TOAST) value takes the key's live row's; with no live row to take it
         from (none, or a soft-deleted one) the record is quarantined (False)."""
-        missing = [c for c, v in row.items() if v is UNAVAILABLE or v == UNAVAILABLE]
+        missing = [c for c, v in row.items() if v == UNAVAILABLE]
         if not missing:
             return True
         live = self._rows.get(key)

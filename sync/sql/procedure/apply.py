@@ -61,6 +61,14 @@ def apply_hard_sql(ctx: TableSql) -> str:
     )
 
 
+def _deleting(ctx: TableSql) -> str:
+    """The stored row `t`'s key has a winning delete in the batch."""
+    return (
+        f"EXISTS (SELECT 1 FROM {ctx.rel.stage} x WHERE x._rn = 1 AND x._action = '{Action.DELETE}'"
+        f" AND {key_match(ctx.d, ctx.keys, 'x', 't')})"
+    )
+
+
 def delete_values_sql(ctx: TableSql) -> str:
     """Soft mode: a delete's values where its before image has none."""
     d, rel, keys, q = ctx.d, ctx.rel, ctx.keys, ctx.q
@@ -68,7 +76,7 @@ def delete_values_sql(ctx: TableSql) -> str:
     keys_sql = ", ".join(q(k) for k in keys)
     fill = ",\n       ".join(f"{q(c)} = COALESCE(s.{q(c)}, p.{q(c)})" for c in value_cols)
     stored = ",\n       ".join(f"{q(c)} = COALESCE(s.{q(c)}, t.{q(c)})" for c in value_cols)
-    deleting = f"EXISTS (SELECT 1 FROM {rel.stage} x WHERE x._rn = 1 AND x._action = '{Action.DELETE}' AND {key_match(d, keys, 'x', 't')})"
+    deleting = _deleting(ctx)
     earlier_upsert = f"x._action = '{Action.UPSERT}' AND x._rn > 1"
     return _when_deletes(
         "-- A delete whose before image holds only the key (REPLICA IDENTITY DEFAULT, unwrap\n"
@@ -115,8 +123,7 @@ def _placeholder_values_sql(ctx: TableSql) -> str:
         f" AND p{i}._action = '{Action.UPSERT}'"
         for i in range(len(cols))
     )
-    deleting = f"EXISTS (SELECT 1 FROM {rel.stage} x WHERE x._rn = 1 AND x._action = '{Action.DELETE}' AND {key_match(d, keys, 'x', 't')})"
-    stored = stored_state(ctx, deleting, [(f"t.{q(c)}",) for c in cols], held=[rel.target])
+    stored = stored_state(ctx, _deleting(ctx), [(f"t.{q(c)}",) for c in cols], held=[rel.target])
     sets = ",\n    ".join(
         f"{q(c)} = CASE WHEN s.{q(c)} IS NULL AND u.marked{i} THEN u.value{i} ELSE s.{q(c)} END" for i, c in enumerate(cols)
     )
