@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import json
-import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
+from tests.cli_runs import run_cli
 from tests.helpers import EXAMPLES, REPO
 
 PIPELINE = EXAMPLES / "salesdb" / "pipeline.toml"
@@ -17,10 +16,7 @@ EVENTS = EXAMPLES / "salesdb" / "events"
 
 
 def run(*args: str, env: dict | None = None, cwd: Path = REPO) -> subprocess.CompletedProcess:
-    full_env = {**os.environ, **(env or {})}
-    return subprocess.run(
-        [sys.executable, "-m", "sync", *args], capture_output=True, text=True, env=full_env, cwd=cwd, timeout=300
-    )
+    return run_cli(*args, env=env, cwd=cwd)
 
 
 def test_deploy_ingest_sync_status_flow(database_dsn):

@@ -3,11 +3,9 @@ what the command in hand can do about it."""
 
 from __future__ import annotations
 
-import os
 import shutil
 import socket
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -15,7 +13,8 @@ from typer.testing import CliRunner
 
 from sync.cli.app import app
 from sync.warehouse import WarehouseError
-from tests.helpers import EXAMPLES, REPO
+from tests.cli_runs import run_cli
+from tests.helpers import EXAMPLES
 
 EXAMPLE = EXAMPLES / "salesdb" / "pipeline.toml"
 
@@ -29,8 +28,7 @@ def closed_port() -> int:
 
 
 def rs(*args: str, cwd: Path) -> subprocess.CompletedProcess:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("REDSHIFT_SYNC_")} | {"PYTHONPATH": str(REPO)}
-    return subprocess.run([sys.executable, "-m", "sync", *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=300)
+    return run_cli(*args, cwd=cwd, keep_settings=False)
 
 
 def folder_with_revision(path: Path) -> Path:

@@ -4,22 +4,20 @@ to the warehouse with its time; counts read the same in every command (1,234,567
 from __future__ import annotations
 
 import io
-import os
 import subprocess
-import sys
 from types import SimpleNamespace
 
 from rich.console import Console
 
 from sync.cli.report import print_runs, readable_count
-from tests.helpers import EXAMPLES, REPO
+from tests.cli_runs import run_cli
+from tests.helpers import EXAMPLES
 
 PIPELINE = EXAMPLES / "salesdb" / "pipeline.toml"
 
 
 def rs(*args: str) -> subprocess.CompletedProcess:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("REDSHIFT_SYNC_")}
-    return subprocess.run([sys.executable, "-m", "sync", *args], cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+    return run_cli(*args, keep_settings=False)
 
 
 def test_quiet_drops_the_where_lines_and_keeps_the_results(database_dsn):

@@ -20,8 +20,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 import time
 import tomllib
 from pathlib import Path
@@ -48,6 +46,7 @@ from sync.schema.state import state_for, warehouse_model
 from sync.sql.dialect import dialect_for
 from sync.sql.names import HEARTBEAT_STREAM
 from sync.sql.objects import pipeline_objects
+from tests.cli_runs import run_cli
 from tests.helpers import EXAMPLES, REPO, local_lambda, metric_lines
 
 EVENTS = EXAMPLES / "salesdb" / "events"
@@ -105,10 +104,6 @@ def timed(example: str, path: Path, age_seconds: float) -> Path:
     lines = [json.loads(line) for line in (EVENTS / example).read_text().splitlines() if line.strip()]
     path.write_text("".join(json.dumps({**line, "timestamp": ts}) + "\n" for line in lines))
     return path
-
-
-def run_cli(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "sync", *args], capture_output=True, text=True, cwd=REPO, timeout=300)
 
 
 @pytest.fixture

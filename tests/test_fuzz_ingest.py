@@ -6,9 +6,6 @@ refresh, never a traceback."""
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 
 import pytest
 from hypothesis import given, settings
@@ -16,7 +13,8 @@ from hypothesis import strategies as st
 
 from sync.local.stream import KCAT_KEYS, RECORD_KEYS, ingest_file, parse_line
 from sync.warehouse import WarehouseError
-from tests.helpers import EXAMPLES, REPO
+from tests.cli_runs import run_cli
+from tests.helpers import EXAMPLES
 from tests.reliability_support import reliability_counts  # noqa: F401 (fixture)
 
 EDGE_NUMBERS = st.sampled_from([-1, 0, 7, 2**31, 2**63 - 1, 2**63, 10**20, -(10**15), 253402300799999, 253402300800000, 1.5])
@@ -163,14 +161,7 @@ def test_cli_ingest_reports_without_traceback(database_dsn, tmp_path, content, c
     events = tmp_path / "events.jsonl"
     events.write_bytes(content)
     config = EXAMPLES / "salesdb" / "pipeline.toml"
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
-    run = lambda *args: subprocess.run(  # noqa: E731
-        [sys.executable, "-m", "sync", *args, "--config", str(config), "--dsn", database_dsn],
-        capture_output=True,
-        text=True,
-        env=env,
-        cwd=REPO,
-    )
+    run = lambda *args: run_cli(*args, "--config", str(config), "--dsn", database_dsn)  # noqa: E731
     assert run("deploy").returncode == 0
     result = run("ingest", "--table", "customer", "--file", str(events))
     assert result.returncode == code, result.stderr

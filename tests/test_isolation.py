@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 
 import pytest
 from hypothesis import given, settings
@@ -18,7 +17,8 @@ from hypothesis import strategies as st
 
 from sync.operations.isolation import CallFailed, is_data_error, isolate
 from sync.operations.runner import deploy
-from tests.helpers import REPO, make_pipeline, pipeline_toml
+from tests.cli_runs import run_cli
+from tests.helpers import make_pipeline, pipeline_toml
 
 TOML = """
 [[tables]]
@@ -123,7 +123,7 @@ def test_data_errors_are_told_from_conflicts_and_missing_objects(message, sqlsta
 
 
 def cli(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "sync", *args], capture_output=True, text=True, cwd=REPO, timeout=300)
+    return run_cli(*args)
 
 
 def event(i: int, balance: int, lsn: int) -> dict:

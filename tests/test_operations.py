@@ -7,10 +7,8 @@ what to do. Real subprocesses against a real PostgreSQL."""
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -19,6 +17,7 @@ from sync.cli.report import readable_seconds
 from sync.debezium.events import ChangeStream, MySqlSource
 from sync.operations.runner import prune, status
 from sync.sql.dialect import dialect_for
+from tests.cli_runs import run_cli
 from tests.helpers import EXAMPLES, REPO, ingest, make_pipeline, sync_one
 from tests.test_migrations import EVENTS, project, revise, upgraded  # noqa: F401  (fixtures)
 
@@ -26,9 +25,7 @@ PIPELINE = EXAMPLES / "salesdb" / "pipeline.toml"
 
 
 def cli(*args: str, cwd: Path, dsn: str | None = None, env: dict | None = None) -> subprocess.CompletedProcess:
-    full = {k: v for k, v in os.environ.items() if not k.startswith("REDSHIFT_SYNC_")}
-    full |= {"PYTHONPATH": str(REPO), **({"REDSHIFT_SYNC_DSN": dsn} if dsn else {}), **(env or {})}
-    return subprocess.run([sys.executable, "-m", "sync", *args], capture_output=True, text=True, cwd=cwd, env=full, timeout=300)
+    return run_cli(*args, env={**({"REDSHIFT_SYNC_DSN": dsn} if dsn else {}), **(env or {})}, cwd=cwd, keep_settings=False)
 
 
 def test_status_stops_when_the_pipeline_file_differs_from_the_deployed_revision(project, upgraded, database_dsn):  # noqa: F811

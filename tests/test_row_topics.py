@@ -19,16 +19,15 @@ names the source of the sample rows).
 from __future__ import annotations
 
 import json
-import os
 import subprocess
-import sys
 
 import pytest
 
 from sync.config import ConfigError
 from sync.operations.runner import deploy
 from sync.warehouse import connect
-from tests.helpers import EXAMPLES, REPO, feed, ingest, make_pipeline, sync_one
+from tests.cli_runs import run_cli
+from tests.helpers import EXAMPLES, feed, ingest, make_pipeline, sync_one
 
 EXAMPLE = EXAMPLES / "jdbc_pagila"
 EVENTS = EXAMPLE / "events"
@@ -51,9 +50,7 @@ MS = ', semantic = "io.debezium.time.Timestamp"'
 
 
 def _cli(*args: str, env: dict) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "sync", *args], capture_output=True, text=True, env={**os.environ, **env}, cwd=REPO, timeout=300
-    )
+    return run_cli(*args, env=env)
 
 
 def test_jdbc_source_topic_syncs_through_the_cli_with_re_polled_windows(database_dsn, tmp_path):

@@ -30,8 +30,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 SCRIPT = Path(sys.executable).parent / "redshift-sync"  # the installed console script
-# Set by the shell for each command, or read by the package only when a command runs.
-PER_COMMAND = {"PWD", "OLDPWD", "SHLVL", "_", "BASH_ENV"}
+# Set by the shell (or pytest) for each command, or read by the package only when a command runs.
+PER_COMMAND = {"PWD", "OLDPWD", "SHLVL", "_", "BASH_ENV", "PYTEST_CURRENT_TEST"}
 PER_COMMAND_PREFIX = "REDSHIFT_SYNC_"
 # What the commands import when they run (`-X importtime` of status, ingest, sync, deploy,
 # explain, quarantine, prune, doctor), besides what the console script imports first.

@@ -1,0 +1,44 @@
+"""`redshift-sync` as most tests run it: a real process per command, with its own
+arguments, folder, environment, stdin, stdout, stderr and exit status, forked from a server
+that imported the package once (tests/warm_cli.py) instead of paying Python's start-up and
+the package's imports (about a second of CPU) for each of the suite's many commands.
+
+An environment the imports could read differently runs the installed console script
+itself (warm_cli's rule); so do the tests of what only a process of its own shows (signals,
+kills, start-up), which call `python -m sync` directly."""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import os
+import subprocess
+import tempfile
+from pathlib import Path
+
+from tests.helpers import REPO
+from tests.warm_cli import warm_cli
+
+_server: dict[str, str] = {}
+
+
+def _warm_environment() -> dict[str, str]:
+    """The server's environment (started on first use, one per test process, ended at exit)."""
+    if not _server:
+        stack = contextlib.ExitStack()
+        folder = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="rs-warm-")))
+        _server.update(stack.enter_context(warm_cli(folder, dict(os.environ))))
+        _server["__client__"] = str(folder / "bin" / "redshift-sync")
+        atexit.register(stack.close)
+    return _server
+
+
+def run_cli(
+    *args: str, env: dict[str, str] | None = None, cwd: Path = REPO, keep_settings: bool = True, timeout: int = 300
+) -> subprocess.CompletedProcess:
+    """Run `redshift-sync ARGS` in `cwd` with this process's environment plus `env` (without
+    its REDSHIFT_SYNC_* settings unless `keep_settings`); its output is captured as text."""
+    server = _warm_environment()
+    full = {k: v for k, v in os.environ.items() if keep_settings or not k.startswith("REDSHIFT_SYNC_")}
+    full |= {"PATH": server["PATH"], **(env or {})}
+    return subprocess.run([server["__client__"], *args], capture_output=True, text=True, env=full, cwd=cwd, timeout=timeout)
