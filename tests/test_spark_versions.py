@@ -25,7 +25,8 @@ def test_spark_tests_pass_on(version: str) -> None:
     assert installed == version
     # The slow Spark tests (a million-row backfill, the demo) measure scale, not the API a
     # version offers: they run on the newest PySpark with the rest of the suite, and so do
-    # most examples of the property tests (spark_envs.property_examples).
+    # most examples of the property tests (spark_envs.property_examples) and all but the
+    # first case of each parametrized test (tests/spark/conftest.py).
     run = subprocess.run(
         [str(python), "-m", "pytest", "tests/spark", "-m", "not slow", "-q", "-p", "no:cacheprovider", "-p", "no:xdist"],
         cwd=REPO,

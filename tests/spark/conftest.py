@@ -7,6 +7,25 @@ from collections.abc import Iterator
 
 import pytest
 
+from tests.spark_envs import SIDE_RUN_ENV_VAR
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """In a side venv (tests/test_spark_versions.py), one case of each parametrized test:
+    the cases of one test call the same Spark API with other data, and every case runs on
+    the newest PySpark with the rest of the suite."""
+    if os.environ.get(SIDE_RUN_ENV_VAR) != "1":
+        return
+    seen: set[tuple[object, str]] = set()
+    kept, dropped = [], []
+    for item in items:
+        key = (item.path, getattr(item, "originalname", item.name))
+        (dropped if key in seen else kept).append(item)
+        seen.add(key)
+    if dropped:
+        config.hook.pytest_deselected(items=dropped)
+        items[:] = kept
+
 
 @pytest.fixture(scope="session")
 def spark() -> Iterator[object]:
