@@ -27,7 +27,10 @@ def _warm_environment() -> dict[str, str]:
     if not _server:
         stack = contextlib.ExitStack()
         folder = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="rs-warm-")))
-        _server.update(stack.enter_context(warm_cli(folder, dict(os.environ))))
+        # This checkout's package first, as `python -m sync` run in it imports it (also where
+        # the venv's editable install is another checkout's).
+        path = os.pathsep.join([str(REPO), *filter(None, [os.environ.get("PYTHONPATH")])])
+        _server.update(stack.enter_context(warm_cli(folder, {**os.environ, "PYTHONPATH": path})))
         _server["__client__"] = str(folder / "bin" / "redshift-sync")
         atexit.register(stack.close)
     return _server
@@ -40,5 +43,5 @@ def run_cli(
     its REDSHIFT_SYNC_* settings unless `keep_settings`); its output is captured as text."""
     server = _warm_environment()
     full = {k: v for k, v in os.environ.items() if keep_settings or not k.startswith("REDSHIFT_SYNC_")}
-    full |= {"PATH": server["PATH"], **(env or {})}
+    full |= {"PATH": server["PATH"], "PYTHONPATH": server["PYTHONPATH"], **(env or {})}
     return subprocess.run([server["__client__"], *args], capture_output=True, text=True, env=full, cwd=cwd, timeout=timeout)

@@ -170,6 +170,37 @@ def test_history_rebuild_refuses_to_replace_versions_without_yes(wh, database_ds
     assert history(wh) == built
 
 
+def test_history_rebuild_names_the_versions_that_differ(wh, database_dsn, tmp_path):
+    """Besides the counts, the versions a replacement would remove (`stored`) and add
+    (`rebuilt`), by key and position, in the refusal and in --json."""
+    p, config = project(wh, tmp_path, order_by="postgres-lsn")
+    feed(wh, p, "acc", REDELIVERY)
+    columns = "id, _valid_from_pos, _op, _kafka_partition, _kafka_offset"
+
+    def versions(where: str) -> list[tuple]:
+        return wh.query(f'SELECT {columns} FROM cdc."acc__history" WHERE {where} ORDER BY id, _valid_from_pos')
+
+    removed = versions("balance IN (20, 5)")  # the versions the damage below changes or deletes
+    wh.execute('UPDATE cdc."acc__history" SET balance = 99 WHERE balance = 20')
+    damaged = versions("balance = 99")
+    wh.execute('DELETE FROM cdc."acc__history" WHERE id = 2')
+    expected = [*damaged, *removed]
+
+    shown = json.loads(rebuild(config, database_dsn, "--json").stdout)["differing"]
+    assert [d["side"] for d in shown] == ["stored", "rebuilt", "rebuilt"]
+    assert [(d["key"]["id"], d["valid_from_pos"], d["op"], d["kafka_partition"], d["kafka_offset"]) for d in shown] == expected
+    assert all(d["valid_from"] for d in shown) and [d["valid_to"] is None for d in shown] == [False, False, True]
+
+    refused = rebuild(config, database_dsn)
+    assert refused.returncode == 1
+    lines = [line.strip() for line in refused.stderr.splitlines() if line.startswith("  ")]
+    assert [line.split(" at position ")[0] for line in lines] == ["stored: id=1", "rebuilt: id=1", "rebuilt: id=2"]
+    assert all(
+        f" at position {v[1]} (" in line and line.endswith(f", op {v[2]}, record {v[3]}:{v[4]}")
+        for line, v in zip(lines, expected, strict=True)
+    )
+
+
 def test_history_rebuild_reads_only_the_applied_records(wh, database_dsn, tmp_path):
     """Records above the watermark are the next CALL's: the rebuild leaves them to it."""
     from tests.helpers import ingest

@@ -22,7 +22,7 @@ def rebuild_sql(dialect: str = "redshift") -> RebuildSql:
 
 def test_rebuild_statements_parse_as_redshift():
     sql = rebuild_sql()
-    statements = [sql.lock(), *sql.setup(), *sql.call_sql(), *sql.below_stream(), sql.differences_sql()]
+    statements = [sql.lock(), *sql.setup(), *sql.call_sql(), *sql.below_stream(), sql.differences_sql(), sql.differing_sql(10)]
     statements += [*sql.replace_sql(), *sql.cleanup()]
     for statement in statements:
         assert sqlglot.parse_one(statement, read="redshift") is not None, statement

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from sync.operations.history_rebuild import Outcome, PartitionCover, Rebuild
+from sync.operations.history_rebuild import DIFFERING_SHOWN, Outcome, PartitionCover, Rebuild, VersionDifference
 
 VERDICTS = {
     Outcome.UNCHANGED: "equal: nothing to do",
@@ -31,6 +31,17 @@ def gap_line(p: PartitionCover) -> str:
     return f"partition {p.partition}: {'; '.join(parts)}"
 
 
+def difference_line(v: VersionDifference) -> str:
+    """One version only one history holds: whose, its key, position, interval, operation
+    and the record that opened it."""
+    key = ", ".join(f"{name}={value}" for name, value in v.key.items())
+    until = v.valid_to if v.valid_to is not None else "open"
+    return (
+        f"{v.side}: {key} at position {v.valid_from_pos} ({v.valid_from} to {until}), op {v.op}, "
+        f"record {v.kafka_partition}:{v.kafka_offset}"
+    )
+
+
 def summary(result: Rebuild) -> str:
     snapshot = f", {result.snapshot_versions} snapshot version(s) below them" if result.snapshot_versions else ""
     quarantined = f" ({result.quarantined} quarantined: no version)" if result.quarantined else ""
@@ -52,9 +63,11 @@ def refusal(result: Rebuild) -> str:
         )
     lost = sum(p.lost_versions for p in result.partitions)
     gone = f" {lost} of them are versions of records the stream no longer retains: no rebuild restores them." if lost else ""
+    shown = "".join(f"\n  {difference_line(v)}" for v in result.differing)
     return (
         f"history rebuild would replace {result.stored_only} of the {result.stored} stored version(s) of "
         f"{result.table} ({result.rebuilt_only} of the {result.rebuilt} rebuilt ones differ from them or are new).{gone}\n"
+        f"The first versions of each (by key and position, at most {DIFFERING_SHOWN}):{shown}\n"
         "Nothing was changed: run it again with --yes."
     )
 

@@ -29,7 +29,7 @@ from typing import Any
 from sync.config import ConfigError, Pipeline, TableConfig
 from sync.operations.conflicts import conflict_policy, retry_conflicts
 from sync.operations.loss import EXPLAINED
-from sync.sql.history_rebuild import SNAPSHOT, TEMPORARY, RebuildSql
+from sync.sql.history_rebuild import SNAPSHOT, TEMPORARY, RebuildSql, Side
 from sync.sql.history_snapshot import snapshot_version
 from sync.sql.policy import has_policies
 from sync.warehouse import Warehouse
@@ -57,6 +57,24 @@ class PartitionCover:
     covered: bool  # nothing missing, or only offsets below the first retained record that a snapshot as new covers
 
 
+# How many of each history's differing versions a rebuild names (the counts are of all).
+DIFFERING_SHOWN = 10
+
+
+@dataclass
+class VersionDifference:
+    """A version one history holds and the other lacks or holds otherwise."""
+
+    side: Side
+    key: dict[str, Any]  # the key columns' values, by target name
+    valid_from_pos: str | None
+    valid_from: datetime | None
+    valid_to: datetime | None
+    op: str
+    kafka_partition: int | None
+    kafka_offset: int | None
+
+
 @dataclass
 class Rebuild:
     table: str
@@ -70,6 +88,9 @@ class Rebuild:
     stored_only: int  # stored versions the rebuilt history lacks or holds otherwise
     rebuilt_only: int  # rebuilt versions the stored history lacks or holds otherwise
     partitions: list[PartitionCover] = field(default_factory=list)
+    # the first DIFFERING_SHOWN (by key and position) of the stored and of the rebuilt
+    # versions without an equal row in the other history
+    differing: list[VersionDifference] = field(default_factory=list)
 
     @property
     def gaps(self) -> list[PartitionCover]:
@@ -102,6 +123,14 @@ def _partitions(wh: Warehouse, sql: RebuildSql, snapshot_time: datetime | None) 
         cover.covered = covered and not cover.missing_between
         out.append(cover)
     return out
+
+
+def _differing(wh: Warehouse, sql: RebuildSql) -> list[VersionDifference]:
+    keys = sql.ctx.keys
+    return [
+        VersionDifference(Side(row[0]), dict(zip(keys, row[1 : 1 + len(keys)], strict=True)), *row[1 + len(keys) :])
+        for row in wh.query(sql.differing_sql(DIFFERING_SHOWN))
+    ]
 
 
 def _decide(result: Rebuild, apply: bool, accept_gap: bool) -> Outcome:
@@ -143,6 +172,7 @@ def rebuild_history(wh: Warehouse, pipeline: Pipeline, table_name: str, apply: b
                 int(stored_only),
                 int(rebuilt_only),
                 _partitions(wh, sql, snapshot_time),
+                _differing(wh, sql) if stored_only or rebuilt_only else [],
             )
             result.outcome = _decide(result, apply, accept_gap)
             if result.outcome in (Outcome.WRITTEN, Outcome.REPLACED):

@@ -24,6 +24,7 @@ log stay as they are.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from enum import StrEnum
 from functools import cached_property
 
 from sync.config import Pipeline, TableConfig
@@ -57,6 +58,17 @@ SNAPSHOT = "history_rebuild_snapshot"  # the stored history's snapshot versions
 # whose comparison differs: `differs`).
 _CONTROL = SqlType("varchar")
 UNAVAILABLE = "_unavailable"
+
+
+class Side(StrEnum):
+    """Which history holds a version the other lacks (`differing_sql`)."""
+
+    STORED = "stored"  # a replacement removes it
+    REBUILT = "rebuilt"  # a replacement adds it
+
+
+# What `differing_sql` tells of a version besides its key.
+DIFFERING_COLUMNS = ("_valid_from_pos", "_valid_from", "_valid_to", "_op", "_kafka_partition", "_kafka_offset")
 
 
 @dataclass(frozen=True)
@@ -150,6 +162,24 @@ class RebuildSql:
             f"SELECT (SELECT COUNT(*) FROM {rel.history}), (SELECT COUNT(*) FROM {rebuilt}),\n"
             f"       {unmatched(rel.history, rebuilt)},\n       {unmatched(rebuilt, rel.history)}"
         )
+
+    def differing_sql(self, limit: int) -> str:
+        """The first `limit` versions (by key and position) of each history without an equal
+        row in the other: `stored` (what a replacement removes) or `rebuilt` (what it adds),
+        the key, the position and interval, the operation and the Kafka coordinates."""
+        d, rel, rebuilt = self.d, self.ctx.rel, self.d.q(TEMPORARY["history"])
+        keys = [f"a.{d.q(k)}" for k in self.ctx.keys]
+        columns = ", ".join([*keys, *(f"a.{c}" for c in DIFFERING_COLUMNS)])
+
+        def first(side: str, x: str, y: str) -> str:
+            return (
+                f"SELECT '{side}' AS side, {columns}\n  FROM {x} a\n"
+                f"  WHERE NOT EXISTS (SELECT 1 FROM {y} b WHERE {key_match(d, self.ctx.keys, 'a', 'b')}\n"
+                f"    AND {self._same('a', 'b')})\n  ORDER BY {', '.join(keys)}, a._valid_from_pos LIMIT {int(limit)}"
+            )
+
+        stored, added = first(Side.STORED, rel.history, rebuilt), first(Side.REBUILT, rebuilt, rel.history)
+        return f"SELECT * FROM ({stored}) s\nUNION ALL\nSELECT * FROM ({added}) r"
 
     def partitions_sql(self, explained: int | None) -> str:
         """Per partition the watermark holds: its last applied offset and refresh time; the
