@@ -53,9 +53,10 @@ def venv_path(version: str, with_project: bool) -> Path:
 
 def clean_env(**extra: str) -> dict[str, str]:
     """The environment for a child Python: nothing of this process's Spark or pytest set-up
-    (a PYSPARK_PYTHON pointing at this venv would run the wrong PySpark on the workers)."""
+    (a PYSPARK_PYTHON pointing at this venv would run the wrong PySpark on the workers) but
+    the drivers' JVM options (SPARK_SUBMIT_OPTS, tests/conftest.py)."""
     drop = ("PYSPARK_", "SPARK_", "PYTEST_", "PYTHONPATH", "VIRTUAL_ENV")
-    env = {k: v for k, v in os.environ.items() if not k.startswith(drop)}
+    env = {k: v for k, v in os.environ.items() if not k.startswith(drop) or k == "SPARK_SUBMIT_OPTS"}
     env.update(extra)
     return env
 
