@@ -35,11 +35,11 @@ def difference_line(v: VersionDifference) -> str:
     """One version only one history holds: whose, its key, position, interval, operation
     and the record that opened it."""
     key = ", ".join(f"{name}={value}" for name, value in v.key.items())
+    position = f"at position {v.valid_from_pos}" if v.valid_from_pos is not None else "without a position"
     until = v.valid_to if v.valid_to is not None else "open"
-    return (
-        f"{v.side}: {key} at position {v.valid_from_pos} ({v.valid_from} to {until}), op {v.op}, "
-        f"record {v.kafka_partition}:{v.kafka_offset}"
-    )
+    # A backfill's snapshot version has no Kafka record (partition and offset -1).
+    origin = f"record {v.kafka_partition}:{v.kafka_offset}" if (v.kafka_partition or 0) >= 0 else "from a snapshot"
+    return f"{v.side}: {key} {position} ({v.valid_from} to {until}), op {v.op}, {origin}"
 
 
 def summary(result: Rebuild) -> str:

@@ -175,7 +175,7 @@ class RebuildSql:
             return (
                 f"SELECT '{side}' AS side, {columns}\n  FROM {x} a\n"
                 f"  WHERE NOT EXISTS (SELECT 1 FROM {y} b WHERE {key_match(d, self.ctx.keys, 'a', 'b')}\n"
-                f"    AND {self._same('a', 'b')})\n  ORDER BY {', '.join(keys)}, a._valid_from_pos LIMIT {int(limit)}"
+                f"    AND {self._same('a', 'b')})\n  ORDER BY {', '.join(keys)}, a._valid_from_pos ASC NULLS FIRST, a._valid_from LIMIT {int(limit)}"
             )
 
         stored, added = first(Side.STORED, rel.history, rebuilt), first(Side.REBUILT, rebuilt, rel.history)
