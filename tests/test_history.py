@@ -415,3 +415,22 @@ def test_history_without_toastable_columns_is_exact_on_the_short_path_and_after_
         (2, 6, "u", p450, None, True),
     ]
     assert rows(wh, "acc") == [(1, 40), (2, 6)]
+
+
+def test_postgresql_closes_a_version_in_place_without_a_new_index_entry(wh):
+    """The history table keeps a fifth of each page free on PostgreSQL (`history_storage`):
+    a version a later batch closes changes no indexed column (`_valid_to`, `_valid_to_pos`,
+    `_is_current`), so it is a heap-only tuple, "the new version of the row is stored on
+    the same page ... no new index entries are needed" (PostgreSQL documentation, Heap-Only
+    Tuples (HOT))."""
+    p = setup(wh, history_toml("acc", order_by="postgres-lsn"))
+    feed(wh, p, "acc", [pg("c", key, 10, 1000 + key) for key in range(1, 401)])
+    # A batch closes one version in ten, as a batch touches a few of the versions a page holds.
+    feed(wh, p, "acc", [pg("u", key, 20, 2000 + key) for key in range(1, 401, 10)])
+    wh.execute("SELECT pg_stat_force_next_flush()")
+    ((options, updated, hot),) = wh.query(
+        "SELECT c.reloptions, s.n_tup_upd, s.n_tup_hot_upd FROM pg_class c JOIN pg_stat_user_tables s ON s.relid = c.oid"
+        " WHERE s.schemaname = 'cdc' AND s.relname = 'acc__history'"
+    )
+    assert options == ["fillfactor=80"]
+    assert updated == hot == 40, (updated, hot)

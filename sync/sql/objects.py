@@ -204,9 +204,8 @@ def history_objects(d: PostgresDialect, pipeline: Pipeline, table: TableConfig) 
     n = table_names(pipeline, table)
     keys = [c.target_name for c in table.key_columns]
     lines = schemas.definitions(d, schemas.history(table), quoted=True)
-    sql = _create_table(
-        d, n.schema, n.history, lines, d.table_attributes(table.distkey_column.target_name, [*keys, "_valid_from"])
-    )
+    attributes = d.history_storage + d.table_attributes(table.distkey_column.target_name, [*keys, "_valid_from"])
+    sql = _create_table(d, n.schema, n.history, lines, attributes)
     objects = [SqlObject("table", n.schema, n.history, sql, table.name)]
     if not d.streaming_ingestion:
         index = f"{table.name}__h_key"
