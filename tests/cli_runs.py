@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import functools
 import os
 import subprocess
 import tempfile
@@ -19,21 +20,19 @@ from pathlib import Path
 from tests.helpers import REPO
 from tests.warm_cli import warm_cli
 
-_server: dict[str, str] = {}
 
-
-def _warm_environment() -> dict[str, str]:
-    """The server's environment (started on first use, one per test process, ended at exit)."""
-    if not _server:
-        stack = contextlib.ExitStack()
-        folder = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="rs-warm-")))
-        # This checkout's package first, as `python -m sync` run in it imports it (also where
-        # the venv's editable install is another checkout's).
-        path = os.pathsep.join([str(REPO), *filter(None, [os.environ.get("PYTHONPATH")])])
-        _server.update(stack.enter_context(warm_cli(folder, {**os.environ, "PYTHONPATH": path})))
-        _server["__client__"] = str(folder / "bin" / "redshift-sync")
-        atexit.register(stack.close)
-    return _server
+@functools.cache
+def _warm_server() -> tuple[str, dict[str, str]]:
+    """The client's path and the server's environment (the server started on first use,
+    one per test process, ended at exit)."""
+    stack = contextlib.ExitStack()
+    atexit.register(stack.close)
+    folder = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="rs-warm-")))
+    # This checkout's package first, as `python -m sync` run in it imports it (also where
+    # the venv's editable install is another checkout's).
+    path = os.pathsep.join([str(REPO), *filter(None, [os.environ.get("PYTHONPATH")])])
+    env = stack.enter_context(warm_cli(folder, {**os.environ, "PYTHONPATH": path}))
+    return str(folder / "bin" / "redshift-sync"), env
 
 
 def run_cli(
@@ -41,7 +40,7 @@ def run_cli(
 ) -> subprocess.CompletedProcess:
     """Run `redshift-sync ARGS` in `cwd` with this process's environment plus `env` (without
     its REDSHIFT_SYNC_* settings unless `keep_settings`); its output is captured as text."""
-    server = _warm_environment()
+    client, server = _warm_server()
     full = {k: v for k, v in os.environ.items() if keep_settings or not k.startswith("REDSHIFT_SYNC_")}
     full |= {"PATH": server["PATH"], "PYTHONPATH": server["PYTHONPATH"], **(env or {})}
-    return subprocess.run([server["__client__"], *args], capture_output=True, text=True, env=full, cwd=cwd, timeout=timeout)
+    return subprocess.run([client, *args], capture_output=True, text=True, env=full, cwd=cwd, timeout=timeout)

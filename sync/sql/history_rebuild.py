@@ -149,14 +149,18 @@ class RebuildSql:
         columns += [(c.name, _CONTROL) for c in schemas.HISTORY if c.name != UNAVAILABLE]
         return "\n    AND ".join(f"NOT {d.differs(f'{a}.{q(name)}', f'{b}.{q(name)}', t)}" for name, t in columns)
 
+    def _without_equal(self, other: str) -> str:
+        """The history row `a` has no equal row `b` in the history `other`."""
+        keys = key_match(self.d, self.ctx.keys, "a", "b")
+        return f"NOT EXISTS (SELECT 1 FROM {other} b WHERE {keys}\n    AND {self._same('a', 'b')})"
+
     def differences_sql(self) -> str:
         """Rows of the stored history with no equal rebuilt row, and rebuilt rows with no
         equal stored row; and the row counts of both."""
         rel, rebuilt = self.ctx.rel, self.d.q(TEMPORARY["history"])
 
         def unmatched(x: str, y: str) -> str:
-            keys = key_match(self.d, self.ctx.keys, "a", "b")
-            return f"(SELECT COUNT(*) FROM {x} a WHERE NOT EXISTS (SELECT 1 FROM {y} b WHERE {keys}\n    AND {self._same('a', 'b')}))"
+            return f"(SELECT COUNT(*) FROM {x} a WHERE {self._without_equal(y)})"
 
         return (
             f"SELECT (SELECT COUNT(*) FROM {rel.history}), (SELECT COUNT(*) FROM {rebuilt}),\n"
@@ -171,12 +175,9 @@ class RebuildSql:
         keys = [f"a.{d.q(k)}" for k in self.ctx.keys]
         columns = ", ".join([*keys, *(f"a.{c}" for c in DIFFERING_COLUMNS)])
 
-        def first(side: str, x: str, y: str) -> str:
-            return (
-                f"SELECT '{side}' AS side, {columns}\n  FROM {x} a\n"
-                f"  WHERE NOT EXISTS (SELECT 1 FROM {y} b WHERE {key_match(d, self.ctx.keys, 'a', 'b')}\n"
-                f"    AND {self._same('a', 'b')})\n  ORDER BY {', '.join(keys)}, a._valid_from_pos ASC NULLS FIRST, a._valid_from LIMIT {int(limit)}"
-            )
+        def first(side: Side, x: str, y: str) -> str:
+            order = ", ".join([*keys, "a._valid_from_pos ASC NULLS FIRST", "a._valid_from"])
+            return f"SELECT '{side}' AS side, {columns}\n  FROM {x} a\n  WHERE {self._without_equal(y)}\n  ORDER BY {order} LIMIT {int(limit)}"
 
         stored, added = first(Side.STORED, rel.history, rebuilt), first(Side.REBUILT, rebuilt, rel.history)
         return f"SELECT * FROM ({stored}) s\nUNION ALL\nSELECT * FROM ({added}) r"
