@@ -80,7 +80,18 @@ def test_an_unwrapped_topic_counts_only_the_placeholders_its_keys_versions_hold(
 def test_the_full_recompute_runs_when_the_batch_or_a_stored_version_of_its_keys_needs_it():
     # the batch's own TOAST placeholders (`v_unavailable`) count only with a TOAST-able column
     assert_lines(history_sql(ONE), "IF v_history_recompute > 0 THEN")
-    assert_lines(history_sql(COMPOSITE), "IF v_unavailable > 0 OR v_history_recompute > 0 THEN")
+    # after a truncate's branch, which recomputes every key
+    assert_lines(history_sql(COMPOSITE), "ELSIF v_unavailable > 0 OR v_history_recompute > 0 THEN")
+
+
+def test_the_short_path_runs_before_the_insert_exactly_when_the_recompute_does_not():
+    assert_lines(history_sql(ONE), "IF v_history_recompute = 0 THEN")
+    assert_lines(
+        history_sql(COMPOSITE),
+        "IF (v_truncates = 0 OR v_truncate_pos IS NULL) AND v_unavailable = 0 AND v_history_recompute = 0 THEN",
+    )
+    sql = history_sql(ONE)
+    assert sql.index("SET _valid_to = f._valid_from") < sql.index('INSERT INTO "cdc"."tag__history"')
 
 
 def test_otherwise_each_keys_current_version_ends_where_its_first_event_begins():
@@ -117,7 +128,7 @@ def test_an_unwrapped_topic_recomputes_without_filling_when_nothing_holds_a_plac
     # the short path (the current version closed) is never taken.
     sql = history_sql(UNWRAPPED_COMPOSITE)
     assert "SET _valid_to = f._valid_from" not in sql
-    quiet = sql.split("\n  ELSE\n", 1)[1]
+    quiet = sql.rsplit("\nELSE\n", 1)[1]  # after the truncate and recompute branches
     assert_lines(
         quiet,
         'UPDATE "cdc"."line__history" h SET _valid_to = n.valid_to, _valid_to_pos = n.valid_to_pos,'
@@ -181,7 +192,7 @@ def test_a_truncate_with_a_position_marks_and_recomputes_every_key_instead_of_th
         "IF v_truncates > 0 AND v_truncate_pos IS NOT NULL THEN",
         'FROM "cdc"."line__history" x) x) n',  # every key's versions: no filter on the batch's keys
     )
-    truncated, batch = sql.split("IF v_truncates", 1)[1].split("\nELSE\n", 1)
+    truncated, batch = sql.split("IF v_truncates", 1)[1].split("\nELSIF ", 1)
     assert "INSERT INTO" in truncated and "v_history_recompute" not in truncated
     assert "v_truncate_pos" not in batch
     assert "v_truncates" not in history_sql(ONE), "a table whose truncates are skipped has no marker step"
@@ -192,5 +203,6 @@ def test_the_versions_are_inserted_and_re_sent_tombstones_dropped_before_the_int
         return [line.split()[0] for line in sql.splitlines() if line.startswith(("INSERT", "DELETE", "UPDATE", "IF "))]
 
     assert statements(history_sql(UNWRAPPED)) == ["INSERT", "DELETE", "UPDATE"]
-    assert statements(history_sql(ONE)) == ["INSERT", "IF"]
+    # the short path's closing UPDATE, under its IF, comes first (no recompute follows it)
+    assert statements(history_sql(ONE)) == ["IF", "INSERT", "IF"]
     assert statements(history_sql(UNWRAPPED_COMPOSITE)) == ["INSERT", "DELETE", "IF"]

@@ -377,9 +377,23 @@ BEGIN
       UPDATE "inventory"."prices__stage" SET _source_pos = _rank_pos
       WHERE _rn = 1 AND _action IN ('upsert', 'delete') AND _source_pos IS NULL;
     END IF;
+    IF v_history_recompute = 0 THEN
+      -- History: no stored version of the batch's keys lies at or after its oldest position, so
+      -- each key's current version ends where its first event begins.
+      UPDATE "inventory"."prices__history" h SET _valid_to = f._valid_from, _valid_to_pos = f._valid_from_pos, _is_current = false
+      FROM (SELECT r."product_id", r._valid_from, r._valid_from_pos
+            FROM (SELECT e.*, ROW_NUMBER() OVER (PARTITION BY e."product_id" ORDER BY e._valid_from_pos ASC NULLS FIRST, e._kafka_timestamp ASC NULLS FIRST,
+                e._kafka_partition, e._kafka_offset) AS first__
+                  FROM (SELECT s."product_id", COALESCE(s._source_ts, s._kafka_timestamp) AS _valid_from,
+                               COALESCE(s._source_pos, s._rank_pos) AS _valid_from_pos, s._kafka_timestamp, s._kafka_partition,
+                               s._kafka_offset
+                        FROM "inventory"."prices__stage" s WHERE s._action IN ('upsert', 'delete', 'stale', 'truncated')) e) r
+            WHERE r.first__ = 1) f
+      WHERE h."product_id" = f."product_id" AND h._is_current AND COALESCE(h._valid_from_pos, '') < f._valid_from_pos;
+    END IF;
     -- History: the batch's events as versions of their keys (superseded and late ones too),
     -- each once: a re-delivered copy of versions the history holds adds nothing. Their
-    -- intervals among themselves; the UPDATE below joins them to the stored versions.
+    -- intervals among themselves; a recompute below joins them to the stored versions.
     INSERT INTO "inventory"."prices__history" (
       "product_id", "list_price", "discount_pct", "_valid_from", "_valid_from_pos", "_op", "_kafka_partition",
       "_kafka_offset", "_kafka_timestamp", "_unavailable", "_valid_to", "_valid_to_pos", "_is_current"
@@ -499,19 +513,6 @@ BEGIN
       WHERE h."product_id" = n."product_id"
         AND COALESCE(h._valid_from_pos, '') = COALESCE(n._valid_from_pos, '')
         AND h._kafka_partition = n._kafka_partition AND h._kafka_offset = n._kafka_offset;
-    ELSE
-      -- History: no stored version of the batch's keys lies at or after its oldest position, so
-      -- each key's current version ends where its first event begins.
-      UPDATE "inventory"."prices__history" h SET _valid_to = f._valid_from, _valid_to_pos = f._valid_from_pos, _is_current = false
-      FROM (SELECT r."product_id", r._valid_from, r._valid_from_pos
-            FROM (SELECT e.*, ROW_NUMBER() OVER (PARTITION BY e."product_id" ORDER BY e._valid_from_pos ASC NULLS FIRST, e._kafka_timestamp ASC NULLS FIRST,
-                e._kafka_partition, e._kafka_offset) AS first__
-                  FROM (SELECT s."product_id", COALESCE(s._source_ts, s._kafka_timestamp) AS _valid_from,
-                               COALESCE(s._source_pos, s._rank_pos) AS _valid_from_pos, s._kafka_timestamp, s._kafka_partition,
-                               s._kafka_offset
-                        FROM "inventory"."prices__stage" s WHERE s._action IN ('upsert', 'delete', 'stale', 'truncated')) e) r
-            WHERE r.first__ = 1) f
-      WHERE h."product_id" = f."product_id" AND h._is_current AND COALESCE(h._valid_from_pos, '') < f._valid_from_pos;
     END IF;
     -- 6. Apply: remove the current row of every key with a winning event (the join is
     --    on the key, which is the DISTKEY, so it is collocated), then insert the upserts.

@@ -1,8 +1,10 @@
 """History mode (history = true): every applied event of a batch becomes a version of its
 key in the history table, in the same transaction as the current-state merge. Two
-statements on the common path: the batch's events new to the history are inserted
-(`versions_sql`), then the intervals of the keys they touch are recomputed from the next
-version in source order (`history_intervals`). Truncates add a closing marker per open key
+statements on the common path (a batch after every stored version of its keys): each key's
+current version is closed where its first event begins (`_closing_sql`), then the batch's
+events new to the history are inserted (`versions_sql`). Otherwise the intervals of the
+keys they touch are recomputed after the INSERT from the next version in source order
+(`history_intervals`). Truncates add a closing marker per open key
 (`truncate_markers_sql`) and recompute every key. The rules: docs/correctness.md,
 "History mode"."""
 
@@ -70,7 +72,7 @@ def versions_sql(ctx: TableSql) -> str:
     return (
         "-- History: the batch's events as versions of their keys (superseded and late ones too),\n"
         "-- each once: a re-delivered copy of versions the history holds adds nothing. Their\n"
-        "-- intervals among themselves; the UPDATE below joins them to the stored versions.\n"
+        "-- intervals among themselves; a recompute below joins them to the stored versions.\n"
         f"INSERT INTO {ctx.rel.history} (\n  {packed([*columns, interval_columns], '  ')}\n)\n"
         f"{copies_ctes(ctx, columns, events, same_version, version_order('x'), _stored_gate(ctx))}"
         f"SELECT {packed(['w.' + c for c in columns], ' ' * 7)},\n"
@@ -145,7 +147,7 @@ def history_counts(ctx: TableSql, pad: str) -> dict[str, str]:
     position, and neither may a quarantined record; counting them would send every batch
     with a delete to the full recompute. The batch's own placeholders are `v_unavailable`'s
     (the current state's TOAST step). Unwrapped topics without TOAST-able columns always
-    recompute (`_touched_intervals_sql`): no count."""
+    recompute (`_touched_intervals`): no count."""
     if ctx.table.history is None:
         return {}
     placeholder = ["h._unavailable LIKE '%|%|%'"] if toast_columns(ctx) else []
@@ -175,10 +177,12 @@ def history_counts(ctx: TableSql, pad: str) -> dict[str, str]:
 
 def _closing_sql(ctx: TableSql) -> str:
     """The touched keys' intervals when no stored version of them lies at or after the
-    batch's oldest position (`history_counts`): the versions the INSERT wrote have
+    batch's oldest position (`history_counts`): the versions the INSERT writes next have
     their final intervals among themselves, and the only stored version that changes is
     each key's current one, which ends where the key's first event begins (the first of its
-    sequence at that position: never a copy). One read of the history, no window over it."""
+    sequence at that position: never a copy). One read of the history, no window over it.
+    Run before the INSERT (`_closing_first`), it finds the stored versions alone; it would
+    close none of the INSERT's either (each begins at or after its key's first event)."""
     q, keys = ctx.q, ctx.keys
     first = ", ".join(f"r.{q(k)}" for k in keys)
     return (
@@ -196,30 +200,53 @@ def _closing_sql(ctx: TableSql) -> str:
     )
 
 
-def _touched_intervals_sql(ctx: TableSql) -> str:
-    """The touched keys' intervals: recomputed, their TOAST placeholders filled, when the
-    batch holds a placeholder (`v_unavailable`) or a stored version of its keys needs it
-    (`history_counts`); otherwise each key's current version is closed (`_closing_sql`).
-    Unwrapped topics always recompute: a re-sent tombstone the batch removes, or a waiting
-    one it decides (`history_tombstones`), changes the interval of the version before it,
-    wherever that lies in its key's sequence, which closing the current version does not
-    reach (without a placeholder their recompute fills none)."""
+def _if_chain(branches: list[tuple[str, str]], otherwise: str | None = None) -> str:
+    """IF / ELSIF / ELSE over (condition, statements) branches."""
+    parts = [f"{'IF' if n == 0 else 'ELSIF'} {c} THEN\n{indent(body, 2)}\n" for n, (c, body) in enumerate(branches)]
+    return "".join(parts) + (f"ELSE\n{indent(otherwise, 2)}\n" if otherwise else "") + "END IF;"
+
+
+def _touched_intervals(ctx: TableSql) -> tuple[list[tuple[str, str]], str | None]:
+    """The touched keys' intervals after the versions' INSERT, as IF branches and what runs
+    otherwise: recomputed, their TOAST placeholders filled, when the batch holds a
+    placeholder (`v_unavailable`) or a stored version of its keys needs it
+    (`history_counts`). Unwrapped topics otherwise recompute without filling: a re-sent
+    tombstone the batch removes, or a waiting one it decides (`history_tombstones`), changes
+    the interval of the version before it, wherever that lies in its key's sequence, which
+    closing the current version does not reach. A full-envelope table otherwise closes each
+    key's current version before the INSERT (`_closing_first`): nothing here."""
     if not history_counts(ctx, ""):
-        return intervals_sql(ctx)
-    quiet = intervals_sql(ctx, fill=False) if unwrapped(ctx) else _closing_sql(ctx)
+        return [], intervals_sql(ctx)
     guard = ("v_unavailable > 0 OR " if toast_columns(ctx) else "") + f"{RECOMPUTE} > 0"
-    return f"IF {guard} THEN\n{indent(intervals_sql(ctx), 2)}\nELSE\n{indent(quiet, 2)}\nEND IF;"
+    return [(guard, intervals_sql(ctx))], intervals_sql(ctx, fill=False) if unwrapped(ctx) else None
+
+
+def _closing_first(ctx: TableSql) -> str:
+    """A full-envelope table's short path (`_closing_sql`), taken before the versions'
+    INSERT: its index probes then find each key's stored versions alone, not the batch's
+    new ones beside them (none of which it could close: each begins at or after the key's
+    first event). Unwrapped topics and tables without a count never take it."""
+    if unwrapped(ctx) or not history_counts(ctx, ""):
+        return ""
+    quiet = " AND ".join(
+        [
+            *(["(v_truncates = 0 OR v_truncate_pos IS NULL)"] if ctx.table.on_truncate == "delete" else []),
+            *(["v_unavailable = 0"] if toast_columns(ctx) else []),
+            f"{RECOMPUTE} = 0",
+        ]
+    )
+    return _if_chain([(quiet, _closing_sql(ctx))]) + "\n"
 
 
 def history_sql(ctx: TableSql) -> str:
     """The history's statements of a batch with records."""
-    recompute = _touched_intervals_sql(ctx)
+    branches, otherwise = _touched_intervals(ctx)
     if ctx.table.on_truncate == "delete":
-        recompute = (
-            "IF v_truncates > 0 AND v_truncate_pos IS NOT NULL THEN\n"
-            "  -- A truncate closes every open version; every key's intervals are recomputed.\n"
-            f"{indent(truncate_markers_sql(ctx), 2)}\n{indent(intervals_sql(ctx, keys_of_batch=False), 2)}\n"
-            f"ELSE\n{indent(recompute, 2)}\nEND IF;"
+        truncated = (
+            "-- A truncate closes every open version; every key's intervals are recomputed.\n"
+            f"{truncate_markers_sql(ctx)}\n{intervals_sql(ctx, keys_of_batch=False)}"
         )
+        branches = [("v_truncates > 0 AND v_truncate_pos IS NOT NULL", truncated), *branches]
+    recompute = _if_chain(branches, otherwise) if branches else otherwise
     void = f"{void_tombstones_sql(ctx)}\n" if unwrapped(ctx) else ""
-    return f"{versions_sql(ctx)}\n{void}{recompute}"
+    return f"{_closing_first(ctx)}{versions_sql(ctx)}\n{void}{recompute}"
