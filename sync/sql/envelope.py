@@ -53,11 +53,11 @@ def _postgres_position(d: PostgresDialect, sequence: str, lsn: str) -> str:
     commit LSN is what a connector that starts without an offset sends (a re-created
     connector's snapshot, then its first transaction): that event comes after everything
     streamed before the restart, so its own LSN stands in for the commit part, never 0.
-    An empty match (no digits) is no value on either engine (NULLIF)."""
-    first = d.regex_group(sequence, '^[[]"?([0-9]*)')
-    second = d.regex_group(sequence, '([0-9]+)"?[]]$')
-    commit_lsn = f"NULLIF({first}, '')"
-    change_lsn = f"COALESCE(NULLIF({second}, ''), {lsn})"
+    Each group takes one digit at least, so a value without digits is no match: NULL on
+    either engine (`regex_group`)."""
+    commit_lsn = d.regex_group(sequence, '^[[]"?([0-9]+)')
+    change_group = d.regex_group(sequence, '([0-9]+)"?[]]$')
+    change_lsn = f"COALESCE({change_group}, {lsn})"
     return (
         f"CASE WHEN {change_lsn} IS NOT NULL THEN "
         f"{d.lpad_number(f'COALESCE({commit_lsn}, {change_lsn})', POS_WIDTH)} || '.' || {d.lpad_number(change_lsn, POS_WIDTH)} END"
