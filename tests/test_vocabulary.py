@@ -55,3 +55,21 @@ def test_the_vocabulary_knows_every_form_of_the_placeholder():
         "X19kZWJleml1bV91bmF2YWlsYWJsZV92YWx1ZQ==",
         '["__debezium_unavailable_value"]',
     )
+
+
+@pytest.mark.parametrize(
+    ("semantic", "column_type", "reason"),
+    [
+        (None, "varchar(64)", "primary key field k is missing or not a varchar(64)"),
+        (None, "integer", "primary key field k is missing or not an integer"),
+        (
+            "io.debezium.time.Date",
+            "date",
+            "primary key field k is missing or does not convert from io.debezium.time.Date to date",
+        ),
+    ],
+)
+def test_a_key_fields_reason_reads_as_a_sentence(semantic, column_type, reason):
+    # The quarantine reason a user reads in `quarantine list`, worded alike by the procedure
+    # and the backfill; it read "not a integer" and "not a io.debezium.time.Date date".
+    assert v.key_reason("k", semantic, column_type) == reason

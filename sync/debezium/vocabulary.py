@@ -112,8 +112,10 @@ class Reason(StrEnum):
 
 def key_reason(field: str, semantic: str | None, column_type: object) -> str:
     """The quarantine reason of a key field that is missing or does not convert."""
-    encoding = f"{semantic} " if semantic else ""
-    return f"primary key field {field} is missing or not a {encoding}{column_type}"
+    if semantic:
+        return f"primary key field {field} is missing or does not convert from {semantic} to {column_type}"
+    article = "an" if str(column_type)[:1] in "aeiou" else "a"
+    return f"primary key field {field} is missing or not {article} {column_type}"
 
 
 def field_reason(field: str, semantic: str | None, column_type: object) -> str:

@@ -188,7 +188,7 @@ def test_a_key_that_does_not_decode_is_rejected_with_the_procedures_reason(spark
     lines = spark.createDataFrame([('{"day": 19000}',), ('{"day": "soon"}',)], "value string")
     got = sorted(conform(json_rows(lines, table, F.lit(None)), table).select("day", "_reason").collect(), key=str)
     assert [tuple(r) for r in got] == [
-        (None, "primary key field day is missing or not a io.debezium.time.Date date"),
+        (None, "primary key field day is missing or does not convert from io.debezium.time.Date to date"),
         (date(2022, 1, 8), None),
     ]
 

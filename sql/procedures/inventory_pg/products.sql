@@ -341,7 +341,7 @@ BEGIN
         WHEN 4 THEN 'no op field: not a Debezium change event'
         WHEN 6 THEN 'unknown op "' || CASE WHEN OCTET_LENGTH(t._op) <= 64 THEN t._op ELSE SUBSTRING(t._op, 1, 16) END || '"'
         WHEN 7 THEN 'no row image: after is missing or not an object'
-        WHEN 8 THEN 'primary key field id is missing or not a integer'
+        WHEN 8 THEN 'primary key field id is missing or not an integer'
         WHEN 9 THEN 'source time (ts_ms) is not milliseconds since the epoch between 1970 and 9999'
         WHEN 10 THEN 'field Sku does not convert to varchar(32)'
         WHEN 11 THEN 'field description does not convert to varchar(65535)'

@@ -250,7 +250,7 @@ BEGIN
         WHEN 8 THEN 'unknown op "' || CASE WHEN OCTET_LENGTH(t._op) <= 64 THEN t._op ELSE SUBSTRING(t._op, 1, 16) END || '"'
         WHEN 9 THEN 'no row image: after is missing or not an object'
         WHEN 10 THEN 'primary key field __dbz__sourceIdentifier is missing or not a varchar(255)'
-        WHEN 11 THEN 'primary key field id is missing or not a integer'
+        WHEN 11 THEN 'primary key field id is missing or not an integer'
         WHEN 12 THEN 'source time (ts_ms) is not milliseconds since the epoch between 1970 and 9999'
         WHEN 13 THEN 'field email does not convert to varchar(256)'
       END AS _reason,

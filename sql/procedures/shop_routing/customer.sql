@@ -238,7 +238,7 @@ BEGIN
         WHEN 7 THEN 'no op field: not a Debezium change event'
         WHEN 9 THEN 'unknown op "' || CASE WHEN OCTET_LENGTH(t._op) <= 64 THEN t._op ELSE SUBSTRING(t._op, 1, 16) END || '"'
         WHEN 10 THEN 'no row image: after is missing or not an object'
-        WHEN 11 THEN 'primary key field id is missing or not a integer'
+        WHEN 11 THEN 'primary key field id is missing or not an integer'
         WHEN 12 THEN 'source time (ts_ms) is not milliseconds since the epoch between 1970 and 9999'
         WHEN 13 THEN 'field name does not convert to varchar(256)'
       END AS _reason,
