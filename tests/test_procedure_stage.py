@@ -86,8 +86,8 @@ def test_the_source_position_fields_are_bounded_once_each():
     sql = stage_insert_sql(COMPOSITE)
     assert_lines(
         sql,
-        "lpad(REGEXP_SUBSTR(f._x_p0, '[0-9]*$'), 20, '0') || '.' || lpad(f._x_p1, 20, '0')"
-        " || '.' || lpad(COALESCE(f._x_p2, ''), 20, '0') AS _source_pos,",
+        "LPAD(REGEXP_SUBSTR(f._x_p0, '[0-9]*$'), 20, '0') || '.' || LPAD(f._x_p1, 20, '0')"
+        " || '.' || LPAD(COALESCE(f._x_p2, ''), 20, '0') AS _source_pos,",
     )
     for field in ("file", "pos", "row"):
         assert sql.count(f'JSON_SIZE(f._src."{field}")') == 1

@@ -185,9 +185,9 @@ BEGIN
   fields AS (SELECT f._kafka_partition, f._kafka_offset, f._kafka_timestamp, f._refresh_time, f._payload, f._raw_value, f._env, f._img, f._op,
       f._src."__source_ts_ms" AS _ts_ms,
       CASE WHEN COALESCE(NULLIF(REGEXP_SUBSTR(f._x_p0, '([0-9]+)"?[]]$', 1, 1, 'e'), ''), f._x_p1) IS NOT NULL
-          THEN lpad(COALESCE(NULLIF(REGEXP_SUBSTR(f._x_p0, '^[[]"?([0-9]+)', 1, 1, 'e'), ''),
+          THEN LPAD(COALESCE(NULLIF(REGEXP_SUBSTR(f._x_p0, '^[[]"?([0-9]+)', 1, 1, 'e'), ''),
           COALESCE(NULLIF(REGEXP_SUBSTR(f._x_p0, '([0-9]+)"?[]]$', 1, 1, 'e'), ''), f._x_p1)), 20,
-          '0') || '.' || lpad(COALESCE(NULLIF(REGEXP_SUBSTR(f._x_p0, '([0-9]+)"?[]]$', 1, 1, 'e'), ''), f._x_p1), 20, '0') END AS _source_pos,
+          '0') || '.' || LPAD(COALESCE(NULLIF(REGEXP_SUBSTR(f._x_p0, '([0-9]+)"?[]]$', 1, 1, 'e'), ''), f._x_p1), 20, '0') END AS _source_pos,
       f._img."id" AS _j_i0, CASE WHEN IS_OBJECT(f._key_env) THEN f._key_env."id" ELSE f._key_env END AS _j_k0, f._img."name" AS _j_v0,
       f._img."bio" AS _j_v1 FROM envelope_2 f),
   fields_1 AS (

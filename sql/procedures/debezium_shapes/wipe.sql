@@ -183,7 +183,7 @@ BEGIN
     FROM envelope_1 f),
   fields AS (SELECT f._kafka_partition, f._kafka_offset, f._kafka_timestamp, f._refresh_time, f._payload, f._raw_value, f._env, f._img, f._op,
       f._src."ts_ms" AS _ts_ms,
-      lpad(REGEXP_SUBSTR(f._x_p0, '[0-9]*$'), 20, '0') || '.' || lpad(f._x_p1, 20, '0') || '.' || lpad(COALESCE(f._x_p2, ''), 20, '0') AS _source_pos,
+      LPAD(REGEXP_SUBSTR(f._x_p0, '[0-9]*$'), 20, '0') || '.' || LPAD(f._x_p1, 20, '0') || '.' || LPAD(COALESCE(f._x_p2, ''), 20, '0') AS _source_pos,
       f._img."id" AS _j_i0, CASE WHEN IS_OBJECT(f._key_env) THEN f._key_env."id" ELSE f._key_env END AS _j_k0, f._img."name" AS _j_v0,
       f._img."bio" AS _j_v1 FROM envelope_2 f),
   fields_1 AS (

@@ -196,9 +196,9 @@ BEGIN
   fields AS (SELECT f._kafka_partition, f._kafka_offset, f._kafka_timestamp, f._refresh_time, f._payload, f._raw_value, f._env, f._img, f._op,
       f._src."ts_ms" AS _ts_ms,
       CASE WHEN COALESCE(NULLIF(REGEXP_SUBSTR(f._x_p0, '([0-9]+)"?[]]$', 1, 1, 'e'), ''), f._x_p1) IS NOT NULL
-          THEN lpad(COALESCE(NULLIF(REGEXP_SUBSTR(f._x_p0, '^[[]"?([0-9]+)', 1, 1, 'e'), ''),
+          THEN LPAD(COALESCE(NULLIF(REGEXP_SUBSTR(f._x_p0, '^[[]"?([0-9]+)', 1, 1, 'e'), ''),
           COALESCE(NULLIF(REGEXP_SUBSTR(f._x_p0, '([0-9]+)"?[]]$', 1, 1, 'e'), ''), f._x_p1)), 20,
-          '0') || '.' || lpad(COALESCE(NULLIF(REGEXP_SUBSTR(f._x_p0, '([0-9]+)"?[]]$', 1, 1, 'e'), ''), f._x_p1), 20, '0') END AS _source_pos,
+          '0') || '.' || LPAD(COALESCE(NULLIF(REGEXP_SUBSTR(f._x_p0, '([0-9]+)"?[]]$', 1, 1, 'e'), ''), f._x_p1), 20, '0') END AS _source_pos,
       f._img."id" AS _j_i0, CASE WHEN IS_OBJECT(f._key_env) THEN f._key_env."id" ELSE f._key_env END AS _j_k0, f._img."Sku" AS _j_v0,
       f._img."description" AS _j_v1, f._img."price" AS _j_v2, f._img."weight" AS _j_v3, f._img."released" AS _j_v4, f._img."updated_at" AS _j_v5,
       f._img."published_at" AS _j_v6, f._img."attributes" AS _j_v7, f._img."in_stock" AS _j_v8 FROM envelope_2 f),

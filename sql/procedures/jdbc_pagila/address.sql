@@ -183,7 +183,7 @@ BEGIN
     FROM envelope_1 f),
   fields AS (SELECT f._kafka_partition, f._kafka_offset, f._kafka_timestamp, f._refresh_time, f._payload, f._raw_value, f._env, f._img, f._op,
       CAST(NULL AS super) AS _ts_ms,
-      COALESCE(lpad(NULLIF(REGEXP_SUBSTR(f._x_p0, '^([0-9]{1,20})$', 1, 1, 'e'), ''), 20, '0'),
+      COALESCE(LPAD(NULLIF(REGEXP_SUBSTR(f._x_p0, '^([0-9]{1,20})$', 1, 1, 'e'), ''), 20, '0'),
           RPAD(TRANSLATE(NULLIF(REGEXP_SUBSTR(f._x_p0, '^([0-9]{4}-[0-9]{2}-[0-9]{2}[T ][0-9]{2}:[0-9]{2}:[0-9]{2}([.][0-9]+)?)Z?$', 1, 1, 'e'), ''), '-:T .',
           ''), 20, '0')) AS _source_pos,
       f._img."address_id" AS _j_i0, CASE WHEN IS_OBJECT(f._key_env) THEN f._key_env."address_id" ELSE f._key_env END AS _j_k0,

@@ -180,7 +180,7 @@ BEGIN
     FROM envelope_1 f),
   fields AS (SELECT f._kafka_partition, f._kafka_offset, f._kafka_timestamp, f._refresh_time, f._payload, f._raw_value, f._env, f._img, f._op,
       f._src."ts_ms" AS _ts_ms,
-      lpad(REGEXP_SUBSTR(f._x_p0, '[0-9]*$'), 20, '0') || '.' || lpad(f._x_p1, 20, '0') || '.' || lpad(COALESCE(f._x_p2, ''), 20, '0') AS _source_pos,
+      LPAD(REGEXP_SUBSTR(f._x_p0, '[0-9]*$'), 20, '0') || '.' || LPAD(f._x_p1, 20, '0') || '.' || LPAD(COALESCE(f._x_p2, ''), 20, '0') AS _source_pos,
       f._img."session_id" AS _j_v0, f._img."path" AS _j_v1, f._img."viewed_at" AS _j_v2, f._img."ms_on_page" AS _j_v3 FROM envelope_2 f),
   fields_1 AS (
     SELECT f.*, (CASE WHEN JSON_SIZE(f._j_v0) <= 65535 THEN f._j_v0 END) AS "_b_v0", (CASE WHEN JSON_SIZE(f._j_v1) <= 65535 THEN f._j_v1 END) AS "_b_v1",
@@ -298,7 +298,7 @@ BEGIN
     FROM envelope_1 f),
   fields AS (SELECT f._kafka_partition, f._kafka_offset, f._kafka_timestamp, f._refresh_time, f._payload, f._raw_value, f._env, f._img, f._op,
       f._src."ts_ms" AS _ts_ms,
-      lpad(REGEXP_SUBSTR(f._x_p0, '[0-9]*$'), 20, '0') || '.' || lpad(f._x_p1, 20, '0') || '.' || lpad(COALESCE(f._x_p2, ''), 20, '0') AS _source_pos,
+      LPAD(REGEXP_SUBSTR(f._x_p0, '[0-9]*$'), 20, '0') || '.' || LPAD(f._x_p1, 20, '0') || '.' || LPAD(COALESCE(f._x_p2, ''), 20, '0') AS _source_pos,
       f._img."session_id" AS _j_v0, f._img."path" AS _j_v1, f._img."viewed_at" AS _j_v2, f._img."ms_on_page" AS _j_v3 FROM envelope_2 f),
   fields_1 AS (
     SELECT f.*, (CASE WHEN JSON_SIZE(f._j_v0) <= 65535 THEN f._j_v0 END) AS "_b_v0", (CASE WHEN JSON_SIZE(f._j_v1) <= 65535 THEN f._j_v1 END) AS "_b_v1",

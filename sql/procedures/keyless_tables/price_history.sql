@@ -174,9 +174,9 @@ BEGIN
   fields AS (SELECT f._kafka_partition, f._kafka_offset, f._kafka_timestamp, f._refresh_time, f._payload, f._raw_value, f._env, f._img, f._op,
       f._src."ts_ms" AS _ts_ms,
       CASE WHEN COALESCE(NULLIF(REGEXP_SUBSTR(f._x_p0, '([0-9]+)"?[]]$', 1, 1, 'e'), ''), f._x_p1) IS NOT NULL
-          THEN lpad(COALESCE(NULLIF(REGEXP_SUBSTR(f._x_p0, '^[[]"?([0-9]+)', 1, 1, 'e'), ''),
+          THEN LPAD(COALESCE(NULLIF(REGEXP_SUBSTR(f._x_p0, '^[[]"?([0-9]+)', 1, 1, 'e'), ''),
           COALESCE(NULLIF(REGEXP_SUBSTR(f._x_p0, '([0-9]+)"?[]]$', 1, 1, 'e'), ''), f._x_p1)), 20,
-          '0') || '.' || lpad(COALESCE(NULLIF(REGEXP_SUBSTR(f._x_p0, '([0-9]+)"?[]]$', 1, 1, 'e'), ''), f._x_p1), 20, '0') END AS _source_pos,
+          '0') || '.' || LPAD(COALESCE(NULLIF(REGEXP_SUBSTR(f._x_p0, '([0-9]+)"?[]]$', 1, 1, 'e'), ''), f._x_p1), 20, '0') END AS _source_pos,
       f._img."sku" AS _j_v0, f._img."price" AS _j_v1, f._img."valid_from" AS _j_v2 FROM envelope_2 f),
   fields_1 AS (
     SELECT f.*, (CASE WHEN JSON_SIZE(f._j_v0) <= 65535 THEN f._j_v0 END) AS "_b_v0", (CASE WHEN JSON_SIZE(f._j_v1) <= 65535 THEN f._j_v1 END) AS "_b_v1t",
@@ -312,9 +312,9 @@ BEGIN
   fields AS (SELECT f._kafka_partition, f._kafka_offset, f._kafka_timestamp, f._refresh_time, f._payload, f._raw_value, f._env, f._img, f._op,
       f._src."ts_ms" AS _ts_ms,
       CASE WHEN COALESCE(NULLIF(REGEXP_SUBSTR(f._x_p0, '([0-9]+)"?[]]$', 1, 1, 'e'), ''), f._x_p1) IS NOT NULL
-          THEN lpad(COALESCE(NULLIF(REGEXP_SUBSTR(f._x_p0, '^[[]"?([0-9]+)', 1, 1, 'e'), ''),
+          THEN LPAD(COALESCE(NULLIF(REGEXP_SUBSTR(f._x_p0, '^[[]"?([0-9]+)', 1, 1, 'e'), ''),
           COALESCE(NULLIF(REGEXP_SUBSTR(f._x_p0, '([0-9]+)"?[]]$', 1, 1, 'e'), ''), f._x_p1)), 20,
-          '0') || '.' || lpad(COALESCE(NULLIF(REGEXP_SUBSTR(f._x_p0, '([0-9]+)"?[]]$', 1, 1, 'e'), ''), f._x_p1), 20, '0') END AS _source_pos,
+          '0') || '.' || LPAD(COALESCE(NULLIF(REGEXP_SUBSTR(f._x_p0, '([0-9]+)"?[]]$', 1, 1, 'e'), ''), f._x_p1), 20, '0') END AS _source_pos,
       f._img."sku" AS _j_v0, f._img."price" AS _j_v1, f._img."valid_from" AS _j_v2 FROM envelope_2 f),
   fields_1 AS (
     SELECT f.*, (CASE WHEN JSON_SIZE(f._j_v0) <= 65535 THEN f._j_v0 END) AS "_b_v0", (CASE WHEN JSON_SIZE(f._j_v1) <= 65535 THEN f._j_v1 END) AS "_b_v1t",

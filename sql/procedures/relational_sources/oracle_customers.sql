@@ -187,9 +187,9 @@ BEGIN
     FROM envelope_1 f),
   fields AS (SELECT f._kafka_partition, f._kafka_offset, f._kafka_timestamp, f._refresh_time, f._payload, f._raw_value, f._env, f._img, f._op,
       f._src."ts_ms" AS _ts_ms,
-      lpad(COALESCE(NULLIF(REGEXP_SUBSTR(f._x_p0, '^([0-9]{1,20})$', 1, 1, 'e'), ''), NULLIF(REGEXP_SUBSTR(f._x_p1, '^([0-9]{1,20})$', 1, 1, 'e'), '')), 20,
-          '0') || '.' || lpad(NULLIF(REGEXP_SUBSTR(f._x_p1, '^([0-9]{1,20})$', 1, 1, 'e'), ''), 20,
-          '0') || '.' || lpad(COALESCE(NULLIF(REGEXP_SUBSTR(f._x_p2, '^([0-9]{1,20})$', 1, 1, 'e'), ''), ''), 20, '0') AS _source_pos,
+      LPAD(COALESCE(NULLIF(REGEXP_SUBSTR(f._x_p0, '^([0-9]{1,20})$', 1, 1, 'e'), ''), NULLIF(REGEXP_SUBSTR(f._x_p1, '^([0-9]{1,20})$', 1, 1, 'e'), '')), 20,
+          '0') || '.' || LPAD(NULLIF(REGEXP_SUBSTR(f._x_p1, '^([0-9]{1,20})$', 1, 1, 'e'), ''), 20,
+          '0') || '.' || LPAD(COALESCE(NULLIF(REGEXP_SUBSTR(f._x_p2, '^([0-9]{1,20})$', 1, 1, 'e'), ''), ''), 20, '0') AS _source_pos,
       f._img."ID" AS _j_i0, CASE WHEN IS_OBJECT(f._key_env) THEN f._key_env."ID" ELSE f._key_env END AS _j_k0, f._img."FIRST_NAME" AS _j_v0,
       f._img."LAST_NAME" AS _j_v1, f._img."EMAIL" AS _j_v2 FROM envelope_2 f),
   fields_1 AS (

@@ -405,7 +405,7 @@ class PostgresDialect:
         return expr
 
     def lpad_number(self, expr: str, width: int) -> str:
-        return f"lpad({expr}, {width}, '0')"
+        return f"LPAD({expr}, {width}, '0')"
 
     # ---- physical attributes ------------------------------------------------------
     def table_attributes(self, distkey: str | None, sortkey: list[str], backup: bool = True) -> str:
