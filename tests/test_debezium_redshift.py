@@ -54,7 +54,7 @@ def test_mixed_case_fields_navigate_without_cluster_settings():
         if o.kind == "procedure" and o.table == "customer" and o.arguments == "bigint"
     ]
     body = proc.sql.split("BEGIN", 1)[1]
-    setting = body.index("SET enable_case_sensitive_identifier TO true;")
+    setting = body.index("SET LOCAL enable_case_sensitive_identifier TO true;")
     assert setting < body.index('."CUST_ID"')  # set before the first navigation
     assert '."after"' in body and '"MKTSEGMENT"' in body
 

@@ -370,8 +370,8 @@ def test_procedures_set_what_their_casts_rely_on_and_analyze_the_stage(path: Pat
     # (the default); set by the procedure so a parameter group cannot turn it off.
     # stored-procedure-constraints: ANALYZE is allowed in a procedure (VACUUM is not).
     for code in procedure_codes(path):
-        assert "SET cast_super_null_on_error TO on;" in code
-        assert code.index("SET cast_super_null_on_error") < code.index("INSERT INTO")
+        assert "SET LOCAL cast_super_null_on_error TO on;" in code
+        assert code.index("SET LOCAL cast_super_null_on_error") < code.index("INSERT INTO")
         assert re.search(r"ANALYZE \"[^\"]+\"\.\"[^\"]+__stage\" \(", code)
 
 

@@ -177,10 +177,15 @@ def parquet_into_super(s: Scratch) -> None:
 def procedure_pins_utc(s: Scratch) -> None:
     pipeline, cs = _customer(s)
     s.wh.execute("SET timezone TO 'America/New_York'")
+    if s.d.procedure_settings:  # SET LOCAL in the procedure: its transaction's only (r_SET)
+        s.wh.execute("SET enable_case_sensitive_identifier TO false")
     started = time.time()
     s.feed(pipeline, "customer", [cs.insert({"CUST_ID": "A", "NAME": "a"})])
     zone = str(s.wh.scalar("SELECT current_setting('timezone')"))
     assert zone == "America/New_York", f"the CALL left the session's time zone at {zone}"
+    if s.d.procedure_settings:
+        case = str(s.wh.scalar("SELECT current_setting('enable_case_sensitive_identifier')")).lower()
+        assert case in ("off", "false"), f"the CALL left enable_case_sensitive_identifier {case} in the session"
     (logged,) = s.wh.query(f"SELECT started_at FROM {s.name('sync_run_log')}")[0]
     skew = abs(logged.replace(tzinfo=UTC).timestamp() - started)
     assert skew < 300, f"the run log's start {logged} is {skew:.0f} s from UTC"
@@ -239,7 +244,7 @@ SCENARIOS = (
     Scenario(11, "a key stored twice is replaced by one row", key_stored_twice),
     Scenario(12, "an unknown field is counted as drift", unknown_field_is_drift),
     Scenario(13, "COPY of Parquet text into SUPER", parquet_into_super),
-    Scenario(14, "the procedure pins UTC and restores the caller's time zone", procedure_pins_utc),
+    Scenario(14, "the procedure pins UTC and restores the caller's time zone and settings", procedure_pins_utc),
     Scenario(15, "the watermark is DISTSTYLE AUTO", watermark_distribution),
     Scenario(16, "reals and doubles outside the engine's range are quarantined", float_ranges),
     Scenario(17, "a VARCHAR is widened in place", varchar_widened_in_place),

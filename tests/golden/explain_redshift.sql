@@ -42,9 +42,9 @@ DECLARE
   v_truncate_ts timestamp;
 BEGIN
   -- Pending records: the call's reading of the stream, then the rules of the batch.
-  -- 10. Session settings this procedure needs.
-  SET enable_case_sensitive_identifier TO true;
-  SET cast_super_null_on_error TO on;
+  -- 10. Settings this procedure needs, for the CALL's transaction only (SET LOCAL).
+  SET LOCAL enable_case_sensitive_identifier TO true;
+  SET LOCAL cast_super_null_on_error TO on;
   -- 1. Single flight: a second call (or a backfill) waits here until the first commits,
   --    then sees its watermark, so no record is applied twice. Only the control table
   --    is locked: on Redshift every LOCK is exclusive, and the target stays readable.
@@ -302,9 +302,9 @@ BEGIN
     WHERE _rn = 1 AND _action IN ('upsert', 'delete') AND _source_pos IS NULL;
   END IF;
   -- Every record the stream retains, classified and ranked (an empty watermark).
-  -- 10. Session settings this procedure needs.
-  SET enable_case_sensitive_identifier TO true;
-  SET cast_super_null_on_error TO on;
+  -- 10. Settings this procedure needs, for the CALL's transaction only (SET LOCAL).
+  SET LOCAL enable_case_sensitive_identifier TO true;
+  SET LOCAL cast_super_null_on_error TO on;
   -- 1. Single flight: a second call (or a backfill) waits here until the first commits,
   --    then sees its watermark, so no record is applied twice. Only the control table
   --    is locked: on Redshift every LOCK is exclusive, and the target stays readable.
@@ -443,9 +443,9 @@ BEGIN
   FROM classified c;
   GET DIAGNOSTICS v_read := ROW_COUNT;
   -- The table's quarantined records, read as a replay reads them.
-  -- 10. Session settings this procedure needs.
-  SET enable_case_sensitive_identifier TO true;
-  SET cast_super_null_on_error TO on;
+  -- 10. Settings this procedure needs, for the CALL's transaction only (SET LOCAL).
+  SET LOCAL enable_case_sensitive_identifier TO true;
+  SET LOCAL cast_super_null_on_error TO on;
   -- 1. Single flight: a second call (or a backfill) waits here until the first commits,
   --    then sees its watermark, so no record is applied twice. Only the control table
   --    is locked: on Redshift every LOCK is exclusive, and the target stays readable.

@@ -127,9 +127,9 @@ DECLARE
   v_replayed bigint := 0; v_not_newer bigint := 0; v_until_time timestamp; v_until_partition bigint; v_until_offset bigint; v_truncate_pos varchar(64);
   v_truncate_ts timestamp;
 BEGIN
-  -- 10. Session settings this procedure needs.
-  SET enable_case_sensitive_identifier TO true;
-  SET cast_super_null_on_error TO on;
+  -- 10. Settings this procedure needs, for the CALL's transaction only (SET LOCAL).
+  SET LOCAL enable_case_sensitive_identifier TO true;
+  SET LOCAL cast_super_null_on_error TO on;
   -- 1. Single flight: a second call (or a backfill) waits here until the first commits,
   --    then sees its watermark, so no record is applied twice. Only the control table
   --    is locked: on Redshift every LOCK is exclusive, and the target stays readable.

@@ -69,6 +69,8 @@ class PostgresDialect:
     subquery_fence = "OFFSET 0"
     # Statements every session that runs the generated SQL starts with.
     session_settings: tuple[str, ...] = ()
+    # What the sync procedure sets for its transaction (the caller's session keeps its own).
+    procedure_settings: tuple[str, ...] = ()
     # The stage is refilled every run, faster than the engine's own statistics follow it.
     analyze_stage = True
     # The watermark advanced in one statement: INSERT ... ON CONFLICT (its primary key) DO

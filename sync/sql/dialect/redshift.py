@@ -20,6 +20,9 @@ Values (the capabilities block):
   source's case, and PartiQL navigation sees upper-case members only with it on) and
   cast_super_null_on_error (its documented default, set so that a parameter group that
   turned it off cannot fail a CALL).
+- `procedure_settings`: the same two, `SET LOCAL` in the sync procedure: "valid for the
+  current transaction" (r_SET), so they end with the CALL's transaction instead of staying
+  in the caller's session.
 - `text_fields`: off: SUPER navigation and casts are one step already.
 - `indexed_primary_key`: off: a primary key is informational, no index to maintain.
 - `key_byte_limit`: none: no index entry to fit.
@@ -120,6 +123,13 @@ class RedshiftDialect(PostgresDialect):
     session_settings = (
         "SET enable_case_sensitive_identifier TO true;",
         "SET cast_super_null_on_error TO on;",
+    )
+    # The sync procedure's own: for the CALL's transaction only ("LOCAL: Specifies that the
+    # setting is valid for the current transaction", r_SET). CREATE PROCEDURE takes one SET
+    # clause, which pins the time zone (r_CREATE_PROCEDURE).
+    procedure_settings = (
+        "SET LOCAL enable_case_sensitive_identifier TO true;",
+        "SET LOCAL cast_super_null_on_error TO on;",
     )
     text_fields = False  # SUPER navigation and casts are one step already
     indexed_primary_key = False  # informational only: no index to maintain

@@ -15,8 +15,9 @@ from sync.sql.procedure.routing import unmatched_outcome
 from sync.sql.procedure.text import WIDE, indent, packed, wrapped
 
 
-def session_settings_sql(ctx: TableSql) -> str:
-    return "\n".join(["-- 10. Session settings this procedure needs.", *ctx.d.session_settings])
+def procedure_settings_sql(ctx: TableSql) -> str:
+    comment = "-- 10. Settings this procedure needs, for the CALL's transaction only (SET LOCAL)."
+    return "\n".join([comment, *ctx.d.procedure_settings])
 
 
 def single_flight_sql(ctx: TableSql) -> str:

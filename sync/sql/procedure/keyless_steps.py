@@ -12,10 +12,10 @@ from sync.sql.procedure.bookkeeping import (
     bound_sql,
     empty_stage_sql,
     policy_key_sql,
+    procedure_settings_sql,
     quarantine_sql,
     quarantined_count_sql,
     replayed_sql,
-    session_settings_sql,
     single_flight_sql,
 )
 from sync.sql.procedure.call_result import call_result_sql
@@ -95,7 +95,7 @@ KEYLESS_APPLY_STEPS = (
 
 STAGE_INPUTS = ("v_until_time", "v_until_partition", "v_until_offset")
 KEYLESS_SYNC_STEPS = (
-    *_shared(SYNC_STEPS, session_settings_sql, single_flight_sql, policy_key_sql, bound_sql),
+    *_shared(SYNC_STEPS, procedure_settings_sql, single_flight_sql, policy_key_sql, bound_sql),
     Step(before_images_sql, STAGE_INPUTS, writes=STAGE),
     *_shared(SYNC_STEPS, stage_sql, analyze_stage_sql),
     Step(keyless_apply_batch_sql, ("v_read",)),

@@ -21,9 +21,9 @@ from sync.sql.procedure.bookkeeping import (
     bound_sql,
     empty_stage_sql,
     policy_key_sql,
+    procedure_settings_sql,
     quarantine_sql,
     replayed_sql,
-    session_settings_sql,
     single_flight_sql,
 )
 from sync.sql.procedure.call_result import call_result_sql
@@ -276,7 +276,7 @@ APPLY_STEPS = (
 )
 # The steps of `incremental_sync_<table>(p_max_records)`, in output order.
 SYNC_STEPS = (
-    Step(session_settings_sql, (), lambda ctx: bool(ctx.d.session_settings)),
+    Step(procedure_settings_sql, (), lambda ctx: bool(ctx.d.procedure_settings)),
     Step(single_flight_sql, (CALL_TIME,)),
     # KEY_VARIABLE: declared by the procedure of a table with column policies (sync.sql.policy).
     Step(policy_key_sql, (KEY_VARIABLE,), lambda ctx: has_policies(ctx.table)),
