@@ -36,10 +36,9 @@ AS $$
 -- redshift-sync explain (table customer): the procedure incremental_sync_customer's steps over
 -- temporary tables, in a transaction that is rolled back.
 DECLARE
-  v_started timestamp; v_wm_before varchar(65535); v_read bigint := 0; v_quarantined bigint := 0; v_truncates bigint := 0; v_positionless bigint := 0;
-  v_partitions bigint := 0; v_advanced bigint := 0; v_deletes bigint := 0; v_set_aside bigint := 0; v_unavailable bigint := 0; v_drift bigint := 0;
-  v_replayed bigint := 0; v_not_newer bigint := 0; v_until_time timestamp; v_until_partition bigint; v_until_offset bigint; v_truncate_pos varchar(64);
-  v_truncate_ts timestamp;
+  v_started timestamp; v_wm_before varchar(65535); v_read bigint := 0; v_quarantined bigint := 0; v_positionless bigint := 0; v_partitions bigint := 0;
+  v_deletes bigint := 0; v_set_aside bigint := 0; v_unavailable bigint := 0; v_drift bigint := 0; v_replayed bigint := 0; v_not_newer bigint := 0;
+  v_until_time timestamp; v_until_partition bigint; v_until_offset bigint;
 BEGIN
   -- Pending records: the call's reading of the stream, then the rules of the batch.
   -- 10. Settings this procedure needs, for the CALL's transaction only (SET LOCAL).

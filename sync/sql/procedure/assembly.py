@@ -3,6 +3,8 @@ steps, the scheduled `incremental_sync_<table>()`, and `isolate_record_<table>(r
 
 from __future__ import annotations
 
+import re
+
 from sync.config import Pipeline, TableConfig
 from sync.sql import schemas
 from sync.sql.dialect import PostgresDialect
@@ -26,8 +28,12 @@ PINNED_SETTING = "SET timezone TO 'UTC'"
 
 
 def plpgsql_procedure(signature: str, comment: str, declarations: list[str], body: list[str], definer: bool = False) -> str:
-    """CREATE OR REPLACE PROCEDURE with its header comment, declarations and body, no line
-    of it over 160 characters (`definer`: runs with its owner's privileges, SECURITY DEFINER)."""
+    """CREATE OR REPLACE PROCEDURE with its header comment, the declarations its body uses
+    (a step that does not apply to the table writes none of the variables it may use) and
+    the body, no line of it over 160 characters (`definer`: runs with its owner's
+    privileges, SECURITY DEFINER)."""
+    text = "\n".join(body)
+    declarations = [x for x in declarations if re.search(rf"\b{re.escape(x.split()[0])}\b", text)]
     return wrap_long_lines(
         f"CREATE OR REPLACE PROCEDURE {signature}\n"
         "AS $$\n"
