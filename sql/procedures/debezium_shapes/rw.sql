@@ -137,8 +137,8 @@ BEGIN
     WHERE x.read_no = p_max_records;
     v_until_time := COALESCE(v_until_time, TIMESTAMP '9999-12-31 00:00:00');
   END IF;
-  -- 2./3. Records past the watermark (refresh_time only prunes), classified, typed
-  --       and ranked per key, into the stage. Everything below reads the stage only.
+  -- 2./3. Records past the watermark (refresh_time only prunes), classified, typed and ranked
+  --       per key, into the stage. The rules below read the stage and the keys' stored state, never a record's JSON again.
   INSERT INTO "cdc"."rw__stage" (
     "_kafka_partition", "_kafka_offset", "_kafka_timestamp", "_kafka_time", "_refresh_time", "_op", "_action", "_reason",
     "_rn", "_source_ts", "_source_pos", "_rank_pos", "id", "name", "bio", "_unavailable", "_payload", "_raw_value",

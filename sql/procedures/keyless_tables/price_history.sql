@@ -268,8 +268,8 @@ BEGIN
   DELETE FROM "audit"."price_history__stage" WHERE _op IS NULL OR _op <> 'u';
   UPDATE "audit"."price_history__stage" SET _op = 'before',
     _action = CASE WHEN _action = 'upsert' THEN 'delete' ELSE 'quarantine' END;
-  -- 2./3. Records past the watermark (refresh_time only prunes), classified, typed
-  --       and ranked per key, into the stage. Everything below reads the stage only.
+  -- 2./3. Records past the watermark (refresh_time only prunes), classified, typed and ranked
+  --       per key, into the stage. The rules below read the stage and the keys' stored state, never a record's JSON again.
   INSERT INTO "audit"."price_history__stage" (
     "_kafka_partition", "_kafka_offset", "_kafka_timestamp", "_kafka_time", "_refresh_time", "_op", "_action", "_reason",
     "_rn", "_source_ts", "_source_pos", "_rank_pos", "sku", "price", "valid_from", "_unavailable", "_payload",

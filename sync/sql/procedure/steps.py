@@ -141,8 +141,8 @@ class Step:
 
 def stage_sql(ctx: TableSql) -> str:
     return (
-        "-- 2./3. Records past the watermark (refresh_time only prunes), classified, typed\n"
-        "--       and ranked per key, into the stage. Everything below reads the stage only.\n"
+        "-- 2./3. Records past the watermark (refresh_time only prunes), classified, typed and ranked\n"
+        "--       per key, into the stage. The rules below read the stage and the keys' stored state, never a record's JSON again.\n"
         + stage_insert_sql(ctx)
         + "\nGET DIAGNOSTICS v_read := ROW_COUNT;"
     )
