@@ -204,13 +204,21 @@ def _decimal_levels(d: PostgresDialect, b64_json: str, alias: str, scale: str | 
     magnitude = f"CAST(CAST(CASE WHEN {fits} THEN f.{a} END AS decimal(38,0)) * {TWO_112} + f.{low} AS varchar(40))"
     # At least scale + 1 digits, so the integer part is never empty (a scale past 38 is
     # refused below; LEAST keeps the padding bounded meanwhile).
-    digits = f"LPAD(f.{m}, GREATEST(LENGTH(f.{m}), LEAST({scale}, {MAX_DECIMAL_DIGITS}) + 1), '0')"
+    # A column's own scale (a number) is folded into the text here: no arithmetic on constants.
+    fixed = isinstance(scale, int) and 0 <= scale <= MAX_DECIMAL_DIGITS
+    width = f"{scale + 1}" if fixed else f"LEAST({scale}, {MAX_DECIMAL_DIGITS}) + 1"
+    digits = f"LPAD(f.{m}, GREATEST(LENGTH(f.{m}), {width}), '0')"
     minus = f"(CASE WHEN f.{n} = 1 THEN '-' ELSE '' END)"
-    point = (
-        f"WHEN f.{g} IS NOT NULL AND {scale} BETWEEN 0 AND {MAX_DECIMAL_DIGITS} THEN "
-        f"{minus} || SUBSTRING(f.{g}, 1, LENGTH(f.{g}) - {scale})"
-        f" || (CASE WHEN {scale} > 0 THEN '.' || SUBSTRING(f.{g}, LENGTH(f.{g}) - {scale} + 1) ELSE '' END)"
-    )
+    if fixed:
+        start = f"LENGTH(f.{g})" + (f" - {scale - 1}" if scale > 1 else "")
+        whole = f"SUBSTRING(f.{g}, 1, LENGTH(f.{g}) - {scale}) || '.' || SUBSTRING(f.{g}, {start})" if scale else f"f.{g}"
+        point = f"WHEN f.{g} IS NOT NULL THEN {minus} || {whole}"
+    else:
+        point = (
+            f"WHEN f.{g} IS NOT NULL AND {scale} BETWEEN 0 AND {MAX_DECIMAL_DIGITS} THEN "
+            f"{minus} || SUBSTRING(f.{g}, 1, LENGTH(f.{g}) - {scale})"
+            f" || (CASE WHEN {scale} > 0 THEN '.' || SUBSTRING(f.{g}, LENGTH(f.{g}) - {scale} + 1) ELSE '' END)"
+        )
     # Zeros appended: 0 to 38 of them whatever the scale, so RPAD is bounded on every row;
     # the text only when the number keeps to 38 digits (zero at any scale).
     zeros = f"GREATEST(-GREATEST({scale}, -{MAX_DECIMAL_DIGITS}), 0)"

@@ -225,11 +225,11 @@ BEGIN
       CAST(CAST(CASE WHEN f._a_v0 < 19259 OR (f._a_v0 = 19259 AND f._l_v0 <= 1554801477754702131171195550171135)
           THEN f._a_v0 END AS decimal(38,0)) * 5192296858534827628530496329220096 + f._l_v0 AS varchar(40)) AS "_m_v0"
     FROM fields_7 f),
-  fields_9 AS (SELECT f.*, LPAD(f._m_v0, GREATEST(LENGTH(f._m_v0), LEAST(2, 38) + 1), '0') AS "_g_v0" FROM fields_8 f),
+  fields_9 AS (SELECT f.*, LPAD(f._m_v0, GREATEST(LENGTH(f._m_v0), 3), '0') AS "_g_v0" FROM fields_8 f),
   fields_10 AS (SELECT f.*,
-      CASE WHEN f._g_v0 IS NOT NULL AND 2 BETWEEN 0 AND 38
-          THEN (CASE WHEN f._n_v0 = 1 THEN '-' ELSE '' END) || SUBSTRING(f._g_v0, 1, LENGTH(f._g_v0) - 2) || (CASE WHEN 2 > 0
-          THEN '.' || SUBSTRING(f._g_v0, LENGTH(f._g_v0) - 2 + 1) ELSE '' END) END AS "_t_v0"
+      CASE WHEN f._g_v0 IS NOT NULL
+          THEN (CASE WHEN f._n_v0 = 1 THEN '-'
+          ELSE '' END) || SUBSTRING(f._g_v0, 1, LENGTH(f._g_v0) - 2) || '.' || SUBSTRING(f._g_v0, LENGTH(f._g_v0) - 1) END AS "_t_v0"
     FROM fields_9 f),
   typed AS (SELECT f.*, CAST(f._ts_ms AS bigint) AS _source_ts_ms, NOT (f._ts_ms IS NULL) AS _has_source_ts,
       COALESCE(CAST(f._j_i0 AS integer), CAST(f._j_k0 AS integer)) AS "product_id",

@@ -267,12 +267,12 @@ BEGIN
       CAST(CAST(CASE WHEN f._a_v3 < 19259 OR (f._a_v3 = 19259 AND f._l_v3 <= 1554801477754702131171195550171135)
           THEN f._a_v3 END AS decimal(38,0)) * 5192296858534827628530496329220096 + f._l_v3 AS varchar(40)) AS "_m_v3"
     FROM fields_7 f),
-  fields_9 AS (SELECT f.*, LPAD(f._m_v2, GREATEST(LENGTH(f._m_v2), LEAST(2, 38) + 1), '0') AS "_g_v2",
+  fields_9 AS (SELECT f.*, LPAD(f._m_v2, GREATEST(LENGTH(f._m_v2), 3), '0') AS "_g_v2",
       LPAD(f._m_v3, GREATEST(LENGTH(f._m_v3), LEAST(f._k_v3, 38) + 1), '0') AS "_g_v3" FROM fields_8 f),
   fields_10 AS (SELECT f.*,
-      CASE WHEN f._g_v2 IS NOT NULL AND 2 BETWEEN 0 AND 38
-          THEN (CASE WHEN f._n_v2 = 1 THEN '-' ELSE '' END) || SUBSTRING(f._g_v2, 1, LENGTH(f._g_v2) - 2) || (CASE WHEN 2 > 0
-          THEN '.' || SUBSTRING(f._g_v2, LENGTH(f._g_v2) - 2 + 1) ELSE '' END) END AS "_t_v2",
+      CASE WHEN f._g_v2 IS NOT NULL
+          THEN (CASE WHEN f._n_v2 = 1 THEN '-'
+          ELSE '' END) || SUBSTRING(f._g_v2, 1, LENGTH(f._g_v2) - 2) || '.' || SUBSTRING(f._g_v2, LENGTH(f._g_v2) - 1) END AS "_t_v2",
       CASE WHEN f._g_v3 IS NOT NULL AND f._k_v3 BETWEEN 0 AND 38
           THEN (CASE WHEN f._n_v3 = 1 THEN '-' ELSE '' END) || SUBSTRING(f._g_v3, 1, LENGTH(f._g_v3) - f._k_v3) || (CASE WHEN f._k_v3 > 0
           THEN '.' || SUBSTRING(f._g_v3, LENGTH(f._g_v3) - f._k_v3 + 1) ELSE '' END) WHEN f._g_v3 IS NOT NULL AND f._k_v3 BETWEEN -38 AND -1
