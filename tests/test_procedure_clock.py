@@ -75,16 +75,18 @@ def test_the_procedures_settings_end_with_its_transaction():
     """Redshift's SET: "LOCAL: Specifies that the setting is valid for the current
     transaction" (r_SET); a plain SET is "valid for the current session", so a setting the
     procedure made that way stayed in the caller's session after the CALL (a user's who
-    ran CALL by hand). The sync procedure sets what it needs with SET LOCAL only; the
-    CREATE PROCEDURE's one SET clause pins the time zone (r_CREATE_PROCEDURE)."""
+    ran CALL by hand). The sync procedure sets what it needs with SET LOCAL only, and so
+    does the record isolation's, which reads a record's fields by name in a transaction
+    of its own; the CREATE PROCEDURE's one SET clause pins the time zone
+    (r_CREATE_PROCEDURE). The scheduled procedure only calls the sync."""
     d = dialect_for("redshift", "cdc")
     pipeline = make_pipeline(CUSTOMER)
-    (sync,) = [
-        o for o in table_objects(d, pipeline, pipeline.tables[0], "test") if o.kind == "procedure" and o.arguments == "bigint"
-    ]
-    body = sync.sql.split("BEGIN", 1)[1].rsplit("$$", 1)[0]
-    settings = [line.strip() for line in body.splitlines() if line.strip().startswith("SET ")]
-    assert settings == [
-        "SET LOCAL enable_case_sensitive_identifier TO true;",
-        "SET LOCAL cast_super_null_on_error TO on;",
-    ]
+    procedures = {o.arguments: o for o in table_objects(d, pipeline, pipeline.tables[0], "test") if o.kind == "procedure"}
+    assert sorted(procedures) == ["", "bigint", "varchar"]
+    for arguments in ("bigint", "varchar"):
+        body = procedures[arguments].sql.split("BEGIN", 1)[1].rsplit("$$", 1)[0]
+        settings = [line.strip() for line in body.splitlines() if line.strip().startswith("SET ")]
+        assert settings == [
+            "SET LOCAL enable_case_sensitive_identifier TO true;",
+            "SET LOCAL cast_super_null_on_error TO on;",
+        ], arguments

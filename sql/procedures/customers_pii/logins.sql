@@ -465,6 +465,9 @@ AS $$
 DECLARE
   v_started timestamp; v_partition bigint; v_offset bigint; v_refresh_time timestamp; v_policy_key varchar(256);
 BEGIN
+  -- 10. Settings this procedure needs, for the CALL's transaction only (SET LOCAL).
+  SET LOCAL enable_case_sensitive_identifier TO true;
+  SET LOCAL cast_super_null_on_error TO on;
   -- Column policies: the newest hash key (readable by the procedure's owner only).
   v_policy_key := (SELECT secret FROM "crm"."sync_policy_key" WHERE key_id = (SELECT MAX(key_id) FROM "crm"."sync_policy_key"));
   IF v_policy_key IS NULL THEN

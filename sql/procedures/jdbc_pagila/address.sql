@@ -559,6 +559,9 @@ AS $$
 DECLARE
   v_started timestamp; v_partition bigint; v_offset bigint; v_refresh_time timestamp;
 BEGIN
+  -- 10. Settings this procedure needs, for the CALL's transaction only (SET LOCAL).
+  SET LOCAL enable_case_sensitive_identifier TO true;
+  SET LOCAL cast_super_null_on_error TO on;
   -- 1. Single flight, as in the sync itself.
   LOCK TABLE "pagila"."address__watermark";
   v_started := CAST(TO_TIMESTAMP(TIMEOFDAY(), 'Dy Mon DD HH24:MI:SS.US YYYY') AS timestamp);

@@ -12,7 +12,7 @@ from sync.sql.envelope import unwrap_schema
 from sync.sql.names import table_names
 from sync.sql.policy import has_policies, key_check_sql, key_declaration, redacted_sql
 from sync.sql.procedure.batch import pending_in_order_sql
-from sync.sql.procedure.bookkeeping import quarantine_insert_sql, run_log_insert_sql
+from sync.sql.procedure.bookkeeping import procedure_settings_sql, quarantine_insert_sql, run_log_insert_sql
 from sync.sql.procedure.context import CALL_TIME, OUTCOMES, TableSql
 from sync.sql.procedure.keyless_steps import KEYLESS_APPLY_STEPS, KEYLESS_SYNC_STEPS
 from sync.sql.procedure.steps import APPLY_STEPS, SYNC_STEPS, VARIABLES, declare, steps_sql
@@ -136,6 +136,9 @@ def isolate_record_sql(d: PostgresDialect, pipeline: Pipeline, table: TableConfi
         breaks=(7, 13),
     )
     body = [
+        # Its own settings: it navigates the record's fields (a policy's redaction) by name,
+        # and the sync's SET LOCAL ended with the sync's transaction.
+        *([procedure_settings_sql(ctx)] if d.procedure_settings else []),
         *([key_check_sql(d, pipeline, table)] if policies else []),
         "-- 1. Single flight, as in the sync itself.",
         f"LOCK TABLE {wm}{d.lock_mode};",
