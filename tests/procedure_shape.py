@@ -108,7 +108,7 @@ class _Null:
 def _holds(condition: str, path: dict[str, object]) -> bool:
     expr = re.sub(r"(\w+) IS NOT NULL", r"(not isinstance(\1, _Null))", condition)
     expr = re.sub(r"(\w+) IS NULL", r"isinstance(\1, _Null)", expr)
-    expr = re.sub(r"\bAND\b", "and", re.sub(r"\bOR\b", "or", expr))
+    expr = re.sub(r"\bNOT\b", "not", re.sub(r"\bAND\b", "and", re.sub(r"\bOR\b", "or", expr)))
     expr = re.sub(r"(?<![<>!=])=(?!=)", "==", expr).replace("<>", "!=")
     names = set(re.findall(r"\b[pv]_[a-z_]+\b", expr))
     missing = names - set(path)

@@ -85,10 +85,11 @@ def test_the_full_recompute_runs_when_the_batch_or_a_stored_version_of_its_keys_
 
 
 def test_the_short_path_runs_before_the_insert_exactly_when_the_recompute_does_not():
-    assert_lines(history_sql(ONE), "IF v_history_recompute = 0 THEN")
+    # the negation of the branches after the INSERT, each condition spelled once
+    assert_lines(history_sql(ONE), "IF NOT (v_history_recompute > 0) THEN")
     assert_lines(
         history_sql(COMPOSITE),
-        "IF (v_truncates = 0 OR v_truncate_pos IS NULL) AND v_unavailable = 0 AND v_history_recompute = 0 THEN",
+        "IF NOT ((v_truncates > 0 AND v_truncate_pos IS NOT NULL) OR v_unavailable > 0 OR v_history_recompute > 0) THEN",
     )
     sql = history_sql(ONE)
     assert sql.index("SET _valid_to = f._valid_from") < sql.index('INSERT INTO "cdc"."tag__history"')

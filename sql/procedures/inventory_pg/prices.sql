@@ -376,7 +376,7 @@ BEGIN
       UPDATE "inventory"."prices__stage" SET _source_pos = _rank_pos
       WHERE _rn = 1 AND _action IN ('upsert', 'delete') AND _source_pos IS NULL;
     END IF;
-    IF v_history_recompute = 0 THEN
+    IF NOT (v_history_recompute > 0) THEN
       -- History: no stored version of the batch's keys lies at or after its oldest position, so
       -- each key's current version ends where its first event begins.
       UPDATE "inventory"."prices__history" h SET _valid_to = f._valid_from, _valid_to_pos = f._valid_from_pos, _is_current = false

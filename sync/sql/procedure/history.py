@@ -206,36 +206,39 @@ def _if_chain(branches: list[tuple[str, str]], otherwise: str | None = None) -> 
     return "".join(parts) + (f"ELSE\n{indent(otherwise, 2)}\n" if otherwise else "") + "END IF;"
 
 
+# A batch that truncates the table (on_truncate = "delete"): every open version closes.
+TRUNCATES = "v_truncates > 0 AND v_truncate_pos IS NOT NULL"
+
+
+def _recompute_guard(ctx: TableSql) -> str:
+    """When the touched keys' intervals are recomputed, their TOAST placeholders filled:
+    the batch holds a placeholder (`v_unavailable`) or a stored version of its keys needs
+    it (`history_counts`)."""
+    return ("v_unavailable > 0 OR " if toast_columns(ctx) else "") + f"{RECOMPUTE} > 0"
+
+
 def _touched_intervals(ctx: TableSql) -> tuple[list[tuple[str, str]], str | None]:
     """The touched keys' intervals after the versions' INSERT, as IF branches and what runs
-    otherwise: recomputed, their TOAST placeholders filled, when the batch holds a
-    placeholder (`v_unavailable`) or a stored version of its keys needs it
-    (`history_counts`). Unwrapped topics otherwise recompute without filling: a re-sent
-    tombstone the batch removes, or a waiting one it decides (`history_tombstones`), changes
-    the interval of the version before it, wherever that lies in its key's sequence, which
+    otherwise. Unwrapped topics otherwise recompute without filling: a re-sent tombstone
+    the batch removes, or a waiting one it decides (`history_tombstones`), changes the
+    interval of the version before it, wherever that lies in its key's sequence, which
     closing the current version does not reach. A full-envelope table otherwise closes each
     key's current version before the INSERT (`_closing_first`): nothing here."""
     if not history_counts(ctx, ""):
         return [], intervals_sql(ctx)
-    guard = ("v_unavailable > 0 OR " if toast_columns(ctx) else "") + f"{RECOMPUTE} > 0"
-    return [(guard, intervals_sql(ctx))], intervals_sql(ctx, fill=False) if unwrapped(ctx) else None
+    return [(_recompute_guard(ctx), intervals_sql(ctx))], intervals_sql(ctx, fill=False) if unwrapped(ctx) else None
 
 
-def _closing_first(ctx: TableSql) -> str:
-    """A full-envelope table's short path (`_closing_sql`), taken before the versions'
-    INSERT: its index probes then find each key's stored versions alone, not the batch's
-    new ones beside them (none of which it could close: each begins at or after the key's
-    first event). Unwrapped topics and tables without a count never take it."""
+def _closing_first(ctx: TableSql, recomputed: list[str]) -> str:
+    """A full-envelope table's short path (`_closing_sql`) when none of the `recomputed`
+    conditions holds, taken before the versions' INSERT: its index probes then find each
+    key's stored versions alone, not the batch's new ones beside them (none of which it
+    could close: each begins at or after the key's first event). Unwrapped topics and
+    tables without a count never take it."""
     if unwrapped(ctx) or not history_counts(ctx, ""):
         return ""
-    quiet = " AND ".join(
-        [
-            *(["(v_truncates = 0 OR v_truncate_pos IS NULL)"] if ctx.table.on_truncate == "delete" else []),
-            *(["v_unavailable = 0"] if toast_columns(ctx) else []),
-            f"{RECOMPUTE} = 0",
-        ]
-    )
-    return _if_chain([(quiet, _closing_sql(ctx))]) + "\n"
+    none = " OR ".join(f"({c})" if " AND " in c else c for c in recomputed)
+    return _if_chain([(f"NOT ({none})", _closing_sql(ctx))]) + "\n"
 
 
 def history_sql(ctx: TableSql) -> str:
@@ -246,7 +249,7 @@ def history_sql(ctx: TableSql) -> str:
             "-- A truncate closes every open version; every key's intervals are recomputed.\n"
             f"{truncate_markers_sql(ctx)}\n{intervals_sql(ctx, keys_of_batch=False)}"
         )
-        branches = [("v_truncates > 0 AND v_truncate_pos IS NOT NULL", truncated), *branches]
+        branches = [(TRUNCATES, truncated), *branches]
     recompute = _if_chain(branches, otherwise) if branches else otherwise
     void = f"{void_tombstones_sql(ctx)}\n" if unwrapped(ctx) else ""
-    return f"{_closing_first(ctx)}{versions_sql(ctx)}\n{void}{recompute}"
+    return f"{_closing_first(ctx, [c for c, _ in branches])}{versions_sql(ctx)}\n{void}{recompute}"
