@@ -300,7 +300,8 @@ BEGIN
                  (SELECT COUNT(*) FROM "inventory"."prices__history" h
                       WHERE COALESCE(h._valid_from_pos, '') >= (SELECT MIN(COALESCE(s._source_pos, ''))
                                                                 FROM "inventory"."prices__stage" s WHERE s._action IN ('upsert', 'delete'))
-                        AND EXISTS (SELECT 1 FROM "inventory"."prices__stage" s WHERE s."product_id" = h."product_id")) AS history_recompute,
+                        AND EXISTS (SELECT 1 FROM "inventory"."prices__stage" s WHERE s._action IN ('upsert', 'delete')
+                            AND s."product_id" = h."product_id")) AS history_recompute,
                  (SELECT COUNT(*) FROM "inventory"."prices__quarantine" WHERE table_name = 'prices' AND handled = 'replaying') AS replayed
           FROM "inventory"."prices__stage") c,
          (SELECT LISTAGG(CASE WHEN r.pos__ <= 65503 THEN r.item__ END, ',') WITHIN GROUP (ORDER BY r.order__)

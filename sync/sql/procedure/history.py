@@ -145,8 +145,9 @@ def history_counts(ctx: TableSql, pad: str) -> dict[str, str]:
     change has none): an event inserted before or at a stored version's position. Only
     changes become versions: a tombstone (Debezium's default after every delete) has no
     position, and neither may a quarantined record; counting them would send every batch
-    with a delete to the full recompute. The batch's own placeholders are `v_unavailable`'s
-    (the current state's TOAST step). Unwrapped topics without TOAST-able columns always
+    with a delete to the full recompute; nor are the stored versions of keys whose only
+    records in the batch are such (no version of theirs is inserted). The batch's own
+    placeholders are `v_unavailable`'s (the current state's TOAST step). Unwrapped topics without TOAST-able columns always
     recompute (`_touched_intervals`): no count."""
     if ctx.table.history is None:
         return {}
@@ -171,7 +172,7 @@ def history_counts(ctx: TableSql, pad: str) -> dict[str, str]:
     which = "\n".join(_under_subquery(line) for line in which.split("\n"))
     return {
         RECOMPUTE: f"(SELECT COUNT(*) FROM {ctx.rel.history} h{which}\n"
-        f"{pad}       AND EXISTS (SELECT 1 FROM {ctx.rel.stage} s WHERE {touched}))"
+        f"{pad}       AND EXISTS (SELECT 1 FROM {ctx.rel.stage} s WHERE s._action IN {APPLIED} AND {touched}))"
     }
 
 
