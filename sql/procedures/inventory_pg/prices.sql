@@ -300,8 +300,8 @@ BEGIN
                  (SELECT COUNT(*) FROM "inventory"."prices__history" h
                       WHERE COALESCE(h._valid_from_pos, '') >= (SELECT MIN(COALESCE(s._source_pos, ''))
                                                                 FROM "inventory"."prices__stage" s WHERE s._action IN ('upsert', 'delete'))
-                        AND EXISTS (SELECT 1 FROM "inventory"."prices__stage" s WHERE s._action IN ('upsert', 'delete')
-                            AND s."product_id" = h."product_id")) AS history_recompute,
+                        AND EXISTS (SELECT 1 FROM "inventory"."prices__stage" s WHERE s._action IN ('upsert', 'delete') AND s."product_id" = h."product_id"
+                            AND COALESCE(s._source_pos, '') <= COALESCE(h._valid_from_pos, ''))) AS history_recompute,
                  (SELECT COUNT(*) FROM "inventory"."prices__quarantine" WHERE table_name = 'prices' AND handled = 'replaying') AS replayed
           FROM "inventory"."prices__stage") c,
          (SELECT LISTAGG(CASE WHEN r.pos__ <= 65503 THEN r.item__ END, ',') WITHIN GROUP (ORDER BY r.order__)
@@ -378,8 +378,8 @@ BEGIN
       WHERE _rn = 1 AND _action IN ('upsert', 'delete') AND _source_pos IS NULL;
     END IF;
     IF NOT (v_history_recompute > 0) THEN
-      -- History: no stored version of the batch's keys lies at or after its oldest position, so
-      -- each key's current version ends where its first event begins.
+      -- History: every stored version of a batch key precedes the key's first event, so each
+      -- key's current version ends where that event begins.
       UPDATE "inventory"."prices__history" h SET _valid_to = f._valid_from, _valid_to_pos = f._valid_from_pos, _is_current = false
       FROM (SELECT r."product_id", r._valid_from, r._valid_from_pos
             FROM (SELECT e.*, ROW_NUMBER() OVER (PARTITION BY e."product_id" ORDER BY e._valid_from_pos ASC NULLS FIRST, e._kafka_timestamp ASC NULLS FIRST,

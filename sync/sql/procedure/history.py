@@ -82,9 +82,9 @@ def versions_sql(ctx: TableSql) -> str:
 
 
 def _stored_gate(ctx: TableSql) -> str | None:
-    """Full envelope: `RECOMPUTE` counts every stored version of the batch's keys at or after
-    its oldest position (`history_counts`), so without one no stored version lies at a
-    position of the batch's events and the INSERT reads none (most batches: no late event,
+    """Full envelope: `RECOMPUTE` counts every stored version at or after its key's first
+    change in the batch (`history_counts`), so without one no stored version lies at a
+    position of its key's events and the INSERT reads none (most batches: no late event,
     no re-sent copy). Unwrapped topics count no positions."""
     return None if unwrapped(ctx) else f"{RECOMPUTE} > 0"
 
@@ -141,8 +141,11 @@ def history_counts(ctx: TableSql, pad: str) -> dict[str, str]:
     `pad`): `RECOMPUTE`, the stored versions of its keys that need the full recompute of
     their intervals, not the short path (`_closing_sql`). Those that hold a TOAST
     placeholder, whose value an event inserted before them changes; and (full envelope)
-    those at or after the oldest source position of the batch's changes (all of them when a
-    change has none): an event inserted before or at a stored version's position. Only
+    those at or after the oldest source position of their key's changes in the batch (all
+    of them when a change has none): an event inserted before or at a stored version's
+    position. The batch's oldest position bounds the scan; the key's own decides, so a
+    batch that holds an older event of another key (a partition read later than another:
+    Kafka orders records only within one) keeps the short path. Only
     changes become versions: a tombstone (Debezium's default after every delete) has no
     position, and neither may a quarantined record; counting them would send every batch
     with a delete to the full recompute; nor are the stored versions of keys whose only
@@ -169,6 +172,9 @@ def history_counts(ctx: TableSql, pad: str) -> dict[str, str]:
         else f" WHERE ({conditions[0]}\n{pad}         OR {conditions[1]})"
     )
     touched = key_match(ctx.d, ctx.keys, "s", "h")
+    if later:  # the key's own first change decides; the batch's oldest only prunes the scan
+        own = "COALESCE(s._source_pos, '') <= COALESCE(h._valid_from_pos, '')"
+        touched += f"\n{pad}           AND " + (f"({placeholder[0]} OR {own})" if placeholder else own)
     which = "\n".join(_under_subquery(line) for line in which.split("\n"))
     return {
         RECOMPUTE: f"(SELECT COUNT(*) FROM {ctx.rel.history} h{which}\n"
@@ -177,8 +183,8 @@ def history_counts(ctx: TableSql, pad: str) -> dict[str, str]:
 
 
 def _closing_sql(ctx: TableSql) -> str:
-    """The touched keys' intervals when no stored version of them lies at or after the
-    batch's oldest position (`history_counts`): the versions the INSERT writes next have
+    """The touched keys' intervals when every stored version of each lies before the key's
+    first change in the batch (`history_counts`): the versions the INSERT writes next have
     their final intervals among themselves, and the only stored version that changes is
     each key's current one, which ends where the key's first event begins (the first of its
     sequence at that position: never a copy). One read of the history, no window over it.
@@ -187,8 +193,8 @@ def _closing_sql(ctx: TableSql) -> str:
     q, keys = ctx.q, ctx.keys
     first = ", ".join(f"r.{q(k)}" for k in keys)
     return (
-        "-- History: no stored version of the batch's keys lies at or after its oldest position, so\n"
-        "-- each key's current version ends where its first event begins.\n"
+        "-- History: every stored version of a batch key precedes the key's first event, so each\n"
+        "-- key's current version ends where that event begins.\n"
         f"UPDATE {ctx.rel.history} h SET _valid_to = f._valid_from, _valid_to_pos = f._valid_from_pos, _is_current = false\n"
         f"FROM (SELECT {first}, r._valid_from, r._valid_from_pos\n"
         f"      FROM (SELECT e.*, ROW_NUMBER() OVER (PARTITION BY {', '.join(f'e.{q(k)}' for k in keys)}"
