@@ -33,9 +33,9 @@ def test_a_batch_with_records_counts_its_replays_and_reads_the_watermark_it_foun
         "INTO v_drift, v_quarantined, v_partitions, v_deletes, v_positionless, v_replayed, v_wm_before",
         "(SELECT COUNT(*) FROM \"cdc\".\"tag__quarantine\" WHERE table_name = 'tag' AND handled = 'replaying') AS replayed",
         'FROM "cdc"."tag__stage") c,',
-        "FROM (SELECT r.*, SUM(OCTET_LENGTH(r.item__) + 1) OVER (ORDER BY r.order__ ROWS UNBOUNDED PRECEDING) AS pos__",
+        "FROM (SELECT i.*, SUM(OCTET_LENGTH(i.item__) + 1) OVER (ORDER BY i.order__ ROWS UNBOUNDED PRECEDING) AS pos__",
         "FROM (SELECT r.*, CAST(r.kafka_partition AS varchar(20)) || ':' || CAST(r.last_offset AS varchar(20)) AS item__,"
-        ' r.kafka_partition AS order__ FROM "cdc"."tag__watermark" r) r) r) w;',
+        ' r.kafka_partition AS order__ FROM "cdc"."tag__watermark" r) i) p) w;',
     )
 
 
@@ -119,7 +119,7 @@ def test_one_run_log_row_per_call_counts_the_stage_and_reads_the_watermark_it_le
         "FROM (SELECT COUNT(CASE WHEN _rn = 1 AND _action = 'upsert' THEN 1 END) AS upserted,",
         "DATEDIFF(microsecond, MAX(_kafka_timestamp), v_started) / 1000000.0 AS lag_seconds",
         'FROM "cdc"."line__stage") c,',
-        "(SELECT LISTAGG(CASE WHEN r.pos__ <= 65503 THEN r.item__ END, ',') WITHIN GROUP (ORDER BY r.order__)",
+        "(SELECT LISTAGG(CASE WHEN p.pos__ <= 65503 THEN p.item__ END, ',') WITHIN GROUP (ORDER BY p.order__)",
         "FROM (SELECT r.*, CAST(r.kafka_partition AS varchar(20)) || ':' || CAST(r.last_offset AS varchar(20)) AS item__,"
-        ' r.kafka_partition AS order__ FROM "cdc"."line__watermark" r) r) r) w;',
+        ' r.kafka_partition AS order__ FROM "cdc"."line__watermark" r) i) p) w;',
     )

@@ -247,11 +247,11 @@ BEGIN
                  COUNT(CASE WHEN _unavailable IS NOT NULL THEN 1 END) AS unavailable,
                  (SELECT COUNT(*) FROM "cdc"."soft__quarantine" WHERE table_name = 'soft' AND handled = 'replaying') AS replayed
           FROM "cdc"."soft__stage") c,
-         (SELECT LISTAGG(CASE WHEN r.pos__ <= 65503 THEN r.item__ END, ',') WITHIN GROUP (ORDER BY r.order__)
-                 || COALESCE(' (+' || CAST(NULLIF(COUNT(CASE WHEN r.pos__ > 65503 THEN 1 END), 0) AS varchar(20)) || ' more)', '') AS watermark
-          FROM (SELECT r.*, SUM(OCTET_LENGTH(r.item__) + 1) OVER (ORDER BY r.order__ ROWS UNBOUNDED PRECEDING) AS pos__
+         (SELECT LISTAGG(CASE WHEN p.pos__ <= 65503 THEN p.item__ END, ',') WITHIN GROUP (ORDER BY p.order__)
+                 || COALESCE(' (+' || CAST(NULLIF(COUNT(CASE WHEN p.pos__ > 65503 THEN 1 END), 0) AS varchar(20)) || ' more)', '') AS watermark
+          FROM (SELECT i.*, SUM(OCTET_LENGTH(i.item__) + 1) OVER (ORDER BY i.order__ ROWS UNBOUNDED PRECEDING) AS pos__
                 FROM (SELECT r.*, CAST(r.kafka_partition AS varchar(20)) || ':' || CAST(r.last_offset AS varchar(20)) AS item__,
-                    r.kafka_partition AS order__ FROM "cdc"."soft__watermark" r) r) r) w;
+                    r.kafka_partition AS order__ FROM "cdc"."soft__watermark" r) i) p) w;
     -- 3. (TOAST) Unchanged out-of-line values arrive as a placeholder and keep what is known.
     IF v_unavailable > 0 THEN
       UPDATE "cdc"."soft__stage" s SET "name" = CASE WHEN s._unavailable NOT LIKE '%|name|%' THEN s."name" WHEN u.rn0 IS NOT NULL THEN u.batch0 WHEN u.stored
@@ -443,11 +443,11 @@ BEGIN
                COUNT(CASE WHEN _action = 'truncate' THEN 1 END) AS truncates,
                DATEDIFF(microsecond, MAX(_kafka_timestamp), v_started) / 1000000.0 AS lag_seconds
         FROM "cdc"."soft__stage") c,
-       (SELECT LISTAGG(CASE WHEN r.pos__ <= 65503 THEN r.item__ END, ',') WITHIN GROUP (ORDER BY r.order__)
-               || COALESCE(' (+' || CAST(NULLIF(COUNT(CASE WHEN r.pos__ > 65503 THEN 1 END), 0) AS varchar(20)) || ' more)', '') AS watermark_after
-        FROM (SELECT r.*, SUM(OCTET_LENGTH(r.item__) + 1) OVER (ORDER BY r.order__ ROWS UNBOUNDED PRECEDING) AS pos__
+       (SELECT LISTAGG(CASE WHEN p.pos__ <= 65503 THEN p.item__ END, ',') WITHIN GROUP (ORDER BY p.order__)
+               || COALESCE(' (+' || CAST(NULLIF(COUNT(CASE WHEN p.pos__ > 65503 THEN 1 END), 0) AS varchar(20)) || ' more)', '') AS watermark_after
+        FROM (SELECT i.*, SUM(OCTET_LENGTH(i.item__) + 1) OVER (ORDER BY i.order__ ROWS UNBOUNDED PRECEDING) AS pos__
               FROM (SELECT r.*, CAST(r.kafka_partition AS varchar(20)) || ':' || CAST(r.last_offset AS varchar(20)) AS item__,
-                  r.kafka_partition AS order__ FROM "cdc"."soft__watermark" r) r) r) w;
+                  r.kafka_partition AS order__ FROM "cdc"."soft__watermark" r) i) p) w;
   INSERT INTO "cdc"."sync_run_log" (table_name, backend_pid, started_at, finished_at, events_read, upserted, deleted,
     quarantined, tombstones, stale, superseded, truncates, watermark_before, watermark_after, lag_seconds, status)
   SELECT * FROM "sync_call_result";

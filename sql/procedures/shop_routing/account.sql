@@ -283,11 +283,11 @@ BEGIN
                  COUNT(CASE WHEN _unavailable IS NOT NULL THEN 1 END) AS unavailable,
                  (SELECT COUNT(*) FROM "shop"."account__quarantine" WHERE table_name = 'account' AND handled = 'replaying') AS replayed
           FROM "shop"."account__stage") c,
-         (SELECT LISTAGG(CASE WHEN r.pos__ <= 65503 THEN r.item__ END, ',') WITHIN GROUP (ORDER BY r.order__)
-                 || COALESCE(' (+' || CAST(NULLIF(COUNT(CASE WHEN r.pos__ > 65503 THEN 1 END), 0) AS varchar(20)) || ' more)', '') AS watermark
-          FROM (SELECT r.*, SUM(OCTET_LENGTH(r.item__) + 1) OVER (ORDER BY r.order__ ROWS UNBOUNDED PRECEDING) AS pos__
+         (SELECT LISTAGG(CASE WHEN p.pos__ <= 65503 THEN p.item__ END, ',') WITHIN GROUP (ORDER BY p.order__)
+                 || COALESCE(' (+' || CAST(NULLIF(COUNT(CASE WHEN p.pos__ > 65503 THEN 1 END), 0) AS varchar(20)) || ' more)', '') AS watermark
+          FROM (SELECT i.*, SUM(OCTET_LENGTH(i.item__) + 1) OVER (ORDER BY i.order__ ROWS UNBOUNDED PRECEDING) AS pos__
                 FROM (SELECT r.*, CAST(r.kafka_partition AS varchar(20)) || ':' || CAST(r.last_offset AS varchar(20)) AS item__,
-                    r.kafka_partition AS order__ FROM "shop"."account__watermark" r) r) r) w;
+                    r.kafka_partition AS order__ FROM "shop"."account__watermark" r) i) p) w;
     -- 4. Events without a source position: each takes the newest position seen before it
     --    for its key in Kafka order (so it supersedes what precedes it and loses to what
     --    follows), and ranks after what is stored for its key (row or deleted key).
@@ -489,11 +489,11 @@ BEGIN
                COUNT(CASE WHEN _action = 'truncate' THEN 1 END) AS truncates, COUNT(CASE WHEN _action = 'unmatched' THEN 1 END) AS unmatched,
                DATEDIFF(microsecond, MAX(_kafka_timestamp), v_started) / 1000000.0 AS lag_seconds
         FROM "shop"."account__stage") c,
-       (SELECT LISTAGG(CASE WHEN r.pos__ <= 65503 THEN r.item__ END, ',') WITHIN GROUP (ORDER BY r.order__)
-               || COALESCE(' (+' || CAST(NULLIF(COUNT(CASE WHEN r.pos__ > 65503 THEN 1 END), 0) AS varchar(20)) || ' more)', '') AS watermark_after
-        FROM (SELECT r.*, SUM(OCTET_LENGTH(r.item__) + 1) OVER (ORDER BY r.order__ ROWS UNBOUNDED PRECEDING) AS pos__
+       (SELECT LISTAGG(CASE WHEN p.pos__ <= 65503 THEN p.item__ END, ',') WITHIN GROUP (ORDER BY p.order__)
+               || COALESCE(' (+' || CAST(NULLIF(COUNT(CASE WHEN p.pos__ > 65503 THEN 1 END), 0) AS varchar(20)) || ' more)', '') AS watermark_after
+        FROM (SELECT i.*, SUM(OCTET_LENGTH(i.item__) + 1) OVER (ORDER BY i.order__ ROWS UNBOUNDED PRECEDING) AS pos__
               FROM (SELECT r.*, CAST(r.kafka_partition AS varchar(20)) || ':' || CAST(r.last_offset AS varchar(20)) AS item__,
-                  r.kafka_partition AS order__ FROM "shop"."account__watermark" r) r) r) w;
+                  r.kafka_partition AS order__ FROM "shop"."account__watermark" r) i) p) w;
   INSERT INTO "shop"."sync_run_log" (table_name, backend_pid, started_at, finished_at, events_read, upserted, deleted,
     quarantined, tombstones, stale, superseded, truncates, watermark_before, watermark_after, lag_seconds, status, unmatched)
   SELECT * FROM "sync_call_result";

@@ -358,20 +358,20 @@ class PostgresDialect:
         """The items of `relation` joined in order, as many as fit `string_agg_max_bytes`
         bytes, followed by ' (+N more)' when some do not: the aggregate (laid out for a
         SELECT list) and the FROM clause it reads. `item` and `order_by` are expressions over
-        the relation's columns (alias r)."""
+        the relation's columns (alias r); each item (i) is placed (p) by the bytes before it."""
         limit = self.string_agg_max_bytes - 32  # room for the ' (+N more)' suffix
-        listed = self.string_agg(f"CASE WHEN r.pos__ <= {limit} THEN r.item__ END", separator, "r.order__")
-        more = f"NULLIF(COUNT(CASE WHEN r.pos__ > {limit} THEN 1 END), 0)"
+        listed = self.string_agg(f"CASE WHEN p.pos__ <= {limit} THEN p.item__ END", separator, "p.order__")
+        more = f"NULLIF(COUNT(CASE WHEN p.pos__ > {limit} THEN 1 END), 0)"
         value = f"{listed}\n       || COALESCE(' (+' || CAST({more} AS varchar(20)) || ' more)', '')"
         source = (
-            f"FROM (SELECT r.*, SUM(OCTET_LENGTH(r.item__) + {len(separator.encode())}) OVER (ORDER BY r.order__ ROWS UNBOUNDED PRECEDING) AS pos__\n"
-            f"      FROM (SELECT r.*, {item} AS item__, {order_by} AS order__ FROM {relation} r) r) r"
+            f"FROM (SELECT i.*, SUM(OCTET_LENGTH(i.item__) + {len(separator.encode())}) OVER (ORDER BY i.order__ ROWS UNBOUNDED PRECEDING) AS pos__\n"
+            f"      FROM (SELECT r.*, {item} AS item__, {order_by} AS order__ FROM {relation} r) i) p"
         )
         return value, source
 
     def bounded_list(self, item: str, separator: str, order_by: str, relation: str, extra: str = "", into: str = "") -> str:
-        """SELECT [extra,] the bounded list of `bounded_list_parts` (`extra`: expressions over
-        the relation's rows r); a PL/pgSQL statement selects them INTO the variables `into`."""
+        """SELECT [extra,] the bounded list of `bounded_list_parts` (`extra`: aggregates over
+        its placed items p); a PL/pgSQL statement selects them INTO the variables `into`."""
         value, source = self.bounded_list_parts(item, separator, order_by, relation)
         selected = ",\n       ".join([extra, value] if extra else [value])
         return f"SELECT {selected}\n" + (f"INTO {into}\n" if into else "") + source
