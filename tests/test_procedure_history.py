@@ -148,8 +148,8 @@ def test_an_unwrapped_topic_recomputes_without_filling_when_nothing_holds_a_plac
     quiet = sql.rsplit("\nELSE\n", 1)[1]  # after the truncate and recompute branches
     assert_lines(
         quiet,
-        'UPDATE "cdc"."line__history" h SET _valid_to = n.valid_to, _valid_to_pos = n.valid_to_pos,'
-        " _is_current = n.is_current, _op = n.op",
+        'UPDATE "cdc"."line__history" h SET _valid_to = c.valid_to, _valid_to_pos = c.valid_to_pos,'
+        " _is_current = c.is_current, _op = c.op",
     )
     assert "known_note" not in quiet
 
@@ -207,7 +207,7 @@ def test_a_truncate_with_a_position_marks_and_recomputes_every_key_instead_of_th
     assert_lines(
         sql,
         "IF v_truncates > 0 AND v_truncate_pos IS NOT NULL THEN",
-        'FROM "cdc"."line__history" x) x) n',  # every key's versions: no filter on the batch's keys
+        'FROM "cdc"."line__history" v) x) n',  # every key's versions: no filter on the batch's keys
     )
     truncated, batch = sql.split("IF v_truncates", 1)[1].split("\nELSIF ", 1)
     assert "INSERT INTO" in truncated and "v_history_recompute" not in truncated

@@ -112,7 +112,7 @@ def test_a_columns_placeholder_mark_is_its_name_between_bars_as_a_quoted_literal
 def test_each_version_takes_its_recomputed_interval():
     assert_lines(
         intervals_sql(ONE),
-        'UPDATE "cdc"."tag__history" h SET _valid_to = n.valid_to, _valid_to_pos = n.valid_to_pos, _is_current = n.is_current',
+        'UPDATE "cdc"."tag__history" h SET _valid_to = c.valid_to, _valid_to_pos = c.valid_to_pos, _is_current = c.is_current',
     )
 
 
@@ -130,7 +130,7 @@ def test_each_version_takes_its_recomputed_interval():
 )
 def test_only_the_versions_whose_interval_changes_are_written(dialect, valid_to, valid_to_pos):
     one = intervals_sql(table_sql(ONE_COLUMN, dialect, history=HistoryConfig()))
-    assert_lines(one, valid_to, valid_to_pos, "OR n._is_current <> n.is_current) n")
+    assert_lines(one, valid_to, valid_to_pos, "OR n._is_current <> n.is_current) c")
     composite = intervals_sql(table_sql(COMPOSITE_KEY, dialect, history=HistoryConfig()))
     assert_lines(composite, valid_to, valid_to_pos, "OR n._is_current <> n.is_current")
 
@@ -139,29 +139,30 @@ def test_the_batchs_keys_are_recomputed_or_every_key():
     assert_lines(
         intervals_sql(ONE),
         "WHERE EXISTS (SELECT 1 FROM \"cdc\".\"tag__stage\" s WHERE s._action IN ('upsert', 'delete', 'stale', 'truncated')"
-        ' AND s."id" = x."id")) x) n',
+        ' AND s."id" = v."id")) x) n',
     )
     assert_lines(
         intervals_sql(COMPOSITE),
         "WHERE EXISTS (SELECT 1 FROM \"cdc\".\"line__stage\" s WHERE s._action IN ('upsert', 'delete', 'stale', 'truncated')"
-        ' AND s."order_id" = x."order_id" AND s."line_no" = x."line_no")) x) n',
+        ' AND s."order_id" = v."order_id" AND s."line_no" = v."line_no")) x) n',
     )
     every_key = intervals_sql(ONE, keys_of_batch=False)
-    assert_lines(every_key, 'FROM "cdc"."tag__history" x) x) n')
+    assert_lines(every_key, 'FROM "cdc"."tag__history" v) x) n')
     assert "tag__stage" not in every_key
 
 
 def test_a_placeholder_takes_the_value_of_the_newest_earlier_version_that_had_one():
     sql = intervals_sql(COMPOSITE)
     keys = 'PARTITION BY x."order_id", x."line_no"'
+    numbered = 'PARTITION BY v."order_id", v."line_no"'
     assert_lines(
         sql,
         # each version that knows the value starts a group, which the placeholders after it join
-        f"COUNT(CASE WHEN x._unavailable LIKE '%|note|%' THEN NULL ELSE 1 END) OVER ({keys} ORDER BY {ORDER.format(r='x')}",
+        f"COUNT(CASE WHEN v._unavailable LIKE '%|note|%' THEN NULL ELSE 1 END) OVER ({numbered} ORDER BY {ORDER.format(r='v')}",
         'ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW) AS "known_note"',
         f'FIRST_VALUE(x."note") OVER ({keys}, x."known_note" ORDER BY {ORDER.format(r="x")}',
         # a value the event carried is kept
-        '"note" = CASE WHEN h._unavailable LIKE \'%|note|%\' THEN n."note" ELSE h."note" END',
+        '"note" = CASE WHEN h._unavailable LIKE \'%|note|%\' THEN c."note" ELSE h."note" END',
     )
 
 
@@ -170,9 +171,9 @@ def test_a_placeholder_takes_the_value_of_the_newest_earlier_version_that_had_on
     [
         (
             "redshift",
-            'OR n._unavailable LIKE \'%|note|%\' AND (n."stored_note" <> n."note" OR (n."stored_note" IS NULL) <> (n."note" IS NULL))) n',
+            'OR n._unavailable LIKE \'%|note|%\' AND (n."stored_note" <> n."note" OR (n."stored_note" IS NULL) <> (n."note" IS NULL))) c',
         ),
-        ("postgres", 'OR n._unavailable LIKE \'%|note|%\' AND n."stored_note" IS DISTINCT FROM n."note") n'),
+        ("postgres", 'OR n._unavailable LIKE \'%|note|%\' AND n."stored_note" IS DISTINCT FROM n."note") c'),
     ],
     ids=["redshift", "postgres"],
 )
@@ -184,8 +185,8 @@ def test_without_placeholders_to_fill_no_value_is_read_or_written():
     sql = intervals_sql(COMPOSITE, fill=False)
     assert_lines(
         sql,
-        'UPDATE "cdc"."line__history" h SET _valid_to = n.valid_to, _valid_to_pos = n.valid_to_pos, _is_current = n.is_current',
-        "OR n._is_current <> n.is_current) n",
+        'UPDATE "cdc"."line__history" h SET _valid_to = c.valid_to, _valid_to_pos = c.valid_to_pos, _is_current = c.is_current',
+        "OR n._is_current <> n.is_current) c",
     )
     assert '"note"' not in sql and "known_note" not in sql
 
@@ -195,16 +196,16 @@ def test_a_tombstone_the_sync_batch_leaves_waiting_becomes_a_marker():
     assert_lines(
         sql,
         'LEFT JOIN (SELECT DISTINCT t."id", t._valid_from_pos, t._kafka_partition, t._kafka_offset,',
-        "CASE WHEN x._op = 'p' OR p._kafka_offset IS NOT NULL THEN 1 ELSE 0 END AS pending__",
+        "CASE WHEN v._op = 'p' OR p._kafka_offset IS NOT NULL THEN 1 ELSE 0 END AS pending__",
         "x._op, CASE WHEN x.pending__ = 1 THEN 'p' ELSE x._op END AS op,",
-        "OR n._op <> n.op) n",
-        'UPDATE "cdc"."tag__history" h SET _valid_to = n.valid_to, _valid_to_pos = n.valid_to_pos, _is_current = n.is_current,'
-        " _op = n.op",
+        "OR n._op <> n.op) c",
+        'UPDATE "cdc"."tag__history" h SET _valid_to = c.valid_to, _valid_to_pos = c.valid_to_pos, _is_current = c.is_current,'
+        " _op = c.op",
     )
 
 
 def test_outside_a_sync_batch_only_the_stored_markers_wait():
     # a backfill snapshot's recompute (`history_snapshot`) decides no tombstone
     sql = intervals_sql(UNWRAPPED, keys_of_batch=False, in_batch=False)
-    assert_lines(sql, "CASE WHEN x._op = 'p' THEN 1 ELSE 0 END AS pending__")
+    assert_lines(sql, "CASE WHEN v._op = 'p' THEN 1 ELSE 0 END AS pending__")
     assert "LEFT JOIN" not in sql

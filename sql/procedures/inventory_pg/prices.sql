@@ -491,28 +491,29 @@ BEGIN
     IF v_history_recompute > 0 THEN
       -- History: each touched key's versions end where the next begins (source order); only
       -- the versions that change are written.
-      UPDATE "inventory"."prices__history" h SET _valid_to = n.valid_to, _valid_to_pos = n.valid_to_pos, _is_current = n.is_current
-      FROM (SELECT n.* FROM (SELECT x."product_id", x._valid_from_pos, x._kafka_partition, x._kafka_offset,
-             x._valid_to, x._valid_to_pos, x._is_current, x._unavailable,
-             CASE WHEN x._op IN ('d', 't') THEN x._valid_from
-                  ELSE LEAD(x._valid_from) OVER (PARTITION BY x."product_id" ORDER BY x._valid_from_pos ASC NULLS FIRST, x._kafka_timestamp ASC NULLS FIRST,
-                      x._kafka_partition, x._kafka_offset) END AS valid_to,
-             CASE WHEN x._op IN ('d', 't') THEN x._valid_from_pos
-                  ELSE LEAD(x._valid_from_pos) OVER (PARTITION BY x."product_id" ORDER BY x._valid_from_pos ASC NULLS FIRST, x._kafka_timestamp ASC NULLS FIRST,
-                      x._kafka_partition, x._kafka_offset) END AS valid_to_pos,
-             x._op NOT IN ('d', 't')
-                 AND LEAD(1) OVER (PARTITION BY x."product_id" ORDER BY x._valid_from_pos ASC NULLS FIRST, x._kafka_timestamp ASC NULLS FIRST,
-                 x._kafka_partition, x._kafka_offset) IS NULL AS is_current
-      FROM (SELECT x.*
-              FROM "inventory"."prices__history" x
-              WHERE EXISTS (SELECT 1 FROM "inventory"."prices__stage" s WHERE s._action IN ('upsert', 'delete', 'stale', 'truncated')
-                  AND s."product_id" = x."product_id")) x) n
+      UPDATE "inventory"."prices__history" h SET _valid_to = c.valid_to, _valid_to_pos = c.valid_to_pos, _is_current = c.is_current
+      FROM (SELECT n.*
+            FROM (SELECT x."product_id", x._valid_from_pos, x._kafka_partition, x._kafka_offset,
+                        x._valid_to, x._valid_to_pos, x._is_current, x._unavailable,
+                        CASE WHEN x._op IN ('d', 't') THEN x._valid_from
+                             ELSE LEAD(x._valid_from) OVER (PARTITION BY x."product_id" ORDER BY x._valid_from_pos ASC NULLS FIRST,
+                                 x._kafka_timestamp ASC NULLS FIRST, x._kafka_partition, x._kafka_offset) END AS valid_to,
+                        CASE WHEN x._op IN ('d', 't') THEN x._valid_from_pos
+                             ELSE LEAD(x._valid_from_pos) OVER (PARTITION BY x."product_id" ORDER BY x._valid_from_pos ASC NULLS FIRST,
+                                 x._kafka_timestamp ASC NULLS FIRST, x._kafka_partition, x._kafka_offset) END AS valid_to_pos,
+                        x._op NOT IN ('d', 't')
+                            AND LEAD(1) OVER (PARTITION BY x."product_id" ORDER BY x._valid_from_pos ASC NULLS FIRST, x._kafka_timestamp ASC NULLS FIRST,
+                            x._kafka_partition, x._kafka_offset) IS NULL AS is_current
+                  FROM (SELECT v.*
+                          FROM "inventory"."prices__history" v
+                          WHERE EXISTS (SELECT 1 FROM "inventory"."prices__stage" s WHERE s._action IN ('upsert', 'delete', 'stale', 'truncated')
+                              AND s."product_id" = v."product_id")) x) n
             WHERE (n._valid_to <> n.valid_to OR (n._valid_to IS NULL) <> (n.valid_to IS NULL))
                OR (n._valid_to_pos <> n.valid_to_pos OR (n._valid_to_pos IS NULL) <> (n.valid_to_pos IS NULL))
-               OR n._is_current <> n.is_current) n
-      WHERE h."product_id" = n."product_id"
-        AND COALESCE(h._valid_from_pos, '') = COALESCE(n._valid_from_pos, '')
-        AND h._kafka_partition = n._kafka_partition AND h._kafka_offset = n._kafka_offset;
+               OR n._is_current <> n.is_current) c
+      WHERE h."product_id" = c."product_id"
+        AND COALESCE(h._valid_from_pos, '') = COALESCE(c._valid_from_pos, '')
+        AND h._kafka_partition = c._kafka_partition AND h._kafka_offset = c._kafka_offset;
     END IF;
     -- 6. Apply: remove the current row of every key with a winning event (the join is
     --    on the key, which is the DISTKEY, so it is collocated), then insert the upserts.

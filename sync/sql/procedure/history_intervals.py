@@ -72,9 +72,10 @@ def _recomputed(ctx: TableSql, keys_of_batch: bool, in_batch: bool, toast: list[
     no version, `op` its marker's. `toast`: the columns whose placeholders are filled."""
     d, q, keys = ctx.d, ctx.q, ctx.keys
     key_list = ", ".join(f"x.{q(k)}" for k in keys)
-    window = f"PARTITION BY {key_list} ORDER BY {version_order('x')}"
+    # The versions read (v), each numbered by the known values before it (x).
+    numbering = f"PARTITION BY {', '.join(f'v.{q(k)}' for k in keys)} ORDER BY {version_order('v')}"
     groups = "".join(
-        f",\n               COUNT(CASE WHEN x._unavailable LIKE {mark(c)} THEN NULL ELSE 1 END) OVER ({window}\n"
+        f",\n               COUNT(CASE WHEN v._unavailable LIKE {mark(c)} THEN NULL ELSE 1 END) OVER ({numbering}\n"
         f"                 ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW) AS {q('known_' + c)}"
         for c in toast
     )
@@ -84,26 +85,26 @@ def _recomputed(ctx: TableSql, keys_of_batch: bool, in_batch: bool, toast: list[
         for c in toast
     )
     touched = (
-        f"\n        WHERE EXISTS (SELECT 1 FROM {ctx.rel.stage} s WHERE {EVENTS} AND {key_match(d, keys, 's', 'x')})"
+        f"\n        WHERE EXISTS (SELECT 1 FROM {ctx.rel.stage} s WHERE {EVENTS} AND {key_match(d, keys, 's', 'v')})"
         if keys_of_batch
         else ""
     )
     marked, flag, waiting, op = unwrapped(ctx), "", "", ""
     if marked:
         waiting = (
-            f"\n        LEFT JOIN ({indent(pending_tombstones(ctx), 19).lstrip()}) p\n          ON {indent(same_version(ctx, 'x', 'p'), 8).lstrip()}"
+            f"\n        LEFT JOIN ({indent(pending_tombstones(ctx), 19).lstrip()}) p\n          ON {indent(same_version(ctx, 'v', 'p'), 8).lstrip()}"
             if in_batch
             else ""
         )
-        flag = f",\n               CASE WHEN x._op = '{PENDING_OP}'{' OR p._kafka_offset IS NOT NULL' if in_batch else ''} THEN 1 ELSE 0 END AS pending__"
+        flag = f",\n               CASE WHEN v._op = '{PENDING_OP}'{' OR p._kafka_offset IS NOT NULL' if in_batch else ''} THEN 1 ELSE 0 END AS pending__"
         op = f"\n       x._op, CASE WHEN x.pending__ = 1 THEN '{PENDING_OP}' ELSE x._op END AS op,"
-    rows = f"(SELECT x.*{flag}{groups}\n        FROM {ctx.rel.history} x{waiting}{touched}) x"
+    rows = f"(SELECT v.*{flag}{groups}\n        FROM {ctx.rel.history} v{waiting}{touched}) x"
     return (
         f"(SELECT {', '.join(f'x.{q(k)}' for k in keys)}, x._valid_from_pos, x._kafka_partition, x._kafka_offset,\n"
         f"       x._valid_to, x._valid_to_pos, x._is_current, x._unavailable,{op}\n"
         f"       {(',' + chr(10) + '       ').join(intervals(ctx, 'x', marked))}"
         f"{known}\n"
-        f"FROM {rows}) n"
+        f" FROM {indent(rows, 1).lstrip()}) n"
     )
 
 
@@ -115,8 +116,9 @@ def intervals_sql(ctx: TableSql, keys_of_batch: bool = True, in_batch: bool = Tr
     `fill`: TOAST placeholders are filled (without: none of the versions holds one)."""
     d, q = ctx.d, ctx.q
     toast = toast_columns(ctx) if fill else []
-    sets = ["_valid_to = n.valid_to", "_valid_to_pos = n.valid_to_pos", "_is_current = n.is_current"]
-    sets += [f"{q(c)} = CASE WHEN h._unavailable LIKE {mark(c)} THEN n.{q(c)} ELSE h.{q(c)} END" for c in toast]
+    # Recomputed (n), those that change (c).
+    sets = ["_valid_to = c.valid_to", "_valid_to_pos = c.valid_to_pos", "_is_current = c.is_current"]
+    sets += [f"{q(col)} = CASE WHEN h._unavailable LIKE {mark(col)} THEN c.{q(col)} ELSE h.{q(col)} END" for col in toast]
     changed = [
         d.differs("n._valid_to", "n.valid_to", _TIMESTAMP),
         d.differs("n._valid_to_pos", "n.valid_to_pos", _POSITION),
@@ -128,14 +130,14 @@ def intervals_sql(ctx: TableSql, keys_of_batch: bool = True, in_batch: bool = Tr
         ),
     ]
     if unwrapped(ctx):
-        sets.append("_op = n.op")
+        sets.append("_op = c.op")
         changed.append("n._op <> n.op")
     changed_lines = [changed[0], *(f"         OR {c}" for c in changed[1:])]
     return (
         "-- History: each touched key's versions end where the next begins (source order); only\n"
         "-- the versions that change are written.\n"
         f"UPDATE {ctx.rel.history} h SET {packed(sets, '    ')}\n"
-        f"FROM (SELECT n.* FROM {_recomputed(ctx, keys_of_batch, in_batch, toast)}\n"
-        f"      WHERE {chr(10).join(changed_lines)}) n\n"
-        f"WHERE {same_version(ctx, 'h', 'n')};"
+        f"FROM (SELECT n.*\n      FROM {indent(_recomputed(ctx, keys_of_batch, in_batch, toast), 11).lstrip()}\n"
+        f"      WHERE {chr(10).join(changed_lines)}) c\n"
+        f"WHERE {same_version(ctx, 'h', 'c')};"
     )
