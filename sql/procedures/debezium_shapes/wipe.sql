@@ -379,6 +379,10 @@ BEGIN
     -- Truncate events (on_truncate = 'delete', counted with the batch): the newest
     -- truncate's source position decides what precedes it; without one, Kafka order does.
     IF v_truncates > 0 AND v_truncate_pos IS NOT NULL THEN
+      -- Keys deleted before the truncate are deleted at it: what lies between stays stale.
+      UPDATE "cdc"."wipe__deleted" SET _source_ts = v_truncate_ts, _source_pos = v_truncate_pos, _kafka_partition = NULL,
+             _kafka_offset = NULL, _kafka_timestamp = NULL, _deleted_at = v_started
+      WHERE (_source_pos IS NULL OR _source_pos < v_truncate_pos);
       INSERT INTO "cdc"."wipe__deleted" ("id", _source_ts, _source_pos, _kafka_partition, _kafka_offset, _deleted_at)
       SELECT t."id", v_truncate_ts, v_truncate_pos, NULL, NULL, v_started
       FROM "cdc"."wipe" t

@@ -25,7 +25,9 @@ def _deleted_at_truncate(ctx: TableSql, row: str) -> dict[str, str]:
 
 def _clear_older_sql(ctx: TableSql) -> str:
     """Stored rows older than the truncate's position: removed (remembered as deleted
-    keys at it) or, in soft mode, marked deleted at it."""
+    keys at it) or, in soft mode, marked deleted at it. Keys remembered as deleted before
+    it are deleted at it too: a change between their delete and the truncate (a re-sent
+    create the truncate voided, a late one) stays stale."""
     d, rel = ctx.d, ctx.rel
     older = "(_source_pos IS NULL OR _source_pos < v_truncate_pos)"
     if ctx.table.delete_mode == "soft":
@@ -35,7 +37,11 @@ def _clear_older_sql(ctx: TableSql) -> str:
             f"WHERE {older};"
         )
     return (
-        insert_deleted_keys_sql(
+        "-- Keys deleted before the truncate are deleted at it: what lies between stays stale.\n"
+        f"UPDATE {rel.deleted} SET _source_ts = v_truncate_ts, _source_pos = v_truncate_pos, _kafka_partition = NULL,\n"
+        f"       _kafka_offset = NULL, _kafka_timestamp = NULL, _deleted_at = {CALL_TIME}\n"
+        f"WHERE {older};\n"
+        + insert_deleted_keys_sql(
             d,
             ctx.table,
             rel.deleted,
