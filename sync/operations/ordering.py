@@ -1,5 +1,7 @@
-"""Ordering breaks, detected from the run log: runs that read records and applied none,
-every one older than the position stored for its key (stale).
+"""Ordering breaks, detected from the run log: runs that read records, applied none and
+found records older than the position stored for their key (stale), unless every record
+they read is a copy of one read before them (a connector restart re-sends its last
+records).
 
 A MySQL failover renumbers binlog files, `RESET MASTER` restarts them at 1, a restored
 database (or an Oracle RESETLOGS) restarts SCNs and LSNs lower: from then on every event
@@ -87,15 +89,19 @@ def streaks_sql(pipeline: Pipeline, tables: Sequence[str], runs: int) -> str:
 
 def positions_sql(d: PostgresDialect, pipeline: Pipeline, table: TableConfig, ranges: dict[int, tuple[int, int | None]]) -> str:
     """The newest source position of the records in `ranges` (the stream `s`), by the
-    procedure's own position expression, and the newest stored in the target."""
+    procedure's own position expression, the newest stored in the target, and how many of
+    those records there are and how many repeat the key and position of a record outside
+    them (a copy the connector re-sent after a restart: no ordering break)."""
     n = table_names(pipeline, table)
     env = envelope_sql(d, table, unwrap_schema(d, "s.payload"))
     position = source_sql(d, table, env.source).position
+    stream, within = d.qualified(n.schema, n.stream), offset_ranges(ranges)
     return (
-        f"SELECT (SELECT MAX({position})\n"
-        f"        FROM {d.qualified(n.schema, n.stream)} s\n"
-        f"        WHERE {offset_ranges(ranges)}),\n"
-        f"       (SELECT MAX({d.q('_source_pos')}) FROM {d.qualified(n.schema, n.target)})"
+        "SELECT MAX(r.pos), (SELECT MAX(" + d.q("_source_pos") + f") FROM {d.qualified(n.schema, n.target)}),\n"
+        "       COUNT(*), COUNT(o.pos)\n"
+        f"FROM (SELECT s.kafka_key, {position} AS pos FROM {stream} s WHERE {within}) r\n"
+        f"LEFT JOIN (SELECT DISTINCT s.kafka_key, {position} AS pos FROM {stream} s WHERE NOT {within}) o\n"
+        "  ON o.kafka_key = r.kafka_key AND o.pos = r.pos"
     )
 
 
@@ -103,7 +109,11 @@ def ordering_breaks(
     query: Callable[[str], list[tuple]], d: PostgresDialect, pipeline: Pipeline, tables: Sequence[str]
 ) -> list[OrderingBreak]:
     """The tables whose newest `ordering_break_runs` runs that read records applied none,
-    every record stale (tables in Kafka order store no positions: never)."""
+    with stale records among them, unless every record those runs read repeats the key and
+    position of one read before them: Debezium re-sends what follows its last committed
+    offset after a restart ("at-least-once during recovery"), and a re-sent suffix spread
+    over several syncs applies nothing either (tables in Kafka order store no positions:
+    never)."""
     positioned = [t for t in tables if pipeline.table(t).order_by != "kafka"]
     runs = pipeline.operations.ordering_break_runs
     if not positioned:
@@ -123,7 +133,9 @@ def ordering_breaks(
         seen = stored = reread = None
         if before is not None and after is not None:  # else a watermark listed only in part
             ranges = {p: (before.get(p, -1), o) for p, o in after.items()}
-            (seen, stored), *_ = query(positions_sql(d, pipeline, pipeline.table(name), ranges))
+            (seen, stored, records, repeated), *_ = query(positions_sql(d, pipeline, pipeline.table(name), ranges))
+            if records and repeated == records:  # every record a copy of one read before: re-sent
+                continue
             reread = ",".join(f"{p}:{after_offset}" for p, (after_offset, _) in sorted(ranges.items()))
         out.append(OrderingBreak(name, runs, sum(r["stale"] for r in streak), seen, stored, reread))
     return out
