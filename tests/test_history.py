@@ -196,6 +196,46 @@ def test_a_resent_toast_placeholder_update_adds_no_version(wh, cut):
     ]
 
 
+@pytest.mark.parametrize("stored", ["deleted", "live"])
+def test_a_late_toast_placeholder_before_the_stored_state_takes_the_previous_versions_value(wh, stored):
+    """An update whose unchanged TOASTed value is the placeholder (PostgreSQL connector,
+    "toasted values"), read late from a lagging partition, lies before what is stored for
+    its key: a delete, or a newer row. It is stale for the current state, and a version of
+    the history with the value of the version before it, not quarantined for want of a
+    value (the key's delete) nor given the newer row's."""
+    p = setup(wh, history_toml("acc", order_by="postgres-lsn"))
+    placeholder = "__debezium_unavailable_value"
+
+    def ev(op, balance, note, lsn, partition=0):
+        image = {"id": 1, "balance": balance, "note": note}
+        return envelope(op, 1, None if op == "d" else image, image if op == "d" else None, pg_source(lsn, lsn - 10), partition)
+
+    last = [ev("d", 30, "Z", 400), tombstone(1)] if stored == "deleted" else [ev("u", 40, "W", 400)]
+    feed(wh, p, "acc", [ev("c", 10, "X", 100), ev("u", 30, "Z", 300), *last])
+    run = feed(wh, p, "acc", [ev("u", 35, placeholder, 350, partition=1)])
+    assert (run.quarantined, run.stale) == (0, 1)
+    late = [v for v in versions(wh, "acc", "id, balance, note") if v[1] == 35]
+    assert [v[:4] for v in late] == [(1, 35, "Z", "u")], versions(wh, "acc", "id, balance, note")
+    at_400 = "_op = 'd'" if stored == "deleted" else "balance = 40"
+    (after,) = wh.query(f'SELECT _valid_from_pos FROM cdc."acc__history" WHERE {at_400}')[0]
+    assert late[0][5] == after, "the late version does not end where the stored state begins"
+
+
+def test_a_late_event_before_a_truncate_gives_its_closing_marker_its_values(wh):
+    """A truncate's marker holds the values of the version it closes (docs/correctness.md).
+    A truncate has no key, so it may land on any partition ("ordering is guaranteed only for
+    topics that use a single partition", Debezium, truncate events): the key's update at lsn
+    550 is read a sync after the truncate at 600. It is inserted before the marker, which
+    now closes it and takes its values, as if the events had come in order."""
+    p = setup(wh, history_toml("acc", order_by="postgres-lsn", on_truncate="delete"))
+    trunc = {"partition": 0, "key": None, "value": {"source": pg_source(600, 590), "op": "t", "ts_ms": TS}}
+    feed(wh, p, "acc", [pg("c", 2, 100, 110, partition=1), pg("u", 2, 400, 410, partition=1), trunc])
+    feed(wh, p, "acc", [pg("u", 2, 550, 550, partition=1)])
+    in_order = [(2, 100, "c"), (2, 400, "u"), (2, 550, "u"), (2, 550, "t")]
+    assert [v[:3] for v in versions(wh, "acc")] == in_order
+    assert rows(wh, "acc") == []
+
+
 def test_toast_placeholder_with_no_earlier_version_is_quarantined_not_a_version(wh):
     """A placeholder with no earlier value anywhere (no version, no stored row) is not
     applied (quarantined, never a silent NULL) and is no version either."""

@@ -158,11 +158,13 @@ def test_a_placeholder_takes_the_value_of_the_newest_earlier_version_that_had_on
     assert_lines(
         sql,
         # each version that knows the value starts a group, which the placeholders after it join
-        f"COUNT(CASE WHEN v._unavailable LIKE '%|note|%' THEN NULL ELSE 1 END) OVER ({numbered} ORDER BY {ORDER.format(r='v')}",
+        # a truncate's closing marker (on_truncate = "delete") joins the placeholders: it takes the value
+        f"COUNT(CASE WHEN v._unavailable LIKE '%|note|%' OR v._op = 't' THEN NULL ELSE 1 END) OVER ({numbered}"
+        f" ORDER BY {ORDER.format(r='v')}",
         'ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW) AS "known_note"',
         f'FIRST_VALUE(x."note") OVER ({keys}, x."known_note" ORDER BY {ORDER.format(r="x")}',
         # a value the event carried is kept
-        '"note" = CASE WHEN h._unavailable LIKE \'%|note|%\' THEN c."note" ELSE h."note" END',
+        '"note" = CASE WHEN h._unavailable LIKE \'%|note|%\' OR h._op = \'t\' THEN c."note" ELSE h."note" END',
     )
 
 
@@ -171,9 +173,10 @@ def test_a_placeholder_takes_the_value_of_the_newest_earlier_version_that_had_on
     [
         (
             "redshift",
-            'OR n._unavailable LIKE \'%|note|%\' AND (n."stored_note" <> n."note" OR (n."stored_note" IS NULL) <> (n."note" IS NULL))) c',
+            "OR (n._unavailable LIKE '%|note|%' OR n._op = 't')"
+            ' AND (n."stored_note" <> n."note" OR (n."stored_note" IS NULL) <> (n."note" IS NULL))) c',
         ),
-        ("postgres", 'OR n._unavailable LIKE \'%|note|%\' AND n."stored_note" IS DISTINCT FROM n."note") c'),
+        ("postgres", "OR (n._unavailable LIKE '%|note|%' OR n._op = 't') AND n.\"stored_note\" IS DISTINCT FROM n.\"note\") c"),
     ],
     ids=["redshift", "postgres"],
 )
@@ -182,13 +185,23 @@ def test_a_version_whose_filled_placeholder_changes_is_written(dialect, filled):
 
 
 def test_without_placeholders_to_fill_no_value_is_read_or_written():
-    sql = intervals_sql(COMPOSITE, fill=False)
+    plain = intervals_sql(table_sql(COMPOSITE_KEY.replace('on_truncate = "delete"', ""), history=HistoryConfig()), fill=False)
     assert_lines(
-        sql,
+        plain,
         'UPDATE "cdc"."line__history" h SET _valid_to = c.valid_to, _valid_to_pos = c.valid_to_pos, _is_current = c.is_current',
         "OR n._is_current <> n.is_current) c",
     )
-    assert '"note"' not in sql and "known_note" not in sql
+    assert '"note"' not in plain
+    sql = intervals_sql(COMPOSITE, fill=False)
+    assert "known_note" not in sql and "_unavailable LIKE" not in sql
+    # a truncate's closing marker takes the value of the version before it
+    assert_lines(
+        sql,
+        '"note" = CASE WHEN h._op = \'t\' THEN c."note" ELSE h."note" END',
+        'CASE WHEN x._op = \'t\' THEN LAG(x."note") OVER (PARTITION BY x."order_id", x."line_no" ORDER BY'
+        f" {ORDER.format(r='x')})",
+        'OR n._op = \'t\' AND (n."stored_note" <> n."note" OR (n."stored_note" IS NULL) <> (n."note" IS NULL))) c',
+    )
 
 
 def test_a_tombstone_the_sync_batch_leaves_waiting_becomes_a_marker():

@@ -41,8 +41,10 @@ from tests.procedure_shape import COMMON_PATH, Shape, parse, procedures, shape, 
 # quarantined with the update), a correctness fix that added 10 lines to the TOAST step;
 # 206 since a procedure declares only the variables its body uses; 210 since a truncate
 # also deletes at its position the keys remembered as deleted before it (a re-sent create
-# it voided came back), a correctness fix of 4 lines in tables with on_truncate = "delete".
-CEILINGS = {"lines_over_budget": 210, "widest": 160, "json_size_repeats": 1, "common": 14, "idle": 4}
+# it voided came back), a correctness fix of 4 lines in tables with on_truncate = "delete";
+# 216 since the TOAST step reads the remembered deletes too (a late placeholder older than
+# its key's delete was quarantined and lost its history version), 6 lines.
+CEILINGS = {"lines_over_budget": 216, "widest": 160, "json_size_repeats": 1, "common": 14, "idle": 4}
 # Statements a feature adds to the common path, besides the 14 of a table without it.
 FEATURE_STATEMENTS = {
     "history": 3,  # the versions a batch opens and closes (sync/sql/procedure/history.py)

@@ -258,11 +258,12 @@ BEGIN
           THEN u.stored0 ELSE s."name" END,
              "bio" = CASE WHEN s._unavailable NOT LIKE '%|bio|%' THEN s."bio" WHEN u.rn1 IS NOT NULL THEN u.batch1 WHEN u.stored THEN u.stored1
                  ELSE s."bio" END,
-             _action = CASE WHEN NOT u.stored AND (s._unavailable LIKE '%|name|%' AND u.rn0 IS NULL OR s._unavailable LIKE '%|bio|%' AND u.rn1 IS NULL)
-                 THEN 'quarantine' ELSE s._action END,
+             _action = CASE WHEN NOT (u.stored OR u.older) AND (s._unavailable LIKE '%|name|%' AND u.rn0 IS NULL OR s._unavailable LIKE '%|bio|%'
+                 AND u.rn1 IS NULL) THEN 'quarantine' ELSE s._action END,
              _unavailable = '|' || CASE WHEN s._unavailable LIKE '%|name|%' AND u.rn0 IS NULL THEN 'name|' ELSE '' END || CASE
                  WHEN s._unavailable LIKE '%|bio|%' AND u.rn1 IS NULL THEN 'bio|' ELSE '' END
       FROM (SELECT w."id", t.stored_rn__ IS NOT NULL AND m.deleted__ IS NULL AND NOT t._deleted AS stored,
+                   COALESCE(w._source_pos < t._source_pos, false) AS older,
                    CASE WHEN m.deleted__ IS NULL OR m.rn0 < m.deleted__ THEN m.rn0 END AS rn0, p0."name" AS batch0, t."name" AS stored0, CASE
                        WHEN m.deleted__ IS NULL OR m.rn1 < m.deleted__ THEN m.rn1 END AS rn1, p1."bio" AS batch1, t."bio" AS stored1
             FROM "cdc"."soft__stage" w

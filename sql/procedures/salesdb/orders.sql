@@ -301,11 +301,12 @@ BEGIN
           THEN u.batch0 WHEN u.stored THEN u.stored0 ELSE s."customer_id" END,
              "status" = CASE WHEN s._unavailable NOT LIKE '%|status|%' THEN s."status" WHEN u.rn1 IS NOT NULL THEN u.batch1 WHEN u.stored THEN u.stored1
                  ELSE s."status" END,
-             _action = CASE WHEN NOT u.stored AND (s._unavailable LIKE '%|customer_id|%' AND u.rn0 IS NULL OR s._unavailable LIKE '%|status|%'
+             _action = CASE WHEN NOT (u.stored OR u.older) AND (s._unavailable LIKE '%|customer_id|%' AND u.rn0 IS NULL OR s._unavailable LIKE '%|status|%'
                  AND u.rn1 IS NULL) THEN 'quarantine' ELSE s._action END,
              _unavailable = '|' || CASE WHEN s._unavailable LIKE '%|customer_id|%' AND u.rn0 IS NULL THEN 'customer_id|' ELSE '' END || CASE
                  WHEN s._unavailable LIKE '%|status|%' AND u.rn1 IS NULL THEN 'status|' ELSE '' END
       FROM (SELECT w."order_id", t.stored_rn__ IS NOT NULL AND m.deleted__ IS NULL AND NOT t._deleted AS stored,
+                   COALESCE(w._source_pos < t._source_pos, false) AS older,
                    CASE WHEN m.deleted__ IS NULL OR m.rn0 < m.deleted__ THEN m.rn0 END AS rn0, p0."customer_id" AS batch0, t."customer_id" AS stored0, CASE
                        WHEN m.deleted__ IS NULL OR m.rn1 < m.deleted__ THEN m.rn1 END AS rn1, p1."status" AS batch1, t."status" AS stored1
             FROM "cdc"."orders__stage" w

@@ -63,6 +63,21 @@ def mark(column: str) -> str:
     return quote_literal(f"%|{column}|%")
 
 
+def _carried(ctx: TableSql, toast: list[str]) -> list[str]:
+    """Columns a truncate's closing marker takes from the version before it (its values
+    are those of the version it closes, which a late event inserted before it replaces),
+    besides the filled TOAST-able ones (`toast`), whose markers join the placeholders."""
+    if ctx.table.on_truncate != "delete":
+        return []
+    return [c.target_name for c in ctx.table.value_columns if c.target_name not in toast and c.sql_type.family not in UNWINDOWED]
+
+
+def _unknown(ctx: TableSql, row: str, column: str) -> str:
+    """The version `row` holds no value of its own for the filled TOAST-able `column`."""
+    closing = f" OR {row}._op = '{TRUNCATED_OP}'" if ctx.table.on_truncate == "delete" else ""
+    return f"{row}._unavailable LIKE {mark(column)}{closing}"
+
+
 def _recomputed(ctx: TableSql, keys_of_batch: bool, in_batch: bool, toast: list[str]) -> str:
     """Each version of the keys to recompute (those of the batch's events, or all), with its
     interval: to the next version's start (LEAD in version order); a closing marker, and
@@ -75,7 +90,7 @@ def _recomputed(ctx: TableSql, keys_of_batch: bool, in_batch: bool, toast: list[
     # The versions read (v), each numbered by the known values before it (x).
     numbering = f"PARTITION BY {', '.join(f'v.{q(k)}' for k in keys)} ORDER BY {version_order('v')}"
     groups = "".join(
-        f",\n               COUNT(CASE WHEN v._unavailable LIKE {mark(c)} THEN NULL ELSE 1 END) OVER ({numbering}\n"
+        f",\n               COUNT(CASE WHEN {_unknown(ctx, 'v', c)} THEN NULL ELSE 1 END) OVER ({numbering}\n"
         f"                 ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW) AS {q('known_' + c)}"
         for c in toast
     )
@@ -83,6 +98,10 @@ def _recomputed(ctx: TableSql, keys_of_batch: bool, in_batch: bool, toast: list[
         f",\n       x.{q(c)} AS {q('stored_' + c)},\n       FIRST_VALUE(x.{q(c)}) OVER (PARTITION BY {key_list}, x.{q('known_' + c)} ORDER BY {version_order('x')}\n"
         f"         ROWS BETWEEN UNBOUNDED PRECEDING AND UNBOUNDED FOLLOWING) AS {q(c)}"
         for c in toast
+    ) + "".join(
+        f",\n       x.{q(c)} AS {q('stored_' + c)},\n       CASE WHEN x._op = '{TRUNCATED_OP}' THEN LAG(x.{q(c)}) OVER (PARTITION BY {key_list}"
+        f" ORDER BY {version_order('x')})\n         ELSE x.{q(c)} END AS {q(c)}"
+        for c in _carried(ctx, toast)
     )
     touched = (
         f"\n        WHERE EXISTS (SELECT 1 FROM {ctx.rel.stage} s WHERE {EVENTS} AND {key_match(d, keys, 's', 'v')})"
@@ -98,6 +117,8 @@ def _recomputed(ctx: TableSql, keys_of_batch: bool, in_batch: bool, toast: list[
         )
         flag = f",\n               CASE WHEN v._op = '{PENDING_OP}'{' OR p._kafka_offset IS NOT NULL' if in_batch else ''} THEN 1 ELSE 0 END AS pending__"
         op = f"\n       x._op, CASE WHEN x.pending__ = 1 THEN '{PENDING_OP}' ELSE x._op END AS op,"
+    elif ctx.table.on_truncate == "delete":
+        op = " x._op,"
     rows = f"(SELECT v.*{flag}{groups}\n        FROM {ctx.rel.history} v{waiting}{touched}) x"
     return (
         f"(SELECT {', '.join(f'x.{q(k)}' for k in keys)}, x._valid_from_pos, x._kafka_partition, x._kafka_offset,\n"
@@ -118,15 +139,23 @@ def intervals_sql(ctx: TableSql, keys_of_batch: bool = True, in_batch: bool = Tr
     toast = toast_columns(ctx) if fill else []
     # Recomputed (n), those that change (c).
     sets = ["_valid_to = c.valid_to", "_valid_to_pos = c.valid_to_pos", "_is_current = c.is_current"]
-    sets += [f"{q(col)} = CASE WHEN h._unavailable LIKE {mark(col)} THEN c.{q(col)} ELSE h.{q(col)} END" for col in toast]
+    sets += [f"{q(col)} = CASE WHEN {_unknown(ctx, 'h', col)} THEN c.{q(col)} ELSE h.{q(col)} END" for col in toast]
+    sets += [f"{q(col)} = CASE WHEN h._op = '{TRUNCATED_OP}' THEN c.{q(col)} ELSE h.{q(col)} END" for col in _carried(ctx, toast)]
     changed = [
         d.differs("n._valid_to", "n.valid_to", _TIMESTAMP),
         d.differs("n._valid_to_pos", "n.valid_to_pos", _POSITION),
         "n._is_current <> n.is_current",
         *(
-            f"n._unavailable LIKE {mark(c)} AND {d.differs('n.' + q('stored_' + c), 'n.' + q(c), col.sql_type)}"
+            f"({_unknown(ctx, 'n', c)}) AND {d.differs('n.' + q('stored_' + c), 'n.' + q(c), col.sql_type)}"
+            if ctx.table.on_truncate == "delete"
+            else f"n._unavailable LIKE {mark(c)} AND {d.differs('n.' + q('stored_' + c), 'n.' + q(c), col.sql_type)}"
             for col in ctx.table.value_columns
             if (c := col.target_name) in toast
+        ),
+        *(
+            f"n._op = '{TRUNCATED_OP}' AND {d.differs('n.' + q('stored_' + c), 'n.' + q(c), col.sql_type)}"
+            for col in ctx.table.value_columns
+            if (c := col.target_name) in _carried(ctx, toast)
         ),
     ]
     if unwrapped(ctx):

@@ -40,7 +40,7 @@ def toast_sql(ctx: TableSql) -> str:
         for i, (c, mark) in enumerate(zip(cols, marked, strict=True))
     ]
     unknown = " OR ".join(f"s._unavailable LIKE {mark} AND u.rn{i} IS NULL" for i, mark in enumerate(marked))
-    keep.append(f"_action = CASE WHEN NOT u.stored AND ({unknown}) THEN '{Action.QUARANTINE}' ELSE s._action END")
+    keep.append(f"_action = CASE WHEN NOT (u.stored OR u.older) AND ({unknown}) THEN '{Action.QUARANTINE}' ELSE s._action END")
     still = " || ".join(
         f"CASE WHEN s._unavailable LIKE {mark} AND u.rn{i} IS NULL THEN {quote_literal(c + '|')} ELSE '' END"
         for i, (c, mark) in enumerate(zip(cols, marked, strict=True))
@@ -57,9 +57,11 @@ def toast_sql(ctx: TableSql) -> str:
         f" t.{q(c)} AS stored{i}"
         for i, c in enumerate(cols)
     )
-    soft = ctx.table.delete_mode == "soft"  # a soft-deleted row is stored, and holds no value
-    live = " AND NOT t._deleted" if soft else ""
-    extra = [(f"t.{q(c)}",) for c in cols] + ([("t._deleted",)] if soft else [])
+    # A deleted key (a soft-deleted row, or a remembered delete) holds no value to keep, but
+    # a winner older than it is stale: neither applied nor quarantined here.
+    soft = ctx.table.delete_mode == "soft"
+    extra = [(f"t.{q(c)}", "NULL") for c in cols] + [("t._deleted",) if soft else ("false AS deleted__", "true")]
+    gone = "t._deleted" if soft else "t.deleted__"
     earlier = "".join(
         f"        LEFT JOIN {stage} p{i} ON {key_match(d, keys, f'p{i}', 'w')} AND p{i}._rn = m.rn{i} AND p{i}._action = '{Action.UPSERT}'\n"
         for i in range(len(cols))
@@ -68,13 +70,13 @@ def toast_sql(ctx: TableSql) -> str:
         f"EXISTS (SELECT 1 FROM {stage} x WHERE x._rn = 1 AND x._action = '{Action.UPSERT}' AND x._unavailable IS NOT NULL"
         f" AND {key_match(d, keys, 'x', 't')})"
     )
-    # The target's rows only: a deleted key has no value to keep (a key with one has no row).
-    stored = stored_state(ctx, placeholders, extra, held=[ctx.rel.target])
+    stored = stored_state(ctx, placeholders, extra)
     return (
         "-- 3. (TOAST) Unchanged out-of-line values arrive as a placeholder and keep what is known.\n"
         "IF v_unavailable > 0 THEN\n"
         f"  UPDATE {stage} s SET " + ",\n         ".join(keep) + f",\n         _unavailable = '|' || {still}\n"
-        f"  FROM (SELECT {', '.join(f'w.{q(k)}' for k in keys)}, t.stored_rn__ IS NOT NULL AND m.deleted__ IS NULL{live} AS stored,\n"
+        f"  FROM (SELECT {', '.join(f'w.{q(k)}' for k in keys)}, t.stored_rn__ IS NOT NULL AND m.deleted__ IS NULL AND NOT {gone} AS stored,\n"
+        f"               COALESCE(w._source_pos < t._source_pos, false) AS older,\n"
         f"               {known}\n"
         f"        FROM {stage} w\n"
         f"        LEFT JOIN (SELECT {key_cols},\n{newest_with}\n"
