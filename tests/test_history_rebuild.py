@@ -194,11 +194,15 @@ def test_history_rebuild_names_the_versions_that_differ(wh, database_dsn, tmp_pa
     refused = rebuild(config, database_dsn)
     assert refused.returncode == 1
     lines = [line.strip() for line in refused.stderr.splitlines() if line.startswith("  ")]
-    assert [line.split(" at position ")[0] for line in lines] == ["stored: id=1", "rebuilt: id=1", "rebuilt: id=2"]
+    shown_versions = lines[: len(expected)]
+    assert [line.split(" at position ")[0] for line in shown_versions] == ["stored: id=1", "rebuilt: id=1", "rebuilt: id=2"]
     assert all(
         f" at position {v[1]} (" in line and line.endswith(f", op {v[2]}, record {v[3]}:{v[4]}")
-        for line, v in zip(lines, expected, strict=True)
+        for line, v in zip(shown_versions, expected, strict=True)
     )
+    # the stored and rebuilt versions of one record: what differs, stored -> rebuilt
+    assert lines[len(expected) :] == [f"id=1 at position {damaged[0][1]}: balance 99 -> 20"]
+    assert [d["values"]["balance"] for d in shown] == [99, 20, 5]
 
 
 def test_history_rebuild_reads_only_the_applied_records(wh, database_dsn, tmp_path):

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from sync.operations.history_rebuild import DIFFERING_SHOWN, Outcome, PartitionCover, Rebuild, VersionDifference
+from sync.operations.history_rebuild import DIFFERING_SHOWN, Outcome, PartitionCover, Rebuild, Side, VersionDifference
 
 VERDICTS = {
     Outcome.UNCHANGED: "equal: nothing to do",
@@ -42,6 +42,32 @@ def difference_line(v: VersionDifference) -> str:
     return f"{v.side}: {key} {position} ({v.valid_from} to {until}), op {v.op}, {origin}"
 
 
+def changed_lines(differing: list[VersionDifference]) -> list[str]:
+    """For each record whose version both histories hold otherwise (a stored and a rebuilt
+    version with one key, position and Kafka record), what differs: the interval, the
+    operation or a value, stored then rebuilt."""
+
+    def record(v: VersionDifference) -> tuple:
+        return (tuple(v.key.items()), v.valid_from_pos, v.kafka_partition, v.kafka_offset)
+
+    stored = {record(v): v for v in differing if v.side == Side.STORED}
+    lines = []
+    for new in (v for v in differing if v.side == Side.REBUILT and record(v) in stored):
+        old = stored[record(new)]
+        told = {"valid_from": (old.valid_from, new.valid_from), "valid_to": (old.valid_to, new.valid_to), "op": (old.op, new.op)}
+        told.update({name: (old.values.get(name), value) for name, value in new.values.items()})
+        changed = [f"{name} {_shown(a)} -> {_shown(b)}" for name, (a, b) in told.items() if a != b]
+        key = ", ".join(f"{name}={value}" for name, value in new.key.items())
+        position = f"at position {new.valid_from_pos}" if new.valid_from_pos is not None else "without a position"
+        lines.append(f"{key} {position}: " + ("; ".join(changed) or "a column not shown differs"))
+    return lines
+
+
+def _shown(value: Any) -> str:
+    """A value as a difference line shows it: NULL, text quoted, anything else as printed."""
+    return "NULL" if value is None else repr(value) if isinstance(value, str) else str(value)
+
+
 def summary(result: Rebuild) -> str:
     snapshot = f", {result.snapshot_versions} snapshot version(s) below them" if result.snapshot_versions else ""
     quarantined = f" ({result.quarantined} quarantined: no version)" if result.quarantined else ""
@@ -64,10 +90,12 @@ def refusal(result: Rebuild) -> str:
     lost = sum(p.lost_versions for p in result.partitions)
     gone = f" {lost} of them are versions of records the stream no longer retains: no rebuild restores them." if lost else ""
     shown = "".join(f"\n  {difference_line(v)}" for v in result.differing)
+    changed = "".join(f"\n  {line}" for line in changed_lines(result.differing))
+    told = f"\nVersions of one record that differ (stored -> rebuilt):{changed}" if changed else ""
     return (
         f"history rebuild would replace {result.stored_only} of the {result.stored} stored version(s) of "
         f"{result.table} ({result.rebuilt_only} of the {result.rebuilt} rebuilt ones differ from them or are new).{gone}\n"
-        f"The first versions of each (by key and position, at most {DIFFERING_SHOWN}):{shown}\n"
+        f"The first versions of each (by key and position, at most {DIFFERING_SHOWN}):{shown}{told}\n"
         "Nothing was changed: run it again with --yes."
     )
 

@@ -29,7 +29,7 @@ from typing import Any
 from sync.config import ConfigError, Pipeline, TableConfig
 from sync.operations.conflicts import conflict_policy, retry_conflicts
 from sync.operations.loss import EXPLAINED
-from sync.sql.history_rebuild import SNAPSHOT, TEMPORARY, RebuildSql, Side
+from sync.sql.history_rebuild import DIFFERING_COLUMNS, SNAPSHOT, TEMPORARY, RebuildSql, Side
 from sync.sql.history_snapshot import snapshot_version
 from sync.sql.policy import has_policies
 from sync.warehouse import Warehouse
@@ -73,6 +73,7 @@ class VersionDifference:
     op: str
     kafka_partition: int | None
     kafka_offset: int | None
+    values: dict[str, Any] = field(default_factory=dict)  # the value columns, by target name
 
 
 @dataclass
@@ -126,9 +127,15 @@ def _partitions(wh: Warehouse, sql: RebuildSql, snapshot_time: datetime | None) 
 
 
 def _differing(wh: Warehouse, sql: RebuildSql) -> list[VersionDifference]:
-    keys = sql.ctx.keys
+    keys, values = sql.ctx.keys, [c.target_name for c in sql.table.value_columns]
+    shown = 1 + len(keys) + len(DIFFERING_COLUMNS)  # side, key, then what every version tells
     return [
-        VersionDifference(Side(row[0]), dict(zip(keys, row[1 : 1 + len(keys)], strict=True)), *row[1 + len(keys) :])
+        VersionDifference(
+            Side(row[0]),
+            dict(zip(keys, row[1 : 1 + len(keys)], strict=True)),
+            *row[1 + len(keys) : shown],
+            values=dict(zip(values, row[shown:], strict=True)),
+        )
         for row in wh.query(sql.differing_sql(DIFFERING_SHOWN))
     ]
 

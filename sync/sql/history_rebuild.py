@@ -170,10 +170,12 @@ class RebuildSql:
     def differing_sql(self, limit: int) -> str:
         """The first `limit` versions (by key and position) of each history without an equal
         row in the other: `stored` (what a replacement removes) or `rebuilt` (what it adds),
-        the key, the position and interval, the operation and the Kafka coordinates."""
+        the key, the position and interval, the operation, the Kafka coordinates and the
+        values (what tells two versions of one record apart)."""
         d, rel, rebuilt = self.d, self.ctx.rel, self.d.q(TEMPORARY["history"])
         keys = [f"a.{d.q(k)}" for k in self.ctx.keys]
-        columns = ", ".join([*keys, *(f"a.{c}" for c in DIFFERING_COLUMNS)])
+        values = [f"a.{d.q(c.target_name)}" for c in self.table.value_columns]
+        columns = ", ".join([*keys, *(f"a.{c}" for c in DIFFERING_COLUMNS), *values])
 
         def first(side: Side, x: str, y: str) -> str:
             order = ", ".join([*keys, "a._valid_from_pos ASC NULLS FIRST", "a._valid_from"])
