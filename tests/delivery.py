@@ -89,8 +89,13 @@ event-flattening.adoc, all in the debezium/debezium repository):
   a restart re-sends the emitted events from any earlier event, mid-transaction included
   (MySQL offsets count the events and rows to skip), in order, at new Kafka offsets.
 
-Not generated: truncates (skipped by default, `skipped.operations=t`), incremental
-snapshots, several connectors on one topic, MySQL failovers.
+- Truncates (PostgreSQL, `on_truncate = "delete"` tables): "the connector emits a
+  truncate event ... `op` `t`" with the source block and no row images, and a null key
+  (DOC-PG, truncate events): Kafka's partitioner sends a null-keyed record to any
+  partition (here partition 0). Skipped by default (`skipped.operations=t`): drawn only
+  by the modes that configure them.
+
+Not generated: incremental snapshots, several connectors on one topic, MySQL failovers.
 """
 
 from __future__ import annotations
@@ -116,11 +121,16 @@ class Change:
     """One row change in a source transaction. `kind`:
     - "write": insert `row` (its key absent) or update to `row` (its key present);
     - "delete": delete the row of `key`;
-    - "move": a primary-key change: the row of `key` takes the key (and values) of `row`."""
+    - "move": a primary-key change: the row of `key` takes the key (and values) of `row`;
+    - "truncate": every row is removed (`key` is NO_KEY)."""
 
-    kind: Literal["write", "delete", "move"]
+    kind: Literal["write", "delete", "move", "truncate"]
     key: Key
     row: Row | None = None
+
+
+# A truncate has no key; its change names this one.
+NO_KEY: Key = (-1, "")
 
 
 @dataclass(frozen=True)
@@ -143,6 +153,8 @@ def apply_change(state: dict[Key, Row], change: Change) -> None:
         state[change.key] = dict(change.row)
     elif change.kind == "delete":
         del state[change.key]
+    elif change.kind == "truncate":
+        state.clear()
     else:
         assert change.row is not None and key_of(change.row) not in state
         del state[change.key]
@@ -206,7 +218,7 @@ class Event:
     """One emitted change event, before encoding. `source` is the position block (the
     PostgreSQL `sequence` is rendered at encoding: `commit` is its first element)."""
 
-    op: Literal["c", "u", "d", "r", "tombstone"]
+    op: Literal["c", "u", "d", "r", "t", "tombstone"]
     key: Key
     before: Row | None
     after: Row | None
@@ -359,6 +371,8 @@ def _change_events(
     def delete_image(row: Row) -> Row:
         return row if identity == "full" else {f: (v if f in KEY_FIELDS else None) for f, v in row.items()}
 
+    if change.kind == "truncate":
+        return [event("t", NO_KEY, None, None)]
     if change.kind == "write":
         assert change.row is not None
         if before is None:
@@ -433,8 +447,8 @@ def _position_fields(event: Event) -> dict[str, Any]:
 
 
 def encode(event: Event, connector: Connector) -> tuple[dict[str, Any], dict[str, Any] | None]:
-    """The Kafka (key, value) of an event: value None is a tombstone."""
-    key = dict(zip(KEY_FIELDS, event.key))
+    """The Kafka (key, value) of an event: value None is a tombstone; a truncate has no key."""
+    key = None if event.op == "t" else dict(zip(KEY_FIELDS, event.key))
     if event.op == "tombstone":
         return key, None
     if connector.format == "debezium":
@@ -535,7 +549,7 @@ def deliver(events: Sequence[Event], connector: Connector, restarts: Sequence[Re
             if fresh_txn is not None and event.txn == fresh_txn and event.op != "r":
                 event = replace(event, commit=None)
             key, value = encode(event, c)
-            p = partition_of(event.key, partitions)
+            p = 0 if event.op == "t" else partition_of(event.key, partitions)
             timestamp = {"timestamp": KAFKA_TS + ms, "timestamp_type": c.timestamp_type}
             out.records.append({"partition": p, "offset": offsets[p], **timestamp, "key": key, "value": value})
             out.sent.append(i)

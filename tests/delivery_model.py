@@ -70,8 +70,14 @@ re-sent EARLIER change of the tie (quarantined twice) applies its older values (
 generated: the replay modes of tests/test_property_cdc.py draw no restarts with
 compression).
 
-Not modelled: truncates (`on_truncate = "delete"`), positionless upserts (PostgreSQL
-incremental-snapshot reads), semantic types (`classify` raises `Unmodelled`).
+Truncates (`on_truncate = "delete"`, hard mode, with a position): every row stored below
+the truncate's position is removed and every key stored below it is deleted at it (a
+change between, re-sent or late, stays stale); keys stored at or after it stay. Exact when
+every change before the truncate in source order is delivered before it (one partition
+per key, no growth); a key first seen after the truncate, with an older change, applies.
+
+Not modelled: truncates in soft mode, positionless upserts (PostgreSQL incremental-snapshot
+reads), semantic types (`classify` raises `Unmodelled`).
 """
 
 from __future__ import annotations
@@ -156,6 +162,11 @@ class DeliveryModel:
 
     def _add(self, record: Mapping[str, Any]) -> None:
         partition = int(record["partition"])
+        env = unwrap_schema(decode(record.get("value"))) if record.get("value") is not None else None
+        if self.table.on_truncate == "delete" and isinstance(env, dict) and env.get("op") == "t":
+            self._truncate(position(env, self.table))
+            self._previous[partition] = ("other", None)
+            return
         action, detail = classify(record, self.table)
         previous = self._previous.get(partition)
         if action == "quarantine":
@@ -185,6 +196,20 @@ class DeliveryModel:
         if pos is not None:
             self._stored[key] = pos
         self._apply(key, action, row, record)
+
+    def _truncate(self, at: Position | None) -> None:
+        """A truncate at position `at` (hard mode): every row stored below it (or without a
+        position) is removed, and every key stored below it is deleted at it, so what lies
+        between stays stale; what is stored at or after it stays."""
+        if at is None or self.table.delete_mode != "hard":
+            raise Unmodelled("a truncate without a position, or in soft mode")
+        for key in list(self._rows):
+            if self._stored.get(key) is None or self._stored[key] < at:
+                del self._rows[key]
+                self._stored[key] = at
+        for key, stored in self._stored.items():
+            if stored < at:
+                self._stored[key] = at
 
     def _filled(self, key: tuple, row: dict[str, Any], record: Mapping[str, Any]) -> bool:
         """An unchanged (TOAST) value takes the key's live row's; with no live row to take it

@@ -16,6 +16,7 @@ and the generator's knobs (`Knobs`): restarts, compression, re-snapshots.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from decimal import Decimal
 
@@ -28,6 +29,7 @@ from sync.operations.runner import deploy
 from sync.warehouse import connect
 from tests.delivery import (
     KAFKA_TS,
+    NO_KEY,
     Change,
     Connector,
     History,
@@ -50,7 +52,7 @@ topic = "db.t_{mode}"
 primary_key = ["ID", "REGION"]
 format = "{format}"
 order_by = "{order}"
-delete_mode = "{delete_mode}"{history}
+delete_mode = "{delete_mode}"{history}{truncates}
 columns = [
   {{ name = "ID", type = "integer", target = "id" }},
   {{ name = "REGION", type = "varchar(8)", target = "region" }},
@@ -73,6 +75,7 @@ class Knobs:
     restart_null_commit: bool = True  # PostgreSQL, with at most one restart (see delivery_model)
     grow: bool | str = True  # the topic's partition count grows (keys re-hashed)
     toasted: bool | str = True  # PostgreSQL, REPLICA IDENTITY DEFAULT: NAME is TOASTed (placeholders)
+    truncates: bool = False  # PostgreSQL: TRUNCATE in the history (the table: on_truncate = "delete")
 
 
 @dataclass(frozen=True)
@@ -121,6 +124,8 @@ MODES = {
     # What the sync handled before delivery behaviours were modelled: no restarts, no ties,
     # no re-snapshots, the full envelope.
     "pg_baseline": Mode("postgres", "postgres-lsn", "debezium", knobs=BASELINE),
+    # TRUNCATE among the changes: restarts re-send what precedes it after it.
+    "pg_truncate": Mode("postgres", "postgres-lsn", "debezium", knobs=Knobs(truncates=True)),
     "mysql_baseline": Mode("mysql", "mysql-binlog", "debezium", knobs=BASELINE),
     # History mode (a history table besides the target), in both forms of deletes. A restart
     # that forgets the last commit LSN (older PostgreSQL connectors) re-sends events at
@@ -160,13 +165,18 @@ def _row(key, name: str, cents: int) -> dict:
     return {"ID": key[0], "REGION": key[1], "NAME": name, "AMOUNT": str(Decimal(cents).scaleb(-2))}
 
 
-def build_history(initial, drawn) -> History:
+def build_history(initial, drawn, truncates: Sequence[int] = ()) -> History:
     """The changes that apply (a write inserts or updates, a delete needs the key, a move
-    needs the key and a free target key), grouped into transactions."""
+    needs the key and a free target key), grouped into transactions; a TRUNCATE, a
+    transaction of its own, before each drawn step of `truncates`."""
     rows = [_row(k, "init", c) for k, c in initial]
     state = {key_of(r): r for r in rows}
     txs: list[list[Change]] = []
-    for kind, key, other, name, cents, new_tx in drawn:
+    for step, (kind, key, other, name, cents, new_tx) in enumerate(drawn):
+        if step in truncates:
+            txs.append([Change("truncate", NO_KEY)])
+            state.clear()
+            new_tx = True
         if kind == "write":
             change = Change("write", key, _row(key, name, cents))
         elif key not in state:
@@ -287,8 +297,15 @@ class Warehouse:
         fmt = "debezium" if m.format == "debezium" else "debezium-unwrap"
         width = 3 if m.replay and not wide else 32
         history = f'\nhistory = {{ deletes = "{m.history}" }}' if m.history else ""
+        truncates = '\non_truncate = "delete"' if m.knobs.truncates else ""
         toml = TABLE.format(
-            mode=mode_name, format=fmt, order=m.order, delete_mode=m.delete_mode, name_width=width, history=history
+            mode=mode_name,
+            format=fmt,
+            order=m.order,
+            delete_mode=m.delete_mode,
+            name_width=width,
+            history=history,
+            truncates=truncates,
         )
         if wide:
             return make_pipeline(toml)
@@ -377,7 +394,8 @@ def describe(history, connector, restarts, delivery, cuts) -> str:
             )
         )
         at = f"p{r['partition']}@{r['offset']} t+{r['timestamp'] - KAFKA_TS}{r['timestamp_type']}"
-        lines.append(f"  #{i} {at} emitted #{sent} key {tuple(r['key'].values())}: {what}")
+        key = tuple(r["key"].values()) if r["key"] is not None else None
+        lines.append(f"  #{i} {at} emitted #{sent} key {key}: {what}")
     return "\n".join(lines)
 
 
@@ -411,7 +429,12 @@ def draw_delivery(
     connector, the connector's restarts and the batch cuts. `compressed_restarts`: in a
     history mode, restarts also with compressed transactions."""
     snapshot = mode.knobs.initial_snapshot and data.draw(st.booleans(), label="initial snapshot")
-    history = build_history(initial if snapshot else [], drawn)
+    truncates = (
+        data.draw(st.lists(st.integers(1, len(drawn) - 1), min_size=1, max_size=2), label="truncates")
+        if mode.knobs.truncates
+        else []
+    )
+    history = build_history(initial if snapshot else [], drawn, truncates)
     connector = draw_connector(data, mode, history, snapshot)
     emitted = len(emitted_records(emit(history, connector), connector))
     connector = draw_kafka(data, mode.knobs, connector, emitted)
@@ -609,6 +632,17 @@ EXAMPLES = {
         Connector(source="postgres", replica_identity="default", toasted=True),
         [Restart(stop=4, resume=1)],
         [1, 3, 6],
+    ),
+    # A key deleted, re-created and truncated; the create and the truncate come in one batch,
+    # which voids the create. A restart re-sends the create alone in the next batch (then the
+    # truncate): it precedes the truncate, so it stays stale (the delete remembered before
+    # the truncate is deleted at it).
+    "truncate_voids_a_create_a_restart_resends": (
+        "pg_truncate",
+        History(((_w(A, "a"),), (Change("delete", A),), (_w(A, "b"),), (Change("truncate", NO_KEY),))),
+        Connector(source="postgres"),
+        [Restart(5, 3)],
+        [3, 5, 6],
     ),
 }
 
