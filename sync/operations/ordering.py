@@ -96,12 +96,13 @@ def positions_sql(d: PostgresDialect, pipeline: Pipeline, table: TableConfig, ra
     env = envelope_sql(d, table, unwrap_schema(d, "s.payload"))
     position = source_sql(d, table, env.source).position
     stream, within = d.qualified(n.schema, n.stream), offset_ranges(ranges)
+    stored = d.q("_source_pos")
     return (
-        "SELECT MAX(r.pos), (SELECT MAX(" + d.q("_source_pos") + f") FROM {d.qualified(n.schema, n.target)}),\n"
-        "       COUNT(*), COUNT(o.pos)\n"
-        f"FROM (SELECT s.kafka_key, {position} AS pos FROM {stream} s WHERE {within}) r\n"
-        f"LEFT JOIN (SELECT DISTINCT s.kafka_key, {position} AS pos FROM {stream} s WHERE NOT {within}) o\n"
-        "  ON o.kafka_key = r.kafka_key AND o.pos = r.pos"
+        f"SELECT c.seen, (SELECT MAX({stored}) FROM {d.qualified(n.schema, n.target)}), c.records, c.repeated\n"
+        "FROM (SELECT MAX(r.pos) AS seen, COUNT(*) AS records, COUNT(o.pos) AS repeated\n"
+        f"      FROM (SELECT s.kafka_key, {position} AS pos FROM {stream} s WHERE {within}) r\n"
+        f"      LEFT JOIN (SELECT DISTINCT s.kafka_key, {position} AS pos FROM {stream} s WHERE NOT {within}) o\n"
+        "        ON o.kafka_key = r.kafka_key AND o.pos = r.pos) c"
     )
 
 
