@@ -236,6 +236,29 @@ def test_a_late_event_before_a_truncate_gives_its_closing_marker_its_values(wh):
     assert rows(wh, "acc") == []
 
 
+@pytest.mark.parametrize("cut", [None, 1, 2, 3], ids=["one batch", "cut 1", "cut 2", "cut 3"])
+def test_each_truncate_of_a_batch_closes_the_versions_open_before_it(wh, cut):
+    """The PostgreSQL connector emits a truncate event per TRUNCATE, each at its own LSN
+    (Debezium, truncate events), and the table is empty after each: two in one batch close
+    what was open before each, as they do in two batches."""
+    p = setup(wh, history_toml("acc", order_by="postgres-lsn", on_truncate="delete"))
+
+    def trunc(lsn: int) -> dict:
+        return {"partition": 0, "key": None, "value": {"source": pg_source(lsn, lsn - 10), "op": "t", "ts_ms": TS}}
+
+    records = [pg("c", 1, 10, 100), trunc(200), pg("c", 2, 20, 250), trunc(300)]
+    for batch in (records[:cut], records[cut:]) if cut else (records,):
+        feed(wh, p, "acc", batch)
+    held = [(v[0], v[1], v[2], v[5]) for v in versions(wh, "acc")]
+    assert held == [(1, 10, "c", False), (1, 10, "t", False), (2, 20, "c", False), (2, 20, "t", False)]
+    ends = wh.query('SELECT id, _op, _valid_from_pos, _valid_to_pos FROM cdc."acc__history" ORDER BY id, _valid_from_pos')
+    (marker_1,) = [e for e in ends if e[0] == 1 and e[1] == "t"]
+    (created_1,) = [e for e in ends if e[0] == 1 and e[1] == "c"]
+    (marker_2,) = [e for e in ends if e[0] == 2 and e[1] == "t"]
+    assert created_1[3] == marker_1[2] < marker_2[2], "key 1 is not closed by the first truncate"
+    assert rows(wh, "acc") == []
+
+
 def test_toast_placeholder_with_no_earlier_version_is_quarantined_not_a_version(wh):
     """A placeholder with no earlier value anywhere (no version, no stored row) is not
     applied (quarantined, never a silent NULL) and is no version either."""

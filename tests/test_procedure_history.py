@@ -165,22 +165,27 @@ def test_a_truncate_closes_a_key_with_a_marker_at_its_position_holding_the_last_
     # ... and their TOAST marks, so the recompute fills a placeholder of the closed version in the marker too
     assert_lines(
         truncate_markers_sql(ONE),
-        "SELECT l.\"id\", v_truncate_ts, v_truncate_pos, 't', r._kafka_partition, r._kafka_offset, r._kafka_timestamp, l._unavailable",
+        "SELECT l.\"id\", r._source_ts, r._source_pos, 't', r._kafka_partition, r._kafka_offset, r._kafka_timestamp, l._unavailable",
     )
     assert_lines(
         truncate_markers_sql(COMPOSITE),
-        'SELECT l."order_id", l."line_no", l."note", v_truncate_ts, v_truncate_pos, \'t\','
+        'SELECT l."order_id", l."line_no", l."note", r._source_ts, r._source_pos, \'t\','
         " r._kafka_partition, r._kafka_offset, r._kafka_timestamp, l._unavailable",
     )
 
 
 def test_a_truncate_closes_each_key_whose_newest_version_before_it_is_a_row():
+    # each truncate of the batch (PostgreSQL emits one truncate event per TRUNCATE, at its
+    # own LSN), for the keys the batch's truncate before it did not close already
     assert_lines(
         truncate_markers_sql(COMPOSITE),
-        'FROM (SELECT x.*, ROW_NUMBER() OVER (PARTITION BY x."order_id", x."line_no" ORDER BY x._valid_from_pos DESC NULLS LAST,'
+        'ROW_NUMBER() OVER (PARTITION BY t.pos, x."order_id", x."line_no" ORDER BY x._valid_from_pos DESC NULLS LAST,'
         " x._kafka_timestamp DESC NULLS LAST, x._kafka_partition DESC, x._kafka_offset DESC) AS newest",
-        'FROM "cdc"."line__history" x WHERE x._valid_from_pos < v_truncate_pos) l,',
-        "WHERE l.newest = 1 AND l._op NOT IN ('d', 't') AND r.rn = 1",
+        "JOIN (SELECT p.pos, LAG(p.pos) OVER (ORDER BY p.pos) AS previous",
+        'FROM (SELECT DISTINCT _source_pos AS pos FROM "cdc"."line__stage" WHERE _action = \'truncate\''
+        " AND _source_pos IS NOT NULL) p) t ON x._valid_from_pos < t.pos) l,",
+        "WHERE l.newest = 1 AND l._op NOT IN ('d', 't') AND r.rn = 1 AND r._source_pos = l.truncate_pos__",
+        "AND (l.previous__ IS NULL OR l._valid_from_pos > l.previous__)",
     )
 
 
@@ -189,17 +194,18 @@ def test_a_truncates_marker_is_written_once_from_its_first_record_in_kafka_order
     # duplicate change events" (the PostgreSQL connector's "Behavior when things go wrong")
     assert_lines(
         truncate_markers_sql(ONE),
-        "ROW_NUMBER() OVER (ORDER BY _kafka_time ASC NULLS FIRST, _kafka_partition, _kafka_offset) AS rn",
-        'FROM "cdc"."tag__stage" WHERE _action = \'truncate\' AND _source_pos = v_truncate_pos) r',
+        "ROW_NUMBER() OVER (PARTITION BY _source_pos ORDER BY _kafka_time ASC NULLS FIRST, _kafka_partition, _kafka_offset) AS rn",
+        'FROM "cdc"."tag__stage" WHERE _action = \'truncate\' AND _source_pos IS NOT NULL) r',
         'AND NOT EXISTS (SELECT 1 FROM "cdc"."tag__history" h WHERE h."id" = l."id"',
-        "AND h._op = 't' AND h._valid_from_pos = v_truncate_pos);",
+        "AND h._op = 't' AND h._valid_from_pos = l.truncate_pos__);",
     )
 
 
 def test_a_tombstone_waiting_for_its_keys_next_record_is_not_closed_by_a_truncate():
     assert_lines(
         truncate_markers_sql(UNWRAPPED_COMPOSITE),
-        'FROM "cdc"."line__history" x WHERE x._valid_from_pos < v_truncate_pos AND x._op <> \'p\') l,',
+        'FROM (SELECT DISTINCT _source_pos AS pos FROM "cdc"."line__stage" WHERE _action = \'truncate\''
+        " AND _source_pos IS NOT NULL) p) t ON x._valid_from_pos < t.pos AND x._op <> 'p') l,",
     )
 
 

@@ -90,18 +90,20 @@ def _stored_gate(ctx: TableSql) -> str | None:
 
 
 def truncate_markers_sql(ctx: TableSql) -> str:
-    """A truncate closes every open version: each key whose newest version before the
-    truncate's position is a row gets a closing marker at the truncate (the coordinates of
-    its first Kafka record in Kafka order: a copy re-sent to another partition comes
-    later), once."""
+    """Each truncate of the batch closes every version open before it: each key whose
+    newest version before the truncate's position is a row, and lies after the batch's
+    truncate before it (which closed the key), gets a closing marker at the truncate (the
+    coordinates of its first Kafka record in Kafka order: a copy re-sent to another
+    partition comes later), once."""
     d, q, table, hist = ctx.d, ctx.q, ctx.table, ctx.rel.history
     key_list = ", ".join(f"x.{q(k)}" for k in ctx.keys)
     # A tombstone waiting for its key's next record is no version.
     waiting = f" AND x._op <> '{PENDING_OP}'" if unwrapped(ctx) else ""
+    truncates = f"FROM {ctx.rel.stage} WHERE _action = '{Action.TRUNCATE}' AND _source_pos IS NOT NULL"
     values = {
         **schemas.row_values(d, schemas.data_columns(table.columns), "l", quoted=True),
-        "_valid_from": "v_truncate_ts",
-        "_valid_from_pos": "v_truncate_pos",
+        "_valid_from": "r._source_ts",
+        "_valid_from_pos": "r._source_pos",
         "_op": f"'{TRUNCATED_OP}'",
         "_kafka_partition": "r._kafka_partition",
         "_kafka_offset": "r._kafka_offset",
@@ -110,14 +112,18 @@ def truncate_markers_sql(ctx: TableSql) -> str:
         "_unavailable": "l._unavailable",
     }
     rest = (
-        f"FROM (SELECT x.*, ROW_NUMBER() OVER (PARTITION BY {key_list} ORDER BY {version_order('x', True)}) AS newest\n"
-        f"      FROM {hist} x WHERE x._valid_from_pos < v_truncate_pos{waiting}) l,\n"
-        "     (SELECT _kafka_partition, _kafka_offset, _kafka_timestamp,\n"
-        f"             ROW_NUMBER() OVER (ORDER BY {kafka_order('_kafka_time', '_kafka_partition', '_kafka_offset', newest_first=False)}) AS rn\n"
-        f"      FROM {ctx.rel.stage} WHERE _action = '{Action.TRUNCATE}' AND _source_pos = v_truncate_pos) r\n"
-        f"WHERE l.newest = 1 AND l._op NOT IN ('d', '{TRUNCATED_OP}') AND r.rn = 1\n"
+        f"FROM (SELECT x.*, t.pos AS truncate_pos__, t.previous AS previous__,\n"
+        f"             ROW_NUMBER() OVER (PARTITION BY t.pos, {key_list} ORDER BY {version_order('x', True)}) AS newest\n"
+        f"      FROM {hist} x\n"
+        "      JOIN (SELECT p.pos, LAG(p.pos) OVER (ORDER BY p.pos) AS previous\n"
+        f"            FROM (SELECT DISTINCT _source_pos AS pos {truncates}) p) t ON x._valid_from_pos < t.pos{waiting}) l,\n"
+        "     (SELECT _source_pos, _source_ts, _kafka_partition, _kafka_offset, _kafka_timestamp,\n"
+        f"             ROW_NUMBER() OVER (PARTITION BY _source_pos ORDER BY {kafka_order('_kafka_time', '_kafka_partition', '_kafka_offset', newest_first=False)}) AS rn\n"
+        f"      {truncates}) r\n"
+        f"WHERE l.newest = 1 AND l._op NOT IN ('d', '{TRUNCATED_OP}') AND r.rn = 1 AND r._source_pos = l.truncate_pos__\n"
+        "  AND (l.previous__ IS NULL OR l._valid_from_pos > l.previous__)\n"
         f"  AND NOT EXISTS (SELECT 1 FROM {hist} h WHERE {key_match(d, ctx.keys, 'h', 'l')}\n"
-        f"    AND h._op = '{TRUNCATED_OP}' AND h._valid_from_pos = v_truncate_pos);"
+        f"    AND h._op = '{TRUNCATED_OP}' AND h._valid_from_pos = l.truncate_pos__);"
     )
     return schemas.insert_select_sql(d, hist, schemas.history(table), values, rest, quoted=True)
 
