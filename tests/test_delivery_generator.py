@@ -194,7 +194,7 @@ def _table(order: str, fmt: str = "debezium", delete_mode: str = "hard"):
     from tests.test_property_cdc import TABLE
 
     return make_pipeline(
-        TABLE.format(mode="m", format=fmt, order=order, delete_mode=delete_mode, name_width=32, history="")
+        TABLE.format(mode="m", format=fmt, order=order, delete_mode=delete_mode, name_width=32, history="", truncates="")
     ).tables[0]
 
 
