@@ -156,8 +156,8 @@ def history_counts(ctx: TableSql, pad: str) -> dict[str, str]:
     position, and neither may a quarantined record; counting them would send every batch
     with a delete to the full recompute; nor are the stored versions of keys whose only
     records in the batch are such (no version of theirs is inserted). The batch's own
-    placeholders are `v_unavailable`'s (the current state's TOAST step). Unwrapped topics without TOAST-able columns always
-    recompute (`_touched_intervals`): no count."""
+    placeholders are `v_unavailable`'s (the current state's TOAST step). Unwrapped topics
+    without TOAST-able columns always recompute (`_touched_intervals`): no count."""
     if ctx.table.history is None:
         return {}
     placeholder = ["h._unavailable LIKE '%|%|%'"] if toast_columns(ctx) else []

@@ -72,10 +72,13 @@ def _carried(ctx: TableSql, toast: list[str]) -> list[str]:
     return [c.target_name for c in ctx.table.value_columns if c.target_name not in toast and c.sql_type.family not in UNWINDOWED]
 
 
-def _unknown(ctx: TableSql, row: str, column: str) -> str:
-    """The version `row` holds no value of its own for the filled TOAST-able `column`."""
-    closing = f" OR {row}._op = '{TRUNCATED_OP}'" if ctx.table.on_truncate == "delete" else ""
-    return f"{row}._unavailable LIKE {mark(column)}{closing}"
+def _unknown(ctx: TableSql, row: str, column: str, grouped: bool = False) -> str:
+    """The version `row` holds no value of its own for the filled TOAST-able `column`
+    (`grouped`: in parentheses when it is a disjunction, to stand before an AND)."""
+    if ctx.table.on_truncate != "delete":
+        return f"{row}._unavailable LIKE {mark(column)}"
+    either = f"{row}._unavailable LIKE {mark(column)} OR {row}._op = '{TRUNCATED_OP}'"
+    return f"({either})" if grouped else either
 
 
 def _recomputed(ctx: TableSql, keys_of_batch: bool, in_batch: bool, toast: list[str]) -> str:
@@ -137,25 +140,20 @@ def intervals_sql(ctx: TableSql, keys_of_batch: bool = True, in_batch: bool = Tr
     `fill`: TOAST placeholders are filled (without: none of the versions holds one)."""
     d, q = ctx.d, ctx.q
     toast = toast_columns(ctx) if fill else []
+    carried = _carried(ctx, toast)
     # Recomputed (n), those that change (c).
     sets = ["_valid_to = c.valid_to", "_valid_to_pos = c.valid_to_pos", "_is_current = c.is_current"]
     sets += [f"{q(col)} = CASE WHEN {_unknown(ctx, 'h', col)} THEN c.{q(col)} ELSE h.{q(col)} END" for col in toast]
-    sets += [f"{q(col)} = CASE WHEN h._op = '{TRUNCATED_OP}' THEN c.{q(col)} ELSE h.{q(col)} END" for col in _carried(ctx, toast)]
+    sets += [f"{q(col)} = CASE WHEN h._op = '{TRUNCATED_OP}' THEN c.{q(col)} ELSE h.{q(col)} END" for col in carried]
+    without_own = {c: _unknown(ctx, "n", c, grouped=True) for c in toast} | {c: f"n._op = '{TRUNCATED_OP}'" for c in carried}
     changed = [
         d.differs("n._valid_to", "n.valid_to", _TIMESTAMP),
         d.differs("n._valid_to_pos", "n.valid_to_pos", _POSITION),
         "n._is_current <> n.is_current",
         *(
-            f"({_unknown(ctx, 'n', c)}) AND {d.differs('n.' + q('stored_' + c), 'n.' + q(c), col.sql_type)}"
-            if ctx.table.on_truncate == "delete"
-            else f"n._unavailable LIKE {mark(c)} AND {d.differs('n.' + q('stored_' + c), 'n.' + q(c), col.sql_type)}"
+            f"{without_own[c]} AND {d.differs('n.' + q('stored_' + c), 'n.' + q(c), col.sql_type)}"
             for col in ctx.table.value_columns
-            if (c := col.target_name) in toast
-        ),
-        *(
-            f"n._op = '{TRUNCATED_OP}' AND {d.differs('n.' + q('stored_' + c), 'n.' + q(c), col.sql_type)}"
-            for col in ctx.table.value_columns
-            if (c := col.target_name) in _carried(ctx, toast)
+            if (c := col.target_name) in without_own
         ),
     ]
     if unwrapped(ctx):
