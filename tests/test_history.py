@@ -469,6 +469,28 @@ def test_a_batch_older_than_another_keys_stored_version_keeps_the_short_path(wh)
     ]
 
 
+def test_a_late_event_before_a_placeholder_filled_in_its_own_batch_gives_it_its_value(wh):
+    """A placeholder (`__debezium_unavailable_value`: "toasted values" of the Debezium
+    PostgreSQL connector) takes the previous version's value. The current-state merge filled
+    the batch's newest event from the event before it in the batch and dropped its mark;
+    the history stored the version without it, so a change that arrived later between the
+    two (a producer retry, or a partition read late: Kafka orders records only within a
+    partition) left the version the value it had replaced."""
+    p = setup(wh, history_toml("acc", order_by="postgres-lsn"))
+    placeholder = "__debezium_unavailable_value"
+
+    def ev(op, balance, note, lsn):
+        return envelope(op, 1, {"id": 1, "balance": balance, "note": note}, None, pg_source(lsn, lsn - 10))
+
+    feed(wh, p, "acc", [ev("c", 1, "long text", 100), ev("u", 2, placeholder, 200)])
+    feed(wh, p, "acc", [ev("u", 4, "late text", 150)])
+    assert [(v[1], v[2], v[-1]) for v in versions(wh, "acc", "id, balance, note")] == [
+        (1, "long text", False),
+        (4, "late text", False),
+        (2, "late text", True),
+    ]
+
+
 def test_history_without_toastable_columns_is_exact_on_the_short_path_and_after_a_late_event(wh):
     """A table without TOAST-able columns: batches newer than every stored version of their
     keys close each key's current version at its first event (the short path); a late

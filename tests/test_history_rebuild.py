@@ -101,14 +101,9 @@ SHAPES = {
 
 
 def history(wh) -> list[tuple]:
-    """Every column of every version in version order, but its TOAST marks (`_unavailable`:
-    which of its values were placeholders, cleared by the merge for a batch's winner whose
-    value it filled; a rebuild reads every record in one batch)."""
-    columns = [
-        c.name
-        for c in schemas.history(make_pipeline(history_toml("acc", order_by="postgres-lsn")).tables[0])
-        if c.name != "_unavailable"
-    ]
+    """Every column of every version in version order, its TOAST marks (`_unavailable`:
+    which of its values were placeholders) too."""
+    columns = [c.name for c in schemas.history(make_pipeline(history_toml("acc", order_by="postgres-lsn")).tables[0])]
     return wh.query(
         f'SELECT {", ".join(columns)} FROM cdc."acc__history"\n'
         "ORDER BY id, _valid_from_pos ASC NULLS FIRST, _kafka_timestamp ASC NULLS FIRST, _kafka_partition, _kafka_offset"

@@ -135,7 +135,7 @@ def _on_path(ctx, **values: object) -> list[str]:
 
 def _toast_step(ctx, statement: str) -> bool:
     """The current state's TOAST step: it completes the stage's placeholders (`toast.py`)."""
-    return statement.startswith(f"UPDATE {ctx.rel.stage} s SET") and "_unavailable = '|' ||" in statement
+    return statement.startswith(f"UPDATE {ctx.rel.stage} s SET") and "AS unknown__" in statement
 
 
 @pytest.mark.parametrize("dialect", ["redshift", "postgres"])

@@ -22,8 +22,12 @@ def test_a_placeholder_takes_the_newest_earlier_value_of_the_batch():
         'CASE WHEN m.deleted__ IS NULL OR m.rn0 < m.deleted__ THEN m.rn0 END AS rn0, p0."note" AS batch0, t."note" AS stored0',
         'LEFT JOIN "cdc"."line__stage" p0 ON p0."order_id" = w."order_id" AND p0."line_no" = w."line_no"'
         " AND p0._rn = m.rn0 AND p0._action = 'upsert'",
-        # A column taken from the batch leaves the list; one only stored stays in it.
-        "_unavailable = '|' || CASE WHEN s._unavailable LIKE '%|note|%' AND u.rn0 IS NULL THEN 'note|' ELSE '' END",
+        # The columns still without a value once the batch and the stored row are read ...
+        "FROM (SELECT v.*, CASE WHEN NOT (v.stored OR v.older) THEN '|' || CASE WHEN v._unavailable LIKE '%|note|%'"
+        " AND v.rn0 IS NULL THEN 'note|' ELSE '' END END AS unknown__",
+        # ... are a quarantined winner's marks (its reason names them); an applied winner
+        # keeps its own: its history version takes the previous version's value.
+        "_unavailable = CASE WHEN u.unknown__ <> '|' THEN u.unknown__ ELSE s._unavailable END",
     )
     # One statement completes every column (one CASE each); one more quarantines what it could not.
     assert sql.count("UPDATE ") == 2 and sql.count("IF v_unavailable > 0 THEN") == 1
@@ -34,7 +38,8 @@ def test_else_the_stored_value_of_the_newest_stored_row():
     assert_lines(
         sql,
         # Not when the batch deletes the key, nor a soft-deleted row (the composite table is soft).
-        'FROM (SELECT w."order_id", w."line_no", t.stored_rn__ IS NOT NULL AND m.deleted__ IS NULL AND NOT t._deleted AS stored,',
+        'FROM (SELECT w."order_id", w."line_no", w._unavailable, t.stored_rn__ IS NOT NULL AND m.deleted__ IS NULL'
+        " AND NOT t._deleted AS stored,",
         "ORDER BY t._source_pos DESC NULLS LAST, t._kafka_partition DESC, t._kafka_offset DESC) AS stored_rn__",
     )
     # The target's rows only, the newest of the key kept in the join.
@@ -45,8 +50,7 @@ def test_else_the_stored_value_of_the_newest_stored_row():
 def test_else_the_record_is_quarantined_with_its_keys_events_since_its_delete():
     assert_lines(
         toast_sql(COMPOSITE),
-        "_action = CASE WHEN NOT (u.stored OR u.older) AND (s._unavailable LIKE '%|note|%' AND u.rn0 IS NULL)"
-        " THEN 'quarantine' ELSE s._action END,",
+        "_action = CASE WHEN u.unknown__ <> '|' THEN 'quarantine' ELSE s._action END,",
         # unless it is older than what is stored for its key, a delete too: it is stale
         # (tests/test_history.py: a late TOAST placeholder before the stored state)
         "COALESCE(w._source_pos < t._source_pos, false) AS older,",

@@ -57,7 +57,6 @@ SNAPSHOT = "history_rebuild_snapshot"  # the stored history's snapshot versions
 # The history's own columns, as the dialect compares them (none is SUPER, the one family
 # whose comparison differs: `differs`).
 _CONTROL = SqlType("varchar")
-UNAVAILABLE = "_unavailable"
 
 
 class Side(StrEnum):
@@ -141,12 +140,11 @@ class RebuildSql:
         return snapshot_history_sql(self.rebuilt, q(SNAPSHOT), values, "s._valid_from", "s._valid_from_pos", "true")
 
     def _same(self, a: str, b: str) -> str:
-        """The history rows `a` and `b` are one version: equal in every column but the TOAST
-        marks, which tell which values were placeholders (the procedure clears the mark of
-        a batch's winner whose value the merge filled; a rebuild reads all in one batch)."""
+        """The history rows `a` and `b` are one version: equal in every column, the TOAST
+        marks too (which values were placeholders: an event's own, whatever its batch)."""
         d, q = self.d, self.d.q
         columns = [(c.target_name, c.sql_type) for c in self.table.columns]
-        columns += [(c.name, _CONTROL) for c in schemas.HISTORY if c.name != UNAVAILABLE]
+        columns += [(c.name, _CONTROL) for c in schemas.HISTORY]
         return "\n    AND ".join(f"NOT {d.differs(f'{a}.{q(name)}', f'{b}.{q(name)}', t)}" for name, t in columns)
 
     def _without_equal(self, other: str) -> str:

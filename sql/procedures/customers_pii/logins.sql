@@ -293,26 +293,29 @@ BEGIN
     IF v_unavailable > 0 THEN
       UPDATE "crm"."logins__stage" s SET "ip_address" = CASE WHEN s._unavailable NOT LIKE '%|ip_address|%' THEN s."ip_address" WHEN u.rn0 IS NOT NULL
           THEN u.batch0 WHEN u.stored THEN u.stored0 ELSE s."ip_address" END,
-             _action = CASE WHEN NOT (u.stored OR u.older) AND (s._unavailable LIKE '%|ip_address|%' AND u.rn0 IS NULL) THEN 'quarantine' ELSE s._action END,
-             _unavailable = '|' || CASE WHEN s._unavailable LIKE '%|ip_address|%' AND u.rn0 IS NULL THEN 'ip_address|' ELSE '' END
-      FROM (SELECT w."login_id", t.stored_rn__ IS NOT NULL AND m.deleted__ IS NULL AND NOT t.deleted__ AS stored,
-                   COALESCE(w._source_pos < t._source_pos, false) AS older,
-                   CASE WHEN m.deleted__ IS NULL OR m.rn0 < m.deleted__ THEN m.rn0 END AS rn0, p0."ip_address" AS batch0, t."ip_address" AS stored0
-            FROM "crm"."logins__stage" w
-            LEFT JOIN (SELECT "login_id",
-                        MIN(CASE WHEN _action = 'upsert' AND COALESCE(_unavailable, '') NOT LIKE '%|ip_address|%' THEN _rn END) AS rn0,
-                        MIN(CASE WHEN _action = 'delete' THEN _rn END) AS deleted__
-                       FROM "crm"."logins__stage" WHERE _action IN ('upsert', 'delete') AND _rn > 1 GROUP BY "login_id") m ON m."login_id" = w."login_id"
-            LEFT JOIN "crm"."logins__stage" p0 ON p0."login_id" = w."login_id" AND p0._rn = m.rn0 AND p0._action = 'upsert'
-            LEFT JOIN (SELECT k.*, ROW_NUMBER() OVER (PARTITION BY k."login_id"
-                          ORDER BY k._source_pos DESC NULLS LAST, k._kafka_partition DESC, k._kafka_offset DESC) AS stored_rn__
-                        FROM (SELECT t."login_id", t._source_pos, t._kafka_partition, t._kafka_offset, t."ip_address", false AS deleted__ FROM "crm"."logins" t
-                              WHERE EXISTS (SELECT 1 FROM "crm"."logins__stage" x WHERE x._rn = 1 AND x._action = 'upsert' AND x._unavailable IS NOT NULL
-                                  AND x."login_id" = t."login_id")
-                              UNION ALL SELECT t."login_id", t._source_pos, t._kafka_partition, t._kafka_offset, NULL, true FROM "crm"."logins__deleted" t
-                              WHERE EXISTS (SELECT 1 FROM "crm"."logins__stage" x WHERE x._rn = 1 AND x._action = 'upsert' AND x._unavailable IS NOT NULL
-                                  AND x."login_id" = t."login_id")) k) t ON t."login_id" = w."login_id" AND t.stored_rn__ = 1
-            WHERE w._rn = 1 AND w._action = 'upsert' AND w._unavailable IS NOT NULL) u
+             _action = CASE WHEN u.unknown__ <> '|' THEN 'quarantine' ELSE s._action END,
+             _unavailable = CASE WHEN u.unknown__ <> '|' THEN u.unknown__ ELSE s._unavailable END
+      FROM (SELECT v.*, CASE WHEN NOT (v.stored OR v.older) THEN '|' || CASE WHEN v._unavailable LIKE '%|ip_address|%' AND v.rn0 IS NULL THEN 'ip_address|'
+          ELSE '' END END AS unknown__
+            FROM (SELECT w."login_id", w._unavailable, t.stored_rn__ IS NOT NULL AND m.deleted__ IS NULL AND NOT t.deleted__ AS stored,
+                         COALESCE(w._source_pos < t._source_pos, false) AS older,
+                         CASE WHEN m.deleted__ IS NULL OR m.rn0 < m.deleted__ THEN m.rn0 END AS rn0, p0."ip_address" AS batch0, t."ip_address" AS stored0
+                  FROM "crm"."logins__stage" w
+                  LEFT JOIN (SELECT "login_id",
+                              MIN(CASE WHEN _action = 'upsert' AND COALESCE(_unavailable, '') NOT LIKE '%|ip_address|%' THEN _rn END) AS rn0,
+                              MIN(CASE WHEN _action = 'delete' THEN _rn END) AS deleted__
+                             FROM "crm"."logins__stage" WHERE _action IN ('upsert', 'delete') AND _rn > 1 GROUP BY "login_id") m ON m."login_id" = w."login_id"
+                  LEFT JOIN "crm"."logins__stage" p0 ON p0."login_id" = w."login_id" AND p0._rn = m.rn0 AND p0._action = 'upsert'
+                  LEFT JOIN (SELECT k.*, ROW_NUMBER() OVER (PARTITION BY k."login_id"
+                                ORDER BY k._source_pos DESC NULLS LAST, k._kafka_partition DESC, k._kafka_offset DESC) AS stored_rn__
+                              FROM (SELECT t."login_id", t._source_pos, t._kafka_partition, t._kafka_offset, t."ip_address",
+                                  false AS deleted__ FROM "crm"."logins" t
+                                    WHERE EXISTS (SELECT 1 FROM "crm"."logins__stage" x WHERE x._rn = 1 AND x._action = 'upsert' AND x._unavailable IS NOT NULL
+                                        AND x."login_id" = t."login_id")
+                                    UNION ALL SELECT t."login_id", t._source_pos, t._kafka_partition, t._kafka_offset, NULL, true FROM "crm"."logins__deleted" t
+                                    WHERE EXISTS (SELECT 1 FROM "crm"."logins__stage" x WHERE x._rn = 1 AND x._action = 'upsert' AND x._unavailable IS NOT NULL
+                                        AND x."login_id" = t."login_id")) k) t ON t."login_id" = w."login_id" AND t.stored_rn__ = 1
+                  WHERE w._rn = 1 AND w._action = 'upsert' AND w._unavailable IS NOT NULL) v) u
       WHERE s._rn = 1 AND s._action = 'upsert' AND s._unavailable IS NOT NULL AND u."login_id" = s."login_id";
       UPDATE "crm"."logins__stage" s SET _rn = CASE WHEN s._action = 'delete' THEN 1 ELSE s._rn END,
           _action = CASE WHEN s._action = 'delete' THEN s._action ELSE 'quarantine' END,

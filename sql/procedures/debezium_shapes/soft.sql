@@ -258,28 +258,28 @@ BEGIN
           THEN u.stored0 ELSE s."name" END,
              "bio" = CASE WHEN s._unavailable NOT LIKE '%|bio|%' THEN s."bio" WHEN u.rn1 IS NOT NULL THEN u.batch1 WHEN u.stored THEN u.stored1
                  ELSE s."bio" END,
-             _action = CASE WHEN NOT (u.stored OR u.older) AND (s._unavailable LIKE '%|name|%' AND u.rn0 IS NULL OR s._unavailable LIKE '%|bio|%'
-                 AND u.rn1 IS NULL) THEN 'quarantine' ELSE s._action END,
-             _unavailable = '|' || CASE WHEN s._unavailable LIKE '%|name|%' AND u.rn0 IS NULL THEN 'name|' ELSE '' END || CASE
-                 WHEN s._unavailable LIKE '%|bio|%' AND u.rn1 IS NULL THEN 'bio|' ELSE '' END
-      FROM (SELECT w."id", t.stored_rn__ IS NOT NULL AND m.deleted__ IS NULL AND NOT t._deleted AS stored,
-                   COALESCE(w._source_pos < t._source_pos, false) AS older,
-                   CASE WHEN m.deleted__ IS NULL OR m.rn0 < m.deleted__ THEN m.rn0 END AS rn0, p0."name" AS batch0, t."name" AS stored0, CASE
-                       WHEN m.deleted__ IS NULL OR m.rn1 < m.deleted__ THEN m.rn1 END AS rn1, p1."bio" AS batch1, t."bio" AS stored1
-            FROM "cdc"."soft__stage" w
-            LEFT JOIN (SELECT "id",
-                        MIN(CASE WHEN _action = 'upsert' AND COALESCE(_unavailable, '') NOT LIKE '%|name|%' THEN _rn END) AS rn0,
-                        MIN(CASE WHEN _action = 'upsert' AND COALESCE(_unavailable, '') NOT LIKE '%|bio|%' THEN _rn END) AS rn1,
-                        MIN(CASE WHEN _action = 'delete' THEN _rn END) AS deleted__
-                       FROM "cdc"."soft__stage" WHERE _action IN ('upsert', 'delete') AND _rn > 1 GROUP BY "id") m ON m."id" = w."id"
-            LEFT JOIN "cdc"."soft__stage" p0 ON p0."id" = w."id" AND p0._rn = m.rn0 AND p0._action = 'upsert'
-            LEFT JOIN "cdc"."soft__stage" p1 ON p1."id" = w."id" AND p1._rn = m.rn1 AND p1._action = 'upsert'
-            LEFT JOIN (SELECT t."id", t._source_pos, t._kafka_partition, t._kafka_offset, t."name", t."bio", t._deleted,
-                        ROW_NUMBER() OVER (PARTITION BY t."id"
-                          ORDER BY t._source_pos DESC NULLS LAST, t._kafka_partition DESC, t._kafka_offset DESC) AS stored_rn__
-                        FROM "cdc"."soft" t WHERE EXISTS (SELECT 1 FROM "cdc"."soft__stage" x WHERE x._rn = 1 AND x._action = 'upsert'
-                            AND x._unavailable IS NOT NULL AND x."id" = t."id")) t ON t."id" = w."id" AND t.stored_rn__ = 1
-            WHERE w._rn = 1 AND w._action = 'upsert' AND w._unavailable IS NOT NULL) u
+             _action = CASE WHEN u.unknown__ <> '|' THEN 'quarantine' ELSE s._action END,
+             _unavailable = CASE WHEN u.unknown__ <> '|' THEN u.unknown__ ELSE s._unavailable END
+      FROM (SELECT v.*, CASE WHEN NOT (v.stored OR v.older) THEN '|' || CASE WHEN v._unavailable LIKE '%|name|%' AND v.rn0 IS NULL THEN 'name|'
+          ELSE '' END || CASE WHEN v._unavailable LIKE '%|bio|%' AND v.rn1 IS NULL THEN 'bio|' ELSE '' END END AS unknown__
+            FROM (SELECT w."id", w._unavailable, t.stored_rn__ IS NOT NULL AND m.deleted__ IS NULL AND NOT t._deleted AS stored,
+                         COALESCE(w._source_pos < t._source_pos, false) AS older,
+                         CASE WHEN m.deleted__ IS NULL OR m.rn0 < m.deleted__ THEN m.rn0 END AS rn0, p0."name" AS batch0, t."name" AS stored0, CASE
+                             WHEN m.deleted__ IS NULL OR m.rn1 < m.deleted__ THEN m.rn1 END AS rn1, p1."bio" AS batch1, t."bio" AS stored1
+                  FROM "cdc"."soft__stage" w
+                  LEFT JOIN (SELECT "id",
+                              MIN(CASE WHEN _action = 'upsert' AND COALESCE(_unavailable, '') NOT LIKE '%|name|%' THEN _rn END) AS rn0,
+                              MIN(CASE WHEN _action = 'upsert' AND COALESCE(_unavailable, '') NOT LIKE '%|bio|%' THEN _rn END) AS rn1,
+                              MIN(CASE WHEN _action = 'delete' THEN _rn END) AS deleted__
+                             FROM "cdc"."soft__stage" WHERE _action IN ('upsert', 'delete') AND _rn > 1 GROUP BY "id") m ON m."id" = w."id"
+                  LEFT JOIN "cdc"."soft__stage" p0 ON p0."id" = w."id" AND p0._rn = m.rn0 AND p0._action = 'upsert'
+                  LEFT JOIN "cdc"."soft__stage" p1 ON p1."id" = w."id" AND p1._rn = m.rn1 AND p1._action = 'upsert'
+                  LEFT JOIN (SELECT t."id", t._source_pos, t._kafka_partition, t._kafka_offset, t."name", t."bio", t._deleted,
+                              ROW_NUMBER() OVER (PARTITION BY t."id"
+                                ORDER BY t._source_pos DESC NULLS LAST, t._kafka_partition DESC, t._kafka_offset DESC) AS stored_rn__
+                              FROM "cdc"."soft" t WHERE EXISTS (SELECT 1 FROM "cdc"."soft__stage" x WHERE x._rn = 1 AND x._action = 'upsert'
+                                  AND x._unavailable IS NOT NULL AND x."id" = t."id")) t ON t."id" = w."id" AND t.stored_rn__ = 1
+                  WHERE w._rn = 1 AND w._action = 'upsert' AND w._unavailable IS NOT NULL) v) u
       WHERE s._rn = 1 AND s._action = 'upsert' AND s._unavailable IS NOT NULL AND u."id" = s."id";
       UPDATE "cdc"."soft__stage" s SET _rn = CASE WHEN s._action = 'delete' THEN 1 ELSE s._rn END,
           _action = CASE WHEN s._action = 'delete' THEN s._action ELSE 'quarantine' END,

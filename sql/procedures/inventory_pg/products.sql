@@ -426,37 +426,37 @@ BEGIN
                  THEN u.stored1 ELSE s."description" END,
              "attributes" = CASE WHEN s._unavailable NOT LIKE '%|attributes|%' THEN s."attributes" WHEN u.rn2 IS NOT NULL THEN u.batch2 WHEN u.stored
                  THEN u.stored2 ELSE s."attributes" END,
-             _action = CASE WHEN NOT (u.stored OR u.older) AND (s._unavailable LIKE '%|sku|%' AND u.rn0 IS NULL OR s._unavailable LIKE '%|description|%'
-                 AND u.rn1 IS NULL OR s._unavailable LIKE '%|attributes|%' AND u.rn2 IS NULL) THEN 'quarantine' ELSE s._action END,
-             _unavailable = '|' || CASE WHEN s._unavailable LIKE '%|sku|%' AND u.rn0 IS NULL THEN 'sku|' ELSE '' END || CASE
-                 WHEN s._unavailable LIKE '%|description|%' AND u.rn1 IS NULL THEN 'description|' ELSE '' END || CASE WHEN s._unavailable LIKE '%|attributes|%'
-                 AND u.rn2 IS NULL THEN 'attributes|' ELSE '' END
-      FROM (SELECT w."id", t.stored_rn__ IS NOT NULL AND m.deleted__ IS NULL AND NOT t.deleted__ AS stored,
-                   COALESCE(w._source_pos < t._source_pos, false) AS older,
-                   CASE WHEN m.deleted__ IS NULL OR m.rn0 < m.deleted__ THEN m.rn0 END AS rn0, p0."sku" AS batch0, t."sku" AS stored0, CASE
-                       WHEN m.deleted__ IS NULL OR m.rn1 < m.deleted__ THEN m.rn1 END AS rn1, p1."description" AS batch1, t."description" AS stored1, CASE
-                       WHEN m.deleted__ IS NULL OR m.rn2 < m.deleted__ THEN m.rn2 END AS rn2, p2."attributes" AS batch2, t."attributes" AS stored2
-            FROM "inventory"."products__stage" w
-            LEFT JOIN (SELECT "id",
-                        MIN(CASE WHEN _action = 'upsert' AND COALESCE(_unavailable, '') NOT LIKE '%|sku|%' THEN _rn END) AS rn0,
-                        MIN(CASE WHEN _action = 'upsert' AND COALESCE(_unavailable, '') NOT LIKE '%|description|%' THEN _rn END) AS rn1,
-                        MIN(CASE WHEN _action = 'upsert' AND COALESCE(_unavailable, '') NOT LIKE '%|attributes|%' THEN _rn END) AS rn2,
-                        MIN(CASE WHEN _action = 'delete' THEN _rn END) AS deleted__
-                       FROM "inventory"."products__stage" WHERE _action IN ('upsert', 'delete') AND _rn > 1 GROUP BY "id") m ON m."id" = w."id"
-            LEFT JOIN "inventory"."products__stage" p0 ON p0."id" = w."id" AND p0._rn = m.rn0 AND p0._action = 'upsert'
-            LEFT JOIN "inventory"."products__stage" p1 ON p1."id" = w."id" AND p1._rn = m.rn1 AND p1._action = 'upsert'
-            LEFT JOIN "inventory"."products__stage" p2 ON p2."id" = w."id" AND p2._rn = m.rn2 AND p2._action = 'upsert'
-            LEFT JOIN (SELECT k.*, ROW_NUMBER() OVER (PARTITION BY k."id"
-                          ORDER BY k._source_pos DESC NULLS LAST, k._kafka_partition DESC, k._kafka_offset DESC) AS stored_rn__
-                        FROM (SELECT t."id", t._source_pos, t._kafka_partition, t._kafka_offset, t."sku", t."description", t."attributes",
-                            false AS deleted__ FROM "inventory"."products" t
-                              WHERE EXISTS (SELECT 1 FROM "inventory"."products__stage" x WHERE x._rn = 1 AND x._action = 'upsert'
-                                  AND x._unavailable IS NOT NULL AND x."id" = t."id")
-                              UNION ALL SELECT t."id", t._source_pos, t._kafka_partition, t._kafka_offset, NULL, NULL, NULL,
-                                  true FROM "inventory"."products__deleted" t
-                              WHERE EXISTS (SELECT 1 FROM "inventory"."products__stage" x WHERE x._rn = 1 AND x._action = 'upsert'
-                                  AND x._unavailable IS NOT NULL AND x."id" = t."id")) k) t ON t."id" = w."id" AND t.stored_rn__ = 1
-            WHERE w._rn = 1 AND w._action = 'upsert' AND w._unavailable IS NOT NULL) u
+             _action = CASE WHEN u.unknown__ <> '|' THEN 'quarantine' ELSE s._action END,
+             _unavailable = CASE WHEN u.unknown__ <> '|' THEN u.unknown__ ELSE s._unavailable END
+      FROM (SELECT v.*, CASE WHEN NOT (v.stored OR v.older) THEN '|' || CASE WHEN v._unavailable LIKE '%|sku|%' AND v.rn0 IS NULL THEN 'sku|'
+          ELSE '' END || CASE WHEN v._unavailable LIKE '%|description|%' AND v.rn1 IS NULL THEN 'description|' ELSE '' END || CASE
+          WHEN v._unavailable LIKE '%|attributes|%' AND v.rn2 IS NULL THEN 'attributes|' ELSE '' END END AS unknown__
+            FROM (SELECT w."id", w._unavailable, t.stored_rn__ IS NOT NULL AND m.deleted__ IS NULL AND NOT t.deleted__ AS stored,
+                         COALESCE(w._source_pos < t._source_pos, false) AS older,
+                         CASE WHEN m.deleted__ IS NULL OR m.rn0 < m.deleted__ THEN m.rn0 END AS rn0, p0."sku" AS batch0, t."sku" AS stored0, CASE
+                             WHEN m.deleted__ IS NULL OR m.rn1 < m.deleted__ THEN m.rn1 END AS rn1, p1."description" AS batch1, t."description" AS stored1, CASE
+                             WHEN m.deleted__ IS NULL OR m.rn2 < m.deleted__ THEN m.rn2 END AS rn2, p2."attributes" AS batch2, t."attributes" AS stored2
+                  FROM "inventory"."products__stage" w
+                  LEFT JOIN (SELECT "id",
+                              MIN(CASE WHEN _action = 'upsert' AND COALESCE(_unavailable, '') NOT LIKE '%|sku|%' THEN _rn END) AS rn0,
+                              MIN(CASE WHEN _action = 'upsert' AND COALESCE(_unavailable, '') NOT LIKE '%|description|%' THEN _rn END) AS rn1,
+                              MIN(CASE WHEN _action = 'upsert' AND COALESCE(_unavailable, '') NOT LIKE '%|attributes|%' THEN _rn END) AS rn2,
+                              MIN(CASE WHEN _action = 'delete' THEN _rn END) AS deleted__
+                             FROM "inventory"."products__stage" WHERE _action IN ('upsert', 'delete') AND _rn > 1 GROUP BY "id") m ON m."id" = w."id"
+                  LEFT JOIN "inventory"."products__stage" p0 ON p0."id" = w."id" AND p0._rn = m.rn0 AND p0._action = 'upsert'
+                  LEFT JOIN "inventory"."products__stage" p1 ON p1."id" = w."id" AND p1._rn = m.rn1 AND p1._action = 'upsert'
+                  LEFT JOIN "inventory"."products__stage" p2 ON p2."id" = w."id" AND p2._rn = m.rn2 AND p2._action = 'upsert'
+                  LEFT JOIN (SELECT k.*, ROW_NUMBER() OVER (PARTITION BY k."id"
+                                ORDER BY k._source_pos DESC NULLS LAST, k._kafka_partition DESC, k._kafka_offset DESC) AS stored_rn__
+                              FROM (SELECT t."id", t._source_pos, t._kafka_partition, t._kafka_offset, t."sku", t."description", t."attributes",
+                                  false AS deleted__ FROM "inventory"."products" t
+                                    WHERE EXISTS (SELECT 1 FROM "inventory"."products__stage" x WHERE x._rn = 1 AND x._action = 'upsert'
+                                        AND x._unavailable IS NOT NULL AND x."id" = t."id")
+                                    UNION ALL SELECT t."id", t._source_pos, t._kafka_partition, t._kafka_offset, NULL, NULL, NULL,
+                                        true FROM "inventory"."products__deleted" t
+                                    WHERE EXISTS (SELECT 1 FROM "inventory"."products__stage" x WHERE x._rn = 1 AND x._action = 'upsert'
+                                        AND x._unavailable IS NOT NULL AND x."id" = t."id")) k) t ON t."id" = w."id" AND t.stored_rn__ = 1
+                  WHERE w._rn = 1 AND w._action = 'upsert' AND w._unavailable IS NOT NULL) v) u
       WHERE s._rn = 1 AND s._action = 'upsert' AND s._unavailable IS NOT NULL AND u."id" = s."id";
       UPDATE "inventory"."products__stage" s SET _rn = CASE WHEN s._action = 'delete' THEN 1 ELSE s._rn END,
           _action = CASE WHEN s._action = 'delete' THEN s._action ELSE 'quarantine' END,

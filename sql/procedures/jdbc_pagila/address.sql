@@ -338,46 +338,47 @@ BEGIN
                  THEN u.stored3 ELSE s."postal_code" END,
              "phone" = CASE WHEN s._unavailable NOT LIKE '%|phone|%' THEN s."phone" WHEN u.rn4 IS NOT NULL THEN u.batch4 WHEN u.stored THEN u.stored4
                  ELSE s."phone" END,
-             _action = CASE WHEN NOT (u.stored OR u.older) AND (s._unavailable LIKE '%|address|%' AND u.rn0 IS NULL OR s._unavailable LIKE '%|address2|%'
-                 AND u.rn1 IS NULL OR s._unavailable LIKE '%|district|%' AND u.rn2 IS NULL OR s._unavailable LIKE '%|postal_code|%' AND u.rn3 IS NULL
-                 OR s._unavailable LIKE '%|phone|%' AND u.rn4 IS NULL) THEN 'quarantine' ELSE s._action END,
-             _unavailable = '|' || CASE WHEN s._unavailable LIKE '%|address|%' AND u.rn0 IS NULL THEN 'address|' ELSE '' END || CASE
-                 WHEN s._unavailable LIKE '%|address2|%' AND u.rn1 IS NULL THEN 'address2|' ELSE '' END || CASE WHEN s._unavailable LIKE '%|district|%'
-                 AND u.rn2 IS NULL THEN 'district|' ELSE '' END || CASE WHEN s._unavailable LIKE '%|postal_code|%' AND u.rn3 IS NULL THEN 'postal_code|'
-                 ELSE '' END || CASE WHEN s._unavailable LIKE '%|phone|%' AND u.rn4 IS NULL THEN 'phone|' ELSE '' END
-      FROM (SELECT w."address_id", t.stored_rn__ IS NOT NULL AND m.deleted__ IS NULL AND NOT t.deleted__ AS stored,
-                   COALESCE(w._source_pos < t._source_pos, false) AS older,
-                   CASE WHEN m.deleted__ IS NULL OR m.rn0 < m.deleted__ THEN m.rn0 END AS rn0, p0."address" AS batch0, t."address" AS stored0, CASE
-                       WHEN m.deleted__ IS NULL OR m.rn1 < m.deleted__ THEN m.rn1 END AS rn1, p1."address2" AS batch1, t."address2" AS stored1, CASE
-                       WHEN m.deleted__ IS NULL OR m.rn2 < m.deleted__ THEN m.rn2 END AS rn2, p2."district" AS batch2, t."district" AS stored2, CASE
-                       WHEN m.deleted__ IS NULL OR m.rn3 < m.deleted__ THEN m.rn3 END AS rn3, p3."postal_code" AS batch3, t."postal_code" AS stored3, CASE
-                       WHEN m.deleted__ IS NULL OR m.rn4 < m.deleted__ THEN m.rn4 END AS rn4, p4."phone" AS batch4, t."phone" AS stored4
-            FROM "pagila"."address__stage" w
-            LEFT JOIN (SELECT "address_id",
-                        MIN(CASE WHEN _action = 'upsert' AND COALESCE(_unavailable, '') NOT LIKE '%|address|%' THEN _rn END) AS rn0,
-                        MIN(CASE WHEN _action = 'upsert' AND COALESCE(_unavailable, '') NOT LIKE '%|address2|%' THEN _rn END) AS rn1,
-                        MIN(CASE WHEN _action = 'upsert' AND COALESCE(_unavailable, '') NOT LIKE '%|district|%' THEN _rn END) AS rn2,
-                        MIN(CASE WHEN _action = 'upsert' AND COALESCE(_unavailable, '') NOT LIKE '%|postal_code|%' THEN _rn END) AS rn3,
-                        MIN(CASE WHEN _action = 'upsert' AND COALESCE(_unavailable, '') NOT LIKE '%|phone|%' THEN _rn END) AS rn4,
-                        MIN(CASE WHEN _action = 'delete' THEN _rn END) AS deleted__
-                       FROM "pagila"."address__stage" WHERE _action IN ('upsert', 'delete')
-                           AND _rn > 1 GROUP BY "address_id") m ON m."address_id" = w."address_id"
-            LEFT JOIN "pagila"."address__stage" p0 ON p0."address_id" = w."address_id" AND p0._rn = m.rn0 AND p0._action = 'upsert'
-            LEFT JOIN "pagila"."address__stage" p1 ON p1."address_id" = w."address_id" AND p1._rn = m.rn1 AND p1._action = 'upsert'
-            LEFT JOIN "pagila"."address__stage" p2 ON p2."address_id" = w."address_id" AND p2._rn = m.rn2 AND p2._action = 'upsert'
-            LEFT JOIN "pagila"."address__stage" p3 ON p3."address_id" = w."address_id" AND p3._rn = m.rn3 AND p3._action = 'upsert'
-            LEFT JOIN "pagila"."address__stage" p4 ON p4."address_id" = w."address_id" AND p4._rn = m.rn4 AND p4._action = 'upsert'
-            LEFT JOIN (SELECT k.*, ROW_NUMBER() OVER (PARTITION BY k."address_id"
-                          ORDER BY k._source_pos DESC NULLS LAST, k._kafka_partition DESC, k._kafka_offset DESC) AS stored_rn__
-                        FROM (SELECT t."address_id", t._source_pos, t._kafka_partition, t._kafka_offset, t."address", t."address2", t."district",
-                            t."postal_code", t."phone", false AS deleted__ FROM "pagila"."address" t
-                              WHERE EXISTS (SELECT 1 FROM "pagila"."address__stage" x WHERE x._rn = 1 AND x._action = 'upsert' AND x._unavailable IS NOT NULL
-                                  AND x."address_id" = t."address_id")
-                              UNION ALL SELECT t."address_id", t._source_pos, t._kafka_partition, t._kafka_offset, NULL, NULL, NULL, NULL, NULL,
-                                  true FROM "pagila"."address__deleted" t
-                              WHERE EXISTS (SELECT 1 FROM "pagila"."address__stage" x WHERE x._rn = 1 AND x._action = 'upsert' AND x._unavailable IS NOT NULL
-                                  AND x."address_id" = t."address_id")) k) t ON t."address_id" = w."address_id" AND t.stored_rn__ = 1
-            WHERE w._rn = 1 AND w._action = 'upsert' AND w._unavailable IS NOT NULL) u
+             _action = CASE WHEN u.unknown__ <> '|' THEN 'quarantine' ELSE s._action END,
+             _unavailable = CASE WHEN u.unknown__ <> '|' THEN u.unknown__ ELSE s._unavailable END
+      FROM (SELECT v.*, CASE WHEN NOT (v.stored OR v.older) THEN '|' || CASE WHEN v._unavailable LIKE '%|address|%' AND v.rn0 IS NULL THEN 'address|'
+          ELSE '' END || CASE WHEN v._unavailable LIKE '%|address2|%' AND v.rn1 IS NULL THEN 'address2|' ELSE '' END || CASE
+          WHEN v._unavailable LIKE '%|district|%' AND v.rn2 IS NULL THEN 'district|' ELSE '' END || CASE WHEN v._unavailable LIKE '%|postal_code|%'
+          AND v.rn3 IS NULL THEN 'postal_code|' ELSE '' END || CASE WHEN v._unavailable LIKE '%|phone|%' AND v.rn4 IS NULL THEN 'phone|'
+          ELSE '' END END AS unknown__
+            FROM (SELECT w."address_id", w._unavailable, t.stored_rn__ IS NOT NULL AND m.deleted__ IS NULL AND NOT t.deleted__ AS stored,
+                         COALESCE(w._source_pos < t._source_pos, false) AS older,
+                         CASE WHEN m.deleted__ IS NULL OR m.rn0 < m.deleted__ THEN m.rn0 END AS rn0, p0."address" AS batch0, t."address" AS stored0, CASE
+                             WHEN m.deleted__ IS NULL OR m.rn1 < m.deleted__ THEN m.rn1 END AS rn1, p1."address2" AS batch1, t."address2" AS stored1, CASE
+                             WHEN m.deleted__ IS NULL OR m.rn2 < m.deleted__ THEN m.rn2 END AS rn2, p2."district" AS batch2, t."district" AS stored2, CASE
+                             WHEN m.deleted__ IS NULL OR m.rn3 < m.deleted__ THEN m.rn3 END AS rn3, p3."postal_code" AS batch3, t."postal_code" AS stored3, CASE
+                             WHEN m.deleted__ IS NULL OR m.rn4 < m.deleted__ THEN m.rn4 END AS rn4, p4."phone" AS batch4, t."phone" AS stored4
+                  FROM "pagila"."address__stage" w
+                  LEFT JOIN (SELECT "address_id",
+                              MIN(CASE WHEN _action = 'upsert' AND COALESCE(_unavailable, '') NOT LIKE '%|address|%' THEN _rn END) AS rn0,
+                              MIN(CASE WHEN _action = 'upsert' AND COALESCE(_unavailable, '') NOT LIKE '%|address2|%' THEN _rn END) AS rn1,
+                              MIN(CASE WHEN _action = 'upsert' AND COALESCE(_unavailable, '') NOT LIKE '%|district|%' THEN _rn END) AS rn2,
+                              MIN(CASE WHEN _action = 'upsert' AND COALESCE(_unavailable, '') NOT LIKE '%|postal_code|%' THEN _rn END) AS rn3,
+                              MIN(CASE WHEN _action = 'upsert' AND COALESCE(_unavailable, '') NOT LIKE '%|phone|%' THEN _rn END) AS rn4,
+                              MIN(CASE WHEN _action = 'delete' THEN _rn END) AS deleted__
+                             FROM "pagila"."address__stage" WHERE _action IN ('upsert', 'delete')
+                                 AND _rn > 1 GROUP BY "address_id") m ON m."address_id" = w."address_id"
+                  LEFT JOIN "pagila"."address__stage" p0 ON p0."address_id" = w."address_id" AND p0._rn = m.rn0 AND p0._action = 'upsert'
+                  LEFT JOIN "pagila"."address__stage" p1 ON p1."address_id" = w."address_id" AND p1._rn = m.rn1 AND p1._action = 'upsert'
+                  LEFT JOIN "pagila"."address__stage" p2 ON p2."address_id" = w."address_id" AND p2._rn = m.rn2 AND p2._action = 'upsert'
+                  LEFT JOIN "pagila"."address__stage" p3 ON p3."address_id" = w."address_id" AND p3._rn = m.rn3 AND p3._action = 'upsert'
+                  LEFT JOIN "pagila"."address__stage" p4 ON p4."address_id" = w."address_id" AND p4._rn = m.rn4 AND p4._action = 'upsert'
+                  LEFT JOIN (SELECT k.*, ROW_NUMBER() OVER (PARTITION BY k."address_id"
+                                ORDER BY k._source_pos DESC NULLS LAST, k._kafka_partition DESC, k._kafka_offset DESC) AS stored_rn__
+                              FROM (SELECT t."address_id", t._source_pos, t._kafka_partition, t._kafka_offset, t."address", t."address2", t."district",
+                                  t."postal_code", t."phone", false AS deleted__ FROM "pagila"."address" t
+                                    WHERE EXISTS (SELECT 1 FROM "pagila"."address__stage" x WHERE x._rn = 1 AND x._action = 'upsert'
+                                        AND x._unavailable IS NOT NULL AND x."address_id" = t."address_id")
+                                    UNION ALL SELECT t."address_id", t._source_pos, t._kafka_partition, t._kafka_offset, NULL, NULL, NULL, NULL, NULL,
+                                        true FROM "pagila"."address__deleted" t
+                                    WHERE EXISTS (SELECT 1 FROM "pagila"."address__stage" x WHERE x._rn = 1 AND x._action = 'upsert'
+                                        AND x._unavailable IS NOT NULL AND x."address_id" = t."address_id")) k) t ON t."address_id" = w."address_id"
+                                        AND t.stored_rn__ = 1
+                  WHERE w._rn = 1 AND w._action = 'upsert' AND w._unavailable IS NOT NULL) v) u
       WHERE s._rn = 1 AND s._action = 'upsert' AND s._unavailable IS NOT NULL AND u."address_id" = s."address_id";
       UPDATE "pagila"."address__stage" s SET _rn = CASE WHEN s._action = 'delete' THEN 1 ELSE s._rn END,
           _action = CASE WHEN s._action = 'delete' THEN s._action ELSE 'quarantine' END,

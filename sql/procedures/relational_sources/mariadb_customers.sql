@@ -312,37 +312,37 @@ BEGIN
                  THEN u.stored1 ELSE s."last_name" END,
              "email" = CASE WHEN s._unavailable NOT LIKE '%|email|%' THEN s."email" WHEN u.rn2 IS NOT NULL THEN u.batch2 WHEN u.stored THEN u.stored2
                  ELSE s."email" END,
-             _action = CASE WHEN NOT (u.stored OR u.older) AND (s._unavailable LIKE '%|first_name|%' AND u.rn0 IS NULL OR s._unavailable LIKE '%|last_name|%'
-                 AND u.rn1 IS NULL OR s._unavailable LIKE '%|email|%' AND u.rn2 IS NULL) THEN 'quarantine' ELSE s._action END,
-             _unavailable = '|' || CASE WHEN s._unavailable LIKE '%|first_name|%' AND u.rn0 IS NULL THEN 'first_name|' ELSE '' END || CASE
-                 WHEN s._unavailable LIKE '%|last_name|%' AND u.rn1 IS NULL THEN 'last_name|' ELSE '' END || CASE WHEN s._unavailable LIKE '%|email|%'
-                 AND u.rn2 IS NULL THEN 'email|' ELSE '' END
-      FROM (SELECT w."id", t.stored_rn__ IS NOT NULL AND m.deleted__ IS NULL AND NOT t.deleted__ AS stored,
-                   COALESCE(w._source_pos < t._source_pos, false) AS older,
-                   CASE WHEN m.deleted__ IS NULL OR m.rn0 < m.deleted__ THEN m.rn0 END AS rn0, p0."first_name" AS batch0, t."first_name" AS stored0, CASE
-                       WHEN m.deleted__ IS NULL OR m.rn1 < m.deleted__ THEN m.rn1 END AS rn1, p1."last_name" AS batch1, t."last_name" AS stored1, CASE
-                       WHEN m.deleted__ IS NULL OR m.rn2 < m.deleted__ THEN m.rn2 END AS rn2, p2."email" AS batch2, t."email" AS stored2
-            FROM "sources"."mariadb_customers__stage" w
-            LEFT JOIN (SELECT "id",
-                        MIN(CASE WHEN _action = 'upsert' AND COALESCE(_unavailable, '') NOT LIKE '%|first_name|%' THEN _rn END) AS rn0,
-                        MIN(CASE WHEN _action = 'upsert' AND COALESCE(_unavailable, '') NOT LIKE '%|last_name|%' THEN _rn END) AS rn1,
-                        MIN(CASE WHEN _action = 'upsert' AND COALESCE(_unavailable, '') NOT LIKE '%|email|%' THEN _rn END) AS rn2,
-                        MIN(CASE WHEN _action = 'delete' THEN _rn END) AS deleted__
-                       FROM "sources"."mariadb_customers__stage" WHERE _action IN ('upsert', 'delete') AND _rn > 1 GROUP BY "id") m ON m."id" = w."id"
-            LEFT JOIN "sources"."mariadb_customers__stage" p0 ON p0."id" = w."id" AND p0._rn = m.rn0 AND p0._action = 'upsert'
-            LEFT JOIN "sources"."mariadb_customers__stage" p1 ON p1."id" = w."id" AND p1._rn = m.rn1 AND p1._action = 'upsert'
-            LEFT JOIN "sources"."mariadb_customers__stage" p2 ON p2."id" = w."id" AND p2._rn = m.rn2 AND p2._action = 'upsert'
-            LEFT JOIN (SELECT k.*, ROW_NUMBER() OVER (PARTITION BY k."id"
-                          ORDER BY k._source_pos DESC NULLS LAST, k._kafka_partition DESC, k._kafka_offset DESC) AS stored_rn__
-                        FROM (SELECT t."id", t._source_pos, t._kafka_partition, t._kafka_offset, t."first_name", t."last_name", t."email",
-                            false AS deleted__ FROM "sources"."mariadb_customers" t
-                              WHERE EXISTS (SELECT 1 FROM "sources"."mariadb_customers__stage" x WHERE x._rn = 1 AND x._action = 'upsert'
-                                  AND x._unavailable IS NOT NULL AND x."id" = t."id")
-                              UNION ALL SELECT t."id", t._source_pos, t._kafka_partition, t._kafka_offset, NULL, NULL, NULL,
-                                  true FROM "sources"."mariadb_customers__deleted" t
-                              WHERE EXISTS (SELECT 1 FROM "sources"."mariadb_customers__stage" x WHERE x._rn = 1 AND x._action = 'upsert'
-                                  AND x._unavailable IS NOT NULL AND x."id" = t."id")) k) t ON t."id" = w."id" AND t.stored_rn__ = 1
-            WHERE w._rn = 1 AND w._action = 'upsert' AND w._unavailable IS NOT NULL) u
+             _action = CASE WHEN u.unknown__ <> '|' THEN 'quarantine' ELSE s._action END,
+             _unavailable = CASE WHEN u.unknown__ <> '|' THEN u.unknown__ ELSE s._unavailable END
+      FROM (SELECT v.*, CASE WHEN NOT (v.stored OR v.older) THEN '|' || CASE WHEN v._unavailable LIKE '%|first_name|%' AND v.rn0 IS NULL THEN 'first_name|'
+          ELSE '' END || CASE WHEN v._unavailable LIKE '%|last_name|%' AND v.rn1 IS NULL THEN 'last_name|' ELSE '' END || CASE
+          WHEN v._unavailable LIKE '%|email|%' AND v.rn2 IS NULL THEN 'email|' ELSE '' END END AS unknown__
+            FROM (SELECT w."id", w._unavailable, t.stored_rn__ IS NOT NULL AND m.deleted__ IS NULL AND NOT t.deleted__ AS stored,
+                         COALESCE(w._source_pos < t._source_pos, false) AS older,
+                         CASE WHEN m.deleted__ IS NULL OR m.rn0 < m.deleted__ THEN m.rn0 END AS rn0, p0."first_name" AS batch0, t."first_name" AS stored0, CASE
+                             WHEN m.deleted__ IS NULL OR m.rn1 < m.deleted__ THEN m.rn1 END AS rn1, p1."last_name" AS batch1, t."last_name" AS stored1, CASE
+                             WHEN m.deleted__ IS NULL OR m.rn2 < m.deleted__ THEN m.rn2 END AS rn2, p2."email" AS batch2, t."email" AS stored2
+                  FROM "sources"."mariadb_customers__stage" w
+                  LEFT JOIN (SELECT "id",
+                              MIN(CASE WHEN _action = 'upsert' AND COALESCE(_unavailable, '') NOT LIKE '%|first_name|%' THEN _rn END) AS rn0,
+                              MIN(CASE WHEN _action = 'upsert' AND COALESCE(_unavailable, '') NOT LIKE '%|last_name|%' THEN _rn END) AS rn1,
+                              MIN(CASE WHEN _action = 'upsert' AND COALESCE(_unavailable, '') NOT LIKE '%|email|%' THEN _rn END) AS rn2,
+                              MIN(CASE WHEN _action = 'delete' THEN _rn END) AS deleted__
+                             FROM "sources"."mariadb_customers__stage" WHERE _action IN ('upsert', 'delete') AND _rn > 1 GROUP BY "id") m ON m."id" = w."id"
+                  LEFT JOIN "sources"."mariadb_customers__stage" p0 ON p0."id" = w."id" AND p0._rn = m.rn0 AND p0._action = 'upsert'
+                  LEFT JOIN "sources"."mariadb_customers__stage" p1 ON p1."id" = w."id" AND p1._rn = m.rn1 AND p1._action = 'upsert'
+                  LEFT JOIN "sources"."mariadb_customers__stage" p2 ON p2."id" = w."id" AND p2._rn = m.rn2 AND p2._action = 'upsert'
+                  LEFT JOIN (SELECT k.*, ROW_NUMBER() OVER (PARTITION BY k."id"
+                                ORDER BY k._source_pos DESC NULLS LAST, k._kafka_partition DESC, k._kafka_offset DESC) AS stored_rn__
+                              FROM (SELECT t."id", t._source_pos, t._kafka_partition, t._kafka_offset, t."first_name", t."last_name", t."email",
+                                  false AS deleted__ FROM "sources"."mariadb_customers" t
+                                    WHERE EXISTS (SELECT 1 FROM "sources"."mariadb_customers__stage" x WHERE x._rn = 1 AND x._action = 'upsert'
+                                        AND x._unavailable IS NOT NULL AND x."id" = t."id")
+                                    UNION ALL SELECT t."id", t._source_pos, t._kafka_partition, t._kafka_offset, NULL, NULL, NULL,
+                                        true FROM "sources"."mariadb_customers__deleted" t
+                                    WHERE EXISTS (SELECT 1 FROM "sources"."mariadb_customers__stage" x WHERE x._rn = 1 AND x._action = 'upsert'
+                                        AND x._unavailable IS NOT NULL AND x."id" = t."id")) k) t ON t."id" = w."id" AND t.stored_rn__ = 1
+                  WHERE w._rn = 1 AND w._action = 'upsert' AND w._unavailable IS NOT NULL) v) u
       WHERE s._rn = 1 AND s._action = 'upsert' AND s._unavailable IS NOT NULL AND u."id" = s."id";
       UPDATE "sources"."mariadb_customers__stage" s SET _rn = CASE WHEN s._action = 'delete' THEN 1 ELSE s._rn END,
           _action = CASE WHEN s._action = 'delete' THEN s._action ELSE 'quarantine' END,

@@ -301,28 +301,29 @@ BEGIN
           THEN u.batch0 WHEN u.stored THEN u.stored0 ELSE s."customer_id" END,
              "status" = CASE WHEN s._unavailable NOT LIKE '%|status|%' THEN s."status" WHEN u.rn1 IS NOT NULL THEN u.batch1 WHEN u.stored THEN u.stored1
                  ELSE s."status" END,
-             _action = CASE WHEN NOT (u.stored OR u.older) AND (s._unavailable LIKE '%|customer_id|%' AND u.rn0 IS NULL OR s._unavailable LIKE '%|status|%'
-                 AND u.rn1 IS NULL) THEN 'quarantine' ELSE s._action END,
-             _unavailable = '|' || CASE WHEN s._unavailable LIKE '%|customer_id|%' AND u.rn0 IS NULL THEN 'customer_id|' ELSE '' END || CASE
-                 WHEN s._unavailable LIKE '%|status|%' AND u.rn1 IS NULL THEN 'status|' ELSE '' END
-      FROM (SELECT w."order_id", t.stored_rn__ IS NOT NULL AND m.deleted__ IS NULL AND NOT t._deleted AS stored,
-                   COALESCE(w._source_pos < t._source_pos, false) AS older,
-                   CASE WHEN m.deleted__ IS NULL OR m.rn0 < m.deleted__ THEN m.rn0 END AS rn0, p0."customer_id" AS batch0, t."customer_id" AS stored0, CASE
-                       WHEN m.deleted__ IS NULL OR m.rn1 < m.deleted__ THEN m.rn1 END AS rn1, p1."status" AS batch1, t."status" AS stored1
-            FROM "cdc"."orders__stage" w
-            LEFT JOIN (SELECT "order_id",
-                        MIN(CASE WHEN _action = 'upsert' AND COALESCE(_unavailable, '') NOT LIKE '%|customer_id|%' THEN _rn END) AS rn0,
-                        MIN(CASE WHEN _action = 'upsert' AND COALESCE(_unavailable, '') NOT LIKE '%|status|%' THEN _rn END) AS rn1,
-                        MIN(CASE WHEN _action = 'delete' THEN _rn END) AS deleted__
-                       FROM "cdc"."orders__stage" WHERE _action IN ('upsert', 'delete') AND _rn > 1 GROUP BY "order_id") m ON m."order_id" = w."order_id"
-            LEFT JOIN "cdc"."orders__stage" p0 ON p0."order_id" = w."order_id" AND p0._rn = m.rn0 AND p0._action = 'upsert'
-            LEFT JOIN "cdc"."orders__stage" p1 ON p1."order_id" = w."order_id" AND p1._rn = m.rn1 AND p1._action = 'upsert'
-            LEFT JOIN (SELECT t."order_id", t._source_pos, t._kafka_partition, t._kafka_offset, t."customer_id", t."status", t._deleted,
-                        ROW_NUMBER() OVER (PARTITION BY t."order_id"
-                          ORDER BY t._source_pos DESC NULLS LAST, t._kafka_partition DESC, t._kafka_offset DESC) AS stored_rn__
-                        FROM "cdc"."orders" t WHERE EXISTS (SELECT 1 FROM "cdc"."orders__stage" x WHERE x._rn = 1 AND x._action = 'upsert'
-                            AND x._unavailable IS NOT NULL AND x."order_id" = t."order_id")) t ON t."order_id" = w."order_id" AND t.stored_rn__ = 1
-            WHERE w._rn = 1 AND w._action = 'upsert' AND w._unavailable IS NOT NULL) u
+             _action = CASE WHEN u.unknown__ <> '|' THEN 'quarantine' ELSE s._action END,
+             _unavailable = CASE WHEN u.unknown__ <> '|' THEN u.unknown__ ELSE s._unavailable END
+      FROM (SELECT v.*, CASE WHEN NOT (v.stored OR v.older) THEN '|' || CASE WHEN v._unavailable LIKE '%|customer_id|%' AND v.rn0 IS NULL THEN 'customer_id|'
+          ELSE '' END || CASE WHEN v._unavailable LIKE '%|status|%' AND v.rn1 IS NULL THEN 'status|' ELSE '' END END AS unknown__
+            FROM (SELECT w."order_id", w._unavailable, t.stored_rn__ IS NOT NULL AND m.deleted__ IS NULL AND NOT t._deleted AS stored,
+                         COALESCE(w._source_pos < t._source_pos, false) AS older,
+                         CASE WHEN m.deleted__ IS NULL OR m.rn0 < m.deleted__
+                             THEN m.rn0 END AS rn0, p0."customer_id" AS batch0, t."customer_id" AS stored0, CASE WHEN m.deleted__ IS NULL OR m.rn1 < m.deleted__
+                             THEN m.rn1 END AS rn1, p1."status" AS batch1, t."status" AS stored1
+                  FROM "cdc"."orders__stage" w
+                  LEFT JOIN (SELECT "order_id",
+                              MIN(CASE WHEN _action = 'upsert' AND COALESCE(_unavailable, '') NOT LIKE '%|customer_id|%' THEN _rn END) AS rn0,
+                              MIN(CASE WHEN _action = 'upsert' AND COALESCE(_unavailable, '') NOT LIKE '%|status|%' THEN _rn END) AS rn1,
+                              MIN(CASE WHEN _action = 'delete' THEN _rn END) AS deleted__
+                             FROM "cdc"."orders__stage" WHERE _action IN ('upsert', 'delete') AND _rn > 1 GROUP BY "order_id") m ON m."order_id" = w."order_id"
+                  LEFT JOIN "cdc"."orders__stage" p0 ON p0."order_id" = w."order_id" AND p0._rn = m.rn0 AND p0._action = 'upsert'
+                  LEFT JOIN "cdc"."orders__stage" p1 ON p1."order_id" = w."order_id" AND p1._rn = m.rn1 AND p1._action = 'upsert'
+                  LEFT JOIN (SELECT t."order_id", t._source_pos, t._kafka_partition, t._kafka_offset, t."customer_id", t."status", t._deleted,
+                              ROW_NUMBER() OVER (PARTITION BY t."order_id"
+                                ORDER BY t._source_pos DESC NULLS LAST, t._kafka_partition DESC, t._kafka_offset DESC) AS stored_rn__
+                              FROM "cdc"."orders" t WHERE EXISTS (SELECT 1 FROM "cdc"."orders__stage" x WHERE x._rn = 1 AND x._action = 'upsert'
+                                  AND x._unavailable IS NOT NULL AND x."order_id" = t."order_id")) t ON t."order_id" = w."order_id" AND t.stored_rn__ = 1
+                  WHERE w._rn = 1 AND w._action = 'upsert' AND w._unavailable IS NOT NULL) v) u
       WHERE s._rn = 1 AND s._action = 'upsert' AND s._unavailable IS NOT NULL AND u."order_id" = s."order_id";
       UPDATE "cdc"."orders__stage" s SET _rn = CASE WHEN s._action = 'delete' THEN 1 ELSE s._rn END,
           _action = CASE WHEN s._action = 'delete' THEN s._action ELSE 'quarantine' END,

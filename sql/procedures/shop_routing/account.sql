@@ -320,30 +320,32 @@ BEGIN
     IF v_unavailable > 0 THEN
       UPDATE "shop"."account__stage" s SET "email" = CASE WHEN s._unavailable NOT LIKE '%|email|%' THEN s."email" WHEN u.rn0 IS NOT NULL THEN u.batch0
           WHEN u.stored THEN u.stored0 ELSE s."email" END,
-             _action = CASE WHEN NOT (u.stored OR u.older) AND (s._unavailable LIKE '%|email|%' AND u.rn0 IS NULL) THEN 'quarantine' ELSE s._action END,
-             _unavailable = '|' || CASE WHEN s._unavailable LIKE '%|email|%' AND u.rn0 IS NULL THEN 'email|' ELSE '' END
-      FROM (SELECT w."source_table", w."id", t.stored_rn__ IS NOT NULL AND m.deleted__ IS NULL AND NOT t.deleted__ AS stored,
-                   COALESCE(w._source_pos < t._source_pos, false) AS older,
-                   CASE WHEN m.deleted__ IS NULL OR m.rn0 < m.deleted__ THEN m.rn0 END AS rn0, p0."email" AS batch0, t."email" AS stored0
-            FROM "shop"."account__stage" w
-            LEFT JOIN (SELECT "source_table", "id",
-                        MIN(CASE WHEN _action = 'upsert' AND COALESCE(_unavailable, '') NOT LIKE '%|email|%' THEN _rn END) AS rn0,
-                        MIN(CASE WHEN _action = 'delete' THEN _rn END) AS deleted__
-                       FROM "shop"."account__stage" WHERE _action IN ('upsert', 'delete')
-                           AND _rn > 1 GROUP BY "source_table", "id") m ON m."source_table" = w."source_table" AND m."id" = w."id"
-            LEFT JOIN "shop"."account__stage" p0 ON p0."source_table" = w."source_table" AND p0."id" = w."id" AND p0._rn = m.rn0 AND p0._action = 'upsert'
-            LEFT JOIN (SELECT k.*, ROW_NUMBER() OVER (PARTITION BY k."source_table", k."id"
-                          ORDER BY k._source_pos DESC NULLS LAST, k._kafka_partition DESC, k._kafka_offset DESC) AS stored_rn__
-                        FROM (SELECT t."source_table", t."id", t._source_pos, t._kafka_partition, t._kafka_offset, t."email",
-                            false AS deleted__ FROM "shop"."account" t
-                              WHERE EXISTS (SELECT 1 FROM "shop"."account__stage" x WHERE x._rn = 1 AND x._action = 'upsert' AND x._unavailable IS NOT NULL
-                                  AND x."source_table" = t."source_table" AND x."id" = t."id")
-                              UNION ALL SELECT t."source_table", t."id", t._source_pos, t._kafka_partition, t._kafka_offset, NULL,
-                                  true FROM "shop"."account__deleted" t
-                              WHERE EXISTS (SELECT 1 FROM "shop"."account__stage" x WHERE x._rn = 1 AND x._action = 'upsert' AND x._unavailable IS NOT NULL
-                                  AND x."source_table" = t."source_table" AND x."id" = t."id")) k) t ON t."source_table" = w."source_table" AND t."id" = w."id"
-                                  AND t.stored_rn__ = 1
-            WHERE w._rn = 1 AND w._action = 'upsert' AND w._unavailable IS NOT NULL) u
+             _action = CASE WHEN u.unknown__ <> '|' THEN 'quarantine' ELSE s._action END,
+             _unavailable = CASE WHEN u.unknown__ <> '|' THEN u.unknown__ ELSE s._unavailable END
+      FROM (SELECT v.*, CASE WHEN NOT (v.stored OR v.older) THEN '|' || CASE WHEN v._unavailable LIKE '%|email|%' AND v.rn0 IS NULL THEN 'email|'
+          ELSE '' END END AS unknown__
+            FROM (SELECT w."source_table", w."id", w._unavailable, t.stored_rn__ IS NOT NULL AND m.deleted__ IS NULL AND NOT t.deleted__ AS stored,
+                         COALESCE(w._source_pos < t._source_pos, false) AS older,
+                         CASE WHEN m.deleted__ IS NULL OR m.rn0 < m.deleted__ THEN m.rn0 END AS rn0, p0."email" AS batch0, t."email" AS stored0
+                  FROM "shop"."account__stage" w
+                  LEFT JOIN (SELECT "source_table", "id",
+                              MIN(CASE WHEN _action = 'upsert' AND COALESCE(_unavailable, '') NOT LIKE '%|email|%' THEN _rn END) AS rn0,
+                              MIN(CASE WHEN _action = 'delete' THEN _rn END) AS deleted__
+                             FROM "shop"."account__stage" WHERE _action IN ('upsert', 'delete')
+                                 AND _rn > 1 GROUP BY "source_table", "id") m ON m."source_table" = w."source_table" AND m."id" = w."id"
+                  LEFT JOIN "shop"."account__stage" p0 ON p0."source_table" = w."source_table" AND p0."id" = w."id" AND p0._rn = m.rn0 AND p0._action = 'upsert'
+                  LEFT JOIN (SELECT k.*, ROW_NUMBER() OVER (PARTITION BY k."source_table", k."id"
+                                ORDER BY k._source_pos DESC NULLS LAST, k._kafka_partition DESC, k._kafka_offset DESC) AS stored_rn__
+                              FROM (SELECT t."source_table", t."id", t._source_pos, t._kafka_partition, t._kafka_offset, t."email",
+                                  false AS deleted__ FROM "shop"."account" t
+                                    WHERE EXISTS (SELECT 1 FROM "shop"."account__stage" x WHERE x._rn = 1 AND x._action = 'upsert'
+                                        AND x._unavailable IS NOT NULL AND x."source_table" = t."source_table" AND x."id" = t."id")
+                                    UNION ALL SELECT t."source_table", t."id", t._source_pos, t._kafka_partition, t._kafka_offset, NULL,
+                                        true FROM "shop"."account__deleted" t
+                                    WHERE EXISTS (SELECT 1 FROM "shop"."account__stage" x WHERE x._rn = 1 AND x._action = 'upsert'
+                                        AND x._unavailable IS NOT NULL AND x."source_table" = t."source_table"
+                                        AND x."id" = t."id")) k) t ON t."source_table" = w."source_table" AND t."id" = w."id" AND t.stored_rn__ = 1
+                  WHERE w._rn = 1 AND w._action = 'upsert' AND w._unavailable IS NOT NULL) v) u
       WHERE s._rn = 1 AND s._action = 'upsert' AND s._unavailable IS NOT NULL AND u."source_table" = s."source_table" AND u."id" = s."id";
       UPDATE "shop"."account__stage" s SET _rn = CASE WHEN s._action = 'delete' THEN 1 ELSE s._rn END,
           _action = CASE WHEN s._action = 'delete' THEN s._action ELSE 'quarantine' END,

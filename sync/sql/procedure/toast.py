@@ -21,8 +21,7 @@ def upsert_winner(row: str = "s") -> str:
 
 def toast_sql(ctx: TableSql) -> str:
     """Winners whose columns carried the TOAST placeholder take the value from the newest
-    earlier event of the batch that had it (the column then leaves `_unavailable`), else
-    keep the value stored in the target: one UPDATE, one CASE per column, over what is
+    earlier event of the batch that had it, else keep the value stored in the target: one UPDATE, one CASE per column, over what is
     known for each such winner (`u`: per column the rank of the newest earlier event that
     had it and that event's value, and the newest stored row's). A delete ends the key's
     values: an event before the batch's newest delete of the key (`deleted__`, the lowest
@@ -39,12 +38,17 @@ def toast_sql(ctx: TableSql) -> str:
         f" WHEN u.stored THEN u.stored{i} ELSE s.{q(c)} END"
         for i, (c, mark) in enumerate(zip(cols, marked, strict=True))
     ]
-    unknown = " OR ".join(f"s._unavailable LIKE {mark} AND u.rn{i} IS NULL" for i, mark in enumerate(marked))
-    keep.append(f"_action = CASE WHEN NOT (u.stored OR u.older) AND ({unknown}) THEN '{Action.QUARANTINE}' ELSE s._action END")
+    # The columns still without a value (none in the batch, and no stored row alive to keep
+    # it from, nor one newer that makes the winner stale): the winner is quarantined, its
+    # reason names them. An applied winner keeps its marks: its history version takes the
+    # previous version's value, which a late event may change.
     still = " || ".join(
-        f"CASE WHEN s._unavailable LIKE {mark} AND u.rn{i} IS NULL THEN {quote_literal(c + '|')} ELSE '' END"
+        f"CASE WHEN v._unavailable LIKE {mark} AND v.rn{i} IS NULL THEN {quote_literal(c + '|')} ELSE '' END"
         for i, (c, mark) in enumerate(zip(cols, marked, strict=True))
     )
+    unknown = f"CASE WHEN NOT (v.stored OR v.older) THEN '|' || {still} END AS unknown__"
+    keep.append(f"_action = CASE WHEN u.unknown__ <> '|' THEN '{Action.QUARANTINE}' ELSE s._action END")
+    keep.append("_unavailable = CASE WHEN u.unknown__ <> '|' THEN u.unknown__ ELSE s._unavailable END")
     newest_with = ",\n".join(
         [
             f"                    MIN(CASE WHEN _action = '{Action.UPSERT}' AND COALESCE(_unavailable, '') NOT LIKE {mark} THEN _rn END) AS rn{i}"
@@ -74,16 +78,19 @@ def toast_sql(ctx: TableSql) -> str:
     return (
         "-- 3. (TOAST) Unchanged out-of-line values arrive as a placeholder and keep what is known.\n"
         "IF v_unavailable > 0 THEN\n"
-        f"  UPDATE {stage} s SET " + ",\n         ".join(keep) + f",\n         _unavailable = '|' || {still}\n"
-        f"  FROM (SELECT {', '.join(f'w.{q(k)}' for k in keys)}, t.stored_rn__ IS NOT NULL AND m.deleted__ IS NULL AND NOT {gone} AS stored,\n"
-        f"               COALESCE(w._source_pos < t._source_pos, false) AS older,\n"
-        f"               {known}\n"
-        f"        FROM {stage} w\n"
-        f"        LEFT JOIN (SELECT {key_cols},\n{newest_with}\n"
-        f"                   FROM {stage} WHERE _action IN ('{Action.UPSERT}', '{Action.DELETE}') AND _rn > 1 GROUP BY {key_cols}) m ON {key_match(d, keys, 'm', 'w')}\n"
-        f"{earlier}"
-        f"        LEFT JOIN {indent(stored, 18).lstrip()} t ON {key_match(d, keys, 't', 'w')} AND {newest_stored()}\n"
-        f"        WHERE {upsert_winner('w')} AND w._unavailable IS NOT NULL) u\n"
+        f"  UPDATE {stage} s SET " + ",\n         ".join(keep) + "\n"
+        f"  FROM (SELECT v.*, {unknown}\n"
+        f"        FROM (SELECT {', '.join(f'w.{q(k)}' for k in keys)}, w._unavailable,"
+        f" t.stored_rn__ IS NOT NULL AND m.deleted__ IS NULL AND NOT {gone} AS stored,\n"
+        f"                     COALESCE(w._source_pos < t._source_pos, false) AS older,\n"
+        f"                     {known}\n"
+        f"              FROM {stage} w\n"
+        f"              LEFT JOIN (SELECT {key_cols},\n{indent(newest_with, 6)}\n"
+        f"                         FROM {stage} WHERE _action IN ('{Action.UPSERT}', '{Action.DELETE}') AND _rn > 1 GROUP BY {key_cols}) m"
+        f" ON {key_match(d, keys, 'm', 'w')}\n"
+        f"{indent(earlier.rstrip(chr(10)), 6)}\n"
+        f"              LEFT JOIN {indent(stored, 24).lstrip()} t ON {key_match(d, keys, 't', 'w')} AND {newest_stored()}\n"
+        f"              WHERE {upsert_winner('w')} AND w._unavailable IS NOT NULL) v) u\n"
         f"  WHERE {upsert_winner()} AND s._unavailable IS NOT NULL AND {key_match(d, keys, 'u', 's')};\n"
         f"{indent(unknown_toast_sql(ctx), 2)}\n"
         "END IF;"
