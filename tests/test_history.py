@@ -491,6 +491,36 @@ def test_a_late_event_before_a_placeholder_filled_in_its_own_batch_gives_it_its_
     ]
 
 
+def test_a_batch_after_a_stored_toast_placeholder_keeps_the_short_path(wh):
+    """PostgreSQL sends an unchanged TOASTed value as `__debezium_unavailable_value`
+    (Debezium PostgreSQL connector, "toasted values"), so most updates of a row with a
+    large column store a version that holds a placeholder, filled from the version before
+    it. A later batch of newer changes of that key changes no stored version but the
+    current one: it takes the short path, as it would without the placeholder (before,
+    any stored placeholder of a batch key sent the batch to the full recompute, and on a
+    table whose rows all carry one, every batch). A late event before the placeholder
+    still recomputes, and the placeholder takes the late event's value."""
+    p = setup(wh, history_toml("acc", order_by="postgres-lsn"))
+    placeholder = "__debezium_unavailable_value"
+
+    def ev(op, balance, note, lsn):
+        return envelope(op, 1, {"id": 1, "balance": balance, "note": note}, None, pg_source(lsn, lsn - 10))
+
+    feed(wh, p, "acc", [ev("c", 1, "long text", 100)])
+    feed(wh, p, "acc", [ev("u", 2, placeholder, 200)])  # filled from the stored row
+    ingest(wh, p, "acc", [ev("u", 3, "new text", 300)])
+    ran = [step.sql for step in profile.profile_call(wh, p, "acc")]
+    assert not any("LEAD(x._valid_from)" in s for s in ran), "the full recompute ran"
+    feed(wh, p, "acc", [])  # the batch the profiled call rolled back
+    feed(wh, p, "acc", [ev("u", 4, "late text", 150)])  # before the placeholder: recomputed
+    assert [(v[1], v[2], v[-1]) for v in versions(wh, "acc", "id, balance, note")] == [
+        (1, "long text", False),
+        (4, "late text", False),
+        (2, "late text", False),
+        (3, "new text", True),
+    ]
+
+
 def test_history_without_toastable_columns_is_exact_on_the_short_path_and_after_a_late_event(wh):
     """A table without TOAST-able columns: batches newer than every stored version of their
     keys close each key's current version at its first event (the short path); a late

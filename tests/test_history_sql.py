@@ -60,18 +60,25 @@ def test_history_adds_at_most_three_statements_to_the_common_path():
 @pytest.mark.parametrize("dialect", ["redshift", "postgres"])
 def test_toast_placeholders_are_filled_only_when_the_batch_or_its_keys_versions_hold_one(dialect):
     """The windows that fill TOAST placeholders from the version before (one per TOAST-able
-    column) run only when `v_unavailable` counts a placeholder: the batch's, or one the
-    stored versions of its keys hold (an event inserted before such a version changes its
-    value: tests/test_history.py, test_toast_placeholder_takes_the_previous_versions_value)."""
+    column) run only when `v_unavailable` counts the batch's placeholders, or a stored
+    version lies at or after its key's first change in the batch (an event inserted before
+    a stored placeholder changes its value: tests/test_history.py,
+    test_toast_placeholder_takes_the_previous_versions_value). A stored placeholder before
+    every change of the batch keeps its value: the short path
+    (`test_a_batch_after_a_stored_toast_placeholder_keeps_the_short_path`). Unwrapped
+    topics, which recompute every batch, fill when a stored version of its keys holds one."""
     ctx = table_sql(COMPOSITE_KEY, dialect, history=HistoryConfig())
     (common,) = [s for s in common_path(history_sql(ctx)) if s.startswith("UPDATE")]
     (placeholders,) = [s for s in common_path(history_sql(ctx), v_unavailable=1) if s.startswith("UPDATE")]
     assert "FIRST_VALUE" not in common and "_unavailable" not in common.partition(" FROM ")[0]
     assert placeholders.count("FIRST_VALUE") == 1 and '"note" = CASE WHEN h._unavailable' in placeholders
+    (late,) = [s for s in common_path(history_sql(ctx), v_history_recompute=1) if s.startswith("UPDATE")]
+    assert late.count("FIRST_VALUE") == 1
     counts = batch_counts_sql(ctx)
-    assert f"FROM {ctx.rel.history} h WHERE (h._unavailable LIKE '%|%|%'" in counts
-    # a stored version at or after the batch's oldest position takes the same path
-    assert "OR COALESCE(h._valid_from_pos, '') >= (SELECT MIN(COALESCE(s._source_pos, ''))" in counts
+    assert "WHERE COALESCE(h._valid_from_pos, '') >= (SELECT MIN(COALESCE(s._source_pos, ''))" in counts
+    assert "'%|%|%'" not in counts
+    unwrapped = batch_counts_sql(table_sql(COMPOSITE_KEY, dialect, format="debezium-unwrap", history=HistoryConfig()))
+    assert "WHERE h._unavailable LIKE '%|%|%'" in unwrapped and "_valid_from_pos" not in unwrapped
     assert ctx.rel.history not in batch_counts_sql(table_sql(COMPOSITE_KEY, dialect)), "only with a history"
 
 
@@ -148,7 +155,7 @@ def test_the_current_states_toast_step_runs_only_for_the_batchs_own_placeholders
     counts = batch_counts_sql(ctx)
     unavailable = counts.split(" AS unavailable")[0].rsplit(" AS ", 1)[-1]
     assert ctx.rel.history not in unavailable, "v_unavailable counts the stage's placeholders alone"
-    assert re.search(r"\(SELECT COUNT\(\*\) FROM \S+__history\" h .*\) AS history_recompute", counts, re.S)
+    assert re.search(r"\(SELECT COUNT\(\*\) FROM \S+__history\" h\s.*\) AS history_recompute", counts, re.S)
     late = _on_path(ctx, v_unavailable=0, v_history_recompute=1)
     assert not [s for s in late if _toast_step(ctx, s)], "the current state has no placeholder to fill"
     assert [s for s in late if s.startswith(f"UPDATE {ctx.rel.history}") and "FIRST_VALUE" in s]

@@ -145,43 +145,32 @@ def _under_subquery(line: str) -> str:
 def history_counts(ctx: TableSql, pad: str) -> dict[str, str]:
     """What the batch's counts add with a history (lines after the first start with
     `pad`): `RECOMPUTE`, the stored versions of its keys that need the full recompute of
-    their intervals, not the short path (`_closing_sql`). Those that hold a TOAST
-    placeholder, whose value an event inserted before them changes; and (full envelope)
-    those at or after the oldest source position of their key's changes in the batch (all
-    of them when a change has none): an event inserted before or at a stored version's
-    position. The batch's oldest position bounds the scan; the key's own decides, so a
-    batch that holds an older event of another key (a partition read later than another:
-    Kafka orders records only within one) keeps the short path. Only
+    their intervals, not the short path (`_closing_sql`). Full envelope: those at or after
+    the oldest source position of their key's changes in the batch (all of them when a
+    change has none): an event inserted before or at a stored version's position, which
+    may also change the value a stored TOAST placeholder took (a placeholder before every
+    change of the batch keeps it). The batch's oldest position bounds the scan; the key's
+    own decides, so a batch that holds an older event of another key (a partition read
+    later than another: Kafka orders records only within one) keeps the short path. Only
     changes become versions: a tombstone (Debezium's default after every delete) has no
     position, and neither may a quarantined record; counting them would send every batch
     with a delete to the full recompute; nor are the stored versions of keys whose only
-    records in the batch are such (no version of theirs is inserted). The batch's own
-    placeholders are `v_unavailable`'s (the current state's TOAST step). Unwrapped topics
-    without TOAST-able columns always recompute (`_touched_intervals`): no count."""
-    if ctx.table.history is None:
+    records in the batch are such (no version of theirs is inserted). Unwrapped topics
+    recompute every batch's keys (`_touched_intervals`): those with TOAST-able columns
+    count the stored versions of the batch's keys that hold a placeholder, which the
+    recompute then fills (the batch's own placeholders are `v_unavailable`'s, the current
+    state's TOAST step); those without count nothing."""
+    if ctx.table.history is None or unwrapped(ctx) and not toast_columns(ctx):
         return {}
-    placeholder = ["h._unavailable LIKE '%|%|%'"] if toast_columns(ctx) else []
-    later = (
-        []
-        if unwrapped(ctx)
-        else [
-            f"COALESCE(h._valid_from_pos, '') >= (SELECT MIN(COALESCE(s._source_pos, ''))"
-            f"{_UNDER}FROM {ctx.rel.stage} s WHERE s._action IN {APPLIED})"
-        ]
-    )
-    conditions = [*placeholder, *later]
-    if not conditions:
-        return {}
-    which = (
-        f"\n{pad}     WHERE {conditions[0]}"
-        if len(conditions) == 1
-        else f" WHERE ({conditions[0]}\n{pad}         OR {conditions[1]})"
-    )
     touched = key_match(ctx.d, ctx.keys, "s", "h")
-    if later:  # the key's own first change decides; the batch's oldest only prunes the scan
-        own = "COALESCE(s._source_pos, '') <= COALESCE(h._valid_from_pos, '')"
-        touched += f"\n{pad}           AND " + (f"({placeholder[0]} OR {own})" if placeholder else own)
-    which = "\n".join(_under_subquery(line) for line in which.split("\n"))
+    if unwrapped(ctx):
+        which = f"\n{pad}     WHERE h._unavailable LIKE '%|%|%'"
+    else:  # the key's own first change decides; the batch's oldest only prunes the scan
+        which = "\n" + _under_subquery(
+            f"{pad}     WHERE COALESCE(h._valid_from_pos, '') >= (SELECT MIN(COALESCE(s._source_pos, ''))"
+            f"{_UNDER}FROM {ctx.rel.stage} s WHERE s._action IN {APPLIED})"
+        )
+        touched += f"\n{pad}           AND COALESCE(s._source_pos, '') <= COALESCE(h._valid_from_pos, '')"
     return {
         RECOMPUTE: f"(SELECT COUNT(*) FROM {ctx.rel.history} h{which}\n"
         f"{pad}       AND EXISTS (SELECT 1 FROM {ctx.rel.stage} s WHERE s._action IN {APPLIED} AND {touched}))"
