@@ -21,9 +21,10 @@ def upsert_winner(row: str = "s") -> str:
 
 def toast_sql(ctx: TableSql) -> str:
     """Winners whose columns carried the TOAST placeholder take the value from the newest
-    earlier event of the batch that had it, else keep the value stored in the target: one UPDATE, one CASE per column, over what is
-    known for each such winner (`u`: per column the rank of the newest earlier event that
-    had it and that event's value, and the newest stored row's). A delete ends the key's
+    earlier event of the batch that had it, else keep the value stored in the target: one
+    UPDATE, one CASE per column, over what is known for each such winner (`u`: per column
+    the rank of the newest earlier event that had it and that event's value, the newest
+    stored row's, and `unknown__`, the columns still without one). A delete ends the key's
     values: an event before the batch's newest delete of the key (`deleted__`, the lowest
     rank of its deletes before the winner), a stored row when the batch deletes the key,
     and a soft-deleted row hold none. A winner left with a column of no known value is
@@ -38,10 +39,10 @@ def toast_sql(ctx: TableSql) -> str:
         f" WHEN u.stored THEN u.stored{i} ELSE s.{q(c)} END"
         for i, (c, mark) in enumerate(zip(cols, marked, strict=True))
     ]
-    # The columns still without a value (none in the batch, and no stored row alive to keep
-    # it from, nor one newer that makes the winner stale): the winner is quarantined, its
-    # reason names them. An applied winner keeps its marks: its history version takes the
-    # previous version's value, which a late event may change.
+    # The columns still without a value (none in the batch, no stored row alive to keep it
+    # from, and no newer one that makes the winner stale): the winner is quarantined and its
+    # marks name them for its reason. An applied winner keeps its marks: its history version
+    # takes the previous version's value, which a late event may change.
     still = " || ".join(
         f"CASE WHEN v._unavailable LIKE {mark} AND v.rn{i} IS NULL THEN {quote_literal(c + '|')} ELSE '' END"
         for i, (c, mark) in enumerate(zip(cols, marked, strict=True))
