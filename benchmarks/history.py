@@ -27,12 +27,16 @@ def history_pipeline() -> Pipeline:
     return parse_pipeline(doc)
 
 
+def history_table(pipeline: Pipeline) -> str:
+    """The quoted name of the benchmarked table's history."""
+    n = table_names(pipeline, pipeline.table(TABLE))
+    return f"{quote_ident(n.schema)}.{quote_ident(n.history)}"
+
+
 def fill_history_sql(pipeline: Pipeline, rel: Relations) -> str:
     """One current version per target row."""
-    n = table_names(pipeline, pipeline.table(TABLE))
-    history = f"{quote_ident(n.schema)}.{quote_ident(n.history)}"
     return (
-        f"INSERT INTO {history} (customer_id, name, mktsegment, _valid_from, _valid_from_pos, _op, _is_current,\n"
+        f"INSERT INTO {history_table(pipeline)} (customer_id, name, mktsegment, _valid_from, _valid_from_pos, _op, _is_current,\n"
         "  _kafka_partition, _kafka_offset, _kafka_timestamp)\n"
         "SELECT customer_id, name, mktsegment, _source_ts, _source_pos, 'c', true, _kafka_partition, _kafka_offset, _source_ts\n"
         f"FROM {rel.target}"
@@ -93,9 +97,7 @@ def history(b: Bench) -> None:
     # A TOASTed column: PostgreSQL sends an update that leaves it unchanged with the
     # placeholder, so many stored versions hold one (filled from the version before). The
     # batch follows them all, so it keeps the short path.
-    n_ = table_names(pipeline, pipeline.table(TABLE))
-    history_table = f"{quote_ident(n_.schema)}.{quote_ident(n_.history)}"
-    b.wh.execute(f"UPDATE {history_table} SET _unavailable = '|name|' WHERE _kafka_offset % 10 = 0")
+    b.wh.execute(f"UPDATE {history_table(pipeline)} SET _unavailable = '|name|' WHERE _kafka_offset % 10 = 0")
     b.wh.execute("VACUUM ANALYZE")
     placeholders = _side_by_side(b, calls, "stored placeholders, ")
     for name, m_ in placeholders.items():
