@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import venv
@@ -18,6 +19,20 @@ import pytest
 from tests.helpers import REPO
 from tests.test_without_spark import write_run_folder
 
+UNSHIPPED = (
+    ".git",
+    ".venv*",
+    "build",
+    "dist",
+    "*.egg-info",
+    "__pycache__",
+    ".pytest_cache",
+    ".hypothesis",
+    ".redshift-sync",
+    "spark-warehouse",
+    "metastore_db",
+)
+
 
 def sh(*args: str, cwd: Path, env: dict | None = None, timeout: int = 600) -> subprocess.CompletedProcess:
     out = subprocess.run(list(args), capture_output=True, text=True, cwd=cwd, env=env, timeout=timeout)
@@ -27,9 +42,13 @@ def sh(*args: str, cwd: Path, env: dict | None = None, timeout: int = 600) -> su
 
 @pytest.fixture(scope="module")
 def wheel(tmp_path_factory) -> Path:
-    """The wheel built from this checkout (once for the module)."""
+    """The wheel built from this checkout (once for the module), from a private copy of it:
+    setuptools builds in the source tree's `build/` folder, so two test workers building from
+    the checkout itself race on it ("File exists: build/bdist...")."""
     root = tmp_path_factory.mktemp("wheel")
-    sh(sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(root), str(REPO), cwd=root)
+    source = root / "source"
+    shutil.copytree(REPO, source, ignore=shutil.ignore_patterns(*UNSHIPPED))
+    sh(sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(root), str(source), cwd=root)
     (built,) = root.glob("redshift_sync-*.whl")
     return built
 
