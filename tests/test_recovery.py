@@ -255,6 +255,12 @@ def test_recovery_sql_is_redshift_sql_with_every_identifier_quoted(table_name):
         *recovery.reset_positions_sql(d, pipeline, table),
         *recovery.rebase_offsets_sql(d, pipeline, table, at, {0: 3, 2: 0}, {0, 1}),
     ]
+    # The history's positions and the run log's reset row (what a history rebuild checks).
+    statements[-1:-1] = [
+        recovery.history_positions_sql(d, pipeline, table, apply=False),
+        recovery.history_positions_sql(d, pipeline, table, apply=True),
+        recovery.reset_positions_logged_sql(d, pipeline, table),
+    ]
     assert len(recovery.reset_positions_sql(d, pipeline, table)) == (2 if table.delete_mode == "hard" else 1)
     for statement in statements:
         tree = sqlglot.parse_one(statement, read="redshift")

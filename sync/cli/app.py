@@ -974,9 +974,10 @@ def reset_positions(
     if reread_from is not None and not reread:
         raise CliError(f"--reread-from {reread_from!r} is not a watermark like 0:17,1:5 (partition:offset, comma-separated)")
     result = run_recovery(partial(run_reset, reread_from=reread), table, yes, config, dsn)
-    what = f"{result.target_rows} row(s) of {table}" + (
-        f" and {result.deleted_keys} deleted key(s)" if result.deleted_keys is not None else ""
-    )
+    parts = [f"{result.target_rows} row(s) of {table}"]
+    parts += [f"{result.deleted_keys} deleted key(s)"] if result.deleted_keys is not None else []
+    parts += [f"{result.history_versions} history version(s)"] if result.history_versions is not None else []
+    what = " and ".join([", ".join(parts[:-1]), parts[-1]] if len(parts) > 1 else parts)
     if result.applied:
         again = f"; the next sync reads again the records after {reread_from}" if reread else ""
         console.print(

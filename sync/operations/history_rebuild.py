@@ -32,6 +32,7 @@ from sync.operations.loss import EXPLAINED
 from sync.sql.history_rebuild import DIFFERING_COLUMNS, SNAPSHOT, TEMPORARY, RebuildSql, Side
 from sync.sql.history_snapshot import snapshot_version
 from sync.sql.policy import has_policies
+from sync.sql.recovery import reset_positions_logged_sql
 from sync.warehouse import Warehouse
 
 
@@ -154,7 +155,15 @@ def rebuild_history(wh: Warehouse, pipeline: Pipeline, table_name: str, apply: b
     """Rebuild the history of the table; replaces stored versions only with `apply`, and
     over a gap only with `accept_gap`."""
     table = history_table(pipeline, table_name)
-    sql = RebuildSql(wh.dialect.bind_schema(pipeline.schema), pipeline, table, f"history_rebuild_{secrets.token_hex(6)}")
+    d = wh.dialect.bind_schema(pipeline.schema)
+    reset_at = wh.scalar(reset_positions_logged_sql(d, pipeline, table))
+    if reset_at is not None:
+        raise ConfigError(
+            f"history rebuild: the source positions of table {table.name} were reset at {reset_at} (reset-positions): "
+            "the stream's records from before and after it have positions that do not compare, and a rebuild orders "
+            "them by position. The stored history keeps both in order (docs/correctness.md, History mode)"
+        )
+    sql = RebuildSql(d, pipeline, table, f"history_rebuild_{secrets.token_hex(6)}")
     q = sql.d.q
 
     def attempt() -> Rebuild:

@@ -56,6 +56,7 @@ class PositionReset:
     deleted_keys: int | None  # the same in the deleted-keys table (None: soft deletes)
     applied: bool
     reread_from: dict[int, int] | None = None  # the watermark the next sync reads again from
+    history_versions: int | None = None  # the history's versions whose positions were cleared (None: no history)
 
 
 def parse_watermark(text: str | None) -> dict[int, int] | None:
@@ -73,14 +74,22 @@ def parse_watermark(text: str | None) -> dict[int, int] | None:
 def reset_positions(
     wh: Warehouse, pipeline: Pipeline, table_name: str, apply: bool, reread_from: dict[int, int] | None = None
 ) -> PositionReset:
-    """Clear the source positions stored in the target and the deleted-keys table, in one
+    """Clear the source positions stored in the target, the deleted-keys table and the
+    history (its versions then precede every new event's: `history_positions_sql`), in one
     transaction under the procedure's lock, and log it (run again after a serialization
     conflict, `[operations] conflict_attempts`). With `reread_from` (a watermark), the
     watermark moves back to it too, so that the next sync applies the records read since
     then, which the stored positions made stale (partitions it does not name are read from
     their first record)."""
-    if pipeline.table(table_name).order_by == "kafka":
+    table = pipeline.table(table_name)
+    if table.order_by == "kafka":
         raise ConfigError(f'table {table_name!r} has order_by = "kafka": it stores no source positions to reset')
+    if table.history is not None and reread_from is not None:
+        raise ConfigError(
+            f"--reread-from: table {table_name} keeps a history, which holds the records after the watermark as "
+            "versions at their new positions, below the old ones: reading them again would add them twice. "
+            "Reset without --reread-from (the history then keeps them where they are)"
+        )
     return retry_conflicts(conflict_policy(pipeline), lambda: _reset_positions(wh, pipeline, table_name, apply, reread_from))[0]
 
 
@@ -91,6 +100,7 @@ def _reset_positions(
         if apply:
             watermark_before = wh.scalar(sql.watermark_text_sql(d, pipeline, table))
             counts = [wh.execute(stmt) for stmt in sql.reset_positions_sql(d, pipeline, table)]
+            versions = wh.execute(sql.history_positions_sql(d, pipeline, table, apply)) if table.history else None
             if reread_from is not None:
                 _rewind(wh, pipeline, table, d, reread_from)
             watermark = wh.scalar(sql.watermark_text_sql(d, pipeline, table))
@@ -109,7 +119,8 @@ def _reset_positions(
             )
         else:
             counts = [int(wh.scalar(stmt)) for stmt in sql.positioned_rows_sql(d, pipeline, table)]
-    return PositionReset(table.name, counts[0], counts[1] if len(counts) > 1 else None, apply, reread_from)
+            versions = int(wh.scalar(sql.history_positions_sql(d, pipeline, table, apply))) if table.history else None
+    return PositionReset(table.name, counts[0], counts[1] if len(counts) > 1 else None, apply, reread_from, versions)
 
 
 def _rewind(wh: Warehouse, pipeline: Pipeline, table: TableConfig, d: PostgresDialect, reread_from: dict[int, int]) -> None:

@@ -21,7 +21,7 @@ from datetime import datetime, timedelta
 
 from sync.config import Pipeline, TableConfig
 from sync.sql import schemas
-from sync.sql.dialect import PostgresDialect
+from sync.sql.dialect import PostgresDialect, quote_literal
 from sync.sql.names import RUN_LOG, table_names
 from sync.sql.procedure import WATERMARK_ITEM
 from sync.sql.procedure.routing import run_log_columns
@@ -85,6 +85,31 @@ def reset_positions_sql(d: PostgresDialect, pipeline: Pipeline, table: TableConf
         + ";"
         for r in _positioned_relations(pipeline, table)
     ]
+
+
+def history_positions_sql(d: PostgresDialect, pipeline: Pipeline, table: TableConfig, apply: bool) -> str:
+    """The history's versions that hold a source position: cleared (`apply`), or counted.
+    A cleared version sorts before every version at a position (NULLS FIRST), so the new
+    server's events follow the old server's versions, and its intervals stay as they are:
+    a batch's first event closes each key's current version, as after any stored version
+    (sync/sql/procedure/history.py)."""
+    n = table_names(pipeline, table)
+    held = f"{d.q('_valid_from_pos')} IS NOT NULL OR {d.q('_valid_to_pos')} IS NOT NULL"
+    history = d.qualified(n.schema, n.history)
+    if not apply:
+        return f"SELECT COUNT(*)\nFROM {history}\nWHERE {held};"
+    return (
+        "-- The old server's versions sort before every new event's (NULLS FIRST).\n"
+        f"UPDATE {history}\nSET {d.q('_valid_from_pos')} = NULL, {d.q('_valid_to_pos')} = NULL\nWHERE {held};"
+    )
+
+
+def reset_positions_logged_sql(d: PostgresDialect, pipeline: Pipeline, table: TableConfig) -> str:
+    """When the table's positions were last reset (NULL: never), from the run log."""
+    return (
+        f"SELECT MAX({d.q('started_at')})\nFROM {d.qualified(pipeline.schema, RUN_LOG)}\n"
+        f"WHERE {d.q('table_name')} = {quote_literal(table.name)} AND {d.q('status')} = '{RESET_POSITIONS}';"
+    )
 
 
 def offset_regressions_sql(d: PostgresDialect, pipeline: Pipeline, table: TableConfig) -> str:
