@@ -77,13 +77,16 @@ event-flattening.adoc, all in the debezium/debezium repository):
   the key's later records with the new count ("The default partitioner's mapping logic
   ... changes when the partition count increases", KAFKA-20030): they may land in
   another, lower or higher, partition. Each record carries a timestamp: CreateTime is the
-  producer's clock when it sends (non-decreasing in delivery order here; knob `clock`:
-  1 ms per record, or one ms per transaction, so records of other partitions tie), or
-  LogAppendTime (`timestamp_type = "L"`), the broker's clock at append, which in this
-  sequential delivery runs the same way. Not generated: a timestamp tie between two
-  records of ONE key in two partitions (the growth falls between transactions when the
-  clock ticks per transaction), a clock that steps back (tests/test_partition_increase.py
-  pins both).
+  producer's clock when it sends (non-decreasing in send order; knob `clock`: 1 ms per
+  record, or one ms per transaction, so records of other partitions tie), or
+  LogAppendTime (`timestamp_type = "L"`), the broker's clock at append. Knob `late`: one
+  partition's records over a window of the sends are appended after the other
+  partitions' (a retried send, `delay_partition`), so after a growth a key's older
+  records can be read after its newer ones, in the same batch or a sync later; each
+  partition keeps its order, and its LogAppendTimes rise. Not generated: a CreateTime
+  tie between two records of ONE key in two partitions (the growth falls between
+  transactions when the clock ticks per transaction), a clock that steps back
+  (tests/test_partition_increase.py pins both).
 - At-least-once: "if the connector stops unexpectedly ... the connector restarts from the
   last recorded offset" and re-sends what follows (DOC-PG/DOC-MY "when things go wrong"):
   a restart re-sends the emitted events from any earlier event, mid-transaction included
@@ -211,6 +214,10 @@ class Connector:
     # "transaction" (or run) is sent within one ms, so records of partitions tie.
     clock: Literal["record", "transaction"] = "record"
     timestamp_type: Literal["C", "L"] = "C"  # CreateTime (producer) or LogAppendTime (broker)
+    # One partition appended late: its records sent as delivered records `late[0]` to
+    # `late[1] - 1` become readable only after the other partitions' records sent up to
+    # `late[1] - 1` (a retried send; see `delay_partition`). None: none.
+    late: tuple[int, int, int] | None = None  # (first, end, partition)
 
 
 @dataclass(frozen=True)
@@ -554,7 +561,37 @@ def deliver(events: Sequence[Event], connector: Connector, restarts: Sequence[Re
             out.records.append({"partition": p, "offset": offsets[p], **timestamp, "key": key, "value": value})
             out.sent.append(i)
             offsets[p] += 1
-    return out
+    return delay_partition(out, c) if c.late is not None else out
+
+
+def delay_partition(out: Delivery, c: Connector) -> Delivery:
+    """`out` with the records of partition `c.late[2]` among delivered records
+    `c.late[0]`..`c.late[1] - 1` appended after the other records up to `c.late[1] - 1`:
+    the producer's send to that partition failed and was retried, while its sends to the
+    other partitions succeeded ("retries ... may change the ordering of records" across
+    partitions; within one, the idempotent producer keeps the send order: Kafka producer
+    configs, `retries`, `enable.idempotence`). Offsets are unchanged (each partition
+    keeps its order); a CreateTime stays the send time, a LogAppendTime becomes the time
+    of the append, that of the last record sent before it.
+    After a partition increase a key's older records may so be read after its newer ones
+    in its new partition, a sync later (tests/test_history.py,
+    `test_late_older_event_splits_an_interval_after_a_partition_increase`)."""
+    first, end, partition = c.late  # type: ignore[misc]
+    window = range(first, min(end, len(out.records)))
+    held = [n for n in window if out.records[n]["partition"] == partition]
+    others = [n for n in window if n not in held]
+    if not held or not others:
+        return out
+    order = [n for n in range(len(out.records)) if n not in held]
+    at = order.index(others[-1]) + 1
+    order[at:at] = held
+    appended = out.records[others[-1]]["timestamp"]
+
+    def record(n: int) -> dict[str, Any]:
+        r = out.records[n]
+        return r | {"timestamp": max(r["timestamp"], appended)} if n in held and c.timestamp_type == "L" else r
+
+    return Delivery([record(n) for n in order], [out.sent[n] for n in order], out.runs)
 
 
 def batches(records: Sequence[Any], cuts: Iterable[int]) -> list[tuple[int, int]]:

@@ -255,3 +255,23 @@ def test_model_fills_an_unchanged_toasted_name_from_the_live_row_and_quarantines
     # The update alone (its insert never read): there is no earlier value to take.
     alone = DeliveryModel(_table("postgres-lsn")).add(records[1:])
     assert alone.rows() == {} and list(alone.quarantine().values()) == [("toast", "name")]
+
+
+@pytest.mark.parametrize("timestamp_type", ["C", "L"])
+def test_a_partition_appended_late_puts_a_keys_older_record_after_its_newer_one(timestamp_type):
+    """After the topic grew from 1 to 3 partitions the key's later records go to another
+    partition; the send of its first record, to partition 0, was retried and appended after
+    them. Each partition keeps its order and offsets; a LogAppendTime is the append's."""
+    key = next(k for k in ((i, r) for i in range(10) for r in ("eu", "us")) if partition_of(k, 3) != 0)
+    history = History(tuple((Change("write", key, row(key, name)),) for name in ("a", "b", "c")))
+    grown = Connector(source="postgres", partitions=1, grow_to=3, grow_at=1, timestamp_type=timestamp_type)
+    in_order = deliver(emit(history, grown), grown)
+    late = deliver(emit(history, grown), Connector(**{**grown.__dict__, "late": (0, 3, 0)}))
+    assert [r["value"]["after"]["NAME"] for r in in_order.records] == ["a", "b", "c"]
+    assert [r["value"]["after"]["NAME"] for r in late.records] == ["b", "c", "a"]
+    assert late.sent == [1, 2, 0]
+    assert [(r["partition"], r["offset"]) for r in late.records] == [
+        (r["partition"], r["offset"]) for r in in_order.records[1:] + in_order.records[:1]
+    ]
+    stamps = [r["timestamp"] for r in late.records]
+    assert stamps[2] == (stamps[1] if timestamp_type == "L" else in_order.records[0]["timestamp"])
