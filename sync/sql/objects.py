@@ -200,7 +200,10 @@ def history_objects(d: PostgresDialect, pipeline: Pipeline, table: TableConfig) 
     """The history table: distributed on the key like the target (a key's versions on one
     slice, so the procedure's join with the stage is collocated), sorted by the key, then
     `_valid_from` (a key's versions in order; a range of times is a range of blocks per key).
-    PostgreSQL, which has neither, gets an index on the key and position instead."""
+    PostgreSQL, which has neither, gets an index on the key instead: every lookup names a
+    key, whose few versions are read whole, and an index entry without the position (about
+    40 bytes of text) keeps the index small, which is what each batch's inserts pay for
+    (`python -m benchmarks --phase history`)."""
     n = table_names(pipeline, table)
     keys = [c.target_name for c in table.key_columns]
     lines = schemas.definitions(d, schemas.history(table), quoted=True)
@@ -209,7 +212,7 @@ def history_objects(d: PostgresDialect, pipeline: Pipeline, table: TableConfig) 
     objects = [SqlObject("table", n.schema, n.history, sql, table.name)]
     if not d.streaming_ingestion:
         index = f"{table.name}__h_key"
-        columns = ", ".join([*(d.q(k) for k in keys), "_valid_from_pos"])
+        columns = ", ".join(d.q(k) for k in keys)
         on = d.qualified(n.schema, n.history)
         objects.append(
             SqlObject("index", n.schema, index, f"CREATE INDEX IF NOT EXISTS {d.q(index)} ON {on} ({columns});", table.name)
