@@ -116,8 +116,23 @@ def pg_server_dsn() -> Iterator[str]:
         import pgserver
 
         server = pgserver.get_server(tmp, cleanup_mode="delete")
+        _without_flushes(server.get_uri())
         yield server.get_uri()
         server.cleanup()
+
+
+def _without_flushes(dsn: str) -> None:
+    """A throwaway server's data need not survive an operating-system crash: no fsync, no
+    full-page images (the manual, "Write Ahead Log": with fsync off "the database might
+    not be able to recover after an operating system crash"; a crash of the server itself
+    loses nothing committed, as every commit still writes its WAL to the kernel). The
+    session creates a database per test and commits thousands of times. The crash tests
+    (test_reliability_crash.py) restart a server of their own, with the defaults."""
+    admin = connect(dsn)
+    for setting in ("fsync", "full_page_writes"):
+        admin.execute(f"ALTER SYSTEM SET {setting} = off")
+    admin.execute("SELECT pg_reload_conf()")
+    admin.close()
 
 
 _db_counter = itertools.count()

@@ -30,6 +30,37 @@ VENVS_ENV_VAR = "REDSHIFT_SYNC_TEST_VENVS"
 SIDE_RUN_ENV_VAR = "REDSHIFT_SYNC_TEST_SPARK_SIDE_RUN"
 
 
+# The tests a side venv runs (file, test function): every line of backfill/ that the quick
+# Spark tests run on the driver is run by one of them (a greedy cover of the per-test line
+# coverage, `python scripts/side_run_cover.py`), and the property tests, whose drawn values
+# meet each version's casts and functions (ANSI mode is on by default from Spark 4.0). The
+# rest call the same Spark API with other data; they run on the newest PySpark with the
+# rest of the suite.
+SIDE_RUN_TESTS = {
+    ("test_keyless_backfill.py", "test_a_cluster_run_folder_loads_the_same_multiset"),
+    ("test_backfill_merge.py", "test_cli_backfill_parquet_and_spark_submit_job"),
+    ("test_backfill_snapshot_gaps.py", "test_plain_json_export_loads_with_values_decoded"),
+    ("test_keyless_reconcile_floats.py", "test_float_columns_reconcile_by_row_hash_and_a_one_bit_change_is_found"),
+    ("test_backfill_tombstones.py", "test_snapshot_without_any_source_time_never_replaces_a_stream_row"),
+    ("test_reconcile.py", "test_changed_value_needs_a_checksum_to_be_seen"),
+    ("test_row_topics.py", "test_the_topic_archive_gives_the_same_table_as_the_stream"),
+    ("test_backfill_snapshot_gaps.py", "test_snapshot_older_than_a_column_loads_it_as_null_with_a_note"),
+    ("test_semantic_parity.py", "test_typed_snapshot_columns_still_encoded_are_decoded"),
+    ("test_source_positions.py", "test_backfill_positions_equal_the_procedures"),
+    ("test_backfill_snapshot_gaps.py", "test_plain_json_export_is_rejected_as_wire_encoding_with_a_hint"),
+    ("test_backfill_snapshot_gaps.py", "test_snapshot_without_the_key_column_is_refused"),
+    ("test_inputs.py", "test_s3_sink_layout_recovers_every_offset"),
+    ("test_semantic_parity.py", "test_bytes_columns_are_refused_with_a_clear_message"),
+    ("test_row_topics.py", "test_snapshot_rows_hand_over_to_the_stream_by_the_column"),
+    ("test_backfill_snapshot_gaps.py", "test_values_decoded_is_refused_for_change_events"),
+    # the property tests
+    ("test_canonical.py", "test_spark_and_postgres_agree"),
+    ("test_float_text.py", "test_a_double_has_one_exact_text_in_spark_and_postgres"),
+    ("test_float_text.py", "test_a_real_has_the_text_of_its_double_in_spark_and_postgres"),
+    ("test_semantic_parity.py", "test_property_spark_decodes_like_the_reference"),
+}
+
+
 def property_examples(count: int) -> int:
     """A Spark property test's example count: a quarter of it (at least 5) in a side venv.
     The side runs prove the job on the API an older PySpark offers, which a few examples
