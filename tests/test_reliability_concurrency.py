@@ -11,7 +11,8 @@ import time
 import pytest
 
 from sync.local.stream import ingest_file
-from sync.operations.runner import RunSummary, deploy, sync
+from sync.operations import runner
+from sync.operations.runner import RunSummary, call_procedure, deploy, sync
 from sync.sql.names import RUN_LOG
 from sync.warehouse import connect
 from tests.helpers import at_isolation_level, make_pipeline
@@ -34,12 +35,29 @@ def _offsets(text: str | None) -> dict[int, int]:
     return {int(p): int(o) for p, o in (part.split(":") for part in text.split(","))}
 
 
+def _record_conflicts(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The errors of the calls a serialization conflict stopped (each then retried): which
+    statements conflicted, for the failure's message."""
+    conflicts: list[str] = []
+
+    def recorded(*args, **kwargs) -> RunSummary:
+        run = call_procedure(*args, **kwargs)
+        if run.conflict:
+            conflicts.append(run.error or "")
+        return run
+
+    monkeypatch.setattr(runner, "call_procedure", recorded)
+    return conflicts
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize(
     "level",
     [None, "serializable", "repeatable read"],
 )
-def test_concurrent_callers_and_writer_apply_every_record_once(database_dsn, tmp_path, reliability_counts, level, request):
+def test_concurrent_callers_and_writer_apply_every_record_once(
+    database_dsn, tmp_path, reliability_counts, level, request, monkeypatch
+):
     """At the server's default level, and at both of Redshift's (see test_fleet_isolation.py):
     no call is stopped by a serialization conflict, none even retried. Each caller reads its
     call's run-log row inside the call's transaction, from the session's temporary table;
@@ -53,6 +71,7 @@ def test_concurrent_callers_and_writer_apply_every_record_once(database_dsn, tmp
     setup = connect(database_dsn)
     deploy(setup, pipeline, "test")
     history = History(seed=4, keys=300)
+    conflicts = _record_conflicts(monkeypatch)
     writer_done = threading.Event()
     runs: list[tuple[int, RunSummary]] = []
     errors: list[BaseException] = []
@@ -102,7 +121,7 @@ def test_concurrent_callers_and_writer_apply_every_record_once(database_dsn, tmp
     failed = [(n, r) for n, r in runs if r.status != "ok"]
     for n, r in failed:
         assert n == 0 and "lock timeout" in (r.error or ""), f"caller {n}: {r.error}"
-    assert [r.retries for _, r in runs if r.retries] == []
+    assert [r.retries for _, r in runs if r.retries] == [], conflicts
     ok = [r for _, r in runs if r.status == "ok"]
     assert sum(r.events_read for r in ok) == len(history.records)
 
