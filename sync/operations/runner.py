@@ -179,6 +179,18 @@ def call_procedure(wh: Warehouse, pipeline: Pipeline, table_name: str, max_recor
     return call_result(pipeline, table.name, row, time.perf_counter() - started)
 
 
+def isolate_first_pending(wh: Warehouse, pipeline: Pipeline, table_name: str, error: str) -> None:
+    """Quarantine the first pending record with the engine's `error` (record isolation),
+    in a transaction that takes the procedure's lock first, as `call_procedure` does: a
+    CALL made on its own starts its snapshot before the procedure's LOCK, so it read the
+    stream as it was before a prune that held the lock meanwhile, and wrote the
+    quarantine that prune had read: a read/write cycle, which SERIALIZABLE stopped."""
+    table = pipeline.table(table_name)
+    with wh.transaction():
+        wh.execute(lock_sql(wh.dialect.bind_schema(pipeline.schema), pipeline, table))
+        wh.execute(isolate_sql(pipeline, table_name), (error,))
+
+
 def call_result_sql(pipeline: Pipeline, table_name: str) -> str:
     """The run-log row the session's last sync call of the table left in the session's
     temporary result table (sync/sql/procedure/call_result.py), read in the call's own
@@ -248,7 +260,7 @@ def sync_table(
 
     def quarantine_first(error: str) -> None:
         retried[0] += retry_conflicts(
-            policy, lambda: wh.execute(isolate_sql(pipeline, table_name), (error,)), may_retry=may_retry
+            policy, lambda: isolate_first_pending(wh, pipeline, table_name, error), may_retry=may_retry
         )[1]
 
     started = time.perf_counter()
