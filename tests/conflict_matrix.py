@@ -224,14 +224,20 @@ def _runtime_sql(pipeline: Pipeline, table: TableConfig, kind: str) -> list[str]
     where, params = Selection(table.name).where()
     if kind == "sync":  # the procedure's lock first, the CALL and its result (runner.call_procedure)
         return [recovery.lock_sql(d, pipeline, table), call_sql(pipeline, table.name), call_result_sql(pipeline, table.name)]
-    if kind == "isolate":
-        return [_bind(isolate_sql(pipeline, table.name), ["the engine's error"])]
-    if kind == "replay":  # the CALL's result and what failed again, in its transaction
+    if kind == "isolate":  # the procedure's lock first, as for the sync (runner.isolate_first_pending)
+        return [recovery.lock_sql(d, pipeline, table), _bind(isolate_sql(pipeline, table.name), ["the engine's error"])]
+    if kind == "replay":  # the lock, the CALL's result and what failed again, in its transaction
         r = replay_sql(d, pipeline, table, where)
         again = _bind(r.again, [table.name, table.name])
-        return [r.lock, _bind(r.mark, params), call_sql(pipeline, table.name), call_result_sql(pipeline, table.name), again]
+        return [
+            recovery.lock_sql(d, pipeline, table),
+            _bind(r.mark, params),
+            call_sql(pipeline, table.name),
+            call_result_sql(pipeline, table.name),
+            again,
+        ]
     if kind == "discard":
-        return [_bind(sql, params) for sql in discard_sql(d, pipeline, table, where)]
+        return [recovery.lock_sql(d, pipeline, table), _bind(discard_sql(d, pipeline, table, where), params)]
     if kind == "prune":
         return prune_sql(d, pipeline, 30, stream=True).tables[table.name]
     if kind == "backfill":

@@ -18,7 +18,7 @@ from datetime import datetime
 
 from sync.config import Pipeline, TableConfig
 from sync.operations.conflicts import conflict_policy, retry_conflicts
-from sync.operations.runner import RunSummary, call_result, call_result_sql, call_sql
+from sync.operations.runner import RunSummary, call_result, call_result_sql, call_sql, under_table_lock
 from sync.sql import schemas
 from sync.sql.dialect import PostgresDialect, quote_ident
 from sync.sql.names import CALL_RESULT, QUARANTINE, table_names
@@ -170,12 +170,12 @@ def _refuse_unreplayable(wh: Warehouse, pipeline: Pipeline, sel: Selection) -> N
 
 @dataclass(frozen=True)
 class ReplaySql:
-    """A replay: one transaction of `lock`, `mark` (the selection's parameters), the
+    """A replay: one transaction of the table's lock (`runner.under_table_lock`: no sync
+    runs between the marking and the call), `mark` (the selection's parameters), the
     table's CALL, its result (`call_result_sql`) and `again` (parameters: the table name,
     twice), what failed again: besides the session's result table, only the table's own
     relations are read, never the shared run log."""
 
-    lock: str
     mark: str
     again: str
 
@@ -184,8 +184,6 @@ def replay_sql(d: PostgresDialect, pipeline: Pipeline, table: TableConfig, where
     names = table_names(pipeline, table)
     quarantine = d.qualified(names.schema, names.quarantine)
     return ReplaySql(
-        # The procedure's own lock first: no sync runs between the marking and the call.
-        lock=f"LOCK TABLE {d.qualified(names.schema, names.watermark)}{d.lock_mode}",
         mark=f"UPDATE {quarantine} SET handled = 'replaying' WHERE {where}",
         # Replayed records that failed again: quarantined anew by the replay's run.
         again=(
@@ -203,8 +201,7 @@ def _replay_once(wh: Warehouse, pipeline: Pipeline, sel: Selection) -> ReplayRes
     where, params = sel.where()
     sql = replay_sql(wh.dialect.bind_schema(pipeline.schema), pipeline, table, where)
     started = time.perf_counter()
-    with wh.transaction():
-        wh.execute(sql.lock)
+    with under_table_lock(wh, pipeline, table):
         marked = wh.execute(sql.mark, params)
         try:
             wh.execute(call_sql(pipeline, table.name))
@@ -216,13 +213,10 @@ def _replay_once(wh: Warehouse, pipeline: Pipeline, sel: Selection) -> ReplayRes
     return ReplayResult(table.name, max(marked, 0), run, [(str(r), int(n)) for r, n in again])
 
 
-def discard_sql(d: PostgresDialect, pipeline: Pipeline, table: TableConfig, where: str) -> list[str]:
-    """One transaction: the procedure's lock first, then the marking (parameters: the selection's)."""
+def discard_sql(d: PostgresDialect, pipeline: Pipeline, table: TableConfig, where: str) -> str:
+    """The marking (parameters: the selection's), under the table's lock (`discard`)."""
     names = table_names(pipeline, table)
-    return [
-        f"LOCK TABLE {d.qualified(names.schema, names.watermark)}{d.lock_mode}",
-        f"UPDATE {d.qualified(names.schema, names.quarantine)} SET handled = 'discarded', handled_at = {d.now()} WHERE {where}",
-    ]
+    return f"UPDATE {d.qualified(names.schema, names.quarantine)} SET handled = 'discarded', handled_at = {d.now()} WHERE {where}"
 
 
 def discard(wh: Warehouse, pipeline: Pipeline, sel: Selection, apply: bool = True) -> int:
@@ -234,7 +228,5 @@ def discard(wh: Warehouse, pipeline: Pipeline, sel: Selection, apply: bool = Tru
     if not apply:
         names = table_names(pipeline, table)
         return int(wh.scalar(f"SELECT COUNT(*) FROM {d.qualified(names.schema, names.quarantine)} WHERE {where}", params) or 0)
-    lock, mark = discard_sql(d, pipeline, table, where)
-    with wh.transaction():
-        wh.execute(lock)
-        return max(wh.execute(mark, params), 0)
+    with under_table_lock(wh, pipeline, table):
+        return max(wh.execute(discard_sql(d, pipeline, table, where), params), 0)

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
@@ -152,6 +153,16 @@ def unfinished_summary(table_name: str, status: str, duration: float, error: str
     return summary
 
 
+@contextmanager
+def under_table_lock(wh: Warehouse, pipeline: Pipeline, table: TableConfig) -> Iterator[None]:
+    """A transaction whose first statement takes the table's procedure lock: every CALL of
+    the table's procedures runs in one (`call_procedure` says why; the Lambda's Data API
+    batch sends the same LOCK first, sync/aws/data_api.py)."""
+    with wh.transaction():
+        wh.execute(lock_sql(wh.dialect.bind_schema(pipeline.schema), pipeline, table))
+        yield
+
+
 def call_procedure(wh: Warehouse, pipeline: Pipeline, table_name: str, max_records: int | None = None) -> RunSummary:
     """CALL incremental_sync_<table>() and read back the run-log row it wrote. The CALL runs
     in a transaction that takes the procedure's lock first: at REPEATABLE READ and
@@ -164,8 +175,7 @@ def call_procedure(wh: Warehouse, pipeline: Pipeline, table_name: str, max_recor
     names = table_names(pipeline, table)
     started = time.perf_counter()
     try:
-        with wh.transaction():
-            wh.execute(lock_sql(wh.dialect.bind_schema(pipeline.schema), pipeline, table))
+        with under_table_lock(wh, pipeline, table):
             wh.execute(call_sql(pipeline, table.name, max_records))
             row = wh.query(call_result_sql(pipeline, table.name))
     except WarehouseError as exc:
@@ -185,9 +195,7 @@ def isolate_first_pending(wh: Warehouse, pipeline: Pipeline, table_name: str, er
     CALL made on its own starts its snapshot before the procedure's LOCK, so it read the
     stream as it was before a prune that held the lock meanwhile, and wrote the
     quarantine that prune had read: a read/write cycle, which SERIALIZABLE stopped."""
-    table = pipeline.table(table_name)
-    with wh.transaction():
-        wh.execute(lock_sql(wh.dialect.bind_schema(pipeline.schema), pipeline, table))
+    with under_table_lock(wh, pipeline, pipeline.table(table_name)):
         wh.execute(isolate_sql(pipeline, table_name), (error,))
 
 
