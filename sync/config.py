@@ -238,7 +238,15 @@ class HistoryConfig(_Model):
     @field_validator("table")
     @classmethod
     def _table(cls, v: str | None) -> str | None:
-        return None if v is None else _check_target_name(v, "history table name")
+        if v is None:
+            return None
+        _check_target_name(v, "history table name")
+        if "__" in v or v in RESERVED_TABLE_NAMES:
+            raise ValueError(
+                f"history table name {v!r} is a name the generator uses for its own objects "
+                "(names with '__', sync_*): leave `table` out for <name>__history"
+            )
+        return v
 
 
 class TableConfig(_Model):
@@ -303,7 +311,11 @@ class TableConfig(_Model):
     @field_validator("history", mode="before")
     @classmethod
     def _history(cls, v: object) -> object:
-        return {True: {}, False: None}.get(v, v) if isinstance(v, bool) else v
+        if isinstance(v, bool):
+            return {} if v else None
+        if v is not None and not isinstance(v, dict | HistoryConfig):
+            raise ValueError(f'history = {v!r}: write true, false or {{ table = "...", deletes = "close" | "tombstone" }}')
+        return v
 
     @field_validator("name")
     @classmethod
@@ -585,6 +597,17 @@ class Pipeline(_Model):
             )
         if self.heartbeat is not None and self.heartbeat.topic in topics:
             raise ValueError(f"heartbeat: topic {self.heartbeat.topic!r} is a table's topic")
+        # A history table of its own name must not take another relation's (a table's target, another history).
+        taken = set(names)
+        for t in self.tables:
+            if t.history is not None and t.history.table is not None:
+                if t.history.table in taken:
+                    raise ValueError(
+                        f"tables: {t.name}: history table {t.history.table!r} is already the name of a table or of another history "
+                        "in this pipeline: give it a name of its own (or leave `table` out for "
+                        f"{t.name}__history)"
+                    )
+                taken.add(t.history.table)
         return self
 
     @property

@@ -56,6 +56,31 @@ def test_history_in_kafka_order_is_refused():
         make_pipeline(history_toml("acc"))
 
 
+@pytest.mark.parametrize(
+    "table, message",
+    [
+        ("other", "history table 'other' is already the name of a table or of another history"),
+        ("acc", "history table 'acc' is already the name of a table or of another history"),
+        ("other__stage", "a name the generator uses for its own objects"),
+        ("sync_run_log", "a name the generator uses for its own objects"),
+    ],
+)
+def test_a_history_table_name_that_another_relation_has_is_refused(table, message):
+    """`history = { table = "orders" }` on customer generated orders' target twice (`CREATE
+    TABLE IF NOT EXISTS` kept whichever came first) and every later sync failed on a column
+    the other table lacks; the file is refused instead, naming the clash."""
+    acc = history_toml("acc", order_by="postgres-lsn").replace(
+        'history = { deletes = "close" }', f'history = {{ table = "{table}" }}'
+    )
+    with pytest.raises(ConfigError, match=message):
+        make_pipeline(acc + table_toml("other"))
+
+
+def test_a_history_setting_that_is_no_table_says_what_to_write():
+    with pytest.raises(ConfigError, match=r"history = 'yes': write true, false or \{ table = "):
+        make_pipeline(history_toml("acc", order_by="postgres-lsn").replace('history = { deletes = "close" }', 'history = "yes"'))
+
+
 def test_late_older_event_splits_an_interval_after_a_partition_increase(wh):
     """The topic grew from 3 to 4 partitions: the key's update at lsn 300 went to its new
     partition and was read first; its update at lsn 200, in the old partition, was
