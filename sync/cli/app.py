@@ -360,6 +360,7 @@ def status(
     from sync.operations.freshness import table_freshness
     from sync.operations.loss import lost_records
     from sync.operations.ordering import ordering_breaks
+    from sync.operations.positions import missing_positions
     from sync.operations.recovery import regression_warnings
     from sync.operations.runner import status as run_status
 
@@ -372,10 +373,12 @@ def status(
         d = wh.dialect.bind_schema(pipeline.schema)
         breaks = {b.table: b for b in ordering_breaks(wh.query, d, pipeline, deployed)}
         lost = lost_records(wh.query, d, pipeline, deployed)
+        positionless = {m.table: m for m in missing_positions(wh.query, d, pipeline, deployed)}
         warnings = [
             *regression_warnings(wh, pipeline, deployed),
             *(b.message() for b in breaks.values()),
             *(gap.message() for gap in lost),
+            *(m.message() for m in positionless.values()),
         ]
         fresh = table_freshness(wh.query, d, pipeline, deployed)
         durations = call_durations(wh.query, d, pipeline, deployed)
@@ -391,6 +394,7 @@ def status(
                     "freshness": by_table.get(r.table),
                     "ordering_break": breaks[r.table].as_dict() if r.table in breaks else None,
                     "lost_records": [gap.as_dict() for gap in lost if gap.table == r.table],
+                    "records_without_position": positionless[r.table].as_dict() if r.table in positionless else None,
                     "call_seconds": durations[r.table].as_dict() if r.table in durations else None,
                     "statement_seconds": statements[r.table].as_dict() if statements and r.table in statements else None,
                     "warnings": [w for w in warnings if w.startswith(f"{r.table}:")],
