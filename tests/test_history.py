@@ -176,6 +176,35 @@ def test_resent_compressed_transaction_adds_nothing_after_later_changes(wh):
     assert [v[1] for v in versions(wh, "acc") if v[0] == 1] == [0, 100, 200, 300]
 
 
+@pytest.mark.parametrize("first", ["update", "insert"])
+def test_a_resent_run_of_a_compressed_transaction_cut_by_a_batch_adds_nothing(wh, first):
+    """The transaction at pos 7000 (key 1 created and updated) and the next one (key 2, at
+    7050) were sent; a restart re-sends from inside the first, and a sync runs while only
+    part of the re-sent run has arrived (its first record: an update, or the create).
+    The record at another position between the originals and the copy in their partition
+    shows the restart, as it does when the whole re-sent run arrives in one batch: the
+    copies add no version, in either batch, and `history rebuild` finds the same history."""
+    p = setup(wh, history_toml("acc", order_by="mysql-binlog"))
+    tx = [
+        envelope("c", 1, row(1, 1), None, mysql_source(7000)),
+        envelope("u", 1, row(1, 2), row(1, 1), mysql_source(7000)),
+        envelope("u", 1, row(1, 3), row(1, 2), mysql_source(7000)),
+    ]
+    later = envelope("c", 2, row(2, 5), None, mysql_source(7050))
+    feed(wh, p, "acc", [*tx, later])
+    resent = tx[1:] if first == "update" else tx
+    feed(wh, p, "acc", resent[:1])
+    assert [v[1] for v in versions(wh, "acc") if v[0] == 1] == [1, 2, 3]
+    feed(wh, p, "acc", [*resent[1:], later])
+    assert [v[1:4] for v in versions(wh, "acc")] == [
+        (1, "c", *versions(wh, "acc")[0][3:4]),
+        (2, "u", *versions(wh, "acc")[1][3:4]),
+        (3, "u", *versions(wh, "acc")[2][3:4]),
+        (5, "c", *versions(wh, "acc")[3][3:4]),
+    ]
+    assert [v[-1] for v in versions(wh, "acc")] == [False, False, True, True]
+
+
 def test_toast_placeholder_takes_the_previous_versions_value(wh):
     """PostgreSQL sends an unchanged TOASTed value as `__debezium_unavailable_value`
     (Debezium PostgreSQL connector, "toasted values"): every version takes the value of the

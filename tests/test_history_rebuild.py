@@ -19,10 +19,12 @@ from pathlib import Path
 
 import pytest
 
+from sync.config import ConfigError
+from sync.operations.history_rebuild import history_table
 from sync.sql import schemas
 from tests.helpers import feed, make_pipeline, pipeline_toml
 from tests.test_cli import run
-from tests.test_delivery_semantics import TS, envelope, mysql_source, pg_source, setup, tombstone
+from tests.test_delivery_semantics import TS, envelope, mysql_source, pg_source, setup, table_toml, tombstone
 from tests.test_history import history_toml, pg, row
 from tests.test_partition_increase import KEY, NEW, OLD, at, unwrapped
 
@@ -59,6 +61,16 @@ SHAPES = {
             [mysql_tx("c", 0), mysql_tx("u", 100)],
             [mysql_tx("u", 250)],
             [mysql_tx("c", 0), mysql_tx("u", 100), mysql_tx("u", 250)],
+        ],
+    ),
+    # A restart re-sends from inside a compressed transaction after the next one was sent,
+    # and a sync runs before the rest of the re-sent run has arrived.
+    "re-sent compressed run cut by a batch": (
+        {"order_by": "mysql-binlog"},
+        [
+            [mysql_tx("c", 0), mysql_tx("u", 100), mysql_tx("u", 250), envelope("c", 2, row(2, 5), None, mysql_source(1300))],
+            [mysql_tx("u", 100)],
+            [mysql_tx("u", 250), envelope("c", 2, row(2, 5), None, mysql_source(1300))],
         ],
     ),
     "toast placeholders and a late value": (
@@ -324,3 +336,12 @@ def test_history_rebuild_and_sync_run_at_once_without_a_serialization_failure(
     assert rebuild_history(setup_wh, p, "acc").outcome is Outcome.UNCHANGED
     assert len(history(setup_wh)) == 24
     setup_wh.close()
+
+
+def test_history_rebuild_on_a_table_without_history_says_how_to_turn_it_on():
+    pipeline = make_pipeline(table_toml("acc", order_by="postgres-lsn"))
+    assert pipeline.table("acc").history is None
+    with pytest.raises(
+        ConfigError, match=r"keeps no history: set history = true on it in the pipeline file, then run `redshift-sync revision`"
+    ):
+        history_table(pipeline, "acc")

@@ -447,13 +447,13 @@ BEGIN
         AND (b._op = 'd'
           OR NOT (a."list_price" <> b."list_price" OR (a."list_price" IS NULL) <> (b."list_price" IS NULL))
           AND NOT (a."discount_pct" <> b."discount_pct" OR (a."discount_pct" IS NULL) <> (b."discount_pct" IS NULL)))),
-    -- a run as long as its step at least repeats the versions before it: a re-sent copy when
-    -- its step is 1, or a restart shows (its first event cannot follow the version before it,
-    -- or a change at another position lies between them in their partition)
+    -- a re-sent copy: a repeat at a step of 1 (the versions just before it, again), or one where a
+    -- restart shows (its first event cannot follow the version before it, or a change at another
+    -- position lies between them in their partition), however much of the re-sent run the batch holds
     _copy AS (
       SELECT r."product_id", r.pos__, r.imageless__, r.n__
       FROM _rep r
-      JOIN (SELECT "product_id", pos__, imageless__, step__, run__, MIN(n__) AS first__, COUNT(*) AS length__
+      JOIN (SELECT "product_id", pos__, imageless__, step__, run__, MIN(n__) AS first__
             FROM _rep GROUP BY "product_id", pos__, imageless__, step__, run__) g
         ON g."product_id" = r."product_id" AND g.pos__ = r.pos__ AND g.imageless__ = r.imageless__
         AND g.step__ = r.step__ AND g.run__ = r.run__
@@ -461,15 +461,14 @@ BEGIN
         AND x.n__ = g.first__
       JOIN _seq p ON p."product_id" = g."product_id" AND p.pos__ = g.pos__ AND p.imageless__ = g.imageless__
         AND p.n__ = g.first__ - 1
-      WHERE g.length__ >= g.step__
-        AND (g.step__ = 1 OR (x._op = 'c' AND x.prev_op__ IN ('c', 'r', 'u') OR x._op IN ('u', 'd') AND x.prev_op__ = 'd')
-          OR p._kafka_partition = x._kafka_partition
-            AND (EXISTS (SELECT 1 FROM "inventory"."prices__history" o WHERE o._kafka_partition = x._kafka_partition
-                   AND o._kafka_offset > p._kafka_offset AND o._kafka_offset < x._kafka_offset AND o._op IN ('c', 'r', 'u')
-                   AND COALESCE(o._valid_from_pos, '') <> x.pos__)
-              OR EXISTS (SELECT 1 FROM "inventory"."prices__stage" o WHERE o._kafka_partition = x._kafka_partition
-                   AND o._kafka_offset > p._kafka_offset AND o._kafka_offset < x._kafka_offset AND o._op IN ('c', 'r', 'u')
-                   AND o._source_pos <> x.pos__))))
+      WHERE g.step__ = 1 OR (x._op = 'c' AND x.prev_op__ IN ('c', 'r', 'u') OR x._op IN ('u', 'd') AND x.prev_op__ = 'd')
+        OR p._kafka_partition = x._kafka_partition
+          AND (EXISTS (SELECT 1 FROM "inventory"."prices__history" o WHERE o._kafka_partition = x._kafka_partition
+                 AND o._kafka_offset > p._kafka_offset AND o._kafka_offset < x._kafka_offset AND o._op IN ('c', 'r', 'u')
+                 AND COALESCE(o._valid_from_pos, '') <> x.pos__)
+            OR EXISTS (SELECT 1 FROM "inventory"."prices__stage" o WHERE o._kafka_partition = x._kafka_partition
+                 AND o._kafka_offset > p._kafka_offset AND o._kafka_offset < x._kafka_offset AND o._op IN ('c', 'r', 'u')
+                 AND o._source_pos <> x.pos__)))
     SELECT w."product_id", w."list_price", w."discount_pct", w."_valid_from", w."_valid_from_pos", w."_op",
            w."_kafka_partition", w."_kafka_offset", w."_kafka_timestamp", w."_unavailable",
            CASE WHEN w._op IN ('d', 't') THEN w._valid_from
