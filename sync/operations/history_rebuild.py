@@ -105,7 +105,10 @@ class Rebuild:
 def history_table(pipeline: Pipeline, table_name: str) -> TableConfig:
     table = pipeline.table(table_name)
     if table.history is None:
-        raise ConfigError(f"history rebuild: table {table.name} keeps no history (history = true in the pipeline file)")
+        raise ConfigError(
+            f"history rebuild: table {table.name} keeps no history: set history = true on it in the pipeline file, "
+            "then run `redshift-sync revision` and `redshift-sync deploy`"
+        )
     if has_policies(table):
         raise ConfigError(
             f"history rebuild: table {table.name} has column policies, whose hashes depend on the key in use "
