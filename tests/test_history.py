@@ -357,6 +357,23 @@ def test_real_tombstone_stays_when_its_resent_copy_follows_the_recreated_row(wh)
     assert [(v[1], v[2]) for v in versions(wh, "acc")] == [*kept, (40, "u")]
 
 
+@pytest.mark.parametrize("deletes", ["close", "tombstone"])
+def test_a_tombstone_resent_twice_with_the_create_after_it_is_no_delete(wh, deletes):
+    """The key is created (lsn 100), deleted (a tombstone) and created again (lsn 300); two
+    restarts each re-send the tombstone and the create. Each re-sent tombstone follows the
+    re-created row, and the first is followed by a copy that a tombstone follows: but a
+    later copy follows that tombstone too, so the last copy decides, and the batch ends on
+    it. No delete after the re-created row: the tombstones wait (a marker), and the next
+    record, no tombstone, removes them (found by the property test's pg_unwrap_tombstone_history)."""
+    p = setup(wh, history_toml("acc", deletes, format="debezium-unwrap", order_by="postgres-lsn"))
+    run = [tombstone(1), unwrapped(1, 30, 300, "c")]
+    feed(wh, p, "acc", [at(r, 0, n) for n, r in enumerate([unwrapped(1, 10, 100, "c"), *run, *run, *run], 1)])
+    kept = [(10, "c"), (None, "d"), (30, "c")]
+    assert [(v[1], v[2]) for v in versions(wh, "acc") if v[2] != "p"] == kept
+    feed(wh, p, "acc", [at(unwrapped(1, 40, 400, "u"), 0, 9)])
+    assert [(v[1], v[2]) for v in versions(wh, "acc")] == [*kept, (40, "u")]
+
+
 def test_truncate_closes_every_open_version(wh):
     """A truncate (op 't', on_truncate = 'delete') ends every key's open version at its
     position; a key written after it opens a new one. Re-delivered, it adds nothing."""

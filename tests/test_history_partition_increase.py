@@ -21,7 +21,7 @@ import pytest
 
 from tests.helpers import feed
 from tests.test_delivery_semantics import envelope, mysql_source, rows, setup, table_toml, tombstone
-from tests.test_history import history_toml, row, versions
+from tests.test_history import history_toml, pg, row, versions
 from tests.test_partition_increase import KEY, NEW, OLD, at, unwrapped
 
 # The source's history of the key: created (lsn 100), updated (200), deleted, created
@@ -100,3 +100,20 @@ def test_compressed_transaction_split_by_a_partition_increase_ends_at_its_last_c
     for batch in _batches(_compressed_transaction(grown_at), order):
         feed(wh, p, "acc", batch)
     assert rows(wh, "acc") == [(KEY, 250)]
+
+
+def test_a_copy_read_before_its_original_from_a_partition_appended_late_is_one_version(wh):
+    """The topic grew; a restart re-sent the update at lsn 200 to the key's new partition,
+    and that copy was read a sync before the original, which a retried send appended late
+    to the old partition, with an earlier timestamp. Under PostgreSQL's LSNs two changes
+    never share a position, so both records are one version: the first in Kafka order,
+    the original, as one batch and a rebuild take it (found by the property test's
+    pg_history_late, which compares a rebuild with the incremental history)."""
+    p = setup(wh, history_toml("acc", order_by="postgres-lsn"))
+    update = pg("u", 1, 20, 200)
+    feed(wh, p, "acc", [at(update, NEW, 3)])
+    feed(wh, p, "acc", [at(pg("c", 1, 10, 100), OLD, 1), at(update, OLD, 2), at(pg("u", 1, 30, 300), NEW, 4)])
+    got = wh.query(
+        'SELECT balance, _op, _kafka_partition, _kafka_offset, _is_current FROM cdc."acc__history" ORDER BY _valid_from_pos'
+    )
+    assert got == [(10, "c", OLD, 0, False), (20, "u", OLD, 1, False), (30, "u", NEW, 1, True)]

@@ -44,7 +44,20 @@ def test_a_tombstone_waits_as_a_marker_when_the_batch_ends_on_the_copy_before_it
     assert_lines(
         pending, 'WHERE k.tombstone_next__ = 1 AND k."id" = s."id"', 'WHERE k.tombstone_next__ IS NULL AND k."id" = s."id"'
     )
-    assert pending.count("NOT EXISTS") == 1 and pending.count("AND EXISTS") == 1
+    # No copy followed by a tombstone, one followed by nothing: each the key's last copy (no later one).
+    assert pending.count("AND NOT EXISTS (SELECT 1 FROM (SELECT *") == 1 and pending.count("AND EXISTS") == 1
+    assert pending.count('AND NOT EXISTS (SELECT 1 FROM "cdc"."tag__stage" l WHERE') == 2
+
+
+def test_only_the_last_resent_copy_before_a_tombstone_keeps_it():
+    """T c T c T c: a restart re-sent the tombstone and the create twice; the copy a tombstone
+    follows is not the last one, so the tombstone is no delete (the property test's draw
+    pg_unwrap_tombstone_history with two restarts found it)."""
+    assert_lines(
+        pending_tombstones(ONE),
+        "AND NOT EXISTS (SELECT 1 FROM \"cdc\".\"tag__stage\" l WHERE l._action IN ('upsert', 'delete', 'stale', 'truncated') AND l.\"id\" = s.\"id\"",
+        "AND COALESCE(l._source_pos, l._rank_pos) = t._valid_from_pos",
+    )
 
 
 def test_the_markers_of_the_batchs_keys_are_decided_by_it():

@@ -391,6 +391,16 @@ BEGIN
             WHERE r.first__ = 1) f
       WHERE h."product_id" = f."product_id" AND h._is_current AND COALESCE(h._valid_from_pos, '') < f._valid_from_pos;
     END IF;
+    IF v_history_recompute > 0 THEN
+      -- History: a stored version whose change a batch event read late holds at an earlier Kafka
+      -- record (a copy was read first) is that event's: it is deleted, and the INSERT writes the event.
+      DELETE FROM "inventory"."prices__history" h USING "inventory"."prices__stage" s
+      WHERE s._action IN ('upsert', 'delete', 'stale', 'truncated') AND h."product_id" = s."product_id"
+        AND h._valid_from_pos = COALESCE(s._source_pos, s._rank_pos) AND h._op IN ('c', 'r', 'u', 'd')
+        AND (h._kafka_partition = s._kafka_partition AND h._kafka_offset > s._kafka_offset OR h._kafka_partition <> s._kafka_partition
+            AND (h._kafka_timestamp > s._kafka_timestamp OR (COALESCE(h._kafka_timestamp = s._kafka_timestamp, true)
+            AND h._kafka_partition > s._kafka_partition)));
+    END IF;
     -- History: the batch's events as versions of their keys (superseded and late ones too),
     -- each once: a re-delivered copy of versions the history holds adds nothing. Their
     -- intervals among themselves; a recompute below joins them to the stored versions.
@@ -447,13 +457,13 @@ BEGIN
         AND (b._op = 'd'
           OR NOT (a."list_price" <> b."list_price" OR (a."list_price" IS NULL) <> (b."list_price" IS NULL))
           AND NOT (a."discount_pct" <> b."discount_pct" OR (a."discount_pct" IS NULL) <> (b."discount_pct" IS NULL)))),
-    -- a re-sent copy: a repeat at a step of 1 (the versions just before it, again), or one where a
-    -- restart shows (its first event cannot follow the version before it, or a change at another
-    -- position lies between them in their partition), however much of the re-sent run the batch holds
+    -- a re-sent copy: a repeat at a step of 1 (the versions just before it, again), a run as long as
+    -- its step whose first event cannot follow the version before it, or any run with a change at
+    -- another position between them in their partition (however much of the re-sent run the batch holds)
     _copy AS (
       SELECT r."product_id", r.pos__, r.imageless__, r.n__
       FROM _rep r
-      JOIN (SELECT "product_id", pos__, imageless__, step__, run__, MIN(n__) AS first__
+      JOIN (SELECT "product_id", pos__, imageless__, step__, run__, MIN(n__) AS first__, COUNT(*) AS length__
             FROM _rep GROUP BY "product_id", pos__, imageless__, step__, run__) g
         ON g."product_id" = r."product_id" AND g.pos__ = r.pos__ AND g.imageless__ = r.imageless__
         AND g.step__ = r.step__ AND g.run__ = r.run__
@@ -461,7 +471,7 @@ BEGIN
         AND x.n__ = g.first__
       JOIN _seq p ON p."product_id" = g."product_id" AND p.pos__ = g.pos__ AND p.imageless__ = g.imageless__
         AND p.n__ = g.first__ - 1
-      WHERE g.step__ = 1 OR (x._op = 'c' AND x.prev_op__ IN ('c', 'r', 'u') OR x._op IN ('u', 'd') AND x.prev_op__ = 'd')
+      WHERE g.step__ = 1 OR g.length__ >= g.step__ AND (x._op = 'c' AND x.prev_op__ IN ('c', 'r', 'u') OR x._op IN ('u', 'd') AND x.prev_op__ = 'd')
         OR p._kafka_partition = x._kafka_partition
           AND (EXISTS (SELECT 1 FROM "inventory"."prices__history" o WHERE o._kafka_partition = x._kafka_partition
                  AND o._kafka_offset > p._kafka_offset AND o._kafka_offset < x._kafka_offset AND o._op IN ('c', 'r', 'u')

@@ -17,7 +17,7 @@ from sync.sql.procedure.fields import toastable
 from sync.sql.procedure.history_copies import EVENTS, OP, PENDING_OP, TRUNCATED_OP, copies_ctes, new_versions, unwrapped
 from sync.sql.procedure.history_intervals import INTERVAL, intervals, intervals_sql, mark, toast_columns, version_order
 from sync.sql.procedure.history_tombstones import resolved_markers, void_tombstones_sql
-from sync.sql.procedure.ordering import kafka_order
+from sync.sql.procedure.ordering import kafka_later, kafka_order
 from sync.sql.procedure.text import indent, packed
 
 # PostgreSQL gives each change of a row a position of its own (its LSN): two changes of a
@@ -243,6 +243,32 @@ def _closing_first(ctx: TableSql, recomputed: list[str]) -> str:
     return _if_chain([(f"NOT ({none})", _closing_sql(ctx))]) + "\n"
 
 
+def _earlier_record_sql(ctx: TableSql) -> str:
+    """Under an order whose changes never share a position (`UNTIED_ORDERS`), a stored
+    version that a batch event at its key and position precedes in Kafka order gives way to
+    it: a restart re-sent the change to another partition, and the copy was read first
+    (its original's partition was appended late). One record stays the version, the first
+    in Kafka order, as in one batch and in a rebuild; the INSERT after this writes it."""
+    stored = "h._kafka_timestamp"
+    earlier = kafka_later("h", stored, "s", "s._kafka_timestamp", lines=False)
+    return (
+        "-- History: a stored version whose change a batch event read late holds at an earlier Kafka\n"
+        "-- record (a copy was read first) is that event's: it is deleted, and the INSERT writes the event.\n"
+        f"DELETE FROM {ctx.rel.history} h USING {ctx.rel.stage} s\n"
+        f"WHERE {EVENTS} AND {key_match(ctx.d, ctx.keys, 'h', 's')}\n"
+        f"  AND h._valid_from_pos = COALESCE(s._source_pos, s._rank_pos) AND h._op IN ('c', 'r', 'u', 'd')\n"
+        f"  AND {earlier};"
+    )
+
+
+def _earlier_records(ctx: TableSql) -> str:
+    """`_earlier_record_sql` where a stored version may lie at a batch event's position
+    (`RECOMPUTE`): full envelope, untied orders."""
+    if unwrapped(ctx) or ctx.table.order_by not in UNTIED_ORDERS:
+        return ""
+    return _if_chain([(f"{RECOMPUTE} > 0", _earlier_record_sql(ctx))]) + "\n"
+
+
 def history_sql(ctx: TableSql) -> str:
     """The history's statements of a batch with records."""
     branches, otherwise = _touched_intervals(ctx)
@@ -254,4 +280,4 @@ def history_sql(ctx: TableSql) -> str:
         branches = [(TRUNCATES, truncated), *branches]
     recompute = _if_chain(branches, otherwise) if branches else otherwise
     void = f"{void_tombstones_sql(ctx)}\n" if unwrapped(ctx) else ""
-    return f"{_closing_first(ctx, [c for c, _ in branches])}{versions_sql(ctx)}\n{void}{recompute}"
+    return f"{_closing_first(ctx, [c for c, _ in branches])}{_earlier_records(ctx)}{versions_sql(ctx)}\n{void}{recompute}"

@@ -8,12 +8,14 @@ event for event, the run of versions just before it: a repeat at step L (each ev
 same version as the one L places back). At a position of its own (a step of 1) that is
 always a copy. At a tied position (a compressed MySQL transaction: every change of it at
 one position) a transaction that changes a key back and forth repeats too, so a repeat at
-a longer step is taken for a copy only where a restart shows: it starts with an event
-that cannot follow the version before it (an insert of a live row, an update or delete of
-a deleted one), or a change at another position lies between it and that version in
-their partition (a transaction's records are consecutive there unless re-sent). Then it
-is a copy however much of the re-sent run the batch holds: a sync may run while the rest
-is on its way. Deletes without an image (tombstone-only deletes, whose position is the
+a longer step is taken for a copy only where a restart shows: it is as long as its step
+and starts with an event that cannot follow the version before it (an insert of a live
+row, an update or delete of a deleted one), or a change at another position lies between
+it and that version in their partition (a transaction's records are consecutive there
+unless re-sent). The latter shows a restart however much of the re-sent run the batch
+holds (a sync may run while the rest is on its way); the former does not: a shorter run
+may follow a copy no record told from a version (the limit below), whose version would
+then end its key's history in the wrong state. Deletes without an image (tombstone-only deletes, whose position is the
 one ranked before them, not a transaction's) are a sequence of their own at a position:
 one repeats the one before it. Otherwise a repeat is versions, in Kafka order, as the
 current-state merge applies a tie: a restart that stops and resumes within one
@@ -105,13 +107,13 @@ def copies_ctes(ctx: TableSql, columns: list[str], events: str, same_version: st
         f"  FROM _seq a JOIN _seq b ON {key_match(d, ctx.keys, 'a', 'b')} AND a.pos__ = b.pos__\n"
         "    AND a.imageless__ = b.imageless__ AND a.n__ < b.n__\n"
         f"  WHERE b.new__ AND b.members__ > 1 AND a.members__ > 1 AND {same_version}),\n"
-        "-- a re-sent copy: a repeat at a step of 1 (the versions just before it, again), or one where a\n"
-        "-- restart shows (its first event cannot follow the version before it, or a change at another\n"
-        "-- position lies between them in their partition), however much of the re-sent run the batch holds\n"
+        "-- a re-sent copy: a repeat at a step of 1 (the versions just before it, again), a run as long as\n"
+        "-- its step whose first event cannot follow the version before it, or any run with a change at\n"
+        "-- another position between them in their partition (however much of the re-sent run the batch holds)\n"
         "_copy AS (\n"
         f"  SELECT {', '.join(f'r.{k}' for k in keys)}, r.pos__, r.imageless__, r.n__\n"
         "  FROM _rep r\n"
-        f"  JOIN (SELECT {r_keys}, pos__, imageless__, step__, run__, MIN(n__) AS first__\n"
+        f"  JOIN (SELECT {r_keys}, pos__, imageless__, step__, run__, MIN(n__) AS first__, COUNT(*) AS length__\n"
         f"        FROM _rep GROUP BY {r_keys}, pos__, imageless__, step__, run__) g\n"
         f"    ON {key_match(d, ctx.keys, 'g', 'r')} AND g.pos__ = r.pos__ AND g.imageless__ = r.imageless__\n"
         "    AND g.step__ = r.step__ AND g.run__ = r.run__\n"
@@ -119,7 +121,7 @@ def copies_ctes(ctx: TableSql, columns: list[str], events: str, same_version: st
         "    AND x.n__ = g.first__\n"
         f"  JOIN _seq p ON {key_match(d, ctx.keys, 'p', 'g')} AND p.pos__ = g.pos__ AND p.imageless__ = g.imageless__\n"
         "    AND p.n__ = g.first__ - 1\n"
-        f"  WHERE g.step__ = 1 OR {IMPOSSIBLE}\n"
+        f"  WHERE g.step__ = 1 OR g.length__ >= g.step__ AND {IMPOSSIBLE}\n"
         f"    OR {_restart_between(ctx)})\n"
     )
 

@@ -46,16 +46,23 @@ def _events(ctx: TableSql, column: str, window: str) -> str:
 
 
 def _copy_followed(ctx: TableSql, t: str, next_is: str) -> str:
-    """A re-sent copy `k` of the stage event `s` (its key, position and values), later than
-    the tombstone `t`, whose key's next event in the batch, `k.tombstone_next__` (1: a
-    tombstone; NULL: none, the batch ends on it), meets `next_is`."""
+    """The last re-sent copy `k` of the stage event `s` (its key, position and values) in
+    the batch, later than the tombstone `t`, whose key's next event in the batch,
+    `k.tombstone_next__` (1: a tombstone; NULL: none, the batch ends on it), meets
+    `next_is`. The last one: each restart re-sends the copy and, after a real delete, the
+    tombstone; a copy followed by a tombstone that a later copy follows again only shows
+    a restart that re-sent both."""
     d = ctx.d
     events = _events(ctx, "tombstone_next__", "LEAD(CASE WHEN _op IS NULL THEN 1 ELSE 0 END)")
+    later = EVENTS.replace("s._action", "l._action")
     return (
         f"EXISTS (SELECT 1 FROM {events} k\n"
         f"    WHERE {next_is} AND {key_match(d, ctx.keys, 'k', 's')}\n"
         f"      AND COALESCE(k._source_pos, k._rank_pos) = {t}._valid_from_pos{_same_values(ctx, 'k', 's', '      ')}\n"
-        f"      AND {indent(kafka_later('k', 'k._kafka_timestamp', t, f'{t}._kafka_timestamp'), 10).lstrip()})"
+        f"      AND {indent(kafka_later('k', 'k._kafka_timestamp', t, f'{t}._kafka_timestamp'), 10).lstrip()}\n"
+        f"      AND NOT EXISTS (SELECT 1 FROM {ctx.rel.stage} l WHERE {later} AND {key_match(d, ctx.keys, 'l', 's')}\n"
+        f"        AND COALESCE(l._source_pos, l._rank_pos) = {t}._valid_from_pos{_same_values(ctx, 'l', 's', '        ')}\n"
+        f"        AND {indent(kafka_later('l', 'l._kafka_timestamp', 'k', 'k._kafka_timestamp'), 12).lstrip()}))"
     )
 
 
