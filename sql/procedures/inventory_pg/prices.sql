@@ -394,12 +394,15 @@ BEGIN
     IF v_history_recompute > 0 THEN
       -- History: a stored version whose change a batch event read late holds at an earlier Kafka
       -- record (a copy was read first) is that event's: it is deleted, and the INSERT writes the event.
-      DELETE FROM "inventory"."prices__history" h USING "inventory"."prices__stage" s
-      WHERE s._action IN ('upsert', 'delete', 'stale', 'truncated') AND h."product_id" = s."product_id"
-        AND h._valid_from_pos = COALESCE(s._source_pos, s._rank_pos) AND h._op IN ('c', 'r', 'u', 'd')
-        AND (h._kafka_partition = s._kafka_partition AND h._kafka_offset > s._kafka_offset OR h._kafka_partition <> s._kafka_partition
-            AND (h._kafka_timestamp > s._kafka_timestamp OR (COALESCE(h._kafka_timestamp = s._kafka_timestamp, true)
-            AND h._kafka_partition > s._kafka_partition)));
+      DELETE FROM "inventory"."prices__history" USING "inventory"."prices__stage" s
+      WHERE s._action IN ('upsert', 'delete', 'stale', 'truncated') AND "inventory"."prices__history"."product_id" = s."product_id"
+        AND "inventory"."prices__history"._valid_from_pos = COALESCE(s._source_pos, s._rank_pos)
+        AND "inventory"."prices__history"._op IN ('c', 'r', 'u', 'd')
+        AND ("inventory"."prices__history"._kafka_partition = s._kafka_partition AND "inventory"."prices__history"._kafka_offset > s._kafka_offset
+         OR "inventory"."prices__history"._kafka_partition <> s._kafka_partition
+            AND ("inventory"."prices__history"._kafka_timestamp > s._kafka_timestamp
+                 OR (COALESCE("inventory"."prices__history"._kafka_timestamp = s._kafka_timestamp, true)
+                     AND "inventory"."prices__history"._kafka_partition > s._kafka_partition)));
     END IF;
     -- History: the batch's events as versions of their keys (superseded and late ones too),
     -- each once: a re-delivered copy of versions the history holds adds nothing. Their

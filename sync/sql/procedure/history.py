@@ -249,15 +249,16 @@ def _earlier_record_sql(ctx: TableSql) -> str:
     it: a restart re-sent the change to another partition, and the copy was read first
     (its original's partition was appended late). One record stays the version, the first
     in Kafka order, as in one batch and in a rebuild; the INSERT after this writes it."""
-    stored = "h._kafka_timestamp"
-    earlier = kafka_later("h", stored, "s", "s._kafka_timestamp", lines=False)
+    h = ctx.rel.history  # no alias: Redshift's DELETE takes none on its own table
+    earlier = kafka_later(h, f"{h}._kafka_timestamp", "s", "s._kafka_timestamp")
     return (
         "-- History: a stored version whose change a batch event read late holds at an earlier Kafka\n"
         "-- record (a copy was read first) is that event's: it is deleted, and the INSERT writes the event.\n"
-        f"DELETE FROM {ctx.rel.history} h USING {ctx.rel.stage} s\n"
-        f"WHERE {EVENTS} AND {key_match(ctx.d, ctx.keys, 'h', 's')}\n"
-        f"  AND h._valid_from_pos = COALESCE(s._source_pos, s._rank_pos) AND h._op IN ('c', 'r', 'u', 'd')\n"
-        f"  AND {earlier};"
+        f"DELETE FROM {h} USING {ctx.rel.stage} s\n"
+        f"WHERE {EVENTS} AND {key_match(ctx.d, ctx.keys, h, 's')}\n"
+        f"  AND {h}._valid_from_pos = COALESCE(s._source_pos, s._rank_pos)\n"
+        f"  AND {h}._op IN ('c', 'r', 'u', 'd')\n"
+        f"  AND {indent(earlier, 2).lstrip()};"
     )
 
 
