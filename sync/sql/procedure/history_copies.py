@@ -15,9 +15,9 @@ it and that version in their partition (a transaction's records are consecutive 
 unless re-sent). The latter shows a restart however much of the re-sent run the batch
 holds (a sync may run while the rest is on its way); the former does not: a shorter run
 may follow a copy no record told from a version (the limit below), whose version would
-then end its key's history in the wrong state. Deletes without an image (tombstone-only deletes, whose position is the
-one ranked before them, not a transaction's) are a sequence of their own at a position:
-one repeats the one before it. Otherwise a repeat is versions, in Kafka order, as the
+then end its key's history in the wrong state. Deletes without an image (tombstone-only
+deletes, whose position is the one ranked before them, not a transaction's) are a
+sequence of their own at a position: one repeats the one before it. Otherwise a repeat is versions, in Kafka order, as the
 current-state merge applies a tie: a restart that stops and resumes within one
 compressed transaction's records re-sends changes that no record tells from the
 transaction changing the key back. docs/correctness.md, "History mode"."""
@@ -31,7 +31,8 @@ from sync.sql.procedure.text import packed
 # The stage records that are events of their key: applied, superseded in the batch, older
 # than the stored row (stale: a late event is a version in its place), or voided by a
 # newer truncate of the batch.
-EVENTS = f"s._action IN ('{Action.UPSERT}', '{Action.DELETE}', '{Action.STALE}', '{Action.TRUNCATED}')"
+EVENT_ACTIONS = f"('{Action.UPSERT}', '{Action.DELETE}', '{Action.STALE}', '{Action.TRUNCATED}')"
+EVENTS = f"s._action IN {EVENT_ACTIONS}"
 # A version's operation: the event's (c, r, u, d; a tombstone has none: a delete).
 OP = "CASE WHEN s._op IN ('c', 'r', 'u') THEN s._op ELSE 'd' END"
 # A closing marker: a truncate ended the version before it.

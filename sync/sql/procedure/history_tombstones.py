@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from sync.sql.apply import key_match
 from sync.sql.procedure.context import TableSql
-from sync.sql.procedure.history_copies import EVENTS, OP, PENDING_OP, TRUNCATED_OP, same_version
+from sync.sql.procedure.history_copies import EVENT_ACTIONS, EVENTS, OP, PENDING_OP, TRUNCATED_OP, same_version
 from sync.sql.procedure.ordering import kafka_later, kafka_order
 from sync.sql.procedure.text import indent, packed
 
@@ -54,13 +54,12 @@ def _copy_followed(ctx: TableSql, t: str, next_is: str) -> str:
     a restart that re-sent both."""
     d = ctx.d
     events = _events(ctx, "tombstone_next__", "LEAD(CASE WHEN _op IS NULL THEN 1 ELSE 0 END)")
-    later = EVENTS.replace("s._action", "l._action")
     return (
         f"EXISTS (SELECT 1 FROM {events} k\n"
         f"    WHERE {next_is} AND {key_match(d, ctx.keys, 'k', 's')}\n"
         f"      AND COALESCE(k._source_pos, k._rank_pos) = {t}._valid_from_pos{_same_values(ctx, 'k', 's', '      ')}\n"
         f"      AND {indent(kafka_later('k', 'k._kafka_timestamp', t, f'{t}._kafka_timestamp'), 10).lstrip()}\n"
-        f"      AND NOT EXISTS (SELECT 1 FROM {ctx.rel.stage} l WHERE {later} AND {key_match(d, ctx.keys, 'l', 's')}\n"
+        f"      AND NOT EXISTS (SELECT 1 FROM {ctx.rel.stage} l WHERE l._action IN {EVENT_ACTIONS} AND {key_match(d, ctx.keys, 'l', 's')}\n"
         f"        AND COALESCE(l._source_pos, l._rank_pos) = {t}._valid_from_pos{_same_values(ctx, 'l', 's', '        ')}\n"
         f"        AND {indent(kafka_later('l', 'l._kafka_timestamp', 'k', 'k._kafka_timestamp'), 12).lstrip()}))"
     )
