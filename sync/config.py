@@ -46,6 +46,8 @@ TOPIC = re.compile(r"^[A-Za-z0-9._-]{1,249}$")
 ARN = re.compile(r"^arn:aws[a-z-]*:[a-z0-9-]+:[a-z0-9-]*:\d{12}:[A-Za-z0-9/_.:+=@-]+$")
 BROKERS = re.compile(r"^[A-Za-z0-9.-]+:\d{1,5}(,[A-Za-z0-9.-]+:\d{1,5})*$")
 
+# The connectors' source orders (order_by): each change's position in the source's log.
+SOURCE_ORDERS = ("postgres-lsn", "mysql-binlog", "sqlserver-lsn", "oracle-scn", "db2-lsn")
 # order_by = "column:<field>": a column of the row orders a query-based (format = "row") topic.
 COLUMN_ORDER = re.compile(r"^column:([^\W\d][\w$]*)$")
 # What an order column may be: the JDBC source connector's timestamp or incrementing column.
@@ -360,7 +362,7 @@ class TableConfig(_Model):
         if self.history is not None and self.order_by == "kafka":
             raise ValueError(
                 "history: order_by = 'kafka' cannot keep an exact history: Kafka order cannot tell a re-delivered "
-                "event from a new one; set order_by to the connector's source order (e.g. 'postgres-lsn')"
+                "event from a new one; set order_by to the connector's source order: " + ", ".join(repr(o) for o in SOURCE_ORDERS)
             )
         seen_source: set[str] = set()
         seen_target: set[str] = set()

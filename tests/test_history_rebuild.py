@@ -212,6 +212,22 @@ def test_history_rebuild_names_the_versions_that_differ(wh, database_dsn, tmp_pa
     assert [d["values"]["balance"] for d in shown] == [99, 20, 5]
 
 
+def test_history_rebuild_lists_the_differing_versions_by_key_and_position(wh, database_dsn, tmp_path):
+    """Each key's differing versions together, in version order, whichever history holds
+    them: not every stored one first."""
+    p, config = project(wh, tmp_path, order_by="postgres-lsn")
+    feed(wh, p, "acc", REDELIVERY)
+    wh.execute('DELETE FROM cdc."acc__history" WHERE id = 1 AND balance = 10')  # rebuilt only: key 1
+    wh.execute('UPDATE cdc."acc__history" SET balance = 6 WHERE id = 2')  # stored and rebuilt: key 2
+
+    shown = json.loads(rebuild(config, database_dsn, "--json").stdout)["differing"]
+    assert [(d["key"]["id"], d["side"], d["values"]["balance"]) for d in shown] == [
+        (1, "rebuilt", 10),
+        (2, "stored", 6),
+        (2, "rebuilt", 5),
+    ]
+
+
 def test_history_rebuild_reads_only_the_applied_records(wh, database_dsn, tmp_path):
     """Records above the watermark are the next CALL's: the rebuild leaves them to it."""
     from tests.helpers import ingest

@@ -131,9 +131,11 @@ def _partitions(wh: Warehouse, sql: RebuildSql, snapshot_time: datetime | None) 
 
 
 def _differing(wh: Warehouse, sql: RebuildSql) -> list[VersionDifference]:
+    """The versions the two histories do not share, each key's together in version order
+    (source position, then Kafka record), a stored one before its rebuilt counterpart."""
     keys, values = sql.ctx.keys, [c.target_name for c in sql.table.value_columns]
     shown = 1 + len(keys) + len(DIFFERING_COLUMNS)  # side, key, then what every version tells
-    return [
+    found = [
         VersionDifference(
             Side(row[0]),
             dict(zip(keys, row[1 : 1 + len(keys)], strict=True)),
@@ -142,6 +144,16 @@ def _differing(wh: Warehouse, sql: RebuildSql) -> list[VersionDifference]:
         )
         for row in wh.query(sql.differing_sql(DIFFERING_SHOWN))
     ]
+    return sorted(
+        found,
+        key=lambda v: (
+            tuple(v.key.values()),
+            v.valid_from_pos or "",
+            v.kafka_partition if v.kafka_partition is not None else -1,
+            v.kafka_offset if v.kafka_offset is not None else -1,
+            v.side != Side.STORED,
+        ),
+    )
 
 
 def _decide(result: Rebuild, apply: bool, accept_gap: bool) -> Outcome:
