@@ -92,7 +92,9 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 
 # Hypothesis: CI runs the property tests at their declared example counts, derandomized
-# so a failure reproduces; locally `--hypothesis-profile dev` runs fewer.
+# so a failure reproduces; locally `--hypothesis-profile dev` runs them randomized, and
+# PROPERTY_EXAMPLES=<n> sets the example count of the delivery property tests
+# (test_property_cdc.py, test_history_rebuild_property.py) for a longer search.
 try:
     from hypothesis import HealthCheck, settings
 

@@ -3,13 +3,17 @@
     DeliveryModel(table).add(records).rows() / .quarantine()
 
 `records` are Kafka records (`partition`, `offset`, `key`, `value`) in DELIVERY order (any
-interleaving of partitions; Kafka order within each). The model is online, one record at
-a time, so its result does not depend on how the records are cut into sync batches.
-Delivery order is the order the producer sent the records in, also when the topic's
-partition count grew and a key's later records are in another partition: the sync sees
-only the partitions, offsets and timestamps, and orders across partitions by timestamp
-(docs/correctness.md, "Delivery semantics"), which is delivery order when a key's records
-in two partitions are at least 1 ms apart (tests/delivery.py draws nothing else). Each
+interleaving of partitions; Kafka order within each), one `add` per sync batch. The model
+takes a batch's records one at a time in Kafka order, as the sync ranks them: by Kafka time
+(the newest timestamp of the partition up to the record), partition and offset
+(docs/correctness.md, "Delivery semantics"). That is delivery order when a key's records
+in two partitions are at least 1 ms apart (tests/delivery.py draws nothing else), also
+when the topic's partition count grew and a key's later records are in another
+partition; a partition appended late (a retried send) is read after newer records of
+other partitions, and its records keep their earlier timestamps. Batch cuts then matter
+only where a late record and a newer one of its key fall in different batches, and for
+TOAST placeholders: the sync fills or quarantines only the record that wins its key in a
+batch, so a placeholder superseded in its batch is not quarantined. Each
 record is classified as in tests/cdc_model.py (`classify`: what is an upsert, a delete, a
 tombstone, a quarantine, and the converted row); what this model adds is the ORDER rule,
 written from Debezium's delivery contract (tests/delivery.py cites it), with none of the
@@ -154,11 +158,34 @@ class DeliveryModel:
         self._quarantined: dict[tuple[int, int], Mapping[str, Any]] = {}  # the records, for `replay`
         # key -> Kafka (timestamp, partition, offset) of the record that wrote what is stored
         self._writer: dict[tuple, tuple[Any, int, int]] = {}
+        self._kafka_time: dict[int, Any] = {}  # partition -> the newest timestamp read in it
+        # key -> placeholders quarantined in this batch (None: a replay, whose records stay in the quarantine)
+        self._batch_toast: dict[tuple, list[tuple[int, int]]] | None = {}
 
     def add(self, records: Iterable[Mapping[str, Any]]) -> DeliveryModel:
-        for record in records:
+        """One sync's batch, in Kafka order (`_in_kafka_order`). A TOAST placeholder the
+        model could not fill is quarantined unless a later record of its key in the batch
+        applies: the sync fills only the record that wins its key (a superseded one is
+        never applied), so such a placeholder is not quarantined there."""
+        self._batch_toast = {}
+        for record in self._in_kafka_order(list(records)):
             self._add(record)
         return self
+
+    def _in_kafka_order(self, batch: list[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
+        """The batch as the sync ranks it: by each record's Kafka time (the newest timestamp
+        of its partition up to it), partition and offset. It differs from delivery order
+        where a partition was appended late (a retried send): its records keep their
+        earlier timestamps. Records without a timestamp keep delivery order."""
+        if any(r.get("timestamp") is None for r in batch):
+            return batch
+        keyed = []
+        for record in batch:
+            partition = int(record["partition"])
+            newest = max(self._kafka_time.get(partition, record["timestamp"]), record["timestamp"])
+            self._kafka_time[partition] = newest
+            keyed.append(((newest, partition, int(record["offset"])), record))
+        return [r for _, r in sorted(keyed, key=lambda kr: kr[0])]
 
     def _add(self, record: Mapping[str, Any]) -> None:
         partition = int(record["partition"])
@@ -222,6 +249,8 @@ class DeliveryModel:
             coords = (int(record["partition"]), int(record["offset"]))
             self._quarantine[coords] = ("toast", missing[0])
             self._quarantined[coords] = record
+            if self._batch_toast is not None:
+                self._batch_toast.setdefault(key, []).append(coords)
             return False
         row.update({c: live[c] for c in missing})
         return True
@@ -233,6 +262,7 @@ class DeliveryModel:
         stored one, or ties with it (none: order_by = "kafka") and its offset is earlier in
         Kafka order than the record that wrote what is stored; else it applies."""
         self.table = table
+        self._batch_toast = None
         waiting, self._quarantined = self._quarantined, {}
         by_kafka_order = lambda c: (kafka_coordinates(waiting[c])[0] or 0, *c)  # noqa: E731
         for coords in sorted(waiting, key=by_kafka_order):
@@ -257,6 +287,8 @@ class DeliveryModel:
         return self
 
     def _apply(self, key: tuple, action: str, row: dict[str, Any], record: Mapping[str, Any]) -> None:
+        for coords in (self._batch_toast or {}).pop(key, []):  # superseded in the batch: not quarantined
+            del self._quarantine[coords], self._quarantined[coords]
         self._writer[key] = kafka_coordinates(record)
         soft = self.table.delete_mode == "soft"
         if action == "upsert":
@@ -277,3 +309,7 @@ class DeliveryModel:
 
     def quarantine(self) -> dict[tuple[int, int], tuple[str, str | None]]:
         return dict(self._quarantine)
+
+    def waiting(self) -> list[tuple[int, int]]:
+        """The quarantined records no replay has applied yet."""
+        return list(self._quarantined)

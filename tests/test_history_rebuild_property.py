@@ -7,6 +7,8 @@ made them differ (a tombstone-only delete whose fate the next batch's record dec
 
 from __future__ import annotations
 
+import os
+
 import pytest
 from hypothesis import given, note, settings
 from hypothesis import strategies as st
@@ -38,7 +40,7 @@ def test_the_property_covers_history_modes():
 
 @pytest.mark.slow
 @pytest.mark.parametrize("mode_name", HISTORY_MODES)
-@settings(max_examples=15)
+@settings(max_examples=int(os.environ.get("PROPERTY_EXAMPLES", 15)))
 @given(
     initial=st.lists(st.tuples(st.sampled_from(KEYS), st.integers(-9999, 9999)), max_size=3, unique_by=lambda t: t[0]),
     drawn=steps,
