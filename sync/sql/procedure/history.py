@@ -20,13 +20,18 @@ from sync.sql.procedure.history_tombstones import resolved_markers, void_tombsto
 from sync.sql.procedure.ordering import kafka_later, kafka_order
 from sync.sql.procedure.text import indent, packed
 
-# PostgreSQL gives each change of a row a position of its own (its LSN): two changes of a
-# key never tie, so a placeholder in either of two events at one position is the same
-# value. The batch's newest event has its placeholders filled by then (the TOAST step) and
-# a re-sent copy of it does not (it is superseded): it would not match its own copy.
-# Orders whose changes tie (a compressed MySQL transaction, an Oracle SCN) tell a second
-# change at the position by its values: only the later event's placeholder matches any.
-UNTIED_ORDERS = ("postgres-lsn",)
+# Orders that give each change of a row a position of its own: two changes of a key never
+# tie. PostgreSQL's LSN; SQL Server's (commit LSN, change LSN, event_serial_no), where "the
+# event_serial_no field differentiates events that have the same commit and change LSN"
+# and only a primary-key change shares them, as a delete of the old key and a create of
+# the new one (Debezium SQL Server connector, update events); Db2's (commit LSN, change
+# LSN), one per row change. Under them a placeholder in either of two events at one
+# position is the same value (the batch's newest event has its placeholders filled by then
+# by the TOAST step, and a re-sent copy of it does not: it would not match its own copy),
+# and two records at a key's position are one change. Orders whose changes tie (a
+# compressed MySQL transaction, an Oracle SCN) tell a second change at the position by its
+# values: only the later event's placeholder matches any.
+UNTIED_ORDERS = ("postgres-lsn", "sqlserver-lsn", "db2-lsn")
 
 
 def _same_values(ctx: TableSql, a: str, b: str) -> str:
