@@ -158,23 +158,24 @@ class DeliveryModel:
         self._quarantined: dict[tuple[int, int], Mapping[str, Any]] = {}  # the records, for `replay`
         # key -> Kafka (timestamp, partition, offset) of the record that wrote what is stored
         self._writer: dict[tuple, tuple[Any, int, int]] = {}
-        self._kafka_time: dict[int, Any] = {}  # partition -> the newest timestamp read in it
-        # key -> placeholders quarantined in this batch (None: a replay, whose records stay in the quarantine)
-        self._batch_toast: dict[tuple, list[tuple[int, int]]] | None = {}
+        self._kafka_time: dict[int, Any] = {}  # partition -> the newest timestamp read in it in this batch
+        # key -> the placeholders quarantined in this batch, (coordinates, record, position) (None: a
+        # replay, whose records stay in the quarantine)
+        self._batch_toast: dict[tuple, list[tuple[tuple[int, int], Mapping[str, Any], Position | None]]] | None = {}
 
     def add(self, records: Iterable[Mapping[str, Any]]) -> DeliveryModel:
         """One sync's batch, in Kafka order (`_in_kafka_order`). A TOAST placeholder the
         model could not fill is quarantined unless a later record of its key in the batch
         applies: the sync fills only the record that wins its key (a superseded one is
         never applied), so such a placeholder is not quarantined there."""
-        self._batch_toast = {}
+        self._batch_toast, self._kafka_time = {}, {}
         for record in self._in_kafka_order(list(records)):
             self._add(record)
         return self
 
     def _in_kafka_order(self, batch: list[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
         """The batch as the sync ranks it: by each record's Kafka time (the newest timestamp
-        of its partition up to it), partition and offset. It differs from delivery order
+        of its partition up to it in the batch), partition and offset. It differs from delivery order
         where a partition was appended late (a retried send): its records keep their
         earlier timestamps. Records without a timestamp keep delivery order."""
         if any(r.get("timestamp") is None for r in batch):
@@ -211,6 +212,7 @@ class DeliveryModel:
             if previous == ("delete", key):
                 return  # the companion of the delete event just before it
             self._apply(key, "delete", row, record)
+            self._settle(key, None)
             return
         env = unwrap_schema(decode(record.get("value")))
         assert env is not NOT_JSON and isinstance(env, dict)
@@ -223,6 +225,20 @@ class DeliveryModel:
         if pos is not None:
             self._stored[key] = pos
         self._apply(key, action, row, record)
+        self._settle(key, pos)
+
+    def _settle(self, key: tuple, applied: Position | None) -> None:
+        """A record of `key` at position `applied` (None: a tombstone, ranked after what
+        precedes it) was applied: the placeholders of the key the batch quarantined so far
+        rank below it in the sync's batch (by position, then Kafka order) and are superseded,
+        not quarantined; one at a newer position ranks above it and takes its values, as the
+        sync fills the winner from the batch's older events."""
+        for coords, record, at in (self._batch_toast or {}).pop(key, []):
+            del self._quarantine[coords], self._quarantined[coords]
+            if applied is not None and at is not None and at > applied:
+                previous = dict(self._previous)  # what each partition's last record was stays
+                self._add(record)
+                self._previous = previous
 
     def _truncate(self, at: Position | None) -> None:
         """A truncate at position `at` (hard mode): every row stored below it (or without a
@@ -250,7 +266,8 @@ class DeliveryModel:
             self._quarantine[coords] = ("toast", missing[0])
             self._quarantined[coords] = record
             if self._batch_toast is not None:
-                self._batch_toast.setdefault(key, []).append(coords)
+                value = unwrap_schema(decode(record.get("value")))
+                self._batch_toast.setdefault(key, []).append((coords, record, position(value, self.table)))
             return False
         row.update({c: live[c] for c in missing})
         return True
@@ -287,8 +304,6 @@ class DeliveryModel:
         return self
 
     def _apply(self, key: tuple, action: str, row: dict[str, Any], record: Mapping[str, Any]) -> None:
-        for coords in (self._batch_toast or {}).pop(key, []):  # superseded in the batch: not quarantined
-            del self._quarantine[coords], self._quarantined[coords]
         self._writer[key] = kafka_coordinates(record)
         soft = self.table.delete_mode == "soft"
         if action == "upsert":

@@ -703,6 +703,18 @@ EXAMPLES = {
         [],
         [],
     ),
+    # The same under LogAppendTime: the brokers' append times put the create, appended late,
+    # after the update in Kafka order too; the sync ranks a key's batch by position first, so
+    # the update still wins and takes the create's values.
+    "late_create_after_a_placeholder_in_kafka_order_too": (
+        "pg_history_late",
+        History(((_w(MOVES, "m", 0),), (_w(MOVES, "m", 1),), (_w(B, "b", 2),))),
+        Connector(
+            source="postgres", replica_identity="default", toasted=True, grow_to=3, grow_at=1, late=(0, 3, 0), timestamp_type="L"
+        ),
+        [],
+        [],
+    ),
     # The same, with the create read a sync after the update: the placeholder has no value
     # yet and is quarantined (no version); `quarantine replay` then applies it over the
     # create, a version after it.
