@@ -25,13 +25,14 @@ from sync.sql.procedure.text import indent, packed
 # event_serial_no field differentiates events that have the same commit and change LSN"
 # and only a primary-key change shares them, as a delete of the old key and a create of
 # the new one (Debezium SQL Server connector, update events); Db2's (commit LSN, change
-# LSN), one per row change (snapshot reads share a position, the capture's newest LSN: one
-# per key and snapshot, and two snapshots at one LSN read one state). Under them a placeholder in either of two events at one
-# position is the same value (the batch's newest event has its placeholders filled by then
-# by the TOAST step, and a re-sent copy of it does not: it would not match its own copy),
-# and two records at a key's position are one change. Orders whose changes tie (a
-# compressed MySQL transaction, an Oracle SCN) tell a second change at the position by its
-# values: only the later event's placeholder matches any.
+# LSN), one per row change. Snapshot reads share a position (the capture's newest LSN), one
+# per key and snapshot: two snapshots at one LSN read one state. Under these orders a
+# placeholder in either of two events at one position is the same value (the batch's
+# newest event has its placeholders filled by then by the TOAST step, and a re-sent copy of
+# it does not: it would not match its own copy), and two records at a key's position are
+# one change. Orders whose changes tie (a compressed MySQL transaction, an Oracle SCN) tell
+# a second change at the position by its values: only the later event's placeholder
+# matches any.
 UNTIED_ORDERS = ("postgres-lsn", "sqlserver-lsn", "db2-lsn")
 
 

@@ -17,10 +17,10 @@ holds (a sync may run while the rest is on its way); the former does not: a shor
 may follow a copy no record told from a version (the limit below), whose version would
 then end its key's history in the wrong state. Deletes without an image (tombstone-only
 deletes, whose position is the one ranked before them, not a transaction's) are a
-sequence of their own at a position: one repeats the one before it. Otherwise a repeat is versions, in Kafka order, as the
-current-state merge applies a tie: a restart that stops and resumes within one
-compressed transaction's records re-sends changes that no record tells from the
-transaction changing the key back. docs/correctness.md, "History mode"."""
+sequence of their own at a position: one repeats the one before it. Otherwise a repeat
+is versions, in Kafka order, as the current-state merge applies a tie: a restart that
+stops and resumes within one compressed transaction's records re-sends changes that no
+record tells from the transaction changing the key back. docs/correctness.md, "History mode"."""
 
 from __future__ import annotations
 
